@@ -1,0 +1,349 @@
+//! The abstract syntax tree produced by pass 1. Every node carries a [`Span`].
+//!
+//! The tree keeps what the user wrote (script arguments stay `$1`/`@1`,
+//! probe points stay unresolved); pass 2 gives it meaning.
+
+use crate::span::Span;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ident {
+    pub name: String,
+    pub span: Span,
+}
+
+/// One parsed file (a script or a tapset).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Script {
+    pub items: Vec<Item>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    Global(GlobalDecl),
+    Probe(Probe),
+    Alias(ProbeAlias),
+    Function(Function),
+}
+
+/// `global a, b = 0, c[1000]`
+#[derive(Clone, Debug, PartialEq)]
+pub struct GlobalDecl {
+    pub vars: Vec<GlobalVar>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GlobalVar {
+    pub name: Ident,
+    /// `[N]`: an array with this capacity.
+    pub size: Option<Expr>,
+    /// `= literal`
+    pub init: Option<Expr>,
+    pub span: Span,
+}
+
+/// `probe POINT [, POINT ...] { body }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Probe {
+    pub points: Vec<ProbePoint>,
+    pub body: Block,
+    pub span: Span,
+}
+
+/// `probe NAME = POINT, ... { prologue }` or `probe NAME += POINT, ... { epilogue }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeAlias {
+    pub name: ProbePoint,
+    pub epilogue: bool,
+    pub points: Vec<ProbePoint>,
+    pub body: Block,
+    pub span: Span,
+}
+
+/// `process("a.out").function("f*").return?` with an optional `if (cond)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbePoint {
+    pub components: Vec<Component>,
+    /// `?`: no error when nothing matches.
+    pub optional: bool,
+    /// `!`: optional, and once it matches, the later points are not tried.
+    pub sufficient: bool,
+    pub condition: Option<Expr>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Component {
+    pub name: Ident,
+    /// The literal in parentheses: a number, a string, `$N` or `@N`.
+    pub arg: Option<Expr>,
+    pub span: Span,
+}
+
+impl ProbePoint {
+    /// The point's name without arguments: `process.function.return`.
+    pub fn shape(&self) -> String {
+        let names: Vec<&str> = self.components.iter().map(|c| c.name.name.as_str()).collect();
+        names.join(".")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Type {
+    Long,
+    String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypeAnn {
+    pub ty: Type,
+    pub span: Span,
+}
+
+/// `function NAME[:type](a[:type], ...) { body }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Function {
+    pub name: Ident,
+    pub ret: Option<TypeAnn>,
+    pub params: Vec<Param>,
+    pub body: Block,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    pub name: Ident,
+    pub ty: Option<TypeAnn>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    pub stmts: Vec<Stmt>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StmtKind {
+    Block(Block),
+    Expr(Expr),
+    /// `;`
+    Empty,
+    If { cond: Expr, then: Box<Stmt>, els: Option<Box<Stmt>> },
+    While { cond: Expr, body: Box<Stmt> },
+    For { init: Option<Expr>, cond: Option<Expr>, step: Option<Expr>, body: Box<Stmt> },
+    Foreach(Box<Foreach>),
+    Break,
+    Continue,
+    Next,
+    Return(Option<Expr>),
+    Delete(Expr),
+    Try { body: Block, var: Option<Ident>, handler: Block },
+    /// A statement the parser could not read; already reported.
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortDir {
+    Asc,
+    Desc,
+}
+
+/// `foreach ([v =] KEYS in ARRAY[+|-] [limit N]) body`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Foreach {
+    /// `v =`: the value is bound to this variable too.
+    pub value: Option<Ident>,
+    pub keys: Vec<ForeachKey>,
+    /// The keys were written in brackets: `[k1, k2]`.
+    pub bracketed: bool,
+    pub array: Ident,
+    /// `a+` / `a-`: sort by value.
+    pub value_sort: Option<SortDir>,
+    pub limit: Option<Expr>,
+    pub body: Box<Stmt>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForeachKey {
+    pub name: Ident,
+    pub sort: Option<SortDir>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Neg,
+    Plus,
+    Not,
+    BitNot,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Mul,
+    Div,
+    Mod,
+    Add,
+    Sub,
+    Concat,
+    Shl,
+    Shr,
+    UShr,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    BitAnd,
+    BitXor,
+    BitOr,
+    And,
+    Or,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AssignOp {
+    Assign,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    Shl,
+    Shr,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Concat,
+    /// `s <<< v`: add a value to a statistic.
+    Aggregate,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncDec {
+    Inc,
+    Dec,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExprKind {
+    Int(i64),
+    /// A byte string (escapes may produce any byte).
+    Str(Vec<u8>),
+    Var(String),
+    /// `$name`
+    TargetVar(String),
+    /// `$N` (as a number) or `@N` (as a string).
+    ScriptArg { index: u32, as_string: bool },
+    /// `$#` or `@#`.
+    ScriptArgCount { as_string: bool },
+    /// `arr[k1, k2]`
+    Index { array: Ident, keys: Vec<Expr> },
+    /// `name(args)`
+    Call { func: Ident, args: Vec<Expr> },
+    /// `@entry(e)`, `@count(s)`, `@hist_linear(s, lo, hi, step)`, ...
+    AtOp { op: Ident, args: Vec<Expr> },
+    Unary { op: UnOp, operand: Box<Expr> },
+    Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    Assign { op: AssignOp, target: Box<Expr>, value: Box<Expr> },
+    Ternary { cond: Box<Expr>, then: Box<Expr>, els: Box<Expr> },
+    IncDec { op: IncDec, prefix: bool, target: Box<Expr> },
+    /// `[k1, k2] in arr`
+    In { keys: Vec<Expr>, array: Ident },
+    /// An expression the parser could not read; already reported.
+    Error,
+}
+
+impl Expr {
+    pub fn new(kind: ExprKind, span: Span) -> Expr {
+        Expr { kind, span }
+    }
+}
+
+impl BinOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Mod => "%",
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Concat => ".",
+            BinOp::Shl => "<<",
+            BinOp::Shr => ">>",
+            BinOp::UShr => ">>>",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::BitAnd => "&",
+            BinOp::BitXor => "^",
+            BinOp::BitOr => "|",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+        }
+    }
+
+    /// Binding strength, higher binds tighter. Mirrors the grammar's tiers.
+    pub fn precedence(self) -> u8 {
+        match self {
+            BinOp::Or => 3,
+            BinOp::And => 4,
+            BinOp::BitOr => 5,
+            BinOp::BitXor => 6,
+            BinOp::BitAnd => 7,
+            // 8 is `in`.
+            BinOp::Eq | BinOp::Ne => 9,
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => 10,
+            BinOp::Shl | BinOp::Shr | BinOp::UShr => 11,
+            BinOp::Concat => 12,
+            BinOp::Add | BinOp::Sub => 13,
+            BinOp::Mul | BinOp::Div | BinOp::Mod => 14,
+        }
+    }
+}
+
+impl AssignOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            AssignOp::Assign => "=",
+            AssignOp::Add => "+=",
+            AssignOp::Sub => "-=",
+            AssignOp::Mul => "*=",
+            AssignOp::Div => "/=",
+            AssignOp::Mod => "%=",
+            AssignOp::Shl => "<<=",
+            AssignOp::Shr => ">>=",
+            AssignOp::BitAnd => "&=",
+            AssignOp::BitOr => "|=",
+            AssignOp::BitXor => "^=",
+            AssignOp::Concat => ".=",
+            AssignOp::Aggregate => "<<<",
+        }
+    }
+}
+
+impl UnOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            UnOp::Neg => "-",
+            UnOp::Plus => "+",
+            UnOp::Not => "!",
+            UnOp::BitNot => "~",
+        }
+    }
+}

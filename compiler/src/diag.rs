@@ -1,0 +1,229 @@
+//! Diagnostics are data: severity, code, message, primary span, labels, help.
+//!
+//! Passes push [`Diagnostic`]s into a [`Diagnostics`] sink; the driver renders
+//! them with codespan-reporting. Tests assert on the structure (code, span)
+//! and a few golden files check the rendering.
+
+use crate::span::{SourceMap, Span};
+use codespan_reporting::diagnostic as cs;
+use codespan_reporting::term;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Note,
+    Warning,
+    Error,
+}
+
+/// A stable identifier for each kind of diagnostic, printed as `error[P0003]`.
+/// Tests name these, so never renumber one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// A character that cannot start any token.
+    UnexpectedChar,
+    /// A string literal without its closing quote.
+    UnterminatedString,
+    /// A `/* ... */` comment without its `*/`.
+    UnterminatedComment,
+    /// A backslash escape that the language does not define.
+    BadEscape,
+    /// An integer literal that does not fit in 64 bits, or a malformed one.
+    BadNumber,
+    /// The parser met a token it cannot use here.
+    UnexpectedToken,
+    /// The file ended inside a construct.
+    UnexpectedEof,
+    /// An opening delimiter that is never closed, or a closing one never opened.
+    UnbalancedDelimiter,
+    /// A probe point whose shape no probe family has.
+    BadProbePoint,
+    /// A type name other than `long` and `string`.
+    UnknownType,
+    /// An `@name(...)` operator that does not exist.
+    UnknownOperator,
+    /// `break`, `continue`, `next` or `return` where it has no meaning.
+    MisplacedStatement,
+    /// Preprocessor (`%( %? %: %)`, `@define`) misuse.
+    Preprocessor,
+    /// An `@NAME` macro use that cannot be expanded.
+    MacroExpansion,
+    /// Command-line script arguments misuse (`$1` with too few arguments, ...).
+    ScriptArgument,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::UnexpectedChar => "P0001",
+            Code::UnterminatedString => "P0002",
+            Code::UnterminatedComment => "P0003",
+            Code::BadEscape => "P0004",
+            Code::BadNumber => "P0005",
+            Code::UnexpectedToken => "P0006",
+            Code::UnexpectedEof => "P0007",
+            Code::UnbalancedDelimiter => "P0008",
+            Code::BadProbePoint => "P0009",
+            Code::UnknownType => "P0010",
+            Code::UnknownOperator => "P0011",
+            Code::MisplacedStatement => "P0012",
+            Code::Preprocessor => "P0013",
+            Code::MacroExpansion => "P0014",
+            Code::ScriptArgument => "P0015",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    pub span: Span,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    pub code: Code,
+    pub message: String,
+    pub span: Span,
+    /// The text under the primary caret.
+    pub label: String,
+    pub secondary: Vec<Label>,
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn error(code: Code, span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Error,
+            code,
+            message: message.into(),
+            span,
+            label: String::new(),
+            secondary: Vec::new(),
+            help: None,
+        }
+    }
+
+    pub fn warning(code: Code, span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(code, span, message) }
+    }
+
+    pub fn with_label(mut self, label: impl Into<String>) -> Diagnostic {
+        self.label = label.into();
+        self
+    }
+
+    pub fn with_secondary(mut self, span: Span, message: impl Into<String>) -> Diagnostic {
+        self.secondary.push(Label { span, message: message.into() });
+        self
+    }
+
+    pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
+        self.help = Some(help.into());
+        self
+    }
+
+    fn to_codespan(&self) -> cs::Diagnostic<crate::span::FileId> {
+        let severity = match self.severity {
+            Severity::Note => cs::Severity::Note,
+            Severity::Warning => cs::Severity::Warning,
+            Severity::Error => cs::Severity::Error,
+        };
+        let mut labels = vec![cs::Label::primary(self.span.file, self.span.range()).with_message(&self.label)];
+        labels.extend(
+            self.secondary.iter().map(|l| cs::Label::secondary(l.span.file, l.span.range()).with_message(&l.message)),
+        );
+        let mut d = cs::Diagnostic::new(severity)
+            .with_code(self.code.as_str())
+            .with_message(&self.message)
+            .with_labels(labels);
+        if let Some(h) = &self.help {
+            d = d.with_notes(vec![format!("help: {h}")]);
+        }
+        d
+    }
+}
+
+/// The sink every pass reports into.
+#[derive(Debug, Default)]
+pub struct Diagnostics {
+    list: Vec<Diagnostic>,
+    /// `-w`: warnings are dropped.
+    pub suppress_warnings: bool,
+}
+
+impl Diagnostics {
+    pub fn new() -> Diagnostics {
+        Diagnostics::default()
+    }
+
+    pub fn push(&mut self, d: Diagnostic) {
+        if d.severity == Severity::Warning && self.suppress_warnings {
+            return;
+        }
+        self.list.push(d);
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.list.iter().any(|d| d.severity == Severity::Error)
+    }
+
+    pub fn error_count(&self) -> usize {
+        self.list.iter().filter(|d| d.severity == Severity::Error).count()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.list.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Errors in source order (file, then offset), stable for equal positions.
+    pub fn sort(&mut self) {
+        self.list.sort_by_key(|d| (d.span.file, d.span.start));
+    }
+
+    /// Render every diagnostic as codespan-reporting does, to a string.
+    pub fn render(&self, sources: &SourceMap, color: bool) -> String {
+        let mut buf = term::termcolor::Buffer::no_color();
+        if color {
+            buf = term::termcolor::Buffer::ansi();
+        }
+        let config = term::Config::default();
+        for d in &self.list {
+            // Rendering into a memory buffer fails only on a span outside its
+            // file, which is an internal error; fall back to a plain line then.
+            if term::emit_to_write_style(&mut buf, &config, sources, &d.to_codespan()).is_err() {
+                let loc = sources.location(d.span);
+                buf_write(&mut buf, &format!("error[{}]: {} at {}\n", d.code.as_str(), d.message, loc));
+            }
+        }
+        String::from_utf8_lossy(buf.as_slice()).into_owned()
+    }
+
+    /// One line per diagnostic: `file:line:col: severity[code]: message`.
+    /// The form the test corpora compare against.
+    pub fn summary(&self, sources: &SourceMap) -> String {
+        let mut out = String::new();
+        for d in &self.list {
+            let sev = match d.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+                Severity::Note => "note",
+            };
+            out.push_str(&format!("{}: {}[{}]: {}\n", sources.location(d.span), sev, d.code.as_str(), d.message));
+        }
+        out
+    }
+}
+
+fn buf_write(buf: &mut term::termcolor::Buffer, s: &str) {
+    use std::io::Write;
+    let _ = buf.write_all(s.as_bytes());
+}

@@ -1,0 +1,398 @@
+//! Pass 1c: checks that need the tree but no symbols: the shapes of the
+//! built-in probe point families, `@` operator names and arities, where
+//! `break`/`continue`/`return` may stand, and what may be assigned to.
+//!
+//! Probe points whose first component is not a built-in family (`begin`,
+//! `end`, `error`, `timer`, `process`) are tapset aliases, checked in pass 2.
+
+use crate::ast::*;
+use crate::diag::{Code, Diagnostic};
+use crate::suggest::closest;
+
+pub fn validate(script: &Script, diags: &mut Vec<Diagnostic>) {
+    let mut v = Validator { diags };
+    for item in &script.items {
+        match item {
+            Item::Global(g) => {
+                for var in &g.vars {
+                    if let Some(size) = &var.size {
+                        if let ExprKind::Int(n) = size.kind {
+                            if n <= 0 {
+                                v.diags.push(
+                                    Diagnostic::error(Code::UnexpectedToken, size.span, "array size must be positive")
+                                        .with_label(format!("`{n}` entries")),
+                                );
+                            }
+                        }
+                        if let ExprKind::Str(_) = size.kind {
+                            v.diags.push(
+                                Diagnostic::error(Code::UnexpectedToken, size.span, "array size must be a number")
+                                    .with_label("a string"),
+                            );
+                        }
+                    }
+                }
+            }
+            Item::Probe(p) => {
+                for pt in &p.points {
+                    v.point(pt);
+                    if let Some(c) = &pt.condition {
+                        v.expr(c);
+                    }
+                }
+                v.block(&p.body, Ctx { in_function: false, loops: 0 });
+            }
+            Item::Alias(a) => {
+                for pt in &a.points {
+                    v.point(pt);
+                }
+                v.block(&a.body, Ctx { in_function: false, loops: 0 });
+            }
+            Item::Function(f) => v.block(&f.body, Ctx { in_function: true, loops: 0 }),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Ctx {
+    in_function: bool,
+    loops: u32,
+}
+
+struct Validator<'d> {
+    diags: &'d mut Vec<Diagnostic>,
+}
+
+/// `@` operators: name, minimum and maximum number of arguments.
+pub const AT_OPERATORS: &[(&str, usize, usize)] = &[
+    ("entry", 1, 1),
+    ("count", 1, 1),
+    ("sum", 1, 1),
+    ("min", 1, 1),
+    ("max", 1, 1),
+    ("avg", 1, 1),
+    ("variance", 1, 2),
+    ("hist_log", 1, 1),
+    ("hist_linear", 4, 4),
+];
+
+/// What may follow a component of a built-in probe point, and whether that
+/// component takes an argument.
+#[derive(Clone, Copy, PartialEq)]
+enum Arg {
+    None,
+    Optional,
+    Number,
+    String,
+    NumberOrString,
+}
+
+struct Shape {
+    name: &'static str,
+    arg: Arg,
+    next: &'static [Shape],
+    /// The point may end after this component.
+    complete: bool,
+}
+
+const fn s(name: &'static str, arg: Arg, complete: bool, next: &'static [Shape]) -> Shape {
+    Shape { name, arg, next, complete }
+}
+
+const FUNCTION_SUFFIXES: &[Shape] = &[
+    s("return", Arg::None, true, &[]),
+    s("call", Arg::None, true, &[]),
+    s("exported", Arg::None, true, &[]),
+    s("inline", Arg::None, true, &[]),
+    s("itrace", Arg::None, true, &[]),
+];
+const STATEMENT_SUFFIXES: &[Shape] = &[s("nearest", Arg::None, true, &[])];
+const THREAD_EVENTS: &[Shape] = &[s("begin", Arg::None, true, &[]), s("end", Arg::None, true, &[])];
+const IN_MODULE: &[Shape] = &[
+    s("function", Arg::String, true, FUNCTION_SUFFIXES),
+    s("statement", Arg::NumberOrString, true, STATEMENT_SUFFIXES),
+];
+const PROCESS_NEXT: &[Shape] = &[
+    s("function", Arg::String, true, FUNCTION_SUFFIXES),
+    s("statement", Arg::NumberOrString, true, STATEMENT_SUFFIXES),
+    s("library", Arg::String, false, IN_MODULE),
+    s("begin", Arg::None, true, &[]),
+    s("end", Arg::None, true, &[]),
+    s("thread", Arg::None, false, THREAD_EVENTS),
+];
+const TIMER_RANDOMIZE: &[Shape] = &[s("randomize", Arg::Number, true, &[])];
+const TIMER_NEXT: &[Shape] = &[
+    s("ms", Arg::Number, true, TIMER_RANDOMIZE),
+    s("s", Arg::Number, true, TIMER_RANDOMIZE),
+    s("sec", Arg::Number, true, TIMER_RANDOMIZE),
+    s("us", Arg::Number, true, TIMER_RANDOMIZE),
+    s("ns", Arg::Number, true, TIMER_RANDOMIZE),
+    s("hz", Arg::Number, true, &[]),
+    s("jiffies", Arg::Number, true, TIMER_RANDOMIZE),
+];
+const FAMILIES: &[Shape] = &[
+    s("begin", Arg::Optional, true, &[]),
+    s("end", Arg::Optional, true, &[]),
+    s("error", Arg::Optional, true, &[]),
+    s("timer", Arg::None, false, TIMER_NEXT),
+    s("process", Arg::Optional, false, PROCESS_NEXT),
+];
+
+impl Validator<'_> {
+    fn point(&mut self, p: &ProbePoint) {
+        let Some(first) = p.components.first() else { return };
+        let Some(mut shape) = FAMILIES.iter().find(|f| f.name == first.name.name) else {
+            return; // An alias: pass 2 resolves it.
+        };
+        let mut path = String::new();
+        for (i, c) in p.components.iter().enumerate() {
+            if i > 0 {
+                let Some(next) = shape.next.iter().find(|n| n.name == c.name.name) else {
+                    let names: Vec<&str> = shape.next.iter().map(|n| n.name).collect();
+                    let mut d = Diagnostic::error(
+                        Code::BadProbePoint,
+                        c.name.span,
+                        format!("unknown probe point suffix `.{}`", c.name.name),
+                    );
+                    d = if names.is_empty() {
+                        d.with_label(format!("`{path}` takes no suffix"))
+                    } else {
+                        d.with_label(format!("`{path}` has no suffix `{}`", c.name.name))
+                    };
+                    d = match closest(&c.name.name, names.iter().copied()) {
+                        Some(sugg) => d.with_help(format!("did you mean `.{sugg}`?")),
+                        None if !names.is_empty() => d.with_help(format!(
+                            "after `{path}` come: {}",
+                            names.iter().map(|n| format!("`.{n}`")).collect::<Vec<_>>().join(", ")
+                        )),
+                        None => d,
+                    };
+                    self.diags.push(d);
+                    return;
+                };
+                shape = next;
+                path.push('.');
+            }
+            path.push_str(&c.name.name);
+            self.component_arg(c, shape.arg, &path);
+        }
+        if !shape.complete {
+            let names: Vec<String> = shape.next.iter().map(|n| format!("`.{}`", n.name)).collect();
+            self.diags.push(
+                Diagnostic::error(Code::BadProbePoint, p.span, format!("incomplete probe point `{path}`"))
+                    .with_label(format!("expected {} after this", names.join(", "))),
+            );
+        }
+    }
+
+    fn component_arg(&mut self, c: &Component, want: Arg, path: &str) {
+        let kind = c.arg.as_ref().map(|a| match a.kind {
+            ExprKind::Int(_) | ExprKind::ScriptArg { as_string: false, .. } => Arg::Number,
+            _ => Arg::String,
+        });
+        let example_arg = match path.rsplit('.').next().unwrap_or("") {
+            "function" => "(\"main\")",
+            "library" => "(\"libc.so.6\")",
+            "statement" => "(0x1234)",
+            "randomize" => "(5)",
+            "ms" => "(100)",
+            "s" | "sec" => "(1)",
+            "us" => "(500)",
+            "ns" => "(100000)",
+            "hz" => "(100)",
+            "jiffies" => "(10)",
+            _ => "",
+        };
+        let example = if example_arg.is_empty() { String::new() } else { format!("{path}{example_arg}") };
+        let bad = |msg: String, label: &str| {
+            let mut d = Diagnostic::error(Code::BadProbePoint, c.span, msg).with_label(label.to_string());
+            if !example.is_empty() {
+                d = d.with_help(format!("for example `{example}`"));
+            }
+            d
+        };
+        let d = match (want, kind) {
+            (Arg::None, Some(_)) => Some(bad(format!("`{path}` takes no argument"), "remove the argument")),
+            (Arg::Number | Arg::String | Arg::NumberOrString, None) => {
+                Some(bad(format!("`{path}` needs an argument"), "argument missing"))
+            }
+            (Arg::Number, Some(Arg::String)) => Some(bad(format!("`{path}` needs a number"), "a string")),
+            (Arg::String, Some(Arg::Number)) => Some(bad(format!("`{path}` needs a string"), "a number")),
+            (Arg::Optional, Some(Arg::String)) if path != "process" => {
+                Some(bad(format!("`{path}` takes a number (its order), not a string"), "a string"))
+            }
+            _ => None,
+        };
+        if let Some(d) = d {
+            self.diags.push(d);
+        }
+    }
+
+    fn block(&mut self, b: &Block, ctx: Ctx) {
+        for s in &b.stmts {
+            self.stmt(s, ctx);
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt, ctx: Ctx) {
+        let in_loop = Ctx { loops: ctx.loops + 1, ..ctx };
+        match &s.kind {
+            StmtKind::Block(b) => self.block(b, ctx),
+            StmtKind::Expr(e) => self.expr(e),
+            StmtKind::Empty | StmtKind::Error | StmtKind::Next => {}
+            StmtKind::If { cond, then, els } => {
+                self.expr(cond);
+                self.stmt(then, ctx);
+                if let Some(e) = els {
+                    self.stmt(e, ctx);
+                }
+            }
+            StmtKind::While { cond, body } => {
+                self.expr(cond);
+                self.stmt(body, in_loop);
+            }
+            StmtKind::For { init, cond, step, body } => {
+                for e in [init, cond, step].into_iter().flatten() {
+                    self.expr(e);
+                }
+                self.stmt(body, in_loop);
+            }
+            StmtKind::Foreach(f) => {
+                let sorts = f.keys.iter().filter(|k| k.sort.is_some()).count() + usize::from(f.value_sort.is_some());
+                if sorts > 1 {
+                    self.diags.push(
+                        Diagnostic::error(Code::UnexpectedToken, s.span, "`foreach` sorts by one thing only")
+                            .with_label("more than one `+`/`-` sort mark in this header")
+                            .with_help("put `+` or `-` on one key, or on the array (to sort by value)"),
+                    );
+                }
+                if let Some(l) = &f.limit {
+                    self.expr(l);
+                }
+                self.stmt(&f.body, in_loop);
+            }
+            StmtKind::Break | StmtKind::Continue if ctx.loops == 0 => {
+                let word = if s.kind == StmtKind::Break { "break" } else { "continue" };
+                self.diags.push(
+                    Diagnostic::error(Code::MisplacedStatement, s.span, format!("`{word}` outside a loop"))
+                        .with_label("not inside `while`, `for` or `foreach`"),
+                );
+            }
+            StmtKind::Break | StmtKind::Continue => {}
+            StmtKind::Return(e) => {
+                if !ctx.in_function {
+                    self.diags.push(
+                        Diagnostic::error(Code::MisplacedStatement, s.span, "`return` outside a function")
+                            .with_label("a probe body cannot return a value")
+                            .with_help("use `next` to leave a probe early"),
+                    );
+                }
+                if let Some(e) = e {
+                    self.expr(e);
+                }
+            }
+            StmtKind::Delete(e) => {
+                if !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index { .. } | ExprKind::Error) {
+                    self.diags.push(
+                        Diagnostic::error(Code::UnexpectedToken, e.span, "`delete` needs a variable or an array element")
+                            .with_label("cannot delete this"),
+                    );
+                }
+                self.expr(e);
+            }
+            StmtKind::Try { body, handler, .. } => {
+                self.block(body, ctx);
+                self.block(handler, ctx);
+            }
+        }
+    }
+
+    fn lvalue(&mut self, e: &Expr, what: &str) {
+        if !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index { .. } | ExprKind::TargetVar(_) | ExprKind::Error) {
+            self.diags.push(
+                Diagnostic::error(Code::UnexpectedToken, e.span, format!("cannot {what} this expression"))
+                    .with_label("not a variable, array element or target variable"),
+            );
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) {
+        match &e.kind {
+            ExprKind::Int(_)
+            | ExprKind::Str(_)
+            | ExprKind::Var(_)
+            | ExprKind::TargetVar(_)
+            | ExprKind::ScriptArg { .. }
+            | ExprKind::ScriptArgCount { .. }
+            | ExprKind::Error => {}
+            ExprKind::Index { keys, .. } | ExprKind::In { keys, .. } => {
+                if keys.len() > 9 {
+                    self.diags.push(
+                        Diagnostic::error(Code::UnexpectedToken, e.span, "too many array keys")
+                            .with_label(format!("{} keys; at most 9", keys.len())),
+                    );
+                }
+                keys.iter().for_each(|k| self.expr(k));
+            }
+            ExprKind::Call { args, .. } => args.iter().for_each(|a| self.expr(a)),
+            ExprKind::AtOp { op, args } => {
+                match AT_OPERATORS.iter().find(|(n, _, _)| *n == op.name) {
+                    None => {
+                        let mut d = Diagnostic::error(
+                            Code::UnknownOperator,
+                            op.span,
+                            format!("unknown operator `@{}`", op.name),
+                        )
+                        .with_label("no such `@` operator or macro");
+                        if let Some(s) = closest(&op.name, AT_OPERATORS.iter().map(|(n, _, _)| *n)) {
+                            d = d.with_help(format!("did you mean `@{s}`?"));
+                        }
+                        self.diags.push(d);
+                    }
+                    Some(&(name, lo, hi)) if args.len() < lo || args.len() > hi => {
+                        let want = if lo == hi { format!("{lo}") } else { format!("{lo} or {hi}") };
+                        self.diags.push(
+                            Diagnostic::error(
+                                Code::UnknownOperator,
+                                e.span,
+                                format!("`@{name}` takes {want} argument(s), not {}", args.len()),
+                            )
+                            .with_label("wrong number of arguments"),
+                        );
+                    }
+                    Some(_) => {}
+                }
+                args.iter().for_each(|a| self.expr(a));
+            }
+            ExprKind::Unary { operand, .. } => self.expr(operand),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                self.expr(lhs);
+                self.expr(rhs);
+            }
+            ExprKind::Assign { op, target, value } => {
+                self.lvalue(target, if *op == AssignOp::Aggregate { "add a value (`<<<`) to" } else { "assign to" });
+                self.expr(target);
+                self.expr(value);
+            }
+            ExprKind::Ternary { cond, then, els } => {
+                self.expr(cond);
+                self.expr(then);
+                self.expr(els);
+            }
+            ExprKind::IncDec { op, target, prefix } => {
+                let n = self.diags.len();
+                self.lvalue(target, if *op == IncDec::Inc { "increment" } else { "decrement" });
+                if !prefix && self.diags.len() > n {
+                    let sym = if *op == IncDec::Inc { "++" } else { "--" };
+                    if let Some(d) = self.diags.last_mut() {
+                        d.help = Some(format!(
+                            "`;` is optional, so a `{sym}` that starts a line continues the expression before \
+                             it; if `{sym}` begins a new statement, end the previous one with `;`"
+                        ));
+                    }
+                }
+                self.expr(target);
+            }
+        }
+    }
+}

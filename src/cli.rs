@@ -1,0 +1,241 @@
+//! The command line: options as SystemTap users know them (LANGUAGE.md).
+
+use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  telco-stap -e 'probe begin { printf(\"%d\\n\", 6*7); exit() }'
+  telco-stap script.tp -p 4242                      attach to a running process
+  telco-stap -e 'probe process.function(\"work\") { n++ } probe end { println(n) }' -c ./prog
+  telco-stap -l 'process(\"libc.so.6\").function(\"mem*\")' -p 4242
+  telco-stap trace.tp -c ./prog --chrome out.json   open in Perfetto or chrome://tracing
+  telco-stap itrace.tp -p 4242 --itrc out.itrc      instruction trace (Frida ITRC)
+  telco-stap itrc-dump out.itrc --chrome out.json   read an ITRC file back
+  telco-stap --last-pass 1 script.tp                print the parsed script
+  telco-stap completions bash > /etc/bash_completion.d/telco-stap";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "telco-stap",
+    version,
+    about = "A userspace dynamic tracer: SystemTap-style probe scripts compiled to machine code \
+             and run inside the target's own threads.",
+    after_help = EXAMPLES,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    disable_version_flag = true
+)]
+pub struct Cli {
+    /// The script file, or with -e, the first script argument; then the
+    /// script arguments ($1/@1 ...).
+    #[arg(value_name = "SCRIPT.tp | ARGS", trailing_var_arg = true, allow_hyphen_values = false)]
+    pub positional: Vec<String>,
+
+    /// Run this script text instead of a file.
+    #[arg(short = 'e', value_name = "SCRIPT")]
+    pub script_text: Option<String>,
+
+    /// Attach to the running process PID (-x is the same).
+    #[arg(short = 'p', short_alias = 'x', value_name = "PID", value_parser = parse_pid, conflicts_with = "command")]
+    pub pid: Option<u32>,
+
+    /// Start CMD with probes armed before its main runs; exit when it does.
+    #[arg(short = 'c', value_name = "CMD", value_parser = non_empty)]
+    pub command: Option<String>,
+
+    /// Write the script's output to FILE instead of standard output.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Write a Chrome Trace Event JSON file (Perfetto, chrome://tracing, speedscope).
+    #[arg(long, value_name = "FILE")]
+    pub chrome: Option<PathBuf>,
+
+    /// With --chrome, leave out calls shorter than DURATION (e.g. 500ns, 10us, 2ms, 1s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns, requires = "chrome")]
+    pub chrome_min_dur: Option<u64>,
+
+    /// Write .itrace probes' instruction traces to FILE (Frida ITRC format).
+    #[arg(long, value_name = "FILE")]
+    pub itrc: Option<PathBuf>,
+
+    /// Also look for tapsets in DIR (repeatable).
+    #[arg(short = 'I', value_name = "DIR", action = ArgAction::Append, value_parser = existing_dir)]
+    pub include: Vec<PathBuf>,
+
+    /// List the probe points matching PROBE, then exit.
+    #[arg(short = 'l', value_name = "PROBE", conflicts_with_all = ["list_vars", "script_text"])]
+    pub list: Option<String>,
+
+    /// Like -l, and show the variables each probe point offers.
+    #[arg(short = 'L', value_name = "PROBE", conflicts_with = "script_text")]
+    pub list_vars: Option<String>,
+
+    /// Stop after pass N and print its result: 1 parse, 2 elaborate, 3 translate (CLIF), 4 codegen (disassembly), 5 run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub last_pass: Option<u8>,
+
+    /// Verbose: print each pass's time (repeat for more detail).
+    #[arg(short = 'v', action = ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Set a limit: MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION, MAXERRORS, MAXSKIPPED, MAXNESTING, MAXTRACE (repeatable).
+    #[arg(short = 'D', value_name = "NAME=VALUE", action = ArgAction::Append, value_parser = parse_define)]
+    pub defines: Vec<(String, u64)>,
+
+    /// Stop after SECONDS (fractions allowed).
+    #[arg(short = 'T', value_name = "SECONDS", value_parser = parse_seconds)]
+    pub timeout: Option<f64>,
+
+    /// Guru mode: allow scripts to write target registers and memory.
+    #[arg(short = 'g')]
+    pub guru: bool,
+
+    /// Do not print warnings.
+    #[arg(short = 'w')]
+    pub no_warnings: bool,
+
+    /// Print the version.
+    #[arg(short = 'V', long = "version", action = ArgAction::Version)]
+    pub version: Option<bool>,
+
+    #[command(subcommand)]
+    pub subcommand: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Read an ITRC instruction-trace file back.
+    #[command(name = "itrc-dump")]
+    ItrcDump {
+        /// The ITRC file (written by telco-stap --itrc or by Frida's itracer).
+        file: PathBuf,
+        /// Also disassemble each block's instructions.
+        #[arg(long)]
+        disasm: bool,
+        /// Convert the trace to a Chrome Trace Event JSON file.
+        #[arg(long, value_name = "OUT")]
+        chrome: Option<PathBuf>,
+    },
+    /// Print a shell completion script.
+    Completions {
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// The limits `-D` may set, as in SystemTap.
+pub const KNOWN_DEFINES: &[&str] =
+    &["MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXERRORS", "MAXSKIPPED", "MAXNESTING", "MAXTRACE"];
+
+fn parse_pid(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("a process id is a positive number".into()),
+        Ok(n) if n > i32::MAX as u32 => Err(format!("`{s}` is larger than any process id")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a process id (a positive number)")),
+    }
+}
+
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("the command is empty".into())
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+fn existing_dir(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    if p.is_dir() {
+        Ok(p)
+    } else if p.exists() {
+        Err(format!("`{s}` is not a directory"))
+    } else {
+        Err(format!("directory `{s}` does not exist"))
+    }
+}
+
+fn parse_define(s: &str) -> Result<(String, u64), String> {
+    let Some((name, value)) = s.split_once('=') else {
+        return Err(format!("expected NAME=VALUE, got `{s}`"));
+    };
+    if !KNOWN_DEFINES.contains(&name) {
+        let hint = telco_compiler::suggest::closest(name, KNOWN_DEFINES.iter().copied())
+            .map(|c| format!(" (did you mean {c}?)"))
+            .unwrap_or_default();
+        return Err(format!("unknown limit `{name}`{hint}; known: {}", KNOWN_DEFINES.join(", ")));
+    }
+    let v = value.parse::<u64>().map_err(|_| format!("{name} needs a non-negative whole number, got `{value}`"))?;
+    let zero_ok = matches!(name, "MAXERRORS" | "MAXSKIPPED");
+    if v == 0 && !zero_ok {
+        return Err(format!("{name} must be at least 1"));
+    }
+    Ok((name.to_string(), v))
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number of seconds")),
+    }
+}
+
+/// `500ns`, `10us`, `2ms`, `1s`; a bare number is microseconds (the unit of Chrome traces).
+pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ns") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e9)
+    } else {
+        (s, 1e3)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok((v * scale).round() as u64),
+        _ => Err(format!("`{s}` is not a duration (e.g. 500ns, 10us, 2ms, 1s)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ns("500ns"), Ok(500));
+        assert_eq!(parse_duration_ns("10us"), Ok(10_000));
+        assert_eq!(parse_duration_ns("2ms"), Ok(2_000_000));
+        assert_eq!(parse_duration_ns("1.5s"), Ok(1_500_000_000));
+        assert_eq!(parse_duration_ns("3"), Ok(3_000));
+        assert!(parse_duration_ns("fast").is_err());
+        assert!(parse_duration_ns("-1ms").is_err());
+    }
+
+    #[test]
+    fn defines() {
+        assert_eq!(parse_define("MAXACTION=500"), Ok(("MAXACTION".into(), 500)));
+        assert!(parse_define("MAXACTION").is_err());
+        assert!(parse_define("MAXACTON=5").unwrap_err().contains("did you mean MAXACTION"));
+        assert!(parse_define("MAXSTRINGLEN=0").is_err());
+        assert_eq!(parse_define("MAXERRORS=0"), Ok(("MAXERRORS".into(), 0)));
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

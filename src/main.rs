@@ -1,0 +1,191 @@
+//! The `telco-stap` binary: reads the command line, runs the passes in
+//! order, stops after the first pass with errors, honours `--last-pass N`.
+
+mod cli;
+
+use anyhow::{bail, Context, Result};
+use clap::{CommandFactory, Parser};
+use cli::{Cli, Command, Shell};
+use std::io::{IsTerminal, Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+use telco_compiler::{parse, ParseConfig, SourceMap};
+
+/// The passes, for messages.
+const PASS_NAMES: [&str; 5] = ["parse", "elaboration", "translation", "code generation", "run"];
+
+/// The last pass this build implements.
+const IMPLEMENTED_PASSES: u8 = 1;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A closed stdout (`telco-stap ... | head`) ends the program quietly.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    if let Some(cmd) = &cli.subcommand {
+        return subcommand(cmd);
+    }
+    let (name, text, args) = script_source(&cli)?;
+    check_outputs(&cli)?;
+
+    // Pass 1.
+    let mut sources = SourceMap::new();
+    let file = sources.add(name, text);
+    let cfg = ParseConfig {
+        pp: telco_compiler::preprocess::PpConfig {
+            guru_mode: cli.guru,
+            script_args: args.clone(),
+            ..Default::default()
+        },
+    };
+    let t0 = Instant::now();
+    let (script, diags) = parse(&sources, file, &cfg);
+    let elapsed = t0.elapsed();
+    let mut sink = telco_compiler::Diagnostics::new();
+    sink.suppress_warnings = cli.no_warnings;
+    for d in diags {
+        sink.push(d);
+    }
+    if !sink.is_empty() {
+        eprint!("{}", sink.render(&sources, std::io::stderr().is_terminal()));
+    }
+    if cli.verbose > 0 {
+        eprintln!(
+            "Pass 1: parsed user script ({} items) in {:.3} ms.",
+            script.items.len(),
+            elapsed.as_secs_f64() * 1e3
+        );
+    }
+    if sink.has_errors() {
+        let n = sink.error_count();
+        eprintln!("Pass 1: parse failed with {n} error{}.", if n == 1 { "" } else { "s" });
+        return Ok(ExitCode::from(1));
+    }
+    let last = cli.last_pass.unwrap_or(5);
+    if last == 1 {
+        let mut out = std::io::stdout().lock();
+        out.write_all(telco_compiler::print::print_script(&script).as_bytes())?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if last == 5 {
+        check_target(&cli)?;
+    }
+    not_implemented(IMPLEMENTED_PASSES + 1)
+}
+
+fn not_implemented(pass: u8) -> Result<ExitCode> {
+    let name = PASS_NAMES[pass as usize - 1];
+    bail!(
+        "pass {pass} ({name}) is not implemented in this build yet; passes 1 to {IMPLEMENTED_PASSES} work \
+         (`--last-pass 1` prints the parsed script)"
+    )
+}
+
+/// Where the script comes from: (display name, text, script arguments).
+fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
+    if let Some(point) = cli.list.as_ref().or(cli.list_vars.as_ref()) {
+        // `-l PROBE` is `probe PROBE {}` whose matches are listed: parse it
+        // as such so a malformed point is reported like any script error.
+        let flag = if cli.list.is_some() { "-l" } else { "-L" };
+        return Ok((format!("<{flag} argument>"), format!("probe {point} {{}}"), cli.positional.clone()));
+    }
+    if let Some(text) = &cli.script_text {
+        return Ok(("<input>".into(), text.clone(), cli.positional.clone()));
+    }
+    let Some((path, args)) = cli.positional.split_first() else {
+        let mut cmd = Cli::command();
+        let usage = cmd.render_usage();
+        bail!("no script given: name a SCRIPT.tp file or pass one with -e 'SCRIPT'\n\n{usage}\n\nFor more information, try '--help'.");
+    };
+    let text = if path == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("cannot read the script from standard input")?;
+        s
+    } else {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read script `{path}`"))?;
+        String::from_utf8(bytes).map_err(|e| {
+            anyhow::anyhow!("script `{path}` is not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to())
+        })?
+    };
+    Ok((path.clone(), text, args.to_vec()))
+}
+
+/// Output files must be creatable before any tracing starts.
+fn check_outputs(cli: &Cli) -> Result<()> {
+    for (flag, path) in [("-o", &cli.output), ("--chrome", &cli.chrome), ("--itrc", &cli.itrc)] {
+        if let Some(p) = path {
+            let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                bail!("{flag} {}: directory `{}` does not exist", p.display(), parent.display());
+            }
+            if p.is_dir() {
+                bail!("{flag} {}: is a directory", p.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The target of a run must exist; say so before anything else happens.
+fn check_target(cli: &Cli) -> Result<()> {
+    if let Some(pid) = cli.pid {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("no process with pid {pid}");
+        }
+    }
+    if let Some(cmd) = &cli.command {
+        let shell_syntax = cmd.chars().any(|c| "|&;<>()$`\\\"'*?[]#~=%".contains(c));
+        let prog = cmd.split_whitespace().next().unwrap_or("");
+        if !shell_syntax && !program_exists(prog) {
+            bail!("-c {cmd:?}: program `{prog}` not found");
+        }
+    }
+    Ok(())
+}
+
+fn program_exists(prog: &str) -> bool {
+    if prog.contains('/') {
+        return Path::new(prog).is_file();
+    }
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(prog).is_file()))
+        .unwrap_or(false)
+}
+
+fn subcommand(cmd: &Command) -> Result<ExitCode> {
+    match cmd {
+        Command::Completions { shell } => {
+            let mut c = Cli::command();
+            let mut out = std::io::stdout().lock();
+            let sh = match shell {
+                Shell::Bash => clap_complete::Shell::Bash,
+                Shell::Zsh => clap_complete::Shell::Zsh,
+                Shell::Fish => clap_complete::Shell::Fish,
+            };
+            clap_complete::generate(sh, &mut c, "telco-stap", &mut out);
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ItrcDump { file, .. } => {
+            std::fs::metadata(file).with_context(|| format!("cannot read `{}`", file.display()))?;
+            bail!("itrc-dump is not implemented in this build yet (it arrives with the ITRC output work)")
+        }
+    }
+}
