@@ -37,7 +37,7 @@ pub struct Cli {
     pub script_text: Option<String>,
 
     /// Attach to the running process PID (-x is the same).
-    #[arg(short = 'p', short_alias = 'x', value_name = "PID", value_parser = parse_pid, conflicts_with = "command")]
+    #[arg(short = 'p', short_alias = 'x', value_name = "PID", value_parser = parse_pid, conflicts_with = "command", allow_negative_numbers = true)]
     pub pid: Option<u32>,
 
     /// Start CMD with probes armed before its main runs; exit when it does.
@@ -85,7 +85,7 @@ pub struct Cli {
     pub defines: Vec<(String, u64)>,
 
     /// Stop after SECONDS (fractions allowed).
-    #[arg(short = 'T', value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(short = 'T', value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub timeout: Option<f64>,
 
     /// Guru mode: allow scripts to write target registers and memory.
@@ -139,6 +139,7 @@ pub const KNOWN_DEFINES: &[&str] =
 fn parse_pid(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(0) => Err("a process id is a positive number".into()),
+        Err(_) if s.starts_with('-') => Err("a process id is a positive number".into()),
         Ok(n) if n > i32::MAX as u32 => Err(format!("`{s}` is larger than any process id")),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("`{s}` is not a process id (a positive number)")),

@@ -20,9 +20,9 @@ pub struct Script {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
     Global(GlobalDecl),
-    Probe(Probe),
-    Alias(ProbeAlias),
-    Function(Function),
+    Probe(Box<Probe>),
+    Alias(Box<ProbeAlias>),
+    Function(Box<Function>),
 }
 
 /// `global a, b = 0, c[1000]`
@@ -36,9 +36,9 @@ pub struct GlobalDecl {
 pub struct GlobalVar {
     pub name: Ident,
     /// `[N]`: an array with this capacity.
-    pub size: Option<Expr>,
+    pub size: Option<Box<Expr>>,
     /// `= literal`
-    pub init: Option<Expr>,
+    pub init: Option<Box<Expr>>,
     pub span: Span,
 }
 
@@ -68,7 +68,7 @@ pub struct ProbePoint {
     pub optional: bool,
     /// `!`: optional, and once it matches, the later points are not tried.
     pub sufficient: bool,
-    pub condition: Option<Expr>,
+    pub condition: Option<Box<Expr>>,
     pub span: Span,
 }
 
@@ -76,7 +76,7 @@ pub struct ProbePoint {
 pub struct Component {
     pub name: Ident,
     /// The literal in parentheses: a number, a string, `$N` or `@N`.
-    pub arg: Option<Expr>,
+    pub arg: Option<Box<Expr>>,
     pub span: Span,
 }
 
@@ -134,24 +134,63 @@ pub enum StmtKind {
     Expr(Expr),
     /// `;`
     Empty,
-    If { cond: Expr, then: Box<Stmt>, els: Option<Box<Stmt>> },
-    While { cond: Expr, body: Box<Stmt> },
-    For { init: Option<Expr>, cond: Option<Expr>, step: Option<Expr>, body: Box<Stmt> },
+    If(Box<If>),
+    While(Box<While>),
+    For(Box<For>),
     Foreach(Box<Foreach>),
     Break,
     Continue,
     Next,
     Return(Option<Expr>),
     Delete(Expr),
-    Try { body: Block, var: Option<Ident>, handler: Block },
+    Try(Box<Try>),
     /// A statement the parser could not read; already reported.
     Error,
+}
+
+// Large statements are boxed: the parser moves every node through its
+// stack several times, so small common nodes make it fast.
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct If {
+    pub cond: Expr,
+    pub then: Stmt,
+    pub els: Option<Stmt>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct While {
+    pub cond: Expr,
+    pub body: Stmt,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct For {
+    pub init: Option<Expr>,
+    pub cond: Option<Expr>,
+    pub step: Option<Expr>,
+    pub body: Stmt,
+}
+
+/// `try { body } catch [(var)] { handler }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Try {
+    pub body: Block,
+    pub var: Option<Ident>,
+    pub handler: Block,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortDir {
     Asc,
     Desc,
+}
+
+/// A `+` or `-` sort mark in a `foreach` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sort {
+    pub dir: SortDir,
+    pub span: Span,
 }
 
 /// `foreach ([v =] KEYS in ARRAY[+|-] [limit N]) body`
@@ -164,15 +203,15 @@ pub struct Foreach {
     pub bracketed: bool,
     pub array: Ident,
     /// `a+` / `a-`: sort by value.
-    pub value_sort: Option<SortDir>,
+    pub value_sort: Option<Sort>,
     pub limit: Option<Expr>,
-    pub body: Box<Stmt>,
+    pub body: Stmt,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ForeachKey {
     pub name: Ident,
-    pub sort: Option<SortDir>,
+    pub sort: Option<Sort>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -250,20 +289,35 @@ pub enum ExprKind {
     /// `$#` or `@#`.
     ScriptArgCount { as_string: bool },
     /// `arr[k1, k2]`
-    Index { array: Ident, keys: Vec<Expr> },
+    Index(Box<Index>),
     /// `name(args)`
-    Call { func: Ident, args: Vec<Expr> },
+    Call(Box<Call>),
     /// `@entry(e)`, `@count(s)`, `@hist_linear(s, lo, hi, step)`, ...
-    AtOp { op: Ident, args: Vec<Expr> },
+    /// (the name is without the `@`).
+    AtOp(Box<Call>),
     Unary { op: UnOp, operand: Box<Expr> },
     Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
     Assign { op: AssignOp, target: Box<Expr>, value: Box<Expr> },
     Ternary { cond: Box<Expr>, then: Box<Expr>, els: Box<Expr> },
     IncDec { op: IncDec, prefix: bool, target: Box<Expr> },
     /// `[k1, k2] in arr`
-    In { keys: Vec<Expr>, array: Ident },
+    In(Box<Index>),
     /// An expression the parser could not read; already reported.
     Error,
+}
+
+/// `arr[k1, k2]`, or the keys and array of `[k1, k2] in arr`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Index {
+    pub array: Ident,
+    pub keys: Vec<Expr>,
+}
+
+/// `name(args)` or `@name(args)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub name: Ident,
+    pub args: Vec<Expr>,
 }
 
 impl Expr {

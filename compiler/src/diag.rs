@@ -172,6 +172,12 @@ impl Diagnostics {
         self.list.iter().filter(|d| d.severity == Severity::Error).count()
     }
 
+    pub fn extend(&mut self, ds: impl IntoIterator<Item = Diagnostic>) {
+        for d in ds {
+            self.push(d);
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
         self.list.iter()
     }
@@ -207,7 +213,7 @@ impl Diagnostics {
         String::from_utf8_lossy(buf.as_slice()).into_owned()
     }
 
-    /// One line per diagnostic: `file:line:col: severity[code]: message`.
+    /// One line per diagnostic: `file:line:col: severity[code]: message (label)`.
     /// The form the test corpora compare against.
     pub fn summary(&self, sources: &SourceMap) -> String {
         let mut out = String::new();
@@ -217,7 +223,11 @@ impl Diagnostics {
                 Severity::Warning => "warning",
                 Severity::Note => "note",
             };
-            out.push_str(&format!("{}: {}[{}]: {}\n", sources.location(d.span), sev, d.code.as_str(), d.message));
+            out.push_str(&format!("{}: {}[{}]: {}", sources.location(d.span), sev, d.code.as_str(), d.message));
+            if !d.label.is_empty() {
+                out.push_str(&format!(" ({})", d.label));
+            }
+            out.push('\n');
         }
         out
     }

@@ -230,10 +230,10 @@ fn script_arg_index<'a>(l: &mut logos::Lexer<'a, Tok<'a>>) -> u32 {
     }
 }
 
-/// Decimal, `0x` hex and `0` octal integers. Decimal values above
-/// `i64::MAX` are refused except 2^63 (so that `-9223372036854775808` is
-/// writable); hex and octal literals may use all 64 bits and wrap, as in
-/// SystemTap.
+/// Decimal, `0x` hex and `0` octal integers. As in SystemTap, any value
+/// that fits in 64 bits is accepted and taken as the signed 64-bit number
+/// with the same bits (so `-9223372036854775808` and `0xffffffffffffffff`
+/// are both writable).
 fn lex_int<'a>(l: &mut logos::Lexer<'a, Tok<'a>>) -> i64 {
     let s = l.slice();
     match parse_int(s) {
@@ -264,10 +264,7 @@ pub fn parse_int(s: &str) -> Result<i64, String> {
     if !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("invalid integer literal `{s}`"));
     }
-    match s.parse::<u64>() {
-        Ok(v) if v <= 1u64 << 63 => Ok(v as i64),
-        _ => Err(too_big()),
-    }
+    s.parse::<u64>().map(|v| v as i64).map_err(|_| too_big())
 }
 
 /// Called after the opening quote. Consumes up to and including the closing
@@ -390,27 +387,52 @@ fn block_comment<'a>(l: &mut logos::Lexer<'a, Tok<'a>>) -> FilterResult<(), ()> 
 /// A token with its byte range, as lalrpop wants it.
 pub type Spanned<'a> = (usize, Tok<'a>, usize);
 
-/// Lex a whole file. Never fails; problems are returned alongside.
-pub fn lex(text: &str) -> (Vec<Spanned<'_>>, Vec<LexProblem>) {
-    let mut lexer = Tok::lexer(text);
-    let mut tokens = Vec::with_capacity(text.len() / 4);
-    while let Some(res) = lexer.next() {
-        let r = lexer.span();
-        match res {
-            Ok(Tok::BlockComment) => {}
-            Ok(t) => tokens.push((r.start, t, r.end)),
-            Err(()) => {
-                let c = text[r.start..].chars().next().unwrap_or('\u{fffd}');
-                lexer.extras.problems.push(LexProblem {
-                    start: r.start,
-                    end: r.start + c.len_utf8(),
-                    kind: LexProblemKind::UnexpectedChar(c),
-                });
-                tokens.push((r.start, Tok::Error, r.end));
+/// The tokens of a file, as an iterator. An invalid character is recorded
+/// as a problem and yields [`Tok::Error`]; [`Tokens::problems`] has every
+/// problem once the iterator is exhausted.
+pub struct Tokens<'a> {
+    lexer: logos::Lexer<'a, Tok<'a>>,
+}
+
+impl<'a> Tokens<'a> {
+    pub fn new(text: &'a str) -> Tokens<'a> {
+        Tokens { lexer: Tok::lexer(text) }
+    }
+
+    pub fn problems(self) -> Vec<LexProblem> {
+        self.lexer.extras.problems
+    }
+}
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = Spanned<'a>;
+
+    fn next(&mut self) -> Option<Spanned<'a>> {
+        loop {
+            let res = self.lexer.next()?;
+            let r = self.lexer.span();
+            match res {
+                Ok(Tok::BlockComment) => continue,
+                Ok(t) => return Some((r.start, t, r.end)),
+                Err(()) => {
+                    let c = self.lexer.source()[r.start..].chars().next().unwrap_or('\u{fffd}');
+                    self.lexer.extras.problems.push(LexProblem {
+                        start: r.start,
+                        end: r.start + c.len_utf8(),
+                        kind: LexProblemKind::UnexpectedChar(c),
+                    });
+                    return Some((r.start, Tok::Error, r.end));
+                }
             }
         }
     }
-    (tokens, lexer.extras.problems)
+}
+
+/// Lex a whole file into a vector. Never fails; problems are returned alongside.
+pub fn lex(text: &str) -> (Vec<Spanned<'_>>, Vec<LexProblem>) {
+    let mut it = Tokens::new(text);
+    let tokens = it.by_ref().collect();
+    (tokens, it.problems())
 }
 
 impl fmt::Display for Tok<'_> {

@@ -18,13 +18,13 @@ lalrpop_mod!(
 
 /// State the grammar's actions need: the file being parsed and the
 /// diagnostics they report.
-pub struct ParseCtx {
+pub struct ParseCtx<'t> {
     pub file: FileId,
     pub diags: Vec<Diagnostic>,
-    eof: usize,
+    text: &'t str,
 }
 
-impl ParseCtx {
+impl ParseCtx<'_> {
     pub(crate) fn span(&self, l: usize, r: usize) -> Span {
         Span::new(self.file, l, r)
     }
@@ -54,6 +54,27 @@ impl ParseCtx {
         Some(TypeAnn { ty, span: self.span(l, r) })
     }
 
+    /// `@name` with no parentheses.
+    pub(crate) fn bare_at_ident(&mut self, name: &str, l: usize, r: usize) -> Expr {
+        let span = self.span(l, r);
+        let known = validate::AT_OPERATORS.iter().any(|(n, _, _)| *n == name);
+        let d = if known {
+            Diagnostic::error(Code::UnknownOperator, span, format!("`@{name}` needs its arguments in parentheses"))
+                .with_label(format!("write `@{name}(...)`"))
+        } else {
+            let mut d = Diagnostic::error(Code::UnknownOperator, span, format!("unknown operator `@{name}`"))
+                .with_label("no such `@` operator or macro");
+            if let Some(s) = crate::suggest::closest(name, validate::AT_OPERATORS.iter().map(|(n, _, _)| *n)) {
+                d = d.with_help(format!("did you mean `@{s}`?"));
+            } else {
+                d = d.with_help(format!("macros are defined with `@define {name} %( ... %)` before their use"));
+            }
+            d
+        };
+        self.diags.push(d);
+        Expr::new(ExprKind::Error, span)
+    }
+
     pub(crate) fn unary(&self, op: UnOp, e: Expr, l: usize, r: usize) -> Expr {
         Expr::new(ExprKind::Unary { op, operand: Box::new(e) }, self.span(l, r))
     }
@@ -69,7 +90,7 @@ impl ParseCtx {
                 let mut d =
                     Diagnostic::error(Code::UnexpectedToken, self.span(l, r), format!("unexpected {tok}"))
                         .with_label(describe_expected(&expected));
-                if let Some(h) = hint_for(&tok, &expected) {
+                if let Some(h) = hint_for(&tok, &expected, &self.text[..l.min(self.text.len())]) {
                     d = d.with_help(h);
                 }
                 Some(d)
@@ -91,6 +112,36 @@ impl ParseCtx {
     }
 }
 
+/// Build the tree of `first (op operand)*` by precedence climbing; every
+/// operator is left-associative.
+pub(crate) fn climb(first: Expr, rest: Vec<(BinOp, Expr)>) -> Expr {
+    if rest.is_empty() {
+        return first;
+    }
+    let mut tail = rest.into_iter().peekable();
+    climb_from(first, &mut tail, 0)
+}
+
+fn climb_from(mut lhs: Expr, tail: &mut std::iter::Peekable<std::vec::IntoIter<(BinOp, Expr)>>, min: u8) -> Expr {
+    while let Some(&(op, _)) = tail.peek() {
+        let p = op.precedence();
+        if p < min {
+            break;
+        }
+        let Some((op, mut rhs)) = tail.next() else { break };
+        // Operators that bind tighter take the right operand first.
+        while let Some(&(next, _)) = tail.peek() {
+            if next.precedence() <= p {
+                break;
+            }
+            rhs = climb_from(rhs, tail, next.precedence());
+        }
+        let span = lhs.span.to(rhs.span);
+        lhs = Expr::new(ExprKind::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }, span);
+    }
+    lhs
+}
+
 /// Join adjacent string literals (`"a" "b"` is `"ab"`).
 pub(crate) fn concat_strings(parts: Vec<Vec<u8>>) -> Vec<u8> {
     if parts.len() == 1 {
@@ -109,24 +160,27 @@ pub struct ParseConfig {
 pub fn parse(sources: &SourceMap, file: FileId, cfg: &ParseConfig) -> (Script, Vec<Diagnostic>) {
     let text = sources.get(file).text.as_str();
     let eof = text.len();
-    let (tokens, problems) = lexer::lex(text);
-    let mut diags: Vec<Diagnostic> = problems.iter().map(|p| lex_diagnostic(file, p)).collect();
+    let mut ctx = ParseCtx { file, diags: Vec::new(), text };
+    let mut diags = Vec::new();
+    let parser = grammar::ScriptParser::new();
 
-    let (tokens, pp_diags) = preprocess::preprocess(file, tokens, &cfg.pp, eof);
-    diags.extend(pp_diags);
-
-    // Invalid characters are reported above; the parser goes on without them.
-    let mut tokens: Vec<_> = tokens.into_iter().filter(|t| t.1 != Tok::Error).collect();
-    let (delim, unclosed) = check_delimiters(file, &tokens, eof);
-    let delimiter_trouble = !delim.is_empty();
-    diags.extend(delim);
-    // Close what is still open at the end of the file (reported above), so
-    // the parser finishes and the rest of the file is still checked.
-    tokens.extend(unclosed.into_iter().map(|t| (eof, t, eof)));
-
-    let mut ctx = ParseCtx { file, diags: Vec::new(), eof };
-    let stream = tokens.into_iter().map(Ok::<_, ()>);
-    let result = grammar::ScriptParser::new().parse(&mut ctx, stream);
+    // Tokens stream from the lexer into the parser, unless the text uses
+    // the preprocessor, which needs them all first.
+    let (result, delim) = if preprocess::needed(text) {
+        let (tokens, problems) = lexer::lex(text);
+        diags.extend(problems.iter().map(|p| lex_diagnostic(file, p)));
+        let (tokens, pp_diags) = preprocess::preprocess(file, tokens, &cfg.pp, eof);
+        diags.extend(pp_diags);
+        let mut stream = Delimiters::new(file, eof, tokens.into_iter());
+        let result = parser.parse(&mut ctx, &mut stream);
+        (result, stream.into_report())
+    } else {
+        let mut stream = Delimiters::new(file, eof, lexer::Tokens::new(text));
+        let result = parser.parse(&mut ctx, &mut stream);
+        let report = stream.into_report();
+        diags.extend(report.lex_problems.iter().map(|p| lex_diagnostic(file, p)));
+        (result, report)
+    };
     let script = match result {
         Ok(s) => s,
         Err(e) => {
@@ -136,17 +190,276 @@ pub fn parse(sources: &SourceMap, file: FileId, cfg: &ParseConfig) -> (Script, V
             Script::default()
         }
     };
-    let mut parse_diags = ctx.diags;
-    if delimiter_trouble {
-        // An unclosed block makes the parser fail at the end of the file; the
-        // delimiter diagnostic already says so, and better.
-        parse_diags.retain(|d| d.code != Code::UnexpectedEof && d.span.start as usize != ctx.eof);
-    }
-    diags.extend(parse_diags);
-    validate::validate(&script, &mut diags);
+    diags.extend(suppress_cascades(ctx.diags, delim, eof));
+    validate::validate(&script, text, &mut diags);
     diags.sort_by_key(|d| (d.span.file, d.span.start));
     dedup_same_place(&mut diags);
     (script, diags)
+}
+
+/// Keep one error per problem. Error recovery restarts at the next
+/// statement, so one mistake inside parentheses or brackets can produce
+/// more errors in the same group, and a missing `)` also unbalances the
+/// delimiters. So:
+/// * a syntax error in the same `(...)`/`[...]` group as an earlier syntax
+///   error is dropped, and so is one at the `}` closing a block that holds
+///   the earlier error (recovery may have left the block already);
+/// * a delimiter mismatch is dropped when a syntax error lies between the
+///   opener and the closer (the parser has said what is wrong there), and
+///   a syntax error at the very closer gives way to the delimiter's message,
+///   which names the opener;
+/// * an unclosed delimiter at the end of the file replaces the parser's
+///   "unexpected end of file".
+fn suppress_cascades(mut parse_diags: Vec<Diagnostic>, delim: DelimReport, eof: usize) -> Vec<Diagnostic> {
+    parse_diags.sort_by_key(|d| d.span.start);
+    let is_syntax = |d: &Diagnostic| matches!(d.code, Code::UnexpectedToken | Code::UnexpectedEof);
+    let groups = &delim.groups;
+    let same_group = |a: u32, b: u32| {
+        groups.iter().any(|&(s, e)| s <= a && a <= e && s <= b && b <= e)
+            || delim.blocks.iter().any(|&(s, e)| b == e && s <= a && a <= e)
+    };
+    let mut kept: Vec<Diagnostic> = Vec::with_capacity(parse_diags.len());
+    let mut last_syntax: Option<u32> = None;
+    let at_closer = |pos: u32| delim.diags.iter().any(|(dd, (_, c))| *c != u32::MAX && dd.span.start == pos);
+    for d in parse_diags {
+        if is_syntax(&d) && at_closer(d.span.start) {
+            last_syntax = Some(d.span.start);
+            continue;
+        }
+        if is_syntax(&d) {
+            if delim.unclosed_at_eof && (d.code == Code::UnexpectedEof || d.span.start as usize == eof) {
+                continue;
+            }
+            if let Some(prev) = last_syntax {
+                if same_group(prev, d.span.start) {
+                    continue;
+                }
+            }
+            last_syntax = Some(d.span.start);
+        }
+        kept.push(d);
+    }
+    for (d, (open, close)) in delim.diags {
+        let explained = close != u32::MAX
+            && kept.iter().any(|k| is_syntax(k) && open <= k.span.start && k.span.start < d.span.start);
+        if !explained {
+            kept.push(d);
+        }
+    }
+    kept
+}
+
+/// What the token stream found, besides the tokens.
+struct DelimReport {
+    /// Delimiter diagnostics with the region (opener, closer) they concern;
+    /// the closer is `u32::MAX` for "never closed".
+    diags: Vec<(Diagnostic, (u32, u32))>,
+    /// Byte ranges of every `(...)` and `[...]` group, closers included.
+    groups: Vec<(u32, u32)>,
+    /// Byte ranges of every `{...}` block, closers included.
+    blocks: Vec<(u32, u32)>,
+    unclosed_at_eof: bool,
+    lex_problems: Vec<lexer::LexProblem>,
+}
+
+/// The token stream the parser reads. It drops invalid characters (the
+/// lexer reported them), checks that `{}`, `()` and `[]` balance, and at the
+/// end of the file closes whatever is still open, so the parser finishes and
+/// the rest of the file is still checked. The parser would notice unbalanced
+/// delimiters too, but only as "unexpected end of file"; this names the
+/// delimiter and where it was opened.
+struct Delimiters<I> {
+    inner: I,
+    file: FileId,
+    eof: usize,
+    stack: Vec<(Tok<'static>, usize, usize)>,
+    diags: Vec<(Diagnostic, (u32, u32))>,
+    groups: Vec<(u32, u32)>,
+    blocks: Vec<(u32, u32)>,
+    /// Closers still to emit at the end, innermost last.
+    closing: Option<Vec<Tok<'static>>>,
+}
+
+trait LexProblems {
+    fn lex_problems(self) -> Vec<lexer::LexProblem>;
+}
+
+impl LexProblems for lexer::Tokens<'_> {
+    fn lex_problems(self) -> Vec<lexer::LexProblem> {
+        self.problems()
+    }
+}
+
+impl<'a> LexProblems for std::vec::IntoIter<lexer::Spanned<'a>> {
+    /// Preprocessed tokens: the lexer's problems were taken before.
+    fn lex_problems(self) -> Vec<lexer::LexProblem> {
+        Vec::new()
+    }
+}
+
+impl<I: LexProblems> Delimiters<I> {
+    fn into_report(self) -> DelimReport {
+        DelimReport {
+            unclosed_at_eof: self.diags.iter().any(|(_, (_, c))| *c == u32::MAX),
+            diags: self.diags,
+            groups: self.groups,
+            blocks: self.blocks,
+            lex_problems: self.inner.lex_problems(),
+        }
+    }
+}
+
+impl<I> Delimiters<I> {
+    fn new(file: FileId, eof: usize, inner: I) -> Delimiters<I> {
+        Delimiters {
+            inner,
+            file,
+            eof,
+            stack: Vec::new(),
+            diags: Vec::new(),
+            groups: Vec::new(),
+            blocks: Vec::new(),
+            closing: None,
+        }
+    }
+
+    /// Pop the top opener, recording its group.
+    fn pop_to(&mut self, close_at: usize) {
+        if let Some((o, ol, _)) = self.stack.pop() {
+            if o == Tok::LBrace {
+                self.blocks.push((ol as u32, close_at as u32));
+            } else {
+                self.groups.push((ol as u32, close_at as u32));
+            }
+        }
+    }
+
+    fn sp(&self, l: usize, r: usize) -> Span {
+        Span::new(self.file, l, r)
+    }
+
+    fn close(&mut self, close: Tok<'static>, l: usize, r: usize) {
+        let open = opener(&close);
+        match self.stack.last() {
+            Some((o, _, _)) if *o == open => self.pop_to(l),
+            Some(&(ref o, ol, or)) => {
+                let o = o.clone();
+                let matches_outer = self.stack.iter().rev().skip(1).any(|(x, _, _)| *x == open);
+                if !matches_outer {
+                    // Nothing open that this closes: an extra closer.
+                    let d = Diagnostic::error(
+                        Code::UnbalancedDelimiter,
+                        self.sp(l, r),
+                        format!("unexpected closing `{}`", close.text()),
+                    )
+                    .with_label(format!("no `{}` is open here", open.text()))
+                    .with_secondary(self.sp(ol, or), format!("the innermost open {} starts here", what(&o)));
+                    self.diags.push((d, (l as u32, r as u32)));
+                    return;
+                }
+                // A missing closer is likelier than an extra one when this
+                // closer matches something further out: unwind to it.
+                let d = Diagnostic::error(
+                    Code::UnbalancedDelimiter,
+                    self.sp(l, r),
+                    format!("mismatched closing delimiter `{}`", close.text()),
+                )
+                .with_label(format!("expected `{}` to close the {} opened here", closer(&o).text(), what(&o)))
+                .with_secondary(self.sp(ol, or), format!("{} opened here", what(&o)));
+                self.diags.push((d, (ol as u32, r as u32)));
+                while let Some((x, _, _)) = self.stack.last() {
+                    let done = *x == open;
+                    self.pop_to(l);
+                    if done {
+                        break;
+                    }
+                }
+            }
+            None => {
+                let d = Diagnostic::error(
+                    Code::UnbalancedDelimiter,
+                    self.sp(l, r),
+                    format!("unexpected closing `{}`", close.text()),
+                )
+                .with_label(format!("no `{}` is open here", open.text()));
+                self.diags.push((d, (l as u32, r as u32)));
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Vec<Tok<'static>> {
+        if let Some(&(ref o, ol, or)) = self.stack.last() {
+            let o = o.clone();
+            let eof = self.eof;
+            let d = Diagnostic::error(
+                Code::UnbalancedDelimiter,
+                self.sp(eof, eof),
+                format!("this `{}` is never closed", o.text()),
+            )
+            .with_label(format!("expected `{}` to close the {} opened here", closer(&o).text(), what(&o)))
+            .with_secondary(self.sp(ol, or), format!("{} opened here", what(&o)));
+            self.diags.push((d, (ol as u32, u32::MAX)));
+        }
+        let mut closers = Vec::with_capacity(self.stack.len());
+        while let Some((o, _, _)) = self.stack.last() {
+            closers.push(closer(o));
+            self.pop_to(self.eof);
+        }
+        closers.reverse();
+        closers
+    }
+}
+
+impl<'a, I: Iterator<Item = lexer::Spanned<'a>>> Iterator for Delimiters<I> {
+    type Item = Result<lexer::Spanned<'a>, ()>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(closing) = &mut self.closing {
+            return closing.pop().map(|t| Ok((self.eof, t, self.eof)));
+        }
+        loop {
+            let Some((l, t, r)) = self.inner.next() else {
+                let closing = self.finish();
+                self.closing = Some(closing);
+                return self.next();
+            };
+            match t {
+                Tok::Error => continue,
+                Tok::LBrace => self.stack.push((Tok::LBrace, l, r)),
+                Tok::LParen => self.stack.push((Tok::LParen, l, r)),
+                Tok::LBracket => self.stack.push((Tok::LBracket, l, r)),
+                Tok::RBrace => self.close(Tok::RBrace, l, r),
+                Tok::RParen => self.close(Tok::RParen, l, r),
+                Tok::RBracket => self.close(Tok::RBracket, l, r),
+                _ => {}
+            }
+            return Some(Ok((l, t, r)));
+        }
+    }
+}
+
+fn opener(close: &Tok<'_>) -> Tok<'static> {
+    match close {
+        Tok::RBrace => Tok::LBrace,
+        Tok::RParen => Tok::LParen,
+        _ => Tok::LBracket,
+    }
+}
+
+fn closer(open: &Tok<'_>) -> Tok<'static> {
+    match open {
+        Tok::LBrace => Tok::RBrace,
+        Tok::LParen => Tok::RParen,
+        _ => Tok::RBracket,
+    }
+}
+
+fn what(open: &Tok<'_>) -> &'static str {
+    match open {
+        Tok::LBrace => "block",
+        Tok::LParen => "parenthesis",
+        _ => "bracket",
+    }
 }
 
 /// Two errors at one place are one problem seen twice; keep the first.
@@ -180,109 +493,15 @@ fn lex_diagnostic(file: FileId, p: &lexer::LexProblem) -> Diagnostic {
             .with_label("this string has no closing `\"` on its line"),
         LexProblemKind::UnterminatedComment => Diagnostic::error(Code::UnterminatedComment, span, "unterminated block comment")
             .with_label("this `/*` has no matching `*/`"),
+        LexProblemKind::BadEscape(e) if e == "\\x" => {
+            Diagnostic::error(Code::BadEscape, span, "`\\x` escape without hex digits")
+                .with_label("expected one or two hex digits after `\\x`")
+                .with_help("write a byte as `\\xHH`, e.g. `\\x1b`")
+        }
         LexProblemKind::BadEscape(e) => Diagnostic::error(Code::BadEscape, span, format!("unknown escape sequence `{e}`"))
             .with_label("not a valid escape")
             .with_help("valid escapes are \\n \\t \\\" \\\\ \\r \\a \\b \\f \\v \\ooo (octal) and \\xHH (hex)"),
         LexProblemKind::BadNumber(m) => Diagnostic::error(Code::BadNumber, span, m.clone()).with_label("here"),
-    }
-}
-
-/// Check `{}`, `()` and `[]` balance on the token stream the parser will see.
-/// The parser would notice too, but only as "unexpected end of file"; this
-/// names the delimiter that is still open and where it was opened.
-/// Also returns the closing tokens that would close everything still open
-/// at the end, innermost first.
-fn check_delimiters(
-    file: FileId,
-    tokens: &[lexer::Spanned<'_>],
-    eof: usize,
-) -> (Vec<Diagnostic>, Vec<Tok<'static>>) {
-    let mut stack: Vec<(char, usize, usize)> = Vec::new();
-    let mut diags = Vec::new();
-    let sp = |l: usize, r: usize| Span::new(file, l, r);
-    for (l, t, r) in tokens {
-        let (l, r) = (*l, *r);
-        match t {
-            Tok::LBrace => stack.push(('{', l, r)),
-            Tok::LParen => stack.push(('(', l, r)),
-            Tok::LBracket => stack.push(('[', l, r)),
-            Tok::RBrace | Tok::RParen | Tok::RBracket => {
-                let close = match t {
-                    Tok::RBrace => '}',
-                    Tok::RParen => ')',
-                    _ => ']',
-                };
-                let open = match close {
-                    '}' => '{',
-                    ')' => '(',
-                    _ => '[',
-                };
-                match stack.last() {
-                    Some(&(o, _, _)) if o == open => {
-                        stack.pop();
-                    }
-                    Some(&(o, ol, or)) => {
-                        // A missing closer is likelier than an extra one when
-                        // this closer matches something further out.
-                        let found_outer = stack.iter().rev().skip(1).any(|&(x, _, _)| x == open);
-                        let d = Diagnostic::error(
-                            Code::UnbalancedDelimiter,
-                            sp(l, r),
-                            format!("mismatched closing delimiter `{close}`"),
-                        )
-                        .with_label(format!("expected `{}` to close the {} opened here", closer(o), what(o)))
-                        .with_secondary(sp(ol, or), format!("{} opened here", what(o)));
-                        diags.push(d);
-                        if found_outer {
-                            while let Some(&(x, _, _)) = stack.last() {
-                                stack.pop();
-                                if x == open {
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    None => diags.push(
-                        Diagnostic::error(Code::UnbalancedDelimiter, sp(l, r), format!("unexpected closing `{close}`"))
-                            .with_label(format!("no `{open}` is open here")),
-                    ),
-                }
-            }
-            _ => {}
-        }
-    }
-    for &(o, ol, or) in stack.iter().rev().take(1) {
-        diags.push(
-            Diagnostic::error(Code::UnbalancedDelimiter, sp(eof, eof), format!("this `{o}` is never closed"))
-                .with_label(format!("expected `{}` to close the {} opened here", closer(o), what(o)))
-                .with_secondary(sp(ol, or), format!("{} opened here", what(o))),
-        );
-    }
-    let closers = stack
-        .iter()
-        .rev()
-        .map(|&(o, _, _)| match o {
-            '{' => Tok::RBrace,
-            '(' => Tok::RParen,
-            _ => Tok::RBracket,
-        })
-        .collect();
-    (diags, closers)
-}
-
-fn closer(open: char) -> char {
-    match open {
-        '{' => '}',
-        '(' => ')',
-        _ => ']',
-    }
-}
-
-fn what(open: char) -> &'static str {
-    match open {
-        '{' => "block",
-        '(' => "parenthesis",
-        _ => "bracket",
     }
 }
 
@@ -302,6 +521,9 @@ const BINARY_OPS: &[&str] = &[
 /// tokens that can start an expression or continue one into a phrase.
 fn describe_expected(expected: &[String]) -> String {
     let has = |s: &str| expected.iter().any(|e| e == s);
+    if has("\"*\"") && has("\"function\"") && has("Name") && !has("Int") {
+        return "expected a probe point, like `begin` or `process(\"prog\").function(\"main\")`".into();
+    }
     let mut parts: Vec<String> = Vec::new();
     let statement = has("\"if\"") && has("\"while\"");
     let expression = has("Int") && has("Name");
@@ -347,10 +569,17 @@ fn describe_expected(expected: &[String]) -> String {
 }
 
 /// A targeted hint for common mistakes.
-fn hint_for(tok: &Tok<'_>, expected: &[String]) -> Option<String> {
+fn hint_for(tok: &Tok<'_>, expected: &[String], before: &str) -> Option<String> {
     let has = |s: &str| expected.iter().any(|e| e == s);
     match tok {
-        Tok::Else => Some("`else` must follow the statement of an `if`; a bare `return` there needs a `;`".into()),
+        Tok::Else if before.trim_end().ends_with("return") => {
+            Some("a bare `return` takes the next expression as its value; write `return;` before `else`".into())
+        }
+        Tok::Else => Some("`else` must follow the statement of an `if`".into()),
+        Tok::Global if has("\"}\"") => Some(
+            "globals are declared at the top level of the script, outside probes and functions; locals need no declaration"
+                .into(),
+        ),
         Tok::Ident(n) if has("\"{\"") && matches!(*n, "then" | "do") => {
             Some(format!("there is no `{n}` keyword; write the body in braces"))
         }
@@ -362,6 +591,11 @@ fn hint_for(tok: &Tok<'_>, expected: &[String]) -> Option<String> {
             }
         }
         Tok::Semi if has("\")\"") => Some("a `;` cannot appear inside parentheses".into()),
+        Tok::LParen | Tok::LBracket | Tok::Str(_) if has("\"}\"") && has("\"==\"") => Some(
+            "after a statement without `;`, the next one cannot start with `(`, `[` or a string: \
+             end the previous statement with `;`"
+                .into(),
+        ),
         _ => None,
     }
 }

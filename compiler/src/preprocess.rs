@@ -63,6 +63,12 @@ struct Pp<'a, 'c> {
     eof: usize,
 }
 
+/// Whether `text` may use the preprocessor at all; when it cannot, its tokens
+/// can go straight from the lexer to the parser.
+pub fn needed(text: &str) -> bool {
+    ["%(", "%?", "%:", "%)", "@define"].iter().any(|p| text.contains(p))
+}
+
 /// Run the preprocessor over a file's tokens.
 pub fn preprocess<'a>(
     file: FileId,
@@ -71,7 +77,9 @@ pub fn preprocess<'a>(
     eof: usize,
 ) -> (Vec<Spanned<'a>>, Vec<Diagnostic>) {
     // Fast path: most scripts use neither conditionals nor macros.
-    if !tokens.iter().any(|(_, t, _)| matches!(t, Tok::PpOpen | Tok::PpThen | Tok::PpElse | Tok::PpClose | Tok::AtIdent(_)))
+    if !tokens
+        .iter()
+        .any(|(_, t, _)| matches!(t, Tok::PpOpen | Tok::PpThen | Tok::PpElse | Tok::PpClose | Tok::AtIdent("define")))
     {
         return (tokens, Vec::new());
     }
@@ -166,7 +174,8 @@ impl<'a> Pp<'a, '_> {
         let take_then = match eval_condition(cond, self.cfg) {
             Ok(v) => v,
             Err((msg, at)) => {
-                let (l, r) = at.map(|k| (cond[k].0, cond[k].2)).unwrap_or((ol, toks[then].2));
+                // No token to blame: the condition ended early, at the `%?`.
+                let (l, r) = at.map(|k| (cond[k].0, cond[k].2)).unwrap_or((toks[then].0, toks[then].2));
                 self.error(Code::Preprocessor, l, r, format!("invalid preprocessor condition: {msg}"))
                     .help = Some("conditions compare `arch`, `kernel_v`, `kernel_vr`, `runtime`, `systemtap_v`, `systemtap_privilege`, `guru_mode`, `CONFIG_*`, `$#` or `@#` with a literal, joined by `&&` and `||`".into());
                 false
@@ -316,9 +325,16 @@ impl<'a> Pp<'a, '_> {
                 Code::MacroExpansion,
                 ul,
                 r,
-                format!("macro `@{name}` takes {nparams} argument(s) but {} were given", args.len()),
+                format!(
+                    "macro `@{name}` takes {nparams} argument{} but {} {} given",
+                    if nparams == 1 { "" } else { "s" },
+                    args.len(),
+                    if args.len() == 1 { "was" } else { "were" }
+                ),
             )
             .label = "in this use".into();
+            // Stand in for the expansion so the code around it still parses.
+            out.push((ul, Tok::Int(0), r));
             return i;
         }
         let mac = &self.macros[name];

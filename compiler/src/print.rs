@@ -54,7 +54,7 @@ fn precedence(e: &Expr) -> u8 {
         ExprKind::Assign { .. } => P_ASSIGN,
         ExprKind::Ternary { .. } => P_TERNARY,
         ExprKind::Binary { op, .. } => op.precedence(),
-        ExprKind::In { .. } => P_IN,
+        ExprKind::In(_) => P_IN,
         ExprKind::Unary { .. } | ExprKind::IncDec { prefix: true, .. } => P_UNARY,
         ExprKind::IncDec { prefix: false, .. } => P_POSTFIX,
         // A negative number prints with a leading `-`, like a unary minus.
@@ -149,7 +149,13 @@ impl Printer {
             self.out.push_str(&c.name.name);
             if let Some(a) = &c.arg {
                 self.out.push('(');
-                self.literal(a);
+                match a.kind {
+                    // Addresses read best in hex.
+                    ExprKind::Int(n) if c.name.name == "statement" && n >= 0 => {
+                        let _ = write!(self.out, "{n:#x}");
+                    }
+                    _ => self.literal(a),
+                }
                 self.out.push(')');
             }
         }
@@ -231,7 +237,8 @@ impl Printer {
             }
             StmtKind::Empty => self.out.push(';'),
             StmtKind::Error => self.out.push_str("/* error */;"),
-            StmtKind::If { cond, then, els } => {
+            StmtKind::If(i) => {
+                let (cond, then, els) = (&i.cond, &i.then, &i.els);
                 self.out.push_str("if (");
                 self.expr(cond, 0);
                 self.out.push(')');
@@ -247,7 +254,7 @@ impl Printer {
                         self.line_start();
                     }
                     self.out.push_str("else");
-                    if matches!(e.kind, StmtKind::If { .. }) {
+                    if matches!(e.kind, StmtKind::If(_)) {
                         self.out.push(' ');
                         self.stmt(e);
                     } else {
@@ -255,23 +262,26 @@ impl Printer {
                     }
                 }
             }
-            StmtKind::While { cond, body } => {
+            StmtKind::While(w) => {
                 self.out.push_str("while (");
-                self.expr(cond, 0);
+                self.expr(&w.cond, 0);
                 self.out.push(')');
-                self.body(body, false);
+                self.body(&w.body, false);
             }
-            StmtKind::For { init, cond, step, body } => {
+            StmtKind::For(f) => {
+                let (init, cond, step, body) = (&f.init, &f.cond, &f.step, &f.body);
                 self.out.push_str("for (");
                 if let Some(e) = init {
                     self.expr(e, 0);
                 }
-                self.out.push_str("; ");
+                self.out.push(';');
                 if let Some(e) = cond {
+                    self.out.push(' ');
                     self.expr(e, 0);
                 }
-                self.out.push_str("; ");
+                self.out.push(';');
                 if let Some(e) = step {
+                    self.out.push(' ');
                     self.expr(e, 0);
                 }
                 self.out.push(')');
@@ -321,7 +331,8 @@ impl Printer {
                 self.expr(e, 0);
                 self.out.push(';');
             }
-            StmtKind::Try { body, var, handler } => {
+            StmtKind::Try(t) => {
+                let (body, var, handler) = (&t.body, &t.var, &t.handler);
                 self.out.push_str("try ");
                 self.block(body);
                 self.out.push_str(" catch");
@@ -368,23 +379,23 @@ impl Printer {
                 let _ = write!(self.out, "{}{index}", if *as_string { '@' } else { '$' });
             }
             ExprKind::ScriptArgCount { as_string } => self.out.push_str(if *as_string { "@#" } else { "$#" }),
-            ExprKind::Index { array, keys } => {
-                self.out.push_str(&array.name);
+            ExprKind::Index(ix) => {
+                self.out.push_str(&ix.array.name);
                 self.out.push('[');
-                self.list(keys);
+                self.list(&ix.keys);
                 self.out.push(']');
             }
-            ExprKind::Call { func, args } => {
-                self.out.push_str(&func.name);
+            ExprKind::Call(c) => {
+                self.out.push_str(&c.name.name);
                 self.out.push('(');
-                self.list(args);
+                self.list(&c.args);
                 self.out.push(')');
             }
-            ExprKind::AtOp { op, args } => {
+            ExprKind::AtOp(c) => {
                 self.out.push('@');
-                self.out.push_str(&op.name);
+                self.out.push_str(&c.name.name);
                 self.out.push('(');
-                self.list(args);
+                self.list(&c.args);
                 self.out.push(')');
             }
             ExprKind::Unary { op, operand } => {
@@ -422,7 +433,8 @@ impl Printer {
                 self.out.push_str(" : ");
                 self.expr(els, P_TERNARY);
             }
-            ExprKind::In { keys, array } => {
+            ExprKind::In(ix) => {
+                let (keys, array) = (&ix.keys, &ix.array);
                 if keys.len() == 1 {
                     self.expr(&keys[0], P_EQUALITY);
                 } else {
@@ -465,16 +477,16 @@ impl Printer {
 /// Does this statement end with an `if` that has no `else`?
 fn ends_unmatched(s: &Stmt) -> bool {
     match &s.kind {
-        StmtKind::If { els: None, .. } => true,
-        StmtKind::If { els: Some(e), .. } => ends_unmatched(e),
-        StmtKind::While { body, .. } | StmtKind::For { body, .. } => ends_unmatched(body),
+        StmtKind::If(i) => i.els.as_ref().is_none_or(ends_unmatched),
+        StmtKind::While(w) => ends_unmatched(&w.body),
+        StmtKind::For(f) => ends_unmatched(&f.body),
         StmtKind::Foreach(f) => ends_unmatched(&f.body),
         _ => false,
     }
 }
 
-fn sort_mark(s: Option<SortDir>) -> &'static str {
-    match s {
+fn sort_mark(s: Option<Sort>) -> &'static str {
+    match s.map(|s| s.dir) {
         None => "",
         Some(SortDir::Asc) => "+",
         Some(SortDir::Desc) => "-",
@@ -515,4 +527,43 @@ pub fn write_string(out: &mut String, s: &[u8]) {
         }
     }
     out.push('"');
+}
+
+/// A fully parenthesised S-expression of an expression, for tests that
+/// check structure (precedence, associativity) independently of spans.
+pub fn expr_tree(e: &Expr) -> String {
+    let list = |es: &[Expr]| es.iter().map(expr_tree).collect::<Vec<_>>().join(" ");
+    match &e.kind {
+        ExprKind::Int(n) => n.to_string(),
+        ExprKind::Str(s) => {
+            let mut o = String::new();
+            write_string(&mut o, s);
+            o
+        }
+        ExprKind::Var(v) => v.clone(),
+        ExprKind::TargetVar(v) => format!("${v}"),
+        ExprKind::ScriptArg { index, as_string } => format!("{}{index}", if *as_string { '@' } else { '$' }),
+        ExprKind::ScriptArgCount { as_string } => (if *as_string { "@#" } else { "$#" }).to_string(),
+        ExprKind::Index(ix) => format!("(index {} {})", ix.array.name, list(&ix.keys)),
+        ExprKind::Call(c) => format!("(call {} {})", c.name.name, list(&c.args)),
+        ExprKind::AtOp(c) => format!("(@{} {})", c.name.name, list(&c.args)),
+        ExprKind::Unary { op, operand } => format!("({} {})", op.symbol(), expr_tree(operand)),
+        ExprKind::Binary { op, lhs, rhs } => format!("({} {} {})", op.symbol(), expr_tree(lhs), expr_tree(rhs)),
+        ExprKind::Assign { op, target, value } => {
+            format!("({} {} {})", op.symbol(), expr_tree(target), expr_tree(value))
+        }
+        ExprKind::Ternary { cond, then, els } => {
+            format!("(? {} {} {})", expr_tree(cond), expr_tree(then), expr_tree(els))
+        }
+        ExprKind::IncDec { op, prefix, target } => {
+            let sym = if *op == IncDec::Inc { "++" } else { "--" };
+            if *prefix {
+                format!("(pre{sym} {})", expr_tree(target))
+            } else {
+                format!("(post{sym} {})", expr_tree(target))
+            }
+        }
+        ExprKind::In(ix) => format!("(in [{}] {})", list(&ix.keys), ix.array.name),
+        ExprKind::Error => "<error>".to_string(),
+    }
 }

@@ -9,8 +9,8 @@ use crate::ast::*;
 use crate::diag::{Code, Diagnostic};
 use crate::suggest::closest;
 
-pub fn validate(script: &Script, diags: &mut Vec<Diagnostic>) {
-    let mut v = Validator { diags };
+pub fn validate(script: &Script, text: &str, diags: &mut Vec<Diagnostic>) {
+    let mut v = Validator { diags, text };
     for item in &script.items {
         match item {
             Item::Global(g) => {
@@ -61,6 +61,8 @@ struct Ctx {
 
 struct Validator<'d> {
     diags: &'d mut Vec<Diagnostic>,
+    /// The file's text, for hints that depend on layout.
+    text: &'d str,
 }
 
 /// `@` operators: name, minimum and maximum number of arguments.
@@ -123,10 +125,13 @@ const PROCESS_NEXT: &[Shape] = &[
 const TIMER_RANDOMIZE: &[Shape] = &[s("randomize", Arg::Number, true, &[])];
 const TIMER_NEXT: &[Shape] = &[
     s("ms", Arg::Number, true, TIMER_RANDOMIZE),
+    s("msec", Arg::Number, true, TIMER_RANDOMIZE),
     s("s", Arg::Number, true, TIMER_RANDOMIZE),
     s("sec", Arg::Number, true, TIMER_RANDOMIZE),
     s("us", Arg::Number, true, TIMER_RANDOMIZE),
+    s("usec", Arg::Number, true, TIMER_RANDOMIZE),
     s("ns", Arg::Number, true, TIMER_RANDOMIZE),
+    s("nsec", Arg::Number, true, TIMER_RANDOMIZE),
     s("hz", Arg::Number, true, &[]),
     s("jiffies", Arg::Number, true, TIMER_RANDOMIZE),
 ];
@@ -139,6 +144,11 @@ const FAMILIES: &[Shape] = &[
 ];
 
 impl Validator<'_> {
+    /// Is there a line break between two offsets?
+    fn newline_between(&self, a: u32, b: u32) -> bool {
+        self.text.get(a as usize..b as usize).is_some_and(|s| s.contains('\n'))
+    }
+
     fn point(&mut self, p: &ProbePoint) {
         let Some(first) = p.components.first() else { return };
         let Some(mut shape) = FAMILIES.iter().find(|f| f.name == first.name.name) else {
@@ -195,15 +205,20 @@ impl Validator<'_> {
             "library" => "(\"libc.so.6\")",
             "statement" => "(0x1234)",
             "randomize" => "(5)",
-            "ms" => "(100)",
+            "ms" | "msec" => "(100)",
             "s" | "sec" => "(1)",
-            "us" => "(500)",
-            "ns" => "(100000)",
+            "us" | "usec" => "(500)",
+            "ns" | "nsec" => "(100000)",
             "hz" => "(100)",
             "jiffies" => "(10)",
             _ => "",
         };
-        let example = if example_arg.is_empty() { String::new() } else { format!("{path}{example_arg}") };
+        let example = match (example_arg.is_empty(), path.strip_suffix(".randomize")) {
+            (true, _) => String::new(),
+            // The interval before `.randomize` needs its own argument.
+            (false, Some(timer)) => format!("{timer}(100).randomize(5)"),
+            (false, None) => format!("{path}{example_arg}"),
+        };
         let bad = |msg: String, label: &str| {
             let mut d = Diagnostic::error(Code::BadProbePoint, c.span, msg).with_label(label.to_string());
             if !example.is_empty() {
@@ -240,29 +255,30 @@ impl Validator<'_> {
             StmtKind::Block(b) => self.block(b, ctx),
             StmtKind::Expr(e) => self.expr(e),
             StmtKind::Empty | StmtKind::Error | StmtKind::Next => {}
-            StmtKind::If { cond, then, els } => {
-                self.expr(cond);
-                self.stmt(then, ctx);
-                if let Some(e) = els {
+            StmtKind::If(i) => {
+                self.expr(&i.cond);
+                self.stmt(&i.then, ctx);
+                if let Some(e) = &i.els {
                     self.stmt(e, ctx);
                 }
             }
-            StmtKind::While { cond, body } => {
-                self.expr(cond);
-                self.stmt(body, in_loop);
+            StmtKind::While(w) => {
+                self.expr(&w.cond);
+                self.stmt(&w.body, in_loop);
             }
-            StmtKind::For { init, cond, step, body } => {
-                for e in [init, cond, step].into_iter().flatten() {
+            StmtKind::For(f) => {
+                for e in [&f.init, &f.cond, &f.step].into_iter().flatten() {
                     self.expr(e);
                 }
-                self.stmt(body, in_loop);
+                self.stmt(&f.body, in_loop);
             }
             StmtKind::Foreach(f) => {
-                let sorts = f.keys.iter().filter(|k| k.sort.is_some()).count() + usize::from(f.value_sort.is_some());
-                if sorts > 1 {
+                let marks: Vec<Sort> = f.keys.iter().filter_map(|k| k.sort).chain(f.value_sort).collect();
+                if let [first, second, ..] = marks[..] {
                     self.diags.push(
-                        Diagnostic::error(Code::UnexpectedToken, s.span, "`foreach` sorts by one thing only")
-                            .with_label("more than one `+`/`-` sort mark in this header")
+                        Diagnostic::error(Code::UnexpectedToken, second.span, "`foreach` sorts by one thing only")
+                            .with_label("a second sort mark")
+                            .with_secondary(first.span, "sorted here already")
                             .with_help("put `+` or `-` on one key, or on the array (to sort by value)"),
                     );
                 }
@@ -281,9 +297,10 @@ impl Validator<'_> {
             StmtKind::Break | StmtKind::Continue => {}
             StmtKind::Return(e) => {
                 if !ctx.in_function {
+                    let label = if e.is_some() { "a probe body cannot return a value" } else { "not inside a function" };
                     self.diags.push(
                         Diagnostic::error(Code::MisplacedStatement, s.span, "`return` outside a function")
-                            .with_label("a probe body cannot return a value")
+                            .with_label(label)
                             .with_help("use `next` to leave a probe early"),
                     );
                 }
@@ -292,7 +309,7 @@ impl Validator<'_> {
                 }
             }
             StmtKind::Delete(e) => {
-                if !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index { .. } | ExprKind::Error) {
+                if !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index(_) | ExprKind::Error) {
                     self.diags.push(
                         Diagnostic::error(Code::UnexpectedToken, e.span, "`delete` needs a variable or an array element")
                             .with_label("cannot delete this"),
@@ -300,15 +317,15 @@ impl Validator<'_> {
                 }
                 self.expr(e);
             }
-            StmtKind::Try { body, handler, .. } => {
-                self.block(body, ctx);
-                self.block(handler, ctx);
+            StmtKind::Try(t) => {
+                self.block(&t.body, ctx);
+                self.block(&t.handler, ctx);
             }
         }
     }
 
     fn lvalue(&mut self, e: &Expr, what: &str) {
-        if !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index { .. } | ExprKind::TargetVar(_) | ExprKind::Error) {
+        if !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index(_) | ExprKind::TargetVar(_) | ExprKind::Error) {
             self.diags.push(
                 Diagnostic::error(Code::UnexpectedToken, e.span, format!("cannot {what} this expression"))
                     .with_label("not a variable, array element or target variable"),
@@ -325,7 +342,8 @@ impl Validator<'_> {
             | ExprKind::ScriptArg { .. }
             | ExprKind::ScriptArgCount { .. }
             | ExprKind::Error => {}
-            ExprKind::Index { keys, .. } | ExprKind::In { keys, .. } => {
+            ExprKind::Index(ix) | ExprKind::In(ix) => {
+                let keys = &ix.keys;
                 if keys.len() > 9 {
                     self.diags.push(
                         Diagnostic::error(Code::UnexpectedToken, e.span, "too many array keys")
@@ -334,8 +352,9 @@ impl Validator<'_> {
                 }
                 keys.iter().for_each(|k| self.expr(k));
             }
-            ExprKind::Call { args, .. } => args.iter().for_each(|a| self.expr(a)),
-            ExprKind::AtOp { op, args } => {
+            ExprKind::Call(c) => c.args.iter().for_each(|a| self.expr(a)),
+            ExprKind::AtOp(c) => {
+                let (op, args) = (&c.name, &c.args);
                 match AT_OPERATORS.iter().find(|(n, _, _)| *n == op.name) {
                     None => {
                         let mut d = Diagnostic::error(
@@ -344,7 +363,16 @@ impl Validator<'_> {
                             format!("unknown operator `@{}`", op.name),
                         )
                         .with_label("no such `@` operator or macro");
-                        if let Some(s) = closest(&op.name, AT_OPERATORS.iter().map(|(n, _, _)| *n)) {
+                        // Prefer operators that take this many arguments.
+                        let fits = AT_OPERATORS.iter().filter(|(_, lo, hi)| (*lo..=*hi).contains(&args.len()));
+                        let fits: Vec<&str> = fits.map(|(n, _, _)| *n).collect();
+                        let suggestion = fits
+                            .iter()
+                            .copied()
+                            .find(|n| n.starts_with(op.name.as_str()))
+                            .or_else(|| closest(&op.name, fits.iter().copied()))
+                            .or_else(|| closest(&op.name, AT_OPERATORS.iter().map(|(n, _, _)| *n)));
+                        if let Some(s) = suggestion {
                             d = d.with_help(format!("did you mean `@{s}`?"));
                         }
                         self.diags.push(d);
@@ -382,7 +410,7 @@ impl Validator<'_> {
             ExprKind::IncDec { op, target, prefix } => {
                 let n = self.diags.len();
                 self.lvalue(target, if *op == IncDec::Inc { "increment" } else { "decrement" });
-                if !prefix && self.diags.len() > n {
+                if !prefix && self.diags.len() > n && self.newline_between(target.span.end, e.span.end) {
                     let sym = if *op == IncDec::Inc { "++" } else { "--" };
                     if let Some(d) = self.diags.last_mut() {
                         d.help = Some(format!(

@@ -1,0 +1,195 @@
+//! The command line, through the real binary: options are validated, bad
+//! input gets a clear message and a non-zero exit, and passes that do not
+//! exist yet say so instead of silently doing nothing.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn telco(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_fails(o: &Output, code: i32, needle: &str) {
+    assert_eq!(o.status.code(), Some(code), "stdout: {}\nstderr: {}", stdout(o), stderr(o));
+    assert!(stderr(o).contains(needle), "stderr lacks {needle:?}:\n{}", stderr(o));
+    assert!(!stderr(o).contains("panicked"), "panic:\n{}", stderr(o));
+}
+
+#[test]
+fn last_pass_1_prints_the_canonical_script() {
+    let o = telco(&["--last-pass", "1", "-e", "probe begin { printf(\"%d\\n\", 6*7); exit() }"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "probe begin {\n    printf(\"%d\\n\", 6 * 7);\n    exit();\n}\n");
+}
+
+#[test]
+fn last_pass_1_reads_a_file_and_stdin() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/hello.tp");
+    let o = telco(&["--last-pass", "1", script]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("printf(\"%d\\n\", 6 * 7);"));
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(["--last-pass", "1", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().expect("stdin").write_all(b"probe end { println(1) }").expect("write");
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "probe end {\n    println(1);\n}\n");
+}
+
+#[test]
+fn syntax_errors_are_rendered_with_file_line_col_and_caret() {
+    let o = telco(&["--last-pass", "1", "-e", "probe begin {\n  x = = 3\n  y = 1 +\n}"]);
+    assert_fails(&o, 1, "error[P0006]: unexpected `=`");
+    let err = stderr(&o);
+    assert!(err.contains("┌─ <input>:2:7"), "{err}");
+    assert!(err.contains("^ expected an expression"), "{err}");
+    // Recovery: the second error is reported too.
+    assert!(err.contains("<input>:4:1"), "{err}");
+    assert!(err.contains("Pass 1: parse failed with 2 errors."), "{err}");
+}
+
+#[test]
+fn a_full_run_says_which_pass_is_missing() {
+    let o = telco(&["-e", "probe begin { exit() }"]);
+    assert_fails(&o, 1, "pass 2 (elaboration) is not implemented in this build yet");
+    for n in ["2", "3", "4", "5"] {
+        let o = telco(&["--last-pass", n, "-e", "probe begin { exit() }"]);
+        assert_fails(&o, 1, "is not implemented in this build yet");
+    }
+}
+
+#[test]
+fn listing_parses_the_probe_point_first() {
+    let o = telco(&["-l", "process(\"libc.so.6\").function(\"mem*\")"]);
+    assert_fails(&o, 1, "pass 2 (elaboration) is not implemented");
+    let o = telco(&["-l", "process(\"libc.so.6\").function(\"mem*\").retrun"]);
+    assert_fails(&o, 1, "unknown probe point suffix `.retrun`");
+    assert!(stderr(&o).contains("did you mean `.return`?"), "{}", stderr(&o));
+    let o = telco(&["-L", "process(.function"]);
+    assert_fails(&o, 1, "error[P0006]");
+}
+
+#[test]
+fn missing_script_and_unreadable_files() {
+    assert_fails(&telco(&[]), 1, "no script given");
+    assert_fails(&telco(&["/nonexistent/x.tp"]), 1, "cannot read script `/nonexistent/x.tp`");
+    let dir = std::env::temp_dir().join(format!("telco-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let bin = dir.join("bin.tp");
+    std::fs::write(&bin, b"probe begin { \xff }").expect("write");
+    assert_fails(&telco(&["--last-pass", "1", bin.to_str().expect("utf8")]), 1, "is not UTF-8 text");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn options_are_validated() {
+    let e = ["-e", "probe begin {}"];
+    let cases: &[(&[&str], &str)] = &[
+        (&["-p", "0"], "a process id is a positive number"),
+        (&["-p", "abc"], "is not a process id"),
+        (&["-x", "-5"], "a process id is a positive number"),
+        (&["-p", "1", "-c", "true"], "cannot be used with"),
+        (&["-c", "  "], "the command is empty"),
+        (&["-D", "MAXACTON=5"], "did you mean MAXACTION?"),
+        (&["-D", "MAXACTION"], "expected NAME=VALUE"),
+        (&["-D", "MAXSTRINGLEN=abc"], "needs a non-negative whole number"),
+        (&["-T", "-1"], "is not a positive number of seconds"),
+        (&["-T", "0"], "is not a positive number of seconds"),
+        (&["--last-pass", "6"], "6 is not in 1..=5"),
+        (&["--last-pass", "0"], "0 is not in 1..=5"),
+        (&["-I", "/nonexistent-dir"], "does not exist"),
+        (&["--chrome-min-dur", "5us"], "--chrome <FILE>"),
+        (&["--chrome", "x.json", "--chrome-min-dur", "fast"], "is not a duration"),
+        (&["--bogus"], "unexpected argument '--bogus'"),
+    ];
+    for (args, needle) in cases {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(e);
+        assert_fails(&telco(&all), 2, needle);
+    }
+}
+
+#[test]
+fn run_targets_and_outputs_are_checked_before_anything_runs() {
+    let e = ["-e", "probe begin { exit() }"];
+    let o = telco(&[&["-p", "2147483646"][..], &e].concat());
+    assert_fails(&o, 1, "no process with pid 2147483646");
+    let o = telco(&[&["-c", "/nonexistent/prog --flag"][..], &e].concat());
+    assert_fails(&o, 1, "program `/nonexistent/prog` not found");
+    let o = telco(&[&["-o", "/nonexistent-dir/out.txt"][..], &e].concat());
+    assert_fails(&o, 1, "directory `/nonexistent-dir` does not exist");
+    let o = telco(&[&["--chrome", "/"][..], &e].concat());
+    assert_fails(&o, 1, "is a directory");
+}
+
+#[test]
+fn script_arguments_reach_the_preprocessor() {
+    let script = "probe begin { %( $# == 2 %? two = @2 %: other = 1 %) }";
+    let o = telco(&["--last-pass", "1", "-e", script, "a", "b"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("two = @2;"), "{}", stdout(&o));
+    let o = telco(&["--last-pass", "1", "-e", script, "a"]);
+    assert!(stdout(&o).contains("other = 1;"), "{}", stdout(&o));
+}
+
+#[test]
+fn help_version_and_completions() {
+    let o = telco(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let h = stdout(&o);
+    for needle in ["Examples:", "-p <PID>", "--last-pass <N>", "--chrome <FILE>", "--itrc <FILE>", "itrc-dump"] {
+        assert!(h.contains(needle), "--help lacks {needle}:\n{h}");
+    }
+    let o = telco(&["--version"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).starts_with("telco-stap "), "{}", stdout(&o));
+    for (shell, needle) in [("bash", "complete -F"), ("zsh", "#compdef telco-stap"), ("fish", "complete -c telco-stap")] {
+        let o = telco(&["completions", shell]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(stdout(&o).contains(needle), "{shell} completion lacks {needle}");
+        assert!(stdout(&o).contains("last-pass"), "{shell} completion lacks options");
+    }
+}
+
+#[test]
+fn itrc_dump_is_honest_about_its_state() {
+    assert_fails(&telco(&["itrc-dump", "/nonexistent.itrc"]), 1, "cannot read `/nonexistent.itrc`");
+    let f = std::env::temp_dir().join(format!("telco-{}.itrc", std::process::id()));
+    std::fs::write(&f, b"ITRC").expect("write");
+    assert_fails(&telco(&["itrc-dump", f.to_str().expect("utf8")]), 1, "not implemented in this build yet");
+    std::fs::remove_file(&f).ok();
+}
+
+#[test]
+fn warnings_can_be_silenced_and_broken_pipes_end_quietly() {
+    // A big canonical print into a pipe closed after the first line.
+    let mut text = String::new();
+    for i in 0..20000 {
+        text.push_str(&format!("probe timer.ms({}) {{ x{i} = {i} }}\n", i + 1));
+    }
+    let mut child = Command::new("sh")
+        .args(["-c", &format!("{} --last-pass 1 - | head -n 1", env!("CARGO_BIN_EXE_telco-stap"))])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(stdout(&o), "probe timer.ms(1) {\n");
+    assert!(stderr(&o).is_empty(), "stderr: {}", stderr(&o));
+}
