@@ -121,7 +121,10 @@ fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
     } else {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read script `{path}`"))?;
         String::from_utf8(bytes).map_err(|e| {
-            anyhow::anyhow!("script `{path}` is not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to())
+            anyhow::anyhow!(
+                "script `{path}` is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )
         })?
     };
     Ok((path.clone(), text, args.to_vec()))
@@ -164,9 +167,7 @@ fn program_exists(prog: &str) -> bool {
     if prog.contains('/') {
         return Path::new(prog).is_file();
     }
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false)
+    std::env::var_os("PATH").map(|paths| std::env::split_paths(&paths).any(|d| d.join(prog).is_file())).unwrap_or(false)
 }
 
 fn subcommand(cmd: &Command) -> Result<ExitCode> {

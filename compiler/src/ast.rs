@@ -285,9 +285,14 @@ pub enum ExprKind {
     /// `$name`
     TargetVar(String),
     /// `$N` (as a number) or `@N` (as a string).
-    ScriptArg { index: u32, as_string: bool },
+    ScriptArg {
+        index: u32,
+        as_string: bool,
+    },
     /// `$#` or `@#`.
-    ScriptArgCount { as_string: bool },
+    ScriptArgCount {
+        as_string: bool,
+    },
     /// `arr[k1, k2]`
     Index(Box<Index>),
     /// `name(args)`
@@ -295,11 +300,30 @@ pub enum ExprKind {
     /// `@entry(e)`, `@count(s)`, `@hist_linear(s, lo, hi, step)`, ...
     /// (the name is without the `@`).
     AtOp(Box<Call>),
-    Unary { op: UnOp, operand: Box<Expr> },
-    Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
-    Assign { op: AssignOp, target: Box<Expr>, value: Box<Expr> },
-    Ternary { cond: Box<Expr>, then: Box<Expr>, els: Box<Expr> },
-    IncDec { op: IncDec, prefix: bool, target: Box<Expr> },
+    Unary {
+        op: UnOp,
+        operand: Box<Expr>,
+    },
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    Assign {
+        op: AssignOp,
+        target: Box<Expr>,
+        value: Box<Expr>,
+    },
+    Ternary {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        els: Box<Expr>,
+    },
+    IncDec {
+        op: IncDec,
+        prefix: bool,
+        target: Box<Expr>,
+    },
     /// `[k1, k2] in arr`
     In(Box<Index>),
     /// An expression the parser could not read; already reported.

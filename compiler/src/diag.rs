@@ -133,10 +133,8 @@ impl Diagnostic {
         labels.extend(
             self.secondary.iter().map(|l| cs::Label::secondary(l.span.file, l.span.range()).with_message(&l.message)),
         );
-        let mut d = cs::Diagnostic::new(severity)
-            .with_code(self.code.as_str())
-            .with_message(&self.message)
-            .with_labels(labels);
+        let mut d =
+            cs::Diagnostic::new(severity).with_code(self.code.as_str()).with_message(&self.message).with_labels(labels);
         if let Some(h) = &self.help {
             d = d.with_notes(vec![format!("help: {h}")]);
         }

@@ -86,4 +86,3 @@ fn class_match(p: &[char], c: char) -> Option<(bool, usize)> {
     }
     None
 }
-

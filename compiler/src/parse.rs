@@ -87,9 +87,8 @@ impl ParseCtx<'_> {
                 if tok == Tok::Error {
                     return None;
                 }
-                let mut d =
-                    Diagnostic::error(Code::UnexpectedToken, self.span(l, r), format!("unexpected {tok}"))
-                        .with_label(describe_expected(&expected));
+                let mut d = Diagnostic::error(Code::UnexpectedToken, self.span(l, r), format!("unexpected {tok}"))
+                    .with_label(describe_expected(&expected));
                 if let Some(h) = hint_for(&tok, &expected, &self.text[..l.min(self.text.len())]) {
                     d = d.with_help(h);
                 }
@@ -102,11 +101,9 @@ impl ParseCtx<'_> {
             ParseError::ExtraToken { token: (l, tok, r) } => {
                 Some(Diagnostic::error(Code::UnexpectedToken, self.span(l, r), format!("unexpected {tok}")))
             }
-            ParseError::InvalidToken { location } => Some(Diagnostic::error(
-                Code::UnexpectedChar,
-                self.span(location, location + 1),
-                "invalid token",
-            )),
+            ParseError::InvalidToken { location } => {
+                Some(Diagnostic::error(Code::UnexpectedChar, self.span(location, location + 1), "invalid token"))
+            }
             ParseError::User { .. } => None,
         }
     }
@@ -480,8 +477,9 @@ fn lex_diagnostic(file: FileId, p: &lexer::LexProblem) -> Diagnostic {
     let span = Span::new(file, p.start, p.end);
     match &p.kind {
         LexProblemKind::UnexpectedChar(c) => {
-            let mut d = Diagnostic::error(Code::UnexpectedChar, span, format!("unexpected character `{}`", c.escape_debug()))
-                .with_label("no token starts with this character");
+            let mut d =
+                Diagnostic::error(Code::UnexpectedChar, span, format!("unexpected character `{}`", c.escape_debug()))
+                    .with_label("no token starts with this character");
             if *c == '\'' {
                 d = d.with_help("strings are written in double quotes: \"...\"");
             } else if *c == '$' || *c == '@' {
@@ -489,28 +487,60 @@ fn lex_diagnostic(file: FileId, p: &lexer::LexProblem) -> Diagnostic {
             }
             d
         }
-        LexProblemKind::UnterminatedString => Diagnostic::error(Code::UnterminatedString, span, "unterminated string literal")
-            .with_label("this string has no closing `\"` on its line"),
-        LexProblemKind::UnterminatedComment => Diagnostic::error(Code::UnterminatedComment, span, "unterminated block comment")
-            .with_label("this `/*` has no matching `*/`"),
+        LexProblemKind::UnterminatedString => {
+            Diagnostic::error(Code::UnterminatedString, span, "unterminated string literal")
+                .with_label("this string has no closing `\"` on its line")
+        }
+        LexProblemKind::UnterminatedComment => {
+            Diagnostic::error(Code::UnterminatedComment, span, "unterminated block comment")
+                .with_label("this `/*` has no matching `*/`")
+        }
         LexProblemKind::BadEscape(e) if e == "\\x" => {
             Diagnostic::error(Code::BadEscape, span, "`\\x` escape without hex digits")
                 .with_label("expected one or two hex digits after `\\x`")
                 .with_help("write a byte as `\\xHH`, e.g. `\\x1b`")
         }
-        LexProblemKind::BadEscape(e) => Diagnostic::error(Code::BadEscape, span, format!("unknown escape sequence `{e}`"))
-            .with_label("not a valid escape")
-            .with_help("valid escapes are \\n \\t \\\" \\\\ \\r \\a \\b \\f \\v \\ooo (octal) and \\xHH (hex)"),
+        LexProblemKind::BadEscape(e) => {
+            Diagnostic::error(Code::BadEscape, span, format!("unknown escape sequence `{e}`"))
+                .with_label("not a valid escape")
+                .with_help("valid escapes are \\n \\t \\\" \\\\ \\r \\a \\b \\f \\v \\ooo (octal) and \\xHH (hex)")
+        }
         LexProblemKind::BadNumber(m) => Diagnostic::error(Code::BadNumber, span, m.clone()).with_label("here"),
     }
 }
 
 const EXPR_STARTS: &[&str] = &[
-    "Name", "Int", "Str", "TargetVar", "DollarArg", "AtArg", "\"$#\"", "\"@#\"", "AtIdent", "\"(\"", "\"[\"", "\"-\"",
-    "\"+\"", "\"!\"", "\"~\"", "\"++\"", "\"--\"",
+    "Name",
+    "Int",
+    "Str",
+    "TargetVar",
+    "DollarArg",
+    "AtArg",
+    "\"$#\"",
+    "\"@#\"",
+    "AtIdent",
+    "\"(\"",
+    "\"[\"",
+    "\"-\"",
+    "\"+\"",
+    "\"!\"",
+    "\"~\"",
+    "\"++\"",
+    "\"--\"",
 ];
-const STMT_KEYWORDS: &[&str] =
-    &["\"if\"", "\"while\"", "\"for\"", "\"foreach\"", "\"break\"", "\"continue\"", "\"next\"", "\"return\"", "\"delete\"", "\"try\"", "\"{\""];
+const STMT_KEYWORDS: &[&str] = &[
+    "\"if\"",
+    "\"while\"",
+    "\"for\"",
+    "\"foreach\"",
+    "\"break\"",
+    "\"continue\"",
+    "\"next\"",
+    "\"return\"",
+    "\"delete\"",
+    "\"try\"",
+    "\"{\"",
+];
 const BINARY_OPS: &[&str] = &[
     "\"*\"", "\"/\"", "\"%\"", "\".\"", "\"<<\"", "\">>\"", "\">>>\"", "\"<\"", "\"<=\"", "\">\"", "\">=\"", "\"==\"",
     "\"!=\"", "\"&\"", "\"^\"", "\"|\"", "\"&&\"", "\"||\"", "\"?\"", "\"in\"", "\"=\"", "\"+=\"", "\"-=\"", "\"*=\"",

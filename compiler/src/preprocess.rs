@@ -109,8 +109,13 @@ impl<'a> Pp<'a, '_> {
                     i = self.conditional(toks, i, out, depth);
                 }
                 Tok::PpThen | Tok::PpElse | Tok::PpClose => {
-                    self.error(Code::Preprocessor, l, r, format!("`{}` outside a preprocessor conditional", t.text()))
-                        .label = "no `%(` is open here".into();
+                    self.error(
+                        Code::Preprocessor,
+                        l,
+                        r,
+                        format!("`{}` outside a preprocessor conditional", t.text()),
+                    )
+                    .label = "no `%(` is open here".into();
                     i += 1;
                 }
                 Tok::AtIdent("define") => {
@@ -181,7 +186,9 @@ impl<'a> Pp<'a, '_> {
                 false
             }
         };
-        let branch = if take_then { &toks[then + 1..els.unwrap_or(close)] } else if let Some(e) = els {
+        let branch = if take_then {
+            &toks[then + 1..els.unwrap_or(close)]
+        } else if let Some(e) = els {
             &toks[e + 1..close]
         } else {
             &toks[0..0]
@@ -198,7 +205,8 @@ impl<'a> Pp<'a, '_> {
             Some((_, Tok::Ident(n), _)) => *n,
             Some((l, _, r)) => {
                 let (l, r) = (*l, *r);
-                self.error(Code::Preprocessor, l, r, "expected a macro name after `@define`").label = "not a name".into();
+                self.error(Code::Preprocessor, l, r, "expected a macro name after `@define`").label =
+                    "not a name".into();
                 return self.skip_define_body(toks, i);
             }
             None => {
@@ -243,8 +251,8 @@ impl<'a> Pp<'a, '_> {
         }
         let Some((_, Tok::PpOpen, _)) = toks.get(i) else {
             let (l, r) = toks.get(i).map(|t| (t.0, t.2)).unwrap_or((self.eof, self.eof));
-            self.error(Code::Preprocessor, l, r, format!("expected `%(` to start the body of macro `@{name}`"))
-                .label = "expected `%(`".into();
+            self.error(Code::Preprocessor, l, r, format!("expected `%(` to start the body of macro `@{name}`")).label =
+                "expected `%(`".into();
             return i;
         };
         let (_, _, close) = self.conditional_parts(toks, i);
@@ -295,9 +303,14 @@ impl<'a> Pp<'a, '_> {
             loop {
                 let Some(t) = toks.get(i) else {
                     let (eof, use_span) = (self.eof, self.span(ul, ur));
-                    self.error(Code::MacroExpansion, eof, eof, format!("arguments of macro `@{name}` are never closed"))
-                        .with_secondary_mut(use_span, "macro used here")
-                        .label = "expected `)`".into();
+                    self.error(
+                        Code::MacroExpansion,
+                        eof,
+                        eof,
+                        format!("arguments of macro `@{name}` are never closed"),
+                    )
+                    .with_secondary_mut(use_span, "macro used here")
+                    .label = "expected `)`".into();
                     return toks.len();
                 };
                 match t.1 {
@@ -467,9 +480,7 @@ impl CondParser<'_, '_, '_> {
         let rhs = self.operand()?;
         let ord = match (&lhs, &rhs) {
             (Val::Int(a), Val::Int(b)) => a.cmp(b),
-            (Val::Version(a), Val::Str(b) | Val::Version(b)) | (Val::Str(a), Val::Version(b)) => {
-                compare_versions(a, b)
-            }
+            (Val::Version(a), Val::Str(b) | Val::Version(b)) | (Val::Str(a), Val::Version(b)) => compare_versions(a, b),
             (Val::Str(a), Val::Str(b)) => {
                 // `==` and `!=` on strings are glob matches, as in SystemTap (`arch == "i?86"`).
                 if matches!(op, Tok::EqEq | Tok::NotEq) {

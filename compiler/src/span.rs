@@ -42,9 +42,7 @@ pub struct SourceFile {
 
 impl SourceFile {
     fn new(name: String, text: String) -> SourceFile {
-        let line_starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
+        let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
         SourceFile { name, text, line_starts }
     }
 
@@ -108,16 +106,12 @@ impl<'a> codespan_reporting::files::Files<'a> for SourceMap {
         Ok(f.line_starts.partition_point(|&s| s <= byte_index) - 1)
     }
 
-    fn line_range(
-        &'a self,
-        id: FileId,
-        line_index: usize,
-    ) -> Result<Range<usize>, codespan_reporting::files::Error> {
+    fn line_range(&'a self, id: FileId, line_index: usize) -> Result<Range<usize>, codespan_reporting::files::Error> {
         let f = self.files.get(id.0 as usize).ok_or(codespan_reporting::files::Error::FileMissing)?;
-        let start = *f
-            .line_starts
-            .get(line_index)
-            .ok_or(codespan_reporting::files::Error::LineTooLarge { given: line_index, max: f.line_starts.len() - 1 })?;
+        let start = *f.line_starts.get(line_index).ok_or(codespan_reporting::files::Error::LineTooLarge {
+            given: line_index,
+            max: f.line_starts.len() - 1,
+        })?;
         let end = f.line_starts.get(line_index + 1).copied().unwrap_or(f.text.len());
         Ok(start..end)
     }

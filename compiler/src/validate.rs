@@ -297,7 +297,8 @@ impl Validator<'_> {
             StmtKind::Break | StmtKind::Continue => {}
             StmtKind::Return(e) => {
                 if !ctx.in_function {
-                    let label = if e.is_some() { "a probe body cannot return a value" } else { "not inside a function" };
+                    let label =
+                        if e.is_some() { "a probe body cannot return a value" } else { "not inside a function" };
                     self.diags.push(
                         Diagnostic::error(Code::MisplacedStatement, s.span, "`return` outside a function")
                             .with_label(label)
@@ -311,8 +312,12 @@ impl Validator<'_> {
             StmtKind::Delete(e) => {
                 if !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index(_) | ExprKind::Error) {
                     self.diags.push(
-                        Diagnostic::error(Code::UnexpectedToken, e.span, "`delete` needs a variable or an array element")
-                            .with_label("cannot delete this"),
+                        Diagnostic::error(
+                            Code::UnexpectedToken,
+                            e.span,
+                            "`delete` needs a variable or an array element",
+                        )
+                        .with_label("cannot delete this"),
                     );
                 }
                 self.expr(e);
