@@ -157,7 +157,8 @@ fn help_version_and_completions() {
     let o = telco(&["--version"]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).starts_with("telco-stap "), "{}", stdout(&o));
-    for (shell, needle) in [("bash", "complete -F"), ("zsh", "#compdef telco-stap"), ("fish", "complete -c telco-stap")] {
+    for (shell, needle) in [("bash", "complete -F"), ("zsh", "#compdef telco-stap"), ("fish", "complete -c telco-stap")]
+    {
         let o = telco(&["completions", shell]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert!(stdout(&o).contains(needle), "{shell} completion lacks {needle}");

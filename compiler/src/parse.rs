@@ -218,7 +218,18 @@ fn suppress_cascades(mut parse_diags: Vec<Diagnostic>, delim: DelimReport, eof: 
     let mut kept: Vec<Diagnostic> = Vec::with_capacity(parse_diags.len());
     let mut last_syntax: Option<u32> = None;
     let at_closer = |pos: u32| delim.diags.iter().any(|(dd, (_, c))| *c != u32::MAX && dd.span.start == pos);
-    for d in parse_diags {
+    for mut d in parse_diags {
+        if d.label == "expected `)`" && d.secondary.is_empty() {
+            let open = groups
+                .iter()
+                .filter(|&&(s, e)| s < d.span.start && d.span.start <= e)
+                .max_by_key(|&&(s, _)| s)
+                .map(|&(s, _)| s);
+            if let Some(s) = open {
+                let file = d.span.file;
+                d = d.with_secondary(Span { file, start: s, end: s + 1 }, "to close this `(`");
+            }
+        }
         if is_syntax(&d) && at_closer(d.span.start) {
             last_syntax = Some(d.span.start);
             continue;
@@ -557,7 +568,7 @@ fn describe_expected(expected: &[String]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let statement = has("\"if\"") && has("\"while\"");
     let expression = has("Int") && has("Name");
-    let operator = has("\"==\"") && has("\"*\"");
+    let operator = (has("\"==\"") && has("\"*\"")) || (has("\"?\"") && has("\"=\"") && has("\"&&\""));
     if statement {
         parts.push("a statement".into());
     } else if expression {
@@ -598,6 +609,39 @@ fn describe_expected(expected: &[String]) -> String {
     }
 }
 
+/// Does `before` end with `in NAME` (a finished `in` test)?
+fn follows_in_test(before: &str) -> bool {
+    let t = before.trim_end();
+    let name_start = t.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+    name_start < t.len() && t[..name_start].trim_end().ends_with(" in")
+}
+
+fn recent_foreach(before: &str) -> bool {
+    before.rfind("foreach").is_some_and(|i| !before[i..].contains(')'))
+}
+
+fn is_binary_operator(t: &Tok<'_>) -> bool {
+    matches!(
+        t,
+        Tok::EqEq
+            | Tok::NotEq
+            | Tok::Lt
+            | Tok::Le
+            | Tok::Gt
+            | Tok::Ge
+            | Tok::Shl
+            | Tok::Shr
+            | Tok::UShr
+            | Tok::Dot
+            | Tok::Plus
+            | Tok::Minus
+            | Tok::Star
+            | Tok::Slash
+            | Tok::Percent
+            | Tok::In
+    )
+}
+
 /// A targeted hint for common mistakes.
 fn hint_for(tok: &Tok<'_>, expected: &[String], before: &str) -> Option<String> {
     let has = |s: &str| expected.iter().any(|e| e == s);
@@ -621,6 +665,16 @@ fn hint_for(tok: &Tok<'_>, expected: &[String], before: &str) -> Option<String> 
             }
         }
         Tok::Semi if has("\")\"") => Some("a `;` cannot appear inside parentheses".into()),
+        Tok::RParen if before.trim_end().ends_with(',') => Some("remove the trailing `,`".into()),
+        Tok::Comma if has("\"in\"") && recent_foreach(before) => {
+            Some("several keys go in brackets: `foreach ([k1, k2] in array)`".into())
+        }
+        t if follows_in_test(before) && is_binary_operator(t) => Some(format!(
+            "an `in` test can only be an operand of `&`, `^`, `|`, `&&` or `||`; \
+             parenthesize it to use `{}` on its result: `(k in arr) {} ...`",
+            t.text(),
+            t.text()
+        )),
         Tok::LParen | Tok::LBracket | Tok::Str(_) if has("\"}\"") && has("\"==\"") => Some(
             "after a statement without `;`, the next one cannot start with `(`, `[` or a string: \
              end the previous statement with `;`"

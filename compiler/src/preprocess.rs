@@ -181,8 +181,9 @@ impl<'a> Pp<'a, '_> {
             Err((msg, at)) => {
                 // No token to blame: the condition ended early, at the `%?`.
                 let (l, r) = at.map(|k| (cond[k].0, cond[k].2)).unwrap_or((toks[then].0, toks[then].2));
-                self.error(Code::Preprocessor, l, r, format!("invalid preprocessor condition: {msg}"))
-                    .help = Some("conditions compare `arch`, `kernel_v`, `kernel_vr`, `runtime`, `systemtap_v`, `systemtap_privilege`, `guru_mode`, `CONFIG_*`, `$#` or `@#` with a literal, joined by `&&` and `||`".into());
+                let d = self.error(Code::Preprocessor, l, r, format!("invalid preprocessor condition: {msg}"));
+                d.label = if at.is_some() { "here" } else { "the condition stops here" }.into();
+                d.help = Some("conditions compare `arch`, `kernel_v`, `kernel_vr`, `runtime`, `systemtap_v`, `systemtap_privilege`, `guru_mode`, `CONFIG_*`, `$#` or `@#` with a literal, joined by `&&` and `||`".into());
                 false
             }
         };
@@ -505,7 +506,11 @@ impl CondParser<'_, '_, '_> {
     fn operand(&mut self) -> CondResult<Val> {
         let at = self.pos;
         let Some(t) = self.toks.get(at) else {
-            return Err(("condition ends early".into(), None));
+            let msg = match at.checked_sub(1).and_then(|k| self.toks.get(k)) {
+                Some((_, op, _)) if !op.text().is_empty() => format!("expected a value after `{}`", op.text()),
+                _ => "expected a condition, like `arch == \"x86_64\"`".into(),
+            };
+            return Err((msg, None));
         };
         self.pos += 1;
         let nargs = self.cfg.script_args.len() as i64;

@@ -297,8 +297,11 @@ impl Validator<'_> {
             StmtKind::Break | StmtKind::Continue => {}
             StmtKind::Return(e) => {
                 if !ctx.in_function {
-                    let label =
-                        if e.is_some() { "a probe body cannot return a value" } else { "not inside a function" };
+                    let label = if e.is_some() {
+                        "a probe body cannot return a value"
+                    } else {
+                        "a probe body has no caller to return to"
+                    };
                     self.diags.push(
                         Diagnostic::error(Code::MisplacedStatement, s.span, "`return` outside a function")
                             .with_label(label)
