@@ -612,7 +612,11 @@ fn describe_expected(expected: &[String]) -> String {
 /// Does `before` end with `in NAME` (a finished `in` test)?
 fn follows_in_test(before: &str) -> bool {
     let t = before.trim_end();
-    let name_start = t.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+    let name_start = t
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     name_start < t.len() && t[..name_start].trim_end().ends_with(" in")
 }
 
