@@ -211,9 +211,13 @@ fn suppress_cascades(mut parse_diags: Vec<Diagnostic>, delim: DelimReport, eof: 
     parse_diags.sort_by_key(|d| d.span.start);
     let is_syntax = |d: &Diagnostic| matches!(d.code, Code::UnexpectedToken | Code::UnexpectedEof);
     let groups = &delim.groups;
-    let same_group = |a: u32, b: u32| {
+    let same_group = |a: u32, d: &Diagnostic| {
+        let b = d.span.start;
+        // At a block's `}`, an error that expects top-level items means
+        // recovery already left the block: the `}` is not the mistake.
+        let left_block = d.label.contains("`probe`");
         groups.iter().any(|&(s, e)| s <= a && a <= e && s <= b && b <= e)
-            || delim.blocks.iter().any(|&(s, e)| b == e && s <= a && a <= e)
+            || (left_block && delim.blocks.iter().any(|&(s, e)| b == e && s <= a && a <= e))
     };
     let mut kept: Vec<Diagnostic> = Vec::with_capacity(parse_diags.len());
     let mut last_syntax: Option<u32> = None;
@@ -239,7 +243,7 @@ fn suppress_cascades(mut parse_diags: Vec<Diagnostic>, delim: DelimReport, eof: 
                 continue;
             }
             if let Some(prev) = last_syntax {
-                if same_group(prev, d.span.start) {
+                if same_group(prev, &d) {
                     continue;
                 }
             }
