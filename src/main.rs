@@ -10,13 +10,14 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
+use telco_compiler::elaborate::{self, TargetQuery, TargetSpec};
 use telco_compiler::{parse, ParseConfig, SourceMap};
 
 /// The passes, for messages.
 const PASS_NAMES: [&str; 5] = ["parse", "elaboration", "translation", "code generation", "run"];
 
 /// The last pass this build implements.
-const IMPLEMENTED_PASSES: u8 = 1;
+const IMPLEMENTED_PASSES: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -43,58 +44,130 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
     let (name, text, args) = script_source(&cli)?;
     check_outputs(&cli)?;
+    let mut sink = telco_compiler::Diagnostics::new();
+    sink.suppress_warnings = cli.no_warnings;
+    let color = std::io::stderr().is_terminal();
 
     // Pass 1.
     let mut sources = SourceMap::new();
     let file = sources.add(name, text);
     let cfg = ParseConfig {
-        pp: telco_compiler::preprocess::PpConfig {
-            guru_mode: cli.guru,
-            script_args: args.clone(),
-            ..Default::default()
-        },
+        pp: telco_compiler::preprocess::PpConfig { guru_mode: cli.guru, script_args: args.clone(), ..Default::default() },
     };
     let t0 = Instant::now();
     let (script, diags) = parse(&sources, file, &cfg);
     let elapsed = t0.elapsed();
-    let mut sink = telco_compiler::Diagnostics::new();
-    sink.suppress_warnings = cli.no_warnings;
-    for d in diags {
-        sink.push(d);
-    }
-    if !sink.is_empty() {
-        eprint!("{}", sink.render(&sources, std::io::stderr().is_terminal()));
-    }
+    sink.extend(diags);
     if cli.verbose > 0 {
-        eprintln!(
-            "Pass 1: parsed user script ({} items) in {:.3} ms.",
-            script.items.len(),
-            elapsed.as_secs_f64() * 1e3
-        );
+        eprintln!("Pass 1: parsed user script ({} items) in {:.3} ms.", script.items.len(), elapsed.as_secs_f64() * 1e3);
     }
     if sink.has_errors() {
-        let n = sink.error_count();
-        eprintln!("Pass 1: parse failed with {n} error{}.", if n == 1 { "" } else { "s" });
-        return Ok(ExitCode::from(1));
+        return Ok(fail_pass(&sink, &sources, color, 1, "parse"));
     }
     let last = cli.last_pass.unwrap_or(5);
     if last == 1 {
+        render(&sink, &sources, color);
         let mut out = std::io::stdout().lock();
         out.write_all(telco_compiler::print::print_script(&script).as_bytes())?;
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
-    if last == 5 {
+
+    // Pass 2 (or a listing, which is pass 2 on one probe point).
+    if last == 5 || cli.list.is_some() || cli.list_vars.is_some() {
         check_target(&cli)?;
     }
+    let mut tapsets = elaborate::tapsets::builtin();
+    tapsets.extend(elaborate::tapsets::from_dirs(&cli.include).map_err(anyhow::Error::msg)?);
+    let query = ProcQuery;
+    let target = TargetSpec { pid: cli.pid, command: command_program(&cli)? };
+    let ecfg = elaborate::Config { parse: &cfg, tapsets, target, query: &query, args: &args, guru: cli.guru };
+    let mut diags = Vec::new();
+    let t0 = Instant::now();
+    if cli.list.is_some() || cli.list_vars.is_some() {
+        let lines = elaborate::list(&mut sources, &script, &ecfg, cli.list_vars.is_some(), &mut diags);
+        sink.extend(diags);
+        if sink.has_errors() {
+            return Ok(fail_pass(&sink, &sources, color, 2, "elaboration"));
+        }
+        render(&sink, &sources, color);
+        let mut out = std::io::stdout().lock();
+        for l in lines {
+            writeln!(out, "{l}")?;
+        }
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let program = elaborate::elaborate(&mut sources, file, &script, &ecfg, &mut diags);
+    let elapsed = t0.elapsed();
+    sink.extend(diags);
+    if cli.verbose > 0 {
+        if let Some(p) = &program {
+            let points: usize = p.probes.iter().map(|pr| pr.points.len()).sum();
+            eprintln!(
+                "Pass 2: analyzed script: {} probe(s) at {} point(s), {} function(s), {} global(s) in {:.3} ms.",
+                p.probes.len(),
+                points,
+                p.functions.len(),
+                p.globals.len(),
+                elapsed.as_secs_f64() * 1e3
+            );
+        }
+    }
+    let Some(program) = program.filter(|_| !sink.has_errors()) else {
+        return Ok(fail_pass(&sink, &sources, color, 2, "elaboration"));
+    };
+    render(&sink, &sources, color);
+    if last == 2 {
+        let mut out = std::io::stdout().lock();
+        out.write_all(elaborate::show::print_program(&program).as_bytes())?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     not_implemented(IMPLEMENTED_PASSES + 1)
+}
+
+/// Print the diagnostics and the pass's failure line; the exit status is 1.
+fn fail_pass(sink: &telco_compiler::Diagnostics, sources: &SourceMap, color: bool, pass: u8, name: &str) -> ExitCode {
+    render(sink, sources, color);
+    let n = sink.error_count();
+    eprintln!("Pass {pass}: {name} failed with {n} error{}.", if n == 1 { "" } else { "s" });
+    ExitCode::from(1)
+}
+
+fn render(sink: &telco_compiler::Diagnostics, sources: &SourceMap, color: bool) {
+    if !sink.is_empty() {
+        eprint!("{}", sink.render(sources, color));
+    }
+}
+
+/// The program `-c CMD` runs, found on `$PATH` like a shell would.
+fn command_program(cli: &Cli) -> Result<Option<std::path::PathBuf>> {
+    let Some(cmd) = &cli.command else { return Ok(None) };
+    let prog = cmd.split_whitespace().next().unwrap_or("");
+    match telco_compiler::elf::find_on_path(prog) {
+        Some(p) => Ok(Some(p)),
+        None => bail!("-c {cmd:?}: program `{prog}` not found"),
+    }
+}
+
+/// Facts about running processes come from the runtime's `/proc` reader.
+struct ProcQuery;
+
+impl TargetQuery for ProcQuery {
+    fn executable(&self, pid: u32) -> Result<std::path::PathBuf, String> {
+        telco_runtime::proc::executable(pid)
+    }
+    fn mapped_files(&self, pid: u32) -> Result<Vec<std::path::PathBuf>, String> {
+        telco_runtime::proc::mapped_files(pid)
+    }
 }
 
 fn not_implemented(pass: u8) -> Result<ExitCode> {
     let name = PASS_NAMES[pass as usize - 1];
     bail!(
         "pass {pass} ({name}) is not implemented in this build yet; passes 1 to {IMPLEMENTED_PASSES} work \
-         (`--last-pass 1` prints the parsed script)"
+         (`--last-pass 1` prints the parsed script, `--last-pass 2` the resolved program)"
     )
 }
 

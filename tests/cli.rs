@@ -65,17 +65,33 @@ fn syntax_errors_are_rendered_with_file_line_col_and_caret() {
 #[test]
 fn a_full_run_says_which_pass_is_missing() {
     let o = telco(&["-e", "probe begin { exit() }"]);
-    assert_fails(&o, 1, "pass 2 (elaboration) is not implemented in this build yet");
-    for n in ["2", "3", "4", "5"] {
+    assert_fails(&o, 1, "pass 3 (translation) is not implemented in this build yet");
+    for n in ["3", "4", "5"] {
         let o = telco(&["--last-pass", n, "-e", "probe begin { exit() }"]);
         assert_fails(&o, 1, "is not implemented in this build yet");
     }
 }
 
 #[test]
+fn last_pass_2_prints_the_resolved_program() {
+    let o = telco(&["--last-pass", "2", "-e", "global n probe begin { n = strlen(\"ab\"); exit() }"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("n:long"), "{out}");
+    assert!(out.contains("probe begin"), "{out}");
+    let o = telco(&["--last-pass", "2", "-e", "probe begin { x = 1; x = \"s\" }"]);
+    assert_fails(&o, 1, "error[E0009]: cannot assign a string to a long");
+    assert!(stderr(&o).contains("Pass 2: elaboration failed with 1 error."), "{}", stderr(&o));
+}
+
+#[test]
 fn listing_parses_the_probe_point_first() {
-    let o = telco(&["-l", "process(\"libc.so.6\").function(\"mem*\")"]);
-    assert_fails(&o, 1, "pass 2 (elaboration) is not implemented");
+    let o = telco(&["-l", "process(\"libc.so.6\").function(\"malloc\")"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("libc.so.6\").function(\"malloc\")"), "{}", stdout(&o));
+    let o = telco(&["-L", "libc.malloc"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "libc.malloc bytes:long name:string\n");
     let o = telco(&["-l", "process(\"libc.so.6\").function(\"mem*\").retrun"]);
     assert_fails(&o, 1, "unknown probe point suffix `.retrun`");
     assert!(stderr(&o).contains("did you mean `.return`?"), "{}", stderr(&o));

@@ -49,6 +49,37 @@ pub enum Code {
     MacroExpansion,
     /// Command-line script arguments misuse (`$1` with too few arguments, ...).
     ScriptArgument,
+    // Pass 2.
+    /// A function or global defined twice.
+    DuplicateDefinition,
+    /// A name that is not defined (function, array).
+    Undefined,
+    /// A probe point that is neither built in nor an alias.
+    UnknownProbePoint,
+    /// Aliases that expand into each other forever.
+    AliasCycle,
+    /// A module named by a probe point cannot be found or read.
+    ModuleNotFound,
+    /// A probe point that matches nothing.
+    NoMatch,
+    /// An ifunc symbol was named.
+    Ifunc,
+    /// Two uses give a variable different types, or an operand has the wrong type.
+    TypeMismatch,
+    /// Nothing gives a variable a type.
+    TypeUnknown,
+    /// A global used both as an array and a scalar, or with different key counts.
+    ArrayMisuse,
+    /// A call with the wrong number of arguments.
+    Arity,
+    /// Context that does not exist here (`$return` outside a return probe, ...).
+    Context,
+    /// A feature this tracer does not provide (debug-info target variables).
+    Unsupported,
+    /// A printf format that is wrong or does not match its arguments.
+    BadFormat,
+    /// A value out of range (timer period, histogram bounds, array size).
+    BadValue,
 }
 
 impl Code {
@@ -68,7 +99,22 @@ impl Code {
             Code::MisplacedStatement => "P0012",
             Code::Preprocessor => "P0013",
             Code::MacroExpansion => "P0014",
-            Code::ScriptArgument => "P0015",
+            Code::ScriptArgument => "E0001",
+            Code::DuplicateDefinition => "E0002",
+            Code::Undefined => "E0003",
+            Code::UnknownProbePoint => "E0004",
+            Code::AliasCycle => "E0005",
+            Code::ModuleNotFound => "E0006",
+            Code::NoMatch => "E0007",
+            Code::Ifunc => "E0008",
+            Code::TypeMismatch => "E0009",
+            Code::TypeUnknown => "E0010",
+            Code::ArrayMisuse => "E0011",
+            Code::Arity => "E0012",
+            Code::Context => "E0013",
+            Code::Unsupported => "E0014",
+            Code::BadFormat => "E0015",
+            Code::BadValue => "E0016",
         }
     }
 }
@@ -106,6 +152,10 @@ impl Diagnostic {
 
     pub fn warning(code: Code, span: Span, message: impl Into<String>) -> Diagnostic {
         Diagnostic { severity: Severity::Warning, ..Diagnostic::error(code, span, message) }
+    }
+
+    pub fn note(code: Code, span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Note, ..Diagnostic::error(code, span, message) }
     }
 
     pub fn with_label(mut self, label: impl Into<String>) -> Diagnostic {

@@ -6,6 +6,10 @@
 
 pub mod ast;
 pub mod diag;
+pub mod elaborate;
+pub mod format;
+pub mod program;
+pub mod elf;
 pub mod glob;
 pub mod lexer;
 pub mod parse;

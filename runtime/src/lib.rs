@@ -2,4 +2,8 @@
 //! inject the compiled artifact, patch probe sites, drain events, write the
 //! outputs and detach. It never parses script text (DESIGN.md invariant 4).
 //!
-//! Pass 5 is not built yet; the command line says so when a run needs it.
+//! Built so far: [`proc`], the read-only view of running processes that
+//! pass 2 uses (through the compiler's `TargetQuery`) to find a target's
+//! executable and libraries.
+
+pub mod proc;

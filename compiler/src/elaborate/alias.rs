@@ -1,0 +1,144 @@
+//! Probe alias expansion.
+//!
+//! `probe NAME = POINT, ... { prologue }` makes `NAME` stand for its points,
+//! with the prologue run before the user's body; `+=` runs its body after
+//! (an epilogue). A use may add suffixes: with `probe foo = bar.x {}`,
+//! `foo.return` becomes `bar.x.return`, unless an alias named `foo.return`
+//! exists, which wins (the longest matching alias name is used). Every
+//! definition with that name expands, as in SystemTap.
+
+use crate::ast::{Block, ProbeAlias, ProbePoint};
+use crate::diag::{Code, Diagnostic};
+use crate::span::Span;
+use std::collections::HashMap;
+
+/// The probe point families the tool itself provides.
+pub const BUILTIN_FAMILIES: &[&str] = &["begin", "end", "error", "timer", "process"];
+
+pub fn is_builtin_family(first: &str) -> bool {
+    BUILTIN_FAMILIES.contains(&first)
+}
+
+/// A probe point after expansion, with the alias bodies to run around the
+/// user's body.
+#[derive(Clone, Debug)]
+pub struct Expanded<'a> {
+    pub point: ProbePoint,
+    /// Prologues, in the order they run (the alias nearest the built-in
+    /// point first).
+    pub before: Vec<&'a Block>,
+    /// Epilogues, in the order they run.
+    pub after: Vec<&'a Block>,
+    /// How the user wrote it (for `pp()` and messages).
+    pub written: String,
+}
+
+/// Alias definitions by name (`libc.malloc`).
+pub struct Aliases<'a> {
+    by_name: HashMap<String, Vec<&'a ProbeAlias>>,
+}
+
+const MAX_DEPTH: usize = 16;
+
+impl<'a> Aliases<'a> {
+    pub fn new(defs: impl IntoIterator<Item = &'a ProbeAlias>) -> Aliases<'a> {
+        let mut by_name: HashMap<String, Vec<&'a ProbeAlias>> = HashMap::new();
+        for d in defs {
+            by_name.entry(d.name.shape()).or_default().push(d);
+        }
+        Aliases { by_name }
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
+    /// Expand one written point into built-in points.
+    pub fn expand(&self, point: &ProbePoint, diags: &mut Vec<Diagnostic>) -> Vec<Expanded<'a>> {
+        let written = crate::print::print_probe_point(&without_condition(point));
+        let mut out = Vec::new();
+        self.expand_into(point.clone(), Vec::new(), Vec::new(), &written, 0, point.span, diags, &mut out);
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn expand_into(
+        &self,
+        point: ProbePoint,
+        before: Vec<&'a Block>,
+        after: Vec<&'a Block>,
+        written: &str,
+        depth: usize,
+        use_span: Span,
+        diags: &mut Vec<Diagnostic>,
+        out: &mut Vec<Expanded<'a>>,
+    ) {
+        let names: Vec<&str> = point.components.iter().map(|c| c.name.name.as_str()).collect();
+        if names.first().is_some_and(|f| is_builtin_family(f)) {
+            out.push(Expanded { point, before, after, written: written.to_string() });
+            return;
+        }
+        if depth >= MAX_DEPTH {
+            diags.push(
+                Diagnostic::error(
+                    Code::AliasCycle,
+                    use_span,
+                    format!("probe alias `{}` expands into itself", names.join(".")),
+                )
+                .with_label(format!("still not a built-in probe point after {MAX_DEPTH} expansions")),
+            );
+            return;
+        }
+        // The longest alias name that is a prefix of this point.
+        let found = (1..=names.len()).rev().find_map(|n| {
+            let key = names[..n].join(".");
+            self.by_name.get(&key).map(|defs| (n, defs))
+        });
+        let Some((n, defs)) = found else {
+            if point.optional {
+                return;
+            }
+            let full = names.join(".");
+            let mut d = Diagnostic::error(
+                Code::UnknownProbePoint,
+                point.span,
+                format!("probe point `{full}` is neither built in nor a tapset alias"),
+            )
+            .with_label("no probe alias has this name");
+            let candidates: Vec<&str> = self.names().chain(BUILTIN_FAMILIES.iter().copied()).collect();
+            if let Some(s) = crate::suggest::closest(&full, candidates.iter().copied()) {
+                d = d.with_help(format!("did you mean `{s}`?"));
+            }
+            diags.push(d);
+            return;
+        };
+        // Arguments on the alias-name part of the use are not meaningful.
+        let suffix = &point.components[n..];
+        for def in defs {
+            for target in &def.points {
+                let mut p = target.clone();
+                p.components.extend(suffix.iter().cloned());
+                p.optional |= point.optional;
+                p.sufficient |= point.sufficient;
+                p.condition = match (&point.condition, &target.condition) {
+                    (Some(a), Some(b)) => Some(Box::new(crate::ast::Expr::new(
+                        crate::ast::ExprKind::Binary { op: crate::ast::BinOp::And, lhs: a.clone(), rhs: b.clone() },
+                        a.span,
+                    ))),
+                    (a, b) => a.clone().or_else(|| b.clone()),
+                };
+                let (mut bf, mut af) = (before.clone(), after.clone());
+                if def.epilogue {
+                    af.push(&def.body);
+                } else {
+                    bf.insert(0, &def.body);
+                }
+                self.expand_into(p, bf, af, written, depth + 1, use_span, diags, out);
+            }
+        }
+    }
+}
+
+fn without_condition(p: &ProbePoint) -> ProbePoint {
+    ProbePoint { condition: None, ..p.clone() }
+}

@@ -1,0 +1,131 @@
+//! Built-in functions: their names, argument and result types.
+//!
+//! The runtime provides each of them; pass 2 only needs their signatures.
+
+use crate::program::Ty;
+
+macro_rules! builtins {
+    ($( $variant:ident = $name:literal ($($arg:ident),* $(; $var:ident)?) $(+ $opt:ident)* -> $ret:ident ),* $(,)?) => {
+        /// A built-in function.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Builtin { $($variant),* }
+
+        /// Every built-in with its signature.
+        pub const BUILTINS: &[Signature] = &[
+            $(Signature {
+                builtin: Builtin::$variant,
+                name: $name,
+                args: &[$(Ty::$arg),*],
+                optional: &[$(Ty::$opt),*],
+                varargs: builtins!(@var $($var)?),
+                ret: Ty::$ret,
+            }),*
+        ];
+    };
+    (@var) => { false };
+    (@var $v:ident) => { true };
+}
+
+/// What a built-in takes and gives.
+#[derive(Debug)]
+pub struct Signature {
+    pub builtin: Builtin,
+    pub name: &'static str,
+    pub args: &'static [Ty],
+    /// Optional trailing arguments.
+    pub optional: &'static [Ty],
+    /// Any number of further arguments of any printable type (`printf`).
+    pub varargs: bool,
+    pub ret: Ty,
+}
+
+builtins! {
+    // Output.
+    Printf = "printf"(String; any) -> Void,
+    Sprintf = "sprintf"(String; any) -> String,
+    Print = "print"(; any) -> Void,
+    Println = "println"(; any) -> Void,
+    // Context.
+    Pid = "pid"() -> Long,
+    Tid = "tid"() -> Long,
+    Ppid = "ppid"() -> Long,
+    Uid = "uid"() -> Long,
+    Cpu = "cpu"() -> Long,
+    Execname = "execname"() -> String,
+    Pp = "pp"() -> String,
+    Ppfunc = "ppfunc"() -> String,
+    Probefunc = "probefunc"() -> String,
+    Uaddr = "uaddr"() -> Long,
+    Register = "register"(String) -> Long,
+    // Time.
+    GettimeofdayNs = "gettimeofday_ns"() -> Long,
+    GettimeofdayUs = "gettimeofday_us"() -> Long,
+    GettimeofdayMs = "gettimeofday_ms"() -> Long,
+    GettimeofdayS = "gettimeofday_s"() -> Long,
+    // Target memory, fault-safe.
+    UserString = "user_string"(Long) + String -> String,
+    UserStringN = "user_string_n"(Long, Long) + String -> String,
+    UserChar = "user_char"(Long) -> Long,
+    UserShort = "user_short"(Long) -> Long,
+    UserInt = "user_int"(Long) -> Long,
+    UserLong = "user_long"(Long) -> Long,
+    UserInt8 = "user_int8"(Long) -> Long,
+    UserInt16 = "user_int16"(Long) -> Long,
+    UserInt32 = "user_int32"(Long) -> Long,
+    UserInt64 = "user_int64"(Long) -> Long,
+    UserUint8 = "user_uint8"(Long) -> Long,
+    UserUint16 = "user_uint16"(Long) -> Long,
+    UserUint32 = "user_uint32"(Long) -> Long,
+    UserUint64 = "user_uint64"(Long) -> Long,
+    // Stacks and symbols.
+    Ubacktrace = "ubacktrace"() -> String,
+    PrintUbacktrace = "print_ubacktrace"() -> Void,
+    Usymname = "usymname"(Long) -> String,
+    // Strings.
+    Strlen = "strlen"(String) -> Long,
+    Substr = "substr"(String, Long, Long) -> String,
+    Isinstr = "isinstr"(String, String) -> Long,
+    Strpos = "strpos"(String, String) -> Long,
+    StrReplace = "str_replace"(String, String, String) -> String,
+    Strtol = "strtol"(String, Long) -> Long,
+    Tokenize = "tokenize"(String, String) -> String,
+    TextStr = "text_str"(String) -> String,
+    // Control.
+    Exit = "exit"() -> Void,
+    Error = "error"(String) -> Void,
+    Warn = "warn"(String) -> Void,
+    Assert = "assert"(Long) + String -> Void,
+    ThreadIndent = "thread_indent"(Long) -> String,
+    // Chrome trace output.
+    TraceInstant = "trace_instant"(String) -> Void,
+    TraceCounter = "trace_counter"(String, Long) -> Void,
+}
+
+pub fn lookup(name: &str) -> Option<&'static Signature> {
+    BUILTINS.iter().find(|s| s.name == name)
+}
+
+impl Builtin {
+    pub fn signature(self) -> &'static Signature {
+        // Every variant has exactly one entry, in declaration order.
+        &BUILTINS[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.signature().name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_in_declaration_order() {
+        for (i, s) in BUILTINS.iter().enumerate() {
+            assert_eq!(s.builtin as usize, i, "{}", s.name);
+        }
+        assert_eq!(lookup("printf").map(|s| s.builtin), Some(Builtin::Printf));
+        assert!(lookup("nope").is_none());
+    }
+}

@@ -1,0 +1,1274 @@
+//! Symbols and types: AST bodies to the typed program.
+//!
+//! One walker does both. It runs over the whole program repeatedly, each
+//! time learning types from what it sees (`x = 1` makes `x` a long,
+//! `printf("%s", y)` makes `y` a string, `f(x)` passes types between a call
+//! and the function's parameters), until nothing changes. A last run reports
+//! every error — conflicts name both uses — and builds the typed program.
+//! Anything still without a type is an error at its first use.
+
+use super::builtins::{self, Builtin};
+use crate::ast::{self, AssignOp, BinOp, ExprKind as A, IncDec, StmtKind as S, UnOp};
+use crate::diag::{Code, Diagnostic};
+use crate::program::*;
+use crate::span::Span;
+use std::collections::HashMap;
+
+/// What kind of probe a body belongs to: it decides which context
+/// (`$argN`, `$return`, `@entry`) makes sense.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    /// begin/end/error/timer/process events: no target function.
+    Session,
+    FunctionEntry,
+    FunctionReturn,
+    Function,
+    /// A probe condition: globals only.
+    Condition,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    ty: Option<Ty>,
+    /// Where the type was decided, for conflict messages.
+    decided: Option<Span>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Unknown,
+    Scalar,
+    Array,
+}
+
+struct GlobalState {
+    name: String,
+    span: Span,
+    capacity: Option<u64>,
+    init: Option<Const>,
+    shape: Shape,
+    shape_decided: Option<Span>,
+    keys: Vec<Slot>,
+    value: Slot,
+    first_use: Option<Span>,
+}
+
+#[derive(Default)]
+pub struct Locals {
+    index: HashMap<String, LocalId>,
+    slots: Vec<(String, Slot, Span)>,
+}
+
+struct FuncState<'a> {
+    ast: &'a ast::Function,
+    params: usize,
+    locals: Locals,
+    ret: Slot,
+}
+
+/// A body to lower: a function, or an expanded probe (alias prologues, the
+/// user's body, epilogues — one scope).
+pub struct ProbeBody<'a> {
+    pub blocks: Vec<&'a ast::Block>,
+    pub condition: Option<&'a ast::Expr>,
+    pub kind: BodyKind,
+    pub locals: Locals,
+}
+
+pub struct Lowerer<'a> {
+    globals: Vec<GlobalState>,
+    global_index: HashMap<String, GlobalId>,
+    functions: Vec<FuncState<'a>>,
+    func_index: HashMap<String, FuncId>,
+    args: &'a [String],
+    guru: bool,
+    // The walk's state.
+    reporting: bool,
+    changed: bool,
+    diags: Vec<Diagnostic>,
+    locals: Locals,
+    kind: BodyKind,
+    in_function: Option<FuncId>,
+    /// Slots already reported as untyped (one error per variable).
+    untyped_reported: Vec<String>,
+}
+
+type Typed = (Expr, Option<Ty>);
+
+const MAX_ROUNDS: usize = 64;
+
+impl<'a> Lowerer<'a> {
+    pub fn new(args: &'a [String], guru: bool) -> Lowerer<'a> {
+        Lowerer {
+            globals: Vec::new(),
+            global_index: HashMap::new(),
+            functions: Vec::new(),
+            func_index: HashMap::new(),
+            args,
+            guru,
+            reporting: false,
+            changed: false,
+            diags: Vec::new(),
+            locals: Locals::default(),
+            kind: BodyKind::Session,
+            in_function: None,
+            untyped_reported: Vec::new(),
+        }
+    }
+
+    pub fn declare_global(&mut self, v: &ast::GlobalVar, diags: &mut Vec<Diagnostic>) {
+        let capacity = match v.size.as_deref().map(|e| &e.kind) {
+            Some(A::Int(n)) if *n > 0 => Some(*n as u64),
+            Some(A::ScriptArg { index, as_string: false }) => match self.script_arg_long(*index, v.name.span) {
+                Ok(n) if n > 0 => Some(n as u64),
+                Ok(_) => {
+                    diags.push(Diagnostic::error(Code::BadValue, v.name.span, "array size must be positive"));
+                    None
+                }
+                Err(d) => {
+                    diags.push(d);
+                    None
+                }
+            },
+            _ => None,
+        };
+        let init = match v.init.as_deref().map(|e| &e.kind) {
+            None => None,
+            Some(A::Int(n)) => Some(Const::Long(*n)),
+            Some(A::Str(s)) => Some(Const::String(s.clone())),
+            Some(A::ScriptArg { index, as_string: false }) => match self.script_arg_long(*index, v.name.span) {
+                Ok(n) => Some(Const::Long(n)),
+                Err(d) => {
+                    diags.push(d);
+                    None
+                }
+            },
+            Some(A::ScriptArg { index, as_string: true }) => match self.script_arg(*index, v.name.span) {
+                Ok(s) => Some(Const::String(s.as_bytes().to_vec())),
+                Err(d) => {
+                    diags.push(d);
+                    None
+                }
+            },
+            Some(_) => None,
+        };
+        let value = match &init {
+            Some(Const::Long(_)) => Slot { ty: Some(Ty::Long), decided: Some(v.span) },
+            Some(Const::String(_)) => Slot { ty: Some(Ty::String), decided: Some(v.span) },
+            None => Slot::default(),
+        };
+        let (shape, shape_decided) = if capacity.is_some() {
+            (Shape::Array, Some(v.span))
+        } else if init.is_some() {
+            (Shape::Scalar, Some(v.span))
+        } else {
+            (Shape::Unknown, None)
+        };
+        let id = GlobalId(self.globals.len() as u32);
+        self.global_index.insert(v.name.name.clone(), id);
+        self.globals.push(GlobalState {
+            name: v.name.name.clone(),
+            span: v.name.span,
+            capacity,
+            init,
+            shape,
+            shape_decided,
+            keys: Vec::new(),
+            value,
+            first_use: None,
+        });
+    }
+
+    pub fn declare_function(&mut self, f: &'a ast::Function) {
+        let id = FuncId(self.functions.len() as u32);
+        self.func_index.insert(f.name.name.clone(), id);
+        let mut locals = Locals::default();
+        for p in &f.params {
+            let ty = p.ty.as_ref().map(|t| ast_type(t.ty));
+            let slot = Slot { ty, decided: p.ty.as_ref().map(|t| t.span) };
+            locals.index.insert(p.name.name.clone(), LocalId(locals.slots.len() as u32));
+            locals.slots.push((p.name.name.clone(), slot, p.name.span));
+        }
+        let ret = Slot { ty: f.ret.as_ref().map(|t| ast_type(t.ty)), decided: f.ret.as_ref().map(|t| t.span) };
+        self.functions.push(FuncState { ast: f, params: f.params.len(), locals, ret });
+    }
+
+    /// Infer types over everything, then lower it all. `probes` keep their
+    /// locals between rounds.
+    pub fn run(
+        mut self,
+        probes: &mut [ProbeBody<'a>],
+    ) -> (Vec<Global>, Vec<Function>, Vec<(Vec<Stmt>, Option<Expr>, Vec<Local>)>, Vec<Diagnostic>) {
+        for _ in 0..MAX_ROUNDS {
+            self.changed = false;
+            self.round(probes);
+            if !self.changed {
+                break;
+            }
+        }
+        // Functions that never return a value return nothing.
+        for f in &mut self.functions {
+            if f.ret.ty.is_none() {
+                f.ret.ty = Some(Ty::Void);
+            }
+        }
+        self.reporting = true;
+        let (funcs, bodies) = self.round(probes);
+        self.check_globals();
+        let globals = self
+            .globals
+            .iter()
+            .map(|g| Global {
+                name: g.name.clone(),
+                kind: match g.shape {
+                    Shape::Array => GlobalKind::Array {
+                        keys: g.keys.iter().map(|k| k.ty.unwrap_or(Ty::Long)).collect(),
+                        value: g.value.ty.unwrap_or(Ty::Long),
+                        capacity: g.capacity,
+                    },
+                    _ => GlobalKind::Scalar(g.value.ty.unwrap_or(Ty::Long)),
+                },
+                init: g.init.clone(),
+                span: g.span,
+            })
+            .collect();
+        (globals, funcs, bodies, self.diags)
+    }
+
+    fn round(
+        &mut self,
+        probes: &mut [ProbeBody<'a>],
+    ) -> (Vec<Function>, Vec<(Vec<Stmt>, Option<Expr>, Vec<Local>)>) {
+        let mut funcs = Vec::new();
+        for i in 0..self.functions.len() {
+            let ast = self.functions[i].ast;
+            self.locals = std::mem::take(&mut self.functions[i].locals);
+            self.kind = BodyKind::Session;
+            self.in_function = Some(FuncId(i as u32));
+            let body = self.block(&ast.body);
+            let locals = self.finish_locals();
+            self.functions[i].locals = std::mem::take(&mut self.locals);
+            let f = &self.functions[i];
+            funcs.push(Function {
+                name: ast.name.name.clone(),
+                params: f.params as u32,
+                locals,
+                ret: f.ret.ty.unwrap_or(Ty::Void),
+                body,
+                span: ast.span,
+            });
+        }
+        self.in_function = None;
+        let mut bodies = Vec::new();
+        for p in probes.iter_mut() {
+            let condition = p.condition.map(|c| {
+                self.locals = Locals::default();
+                self.kind = BodyKind::Condition;
+                let (e, t) = self.expr(c, Some(Ty::Long));
+                self.expect(t, Ty::Long, c.span, "a probe condition");
+                e
+            });
+            self.locals = std::mem::take(&mut p.locals);
+            self.kind = p.kind;
+            let mut body = Vec::new();
+            for b in &p.blocks {
+                body.extend(self.block(b));
+            }
+            let locals = self.finish_locals();
+            p.locals = std::mem::take(&mut self.locals);
+            bodies.push((body, condition, locals));
+        }
+        (funcs, bodies)
+    }
+
+    fn finish_locals(&mut self) -> Vec<Local> {
+        let mut out = Vec::with_capacity(self.locals.slots.len());
+        for (name, slot, span) in &self.locals.slots {
+            out.push(Local { name: name.clone(), ty: slot.ty.unwrap_or(Ty::Long), span: *span });
+        }
+        out
+    }
+
+    // ------------------------------------------------------------ reporting
+
+    fn error(&mut self, d: Diagnostic) {
+        if self.reporting {
+            self.diags.push(d);
+        }
+    }
+
+    /// Unify a slot with a type learnt at `span`.
+    fn unify(&mut self, slot: SlotRef, ty: Ty, span: Span) {
+        let (name, s) = self.slot_mut(slot);
+        let name = name.to_string();
+        match s.ty {
+            None => {
+                s.ty = Some(ty);
+                s.decided = Some(span);
+                self.changed = true;
+            }
+            Some(t) if t == ty => {}
+            Some(t) => {
+                let decided = s.decided;
+                let mut d = Diagnostic::error(
+                    Code::TypeMismatch,
+                    span,
+                    format!("type mismatch for {name}: {} here, but {} before", ty.name(), t.name()),
+                )
+                .with_label(format!("used as a {}", ty.name()));
+                if let Some(at) = decided {
+                    d = d.with_secondary(at, format!("{} because of this", t.name()));
+                }
+                self.error(d);
+            }
+        }
+    }
+
+    fn slot_mut(&mut self, s: SlotRef) -> (String, &mut Slot) {
+        match s {
+            SlotRef::Local(id) => {
+                let e = &mut self.locals.slots[id.0 as usize];
+                (format!("`{}`", e.0), &mut e.1)
+            }
+            SlotRef::GlobalValue(id) => {
+                let g = &mut self.globals[id.0 as usize];
+                let what = if g.shape == Shape::Array {
+                    format!("the values of `{}`", g.name)
+                } else {
+                    format!("`{}`", g.name)
+                };
+                (what, &mut g.value)
+            }
+            SlotRef::GlobalKey(id, k) => {
+                let g = &mut self.globals[id.0 as usize];
+                (format!("key {} of `{}`", k + 1, g.name), &mut g.keys[k])
+            }
+            SlotRef::Param(f, k) => {
+                // The function being walked has its locals in `self.locals`.
+                let walking = Some(f) == self.in_function;
+                let fs = &mut self.functions[f.0 as usize];
+                let locals = if walking { &mut self.locals } else { &mut fs.locals };
+                let name = format!("parameter `{}` of `{}`", locals.slots[k].0, fs.ast.name.name);
+                (name, &mut locals.slots[k].1)
+            }
+            SlotRef::Return(f) => {
+                let fs = &mut self.functions[f.0 as usize];
+                (format!("the result of `{}`", fs.ast.name.name), &mut fs.ret)
+            }
+        }
+    }
+
+    fn slot_ty(&mut self, s: SlotRef) -> Option<Ty> {
+        self.slot_mut(s).1.ty
+    }
+
+    /// Report a wrong type: `what` is what needs `want`.
+    fn expect(&mut self, got: Option<Ty>, want: Ty, span: Span, what: &str) {
+        if let Some(t) = got {
+            if t != want {
+                self.error(
+                    Diagnostic::error(Code::TypeMismatch, span, format!("{what} must be a {}, not a {}", want.name(), t.name()))
+                        .with_label(format!("this is a {}", t.name())),
+                );
+            }
+        }
+    }
+
+    fn untyped(&mut self, name: &str, span: Span) {
+        if self.reporting && !self.untyped_reported.iter().any(|n| n == name) {
+            self.untyped_reported.push(name.to_string());
+            self.diags.push(
+                Diagnostic::error(Code::TypeUnknown, span, format!("cannot tell the type of `{name}`"))
+                    .with_label("first used here; nothing in the program gives it a value")
+                    .with_help("assign it a number or a string somewhere, or annotate it (`name:long`)"),
+            );
+        }
+    }
+
+    fn check_globals(&mut self) {
+        for i in 0..self.globals.len() {
+            let g = &self.globals[i];
+            if g.first_use.is_none() {
+                continue;
+            }
+            let unknown = g.value.ty.is_none() || g.keys.iter().any(|k| k.ty.is_none());
+            if unknown {
+                let (name, at) = (g.name.clone(), g.first_use.unwrap_or(g.span));
+                self.untyped(&name, at);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ script arguments
+
+    fn script_arg(&self, index: u32, span: Span) -> Result<&'a str, Diagnostic> {
+        let n = self.args.len();
+        match (index as usize).checked_sub(1).and_then(|i| self.args.get(i)) {
+            Some(a) => Ok(a.as_str()),
+            None => Err(Diagnostic::error(
+                Code::ScriptArgument,
+                span,
+                format!("script argument {index} is not given ({n} argument{} given)", if n == 1 { "" } else { "s" }),
+            )
+            .with_label("refers to a missing argument")
+            .with_help("script arguments follow the script: `telco-stap script.tp ARG1 ARG2`")),
+        }
+    }
+
+    fn script_arg_long(&self, index: u32, span: Span) -> Result<i64, Diagnostic> {
+        let s = self.script_arg(index, span)?;
+        crate::lexer::parse_int(s.trim()).or_else(|_| s.trim().parse::<i64>()).map_err(|_| {
+            Diagnostic::error(Code::ScriptArgument, span, format!("script argument ${index} is `{s}`, not a number"))
+                .with_label("used as a number here")
+                .with_help(format!("use `@{index}` for the argument as a string"))
+        })
+    }
+
+    // ------------------------------------------------------------ statements
+
+    fn block(&mut self, b: &ast::Block) -> Vec<Stmt> {
+        b.stmts.iter().filter_map(|s| self.stmt(s)).collect()
+    }
+
+    fn boxed(&mut self, s: &ast::Stmt) -> Box<Stmt> {
+        Box::new(self.stmt(s).unwrap_or(Stmt { kind: StmtKind::Block(Vec::new()), span: s.span }))
+    }
+
+    fn cond(&mut self, e: &ast::Expr) -> Expr {
+        let (x, t) = self.expr(e, Some(Ty::Long));
+        self.expect(t, Ty::Long, e.span, "a condition");
+        x
+    }
+
+    fn stmt(&mut self, s: &ast::Stmt) -> Option<Stmt> {
+        let span = s.span;
+        let kind = match &s.kind {
+            S::Empty | S::Error => return None,
+            S::Block(b) => StmtKind::Block(self.block(b)),
+            S::Expr(e) => {
+                let (x, _) = self.expr(e, None);
+                StmtKind::Expr(x)
+            }
+            S::If(i) => {
+                let cond = self.cond(&i.cond);
+                let then = self.boxed(&i.then);
+                let els = i.els.as_ref().map(|e| self.boxed(e));
+                StmtKind::If { cond, then, els }
+            }
+            S::While(w) => {
+                let cond = self.cond(&w.cond);
+                StmtKind::While { cond, body: self.boxed(&w.body) }
+            }
+            S::For(f) => {
+                let init = f.init.as_ref().map(|e| self.expr(e, None).0);
+                let cond = f.cond.as_ref().map(|e| self.cond(e));
+                let step = f.step.as_ref().map(|e| self.expr(e, None).0);
+                StmtKind::For { init, cond, step, body: self.boxed(&f.body) }
+            }
+            S::Foreach(f) => return self.foreach(f, span),
+            S::Break => StmtKind::Break,
+            S::Continue => StmtKind::Continue,
+            S::Next => StmtKind::Next,
+            S::Return(v) => {
+                let Some(fid) = self.in_function else { return None };
+                match v {
+                    None => StmtKind::Return(None),
+                    Some(e) => {
+                        let want = self.slot_ty(SlotRef::Return(fid));
+                        let (x, t) = self.expr(e, want.filter(|t| *t != Ty::Void));
+                        match t {
+                            Some(Ty::Long | Ty::String) => self.unify(SlotRef::Return(fid), t.unwrap_or(Ty::Long), e.span),
+                            Some(other) => self.error(
+                                Diagnostic::error(
+                                    Code::TypeMismatch,
+                                    e.span,
+                                    format!("a function cannot return a {}", other.name()),
+                                )
+                                .with_label("functions return a long or a string"),
+                            ),
+                            None => {}
+                        }
+                        StmtKind::Return(Some(x))
+                    }
+                }
+            }
+            S::Delete(e) => return self.delete(e, span),
+            S::Try(t) => {
+                let body = self.block(&t.body);
+                let var = t.var.as_ref().map(|v| {
+                    let id = self.local(&v.name, v.span);
+                    self.unify(SlotRef::Local(id), Ty::String, v.span);
+                    id
+                });
+                let handler = self.block(&t.handler);
+                StmtKind::Try { body, var, handler }
+            }
+        };
+        Some(Stmt { kind, span })
+    }
+
+    fn foreach(&mut self, f: &ast::Foreach, span: Span) -> Option<Stmt> {
+        let array = self.array(&f.array, f.keys.len())?;
+        let mut keys = Vec::new();
+        for (i, k) in f.keys.iter().enumerate() {
+            let id = self.local(&k.name.name, k.name.span);
+            self.link(SlotRef::Local(id), SlotRef::GlobalKey(array, i), k.name.span);
+            keys.push(id);
+        }
+        let value = f.value.as_ref().map(|v| {
+            let id = self.local(&v.name, v.span);
+            self.link(SlotRef::Local(id), SlotRef::GlobalValue(array), v.span);
+            id
+        });
+        if value.is_some() && self.globals[array.0 as usize].value.ty == Some(Ty::Stat) {
+            self.error(
+                Diagnostic::error(Code::TypeMismatch, span, "`foreach` cannot bind the value of an array of statistics")
+                    .with_label("read it with `@count(arr[k])` and friends instead"),
+            );
+        }
+        let sort = f
+            .keys
+            .iter()
+            .enumerate()
+            .find_map(|(i, k)| k.sort.map(|s| (SortBy::Key(i), s.dir)))
+            .or(f.value_sort.map(|s| (SortBy::Value, s.dir)));
+        let limit = f.limit.as_ref().map(|l| {
+            let (x, t) = self.expr(l, Some(Ty::Long));
+            self.expect(t, Ty::Long, l.span, "a `limit`");
+            x
+        });
+        let body = self.boxed(&f.body);
+        Some(Stmt { kind: StmtKind::Foreach { array, keys, value, sort, limit, body }, span })
+    }
+
+    fn delete(&mut self, e: &ast::Expr, span: Span) -> Option<Stmt> {
+        let kind = match &e.kind {
+            A::Var(name) => {
+                if let Some(&id) = self.locals.index.get(name) {
+                    StmtKind::DeleteLocal(id)
+                } else if let Some(&g) = self.global_index.get(name) {
+                    self.touch_global(g, e.span);
+                    StmtKind::DeleteGlobal(g)
+                } else {
+                    let id = self.local(name, e.span);
+                    StmtKind::DeleteLocal(id)
+                }
+            }
+            A::Index(ix) => {
+                let array = self.array(&ix.array, ix.keys.len())?;
+                let keys = self.keys(array, &ix.keys);
+                StmtKind::DeleteElement { array, keys }
+            }
+            _ => return None,
+        };
+        Some(Stmt { kind, span })
+    }
+
+    /// Make two slots agree in whichever direction is known.
+    fn link(&mut self, a: SlotRef, b: SlotRef, span: Span) {
+        match (self.slot_ty(a), self.slot_ty(b)) {
+            (Some(t), _) => self.unify(b, t, span),
+            (None, Some(t)) => self.unify(a, t, span),
+            (None, None) => {}
+        }
+    }
+
+    // ------------------------------------------------------------ names
+
+    /// The local `name` in the current body, created on first sight.
+    fn local(&mut self, name: &str, span: Span) -> LocalId {
+        if let Some(&id) = self.locals.index.get(name) {
+            return id;
+        }
+        let id = LocalId(self.locals.slots.len() as u32);
+        self.locals.index.insert(name.to_string(), id);
+        self.locals.slots.push((name.to_string(), Slot::default(), span));
+        id
+    }
+
+    fn touch_global(&mut self, g: GlobalId, span: Span) {
+        let gs = &mut self.globals[g.0 as usize];
+        if gs.first_use.is_none() {
+            gs.first_use = Some(span);
+        }
+    }
+
+    fn set_shape(&mut self, g: GlobalId, shape: Shape, arity: usize, span: Span) -> bool {
+        let gs = &mut self.globals[g.0 as usize];
+        if gs.first_use.is_none() {
+            gs.first_use = Some(span);
+        }
+        match (gs.shape, shape) {
+            (Shape::Unknown, _) => {
+                gs.shape = shape;
+                gs.shape_decided = Some(span);
+                if shape == Shape::Array {
+                    gs.keys = vec![Slot::default(); arity];
+                }
+                self.changed = true;
+                true
+            }
+            (a, b) if a == b => {
+                if shape == Shape::Array && gs.keys.is_empty() {
+                    gs.keys = vec![Slot::default(); arity];
+                    self.changed = true;
+                }
+                if shape == Shape::Array && gs.keys.len() != arity {
+                    let (name, n, at) = (gs.name.clone(), gs.keys.len(), gs.shape_decided);
+                    let mut d = Diagnostic::error(
+                        Code::ArrayMisuse,
+                        span,
+                        format!("`{name}` has {n} key{} but is used with {arity} here", if n == 1 { "" } else { "s" }),
+                    )
+                    .with_label(format!("{arity} key{}", if arity == 1 { "" } else { "s" }));
+                    if let Some(at) = at {
+                        d = d.with_secondary(at, format!("{n} key{} here", if n == 1 { "" } else { "s" }));
+                    }
+                    self.error(d);
+                    return false;
+                }
+                true
+            }
+            (a, _) => {
+                let (name, at) = (gs.name.clone(), gs.shape_decided);
+                let (was, now) = if a == Shape::Array { ("an array", "a scalar") } else { ("a scalar", "an array") };
+                let mut d =
+                    Diagnostic::error(Code::ArrayMisuse, span, format!("`{name}` is {was} but is used as {now} here"))
+                        .with_label(format!("used as {now}"));
+                if let Some(at) = at {
+                    d = d.with_secondary(at, format!("{was} because of this"));
+                }
+                self.error(d);
+                false
+            }
+        }
+    }
+
+    /// A global array named `name`, used with `arity` keys.
+    fn array(&mut self, name: &ast::Ident, arity: usize) -> Option<GlobalId> {
+        let Some(&g) = self.global_index.get(&name.name) else {
+            let mut d = Diagnostic::error(
+                Code::Undefined,
+                name.span,
+                format!("`{}` is not a global array", name.name),
+            )
+            .with_label("arrays must be declared");
+            d = d.with_help(format!("declare it at the top of the script: `global {}`", name.name));
+            if let Some(s) = crate::suggest::closest(&name.name, self.global_index.keys().map(String::as_str)) {
+                d = d.with_help(format!("did you mean the global `{s}`? (or declare `global {}`)", name.name));
+            }
+            self.error(d);
+            return None;
+        };
+        self.set_shape(g, Shape::Array, arity, name.span).then_some(g)
+    }
+
+    fn keys(&mut self, array: GlobalId, keys: &[ast::Expr]) -> Vec<Expr> {
+        let mut out = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            let want = self.globals[array.0 as usize].keys.get(i).and_then(|s| s.ty);
+            let (x, t) = self.expr(k, want);
+            match t {
+                Some(Ty::Long | Ty::String) if i < self.globals[array.0 as usize].keys.len() => {
+                    self.unify(SlotRef::GlobalKey(array, i), t.unwrap_or(Ty::Long), k.span)
+                }
+                Some(other @ (Ty::Stat | Ty::Hist | Ty::Void)) => self.error(
+                    Diagnostic::error(Code::TypeMismatch, k.span, format!("an array key cannot be a {}", other.name()))
+                        .with_label("keys are longs or strings"),
+                ),
+                _ => {}
+            }
+            out.push(x);
+        }
+        out
+    }
+
+    // ------------------------------------------------------------ expressions
+
+    fn expr(&mut self, e: &ast::Expr, want: Option<Ty>) -> Typed {
+        let span = e.span;
+        let mk = |kind: ExprKind, ty: Option<Ty>| (Expr { kind, ty: ty.unwrap_or(Ty::Long), span }, ty);
+        match &e.kind {
+            A::Int(n) => mk(ExprKind::Long(*n), Some(Ty::Long)),
+            A::Str(s) => mk(ExprKind::String(s.clone()), Some(Ty::String)),
+            A::Error => mk(ExprKind::Long(0), None),
+            A::ScriptArg { index, as_string } => {
+                let r = if *as_string {
+                    self.script_arg(*index, span).map(|s| (ExprKind::String(s.as_bytes().to_vec()), Ty::String))
+                } else {
+                    self.script_arg_long(*index, span).map(|n| (ExprKind::Long(n), Ty::Long))
+                };
+                match r {
+                    Ok((k, t)) => mk(k, Some(t)),
+                    Err(d) => {
+                        self.error(d);
+                        mk(ExprKind::Long(0), if *as_string { Some(Ty::String) } else { Some(Ty::Long) })
+                    }
+                }
+            }
+            A::ScriptArgCount { .. } => mk(ExprKind::Long(self.args.len() as i64), Some(Ty::Long)),
+            A::Var(name) => self.var(name, span, want),
+            A::TargetVar(name) => self.target_var(name, span),
+            A::Index(ix) => {
+                let Some(array) = self.array(&ix.array, ix.keys.len()) else { return mk(ExprKind::Long(0), None) };
+                let keys = self.keys(array, &ix.keys);
+                let mut ty = self.globals[array.0 as usize].value.ty;
+                if ty.is_none() {
+                    if let Some(w @ (Ty::Long | Ty::String)) = want {
+                        self.unify(SlotRef::GlobalValue(array), w, span);
+                        ty = Some(w);
+                    }
+                }
+                if ty == Some(Ty::Stat) && !matches!(want, Some(Ty::Stat)) {
+                    self.stat_read_error(&ix.array.name, span);
+                }
+                mk(ExprKind::Index { array, keys }, ty)
+            }
+            A::In(ix) => {
+                let Some(array) = self.array(&ix.array, ix.keys.len()) else { return mk(ExprKind::Long(0), Some(Ty::Long)) };
+                let keys = self.keys(array, &ix.keys);
+                mk(ExprKind::In { array, keys }, Some(Ty::Long))
+            }
+            A::Call(c) => self.call(c, span, want),
+            A::AtOp(c) => self.at_op(c, span),
+            A::Unary { op, operand } => {
+                let (x, t) = self.expr(operand, Some(Ty::Long));
+                let what = match op {
+                    UnOp::Not => "the operand of `!`",
+                    UnOp::BitNot => "the operand of `~`",
+                    UnOp::Neg | UnOp::Plus => "the operand of a sign",
+                };
+                self.expect(t, Ty::Long, operand.span, what);
+                mk(ExprKind::Unary { op: *op, operand: Box::new(x) }, Some(Ty::Long))
+            }
+            A::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span),
+            A::Assign { op, target, value } => self.assign(*op, target, value, span),
+            A::IncDec { op, prefix, target } => {
+                let (t, ty) = self.lvalue(target, Some(Ty::Long));
+                self.expect(ty, Ty::Long, target.span, if *op == IncDec::Inc { "what `++` changes" } else { "what `--` changes" });
+                mk(ExprKind::IncDec { op: *op, prefix: *prefix, target: Box::new(t) }, Some(Ty::Long))
+            }
+            A::Ternary { cond, then, els } => {
+                let c = self.cond(cond);
+                let (a, ta) = self.expr(then, want);
+                let (b, tb) = self.expr(els, want.or(ta));
+                let (a, ta) = if ta.is_none() && tb.is_some() { self.expr(then, tb) } else { (a, ta) };
+                let ty = match (ta, tb) {
+                    (Some(x), Some(y)) if x != y => {
+                        self.error(
+                            Diagnostic::error(
+                                Code::TypeMismatch,
+                                span,
+                                format!("the branches of `?:` differ: {} and {}", x.name(), y.name()),
+                            )
+                            .with_label("both branches must have one type"),
+                        );
+                        Some(x)
+                    }
+                    (x, y) => x.or(y),
+                };
+                mk(ExprKind::Ternary { cond: Box::new(c), then: Box::new(a), els: Box::new(b) }, ty)
+            }
+        }
+    }
+
+    fn stat_read_error(&mut self, name: &str, span: Span) {
+        self.error(
+            Diagnostic::error(Code::TypeMismatch, span, format!("`{name}` is a statistic and has no single value"))
+                .with_label("read here as a value")
+                .with_help("read it with @count, @sum, @min, @max, @avg, @hist_log or @hist_linear"),
+        );
+    }
+
+    fn var(&mut self, name: &str, span: Span, want: Option<Ty>) -> Typed {
+        if self.kind == BodyKind::Condition && !self.global_index.contains_key(name) {
+            self.error(
+                Diagnostic::error(Code::Undefined, span, format!("`{name}` is not a global"))
+                    .with_label("probe conditions may use only globals"),
+            );
+            return (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, Some(Ty::Long));
+        }
+        let slot = if let Some(&id) = self.locals.index.get(name) {
+            SlotRef::Local(id)
+        } else if let Some(&g) = self.global_index.get(name) {
+            if !self.set_shape(g, Shape::Scalar, 0, span) {
+                return (Expr { kind: ExprKind::Global(g), ty: Ty::Long, span }, None);
+            }
+            SlotRef::GlobalValue(g)
+        } else {
+            SlotRef::Local(self.local(name, span))
+        };
+        let mut ty = self.slot_ty(slot);
+        if ty.is_none() {
+            if let Some(w @ (Ty::Long | Ty::String | Ty::Stat)) = want {
+                self.unify(slot, w, span);
+                ty = Some(w);
+            } else if self.reporting {
+                self.untyped(name, span);
+            }
+        }
+        if ty == Some(Ty::Stat) && want != Some(Ty::Stat) {
+            self.stat_read_error(name, span);
+        }
+        let kind = match slot {
+            SlotRef::Local(id) => ExprKind::Local(id),
+            SlotRef::GlobalValue(g) => ExprKind::Global(g),
+            _ => ExprKind::Long(0),
+        };
+        (Expr { kind, ty: ty.unwrap_or(Ty::Long), span }, ty)
+    }
+
+    fn target_var(&mut self, name: &str, span: Span) -> Typed {
+        let mk = |kind| (Expr { kind, ty: Ty::Long, span }, Some(Ty::Long));
+        let arg = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()).filter(|n| *n >= 1);
+        let in_function_probe =
+            matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function);
+        match (name, arg) {
+            (_, Some(n)) if in_function_probe => {
+                let t = ExprKind::Target(Target::Arg(n));
+                if self.kind == BodyKind::FunctionReturn {
+                    // In a return probe, arguments are the values at entry.
+                    return mk(ExprKind::Entry(Box::new(Expr { kind: t, ty: Ty::Long, span })));
+                }
+                mk(t)
+            }
+            ("return", _) if self.kind == BodyKind::FunctionReturn => mk(ExprKind::Target(Target::Return)),
+            ("return", _) => {
+                self.error(
+                    Diagnostic::error(Code::Context, span, "`$return` outside a return probe")
+                        .with_label("only `.return` probes see the return value")
+                        .with_help("probe `...function(\"name\").return` to read `$return`"),
+                );
+                mk(ExprKind::Long(0))
+            }
+            (_, Some(_)) => {
+                self.error(
+                    Diagnostic::error(Code::Context, span, format!("`${name}` outside a function probe"))
+                        .with_label("there is no function call here to read arguments from"),
+                );
+                mk(ExprKind::Long(0))
+            }
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
+                        .with_label("telco-stap reads no debug information")
+                        .with_help("use `$arg1`, `$arg2`, ... (arguments by position), `$return`, or `register(\"rdi\")`"),
+                );
+                mk(ExprKind::Long(0))
+            }
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, lhs: &ast::Expr, rhs: &ast::Expr, span: Span) -> Typed {
+        let mk = |kind, ty: Ty| (Expr { kind, ty, span }, Some(ty));
+        match op {
+            BinOp::Concat => {
+                let (a, ta) = self.expr(lhs, Some(Ty::String));
+                let (b, tb) = self.expr(rhs, Some(Ty::String));
+                self.expect(ta, Ty::String, lhs.span, "an operand of `.`");
+                self.expect(tb, Ty::String, rhs.span, "an operand of `.`");
+                mk(ExprKind::Binary { op, lhs: Box::new(a), rhs: Box::new(b) }, Ty::String)
+            }
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                // Both sides have one type, long or string; learn it from either.
+                let (a, ta) = self.expr(lhs, None);
+                let (b, tb) = self.expr(rhs, ta);
+                let (a, ta) = if ta.is_none() && tb.is_some() { self.expr(lhs, tb) } else { (a, ta) };
+                match (ta, tb) {
+                    (Some(x), Some(y)) if x != y => self.error(
+                        Diagnostic::error(
+                            Code::TypeMismatch,
+                            span,
+                            format!("cannot compare a {} with a {}", x.name(), y.name()),
+                        )
+                        .with_label("both sides must be longs, or both strings"),
+                    ),
+                    (Some(t @ (Ty::Stat | Ty::Hist | Ty::Void)), _) | (_, Some(t @ (Ty::Stat | Ty::Hist | Ty::Void))) => {
+                        self.error(
+                            Diagnostic::error(Code::TypeMismatch, span, format!("cannot compare a {}", t.name()))
+                                .with_label("only longs and strings compare"),
+                        )
+                    }
+                    _ => {}
+                }
+                mk(ExprKind::Binary { op, lhs: Box::new(a), rhs: Box::new(b) }, Ty::Long)
+            }
+            _ => {
+                let (a, ta) = self.expr(lhs, Some(Ty::Long));
+                let (b, tb) = self.expr(rhs, Some(Ty::Long));
+                let what = format!("an operand of `{}`", op.symbol());
+                self.expect(ta, Ty::Long, lhs.span, &what);
+                self.expect(tb, Ty::Long, rhs.span, &what);
+                mk(ExprKind::Binary { op, lhs: Box::new(a), rhs: Box::new(b) }, Ty::Long)
+            }
+        }
+    }
+
+    /// An assignable expression; `want` is the type the assignment gives it.
+    fn lvalue(&mut self, e: &ast::Expr, want: Option<Ty>) -> Typed {
+        match &e.kind {
+            A::TargetVar(name) => {
+                if !self.guru {
+                    self.error(
+                        Diagnostic::error(Code::Context, e.span, format!("writing `${name}` needs guru mode"))
+                            .with_label("changes the target's state")
+                            .with_help("run with -g to allow probes to write target registers and memory"),
+                    );
+                }
+                self.target_var(name, e.span)
+            }
+            A::Var(_) | A::Index(_) => self.expr(e, want),
+            _ => {
+                let (x, t) = self.expr(e, want);
+                (x, t)
+            }
+        }
+    }
+
+    fn assign(&mut self, op: AssignOp, target: &ast::Expr, value: &ast::Expr, span: Span) -> Typed {
+        let mk = |kind, ty: Option<Ty>| (Expr { kind, ty: ty.unwrap_or(Ty::Long), span }, ty);
+        match op {
+            AssignOp::Aggregate => {
+                // Statistics live in globals: `s <<< v` or `arr[k] <<< v`.
+                let is_global = match &target.kind {
+                    A::Var(n) => self.global_index.contains_key(n) && !self.locals.index.contains_key(n),
+                    A::Index(_) => true,
+                    _ => false,
+                };
+                if !is_global {
+                    self.error(
+                        Diagnostic::error(Code::TypeMismatch, target.span, "statistics must be globals")
+                            .with_label("not a global")
+                            .with_help("declare it with `global` at the top of the script"),
+                    );
+                }
+                let (t, tt) = self.expr(target, Some(Ty::Stat));
+                self.expect(tt, Ty::Stat, target.span, "the left side of `<<<`");
+                let (v, tv) = self.expr(value, Some(Ty::Long));
+                self.expect(tv, Ty::Long, value.span, "a value added to a statistic");
+                mk(ExprKind::Assign { op, target: Box::new(t), value: Box::new(v) }, Some(Ty::Long))
+            }
+            AssignOp::Assign => {
+                // Learn in both directions: from the value, else from the target.
+                let errors = self.diags.len();
+                let (v, tv) = self.expr(value, None);
+                if self.reporting && tv.is_none() && self.diags.len() > errors {
+                    // The value was already reported; its target's type is unknowable.
+                    if let A::Var(n) = &target.kind {
+                        self.untyped_reported.push(n.clone());
+                    }
+                }
+                let (t, tt) = self.lvalue(target, tv.filter(|t| matches!(t, Ty::Long | Ty::String)));
+                let (v, tv) = if tv.is_none() && tt.is_some() { self.expr(value, tt) } else { (v, tv) };
+                match (tt, tv) {
+                    (Some(a), Some(b)) if a != b => {
+                        self.error(
+                            Diagnostic::error(
+                                Code::TypeMismatch,
+                                span,
+                                format!("cannot assign a {} to a {}", b.name(), a.name()),
+                            )
+                            .with_label(format!("the value is a {}", b.name()))
+                            .with_secondary(target.span, format!("this is a {}", a.name())),
+                        );
+                    }
+                    (_, Some(t @ (Ty::Stat | Ty::Hist | Ty::Void))) => self.error(
+                        Diagnostic::error(Code::TypeMismatch, value.span, format!("a {} cannot be assigned", t.name()))
+                            .with_label("has no value to store"),
+                    ),
+                    _ => {}
+                }
+                let ty = tt.or(tv);
+                mk(ExprKind::Assign { op, target: Box::new(t), value: Box::new(v) }, ty)
+            }
+            AssignOp::Concat => {
+                let (t, tt) = self.lvalue(target, Some(Ty::String));
+                let (v, tv) = self.expr(value, Some(Ty::String));
+                self.expect(tt, Ty::String, target.span, "the left side of `.=`");
+                self.expect(tv, Ty::String, value.span, "the right side of `.=`");
+                mk(ExprKind::Assign { op, target: Box::new(t), value: Box::new(v) }, Some(Ty::String))
+            }
+            _ => {
+                let (t, tt) = self.lvalue(target, Some(Ty::Long));
+                let (v, tv) = self.expr(value, Some(Ty::Long));
+                let what = format!("an operand of `{}`", op.symbol());
+                self.expect(tt, Ty::Long, target.span, &what);
+                self.expect(tv, Ty::Long, value.span, &what);
+                mk(ExprKind::Assign { op, target: Box::new(t), value: Box::new(v) }, Some(Ty::Long))
+            }
+        }
+    }
+
+    fn call(&mut self, c: &ast::Call, span: Span, want: Option<Ty>) -> Typed {
+        let name = c.name.name.as_str();
+        if let Some(&fid) = self.func_index.get(name) {
+            let params = self.functions[fid.0 as usize].params;
+            if c.args.len() != params {
+                let def = self.functions[fid.0 as usize].ast.name.span;
+                self.error(
+                    Diagnostic::error(
+                        Code::Arity,
+                        span,
+                        format!(
+                            "function `{name}` takes {params} argument{} but {} {} given",
+                            if params == 1 { "" } else { "s" },
+                            c.args.len(),
+                            if c.args.len() == 1 { "was" } else { "were" }
+                        ),
+                    )
+                    .with_label("in this call")
+                    .with_secondary(def, "defined here"),
+                );
+            }
+            let mut args = Vec::with_capacity(c.args.len());
+            for (i, a) in c.args.iter().enumerate() {
+                if i >= params {
+                    args.push(self.expr(a, None).0);
+                    continue;
+                }
+                let slot = SlotRef::Param(fid, i);
+                let want = self.slot_ty(slot);
+                let (x, t) = self.expr(a, want);
+                match t {
+                    Some(t @ (Ty::Long | Ty::String)) => self.unify(slot, t, a.span),
+                    Some(t) => self.error(
+                        Diagnostic::error(Code::TypeMismatch, a.span, format!("cannot pass a {} to a function", t.name()))
+                            .with_label("arguments are longs or strings"),
+                    ),
+                    None => {}
+                }
+                args.push(x);
+            }
+            let ret = SlotRef::Return(fid);
+            let mut ty = self.slot_ty(ret);
+            if ty.is_none() {
+                if let Some(w @ (Ty::Long | Ty::String)) = want {
+                    self.unify(ret, w, span);
+                    ty = Some(w);
+                }
+            }
+            if ty == Some(Ty::Void) && want.is_some() {
+                self.error(
+                    Diagnostic::error(Code::TypeMismatch, span, format!("function `{name}` returns no value"))
+                        .with_label("its result is used here"),
+                );
+            }
+            return (Expr { kind: ExprKind::Call { func: fid, args }, ty: ty.unwrap_or(Ty::Long), span }, ty);
+        }
+        let Some(sig) = builtins::lookup(name) else {
+            let mut d = Diagnostic::error(Code::Undefined, c.name.span, format!("unknown function `{name}`"))
+                .with_label("not a built-in, a script function or a tapset function");
+            let candidates: Vec<&str> =
+                self.func_index.keys().map(String::as_str).chain(builtins::BUILTINS.iter().map(|s| s.name)).collect();
+            if let Some(s) = crate::suggest::closest(name, candidates.iter().copied()) {
+                d = d.with_help(format!("did you mean `{s}`?"));
+            }
+            self.error(d);
+            // Still walk the arguments: they may define locals and types.
+            for a in &c.args {
+                self.expr(a, None);
+            }
+            return (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, None);
+        };
+        self.builtin(sig, c, span)
+    }
+
+    fn builtin(&mut self, sig: &'static builtins::Signature, c: &ast::Call, span: Span) -> Typed {
+        let n = c.args.len();
+        let (lo, hi) = (sig.args.len(), sig.args.len() + sig.optional.len());
+        if n < lo || (!sig.varargs && n > hi) {
+            let want = if sig.varargs {
+                format!("at least {lo}")
+            } else if lo == hi {
+                format!("{lo}")
+            } else {
+                format!("{lo} or {hi}")
+            };
+            self.error(
+                Diagnostic::error(
+                    Code::Arity,
+                    span,
+                    format!("`{}` takes {want} argument{} but {n} {} given", sig.name, if hi == 1 && lo == 1 { "" } else { "s" }, if n == 1 { "was" } else { "were" }),
+                )
+                .with_label("in this call"),
+            );
+        }
+        let mut args = Vec::with_capacity(n);
+        let fixed: Vec<Ty> = sig.args.iter().chain(sig.optional.iter()).copied().collect();
+        // printf/sprintf: the format decides the types of the rest.
+        let mut formatted: Option<Vec<bool>> = None;
+        if matches!(sig.builtin, Builtin::Printf | Builtin::Sprintf) {
+            if let Some(f) = c.args.first() {
+                match &f.kind {
+                    A::Str(s) => match crate::format::parse(s) {
+                        Ok(segs) => formatted = Some(crate::format::argument_kinds(&segs)),
+                        Err(fe) => self.error(
+                            Diagnostic::error(Code::BadFormat, f.span, format!("invalid format string: {}", fe.message))
+                                .with_label(format!("at byte {} of the format", fe.offset)),
+                        ),
+                    },
+                    _ => self.error(
+                        Diagnostic::error(Code::BadFormat, f.span, format!("the format of `{}` must be a string literal", sig.name))
+                            .with_label("not a literal")
+                            .with_help("formats are checked and compiled ahead of time; use `%s` to print a computed string"),
+                    ),
+                }
+            }
+            if let Some(kinds) = &formatted {
+                if kinds.len() != n.saturating_sub(1) {
+                    self.error(
+                        Diagnostic::error(
+                            Code::BadFormat,
+                            span,
+                            format!("the format wants {} argument{} but {} {} given", kinds.len(), if kinds.len() == 1 { "" } else { "s" }, n.saturating_sub(1), if n.saturating_sub(1) == 1 { "is" } else { "are" }),
+                        )
+                        .with_label("in this call"),
+                    );
+                }
+            }
+        }
+        for (i, a) in c.args.iter().enumerate() {
+            let want = if let Some(t) = fixed.get(i) {
+                Some(*t)
+            } else if let Some(kinds) = &formatted {
+                kinds.get(i - 1).map(|s| if *s { Ty::String } else { Ty::Long })
+            } else {
+                None
+            };
+            let (x, t) = self.expr(a, want);
+            match (want, t) {
+                (Some(w), Some(t)) if w != t => {
+                    let what = if fixed.get(i).is_some() {
+                        format!("argument {} of `{}`", i + 1, sig.name)
+                    } else {
+                        format!("the argument for conversion {} of the format", i)
+                    };
+                    self.expect(Some(t), w, a.span, &what);
+                }
+                (None, Some(Ty::Hist)) if matches!(sig.builtin, Builtin::Print | Builtin::Println) => {}
+                (None, Some(t @ (Ty::Hist | Ty::Stat | Ty::Void))) => self.error(
+                    Diagnostic::error(Code::TypeMismatch, a.span, format!("a {} cannot be printed here", t.name()))
+                        .with_label("not a long or a string")
+                        .with_help("print a histogram on its own: `print(@hist_log(s))`"),
+                ),
+                _ => {}
+            }
+            args.push(x);
+        }
+        let ty = sig.ret;
+        (Expr { kind: ExprKind::Builtin { func: sig.builtin, args }, ty, span }, Some(ty))
+    }
+
+    fn at_op(&mut self, c: &ast::Call, span: Span) -> Typed {
+        let name = c.name.name.as_str();
+        let zero = |ty| (Expr { kind: ExprKind::Long(0), ty, span }, Some(ty));
+        match name {
+            "entry" => {
+                let Some(arg) = c.args.first() else { return zero(Ty::Long) };
+                if self.kind != BodyKind::FunctionReturn {
+                    self.error(
+                        Diagnostic::error(Code::Context, span, "`@entry` outside a return probe")
+                            .with_label("there is no function entry to evaluate this at")
+                            .with_help("use `@entry(...)` in a `.return` probe"),
+                    );
+                }
+                let (x, t) = self.expr(arg, None);
+                (Expr { kind: ExprKind::Entry(Box::new(x)), ty: t.unwrap_or(Ty::Long), span }, t)
+            }
+            "count" | "sum" | "min" | "max" | "avg" | "variance" => {
+                let op = match name {
+                    "count" => AggOp::Count,
+                    "sum" => AggOp::Sum,
+                    "min" => AggOp::Min,
+                    "max" => AggOp::Max,
+                    "avg" => AggOp::Avg,
+                    _ => AggOp::Variance,
+                };
+                let Some(arg) = c.args.first() else { return zero(Ty::Long) };
+                let stat = self.stat_operand(arg);
+                (Expr { kind: ExprKind::Aggregate { op, stat: Box::new(stat) }, ty: Ty::Long, span }, Some(Ty::Long))
+            }
+            "hist_log" => {
+                let Some(arg) = c.args.first() else { return zero(Ty::Hist) };
+                let stat = self.stat_operand(arg);
+                (Expr { kind: ExprKind::HistLog { stat: Box::new(stat) }, ty: Ty::Hist, span }, Some(Ty::Hist))
+            }
+            "hist_linear" => {
+                let [arg, lo, hi, step] = &c.args[..] else { return zero(Ty::Hist) };
+                let stat = self.stat_operand(arg);
+                let mut consts = [0i64; 3];
+                for (k, e) in [lo, hi, step].into_iter().enumerate() {
+                    match self.constant(e) {
+                        Some(v) => consts[k] = v,
+                        None => self.error(
+                            Diagnostic::error(Code::BadValue, e.span, "`@hist_linear` bounds must be numbers known ahead of time")
+                                .with_label("not a constant"),
+                        ),
+                    }
+                }
+                let [lo_v, hi_v, step_v] = consts;
+                if step_v <= 0 || hi_v <= lo_v {
+                    self.error(
+                        Diagnostic::error(Code::BadValue, span, "`@hist_linear` needs lo < hi and a positive step")
+                            .with_label(format!("lo {lo_v}, hi {hi_v}, step {step_v}")),
+                    );
+                } else if (hi_v - lo_v) / step_v > 10_000 {
+                    self.error(
+                        Diagnostic::error(Code::BadValue, span, "`@hist_linear` would have more than 10000 buckets")
+                            .with_label(format!("{} buckets", (hi_v - lo_v) / step_v)),
+                    );
+                }
+                (
+                    Expr { kind: ExprKind::HistLinear { stat: Box::new(stat), lo: lo_v, hi: hi_v, step: step_v }, ty: Ty::Hist, span },
+                    Some(Ty::Hist),
+                )
+            }
+            // Unknown operators were reported by pass 1.
+            _ => zero(Ty::Long),
+        }
+    }
+
+    /// The operand of `@count` and friends: a global statistic or an element
+    /// of an array of statistics.
+    fn stat_operand(&mut self, e: &ast::Expr) -> Expr {
+        match &e.kind {
+            A::Var(n) if self.global_index.contains_key(n) && !self.locals.index.contains_key(n) => {
+                self.expr(e, Some(Ty::Stat)).0
+            }
+            A::Index(_) => self.expr(e, Some(Ty::Stat)).0,
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::TypeMismatch, e.span, "not a statistic")
+                        .with_label("expected a global fed with `<<<`, or an element of such an array"),
+                );
+                self.expr(e, None).0
+            }
+        }
+    }
+
+    /// A compile-time integer: a literal, a negated one, or `$N`.
+    fn constant(&self, e: &ast::Expr) -> Option<i64> {
+        match &e.kind {
+            A::Int(n) => Some(*n),
+            A::Unary { op: UnOp::Neg, operand } => self.constant(operand).map(i64::wrapping_neg),
+            A::ScriptArg { index, as_string: false } => self.script_arg_long(*index, e.span).ok(),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SlotRef {
+    Local(LocalId),
+    GlobalValue(GlobalId),
+    GlobalKey(GlobalId, usize),
+    Param(FuncId, usize),
+    Return(FuncId),
+}
+
+fn ast_type(t: ast::Type) -> Ty {
+    match t {
+        ast::Type::Long => Ty::Long,
+        ast::Type::String => Ty::String,
+    }
+}

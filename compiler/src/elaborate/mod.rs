@@ -1,0 +1,217 @@
+//! Pass 2: elaboration. The parsed script plus the tapsets it uses become a
+//! resolved, typed [`Program`]: aliases expanded, names resolved, types
+//! inferred over the whole program, probe points resolved to modules and
+//! addresses.
+//!
+//! Entry point: [`elaborate`]. It never touches a live process; facts about
+//! running processes come through [`points::TargetQuery`].
+
+pub mod alias;
+pub mod builtins;
+pub mod lower;
+pub mod points;
+pub mod show;
+pub mod tapsets;
+pub mod walk;
+
+use crate::ast::{Item, Script};
+use crate::diag::Diagnostic;
+use crate::parse::{parse, ParseConfig};
+use crate::program::Program;
+use crate::span::{FileId, SourceMap};
+use lower::{BodyKind, Lowerer, ProbeBody};
+pub use points::{NoProcesses, TargetQuery, TargetSpec};
+pub use tapsets::TapsetSource;
+
+/// Everything pass 2 needs besides the parsed script.
+pub struct Config<'a> {
+    pub parse: &'a ParseConfig,
+    /// Tapset sources: the built-in ones and those from `-I` directories.
+    pub tapsets: Vec<TapsetSource>,
+    pub target: TargetSpec,
+    pub query: &'a dyn TargetQuery,
+    /// Script arguments (`$1`, `@1`, ...).
+    pub args: &'a [String],
+    /// `-g`: probes may write target state.
+    pub guru: bool,
+}
+
+/// Run pass 2. Returns the program if there were no errors; every
+/// diagnostic goes to `diags` either way.
+pub fn elaborate(
+    sources: &mut SourceMap,
+    script_file: FileId,
+    script: &Script,
+    cfg: &Config<'_>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Program> {
+    // Parse every tapset; a broken tapset is reported like a broken script.
+    let mut tapset_scripts: Vec<(FileId, Script)> = Vec::new();
+    for t in &cfg.tapsets {
+        let id = sources.add(t.name.clone(), t.text.clone());
+        let (s, ds) = parse(sources, id, cfg.parse);
+        diags.extend(ds);
+        tapset_scripts.push((id, s));
+    }
+    let mut all: Vec<(FileId, &Script)> = vec![(script_file, script)];
+    all.extend(tapset_scripts.iter().map(|(id, s)| (*id, s)));
+    let chosen: Vec<(FileId, &Script)> = tapsets::select(&all).into_iter().map(|i| all[i]).collect();
+    let errors_before = diags.iter().filter(|d| d.severity == crate::diag::Severity::Error).count();
+    diags.extend(tapsets::duplicates(&chosen));
+
+    // Declarations.
+    let mut lowerer = Lowerer::new(cfg.args, cfg.guru);
+    let mut alias_defs = Vec::new();
+    for (_, s) in &chosen {
+        for item in &s.items {
+            match item {
+                Item::Global(g) => g.vars.iter().for_each(|v| lowerer.declare_global(v, diags)),
+                Item::Function(f) => lowerer.declare_function(f),
+                Item::Alias(a) => alias_defs.push(a.as_ref()),
+                Item::Probe(_) => {}
+            }
+        }
+    }
+    let aliases = alias::Aliases::new(alias_defs);
+
+    // Probes: expand aliases, resolve points; each expanded point is one
+    // handler with its own scope (prologues, the body, epilogues).
+    let mut resolver = points::Resolver::new(cfg.target.clone(), cfg.query);
+    let mut bodies: Vec<ProbeBody<'_>> = Vec::new();
+    let mut shells = Vec::new();
+    for (_, s) in &chosen {
+        for item in &s.items {
+            let Item::Probe(p) = item else { continue };
+            for written in &p.points {
+                for ex in aliases.expand(written, diags) {
+                    let r = resolver.resolve(&ex, diags);
+                    let mut blocks = ex.before.clone();
+                    blocks.push(&p.body);
+                    blocks.extend(ex.after.iter().copied());
+                    let condition = written.condition.as_deref();
+                    let kind = if r.points.is_empty() { BodyKind::Session.max_of(r.kind) } else { r.kind };
+                    bodies.push(ProbeBody { blocks, condition, kind, locals: Default::default() });
+                    shells.push((r.points, ex.written.clone(), p.span));
+                }
+            }
+        }
+    }
+    let (globals, functions, lowered, ds) = lowerer.run(&mut bodies);
+    diags.extend(ds);
+    let probes = shells
+        .into_iter()
+        .zip(lowered)
+        // A point that resolved to nothing (an optional one) has no handler.
+        .filter(|((points, _, _), _)| !points.is_empty())
+        .map(|((points, written, span), (body, condition, locals))| crate::program::Probe {
+            points,
+            written,
+            condition,
+            locals,
+            body,
+            span,
+        })
+        .collect();
+    let errors_after = diags.iter().filter(|d| d.severity == crate::diag::Severity::Error).count();
+    if errors_after > errors_before {
+        return None;
+    }
+    let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
+    Some(Program { globals, functions, probes, files })
+}
+
+impl BodyKind {
+    /// The kind to check a body under when its point resolved to nothing:
+    /// keep the function-probe context so `$return` is not also reported.
+    fn max_of(self, other: BodyKind) -> BodyKind {
+        if other == BodyKind::Session {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+/// `-l POINT` / `-L POINT`: the lines SystemTap would print, sorted. The
+/// script holds one probe with the point(s) to list. Alias names are listed
+/// as themselves (with the variables their prologues define for `-L`);
+/// built-in points are resolved and listed concretely.
+pub fn list(
+    sources: &mut SourceMap,
+    script: &Script,
+    cfg: &Config<'_>,
+    with_vars: bool,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<String> {
+    let mut tapset_scripts: Vec<(FileId, Script)> = Vec::new();
+    for t in &cfg.tapsets {
+        let id = sources.add(t.name.clone(), t.text.clone());
+        let (s, ds) = parse(sources, id, cfg.parse);
+        diags.extend(ds);
+        tapset_scripts.push((id, s));
+    }
+    let all_aliases: Vec<&crate::ast::ProbeAlias> = tapset_scripts
+        .iter()
+        .map(|(_, s)| s)
+        .chain(std::iter::once(script))
+        .flat_map(|s| s.items.iter())
+        .filter_map(|i| if let Item::Alias(a) = i { Some(a.as_ref()) } else { None })
+        .collect();
+    let aliases = alias::Aliases::new(all_aliases.iter().copied());
+    let mut resolver = points::Resolver::new(cfg.target.clone(), cfg.query);
+    let mut lines = std::collections::BTreeSet::new();
+    for item in &script.items {
+        let Item::Probe(p) = item else { continue };
+        for written in &p.points {
+            let dotted = written.shape();
+            let first = written.components.first().map(|c| c.name.name.as_str()).unwrap_or("");
+            if !alias::is_builtin_family(first) {
+                // Alias names, possibly with wildcards: `-l 'libc.*'`.
+                let matching: Vec<&&crate::ast::ProbeAlias> = all_aliases
+                    .iter()
+                    .filter(|a| crate::glob::glob_match(&dotted, &a.name.shape()))
+                    .collect();
+                if matching.is_empty() && !written.optional {
+                    let mut d = Diagnostic::error(
+                        crate::diag::Code::UnknownProbePoint,
+                        written.span,
+                        format!("no probe alias matches `{dotted}`"),
+                    )
+                    .with_label("not a built-in probe point or a tapset alias");
+                    let names: Vec<String> = all_aliases.iter().map(|a| a.name.shape()).collect();
+                    if let Some(s) = crate::suggest::closest(&dotted, names.iter().map(String::as_str)) {
+                        d = d.with_help(format!("did you mean `{s}`?"));
+                    }
+                    diags.push(d);
+                }
+                for a in matching {
+                    let mut line = a.name.shape();
+                    if with_vars {
+                        let mut vars = std::collections::BTreeSet::new();
+                        walk::assigned_locals(&a.body, &mut vars);
+                        for v in vars {
+                            line.push(' ');
+                            line.push_str(&v);
+                        }
+                    }
+                    lines.insert(line);
+                }
+                continue;
+            }
+            for ex in aliases.expand(written, diags) {
+                let r = resolver.resolve(&ex, diags);
+                for pt in &r.points {
+                    let mut line = show::point_name(pt);
+                    if with_vars {
+                        for v in show::point_variables(pt) {
+                            line.push(' ');
+                            line.push_str(&v);
+                        }
+                    }
+                    lines.insert(line);
+                }
+            }
+        }
+    }
+    lines.into_iter().collect()
+}

@@ -1,0 +1,444 @@
+//! Probe points to concrete locations.
+//!
+//! Session points (`begin`, `end`, `error`, `timer.*`) need nothing;
+//! `process(...)` points are resolved against ELF files: the module named by
+//! the point (a path, a program on `$PATH`, or a library soname looked up
+//! among the target's modules), then its symbols by glob.
+
+use super::alias::Expanded;
+use super::lower::BodyKind;
+use crate::ast::{Component, ExprKind as A};
+use crate::diag::{Code, Diagnostic};
+use crate::elf::{self, Module};
+use crate::program::{FunctionPoint, Point};
+use crate::span::Span;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// Facts about running processes, supplied by the caller: the compiler
+/// never inspects a live process itself (DESIGN.md invariant 4).
+pub trait TargetQuery {
+    /// The executable of a running process.
+    fn executable(&self, pid: u32) -> Result<PathBuf, String>;
+    /// The files mapped into a running process (its executable and libraries).
+    fn mapped_files(&self, pid: u32) -> Result<Vec<PathBuf>, String>;
+}
+
+/// A query for when there is no running process: every question fails.
+pub struct NoProcesses;
+
+impl TargetQuery for NoProcesses {
+    fn executable(&self, pid: u32) -> Result<PathBuf, String> {
+        Err(format!("no process information available for pid {pid}"))
+    }
+    fn mapped_files(&self, pid: u32) -> Result<Vec<PathBuf>, String> {
+        Err(format!("no process information available for pid {pid}"))
+    }
+}
+
+/// What the command line says the target is.
+#[derive(Clone, Debug, Default)]
+pub struct TargetSpec {
+    /// `-p PID`.
+    pub pid: Option<u32>,
+    /// `-c CMD`: the program (as found on `$PATH`).
+    pub command: Option<PathBuf>,
+}
+
+pub struct Resolver<'q> {
+    spec: TargetSpec,
+    query: &'q dyn TargetQuery,
+    modules: HashMap<PathBuf, Rc<Module>>,
+    /// The target's modules (its executable first), loaded on first need.
+    target: Option<Result<Vec<Rc<Module>>, String>>,
+}
+
+/// The outcome for one expanded point.
+pub struct Resolved {
+    pub points: Vec<Point>,
+    pub kind: BodyKind,
+}
+
+impl<'q> Resolver<'q> {
+    pub fn new(spec: TargetSpec, query: &'q dyn TargetQuery) -> Resolver<'q> {
+        Resolver { spec, query, modules: HashMap::new(), target: None }
+    }
+
+    fn load(&mut self, path: &std::path::Path) -> Result<Rc<Module>, String> {
+        if let Some(m) = self.modules.get(path) {
+            return Ok(m.clone());
+        }
+        let m = Rc::new(Module::load(path).map_err(|e| e.to_string())?);
+        self.modules.insert(path.to_path_buf(), m.clone());
+        Ok(m)
+    }
+
+    /// The target's executable path, from `-p` or `-c`.
+    fn target_executable(&self) -> Option<Result<PathBuf, String>> {
+        if let Some(pid) = self.spec.pid {
+            return Some(self.query.executable(pid));
+        }
+        self.spec.command.clone().map(Ok)
+    }
+
+    fn target_modules(&mut self) -> Result<Vec<Rc<Module>>, String> {
+        if self.target.is_none() {
+            let r = self.load_target();
+            self.target = Some(r);
+        }
+        self.target.clone().unwrap_or_else(|| Ok(Vec::new()))
+    }
+
+    fn load_target(&mut self) -> Result<Vec<Rc<Module>>, String> {
+        if let Some(pid) = self.spec.pid {
+            let exe = self.query.executable(pid)?;
+            let mut out = vec![self.load(&exe)?];
+            for f in self.query.mapped_files(pid)? {
+                if f != exe {
+                    // Mapped files that are not ELF (locale archives, fonts) are not modules.
+                    if let Ok(m) = self.load(&f) {
+                        out.push(m);
+                    }
+                }
+            }
+            return Ok(out);
+        }
+        if let Some(cmd) = self.spec.command.clone() {
+            let closure = elf::load_closure(&cmd).map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            for m in closure {
+                let rc = Rc::new(m);
+                self.modules.insert(rc.path.clone(), rc.clone());
+                out.push(rc);
+            }
+            return Ok(out);
+        }
+        Ok(Vec::new())
+    }
+
+    /// The module a `process(...)` component names.
+    fn module_for(&mut self, c: &Component) -> Result<Rc<Module>, Diagnostic> {
+        let fail = |msg: String, label: &str| Diagnostic::error(Code::ModuleNotFound, c.span, msg).with_label(label.to_string());
+        let path = match c.arg.as_deref().map(|a| &a.kind) {
+            None => match self.target_executable() {
+                Some(Ok(p)) => p,
+                Some(Err(e)) => return Err(fail(format!("cannot find the target's executable: {e}"), "for this point")),
+                None => {
+                    return Err(fail("`process` without a name needs a target".into(), "which process?")
+                        .with_help("run with -p PID or -c CMD, or name the program: process(\"/usr/bin/prog\")"))
+                }
+            },
+            Some(A::Int(pid)) => match u32::try_from(*pid).ok().map(|p| self.query.executable(p)) {
+                Some(Ok(p)) => p,
+                Some(Err(e)) => return Err(fail(format!("process {pid}: {e}"), "no such process")),
+                None => return Err(fail(format!("`{pid}` is not a process id"), "not a pid")),
+            },
+            Some(A::Str(name)) => {
+                let name = String::from_utf8_lossy(name).into_owned();
+                let target = self.target_modules().unwrap_or_default();
+                let loaded: Vec<Module> = Vec::new();
+                // find_module wants owned modules; search ours by name first.
+                if let Some(m) = target.iter().find(|m| module_is(m, &name)) {
+                    return Ok(m.clone());
+                }
+                match elf::find_module(&name, &loaded) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let searched = if target.is_empty() {
+                            "the program search path and the library search path".to_string()
+                        } else {
+                            format!("the target's {} modules and the search paths", target.len())
+                        };
+                        return Err(fail(format!("cannot find module `{name}` ({e})"), "no such program or library")
+                            .with_help(format!("searched {searched}; give a path, a program on $PATH or a library soname")));
+                    }
+                }
+            }
+            Some(_) => return Err(fail("`process` takes a path, a library name or a pid".into(), "not understood")),
+        };
+        self.load(&path).map_err(|e| fail(e, "cannot read this module"))
+    }
+
+    pub fn resolve(&mut self, ex: &Expanded<'_>, diags: &mut Vec<Diagnostic>) -> Resolved {
+        let comps = &ex.point.components;
+        let names: Vec<&str> = comps.iter().map(|c| c.name.name.as_str()).collect();
+        let num = |c: &Component| match c.arg.as_deref().map(|a| &a.kind) {
+            Some(A::Int(n)) => Some(*n),
+            _ => None,
+        };
+        let session = |points| Resolved { points, kind: BodyKind::Session };
+        let order = comps.first().and_then(num).unwrap_or(0);
+        match names.as_slice() {
+            ["begin"] => return session(vec![Point::Begin { order }]),
+            ["end"] => return session(vec![Point::End { order }]),
+            ["error"] => return session(vec![Point::Error { order }]),
+            ["timer", unit, rest @ ..] => {
+                let n = num(&comps[1]).unwrap_or(0).max(0) as u64;
+                let ns_per = match *unit {
+                    "s" | "sec" => Some(1_000_000_000u64),
+                    "ms" | "msec" => Some(1_000_000),
+                    "us" | "usec" => Some(1_000),
+                    "ns" | "nsec" => Some(1),
+                    "jiffies" => Some(4_000_000), // HZ=250, as SystemTap assumes when it cannot ask
+                    _ => None,
+                };
+                let period_ns = match (*unit, ns_per) {
+                    ("hz", _) if n > 0 => 1_000_000_000 / n,
+                    (_, Some(k)) => n.saturating_mul(k),
+                    _ => 0,
+                };
+                let randomize_ns = match rest {
+                    ["randomize"] => (num(&comps[2]).unwrap_or(0).max(0) as u64).saturating_mul(ns_per.unwrap_or(1)),
+                    _ => 0,
+                };
+                if period_ns == 0 || period_ns < 10_000 {
+                    diags.push(
+                        Diagnostic::error(Code::BadValue, ex.point.span, "timer period is too short")
+                            .with_label(format!("{period_ns} ns"))
+                            .with_help("timers run in the tracer; use at least 10 us"),
+                    );
+                }
+                return session(vec![Point::Timer { period_ns, randomize_ns }]);
+            }
+            _ => {}
+        }
+        // process[(X)][.library(L)] ...
+        let (module_comp, rest) = match names.as_slice() {
+            ["process", "library", ..] => (&comps[1], &comps[2..]),
+            ["process", ..] => (&comps[0], &comps[1..]),
+            _ => return session(Vec::new()), // pass 1 reported the shape
+        };
+        let rest_names: Vec<&str> = rest.iter().map(|c| c.name.name.as_str()).collect();
+        let module_path = |m: &Module| m.path.clone();
+        match rest_names.as_slice() {
+            ["begin"] | ["end"] | ["thread", "begin"] | ["thread", "end"] => {
+                let module = match module_comp.arg {
+                    None => None,
+                    Some(_) => match self.module_for(module_comp) {
+                        Ok(m) => Some(module_path(&m)),
+                        Err(d) => {
+                            diags.push(d);
+                            return session(Vec::new());
+                        }
+                    },
+                };
+                let p = match rest_names.as_slice() {
+                    ["begin"] => Point::ProcessBegin { module },
+                    ["end"] => Point::ProcessEnd { module },
+                    ["thread", "begin"] => Point::ThreadBegin { module },
+                    _ => Point::ThreadEnd { module },
+                };
+                session(vec![p])
+            }
+            ["statement", ..] => {
+                let module = match self.module_for(module_comp) {
+                    Ok(m) => m,
+                    Err(d) => {
+                        diags.push(d);
+                        return session(Vec::new());
+                    }
+                };
+                let points = self.statement(&module, &rest[0], ex, diags);
+                Resolved { points, kind: BodyKind::Function }
+            }
+            ["function", suffix @ ..] => {
+                let module = match self.module_for(module_comp) {
+                    Ok(m) => m,
+                    Err(d) => {
+                        if !ex.point.optional {
+                            diags.push(d);
+                        }
+                        return Resolved { points: Vec::new(), kind: BodyKind::FunctionEntry };
+                    }
+                };
+                let ret = suffix == ["return"];
+                let itrace = suffix == ["itrace"];
+                let exported_only = suffix == ["exported"];
+                let kind = if ret { BodyKind::FunctionReturn } else { BodyKind::FunctionEntry };
+                if suffix == ["inline"] {
+                    if !ex.point.optional {
+                        diags.push(
+                            Diagnostic::error(Code::NoMatch, rest[1].span, "inlined instances need debug information")
+                                .with_label("telco-stap reads symbol tables only")
+                                .with_help("probe the function's out-of-line copy with `.function(\"name\")` or `.call`"),
+                        );
+                    }
+                    return Resolved { points: Vec::new(), kind };
+                }
+                let points = self.functions(&module, &rest[0], ret, itrace, exported_only, ex, diags);
+                Resolved { points, kind }
+            }
+            _ => session(Vec::new()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn functions(
+        &mut self,
+        module: &Module,
+        comp: &Component,
+        ret: bool,
+        itrace: bool,
+        exported_only: bool,
+        ex: &Expanded<'_>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Vec<Point> {
+        let pattern = match comp.arg.as_deref().map(|a| &a.kind) {
+            Some(A::Str(s)) => String::from_utf8_lossy(s).into_owned(),
+            _ => return Vec::new(),
+        };
+        let (found, skipped) = module.match_functions(&pattern);
+        let wildcard = pattern.contains(['*', '?', '[']);
+        let mut points = Vec::new();
+        let mut ifuncs = Vec::new();
+        for f in found {
+            if exported_only && !f.global {
+                continue;
+            }
+            if f.ifunc {
+                ifuncs.push(f);
+                continue;
+            }
+            points.push(Point::Function(FunctionPoint {
+                module: module.path.clone(),
+                symbol: f.names.first().cloned().unwrap_or_default(),
+                demangled: f.demangled.first().cloned().flatten(),
+                addr: f.addr,
+                size: f.size,
+                file_offset: f.file_offset,
+                ret,
+                itrace,
+            }));
+        }
+        if !ifuncs.is_empty() {
+            let names: Vec<&str> = ifuncs.iter().map(|f| f.display_name()).collect();
+            let candidates: Vec<String> = ifuncs
+                .iter()
+                .flat_map(|f| module.ifunc_candidates(f))
+                .map(|c| c.display_name().to_string())
+                .take(6)
+                .collect();
+            let help = if candidates.is_empty() {
+                "probe the implementation the ifunc selects instead".to_string()
+            } else {
+                format!("probe an implementation instead, e.g. {}", candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "))
+            };
+            let msg = format!(
+                "{} {} an ifunc: the implementation is chosen when the library loads, so its symbol is not the code that runs",
+                list_names(&names),
+                if names.len() == 1 { "is" } else { "are" }
+            );
+            // Named exactly, it is an error; caught by a wildcard, a warning.
+            let d = if wildcard || ex.point.optional {
+                Diagnostic::warning(Code::Ifunc, comp.span, format!("skipped: {msg}"))
+            } else {
+                Diagnostic::error(Code::Ifunc, comp.span, msg)
+            };
+            diags.push(d.with_label("not probed").with_help(help));
+        }
+        if !skipped.is_empty() && !wildcard {
+            for s in skipped.iter().take(3) {
+                diags.push(
+                    Diagnostic::note(Code::NoMatch, comp.span, format!("`{}` is not probeable: {}", s.name, s.reason))
+                        .with_label("skipped"),
+                );
+            }
+        }
+        if points.is_empty() && ifuncs.is_empty() && !ex.point.optional {
+            let mut d = Diagnostic::error(
+                Code::NoMatch,
+                comp.span,
+                format!("no function matches `{pattern}` in {}", module.path.display()),
+            )
+            .with_label(if module.stripped { "searched the dynamic symbols (the file is stripped)" } else { "searched the symbol table" });
+            if !wildcard {
+                let names = module.functions.iter().flat_map(|f| f.names.iter().map(String::as_str));
+                if let Some(s) = crate::suggest::closest(&pattern, names) {
+                    d = d.with_help(format!("did you mean `{s}`?"));
+                }
+            }
+            if !skipped.is_empty() {
+                d = d.with_help(format!("{} symbol(s) matched but are not functions with a size", skipped.len()));
+            }
+            diags.push(d.with_secondary(ex.point.span, "in this probe point"));
+        }
+        points
+    }
+
+    fn statement(&mut self, module: &Module, comp: &Component, ex: &Expanded<'_>, diags: &mut Vec<Diagnostic>) -> Vec<Point> {
+        let (addr, function) = match comp.arg.as_deref().map(|a| &a.kind) {
+            Some(A::Int(a)) => {
+                let a = *a as u64;
+                (a, module.function_at(a).map(|f| f.display_name().to_string()))
+            }
+            Some(A::Str(s)) => {
+                // "function+offset"
+                let s = String::from_utf8_lossy(s).into_owned();
+                let (name, off) = match s.split_once('+') {
+                    Some((n, o)) => (n.trim().to_string(), crate::lexer::parse_int(o.trim()).ok()),
+                    None => (s.trim().to_string(), Some(0)),
+                };
+                let Some(off) = off.filter(|o| *o >= 0) else {
+                    diags.push(
+                        Diagnostic::error(Code::BadValue, comp.span, format!("cannot read the offset in `{s}`"))
+                            .with_label("expected \"function+offset\""),
+                    );
+                    return Vec::new();
+                };
+                let (found, _) = module.match_functions(&name);
+                let Some(f) = found.first() else {
+                    if !ex.point.optional {
+                        diags.push(
+                            Diagnostic::error(Code::NoMatch, comp.span, format!("no function `{name}` in {}", module.path.display()))
+                                .with_label("for this statement"),
+                        );
+                    }
+                    return Vec::new();
+                };
+                if off as u64 >= f.size {
+                    diags.push(
+                        Diagnostic::error(
+                            Code::BadValue,
+                            comp.span,
+                            format!("offset {off} is past the end of `{name}` ({} bytes)", f.size),
+                        )
+                        .with_label("outside the function"),
+                    );
+                    return Vec::new();
+                }
+                (f.addr + off as u64, Some(f.display_name().to_string()))
+            }
+            _ => return Vec::new(),
+        };
+        if function.is_none() {
+            diags.push(
+                Diagnostic::warning(Code::NoMatch, comp.span, format!("address {addr:#x} is not inside any known function"))
+                    .with_label("probed as given"),
+            );
+        }
+        vec![Point::Statement { module: module.path.clone(), addr, function }]
+    }
+}
+
+fn module_is(m: &Module, name: &str) -> bool {
+    if m.soname.as_deref() == Some(name) {
+        return true;
+    }
+    let file = m.path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+    file == name || (name.contains('/') && m.path == std::path::Path::new(name))
+}
+
+fn list_names(names: &[&str]) -> String {
+    let shown: Vec<String> = names.iter().take(4).map(|n| format!("`{n}`")).collect();
+    if names.len() > 4 {
+        format!("{} and {} more", shown.join(", "), names.len() - 4)
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// For spans of synthetic points.
+pub fn span_of(ex: &Expanded<'_>) -> Span {
+    ex.point.span
+}

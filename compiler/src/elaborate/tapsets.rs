@@ -1,0 +1,184 @@
+//! Tapsets: library files of probe aliases, functions and globals.
+//!
+//! Built-in tapsets are compiled into the binary; `-I DIR` adds every `.tp`
+//! file below DIR. As in SystemTap, a tapset file joins the program only
+//! when it defines something the program uses (a function it calls, a probe
+//! alias it names), transitively.
+
+use crate::ast::{Item, Script};
+use crate::diag::{Code, Diagnostic};
+use crate::span::FileId;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+include!(concat!(env!("OUT_DIR"), "/tapsets.rs"));
+
+/// A tapset's name for messages and its text.
+pub struct TapsetSource {
+    pub name: String,
+    pub text: String,
+}
+
+/// The built-in tapsets, named `<tapset>/FILE.tp` in messages.
+pub fn builtin() -> Vec<TapsetSource> {
+    BUILTIN_TAPSETS
+        .iter()
+        .map(|(name, text)| TapsetSource { name: format!("<tapset>/{name}"), text: (*text).to_string() })
+        .collect()
+}
+
+/// Every `.tp` file below each directory, in a stable order.
+pub fn from_dirs(dirs: &[PathBuf]) -> Result<Vec<TapsetSource>, String> {
+    let mut out = Vec::new();
+    for d in dirs {
+        let mut files = Vec::new();
+        collect(d, &mut files).map_err(|e| format!("cannot read tapset directory `{}`: {e}", d.display()))?;
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).map_err(|e| format!("cannot read tapset `{}`: {e}", f.display()))?;
+            out.push(TapsetSource { name: f.display().to_string(), text });
+        }
+    }
+    Ok(out)
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            collect(&p, out)?;
+        } else if p.extension().is_some_and(|x| x == "tp") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// What a file defines, for pulling tapsets in.
+#[derive(Default)]
+struct Defines {
+    functions: BTreeSet<String>,
+    aliases: BTreeSet<String>,
+}
+
+/// What a file refers to.
+#[derive(Default)]
+struct Uses {
+    functions: BTreeSet<String>,
+    /// Every dotted prefix of every probe point that is not a built-in family.
+    alias_candidates: BTreeSet<String>,
+}
+
+/// Choose which tapset files the program needs. `files[0]` is the user's
+/// script; the result lists indices into `files`, the script first.
+pub fn select(files: &[(FileId, &Script)]) -> Vec<usize> {
+    let defines: Vec<Defines> = files.iter().map(|(_, s)| defines_of(s)).collect();
+    let mut chosen = vec![0usize];
+    let mut work = vec![0usize];
+    let mut defined_fns: BTreeSet<String> = defines[0].functions.clone();
+    while let Some(i) = work.pop() {
+        let uses = uses_of(files[i].1);
+        for (j, d) in defines.iter().enumerate() {
+            if chosen.contains(&j) {
+                continue;
+            }
+            let wanted_fn = uses.functions.iter().any(|f| d.functions.contains(f) && !defined_fns.contains(f));
+            let wanted_alias = uses.alias_candidates.iter().any(|a| d.aliases.contains(a));
+            if wanted_fn || wanted_alias {
+                chosen.push(j);
+                work.push(j);
+                defined_fns.extend(d.functions.iter().cloned());
+            }
+        }
+    }
+    chosen.sort();
+    chosen
+}
+
+fn defines_of(s: &Script) -> Defines {
+    let mut d = Defines::default();
+    for item in &s.items {
+        match item {
+            Item::Function(f) => {
+                d.functions.insert(f.name.name.clone());
+            }
+            Item::Alias(a) => {
+                d.aliases.insert(a.name.shape());
+            }
+            _ => {}
+        }
+    }
+    d
+}
+
+fn uses_of(s: &Script) -> Uses {
+    let mut u = Uses::default();
+    let mut points = Vec::new();
+    for item in &s.items {
+        match item {
+            Item::Probe(p) => {
+                points.extend(p.points.iter());
+                crate::elaborate::walk::calls_in_block(&p.body, &mut u.functions);
+            }
+            Item::Alias(a) => {
+                points.extend(a.points.iter());
+                crate::elaborate::walk::calls_in_block(&a.body, &mut u.functions);
+            }
+            Item::Function(f) => crate::elaborate::walk::calls_in_block(&f.body, &mut u.functions),
+            Item::Global(_) => {}
+        }
+    }
+    for p in points {
+        let names: Vec<&str> = p.components.iter().map(|c| c.name.name.as_str()).collect();
+        if crate::elaborate::alias::is_builtin_family(names.first().copied().unwrap_or("")) {
+            continue;
+        }
+        for n in 1..=names.len() {
+            u.alias_candidates.insert(names[..n].join("."));
+        }
+    }
+    u
+}
+
+/// Functions and globals defined twice among the chosen files.
+pub fn duplicates(files: &[(FileId, &Script)]) -> Vec<Diagnostic> {
+    let mut seen_fn: HashMap<&str, crate::span::Span> = HashMap::new();
+    let mut seen_global: HashMap<&str, crate::span::Span> = HashMap::new();
+    let mut diags = Vec::new();
+    for (_, s) in files {
+        for item in &s.items {
+            match item {
+                Item::Function(f) => {
+                    if let Some(first) = seen_fn.insert(&f.name.name, f.name.span) {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::DuplicateDefinition,
+                                f.name.span,
+                                format!("function `{}` is defined twice", f.name.name),
+                            )
+                            .with_label("second definition")
+                            .with_secondary(first, "first definition"),
+                        );
+                    }
+                }
+                Item::Global(g) => {
+                    for v in &g.vars {
+                        if let Some(first) = seen_global.insert(&v.name.name, v.name.span) {
+                            diags.push(
+                                Diagnostic::error(
+                                    Code::DuplicateDefinition,
+                                    v.name.span,
+                                    format!("global `{}` is declared twice", v.name.name),
+                                )
+                                .with_label("second declaration")
+                                .with_secondary(first, "first declaration"),
+                            );
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    diags
+}

@@ -1,0 +1,97 @@
+//! Small read-only walks over the AST.
+
+use crate::ast::*;
+use std::collections::BTreeSet;
+
+/// Names of every function called in a block.
+pub fn calls_in_block(b: &Block, out: &mut BTreeSet<String>) {
+    for s in &b.stmts {
+        calls_in_stmt(s, out);
+    }
+}
+
+fn calls_in_stmt(s: &Stmt, out: &mut BTreeSet<String>) {
+    match &s.kind {
+        StmtKind::Block(b) => calls_in_block(b, out),
+        StmtKind::Expr(e) | StmtKind::Delete(e) | StmtKind::Return(Some(e)) => calls_in_expr(e, out),
+        StmtKind::If(i) => {
+            calls_in_expr(&i.cond, out);
+            calls_in_stmt(&i.then, out);
+            if let Some(e) = &i.els {
+                calls_in_stmt(e, out);
+            }
+        }
+        StmtKind::While(w) => {
+            calls_in_expr(&w.cond, out);
+            calls_in_stmt(&w.body, out);
+        }
+        StmtKind::For(f) => {
+            for e in [&f.init, &f.cond, &f.step].into_iter().flatten() {
+                calls_in_expr(e, out);
+            }
+            calls_in_stmt(&f.body, out);
+        }
+        StmtKind::Foreach(f) => {
+            if let Some(l) = &f.limit {
+                calls_in_expr(l, out);
+            }
+            calls_in_stmt(&f.body, out);
+        }
+        StmtKind::Try(t) => {
+            calls_in_block(&t.body, out);
+            calls_in_block(&t.handler, out);
+        }
+        StmtKind::Return(None)
+        | StmtKind::Empty
+        | StmtKind::Break
+        | StmtKind::Continue
+        | StmtKind::Next
+        | StmtKind::Error => {}
+    }
+}
+
+fn calls_in_expr(e: &Expr, out: &mut BTreeSet<String>) {
+    match &e.kind {
+        ExprKind::Call(c) => {
+            out.insert(c.name.name.clone());
+            c.args.iter().for_each(|a| calls_in_expr(a, out));
+        }
+        ExprKind::AtOp(c) => c.args.iter().for_each(|a| calls_in_expr(a, out)),
+        ExprKind::Index(ix) | ExprKind::In(ix) => ix.keys.iter().for_each(|k| calls_in_expr(k, out)),
+        ExprKind::Unary { operand, .. } => calls_in_expr(operand, out),
+        ExprKind::Binary { lhs, rhs, .. } | ExprKind::Assign { target: lhs, value: rhs, .. } => {
+            calls_in_expr(lhs, out);
+            calls_in_expr(rhs, out);
+        }
+        ExprKind::Ternary { cond, then, els } => {
+            calls_in_expr(cond, out);
+            calls_in_expr(then, out);
+            calls_in_expr(els, out);
+        }
+        ExprKind::IncDec { target, .. } => calls_in_expr(target, out),
+        ExprKind::Int(_)
+        | ExprKind::Str(_)
+        | ExprKind::Var(_)
+        | ExprKind::TargetVar(_)
+        | ExprKind::ScriptArg { .. }
+        | ExprKind::ScriptArgCount { .. }
+        | ExprKind::Error => {}
+    }
+}
+
+/// Names assigned (`name = ...`) at the top level of a block, with the kind
+/// of value when it is evident (`name:long`, `name:string`), for `-L`.
+pub fn assigned_locals(b: &Block, out: &mut BTreeSet<String>) {
+    for s in &b.stmts {
+        if let StmtKind::Expr(Expr { kind: ExprKind::Assign { op: AssignOp::Assign, target, value }, .. }) = &s.kind {
+            if let ExprKind::Var(name) = &target.kind {
+                let ty = match &value.kind {
+                    ExprKind::Str(_) | ExprKind::Binary { op: BinOp::Concat, .. } => "string",
+                    ExprKind::Call(c) if c.name.name.starts_with("user_string") || c.name.name == "sprintf" => "string",
+                    _ => "long",
+                };
+                out.insert(format!("{name}:{ty}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Building a [`Module`] from the bytes of an ELF file.
+
+use std::collections::HashSet;
+use std::fs;
+use std::panic;
+use std::path::Path;
+
+use goblin::elf::dynamic::DF_1_NODEFLIB;
+use goblin::elf::header::{EI_CLASS, ELFCLASS64, ET_DYN, ET_EXEC};
+use goblin::elf::program_header::PT_LOAD;
+use goblin::elf::section_header::{SHN_UNDEF, SHT_NOBITS, SHT_SYMTAB};
+use goblin::elf::sym::{Symtab, STB_GLOBAL, STB_GNU_UNIQUE, STB_WEAK, STT_FILE, STT_FUNC, STT_GNU_IFUNC, STT_SECTION};
+use goblin::elf::Elf;
+use goblin::strtab::Strtab;
+
+use super::{demangle, ElfError, Function, Machine, Module, ModuleKind, SkipReason, Skipped};
+
+pub(super) fn load(path: &Path) -> Result<Module, ElfError> {
+    let io = |source| ElfError::Io { path: path.to_path_buf(), source };
+    let bytes = fs::read(path).map_err(io)?;
+    let canonical = fs::canonicalize(path).map_err(io)?;
+    parse(&canonical, &bytes)
+}
+
+/// A defined function symbol, before symbols at one address are grouped.
+struct Candidate<'a> {
+    addr: u64,
+    size: u64,
+    name: &'a str,
+    /// 0 global, 1 weak, 2 local: lower is a better name.
+    rank: u8,
+    ifunc: bool,
+    shndx: usize,
+}
+
+pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
+    if !bytes.starts_with(b"\x7fELF") {
+        return Err(ElfError::NotElf { path: path.to_path_buf() });
+    }
+    let malformed = |what: String| ElfError::Malformed { path: path.to_path_buf(), what };
+    // goblin is fuzzed and checks its bounds, but a file is user input and a
+    // parser bug must not take the tracer down: a panic inside the parser is
+    // reported like any other malformed file.
+    let elf = match panic::catch_unwind(|| Elf::parse(bytes)) {
+        Ok(Ok(elf)) => elf,
+        Ok(Err(e)) => return Err(malformed(format!("parsing its headers and symbol tables failed: {e}"))),
+        Err(_) => return Err(malformed("the ELF parser panicked on it".to_string())),
+    };
+
+    let kind = match elf.header.e_type {
+        ET_EXEC => ModuleKind::Executable,
+        ET_DYN => ModuleKind::PositionIndependent,
+        other => {
+            return Err(ElfError::Unsupported {
+                path: path.to_path_buf(),
+                what: format!(
+                    "it is of ELF type {} ({}), not an executable or shared library",
+                    other,
+                    goblin::elf::header::et_to_str(other)
+                ),
+            })
+        }
+    };
+    let machine = Machine::from_e_machine(elf.header.e_machine);
+    let stripped = !elf.section_headers.iter().any(|s| s.sh_type == SHT_SYMTAB);
+
+    let mut candidates = Vec::with_capacity(elf.syms.len() + elf.dynsyms.len());
+    let mut skipped = Vec::new();
+    let arm = matches!(machine, Machine::Aarch64) || elf.header.e_machine == goblin::elf::header::EM_ARM;
+    for (symtab, strtab) in [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)] {
+        collect_symbols(symtab, strtab, arm, &mut candidates, &mut skipped);
+    }
+
+    let functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped)?;
+
+    // A name can be both a function and a skipped symbol (the zero-size end
+    // label of a function, a local object named like a function elsewhere);
+    // the function is what the user meant, so no note for it.
+    let function_names: HashSet<&str> =
+        functions.iter().flat_map(|f| f.names.iter().map(|n| super::strip_version(n))).collect();
+    // One note per name: `printf` (.dynsym) and `printf@GLIBC_2.2.5` (.symtab)
+    // are the same import; the unversioned spelling sorts first and is kept.
+    skipped.sort_unstable_by(|&(a, ra), &(b, rb)| {
+        (super::strip_version(a), ra, a.len()).cmp(&(super::strip_version(b), rb, b.len()))
+    });
+    skipped.dedup_by(|b, a| super::strip_version(a.0) == super::strip_version(b.0) && a.1 == b.1);
+    let skipped = skipped
+        .into_iter()
+        .filter(|(name, _)| !function_names.contains(super::strip_version(name)))
+        .map(|(name, reason)| Skipped { name: name.to_string(), reason })
+        .collect();
+
+    let info = elf.dynamic.as_ref().map(|d| &d.info);
+    Ok(Module {
+        path: path.to_path_buf(),
+        soname: elf.soname.map(str::to_string),
+        kind,
+        machine,
+        needed: elf.libraries.iter().map(|s| s.to_string()).collect(),
+        runpath: split_paths(&elf.runpaths),
+        rpath: split_paths(&elf.rpaths),
+        functions,
+        skipped,
+        stripped,
+        class64: bytes.get(EI_CLASS) == Some(&ELFCLASS64),
+        little_endian: elf.little_endian,
+        nodeflib: info.is_some_and(|i| i.flags_1 & DF_1_NODEFLIB != 0),
+    })
+}
+
+/// `DT_RUNPATH`/`DT_RPATH` strings are colon-separated lists; an empty entry
+/// is kept (the loader reads it as the current directory).
+fn split_paths(values: &[&str]) -> Vec<String> {
+    values.iter().flat_map(|v| v.split(':')).map(str::to_string).collect()
+}
+
+fn collect_symbols<'a>(
+    symtab: &Symtab<'a>,
+    strtab: &Strtab<'a>,
+    arm: bool,
+    candidates: &mut Vec<Candidate<'a>>,
+    skipped: &mut Vec<(&'a str, SkipReason)>,
+) {
+    for sym in symtab.iter() {
+        let Some(name) = strtab.get_at(sym.st_name) else { continue };
+        let typ = sym.st_type();
+        // Section and file symbols are not names anyone probes; `$x`/`$d` are
+        // ARM mapping symbols marking code and data inside sections.
+        if name.is_empty() || typ == STT_SECTION || typ == STT_FILE || (arm && name.starts_with('$')) {
+            continue;
+        }
+        if sym.st_shndx == SHN_UNDEF as usize {
+            skipped.push((name, SkipReason::Undefined));
+        } else if typ != STT_FUNC && typ != STT_GNU_IFUNC {
+            skipped.push((name, SkipReason::NotAFunction));
+        } else if sym.st_size == 0 {
+            skipped.push((name, SkipReason::ZeroSize));
+        } else {
+            let rank = match sym.st_bind() {
+                STB_GLOBAL | STB_GNU_UNIQUE => 0,
+                STB_WEAK => 1,
+                _ => 2,
+            };
+            candidates.push(Candidate {
+                addr: sym.st_value,
+                size: sym.st_size,
+                name,
+                rank,
+                ifunc: typ == STT_GNU_IFUNC,
+                shndx: sym.st_shndx,
+            });
+        }
+    }
+}
+
+/// One [`Function`] per address, every name at that address kept, best first.
+fn group_functions<'a>(
+    path: &Path,
+    file_len: u64,
+    elf: &Elf,
+    mut candidates: Vec<Candidate<'a>>,
+    skipped: &mut Vec<(&'a str, SkipReason)>,
+) -> Result<Vec<Function>, ElfError> {
+    candidates.sort_unstable_by_key(|c| c.addr);
+    let mut functions = Vec::with_capacity(candidates.len());
+    // (index in `functions`, name) of every name that looks mangled.
+    let mut to_demangle: Vec<(usize, &'a str)> = Vec::new();
+    for group in candidates.chunk_by_mut(|a, b| a.addr == b.addr) {
+        // The same name often comes from both .symtab and .dynsym: keep the
+        // better binding, then order the names best first.
+        group.sort_unstable_by(|a, b| a.name.cmp(b.name).then(a.rank.cmp(&b.rank)));
+        let mut names: Vec<(u8, &'a str)> = Vec::with_capacity(group.len());
+        for c in group.iter() {
+            if names.last().map(|&(_, n)| n) != Some(c.name) {
+                names.push((c.rank, c.name));
+            }
+        }
+        names.sort_unstable_by_key(|&(rank, name)| name_key(rank, name));
+
+        let first = &group[0];
+        let addr = first.addr;
+        let size = group.iter().map(|c| c.size).max().unwrap_or(first.size);
+        let Some(file_offset) = file_offset(elf, addr, first.shndx) else {
+            // No bytes in the file (an absolute symbol, or one in .bss): there
+            // is nothing to patch. Rare enough not to need its own reason.
+            skipped.extend(names.iter().map(|&(_, name)| (name, SkipReason::NotAFunction)));
+            continue;
+        };
+        if file_offset.checked_add(size).is_none_or(|end| end > file_len) {
+            return Err(ElfError::Malformed {
+                path: path.to_path_buf(),
+                what: format!(
+                    "function {} at {:#x} (file offset {:#x}, {} bytes) extends past the end of the file ({} bytes); is it truncated?",
+                    names[0].1, addr, file_offset, size, file_len
+                ),
+            });
+        }
+
+        for &(_, name) in &names {
+            if demangle::looks_mangled(name) {
+                to_demangle.push((functions.len(), name));
+            }
+        }
+        functions.push(Function {
+            names: names.iter().map(|&(_, name)| name.to_string()).collect(),
+            demangled: vec![None; names.len()],
+            addr,
+            size,
+            file_offset,
+            ifunc: group.iter().any(|c| c.ifunc),
+            global: names.iter().any(|&(rank, _)| rank < 2),
+            short: vec![None; names.len()],
+        });
+    }
+
+    // Demangling is most of the cost of loading a C++ library, so it is done
+    // in one batch (on several threads when there are many names).
+    let mangled: Vec<&str> = to_demangle.iter().map(|&(_, name)| name).collect();
+    for ((index, name), (full, short)) in to_demangle.iter().zip(demangle::demangle_all(&mangled)) {
+        let f = &mut functions[*index];
+        if let Some(i) = f.names.iter().position(|n| n == name) {
+            f.demangled[i] = full;
+            f.short[i] = short;
+        }
+    }
+    Ok(functions)
+}
+
+/// Sort key for the names at one address: global over weak over local,
+/// `memcpy` over `memcpy@@GLIBC_2.14`, `malloc` over `__libc_malloc`, then
+/// shorter, then alphabetical (so the order does not depend on the symbol tables).
+fn name_key(rank: u8, name: &str) -> (u8, bool, usize, usize, &str) {
+    let underscores = name.len() - name.trim_start_matches('_').len();
+    (rank, name.contains('@'), underscores, name.len(), name)
+}
+
+/// The file offset of a link-time address: through the `PT_LOAD` segment that
+/// maps it from the file, else through the symbol's own section.
+fn file_offset(elf: &Elf, addr: u64, shndx: usize) -> Option<u64> {
+    for ph in &elf.program_headers {
+        if ph.p_type == PT_LOAD && addr >= ph.p_vaddr && addr - ph.p_vaddr < ph.p_filesz {
+            return ph.p_offset.checked_add(addr - ph.p_vaddr);
+        }
+    }
+    let sh = elf.section_headers.get(shndx)?;
+    if sh.sh_type != SHT_NOBITS && addr >= sh.sh_addr && addr - sh.sh_addr < sh.sh_size {
+        return sh.sh_offset.checked_add(addr - sh.sh_addr);
+    }
+    None
+}

@@ -1,0 +1,327 @@
+//! ELF files for pass 2: the function symbols of executables and shared
+//! libraries, and where the dynamic loader would find those libraries.
+//!
+//! **Invariant:** this module reads files only; it never looks at a live
+//! process (DESIGN.md invariant 4). Every ELF file is user input: a malformed
+//! one is an [`ElfError`], never a panic.
+//!
+//! **Boundary:** pass 2 calls [`Module::load`], [`load_closure`] and
+//! [`find_module`] to turn `process("NAME").function("GLOB")` into concrete
+//! modules and link-time addresses; what a probe point *means* is decided
+//! there, not here.
+//!
+//! Layout: `load` builds a [`Module`] from the bytes of a file (goblin parses,
+//! we group symbols into functions), `demangle` turns C++ and Rust symbol
+//! names into readable ones, `search` mirrors the dynamic loader's library
+//! search, `ldcache` reads `/etc/ld.so.cache`.
+
+mod demangle;
+mod ldcache;
+mod load;
+mod search;
+
+use std::path::{Path, PathBuf};
+
+pub use search::{find_module, find_on_path, load_closure, resolve_library};
+
+/// A loaded ELF module (executable or shared library) and its function symbols.
+///
+/// Built only by [`Module::load`] (and [`load_closure`]): a few private fields
+/// remember what the library search needs (ELF class, byte order, `DF_1_NODEFLIB`).
+#[derive(Debug, Clone)]
+pub struct Module {
+    /// Canonical path of the file read.
+    pub path: PathBuf,
+    /// `DT_SONAME`.
+    pub soname: Option<String>,
+    /// `ET_EXEC` or `ET_DYN` (a PIE or a shared library).
+    pub kind: ModuleKind,
+    pub machine: Machine,
+    /// `DT_NEEDED`, in order.
+    pub needed: Vec<String>,
+    /// `DT_RUNPATH` entries as written (split at `:`; `$ORIGIN` not yet expanded).
+    pub runpath: Vec<String>,
+    /// `DT_RPATH` entries as written.
+    pub rpath: Vec<String>,
+    /// One per distinct address, sorted by address.
+    pub functions: Vec<Function>,
+    /// Symbols that are not probeable functions, with the reason, so that a
+    /// probe point matching one can say why it found nothing there.
+    pub skipped: Vec<Skipped>,
+    /// True if there was no `.symtab` (only `.dynsym` was used).
+    pub stripped: bool,
+    class64: bool,
+    little_endian: bool,
+    nodeflib: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleKind {
+    /// `ET_EXEC`: addresses are absolute.
+    Executable,
+    /// `ET_DYN`: a PIE or a shared library; addresses are relative to the load base.
+    PositionIndependent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Machine {
+    X86_64,
+    Aarch64,
+    /// Any other `e_machine` value.
+    Other(u16),
+}
+
+impl Machine {
+    /// The raw `e_machine` value.
+    pub fn e_machine(self) -> u16 {
+        match self {
+            Machine::X86_64 => goblin::elf::header::EM_X86_64,
+            Machine::Aarch64 => goblin::elf::header::EM_AARCH64,
+            Machine::Other(m) => m,
+        }
+    }
+
+    fn from_e_machine(m: u16) -> Machine {
+        match m {
+            goblin::elf::header::EM_X86_64 => Machine::X86_64,
+            goblin::elf::header::EM_AARCH64 => Machine::Aarch64,
+            other => Machine::Other(other),
+        }
+    }
+}
+
+/// A function: every symbol name at one address (aliases at one address are probed once).
+///
+/// Built only by [`Module::load`]: a private field keeps the demangled names
+/// without their parameter lists, for matching.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    /// Raw (mangled) symbol names at this address, the best first: global over
+    /// weak over local, unversioned over `name@VERSION`, fewer leading underscores first.
+    pub names: Vec<String>,
+    /// Parallel to `names`: the C++ (`cpp_demangle`, as `c++filt` prints it) or
+    /// Rust (`rustc-demangle`, without the hash) demangling, `None` for a C name.
+    pub demangled: Vec<Option<String>>,
+    /// Link-time virtual address (`st_value`), as `nm` shows it: relative to the
+    /// load base for PIEs and shared libraries.
+    pub addr: u64,
+    /// `st_size` (always > 0; the largest if aliases disagree).
+    pub size: u64,
+    /// File offset of the function's first byte (through the containing `PT_LOAD`).
+    pub file_offset: u64,
+    /// `STT_GNU_IFUNC`: `addr` is the resolver, not the implementation.
+    pub ifunc: bool,
+    /// Some name is `STB_GLOBAL`, `STB_WEAK` or `STB_GNU_UNIQUE`.
+    pub global: bool,
+    /// Parallel to `names`: the C++ demangling without parameter list and
+    /// return type (`ns::Widget::draw`), only where it differs from `demangled`.
+    short: Vec<Option<String>>,
+}
+
+impl Function {
+    /// The best name: demangled if there is one, else the raw symbol name.
+    pub fn display_name(&self) -> &str {
+        match (self.demangled.first(), self.names.first()) {
+            (Some(Some(d)), _) => d,
+            (_, Some(n)) => n,
+            _ => "",
+        }
+    }
+
+    /// True if `addr` lies inside this function.
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.addr && addr - self.addr < self.size
+    }
+}
+
+/// A symbol whose name may be matched but that cannot be probed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub name: String,
+    pub reason: SkipReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// A function symbol with `st_size == 0` (an assembler label, a hand-written stub).
+    ZeroSize,
+    /// Data, TLS, an untyped label, or a function symbol with no bytes in the file
+    /// (absolute, or in a section that occupies no file space).
+    NotAFunction,
+    /// Imported: defined in another module.
+    Undefined,
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SkipReason::ZeroSize => "a function symbol of size zero",
+            SkipReason::NotAFunction => "not a function",
+            SkipReason::Undefined => "undefined here (imported from another module)",
+        })
+    }
+}
+
+/// Why an ELF file could not be used. Every message names the file and what was being done.
+#[derive(thiserror::Error, Debug)]
+pub enum ElfError {
+    #[error("cannot read ELF file {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{} is not an ELF file (no \\x7fELF magic at its start)", path.display())]
+    NotElf { path: PathBuf },
+    #[error("{} is a malformed ELF file: {what}", path.display())]
+    Malformed { path: PathBuf, what: String },
+    #[error("{} cannot be probed: {what}", path.display())]
+    Unsupported { path: PathBuf, what: String },
+    #[error("cannot find library {name} needed by {}: not found by the dynamic loader's search (RPATH, LD_LIBRARY_PATH, RUNPATH, /etc/ld.so.cache, default directories)", needed_by.display())]
+    LibraryNotFound { name: String, needed_by: PathBuf },
+    #[error("cannot find module \"{name}\": {what}")]
+    ModuleNotFound { name: String, what: String },
+}
+
+impl Module {
+    /// Read and parse the ELF file at `path`.
+    pub fn load(path: &Path) -> Result<Module, ElfError> {
+        load::load(path)
+    }
+
+    /// Functions matching a SystemTap glob (`*`, `?`, `[...]`), tried against the
+    /// mangled name (with and without an `@VERSION` suffix), the full demangled
+    /// name, and the demangled name without its parameter list and return type
+    /// (so `ns::Class::method*` matches `ns::Class::method(int)` and `ns::*`
+    /// matches everything in `ns`). Each function at most once, in address
+    /// order. Also returns the skipped symbols whose names match, for notes.
+    pub fn match_functions(&self, glob: &str) -> (Vec<&Function>, Vec<&Skipped>) {
+        let m = Matcher::new(glob);
+        let functions = self.functions.iter().filter(|f| function_matches(&m, f)).collect();
+        let skipped = self.skipped.iter().filter(|s| skipped_matches(&m, &s.name)).collect();
+        (functions, skipped)
+    }
+
+    /// For an ifunc: the functions of this module whose names look like its
+    /// implementations (`__memcpy_avx_unaligned_erms` and `__memcpy_sse2_unaligned`
+    /// for `memcpy`), for an error message that suggests probing one of them.
+    /// Empty for a stripped module whose implementations are local symbols.
+    pub fn ifunc_candidates(&self, f: &Function) -> Vec<&Function> {
+        let mut bases: Vec<&str> = f.names.iter().map(|n| trim_underscores(strip_version(n))).collect();
+        bases.sort_unstable();
+        bases.dedup();
+        self.functions
+            .iter()
+            .filter(|g| !g.ifunc && g.addr != f.addr)
+            .filter(|g| {
+                g.names.iter().any(|n| {
+                    let n = trim_underscores(strip_version(n));
+                    bases.iter().any(|b| looks_like_implementation(n, b))
+                })
+            })
+            .collect()
+    }
+
+    /// The function containing a link-time address, if any. Where symbols
+    /// overlap, the one starting closest below `addr` wins.
+    pub fn function_at(&self, addr: u64) -> Option<&Function> {
+        let end = self.functions.partition_point(|f| f.addr <= addr);
+        self.functions[..end].iter().rev().find(|f| f.contains(addr))
+    }
+
+    /// The ELF class, byte order and machine, to reject libraries the loader would reject.
+    fn ident(&self) -> search::Ident {
+        search::Ident { class64: self.class64, little_endian: self.little_endian, machine: self.machine.e_machine() }
+    }
+}
+
+/// `memcpy@@GLIBC_2.14` → `memcpy`. A leading `@` is kept (it is not a version).
+fn strip_version(name: &str) -> &str {
+    match name.find('@') {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    }
+}
+
+fn trim_underscores(name: &str) -> &str {
+    name.trim_start_matches('_')
+}
+
+/// `memcpy_avx_unaligned_erms` implements `memcpy`; `memcpy_chk_avx` implements
+/// `memcpy_chk`, not `memcpy`.
+fn looks_like_implementation(name: &str, base: &str) -> bool {
+    match name.strip_prefix(base).and_then(|rest| rest.strip_prefix('_')) {
+        Some(rest) => !rest.is_empty() && (base.ends_with("_chk") || !rest.starts_with("chk")),
+        None => false,
+    }
+}
+
+fn function_matches(m: &Matcher, f: &Function) -> bool {
+    f.names.iter().any(|n| m.matches(n) || (strip_version(n).len() != n.len() && m.matches(strip_version(n))))
+        || f.demangled.iter().flatten().any(|d| m.matches(d))
+        || f.short.iter().flatten().any(|s| m.matches(s))
+}
+
+fn skipped_matches(m: &Matcher, name: &str) -> bool {
+    let base = strip_version(name);
+    if m.matches(name) || m.matches(base) {
+        return true;
+    }
+    // Skipped names are not demangled at load time (there are many in a C++
+    // library and they only feed notes), so demangle here, and only names
+    // that could match: a C++ pattern `ns::...` needs `ns` in the mangled name.
+    if !m.is_qualified() || !base.starts_with("_Z") || !m.first_component_may_occur_in(base) {
+        return false;
+    }
+    // Special names (`_ZTV` vtables, `_ZTI` typeinfo, `_ZGV` guard variables,
+    // ...) demangle to English (`vtable for ns::X`), which a pattern starting
+    // with a name cannot match; they are most of a C++ library's data symbols.
+    if (base.starts_with("_ZT") || base.starts_with("_ZG")) && !m.prefix.contains(' ') {
+        return false;
+    }
+    let (full, short) = demangle::demangle(base);
+    full.iter().chain(short.iter()).any(|d| m.matches(d))
+}
+
+/// A glob compiled once per query: the literal prefix before the first
+/// metacharacter rejects most names without running the glob matcher.
+struct Matcher<'a> {
+    pattern: &'a str,
+    prefix: &'a str,
+    literal: bool,
+    all: bool,
+}
+
+impl<'a> Matcher<'a> {
+    fn new(pattern: &'a str) -> Matcher<'a> {
+        let meta = pattern.find(['*', '?', '[']);
+        Matcher {
+            pattern,
+            prefix: &pattern[..meta.unwrap_or(pattern.len())],
+            literal: meta.is_none(),
+            all: !pattern.is_empty() && pattern.bytes().all(|b| b == b'*'),
+        }
+    }
+
+    fn matches(&self, text: &str) -> bool {
+        if self.all {
+            true
+        } else if self.literal {
+            text == self.pattern
+        } else {
+            text.starts_with(self.prefix) && crate::glob::glob_match(self.pattern, text)
+        }
+    }
+
+    /// A C++-style pattern (`ns::Class::method*`).
+    fn is_qualified(&self) -> bool {
+        self.pattern.contains("::")
+    }
+
+    /// Whether a mangled name can demangle to something starting with this
+    /// pattern's first `::` component. Mangled names contain each identifier
+    /// literally at its first use (later uses are back-references), except the
+    /// `std` abbreviations (`St`, `Ss`, ...), so those are not filtered. A
+    /// pattern starting with a wildcard (`*::x`) would demangle every name in
+    /// a C++ library on every query, so it gets no notes.
+    fn first_component_may_occur_in(&self, mangled: &str) -> bool {
+        let first = self.prefix.split("::").next().unwrap_or("");
+        !first.is_empty() && (first == "std" || mangled.contains(first))
+    }
+}

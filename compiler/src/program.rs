@@ -1,0 +1,223 @@
+//! The resolved, typed program: the output of pass 2 and the only input of
+//! pass 3. Every name is resolved to an index, every expression has a type,
+//! every probe point is a concrete location (a module and an address, or a
+//! session event). Nothing here refers to the AST's tapsets or aliases.
+
+use crate::span::Span;
+use std::path::PathBuf;
+
+/// A value type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ty {
+    Long,
+    String,
+    /// A statistic aggregate (`s <<< v`); only `@count(s)`-style operators read it.
+    Stat,
+    /// A histogram of a statistic (`@hist_log(s)`), only printable.
+    Hist,
+    /// No value (calls to `printf`, `exit`, functions without `return e`).
+    Void,
+}
+
+impl Ty {
+    pub fn name(self) -> &'static str {
+        match self {
+            Ty::Long => "long",
+            Ty::String => "string",
+            Ty::Stat => "statistic",
+            Ty::Hist => "histogram",
+            Ty::Void => "void",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GlobalId(pub u32);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LocalId(pub u32);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FuncId(pub u32);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub globals: Vec<Global>,
+    pub functions: Vec<Function>,
+    pub probes: Vec<Probe>,
+    /// The source files the program came from (script first, then tapsets).
+    pub files: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum GlobalKind {
+    Scalar(Ty),
+    /// An associative array: key types, value type (Long, String or Stat).
+    Array { keys: Vec<Ty>, value: Ty, capacity: Option<u64> },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Global {
+    pub name: String,
+    pub kind: GlobalKind,
+    pub init: Option<Const>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Const {
+    Long(i64),
+    String(Vec<u8>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Local {
+    pub name: String,
+    pub ty: Ty,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Function {
+    pub name: String,
+    /// The first `params` locals are the parameters, in order.
+    pub params: u32,
+    pub locals: Vec<Local>,
+    pub ret: Ty,
+    pub body: Vec<Stmt>,
+    pub span: Span,
+}
+
+/// Where and when a probe handler runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Point {
+    Begin { order: i64 },
+    End { order: i64 },
+    Error { order: i64 },
+    /// A periodic timer, in nanoseconds, with an optional random spread.
+    Timer { period_ns: u64, randomize_ns: u64 },
+    /// Entry (or return) of a function in a module.
+    Function(FunctionPoint),
+    /// An instruction at a module-relative address.
+    Statement { module: PathBuf, addr: u64, function: Option<String> },
+    ProcessBegin { module: Option<PathBuf> },
+    ProcessEnd { module: Option<PathBuf> },
+    ThreadBegin { module: Option<PathBuf> },
+    ThreadEnd { module: Option<PathBuf> },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionPoint {
+    pub module: PathBuf,
+    /// The symbol name (mangled), and its demangled form when it has one.
+    pub symbol: String,
+    pub demangled: Option<String>,
+    /// Link-time address of the function (module-relative for PIE and
+    /// shared libraries), its size and its offset in the file.
+    pub addr: u64,
+    pub size: u64,
+    pub file_offset: u64,
+    pub ret: bool,
+    pub itrace: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Probe {
+    /// The concrete points this handler is attached to.
+    pub points: Vec<Point>,
+    /// The probe point as the user wrote it, for `pp()` and messages.
+    pub written: String,
+    pub condition: Option<Expr>,
+    pub locals: Vec<Local>,
+    pub body: Vec<Stmt>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortBy {
+    /// Sort by the key at this index.
+    Key(usize),
+    Value,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StmtKind {
+    Expr(Expr),
+    Block(Vec<Stmt>),
+    If { cond: Expr, then: Box<Stmt>, els: Option<Box<Stmt>> },
+    While { cond: Expr, body: Box<Stmt> },
+    For { init: Option<Expr>, cond: Option<Expr>, step: Option<Expr>, body: Box<Stmt> },
+    Foreach {
+        array: GlobalId,
+        /// Locals bound to the keys, in key order.
+        keys: Vec<LocalId>,
+        value: Option<LocalId>,
+        sort: Option<(SortBy, crate::ast::SortDir)>,
+        limit: Option<Expr>,
+        body: Box<Stmt>,
+    },
+    Break,
+    Continue,
+    Next,
+    Return(Option<Expr>),
+    DeleteGlobal(GlobalId),
+    DeleteLocal(LocalId),
+    DeleteElement { array: GlobalId, keys: Vec<Expr> },
+    Try { body: Vec<Stmt>, var: Option<LocalId>, handler: Vec<Stmt> },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Ty,
+    pub span: Span,
+}
+
+/// Context a probe handler can read from the target.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// `$argN` (1-based).
+    Arg(u32),
+    /// `$return`.
+    Return,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggOp {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+    Variance,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExprKind {
+    Long(i64),
+    String(Vec<u8>),
+    Local(LocalId),
+    Global(GlobalId),
+    Index { array: GlobalId, keys: Vec<Expr> },
+    Target(Target),
+    Call { func: FuncId, args: Vec<Expr> },
+    Builtin { func: crate::elaborate::builtins::Builtin, args: Vec<Expr> },
+    Unary { op: crate::ast::UnOp, operand: Box<Expr> },
+    Binary { op: crate::ast::BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    /// `target op= value`; the target is a Local, Global or Index.
+    Assign { op: crate::ast::AssignOp, target: Box<Expr>, value: Box<Expr> },
+    IncDec { op: crate::ast::IncDec, prefix: bool, target: Box<Expr> },
+    Ternary { cond: Box<Expr>, then: Box<Expr>, els: Box<Expr> },
+    In { array: GlobalId, keys: Vec<Expr> },
+    /// `@entry(e)` in a return probe: `e` evaluated at function entry.
+    Entry(Box<Expr>),
+    /// `@count(s)` ...; the operand is a Global (Stat) or an Index into an
+    /// array of Stat.
+    Aggregate { op: AggOp, stat: Box<Expr> },
+    HistLog { stat: Box<Expr> },
+    HistLinear { stat: Box<Expr>, lo: i64, hi: i64, step: i64 },
+}
