@@ -772,6 +772,20 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// The slot an lvalue stores into, if it is a variable or an array element.
+    fn slot_of(&self, e: &ast::Expr) -> Option<SlotRef> {
+        match &e.kind {
+            A::Var(n) => self
+                .locals
+                .index
+                .get(n)
+                .map(|&id| SlotRef::Local(id))
+                .or_else(|| self.global_index.get(n).map(|&g| SlotRef::GlobalValue(g))),
+            A::Index(ix) => self.global_index.get(&ix.array.name).map(|&g| SlotRef::GlobalValue(g)),
+            _ => None,
+        }
+    }
+
     fn stat_read_error(&mut self, name: &str, span: Span) {
         self.error(
             Diagnostic::error(Code::TypeMismatch, span, format!("`{name}` is a statistic and has no single value"))
@@ -961,6 +975,11 @@ impl<'a> Lowerer<'a> {
                 let (t, tt) = self.lvalue(target, tv.filter(|t| matches!(t, Ty::Long | Ty::String)));
                 let (v, tv) = if tv.is_none() && tt.is_some() { self.expr(value, tt) } else { (v, tv) };
                 match (tt, tv) {
+                    (Some(a), Some(b)) if a != b && self.slot_of(target).is_some() => {
+                        // Names both uses: where the variable got its type, and here.
+                        let slot = self.slot_of(target).unwrap_or(SlotRef::Return(FuncId(0)));
+                        self.unify(slot, b, value.span);
+                    }
                     (Some(a), Some(b)) if a != b => {
                         self.error(
                             Diagnostic::error(
