@@ -319,7 +319,13 @@ impl<'q> Resolver<'q> {
                 .map(|c| c.display_name().to_string())
                 .take(6)
                 .collect();
-            let help = if candidates.is_empty() {
+            let help = if candidates.is_empty() && module.stripped {
+                format!(
+                    "{} has no symbol table (it is stripped), so its implementations have no names to probe; \
+                     probe the callers instead, or install the library's debug symbols",
+                    module.path.display()
+                )
+            } else if candidates.is_empty() {
                 "probe the implementation the ifunc selects instead".to_string()
             } else {
                 format!("probe an implementation instead, e.g. {}", candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "))
