@@ -28,8 +28,9 @@ Examples:
 )]
 pub struct Cli {
     /// The script file, or with -e, the first script argument; then the
-    /// script arguments ($1/@1 ...).
-    #[arg(value_name = "SCRIPT.tp | ARGS", trailing_var_arg = true, allow_hyphen_values = false)]
+    /// script arguments ($1/@1 ...). Options may come before or after the
+    /// script; put script arguments that start with `-` after `--`.
+    #[arg(value_name = "SCRIPT.tp | ARGS")]
     pub positional: Vec<String>,
 
     /// Run this script text instead of a file.

@@ -80,7 +80,7 @@ fn last_pass_2_prints_the_resolved_program() {
     assert!(out.contains("n:long"), "{out}");
     assert!(out.contains("probe begin"), "{out}");
     let o = telco(&["--last-pass", "2", "-e", "probe begin { x = 1; x = \"s\" }"]);
-    assert_fails(&o, 1, "error[E0009]: cannot assign a string to a long");
+    assert_fails(&o, 1, "error[E0009]: type mismatch for `x`: string here, but long before");
     assert!(stderr(&o).contains("Pass 2: elaboration failed with 1 error."), "{}", stderr(&o));
 }
 
@@ -150,6 +150,16 @@ fn run_targets_and_outputs_are_checked_before_anything_runs() {
     assert_fails(&o, 1, "directory `/nonexistent-dir` does not exist");
     let o = telco(&[&["--chrome", "/"][..], &e].concat());
     assert_fails(&o, 1, "is a directory");
+}
+
+#[test]
+fn options_may_follow_the_script_and_dashed_arguments_follow_double_dash() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/hello.tp");
+    let o = telco(&[script, "--last-pass", "1", "x", "y"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = telco(&["-e", "probe begin { %( $# == 2 %? println(@2) %) }", "--last-pass", "1", "--", "-5", "-x"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("println(@2)"), "{}", stdout(&o));
 }
 
 #[test]

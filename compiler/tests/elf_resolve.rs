@@ -392,6 +392,26 @@ fn shared_library_through_runpath_and_rpath() {
 }
 
 #[test]
+fn versioned_symbols_match_without_their_version() {
+    let dir = scratch("versioned");
+    let lib = dir.join("libversioned.so");
+    let map = format!("-Wl,--version-script={}", path_str(&sources().join("libversioned.map")));
+    run("gcc", &["-shared", "-fPIC", "-O1", &map, "-o", path_str(&lib), path_str(&sources().join("libversioned.c"))]);
+    let m = load(&lib);
+    check_against_nm(&m, false);
+
+    // Both versions match the plain name; each keeps its raw names, the plain one first.
+    let (greet, _) = m.match_functions("greet");
+    assert_eq!(greet.len(), 2, "{greet:?}");
+    assert_eq!(greet[0].names, vec!["greet".to_string(), "greet@VER_1".to_string(), "greet_v1".to_string()]);
+    assert_eq!(greet[1].names, vec!["greet".to_string(), "greet@@VER_2".to_string(), "greet_v2".to_string()]);
+    assert!(greet.iter().all(|f| f.global && f.demangled.iter().all(Option::is_none)));
+    // The raw versioned name picks one.
+    assert_eq!(m.match_functions("greet@@VER_2").0.len(), 1);
+    assert_eq!(m.match_functions("greet@@*").0.first().map(|f| f.addr), Some(greet[1].addr));
+}
+
+#[test]
 fn libc_from_the_closure_of_sh() {
     let closure = match load_closure(Path::new("/bin/sh")) {
         Ok(c) => c,

@@ -83,7 +83,8 @@ pub fn elaborate(
         for item in &s.items {
             let Item::Probe(p) = item else { continue };
             for written in &p.points {
-                for ex in aliases.expand(written, diags) {
+                for mut ex in aliases.expand(written, diags) {
+                    substitute_script_args(&mut ex.point, cfg.args, diags);
                     let r = resolver.resolve(&ex, diags);
                     let mut blocks = ex.before.clone();
                     blocks.push(&p.body);
@@ -118,6 +119,48 @@ pub fn elaborate(
     }
     let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
     Some(Program { globals, functions, probes, files })
+}
+
+/// Probe point arguments may be script arguments (`process(@1)`,
+/// `function(@2)`, `timer.ms($1)`): replace them by their values.
+fn substitute_script_args(p: &mut crate::ast::ProbePoint, args: &[String], diags: &mut Vec<Diagnostic>) {
+    use crate::ast::ExprKind as A;
+    for c in &mut p.components {
+        let Some(arg) = c.arg.as_deref_mut() else { continue };
+        let A::ScriptArg { index, as_string } = arg.kind else { continue };
+        let n = args.len();
+        let Some(value) = (index as usize).checked_sub(1).and_then(|i| args.get(i)) else {
+            diags.push(
+                Diagnostic::error(
+                    crate::diag::Code::ScriptArgument,
+                    arg.span,
+                    format!("script argument {index} is not given ({n} argument{} given)", if n == 1 { "" } else { "s" }),
+                )
+                .with_label("this probe point needs it")
+                .with_help("script arguments follow the script: `telco-stap script.tp ARG1 ARG2`"),
+            );
+            continue;
+        };
+        arg.kind = if as_string {
+            A::Str(value.as_bytes().to_vec())
+        } else {
+            match crate::lexer::parse_int(value.trim()) {
+                Ok(v) => A::Int(v),
+                Err(_) => {
+                    diags.push(
+                        Diagnostic::error(
+                            crate::diag::Code::ScriptArgument,
+                            arg.span,
+                            format!("script argument ${index} is `{value}`, not a number"),
+                        )
+                        .with_label("used as a number here")
+                        .with_help(format!("use `@{index}` for the argument as a string")),
+                    );
+                    continue;
+                }
+            }
+        };
+    }
 }
 
 impl BodyKind {
@@ -198,7 +241,8 @@ pub fn list(
                 }
                 continue;
             }
-            for ex in aliases.expand(written, diags) {
+            for mut ex in aliases.expand(written, diags) {
+                substitute_script_args(&mut ex.point, cfg.args, diags);
                 let r = resolver.resolve(&ex, diags);
                 for pt in &r.points {
                     let mut line = show::point_name(pt);

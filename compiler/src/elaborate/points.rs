@@ -286,7 +286,16 @@ impl<'q> Resolver<'q> {
     ) -> Vec<Point> {
         let pattern = match comp.arg.as_deref().map(|a| &a.kind) {
             Some(A::Str(s)) => String::from_utf8_lossy(s).into_owned(),
-            _ => return Vec::new(),
+            // Pass 1 checked the argument's shape; a script argument that
+            // could not be substituted was reported. Never resolve silently
+            // to nothing.
+            _ => {
+                diags.push(
+                    Diagnostic::error(Code::BadValue, comp.span, "`function` needs a pattern string")
+                        .with_label("no pattern to match"),
+                );
+                return Vec::new();
+            }
         };
         let (found, skipped) = module.match_functions(&pattern);
         let wildcard = pattern.contains(['*', '?', '[']);

@@ -126,7 +126,7 @@ fn read_str(data: &[u8], at: usize) -> Option<&str> {
 mod tests {
     use super::*;
 
-    /// Builds a cache file. `entries` are (key, value, hwcap).
+    /// An old-format cache file of (key, value) entries.
     fn old_format(entries: &[(&str, &str)]) -> Vec<u8> {
         let mut strings = Vec::new();
         let mut table = Vec::new();
@@ -148,6 +148,7 @@ mod tests {
         out
     }
 
+    /// A new-format cache file of (key, value, hwcap) entries.
     fn new_format(entries: &[(&str, &str, u64)]) -> Vec<u8> {
         let strings_at = NEW_HEADER + entries.len() * NEW_ENTRY;
         let mut strings = Vec::new();
