@@ -21,13 +21,12 @@ fn embed_tapsets() {
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "tp"))
-                .collect()
+            rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "tp")).collect()
         })
         .unwrap_or_default();
     files.sort();
-    let mut out = String::from("/// Built-in tapsets: (file name, text).\npub const BUILTIN_TAPSETS: &[(&str, &str)] = &[\n");
+    let mut out =
+        String::from("/// Built-in tapsets: (file name, text).\npub const BUILTIN_TAPSETS: &[(&str, &str)] = &[\n");
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
         let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("tapset.tp");

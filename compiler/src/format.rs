@@ -134,10 +134,7 @@ pub fn parse(fmt: &[u8]) -> Result<Vec<Segment>, FormatError> {
             Some(b'p') => ConvKind::Pointer,
             Some(b's') => ConvKind::String,
             Some(&b) => {
-                return Err(FormatError {
-                    offset: start,
-                    message: format!("unknown conversion `%{}`", b as char),
-                })
+                return Err(FormatError { offset: start, message: format!("unknown conversion `%{}`", b as char) })
             }
             None => return Err(FormatError { offset: start, message: "format ends inside a conversion".into() }),
         };
@@ -166,7 +163,10 @@ fn count(fmt: &[u8], i: &mut usize, start: usize) -> Result<Count, FormatError> 
         *i += 1;
     }
     if n > MAX_WIDTH {
-        return Err(FormatError { offset: start, message: format!("width or precision {n} is larger than {MAX_WIDTH}") });
+        return Err(FormatError {
+            offset: start,
+            message: format!("width or precision {n} is larger than {MAX_WIDTH}"),
+        });
     }
     Ok(if any { Count::Fixed(n) } else { Count::None })
 }

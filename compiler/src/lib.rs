@@ -7,14 +7,14 @@
 pub mod ast;
 pub mod diag;
 pub mod elaborate;
-pub mod format;
-pub mod program;
 pub mod elf;
+pub mod format;
 pub mod glob;
 pub mod lexer;
 pub mod parse;
 pub mod preprocess;
 pub mod print;
+pub mod program;
 pub mod span;
 pub mod suggest;
 pub mod validate;

@@ -51,7 +51,11 @@ pub struct Program {
 pub enum GlobalKind {
     Scalar(Ty),
     /// An associative array: key types, value type (Long, String or Stat).
-    Array { keys: Vec<Ty>, value: Ty, capacity: Option<u64> },
+    Array {
+        keys: Vec<Ty>,
+        value: Ty,
+        capacity: Option<u64>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -89,19 +93,40 @@ pub struct Function {
 /// Where and when a probe handler runs.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Point {
-    Begin { order: i64 },
-    End { order: i64 },
-    Error { order: i64 },
+    Begin {
+        order: i64,
+    },
+    End {
+        order: i64,
+    },
+    Error {
+        order: i64,
+    },
     /// A periodic timer, in nanoseconds, with an optional random spread.
-    Timer { period_ns: u64, randomize_ns: u64 },
+    Timer {
+        period_ns: u64,
+        randomize_ns: u64,
+    },
     /// Entry (or return) of a function in a module.
     Function(FunctionPoint),
     /// An instruction at a module-relative address.
-    Statement { module: PathBuf, addr: u64, function: Option<String> },
-    ProcessBegin { module: Option<PathBuf> },
-    ProcessEnd { module: Option<PathBuf> },
-    ThreadBegin { module: Option<PathBuf> },
-    ThreadEnd { module: Option<PathBuf> },
+    Statement {
+        module: PathBuf,
+        addr: u64,
+        function: Option<String>,
+    },
+    ProcessBegin {
+        module: Option<PathBuf>,
+    },
+    ProcessEnd {
+        module: Option<PathBuf>,
+    },
+    ThreadBegin {
+        module: Option<PathBuf>,
+    },
+    ThreadEnd {
+        module: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -148,9 +173,21 @@ pub enum SortBy {
 pub enum StmtKind {
     Expr(Expr),
     Block(Vec<Stmt>),
-    If { cond: Expr, then: Box<Stmt>, els: Option<Box<Stmt>> },
-    While { cond: Expr, body: Box<Stmt> },
-    For { init: Option<Expr>, cond: Option<Expr>, step: Option<Expr>, body: Box<Stmt> },
+    If {
+        cond: Expr,
+        then: Box<Stmt>,
+        els: Option<Box<Stmt>>,
+    },
+    While {
+        cond: Expr,
+        body: Box<Stmt>,
+    },
+    For {
+        init: Option<Expr>,
+        cond: Option<Expr>,
+        step: Option<Expr>,
+        body: Box<Stmt>,
+    },
     Foreach {
         array: GlobalId,
         /// Locals bound to the keys, in key order.
@@ -166,8 +203,15 @@ pub enum StmtKind {
     Return(Option<Expr>),
     DeleteGlobal(GlobalId),
     DeleteLocal(LocalId),
-    DeleteElement { array: GlobalId, keys: Vec<Expr> },
-    Try { body: Vec<Stmt>, var: Option<LocalId>, handler: Vec<Stmt> },
+    DeleteElement {
+        array: GlobalId,
+        keys: Vec<Expr>,
+    },
+    Try {
+        body: Vec<Stmt>,
+        var: Option<LocalId>,
+        handler: Vec<Stmt>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -202,22 +246,63 @@ pub enum ExprKind {
     String(Vec<u8>),
     Local(LocalId),
     Global(GlobalId),
-    Index { array: GlobalId, keys: Vec<Expr> },
+    Index {
+        array: GlobalId,
+        keys: Vec<Expr>,
+    },
     Target(Target),
-    Call { func: FuncId, args: Vec<Expr> },
-    Builtin { func: crate::elaborate::builtins::Builtin, args: Vec<Expr> },
-    Unary { op: crate::ast::UnOp, operand: Box<Expr> },
-    Binary { op: crate::ast::BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    Call {
+        func: FuncId,
+        args: Vec<Expr>,
+    },
+    Builtin {
+        func: crate::elaborate::builtins::Builtin,
+        args: Vec<Expr>,
+    },
+    Unary {
+        op: crate::ast::UnOp,
+        operand: Box<Expr>,
+    },
+    Binary {
+        op: crate::ast::BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
     /// `target op= value`; the target is a Local, Global or Index.
-    Assign { op: crate::ast::AssignOp, target: Box<Expr>, value: Box<Expr> },
-    IncDec { op: crate::ast::IncDec, prefix: bool, target: Box<Expr> },
-    Ternary { cond: Box<Expr>, then: Box<Expr>, els: Box<Expr> },
-    In { array: GlobalId, keys: Vec<Expr> },
+    Assign {
+        op: crate::ast::AssignOp,
+        target: Box<Expr>,
+        value: Box<Expr>,
+    },
+    IncDec {
+        op: crate::ast::IncDec,
+        prefix: bool,
+        target: Box<Expr>,
+    },
+    Ternary {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        els: Box<Expr>,
+    },
+    In {
+        array: GlobalId,
+        keys: Vec<Expr>,
+    },
     /// `@entry(e)` in a return probe: `e` evaluated at function entry.
     Entry(Box<Expr>),
     /// `@count(s)` ...; the operand is a Global (Stat) or an Index into an
     /// array of Stat.
-    Aggregate { op: AggOp, stat: Box<Expr> },
-    HistLog { stat: Box<Expr> },
-    HistLinear { stat: Box<Expr>, lo: i64, hi: i64, step: i64 },
+    Aggregate {
+        op: AggOp,
+        stat: Box<Expr>,
+    },
+    HistLog {
+        stat: Box<Expr>,
+    },
+    HistLinear {
+        stat: Box<Expr>,
+        lo: i64,
+        hi: i64,
+        step: i64,
+    },
 }

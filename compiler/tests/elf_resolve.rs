@@ -181,7 +181,7 @@ fn c_program_functions_aliases_and_skipped_symbols() {
     // The alias and its target are one function, both names kept, the plain one first.
     let work = the_function(&m, "work");
     assert_eq!(work.names, vec!["work".to_string(), "work_alias".to_string()]);
-    assert_eq!(work.demangled, vec![None, None]);
+    assert_eq!(work.demangled(), &[None, None]);
     assert!(work.global && !work.ifunc && work.size > 0);
     assert_eq!(the_function(&m, "work_alias").addr, work.addr);
     let (both, _) = m.match_functions("work*");
@@ -267,7 +267,7 @@ fn cpp_program_matches_demangled_names() {
     check_against_nm(&m, false);
 
     let demangled = |fs: &[&Function]| {
-        let mut v: Vec<String> = fs.iter().filter_map(|f| f.demangled[0].clone()).collect();
+        let mut v: Vec<String> = fs.iter().filter_map(|f| f.demangled()[0].clone()).collect();
         v.sort();
         v
     };
@@ -279,7 +279,7 @@ fn cpp_program_matches_demangled_names() {
     assert_eq!(demangled(&m.match_functions("ns::Widget::draw(int)").0), vec!["ns::Widget::draw(int)"]);
     // The mangled name works too.
     let by_mangled = the_function(&m, "_ZN2ns6Widget4drawEi");
-    assert_eq!(by_mangled.demangled[0].as_deref(), Some("ns::Widget::draw(int)"));
+    assert_eq!(by_mangled.demangled()[0].as_deref(), Some("ns::Widget::draw(int)"));
     // `_ZNK...` is the const overload.
     assert_eq!(m.match_functions("_ZN*2ns6Widget4draw*").0.len(), 2);
 
@@ -405,7 +405,7 @@ fn versioned_symbols_match_without_their_version() {
     assert_eq!(greet.len(), 2, "{greet:?}");
     assert_eq!(greet[0].names, vec!["greet".to_string(), "greet@VER_1".to_string(), "greet_v1".to_string()]);
     assert_eq!(greet[1].names, vec!["greet".to_string(), "greet@@VER_2".to_string(), "greet_v2".to_string()]);
-    assert!(greet.iter().all(|f| f.global && f.demangled.iter().all(Option::is_none)));
+    assert!(greet.iter().all(|f| f.global && f.demangled().iter().all(Option::is_none)));
     // The raw versioned name picks one.
     assert_eq!(m.match_functions("greet@@VER_2").0.len(), 1);
     assert_eq!(m.match_functions("greet@@*").0.first().map(|f| f.addr), Some(greet[1].addr));

@@ -235,10 +235,7 @@ impl<'a> Lowerer<'a> {
         (globals, funcs, bodies, self.diags)
     }
 
-    fn round(
-        &mut self,
-        probes: &mut [ProbeBody<'a>],
-    ) -> (Vec<Function>, Vec<(Vec<Stmt>, Option<Expr>, Vec<Local>)>) {
+    fn round(&mut self, probes: &mut [ProbeBody<'a>]) -> (Vec<Function>, Vec<(Vec<Stmt>, Option<Expr>, Vec<Local>)>) {
         let mut funcs = Vec::new();
         for i in 0..self.functions.len() {
             let ast = self.functions[i].ast;
@@ -367,8 +364,12 @@ impl<'a> Lowerer<'a> {
         if let Some(t) = got {
             if t != want {
                 self.error(
-                    Diagnostic::error(Code::TypeMismatch, span, format!("{what} must be a {}, not a {}", want.name(), t.name()))
-                        .with_label(format!("this is a {}", t.name())),
+                    Diagnostic::error(
+                        Code::TypeMismatch,
+                        span,
+                        format!("{what} must be a {}, not a {}", want.name(), t.name()),
+                    )
+                    .with_label(format!("this is a {}", t.name())),
                 );
             }
         }
@@ -477,7 +478,9 @@ impl<'a> Lowerer<'a> {
                         let want = self.slot_ty(SlotRef::Return(fid));
                         let (x, t) = self.expr(e, want.filter(|t| *t != Ty::Void));
                         match t {
-                            Some(Ty::Long | Ty::String) => self.unify(SlotRef::Return(fid), t.unwrap_or(Ty::Long), e.span),
+                            Some(Ty::Long | Ty::String) => {
+                                self.unify(SlotRef::Return(fid), t.unwrap_or(Ty::Long), e.span)
+                            }
                             Some(other) => self.error(
                                 Diagnostic::error(
                                     Code::TypeMismatch,
@@ -522,8 +525,12 @@ impl<'a> Lowerer<'a> {
         });
         if value.is_some() && self.globals[array.0 as usize].value.ty == Some(Ty::Stat) {
             self.error(
-                Diagnostic::error(Code::TypeMismatch, span, "`foreach` cannot bind the value of an array of statistics")
-                    .with_label("read it with `@count(arr[k])` and friends instead"),
+                Diagnostic::error(
+                    Code::TypeMismatch,
+                    span,
+                    "`foreach` cannot bind the value of an array of statistics",
+                )
+                .with_label("read it with `@count(arr[k])` and friends instead"),
             );
         }
         let sort = f
@@ -647,12 +654,8 @@ impl<'a> Lowerer<'a> {
     /// A global array named `name`, used with `arity` keys.
     fn array(&mut self, name: &ast::Ident, arity: usize) -> Option<GlobalId> {
         let Some(&g) = self.global_index.get(&name.name) else {
-            let mut d = Diagnostic::error(
-                Code::Undefined,
-                name.span,
-                format!("`{}` is not a global array", name.name),
-            )
-            .with_label("arrays must be declared");
+            let mut d = Diagnostic::error(Code::Undefined, name.span, format!("`{}` is not a global array", name.name))
+                .with_label("arrays must be declared");
             d = d.with_help(format!("declare it at the top of the script: `global {}`", name.name));
             if let Some(s) = crate::suggest::closest(&name.name, self.global_index.keys().map(String::as_str)) {
                 d = d.with_help(format!("did you mean the global `{s}`? (or declare `global {}`)", name.name));
@@ -725,7 +728,9 @@ impl<'a> Lowerer<'a> {
                 mk(ExprKind::Index { array, keys }, ty)
             }
             A::In(ix) => {
-                let Some(array) = self.array(&ix.array, ix.keys.len()) else { return mk(ExprKind::Long(0), Some(Ty::Long)) };
+                let Some(array) = self.array(&ix.array, ix.keys.len()) else {
+                    return mk(ExprKind::Long(0), Some(Ty::Long));
+                };
                 let keys = self.keys(array, &ix.keys);
                 mk(ExprKind::In { array, keys }, Some(Ty::Long))
             }
@@ -745,7 +750,12 @@ impl<'a> Lowerer<'a> {
             A::Assign { op, target, value } => self.assign(*op, target, value, span),
             A::IncDec { op, prefix, target } => {
                 let (t, ty) = self.lvalue(target, Some(Ty::Long));
-                self.expect(ty, Ty::Long, target.span, if *op == IncDec::Inc { "what `++` changes" } else { "what `--` changes" });
+                self.expect(
+                    ty,
+                    Ty::Long,
+                    target.span,
+                    if *op == IncDec::Inc { "what `++` changes" } else { "what `--` changes" },
+                );
                 mk(ExprKind::IncDec { op: *op, prefix: *prefix, target: Box::new(t) }, Some(Ty::Long))
             }
             A::Ternary { cond, then, els } => {
@@ -866,7 +876,9 @@ impl<'a> Lowerer<'a> {
                 self.error(
                     Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
                         .with_label("telco-stap reads no debug information")
-                        .with_help("use `$arg1`, `$arg2`, ... (arguments by position), `$return`, or `register(\"rdi\")`"),
+                        .with_help(
+                            "use `$arg1`, `$arg2`, ... (arguments by position), `$return`, or `register(\"rdi\")`",
+                        ),
                 );
                 mk(ExprKind::Long(0))
             }
@@ -897,12 +909,11 @@ impl<'a> Lowerer<'a> {
                         )
                         .with_label("both sides must be longs, or both strings"),
                     ),
-                    (Some(t @ (Ty::Stat | Ty::Hist | Ty::Void)), _) | (_, Some(t @ (Ty::Stat | Ty::Hist | Ty::Void))) => {
-                        self.error(
-                            Diagnostic::error(Code::TypeMismatch, span, format!("cannot compare a {}", t.name()))
-                                .with_label("only longs and strings compare"),
-                        )
-                    }
+                    (Some(t @ (Ty::Stat | Ty::Hist | Ty::Void)), _)
+                    | (_, Some(t @ (Ty::Stat | Ty::Hist | Ty::Void))) => self.error(
+                        Diagnostic::error(Code::TypeMismatch, span, format!("cannot compare a {}", t.name()))
+                            .with_label("only longs and strings compare"),
+                    ),
                     _ => {}
                 }
                 mk(ExprKind::Binary { op, lhs: Box::new(a), rhs: Box::new(b) }, Ty::Long)
@@ -1051,8 +1062,12 @@ impl<'a> Lowerer<'a> {
                 match t {
                     Some(t @ (Ty::Long | Ty::String)) => self.unify(slot, t, a.span),
                     Some(t) => self.error(
-                        Diagnostic::error(Code::TypeMismatch, a.span, format!("cannot pass a {} to a function", t.name()))
-                            .with_label("arguments are longs or strings"),
+                        Diagnostic::error(
+                            Code::TypeMismatch,
+                            a.span,
+                            format!("cannot pass a {} to a function", t.name()),
+                        )
+                        .with_label("arguments are longs or strings"),
                     ),
                     None => {}
                 }
@@ -1107,7 +1122,12 @@ impl<'a> Lowerer<'a> {
                 Diagnostic::error(
                     Code::Arity,
                     span,
-                    format!("`{}` takes {want} argument{} but {n} {} given", sig.name, if hi == 1 && lo == 1 { "" } else { "s" }, if n == 1 { "was" } else { "were" }),
+                    format!(
+                        "`{}` takes {want} argument{} but {n} {} given",
+                        sig.name,
+                        if hi == 1 && lo == 1 { "" } else { "s" },
+                        if n == 1 { "was" } else { "were" }
+                    ),
                 )
                 .with_label("in this call"),
             );
@@ -1122,14 +1142,24 @@ impl<'a> Lowerer<'a> {
                     A::Str(s) => match crate::format::parse(s) {
                         Ok(segs) => formatted = Some(crate::format::argument_kinds(&segs)),
                         Err(fe) => self.error(
-                            Diagnostic::error(Code::BadFormat, f.span, format!("invalid format string: {}", fe.message))
-                                .with_label(format!("at byte {} of the format", fe.offset)),
+                            Diagnostic::error(
+                                Code::BadFormat,
+                                f.span,
+                                format!("invalid format string: {}", fe.message),
+                            )
+                            .with_label(format!("at byte {} of the format", fe.offset)),
                         ),
                     },
                     _ => self.error(
-                        Diagnostic::error(Code::BadFormat, f.span, format!("the format of `{}` must be a string literal", sig.name))
-                            .with_label("not a literal")
-                            .with_help("formats are checked and compiled ahead of time; use `%s` to print a computed string"),
+                        Diagnostic::error(
+                            Code::BadFormat,
+                            f.span,
+                            format!("the format of `{}` must be a string literal", sig.name),
+                        )
+                        .with_label("not a literal")
+                        .with_help(
+                            "formats are checked and compiled ahead of time; use `%s` to print a computed string",
+                        ),
                     ),
                 }
             }
@@ -1139,7 +1169,13 @@ impl<'a> Lowerer<'a> {
                         Diagnostic::error(
                             Code::BadFormat,
                             span,
-                            format!("the format wants {} argument{} but {} {} given", kinds.len(), if kinds.len() == 1 { "" } else { "s" }, n.saturating_sub(1), if n.saturating_sub(1) == 1 { "is" } else { "are" }),
+                            format!(
+                                "the format wants {} argument{} but {} {} given",
+                                kinds.len(),
+                                if kinds.len() == 1 { "" } else { "s" },
+                                n.saturating_sub(1),
+                                if n.saturating_sub(1) == 1 { "is" } else { "are" }
+                            ),
                         )
                         .with_label("in this call"),
                     );
@@ -1220,8 +1256,12 @@ impl<'a> Lowerer<'a> {
                     match self.constant(e) {
                         Some(v) => consts[k] = v,
                         None => self.error(
-                            Diagnostic::error(Code::BadValue, e.span, "`@hist_linear` bounds must be numbers known ahead of time")
-                                .with_label("not a constant"),
+                            Diagnostic::error(
+                                Code::BadValue,
+                                e.span,
+                                "`@hist_linear` bounds must be numbers known ahead of time",
+                            )
+                            .with_label("not a constant"),
                         ),
                     }
                 }
@@ -1238,7 +1278,11 @@ impl<'a> Lowerer<'a> {
                     );
                 }
                 (
-                    Expr { kind: ExprKind::HistLinear { stat: Box::new(stat), lo: lo_v, hi: hi_v, step: step_v }, ty: Ty::Hist, span },
+                    Expr {
+                        kind: ExprKind::HistLinear { stat: Box::new(stat), lo: lo_v, hi: hi_v, step: step_v },
+                        ty: Ty::Hist,
+                        span,
+                    },
                     Some(Ty::Hist),
                 )
             }

@@ -134,7 +134,10 @@ fn substitute_script_args(p: &mut crate::ast::ProbePoint, args: &[String], diags
                 Diagnostic::error(
                     crate::diag::Code::ScriptArgument,
                     arg.span,
-                    format!("script argument {index} is not given ({n} argument{} given)", if n == 1 { "" } else { "s" }),
+                    format!(
+                        "script argument {index} is not given ({n} argument{} given)",
+                        if n == 1 { "" } else { "s" }
+                    ),
                 )
                 .with_label("this probe point needs it")
                 .with_help("script arguments follow the script: `telco-stap script.tp ARG1 ARG2`"),
@@ -210,10 +213,8 @@ pub fn list(
             let first = written.components.first().map(|c| c.name.name.as_str()).unwrap_or("");
             if !alias::is_builtin_family(first) {
                 // Alias names, possibly with wildcards: `-l 'libc.*'`.
-                let matching: Vec<&&crate::ast::ProbeAlias> = all_aliases
-                    .iter()
-                    .filter(|a| crate::glob::glob_match(&dotted, &a.name.shape()))
-                    .collect();
+                let matching: Vec<&&crate::ast::ProbeAlias> =
+                    all_aliases.iter().filter(|a| crate::glob::glob_match(&dotted, &a.name.shape())).collect();
                 if matching.is_empty() && !written.optional {
                     let mut d = Diagnostic::error(
                         crate::diag::Code::UnknownProbePoint,

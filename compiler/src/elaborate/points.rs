@@ -119,11 +119,15 @@ impl<'q> Resolver<'q> {
 
     /// The module a `process(...)` component names.
     fn module_for(&mut self, c: &Component) -> Result<Rc<Module>, Diagnostic> {
-        let fail = |msg: String, label: &str| Diagnostic::error(Code::ModuleNotFound, c.span, msg).with_label(label.to_string());
+        let fail = |msg: String, label: &str| {
+            Diagnostic::error(Code::ModuleNotFound, c.span, msg).with_label(label.to_string())
+        };
         let path = match c.arg.as_deref().map(|a| &a.kind) {
             None => match self.target_executable() {
                 Some(Ok(p)) => p,
-                Some(Err(e)) => return Err(fail(format!("cannot find the target's executable: {e}"), "for this point")),
+                Some(Err(e)) => {
+                    return Err(fail(format!("cannot find the target's executable: {e}"), "for this point"))
+                }
                 None => {
                     return Err(fail("`process` without a name needs a target".into(), "which process?")
                         .with_help("run with -p PID or -c CMD, or name the program: process(\"/usr/bin/prog\")"))
@@ -151,7 +155,9 @@ impl<'q> Resolver<'q> {
                             format!("the target's {} modules and the search paths", target.len())
                         };
                         return Err(fail(format!("cannot find module `{name}` ({e})"), "no such program or library")
-                            .with_help(format!("searched {searched}; give a path, a program on $PATH or a library soname")));
+                            .with_help(format!(
+                                "searched {searched}; give a path, a program on $PATH or a library soname"
+                            )));
                     }
                 }
             }
@@ -261,7 +267,9 @@ impl<'q> Resolver<'q> {
                         diags.push(
                             Diagnostic::error(Code::NoMatch, rest[1].span, "inlined instances need debug information")
                                 .with_label("telco-stap reads symbol tables only")
-                                .with_help("probe the function's out-of-line copy with `.function(\"name\")` or `.call`"),
+                                .with_help(
+                                    "probe the function's out-of-line copy with `.function(\"name\")` or `.call`",
+                                ),
                         );
                     }
                     return Resolved { points: Vec::new(), kind };
@@ -312,7 +320,7 @@ impl<'q> Resolver<'q> {
             points.push(Point::Function(FunctionPoint {
                 module: module.path.clone(),
                 symbol: f.names.first().cloned().unwrap_or_default(),
-                demangled: f.demangled.first().cloned().flatten(),
+                demangled: f.demangled().first().cloned().flatten(),
                 addr: f.addr,
                 size: f.size,
                 file_offset: f.file_offset,
@@ -337,7 +345,10 @@ impl<'q> Resolver<'q> {
             } else if candidates.is_empty() {
                 "probe the implementation the ifunc selects instead".to_string()
             } else {
-                format!("probe an implementation instead, e.g. {}", candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "))
+                format!(
+                    "probe an implementation instead, e.g. {}",
+                    candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+                )
             };
             let msg = format!(
                 "{} {} an ifunc: the implementation is chosen when the library loads, so its symbol is not the code that runs",
@@ -366,7 +377,11 @@ impl<'q> Resolver<'q> {
                 comp.span,
                 format!("no function matches `{pattern}` in {}", module.path.display()),
             )
-            .with_label(if module.stripped { "searched the dynamic symbols (the file is stripped)" } else { "searched the symbol table" });
+            .with_label(if module.stripped {
+                "searched the dynamic symbols (the file is stripped)"
+            } else {
+                "searched the symbol table"
+            });
             if !wildcard {
                 let names = module.functions.iter().flat_map(|f| f.names.iter().map(String::as_str));
                 if let Some(s) = crate::suggest::closest(&pattern, names) {
@@ -381,7 +396,13 @@ impl<'q> Resolver<'q> {
         points
     }
 
-    fn statement(&mut self, module: &Module, comp: &Component, ex: &Expanded<'_>, diags: &mut Vec<Diagnostic>) -> Vec<Point> {
+    fn statement(
+        &mut self,
+        module: &Module,
+        comp: &Component,
+        ex: &Expanded<'_>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Vec<Point> {
         let (addr, function) = match comp.arg.as_deref().map(|a| &a.kind) {
             Some(A::Int(a)) => {
                 let a = *a as u64;
@@ -405,8 +426,12 @@ impl<'q> Resolver<'q> {
                 let Some(f) = found.first() else {
                     if !ex.point.optional {
                         diags.push(
-                            Diagnostic::error(Code::NoMatch, comp.span, format!("no function `{name}` in {}", module.path.display()))
-                                .with_label("for this statement"),
+                            Diagnostic::error(
+                                Code::NoMatch,
+                                comp.span,
+                                format!("no function `{name}` in {}", module.path.display()),
+                            )
+                            .with_label("for this statement"),
                         );
                     }
                     return Vec::new();
@@ -428,8 +453,12 @@ impl<'q> Resolver<'q> {
         };
         if function.is_none() {
             diags.push(
-                Diagnostic::warning(Code::NoMatch, comp.span, format!("address {addr:#x} is not inside any known function"))
-                    .with_label("probed as given"),
+                Diagnostic::warning(
+                    Code::NoMatch,
+                    comp.span,
+                    format!("address {addr:#x} is not inside any known function"),
+                )
+                .with_label("probed as given"),
             );
         }
         vec![Point::Statement { module: module.path.clone(), addr, function }]

@@ -36,7 +36,13 @@ pub fn print_program(p: &Program) -> String {
     }
     o.push_str("\n# probes\n");
     for pr in &p.probes {
-        let _ = writeln!(o, "probe {}  /* {} point{} */", pr.written, pr.points.len(), if pr.points.len() == 1 { "" } else { "s" });
+        let _ = writeln!(
+            o,
+            "probe {}  /* {} point{} */",
+            pr.written,
+            pr.points.len(),
+            if pr.points.len() == 1 { "" } else { "s" }
+        );
         for pt in &pr.points {
             let _ = writeln!(o, "    {}", point_detail(pt));
         }

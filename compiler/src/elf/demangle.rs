@@ -4,7 +4,6 @@
 //! which keeps loading a C library cheap.
 
 use std::panic;
-use std::thread;
 
 use cpp_demangle::{DemangleOptions, Symbol};
 
@@ -13,40 +12,11 @@ pub(super) fn looks_mangled(name: &str) -> bool {
     name.starts_with("_Z") || name.starts_with("_R")
 }
 
-/// [`demangle`] for many names, in order. cpp_demangle takes about 5 µs per
-/// name (parsing dominates), so a C++ library with thousands of functions
-/// would spend tens of milliseconds here on one thread; the work is split
-/// over the available cores when there is enough of it.
-pub(super) fn demangle_all(names: &[&str]) -> Vec<(Option<String>, Option<String>)> {
-    const MIN_PER_THREAD: usize = 256;
-    let cores = thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = cores.min(8).min(names.len() / MIN_PER_THREAD).max(1);
-    if threads == 1 {
-        return demangle_chunk(names);
-    }
-    let chunk = names.len().div_ceil(threads);
-    thread::scope(|scope| {
-        let spawned: Vec<_> = names
-            .chunks(chunk)
-            .map(|c| (c, thread::Builder::new().name("demangle".into()).spawn_scoped(scope, || demangle_chunk(c))))
-            .collect();
-        let mut out = Vec::with_capacity(names.len());
-        for (c, handle) in spawned {
-            // A thread that could not be created: do its share here.
-            match handle.map_err(|_| ()).and_then(|h| h.join().map_err(|_| ())) {
-                Ok(results) => out.extend(results),
-                Err(()) => out.extend(demangle_chunk(c)),
-            }
-        }
-        out
-    })
-}
-
-/// A demangler bug must not take the tracer down: names in a chunk that
-/// panics are left mangled.
-fn demangle_chunk(names: &[&str]) -> Vec<(Option<String>, Option<String>)> {
-    panic::catch_unwind(|| names.iter().map(|n| demangle(n)).collect())
-        .unwrap_or_else(|_| vec![(None, None); names.len()])
+/// [`demangle`], but a demangler bug must not take the tracer down: a name
+/// whose demangling panics is left mangled. Names are demangled one at a
+/// time, on first need (about 5 µs each for C++).
+pub(super) fn demangle_safely(name: &str) -> (Option<String>, Option<String>) {
+    panic::catch_unwind(|| demangle(name)).unwrap_or((None, None))
 }
 
 /// `(full, short)` for a raw symbol name (an `@VERSION` suffix is ignored).

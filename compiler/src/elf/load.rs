@@ -13,7 +13,7 @@ use goblin::elf::sym::{Symtab, STB_GLOBAL, STB_GNU_UNIQUE, STB_WEAK, STT_FILE, S
 use goblin::elf::Elf;
 use goblin::strtab::Strtab;
 
-use super::{demangle, ElfError, Function, Machine, Module, ModuleKind, SkipReason, Skipped};
+use super::{ElfError, Function, Machine, Module, ModuleKind, SkipReason, Skipped};
 
 pub(super) fn load(path: &Path) -> Result<Module, ElfError> {
     let io = |source| ElfError::Io { path: path.to_path_buf(), source };
@@ -163,8 +163,6 @@ fn group_functions<'a>(
 ) -> Result<Vec<Function>, ElfError> {
     candidates.sort_unstable_by_key(|c| c.addr);
     let mut functions = Vec::with_capacity(candidates.len());
-    // (index in `functions`, name) of every name that looks mangled.
-    let mut to_demangle: Vec<(usize, &'a str)> = Vec::new();
     for group in candidates.chunk_by_mut(|a, b| a.addr == b.addr) {
         // The same name often comes from both .symtab and .dynsym: keep the
         // better binding, then order the names best first.
@@ -196,32 +194,16 @@ fn group_functions<'a>(
             });
         }
 
-        for &(_, name) in &names {
-            if demangle::looks_mangled(name) {
-                to_demangle.push((functions.len(), name));
-            }
-        }
-        functions.push(Function {
-            names: names.iter().map(|&(_, name)| name.to_string()).collect(),
-            demangled: vec![None; names.len()],
+        // Names are demangled on first need (Function::demangled): most
+        // queries never need most of them.
+        functions.push(Function::new(
+            names.iter().map(|&(_, name)| name.to_string()).collect(),
             addr,
             size,
             file_offset,
-            ifunc: group.iter().any(|c| c.ifunc),
-            global: names.iter().any(|&(rank, _)| rank < 2),
-            short: vec![None; names.len()],
-        });
-    }
-
-    // Demangling is most of the cost of loading a C++ library, so it is done
-    // in one batch (on several threads when there are many names).
-    let mangled: Vec<&str> = to_demangle.iter().map(|&(_, name)| name).collect();
-    for ((index, name), (full, short)) in to_demangle.iter().zip(demangle::demangle_all(&mangled)) {
-        let f = &mut functions[*index];
-        if let Some(i) = f.names.iter().position(|n| n == name) {
-            f.demangled[i] = full;
-            f.short[i] = short;
-        }
+            group.iter().any(|c| c.ifunc),
+            names.iter().any(|&(rank, _)| rank < 2),
+        ));
     }
     Ok(functions)
 }

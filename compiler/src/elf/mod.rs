@@ -99,9 +99,9 @@ pub struct Function {
     /// Raw (mangled) symbol names at this address, the best first: global over
     /// weak over local, unversioned over `name@VERSION`, fewer leading underscores first.
     pub names: Vec<String>,
-    /// Parallel to `names`: the C++ (`cpp_demangle`, as `c++filt` prints it) or
-    /// Rust (`rustc-demangle`, without the hash) demangling, `None` for a C name.
-    pub demangled: Vec<Option<String>>,
+    /// Demangled names, computed on first need (see [`Function::demangled`]):
+    /// demangling is most of the cost of loading a C++ or Rust module.
+    lazy: std::sync::OnceLock<Demangled>,
     /// Link-time virtual address (`st_value`), as `nm` shows it: relative to the
     /// load base for PIEs and shared libraries.
     pub addr: u64,
@@ -113,15 +113,58 @@ pub struct Function {
     pub ifunc: bool,
     /// Some name is `STB_GLOBAL`, `STB_WEAK` or `STB_GNU_UNIQUE`.
     pub global: bool,
-    /// Parallel to `names`: the C++ demangling without parameter list and
-    /// return type (`ns::Widget::draw`), only where it differs from `demangled`.
+}
+
+/// The demangled forms of a function's names, parallel to `names`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Demangled {
+    /// C++ (`cpp_demangle`, as `c++filt` prints it) or Rust (`rustc-demangle`,
+    /// without the hash); `None` for a C name.
+    full: Vec<Option<String>>,
+    /// The C++ demangling without parameter list and return type
+    /// (`ns::Widget::draw`), only where it differs from `full`.
     short: Vec<Option<String>>,
 }
 
 impl Function {
+    pub(crate) fn new(
+        names: Vec<String>,
+        addr: u64,
+        size: u64,
+        file_offset: u64,
+        ifunc: bool,
+        global: bool,
+    ) -> Function {
+        Function { names, lazy: std::sync::OnceLock::new(), addr, size, file_offset, ifunc, global }
+    }
+
+    fn demangled_forms(&self) -> &Demangled {
+        self.lazy.get_or_init(|| {
+            let mut d = Demangled { full: vec![None; self.names.len()], short: vec![None; self.names.len()] };
+            for (i, n) in self.names.iter().enumerate() {
+                if demangle::looks_mangled(n) {
+                    let (full, short) = demangle::demangle_safely(n);
+                    d.full[i] = full;
+                    d.short[i] = short;
+                }
+            }
+            d
+        })
+    }
+
+    /// Parallel to `names`: the C++ or Rust demangling, `None` for a C name.
+    pub fn demangled(&self) -> &[Option<String>] {
+        &self.demangled_forms().full
+    }
+
+    /// Whether any name is mangled at all (without demangling it).
+    fn any_mangled(&self) -> bool {
+        self.names.iter().any(|n| demangle::looks_mangled(n))
+    }
+
     /// The best name: demangled if there is one, else the raw symbol name.
     pub fn display_name(&self) -> &str {
-        match (self.demangled.first(), self.names.first()) {
+        match (self.demangled().first(), self.names.first()) {
             (Some(Some(d)), _) => d,
             (_, Some(n)) => n,
             _ => "",
@@ -253,9 +296,16 @@ fn looks_like_implementation(name: &str, base: &str) -> bool {
 }
 
 fn function_matches(m: &Matcher, f: &Function) -> bool {
-    f.names.iter().any(|n| m.matches(n) || (strip_version(n).len() != n.len() && m.matches(strip_version(n))))
-        || f.demangled.iter().flatten().any(|d| m.matches(d))
-        || f.short.iter().flatten().any(|s| m.matches(s))
+    if f.names.iter().any(|n| m.matches(n) || (strip_version(n).len() != n.len() && m.matches(strip_version(n)))) {
+        return true;
+    }
+    // Demangle only names that could match: identifiers appear literally in
+    // mangled names, so the pattern's first identifier must occur in one.
+    if !f.any_mangled() || !f.names.iter().any(|n| m.identifier_may_occur_in(n)) {
+        return false;
+    }
+    let d = f.demangled_forms();
+    d.full.iter().flatten().any(|x| m.matches(x)) || d.short.iter().flatten().any(|s| m.matches(s))
 }
 
 fn skipped_matches(m: &Matcher, name: &str) -> bool {
@@ -307,6 +357,16 @@ impl<'a> Matcher<'a> {
         } else {
             text.starts_with(self.prefix) && crate::glob::glob_match(self.pattern, text)
         }
+    }
+
+    /// Whether a mangled name can demangle to a match: it must contain the
+    /// first identifier of the pattern's literal prefix (`std` is exempt: it
+    /// is abbreviated in mangled names). A pattern that starts with a
+    /// wildcard has no such identifier, and every name must be demangled.
+    fn identifier_may_occur_in(&self, mangled: &str) -> bool {
+        let first = self.prefix.split("::").next().unwrap_or("");
+        let ident: &str = first.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+        ident.is_empty() || ident == "std" || mangled.contains(ident)
     }
 
     /// A C++-style pattern (`ns::Class::method*`).
