@@ -55,9 +55,12 @@ fn median(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {
 }
 
 fn main() {
-    let text = generate(5 << 20);
+    // PARSE_BENCH_KB and PARSE_BENCH_RUNS shrink the run, e.g. for counting
+    // instructions under `valgrind --tool=callgrind`.
+    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let text = generate(env("PARSE_BENCH_KB", 5 << 10) << 10);
     let mb = text.len() as f64 / (1 << 20) as f64;
-    let runs = 7;
+    let runs = env("PARSE_BENCH_RUNS", 7);
 
     let mut sm = SourceMap::new();
     let id = sm.add("generated.tp", text.clone());
