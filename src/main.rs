@@ -52,14 +52,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let mut sources = SourceMap::new();
     let file = sources.add(name, text);
     let cfg = ParseConfig {
-        pp: telco_compiler::preprocess::PpConfig { guru_mode: cli.guru, script_args: args.clone(), ..Default::default() },
+        pp: telco_compiler::preprocess::PpConfig {
+            guru_mode: cli.guru,
+            script_args: args.clone(),
+            ..Default::default()
+        },
     };
     let t0 = Instant::now();
     let (script, diags) = parse(&sources, file, &cfg);
     let elapsed = t0.elapsed();
     sink.extend(diags);
     if cli.verbose > 0 {
-        eprintln!("Pass 1: parsed user script ({} items) in {:.3} ms.", script.items.len(), elapsed.as_secs_f64() * 1e3);
+        eprintln!(
+            "Pass 1: parsed user script ({} items) in {:.3} ms.",
+            script.items.len(),
+            elapsed.as_secs_f64() * 1e3
+        );
     }
     if sink.has_errors() {
         return Ok(fail_pass(&sink, &sources, color, 1, "parse"));

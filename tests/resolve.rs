@@ -34,7 +34,10 @@ fn programs() -> &'static Path {
         run(Command::new("gcc").args(["-O1", "-rdynamic", "-o"]).arg(dir.join("resolve-stripped")).arg(s("resolve.c")));
         run(Command::new("strip").arg(dir.join("resolve-stripped")));
         run(Command::new("g++").args(["-O1", "-o"]).arg(dir.join("widget")).arg(s("widget.cc")));
-        run(Command::new("gcc").args(["-O1", "-shared", "-fPIC", "-o"]).arg(dir.join("libwork.so")).arg(s("libwork.c")));
+        run(Command::new("gcc")
+            .args(["-O1", "-shared", "-fPIC", "-o"])
+            .arg(dir.join("libwork.so"))
+            .arg(s("libwork.c")));
         run(Command::new("gcc")
             .args(["-O1", "-o"])
             .arg(dir.join("app"))
@@ -57,7 +60,9 @@ fn nm(path: &str) -> Vec<(String, u64)> {
         .filter_map(|l| {
             let mut it = l.split_whitespace();
             let (a, t, n) = (it.next()?, it.next()?, it.next()?);
-            matches!(t, "T" | "t" | "W" | "i").then(|| (n.to_string(), u64::from_str_radix(a, 16).ok())).and_then(|(n, a)| Some((n, a?)))
+            matches!(t, "T" | "t" | "W" | "i")
+                .then(|| (n.to_string(), u64::from_str_radix(a, 16).ok()))
+                .and_then(|(n, a)| Some((n, a?)))
         })
         .collect()
 }
@@ -71,7 +76,8 @@ fn functions_of_a_program_by_glob_with_nm_addresses() {
     }
     // `work` and `work_alias` share an address: probed once.
     assert!(out.contains("function(\"work\")") ^ out.contains("function(\"work_alias\")"), "{out}");
-    let resolved = ok(&telco(&["--last-pass", "2", "-e", &format!("probe process(\"{p}\").function(\"compute_sum\") {{}}")]));
+    let resolved =
+        ok(&telco(&["--last-pass", "2", "-e", &format!("probe process(\"{p}\").function(\"compute_sum\") {{}}")]));
     let addr = nm(&p).into_iter().find(|(n, _)| n == "compute_sum").map(|(_, a)| a).expect("nm has compute_sum");
     assert!(resolved.contains(&format!("addr {addr:#x} ")), "nm says {addr:#x}:\n{resolved}");
 }

@@ -168,11 +168,11 @@ pub fn parse(sources: &SourceMap, file: FileId, cfg: &ParseConfig) -> (Script, V
         diags.extend(problems.iter().map(|p| lex_diagnostic(file, p)));
         let (tokens, pp_diags) = preprocess::preprocess(file, tokens, &cfg.pp, eof);
         diags.extend(pp_diags);
-        let mut stream = Delimiters::new(file, eof, tokens.into_iter());
+        let mut stream = Delimiters::new(file, text, tokens.into_iter());
         let result = parser.parse(&mut ctx, &mut stream);
         (result, stream.into_report())
     } else {
-        let mut stream = Delimiters::new(file, eof, lexer::Tokens::new(text));
+        let mut stream = Delimiters::new(file, text, lexer::Tokens::new(text));
         let result = parser.parse(&mut ctx, &mut stream);
         let report = stream.into_report();
         diags.extend(report.lex_problems.iter().map(|p| lex_diagnostic(file, p)));
@@ -280,8 +280,14 @@ struct DelimReport {
 /// the rest of the file is still checked. The parser would notice unbalanced
 /// delimiters too, but only as "unexpected end of file"; this names the
 /// delimiter and where it was opened.
-struct Delimiters<I> {
+struct Delimiters<'a, I> {
     inner: I,
+    text: &'a str,
+    /// A token read ahead while joining a probe point glob.
+    peeked: Option<lexer::Spanned<'a>>,
+    /// Inside a probe header (`probe ... {`), and its parenthesis depth.
+    header: bool,
+    header_depth: u32,
     file: FileId,
     eof: usize,
     stack: Vec<(Tok<'static>, usize, usize)>,
@@ -309,7 +315,7 @@ impl<'a> LexProblems for std::vec::IntoIter<lexer::Spanned<'a>> {
     }
 }
 
-impl<I: LexProblems> Delimiters<I> {
+impl<I: LexProblems> Delimiters<'_, I> {
     fn into_report(self) -> DelimReport {
         DelimReport {
             unclosed_at_eof: self.diags.iter().any(|(_, (_, c))| *c == u32::MAX),
@@ -321,10 +327,15 @@ impl<I: LexProblems> Delimiters<I> {
     }
 }
 
-impl<I> Delimiters<I> {
-    fn new(file: FileId, eof: usize, inner: I) -> Delimiters<I> {
+impl<'a, I> Delimiters<'a, I> {
+    fn new(file: FileId, text: &'a str, inner: I) -> Delimiters<'a, I> {
+        let eof = text.len();
         Delimiters {
             inner,
+            text,
+            peeked: None,
+            header: false,
+            header_depth: 0,
             file,
             eof,
             stack: Vec::new(),
@@ -422,7 +433,28 @@ impl<I> Delimiters<I> {
     }
 }
 
-impl<'a, I: Iterator<Item = lexer::Spanned<'a>>> Iterator for Delimiters<I> {
+impl<'a, I: Iterator<Item = lexer::Spanned<'a>>> Delimiters<'a, I> {
+    fn pull(&mut self) -> Option<lexer::Spanned<'a>> {
+        self.peeked.take().or_else(|| self.inner.next())
+    }
+
+    /// In a probe header, a glob written without spaces (`read*`, `*_r`,
+    /// `a*b`) is one name: join touching names and `*`s into one token.
+    fn join_glob(&mut self, l: usize, mut r: usize) -> lexer::Spanned<'a> {
+        loop {
+            match self.pull() {
+                Some((nl, Tok::Ident(_) | Tok::Star, nr)) if nl == r => r = nr,
+                other => {
+                    self.peeked = other;
+                    break;
+                }
+            }
+        }
+        (l, Tok::Ident(&self.text[l..r]), r)
+    }
+}
+
+impl<'a, I: Iterator<Item = lexer::Spanned<'a>>> Iterator for Delimiters<'a, I> {
     type Item = Result<lexer::Spanned<'a>, ()>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -430,11 +462,29 @@ impl<'a, I: Iterator<Item = lexer::Spanned<'a>>> Iterator for Delimiters<I> {
             return closing.pop().map(|t| Ok((self.eof, t, self.eof)));
         }
         loop {
-            let Some((l, t, r)) = self.inner.next() else {
+            let Some((l, t, r)) = self.pull() else {
                 let closing = self.finish();
                 self.closing = Some(closing);
                 return self.next();
             };
+            // Probe headers: `probe` up to the `{` of the body, outside parentheses.
+            match t {
+                Tok::Probe => {
+                    self.header = true;
+                    self.header_depth = 0;
+                }
+                Tok::LParen if self.header => self.header_depth += 1,
+                Tok::RParen if self.header => self.header_depth = self.header_depth.saturating_sub(1),
+                Tok::LBrace if self.header && self.header_depth == 0 => self.header = false,
+                Tok::Ident(_) | Tok::Star if self.header && self.header_depth == 0 => {
+                    // Only text from the source can be joined: macro
+                    // expansions keep their spans elsewhere, so check the text.
+                    if self.text.get(l..r).is_some() {
+                        return Some(Ok(self.join_glob(l, r)));
+                    }
+                }
+                _ => {}
+            }
             match t {
                 Tok::Error => continue,
                 Tok::LBrace => self.stack.push((Tok::LBrace, l, r)),
