@@ -5,9 +5,12 @@
 
 use crate::span::Span;
 
+/// A name: inline up to 24 bytes, so most identifiers cost no allocation.
+pub type Name = compact_str::CompactString;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ident {
-    pub name: String,
+    pub name: Name,
     pub span: Span,
 }
 
@@ -281,9 +284,9 @@ pub enum ExprKind {
     Int(i64),
     /// A byte string (escapes may produce any byte).
     Str(Vec<u8>),
-    Var(String),
+    Var(Name),
     /// `$name`
-    TargetVar(String),
+    TargetVar(Name),
     /// `$N` (as a number) or `@N` (as a string).
     ScriptArg {
         index: u32,

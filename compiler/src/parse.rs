@@ -109,34 +109,33 @@ impl ParseCtx<'_> {
     }
 }
 
-/// Build the tree of `first (op operand)*` by precedence climbing; every
-/// operator is left-associative.
-pub(crate) fn climb(first: Expr, rest: Vec<(BinOp, Expr)>) -> Expr {
-    if rest.is_empty() {
-        return first;
-    }
-    let mut tail = rest.into_iter().peekable();
-    climb_from(first, &mut tail, 0)
+/// Attach `op rhs` to a tree built from a flat operator list. `depth` is
+/// how many of the list's own nodes lie on the tree's right spine; the new
+/// operator goes below those that bind looser than it (all operators are
+/// left-associative), never into an operand such as a parenthesised
+/// expression. Returns the tree and its new depth.
+pub(crate) fn attach((tree, depth): (Expr, u32), op: BinOp, rhs: Expr) -> (Expr, u32) {
+    attach_at(tree, depth, op, rhs)
 }
 
-fn climb_from(mut lhs: Expr, tail: &mut std::iter::Peekable<std::vec::IntoIter<(BinOp, Expr)>>, min: u8) -> Expr {
-    while let Some(&(op, _)) = tail.peek() {
-        let p = op.precedence();
-        if p < min {
-            break;
-        }
-        let Some((op, mut rhs)) = tail.next() else { break };
-        // Operators that bind tighter take the right operand first.
-        while let Some(&(next, _)) = tail.peek() {
-            if next.precedence() <= p {
-                break;
+fn attach_at(mut node: Expr, depth: u32, op: BinOp, rhs: Expr) -> (Expr, u32) {
+    if depth > 0 {
+        if let ExprKind::Binary { op: top, rhs: inner, .. } = &mut node.kind {
+            if top.precedence() < op.precedence() {
+                // Binds tighter than this node: goes into its right operand.
+                let placeholder = Expr::new(ExprKind::Error, rhs.span);
+                let taken = std::mem::replace(inner.as_mut(), placeholder);
+                node.span.end = rhs.span.end;
+                let (sub, d) = attach_at(taken, depth - 1, op, rhs);
+                if let ExprKind::Binary { rhs: inner, .. } = &mut node.kind {
+                    **inner = sub;
+                }
+                return (node, d + 1);
             }
-            rhs = climb_from(rhs, tail, next.precedence());
         }
-        let span = lhs.span.to(rhs.span);
-        lhs = Expr::new(ExprKind::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }, span);
     }
-    lhs
+    let span = node.span.to(rhs.span);
+    (Expr::new(ExprKind::Binary { op, lhs: Box::new(node), rhs: Box::new(rhs) }, span), 1)
 }
 
 /// Join adjacent string literals (`"a" "b"` is `"ab"`).

@@ -540,7 +540,7 @@ pub fn expr_tree(e: &Expr) -> String {
             write_string(&mut o, s);
             o
         }
-        ExprKind::Var(v) => v.clone(),
+        ExprKind::Var(v) => v.to_string(),
         ExprKind::TargetVar(v) => format!("${v}"),
         ExprKind::ScriptArg { index, as_string } => format!("{}{index}", if *as_string { '@' } else { '$' }),
         ExprKind::ScriptArgCount { as_string } => (if *as_string { "@#" } else { "$#" }).to_string(),

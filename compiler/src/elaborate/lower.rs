@@ -55,7 +55,7 @@ struct GlobalState {
 
 #[derive(Default)]
 pub struct Locals {
-    index: HashMap<String, LocalId>,
+    index: HashMap<ast::Name, LocalId>,
     slots: Vec<(String, Slot, Span)>,
 }
 
@@ -77,9 +77,9 @@ pub struct ProbeBody<'a> {
 
 pub struct Lowerer<'a> {
     globals: Vec<GlobalState>,
-    global_index: HashMap<String, GlobalId>,
+    global_index: HashMap<ast::Name, GlobalId>,
     functions: Vec<FuncState<'a>>,
-    func_index: HashMap<String, FuncId>,
+    func_index: HashMap<ast::Name, FuncId>,
     args: &'a [String],
     guru: bool,
     // The walk's state.
@@ -167,7 +167,7 @@ impl<'a> Lowerer<'a> {
         let id = GlobalId(self.globals.len() as u32);
         self.global_index.insert(v.name.name.clone(), id);
         self.globals.push(GlobalState {
-            name: v.name.name.clone(),
+            name: v.name.name.to_string(),
             span: v.name.span,
             capacity,
             init,
@@ -187,7 +187,7 @@ impl<'a> Lowerer<'a> {
             let ty = p.ty.as_ref().map(|t| ast_type(t.ty));
             let slot = Slot { ty, decided: p.ty.as_ref().map(|t| t.span) };
             locals.index.insert(p.name.name.clone(), LocalId(locals.slots.len() as u32));
-            locals.slots.push((p.name.name.clone(), slot, p.name.span));
+            locals.slots.push((p.name.name.to_string(), slot, p.name.span));
         }
         let ret = Slot { ty: f.ret.as_ref().map(|t| ast_type(t.ty)), decided: f.ret.as_ref().map(|t| t.span) };
         self.functions.push(FuncState { ast: f, params: f.params.len(), locals, ret });
@@ -247,7 +247,7 @@ impl<'a> Lowerer<'a> {
             self.functions[i].locals = std::mem::take(&mut self.locals);
             let f = &self.functions[i];
             funcs.push(Function {
-                name: ast.name.name.clone(),
+                name: ast.name.name.to_string(),
                 params: f.params as u32,
                 locals,
                 ret: f.ret.ty.unwrap_or(Ty::Void),
@@ -588,7 +588,7 @@ impl<'a> Lowerer<'a> {
             return id;
         }
         let id = LocalId(self.locals.slots.len() as u32);
-        self.locals.index.insert(name.to_string(), id);
+        self.locals.index.insert(name.into(), id);
         self.locals.slots.push((name.to_string(), Slot::default(), span));
         id
     }
@@ -657,7 +657,7 @@ impl<'a> Lowerer<'a> {
             let mut d = Diagnostic::error(Code::Undefined, name.span, format!("`{}` is not a global array", name.name))
                 .with_label("arrays must be declared");
             d = d.with_help(format!("declare it at the top of the script: `global {}`", name.name));
-            if let Some(s) = crate::suggest::closest(&name.name, self.global_index.keys().map(String::as_str)) {
+            if let Some(s) = crate::suggest::closest(&name.name, self.global_index.keys().map(|k| k.as_str())) {
                 d = d.with_help(format!("did you mean the global `{s}`? (or declare `global {}`)", name.name));
             }
             self.error(d);
@@ -980,7 +980,7 @@ impl<'a> Lowerer<'a> {
                 if self.reporting && tv.is_none() && self.diags.len() > errors {
                     // The value was already reported; its target's type is unknowable.
                     if let A::Var(n) = &target.kind {
-                        self.untyped_reported.push(n.clone());
+                        self.untyped_reported.push(n.to_string());
                     }
                 }
                 let (t, tt) = self.lvalue(target, tv.filter(|t| matches!(t, Ty::Long | Ty::String)));
@@ -1093,7 +1093,7 @@ impl<'a> Lowerer<'a> {
             let mut d = Diagnostic::error(Code::Undefined, c.name.span, format!("unknown function `{name}`"))
                 .with_label("not a built-in, a script function or a tapset function");
             let candidates: Vec<&str> =
-                self.func_index.keys().map(String::as_str).chain(builtins::BUILTINS.iter().map(|s| s.name)).collect();
+                self.func_index.keys().map(|k| k.as_str()).chain(builtins::BUILTINS.iter().map(|s| s.name)).collect();
             if let Some(s) = crate::suggest::closest(name, candidates.iter().copied()) {
                 d = d.with_help(format!("did you mean `{s}`?"));
             }

@@ -100,7 +100,7 @@ fn defines_of(s: &Script) -> Defines {
     for item in &s.items {
         match item {
             Item::Function(f) => {
-                d.functions.insert(f.name.name.clone());
+                d.functions.insert(f.name.name.to_string());
             }
             Item::Alias(a) => {
                 d.aliases.insert(a.name.shape());

@@ -53,7 +53,7 @@ fn calls_in_stmt(s: &Stmt, out: &mut BTreeSet<String>) {
 fn calls_in_expr(e: &Expr, out: &mut BTreeSet<String>) {
     match &e.kind {
         ExprKind::Call(c) => {
-            out.insert(c.name.name.clone());
+            out.insert(c.name.name.to_string());
             c.args.iter().for_each(|a| calls_in_expr(a, out));
         }
         ExprKind::AtOp(c) => c.args.iter().for_each(|a| calls_in_expr(a, out)),
