@@ -13,6 +13,11 @@ use std::time::Instant;
 use telco_compiler::elaborate::{self, TargetQuery, TargetSpec};
 use telco_compiler::{parse, ParseConfig, SourceMap};
 
+/// A compiler allocates many small nodes: mimalloc makes pass 1 about 7%
+/// faster than glibc's allocator (docs/PERFORMANCE.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The passes, for messages.
 const PASS_NAMES: [&str; 5] = ["parse", "elaboration", "translation", "code generation", "run"];
 

@@ -47,6 +47,10 @@ fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
     (ms(v[v.len() / 2]), ms(v[0]), ms(v[v.len() - 1]))
 }
 
+/// The allocator of the telco-stap binary, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let me = std::env::current_exe().expect("own executable");
