@@ -10,7 +10,9 @@
 //! A first line `# args: A B ...` gives script arguments. Run with `BLESS=1`
 //! to rewrite the expected files; review the diff before committing it.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{args_of, check_file, name_of, repo, tp_files};
 use telco_compiler::preprocess::PpConfig;
 use telco_compiler::print::print_script;
 use telco_compiler::{parse, Diagnostics, ParseConfig, SourceMap};
@@ -18,27 +20,8 @@ use telco_compiler::{parse, Diagnostics, ParseConfig, SourceMap};
 /// Each corpus holds at least this many cases; a smaller one lost files.
 const MIN_CASES: usize = 66;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tp_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "tp"))
-        .collect();
-    v.sort();
-    v
-}
-
 fn config_for(text: &str) -> ParseConfig {
-    let args = text
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("# args:"))
-        .map(|a| a.split_whitespace().map(str::to_string).collect())
-        .unwrap_or_default();
+    let args = args_of(text);
     // Fixed facts so expectations do not depend on the machine.
     ParseConfig {
         pp: PpConfig {
@@ -65,26 +48,6 @@ fn parse_named(name: &str, text: &str) -> Parsed {
     Parsed { sources, script, diags }
 }
 
-fn bless() -> bool {
-    std::env::var_os("BLESS").is_some()
-}
-
-/// Compare with the expected file, or write it under BLESS. Returns a failure message.
-fn check_file(path: &Path, actual: &str) -> Option<String> {
-    if bless() {
-        std::fs::write(path, actual).expect("write expected file");
-        return None;
-    }
-    match std::fs::read_to_string(path) {
-        Ok(expected) if expected == actual => None,
-        Ok(expected) => Some(format!(
-            "{} differs (BLESS=1 to update)\n--- expected\n{expected}\n--- actual\n{actual}",
-            path.display()
-        )),
-        Err(_) => Some(format!("{} is missing (BLESS=1 creates it); actual:\n{actual}", path.display())),
-    }
-}
-
 /// Print, parse the print, print again: the two prints must be equal.
 fn round_trip(name: &str, script: &telco_compiler::ast::Script) -> Result<String, String> {
     let first = print_script(script);
@@ -107,7 +70,7 @@ fn parseok() {
     let mut failures = Vec::new();
     let files = tp_files(&repo().join("tests/parseok"));
     for f in &files {
-        let name = f.file_name().and_then(|n| n.to_str()).expect("utf-8 name").to_string();
+        let name = name_of(f);
         let text = std::fs::read_to_string(f).expect("read");
         let p = parse_named(&name, &text);
         if p.diags.has_errors() {
@@ -134,7 +97,7 @@ fn parseko() {
     let mut failures = Vec::new();
     let files = tp_files(&repo().join("tests/parseko"));
     for f in &files {
-        let name = f.file_name().and_then(|n| n.to_str()).expect("utf-8 name").to_string();
+        let name = name_of(f);
         let text = std::fs::read_to_string(f).expect("read");
         let p = parse_named(&name, &text);
         if !p.diags.has_errors() {

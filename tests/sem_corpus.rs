@@ -11,35 +11,15 @@
 //! first line `# args: A B ...` gives script arguments. `BLESS=1` rewrites
 //! the expected files; review the diff before committing it.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{args_of, check_file, name_of, repo, tp_files};
 use telco_compiler::elaborate::{self, NoProcesses, TargetSpec};
 use telco_compiler::preprocess::PpConfig;
 use telco_compiler::{parse, Diagnostics, ParseConfig, SourceMap};
 
 /// Each corpus holds at least this many cases; a smaller one lost files.
 const MIN_CASES: usize = 3;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tp_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "tp"))
-        .collect();
-    v.sort();
-    v
-}
-
-fn args_of(text: &str) -> Vec<String> {
-    text.lines()
-        .next()
-        .and_then(|l| l.strip_prefix("# args:"))
-        .map(|a| a.split_whitespace().map(str::to_string).collect())
-        .unwrap_or_default()
-}
 
 struct Outcome {
     pass1_errors: bool,
@@ -107,25 +87,6 @@ fn normalize(s: &str) -> String {
     out
 }
 
-fn check_file(path: &Path, actual: &str) -> Option<String> {
-    if std::env::var_os("BLESS").is_some() {
-        std::fs::write(path, actual).expect("write expected file");
-        return None;
-    }
-    match std::fs::read_to_string(path) {
-        Ok(expected) if expected == actual => None,
-        Ok(expected) => Some(format!(
-            "{} differs (BLESS=1 to update)\n--- expected\n{expected}\n--- actual\n{actual}",
-            path.display()
-        )),
-        Err(_) => Some(format!("{} is missing (BLESS=1 creates it); actual:\n{actual}", path.display())),
-    }
-}
-
-fn name_of(f: &Path) -> String {
-    f.file_name().and_then(|n| n.to_str()).expect("utf-8 name").to_string()
-}
-
 #[test]
 fn semok() {
     let files = tp_files(&repo().join("tests/semok"));
@@ -146,7 +107,13 @@ fn semok() {
         }
     }
     assert!(files.len() >= MIN_CASES, "the sem-ok corpus shrank to {} files", files.len());
-    assert!(failures.is_empty(), "{} of {} sem-ok cases failed:\n\n{}", failures.len(), files.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} sem-ok cases failed:\n\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n\n")
+    );
 }
 
 #[test]
@@ -165,5 +132,11 @@ fn semko() {
         }
     }
     assert!(files.len() >= MIN_CASES, "the sem-ko corpus shrank to {} files", files.len());
-    assert!(failures.is_empty(), "{} of {} sem-ko cases failed:\n\n{}", failures.len(), files.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} sem-ko cases failed:\n\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n\n")
+    );
 }

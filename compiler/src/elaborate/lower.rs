@@ -262,7 +262,7 @@ impl<'a> Lowerer<'a> {
                 self.locals = Locals::default();
                 self.kind = BodyKind::Condition;
                 let (e, t) = self.expr(c, Some(Ty::Long));
-                self.expect(t, Ty::Long, c.span, "a probe condition");
+                self.check_type(t, Ty::Long, c.span, "a probe condition");
                 e
             });
             self.locals = std::mem::take(&mut p.locals);
@@ -360,7 +360,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Report a wrong type: `what` is what needs `want`.
-    fn expect(&mut self, got: Option<Ty>, want: Ty, span: Span, what: &str) {
+    fn check_type(&mut self, got: Option<Ty>, want: Ty, span: Span, what: &str) {
         if let Some(t) = got {
             if t != want {
                 self.error(
@@ -437,7 +437,7 @@ impl<'a> Lowerer<'a> {
 
     fn cond(&mut self, e: &ast::Expr) -> Expr {
         let (x, t) = self.expr(e, Some(Ty::Long));
-        self.expect(t, Ty::Long, e.span, "a condition");
+        self.check_type(t, Ty::Long, e.span, "a condition");
         x
     }
 
@@ -541,7 +541,7 @@ impl<'a> Lowerer<'a> {
             .or(f.value_sort.map(|s| (SortBy::Value, s.dir)));
         let limit = f.limit.as_ref().map(|l| {
             let (x, t) = self.expr(l, Some(Ty::Long));
-            self.expect(t, Ty::Long, l.span, "a `limit`");
+            self.check_type(t, Ty::Long, l.span, "a `limit`");
             x
         });
         let body = self.boxed(&f.body);
@@ -717,7 +717,7 @@ impl<'a> Lowerer<'a> {
                 let keys = self.keys(array, &ix.keys);
                 let mut ty = self.globals[array.0 as usize].value.ty;
                 if ty.is_none() {
-                    if let Some(w @ (Ty::Long | Ty::String)) = want {
+                    if let Some(w @ (Ty::Long | Ty::String | Ty::Stat)) = want {
                         self.unify(SlotRef::GlobalValue(array), w, span);
                         ty = Some(w);
                     }
@@ -743,14 +743,14 @@ impl<'a> Lowerer<'a> {
                     UnOp::BitNot => "the operand of `~`",
                     UnOp::Neg | UnOp::Plus => "the operand of a sign",
                 };
-                self.expect(t, Ty::Long, operand.span, what);
+                self.check_type(t, Ty::Long, operand.span, what);
                 mk(ExprKind::Unary { op: *op, operand: Box::new(x) }, Some(Ty::Long))
             }
             A::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span),
             A::Assign { op, target, value } => self.assign(*op, target, value, span),
             A::IncDec { op, prefix, target } => {
                 let (t, ty) = self.lvalue(target, Some(Ty::Long));
-                self.expect(
+                self.check_type(
                     ty,
                     Ty::Long,
                     target.span,
@@ -891,8 +891,8 @@ impl<'a> Lowerer<'a> {
             BinOp::Concat => {
                 let (a, ta) = self.expr(lhs, Some(Ty::String));
                 let (b, tb) = self.expr(rhs, Some(Ty::String));
-                self.expect(ta, Ty::String, lhs.span, "an operand of `.`");
-                self.expect(tb, Ty::String, rhs.span, "an operand of `.`");
+                self.check_type(ta, Ty::String, lhs.span, "an operand of `.`");
+                self.check_type(tb, Ty::String, rhs.span, "an operand of `.`");
                 mk(ExprKind::Binary { op, lhs: Box::new(a), rhs: Box::new(b) }, Ty::String)
             }
             BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
@@ -922,8 +922,8 @@ impl<'a> Lowerer<'a> {
                 let (a, ta) = self.expr(lhs, Some(Ty::Long));
                 let (b, tb) = self.expr(rhs, Some(Ty::Long));
                 let what = format!("an operand of `{}`", op.symbol());
-                self.expect(ta, Ty::Long, lhs.span, &what);
-                self.expect(tb, Ty::Long, rhs.span, &what);
+                self.check_type(ta, Ty::Long, lhs.span, &what);
+                self.check_type(tb, Ty::Long, rhs.span, &what);
                 mk(ExprKind::Binary { op, lhs: Box::new(a), rhs: Box::new(b) }, Ty::Long)
             }
         }
@@ -968,9 +968,9 @@ impl<'a> Lowerer<'a> {
                     );
                 }
                 let (t, tt) = self.expr(target, Some(Ty::Stat));
-                self.expect(tt, Ty::Stat, target.span, "the left side of `<<<`");
+                self.check_type(tt, Ty::Stat, target.span, "the left side of `<<<`");
                 let (v, tv) = self.expr(value, Some(Ty::Long));
-                self.expect(tv, Ty::Long, value.span, "a value added to a statistic");
+                self.check_type(tv, Ty::Long, value.span, "a value added to a statistic");
                 mk(ExprKind::Assign { op, target: Box::new(t), value: Box::new(v) }, Some(Ty::Long))
             }
             AssignOp::Assign => {
@@ -1014,16 +1014,16 @@ impl<'a> Lowerer<'a> {
             AssignOp::Concat => {
                 let (t, tt) = self.lvalue(target, Some(Ty::String));
                 let (v, tv) = self.expr(value, Some(Ty::String));
-                self.expect(tt, Ty::String, target.span, "the left side of `.=`");
-                self.expect(tv, Ty::String, value.span, "the right side of `.=`");
+                self.check_type(tt, Ty::String, target.span, "the left side of `.=`");
+                self.check_type(tv, Ty::String, value.span, "the right side of `.=`");
                 mk(ExprKind::Assign { op, target: Box::new(t), value: Box::new(v) }, Some(Ty::String))
             }
             _ => {
                 let (t, tt) = self.lvalue(target, Some(Ty::Long));
                 let (v, tv) = self.expr(value, Some(Ty::Long));
                 let what = format!("an operand of `{}`", op.symbol());
-                self.expect(tt, Ty::Long, target.span, &what);
-                self.expect(tv, Ty::Long, value.span, &what);
+                self.check_type(tt, Ty::Long, target.span, &what);
+                self.check_type(tv, Ty::Long, value.span, &what);
                 mk(ExprKind::Assign { op, target: Box::new(t), value: Box::new(v) }, Some(Ty::Long))
             }
         }
@@ -1198,7 +1198,7 @@ impl<'a> Lowerer<'a> {
                     } else {
                         format!("the argument for conversion {} of the format", i)
                     };
-                    self.expect(Some(t), w, a.span, &what);
+                    self.check_type(Some(t), w, a.span, &what);
                 }
                 (None, Some(Ty::Hist)) if matches!(sig.builtin, Builtin::Print | Builtin::Println) => {}
                 (None, Some(t @ (Ty::Hist | Ty::Stat | Ty::Void))) => self.error(

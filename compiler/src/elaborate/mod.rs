@@ -36,6 +36,18 @@ pub struct Config<'a> {
     pub guru: bool,
 }
 
+/// Parse every tapset; a broken tapset is reported like a broken script.
+fn parse_tapsets(sources: &mut SourceMap, cfg: &Config<'_>, diags: &mut Vec<Diagnostic>) -> Vec<(FileId, Script)> {
+    let mut out = Vec::with_capacity(cfg.tapsets.len());
+    for t in &cfg.tapsets {
+        let id = sources.add(t.name.clone(), t.text.clone());
+        let (s, ds) = parse(sources, id, cfg.parse);
+        diags.extend(ds);
+        out.push((id, s));
+    }
+    out
+}
+
 /// Run pass 2. Returns the program if there were no errors; every
 /// diagnostic goes to `diags` either way.
 pub fn elaborate(
@@ -45,14 +57,7 @@ pub fn elaborate(
     cfg: &Config<'_>,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Program> {
-    // Parse every tapset; a broken tapset is reported like a broken script.
-    let mut tapset_scripts: Vec<(FileId, Script)> = Vec::new();
-    for t in &cfg.tapsets {
-        let id = sources.add(t.name.clone(), t.text.clone());
-        let (s, ds) = parse(sources, id, cfg.parse);
-        diags.extend(ds);
-        tapset_scripts.push((id, s));
-    }
+    let tapset_scripts = parse_tapsets(sources, cfg, diags);
     let mut all: Vec<(FileId, &Script)> = vec![(script_file, script)];
     all.extend(tapset_scripts.iter().map(|(id, s)| (*id, s)));
     let chosen: Vec<(FileId, &Script)> = tapsets::select(&all).into_iter().map(|i| all[i]).collect();
@@ -189,13 +194,7 @@ pub fn list(
     with_vars: bool,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<String> {
-    let mut tapset_scripts: Vec<(FileId, Script)> = Vec::new();
-    for t in &cfg.tapsets {
-        let id = sources.add(t.name.clone(), t.text.clone());
-        let (s, ds) = parse(sources, id, cfg.parse);
-        diags.extend(ds);
-        tapset_scripts.push((id, s));
-    }
+    let tapset_scripts = parse_tapsets(sources, cfg, diags);
     let all_aliases: Vec<&crate::ast::ProbeAlias> = tapset_scripts
         .iter()
         .map(|(_, s)| s)
