@@ -205,8 +205,10 @@ pub struct Foreach {
     /// The keys were written in brackets: `[k1, k2]`.
     pub bracketed: bool,
     pub array: Ident,
-    /// `a+` / `a-`: sort by value.
+    /// `a+` / `a-` (or `v+ = ...`): sort by value.
     pub value_sort: Option<Sort>,
+    /// The sort mark was written on the value variable (`v- = [k] in a`).
+    pub value_mark: Option<Sort>,
     pub limit: Option<Expr>,
     pub body: Stmt,
 }

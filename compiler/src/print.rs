@@ -291,6 +291,7 @@ impl Printer {
                 self.out.push_str("foreach (");
                 if let Some(v) = &f.value {
                     self.out.push_str(&v.name);
+                    self.out.push_str(sort_mark(f.value_mark));
                     self.out.push_str(" = ");
                 }
                 let bracket = f.bracketed || f.keys.len() != 1;
@@ -309,7 +310,9 @@ impl Printer {
                 }
                 self.out.push_str(" in ");
                 self.out.push_str(&f.array.name);
-                self.out.push_str(sort_mark(f.value_sort));
+                if f.value_mark.is_none() {
+                    self.out.push_str(sort_mark(f.value_sort));
+                }
                 if let Some(l) = &f.limit {
                     self.out.push_str(" limit ");
                     self.expr(l, 0);

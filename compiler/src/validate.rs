@@ -273,7 +273,14 @@ impl Validator<'_> {
                 self.stmt(&f.body, in_loop);
             }
             StmtKind::Foreach(f) => {
-                let marks: Vec<Sort> = f.keys.iter().filter_map(|k| k.sort).chain(f.value_sort).collect();
+                let marks: Vec<Sort> =
+                    f.keys.iter().filter_map(|k| k.sort).chain(f.value_mark).chain(f.value_sort).collect();
+                // A mark on the value variable is also the value sort: count it once.
+                let marks: Vec<Sort> = if f.value_mark.is_some() && f.value_mark == f.value_sort {
+                    marks[..marks.len() - 1].to_vec()
+                } else {
+                    marks
+                };
                 if let [first, second, ..] = marks[..] {
                     self.diags.push(
                         Diagnostic::error(Code::UnexpectedToken, second.span, "`foreach` sorts by one thing only")

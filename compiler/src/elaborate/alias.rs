@@ -36,6 +36,8 @@ pub struct Expanded<'a> {
 /// Alias definitions by name (`libc.malloc`).
 pub struct Aliases<'a> {
     by_name: HashMap<String, Vec<&'a ProbeAlias>>,
+    /// Every alias name of every tapset, pulled in or not, for "did you mean".
+    known: Vec<String>,
 }
 
 const MAX_DEPTH: usize = 16;
@@ -46,7 +48,16 @@ impl<'a> Aliases<'a> {
         for d in defs {
             by_name.entry(d.name.shape()).or_default().push(d);
         }
-        Aliases { by_name }
+        let known = by_name.keys().cloned().collect();
+        Aliases { by_name, known }
+    }
+
+    /// Also suggest these names (aliases of tapsets not pulled in).
+    pub fn with_suggestions(mut self, names: impl IntoIterator<Item = String>) -> Aliases<'a> {
+        self.known.extend(names);
+        self.known.sort();
+        self.known.dedup();
+        self
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -105,7 +116,8 @@ impl<'a> Aliases<'a> {
                 format!("probe point `{full}` is neither built in nor a tapset alias"),
             )
             .with_label("no probe alias has this name");
-            let candidates: Vec<&str> = self.names().chain(BUILTIN_FAMILIES.iter().copied()).collect();
+            let candidates: Vec<&str> =
+                self.known.iter().map(String::as_str).chain(BUILTIN_FAMILIES.iter().copied()).collect();
             if let Some(s) = crate::suggest::closest(&full, candidates.iter().copied()) {
                 d = d.with_help(format!("did you mean `{s}`?"));
             }

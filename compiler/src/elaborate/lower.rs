@@ -206,10 +206,28 @@ impl<'a> Lowerer<'a> {
                 break;
             }
         }
-        // Functions that never return a value return nothing.
-        for f in &mut self.functions {
-            if f.ret.ty.is_none() {
-                f.ret.ty = Some(Ty::Void);
+        // Functions that never return a value return nothing. One that
+        // returns values whose type nothing decides (`return r(n - 1)` only)
+        // is an error; it is taken as long so its uses report nothing more.
+        for i in 0..self.functions.len() {
+            let f = &self.functions[i];
+            if f.ret.ty.is_some() {
+                continue;
+            }
+            if super::walk::returns_value(&f.ast.body) {
+                let (name, span) = (f.ast.name.name.to_string(), f.ast.name.span);
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::TypeUnknown,
+                        span,
+                        format!("cannot tell the type of the result of `{name}`"),
+                    )
+                    .with_label("every `return` here returns something whose type is unknown")
+                    .with_help(format!("annotate it: `function {name}:long(...)` or `:string`")),
+                );
+                self.functions[i].ret.ty = Some(Ty::Long);
+            } else {
+                self.functions[i].ret.ty = Some(Ty::Void);
             }
         }
         self.reporting = true;
@@ -724,6 +742,7 @@ impl<'a> Lowerer<'a> {
                 }
                 if ty == Some(Ty::Stat) && !matches!(want, Some(Ty::Stat)) {
                     self.stat_read_error(&ix.array.name, span);
+                    ty = Some(Ty::Long);
                 }
                 mk(ExprKind::Index { array, keys }, ty)
             }
@@ -832,7 +851,10 @@ impl<'a> Lowerer<'a> {
             }
         }
         if ty == Some(Ty::Stat) && want != Some(Ty::Stat) {
+            // Reported once here; carry on as a long so the uses around it
+            // do not report the same mistake again.
             self.stat_read_error(name, span);
+            ty = Some(Ty::Long);
         }
         let kind = match slot {
             SlotRef::Local(id) => ExprKind::Local(id),
@@ -977,7 +999,8 @@ impl<'a> Lowerer<'a> {
                 // Learn in both directions: from the value, else from the target.
                 let errors = self.diags.len();
                 let (v, tv) = self.expr(value, None);
-                if self.reporting && tv.is_none() && self.diags.len() > errors {
+                let no_value = matches!(tv, Some(Ty::Void | Ty::Stat | Ty::Hist));
+                if self.reporting && (no_value || (tv.is_none() && self.diags.len() > errors)) {
                     // The value was already reported; its target's type is unknowable.
                     if let A::Var(n) = &target.kind {
                         self.untyped_reported.push(n.to_string());
@@ -986,6 +1009,10 @@ impl<'a> Lowerer<'a> {
                 let (t, tt) = self.lvalue(target, tv.filter(|t| matches!(t, Ty::Long | Ty::String)));
                 let (v, tv) = if tv.is_none() && tt.is_some() { self.expr(value, tt) } else { (v, tv) };
                 match (tt, tv) {
+                    (_, Some(t @ (Ty::Stat | Ty::Hist | Ty::Void))) => self.error(
+                        Diagnostic::error(Code::TypeMismatch, value.span, format!("a {} cannot be assigned", t.name()))
+                            .with_label("has no value to store"),
+                    ),
                     (Some(a), Some(b)) if a != b && self.slot_of(target).is_some() => {
                         // Names both uses: where the variable got its type, and here.
                         let slot = self.slot_of(target).unwrap_or(SlotRef::Return(FuncId(0)));
@@ -1002,10 +1029,6 @@ impl<'a> Lowerer<'a> {
                             .with_secondary(target.span, format!("this is a {}", a.name())),
                         );
                     }
-                    (_, Some(t @ (Ty::Stat | Ty::Hist | Ty::Void))) => self.error(
-                        Diagnostic::error(Code::TypeMismatch, value.span, format!("a {} cannot be assigned", t.name()))
-                            .with_label("has no value to store"),
-                    ),
                     _ => {}
                 }
                 let ty = tt.or(tv);

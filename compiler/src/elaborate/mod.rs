@@ -77,7 +77,11 @@ pub fn elaborate(
             }
         }
     }
-    let aliases = alias::Aliases::new(alias_defs);
+    let every_alias = tapset_scripts.iter().flat_map(|(_, s)| s.items.iter()).filter_map(|i| match i {
+        Item::Alias(a) => Some(a.name.shape()),
+        _ => None,
+    });
+    let aliases = alias::Aliases::new(alias_defs).with_suggestions(every_alias);
 
     // Probes: expand aliases, resolve points; each expanded point is one
     // handler with its own scope (prologues, the body, epilogues).
@@ -87,10 +91,17 @@ pub fn elaborate(
     for (_, s) in &chosen {
         for item in &s.items {
             let Item::Probe(p) = item else { continue };
+            // Two names of one function (`open` and `open64` in glibc) must
+            // not make one call fire the probe twice.
+            let mut seen = std::collections::HashSet::new();
             for written in &p.points {
                 for mut ex in aliases.expand(written, diags) {
                     substitute_script_args(&mut ex.point, cfg.args, diags);
-                    let r = resolver.resolve(&ex, diags);
+                    let mut r = resolver.resolve(&ex, diags);
+                    r.points.retain(|pt| match pt {
+                        crate::program::Point::Function(f) => seen.insert((f.module.clone(), f.addr, f.ret, f.itrace)),
+                        _ => true,
+                    });
                     let mut blocks = ex.before.clone();
                     blocks.push(&p.body);
                     blocks.extend(ex.after.iter().copied());

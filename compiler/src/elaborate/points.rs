@@ -154,10 +154,9 @@ impl<'q> Resolver<'q> {
                         } else {
                             format!("the target's {} modules and the search paths", target.len())
                         };
-                        return Err(fail(format!("cannot find module `{name}` ({e})"), "no such program or library")
-                            .with_help(format!(
-                                "searched {searched}; give a path, a program on $PATH or a library soname"
-                            )));
+                        return Err(fail(e.to_string(), "no such program or library").with_help(format!(
+                            "searched {searched}; give a path, a program on $PATH or a library soname"
+                        )));
                     }
                 }
             }

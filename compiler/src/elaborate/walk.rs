@@ -79,6 +79,24 @@ fn calls_in_expr(e: &Expr, out: &mut BTreeSet<String>) {
     }
 }
 
+/// Whether a block has a `return EXPR` anywhere.
+pub fn returns_value(b: &Block) -> bool {
+    b.stmts.iter().any(stmt_returns_value)
+}
+
+fn stmt_returns_value(s: &Stmt) -> bool {
+    match &s.kind {
+        StmtKind::Return(Some(_)) => true,
+        StmtKind::Block(b) => returns_value(b),
+        StmtKind::If(i) => stmt_returns_value(&i.then) || i.els.as_ref().is_some_and(stmt_returns_value),
+        StmtKind::While(w) => stmt_returns_value(&w.body),
+        StmtKind::For(f) => stmt_returns_value(&f.body),
+        StmtKind::Foreach(f) => stmt_returns_value(&f.body),
+        StmtKind::Try(t) => returns_value(&t.body) || returns_value(&t.handler),
+        _ => false,
+    }
+}
+
 /// Names assigned (`name = ...`) at the top level of a block, with the kind
 /// of value when it is evident (`name:long`, `name:string`), for `-L`.
 pub fn assigned_locals(b: &Block, out: &mut BTreeSet<String>) {
