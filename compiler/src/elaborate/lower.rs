@@ -95,6 +95,9 @@ pub struct Lowerer<'a> {
 
 type Typed = (Expr, Option<Ty>);
 
+/// A lowered probe handler: its body, its condition and its locals.
+pub type LoweredProbe = (Vec<Stmt>, Option<Expr>, Vec<Local>);
+
 const MAX_ROUNDS: usize = 64;
 
 impl<'a> Lowerer<'a> {
@@ -198,7 +201,7 @@ impl<'a> Lowerer<'a> {
     pub fn run(
         mut self,
         probes: &mut [ProbeBody<'a>],
-    ) -> (Vec<Global>, Vec<Function>, Vec<(Vec<Stmt>, Option<Expr>, Vec<Local>)>, Vec<Diagnostic>) {
+    ) -> (Vec<Global>, Vec<Function>, Vec<LoweredProbe>, Vec<Diagnostic>) {
         for _ in 0..MAX_ROUNDS {
             self.changed = false;
             self.round(probes);
@@ -253,7 +256,7 @@ impl<'a> Lowerer<'a> {
         (globals, funcs, bodies, self.diags)
     }
 
-    fn round(&mut self, probes: &mut [ProbeBody<'a>]) -> (Vec<Function>, Vec<(Vec<Stmt>, Option<Expr>, Vec<Local>)>) {
+    fn round(&mut self, probes: &mut [ProbeBody<'a>]) -> (Vec<Function>, Vec<LoweredProbe>) {
         let mut funcs = Vec::new();
         for i in 0..self.functions.len() {
             let ast = self.functions[i].ast;
@@ -1013,21 +1016,21 @@ impl<'a> Lowerer<'a> {
                         Diagnostic::error(Code::TypeMismatch, value.span, format!("a {} cannot be assigned", t.name()))
                             .with_label("has no value to store"),
                     ),
-                    (Some(a), Some(b)) if a != b && self.slot_of(target).is_some() => {
-                        // Names both uses: where the variable got its type, and here.
-                        let slot = self.slot_of(target).unwrap_or(SlotRef::Return(FuncId(0)));
-                        self.unify(slot, b, value.span);
-                    }
                     (Some(a), Some(b)) if a != b => {
-                        self.error(
-                            Diagnostic::error(
-                                Code::TypeMismatch,
-                                span,
-                                format!("cannot assign a {} to a {}", b.name(), a.name()),
-                            )
-                            .with_label(format!("the value is a {}", b.name()))
-                            .with_secondary(target.span, format!("this is a {}", a.name())),
-                        );
+                        if let Some(slot) = self.slot_of(target) {
+                            // Names both uses: where the variable got its type, and here.
+                            self.unify(slot, b, value.span);
+                        } else {
+                            self.error(
+                                Diagnostic::error(
+                                    Code::TypeMismatch,
+                                    span,
+                                    format!("cannot assign a {} to a {}", b.name(), a.name()),
+                                )
+                                .with_label(format!("the value is a {}", b.name()))
+                                .with_secondary(target.span, format!("this is a {}", a.name())),
+                            );
+                        }
                     }
                     _ => {}
                 }

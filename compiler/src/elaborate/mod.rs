@@ -19,7 +19,7 @@ use crate::diag::Diagnostic;
 use crate::parse::{parse, ParseConfig};
 use crate::program::Program;
 use crate::span::{FileId, SourceMap};
-use lower::{BodyKind, Lowerer, ProbeBody};
+use lower::{Lowerer, ProbeBody};
 pub use points::{NoProcesses, TargetQuery, TargetSpec};
 pub use tapsets::TapsetSource;
 
@@ -106,8 +106,7 @@ pub fn elaborate(
                     blocks.push(&p.body);
                     blocks.extend(ex.after.iter().copied());
                     let condition = written.condition.as_deref();
-                    let kind = if r.points.is_empty() { BodyKind::Session.max_of(r.kind) } else { r.kind };
-                    bodies.push(ProbeBody { blocks, condition, kind, locals: Default::default() });
+                    bodies.push(ProbeBody { blocks, condition, kind: r.kind, locals: Default::default() });
                     shells.push((r.points, ex.written.clone(), p.span));
                 }
             }
@@ -179,18 +178,6 @@ fn substitute_script_args(p: &mut crate::ast::ProbePoint, args: &[String], diags
                 }
             }
         };
-    }
-}
-
-impl BodyKind {
-    /// The kind to check a body under when its point resolved to nothing:
-    /// keep the function-probe context so `$return` is not also reported.
-    fn max_of(self, other: BodyKind) -> BodyKind {
-        if other == BodyKind::Session {
-            self
-        } else {
-            other
-        }
     }
 }
 

@@ -11,7 +11,6 @@ use crate::ast::{Component, ExprKind as A};
 use crate::diag::{Code, Diagnostic};
 use crate::elf::{self, Module};
 use crate::program::{FunctionPoint, Point};
-use crate::span::Span;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -479,9 +478,4 @@ fn list_names(names: &[&str]) -> String {
     } else {
         shown.join(", ")
     }
-}
-
-/// For spans of synthetic points.
-pub fn span_of(ex: &Expanded<'_>) -> Span {
-    ex.point.span
 }
