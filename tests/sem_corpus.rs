@@ -19,7 +19,7 @@ use telco_compiler::preprocess::PpConfig;
 use telco_compiler::{parse, Diagnostics, ParseConfig, SourceMap};
 
 /// Each corpus holds at least this many cases; a smaller one lost files.
-const MIN_CASES: usize = 40;
+const MIN_CASES: usize = 80;
 
 struct Outcome {
     pass1_errors: bool,
