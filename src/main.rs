@@ -24,9 +24,21 @@ const PASS_NAMES: [&str; 5] = ["parse", "elaboration", "translation", "code gene
 /// The last pass this build implements.
 const IMPLEMENTED_PASSES: u8 = 2;
 
+/// The passes recurse over the script's nesting (a 10,000-deep `else if`
+/// chain is legal); they run on a thread with room for that.
+const COMPILER_STACK_BYTES: usize = 512 << 20;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    let worker =
+        std::thread::Builder::new().name("telco-stap".into()).stack_size(COMPILER_STACK_BYTES).spawn(move || run(cli));
+    let result = match worker {
+        Ok(handle) => {
+            handle.join().unwrap_or_else(|_| Err(anyhow::anyhow!("internal error: the compiler thread panicked")))
+        }
+        Err(e) => Err(anyhow::anyhow!("cannot start the compiler thread: {e}")),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             if is_broken_pipe(&e) {

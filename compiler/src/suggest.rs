@@ -24,7 +24,7 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .into_iter()
         .map(|c| (edit_distance(name, c), c))
         .filter(|&(d, c)| d <= limit && c != name)
-        .min_by_key(|&(d, _)| d)
+        .min_by_key(|&(d, c)| (d, c))
         .map(|(_, c)| c)
 }
 

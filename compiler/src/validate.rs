@@ -53,6 +53,12 @@ pub fn validate(script: &Script, text: &str, diags: &mut Vec<Diagnostic>) {
     }
 }
 
+/// Check one probe point's shape (also used by pass 2 on points produced
+/// by alias expansion, which pass 1 never saw).
+pub fn check_probe_point(p: &ProbePoint, diags: &mut Vec<Diagnostic>) {
+    Validator { diags, text: "" }.point(p);
+}
+
 #[derive(Clone, Copy)]
 struct Ctx {
     in_function: bool,
@@ -273,6 +279,12 @@ impl Validator<'_> {
                 self.stmt(&f.body, in_loop);
             }
             StmtKind::Foreach(f) => {
+                if f.keys.len() > 9 {
+                    self.diags.push(
+                        Diagnostic::error(Code::UnexpectedToken, s.span, "too many array keys")
+                            .with_label(format!("{} keys; at most 9", f.keys.len())),
+                    );
+                }
                 let marks: Vec<Sort> =
                     f.keys.iter().filter_map(|k| k.sort).chain(f.value_mark).chain(f.value_sort).collect();
                 // A mark on the value variable is also the value sort: count it once.

@@ -68,7 +68,18 @@ impl<'a> Aliases<'a> {
     pub fn expand(&self, point: &ProbePoint, diags: &mut Vec<Diagnostic>) -> Vec<Expanded<'a>> {
         let written = crate::print::print_probe_point(&without_condition(point));
         let mut out = Vec::new();
-        self.expand_into(point.clone(), Vec::new(), Vec::new(), &written, 0, point.span, diags, &mut out);
+        let mut reported_cycle = false;
+        self.expand_into(
+            point.clone(),
+            Vec::new(),
+            Vec::new(),
+            &written,
+            &mut Vec::new(),
+            point.span,
+            diags,
+            &mut out,
+            &mut reported_cycle,
+        );
         out
     }
 
@@ -79,17 +90,21 @@ impl<'a> Aliases<'a> {
         before: Vec<&'a Block>,
         after: Vec<&'a Block>,
         written: &str,
-        depth: usize,
+        path: &mut Vec<String>,
         use_span: Span,
         diags: &mut Vec<Diagnostic>,
         out: &mut Vec<Expanded<'a>>,
+        reported_cycle: &mut bool,
     ) {
         let names: Vec<&str> = point.components.iter().map(|c| c.name.name.as_str()).collect();
         if names.first().is_some_and(|f| is_builtin_family(f)) {
             out.push(Expanded { point, before, after, written: written.to_string() });
             return;
         }
-        if depth >= MAX_DEPTH {
+        if path.len() >= MAX_DEPTH {
+            if std::mem::replace(reported_cycle, true) {
+                return;
+            }
             diags.push(
                 Diagnostic::error(
                     Code::AliasCycle,
@@ -124,6 +139,17 @@ impl<'a> Aliases<'a> {
             diags.push(d);
             return;
         };
+        let name = names[..n].join(".");
+        if path.contains(&name) {
+            // One error for the whole use, however many paths lead back here.
+            if !std::mem::replace(reported_cycle, true) {
+                diags.push(
+                    Diagnostic::error(Code::AliasCycle, use_span, format!("probe alias `{name}` expands into itself"))
+                        .with_label(format!("expansion: {} -> {name}", path.join(" -> "))),
+                );
+            }
+            return;
+        }
         // Arguments on the alias-name part of the use are not meaningful.
         let suffix = &point.components[n..];
         for def in defs {
@@ -145,7 +171,9 @@ impl<'a> Aliases<'a> {
                 } else {
                     bf.insert(0, &def.body);
                 }
-                self.expand_into(p, bf, af, written, depth + 1, use_span, diags, out);
+                path.push(name.clone());
+                self.expand_into(p, bf, af, written, path, use_span, diags, out, reported_cycle);
+                path.pop();
             }
         }
     }

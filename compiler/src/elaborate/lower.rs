@@ -70,7 +70,7 @@ struct FuncState<'a> {
 /// user's body, epilogues — one scope).
 pub struct ProbeBody<'a> {
     pub blocks: Vec<&'a ast::Block>,
-    pub condition: Option<&'a ast::Expr>,
+    pub condition: Option<ast::Expr>,
     pub kind: BodyKind,
     pub locals: Locals,
 }
@@ -98,7 +98,10 @@ type Typed = (Expr, Option<Ty>);
 /// A lowered probe handler: its body, its condition and its locals.
 pub type LoweredProbe = (Vec<Stmt>, Option<Expr>, Vec<Local>);
 
-const MAX_ROUNDS: usize = 64;
+/// Inference is monotonic (a slot only goes from unknown to known, locals
+/// are only added), so rounds stop by themselves; this bound only guards
+/// against a bug.
+const MAX_ROUNDS: usize = 100_000;
 
 impl<'a> Lowerer<'a> {
     pub fn new(args: &'a [String], guru: bool) -> Lowerer<'a> {
@@ -279,7 +282,8 @@ impl<'a> Lowerer<'a> {
         self.in_function = None;
         let mut bodies = Vec::new();
         for p in probes.iter_mut() {
-            let condition = p.condition.map(|c| {
+            let written = p.condition.clone();
+            let condition = written.as_ref().map(|c| {
                 self.locals = Locals::default();
                 self.kind = BodyKind::Condition;
                 let (e, t) = self.expr(c, Some(Ty::Long));
@@ -502,14 +506,18 @@ impl<'a> Lowerer<'a> {
                             Some(Ty::Long | Ty::String) => {
                                 self.unify(SlotRef::Return(fid), t.unwrap_or(Ty::Long), e.span)
                             }
-                            Some(other) => self.error(
-                                Diagnostic::error(
-                                    Code::TypeMismatch,
-                                    e.span,
-                                    format!("a function cannot return a {}", other.name()),
-                                )
-                                .with_label("functions return a long or a string"),
-                            ),
+                            Some(other) => {
+                                self.error(
+                                    Diagnostic::error(
+                                        Code::TypeMismatch,
+                                        e.span,
+                                        format!("a function cannot return a {}", other.name()),
+                                    )
+                                    .with_label("functions return a long or a string"),
+                                );
+                                // Reported; take the result as long so it is not also "untyped".
+                                self.unify(SlotRef::Return(fid), Ty::Long, e.span);
+                            }
                             None => {}
                         }
                         StmtKind::Return(Some(x))
@@ -771,6 +779,9 @@ impl<'a> Lowerer<'a> {
             A::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span),
             A::Assign { op, target, value } => self.assign(*op, target, value, span),
             A::IncDec { op, prefix, target } => {
+                if self.stat_written(target) {
+                    return mk(ExprKind::Long(0), Some(Ty::Long));
+                }
                 let (t, ty) = self.lvalue(target, Some(Ty::Long));
                 self.check_type(
                     ty,
@@ -869,10 +880,29 @@ impl<'a> Lowerer<'a> {
 
     fn target_var(&mut self, name: &str, span: Span) -> Typed {
         let mk = |kind| (Expr { kind, ty: Ty::Long, span }, Some(Ty::Long));
-        let arg = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()).filter(|n| *n >= 1);
+        // After an error the type is unknown (None): what uses it is not
+        // reported again.
+        let bad = |this: &mut Self, d: Diagnostic| {
+            this.error(d);
+            (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, None)
+        };
+        let arg = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok());
         let in_function_probe =
             matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function);
+        if self.in_function.is_some() && (arg.is_some() || name == "return") {
+            return bad(
+                self,
+                Diagnostic::error(Code::Context, span, format!("`${name}` inside a function"))
+                    .with_label("target variables exist only in probe handlers")
+                    .with_help(format!("pass `${name}` to the function as an argument")),
+            );
+        }
         match (name, arg) {
+            (_, Some(0)) => bad(
+                self,
+                Diagnostic::error(Code::Context, span, "`$arg0` does not exist")
+                    .with_label("arguments are numbered from `$arg1`"),
+            ),
             (_, Some(n)) if in_function_probe => {
                 let t = ExprKind::Target(Target::Arg(n));
                 if self.kind == BodyKind::FunctionReturn {
@@ -882,31 +912,23 @@ impl<'a> Lowerer<'a> {
                 mk(t)
             }
             ("return", _) if self.kind == BodyKind::FunctionReturn => mk(ExprKind::Target(Target::Return)),
-            ("return", _) => {
-                self.error(
-                    Diagnostic::error(Code::Context, span, "`$return` outside a return probe")
-                        .with_label("only `.return` probes see the return value")
-                        .with_help("probe `...function(\"name\").return` to read `$return`"),
-                );
-                mk(ExprKind::Long(0))
-            }
-            (_, Some(_)) => {
-                self.error(
-                    Diagnostic::error(Code::Context, span, format!("`${name}` outside a function probe"))
-                        .with_label("there is no function call here to read arguments from"),
-                );
-                mk(ExprKind::Long(0))
-            }
-            _ => {
-                self.error(
-                    Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
-                        .with_label("telco-stap reads no debug information")
-                        .with_help(
-                            "use `$arg1`, `$arg2`, ... (arguments by position), `$return`, or `register(\"rdi\")`",
-                        ),
-                );
-                mk(ExprKind::Long(0))
-            }
+            ("return", _) => bad(
+                self,
+                Diagnostic::error(Code::Context, span, "`$return` outside a return probe")
+                    .with_label("only `.return` probes see the return value")
+                    .with_help("probe `...function(\"name\").return` to read `$return`"),
+            ),
+            (_, Some(_)) => bad(
+                self,
+                Diagnostic::error(Code::Context, span, format!("`${name}` outside a function probe"))
+                    .with_label("there is no function call here to read arguments from"),
+            ),
+            _ => bad(
+                self,
+                Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
+                    .with_label("telco-stap reads no debug information")
+                    .with_help("use `$arg1`, `$arg2`, ... (arguments by position), `$return`, or `register(\"rdi\")`"),
+            ),
         }
     }
 
@@ -975,8 +997,26 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// A statistic written like a variable (`s = 3`, `s++`): one error.
+    fn stat_written(&mut self, target: &ast::Expr) -> bool {
+        let Some(slot) = self.slot_of(target) else { return false };
+        if self.slot_ty(slot) != Some(Ty::Stat) {
+            return false;
+        }
+        self.error(
+            Diagnostic::error(Code::TypeMismatch, target.span, "a statistic cannot be assigned or changed")
+                .with_label("this is a statistic")
+                .with_help("add values to it with `<<<`; `delete` empties it"),
+        );
+        true
+    }
+
     fn assign(&mut self, op: AssignOp, target: &ast::Expr, value: &ast::Expr, span: Span) -> Typed {
         let mk = |kind, ty: Option<Ty>| (Expr { kind, ty: ty.unwrap_or(Ty::Long), span }, ty);
+        if op != AssignOp::Aggregate && self.stat_written(target) {
+            let (v, _) = self.expr(value, None);
+            return mk(ExprKind::Assign { op, target: Box::new(v.clone()), value: Box::new(v) }, Some(Ty::Long));
+        }
         match op {
             AssignOp::Aggregate => {
                 // Statistics live in globals: `s <<< v` or `arr[k] <<< v`.
@@ -1010,7 +1050,8 @@ impl<'a> Lowerer<'a> {
                     }
                 }
                 let (t, tt) = self.lvalue(target, tv.filter(|t| matches!(t, Ty::Long | Ty::String)));
-                let (v, tv) = if tv.is_none() && tt.is_some() { self.expr(value, tt) } else { (v, tv) };
+                let clean = self.diags.len() == errors;
+                let (v, tv) = if tv.is_none() && tt.is_some() && clean { self.expr(value, tt) } else { (v, tv) };
                 match (tt, tv) {
                     (_, Some(t @ (Ty::Stat | Ty::Hist | Ty::Void))) => self.error(
                         Diagnostic::error(Code::TypeMismatch, value.span, format!("a {} cannot be assigned", t.name()))
@@ -1208,7 +1249,14 @@ impl<'a> Lowerer<'a> {
                 }
             }
         }
+        let bad_format = matches!(sig.builtin, Builtin::Printf | Builtin::Sprintf)
+            && !matches!(c.args.first().map(|a| &a.kind), Some(A::Str(_)));
         for (i, a) in c.args.iter().enumerate() {
+            if i == 0 && bad_format {
+                // Already reported: the format must be a literal.
+                args.push(self.expr(a, None).0);
+                continue;
+            }
             let want = if let Some(t) = fixed.get(i) {
                 Some(*t)
             } else if let Some(kinds) = &formatted {
@@ -1292,15 +1340,16 @@ impl<'a> Lowerer<'a> {
                     }
                 }
                 let [lo_v, hi_v, step_v] = consts;
+                let buckets = (i128::from(hi_v) - i128::from(lo_v)) / i128::from(step_v.max(1));
                 if step_v <= 0 || hi_v <= lo_v {
                     self.error(
                         Diagnostic::error(Code::BadValue, span, "`@hist_linear` needs lo < hi and a positive step")
                             .with_label(format!("lo {lo_v}, hi {hi_v}, step {step_v}")),
                     );
-                } else if (hi_v - lo_v) / step_v > 10_000 {
+                } else if buckets > 10_000 {
                     self.error(
                         Diagnostic::error(Code::BadValue, span, "`@hist_linear` would have more than 10000 buckets")
-                            .with_label(format!("{} buckets", (hi_v - lo_v) / step_v)),
+                            .with_label(format!("{buckets} buckets")),
                     );
                 }
                 (
@@ -1320,11 +1369,27 @@ impl<'a> Lowerer<'a> {
     /// The operand of `@count` and friends: a global statistic or an element
     /// of an array of statistics.
     fn stat_operand(&mut self, e: &ast::Expr) -> Expr {
+        let is_stat_place = match &e.kind {
+            A::Var(n) => self.global_index.contains_key(n.as_str()) && !self.locals.index.contains_key(n.as_str()),
+            A::Index(_) => true,
+            _ => false,
+        };
         match &e.kind {
-            A::Var(n) if self.global_index.contains_key(n) && !self.locals.index.contains_key(n) => {
-                self.expr(e, Some(Ty::Stat)).0
+            _ if is_stat_place => {
+                let (x, t) = self.expr(e, Some(Ty::Stat));
+                if let Some(t) = t.filter(|t| *t != Ty::Stat) {
+                    self.error(
+                        Diagnostic::error(
+                            Code::TypeMismatch,
+                            e.span,
+                            format!("not a statistic: this is a {}", t.name()),
+                        )
+                        .with_label("statistics are fed with `<<<`")
+                        .with_help("aggregate operators (@count, @sum, ..., @hist_log) read statistics only"),
+                    );
+                }
+                x
             }
-            A::Index(_) => self.expr(e, Some(Ty::Stat)).0,
             _ => {
                 self.error(
                     Diagnostic::error(Code::TypeMismatch, e.span, "not a statistic")

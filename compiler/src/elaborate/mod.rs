@@ -95,9 +95,28 @@ pub fn elaborate(
             // not make one call fire the probe twice.
             let mut seen = std::collections::HashSet::new();
             for written in &p.points {
+                let mut resolved_any = false;
+                let via_alias = written.components.first().is_some_and(|c| !alias::is_builtin_family(&c.name.name));
                 for mut ex in aliases.expand(written, diags) {
-                    substitute_script_args(&mut ex.point, cfg.args, diags);
+                    if !substitute_script_args(&mut ex.point, cfg.args, diags) {
+                        continue;
+                    }
+                    if via_alias {
+                        // Pass 1 checked what was written; check what it became.
+                        let before = diags.len();
+                        crate::validate::check_probe_point(&ex.point, diags);
+                        if diags.len() > before {
+                            for d in &mut diags[before..] {
+                                d.secondary.push(crate::diag::Label {
+                                    span: written.span,
+                                    message: format!("`{}` expands to this", written.shape()),
+                                });
+                            }
+                            continue;
+                        }
+                    }
                     let mut r = resolver.resolve(&ex, diags);
+                    resolved_any |= !r.points.is_empty();
                     r.points.retain(|pt| match pt {
                         crate::program::Point::Function(f) => seen.insert((f.module.clone(), f.addr, f.ret, f.itrace)),
                         _ => true,
@@ -105,16 +124,21 @@ pub fn elaborate(
                     let mut blocks = ex.before.clone();
                     blocks.push(&p.body);
                     blocks.extend(ex.after.iter().copied());
-                    let condition = written.condition.as_deref();
+                    // The alias's own conditions are merged into the point.
+                    let condition = ex.point.condition.as_deref().cloned();
                     bodies.push(ProbeBody { blocks, condition, kind: r.kind, locals: Default::default() });
                     shells.push((r.points, ex.written.clone(), p.span));
+                }
+                // `!`: once this point matches, the later ones are not tried.
+                if written.sufficient && resolved_any {
+                    break;
                 }
             }
         }
     }
     let (globals, functions, lowered, ds) = lowerer.run(&mut bodies);
     diags.extend(ds);
-    let probes = shells
+    let probes: Vec<crate::program::Probe> = shells
         .into_iter()
         .zip(lowered)
         // A point that resolved to nothing (an optional one) has no handler.
@@ -128,7 +152,19 @@ pub fn elaborate(
             span,
         })
         .collect();
-    let errors_after = diags.iter().filter(|d| d.severity == crate::diag::Severity::Error).count();
+    let mut errors_after = diags.iter().filter(|d| d.severity == crate::diag::Severity::Error).count();
+    if errors_after == errors_before && probes.is_empty() {
+        diags.push(
+            Diagnostic::error(
+                crate::diag::Code::NoMatch,
+                crate::span::Span::new(script_file, 0, 0),
+                "no probes found: nothing in this script would run",
+            )
+            .with_label("the script's probe points matched nothing, or it has none")
+            .with_help("add a probe (`probe begin { ... }`), or check the optional `?` points"),
+        );
+        errors_after += 1;
+    }
     if errors_after > errors_before {
         return None;
     }
@@ -138,8 +174,9 @@ pub fn elaborate(
 
 /// Probe point arguments may be script arguments (`process(@1)`,
 /// `function(@2)`, `timer.ms($1)`): replace them by their values.
-fn substitute_script_args(p: &mut crate::ast::ProbePoint, args: &[String], diags: &mut Vec<Diagnostic>) {
+fn substitute_script_args(p: &mut crate::ast::ProbePoint, args: &[String], diags: &mut Vec<Diagnostic>) -> bool {
     use crate::ast::ExprKind as A;
+    let mut ok = true;
     for c in &mut p.components {
         let Some(arg) = c.arg.as_deref_mut() else { continue };
         let A::ScriptArg { index, as_string } = arg.kind else { continue };
@@ -157,14 +194,16 @@ fn substitute_script_args(p: &mut crate::ast::ProbePoint, args: &[String], diags
                 .with_label("this probe point needs it")
                 .with_help("script arguments follow the script: `telco-stap script.tp ARG1 ARG2`"),
             );
+            ok = false;
             continue;
         };
         arg.kind = if as_string {
             A::Str(value.as_bytes().to_vec())
         } else {
-            match crate::lexer::parse_int(value.trim()) {
+            match crate::lexer::parse_int(value.trim()).or_else(|_| value.trim().parse::<i64>()) {
                 Ok(v) => A::Int(v),
                 Err(_) => {
+                    ok = false;
                     diags.push(
                         Diagnostic::error(
                             crate::diag::Code::ScriptArgument,
@@ -179,6 +218,7 @@ fn substitute_script_args(p: &mut crate::ast::ProbePoint, args: &[String], diags
             }
         };
     }
+    ok
 }
 
 /// `-l POINT` / `-L POINT`: the lines SystemTap would print, sorted. The
@@ -240,7 +280,9 @@ pub fn list(
                 continue;
             }
             for mut ex in aliases.expand(written, diags) {
-                substitute_script_args(&mut ex.point, cfg.args, diags);
+                if !substitute_script_args(&mut ex.point, cfg.args, diags) {
+                    continue;
+                }
                 let r = resolver.resolve(&ex, diags);
                 for pt in &r.points {
                     let mut line = show::point_name(pt);

@@ -354,7 +354,7 @@ impl<'q> Resolver<'q> {
                 if names.len() == 1 { "is" } else { "are" }
             );
             // Named exactly, it is an error; caught by a wildcard, a warning.
-            let d = if wildcard || ex.point.optional {
+            let d = if ex.point.optional || (wildcard && !points.is_empty()) {
                 Diagnostic::warning(Code::Ifunc, comp.span, format!("skipped: {msg}"))
             } else {
                 Diagnostic::error(Code::Ifunc, comp.span, msg)
@@ -451,13 +451,15 @@ impl<'q> Resolver<'q> {
         };
         if function.is_none() {
             diags.push(
-                Diagnostic::warning(
+                Diagnostic::error(
                     Code::NoMatch,
                     comp.span,
-                    format!("address {addr:#x} is not inside any known function"),
+                    format!("address {addr:#x} is not inside any function of {}", module.path.display()),
                 )
-                .with_label("probed as given"),
+                .with_label("no function symbol covers this address")
+                .with_help("use a module-relative address inside a function (as `nm` shows), or \"function+offset\""),
             );
+            return Vec::new();
         }
         vec![Point::Statement { module: module.path.clone(), addr, function }]
     }

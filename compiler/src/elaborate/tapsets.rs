@@ -128,6 +128,11 @@ fn uses_of(s: &Script) -> Uses {
             Item::Global(_) => {}
         }
     }
+    for p in &points {
+        if let Some(c) = &p.condition {
+            crate::elaborate::walk::calls_in_expr(c, &mut u.functions);
+        }
+    }
     for p in points {
         let names: Vec<&str> = p.components.iter().map(|c| c.name.name.as_str()).collect();
         if crate::elaborate::alias::is_builtin_family(names.first().copied().unwrap_or("")) {

@@ -50,7 +50,7 @@ fn calls_in_stmt(s: &Stmt, out: &mut BTreeSet<String>) {
     }
 }
 
-fn calls_in_expr(e: &Expr, out: &mut BTreeSet<String>) {
+pub fn calls_in_expr(e: &Expr, out: &mut BTreeSet<String>) {
     match &e.kind {
         ExprKind::Call(c) => {
             out.insert(c.name.name.to_string());

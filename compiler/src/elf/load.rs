@@ -17,6 +17,18 @@ use super::{ElfError, Function, Machine, Module, ModuleKind, SkipReason, Skipped
 
 pub(super) fn load(path: &Path) -> Result<Module, ElfError> {
     let io = |source| ElfError::Io { path: path.to_path_buf(), source };
+    // Devices and FIFOs would never end (or never start): regular files only.
+    let meta = fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(ElfError::Malformed { path: path.to_path_buf(), what: "not a regular file".into() });
+    }
+    const MAX_MODULE_BYTES: u64 = 4 << 30;
+    if meta.len() > MAX_MODULE_BYTES {
+        return Err(ElfError::Malformed {
+            path: path.to_path_buf(),
+            what: format!("{} bytes is larger than any module this tracer reads (4 GiB)", meta.len()),
+        });
+    }
     let bytes = fs::read(path).map_err(io)?;
     let canonical = fs::canonicalize(path).map_err(io)?;
     parse(&canonical, &bytes)
