@@ -91,6 +91,8 @@ pub struct Lowerer<'a> {
     in_function: Option<FuncId>,
     /// Slots already reported as untyped (one error per variable).
     untyped_reported: Vec<String>,
+    /// Every function defined, compiled or elided, for "did you mean".
+    all_functions: Vec<String>,
 }
 
 type Typed = (Expr, Option<Ty>);
@@ -119,16 +121,24 @@ impl<'a> Lowerer<'a> {
             kind: BodyKind::Session,
             in_function: None,
             untyped_reported: Vec::new(),
+            all_functions: Vec::new(),
         }
     }
 
+    /// A function exists (even if it is not compiled): suggest it.
+    pub fn know_function(&mut self, name: &str) {
+        self.all_functions.push(name.to_string());
+    }
+
     pub fn declare_global(&mut self, v: &ast::GlobalVar, diags: &mut Vec<Diagnostic>) {
+        let size_span = v.size.as_deref().map_or(v.name.span, |e| e.span);
+        let init_span = v.init.as_deref().map_or(v.name.span, |e| e.span);
         let capacity = match v.size.as_deref().map(|e| &e.kind) {
             Some(A::Int(n)) if *n > 0 => Some(*n as u64),
-            Some(A::ScriptArg { index, as_string: false }) => match self.script_arg_long(*index, v.name.span) {
+            Some(A::ScriptArg { index, as_string: false }) => match self.script_arg_long(*index, size_span) {
                 Ok(n) if n > 0 => Some(n as u64),
                 Ok(_) => {
-                    diags.push(Diagnostic::error(Code::BadValue, v.name.span, "array size must be positive"));
+                    diags.push(Diagnostic::error(Code::BadValue, size_span, "array size must be positive"));
                     None
                 }
                 Err(d) => {
@@ -142,14 +152,14 @@ impl<'a> Lowerer<'a> {
             None => None,
             Some(A::Int(n)) => Some(Const::Long(*n)),
             Some(A::Str(s)) => Some(Const::String(s.clone())),
-            Some(A::ScriptArg { index, as_string: false }) => match self.script_arg_long(*index, v.name.span) {
+            Some(A::ScriptArg { index, as_string: false }) => match self.script_arg_long(*index, init_span) {
                 Ok(n) => Some(Const::Long(n)),
                 Err(d) => {
                     diags.push(d);
                     None
                 }
             },
-            Some(A::ScriptArg { index, as_string: true }) => match self.script_arg(*index, v.name.span) {
+            Some(A::ScriptArg { index, as_string: true }) => match self.script_arg(*index, init_span) {
                 Ok(s) => Some(Const::String(s.as_bytes().to_vec())),
                 Err(d) => {
                     diags.push(d);
@@ -158,10 +168,16 @@ impl<'a> Lowerer<'a> {
             },
             Some(_) => None,
         };
-        let value = match &init {
-            Some(Const::Long(_)) => Slot { ty: Some(Ty::Long), decided: Some(v.span) },
-            Some(Const::String(_)) => Slot { ty: Some(Ty::String), decided: Some(v.span) },
-            None => Slot::default(),
+        // `= $1` is a long and `= @1` a string even when the argument is
+        // missing (already reported): no "cannot tell the type" on top.
+        let value = match (&init, v.init.as_deref().map(|e| &e.kind)) {
+            (Some(Const::Long(_)), _) | (None, Some(A::ScriptArg { as_string: false, .. })) => {
+                Slot { ty: Some(Ty::Long), decided: Some(v.span) }
+            }
+            (Some(Const::String(_)), _) | (None, Some(A::ScriptArg { as_string: true, .. })) => {
+                Slot { ty: Some(Ty::String), decided: Some(v.span) }
+            }
+            _ => Slot::default(),
         };
         let (shape, shape_decided) = if capacity.is_some() {
             (Shape::Array, Some(v.span))
@@ -185,11 +201,23 @@ impl<'a> Lowerer<'a> {
         });
     }
 
-    pub fn declare_function(&mut self, f: &'a ast::Function) {
+    pub fn declare_function(&mut self, f: &'a ast::Function, diags: &mut Vec<Diagnostic>) {
         let id = FuncId(self.functions.len() as u32);
         self.func_index.insert(f.name.name.clone(), id);
         let mut locals = Locals::default();
         for p in &f.params {
+            if let Some(&LocalId(k)) = locals.index.get(p.name.name.as_str()) {
+                diags.push(
+                    Diagnostic::error(
+                        Code::DuplicateDefinition,
+                        p.name.span,
+                        format!("parameter `{}` appears twice in `{}`", p.name.name, f.name.name),
+                    )
+                    .with_label("second parameter with this name")
+                    .with_secondary(locals.slots[k as usize].2, "first one"),
+                );
+                continue;
+            }
             let ty = p.ty.as_ref().map(|t| ast_type(t.ty));
             let slot = Slot { ty, decided: p.ty.as_ref().map(|t| t.span) };
             locals.index.insert(p.name.name.clone(), LocalId(locals.slots.len() as u32));
@@ -528,6 +556,7 @@ impl<'a> Lowerer<'a> {
             S::Try(t) => {
                 let body = self.block(&t.body);
                 let var = t.var.as_ref().map(|v| {
+                    self.not_a_global(v, "a `catch` variable");
                     let id = self.local(&v.name, v.span);
                     self.unify(SlotRef::Local(id), Ty::String, v.span);
                     id
@@ -542,6 +571,9 @@ impl<'a> Lowerer<'a> {
     fn foreach(&mut self, f: &ast::Foreach, span: Span) -> Option<Stmt> {
         let array = self.array(&f.array, f.keys.len())?;
         let mut keys = Vec::new();
+        for v in f.keys.iter().map(|k| &k.name).chain(f.value.as_ref()) {
+            self.not_a_global(v, "a `foreach` variable");
+        }
         for (i, k) in f.keys.iter().enumerate() {
             let id = self.local(&k.name.name, k.name.span);
             self.link(SlotRef::Local(id), SlotRef::GlobalKey(array, i), k.name.span);
@@ -598,6 +630,18 @@ impl<'a> Lowerer<'a> {
             _ => return None,
         };
         Some(Stmt { kind, span })
+    }
+
+    /// Loop and `catch` variables are locals: one named like a global would
+    /// silently hide it.
+    fn not_a_global(&mut self, v: &ast::Ident, what: &str) {
+        if self.global_index.contains_key(v.name.as_str()) && !self.locals.index.contains_key(v.name.as_str()) {
+            self.error(
+                Diagnostic::error(Code::DuplicateDefinition, v.span, format!("`{}` is a global", v.name))
+                    .with_label(format!("{what} is a local and would hide the global"))
+                    .with_help("choose another name"),
+            );
+        }
     }
 
     /// Make two slots agree in whichever direction is known.
@@ -793,9 +837,11 @@ impl<'a> Lowerer<'a> {
             }
             A::Ternary { cond, then, els } => {
                 let c = self.cond(cond);
+                let errors = self.diags.len();
                 let (a, ta) = self.expr(then, want);
                 let (b, tb) = self.expr(els, want.or(ta));
-                let (a, ta) = if ta.is_none() && tb.is_some() { self.expr(then, tb) } else { (a, ta) };
+                let clean = self.diags.len() == errors;
+                let (a, ta) = if ta.is_none() && tb.is_some() && clean { self.expr(then, tb) } else { (a, ta) };
                 let ty = match (ta, tb) {
                     (Some(x), Some(y)) if x != y => {
                         self.error(
@@ -944,9 +990,11 @@ impl<'a> Lowerer<'a> {
             }
             BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
                 // Both sides have one type, long or string; learn it from either.
+                let errors = self.diags.len();
                 let (a, ta) = self.expr(lhs, None);
                 let (b, tb) = self.expr(rhs, ta);
-                let (a, ta) = if ta.is_none() && tb.is_some() { self.expr(lhs, tb) } else { (a, ta) };
+                let clean = self.diags.len() == errors;
+                let (a, ta) = if ta.is_none() && tb.is_some() && clean { self.expr(lhs, tb) } else { (a, ta) };
                 match (ta, tb) {
                     (Some(x), Some(y)) if x != y => self.error(
                         Diagnostic::error(
@@ -1142,6 +1190,13 @@ impl<'a> Lowerer<'a> {
             }
             let ret = SlotRef::Return(fid);
             let mut ty = self.slot_ty(ret);
+            // A function without `return EXPR` returns nothing, whatever the
+            // call site would like.
+            let gives_value = super::walk::returns_value(&self.functions[fid.0 as usize].ast.body)
+                || self.functions[fid.0 as usize].ast.ret.is_some();
+            if !gives_value {
+                ty = Some(Ty::Void);
+            }
             if ty.is_none() {
                 if let Some(w @ (Ty::Long | Ty::String)) = want {
                     self.unify(ret, w, span);
@@ -1159,8 +1214,12 @@ impl<'a> Lowerer<'a> {
         let Some(sig) = builtins::lookup(name) else {
             let mut d = Diagnostic::error(Code::Undefined, c.name.span, format!("unknown function `{name}`"))
                 .with_label("not a built-in, a script function or a tapset function");
-            let candidates: Vec<&str> =
-                self.func_index.keys().map(|k| k.as_str()).chain(builtins::BUILTINS.iter().map(|s| s.name)).collect();
+            let candidates: Vec<&str> = self
+                .all_functions
+                .iter()
+                .map(String::as_str)
+                .chain(builtins::BUILTINS.iter().map(|s| s.name))
+                .collect();
             if let Some(s) = crate::suggest::closest(name, candidates.iter().copied()) {
                 d = d.with_help(format!("did you mean `{s}`?"));
             }

@@ -64,14 +64,34 @@ pub fn elaborate(
     let errors_before = diags.iter().filter(|d| d.severity == crate::diag::Severity::Error).count();
     diags.extend(tapsets::duplicates(&chosen));
 
+    // Functions nothing calls are not compiled (as in SystemTap); the
+    // script's own get a warning, unused tapset functions go quietly.
+    let used = used_functions(&chosen);
+
     // Declarations.
     let mut lowerer = Lowerer::new(cfg.args, cfg.guru);
     let mut alias_defs = Vec::new();
-    for (_, s) in &chosen {
+    for (file, s) in &chosen {
         for item in &s.items {
             match item {
                 Item::Global(g) => g.vars.iter().for_each(|v| lowerer.declare_global(v, diags)),
-                Item::Function(f) => lowerer.declare_function(f),
+                Item::Function(f) if used.contains(f.name.name.as_str()) => {
+                    lowerer.know_function(&f.name.name);
+                    lowerer.declare_function(f, diags)
+                }
+                Item::Function(f) => {
+                    lowerer.know_function(&f.name.name);
+                    if *file == script_file {
+                        diags.push(
+                            Diagnostic::warning(
+                                crate::diag::Code::Undefined,
+                                f.name.span,
+                                format!("function `{}` is never called; it is not compiled", f.name.name),
+                            )
+                            .with_label("unused"),
+                        );
+                    }
+                }
                 Item::Alias(a) => alias_defs.push(a.as_ref()),
                 Item::Probe(_) => {}
             }
@@ -170,6 +190,48 @@ pub fn elaborate(
     }
     let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
     Some(Program { globals, functions, probes, files })
+}
+
+/// Names of the functions reachable from probes, alias bodies and probe
+/// conditions, through calls.
+fn used_functions(files: &[(FileId, &Script)]) -> std::collections::BTreeSet<String> {
+    let mut used = std::collections::BTreeSet::new();
+    let mut bodies: std::collections::HashMap<&str, &crate::ast::Block> = std::collections::HashMap::new();
+    for (_, s) in files {
+        for item in &s.items {
+            match item {
+                Item::Probe(p) => {
+                    walk::calls_in_block(&p.body, &mut used);
+                    for c in p.points.iter().filter_map(|pt| pt.condition.as_deref()) {
+                        walk::calls_in_expr(c, &mut used);
+                    }
+                }
+                Item::Alias(a) => {
+                    walk::calls_in_block(&a.body, &mut used);
+                    for c in a.points.iter().filter_map(|pt| pt.condition.as_deref()) {
+                        walk::calls_in_expr(c, &mut used);
+                    }
+                }
+                Item::Function(f) => {
+                    bodies.insert(f.name.name.as_str(), &f.body);
+                }
+                Item::Global(_) => {}
+            }
+        }
+    }
+    let mut work: Vec<String> = used.iter().cloned().collect();
+    while let Some(name) = work.pop() {
+        if let Some(body) = bodies.get(name.as_str()) {
+            let mut calls = std::collections::BTreeSet::new();
+            walk::calls_in_block(body, &mut calls);
+            for c in calls {
+                if used.insert(c.clone()) {
+                    work.push(c);
+                }
+            }
+        }
+    }
+    used
 }
 
 /// Probe point arguments may be script arguments (`process(@1)`,

@@ -203,6 +203,15 @@ impl<'q> Resolver<'q> {
                             .with_help("timers run in the tracer; use at least 10 us"),
                     );
                 }
+                if randomize_ns >= period_ns && period_ns > 0 {
+                    diags.push(
+                        Diagnostic::error(Code::BadValue, ex.point.span, "timer randomization is out of range")
+                            .with_label(format!(
+                                "spread {randomize_ns} ns is not smaller than the period {period_ns} ns"
+                            ))
+                            .with_help("randomize by less than the period, e.g. timer.ms(100).randomize(20)"),
+                    );
+                }
                 return session(vec![Point::Timer { period_ns, randomize_ns }]);
             }
             _ => {}
