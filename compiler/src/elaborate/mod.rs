@@ -310,10 +310,13 @@ pub fn list(
         for written in &p.points {
             let dotted = written.shape();
             let first = written.components.first().map(|c| c.name.name.as_str()).unwrap_or("");
-            if !alias::is_builtin_family(first) {
+            let alias_named = |a: &&&crate::ast::ProbeAlias| crate::glob::glob_match(&dotted, &a.name.shape());
+            // An alias use with a suffix (`pthread.mutex_unlock.return`) that
+            // no alias is named: list what it expands to, as a script would.
+            let suffix_use = !all_aliases.iter().any(|a| alias_named(&a)) && !dotted.contains(['*', '?', '[']);
+            if !alias::is_builtin_family(first) && !suffix_use {
                 // Alias names, possibly with wildcards: `-l 'libc.*'`.
-                let matching: Vec<&&crate::ast::ProbeAlias> =
-                    all_aliases.iter().filter(|a| crate::glob::glob_match(&dotted, &a.name.shape())).collect();
+                let matching: Vec<&&crate::ast::ProbeAlias> = all_aliases.iter().filter(alias_named).collect();
                 if matching.is_empty() && !written.optional {
                     let mut d = Diagnostic::error(
                         crate::diag::Code::UnknownProbePoint,
@@ -343,6 +346,11 @@ pub fn list(
             }
             for mut ex in aliases.expand(written, diags) {
                 if !substitute_script_args(&mut ex.point, cfg.args, diags) {
+                    continue;
+                }
+                let before = diags.len();
+                crate::validate::check_probe_point(&ex.point, diags);
+                if diags.len() > before {
                     continue;
                 }
                 let r = resolver.resolve(&ex, diags);

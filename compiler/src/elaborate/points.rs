@@ -139,7 +139,14 @@ impl<'q> Resolver<'q> {
             },
             Some(A::Str(name)) => {
                 let name = String::from_utf8_lossy(name).into_owned();
-                let target = self.target_modules().unwrap_or_default();
+                let target = match self.target_modules() {
+                    Ok(t) => t,
+                    // The target's libraries decide which `libc.so.6` is
+                    // meant; guessing from the system search would be wrong.
+                    Err(e) => {
+                        return Err(fail(format!("cannot load the target's modules: {e}"), "needed to find this library"))
+                    }
+                };
                 let loaded: Vec<Module> = Vec::new();
                 // find_module wants owned modules; search ours by name first.
                 if let Some(m) = target.iter().find(|m| module_is(m, &name)) {
