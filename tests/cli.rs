@@ -220,3 +220,40 @@ fn warnings_can_be_silenced_and_broken_pipes_end_quietly() {
     assert_eq!(stdout(&o), "probe timer.ms(1) {\n");
     assert!(stderr(&o).is_empty(), "stderr: {}", stderr(&o));
 }
+
+/// Inputs that once crashed or hung pass 2 (found in review): each now
+/// finishes with a clear result.
+#[test]
+fn pass_2_survives_hostile_scripts() {
+    // A 10,000-deep `else if` chain and a 10,000-term sum: deep recursion.
+    let chain: Vec<String> = (0..10_000).map(|i| format!("if (x == {i}) println({i})")).collect();
+    let deep = format!("probe begin {{ x = 1; {} }}", chain.join(" else "));
+    let sum = format!("probe begin {{ x = 1{}; println(x) }}", " + 1".repeat(10_000));
+    let dir = std::env::temp_dir().join(format!("telco-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for (name, text) in [("deep.tp", &deep), ("sum.tp", &sum)] {
+        let f = dir.join(name);
+        std::fs::write(&f, text).expect("write");
+        let o = telco(&["--last-pass", "2", f.to_str().expect("utf8")]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+
+    // An alias that expands into itself three ways: one error, at once.
+    let o = telco(&["--last-pass", "2", "-e", "probe a = a, a, a {} probe a { }"]);
+    assert_fails(&o, 1, "probe alias `a` expands into itself");
+    assert_eq!(stderr(&o).matches("error[E0005]").count(), 1, "{}", stderr(&o));
+
+    // Histogram bounds that overflow 64 bits.
+    let o = telco(&[
+        "--last-pass",
+        "2",
+        "-e",
+        "global s probe begin { s <<< 1; print(@hist_linear(s, -1, 9223372036854775807, 1)) }",
+    ]);
+    assert_fails(&o, 1, "more than 10000 buckets");
+
+    // A device as a module: refused, not read forever.
+    let o = telco(&["--last-pass", "2", "-e", "probe process(\"/dev/zero\").function(\"x\") { }"]);
+    assert_fails(&o, 1, "not a regular file");
+}
