@@ -1235,6 +1235,18 @@ impl<'a> Lowerer<'a> {
 
     fn builtin(&mut self, sig: &'static builtins::Signature, c: &ast::Call, span: Span) -> Typed {
         let n = c.args.len();
+        // Registers and the probe address exist only where a target thread
+        // hit a probe (or in functions, which such probes may call).
+        if matches!(sig.builtin, Builtin::Register | Builtin::Uaddr)
+            && matches!(self.kind, BodyKind::Session | BodyKind::Condition)
+            && self.in_function.is_none()
+        {
+            self.error(
+                Diagnostic::error(Code::Context, span, format!("`{}` outside a probe in the target", sig.name))
+                    .with_label("begin, end, error and timer probes run in the tracer: there are no target registers")
+                    .with_help("use it in a `process(...)` probe"),
+            );
+        }
         let (lo, hi) = (sig.args.len(), sig.args.len() + sig.optional.len());
         if n < lo || (!sig.varargs && n > hi) {
             let want = if sig.varargs {

@@ -134,7 +134,7 @@ impl<'q> Resolver<'q> {
             },
             Some(A::Int(pid)) => match u32::try_from(*pid).ok().map(|p| self.query.executable(p)) {
                 Some(Ok(p)) => p,
-                Some(Err(e)) => return Err(fail(format!("process {pid}: {e}"), "no such process")),
+                Some(Err(e)) => return Err(fail(format!("process {pid}: {e}"), "cannot find this process's executable")),
                 None => return Err(fail(format!("`{pid}` is not a process id"), "not a pid")),
             },
             Some(A::Str(name)) => {
@@ -144,7 +144,10 @@ impl<'q> Resolver<'q> {
                     // The target's libraries decide which `libc.so.6` is
                     // meant; guessing from the system search would be wrong.
                     Err(e) => {
-                        return Err(fail(format!("cannot load the target's modules: {e}"), "needed to find this library"))
+                        return Err(fail(
+                            format!("cannot load the target's modules: {e}"),
+                            "needed to find this library",
+                        ))
                     }
                 };
                 let loaded: Vec<Module> = Vec::new();
