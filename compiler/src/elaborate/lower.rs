@@ -936,12 +936,13 @@ impl<'a> Lowerer<'a> {
         let in_function_probe =
             matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function);
         if self.in_function.is_some() && (arg.is_some() || name == "return") {
-            return bad(
-                self,
+            // Misplaced, but certainly a long: keep the type, no follow-on errors.
+            self.error(
                 Diagnostic::error(Code::Context, span, format!("`${name}` inside a function"))
                     .with_label("target variables exist only in probe handlers")
                     .with_help(format!("pass `${name}` to the function as an argument")),
             );
+            return mk(ExprKind::Long(0));
         }
         match (name, arg) {
             (_, Some(0)) => bad(

@@ -134,7 +134,9 @@ impl<'q> Resolver<'q> {
             },
             Some(A::Int(pid)) => match u32::try_from(*pid).ok().map(|p| self.query.executable(p)) {
                 Some(Ok(p)) => p,
-                Some(Err(e)) => return Err(fail(format!("process {pid}: {e}"), "cannot find this process's executable")),
+                Some(Err(e)) => {
+                    return Err(fail(format!("process {pid}: {e}"), "cannot find this process's executable"))
+                }
                 None => return Err(fail(format!("`{pid}` is not a process id"), "not a pid")),
             },
             Some(A::Str(name)) => {
