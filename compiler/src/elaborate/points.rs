@@ -370,9 +370,10 @@ impl<'q> Resolver<'q> {
                 )
             };
             let msg = format!(
-                "{} {} an ifunc: the implementation is chosen when the library loads, so its symbol is not the code that runs",
+                "{} {}: the implementation is chosen when the library loads, so {} not the code that runs",
                 list_names(&names),
-                if names.len() == 1 { "is" } else { "are" }
+                if names.len() == 1 { "is an ifunc" } else { "are ifuncs" },
+                if names.len() == 1 { "its symbol is" } else { "their symbols are" }
             );
             // Named exactly, it is an error; caught by a wildcard, a warning.
             let d = if ex.point.optional || (wildcard && !points.is_empty()) {
