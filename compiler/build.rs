@@ -11,6 +11,7 @@ fn main() {
         std::process::exit(1);
     }
     embed_tapsets();
+    build_runtime_library();
 }
 
 /// The built-in tapsets (`../tapsets/*.tp`) travel inside the binary, so an
@@ -39,4 +40,126 @@ fn embed_tapsets() {
         eprintln!("cannot write the tapset table: {e}");
         std::process::exit(1);
     }
+}
+
+/// Compiles the runtime library of compiled handlers (`rt/rt.c`) with gcc
+/// into one flat position-independent piece of code, checks it, and writes
+/// it with its symbol table to OUT_DIR (`rt.bin`, `rt_symbols.rs`).
+fn build_runtime_library() {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    let out_dir = std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into());
+    let rt = Path::new(&manifest).join("rt");
+    println!("cargo:rerun-if-changed={}", rt.join("rt.c").display());
+    println!("cargo:rerun-if-changed={}", rt.join("rt.ld").display());
+    println!("cargo:rerun-if-changed=../abi/src");
+    let out = Path::new(&out_dir);
+    fail_on(std::fs::write(out.join("abi.h"), telco_abi::c_header()), "cannot write abi.h");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
+    let elf = out.join("rt.elf");
+    let status = std::process::Command::new(&cc)
+        .args([
+            "-std=gnu11",
+            "-O2",
+            "-fPIE",
+            "-ffreestanding",
+            "-fno-builtin",
+            "-nostdlib",
+            "-static",
+            "-fno-stack-protector",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+            "-fno-jump-tables",
+            "-fno-tree-loop-distribute-patterns",
+            "-fno-plt",
+            "-fcf-protection=none",
+            "-fvisibility=hidden",
+            "-mgeneral-regs-only",
+            "-Wall",
+            "-Wextra",
+            "-Wno-unused-parameter",
+            "-Werror",
+            "-Wl,--emit-relocs",
+            "-Wl,--build-id=none",
+            "-Wl,-z,noexecstack",
+        ])
+        .arg(format!("-I{}", out.display()))
+        .arg(format!("-Wl,-T,{}", rt.join("rt.ld").display()))
+        .arg(rt.join("rt.c"))
+        .arg("-o")
+        .arg(&elf)
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => die(&format!("compiling rt/rt.c with `{cc}` failed ({s})")),
+        Err(e) => die(&format!(
+            "cannot run `{cc}` to compile the runtime library rt/rt.c: {e}; telco-stap needs gcc to build \
+             (apt-get install gcc)"
+        )),
+    }
+    let bytes = fail_on(std::fs::read(&elf), "cannot read rt.elf");
+    let parsed = match goblin::elf::Elf::parse(&bytes) {
+        Ok(e) => e,
+        Err(e) => die(&format!("cannot parse rt.elf: {e}")),
+    };
+    let mut text = None;
+    for (i, sh) in parsed.section_headers.iter().enumerate() {
+        let name = parsed.shdr_strtab.get_at(sh.sh_name).unwrap_or("");
+        let alloc = sh.sh_flags & u64::from(goblin::elf::section_header::SHF_ALLOC) != 0;
+        if name == ".text" {
+            text = Some((i, sh.sh_offset as usize, sh.sh_size as usize, sh.sh_addr));
+        } else if alloc && sh.sh_size > 0 && sh.sh_type != goblin::elf::section_header::SHT_NOBITS {
+            die(&format!("rt/rt.c produced section `{name}`: the runtime library must be code and constants only"));
+        } else if alloc && sh.sh_size > 0 {
+            die(&format!("rt/rt.c produced writable data (`{name}`): the runtime library must have no state"));
+        }
+    }
+    let Some((text_index, off, size, addr)) = text else { die("rt.elf has no .text") };
+    if addr != 0 {
+        die("rt.elf's .text does not start at 0");
+    }
+    // Every relocation the linker resolved must be PC-relative: then the
+    // bytes work at any address.
+    for (target, relocs) in &parsed.shdr_relocs {
+        let applies_to = parsed.section_headers.get(*target).map(|s| s.sh_info as usize);
+        if applies_to != Some(text_index) {
+            continue;
+        }
+        for r in relocs.iter() {
+            use goblin::elf::reloc::*;
+            if !matches!(r.r_type, R_X86_64_PC32 | R_X86_64_PLT32 | R_X86_64_NONE) {
+                die(&format!(
+                    "rt/rt.c needs a relocation of type {} at {:#x}: the runtime library must be position independent",
+                    r.r_type, r.r_offset
+                ));
+            }
+        }
+    }
+    fail_on(std::fs::write(out.join("rt.bin"), &bytes[off..off + size]), "cannot write rt.bin");
+    let mut syms = String::from(
+        "/// The runtime library's functions: (name, offset, size).\npub const RT_SYMBOLS: &[(&str, u32, u32)] = &[\n",
+    );
+    let mut list: Vec<(String, u64, u64)> = parsed
+        .syms
+        .iter()
+        .filter(|s| s.is_function() && s.st_size > 0)
+        .filter_map(|s| parsed.strtab.get_at(s.st_name).map(|n| (n.to_string(), s.st_value, s.st_size)))
+        .collect();
+    list.sort_by_key(|s| s.1);
+    for (n, v, sz) in list {
+        let _ = writeln!(syms, "    ({n:?}, {v}, {sz}),");
+    }
+    syms.push_str("];\n");
+    fail_on(std::fs::write(out.join("rt_symbols.rs"), syms), "cannot write rt_symbols.rs");
+}
+
+fn fail_on<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => die(&format!("{what}: {e}")),
+    }
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(1);
 }

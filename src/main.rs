@@ -18,12 +18,6 @@ use telco_compiler::{parse, ParseConfig, SourceMap};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The passes, for messages.
-const PASS_NAMES: [&str; 5] = ["parse", "elaboration", "translation", "code generation", "run"];
-
-/// The last pass this build implements.
-const IMPLEMENTED_PASSES: u8 = 2;
-
 /// The passes recurse over the script's nesting (a 10,000-deep `else if`
 /// chain is legal); they run on a thread with room for that.
 const COMPILER_STACK_BYTES: usize = 512 << 20;
@@ -149,7 +143,98 @@ fn run(cli: Cli) -> Result<ExitCode> {
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
-    not_implemented(IMPLEMENTED_PASSES + 1)
+    // Pass 3.
+    let limits = limits(&cli);
+    let t0 = Instant::now();
+    let translated = match telco_compiler::codegen::translate(&program, &sources, limits) {
+        Ok(t) => t,
+        Err(diags) => {
+            sink.extend(diags);
+            return Ok(fail_pass(&sink, &sources, color, 3, "translation"));
+        }
+    };
+    if cli.verbose > 0 {
+        eprintln!(
+            "Pass 3: translated to Cranelift IR: {} function(s) in {:.3} ms.",
+            translated.functions.len(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    if last == 3 {
+        let mut out = std::io::stdout().lock();
+        out.write_all(telco_compiler::codegen::print_clif(&translated).as_bytes())?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    // Pass 4.
+    let t0 = Instant::now();
+    let artifact = telco_compiler::codegen::codegen(translated, &program).map_err(anyhow::Error::msg)?;
+    if cli.verbose > 0 {
+        eprintln!(
+            "Pass 4: compiled and linked {} bytes of code, {} bytes of shared region in {:.3} ms.",
+            artifact.code.len(),
+            artifact.region_size,
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    if last == 4 {
+        let mut out = std::io::stdout().lock();
+        out.write_all(telco_compiler::codegen::disassemble(&artifact).as_bytes())?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    // Pass 5.
+    run_pass5(&cli, &artifact)
+}
+
+/// `-D NAME=VALUE` over SystemTap's defaults.
+fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
+    let mut l = telco_abi::artifact::Limits::default();
+    let mut interruptible = None;
+    for (name, v) in &cli.defines {
+        match name.as_str() {
+            "MAXSTRINGLEN" => l.maxstringlen = (*v).clamp(2, 1 << 20) as u32,
+            "MAXMAPENTRIES" => l.maxmapentries = (*v).clamp(1, 1 << 28) as u32,
+            "MAXACTION" => l.maxaction = (*v).min(i64::MAX as u64 / 16) as i64,
+            "MAXACTION_INTERRUPTIBLE" => interruptible = Some((*v).min(i64::MAX as u64 / 16) as i64),
+            "MAXNESTING" => l.maxnesting = (*v).min(u64::from(u32::MAX)) as u32,
+            "MAXERRORS" => l.maxerrors = *v,
+            "MAXSKIPPED" => l.maxskipped = *v,
+            _ => {}
+        }
+    }
+    l.maxaction_interruptible = interruptible.unwrap_or(l.maxaction.saturating_mul(10));
+    l
+}
+
+fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<ExitCode> {
+    use telco_abi::artifact::Attach;
+    let needs_target = artifact.probes.iter().any(|p| {
+        !matches!(p.attach, Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. } | Attach::Timer { .. })
+    });
+    if needs_target || cli.pid.is_some() || cli.command.is_some() {
+        bail!(
+            "pass 5 (run) for function, statement and process probes (and -p/-c) is not implemented in this build yet; \
+             scripts with only begin, end, error and timer probes run, and `--last-pass 4` shows the compiled code"
+        );
+    }
+    let output: Box<dyn Write + Send> = match &cli.output {
+        Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("cannot create `{}`", p.display()))?),
+        None => Box::new(std::io::stdout()),
+    };
+    let cfg = telco_runtime::local::Config {
+        timeout: cli.timeout.map(std::time::Duration::from_secs_f64),
+        output,
+        messages: Box::new(std::io::stderr()),
+    };
+    let t0 = Instant::now();
+    let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
+    if cli.verbose > 0 {
+        eprintln!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(if outcome.errors > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 /// Print the diagnostics and the pass's failure line; the exit status is 1.
@@ -186,14 +271,6 @@ impl TargetQuery for ProcQuery {
     fn mapped_files(&self, pid: u32) -> Result<Vec<std::path::PathBuf>, String> {
         telco_runtime::proc::mapped_files(pid)
     }
-}
-
-fn not_implemented(pass: u8) -> Result<ExitCode> {
-    let name = PASS_NAMES[pass as usize - 1];
-    bail!(
-        "pass {pass} ({name}) is not implemented in this build yet; passes 1 to {IMPLEMENTED_PASSES} work \
-         (`--last-pass 1` prints the parsed script, `--last-pass 2` the resolved program)"
-    )
 }
 
 /// Where the script comes from: (display name, text, script arguments).

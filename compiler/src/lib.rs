@@ -5,6 +5,7 @@
 //! [`ast::Script`] and diagnostics; [`print::print_script`] prints it back.
 
 pub mod ast;
+pub mod codegen;
 pub mod diag;
 pub mod elaborate;
 pub mod elf;

@@ -1,0 +1,146 @@
+//! The compiled artifact: everything pass 4 hands to pass 5, and nothing
+//! else (pass 5 never sees the script).
+
+use std::path::PathBuf;
+
+/// What a probe is attached to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Attach {
+    Begin {
+        order: i64,
+    },
+    End {
+        order: i64,
+    },
+    Error {
+        order: i64,
+    },
+    Timer {
+        period_ns: u64,
+        randomize_ns: u64,
+    },
+    /// Entry or return of a function: module and module-relative address.
+    Function {
+        module: PathBuf,
+        symbol: String,
+        addr: u64,
+        size: u64,
+        ret: bool,
+        itrace: bool,
+    },
+    Statement {
+        module: PathBuf,
+        addr: u64,
+    },
+    /// A process or thread lifecycle event (not supported by this build's runtime).
+    Lifecycle {
+        what: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeEntry {
+    /// Offset of the handler in the code: `extern "sysv64" fn(region, ctx)`.
+    pub handler: u32,
+    pub attach: Attach,
+    /// The probe point as written, for messages.
+    pub name: String,
+    /// Index of the probe body (several entries may share one handler).
+    pub body: u32,
+    /// Return probes with `@entry(...)`: the handler to run at the function's
+    /// entry, and the bytes it saves (passed back in `Ctx::entry`).
+    pub entry_handler: Option<u32>,
+    pub entry_size: u32,
+    /// `probefunc()`: the probed function's name, or "".
+    pub function: String,
+}
+
+/// A source location, for runtime error messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub file: String,
+    pub line: u32,
+    pub col: u32,
+}
+
+/// A global the tracer prints at the end because the script writes it and
+/// never reads it (SystemTap does this).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Display {
+    pub name: String,
+    pub offset: u64,
+    pub kind: DisplayKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum DisplayKind {
+    Long,
+    String,
+    Stat,
+    /// An array at a [`crate::region::TableHeader`].
+    Array,
+}
+
+/// Limits fixed at compile time (`-D NAME=VALUE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub maxstringlen: u32,
+    pub maxmapentries: u32,
+    pub maxaction: i64,
+    pub maxaction_interruptible: i64,
+    pub maxnesting: u32,
+    pub maxerrors: u64,
+    pub maxskipped: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            maxstringlen: 128,
+            maxmapentries: 2048,
+            maxaction: 1000,
+            maxaction_interruptible: 10_000,
+            maxnesting: 10,
+            maxerrors: 0,
+            maxskipped: 100,
+        }
+    }
+}
+
+/// A named range of the code, for disassembly and symbolization.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Symbol {
+    pub name: String,
+    pub offset: u32,
+    pub size: u32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Artifact {
+    /// The linked, position-independent code.
+    pub code: Vec<u8>,
+    pub symbols: Vec<Symbol>,
+    /// Offset of `rt_format(out, cap, fmt, args, nargs) -> len` in the code:
+    /// the tracer formats `printf` events with the handlers' own formatter.
+    pub format_fn: u32,
+    pub probes: Vec<ProbeEntry>,
+    /// Size of the shared region and its initial contents, as (offset, bytes)
+    /// writes over a zeroed region (the tracer fills the header itself).
+    pub region_size: u64,
+    pub ring_off: u64,
+    pub ring_size: u64,
+    pub threads_off: u64,
+    pub nthreads: u32,
+    pub indent_off: u64,
+    pub probes_off: u64,
+    pub init: Vec<(u64, Vec<u8>)>,
+    /// Region offset of each format (by format id).
+    pub formats: Vec<u64>,
+    /// Which format arguments are strings (by format id).
+    pub format_args: Vec<Vec<bool>>,
+    pub locations: Vec<Location>,
+    pub display: Vec<Display>,
+    pub limits: Limits,
+    /// Bytes the caller must provide for a [`crate::region::Ctx`] and its buffers.
+    pub ctx_size: u32,
+}

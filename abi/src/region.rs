@@ -1,0 +1,449 @@
+//! The shared region: what compiled handlers and the tracer both see.
+//!
+//! One mapping of a memfd, at a different address in every process that maps
+//! it. Everything inside refers to everything else by *offset from the
+//! region base*, never by pointer. The compiled code receives the base as its
+//! first argument.
+//!
+//! Layout, in order (every part 64-byte aligned):
+//!
+//! | part | type | written by |
+//! |---|---|---|
+//! | header | [`Header`] | tracer (setup), handlers (counters, exit flag) |
+//! | event ring | [`RingHeader`] + data | handlers produce, the tracer consumes |
+//! | thread slots | [`ThreadSlot`] × n | handlers in target threads |
+//! | constants | string literals, format specs, statistic descriptors | tracer, once, before any handler runs |
+//! | globals | scalars, [`LockedStr`], [`Stat`], [`TableHeader`] + slots | handlers, read by the tracer |
+//!
+//! # Concurrency
+//!
+//! Handlers run in many target threads at once; the tracer reads while they
+//! run. The rules, and the atomic orderings that implement them, are written
+//! next to each type and in `compiler/rt/rt.c`, which is the only code that
+//! touches the shared structures from handlers. Plain `long` globals are
+//! naturally atomic 8-byte words: loads and stores are relaxed, read-modify-
+//! write operators (`++`, `+=`, …) are atomic RMW instructions.
+
+/// `TELCOSTP`
+pub const MAGIC: [u8; 8] = *b"TELCOSTP";
+/// Bumped whenever any layout in this module changes.
+pub const VERSION: u32 = 1;
+
+/// Alignment of every part of the region.
+pub const PART_ALIGN: u64 = 64;
+
+/// The header at offset 0.
+///
+/// Counters are updated with relaxed atomic adds (they are only totals; the
+/// tracer reads them after the handlers have stopped, or as estimates).
+/// `enabled` is read with acquire by handlers at entry and written with
+/// release by the tracer: a handler that sees 0 returns at once.
+/// `exit_requested` is set (relaxed) by `exit()`; the tracer polls it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    pub magic: [u8; 8],
+    pub version: u32,
+    pub header_size: u32,
+    pub region_size: u64,
+    pub enabled: u32,
+    pub exit_requested: u32,
+    /// Runtime errors reported by handlers.
+    pub errors: u64,
+    /// Probe hits that did not run their handler (re-entry on a thread that is
+    /// already inside a handler, no free thread slot).
+    pub skipped: u64,
+    /// Events dropped because the ring was full.
+    pub dropped: u64,
+    /// The process the region serves (the tracer for begin/end/timer probes).
+    pub pid: u64,
+    /// Clock calibration: `ns = ns_base + ((tsc - tsc_base) * mult) >> shift`.
+    pub tsc_base: u64,
+    pub ns_base: u64,
+    pub tsc_mult: u64,
+    pub tsc_shift: u32,
+    pub maxstringlen: u32,
+    pub ring_off: u64,
+    pub threads_off: u64,
+    pub nthreads: u32,
+    /// The process's user id (`uid()`).
+    pub uid: u32,
+    /// Its parent (`ppid()`).
+    pub ppid: u64,
+    /// Offset of the probe table: per probe, the region offsets of its `pp()`
+    /// and `probefunc()` strings (two u64).
+    pub probes_off: u64,
+    /// Offset of the `thread_indent` table ([`INDENT_SLOTS`] × [`IndentSlot`]).
+    pub indent_off: u64,
+    /// The process name, NUL-padded (`execname()`).
+    pub execname: [u8; 16],
+}
+
+pub const HEADER_SIZE: usize = 160;
+const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
+
+/// Ring of variable-size event records: many producers (handlers), one
+/// consumer (the tracer).
+///
+/// * A producer reserves `len` bytes by a compare-and-swap on `head` (AcqRel),
+///   after checking against `tail` (Acquire, pairs with the consumer's Release
+///   store of `tail`) that the bytes are free. A record never wraps: when it
+///   does not fit before the end, the producer also reserves the rest of the
+///   data area and fills it with a [`EV_PAD`] record.
+/// * It writes the record, then stores the first word of [`EventHeader`]
+///   (`size | COMMITTED`) with Release; the consumer loads it with Acquire.
+/// * The consumer processes committed records in order, zeroes them (so the
+///   next producer finds a zero first word), and publishes the new `tail`
+///   with Release.
+/// * When the ring is full the event is dropped and `Header::dropped`
+///   counted; producers never wait (except tracer-side handlers, which may
+///   wait for the consumer thread: see `CTX_MAY_WAIT`).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+pub struct RingHeader {
+    pub head: u64,
+    pub _pad0: [u64; 7],
+    pub tail: u64,
+    pub _pad1: [u64; 7],
+    /// Size of the data area in bytes, a power of two.
+    pub size: u64,
+    /// Offset of the data area from the region base.
+    pub data_off: u64,
+    pub _pad2: [u64; 6],
+}
+const _: () = assert!(core::mem::size_of::<RingHeader>() == 192);
+
+/// The first word of a record once it is complete.
+pub const COMMITTED: u32 = 1 << 31;
+
+/// Header of every event record; the payload follows. `size` includes the
+/// header and is a multiple of 8.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EventHeader {
+    pub size: u32,
+    pub kind: u16,
+    pub probe: u16,
+    pub tid: u32,
+    /// Kind-specific: the format id, the location id, the histogram kind.
+    pub aux: u32,
+    pub ts: u64,
+}
+pub const EVENT_HEADER_SIZE: usize = 24;
+const _: () = assert!(core::mem::size_of::<EventHeader>() == EVENT_HEADER_SIZE);
+
+/// Padding to the end of the data area.
+pub const EV_PAD: u16 = 1;
+/// `printf`: aux = format id; payload = the arguments in format order, each a
+/// long as 8 bytes or a string as `u32` length + bytes, padded to 8.
+pub const EV_PRINTF: u16 = 2;
+/// A runtime error: aux = location id; payload = `u32` code, `u32` length, message.
+pub const EV_ERROR: u16 = 3;
+/// `warn(msg)`: payload = `u32` length, message.
+pub const EV_WARN: u16 = 4;
+/// `exit()` was called.
+pub const EV_EXIT: u16 = 5;
+/// `print(@hist_log(s))` / `print(@hist_linear(...))`: aux = [`HIST_LOG`] or
+/// [`HIST_LINEAR`]; payload = [`HistEvent`] then `nbuckets` × i64 counts.
+pub const EV_HIST: u16 = 6;
+/// `trace_instant(name)`: payload = `u32` length, name.
+pub const EV_INSTANT: u16 = 7;
+/// `trace_counter(name, value)`: payload = i64 value, `u32` length, name.
+pub const EV_COUNTER: u16 = 8;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HistEvent {
+    pub count: i64,
+    pub lo: i64,
+    pub hi: i64,
+    pub step: i64,
+    pub nbuckets: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<HistEvent>() == 40);
+
+/// Per-thread state of a target thread. A thread claims a free slot by a
+/// compare-and-swap of `key` from 0 to its thread pointer (AcqRel); only that
+/// thread writes the rest of its slot afterwards, so no further atomics are
+/// needed inside it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadSlot {
+    /// The thread pointer (`%fs` base) of the owner; 0 = free.
+    pub key: u64,
+    pub tid: u32,
+    /// Nonzero while the thread runs a handler: a probe hit during that time
+    /// (a signal handler, a probed function called by the handler's own
+    /// code) is skipped and counted instead of re-entering.
+    pub busy: u32,
+    pub _reserved: [u64; 6],
+}
+const _: () = assert!(core::mem::size_of::<ThreadSlot>() == 64);
+
+/// A string global (or string array value). Writers take the lock (`seq` odd)
+/// by compare-and-swap (Acquire), copy, and release it by storing the next
+/// even number (Release). Readers copy optimistically: load `seq` (Acquire),
+/// copy, fence (Acquire), load `seq` again; they retry if it was odd or
+/// changed. The bytes (`maxstringlen` of them, NUL-terminated) follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct LockedStr {
+    pub seq: u32,
+    pub _pad: u32,
+}
+pub const LOCKED_STR_HEADER: usize = 8;
+const _: () = assert!(core::mem::size_of::<LockedStr>() == LOCKED_STR_HEADER);
+
+/// Log histogram: 128 buckets, value 0 in bucket 64, positive `v` with
+/// `2^k <= v < 2^(k+1)` in bucket 65 + k, negative values mirrored
+/// (`128 - bucket(|v|)`), `i64::MIN` in bucket 0. SystemTap's layout.
+pub const HIST_LOG_BUCKETS: u32 = 128;
+pub const HIST_LOG_BUCKET0: u32 = 64;
+/// Linear histograms have `(hi - lo) / step + 3` buckets (underflow, one per
+/// step from `lo` to `hi` inclusive, overflow), at most this many.
+pub const HIST_MAX_LINEAR_BUCKETS: u32 = 128;
+
+pub const HIST_LOG: u32 = 1;
+pub const HIST_LINEAR: u32 = 2;
+
+/// A statistic aggregate. Updates are atomic adds (Relaxed) and CAS loops for
+/// min/max (Relaxed): a reader may see a count without its sum for an
+/// instant, never a torn word. `min`/`max` are meaningful once `count` > 0.
+/// The histogram buckets described by the statistic's [`StatDesc`] follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Stat {
+    pub count: i64,
+    pub sum: i64,
+    pub min: i64,
+    pub max: i64,
+    /// Sum of squares (wrapping), for `@variance`.
+    pub sumsq: i64,
+    pub _pad: i64,
+}
+pub const STAT_HEADER: usize = 48;
+const _: () = assert!(core::mem::size_of::<Stat>() == STAT_HEADER);
+
+/// Up to this many histograms (one log, several linear) per statistic.
+pub const MAX_HISTS: usize = 4;
+
+/// Which histograms a statistic collects (constant, in the constants area).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HistSpec {
+    pub kind: u32,
+    pub nbuckets: u32,
+    pub lo: i64,
+    pub hi: i64,
+    pub step: i64,
+    /// Offset of the buckets from the start of the [`Stat`].
+    pub offset: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<HistSpec>() == 40);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StatDesc {
+    pub nhists: u32,
+    /// Size of one statistic including its buckets.
+    pub size: u32,
+    pub hists: [HistSpec; MAX_HISTS],
+}
+const _: () = assert!(core::mem::size_of::<StatDesc>() == 168);
+
+/// Key and value kinds of arrays.
+pub const KIND_LONG: u8 = 1;
+pub const KIND_STRING: u8 = 2;
+pub const KIND_STAT: u8 = 3;
+
+pub const MAX_KEYS: usize = 9;
+
+/// An associative array: a fixed-capacity open-addressing hash table.
+///
+/// * Insertions and deletions take `lock` (a spinlock: CAS 0→1 Acquire,
+///   store 0 Release). Handlers never run twice on one thread (see
+///   `ThreadSlot::busy`), so a lock holder is never waiting on itself.
+/// * Lookups do not lock. Each slot has a sequence number: a writer makes it
+///   odd (Relaxed store + Release fence), writes keys and state, makes it
+///   even (Release); a reader loads it (Acquire), compares keys, fences
+///   (Acquire) and loads it again, retrying when it changed or was odd.
+/// * Values of live entries are updated in place with atomics (longs,
+///   statistics) or the [`LockedStr`] protocol (strings).
+/// * `count` (live entries) is changed only under the lock; at `capacity` an
+///   insertion fails with "Array overflow".
+/// * `order` numbers insertions, so `foreach` without sorting visits entries
+///   in insertion order.
+///
+/// The slots follow the header: `nslots` × `slot_size` bytes, each a
+/// [`SlotHeader`], then the keys at `key_off[i]` (long: 8 bytes, string:
+/// `maxstringlen` bytes), then the value at `value_off`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TableHeader {
+    pub lock: u32,
+    pub nkeys: u32,
+    pub key_kinds: [u8; 12],
+    pub value_kind: u8,
+    pub _pad0: [u8; 3],
+    pub capacity: u32,
+    /// Number of slots, a power of two, at least twice `capacity`.
+    pub nslots: u32,
+    pub slot_size: u32,
+    pub value_off: u32,
+    pub key_off: [u32; 10],
+    pub count: u32,
+    pub _pad1: u32,
+    pub order: u64,
+    /// For statistic values: offset of the [`StatDesc`] in the region.
+    pub stat_desc: u64,
+    pub maxstringlen: u32,
+    pub _pad2: u32,
+}
+pub const TABLE_HEADER_SIZE: usize = 112;
+const _: () = assert!(core::mem::size_of::<TableHeader>() == TABLE_HEADER_SIZE);
+
+pub const SLOT_EMPTY: u32 = 0;
+pub const SLOT_LIVE: u32 = 1;
+/// A deleted entry: lookups go on past it, insertions may reuse it.
+pub const SLOT_DEAD: u32 = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SlotHeader {
+    pub seq: u32,
+    pub state: u32,
+    pub order: u64,
+}
+pub const SLOT_HEADER_SIZE: usize = 16;
+const _: () = assert!(core::mem::size_of::<SlotHeader>() == SLOT_HEADER_SIZE);
+
+/// The context of one handler run: on the stack of whoever calls the handler
+/// (a trampoline in the target, the tracer's probe thread). Private to that
+/// run, so plain loads and stores. Two string buffers of `maxstringlen` bytes
+/// follow it: the error message, then `tokenize`'s saved input.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    /// Saved registers of the probed thread (function probes), else 0.
+    pub regs: u64,
+    pub probe: u32,
+    pub flags: u32,
+    /// Actions left before "MAXACTION exceeded".
+    pub actions: i64,
+    /// Script-function calls in progress.
+    pub nesting: u32,
+    /// The pending error ([`ERR_DIV0`] …), 0 when none.
+    pub error: u32,
+    /// Location id of the pending error.
+    pub error_loc: u32,
+    pub _pad: u32,
+    pub tid: u64,
+    pub pid: u64,
+    /// `tokenize`'s position in its saved input.
+    pub tok_pos: u64,
+    /// The function probe's address (`uaddr()`).
+    pub addr: u64,
+    /// Return probes: the values their `@entry(...)` expressions had at
+    /// entry, saved there by the probe's entry handler.
+    pub entry: u64,
+}
+pub const CTX_SIZE: usize = 80;
+const _: () = assert!(core::mem::size_of::<Ctx>() == CTX_SIZE);
+
+/// The registers of a probed thread at the probe, saved by its trampoline.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SavedRegs {
+    pub rax: u64,
+    pub rbx: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub rbp: u64,
+    pub rsp: u64,
+    pub r8: u64,
+    pub r9: u64,
+    pub r10: u64,
+    pub r11: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    pub rip: u64,
+    pub rflags: u64,
+}
+const _: () = assert!(core::mem::size_of::<SavedRegs>() == 144);
+
+/// `register("NAME")`: the index of NAME's word in [`SavedRegs`].
+pub fn register_index(name: &str) -> Option<u32> {
+    const NAMES: [&str; 18] = [
+        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+        "rip", "rflags",
+    ];
+    let n = name.strip_prefix('%').unwrap_or(name);
+    let n = match n {
+        "eax" | "ax" => "rax",
+        "ebx" | "bx" => "rbx",
+        "ecx" | "cx" => "rcx",
+        "edx" | "dx" => "rdx",
+        "esi" | "si" => "rsi",
+        "edi" | "di" => "rdi",
+        "ebp" | "bp" => "rbp",
+        "esp" | "sp" => "rsp",
+        "eip" | "ip" => "rip",
+        "eflags" | "flags" => "rflags",
+        other => other,
+    };
+    NAMES.iter().position(|r| *r == n).map(|i| i as u32)
+}
+
+/// Registers holding `$arg1`…`$arg6` (System V), as [`SavedRegs`] indices.
+pub const ARG_REGS: [u32; 6] = [5, 4, 3, 2, 8, 9];
+
+/// The handler runs in the tracer: it may wait for room in the ring.
+pub const CTX_MAY_WAIT: u32 = 1;
+/// The handler is a begin/end/error probe (MAXACTION × 10).
+pub const CTX_INTERRUPTIBLE: u32 = 2;
+
+pub const ERR_DIV0: u32 = 1;
+pub const ERR_MAXACTION: u32 = 2;
+pub const ERR_OVERFLOW: u32 = 3;
+pub const ERR_NESTING: u32 = 4;
+/// `error(msg)`, `assert`: the message is in the context's buffer.
+pub const ERR_USER: u32 = 5;
+pub const ERR_EMPTY_AGG: u32 = 6;
+/// `user_string` and friends on an unreadable address (message in the buffer).
+pub const ERR_FAULT: u32 = 7;
+
+/// SystemTap's wording for each error code.
+pub fn error_message(code: u32) -> &'static str {
+    match code {
+        ERR_DIV0 => "division by 0",
+        ERR_MAXACTION => "MAXACTION exceeded",
+        ERR_OVERFLOW => "Array overflow, check MAXMAPENTRIES",
+        ERR_NESTING => "MAXNESTING exceeded",
+        ERR_EMPTY_AGG => "empty aggregate",
+        _ => "error",
+    }
+}
+
+/// `thread_indent` state of one thread: claimed by CAS of `tid` from 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct IndentSlot {
+    pub tid: u64,
+    pub depth: i64,
+    /// Timestamp (ns) when the depth was last 0.
+    pub base_ns: u64,
+    pub _pad: u64,
+}
+pub const INDENT_SLOTS: usize = 256;
+const _: () = assert!(core::mem::size_of::<IndentSlot>() == 32);
+
+/// Round `n` up to a multiple of `a` (a power of two).
+pub const fn align_up(n: u64, a: u64) -> u64 {
+    (n + a - 1) & !(a - 1)
+}

@@ -1,0 +1,1145 @@
+/*
+ * The runtime library of compiled probe handlers.
+ *
+ * Compiled into position-independent machine code by compiler/build.rs and
+ * linked by pass 4 into every blob, so it runs wherever the handlers run:
+ * inside target threads (function probes) and in the tracer (begin, end,
+ * timer probes). It follows the layout of the shared region defined once in
+ * telco-abi (abi/src/region.rs); `abi.h` is generated from it.
+ *
+ * Rules for this file, checked by build.rs where possible:
+ * - no libc, no static or global data (the blob is read-only code shared
+ *   by every thread), no absolute addresses (everything is RIP-relative or
+ *   an offset from the region base);
+ * - never fault: target memory is read only through process_vm_readv;
+ * - never block: shared structures use the atomic protocols documented on
+ *   the types in abi/src/region.rs; every ordering below names its partner;
+ * - general-purpose registers only (-mgeneral-regs-only), so trampolines need
+ *   not save vector state.
+ *
+ * Strings are NUL-terminated byte arrays of at most `cap` bytes including
+ * the NUL (cap = MAXSTRINGLEN); every write truncates, none overflows.
+ */
+#include "abi.h"
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+typedef u64 usize;
+
+#define EXPORT __attribute__((visibility("hidden"), used, noinline))
+#define LOCAL static __attribute__((always_inline)) inline
+#define AT(p, off, T) (*(T *)((u8 *)(p) + (off)))
+
+/* ---- memory primitives (the compiler may emit calls to these) ---- */
+
+EXPORT void *memcpy(void *d, const void *s, usize n) {
+    u8 *dp = d;
+    const u8 *sp = s;
+    while (n--) *dp++ = *sp++;
+    return d;
+}
+
+EXPORT void *memmove(void *d, const void *s, usize n) {
+    u8 *dp = d;
+    const u8 *sp = s;
+    if (dp == sp || n == 0) return d;
+    if (dp < sp) {
+        while (n--) *dp++ = *sp++;
+    } else {
+        dp += n;
+        sp += n;
+        while (n--) *--dp = *--sp;
+    }
+    return d;
+}
+
+EXPORT void *memset(void *d, int c, usize n) {
+    u8 *dp = d;
+    while (n--) *dp++ = (u8)c;
+    return d;
+}
+
+LOCAL usize strnlen_(const char *s, usize max) {
+    usize n = 0;
+    while (n < max && s[n]) n++;
+    return n;
+}
+
+LOCAL void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
+
+/* ---- time ---- */
+
+LOCAL u64 rdtsc(void) {
+    u32 lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return ((u64)hi << 32) | lo;
+}
+
+/* Nanoseconds of the realtime clock, from the TSC and the tracer's
+ * calibration (header fields written once before handlers run). */
+EXPORT i64 rt_now_ns(u8 *R) {
+    u64 tsc = rdtsc();
+    u64 base = AT(R, H_TSC_BASE, u64);
+    u64 mult = AT(R, H_TSC_MULT, u64);
+    u32 shift = AT(R, H_TSC_SHIFT, u32);
+    u64 d = tsc - base;
+    /* 128-bit product: the TSC delta times a 32.32 multiplier. */
+    unsigned __int128 p = (unsigned __int128)d * mult;
+    return (i64)(AT(R, H_NS_BASE, u64) + (u64)(p >> shift));
+}
+
+/* The CPU this thread runs on: Linux keeps it in TSC_AUX. */
+EXPORT i64 rt_cpu(void) {
+    u32 lo, hi, aux;
+    __asm__ volatile("rdtscp" : "=a"(lo), "=d"(hi), "=c"(aux));
+    return aux & 0xfff;
+}
+
+/* ---- strings ---- */
+
+EXPORT void rt_strcpy(char *dst, const char *src, i64 cap) {
+    usize n = strnlen_(src, (usize)cap - 1);
+    memmove(dst, src, n);
+    dst[n] = 0;
+}
+
+/* dst = a . b; dst may be a or b (or both). */
+EXPORT void rt_concat(char *dst, const char *a, const char *b, i64 cap) {
+    usize la = strnlen_(a, (usize)cap - 1);
+    usize lb = strnlen_(b, (usize)cap - 1);
+    if (lb > (usize)cap - 1 - la) lb = (usize)cap - 1 - la;
+    memmove(dst + la, b, lb);
+    memmove(dst, a, la);
+    dst[la + lb] = 0;
+}
+
+EXPORT i64 rt_strcmp(const char *a, const char *b) {
+    const u8 *x = (const u8 *)a, *y = (const u8 *)b;
+    while (*x && *x == *y) {
+        x++;
+        y++;
+    }
+    return (i64)*x - (i64)*y;
+}
+
+EXPORT i64 rt_strlen(const char *s) { return (i64)strnlen_(s, (usize)-1); }
+
+EXPORT void rt_substr(char *dst, const char *s, i64 start, i64 len, i64 cap) {
+    i64 n = (i64)strnlen_(s, (usize)cap - 1);
+    if (start < 0 || start >= n || len <= 0) {
+        dst[0] = 0;
+        return;
+    }
+    if (len > n - start) len = n - start;
+    memmove(dst, s + start, (usize)len);
+    dst[len] = 0;
+}
+
+/* Index of the first `sub` in `s`, or -1. */
+EXPORT i64 rt_strpos(const char *s, const char *sub) {
+    for (i64 i = 0;; i++) {
+        i64 j = 0;
+        while (sub[j] && s[i + j] == sub[j]) j++;
+        if (!sub[j]) return i;
+        if (!s[i]) return -1;
+    }
+}
+
+/* dst (a buffer distinct from the inputs) = s with every `find` replaced. */
+EXPORT void rt_str_replace(char *dst, const char *s, const char *find, const char *repl, i64 cap) {
+    usize lf = strnlen_(find, (usize)cap), lr = strnlen_(repl, (usize)cap), o = 0, max = (usize)cap - 1;
+    if (lf == 0) {
+        rt_strcpy(dst, s, cap);
+        return;
+    }
+    while (*s && o < max) {
+        usize j = 0;
+        while (j < lf && s[j] == find[j]) j++;
+        if (j == lf) {
+            for (usize k = 0; k < lr && o < max; k++) dst[o++] = repl[k];
+            s += lf;
+        } else {
+            dst[o++] = *s++;
+        }
+    }
+    dst[o] = 0;
+}
+
+/* Linux's simple_strtol, as SystemTap's strtol: optional '-', base 0
+ * detects 0x and 0 prefixes, base 16 accepts 0x, stops at the first
+ * invalid character; never an error. */
+EXPORT i64 rt_strtol(const char *s, i64 base) {
+    int neg = 0;
+    if (*s == '-') {
+        neg = 1;
+        s++;
+    }
+    if (base == 0) {
+        if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && s[2]) {
+            base = 16;
+            s += 2;
+        } else if (s[0] == '0') {
+            base = 8;
+        } else {
+            base = 10;
+        }
+    } else if (base == 16 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+        s += 2;
+    }
+    if (base < 2 || base > 36) return 0;
+    u64 v = 0;
+    for (;; s++) {
+        int d;
+        u8 c = (u8)*s;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'z') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'Z') d = c - 'A' + 10;
+        else break;
+        if (d >= base) break;
+        v = v * (u64)base + (u64)d;
+    }
+    return neg ? -(i64)v : (i64)v;
+}
+
+/* tokenize(s, delim): a non-empty s restarts on a copy of s kept in the
+ * context; "" continues. Empty tokens are skipped, "" when none are left. */
+EXPORT void rt_tokenize(char *dst, const char *s, const char *delim, u8 *ctx, i64 cap) {
+    char *saved = (char *)ctx + CTX_SIZE + cap;
+    if (s[0]) {
+        rt_strcpy(saved, s, cap);
+        AT(ctx, C_TOK_POS, u64) = 0;
+    }
+    u64 pos = AT(ctx, C_TOK_POS, u64);
+    if (pos >= (u64)cap) pos = (u64)cap - 1;
+    for (;;) {
+        if (!saved[pos]) {
+            dst[0] = 0;
+            AT(ctx, C_TOK_POS, u64) = pos;
+            return;
+        }
+        u64 start = pos;
+        while (saved[pos]) {
+            int is_delim = 0;
+            for (const char *d = delim; *d; d++)
+                if (*d == saved[pos]) is_delim = 1;
+            if (is_delim) break;
+            pos++;
+        }
+        u64 end = pos;
+        if (saved[pos]) pos++;
+        if (end > start) {
+            memmove(dst, saved + start, end - start);
+            dst[end - start] = 0;
+            AT(ctx, C_TOK_POS, u64) = pos;
+            return;
+        }
+    }
+}
+
+LOCAL int put(char *dst, usize *o, usize max, const char *s, usize n) {
+    if (*o + n > max) return 0;
+    memcpy(dst + *o, s, n);
+    *o += n;
+    return 1;
+}
+
+/* text_str(s): C escapes for control characters, `"` and `\`; other
+ * non-printable bytes as \ooo. An escape that does not fit ends the string. */
+EXPORT void rt_text_str(char *dst, const char *s, i64 cap) {
+    usize o = 0, max = (usize)cap - 1;
+    for (; *s; s++) {
+        u8 c = (u8)*s;
+        char e[4];
+        usize n = 2;
+        e[0] = '\\';
+        switch (c) {
+        case '\a': e[1] = 'a'; break;
+        case '\b': e[1] = 'b'; break;
+        case '\f': e[1] = 'f'; break;
+        case '\n': e[1] = 'n'; break;
+        case '\r': e[1] = 'r'; break;
+        case '\t': e[1] = 't'; break;
+        case '\v': e[1] = 'v'; break;
+        case '"': e[1] = '"'; break;
+        case '\\': e[1] = '\\'; break;
+        default:
+            if (c >= 32 && c < 127) {
+                e[0] = (char)c;
+                n = 1;
+            } else {
+                e[1] = (char)('0' + (c >> 6));
+                e[2] = (char)('0' + ((c >> 3) & 7));
+                e[3] = (char)('0' + (c & 7));
+                n = 4;
+            }
+        }
+        if (!put(dst, &o, max, e, n)) break;
+    }
+    dst[o] = 0;
+}
+
+/* ---- formatting (printf, sprintf): SystemTap's conversions ---- */
+
+struct out {
+    char *buf;
+    usize len, max;
+};
+
+LOCAL void out_c(struct out *o, char c) {
+    if (o->len < o->max) o->buf[o->len] = c;
+    o->len++;
+}
+
+LOCAL void out_pad(struct out *o, char c, i64 n) {
+    while (n-- > 0) out_c(o, c);
+}
+
+static void fmt_number(struct out *o, i64 value, u8 kind, u8 flags, i64 width, i64 prec) {
+    char digits[24];
+    int nd = 0, base = 10, upper = 0;
+    char sign = 0;
+    const char *prefix = "";
+    u64 v = (u64)value;
+    if (kind == CONV_POINTER) {
+        kind = CONV_HEX;
+        flags |= FLAG_ALT;
+    }
+    if (kind == CONV_SIGNED) {
+        if (value < 0) {
+            sign = '-';
+            v = 0 - (u64)value;
+        } else if (flags & FLAG_PLUS) {
+            sign = '+';
+        } else if (flags & FLAG_SPACE) {
+            sign = ' ';
+        }
+    } else if (kind == CONV_HEX || kind == CONV_HEX_UPPER) {
+        base = 16;
+        upper = kind == CONV_HEX_UPPER;
+        if (flags & FLAG_ALT) prefix = upper ? "0X" : "0x";
+    } else if (kind == CONV_OCTAL) {
+        base = 8;
+        if (flags & FLAG_ALT) prefix = "0";
+    }
+    do {
+        u64 d = v % (u64)base;
+        digits[nd++] = (char)(d < 10 ? '0' + d : (upper ? 'A' : 'a') + d - 10);
+        v /= (u64)base;
+    } while (v);
+    if (prec < nd) prec = nd;
+    i64 plen = 0;
+    while (prefix[plen]) plen++;
+    i64 pad = width - prec - plen - (sign ? 1 : 0);
+    if (!(flags & (FLAG_LEFT | FLAG_ZERO))) out_pad(o, ' ', pad), pad = 0;
+    if (sign) out_c(o, sign);
+    for (i64 i = 0; i < plen; i++) out_c(o, prefix[i]);
+    if (!(flags & FLAG_LEFT)) out_pad(o, '0', pad), pad = 0;
+    out_pad(o, '0', prec - nd);
+    while (nd) out_c(o, digits[--nd]);
+    out_pad(o, ' ', pad);
+}
+
+LOCAL int i32_read(const u8 *p) { return (int)((u32)p[0] | (u32)p[1] << 8 | (u32)p[2] << 16 | (u32)p[3] << 24); }
+
+/* Format `args` (longs, or pointers to NUL-terminated strings) by the
+ * encoded format `fmt` into `out` (at most cap-1 bytes and a NUL). Returns
+ * the length written. Widths and precisions from `*` arguments are clamped
+ * to [0, cap] as SystemTap does. */
+EXPORT i64 rt_format(char *buf, i64 cap, const u8 *fmt, const i64 *args, i64 nargs) {
+    struct out o = {buf, 0, (usize)cap - 1};
+    i64 ai = 0;
+#define NEXT_ARG() (ai < nargs ? args[ai++] : 0)
+    for (;;) {
+        u8 tag = *fmt++;
+        if (tag == FMT_TEXT) {
+            u32 n = (u32)fmt[0] | (u32)fmt[1] << 8;
+            fmt += 2;
+            for (u32 i = 0; i < n; i++) out_c(&o, (char)fmt[i]);
+            fmt += n;
+        } else if (tag == FMT_CONV) {
+            u8 kind = fmt[0], flags = fmt[1];
+            i64 width = i32_read(fmt + 2), prec = i32_read(fmt + 6);
+            fmt += 10;
+            if (width == COUNT_ARG) {
+                width = NEXT_ARG();
+                if (width < 0) width = 0;
+                if (width > cap) width = cap;
+            }
+            if (prec == COUNT_ARG) {
+                prec = NEXT_ARG();
+                if (prec < 0) prec = 0;
+                if (prec > cap) prec = cap;
+            }
+            i64 a = NEXT_ARG();
+            if (kind == CONV_STRING) {
+                const char *s = (const char *)a;
+                usize n = s ? strnlen_(s, prec >= 0 ? (usize)prec : (usize)-1) : 0;
+                i64 pad = width - (i64)n;
+                if (!(flags & FLAG_LEFT)) out_pad(&o, ' ', pad);
+                for (usize i = 0; i < n; i++) out_c(&o, s[i]);
+                if (flags & FLAG_LEFT) out_pad(&o, ' ', pad);
+            } else if (kind == CONV_CHAR) {
+                if (!(flags & FLAG_LEFT)) out_pad(&o, ' ', width - 1);
+                out_c(&o, (char)a);
+                if (flags & FLAG_LEFT) out_pad(&o, ' ', width - 1);
+            } else {
+                fmt_number(&o, a, kind, flags, width, prec < 0 ? 0 : prec);
+            }
+        } else {
+            break;
+        }
+    }
+#undef NEXT_ARG
+    usize n = o.len < o.max ? o.len : o.max;
+    buf[n] = 0;
+    return (i64)n;
+}
+
+/* ---- event ring (protocol: abi/src/region.rs, RingHeader) ---- */
+
+LOCAL u8 *ring(u8 *R) { return R + AT(R, H_RING_OFF, u64); }
+
+/* Reserve `len` bytes (a multiple of 8) or return 0 and count a drop.
+ * Tracer-side handlers (CTX_MAY_WAIT) wait for the consumer instead. */
+static u8 *ring_reserve(u8 *R, u8 *ctx, u32 len) {
+    u8 *rg = ring(R);
+    u64 size = AT(rg, R_SIZE, u64), mask = size - 1;
+    u8 *data = R + AT(rg, R_DATA_OFF, u64);
+    u64 *headp = &AT(rg, R_HEAD, u64), *tailp = &AT(rg, R_TAIL, u64);
+    if (len > size) goto drop;
+    for (;;) {
+        u64 head = __atomic_load_n(headp, __ATOMIC_RELAXED);
+        /* Acquire: pairs with the consumer's Release store of tail, so the
+         * bytes it freed (and zeroed) are visible before we write them. */
+        u64 tail = __atomic_load_n(tailp, __ATOMIC_ACQUIRE);
+        u64 off = head & mask, contig = size - off, need = len;
+        if (len > contig) need = contig + len;
+        if (head + need - tail > size) {
+            if (AT(ctx, C_FLAGS, u32) & CTX_MAY_WAIT) {
+                cpu_relax();
+                continue;
+            }
+            goto drop;
+        }
+        /* AcqRel: orders our reservation with other producers'. */
+        if (__atomic_compare_exchange_n(headp, &head, head + need, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            if (need != len) {
+                /* Pad to the end of the data area; Release pairs with the
+                 * consumer's Acquire load of the first word. */
+                AT(data + off, E_KIND, u16) = EV_PAD;
+                __atomic_store_n(&AT(data + off, E_SIZE, u32), (u32)contig | COMMITTED, __ATOMIC_RELEASE);
+                off = 0;
+            }
+            return data + off;
+        }
+    }
+drop:
+    __atomic_fetch_add(&AT(R, H_DROPPED, u64), 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+LOCAL void ring_commit(u8 *rec, u32 len) {
+    /* Release: the record's contents before its committed size word; the
+     * consumer loads the word with Acquire. */
+    __atomic_store_n(&AT(rec, E_SIZE, u32), len | COMMITTED, __ATOMIC_RELEASE);
+}
+
+static u8 *event_begin(u8 *R, u8 *ctx, u16 kind, u32 aux, u32 payload) {
+    u32 len = (u32)((EV_HEADER_SIZE + payload + 7) & ~7ULL);
+    u8 *rec = ring_reserve(R, ctx, len);
+    if (!rec) return 0;
+    AT(rec, E_KIND, u16) = kind;
+    AT(rec, E_PROBE, u16) = (u16)AT(ctx, C_PROBE, u32);
+    AT(rec, E_TID, u32) = (u32)AT(ctx, C_TID, u64);
+    AT(rec, E_AUX, u32) = aux;
+    AT(rec, E_TS, u64) = (u64)rt_now_ns(R);
+    return rec;
+}
+
+LOCAL u32 event_len(u32 payload) { return (u32)((EV_HEADER_SIZE + payload + 7) & ~7ULL); }
+
+/* A string in a payload: u32 length, bytes, padded to 8. */
+LOCAL u32 str_payload(const char *s, i64 cap) { return (u32)((4 + strnlen_(s, (usize)cap) + 7) & ~7ULL); }
+
+LOCAL u8 *put_str(u8 *p, const char *s, i64 cap) {
+    u32 n = (u32)strnlen_(s, (usize)cap);
+    AT(p, 0, u32) = n;
+    memcpy(p + 4, s, n);
+    return p + ((4 + n + 7) & ~7U);
+}
+
+/* printf: the format id and the arguments; the tracer formats. */
+EXPORT void rt_printf(u8 *R, u8 *ctx, i64 id, const u8 *kinds, const i64 *args, i64 nargs) {
+    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    u32 payload = 0;
+    for (i64 i = 0; i < nargs; i++) payload += kinds[i] ? str_payload((const char *)args[i], cap) : 8;
+    u8 *rec = event_begin(R, ctx, EV_PRINTF, (u32)id, payload);
+    if (!rec) return;
+    u8 *p = rec + EV_HEADER_SIZE;
+    for (i64 i = 0; i < nargs; i++) {
+        if (kinds[i]) {
+            p = put_str(p, (const char *)args[i], cap);
+        } else {
+            AT(p, 0, i64) = args[i];
+            p += 8;
+        }
+    }
+    ring_commit(rec, event_len(payload));
+}
+
+static void emit_str(u8 *R, u8 *ctx, u16 kind, u32 aux, const char *s) {
+    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    u32 payload = str_payload(s, cap);
+    u8 *rec = event_begin(R, ctx, kind, aux, payload);
+    if (!rec) return;
+    put_str(rec + EV_HEADER_SIZE, s, cap);
+    ring_commit(rec, event_len(payload));
+}
+
+EXPORT void rt_warn(u8 *R, u8 *ctx, const char *msg) { emit_str(R, ctx, EV_WARN, 0, msg); }
+
+EXPORT void rt_instant(u8 *R, u8 *ctx, const char *name) { emit_str(R, ctx, EV_INSTANT, 0, name); }
+
+EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
+    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    u32 payload = 8 + str_payload(name, cap);
+    u8 *rec = event_begin(R, ctx, EV_COUNTER, 0, payload);
+    if (!rec) return;
+    AT(rec, EV_HEADER_SIZE, i64) = value;
+    put_str(rec + EV_HEADER_SIZE + 8, name, cap);
+    ring_commit(rec, event_len(payload));
+}
+
+EXPORT void rt_exit(u8 *R, u8 *ctx) {
+    __atomic_store_n(&AT(R, H_EXIT, u32), 1, __ATOMIC_RELAXED);
+    u8 *rec = event_begin(R, ctx, EV_EXIT, 0, 0);
+    if (rec) ring_commit(rec, event_len(0));
+}
+
+/* ---- errors ---- */
+
+/* error(msg) / assert: a user error with its message. */
+EXPORT void rt_user_error(u8 *ctx, const char *msg, i64 loc, i64 cap) {
+    if (AT(ctx, C_ERROR, u32)) return;
+    rt_strcpy((char *)ctx + CTX_SIZE, msg, cap);
+    AT(ctx, C_ERROR, u32) = ERR_USER;
+    AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+}
+
+/* The message a `catch (msg)` receives. */
+EXPORT void rt_error_message(char *dst, u8 *ctx, i64 cap) {
+    u32 code = AT(ctx, C_ERROR, u32);
+    const char *m;
+    switch (code) {
+    case ERR_DIV0: m = "division by 0"; break;
+    case ERR_MAXACTION: m = "MAXACTION exceeded"; break;
+    case ERR_OVERFLOW: m = "Array overflow, check MAXMAPENTRIES"; break;
+    case ERR_NESTING: m = "MAXNESTING exceeded"; break;
+    case ERR_EMPTY_AGG: m = "empty aggregate"; break;
+    default: m = (const char *)ctx + CTX_SIZE; break;
+    }
+    rt_strcpy(dst, m, cap);
+}
+
+/* At the end of a handler with a pending error: count it and tell the tracer. */
+EXPORT void rt_report(u8 *R, u8 *ctx) {
+    u32 code = AT(ctx, C_ERROR, u32);
+    if (!code) return;
+    __atomic_fetch_add(&AT(R, H_ERRORS, u64), 1, __ATOMIC_RELAXED);
+    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    const char *msg = (code == ERR_USER || code == ERR_FAULT) ? (const char *)ctx + CTX_SIZE : "";
+    u32 payload = 4 + str_payload(msg, cap);
+    u8 *rec = event_begin(R, ctx, EV_ERROR, AT(ctx, C_ERROR_LOC, u32), payload);
+    if (!rec) return;
+    AT(rec, EV_HEADER_SIZE, u32) = code;
+    put_str(rec + EV_HEADER_SIZE + 4, msg, cap);
+    ring_commit(rec, event_len(payload));
+}
+
+/* ---- string globals (LockedStr protocol) ---- */
+
+EXPORT void rt_gstr_load(char *dst, u8 *g, i64 cap) {
+    u32 *seqp = &AT(g, 0, u32);
+    for (;;) {
+        /* Acquire: pairs with the writer's Release store of the even seq. */
+        u32 s1 = __atomic_load_n(seqp, __ATOMIC_ACQUIRE);
+        if (s1 & 1) {
+            cpu_relax();
+            continue;
+        }
+        rt_strcpy(dst, (const char *)g + LOCKED_STR_HEADER, cap);
+        /* Acquire fence: the copy happens before the second load. */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(seqp, __ATOMIC_RELAXED) == s1) return;
+    }
+}
+
+LOCAL u32 seq_lock(u32 *seqp) {
+    for (;;) {
+        u32 s = __atomic_load_n(seqp, __ATOMIC_RELAXED);
+        /* Acquire on success: pairs with the previous writer's Release. */
+        if (!(s & 1) && __atomic_compare_exchange_n(seqp, &s, s + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return s + 1;
+        cpu_relax();
+    }
+}
+
+LOCAL void seq_unlock(u32 *seqp, u32 s) {
+    /* Release: the new bytes before the even seq readers check. */
+    __atomic_store_n(seqp, s + 1, __ATOMIC_RELEASE);
+}
+
+EXPORT void rt_gstr_store(u8 *g, const char *src, i64 cap) {
+    u32 *seqp = &AT(g, 0, u32);
+    u32 s = seq_lock(seqp);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    rt_strcpy((char *)g + LOCKED_STR_HEADER, src, cap);
+    seq_unlock(seqp, s);
+}
+
+/* ---- statistics ---- */
+
+LOCAL i64 log_bucket(i64 v) {
+    if (v == 0) return HIST_LOG_BUCKET0;
+    if (v == (i64)0x8000000000000000ULL) return 0;
+    u64 a = v < 0 ? (u64)-v : (u64)v;
+    i64 k = 63 - __builtin_clzll(a);
+    i64 b = HIST_LOG_BUCKET0 + 1 + k;
+    return v < 0 ? (i64)HIST_LOG_BUCKETS - b : b;
+}
+
+EXPORT void rt_stat_add(u8 *st, i64 v, const u8 *desc) {
+    /* Relaxed everywhere: totals and extremes, read after the fact. */
+    i64 n = __atomic_fetch_add(&AT(st, S_COUNT, i64), 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&AT(st, S_SUM, i64), v, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&AT(st, S_SUMSQ, i64), (i64)((u64)v * (u64)v), __ATOMIC_RELAXED);
+    i64 *minp = &AT(st, S_MIN, i64), *maxp = &AT(st, S_MAX, i64);
+    if (n == 0) {
+        /* The first value: min and max start from it. A concurrent second
+         * value may race; the CAS loops below settle the extremes. */
+        __atomic_store_n(minp, v, __ATOMIC_RELAXED);
+        __atomic_store_n(maxp, v, __ATOMIC_RELAXED);
+    }
+    i64 cur = __atomic_load_n(minp, __ATOMIC_RELAXED);
+    while (v < cur && !__atomic_compare_exchange_n(minp, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    cur = __atomic_load_n(maxp, __ATOMIC_RELAXED);
+    while (v > cur && !__atomic_compare_exchange_n(maxp, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    u32 nh = AT(desc, SD_NHISTS, u32);
+    for (u32 i = 0; i < nh; i++) {
+        const u8 *h = desc + SD_HISTS + i * HS_SIZE;
+        i64 b;
+        if (AT(h, HS_KIND, u32) == HIST_LOG) {
+            b = log_bucket(v);
+        } else {
+            i64 lo = AT(h, HS_LO, i64), step = AT(h, HS_STEP, i64), nb = AT(h, HS_NBUCKETS, u32);
+            if (v < lo) b = 0;
+            else {
+                u64 q = ((u64)v - (u64)lo) / (u64)step + 1;
+                b = q >= (u64)(nb - 1) ? nb - 1 : (i64)q;
+            }
+        }
+        __atomic_fetch_add(&AT(st, AT(h, HS_OFFSET, u32) + 8 * b, i64), 1, __ATOMIC_RELAXED);
+    }
+}
+
+EXPORT void rt_stat_clear(u8 *st, const u8 *desc) {
+    u32 size = AT(desc, 4, u32);
+    for (u32 i = 0; i < size; i += 8) __atomic_store_n(&AT(st, i, i64), 0, __ATOMIC_RELAXED);
+}
+
+/* @count(0) @sum(1) @min(2) @max(3) @avg(4) @variance(5) of a statistic
+ * (st = 0: an absent array element, i.e. empty). */
+EXPORT i64 rt_stat_get(u8 *ctx, const u8 *st, i64 op, i64 loc) {
+    i64 n = st ? __atomic_load_n(&AT(st, S_COUNT, i64), __ATOMIC_RELAXED) : 0;
+    if (op == 0) return n;
+    if (op == 1) return st ? __atomic_load_n(&AT(st, S_SUM, i64), __ATOMIC_RELAXED) : 0;
+    if (n == 0) {
+        if (!AT(ctx, C_ERROR, u32)) {
+            AT(ctx, C_ERROR, u32) = ERR_EMPTY_AGG;
+            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+        }
+        return 0;
+    }
+    i64 sum = AT(st, S_SUM, i64);
+    switch (op) {
+    case 2: return AT(st, S_MIN, i64);
+    case 3: return AT(st, S_MAX, i64);
+    case 4: return sum / n;
+    default:
+        if (n < 2) return 0;
+        /* Integer sample variance from the sums (SystemTap's own integer
+         * algorithm differs in the last digits; see docs/notes). */
+        return (i64)((u64)AT(st, S_SUMSQ, i64) - (u64)(sum / n) * (u64)sum) / (n - 1);
+    }
+}
+
+/* print(@hist_*(s)): a snapshot of one histogram, formatted by the tracer. */
+EXPORT void rt_hist_print(u8 *R, u8 *ctx, const u8 *st, const u8 *desc, i64 which, i64 loc) {
+    i64 n = st ? AT(st, S_COUNT, i64) : 0;
+    if (n == 0) {
+        if (!AT(ctx, C_ERROR, u32)) {
+            AT(ctx, C_ERROR, u32) = ERR_EMPTY_AGG;
+            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+        }
+        return;
+    }
+    const u8 *h = desc + SD_HISTS + (u64)which * HS_SIZE;
+    u32 nb = AT(h, HS_NBUCKETS, u32), kind = AT(h, HS_KIND, u32);
+    u32 payload = (u32)HIST_EVENT_SIZE + 8 * nb;
+    u8 *rec = event_begin(R, ctx, EV_HIST, kind, payload);
+    if (!rec) return;
+    u8 *p = rec + EV_HEADER_SIZE;
+    AT(p, 0, i64) = n;
+    AT(p, 8, i64) = AT(h, HS_LO, i64);
+    AT(p, 16, i64) = AT(h, HS_HI, i64);
+    AT(p, 24, i64) = AT(h, HS_STEP, i64);
+    AT(p, 32, u32) = nb;
+    AT(p, 36, u32) = 0;
+    for (u32 i = 0; i < nb; i++)
+        AT(p, HIST_EVENT_SIZE + 8 * i, i64) =
+            __atomic_load_n(&AT(st, AT(h, HS_OFFSET, u32) + 8 * i, i64), __ATOMIC_RELAXED);
+    ring_commit(rec, event_len(payload));
+}
+
+/* ---- associative arrays (protocol: abi/src/region.rs, TableHeader) ---- */
+
+LOCAL u8 *slot_at(u8 *tab, u64 i) { return tab + TABLE_HEADER_SIZE + i * AT(tab, T_SLOT_SIZE, u32); }
+
+LOCAL u64 mix(u64 h, u64 x) {
+    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    return h ^ (h >> 29);
+}
+
+static u64 hash_keys(u8 *tab, const i64 *keys) {
+    u32 nk = AT(tab, T_NKEYS, u32);
+    u64 h = 0x243f6a8885a308d3ULL;
+    for (u32 i = 0; i < nk; i++) {
+        if (AT(tab, T_KEY_KINDS + i, u8) == KIND_STRING) {
+            u64 f = 0xcbf29ce484222325ULL;
+            for (const u8 *s = (const u8 *)keys[i]; *s; s++) f = (f ^ *s) * 0x100000001b3ULL;
+            h = mix(h, f);
+        } else {
+            h = mix(h, (u64)keys[i]);
+        }
+    }
+    return h;
+}
+
+static int keys_equal(u8 *tab, u8 *slot, const i64 *keys) {
+    u32 nk = AT(tab, T_NKEYS, u32);
+    i64 cap = AT(tab, T_MAXSTRINGLEN, u32);
+    for (u32 i = 0; i < nk; i++) {
+        u8 *k = slot + AT(tab, T_KEY_OFF + 4 * i, u32);
+        if (AT(tab, T_KEY_KINDS + i, u8) == KIND_STRING) {
+            const char *a = (const char *)k, *b = (const char *)keys[i];
+            i64 j = 0;
+            while (j < cap - 1 && a[j] && a[j] == b[j]) j++;
+            if (j < cap - 1 && a[j] != b[j]) return 0;
+        } else if (AT(k, 0, i64) != keys[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+LOCAL void tab_lock(u8 *tab) {
+    u32 *l = &AT(tab, T_LOCK, u32);
+    for (;;) {
+        u32 z = 0;
+        /* Acquire: pairs with tab_unlock's Release. */
+        if (__atomic_compare_exchange_n(l, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
+        cpu_relax();
+    }
+}
+
+LOCAL void tab_unlock(u8 *tab) { __atomic_store_n(&AT(tab, T_LOCK, u32), 0, __ATOMIC_RELEASE); }
+
+/* Start changing a slot: readers that see an odd seq skip it. */
+LOCAL u32 slot_write_begin(u8 *slot) {
+    u32 s = AT(slot, SL_SEQ, u32) + 1;
+    __atomic_store_n(&AT(slot, SL_SEQ, u32), s, __ATOMIC_RELAXED);
+    /* Release fence: the odd seq is visible before the changes below. */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    return s;
+}
+
+LOCAL void slot_write_end(u8 *slot, u32 s) {
+    /* Release: the changes before the even seq (readers Acquire it). */
+    __atomic_store_n(&AT(slot, SL_SEQ, u32), s + 1, __ATOMIC_RELEASE);
+}
+
+/* The value of the entry with these keys (an array of longs and string
+ * pointers). Absent: 0, or with `create` a new zeroed entry; (u8 *)1 when
+ * the array is full. */
+EXPORT u8 *rt_map_find(u8 *tab, const i64 *keys, i64 create) {
+    u64 nslots = AT(tab, T_NSLOTS, u32), mask = nslots - 1;
+    u64 h = hash_keys(tab, keys);
+    u32 voff = AT(tab, T_VALUE_OFF, u32);
+retry:
+    for (u64 i = 0; i < nslots; i++) {
+        u8 *slot = slot_at(tab, (h + i) & mask);
+        /* Acquire: pairs with slot_write_end's Release. */
+        u32 s1 = __atomic_load_n(&AT(slot, SL_SEQ, u32), __ATOMIC_ACQUIRE);
+        if (s1 & 1) continue; /* being changed: as if not there yet */
+        u32 st = __atomic_load_n(&AT(slot, SL_STATE, u32), __ATOMIC_RELAXED);
+        if (st == SLOT_EMPTY) break;
+        if (st != SLOT_LIVE || !keys_equal(tab, slot, keys)) continue;
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&AT(slot, SL_SEQ, u32), __ATOMIC_RELAXED) != s1) goto retry;
+        return slot + voff;
+    }
+    if (!create) return 0;
+    tab_lock(tab);
+    u8 *free = 0;
+    for (u64 i = 0; i < nslots; i++) {
+        u8 *slot = slot_at(tab, (h + i) & mask);
+        u32 st = AT(slot, SL_STATE, u32);
+        if (st == SLOT_LIVE) {
+            if (keys_equal(tab, slot, keys)) {
+                tab_unlock(tab);
+                return slot + voff;
+            }
+            continue;
+        }
+        if (!free) free = slot;
+        if (st == SLOT_EMPTY) break;
+    }
+    if (!free || AT(tab, T_COUNT, u32) >= AT(tab, T_CAPACITY, u32)) {
+        tab_unlock(tab);
+        return (u8 *)1;
+    }
+    u32 s = slot_write_begin(free);
+    u32 nk = AT(tab, T_NKEYS, u32);
+    i64 cap = AT(tab, T_MAXSTRINGLEN, u32);
+    for (u32 i = 0; i < nk; i++) {
+        u8 *k = free + AT(tab, T_KEY_OFF + 4 * i, u32);
+        if (AT(tab, T_KEY_KINDS + i, u8) == KIND_STRING) rt_strcpy((char *)k, (const char *)keys[i], cap);
+        else AT(k, 0, i64) = keys[i];
+    }
+    memset(free + voff, 0, AT(tab, T_SLOT_SIZE, u32) - voff);
+    AT(free, SL_ORDER, u64) = AT(tab, T_ORDER, u64)++;
+    AT(free, SL_STATE, u32) = SLOT_LIVE;
+    slot_write_end(free, s);
+    AT(tab, T_COUNT, u32)++;
+    tab_unlock(tab);
+    return free + voff;
+}
+
+EXPORT void rt_map_delete(u8 *tab, const i64 *keys) {
+    u64 nslots = AT(tab, T_NSLOTS, u32), mask = nslots - 1;
+    u64 h = hash_keys(tab, keys);
+    tab_lock(tab);
+    for (u64 i = 0; i < nslots; i++) {
+        u8 *slot = slot_at(tab, (h + i) & mask);
+        u32 st = AT(slot, SL_STATE, u32);
+        if (st == SLOT_EMPTY) break;
+        if (st == SLOT_LIVE && keys_equal(tab, slot, keys)) {
+            u32 s = slot_write_begin(slot);
+            AT(slot, SL_STATE, u32) = SLOT_DEAD;
+            slot_write_end(slot, s);
+            AT(tab, T_COUNT, u32)--;
+            break;
+        }
+    }
+    tab_unlock(tab);
+}
+
+EXPORT void rt_map_clear(u8 *tab) {
+    u64 nslots = AT(tab, T_NSLOTS, u32);
+    tab_lock(tab);
+    for (u64 i = 0; i < nslots; i++) {
+        u8 *slot = slot_at(tab, i);
+        if (AT(slot, SL_STATE, u32) != SLOT_EMPTY) {
+            u32 s = slot_write_begin(slot);
+            AT(slot, SL_STATE, u32) = SLOT_EMPTY;
+            slot_write_end(slot, s);
+        }
+    }
+    AT(tab, T_COUNT, u32) = 0;
+    tab_unlock(tab);
+}
+
+/* Comparison for foreach: by key column (col >= 0) or by value (col < 0;
+ * statistics by @count), then by insertion order so equal elements keep
+ * it (SystemTap's sort is stable over its insertion-ordered list). */
+static i64 cmp_slots(u8 *tab, u8 *a, u8 *b, i64 col, i64 desc) {
+    i64 c = 0;
+    if (col != -2) {
+        u8 kind;
+        u32 off;
+        if (col >= 0) {
+            kind = AT(tab, T_KEY_KINDS + col, u8);
+            off = AT(tab, T_KEY_OFF + 4 * col, u32);
+        } else {
+            kind = AT(tab, T_VALUE_KIND, u8);
+            off = AT(tab, T_VALUE_OFF, u32);
+            if (kind == KIND_STRING) off += LOCKED_STR_HEADER;
+        }
+        if (kind == KIND_STRING) {
+            c = rt_strcmp((const char *)a + off, (const char *)b + off);
+        } else {
+            i64 x = AT(a, off, i64), y = AT(b, off, i64); /* a stat's @count is its first word */
+            c = x < y ? -1 : x > y;
+        }
+        if (desc) c = -c;
+    }
+    if (c) return c;
+    u64 oa = AT(a, SL_ORDER, u64), ob = AT(b, SL_ORDER, u64);
+    return oa < ob ? -1 : oa > ob;
+}
+
+static void sift(u8 *tab, u32 *v, i64 root, i64 n, i64 col, i64 desc) {
+    for (;;) {
+        i64 child = 2 * root + 1;
+        if (child >= n) return;
+        if (child + 1 < n && cmp_slots(tab, slot_at(tab, v[child]), slot_at(tab, v[child + 1]), col, desc) < 0) child++;
+        if (cmp_slots(tab, slot_at(tab, v[root]), slot_at(tab, v[child]), col, desc) >= 0) return;
+        u32 t = v[root];
+        v[root] = v[child];
+        v[child] = t;
+        root = child;
+    }
+}
+
+/* Fill `out` (room for the array's capacity) with the live slots in
+ * iteration order: col = key index, -1 = by value, -2 = insertion order.
+ * Returns how many, at most `limit` when limit >= 0. Under the table lock,
+ * so the snapshot is consistent. */
+EXPORT i64 rt_map_collect(u8 *tab, u32 *out, i64 col, i64 desc, i64 limit) {
+    u64 nslots = AT(tab, T_NSLOTS, u32);
+    u32 cap = AT(tab, T_CAPACITY, u32);
+    i64 n = 0;
+    tab_lock(tab);
+    for (u64 i = 0; i < nslots && n < cap; i++)
+        if (AT(slot_at(tab, i), SL_STATE, u32) == SLOT_LIVE) out[n++] = (u32)i;
+    /* Heapsort: no recursion, no extra memory; the comparison is total. */
+    for (i64 i = n / 2 - 1; i >= 0; i--) sift(tab, out, i, n, col, desc);
+    for (i64 end = n - 1; end > 0; end--) {
+        u32 t = out[0];
+        out[0] = out[end];
+        out[end] = t;
+        sift(tab, out, 0, end, col, desc);
+    }
+    tab_unlock(tab);
+    if (limit >= 0 && n > limit) n = limit;
+    return n;
+}
+
+/* The slot of an index from rt_map_collect if it is still live, else 0. */
+EXPORT u8 *rt_map_slot(u8 *tab, i64 i) {
+    u8 *slot = slot_at(tab, (u64)i);
+    return __atomic_load_n(&AT(slot, SL_STATE, u32), __ATOMIC_ACQUIRE) == SLOT_LIVE ? slot : 0;
+}
+
+/* ---- target memory, fault-safe ---- */
+
+LOCAL i64 sys6(i64 nr, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f) {
+    i64 ret;
+    register i64 r10 __asm__("r10") = d;
+    register i64 r8 __asm__("r8") = e;
+    register i64 r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+/* Copy n bytes of the served process's memory; returns the number copied
+ * (process_vm_readv returns EFAULT instead of raising SIGSEGV). */
+EXPORT i64 rt_read_user(u8 *R, void *dst, u64 addr, i64 n) {
+    struct {
+        u64 base, len;
+    } local = {(u64)dst, (u64)n}, remote = {addr, (u64)n};
+    i64 r = sys6(310 /* process_vm_readv */, (i64)AT(R, H_PID, u64), (i64)&local, 1, (i64)&remote, 1, 0);
+    return r < 0 ? 0 : r;
+}
+
+/* user_int and friends: size in bytes, sign-extended when `sign`; 0 on fault. */
+EXPORT i64 rt_user_int(u8 *R, u64 addr, i64 size, i64 sign) {
+    u64 v = 0;
+    if (rt_read_user(R, &v, addr, size) != size) return 0;
+    if (sign && size < 8) {
+        int sh = 64 - 8 * (int)size;
+        return ((i64)(v << sh)) >> sh;
+    }
+    return (i64)v;
+}
+
+static void hex_message(char *dst, const char *text, u64 addr, i64 cap) {
+    char buf[64];
+    usize o = 0;
+    while (*text) buf[o++] = *text++;
+    buf[o++] = '0';
+    buf[o++] = 'x';
+    int started = 0;
+    for (int sh = 60; sh >= 0; sh -= 4) {
+        u32 d = (addr >> sh) & 15;
+        if (d || started || sh == 0) {
+            buf[o++] = (char)(d < 10 ? '0' + d : 'a' + d - 10);
+            started = 1;
+        }
+    }
+    buf[o] = 0;
+    rt_strcpy(dst, buf, cap);
+}
+
+/* user_string(addr[, err]) and user_string_n(addr, n[, err]): read up to
+ * n bytes (and the NUL) page by page. On a fault at the first byte: the
+ * default `err` if given, else an error. */
+EXPORT void rt_user_string(u8 *R, u8 *ctx, char *dst, u64 addr, i64 n, const char *err, i64 loc, i64 cap) {
+    if (n < 0 || n > cap - 1) n = cap - 1;
+    i64 got = 0;
+    while (got < n) {
+        i64 chunk = (i64)(4096 - ((addr + (u64)got) & 4095));
+        if (chunk > n - got) chunk = n - got;
+        i64 r = rt_read_user(R, dst + got, addr + (u64)got, chunk);
+        i64 z = 0;
+        while (z < r && dst[got + z]) z++;
+        if (z < r) {
+            got += z;
+            dst[got] = 0;
+            return;
+        }
+        got += r;
+        if (r < chunk) break;
+    }
+    if (got == 0 && n > 0) {
+        if (err) {
+            rt_strcpy(dst, err, cap);
+        } else {
+            dst[0] = 0;
+            if (!AT(ctx, C_ERROR, u32)) {
+                hex_message((char *)ctx + CTX_SIZE, "user string copy fault at ", addr, cap);
+                AT(ctx, C_ERROR, u32) = ERR_FAULT;
+                AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+            }
+        }
+        return;
+    }
+    dst[got] = 0;
+}
+
+/* ---- context ---- */
+
+EXPORT void rt_execname(u8 *R, char *dst, i64 cap) {
+    char name[17];
+    memcpy(name, R + H_EXECNAME, 16);
+    name[16] = 0;
+    rt_strcpy(dst, name, cap);
+}
+
+/* thread_indent(delta), as SystemTap's indent.stp: "%6d %s(%d):%-*s" with
+ * microseconds since the thread's depth was 0, the process name and tid,
+ * and the depth in spaces. */
+EXPORT void rt_thread_indent(u8 *R, u8 *ctx, char *dst, i64 delta, i64 cap) {
+    u64 tid = AT(ctx, C_TID, u64);
+    u8 *tabp = R + AT(R, H_INDENT_OFF, u64);
+    u8 *slot = 0;
+    for (u64 i = 0; i < INDENT_SLOTS; i++) {
+        u8 *s = tabp + ((tid + i) % INDENT_SLOTS) * IS_SIZE;
+        u64 cur = __atomic_load_n(&AT(s, 0, u64), __ATOMIC_ACQUIRE);
+        if (cur == tid) {
+            slot = s;
+            break;
+        }
+        u64 z = 0;
+        if (cur == 0 && __atomic_compare_exchange_n(&AT(s, 0, u64), &z, tid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            slot = s;
+            break;
+        }
+    }
+    i64 now = rt_now_ns(R);
+    i64 depth = 0, elapsed = 0;
+    if (slot) {
+        i64 counter = AT(slot, 8, i64);
+        if (counter <= 0) AT(slot, 16, u64) = (u64)now;
+        i64 x = counter + (delta > 0 ? delta : 0);
+        AT(slot, 8, i64) = counter + delta;
+        depth = x > 0 ? x - 1 : 0;
+        elapsed = (now - (i64)AT(slot, 16, u64)) / 1000;
+    }
+    char name[17];
+    memcpy(name, R + H_EXECNAME, 16);
+    name[16] = 0;
+    /* %6d %s(%d):%-*s */
+    u8 fmt[64];
+    usize o = 0;
+#define CONV(k, f, w)                                                                                                  \
+    do {                                                                                                               \
+        fmt[o++] = FMT_CONV;                                                                                           \
+        fmt[o++] = (k);                                                                                                \
+        fmt[o++] = (f);                                                                                                \
+        i64 w_ = (w);                                                                                                  \
+        for (int b = 0; b < 4; b++) fmt[o++] = (u8)((u64)w_ >> (8 * b));                                             \
+        for (int b = 0; b < 4; b++) fmt[o++] = 0xff;                                                                   \
+    } while (0)
+#define TEXT(c)                                                                                                        \
+    do {                                                                                                               \
+        fmt[o++] = FMT_TEXT;                                                                                           \
+        fmt[o++] = 1;                                                                                                  \
+        fmt[o++] = 0;                                                                                                  \
+        fmt[o++] = (c);                                                                                                \
+    } while (0)
+    CONV(CONV_SIGNED, 0, 6);
+    TEXT(' ');
+    CONV(CONV_STRING, 0, COUNT_NONE);
+    TEXT('(');
+    CONV(CONV_SIGNED, 0, COUNT_NONE);
+    TEXT(')');
+    TEXT(':');
+    CONV(CONV_STRING, FLAG_LEFT, COUNT_ARG);
+    fmt[o++] = FMT_END;
+#undef CONV
+#undef TEXT
+    i64 args[5] = {elapsed, (i64)name, (i64)tid, depth, (i64)""};
+    rt_format(dst, cap, fmt, args, 5);
+}
+
+/* $argN (1-based, System V: six registers, then the stack above the return
+ * address), $return and register("...") of a function probe; 0 elsewhere. */
+EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    if (!regs || n < 1) return 0;
+    static const u8 arg_regs[6] = {5, 4, 3, 2, 8, 9};
+    if (n <= 6) return AT(regs, 8 * arg_regs[n - 1], i64);
+    i64 v = 0;
+    rt_read_user(R, &v, AT(regs, REG_RSP, u64) + 8 * (u64)(n - 6), 8);
+    return v;
+}
+
+EXPORT i64 rt_register(u8 *ctx, i64 index) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    return regs ? AT(regs, 8 * index, i64) : 0;
+}
+
+/* ubacktrace(): the return addresses of the probed thread's frame-pointer
+ * chain, as "0x… 0x…" (read fault-safe). "" outside function probes. */
+EXPORT void rt_ubacktrace(u8 *R, u8 *ctx, char *dst, i64 cap) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    usize o = 0;
+    dst[0] = 0;
+    if (!regs) return;
+    u64 pc = AT(regs, REG_RIP, u64), fp = AT(regs, REG_RBP, u64);
+    for (int depth = 0; depth < 64 && pc; depth++) {
+        char num[20];
+        hex_message(num, "", pc, sizeof num);
+        usize n = strnlen_(num, sizeof num);
+        if (o + n + (o ? 1 : 0) > (usize)cap - 1) break;
+        if (o) dst[o++] = ' ';
+        memcpy(dst + o, num, n);
+        o += n;
+        dst[o] = 0;
+        u64 frame[2];
+        if (!fp || rt_read_user(R, frame, fp, 16) != 16 || frame[0] <= fp) break;
+        fp = frame[0];
+        pc = frame[1];
+    }
+}

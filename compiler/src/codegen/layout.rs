@@ -1,0 +1,303 @@
+//! Where everything lives in the shared region (telco-abi's `region`
+//! module defines the types; this decides the offsets for one program).
+//!
+//! Order: header, event ring, thread slots, `thread_indent` table, probe
+//! table, globals, then the constants (string literals, formats, statistic
+//! descriptors), which grow while pass 3 runs.
+
+use crate::program::{GlobalKind, Program, Ty};
+use std::collections::HashMap;
+use telco_abi::artifact::Limits;
+use telco_abi::region::*;
+
+/// One histogram a statistic collects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HistKey {
+    Log,
+    Linear { lo: i64, hi: i64, step: i64 },
+}
+
+#[derive(Clone, Debug)]
+pub enum Slot {
+    Long { off: u64 },
+    Str { off: u64 },
+    Stat { off: u64, desc: u64, hists: Vec<HistKey> },
+    Table(Table),
+}
+
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub off: u64,
+    pub keys: Vec<Ty>,
+    pub value: Ty,
+    pub key_off: Vec<u32>,
+    pub value_off: u32,
+    pub capacity: u32,
+    pub desc: u64,
+    pub hists: Vec<HistKey>,
+}
+
+pub struct Layout {
+    pub limits: Limits,
+    pub ring_off: u64,
+    pub ring_size: u64,
+    pub threads_off: u64,
+    pub nthreads: u32,
+    pub indent_off: u64,
+    pub probes_off: u64,
+    pub nprobes: u64,
+    pub globals: Vec<Slot>,
+    pub consts_off: u64,
+    pub consts: Vec<u8>,
+    const_map: HashMap<Vec<u8>, u64>,
+    /// A zeroed block: the value of an absent array element.
+    pub zero_off: u64,
+    pub init: Vec<(u64, Vec<u8>)>,
+}
+
+pub const RING_SIZE: u64 = 1 << 20;
+pub const THREAD_SLOTS: u32 = 1024;
+
+impl Layout {
+    /// Lay out the fixed parts and the globals. `hists[g]` lists the
+    /// histograms statistic global `g` must collect.
+    pub fn new(program: &Program, limits: Limits, hists: &HashMap<u32, Vec<HistKey>>, nprobes: u64) -> Layout {
+        let cap = u64::from(limits.maxstringlen);
+        let mut off = align_up(HEADER_SIZE as u64, PART_ALIGN);
+        let ring_off = off;
+        off = align_up(ring_off + core::mem::size_of::<RingHeader>() as u64, PART_ALIGN);
+        let ring_data = off;
+        off += RING_SIZE;
+        let threads_off = off;
+        off += u64::from(THREAD_SLOTS) * core::mem::size_of::<ThreadSlot>() as u64;
+        let indent_off = align_up(off, PART_ALIGN);
+        off = indent_off + (INDENT_SLOTS * core::mem::size_of::<IndentSlot>()) as u64;
+        let probes_off = align_up(off, PART_ALIGN);
+        off = probes_off + 16 * nprobes;
+        let mut l = Layout {
+            limits,
+            ring_off,
+            ring_size: RING_SIZE,
+            threads_off,
+            nthreads: THREAD_SLOTS,
+            indent_off,
+            probes_off,
+            nprobes,
+            globals: Vec::new(),
+            consts_off: 0,
+            consts: Vec::new(),
+            const_map: HashMap::new(),
+            zero_off: 0,
+            init: Vec::new(),
+        };
+        let mut ring = Vec::new();
+        push_u64s(&mut ring, &[0; 16]);
+        push_u64s(&mut ring, &[RING_SIZE, ring_data]);
+        l.init.push((ring_off + 128, ring[128..].to_vec()));
+
+        off = align_up(off, PART_ALIGN);
+        let mut descs = Vec::new();
+        for (gi, g) in program.globals.iter().enumerate() {
+            let hs = hists.get(&(gi as u32)).cloned().unwrap_or_default();
+            let slot = match &g.kind {
+                GlobalKind::Scalar(Ty::String) => {
+                    let o = off;
+                    off += align_up(LOCKED_STR_HEADER as u64 + cap, 8);
+                    if let Some(crate::program::Const::String(s)) = &g.init {
+                        let mut b = s.clone();
+                        b.truncate(cap as usize - 1);
+                        l.init.push((o + LOCKED_STR_HEADER as u64, b));
+                    }
+                    Slot::Str { off: o }
+                }
+                GlobalKind::Scalar(Ty::Stat) => {
+                    let desc = stat_desc(&hs);
+                    let o = off;
+                    off += u64::from(desc.size);
+                    descs.push((gi, desc));
+                    Slot::Stat { off: o, desc: 0, hists: hs }
+                }
+                GlobalKind::Scalar(_) => {
+                    let o = off;
+                    off += 8;
+                    if let Some(crate::program::Const::Long(v)) = &g.init {
+                        l.init.push((o, v.to_le_bytes().to_vec()));
+                    }
+                    Slot::Long { off: o }
+                }
+                GlobalKind::Array { keys, value, capacity } => {
+                    let capacity = capacity.map_or(limits.maxmapentries, |c| c.min(u64::from(u32::MAX / 4)) as u32);
+                    let capacity = capacity.max(1);
+                    let mut so = SLOT_HEADER_SIZE as u32;
+                    let mut key_off = Vec::new();
+                    for k in keys {
+                        key_off.push(so);
+                        so += if *k == Ty::String { align_up(cap, 8) as u32 } else { 8 };
+                    }
+                    let value_off = so;
+                    let desc = stat_desc(&hs);
+                    so += match value {
+                        Ty::String => align_up(LOCKED_STR_HEADER as u64 + cap, 8) as u32,
+                        Ty::Stat => desc.size,
+                        _ => 8,
+                    };
+                    let slot_size = align_up(u64::from(so), 8) as u32;
+                    let nslots = (u64::from(capacity) * 2).next_power_of_two().max(4);
+                    let o = align_up(off, 8);
+                    off = o + TABLE_HEADER_SIZE as u64 + nslots * u64::from(slot_size);
+                    if *value == Ty::Stat {
+                        descs.push((gi, desc));
+                    }
+                    Slot::Table(Table {
+                        off: o,
+                        keys: keys.clone(),
+                        value: *value,
+                        key_off,
+                        value_off,
+                        capacity,
+                        desc: 0,
+                        hists: hs,
+                    })
+                }
+            };
+            l.globals.push(slot);
+        }
+        l.consts_off = align_up(off, PART_ALIGN);
+        // The zero block first: large enough for any value read through it.
+        let zero_len = align_up(LOCKED_STR_HEADER as u64 + cap + 64, 8) as usize;
+        l.zero_off = l.constant(&vec![0u8; zero_len]);
+        for (gi, desc) in descs {
+            let bytes = desc_bytes(&desc);
+            let d = l.constant_aligned(&bytes);
+            match &mut l.globals[gi] {
+                Slot::Stat { desc, .. } => *desc = d,
+                Slot::Table(t) => t.desc = d,
+                _ => {}
+            }
+        }
+        // Table headers.
+        for g in &l.globals {
+            if let Slot::Table(t) = g {
+                let nslots = (u64::from(t.capacity) * 2).next_power_of_two().max(4);
+                let mut h = Vec::with_capacity(TABLE_HEADER_SIZE);
+                h.extend_from_slice(&0u32.to_le_bytes());
+                h.extend_from_slice(&(t.keys.len() as u32).to_le_bytes());
+                let mut kinds = [0u8; 12];
+                for (i, k) in t.keys.iter().enumerate() {
+                    kinds[i] = kind_of(*k);
+                }
+                h.extend_from_slice(&kinds);
+                h.push(kind_of(t.value));
+                h.extend_from_slice(&[0; 3]);
+                let slot_size = table_slot_size(t, cap);
+                for v in [t.capacity, nslots as u32, slot_size, t.value_off] {
+                    h.extend_from_slice(&v.to_le_bytes());
+                }
+                let mut ko = [0u32; 10];
+                ko[..t.key_off.len()].copy_from_slice(&t.key_off);
+                for v in ko {
+                    h.extend_from_slice(&v.to_le_bytes());
+                }
+                h.extend_from_slice(&[0; 8]); // count, pad
+                h.extend_from_slice(&0u64.to_le_bytes()); // order
+                h.extend_from_slice(&t.desc.to_le_bytes());
+                h.extend_from_slice(&(cap as u32).to_le_bytes());
+                h.extend_from_slice(&[0; 4]);
+                debug_assert_eq!(h.len(), TABLE_HEADER_SIZE);
+                l.init.push((t.off, h));
+            }
+        }
+        l
+    }
+
+    /// The region offset of a constant (deduplicated).
+    pub fn constant(&mut self, bytes: &[u8]) -> u64 {
+        if let Some(&o) = self.const_map.get(bytes) {
+            return o;
+        }
+        let o = self.consts_off + self.consts.len() as u64;
+        self.consts.extend_from_slice(bytes);
+        self.const_map.insert(bytes.to_vec(), o);
+        o
+    }
+
+    pub fn constant_aligned(&mut self, bytes: &[u8]) -> u64 {
+        while self.consts.len() % 8 != 0 {
+            self.consts.push(0);
+        }
+        self.constant(bytes)
+    }
+
+    /// A NUL-terminated string constant, cut to MAXSTRINGLEN - 1 bytes as
+    /// every string value is.
+    pub fn string(&mut self, s: &[u8]) -> u64 {
+        let n = s.iter().position(|&b| b == 0).unwrap_or(s.len()).min(self.limits.maxstringlen as usize - 1);
+        let mut b = s[..n].to_vec();
+        b.push(0);
+        self.constant(&b)
+    }
+
+    pub fn region_size(&self) -> u64 {
+        align_up(self.consts_off + self.consts.len() as u64, 4096)
+    }
+}
+
+fn kind_of(t: Ty) -> u8 {
+    match t {
+        Ty::String => KIND_STRING,
+        Ty::Stat => KIND_STAT,
+        _ => KIND_LONG,
+    }
+}
+
+fn table_slot_size(t: &Table, cap: u64) -> u32 {
+    let v = match t.value {
+        Ty::String => align_up(LOCKED_STR_HEADER as u64 + cap, 8) as u32,
+        Ty::Stat => stat_desc(&t.hists).size,
+        _ => 8,
+    };
+    align_up(u64::from(t.value_off + v), 8) as u32
+}
+
+pub fn stat_desc(hists: &[HistKey]) -> StatDesc {
+    let mut d = StatDesc::default();
+    let mut off = STAT_HEADER as u32;
+    for (i, h) in hists.iter().take(MAX_HISTS).enumerate() {
+        let (kind, nb, lo, hi, step) = match *h {
+            HistKey::Log => (HIST_LOG, HIST_LOG_BUCKETS, 0, 0, 0),
+            HistKey::Linear { lo, hi, step } => (HIST_LINEAR, linear_buckets(lo, hi, step), lo, hi, step),
+        };
+        d.hists[i] = HistSpec { kind, nbuckets: nb, lo, hi, step, offset: off, _pad: 0 };
+        off += 8 * nb;
+    }
+    d.nhists = hists.len().min(MAX_HISTS) as u32;
+    d.size = off;
+    d
+}
+
+pub fn linear_buckets(lo: i64, hi: i64, step: i64) -> u32 {
+    (((hi as i128 - lo as i128) / (step.max(1) as i128)) + 3).clamp(3, 1 << 20) as u32
+}
+
+fn desc_bytes(d: &StatDesc) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&d.nhists.to_le_bytes());
+    b.extend_from_slice(&d.size.to_le_bytes());
+    for h in &d.hists {
+        b.extend_from_slice(&h.kind.to_le_bytes());
+        b.extend_from_slice(&h.nbuckets.to_le_bytes());
+        b.extend_from_slice(&h.lo.to_le_bytes());
+        b.extend_from_slice(&h.hi.to_le_bytes());
+        b.extend_from_slice(&h.step.to_le_bytes());
+        b.extend_from_slice(&h.offset.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+    }
+    debug_assert_eq!(b.len(), core::mem::size_of::<StatDesc>());
+    b
+}
+
+fn push_u64s(v: &mut Vec<u8>, xs: &[u64]) {
+    for x in xs {
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+}

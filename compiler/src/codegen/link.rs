@@ -1,0 +1,170 @@
+//! Pass 4: compile every function with Cranelift and link them, with the
+//! runtime library, into one blob. Our own linker: functions are placed one
+//! after another (16-byte aligned) behind the runtime library, and every
+//! `call rel32` is patched. Any other relocation is refused: the blob must
+//! run at any address, in the tracer and in every target.
+
+use super::rt::{self, Rt};
+use super::translate::{Translated, NS_FUNC, NS_RT};
+use crate::elaborate::show::point_name;
+use crate::program::{Point, Program};
+use cranelift_codegen::binemit::Reloc;
+use cranelift_codegen::ir::{ExternalName, UserExternalName};
+use cranelift_codegen::{Context, FinalizedRelocTarget};
+use std::collections::HashMap;
+use telco_abi::artifact::{Artifact, Attach, ProbeEntry, Symbol};
+
+pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
+    let isa = super::isa()?;
+    let mut code = rt::RT_CODE.to_vec();
+    let mut symbols: Vec<Symbol> =
+        rt::RT_SYMBOLS.iter().map(|(n, o, s)| Symbol { name: n.to_string(), offset: *o, size: *s }).collect();
+    let mut offsets = Vec::with_capacity(t.functions.len());
+    // (position of the rel32 field, target, addend)
+    let mut fixups: Vec<(usize, UserExternalName, i64)> = Vec::new();
+    let mut ctx = Context::new();
+    for f in &t.functions {
+        while code.len() % 16 != 0 {
+            code.push(0xcc);
+        }
+        let start = code.len();
+        ctx.func = f.func.clone();
+        let names = ctx.func.params.user_named_funcs().clone();
+        let compiled = ctx
+            .compile(&*isa, &mut cranelift_codegen::control::ControlPlane::default())
+            .map_err(|e| format!("internal error: Cranelift rejected {}: {:?}", f.name, e.inner))?;
+        code.extend_from_slice(compiled.code_buffer());
+        for r in compiled.buffer.relocs() {
+            let target = match (&r.target, r.kind) {
+                (FinalizedRelocTarget::ExternalName(ExternalName::User(nr)), Reloc::X86CallPCRel4) => {
+                    names[*nr].clone()
+                }
+                (other, kind) => return Err(format!(
+                    "internal error: {} needs relocation {kind:?} to {other:?}; only calls within the blob are allowed",
+                    f.name
+                )),
+            };
+            fixups.push((start + r.offset as usize, target, r.addend));
+        }
+        symbols.push(Symbol { name: f.name.clone(), offset: start as u32, size: (code.len() - start) as u32 });
+        offsets.push(start as u32);
+        ctx.clear();
+    }
+    let rt_offsets: HashMap<u32, u32> = rt::ALL
+        .iter()
+        .map(|f| Ok((*f as u32, rt::offset(f.name()).ok_or_else(|| format!("internal error: {} missing", f.name()))?)))
+        .collect::<Result<_, String>>()?;
+    for (at, target, addend) in fixups {
+        let dest = match target.namespace {
+            NS_FUNC => offsets.get(target.index as usize).copied(),
+            NS_RT => rt_offsets.get(&target.index).copied(),
+            _ => None,
+        }
+        .ok_or_else(|| format!("internal error: call to unknown function {target:?}"))?;
+        let v = i64::from(dest) + addend - at as i64;
+        let v = i32::try_from(v).map_err(|_| "internal error: blob larger than 2 GiB".to_string())?;
+        code[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    let format_fn = rt::offset(Rt::Format.name()).ok_or("internal error: rt_format missing")?;
+
+    let nfuncs = program.functions.len();
+    let mut probes = Vec::new();
+    for (i, p) in program.probes.iter().enumerate() {
+        let (handler_idx, entry) = t.probes[i];
+        debug_assert!(handler_idx >= nfuncs);
+        for pt in &p.points {
+            probes.push(ProbeEntry {
+                handler: offsets[handler_idx],
+                attach: attach_of(pt),
+                name: point_name(pt),
+                body: i as u32,
+                entry_handler: entry.map(|(idx, _)| offsets[idx]),
+                entry_size: entry.map_or(0, |(_, s)| s),
+                function: super::function_of(pt),
+            });
+        }
+    }
+    let layout = t.layout;
+    let mut init = layout.init.clone();
+    init.push((layout.consts_off, layout.consts.clone()));
+    let cap = layout.limits.maxstringlen;
+    Ok(Artifact {
+        code,
+        symbols,
+        format_fn,
+        probes,
+        region_size: layout.region_size(),
+        ring_off: layout.ring_off,
+        ring_size: layout.ring_size,
+        threads_off: layout.threads_off,
+        nthreads: layout.nthreads,
+        indent_off: layout.indent_off,
+        probes_off: layout.probes_off,
+        init,
+        formats: t.formats.iter().map(|f| f.0).collect(),
+        format_args: t.formats.iter().map(|f| f.1.clone()).collect(),
+        locations: t.locations,
+        display: Vec::new(),
+        limits: layout.limits,
+        ctx_size: super::translate::ctx_size(cap),
+    })
+}
+
+fn attach_of(p: &Point) -> Attach {
+    match p {
+        Point::Begin { order } => Attach::Begin { order: *order },
+        Point::End { order } => Attach::End { order: *order },
+        Point::Error { order } => Attach::Error { order: *order },
+        Point::Timer { period_ns, randomize_ns } => {
+            Attach::Timer { period_ns: *period_ns, randomize_ns: *randomize_ns }
+        }
+        Point::Function(f) => Attach::Function {
+            module: f.module.clone(),
+            symbol: f.symbol.clone(),
+            addr: f.addr,
+            size: f.size,
+            ret: f.ret,
+            itrace: f.itrace,
+        },
+        Point::Statement { module, addr, .. } => Attach::Statement { module: module.clone(), addr: *addr },
+        other => Attach::Lifecycle { what: point_name(other) },
+    }
+}
+
+/// `--last-pass 4`: the disassembly of the compiled functions (the runtime
+/// library is listed by name only).
+pub fn disassemble(a: &Artifact) -> String {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, NasmFormatter};
+    let mut out = String::new();
+    let mut fmt = NasmFormatter::new();
+    let names: HashMap<u32, &str> = a.symbols.iter().map(|s| (s.offset, s.name.as_str())).collect();
+    out.push_str(&format!(
+        "; blob: {} bytes, region: {} bytes, {} probe(s)\n; runtime library: {} bytes, {} functions\n",
+        a.code.len(),
+        a.region_size,
+        a.probes.len(),
+        rt::RT_CODE.len(),
+        rt::RT_SYMBOLS.len()
+    ));
+    for s in a.symbols.iter().filter(|s| s.offset as usize >= rt::RT_CODE.len()) {
+        out.push_str(&format!("\n{}:\n", s.name));
+        let bytes = &a.code[s.offset as usize..(s.offset + s.size) as usize];
+        let mut dec = Decoder::with_ip(64, bytes, u64::from(s.offset), DecoderOptions::NONE);
+        let mut text = String::new();
+        for ins in &mut dec {
+            text.clear();
+            fmt.format(&ins, &mut text);
+            let target = ins.near_branch_target();
+            let note = if ins.is_call_near() {
+                names.get(&(target as u32)).map(|n| format!("  ; {n}")).unwrap_or_default()
+            } else {
+                String::new()
+            };
+            out.push_str(&format!("  {:06x}  {}{}\n", ins.ip(), text, note));
+            if matches!(ins.mnemonic(), iced_x86::Mnemonic::Ud2) {
+                break;
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,87 @@
+//! Passes 3 and 4: the typed program to Cranelift IR ([`translate`]), then
+//! to one linked, position-independent blob with its probe table, data
+//! layout and format table ([`codegen`]): a `telco_abi::artifact::Artifact`.
+
+pub mod layout;
+pub mod link;
+pub mod rt;
+pub mod translate;
+
+use crate::diag::Diagnostic;
+use crate::elaborate::show::point_name;
+use crate::program::{Point, Program};
+use crate::span::SourceMap;
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use telco_abi::artifact::Limits;
+
+pub use link::{codegen, disassemble};
+pub use translate::Translated;
+
+/// The ISA handlers are compiled for: x86_64, position independent, frame
+/// pointers kept (ubacktrace walks them), no probestack (a libcall).
+pub fn isa() -> Result<OwnedTargetIsa, String> {
+    let mut fb = settings::builder();
+    for (k, v) in [
+        ("opt_level", "speed"),
+        ("is_pic", "true"),
+        ("preserve_frame_pointers", "true"),
+        ("unwind_info", "false"),
+        ("enable_probestack", "false"),
+        ("enable_verifier", "true"),
+    ] {
+        fb.set(k, v).map_err(|e| format!("cranelift setting {k}: {e}"))?;
+    }
+    let flags = settings::Flags::new(fb);
+    let triple: target_lexicon::Triple =
+        "x86_64-unknown-linux-gnu".parse().map_err(|e| format!("target triple: {e:?}"))?;
+    let mut ib = cranelift_codegen::isa::lookup(triple).map_err(|e| format!("cranelift ISA: {e}"))?;
+    // SSE4.1 keeps Cranelift from calling libm for rounding; nothing here
+    // uses vector registers.
+    ib.set("has_sse41", "true").map_err(|e| format!("cranelift ISA flag: {e}"))?;
+    ib.finish(flags).map_err(|e| format!("cranelift ISA: {e}"))
+}
+
+/// Pass 3.
+pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Result<Translated, Vec<Diagnostic>> {
+    let hists = translate::collect_hists(program);
+    let nprobes: u64 = program.probes.iter().map(|p| p.points.len() as u64).sum();
+    let mut layout = layout::Layout::new(program, limits, &hists, nprobes);
+    // The probe table: pp() and probefunc() strings per probe entry.
+    let mut row = 0u64;
+    let mut rows = Vec::new();
+    for p in &program.probes {
+        for pt in &p.points {
+            let pp = layout.string(point_name(pt).as_bytes());
+            let func = layout.string(function_of(pt).as_bytes());
+            rows.push((layout.probes_off + 16 * row, pp, func));
+            row += 1;
+        }
+    }
+    for (at, pp, func) in rows {
+        let mut b = pp.to_le_bytes().to_vec();
+        b.extend_from_slice(&func.to_le_bytes());
+        layout.init.push((at, b));
+    }
+    let isa =
+        isa().map_err(|e| vec![Diagnostic::error(crate::diag::Code::Unsupported, crate::span::Span::default(), e)])?;
+    translate::translate(program, sources, layout, &*isa)
+}
+
+/// `probefunc()` of a point.
+pub fn function_of(p: &Point) -> String {
+    match p {
+        Point::Function(f) => f.demangled.clone().unwrap_or_else(|| f.symbol.clone()),
+        Point::Statement { function, .. } => function.clone().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// `--last-pass 3`: the CLIF of every function.
+pub fn print_clif(t: &Translated) -> String {
+    let mut out = String::new();
+    for f in &t.functions {
+        out.push_str(&format!("; {}\n{}\n", f.name, f.func.display()));
+    }
+    out
+}

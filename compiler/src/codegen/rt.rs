@@ -1,0 +1,86 @@
+//! The runtime library's functions (`compiler/rt/rt.c`) that compiled code
+//! calls, with their arity. The library's bytes and symbol table come from
+//! the build script.
+
+include!(concat!(env!("OUT_DIR"), "/rt_symbols.rs"));
+
+/// The runtime library's machine code (position independent; offsets in
+/// [`RT_SYMBOLS`]).
+pub const RT_CODE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rt.bin"));
+
+macro_rules! rt_fns {
+    ($($v:ident = $name:literal ($n:literal) $ret:literal),* $(,)?) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Rt { $($v),* }
+        pub const ALL: &[Rt] = &[$(Rt::$v),*];
+        impl Rt {
+            pub fn name(self) -> &'static str {
+                match self { $(Rt::$v => $name),* }
+            }
+            /// (number of i64 parameters, returns an i64)
+            pub fn signature(self) -> (usize, bool) {
+                match self { $(Rt::$v => ($n, $ret)),* }
+            }
+        }
+    };
+}
+
+rt_fns! {
+    Strcpy = "rt_strcpy"(3) false,
+    Concat = "rt_concat"(4) false,
+    Strcmp = "rt_strcmp"(2) true,
+    Strlen = "rt_strlen"(1) true,
+    Substr = "rt_substr"(5) false,
+    Strpos = "rt_strpos"(2) true,
+    StrReplace = "rt_str_replace"(5) false,
+    Strtol = "rt_strtol"(2) true,
+    Tokenize = "rt_tokenize"(5) false,
+    TextStr = "rt_text_str"(3) false,
+    Format = "rt_format"(5) true,
+    Printf = "rt_printf"(6) false,
+    Warn = "rt_warn"(3) false,
+    Instant = "rt_instant"(3) false,
+    Counter = "rt_counter"(4) false,
+    Exit = "rt_exit"(2) false,
+    UserError = "rt_user_error"(4) false,
+    ErrorMessage = "rt_error_message"(3) false,
+    Report = "rt_report"(2) false,
+    GstrLoad = "rt_gstr_load"(3) false,
+    GstrStore = "rt_gstr_store"(3) false,
+    StatAdd = "rt_stat_add"(3) false,
+    StatClear = "rt_stat_clear"(2) false,
+    StatGet = "rt_stat_get"(4) true,
+    HistPrint = "rt_hist_print"(6) false,
+    MapFind = "rt_map_find"(3) true,
+    MapDelete = "rt_map_delete"(2) false,
+    MapClear = "rt_map_clear"(1) false,
+    MapCollect = "rt_map_collect"(5) true,
+    MapSlot = "rt_map_slot"(2) true,
+    UserInt = "rt_user_int"(4) true,
+    UserString = "rt_user_string"(8) false,
+    Execname = "rt_execname"(3) false,
+    ThreadIndent = "rt_thread_indent"(5) false,
+    NowNs = "rt_now_ns"(1) true,
+    Cpu = "rt_cpu"(0) true,
+    Arg = "rt_arg"(3) true,
+    Register = "rt_register"(2) true,
+    Ubacktrace = "rt_ubacktrace"(4) false,
+}
+
+/// Offset of a runtime function in [`RT_CODE`].
+pub fn offset(name: &str) -> Option<u32> {
+    RT_SYMBOLS.iter().find(|s| s.0 == name).map(|s| s.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_runtime_function_exists() {
+        for f in ALL {
+            assert!(offset(f.name()).is_some(), "{} is not in rt.c", f.name());
+        }
+        assert!(offset("rt_format").is_some());
+    }
+}

@@ -1,0 +1,508 @@
+//! Running a compiled artifact in the tracer: the shared region, the blob
+//! mapped executable, `begin`/`timer`/`end`/`error` probes called on the
+//! tracer's own thread with the same code that function probes run in
+//! targets, and the consumer thread that turns events into output.
+//!
+//! Session states follow SystemTap's: begin probes run in order; then timers
+//! fire until `exit()`, `-T`, a signal or too many errors; then `end` probes
+//! run — or, when the session ends because of errors, `error` probes
+//! instead; then the summary.
+
+use crate::render;
+use crate::sys::{self, ExecMemory, SharedMemory, Signals};
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use telco_abi::artifact::{Artifact, Attach};
+use telco_abi::region::{self as abi, EventHeader, Header};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot create the shared region ({size} bytes): {source}")]
+    Region { size: u64, source: std::io::Error },
+    #[error("cannot map the compiled code: {0}")]
+    Code(std::io::Error),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("writing the output failed: {0}")]
+    Output(std::io::Error),
+}
+
+pub struct Config {
+    /// `-T SECONDS`.
+    pub timeout: Option<Duration>,
+    /// Where printf output goes (stdout or `-o FILE`).
+    pub output: Box<dyn Write + Send>,
+    /// Where ERROR and WARNING lines go.
+    pub messages: Box<dyn Write + Send>,
+}
+
+/// How the session went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub errors: u64,
+    pub skipped: u64,
+    pub dropped: u64,
+}
+
+/// The shared region, set up from an artifact.
+pub struct Region {
+    mem: SharedMemory,
+}
+
+impl Region {
+    pub fn new(a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
+        let mem = SharedMemory::new(a.region_size as usize)
+            .map_err(|source| RunError::Region { size: a.region_size, source })?;
+        let base = mem.as_ptr();
+        for (off, bytes) in &a.init {
+            let end = *off as usize + bytes.len();
+            assert!(end <= mem.len(), "artifact init write past the region");
+            // SAFETY: in bounds (checked above); nothing else uses the region yet.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(*off as usize), bytes.len()) };
+        }
+        let (tsc_base, ns_base, tsc_mult, tsc_shift) = sys::calibrate_tsc();
+        let mut name = [0u8; 16];
+        let n = execname.len().min(15);
+        name[..n].copy_from_slice(&execname.as_bytes()[..n]);
+        let h = Header {
+            magic: abi::MAGIC,
+            version: abi::VERSION,
+            header_size: abi::HEADER_SIZE as u32,
+            region_size: a.region_size,
+            enabled: 1,
+            exit_requested: 0,
+            errors: 0,
+            skipped: 0,
+            dropped: 0,
+            pid,
+            tsc_base,
+            ns_base,
+            tsc_mult,
+            tsc_shift,
+            maxstringlen: a.limits.maxstringlen,
+            ring_off: a.ring_off,
+            threads_off: a.threads_off,
+            nthreads: a.nthreads,
+            uid: sys::getuid(),
+            ppid: sys::getppid(),
+            probes_off: a.probes_off,
+            indent_off: a.indent_off,
+            execname: name,
+        };
+        // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
+        unsafe { std::ptr::write(base.cast::<Header>(), h) };
+        Ok(Region { mem })
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.mem.as_ptr()
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `off` is an 8-aligned field inside the region (header or
+        // ring header), which lives as long as self.
+        unsafe { AtomicU64::from_ptr(self.base().add(off).cast()) }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as u64_at, for a 4-aligned field.
+        unsafe { AtomicU32::from_ptr(self.base().add(off).cast()) }
+    }
+
+    pub fn counter(&self, field: usize) -> u64 {
+        self.u64_at(field).load(Ordering::Relaxed)
+    }
+
+    pub fn exit_requested(&self) -> bool {
+        self.u32_at(core::mem::offset_of!(Header, exit_requested)).load(Ordering::Relaxed) != 0
+    }
+
+    pub fn set_enabled(&self, on: bool) {
+        // Release: pairs with the handlers' load of `enabled` at entry.
+        self.u32_at(core::mem::offset_of!(Header, enabled)).store(u32::from(on), Ordering::Release);
+    }
+}
+
+/// Formats events: printf through the blob's own formatter, histograms,
+/// errors and warnings.
+struct Consumer<'a> {
+    artifact: &'a Artifact,
+    region: &'a Region,
+    format: extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64,
+    out: std::io::BufWriter<Box<dyn Write + Send>>,
+    messages: Box<dyn Write + Send>,
+    warned: HashSet<Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+fn read_u32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn read_i64(b: &[u8], at: usize) -> i64 {
+    b.get(at..at + 8).map_or(0, |s| i64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
+}
+
+/// A `u32` length and bytes, padded to 8: (bytes, size in the payload).
+fn read_str(b: &[u8], at: usize) -> (&[u8], usize) {
+    let n = read_u32(b, at) as usize;
+    let s = b.get(at + 4..at + 4 + n).unwrap_or(&[]);
+    (s, (4 + n).next_multiple_of(8))
+}
+
+impl<'a> Consumer<'a> {
+    /// Process every committed record; returns whether there was any.
+    fn drain(&mut self) -> Result<bool, std::io::Error> {
+        let ring = self.artifact.ring_off as usize;
+        let base = self.region.base();
+        let tail_at = ring + core::mem::offset_of!(abi::RingHeader, tail);
+        let size = self.region.counter(ring + core::mem::offset_of!(abi::RingHeader, size));
+        let data_off = self.region.counter(ring + core::mem::offset_of!(abi::RingHeader, data_off)) as usize;
+        let mut any = false;
+        loop {
+            let tail = self.region.u64_at(tail_at).load(Ordering::Relaxed);
+            let off = data_off + (tail & (size - 1)) as usize;
+            // Acquire: pairs with the producer's Release store of the
+            // committed size word.
+            let word = self.region.u32_at(off).load(Ordering::Acquire);
+            if word & abi::COMMITTED == 0 {
+                break;
+            }
+            let len = (word & !abi::COMMITTED) as usize;
+            // SAFETY: a committed record of `len` bytes lies inside the data
+            // area (producers never wrap a record); we own it until we
+            // advance the tail.
+            let rec = unsafe { std::slice::from_raw_parts(base.add(off), len) };
+            // SAFETY: every record starts with an EventHeader.
+            let h: EventHeader = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
+            if h.kind != abi::EV_PAD {
+                let payload = rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]).to_vec();
+                self.event(&h, &payload)?;
+            }
+            // SAFETY: zero the consumed record so the next producer finds a
+            // zero first word (see RingHeader).
+            unsafe { std::ptr::write_bytes(base.add(off), 0, len) };
+            // Release: pairs with the producers' Acquire load of tail.
+            self.region.u64_at(tail_at).store(tail + len as u64, Ordering::Release);
+            any = true;
+        }
+        if any {
+            self.out.flush()?;
+        }
+        Ok(any)
+    }
+
+    fn event(&mut self, h: &EventHeader, p: &[u8]) -> Result<(), std::io::Error> {
+        match h.kind {
+            abi::EV_PRINTF => self.printf(h.aux as usize, p),
+            abi::EV_ERROR => {
+                let code = read_u32(p, 0);
+                let (msg, _) = read_str(p, 4);
+                let msg = if msg.is_empty() { abi::error_message(code).as_bytes().to_vec() } else { msg.to_vec() };
+                let mut line = b"ERROR: ".to_vec();
+                line.extend_from_slice(&msg);
+                if let Some(l) = self.artifact.locations.get(h.aux as usize) {
+                    line.extend_from_slice(format!(" near {}:{}:{}", l.file, l.line, l.col).as_bytes());
+                }
+                line.push(b'\n');
+                self.out.flush()?;
+                self.messages.write_all(&line)?;
+                self.messages.flush()
+            }
+            abi::EV_WARN => {
+                let (msg, _) = read_str(p, 0);
+                // Like staprun: an identical warning is printed once.
+                if self.warned.insert(msg.to_vec()) {
+                    let mut line = b"WARNING: ".to_vec();
+                    line.extend_from_slice(msg);
+                    if !msg.ends_with(b"\n") {
+                        line.push(b'\n');
+                    }
+                    self.out.flush()?;
+                    self.messages.write_all(&line)?;
+                    self.messages.flush()?;
+                }
+                Ok(())
+            }
+            abi::EV_HIST => {
+                let lo = read_i64(p, 8);
+                let step = read_i64(p, 24);
+                let nb = read_u32(p, 32) as usize;
+                let counts: Vec<i64> =
+                    (0..nb).map(|i| read_i64(p, core::mem::size_of::<abi::HistEvent>() + 8 * i)).collect();
+                self.out.write_all(render::histogram(h.aux, lo, step, &counts).as_bytes())
+            }
+            // Chrome trace events go to --chrome (a later issue); exit is
+            // seen through the header.
+            _ => Ok(()),
+        }
+    }
+
+    fn printf(&mut self, id: usize, p: &[u8]) -> Result<(), std::io::Error> {
+        let (Some(&fmt_off), Some(kinds)) = (self.artifact.formats.get(id), self.artifact.format_args.get(id)) else {
+            return Ok(());
+        };
+        let mut strings: Vec<Vec<u8>> = Vec::new();
+        let mut at = 0;
+        let mut raw: Vec<(bool, i64)> = Vec::new();
+        for &is_str in kinds {
+            if is_str {
+                let (s, n) = read_str(p, at);
+                let mut v = s.to_vec();
+                v.push(0);
+                strings.push(v);
+                raw.push((true, strings.len() as i64 - 1));
+                at += n;
+            } else {
+                raw.push((false, read_i64(p, at)));
+                at += 8;
+            }
+        }
+        let args: Vec<i64> =
+            raw.iter().map(|&(s, v)| if s { strings[v as usize].as_ptr() as i64 } else { v }).collect();
+        // Room for the longest possible result: every conversion at most
+        // two widths/precisions of 4096 plus a string or a 64-bit number.
+        let cap = 64 + p.len() + 16 * 1024 * (kinds.len() + 1) + self.fmt_len(fmt_off);
+        self.buf.resize(cap, 0);
+        // SAFETY: the format is an encoded format in the region, args point
+        // at NUL-terminated strings that outlive the call, and buf has cap
+        // bytes. rt_format never writes past cap.
+        let n = (self.format)(
+            self.buf.as_mut_ptr(),
+            cap as i64,
+            // SAFETY: fmt_off is inside the region.
+            unsafe { self.region.base().add(fmt_off as usize) },
+            args.as_ptr(),
+            args.len() as i64,
+        );
+        let n = (n.max(0) as usize).min(cap);
+        self.out.write_all(&self.buf[..n])
+    }
+
+    /// Length of an encoded format's text, for sizing the output buffer.
+    fn fmt_len(&self, off: u64) -> usize {
+        self.artifact.init.iter().find(|(o, b)| *o <= off && off < *o + b.len() as u64).map_or(0, |(o, b)| {
+            let start = (off - o) as usize;
+            b[start..].len().min(1 << 20)
+        })
+    }
+}
+
+type Handler = extern "sysv64" fn(*mut u8, *mut u8);
+
+/// The tracer-side part of a session.
+pub struct Local<'a> {
+    artifact: &'a Artifact,
+    region: Region,
+    code: ExecMemory,
+    ctx: Vec<u64>,
+}
+
+impl<'a> Local<'a> {
+    pub fn new(artifact: &'a Artifact) -> Result<Local<'a>, RunError> {
+        let pid = std::process::id() as u64;
+        let region = Region::new(artifact, pid, "telco-stap")?;
+        let code = ExecMemory::new(&artifact.code).map_err(RunError::Code)?;
+        let ctx = vec![0u64; (artifact.ctx_size as usize).div_ceil(8)];
+        Ok(Local { artifact, region, code, ctx })
+    }
+}
+
+fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64], probe: usize) {
+    {
+        let p = &artifact.probes[probe];
+        let interruptible = matches!(p.attach, Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. });
+        ctx.iter_mut().for_each(|w| *w = 0);
+        let c = abi::Ctx {
+            regs: 0,
+            probe: probe as u32,
+            flags: abi::CTX_MAY_WAIT | if interruptible { abi::CTX_INTERRUPTIBLE } else { 0 },
+            actions: 0,
+            nesting: 0,
+            error: 0,
+            error_loc: 0,
+            _pad: 0,
+            tid: sys::gettid(),
+            pid: std::process::id() as u64,
+            tok_pos: 0,
+            addr: 0,
+            entry: 0,
+        };
+        // SAFETY: ctx has at least CTX_SIZE bytes, 8-aligned.
+        unsafe { std::ptr::write(ctx.as_mut_ptr().cast::<abi::Ctx>(), c) };
+        // SAFETY: the artifact's handler offsets point at functions with
+        // this signature inside the mapped blob; they read the region and
+        // the context, both live for the call.
+        let f: Handler = unsafe { std::mem::transmute(code.addr(p.handler)) };
+        f(region.base(), ctx.as_mut_ptr().cast());
+    }
+}
+
+impl<'a> Local<'a> {
+    /// Run the session to its end.
+    pub fn run(mut self, cfg: Config) -> Result<Outcome, RunError> {
+        let signals = Signals::install().map_err(RunError::Signals)?;
+        let deadline = cfg.timeout.map(|t| Instant::now() + t);
+        let stop = AtomicBool::new(false);
+        // SAFETY: artifact.format_fn is rt_format's offset in the blob,
+        // with this signature.
+        let format: extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64 =
+            unsafe { std::mem::transmute(self.code.addr(self.artifact.format_fn)) };
+        let artifact = self.artifact;
+        let by_order = |pred: &dyn Fn(&Attach) -> Option<i64>| -> Vec<usize> {
+            let mut v: Vec<(i64, usize)> =
+                artifact.probes.iter().enumerate().filter_map(|(i, p)| pred(&p.attach).map(|o| (o, i))).collect();
+            v.sort_by_key(|x| x.0);
+            v.into_iter().map(|x| x.1).collect()
+        };
+        let begins = by_order(&|a| if let Attach::Begin { order } = a { Some(*order) } else { None });
+        let ends = by_order(&|a| if let Attach::End { order } = a { Some(*order) } else { None });
+        let errors = by_order(&|a| if let Attach::Error { order } = a { Some(*order) } else { None });
+        let timers: Vec<(usize, Duration)> = artifact
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p.attach {
+                Attach::Timer { period_ns, .. } => Some((i, Duration::from_nanos(period_ns.max(1)))),
+                _ => None,
+            })
+            .collect();
+        let maxerrors = artifact.limits.maxerrors;
+        let errors_at = core::mem::offset_of!(Header, errors);
+        let skipped_at = core::mem::offset_of!(Header, skipped);
+        let dropped_at = core::mem::offset_of!(Header, dropped);
+        let Config { output, messages, .. } = cfg;
+        let region = &self.region;
+        let code = &self.code;
+        let mut ctx = std::mem::take(&mut self.ctx);
+        let result = std::thread::scope(|scope| -> Result<(Outcome, Box<dyn Write + Send>), RunError> {
+            let consumer = scope.spawn(|| -> Result<Box<dyn Write + Send>, std::io::Error> {
+                let mut c = Consumer {
+                    artifact,
+                    region,
+                    format,
+                    out: std::io::BufWriter::new(output),
+                    messages,
+                    warned: HashSet::new(),
+                    buf: Vec::new(),
+                };
+                loop {
+                    let any = c.drain()?;
+                    if !any {
+                        if stop.load(Ordering::Acquire) {
+                            c.drain()?;
+                            c.out.flush()?;
+                            return Ok(c.messages);
+                        }
+                        std::thread::park_timeout(Duration::from_millis(20));
+                    }
+                }
+            });
+            let wake = || consumer.thread().unpark();
+            let mut failed = false;
+            let too_many_errors = || region.counter(errors_at) > maxerrors;
+            for &p in &begins {
+                call(artifact, region, code, &mut ctx, p);
+                wake();
+                if too_many_errors() {
+                    failed = true;
+                    break;
+                }
+                if region.exit_requested() {
+                    break;
+                }
+            }
+            if !failed && !region.exit_requested() {
+                // Timers, until exit(), -T, a signal or too many errors.
+                let start = Instant::now();
+                let mut next: Vec<Instant> = timers.iter().map(|(_, p)| start + *p).collect();
+                loop {
+                    if region.exit_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
+                    let now = Instant::now();
+                    let due = next.iter().copied().min();
+                    let wake_at = match (due, deadline) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    if let Some(t) = wake_at.filter(|t| *t > now) {
+                        if signals.wait(Some(t - now)) {
+                            break;
+                        }
+                        continue;
+                    }
+                    if wake_at.is_none() {
+                        signals.wait(None);
+                        break;
+                    }
+                    if signals.pending() {
+                        break;
+                    }
+                    for (k, (probe, period)) in timers.iter().enumerate() {
+                        if next[k] <= Instant::now() {
+                            call(artifact, region, code, &mut ctx, *probe);
+                            // Catch up without a burst after a stall.
+                            next[k] += *period;
+                            if next[k] < Instant::now() {
+                                next[k] = Instant::now() + *period;
+                            }
+                        }
+                    }
+                    wake();
+                    if too_many_errors() {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            for &p in if failed { &errors } else { &ends } {
+                call(artifact, region, code, &mut ctx, p);
+                wake();
+                if !failed && too_many_errors() {
+                    // An error in an end probe: the rest of the end probes
+                    // are skipped and the error probes run.
+                    for &e in &errors {
+                        call(artifact, region, code, &mut ctx, e);
+                    }
+                    break;
+                }
+            }
+            region.set_enabled(false);
+            stop.store(true, Ordering::Release);
+            consumer.thread().unpark();
+            let messages = match consumer.join() {
+                Ok(r) => r.map_err(RunError::Output)?,
+                Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
+            };
+            Ok((
+                Outcome {
+                    errors: region.counter(errors_at),
+                    skipped: region.counter(skipped_at),
+                    dropped: region.counter(dropped_at),
+                },
+                messages,
+            ))
+        });
+        let (outcome, mut messages) = result?;
+        drop(self);
+        if outcome.errors > 0 || outcome.skipped > 0 {
+            let _ = writeln!(
+                messages,
+                "WARNING: Number of errors: {}, skipped probes: {}",
+                outcome.errors, outcome.skipped
+            );
+        }
+        if outcome.dropped > 0 {
+            let _ = writeln!(
+                messages,
+                "WARNING: {} event(s) were dropped because the event ring was full",
+                outcome.dropped
+            );
+        }
+        let _ = messages.flush();
+        Ok(outcome)
+    }
+}
