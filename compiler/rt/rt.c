@@ -382,9 +382,39 @@ EXPORT i64 rt_format(char *buf, i64 cap, const u8 *fmt, const i64 *args, i64 nar
                 for (usize i = 0; i < n; i++) out_c(&o, s[i]);
                 if (flags & FLAG_LEFT) out_pad(&o, ' ', pad);
             } else if (kind == CONV_CHAR) {
-                if (!(flags & FLAG_LEFT)) out_pad(&o, ' ', width - 1);
-                out_c(&o, (char)a);
-                if (flags & FLAG_LEFT) out_pad(&o, ' ', width - 1);
+                /* %#c escapes what is not printable ASCII, and ' and \. */
+                char e[4];
+                i64 n = 1;
+                u8 c = (u8)a;
+                e[0] = (char)c;
+                if (flags & FLAG_ALT) {
+                    char k = 0;
+                    switch (c) {
+                    case '\a': k = 'a'; break;
+                    case '\b': k = 'b'; break;
+                    case '\f': k = 'f'; break;
+                    case '\n': k = 'n'; break;
+                    case '\r': k = 'r'; break;
+                    case '\t': k = 't'; break;
+                    case '\v': k = 'v'; break;
+                    case '\'': k = '\''; break;
+                    case '\\': k = '\\'; break;
+                    }
+                    if (k) {
+                        e[0] = '\\';
+                        e[1] = k;
+                        n = 2;
+                    } else if (c < 32 || c >= 127) {
+                        e[0] = '\\';
+                        e[1] = (char)('0' + (c >> 6));
+                        e[2] = (char)('0' + ((c >> 3) & 7));
+                        e[3] = (char)('0' + (c & 7));
+                        n = 4;
+                    }
+                }
+                if (!(flags & FLAG_LEFT)) out_pad(&o, ' ', width - n);
+                for (i64 i = 0; i < n; i++) out_c(&o, e[i]);
+                if (flags & FLAG_LEFT) out_pad(&o, ' ', width - n);
             } else {
                 fmt_number(&o, a, kind, flags, width, prec < 0 ? 0 : prec);
             }
@@ -926,6 +956,13 @@ EXPORT i64 rt_map_collect(u8 *tab, u32 *out, i64 col, i64 desc, i64 limit) {
         out[0] = out[end];
         out[end] = t;
         sift(tab, out, 0, end, col, desc);
+    }
+    /* SystemTap sorts its element list in place: a later unsorted foreach
+     * visits the elements in the last sorted order. Renumber them so. */
+    if (col != -2) {
+        u64 base = AT(tab, T_ORDER, u64);
+        for (i64 i = 0; i < n; i++) AT(slot_at(tab, out[i]), SL_ORDER, u64) = base + (u64)i;
+        AT(tab, T_ORDER, u64) = base + (u64)n;
     }
     tab_unlock(tab);
     if (limit >= 0 && n > limit) n = limit;

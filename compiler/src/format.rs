@@ -86,6 +86,11 @@ pub fn parse(fmt: &[u8]) -> Result<Vec<Segment>, FormatError> {
         }
         let start = i;
         i += 1;
+        // A `%` that ends the format is a literal `%`, as in SystemTap.
+        if i == fmt.len() {
+            text.push(b'%');
+            continue;
+        }
         if fmt.get(i) == Some(&b'%') {
             text.push(b'%');
             i += 1;
@@ -211,7 +216,8 @@ mod tests {
     #[test]
     fn rejects_bad_formats() {
         assert_eq!(parse(b"%q").unwrap_err().message, "unknown conversion `%q`");
-        assert_eq!(parse(b"ab%").unwrap_err().offset, 2);
+        assert_eq!(parse(b"ab%"), Ok(vec![Segment::Text(b"ab%".to_vec())]));
+        assert_eq!(parse(b"ab%l").unwrap_err().offset, 2);
         assert!(parse(b"%99999d").is_err());
     }
 }

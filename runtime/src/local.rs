@@ -130,7 +130,7 @@ impl Region {
 struct Consumer<'a> {
     artifact: &'a Artifact,
     region: &'a Region,
-    format: extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64,
+    format: FormatFn,
     out: std::io::BufWriter<Box<dyn Write + Send>>,
     messages: Box<dyn Write + Send>,
     warned: HashSet<Vec<u8>>,
@@ -291,6 +291,23 @@ impl<'a> Consumer<'a> {
 }
 
 type Handler = extern "sysv64" fn(*mut u8, *mut u8);
+type FormatFn = extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
+
+/// A writer into shared memory of the process, for [`Local::drain_text`].
+#[derive(Clone, Default)]
+struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend_from_slice(b);
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// The tracer-side part of a session.
 pub struct Local<'a> {
@@ -341,6 +358,35 @@ fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64]
 }
 
 impl<'a> Local<'a> {
+    /// Call probe `probe`'s handler on the calling thread, as a trampoline
+    /// in a target thread would (for tests and benchmarks: any number of
+    /// threads may call at once).
+    pub fn call_probe(&self, probe: usize) {
+        let mut ctx = vec![0u64; (self.artifact.ctx_size as usize).div_ceil(8)];
+        call(self.artifact, &self.region, &self.code, &mut ctx, probe);
+    }
+
+    /// Format every pending event into text (stdout and stderr lines
+    /// together), without a consumer thread.
+    pub fn drain_text(&self) -> Result<String, std::io::Error> {
+        let buf = SharedBuf::default();
+        let mut c = Consumer {
+            artifact: self.artifact,
+            region: &self.region,
+            // SAFETY: format_fn is rt_format's offset in the blob.
+            format: unsafe { std::mem::transmute::<*const u8, FormatFn>(self.code.addr(self.artifact.format_fn)) },
+            out: std::io::BufWriter::new(Box::new(buf.clone())),
+            messages: Box::new(buf.clone()),
+            warned: HashSet::new(),
+            buf: Vec::new(),
+        };
+        c.drain()?;
+        c.out.flush()?;
+        drop(c);
+        let v = buf.0.lock().map(|v| v.clone()).unwrap_or_default();
+        Ok(String::from_utf8_lossy(&v).into_owned())
+    }
+
     /// Run the session to its end.
     pub fn run(mut self, cfg: Config) -> Result<Outcome, RunError> {
         let signals = Signals::install().map_err(RunError::Signals)?;
@@ -378,7 +424,7 @@ impl<'a> Local<'a> {
         let code = &self.code;
         let mut ctx = std::mem::take(&mut self.ctx);
         let result = std::thread::scope(|scope| -> Result<(Outcome, Box<dyn Write + Send>), RunError> {
-            let consumer = scope.spawn(|| -> Result<Box<dyn Write + Send>, std::io::Error> {
+            let consumer = scope.spawn(|| -> Result<(Box<dyn Write + Send>, Box<dyn Write + Send>), std::io::Error> {
                 let mut c = Consumer {
                     artifact,
                     region,
@@ -393,8 +439,8 @@ impl<'a> Local<'a> {
                     if !any {
                         if stop.load(Ordering::Acquire) {
                             c.drain()?;
-                            c.out.flush()?;
-                            return Ok(c.messages);
+                            let out = c.out.into_inner().map_err(|e| e.into_error())?;
+                            return Ok((out, c.messages));
                         }
                         std::thread::park_timeout(Duration::from_millis(20));
                     }
@@ -473,10 +519,18 @@ impl<'a> Local<'a> {
             region.set_enabled(false);
             stop.store(true, Ordering::Release);
             consumer.thread().unpark();
-            let messages = match consumer.join() {
+            let (mut output, messages) = match consumer.join() {
                 Ok(r) => r.map_err(RunError::Output)?,
                 Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
             };
+            if !failed && !artifact.display.is_empty() {
+                // SAFETY: no handler runs any more (enabled is 0 and this
+                // thread ran the last one); the region is ours to read.
+                let bytes = unsafe { std::slice::from_raw_parts(region.base(), artifact.region_size as usize) };
+                let text = render::display_globals(bytes, &artifact.display);
+                output.write_all(text.as_bytes()).map_err(RunError::Output)?;
+            }
+            output.flush().map_err(RunError::Output)?;
             Ok((
                 Outcome {
                     errors: region.counter(errors_at),

@@ -58,7 +58,13 @@ pub fn histogram(kind: u32, lo: i64, step: i64, counts: &[i64]) -> String {
         }
     };
     let valmax = counts[low..=high].iter().copied().max().unwrap_or(0).max(0);
-    let val_space = (low..=high).map(|i| label(i).len()).max().unwrap_or(0).max(5);
+    let mut val_space = (low..=high).map(|i| label(i).len()).max().unwrap_or(0).max(5);
+    if kind != HIST_LOG {
+        // stat-common.c sizes the column from the value one step above the
+        // last row shown.
+        let above = lo as i128 + step as i128 * high as i128;
+        val_space = val_space.max(above.to_string().len());
+    }
     let cnt_space = valmax.to_string().len() as i64;
     let scale = if valmax <= HIST_WIDTH { 1 } else { (valmax + HIST_WIDTH - 1) / HIST_WIDTH };
     let _ = writeln!(out, "{:>w$} |{} count", "value", "-".repeat(HIST_WIDTH as usize), w = val_space);
@@ -132,4 +138,92 @@ value |-------------------------------------------------- count
         assert_eq!(lines[6], "       ~");
         assert_eq!(lines[11], "     0 |                                                   0");
     }
+}
+
+/// SystemTap's end-of-session display of globals the script wrote and never
+/// read (elaborate.cxx `add_global_var_display`): scalars as `name=0x4`,
+/// strings as `name="text"`, statistics with their extractors, arrays one
+/// line per element sorted by value (statistics by @count), descending,
+/// ties in insertion order.
+pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) -> String {
+    use telco_abi::artifact::DisplayKind;
+    use telco_abi::region::*;
+    let u32_at = |o: usize| read_u32_le(region, o);
+    let i64_at = |o: usize| read_i64_le(region, o);
+    let cstr = |o: usize, max: usize| -> String {
+        let s = region.get(o..(o + max).min(region.len())).unwrap_or(&[]);
+        let n = s.iter().position(|&b| b == 0).unwrap_or(s.len());
+        String::from_utf8_lossy(&s[..n]).into_owned()
+    };
+    let stat_text = |o: usize| -> String {
+        let count = i64_at(o);
+        if count == 0 {
+            return " @count=0x0".into();
+        }
+        let sum = i64_at(o + 8);
+        format!(" @count={count} @min={} @max={} @sum={sum} @avg={}", i64_at(o + 16), i64_at(o + 24), sum / count)
+    };
+    let mut out = String::new();
+    for d in display {
+        let off = d.offset as usize;
+        match d.kind {
+            DisplayKind::Long => out.push_str(&format!("{}={:#x}\n", d.name, i64_at(off) as u64)),
+            DisplayKind::String => {
+                out.push_str(&format!("{}=\"{}\"\n", d.name, cstr(off + LOCKED_STR_HEADER, 1 << 20)))
+            }
+            DisplayKind::Stat => out.push_str(&format!("{}{}\n", d.name, stat_text(off))),
+            DisplayKind::Array => {
+                let f = |field: usize| off + field;
+                let nkeys = u32_at(f(core::mem::offset_of!(TableHeader, nkeys))) as usize;
+                let kinds_at = f(core::mem::offset_of!(TableHeader, key_kinds));
+                let value_kind = region.get(f(core::mem::offset_of!(TableHeader, value_kind))).copied().unwrap_or(0);
+                let nslots = u32_at(f(core::mem::offset_of!(TableHeader, nslots))) as usize;
+                let slot_size = u32_at(f(core::mem::offset_of!(TableHeader, slot_size))) as usize;
+                let value_off = u32_at(f(core::mem::offset_of!(TableHeader, value_off))) as usize;
+                let key_off_at = f(core::mem::offset_of!(TableHeader, key_off));
+                let cap = u32_at(f(core::mem::offset_of!(TableHeader, maxstringlen))) as usize;
+                let mut rows = Vec::new();
+                for i in 0..nslots {
+                    let slot = off + TABLE_HEADER_SIZE + i * slot_size;
+                    if u32_at(slot + 4) != SLOT_LIVE {
+                        continue;
+                    }
+                    let order = i64_at(slot + 8);
+                    let keys: Vec<String> = (0..nkeys)
+                        .map(|k| {
+                            let ko = slot + u32_at(key_off_at + 4 * k) as usize;
+                            if region.get(kinds_at + k).copied() == Some(KIND_STRING) {
+                                format!("\"{}\"", cstr(ko, cap))
+                            } else {
+                                i64_at(ko).to_string()
+                            }
+                        })
+                        .collect();
+                    let vo = slot + value_off;
+                    let (sort_key, sort_str, text) = match value_kind {
+                        KIND_STRING => {
+                            let s = cstr(vo + LOCKED_STR_HEADER, cap);
+                            (0, s.clone(), format!("=\"{s}\""))
+                        }
+                        KIND_STAT => (i64_at(vo), String::new(), stat_text(vo)),
+                        _ => (i64_at(vo), String::new(), format!("={:#x}", i64_at(vo) as u64)),
+                    };
+                    rows.push((sort_key, sort_str, order, format!("{}[{}]{}\n", d.name, keys.join(","), text)));
+                }
+                rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)).then_with(|| a.2.cmp(&b.2)));
+                for r in rows {
+                    out.push_str(&r.3);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn read_u32_le(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn read_i64_le(b: &[u8], at: usize) -> i64 {
+    b.get(at..at + 8).map_or(0, |s| i64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
 }

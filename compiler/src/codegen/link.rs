@@ -12,7 +12,7 @@ use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::{ExternalName, UserExternalName};
 use cranelift_codegen::{Context, FinalizedRelocTarget};
 use std::collections::HashMap;
-use telco_abi::artifact::{Artifact, Attach, ProbeEntry, Symbol};
+use telco_abi::artifact::{Artifact, Attach, Display, DisplayKind, ProbeEntry, Symbol};
 
 pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
     let isa = super::isa()?;
@@ -39,10 +39,12 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
                 (FinalizedRelocTarget::ExternalName(ExternalName::User(nr)), Reloc::X86CallPCRel4) => {
                     names[*nr].clone()
                 }
-                (other, kind) => return Err(format!(
+                (other, kind) => {
+                    return Err(format!(
                     "internal error: {} needs relocation {kind:?} to {other:?}; only calls within the blob are allowed",
                     f.name
-                )),
+                ))
+                }
             };
             fixups.push((start + r.offset as usize, target, r.addend));
         }
@@ -85,6 +87,20 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         }
     }
     let layout = t.layout;
+    let display = t
+        .display
+        .iter()
+        .filter_map(|&g| {
+            let name = program.globals.get(g as usize)?.name.clone();
+            let (offset, kind) = match layout.globals.get(g as usize)? {
+                super::layout::Slot::Long { off } => (*off, DisplayKind::Long),
+                super::layout::Slot::Str { off } => (*off, DisplayKind::String),
+                super::layout::Slot::Stat { off, .. } => (*off, DisplayKind::Stat),
+                super::layout::Slot::Table(tab) => (tab.off, DisplayKind::Array),
+            };
+            Some(Display { name, offset, kind })
+        })
+        .collect();
     let mut init = layout.init.clone();
     init.push((layout.consts_off, layout.consts.clone()));
     let cap = layout.limits.maxstringlen;
@@ -104,7 +120,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         formats: t.formats.iter().map(|f| f.0).collect(),
         format_args: t.formats.iter().map(|f| f.1.clone()).collect(),
         locations: t.locations,
-        display: Vec::new(),
+        display,
         limits: layout.limits,
         ctx_size: super::translate::ctx_size(cap),
     })

@@ -65,7 +65,115 @@ pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Resu
     }
     let isa =
         isa().map_err(|e| vec![Diagnostic::error(crate::diag::Code::Unsupported, crate::span::Span::default(), e)])?;
-    translate::translate(program, sources, layout, &*isa)
+    let mut t = translate::translate(program, sources, layout, &*isa)?;
+    t.display = displayed_globals(program, sources);
+    Ok(t)
+}
+
+/// The globals SystemTap prints at the end of a session: those of the user's
+/// script (not tapsets) that are written and never read.
+pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
+    use crate::program::{Expr, ExprKind, StmtKind};
+    let n = program.globals.len();
+    let mut read = vec![false; n];
+    let mut written = vec![false; n];
+    fn global_of(e: &Expr) -> Option<usize> {
+        match &e.kind {
+            ExprKind::Global(g) | ExprKind::Index { array: g, .. } => Some(g.0 as usize),
+            _ => None,
+        }
+    }
+    let mut on_expr = |e: &Expr| {
+        match &e.kind {
+            ExprKind::Assign { target, value, .. } => {
+                if let Some(g) = global_of(target) {
+                    written[g] = true;
+                }
+                if let ExprKind::Index { keys, .. } = &target.kind {
+                    for k in keys {
+                        translate::visit_expr(k, &mut |x| mark_read(x, &mut read));
+                    }
+                }
+                translate::visit_expr(value, &mut |x| mark_read(x, &mut read));
+                return false;
+            }
+            ExprKind::IncDec { target, .. } => {
+                // `n++` reads n, as in SystemTap.
+                if let Some(g) = global_of(target) {
+                    written[g] = true;
+                    read[g] = true;
+                }
+            }
+            _ => {}
+        }
+        mark_read(e, &mut read)
+    };
+    fn mark_read(e: &Expr, read: &mut [bool]) -> bool {
+        match &e.kind {
+            ExprKind::Global(g) | ExprKind::Index { array: g, .. } | ExprKind::In { array: g, .. } => {
+                read[g.0 as usize] = true
+            }
+            ExprKind::Aggregate { stat, .. } | ExprKind::HistLog { stat } | ExprKind::HistLinear { stat, .. } => {
+                if let ExprKind::Global(g) | ExprKind::Index { array: g, .. } = &stat.kind {
+                    read[g.0 as usize] = true;
+                }
+            }
+            _ => {}
+        }
+        true
+    }
+    fn stmts(
+        ss: &[crate::program::Stmt],
+        f: &mut dyn FnMut(&Expr) -> bool,
+        read: &mut Vec<bool>,
+        written: &mut Vec<bool>,
+    ) {
+        for s in ss {
+            match &s.kind {
+                StmtKind::Foreach { array, .. } => read[array.0 as usize] = true,
+                StmtKind::DeleteGlobal(g) | StmtKind::DeleteElement { array: g, .. } => written[g.0 as usize] = true,
+                _ => {}
+            }
+            match &s.kind {
+                StmtKind::Block(b) => stmts(b, f, read, written),
+                StmtKind::If { then, els, .. } => {
+                    stmts(std::slice::from_ref(then), f, read, written);
+                    if let Some(e) = els {
+                        stmts(std::slice::from_ref(e), f, read, written);
+                    }
+                }
+                StmtKind::While { body, .. } | StmtKind::For { body, .. } | StmtKind::Foreach { body, .. } => {
+                    stmts(std::slice::from_ref(body), f, read, written)
+                }
+                StmtKind::Try { body, handler, .. } => {
+                    stmts(body, f, read, written);
+                    stmts(handler, f, read, written);
+                }
+                _ => {}
+            }
+        }
+    }
+    let bodies: Vec<&Vec<crate::program::Stmt>> =
+        program.functions.iter().map(|f| &f.body).chain(program.probes.iter().map(|p| &p.body)).collect();
+    for b in &bodies {
+        for s in b.iter() {
+            translate::visit_stmt(s, &mut on_expr);
+        }
+    }
+    for p in &program.probes {
+        if let Some(c) = &p.condition {
+            translate::visit_expr(c, &mut |x| mark_read(x, &mut read));
+        }
+    }
+    let (mut r2, mut w2) = (read.clone(), written.clone());
+    for b in &bodies {
+        stmts(b, &mut |_| true, &mut r2, &mut w2);
+    }
+    let script = program.files.first().cloned().unwrap_or_default();
+    (0..n)
+        .filter(|&g| w2[g] && !r2[g] && sources.get(program.globals[g].span.file).name == script)
+        .map(|g| g as u32)
+        .collect()
 }
 
 /// `probefunc()` of a point.

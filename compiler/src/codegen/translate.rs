@@ -49,6 +49,8 @@ pub struct Translated {
     /// Per probe body: its handler's function index, and the entry handler's
     /// with the bytes it saves.
     pub probes: Vec<(usize, Option<(usize, u32)>)>,
+    /// Globals printed at the end (written, never read).
+    pub display: Vec<u32>,
 }
 
 pub struct TFunc {
@@ -118,7 +120,14 @@ pub fn translate(
     if sh.diags.iter().any(|d| d.severity == crate::diag::Severity::Error) {
         return Err(sh.diags);
     }
-    Ok(Translated { functions, layout: sh.layout, locations: sh.locations, formats: sh.formats, probes })
+    Ok(Translated {
+        functions,
+        layout: sh.layout,
+        locations: sh.locations,
+        formats: sh.formats,
+        probes,
+        display: Vec::new(),
+    })
 }
 
 enum Body<'p> {
@@ -850,7 +859,8 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         let done = self.b.create_block();
         self.b.ins().jump(head, &[]);
         self.b.switch_to_block(head);
-        self.charge(span);
+        // SystemTap charges an iteration to the loop body's statement.
+        self.charge(body.span);
         match cond {
             Some(c) => {
                 let v = self.expr(c);
@@ -1000,7 +1010,31 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         let one = self.iconst(1);
         let p = self.rt(Rt::MapFind, &[tab, kb, one]);
         let full = self.b.ins().icmp_imm_s(IntCC::Equal, p, 1);
-        self.raise_if(full, abi::ERR_OVERFLOW, span);
+        // SystemTap names the limit that was hit.
+        let declared = match &self.sh.program.globals[array.0 as usize].kind {
+            GlobalKind::Array { capacity: Some(c), .. } => Some(*c),
+            _ => None,
+        };
+        let msg = match declared {
+            Some(c) => format!("Array overflow, check size limit ({c})"),
+            None => "Array overflow, check MAXMAPENTRIES".to_string(),
+        };
+        let err = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(err);
+        self.b.ins().brif(full, err, &[], cont, &[]);
+        self.b.switch_to_block(err);
+        self.b.seal_block(err);
+        let off = self.sh.layout.string(msg.as_bytes());
+        let m = self.region_addr(off);
+        let loc = self.sh.loc(span);
+        let l = self.iconst(i64::from(loc));
+        let cap = self.cap_val();
+        self.rt(Rt::UserError, &[self.ctx, m, l, cap]);
+        let target = self.error_target;
+        self.b.ins().jump(target, &[]);
+        self.b.switch_to_block(cont);
+        self.b.seal_block(cont);
         p
     }
 
@@ -1517,7 +1551,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         p
     }
 
-    fn hist_print(&mut self, h: &Expr) {
+    fn hist_print(&mut self, h: &Expr, at: Span) {
         let (stat, key) = match &h.kind {
             ExprKind::HistLog { stat } => (stat, HistKey::Log),
             ExprKind::HistLinear { stat, lo, hi, step } => (stat, HistKey::Linear { lo: *lo, hi: *hi, step: *step }),
@@ -1543,7 +1577,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         let p = self.expr(stat);
         let d = self.region_addr(desc);
         let w = self.iconst(which as i64);
-        let loc = self.sh.loc(h.span);
+        let loc = self.sh.loc(at);
         let l = self.iconst(i64::from(loc));
         self.rt(Rt::HistPrint, &[self.region, self.ctx, p, d, w, l]);
         self.check_error();
@@ -1576,7 +1610,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             Builtin::Print | Builtin::Println => {
                 let newline = f == Builtin::Println;
                 if args.len() == 1 && matches!(args[0].kind, ExprKind::HistLog { .. } | ExprKind::HistLinear { .. }) {
-                    self.hist_print(&args[0]);
+                    self.hist_print(&args[0], span);
                     if newline {
                         self.printf(&[Piece::Text(b"\n".to_vec())], &[]);
                     }
