@@ -366,6 +366,15 @@ impl<'a> Local<'a> {
         call(self.artifact, &self.region, &self.code, &mut ctx, probe);
     }
 
+    /// The handler of probe `probe` and the region base it takes, for
+    /// benchmarks that call it in a loop with their own context (as a
+    /// trampoline would).
+    pub fn handler(&self, probe: usize) -> (extern "sysv64" fn(*mut u8, *mut u8), *mut u8) {
+        // SAFETY: as in `call`: a handler offset from the artifact.
+        let f: Handler = unsafe { std::mem::transmute(self.code.addr(self.artifact.probes[probe].handler)) };
+        (f, self.region.base())
+    }
+
     /// Format every pending event into text (stdout and stderr lines
     /// together), without a consumer thread.
     pub fn drain_text(&self) -> Result<String, std::io::Error> {

@@ -1,0 +1,61 @@
+//! The cost of compiled handlers, called directly in a loop the way a
+//! trampoline calls them (no trampoline, no patched jump: those come with
+//! pass 5 in targets). Shows what the handler itself adds per hit.
+//!
+//!     cargo bench -p telco-runtime --bench handler
+//!
+//! Prints a markdown table: ns per call, best of 5 runs of 10 M calls.
+
+use std::time::Instant;
+use telco_compiler::elaborate::{self, NoProcesses, TargetSpec};
+use telco_compiler::{parse, ParseConfig, SourceMap};
+
+fn compile(text: &str) -> telco_abi::artifact::Artifact {
+    let pcfg = ParseConfig::default();
+    let mut sources = SourceMap::new();
+    let id = sources.add("bench.tp", text);
+    let (script, _) = parse(&sources, id, &pcfg);
+    let cfg = elaborate::Config {
+        parse: &pcfg,
+        tapsets: elaborate::tapsets::builtin(),
+        target: TargetSpec::default(),
+        query: &NoProcesses,
+        args: &[],
+        guru: false,
+    };
+    let mut ds = Vec::new();
+    let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds).expect("elaborates");
+    let t = telco_compiler::codegen::translate(&program, &sources, Default::default()).expect("translates");
+    telco_compiler::codegen::codegen(t, &program).expect("links")
+}
+
+const CALLS: u64 = 10_000_000;
+
+fn main() {
+    let cases = [
+        ("counter: `n++` on a global", "global n probe timer.s(1) { n++ } probe end { println(n) }"),
+        ("array: `a[5]++`", "global a probe timer.s(1) { a[5]++ } probe end { println(a[5]) }"),
+        ("statistic: `s <<< 123`", "global s probe timer.s(1) { s <<< 123 } probe end { println(@count(s)) }"),
+        (
+            "log histogram: `s <<< 123` with `@hist_log`",
+            "global s probe timer.s(1) { s <<< 123 } probe end { print(@hist_log(s)) }",
+        ),
+    ];
+    println!("| handler body | ns per call (best of 5) |");
+    println!("|---|---|");
+    for (name, text) in cases {
+        let a = compile(text);
+        let local = telco_runtime::local::Local::new(&a).expect("region");
+        let (f, base) = local.handler(0);
+        let mut ctx = vec![0u64; (a.ctx_size as usize).div_ceil(8)];
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            for _ in 0..CALLS {
+                f(base, std::hint::black_box(ctx.as_mut_ptr().cast()));
+            }
+            best = best.min(t.elapsed().as_secs_f64() * 1e9 / CALLS as f64);
+        }
+        println!("| {name} | {best:.2} |");
+    }
+}
