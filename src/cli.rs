@@ -81,7 +81,7 @@ pub struct Cli {
     #[arg(short = 'v', action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// Set a limit: MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION, MAXERRORS, MAXSKIPPED, MAXNESTING, MAXTRACE (repeatable).
+    /// Set a limit: MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION, MAXACTION_INTERRUPTIBLE, MAXERRORS, MAXSKIPPED, MAXNESTING, MAXTRACE (repeatable).
     #[arg(short = 'D', value_name = "NAME=VALUE", action = ArgAction::Append, value_parser = parse_define)]
     pub defines: Vec<(String, u64)>,
 
@@ -134,8 +134,16 @@ pub enum Shell {
 }
 
 /// The limits `-D` may set, as in SystemTap.
-pub const KNOWN_DEFINES: &[&str] =
-    &["MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXERRORS", "MAXSKIPPED", "MAXNESTING", "MAXTRACE"];
+pub const KNOWN_DEFINES: &[&str] = &[
+    "MAXSTRINGLEN",
+    "MAXMAPENTRIES",
+    "MAXACTION",
+    "MAXACTION_INTERRUPTIBLE",
+    "MAXERRORS",
+    "MAXSKIPPED",
+    "MAXNESTING",
+    "MAXTRACE",
+];
 
 fn parse_pid(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {

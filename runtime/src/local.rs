@@ -415,15 +415,30 @@ impl<'a> Local<'a> {
         let begins = by_order(&|a| if let Attach::Begin { order } = a { Some(*order) } else { None });
         let ends = by_order(&|a| if let Attach::End { order } = a { Some(*order) } else { None });
         let errors = by_order(&|a| if let Attach::Error { order } = a { Some(*order) } else { None });
-        let timers: Vec<(usize, Duration)> = artifact
+        let timers: Vec<(usize, Duration, u64)> = artifact
             .probes
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match p.attach {
-                Attach::Timer { period_ns, .. } => Some((i, Duration::from_nanos(period_ns.max(1)))),
+                Attach::Timer { period_ns, randomize_ns } => {
+                    Some((i, Duration::from_nanos(period_ns.max(1)), randomize_ns.min(period_ns.saturating_sub(1))))
+                }
                 _ => None,
             })
             .collect();
+        // `.randomize(M)`: each period gets a uniform offset in [-M, M].
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.subsec_nanos());
+        let mut seed = (std::process::id() as u64) << 32 | u64::from(nanos) | 1;
+        let mut jitter = move |period: Duration, spread: u64| -> Duration {
+            if spread == 0 {
+                return period;
+            }
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let off = (seed % (2 * spread + 1)) as i128 - spread as i128;
+            Duration::from_nanos((period.as_nanos() as i128 + off).max(1) as u64)
+        };
         let maxerrors = artifact.limits.maxerrors;
         let errors_at = core::mem::offset_of!(Header, errors);
         let skipped_at = core::mem::offset_of!(Header, skipped);
@@ -472,7 +487,7 @@ impl<'a> Local<'a> {
             if !failed && !region.exit_requested() {
                 // Timers, until exit(), -T, a signal or too many errors.
                 let start = Instant::now();
-                let mut next: Vec<Instant> = timers.iter().map(|(_, p)| start + *p).collect();
+                let mut next: Vec<Instant> = timers.iter().map(|(_, p, r)| start + jitter(*p, *r)).collect();
                 loop {
                     if region.exit_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
@@ -496,11 +511,11 @@ impl<'a> Local<'a> {
                     if signals.pending() {
                         break;
                     }
-                    for (k, (probe, period)) in timers.iter().enumerate() {
+                    for (k, (probe, period, spread)) in timers.iter().enumerate() {
                         if next[k] <= Instant::now() {
                             call(artifact, region, code, &mut ctx, *probe);
                             // Catch up without a burst after a stall.
-                            next[k] += *period;
+                            next[k] += jitter(*period, *spread);
                             if next[k] < Instant::now() {
                                 next[k] = Instant::now() + *period;
                             }

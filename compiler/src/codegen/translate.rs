@@ -1621,6 +1621,18 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 self.printf(&pieces, &vals);
                 zero
             }
+            Builtin::Sprint | Builtin::Sprintln => {
+                let pieces = Self::print_pieces(args, f == Builtin::Sprintln);
+                let vals = self.args(args);
+                let t = self.temp();
+                let (_, off) = self.sh.format(&pieces);
+                let arr = self.arg_array(&vals);
+                let fp = self.region_addr(off);
+                let cap = self.cap_val();
+                let n = self.iconst(vals.len() as i64);
+                self.rt(Rt::Format, &[t, cap, fp, arr, n]);
+                t
+            }
             Builtin::Pid => self.load(self.ctx, core::mem::offset_of!(abi::Ctx, pid) as i32),
             Builtin::Tid => self.load(self.ctx, core::mem::offset_of!(abi::Ctx, tid) as i32),
             Builtin::Ppid => self.load(self.region, core::mem::offset_of!(abi::Header, ppid) as i32),

@@ -45,6 +45,8 @@ builtins! {
     Sprintf = "sprintf"(String; any) -> String,
     Print = "print"(; any) -> Void,
     Println = "println"(; any) -> Void,
+    Sprint = "sprint"(; any) -> String,
+    Sprintln = "sprintln"(; any) -> String,
     // Context.
     Pid = "pid"() -> Long,
     Tid = "tid"() -> Long,
