@@ -18,7 +18,7 @@ mod common;
 use common::{check_file, name_of, repo, tp_files};
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The corpus holds at least this many cases; a smaller one lost files.
 const MIN_CASES: usize = 150;
@@ -57,17 +57,20 @@ fn run(dir: &std::path::Path, name: &str, text: &str) -> Run {
         let _ = err.read_to_end(&mut s);
         s
     });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s.code();
+    // Wait for the exit on another thread; a run that outlives the limit is
+    // killed (a hang is a failure, not a stuck test).
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait().ok().and_then(|s| s.code()));
+    });
+    let status = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(code) => code,
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = rx.recv();
+            None
         }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
     };
     let stdout = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
     let stderr = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();

@@ -27,6 +27,8 @@ pub enum RunError {
     Signals(std::io::Error),
     #[error("writing the output failed: {0}")]
     Output(std::io::Error),
+    #[error("internal error: the compiled artifact is inconsistent: {0}")]
+    BadArtifact(String),
 }
 
 pub struct Config {
@@ -58,7 +60,9 @@ impl Region {
         let base = mem.as_ptr();
         for (off, bytes) in &a.init {
             let end = *off as usize + bytes.len();
-            assert!(end <= mem.len(), "artifact init write past the region");
+            if end > mem.len() {
+                return Err(RunError::BadArtifact(format!("initial data at {off:#x} ends past the region")));
+            }
             // SAFETY: in bounds (checked above); nothing else uses the region yet.
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(*off as usize), bytes.len()) };
         }

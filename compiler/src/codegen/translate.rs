@@ -1138,28 +1138,24 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 let eb = self.b.create_block();
                 let done = self.b.create_block();
                 self.b.append_block_param(done, I64);
+                // A string result is copied into one temporary both arms share.
+                let shared = (e.ty == Ty::String).then(|| self.temp());
                 self.b.ins().brif(c, tb, &[], eb, &[]);
                 self.b.switch_to_block(tb);
                 self.b.seal_block(tb);
-                let mut tv = self.expr(then);
-                if e.ty == Ty::String {
-                    // Both arms' strings must outlive the arm: copy to one temp.
-                    let t = self.temp();
-                    let cap = self.cap_val();
-                    self.rt(Rt::Strcpy, &[t, tv, cap]);
-                    tv = t;
+                for (arm, block) in [(then, tb), (els, eb)] {
+                    if block == eb {
+                        self.b.switch_to_block(eb);
+                        self.b.seal_block(eb);
+                    }
+                    let mut v = self.expr(arm);
+                    if let Some(t) = shared {
+                        let cap = self.cap_val();
+                        self.rt(Rt::Strcpy, &[t, v, cap]);
+                        v = t;
+                    }
+                    self.b.ins().jump(done, &[v.into()]);
                 }
-                self.b.ins().jump(done, &[tv.into()]);
-                self.b.switch_to_block(eb);
-                self.b.seal_block(eb);
-                let mut ev = self.expr(els);
-                if e.ty == Ty::String {
-                    let t = self.temp();
-                    let cap = self.cap_val();
-                    self.rt(Rt::Strcpy, &[t, ev, cap]);
-                    ev = t;
-                }
-                self.b.ins().jump(done, &[ev.into()]);
                 self.b.switch_to_block(done);
                 self.b.seal_block(done);
                 self.b.block_params(done)[0]
@@ -1517,6 +1513,18 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.rt(Rt::Printf, &[self.region, self.ctx, idv, kp, arr, n]);
     }
 
+    /// Format into a new string temporary, inside the handler.
+    fn sprintf(&mut self, pieces: &[Piece], vals: &[Value]) -> Value {
+        let t = self.temp();
+        let (_, off) = self.sh.format(pieces);
+        let arr = self.arg_array(vals);
+        let fp = self.region_addr(off);
+        let cap = self.cap_val();
+        let n = self.iconst(vals.len() as i64);
+        self.rt(Rt::Format, &[t, cap, fp, arr, n]);
+        t
+    }
+
     fn format_pieces(&mut self, fmt_expr: &Expr) -> Option<Vec<Piece>> {
         let ExprKind::String(s) = &fmt_expr.kind else {
             self.sh.diags.push(
@@ -1594,19 +1602,13 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 }
                 zero
             }
-            Builtin::Sprintf => {
-                let t = self.temp();
-                if let Some(pieces) = self.format_pieces(&args[0]) {
+            Builtin::Sprintf => match self.format_pieces(&args[0]) {
+                Some(pieces) => {
                     let vals = self.args(&args[1..]);
-                    let (_, off) = self.sh.format(&pieces);
-                    let arr = self.arg_array(&vals);
-                    let fp = self.region_addr(off);
-                    let cap = self.cap_val();
-                    let n = self.iconst(vals.len() as i64);
-                    self.rt(Rt::Format, &[t, cap, fp, arr, n]);
+                    self.sprintf(&pieces, &vals)
                 }
-                t
-            }
+                None => self.temp(),
+            },
             Builtin::Print | Builtin::Println => {
                 let newline = f == Builtin::Println;
                 if args.len() == 1 && matches!(args[0].kind, ExprKind::HistLog { .. } | ExprKind::HistLinear { .. }) {
@@ -1624,14 +1626,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             Builtin::Sprint | Builtin::Sprintln => {
                 let pieces = Self::print_pieces(args, f == Builtin::Sprintln);
                 let vals = self.args(args);
-                let t = self.temp();
-                let (_, off) = self.sh.format(&pieces);
-                let arr = self.arg_array(&vals);
-                let fp = self.region_addr(off);
-                let cap = self.cap_val();
-                let n = self.iconst(vals.len() as i64);
-                self.rt(Rt::Format, &[t, cap, fp, arr, n]);
-                t
+                self.sprintf(&pieces, &vals)
             }
             Builtin::Pid => self.load(self.ctx, core::mem::offset_of!(abi::Ctx, pid) as i32),
             Builtin::Tid => self.load(self.ctx, core::mem::offset_of!(abi::Ctx, tid) as i32),
@@ -1757,20 +1752,13 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 // Symbolization needs the target's symbol tables (pass 5);
                 // until then the address in hex.
                 let a = self.expr(&args[0]);
-                let t = self.temp();
                 let pieces = [Piece::Conv {
                     kind: fmt::CONV_POINTER,
                     flags: 0,
                     width: fmt::COUNT_NONE,
                     precision: fmt::COUNT_NONE,
                 }];
-                let (_, off) = self.sh.format(&pieces);
-                let arr = self.arg_array(&[a]);
-                let fp = self.region_addr(off);
-                let cap = self.cap_val();
-                let one = self.iconst(1);
-                self.rt(Rt::Format, &[t, cap, fp, arr, one]);
-                t
+                self.sprintf(&pieces, &[a])
             }
             Builtin::Strlen => {
                 let s = self.expr(&args[0]);
