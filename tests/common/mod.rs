@@ -1,4 +1,5 @@
 //! Helpers shared by the data-driven corpora (parse and sem).
+#![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::{Path, PathBuf};
 
