@@ -8,5 +8,6 @@
 
 pub mod local;
 pub mod proc;
+pub mod ptrace;
 pub mod render;
 pub mod sys;

@@ -1,0 +1,307 @@
+//! The one module that calls ptrace: stopping every thread of a process,
+//! reading and writing its registers and memory, and executing system calls
+//! inside it. Pass 5 builds injection on top of this.
+//!
+//! Life cycle: [`Stopped::attach`] seizes and interrupts every thread (and
+//! threads created meanwhile) and returns a value whose `Drop` detaches them
+//! again; the normal path calls [`Stopped::detach`]. A signal that arrived
+//! while a thread was stopped is delivered again at detach, so the target
+//! loses nothing.
+//!
+//! Remote system calls follow the usual recipe: with every thread stopped,
+//! save one thread's registers, put `syscall` (0f 05) at its instruction
+//! pointer, load the call's registers with `orig_rax = -1` (so the kernel does
+//! not treat our call as the restart of a syscall the thread was blocked
+//! in), single-step, read `rax`, then restore the two bytes and every
+//! register. Restoring the saved `orig_rax`/`rax` lets the kernel restart an
+//! interrupted syscall (`-ERESTARTSYS` and friends) correctly on resume.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::os::unix::fs::FileExt;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PtraceError {
+    #[error("no process with pid {0}")]
+    NoProcess(i32),
+    #[error(
+        "ptrace(PTRACE_SEIZE) on pid {pid} failed: Operation not permitted (run as root, or allow \
+         tracing: `sysctl kernel.yama.ptrace_scope=0`, or give the tracer CAP_SYS_PTRACE)"
+    )]
+    Permission { pid: i32 },
+    #[error("pid {pid} is already being traced by pid {tracer} (a debugger or another tracer)")]
+    AlreadyTraced { pid: i32, tracer: i32 },
+    #[error("ptrace({op}) on thread {tid} failed: {source}")]
+    Call { op: &'static str, tid: i32, source: io::Error },
+    #[error("waiting for thread {tid} failed: {source}")]
+    Wait { tid: i32, source: io::Error },
+    #[error("thread {tid} exited while stopped")]
+    Exited { tid: i32 },
+    #[error("{op} of {len} bytes at {addr:#x} in pid {pid} failed: {source}")]
+    Memory { op: &'static str, pid: i32, addr: u64, len: usize, source: io::Error },
+}
+
+pub type Regs = libc::user_regs_struct;
+
+/// A process with every thread stopped under ptrace.
+pub struct Stopped {
+    pid: i32,
+    /// Threads and the signal each must get back at detach (0: none).
+    threads: BTreeMap<i32, i32>,
+    mem: std::fs::File,
+    detached: bool,
+}
+
+fn errno() -> io::Error {
+    io::Error::last_os_error()
+}
+
+fn tasks(pid: i32) -> io::Result<BTreeSet<i32>> {
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        if let Some(t) = e?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            out.insert(t);
+        }
+    }
+    Ok(out)
+}
+
+fn tracer_of(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok()).filter(|&t| t != 0)
+}
+
+/// What a wait saw.
+enum Stop {
+    /// A ptrace event stop (interrupt, group stop) or a single-step trap.
+    Trap,
+    /// A signal about to be delivered: it must be delivered later.
+    Signal(i32),
+    Exited,
+}
+
+fn wait(tid: i32) -> Result<Stop, PtraceError> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid with a valid status pointer.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        if r >= 0 {
+            break;
+        }
+        let e = errno();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(PtraceError::Wait { tid, source: e });
+        }
+    }
+    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+        return Ok(Stop::Exited);
+    }
+    let sig = libc::WSTOPSIG(status);
+    let event = status >> 16;
+    if event != 0 || sig == libc::SIGTRAP {
+        return Ok(Stop::Trap);
+    }
+    Ok(Stop::Signal(sig))
+}
+
+fn ptrace(
+    op: &'static str,
+    req: libc::c_uint,
+    tid: i32,
+    addr: usize,
+    data: usize,
+) -> Result<libc::c_long, PtraceError> {
+    // SAFETY: ptrace requests used here take integers or pointers to live
+    // buffers owned by the caller.
+    let r = unsafe { libc::ptrace(req, tid, addr, data) };
+    if r < 0 {
+        return Err(PtraceError::Call { op, tid, source: errno() });
+    }
+    Ok(r)
+}
+
+impl Stopped {
+    /// Seize and stop every thread of `pid`.
+    pub fn attach(pid: i32) -> Result<Stopped, PtraceError> {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() || pid <= 0 {
+            return Err(PtraceError::NoProcess(pid));
+        }
+        if let Some(tracer) = tracer_of(pid) {
+            return Err(PtraceError::AlreadyTraced { pid, tracer });
+        }
+        let mem =
+            std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem")).map_err(|e| match e
+                .kind()
+            {
+                io::ErrorKind::NotFound => PtraceError::NoProcess(pid),
+                io::ErrorKind::PermissionDenied => PtraceError::Permission { pid },
+                _ => PtraceError::Memory { op: "open /proc/PID/mem", pid, addr: 0, len: 0, source: e },
+            })?;
+        let mut s = Stopped { pid, threads: BTreeMap::new(), mem, detached: false };
+        // Threads may be created while we stop the others: repeat until a
+        // scan finds no new one (a stopped thread cannot create any).
+        loop {
+            let now = tasks(pid).map_err(|_| PtraceError::NoProcess(pid))?;
+            let new: Vec<i32> = now.iter().copied().filter(|t| !s.threads.contains_key(t)).collect();
+            if new.is_empty() {
+                break;
+            }
+            for tid in new {
+                // SAFETY: PTRACE_SEIZE takes no buffers.
+                if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) } < 0 {
+                    let e = errno();
+                    match e.raw_os_error() {
+                        Some(libc::ESRCH) => continue, // the thread just exited
+                        Some(libc::EPERM) => {
+                            return Err(match tracer_of(pid) {
+                                Some(tracer) => PtraceError::AlreadyTraced { pid, tracer },
+                                None => PtraceError::Permission { pid },
+                            })
+                        }
+                        _ => return Err(PtraceError::Call { op: "PTRACE_SEIZE", tid, source: e }),
+                    }
+                }
+                s.threads.insert(tid, 0);
+                ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0)?;
+                match wait(tid)? {
+                    Stop::Trap => {}
+                    Stop::Signal(sig) => {
+                        // Stopped on the way to a signal: deliver it at detach.
+                        s.threads.insert(tid, sig);
+                    }
+                    Stop::Exited => {
+                        s.threads.remove(&tid);
+                    }
+                }
+            }
+        }
+        if s.threads.is_empty() {
+            return Err(PtraceError::NoProcess(pid));
+        }
+        Ok(s)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn threads(&self) -> impl Iterator<Item = i32> + '_ {
+        self.threads.keys().copied()
+    }
+
+    pub fn regs(&self, tid: i32) -> Result<Regs, PtraceError> {
+        // SAFETY: user_regs_struct is plain data; zeroed is a valid value.
+        let mut r: Regs = unsafe { std::mem::zeroed() };
+        ptrace("PTRACE_GETREGS", libc::PTRACE_GETREGS, tid, 0, &mut r as *mut Regs as usize)?;
+        Ok(r)
+    }
+
+    pub fn set_regs(&self, tid: i32, r: &Regs) -> Result<(), PtraceError> {
+        ptrace("PTRACE_SETREGS", libc::PTRACE_SETREGS, tid, 0, r as *const Regs as usize)?;
+        Ok(())
+    }
+
+    pub fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, PtraceError> {
+        let mut buf = vec![0u8; len];
+        self.mem.read_exact_at(&mut buf, addr).map_err(|source| PtraceError::Memory {
+            op: "read",
+            pid: self.pid,
+            addr,
+            len,
+            source,
+        })?;
+        Ok(buf)
+    }
+
+    /// Write through `/proc/PID/mem`, which also writes read-only (code) pages.
+    pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), PtraceError> {
+        self.mem.write_all_at(bytes, addr).map_err(|source| PtraceError::Memory {
+            op: "write",
+            pid: self.pid,
+            addr,
+            len: bytes.len(),
+            source,
+        })
+    }
+
+    /// Execute system call `nr` with `args` in thread `tid`; returns the
+    /// raw result (a negative errno on failure).
+    pub fn syscall(&mut self, tid: i32, nr: i64, args: [u64; 6]) -> Result<i64, PtraceError> {
+        let saved = self.regs(tid)?;
+        let ip = saved.rip;
+        let bytes = self.read(ip, 2)?;
+        self.write(ip, &[0x0f, 0x05])?;
+        let mut r = saved;
+        r.rax = nr as u64;
+        r.orig_rax = u64::MAX;
+        r.rdi = args[0];
+        r.rsi = args[1];
+        r.rdx = args[2];
+        r.r10 = args[3];
+        r.r8 = args[4];
+        r.r9 = args[5];
+        let result = (|| {
+            self.set_regs(tid, &r)?;
+            loop {
+                ptrace("PTRACE_SINGLESTEP", libc::PTRACE_SINGLESTEP, tid, 0, 0)?;
+                match wait(tid)? {
+                    Stop::Trap => break,
+                    Stop::Signal(sig) => {
+                        // Not ours: keep it for detach and step again (the
+                        // instruction has not run yet).
+                        self.threads.insert(tid, sig);
+                    }
+                    Stop::Exited => return Err(PtraceError::Exited { tid }),
+                }
+            }
+            Ok(self.regs(tid)?.rax as i64)
+        })();
+        // Restore whatever happened: the bytes, then every register.
+        let restore_bytes = self.write(ip, &bytes);
+        let restore_regs = self.set_regs(tid, &saved);
+        let v = result?;
+        restore_bytes?;
+        restore_regs?;
+        Ok(v)
+    }
+
+    /// The first thread (the main thread when it is alive).
+    pub fn main_thread(&self) -> i32 {
+        if self.threads.contains_key(&self.pid) {
+            self.pid
+        } else {
+            self.threads.keys().next().copied().unwrap_or(self.pid)
+        }
+    }
+
+    /// Resume every thread and stop tracing; pending signals are delivered.
+    pub fn detach(mut self) -> Result<(), PtraceError> {
+        self.detach_all()
+    }
+
+    fn detach_all(&mut self) -> Result<(), PtraceError> {
+        if self.detached {
+            return Ok(());
+        }
+        self.detached = true;
+        let mut first = Ok(());
+        for (&tid, &sig) in &self.threads {
+            // SAFETY: PTRACE_DETACH takes the signal number as data.
+            if unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) } < 0 {
+                let e = errno();
+                if e.raw_os_error() != Some(libc::ESRCH) && first.is_ok() {
+                    first = Err(PtraceError::Call { op: "PTRACE_DETACH", tid, source: e });
+                }
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Err(e) = self.detach_all() {
+            eprintln!("warning: {e}");
+        }
+    }
+}
