@@ -1180,3 +1180,14 @@ EXPORT void rt_ubacktrace(u8 *R, u8 *ctx, char *dst, i64 cap) {
         pc = frame[1];
     }
 }
+
+/* tid(): the context's, or the kernel's (once per handler run; pass 5 will
+ * cache it in the thread's slot). */
+EXPORT i64 rt_tid(u8 *ctx) {
+    i64 t = (i64)AT(ctx, C_TID, u64);
+    if (!t) {
+        t = sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+        AT(ctx, C_TID, u64) = (u64)t;
+    }
+    return t;
+}

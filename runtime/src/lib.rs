@@ -6,8 +6,10 @@
 //! pass 2 uses (through the compiler's `TargetQuery`) to find a target's
 //! executable and libraries.
 
+pub mod inject;
 pub mod local;
 pub mod proc;
 pub mod ptrace;
 pub mod render;
 pub mod sys;
+pub mod x86;

@@ -57,6 +57,15 @@ impl Region {
     pub fn new(a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
         let mem = SharedMemory::new(a.region_size as usize)
             .map_err(|source| RunError::Region { size: a.region_size, source })?;
+        Region::init(mem, a, pid, execname)
+    }
+
+    /// Set up a region in `mem` (at least `a.region_size` bytes) for the
+    /// process `pid`: the artifact's initial contents, then the header.
+    pub fn init(mem: SharedMemory, a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
+        if (mem.len() as u64) < a.region_size {
+            return Err(RunError::BadArtifact("the mapping is smaller than the region".into()));
+        }
         let base = mem.as_ptr();
         for (off, bytes) in &a.init {
             let end = *off as usize + bytes.len();
@@ -294,6 +303,28 @@ impl<'a> Consumer<'a> {
     }
 }
 
+/// Format every pending event of `region` into text (stdout and stderr
+/// lines together), with `code` a local copy of the artifact's blob (for
+/// `rt_format`). For tests and tools; sessions use a consumer thread.
+pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Result<String, std::io::Error> {
+    let buf = SharedBuf::default();
+    let mut c = Consumer {
+        artifact,
+        region,
+        // SAFETY: format_fn is rt_format's offset in the blob.
+        format: unsafe { std::mem::transmute::<*const u8, FormatFn>(code.addr(artifact.format_fn)) },
+        out: std::io::BufWriter::new(Box::new(buf.clone())),
+        messages: Box::new(buf.clone()),
+        warned: HashSet::new(),
+        buf: Vec::new(),
+    };
+    c.drain()?;
+    c.out.flush()?;
+    drop(c);
+    let v = buf.0.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok(String::from_utf8_lossy(&v).into_owned())
+}
+
 type Handler = extern "sysv64" fn(*mut u8, *mut u8);
 type FormatFn = extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
 
@@ -382,22 +413,7 @@ impl<'a> Local<'a> {
     /// Format every pending event into text (stdout and stderr lines
     /// together), without a consumer thread.
     pub fn drain_text(&self) -> Result<String, std::io::Error> {
-        let buf = SharedBuf::default();
-        let mut c = Consumer {
-            artifact: self.artifact,
-            region: &self.region,
-            // SAFETY: format_fn is rt_format's offset in the blob.
-            format: unsafe { std::mem::transmute::<*const u8, FormatFn>(self.code.addr(self.artifact.format_fn)) },
-            out: std::io::BufWriter::new(Box::new(buf.clone())),
-            messages: Box::new(buf.clone()),
-            warned: HashSet::new(),
-            buf: Vec::new(),
-        };
-        c.drain()?;
-        c.out.flush()?;
-        drop(c);
-        let v = buf.0.lock().map(|v| v.clone()).unwrap_or_default();
-        Ok(String::from_utf8_lossy(&v).into_owned())
+        drain_text(self.artifact, &self.region, &self.code)
     }
 
     /// Run the session to its end.

@@ -265,6 +265,49 @@ impl Stopped {
         Ok(v)
     }
 
+    /// Call the function at `func` in thread `tid` with up to six integer
+    /// arguments (System V), below the thread's stack pointer and its red
+    /// zone, with the return address set to `trap` (an `int3` byte in the
+    /// target): returns `rax`. Every register is restored afterwards.
+    pub fn call(&mut self, tid: i32, func: u64, args: &[u64], trap: u64) -> Result<u64, PtraceError> {
+        let saved = self.regs(tid)?;
+        let mut r = saved;
+        let sp = (saved.rsp - 256) & !15;
+        // The return address, as a `call` would push it (rsp % 16 == 8 at entry).
+        self.write(sp - 8, &trap.to_le_bytes())?;
+        r.rsp = sp - 8;
+        r.rip = func;
+        r.orig_rax = u64::MAX;
+        r.rax = 0;
+        let mut a = [0u64; 6];
+        a[..args.len().min(6)].copy_from_slice(&args[..args.len().min(6)]);
+        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        let result = (|| {
+            self.set_regs(tid, &r)?;
+            loop {
+                ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, 0)?;
+                match wait(tid)? {
+                    Stop::Trap => {
+                        let now = self.regs(tid)?;
+                        // int3 leaves rip after the trap byte.
+                        if now.rip == trap + 1 {
+                            return Ok(now.rax);
+                        }
+                        // Another stop (an event): keep going.
+                    }
+                    Stop::Signal(sig) => {
+                        self.threads.insert(tid, sig);
+                    }
+                    Stop::Exited => return Err(PtraceError::Exited { tid }),
+                }
+            }
+        })();
+        let restore = self.set_regs(tid, &saved);
+        let v = result?;
+        restore?;
+        Ok(v)
+    }
+
     /// The first thread (the main thread when it is alive).
     pub fn main_thread(&self) -> i32 {
         if self.threads.contains_key(&self.pid) {

@@ -49,6 +49,26 @@ impl SharedMemory {
         Ok(SharedMemory { ptr: p.cast(), len, _fd: fd })
     }
 
+    /// Map `len` bytes of an open memfd (the target's, through
+    /// `/proc/PID/fd/N`).
+    pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<SharedMemory> {
+        // SAFETY: a fresh shared mapping of the file; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMemory { ptr: p.cast(), len, _fd: fd })
+    }
+
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr
     }

@@ -25,8 +25,23 @@ int main(void) {
 }
 "#;
 
+/// Kills the target if a test fails half-way, so no spinning process is
+/// left behind.
+struct Reap(u32);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a pid we spawned; harmless if it already exited.
+        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+    }
+}
+
 fn build() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("telco-ptrace-{}", std::process::id()));
+    // One directory per test: tests run in parallel, and a program being
+    // written cannot be executed ("text file busy").
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("telco-ptrace-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let src = dir.join("spin.c");
     std::fs::write(&src, TARGET).expect("write spin.c");
@@ -40,6 +55,7 @@ fn build() -> std::path::PathBuf {
 fn syscalls_memory_and_detach_leave_the_target_running() {
     let exe = build();
     let mut child = Command::new(&exe).stdout(Stdio::piped()).spawn().expect("spawn target");
+    let _reap = Reap(child.id());
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let mut line = String::new();
     out.read_line(&mut line).expect("ready line");
@@ -104,4 +120,80 @@ fn attach_errors_are_clear() {
     drop(first);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The artifact of a small script, compiled by the real compiler.
+fn compile(text: &str) -> telco_abi::artifact::Artifact {
+    use telco_compiler::elaborate::{self, NoProcesses, TargetSpec};
+    use telco_compiler::{parse, ParseConfig, SourceMap};
+    let pcfg = ParseConfig::default();
+    let mut sources = SourceMap::new();
+    let id = sources.add("inject.tp", text);
+    let (script, _) = parse(&sources, id, &pcfg);
+    let cfg = elaborate::Config {
+        parse: &pcfg,
+        tapsets: elaborate::tapsets::builtin(),
+        target: TargetSpec::default(),
+        query: &NoProcesses,
+        args: &[],
+        guru: false,
+    };
+    let mut ds = Vec::new();
+    let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds).expect("elaborates");
+    let t = telco_compiler::codegen::translate(&program, &sources, Default::default()).expect("translates");
+    telco_compiler::codegen::codegen(t, &program).expect("links")
+}
+
+#[test]
+fn the_same_compiled_handler_runs_inside_the_target() {
+    use telco_runtime::inject;
+    let a = compile(
+        r#"global n, s
+probe timer.s(1) { n += 5; s = sprintf("pid %d", pid()); printf("in the target: n=%d %s %s\n", n, s, execname()) }"#,
+    );
+    let exe = build();
+    let mut child = Command::new(&exe).stdout(Stdio::piped()).spawn().expect("spawn target");
+    let _reap = Reap(child.id());
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("ready line");
+    let flag = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).expect("flag address");
+    let pid = child.id() as i32;
+
+    let mut s = Stopped::attach(pid).expect("attach");
+    let injected = inject::region(&mut s, &a, "spin").expect("region");
+    let code = inject::code(&mut s, &a, flag, 64 << 10).expect("code");
+    assert!(code.remote.abs_diff(flag) < 1 << 31, "code within reach of the module");
+    // A context in scratch memory of the target, then the handler, twice.
+    let tid = s.main_thread();
+    let scratch = s
+        .syscall(
+            tid,
+            libc::SYS_mmap,
+            [
+                0,
+                4096,
+                (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
+                u64::MAX,
+                0,
+            ],
+        )
+        .expect("scratch") as u64;
+    for _ in 0..2 {
+        s.call(tid, code.at(a.probes[0].handler), &[injected.region_remote, scratch], code.trap()).expect("call");
+    }
+    let local = telco_runtime::sys::ExecMemory::new(&a.code).expect("local code");
+    let text = telco_runtime::local::drain_text(&a, &injected.region, &local).expect("drain");
+    assert_eq!(
+        text,
+        format!("in the target: n=5 pid {pid} spin\nin the target: n=10 pid {pid} spin\n"),
+        "printf events written by the target, formatted by the tracer"
+    );
+    s.write(flag, &1i32.to_le_bytes()).expect("release");
+    s.detach().expect("detach");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("rest");
+    assert_eq!(rest, "done 1\n");
+    assert!(child.wait().expect("wait").success());
 }

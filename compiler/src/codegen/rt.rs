@@ -65,6 +65,7 @@ rt_fns! {
     Arg = "rt_arg"(3) true,
     Register = "rt_register"(2) true,
     Ubacktrace = "rt_ubacktrace"(4) false,
+    Tid = "rt_tid"(1) true,
 }
 
 /// Offset of a runtime function in [`RT_CODE`].

@@ -1628,8 +1628,9 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 let vals = self.args(args);
                 self.sprintf(&pieces, &vals)
             }
-            Builtin::Pid => self.load(self.ctx, core::mem::offset_of!(abi::Ctx, pid) as i32),
-            Builtin::Tid => self.load(self.ctx, core::mem::offset_of!(abi::Ctx, tid) as i32),
+            // The process the region serves: the same in every thread.
+            Builtin::Pid => self.load(self.region, core::mem::offset_of!(abi::Header, pid) as i32),
+            Builtin::Tid => self.rt(Rt::Tid, &[self.ctx]),
             Builtin::Ppid => self.load(self.region, core::mem::offset_of!(abi::Header, ppid) as i32),
             Builtin::Uid => self.load32(self.region, core::mem::offset_of!(abi::Header, uid) as i32),
             Builtin::Cpu => self.rt(Rt::Cpu, &[]),

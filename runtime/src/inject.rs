@@ -1,0 +1,170 @@
+//! Putting a compiled artifact into a stopped target: the shared region and
+//! the code.
+//!
+//! * The region is a memfd created *in the target* (injected `memfd_create`,
+//!   `ftruncate`, `mmap(MAP_SHARED)`); the tracer opens `/proc/PID/fd/N`
+//!   (ptrace rights suffice) and maps the same pages, then the target closes
+//!   its descriptor. This direction works whatever the target's
+//!   credentials.
+//! * Code goes into an executable mapping within ±2 GiB of the module it
+//!   probes (so a `jmp rel32` reaches it), written through `/proc/PID/mem`.
+//!   It starts with a few `int3` bytes (the return trap of remote calls),
+//!   then a copy of the blob, then room for trampolines.
+
+use crate::local::{Region, RunError};
+use crate::ptrace::{PtraceError, Stopped};
+use crate::sys::SharedMemory;
+use std::os::fd::OwnedFd;
+use telco_abi::artifact::Artifact;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    #[error(transparent)]
+    Ptrace(#[from] PtraceError),
+    #[error("{call} in pid {pid} failed: {err}")]
+    Remote { call: &'static str, pid: i32, err: std::io::Error },
+    #[error("cannot open the target's region (/proc/{pid}/fd/{fd}): {err}")]
+    OpenRegion { pid: i32, fd: i64, err: std::io::Error },
+    #[error("cannot map the target's region: {0}")]
+    MapRegion(std::io::Error),
+    #[error(transparent)]
+    Region(#[from] RunError),
+    #[error("no free address range for code within 2 GiB of {near:#x} in pid {pid}")]
+    NoCodeRange { pid: i32, near: u64 },
+}
+
+/// The bytes at the start of every code region: `int3`, the trap remote
+/// calls return to.
+pub const TRAP_BYTES: usize = 64;
+
+/// One executable mapping in the target.
+pub struct CodeRegion {
+    pub remote: u64,
+    pub size: u64,
+    /// Where the blob starts.
+    pub blob: u64,
+    /// The next free byte (for trampolines).
+    pub next: u64,
+}
+
+impl CodeRegion {
+    pub fn trap(&self) -> u64 {
+        self.remote
+    }
+
+    /// Address of a blob offset (a handler, `rt_format`, ...).
+    pub fn at(&self, offset: u32) -> u64 {
+        self.blob + u64::from(offset)
+    }
+
+    /// Reserve `len` bytes (16-aligned) for a trampoline.
+    pub fn alloc(&mut self, len: usize) -> Option<u64> {
+        let at = self.next.next_multiple_of(16);
+        if at + len as u64 > self.remote + self.size {
+            return None;
+        }
+        self.next = at + len as u64;
+        Some(at)
+    }
+}
+
+/// What injection made in the target.
+pub struct Injected {
+    pub region: Region,
+    pub region_remote: u64,
+}
+
+fn check(call: &'static str, pid: i32, r: i64) -> Result<i64, InjectError> {
+    if (-4095..0).contains(&r) {
+        return Err(InjectError::Remote { call, pid, err: std::io::Error::from_raw_os_error(-r as i32) });
+    }
+    Ok(r)
+}
+
+/// Create the shared region in the target and map it here too.
+pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected, InjectError> {
+    let pid = s.pid();
+    let tid = s.main_thread();
+    // The name for memfd_create goes just below the red zone of the thread.
+    let sp = s.regs(tid)?.rsp;
+    let name_at = (sp - 512) & !15;
+    s.write(name_at, b"telco-stap\0")?;
+    let fd = check(
+        "memfd_create",
+        pid,
+        s.syscall(tid, libc::SYS_memfd_create, [name_at, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0])?,
+    )?;
+    let size = a.region_size;
+    let result = (|| {
+        check("ftruncate", pid, s.syscall(tid, libc::SYS_ftruncate, [fd as u64, size, 0, 0, 0, 0])?)?;
+        let remote = check(
+            "mmap (region)",
+            pid,
+            s.syscall(
+                tid,
+                libc::SYS_mmap,
+                [0, size, (libc::PROT_READ | libc::PROT_WRITE) as u64, libc::MAP_SHARED as u64, fd as u64, 0],
+            )?,
+        )? as u64;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/fd/{fd}"))
+            .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
+        let mem = SharedMemory::from_fd(OwnedFd::from(file), size as usize).map_err(InjectError::MapRegion)?;
+        let region = Region::init(mem, a, pid as u64, execname)?;
+        Ok(Injected { region, region_remote: remote })
+    })();
+    // The target needs no descriptor: the mapping keeps the memory.
+    let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+    result
+}
+
+/// Map `size` bytes of executable memory within ±2 GiB of `near` and put
+/// the trap bytes and the blob in it.
+pub fn code(s: &mut Stopped, a: &Artifact, near: u64, size: u64) -> Result<CodeRegion, InjectError> {
+    let pid = s.pid();
+    let tid = s.main_thread();
+    let size = (size + TRAP_BYTES as u64 + a.code.len() as u64).next_multiple_of(4096);
+    const MAP_FIXED_NOREPLACE: u64 = 0x100000;
+    const STEP: u64 = 32 << 20;
+    let base = near & !0xfff;
+    // Below the module first (programs sit low, the heap grows above them),
+    // then above, never further than 1.5 GiB.
+    let candidates = (1..48u64).map(|i| base.wrapping_sub(i * STEP)).chain((1..48u64).map(|i| base + i * STEP));
+    for addr in candidates {
+        if addr < 0x10000 || addr > 0x7fff_ffff_0000 {
+            continue;
+        }
+        let r = s.syscall(
+            tid,
+            libc::SYS_mmap,
+            [
+                addr,
+                size,
+                (libc::PROT_READ | libc::PROT_EXEC) as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | MAP_FIXED_NOREPLACE,
+                u64::MAX,
+                0,
+            ],
+        )?;
+        if (-4095..0).contains(&r) {
+            continue;
+        }
+        let remote = r as u64;
+        if remote != addr {
+            // An old kernel ignored MAP_FIXED_NOREPLACE: accept it only if it
+            // is still in reach.
+            if remote.abs_diff(near) > (1 << 31) - size {
+                let _ = s.syscall(tid, libc::SYS_munmap, [remote, size, 0, 0, 0, 0]);
+                continue;
+            }
+        }
+        let mut head = vec![0xccu8; TRAP_BYTES];
+        head.extend_from_slice(&a.code);
+        s.write(remote, &head)?;
+        let blob = remote + TRAP_BYTES as u64;
+        return Ok(CodeRegion { remote, size, blob, next: blob + a.code.len() as u64 });
+    }
+    Err(InjectError::NoCodeRange { pid, near })
+}
