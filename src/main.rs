@@ -214,11 +214,8 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     let needs_target = artifact.probes.iter().any(|p| {
         !matches!(p.attach, Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. } | Attach::Timer { .. })
     });
-    if needs_target || cli.pid.is_some() || cli.command.is_some() {
-        bail!(
-            "pass 5 (run) for function, statement and process probes (and -p/-c) is not implemented in this build yet; \
-             scripts with only begin, end, error and timer probes run, and `--last-pass 4` shows the compiled code"
-        );
+    if needs_target && cli.pid.is_none() && cli.command.is_none() {
+        bail!("this script probes a process: name it with -p PID or -c CMD");
     }
     let output: Box<dyn Write + Send> = match &cli.output {
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("cannot create `{}`", p.display()))?),
@@ -230,11 +227,41 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         messages: Box::new(std::io::stderr()),
     };
     let t0 = Instant::now();
-    let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
-    if cli.verbose > 0 {
-        eprintln!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+    if cli.pid.is_none() && cli.command.is_none() {
+        let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
+        if cli.verbose > 0 {
+            eprintln!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+        }
+        return Ok(if outcome.errors > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS });
     }
-    Ok(if outcome.errors > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    let (stopped, child) = match (cli.pid, &cli.command) {
+        (Some(pid), _) => (telco_runtime::ptrace::Stopped::attach(pid as i32)?, false),
+        (None, Some(cmd)) => {
+            let argv: Vec<String> = if cmd.chars().any(|c| "|&;<>()$`\\\"'*?[]#~=%".contains(c)) {
+                vec!["/bin/sh".into(), "-c".into(), format!("exec {cmd}")]
+            } else {
+                cmd.split_whitespace().map(str::to_string).collect()
+            };
+            (telco_runtime::target::spawn(&argv)?, true)
+        }
+        (None, None) => unreachable!("checked above"),
+    };
+    let (region, mut armed) = telco_runtime::target::arm(stopped, artifact, child)?;
+    for w in &armed.warnings {
+        eprintln!("WARNING: {w}");
+    }
+    if cli.verbose > 0 {
+        eprintln!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+    }
+    let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed)?;
+    if outcome.errors > 0 {
+        return Ok(ExitCode::from(1));
+    }
+    // The command's exit status passes through.
+    Ok(match armed.exit_status {
+        Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        None => ExitCode::SUCCESS,
+    })
 }
 
 /// Print the diagnostics and the pass's failure line; the exit status is 1.

@@ -19,12 +19,15 @@ pub enum Attach {
         period_ns: u64,
         randomize_ns: u64,
     },
-    /// Entry or return of a function: module and module-relative address.
+    /// Entry or return of a function: module, link-time address and size,
+    /// and the offset of its first byte in the module's file (which finds it
+    /// in the target's mappings).
     Function {
         module: PathBuf,
         symbol: String,
         addr: u64,
         size: u64,
+        file_offset: u64,
         ret: bool,
         itrace: bool,
     },

@@ -12,4 +12,6 @@ pub mod proc;
 pub mod ptrace;
 pub mod render;
 pub mod sys;
+pub mod target;
+pub mod trampoline;
 pub mod x86;

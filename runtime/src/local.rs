@@ -326,6 +326,29 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
 }
 
 type Handler = extern "sysv64" fn(*mut u8, *mut u8);
+
+/// How a session with a target process drives it.
+pub trait Hooks {
+    /// After the begin probes: let the target run.
+    fn started(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// Whether the target is gone (it exited).
+    fn gone(&mut self) -> bool {
+        false
+    }
+    /// Whether `gone` must be polled.
+    fn watching(&self) -> bool {
+        false
+    }
+    /// Before the end probes: take the probes out of the target.
+    fn stopping(&mut self) {}
+}
+
+/// A session without a target.
+pub struct NoTarget;
+
+impl Hooks for NoTarget {}
 type FormatFn = extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
 
 /// A writer into shared memory of the process, for [`Local::drain_text`].
@@ -356,6 +379,12 @@ impl<'a> Local<'a> {
     pub fn new(artifact: &'a Artifact) -> Result<Local<'a>, RunError> {
         let pid = std::process::id() as u64;
         let region = Region::new(artifact, pid, "telco-stap")?;
+        Local::with_region(artifact, region)
+    }
+
+    /// Run begin/end/timer probes against a region that serves a target
+    /// (created by `inject::region`).
+    pub fn with_region(artifact: &'a Artifact, region: Region) -> Result<Local<'a>, RunError> {
         let code = ExecMemory::new(&artifact.code).map_err(RunError::Code)?;
         let ctx = vec![0u64; (artifact.ctx_size as usize).div_ceil(8)];
         Ok(Local { artifact, region, code, ctx })
@@ -417,7 +446,12 @@ impl<'a> Local<'a> {
     }
 
     /// Run the session to its end.
-    pub fn run(mut self, cfg: Config) -> Result<Outcome, RunError> {
+    pub fn run(self, cfg: Config) -> Result<Outcome, RunError> {
+        self.run_with(cfg, &mut NoTarget)
+    }
+
+    /// Run the session to its end, with a target's life cycle in `hooks`.
+    pub fn run_with(mut self, cfg: Config, hooks: &mut dyn Hooks) -> Result<Outcome, RunError> {
         let signals = Signals::install().map_err(RunError::Signals)?;
         let deadline = cfg.timeout.map(|t| Instant::now() + t);
         let stop = AtomicBool::new(false);
@@ -505,19 +539,34 @@ impl<'a> Local<'a> {
                 }
             }
             if !failed && !region.exit_requested() {
-                // Timers, until exit(), -T, a signal or too many errors.
+                if let Err(e) = hooks.started() {
+                    let _ = writeln!(std::io::stderr(), "ERROR: {e}");
+                    failed = true;
+                }
+            }
+            if !failed && !region.exit_requested() {
+                // Timers, until exit(), -T, a signal, too many errors or the
+                // target's exit.
                 let start = Instant::now();
                 let mut next: Vec<Instant> = timers.iter().map(|(_, p, r)| start + jitter(*p, *r)).collect();
                 loop {
                     if region.exit_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
                     }
+                    if hooks.watching() && hooks.gone() {
+                        break;
+                    }
                     let now = Instant::now();
                     let due = next.iter().copied().min();
-                    let wake_at = match (due, deadline) {
+                    let mut wake_at = match (due, deadline) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
+                    if hooks.watching() {
+                        // Notice the target's exit within 10 ms.
+                        let soon = now + Duration::from_millis(10);
+                        wake_at = Some(wake_at.map_or(soon, |w| w.min(soon)));
+                    }
                     if let Some(t) = wake_at.filter(|t| *t > now) {
                         if signals.wait(Some(t - now)) {
                             break;
@@ -548,6 +597,10 @@ impl<'a> Local<'a> {
                     }
                 }
             }
+            hooks.stopping();
+            // The target's hooks are out (or it is gone); the session's own
+            // end and error probes still run.
+            region.set_enabled(true);
             for &p in if failed { &errors } else { &ends } {
                 call(artifact, region, code, &mut ctx, p);
                 wake();

@@ -181,6 +181,55 @@ impl Stopped {
         Ok(s)
     }
 
+    /// Take over a child that is already traced and stopped (spawned with
+    /// `PTRACE_TRACEME`, stopped at its `exec`): one thread.
+    pub fn adopt(pid: i32) -> Result<Stopped, PtraceError> {
+        let mem = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|source| PtraceError::Memory { op: "open /proc/PID/mem", pid, addr: 0, len: 0, source })?;
+        let mut threads = BTreeMap::new();
+        threads.insert(pid, 0);
+        Ok(Stopped { pid, threads, mem, detached: false })
+    }
+
+    /// Let thread `tid` run until it executes the `int3` placed at `at`
+    /// (the caller saved the byte), then put its instruction pointer back
+    /// on `at`.
+    pub fn run_to_trap(&mut self, tid: i32, at: u64) -> Result<(), PtraceError> {
+        let mut sig = 0;
+        loop {
+            ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, sig as usize)?;
+            sig = 0;
+            match wait(tid)? {
+                Stop::Trap => {
+                    let mut r = self.regs(tid)?;
+                    if r.rip == at + 1 {
+                        r.rip = at;
+                        return self.set_regs(tid, &r);
+                    }
+                }
+                // Delivered with the next continue (the program is starting).
+                Stop::Signal(s) => sig = s,
+                Stop::Exited => return Err(PtraceError::Exited { tid }),
+            }
+        }
+    }
+
+    /// Step thread `tid` one instruction.
+    pub fn step(&mut self, tid: i32) -> Result<(), PtraceError> {
+        ptrace("PTRACE_SINGLESTEP", libc::PTRACE_SINGLESTEP, tid, 0, 0)?;
+        match wait(tid)? {
+            Stop::Trap => Ok(()),
+            Stop::Signal(sig) => {
+                self.threads.insert(tid, sig);
+                Ok(())
+            }
+            Stop::Exited => Err(PtraceError::Exited { tid }),
+        }
+    }
+
     pub fn pid(&self) -> i32 {
         self.pid
     }

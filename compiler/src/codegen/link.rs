@@ -139,6 +139,7 @@ fn attach_of(p: &Point) -> Attach {
             symbol: f.symbol.clone(),
             addr: f.addr,
             size: f.size,
+            file_offset: f.file_offset,
             ret: f.ret,
             itrace: f.itrace,
         },

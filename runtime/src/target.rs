@@ -1,0 +1,395 @@
+//! Pass 5 with a target process: spawn (`-c`) or attach (`-p`), inject the
+//! region and the code, hook every probed function entry, let the target
+//! run while the tracer drains events, and take the hooks out again.
+//!
+//! * `-c CMD`: the child is traced from `exec` (`PTRACE_TRACEME`) and run to
+//!   its ELF entry point (`AT_ENTRY`), where the dynamic loader has mapped
+//!   every needed library and `main` has not run: probes are armed there.
+//! * `-p PID`: every thread is stopped (`ptrace::Stopped::attach`).
+//! * Hooks are placed with every thread stopped and no thread's instruction
+//!   pointer inside the bytes being replaced (such a thread is stepped out
+//!   first). Then the tracer detaches: handlers run in the target's threads
+//!   with no tracer involvement.
+//! * At the end the tracer attaches again (if the target lives), disables
+//!   the handlers (`Header::enabled`), restores every patched byte and
+//!   detaches. The code regions stay mapped: a thread may still be inside a
+//!   trampoline.
+
+use crate::inject::{self, CodeRegion, InjectError};
+use crate::local::{Hooks, Region};
+use crate::ptrace::{PtraceError, Stopped};
+use crate::trampoline;
+use crate::x86;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use telco_abi::artifact::{Artifact, Attach};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error(transparent)]
+    Ptrace(#[from] PtraceError),
+    #[error(transparent)]
+    Inject(#[from] InjectError),
+    #[error("cannot start `{cmd}`: {err}")]
+    Spawn { cmd: String, err: std::io::Error },
+    #[error("`{cmd}` exited before its entry point (status {status})")]
+    EarlyExit { cmd: String, status: i32 },
+    #[error("pid {pid} is not an x86_64 process ({what})")]
+    NotX86 { pid: i32, what: String },
+    #[error("{module} is not mapped in pid {pid} (is the library loaded?)")]
+    NotMapped { module: String, pid: i32 },
+    #[error("cannot read /proc/{pid}/{file}: {err}")]
+    Proc { pid: i32, file: &'static str, err: std::io::Error },
+    #[error("no probe could be placed:\n{0}")]
+    NothingPlaced(String),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A mapping of a file in the target.
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: PathBuf,
+}
+
+fn mappings(pid: i32) -> Result<Vec<Mapping>, TargetError> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|err| TargetError::Proc {
+        pid,
+        file: "maps",
+        err,
+    })?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_inode)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path: String = it.collect::<Vec<_>>().join(" ");
+        if !path.starts_with('/') {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) =
+            (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(off, 16))
+        else {
+            continue;
+        };
+        out.push(Mapping { start, end, offset, path: PathBuf::from(path) });
+    }
+    Ok(out)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => a == b,
+    }
+}
+
+/// The run-time address of a byte at `file_offset` of `module`.
+fn runtime_addr(maps: &[Mapping], module: &Path, file_offset: u64) -> Option<u64> {
+    maps.iter()
+        .filter(|m| same_file(&m.path, module))
+        .find(|m| file_offset >= m.offset && file_offset < m.offset + (m.end - m.start))
+        .map(|m| m.start + (file_offset - m.offset))
+}
+
+fn check_x86_64(pid: i32) -> Result<(), TargetError> {
+    let exe = std::fs::read(format!("/proc/{pid}/exe")).map_err(|err| TargetError::Proc { pid, file: "exe", err })?;
+    // ELF class 64 and machine x86_64 (62).
+    if exe.len() < 20 || &exe[..4] != b"\x7fELF" {
+        return Err(TargetError::NotX86 { pid, what: "not an ELF program".into() });
+    }
+    let machine = u16::from_le_bytes([exe[18], exe[19]]);
+    if exe[4] != 2 || machine != 62 {
+        return Err(TargetError::NotX86 { pid, what: format!("ELF class {}, machine {machine}", exe[4]) });
+    }
+    Ok(())
+}
+
+/// One placed hook: where, and the bytes to put back.
+struct Patch {
+    at: u64,
+    original: Vec<u8>,
+}
+
+/// A target with its probes armed.
+pub struct Armed {
+    pid: i32,
+    /// We spawned it (`-c`): its exit status is ours to collect.
+    child: bool,
+    patches: Vec<Patch>,
+    stopped: Option<Stopped>,
+    region_enabled: Option<*const u32>,
+    pub exit_status: Option<i32>,
+    pub warnings: Vec<String>,
+    _code: Vec<CodeRegion>,
+}
+
+/// Start `argv` traced from its `exec` and run it to its entry point.
+pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
+    use std::os::unix::process::CommandExt;
+    let cmd = argv.join(" ");
+    let mut c = std::process::Command::new(&argv[0]);
+    c.args(&argv[1..]);
+    // SAFETY: pre_exec runs in the forked child before exec; ptrace(TRACEME)
+    // is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = c.spawn().map_err(|err| TargetError::Spawn { cmd: cmd.clone(), err })?;
+    let pid = child.id() as i32;
+    // The child is ours to reap; std's Child is dropped without waiting.
+    std::mem::forget(child);
+    let mut status = 0;
+    // SAFETY: waitpid on our child with a valid status pointer.
+    unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    if !libc::WIFSTOPPED(status) {
+        return Err(TargetError::EarlyExit { cmd, status: libc::WEXITSTATUS(status) });
+    }
+    let mut s = Stopped::adopt(pid)?;
+    check_x86_64(pid)?;
+    // Run to AT_ENTRY: the libraries are mapped, main has not run.
+    let auxv =
+        std::fs::read(format!("/proc/{pid}/auxv")).map_err(|err| TargetError::Proc { pid, file: "auxv", err })?;
+    let entry = auxv
+        .chunks_exact(16)
+        .find(|c| u64::from_le_bytes(c[..8].try_into().unwrap_or([0; 8])) == libc::AT_ENTRY)
+        .map(|c| u64::from_le_bytes(c[8..].try_into().unwrap_or([0; 8])))
+        .ok_or_else(|| TargetError::Unsupported(format!("pid {pid} has no AT_ENTRY")))?;
+    let saved = s.read(entry, 1)?;
+    s.write(entry, &[0xcc])?;
+    let r = s.run_to_trap(pid, entry);
+    s.write(entry, &saved)?;
+    r?;
+    Ok(s)
+}
+
+/// Inject the artifact into the stopped target and hook every function
+/// entry probe. Returns the region (for the tracer-side session) and the
+/// armed target.
+pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed), TargetError> {
+    let pid = s.pid();
+    check_x86_64(pid)?;
+    let execname = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
+    let injected = inject::region(&mut s, a, &execname)?;
+    let maps = mappings(pid)?;
+    // Function probes by module.
+    let mut by_module: BTreeMap<PathBuf, Vec<(usize, u64, u64)>> = BTreeMap::new();
+    for (i, p) in a.probes.iter().enumerate() {
+        match &p.attach {
+            Attach::Function { module, file_offset, size, ret: false, itrace: false, .. } => {
+                by_module.entry(module.clone()).or_default().push((i, *file_offset, *size));
+            }
+            Attach::Function { .. } | Attach::Statement { .. } | Attach::Lifecycle { .. } => {
+                return Err(TargetError::Unsupported(format!(
+                    "probe point `{}`: return, .itrace, statement and process lifecycle probes are not supported by \
+                     this build yet (function entry probes are)",
+                    p.name
+                )))
+            }
+            _ => {}
+        }
+    }
+    let mut patches = Vec::new();
+    let mut codes = Vec::new();
+    let mut refused = Vec::new();
+    let mut plans = Vec::new();
+    for (module, probes) in &by_module {
+        let base = runtime_addr(&maps, module, probes[0].1)
+            .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
+        let mut code = inject::code(&mut s, a, base, 4096 + 1024 * probes.len() as u64)?;
+        for &(i, file_offset, size) in probes {
+            let p = &a.probes[i];
+            let Some(addr) = runtime_addr(&maps, module, file_offset) else {
+                refused.push(format!("{}: not mapped", p.name));
+                continue;
+            };
+            let bytes = s.read(addr, (size as usize).clamp(1, 1 << 20) + 16)?;
+            let hook = match x86::plan(&bytes, addr, size) {
+                Ok(h) => h,
+                Err(why) => {
+                    refused.push(format!("{}: {why}", p.function));
+                    continue;
+                }
+            };
+            let Some(at) = code.alloc(1024) else {
+                refused.push(format!("{}: no room for its trampoline", p.function));
+                continue;
+            };
+            let prefix = trampoline::entry_prefix(&trampoline::Entry {
+                at,
+                region: injected.region_remote,
+                handler: code.at(p.handler),
+                probe: i as u32,
+                addr,
+                ctx_size: a.ctx_size,
+            })
+            .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+            let start = (hook.patch_at - addr) as usize;
+            let displaced = &bytes[start..start + hook.displaced];
+            let relocated = match x86::relocate(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
+                Ok(r) => r,
+                Err(why) => {
+                    refused.push(format!("{}: {why}", p.function));
+                    continue;
+                }
+            };
+            let Some(jmp) = x86::jmp_rel32(hook.patch_at, at) else {
+                refused.push(format!("{}: trampoline out of jump range", p.function));
+                continue;
+            };
+            let mut tramp = prefix;
+            tramp.extend_from_slice(&relocated);
+            if tramp.len() > 1024 {
+                refused.push(format!("{}: trampoline too large", p.function));
+                continue;
+            }
+            s.write(at, &tramp)?;
+            let mut patch = jmp.to_vec();
+            patch.resize(hook.displaced, 0xcc);
+            plans.push((hook.patch_at, displaced.to_vec(), patch));
+        }
+        codes.push(code);
+    }
+    if plans.is_empty() && !by_module.is_empty() {
+        return Err(TargetError::NothingPlaced(refused.join("\n")));
+    }
+    // No thread may be inside bytes about to change: step it out.
+    let tids: Vec<i32> = s.threads().collect();
+    for tid in tids {
+        for _ in 0..64 {
+            let rip = s.regs(tid)?.rip;
+            if !plans.iter().any(|(at, orig, _)| rip > *at && rip < at + orig.len() as u64) {
+                break;
+            }
+            s.step(tid)?;
+        }
+    }
+    for (at, original, patch) in plans {
+        s.write(at, &patch)?;
+        patches.push(Patch { at, original });
+    }
+    let enabled = unsafe_enabled_ptr(&injected.region);
+    let armed = Armed {
+        pid,
+        child,
+        patches,
+        stopped: Some(s),
+        region_enabled: Some(enabled),
+        exit_status: None,
+        warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).collect(),
+        _code: codes,
+    };
+    Ok((injected.region, armed))
+}
+
+fn unsafe_enabled_ptr(r: &Region) -> *const u32 {
+    // SAFETY: the header is at offset 0 of the region, which outlives the
+    // session (Armed is dropped before the Region).
+    unsafe { r.base().add(core::mem::offset_of!(telco_abi::region::Header, enabled)).cast() }
+}
+
+impl Armed {
+    fn alive(&mut self) -> bool {
+        if self.exit_status.is_some() {
+            return false;
+        }
+        if self.child {
+            let mut status = 0;
+            // SAFETY: non-blocking wait on our own child.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            if r == self.pid && (libc::WIFEXITED(status) || libc::WIFSIGNALED(status)) {
+                self.exit_status = Some(if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                });
+                return false;
+            }
+            return r >= 0;
+        }
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Ok(s) => !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Err(_) => false,
+        }
+    }
+}
+
+impl Hooks for Armed {
+    fn started(&mut self) -> Result<(), String> {
+        if let Some(s) = self.stopped.take() {
+            s.detach().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn watching(&self) -> bool {
+        true
+    }
+
+    fn gone(&mut self) -> bool {
+        !self.alive()
+    }
+
+    fn stopping(&mut self) {
+        if let Some(p) = self.region_enabled.take() {
+            // SAFETY: see unsafe_enabled_ptr; Release pairs with the
+            // handlers' Acquire load at entry.
+            unsafe { std::sync::atomic::AtomicU32::from_ptr(p as *mut u32) }
+                .store(0, std::sync::atomic::Ordering::Release);
+        }
+        if !self.alive() || self.patches.is_empty() {
+            return;
+        }
+        // Put the original bytes back, with every thread stopped.
+        let s = match self.stopped.take() {
+            Some(s) => Ok(s),
+            None => Stopped::attach(self.pid),
+        };
+        match s {
+            Ok(s) => {
+                for p in &self.patches {
+                    if let Err(e) = s.write(p.at, &p.original) {
+                        eprintln!("warning: cannot restore the code at {:#x} in pid {}: {e}", p.at, self.pid);
+                    }
+                }
+                if let Err(e) = s.detach() {
+                    eprintln!("warning: {e}");
+                }
+            }
+            Err(e) => eprintln!("warning: cannot stop pid {} to remove the probes: {e}", self.pid),
+        }
+        self.patches.clear();
+    }
+}
+
+impl Armed {
+    /// After the session: wait for a spawned command to finish.
+    pub fn wait_child(&mut self) -> Option<i32> {
+        if self.child && self.exit_status.is_none() {
+            let mut status = 0;
+            // SAFETY: blocking wait on our own child.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                self.exit_status = Some(if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                });
+            }
+        }
+        self.exit_status
+    }
+}
