@@ -86,7 +86,10 @@ fn last_pass_3_prints_clif_and_4_the_disassembly() {
 
 /// A small target program with a function `work`, built with gcc.
 fn target_program() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("telco-cli-{}", std::process::id()));
+    // One directory per call: tests run in parallel.
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("telco-cli-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let src = dir.join("prog.c");
     std::fs::write(
@@ -176,11 +179,19 @@ fn interrupt_runs_end_probes_and_exits_zero() {
 }
 
 #[test]
-fn function_probes_say_pass_5_is_missing() {
+fn return_probes_say_they_are_not_supported_yet() {
     let prog = target_program();
     let prog = prog.to_string_lossy().into_owned();
-    let o = telco(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &prog]);
-    assert_fails(&o, 1, "is not implemented in this build yet");
+    let o = telco(&[
+        "-e",
+        "global n probe process.function(\"work\").return { n++ } probe end { println(n) }",
+        "-c",
+        &prog,
+    ]);
+    assert_fails(&o, 1, "not supported by this build yet");
+    let script = format!("global n probe process(\"{prog}\").function(\"work\") {{ n++ }}");
+    let o = telco(&["-e", &script]);
+    assert_fails(&o, 1, "name it with -p PID or -c CMD");
 }
 
 #[test]

@@ -1,0 +1,67 @@
+/* A target for function probes (tests/target.rs). Each mode exercises one
+ * prologue shape; the program prints a checksum, so traced and untraced runs
+ * can be compared. Built with gcc -O2 (and -fcf-protection for endbr64). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+volatile long g = 7;
+
+/* Shorter than the 5-byte jump (mov + ret), padding follows at -O2. */
+__attribute__((noinline)) long tiny(long x) { return x; }
+/* A plain leaf. */
+__attribute__((noinline)) long work(long x) { return x * 2 + 1; }
+/* First instruction reads a global RIP-relative. */
+__attribute__((noinline)) long rip_first(void) { return g + 1; }
+/* A conditional jump within the first 5 bytes: odd x gives 2x, even x. */
+__asm__(".text\n.globl cond_first\n.type cond_first,@function\n.p2align 4\ncond_first:\n"
+        "  test $1, %dil\n  jz 1f\n  lea (%rdi,%rdi), %rax\n  ret\n1:\n  mov %rdi, %rax\n  ret\n"
+        ".size cond_first, .-cond_first\n");
+long cond_first(long x);
+/* A loop that jumps back to the function's first instruction. */
+__asm__(".text\n.globl loopy\n.type loopy,@function\n.p2align 4\nloopy:\n"
+        "  sub $1, %rdi\n  jnz loopy\n  mov $42, %eax\n  ret\n.size loopy, .-loopy\n");
+long loopy(long n);
+
+static long n_calls = 1000;
+
+static void *thread_main(void *arg) {
+    long s = 0;
+    for (long i = 0; i < n_calls; i++) s += work(i);
+    *(long *)arg = s;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "work";
+    if (argc > 2) n_calls = atol(argv[2]);
+    long s = 0;
+    if (!strcmp(mode, "work")) {
+        for (long i = 0; i < n_calls; i++) s += work(i);
+    } else if (!strcmp(mode, "shapes")) {
+        for (long i = 0; i < n_calls; i++) s += rip_first() + cond_first(i) + tiny(i) + loopy(3);
+    } else if (!strcmp(mode, "threads")) {
+        pthread_t t[8];
+        long r[8];
+        for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, thread_main, &r[i]);
+        for (int i = 0; i < 8; i++) {
+            pthread_join(t[i], 0);
+            s += r[i];
+        }
+    } else if (!strcmp(mode, "wait")) {
+        /* For -p: say where work is, then wait for a line on stdin, work. */
+        printf("ready %p\n", (void *)work);
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 2;
+        for (long i = 0; i < n_calls; i++) s += work(i);
+        /* Then wait again so the test can read the code back. */
+        printf("worked %ld\n", s);
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) return 2;
+    }
+    printf("%s %ld\n", mode, s);
+    return strcmp(mode, "exit3") ? 0 : 3;
+}

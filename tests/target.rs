@@ -1,0 +1,141 @@
+//! Function probes in real target processes, through the binary: each
+//! target (tests/programs/probed.c, built here with gcc) runs with and
+//! without tracing; its own output must be identical and the script's
+//! counts exact. Readiness is always a line on a pipe.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn build(name: &str, flags: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("telco-target-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let exe = dir.join(name);
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/probed.c");
+    let st = Command::new("gcc")
+        .args(["-O2", "-pthread"])
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc runs");
+    assert!(st.success(), "gcc failed");
+    exe
+}
+
+fn run(args: &[&str]) -> (String, String, Option<i32>) {
+    let o = Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
+}
+
+fn untraced(exe: &PathBuf, args: &[&str]) -> String {
+    let o = Command::new(exe).args(args).output().expect("run target");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+const SHAPES: &str = r#"global n
+probe process.function("rip_first"), process.function("cond_first"), process.function("tiny"),
+      process.function("loopy"), process.function("work") { n[ppfunc()]++ }
+probe end { foreach (f+ in n) printf("%s %d\n", f, n[f]) }"#;
+
+/// RIP-relative first instruction, a conditional jump in the first 5
+/// bytes, a function shorter than the jump (padding after it), a loop back
+/// to the entry: with and without `endbr64`.
+#[test]
+fn prologue_shapes_are_probed_exactly() {
+    for (name, flags) in [("plain", &[][..]), ("cet", &["-fcf-protection"][..])] {
+        let exe = build(name, flags);
+        let cmd = format!("{} shapes 1000", exe.display());
+        let (out, err, code) = run(&["-e", SHAPES, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{name}: {err}");
+        assert_eq!(err, "", "{name}");
+        let own = untraced(&exe, &["shapes", "1000"]);
+        assert_eq!(out, format!("{own}cond_first 1000\nloopy 1000\nrip_first 1000\ntiny 1000\n"), "{name}");
+    }
+}
+
+#[test]
+fn eight_threads_count_exactly() {
+    let exe = build("threads", &[]);
+    let cmd = format!("{} threads 1000000", exe.display());
+    let (out, err, code) =
+        run(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{}8000000\n", untraced(&exe, &["threads", "1000000"])));
+}
+
+#[test]
+fn command_exit_status_and_arguments_pass_through() {
+    let exe = build("status", &[]);
+    let cmd = format!("{} exit3 5", exe.display());
+    let (out, _, code) =
+        run(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &cmd]);
+    assert_eq!(code, Some(3), "the command's status");
+    assert_eq!(out, "exit3 0\n0\n");
+}
+
+/// Attach to a running program, count, detach at exit(): the code is
+/// restored byte for byte and the program finishes correctly.
+#[test]
+fn attach_detach_restores_the_code() {
+    let exe = build("attach", &[]);
+    let mut target = Command::new(&exe)
+        .args(["wait", "5000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn target");
+    let mut t_in = target.stdin.take().expect("stdin");
+    let mut t_out = BufReader::new(target.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    t_out.read_line(&mut line).expect("ready");
+    let addr = u64::from_str_radix(line.trim().trim_start_matches("ready 0x"), 16).expect("address of work");
+    let pid = target.id();
+    let read_code = || {
+        let f = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
+        let mut buf = [0u8; 32];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, addr).expect("read code");
+        buf
+    };
+    let before = read_code();
+
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-e",
+            "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++; if (n == 5000) exit() } probe end { println(n) }",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn telco-stap");
+    let mut s_out = BufReader::new(tracer.stdout.take().expect("stdout"));
+    let mut armed = String::new();
+    s_out.read_line(&mut armed).expect("armed line");
+    assert_eq!(armed, "armed\n");
+    assert_ne!(read_code(), before, "the entry of work is patched while tracing");
+    // Let the target work; the script exits after 5000 calls.
+    t_in.write_all(b"go\n").expect("go");
+    let mut rest = String::new();
+    s_out.read_to_string(&mut rest).expect("tracer output");
+    let status = tracer.wait().expect("tracer exit");
+    let mut err = String::new();
+    if let Some(mut e) = tracer.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(status.success(), "{err}");
+    assert_eq!(rest, "5000\n");
+    let mut worked = String::new();
+    t_out.read_line(&mut worked).expect("worked line");
+    assert!(worked.starts_with("worked "), "{worked}");
+    assert_eq!(read_code(), before, "every patched byte is restored after detach");
+    t_in.write_all(b"end\n").expect("end");
+    let mut last = String::new();
+    t_out.read_to_string(&mut last).expect("last line");
+    assert!(target.wait().expect("target exit").success());
+    let expect: i64 = (0..5000i64).map(|i| 2 * i + 1).sum();
+    assert_eq!(worked, format!("worked {expect}\n"));
+    assert_eq!(last, format!("wait {expect}\n"));
+}
