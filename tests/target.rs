@@ -139,3 +139,51 @@ fn attach_detach_restores_the_code() {
     assert_eq!(worked, format!("worked {expect}\n"));
     assert_eq!(last, format!("wait {expect}\n"));
 }
+
+const RETURNS: &str = r#"global e, r, v
+probe process.function("rec"), process.function("jumper"), process.function("work") { e[ppfunc()]++ }
+probe process.function("rec").return, process.function("jumper").return, process.function("work").return {
+    r[ppfunc()]++; v[ppfunc()] += $return
+}
+probe end { foreach (k+ in e) printf("%s %d %d %d\n", k, e[k], r[k], v[k]) }"#;
+
+/// Return probes by return-address replacement: deep recursion, longjmp
+/// out of probed frames (their returns never happen, later calls are still
+/// seen), a probed function called from a signal handler.
+#[test]
+fn return_probes_survive_recursion_longjmp_and_signals() {
+    let exe = build("returns", &[]);
+    let cases = [
+        // rec(100) 100 times: 101 calls each, $return = depth.
+        ("rec", "rec 10100 10100 505000\n"),
+        // jumper(5) is left by longjmp: 6 entries, no return, each time.
+        ("jump", "jumper 600 0 0\nrec 400 400 600\n"),
+        // work(i) from the main loop (sum 10000) and work(1) = 3 from the
+        // SIGUSR1 handler, 100 times each.
+        ("signal", "work 200 200 10300\n"),
+    ];
+    for (mode, want) in cases {
+        let cmd = format!("{} {mode} 100", exe.display());
+        let (out, err, code) = run(&["-e", RETURNS, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{mode}: {err}");
+        assert_eq!(err, "", "{mode}");
+        assert_eq!(out, format!("{}{want}", untraced(&exe, &[mode, "100"])), "{mode}");
+    }
+}
+
+/// `@entry` in a return probe, in 8 threads at once.
+#[test]
+fn entry_values_reach_return_probes_in_threads() {
+    let exe = build("entry", &[]);
+    let cmd = format!("{} threads 100000", exe.display());
+    let script = r#"global n, bad, lat
+probe process.function("work").return {
+    n++
+    if ($return != 2 * @entry($arg1) + 1) bad++
+    lat <<< gettimeofday_ns() - @entry(gettimeofday_ns())
+}
+probe end { printf("%d %d %d\n", n, bad, @count(lat)) }"#;
+    let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{}800000 0 800000\n", untraced(&exe, &["threads", "100000"])));
+}

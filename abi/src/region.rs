@@ -77,9 +77,14 @@ pub struct Header {
     pub indent_off: u64,
     /// The process name, NUL-padded (`execname()`).
     pub execname: [u8; 16],
+    /// Shadow stacks of return probes: `nthreads` stacks of `shadow_depth`
+    /// frames of `frame_size` bytes ([`ShadowFrame`] + `@entry` saves).
+    pub shadow_off: u64,
+    pub frame_size: u32,
+    pub shadow_depth: u32,
 }
 
-pub const HEADER_SIZE: usize = 160;
+pub const HEADER_SIZE: usize = 176;
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 
 /// Ring of variable-size event records: many producers (handlers), one
@@ -166,19 +171,38 @@ const _: () = assert!(core::mem::size_of::<HistEvent>() == 40);
 /// Per-thread state of a target thread. A thread claims a free slot by a
 /// compare-and-swap of `key` from 0 to its thread pointer (AcqRel); only that
 /// thread writes the rest of its slot afterwards, so no further atomics are
-/// needed inside it.
+/// needed inside it. Slots are found by hashing the thread pointer (`%fs:0`)
+/// with linear probing; a slot stays claimed after its thread exits.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ThreadSlot {
     /// The thread pointer (`%fs` base) of the owner; 0 = free.
     pub key: u64,
     pub tid: u32,
-    /// Nonzero while the thread runs a handler: a probe hit during that time
-    /// (a signal handler, a probed function called by the handler's own
-    /// code) is skipped and counted instead of re-entering.
+    /// Nonzero while the thread runs a handler (reserved: the re-entry
+    /// guard is not enforced yet).
     pub busy: u32,
-    pub _reserved: [u64; 6],
+    /// Frames on the thread's shadow stack.
+    pub depth: u32,
+    pub _pad: u32,
+    pub _reserved: [u64; 5],
 }
+
+/// One return-probe frame: the replaced return address, the stack address
+/// it was at (a frame whose slot lies below the current stack pointer was
+/// skipped by `longjmp` and is dropped), and the probe. The `@entry` saves
+/// follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ShadowFrame {
+    pub ret: u64,
+    pub sp: u64,
+    pub probe: u32,
+    pub _pad: u32,
+    pub _pad2: u64,
+}
+pub const SHADOW_FRAME_HEADER: usize = 32;
+const _: () = assert!(core::mem::size_of::<ShadowFrame>() == SHADOW_FRAME_HEADER);
 const _: () = assert!(core::mem::size_of::<ThreadSlot>() == 64);
 
 /// A string global (or string array value). Writers take the lock (`seq` odd)

@@ -1191,3 +1191,83 @@ EXPORT i64 rt_tid(u8 *ctx) {
     }
     return t;
 }
+
+/* ---- return probes: per-thread shadow stacks ---- */
+
+/* The calling thread's slot, claimed on first use; 0 when all are taken.
+ * %fs:0 holds the thread pointer itself (x86_64 TLS ABI). */
+static u8 *thread_slot(u8 *R) {
+    u64 tp;
+    __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+    u64 n = AT(R, H_NTHREADS, u32);
+    if (!tp || !n) return 0;
+    u8 *slots = R + AT(R, H_THREADS_OFF, u64);
+    u64 h = (tp >> 12) * 0x9e3779b97f4a7c15ULL;
+    for (u64 i = 0; i < n; i++) {
+        u8 *s = slots + ((h + i) % n) * TS_SIZE;
+        u64 key = __atomic_load_n(&AT(s, TS_KEY, u64), __ATOMIC_ACQUIRE);
+        if (key == tp) return s;
+        if (key == 0) {
+            u64 z = 0;
+            /* AcqRel: the slot is ours before we touch its fields. */
+            if (__atomic_compare_exchange_n(&AT(s, TS_KEY, u64), &z, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return s;
+            if (z == tp) return s;
+        }
+    }
+    return 0;
+}
+
+LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i) {
+    u64 index = (u64)(slot - (R + AT(R, H_THREADS_OFF, u64))) / TS_SIZE;
+    u64 fs = AT(R, H_FRAME_SIZE, u32), depth = AT(R, H_SHADOW_DEPTH, u32);
+    return R + AT(R, H_SHADOW_OFF, u64) + (index * depth + i) * fs;
+}
+
+/* At a return probe's function entry: remember the return address stored
+ * at `ret_slot` and replace it with `tramp`. Returns the frame's @entry save
+ * area, or 0 (no slot, stack full: the hit is skipped and counted). */
+EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
+    (void)ctx;
+    u8 *slot = thread_slot(R);
+    u32 depth = slot ? AT(slot, TS_DEPTH, u32) : 0;
+    /* Frames at or below this call's return slot belong to calls that
+     * longjmp (or an exception) left: their stack is being reused. */
+    while (depth > 0 && AT(shadow_frame(R, slot, depth - 1), SF_SP, u64) <= ret_slot) depth--;
+    if (slot) AT(slot, TS_DEPTH, u32) = depth;
+    if (!slot || depth >= AT(R, H_SHADOW_DEPTH, u32)) {
+        __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    u8 *f = shadow_frame(R, slot, depth);
+    AT(f, SF_RET, u64) = *(u64 *)ret_slot;
+    AT(f, SF_SP, u64) = ret_slot;
+    AT(f, SF_PROBE, u32) = (u32)probe;
+    AT(slot, TS_DEPTH, u32) = depth + 1;
+    *(u64 *)ret_slot = tramp;
+    return f + SHADOW_FRAME_HEADER;
+}
+
+/* In the return trampoline, with the stack pointer `sp` just after the
+ * return: pop this call's frame (dropping frames that longjmp skipped),
+ * point the context at its probe and @entry saves, and give the original
+ * return address (0 if there is no frame: cannot happen). */
+EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
+    u8 *slot = thread_slot(R);
+    if (!slot) return 0;
+    u32 depth = AT(slot, TS_DEPTH, u32);
+    while (depth > 0) {
+        u8 *f = shadow_frame(R, slot, depth - 1);
+        u64 fsp = AT(f, SF_SP, u64);
+        if (fsp + 8 == sp) {
+            AT(slot, TS_DEPTH, u32) = depth - 1;
+            AT(ctx, C_PROBE, u32) = AT(f, SF_PROBE, u32);
+            AT(ctx, C_ENTRY, u64) = (u64)(f + SHADOW_FRAME_HEADER);
+            return AT(f, SF_RET, u64);
+        }
+        if (fsp + 8 > sp) break; /* a frame of a call still running: keep it */
+        depth--;                  /* below the stack pointer: longjmp skipped it */
+    }
+    AT(slot, TS_DEPTH, u32) = depth;
+    return 0;
+}

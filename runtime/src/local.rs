@@ -103,6 +103,9 @@ impl Region {
             probes_off: a.probes_off,
             indent_off: a.indent_off,
             execname: name,
+            shadow_off: a.shadow_off,
+            frame_size: a.frame_size,
+            shadow_depth: a.shadow_depth,
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };

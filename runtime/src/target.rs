@@ -185,75 +185,107 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     let execname = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
     let injected = inject::region(&mut s, a, &execname)?;
     let maps = mappings(pid)?;
-    // Function probes by module.
-    let mut by_module: BTreeMap<PathBuf, Vec<(usize, u64, u64)>> = BTreeMap::new();
+    // Function probes by module, then by address (an entry and a return
+    // probe of one function share its trampoline).
+    let mut by_module: BTreeMap<PathBuf, BTreeMap<u64, Vec<usize>>> = BTreeMap::new();
     for (i, p) in a.probes.iter().enumerate() {
         match &p.attach {
-            Attach::Function { module, file_offset, size, ret: false, itrace: false, .. } => {
-                by_module.entry(module.clone()).or_default().push((i, *file_offset, *size));
+            Attach::Function { module, file_offset, itrace: false, .. } => {
+                by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
             }
             Attach::Function { .. } | Attach::Statement { .. } | Attach::Lifecycle { .. } => {
                 return Err(TargetError::Unsupported(format!(
-                    "probe point `{}`: return, .itrace, statement and process lifecycle probes are not supported by \
-                     this build yet (function entry probes are)",
+                    "probe point `{}`: .itrace, statement and process lifecycle probes are not supported by this \
+                     build yet (function entry and return probes are)",
                     p.name
                 )))
             }
             _ => {}
         }
     }
+    let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
+    let (Some(ret_push), Some(ret_pop)) = (symbol("rt_ret_push"), symbol("rt_ret_pop")) else {
+        return Err(TargetError::Unsupported("the runtime library lacks rt_ret_push/rt_ret_pop".into()));
+    };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
     let mut refused = Vec::new();
     let mut plans = Vec::new();
-    for (module, probes) in &by_module {
-        let base = runtime_addr(&maps, module, probes[0].1)
+    for (module, functions) in &by_module {
+        let first = *functions.keys().next().unwrap_or(&0);
+        let base = runtime_addr(&maps, module, first)
             .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
-        let mut code = inject::code(&mut s, a, base, 4096 + 1024 * probes.len() as u64)?;
-        for &(i, file_offset, size) in probes {
-            let p = &a.probes[i];
+        let mut code = inject::code(&mut s, a, base, 8192 + 1024 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
+        // The handler table (by probe index) and the return trampoline.
+        let table: Vec<u8> = a.probes.iter().flat_map(|p| code.at(p.handler).to_le_bytes()).collect();
+        let table_at =
+            code.alloc(table.len()).ok_or_else(|| TargetError::Unsupported("code region too small".into()))?;
+        s.write(table_at, &table)?;
+        let ret_tramp = code.alloc(512).ok_or_else(|| TargetError::Unsupported("code region too small".into()))?;
+        let rt_bytes =
+            trampoline::return_trampoline(ret_tramp, injected.region_remote, a.ctx_size, code.at(ret_pop), table_at)
+                .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
+        s.write(ret_tramp, &rt_bytes)?;
+        for (&file_offset, probes) in functions {
+            let p0 = &a.probes[probes[0]];
+            let (size, fname) = match &p0.attach {
+                Attach::Function { size, .. } => (*size, p0.function.clone()),
+                _ => (0, p0.function.clone()),
+            };
             let Some(addr) = runtime_addr(&maps, module, file_offset) else {
-                refused.push(format!("{}: not mapped", p.name));
+                refused.push(format!("{fname}: not mapped"));
                 continue;
             };
             let bytes = s.read(addr, (size as usize).clamp(1, 1 << 20) + 16)?;
             let hook = match x86::plan(&bytes, addr, size) {
                 Ok(h) => h,
                 Err(why) => {
-                    refused.push(format!("{}: {why}", p.function));
+                    refused.push(format!("{fname}: {why}"));
                     continue;
                 }
             };
             let Some(at) = code.alloc(1024) else {
-                refused.push(format!("{}: no room for its trampoline", p.function));
+                refused.push(format!("{fname}: no room for its trampoline"));
                 continue;
             };
-            let prefix = trampoline::entry_prefix(&trampoline::Entry {
+            let mut entry = trampoline::Entry {
                 at,
                 region: injected.region_remote,
-                handler: code.at(p.handler),
-                probe: i as u32,
                 addr,
                 ctx_size: a.ctx_size,
-            })
-            .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+                handlers: Vec::new(),
+                returns: Vec::new(),
+                ret_push: code.at(ret_push),
+                ret_tramp,
+            };
+            for &i in probes {
+                let p = &a.probes[i];
+                match p.attach {
+                    Attach::Function { ret: true, .. } => {
+                        entry.returns.push((i as u32, p.entry_handler.map(|h| code.at(h))))
+                    }
+                    _ => entry.handlers.push((code.at(p.handler), i as u32)),
+                }
+            }
+            let prefix = trampoline::entry_prefix(&entry)
+                .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
             let start = (hook.patch_at - addr) as usize;
             let displaced = &bytes[start..start + hook.displaced];
             let relocated = match x86::relocate(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
                 Ok(r) => r,
                 Err(why) => {
-                    refused.push(format!("{}: {why}", p.function));
+                    refused.push(format!("{fname}: {why}"));
                     continue;
                 }
             };
             let Some(jmp) = x86::jmp_rel32(hook.patch_at, at) else {
-                refused.push(format!("{}: trampoline out of jump range", p.function));
+                refused.push(format!("{fname}: trampoline out of jump range"));
                 continue;
             };
             let mut tramp = prefix;
             tramp.extend_from_slice(&relocated);
             if tramp.len() > 1024 {
-                refused.push(format!("{}: trampoline too large", p.function));
+                refused.push(format!("{fname}: trampoline too large"));
                 continue;
             }
             s.write(at, &tramp)?;
@@ -351,6 +383,16 @@ impl Hooks for Armed {
                 .store(0, std::sync::atomic::Ordering::Release);
         }
         if !self.alive() || self.patches.is_empty() {
+            return;
+        }
+        // After an exec the old image (and our hooks) are gone: writing the
+        // saved bytes would corrupt the new program. Our region's mapping
+        // tells which image this is.
+        let ours = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map(|m| m.contains("memfd:telco-stap"))
+            .unwrap_or(false);
+        if !ours {
+            self.patches.clear();
             return;
         }
         // Put the original bytes back, with every thread stopped.

@@ -20,74 +20,160 @@
 use iced_x86::code_asm::*;
 use telco_abi::region::{Ctx, SavedRegs, CTX_SIZE};
 
-/// What one trampoline needs.
+/// What one function's trampoline does.
 pub struct Entry {
     /// Where the trampoline will live in the target.
     pub at: u64,
-    /// The region base in the target and the handler's address.
+    /// The region base in the target.
     pub region: u64,
-    pub handler: u64,
-    /// The probe's index (`Ctx::probe`, for `pp()`).
-    pub probe: u32,
     /// The probed address (`uaddr()`, `SavedRegs::rip`).
     pub addr: u64,
-    /// Bytes of context the handler needs (`Artifact::ctx_size`).
+    /// Bytes of context the handlers need (`Artifact::ctx_size`).
     pub ctx_size: u32,
+    /// Entry probes: (handler, probe index).
+    pub handlers: Vec<(u64, u32)>,
+    /// Return probes: (probe index, its entry handler for `@entry`).
+    pub returns: Vec<(u32, Option<u64>)>,
+    /// `rt_ret_push` and the code region's return trampoline.
+    pub ret_push: u64,
+    pub ret_tramp: u64,
 }
 
-fn off<T>(f: usize) -> i32 {
-    let _ = core::mem::size_of::<T>();
-    f as i32
+fn frame_size(ctx_size: u32) -> i32 {
+    let regs = core::mem::size_of::<SavedRegs>() as i32;
+    (regs + ctx_size.max(CTX_SIZE as u32) as i32 + 15) & !15
+}
+
+const REGS: [AsmRegister64; 16] = [rax, rbx, rcx, rdx, rsi, rdi, rbp, rsp, r8, r9, r10, r11, r12, r13, r14, r15];
+
+/// Store every register but rsp in the SavedRegs block at [rsp].
+fn save_regs(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    for (i, r) in REGS.iter().enumerate() {
+        if i != 7 {
+            a.mov(qword_ptr(rsp + (8 * i) as i32), *r)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reload the caller-saved registers and rbx from the SavedRegs block.
+fn reload_regs(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    for i in [0usize, 1, 2, 3, 4, 5, 8, 9, 10, 11] {
+        a.mov(REGS[i], qword_ptr(rsp + (8 * i) as i32))?;
+    }
+    Ok(())
+}
+
+/// Zero the context fields a trampoline owns and point it at the registers.
+fn init_ctx(a: &mut CodeAssembler, ctx_at: i32) -> Result<(), IcedError> {
+    let c = |f: usize| ctx_at + f as i32;
+    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, regs))), rsp)?;
+    a.xor(eax, eax)?;
+    a.mov(dword_ptr(rsp + c(core::mem::offset_of!(Ctx, flags))), eax)?;
+    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, tid))), rax)?;
+    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, tok_pos))), rax)?;
+    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, entry))), rax)?;
+    Ok(())
 }
 
 /// Assemble the part before the relocated instructions. The caller appends
 /// `x86::relocate(.., to = at + returned length)`.
 pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
-    let regs_size = core::mem::size_of::<SavedRegs>() as i32;
-    let ctx_at = regs_size;
-    let frame = (regs_size + e.ctx_size.max(CTX_SIZE as u32) as i32 + 15) & !15;
+    let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
+    let frame = frame_size(e.ctx_size);
+    let c = |f: usize| ctx_at + f as i32;
     let mut a = CodeAssembler::new(64)?;
-    let reg_off = |i: usize| (8 * i) as i32;
     a.lea(rsp, ptr(rsp - frame))?;
-    // SavedRegs order: rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip rflags.
-    let gprs = [rax, rbx, rcx, rdx, rsi, rdi, rbp];
-    for (i, r) in gprs.iter().enumerate() {
-        a.mov(qword_ptr(rsp + reg_off(i)), *r)?;
-    }
-    let high = [r8, r9, r10, r11, r12, r13, r14, r15];
-    for (i, r) in high.iter().enumerate() {
-        a.mov(qword_ptr(rsp + reg_off(8 + i)), *r)?;
-    }
+    save_regs(&mut a)?;
     a.pushfq()?;
     a.pop(rax)?;
-    a.mov(qword_ptr(rsp + reg_off(17)), rax)?;
+    a.mov(qword_ptr(rsp + 8 * 17), rax)?;
     a.lea(rax, ptr(rsp + frame))?;
-    a.mov(qword_ptr(rsp + reg_off(7)), rax)?;
+    a.mov(qword_ptr(rsp + 8 * 7), rax)?;
     a.mov(rax, e.addr)?;
-    a.mov(qword_ptr(rsp + reg_off(16)), rax)?;
-    // The context: regs, probe, flags, tid, tok_pos, addr, entry.
-    let c = |f: usize| ctx_at + off::<Ctx>(f);
-    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, regs))), rsp)?;
-    a.mov(dword_ptr(rsp + c(core::mem::offset_of!(Ctx, probe))), e.probe)?;
-    a.mov(dword_ptr(rsp + c(core::mem::offset_of!(Ctx, flags))), 0u32)?;
-    a.xor(eax, eax)?;
-    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, tid))), rax)?;
-    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, tok_pos))), rax)?;
-    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, entry))), rax)?;
+    a.mov(qword_ptr(rsp + 8 * 16), rax)?;
+    init_ctx(&mut a, ctx_at)?;
     a.mov(rax, e.addr)?;
     a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, addr))), rax)?;
-    // Call the handler on a 16-byte aligned stack; rbx (saved above, and
-    // callee-saved in the handler) keeps the frame.
+    // Handlers run on a 16-byte aligned stack; rbx (saved above, and
+    // callee-saved in them) keeps the frame.
     a.mov(rbx, rsp)?;
     a.and(rsp, -16)?;
-    a.mov(rdi, e.region)?;
-    a.lea(rsi, ptr(rbx + ctx_at))?;
-    a.call(e.handler)?;
-    a.mov(rsp, rbx)?;
-    // Caller-saved registers (the arguments among them) and rbx.
-    for (i, r) in [(0, rax), (1, rbx), (2, rcx), (3, rdx), (4, rsi), (5, rdi), (8, r8), (9, r9), (10, r10), (11, r11)] {
-        a.mov(r, qword_ptr(rsp + reg_off(i)))?;
+    for &(handler, probe) in &e.handlers {
+        a.mov(dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))), probe)?;
+        a.mov(rdi, e.region)?;
+        a.lea(rsi, ptr(rbx + ctx_at))?;
+        a.call(handler)?;
     }
+    for &(probe, entry_handler) in &e.returns {
+        // rt_ret_push(region, ctx, &return address, return trampoline, probe)
+        a.mov(rdi, e.region)?;
+        a.lea(rsi, ptr(rbx + ctx_at))?;
+        a.mov(rdx, qword_ptr(rbx + 8 * 7))?;
+        a.mov(rcx, e.ret_tramp)?;
+        a.mov(r8d, probe)?;
+        a.call(e.ret_push)?;
+        if let Some(h) = entry_handler {
+            let mut skip = a.create_label();
+            a.test(rax, rax)?;
+            a.jz(skip)?;
+            a.mov(qword_ptr(rbx + c(core::mem::offset_of!(Ctx, entry))), rax)?;
+            a.mov(dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))), probe)?;
+            a.mov(rdi, e.region)?;
+            a.lea(rsi, ptr(rbx + ctx_at))?;
+            a.call(h)?;
+            a.xor(eax, eax)?;
+            a.mov(qword_ptr(rbx + c(core::mem::offset_of!(Ctx, entry))), rax)?;
+            a.set_label(&mut skip)?;
+            a.nop()?;
+        }
+    }
+    a.mov(rsp, rbx)?;
+    reload_regs(&mut a)?;
     a.lea(rsp, ptr(rsp + frame))?;
     a.assemble(e.at)
+}
+
+/// The return trampoline of a code region: a probed function with a return
+/// probe returns here. It saves the registers (`$return` is rax), asks
+/// `rt_ret_pop` for this call's frame (probe, `@entry` saves, the original
+/// return address), calls the probe's handler through `handlers` (a table
+/// of handler addresses by probe index), restores the return registers and
+/// jumps to the original return address (through r11, dead at a return).
+pub fn return_trampoline(
+    at: u64,
+    region: u64,
+    ctx_size: u32,
+    ret_pop: u64,
+    handlers: u64,
+) -> Result<Vec<u8>, IcedError> {
+    let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
+    let frame = frame_size(ctx_size);
+    let c = |f: usize| ctx_at + f as i32;
+    let mut a = CodeAssembler::new(64)?;
+    a.lea(rsp, ptr(rsp - frame))?;
+    save_regs(&mut a)?;
+    a.lea(rax, ptr(rsp + frame))?;
+    a.mov(qword_ptr(rsp + 8 * 7), rax)?;
+    init_ctx(&mut a, ctx_at)?;
+    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, addr))), rax)?;
+    a.mov(rbx, rsp)?;
+    a.and(rsp, -16)?;
+    a.mov(rdi, region)?;
+    a.lea(rsi, ptr(rbx + ctx_at))?;
+    a.mov(rdx, qword_ptr(rbx + 8 * 7))?;
+    a.call(ret_pop)?;
+    a.mov(qword_ptr(rbx + 8 * 16), rax)?; // rip: where we return to
+    a.mov(eax, dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))))?;
+    a.mov(rcx, handlers)?;
+    a.mov(rax, qword_ptr(rcx + rax * 8))?;
+    a.mov(rdi, region)?;
+    a.lea(rsi, ptr(rbx + ctx_at))?;
+    a.call(rax)?;
+    a.mov(rsp, rbx)?;
+    reload_regs(&mut a)?;
+    a.mov(r11, qword_ptr(rsp + 8 * 16))?;
+    a.lea(rsp, ptr(rsp + frame))?;
+    a.jmp(r11)?;
+    a.assemble(at)
 }

@@ -2,6 +2,8 @@
  * prologue shape; the program prints a checksum, so traced and untraced runs
  * can be compared. Built with gcc -O2 (and -fcf-protection for endbr64). */
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,29 @@ long cond_first(long x);
 __asm__(".text\n.globl loopy\n.type loopy,@function\n.p2align 4\nloopy:\n"
         "  sub $1, %rdi\n  jnz loopy\n  mov $42, %eax\n  ret\n.size loopy, .-loopy\n");
 long loopy(long n);
+
+/* Recursion that is not a loop in disguise (the volatile store after the
+ * call keeps gcc from turning it into one). */
+volatile long sink;
+__attribute__((noinline)) long rec(long n) {
+    if (n <= 0) return 0;
+    long r = rec(n - 1);
+    sink += r;
+    return r + 1;
+}
+
+/* longjmp out of a stack of probed frames. */
+static jmp_buf jb;
+__attribute__((noinline)) void jumper(long n) {
+    if (n == 0) longjmp(jb, 1);
+    jumper(n - 1);
+    sink++;
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    sink += work(1);
+}
 
 static long n_calls = 1000;
 
@@ -49,6 +74,19 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 8; i++) {
             pthread_join(t[i], 0);
             s += r[i];
+        }
+    } else if (!strcmp(mode, "rec")) {
+        for (long i = 0; i < n_calls; i++) s += rec(100);
+    } else if (!strcmp(mode, "jump")) {
+        for (long i = 0; i < n_calls; i++) {
+            if (!setjmp(jb)) jumper(5);
+            s += rec(3);
+        }
+    } else if (!strcmp(mode, "signal")) {
+        signal(SIGUSR1, on_signal);
+        for (long i = 0; i < n_calls; i++) {
+            raise(SIGUSR1);
+            s += work(i);
         }
     } else if (!strcmp(mode, "wait")) {
         /* For -p: say where work is, then wait for a line on stdin, work. */

@@ -43,6 +43,9 @@ pub struct Layout {
     pub ring_size: u64,
     pub threads_off: u64,
     pub nthreads: u32,
+    pub shadow_off: u64,
+    pub frame_size: u32,
+    pub shadow_depth: u32,
     pub indent_off: u64,
     pub probes_off: u64,
     pub nprobes: u64,
@@ -56,12 +59,23 @@ pub struct Layout {
 }
 
 pub const RING_SIZE: u64 = 1 << 20;
-pub const THREAD_SLOTS: u32 = 1024;
+pub const THREAD_SLOTS: u32 = 256;
+/// Return-probe frames per thread (nested probed calls in flight).
+pub const SHADOW_DEPTH: u32 = 128;
 
 impl Layout {
     /// Lay out the fixed parts and the globals. `hists[g]` lists the
     /// histograms statistic global `g` must collect.
-    pub fn new(program: &Program, limits: Limits, hists: &HashMap<u32, Vec<HistKey>>, nprobes: u64) -> Layout {
+    /// `entry_save` is the largest `@entry` save area of any return probe;
+    /// `returns` says whether there are return probes at all.
+    pub fn new(
+        program: &Program,
+        limits: Limits,
+        hists: &HashMap<u32, Vec<HistKey>>,
+        nprobes: u64,
+        returns: bool,
+        entry_save: u32,
+    ) -> Layout {
         let cap = u64::from(limits.maxstringlen);
         let mut off = align_up(HEADER_SIZE as u64, PART_ALIGN);
         let ring_off = off;
@@ -70,6 +84,10 @@ impl Layout {
         off += RING_SIZE;
         let threads_off = off;
         off += u64::from(THREAD_SLOTS) * core::mem::size_of::<ThreadSlot>() as u64;
+        let shadow_off = align_up(off, PART_ALIGN);
+        let frame_size = align_up(SHADOW_FRAME_HEADER as u64 + u64::from(entry_save), 16) as u32;
+        let shadow_depth = if returns { SHADOW_DEPTH } else { 0 };
+        off = shadow_off + u64::from(THREAD_SLOTS) * u64::from(shadow_depth) * u64::from(frame_size);
         let indent_off = align_up(off, PART_ALIGN);
         off = indent_off + (INDENT_SLOTS * core::mem::size_of::<IndentSlot>()) as u64;
         let probes_off = align_up(off, PART_ALIGN);
@@ -80,6 +98,9 @@ impl Layout {
             ring_size: RING_SIZE,
             threads_off,
             nthreads: THREAD_SLOTS,
+            shadow_off,
+            frame_size,
+            shadow_depth,
             indent_off,
             probes_off,
             nprobes,

@@ -46,7 +46,10 @@ pub fn isa() -> Result<OwnedTargetIsa, String> {
 pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Result<Translated, Vec<Diagnostic>> {
     let hists = translate::collect_hists(program);
     let nprobes: u64 = program.probes.iter().map(|p| p.points.len() as u64).sum();
-    let mut layout = layout::Layout::new(program, limits, &hists, nprobes);
+    let returns = program.probes.iter().any(|p| p.points.iter().any(|pt| matches!(pt, Point::Function(f) if f.ret)));
+    let entry_save =
+        program.probes.iter().map(|p| translate::entry_save_size(p, limits.maxstringlen)).max().unwrap_or(0);
+    let mut layout = layout::Layout::new(program, limits, &hists, nprobes, returns, entry_save);
     // The probe table: pp() and probefunc() strings per probe entry.
     let mut row = 0u64;
     let mut rows = Vec::new();

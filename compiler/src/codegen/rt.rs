@@ -66,6 +66,8 @@ rt_fns! {
     Register = "rt_register"(2) true,
     Ubacktrace = "rt_ubacktrace"(4) false,
     Tid = "rt_tid"(1) true,
+    RetPush = "rt_ret_push"(5) true,
+    RetPop = "rt_ret_pop"(3) true,
 }
 
 /// Offset of a runtime function in [`RT_CODE`].

@@ -141,6 +141,11 @@ enum LocalStore {
     Str(ir::StackSlot),
 }
 
+/// Bytes a probe's `@entry(...)` values take in its save area.
+pub fn entry_save_size(p: &Probe, cap: u32) -> u32 {
+    collect_entries(p).iter().map(|e| if e.ty == Ty::String { cap } else { 8 }).sum()
+}
+
 /// The `@entry(...)` expressions of a probe, in order of appearance.
 fn collect_entries(p: &Probe) -> Vec<&Expr> {
     let mut out = Vec::new();
@@ -329,6 +334,7 @@ impl<'a> Shared<'a> {
             let b = FunctionBuilder::new(&mut func, fctx);
             let body = Body::Probe(i, p);
             let mut g = Gen::new(self, b, &body);
+            g.at_entry = true;
             g.prologue(&body);
             let base = g.load(g.ctx, abi_off_entry());
             let cap = i64::from(g.cap);
@@ -385,6 +391,9 @@ struct Gen<'s, 'a, 'b> {
     entry_sizes: Vec<u32>,
     is_probe: bool,
     interruptible: bool,
+    /// Translating an entry handler: `@entry(x)` (also the implicit one
+    /// around `$argN` in return probes) is simply `x` here.
+    at_entry: bool,
 }
 
 impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
@@ -430,6 +439,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             entry_sizes,
             is_probe,
             interruptible,
+            at_entry: false,
         }
     }
 
@@ -1165,6 +1175,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 let c = self.b.ins().icmp_imm_s(IntCC::NotEqual, p, 0);
                 self.bool_to_long(c)
             }
+            ExprKind::Entry(inner) if self.at_entry => self.expr(inner),
             ExprKind::Entry(inner) => {
                 // In the return handler: the value the entry handler saved.
                 let k = self.entry_next as usize;
