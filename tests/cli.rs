@@ -179,15 +179,10 @@ fn interrupt_runs_end_probes_and_exits_zero() {
 }
 
 #[test]
-fn return_probes_say_they_are_not_supported_yet() {
+fn itrace_probes_say_they_are_not_supported_yet() {
     let prog = target_program();
     let prog = prog.to_string_lossy().into_owned();
-    let o = telco(&[
-        "-e",
-        "global n probe process.function(\"work\").return { n++ } probe end { println(n) }",
-        "-c",
-        &prog,
-    ]);
+    let o = telco(&["-e", "probe process.function(\"work\").itrace { }", "-c", &prog]);
     assert_fails(&o, 1, "not supported by this build yet");
     let script = format!("global n probe process(\"{prog}\").function(\"work\") {{ n++ }}");
     let o = telco(&["-e", &script]);

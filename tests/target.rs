@@ -187,3 +187,60 @@ probe end { printf("%d %d %d\n", n, bad, @count(lat)) }"#;
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, format!("{}800000 0 800000\n", untraced(&exe, &["threads", "100000"])));
 }
+
+/// A command with shell syntax runs through `sh -c 'exec ...'`: the probes
+/// go into the program the shell execs.
+#[test]
+fn shell_commands_probe_the_program_they_exec() {
+    let exe = build("shell", &[]);
+    let cmd = format!("{} work $((250 * 2))", exe.display());
+    let (out, err, code) =
+        run(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{}500\n", untraced(&exe, &["work", "500"])));
+}
+
+/// If the tracer is killed outright, the target keeps running correctly:
+/// its hooks stay and the handlers keep working against the still-mapped
+/// region (DESIGN.md invariant 2).
+#[test]
+fn the_target_survives_a_killed_tracer() {
+    let exe = build("survivor", &[]);
+    let mut target = Command::new(&exe)
+        .args(["wait", "200000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn target");
+    let mut t_in = target.stdin.take().expect("stdin");
+    let mut t_out = BufReader::new(target.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    t_out.read_line(&mut line).expect("ready");
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args([
+            "-p",
+            &target.id().to_string(),
+            "-e",
+            "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++; printf(\"%d\\n\", n) }",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn telco-stap");
+    let mut s_out = BufReader::new(tracer.stdout.take().expect("stdout"));
+    let mut armed = String::new();
+    s_out.read_line(&mut armed).expect("armed");
+    assert_eq!(armed, "armed\n");
+    tracer.kill().expect("SIGKILL the tracer");
+    tracer.wait().expect("reap");
+    // The target now runs 200,000 probed calls with nobody draining events.
+    t_in.write_all(b"go\n").expect("go");
+    let mut worked = String::new();
+    t_out.read_line(&mut worked).expect("worked");
+    let expect: i64 = (0..200_000i64).map(|i| 2 * i + 1).sum();
+    assert_eq!(worked, format!("worked {expect}\n"));
+    t_in.write_all(b"end\n").expect("end");
+    let mut last = String::new();
+    t_out.read_to_string(&mut last).expect("last");
+    assert!(target.wait().expect("target exit").success());
+    assert_eq!(last, format!("wait {expect}\n"));
+}

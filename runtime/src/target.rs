@@ -158,6 +158,24 @@ pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
     if !libc::WIFSTOPPED(status) {
         return Err(TargetError::EarlyExit { cmd, status: libc::WEXITSTATUS(status) });
     }
+    // A command run through `sh -c 'exec CMD'`: the program to probe is the
+    // one the shell execs, which stops again with SIGTRAP.
+    if argv.len() == 3 && argv[0] == "/bin/sh" && argv[2].starts_with("exec ") {
+        let mut sig = 0;
+        loop {
+            // SAFETY: continuing our stopped, traced child.
+            unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0usize, sig as usize) };
+            // SAFETY: as above.
+            unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+            if !libc::WIFSTOPPED(status) {
+                return Err(TargetError::EarlyExit { cmd, status: libc::WEXITSTATUS(status) });
+            }
+            if libc::WSTOPSIG(status) == libc::SIGTRAP {
+                break;
+            }
+            sig = libc::WSTOPSIG(status);
+        }
+    }
     let mut s = Stopped::adopt(pid)?;
     check_x86_64(pid)?;
     // Run to AT_ENTRY: the libraries are mapped, main has not run.
