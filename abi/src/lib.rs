@@ -48,6 +48,7 @@ pub fn c_header() -> String {
         ("TS_KEY", offset_of!(ThreadSlot, key)),
         ("TS_TID", offset_of!(ThreadSlot, tid)),
         ("TS_DEPTH", offset_of!(ThreadSlot, depth)),
+        ("TS_BUSY", offset_of!(ThreadSlot, busy)),
         ("SF_RET", offset_of!(ShadowFrame, ret)),
         ("SF_SP", offset_of!(ShadowFrame, sp)),
         ("SF_PROBE", offset_of!(ShadowFrame, probe)),

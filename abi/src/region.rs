@@ -179,8 +179,9 @@ pub struct ThreadSlot {
     /// The thread pointer (`%fs` base) of the owner; 0 = free.
     pub key: u64,
     pub tid: u32,
-    /// Nonzero while the thread runs a handler (reserved: the re-entry
-    /// guard is not enforced yet).
+    /// Nonzero while the thread runs a handler: a probe hit during that time
+    /// (a signal handler calling a probed function) is skipped and counted
+    /// instead of nesting (`rt_enter` in compiler/rt/rt.c).
     pub busy: u32,
     /// Frames on the thread's shadow stack.
     pub depth: u32,

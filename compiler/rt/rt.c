@@ -1271,3 +1271,20 @@ EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
     AT(slot, TS_DEPTH, u32) = depth;
     return 0;
 }
+
+/* Around every handler run in a target thread: the thread's slot, marked
+ * busy, or 0 when the thread is already inside a handler (a signal handler
+ * that calls a probed function while a handler holds a lock) or has no
+ * slot. Such a hit is skipped and counted, never nested. */
+EXPORT u8 *rt_enter(u8 *R) {
+    u8 *slot = thread_slot(R);
+    if (!slot || AT(slot, TS_BUSY, u32)) {
+        __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    AT(slot, TS_BUSY, u32) = 1;
+    /* A signal handler on this thread sees busy set before anything the
+     * handler does (same thread: a compiler barrier is enough). */
+    __asm__ volatile("" ::: "memory");
+    return slot;
+}

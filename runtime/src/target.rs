@@ -222,8 +222,10 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         }
     }
     let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
-    let (Some(ret_push), Some(ret_pop)) = (symbol("rt_ret_push"), symbol("rt_ret_pop")) else {
-        return Err(TargetError::Unsupported("the runtime library lacks rt_ret_push/rt_ret_pop".into()));
+    let (Some(ret_push), Some(ret_pop), Some(enter)) =
+        (symbol("rt_ret_push"), symbol("rt_ret_pop"), symbol("rt_enter"))
+    else {
+        return Err(TargetError::Unsupported("the runtime library lacks rt_ret_push/rt_ret_pop/rt_enter".into()));
     };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
@@ -240,9 +242,15 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             code.alloc(table.len()).ok_or_else(|| TargetError::Unsupported("code region too small".into()))?;
         s.write(table_at, &table)?;
         let ret_tramp = code.alloc(512).ok_or_else(|| TargetError::Unsupported("code region too small".into()))?;
-        let rt_bytes =
-            trampoline::return_trampoline(ret_tramp, injected.region_remote, a.ctx_size, code.at(ret_pop), table_at)
-                .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
+        let rt_bytes = trampoline::return_trampoline(
+            ret_tramp,
+            injected.region_remote,
+            a.ctx_size,
+            code.at(ret_pop),
+            code.at(enter),
+            table_at,
+        )
+        .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
         s.write(ret_tramp, &rt_bytes)?;
         for (&file_offset, probes) in functions {
             let p0 = &a.probes[probes[0]];
@@ -274,6 +282,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
                 handlers: Vec::new(),
                 returns: Vec::new(),
                 ret_push: code.at(ret_push),
+                enter: code.at(enter),
                 ret_tramp,
             };
             for &i in probes {

@@ -34,14 +34,27 @@ pub struct Entry {
     pub handlers: Vec<(u64, u32)>,
     /// Return probes: (probe index, its entry handler for `@entry`).
     pub returns: Vec<(u32, Option<u64>)>,
-    /// `rt_ret_push` and the code region's return trampoline.
+    /// `rt_ret_push`, `rt_enter` and the code region's return trampoline.
     pub ret_push: u64,
+    pub enter: u64,
     pub ret_tramp: u64,
 }
 
+/// The frame: SavedRegs, the context, then the thread slot `rt_enter` gave.
 fn frame_size(ctx_size: u32) -> i32 {
     let regs = core::mem::size_of::<SavedRegs>() as i32;
-    (regs + ctx_size.max(CTX_SIZE as u32) as i32 + 15) & !15
+    (regs + ctx_size.max(CTX_SIZE as u32) as i32 + 8 + 15) & !15
+}
+
+fn slot_at(ctx_size: u32) -> i32 {
+    frame_size(ctx_size) - 8
+}
+
+/// Leave the handlers: clear the slot's busy flag.
+fn leave(a: &mut CodeAssembler, slot: i32) -> Result<(), IcedError> {
+    a.mov(rax, qword_ptr(rbx + slot))?;
+    a.mov(dword_ptr(rax + core::mem::offset_of!(telco_abi::region::ThreadSlot, busy) as i32), 0u32)?;
+    Ok(())
 }
 
 const REGS: [AsmRegister64; 16] = [rax, rbx, rcx, rdx, rsi, rdi, rbp, rsp, r8, r9, r10, r11, r12, r13, r14, r15];
@@ -99,6 +112,14 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     // callee-saved in them) keeps the frame.
     a.mov(rbx, rsp)?;
     a.and(rsp, -16)?;
+    // Not inside a handler already on this thread?
+    let slot = slot_at(e.ctx_size);
+    let mut done = a.create_label();
+    a.mov(rdi, e.region)?;
+    a.call(e.enter)?;
+    a.mov(qword_ptr(rbx + slot), rax)?;
+    a.test(rax, rax)?;
+    a.jz(done)?;
     for &(handler, probe) in &e.handlers {
         a.mov(dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))), probe)?;
         a.mov(rdi, e.region)?;
@@ -128,6 +149,8 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
             a.nop()?;
         }
     }
+    leave(&mut a, slot)?;
+    a.set_label(&mut done)?;
     a.mov(rsp, rbx)?;
     reload_regs(&mut a)?;
     a.lea(rsp, ptr(rsp + frame))?;
@@ -145,6 +168,7 @@ pub fn return_trampoline(
     region: u64,
     ctx_size: u32,
     ret_pop: u64,
+    enter: u64,
     handlers: u64,
 ) -> Result<Vec<u8>, IcedError> {
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
@@ -164,12 +188,21 @@ pub fn return_trampoline(
     a.mov(rdx, qword_ptr(rbx + 8 * 7))?;
     a.call(ret_pop)?;
     a.mov(qword_ptr(rbx + 8 * 16), rax)?; // rip: where we return to
+    let slot = slot_at(ctx_size);
+    let mut done = a.create_label();
+    a.mov(rdi, region)?;
+    a.call(enter)?;
+    a.mov(qword_ptr(rbx + slot), rax)?;
+    a.test(rax, rax)?;
+    a.jz(done)?;
     a.mov(eax, dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))))?;
     a.mov(rcx, handlers)?;
     a.mov(rax, qword_ptr(rcx + rax * 8))?;
     a.mov(rdi, region)?;
     a.lea(rsi, ptr(rbx + ctx_at))?;
     a.call(rax)?;
+    leave(&mut a, slot)?;
+    a.set_label(&mut done)?;
     a.mov(rsp, rbx)?;
     reload_regs(&mut a)?;
     a.mov(r11, qword_ptr(rsp + 8 * 16))?;

@@ -68,6 +68,7 @@ rt_fns! {
     Tid = "rt_tid"(1) true,
     RetPush = "rt_ret_push"(5) true,
     RetPop = "rt_ret_pop"(3) true,
+    Enter = "rt_enter"(1) true,
 }
 
 /// Offset of a runtime function in [`RT_CODE`].
