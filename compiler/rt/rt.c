@@ -1202,9 +1202,10 @@ static u8 *thread_slot(u8 *R) {
     u64 n = AT(R, H_NTHREADS, u32);
     if (!tp || !n) return 0;
     u8 *slots = R + AT(R, H_THREADS_OFF, u64);
-    u64 h = (tp >> 12) * 0x9e3779b97f4a7c15ULL;
+    /* n is a power of two (layout.rs): a mask, not a division. */
+    u64 h = ((tp >> 12) * 0x9e3779b97f4a7c15ULL) >> 32;
     for (u64 i = 0; i < n; i++) {
-        u8 *s = slots + ((h + i) % n) * TS_SIZE;
+        u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;
         u64 key = __atomic_load_n(&AT(s, TS_KEY, u64), __ATOMIC_ACQUIRE);
         if (key == tp) return s;
         if (key == 0) {

@@ -59,7 +59,9 @@ pub struct Layout {
 }
 
 pub const RING_SIZE: u64 = 1 << 20;
+/// A power of two: the runtime library masks with it.
 pub const THREAD_SLOTS: u32 = 256;
+const _: () = assert!(THREAD_SLOTS.is_power_of_two());
 /// Return-probe frames per thread (nested probed calls in flight).
 pub const SHADOW_DEPTH: u32 = 128;
 
