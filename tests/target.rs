@@ -244,3 +244,16 @@ fn the_target_survives_a_killed_tracer() {
     assert!(target.wait().expect("target exit").success());
     assert_eq!(last, format!("wait {expect}\n"));
 }
+
+/// A forked child inherits the hooks and the shared region: its hits are
+/// counted with the parent's (documented in INTERNALS.md), and both
+/// processes run correctly.
+#[test]
+fn forked_children_keep_working_and_are_counted() {
+    let exe = build("fork", &[]);
+    let cmd = format!("{} fork 1000", exe.display());
+    let (out, err, code) =
+        run(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{}2000\n", untraced(&exe, &["fork", "1000"])));
+}

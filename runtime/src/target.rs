@@ -14,6 +14,14 @@
 //!   the handlers (`Header::enabled`), restores every patched byte and
 //!   detaches. The code regions stay mapped: a thread may still be inside a
 //!   trampoline.
+//! * `fork`: the child inherits the patched code, the code regions and the
+//!   shared region (a `MAP_SHARED` mapping), so its hits are traced and
+//!   counted with the parent's — deliberately; `pid()` in the child still
+//!   reports the parent (the region's process). At the end only the
+//!   parent's code is restored; a child that outlives the session keeps its
+//!   hooks, which keep working against the still-mapped region.
+//! * `exec`: the new image has neither hooks nor region; at the end nothing
+//!   is written into it (the region's mapping tells the images apart).
 
 use crate::inject::{self, CodeRegion, InjectError};
 use crate::local::{Hooks, Region};

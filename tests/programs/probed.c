@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 volatile long g = 7;
@@ -88,6 +89,14 @@ int main(int argc, char **argv) {
             raise(SIGUSR1);
             s += work(i);
         }
+    } else if (!strcmp(mode, "fork")) {
+        /* The child inherits the patched code and the shared region. */
+        pid_t c = fork();
+        for (long i = 0; i < n_calls; i++) s += work(i);
+        if (c == 0) _exit(s == n_calls * n_calls ? 0 : 1);
+        int st = 0;
+        waitpid(c, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 4;
     } else if (!strcmp(mode, "wait")) {
         /* For -p: say where work is, then wait for a line on stdin, work. */
         printf("ready %p\n", (void *)work);
