@@ -257,3 +257,29 @@ fn forked_children_keep_working_and_are_counted() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, format!("{}2000\n", untraced(&exe, &["fork", "1000"])));
 }
+
+/// A library loaded with dlopen after start gets its probes before the
+/// program's first call into it (the loader's r_brk hook waits for them).
+#[test]
+fn libraries_loaded_later_get_their_probes() {
+    let dir = std::env::temp_dir().join(format!("telco-dlopen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
+    let lib = dir.join("libplugin.so");
+    let host = dir.join("host");
+    let st = Command::new("gcc").args(["-O2", "-shared", "-fPIC", "-o"]).arg(&lib).arg(src.join("plugin.c")).status();
+    assert!(st.expect("gcc").success());
+    let st = Command::new("gcc").args(["-O2", "-o"]).arg(&host).arg(src.join("host.c")).arg("-ldl").status();
+    assert!(st.expect("gcc").success());
+    let script = format!(
+        "global n, r probe process(\"{}\").function(\"plugin\") {{ n++ }} probe process(\"{}\").function(\"plugin\").return {{ r += $return }} probe end {{ println(n, \" \", r) }}",
+        lib.display(),
+        lib.display()
+    );
+    let cmd = format!("{} {} 1000", host.display(), lib.display());
+    let (out, err, code) = run(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err, "");
+    let own = untraced(&host, &[&lib.to_string_lossy(), "1000"]);
+    assert_eq!(out, format!("{own}1000 1498500\n"));
+}

@@ -82,9 +82,17 @@ pub struct Header {
     pub shadow_off: u64,
     pub frame_size: u32,
     pub shadow_depth: u32,
+    /// `dlopen` handshake: a thread in the dynamic loader's notification
+    /// function (`r_brk`) increments `dl_gen` (AcqRel) and, while
+    /// `dl_wait` is set, waits (bounded) until the tracer has hooked the new
+    /// libraries and stored `dl_ack >= ` its generation (Release / Acquire).
+    pub dl_gen: u64,
+    pub dl_ack: u64,
+    pub dl_wait: u32,
+    pub _pad2: u32,
 }
 
-pub const HEADER_SIZE: usize = 176;
+pub const HEADER_SIZE: usize = 200;
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 
 /// Ring of variable-size event records: many producers (handlers), one

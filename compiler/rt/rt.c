@@ -1289,3 +1289,28 @@ EXPORT u8 *rt_enter(u8 *R) {
     __asm__ volatile("" ::: "memory");
     return slot;
 }
+
+/* Hooked on the dynamic loader's r_brk (called around every dlopen and
+ * dlclose): when probes wait for a library, let the tracer hook it before
+ * this thread goes on, so no call into it is missed. Bounded: after 2 s,
+ * or when the session ends, the thread continues regardless. */
+EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
+    (void)ctx;
+    if (!__atomic_load_n(&AT(R, H_DL_WAIT, u32), __ATOMIC_ACQUIRE)) return;
+    /* AcqRel: the tracer's Acquire load of dl_gen sees this thread's
+     * notification. */
+    u64 g = __atomic_add_fetch(&AT(R, H_DL_GEN, u64), 1, __ATOMIC_ACQ_REL);
+    i64 deadline = rt_now_ns(R) + 2000000000LL;
+    for (u64 i = 0;; i++) {
+        /* Acquire: pairs with the tracer's Release store of dl_ack, after
+         * it has written the new hooks. */
+        if (__atomic_load_n(&AT(R, H_DL_ACK, u64), __ATOMIC_ACQUIRE) >= g) return;
+        if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return;
+        if ((i & 63) == 63) {
+            if (rt_now_ns(R) > deadline) return;
+            sys6(24 /* sched_yield */, 0, 0, 0, 0, 0, 0);
+        } else {
+            cpu_relax();
+        }
+    }
+}

@@ -106,6 +106,10 @@ impl Region {
             shadow_off: a.shadow_off,
             frame_size: a.frame_size,
             shadow_depth: a.shadow_depth,
+            dl_gen: 0,
+            dl_ack: 0,
+            dl_wait: 0,
+            _pad2: 0,
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };
@@ -344,6 +348,8 @@ pub trait Hooks {
     fn watching(&self) -> bool {
         false
     }
+    /// Called about every 10 ms while the session runs (new libraries).
+    fn poll(&mut self) {}
     /// Before the end probes: take the probes out of the target.
     fn stopping(&mut self) {}
 }
@@ -556,8 +562,11 @@ impl<'a> Local<'a> {
                     if region.exit_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
                     }
-                    if hooks.watching() && hooks.gone() {
-                        break;
+                    if hooks.watching() {
+                        if hooks.gone() {
+                            break;
+                        }
+                        hooks.poll();
                     }
                     let now = Instant::now();
                     let due = next.iter().copied().min();

@@ -135,6 +135,11 @@ pub struct Armed {
     patches: Vec<Patch>,
     stopped: Option<Stopped>,
     region_enabled: Option<*const u32>,
+    /// The region's header (for the dlopen handshake).
+    header: *const u8,
+    hooker: Hooker,
+    /// Probes in libraries not loaded yet.
+    pending: ByModule,
     pub exit_status: Option<i32>,
     pub warnings: Vec<String>,
     _code: Vec<CodeRegion>,
@@ -202,18 +207,203 @@ pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
     Ok(s)
 }
 
+/// Function probes by module, then by file offset (an entry and a return
+/// probe of one function share its trampoline).
+type ByModule = BTreeMap<PathBuf, BTreeMap<u64, Vec<usize>>>;
+
+/// What hooking needs to know about the artifact and the injected region.
+#[derive(Clone)]
+struct Hooker {
+    artifact: Artifact,
+    region: u64,
+    ret_push: u32,
+    ret_pop: u32,
+    enter: u32,
+    dlnotify: u32,
+}
+
+/// A hook ready to be written: address, original bytes, new bytes.
+type Plan = (u64, Vec<u8>, Vec<u8>);
+
+impl Hooker {
+    /// Map a code region near `module`, write the trampolines of its
+    /// functions, and return the patches to apply (and the refusals).
+    fn module(
+        &self,
+        s: &mut Stopped,
+        maps: &[Mapping],
+        module: &Path,
+        functions: &BTreeMap<u64, Vec<usize>>,
+        refused: &mut Vec<String>,
+    ) -> Result<(CodeRegion, Vec<Plan>), TargetError> {
+        let a = &self.artifact;
+        let pid = s.pid();
+        let first = *functions.keys().next().unwrap_or(&0);
+        let base = runtime_addr(maps, module, first)
+            .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
+        let mut code = inject::code(s, a, base, 8192 + 1024 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
+        // The handler table (by probe index) and the return trampoline.
+        let table: Vec<u8> = a.probes.iter().flat_map(|p| code.at(p.handler).to_le_bytes()).collect();
+        let small = || TargetError::Unsupported("code region too small".into());
+        let table_at = code.alloc(table.len()).ok_or_else(small)?;
+        s.write(table_at, &table)?;
+        let ret_tramp = code.alloc(512).ok_or_else(small)?;
+        let rt_bytes = trampoline::return_trampoline(
+            ret_tramp,
+            self.region,
+            a.ctx_size,
+            code.at(self.ret_pop),
+            code.at(self.enter),
+            table_at,
+        )
+        .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
+        s.write(ret_tramp, &rt_bytes)?;
+        let mut plans = Vec::new();
+        for (&file_offset, probes) in functions {
+            let p0 = &a.probes[probes[0]];
+            let size = match &p0.attach {
+                Attach::Function { size, .. } => *size,
+                _ => 0,
+            };
+            let fname = p0.function.clone();
+            let Some(addr) = runtime_addr(maps, module, file_offset) else {
+                refused.push(format!("{fname}: not mapped"));
+                continue;
+            };
+            let mut handlers = Vec::new();
+            let mut returns = Vec::new();
+            for &i in probes {
+                let p = &a.probes[i];
+                match p.attach {
+                    Attach::Function { ret: true, .. } => returns.push((i as u32, p.entry_handler.map(|h| code.at(h)))),
+                    _ => handlers.push((code.at(p.handler), i as u32)),
+                }
+            }
+            match self.function(s, &mut code, addr, size, handlers, returns, ret_tramp)? {
+                Ok(plan) => plans.push(plan),
+                Err(why) => refused.push(format!("{fname}: {why}")),
+            }
+        }
+        Ok((code, plans))
+    }
+
+    /// The trampoline of one function; the patch to apply, or why not.
+    #[allow(clippy::too_many_arguments)]
+    fn function(
+        &self,
+        s: &mut Stopped,
+        code: &mut CodeRegion,
+        addr: u64,
+        size: u64,
+        handlers: Vec<(u64, u32)>,
+        returns: Vec<(u32, Option<u64>)>,
+        ret_tramp: u64,
+    ) -> Result<Result<Plan, String>, TargetError> {
+        let bytes = s.read(addr, (size as usize).clamp(1, 1 << 20) + 16)?;
+        let hook = match x86::plan(&bytes, addr, size) {
+            Ok(h) => h,
+            Err(why) => return Ok(Err(why.to_string())),
+        };
+        let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
+        let entry = trampoline::Entry {
+            at,
+            region: self.region,
+            addr,
+            ctx_size: self.artifact.ctx_size,
+            handlers,
+            returns,
+            ret_push: code.at(self.ret_push),
+            enter: code.at(self.enter),
+            ret_tramp,
+        };
+        let prefix = trampoline::entry_prefix(&entry)
+            .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+        let start = (hook.patch_at - addr) as usize;
+        let displaced = &bytes[start..start + hook.displaced];
+        let relocated = match x86::relocate(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why.to_string())),
+        };
+        let Some(jmp) = x86::jmp_rel32(hook.patch_at, at) else {
+            return Ok(Err("trampoline out of jump range".into()));
+        };
+        let mut tramp = prefix;
+        tramp.extend_from_slice(&relocated);
+        if tramp.len() > 1024 {
+            return Ok(Err("trampoline too large".into()));
+        }
+        s.write(at, &tramp)?;
+        let mut patch = jmp.to_vec();
+        patch.resize(hook.displaced, 0xcc);
+        Ok(Ok((hook.patch_at, displaced.to_vec(), patch)))
+    }
+}
+
+/// Write the patches, every thread stopped and none inside the bytes that
+/// change (a thread there is stepped out first).
+fn apply(s: &mut Stopped, plans: Vec<Plan>, patches: &mut Vec<Patch>) -> Result<(), TargetError> {
+    let tids: Vec<i32> = s.threads().collect();
+    for tid in tids {
+        for _ in 0..64 {
+            let rip = s.regs(tid)?.rip;
+            if !plans.iter().any(|(at, orig, _)| rip > *at && rip < at + orig.len() as u64) {
+                break;
+            }
+            s.step(tid)?;
+        }
+    }
+    for (at, original, patch) in plans {
+        s.write(at, &patch)?;
+        patches.push(Patch { at, original });
+    }
+    Ok(())
+}
+
+/// The dynamic loader's `r_brk` (called around every dlopen), from the
+/// program's `DT_DEBUG` entry; None for static programs.
+fn r_brk(s: &Stopped) -> Option<u64> {
+    let pid = s.pid();
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    let aux = |t: u64| {
+        auxv.chunks_exact(16)
+            .find(|c| u64::from_le_bytes(c[..8].try_into().unwrap_or([0; 8])) == t)
+            .map(|c| u64::from_le_bytes(c[8..].try_into().unwrap_or([0; 8])))
+    };
+    let (phdr, phnum) = (aux(libc::AT_PHDR)?, aux(libc::AT_PHNUM)?);
+    let phdrs = s.read(phdr, 56 * phnum as usize).ok()?;
+    let field = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    let mut bias = None;
+    let mut dynamic = None;
+    for ph in phdrs.chunks_exact(56) {
+        let kind = u32::from_le_bytes(ph[..4].try_into().unwrap_or([0; 4]));
+        match kind {
+            6 => bias = Some(phdr.wrapping_sub(field(ph, 16))), // PT_PHDR: p_vaddr
+            2 => dynamic = Some((field(ph, 16), field(ph, 40))), // PT_DYNAMIC: p_vaddr, p_memsz
+            _ => {}
+        }
+    }
+    let (vaddr, size) = dynamic?;
+    let dynamic = s.read(bias.unwrap_or(0).wrapping_add(vaddr), size as usize).ok()?;
+    let debug = dynamic.chunks_exact(16).find(|d| field(d, 0) == 21).map(|d| field(d, 8))?; // DT_DEBUG
+    if debug == 0 {
+        return None;
+    }
+    let r = s.read(debug + 16, 8).ok()?; // struct r_debug: r_version, r_map, r_brk
+    Some(field(&r, 0)).filter(|&a| a != 0)
+}
+
 /// Inject the artifact into the stopped target and hook every function
-/// entry probe. Returns the region (for the tracer-side session) and the
-/// armed target.
+/// entry and return probe. Probes in libraries not loaded yet wait: the
+/// dynamic loader's `r_brk` is hooked, and they are placed when the library
+/// appears (`Armed::poll`). Returns the region (for the tracer-side session)
+/// and the armed target.
 pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed), TargetError> {
     let pid = s.pid();
     check_x86_64(pid)?;
     let execname = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
     let injected = inject::region(&mut s, a, &execname)?;
     let maps = mappings(pid)?;
-    // Function probes by module, then by address (an entry and a return
-    // probe of one function share its trampoline).
-    let mut by_module: BTreeMap<PathBuf, BTreeMap<u64, Vec<usize>>> = BTreeMap::new();
+    let mut by_module: ByModule = BTreeMap::new();
     for (i, p) in a.probes.iter().enumerate() {
         match &p.attach {
             Attach::Function { module, file_offset, itrace: false, .. } => {
@@ -230,136 +420,78 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         }
     }
     let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
-    let (Some(ret_push), Some(ret_pop), Some(enter)) =
-        (symbol("rt_ret_push"), symbol("rt_ret_pop"), symbol("rt_enter"))
+    let (Some(ret_push), Some(ret_pop), Some(enter), Some(dlnotify)) =
+        (symbol("rt_ret_push"), symbol("rt_ret_pop"), symbol("rt_enter"), symbol("rt_dlnotify"))
     else {
-        return Err(TargetError::Unsupported("the runtime library lacks rt_ret_push/rt_ret_pop/rt_enter".into()));
+        return Err(TargetError::Unsupported("the runtime library lacks a trampoline helper".into()));
     };
+    let hooker = Hooker { artifact: a.clone(), region: injected.region_remote, ret_push, ret_pop, enter, dlnotify };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
     let mut refused = Vec::new();
     let mut plans = Vec::new();
-    for (module, functions) in &by_module {
-        let first = *functions.keys().next().unwrap_or(&0);
-        let base = runtime_addr(&maps, module, first)
-            .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
-        let mut code = inject::code(&mut s, a, base, 8192 + 1024 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
-        // The handler table (by probe index) and the return trampoline.
-        let table: Vec<u8> = a.probes.iter().flat_map(|p| code.at(p.handler).to_le_bytes()).collect();
-        let table_at =
-            code.alloc(table.len()).ok_or_else(|| TargetError::Unsupported("code region too small".into()))?;
-        s.write(table_at, &table)?;
-        let ret_tramp = code.alloc(512).ok_or_else(|| TargetError::Unsupported("code region too small".into()))?;
-        let rt_bytes = trampoline::return_trampoline(
-            ret_tramp,
-            injected.region_remote,
-            a.ctx_size,
-            code.at(ret_pop),
-            code.at(enter),
-            table_at,
-        )
-        .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
-        s.write(ret_tramp, &rt_bytes)?;
-        for (&file_offset, probes) in functions {
-            let p0 = &a.probes[probes[0]];
-            let (size, fname) = match &p0.attach {
-                Attach::Function { size, .. } => (*size, p0.function.clone()),
-                _ => (0, p0.function.clone()),
-            };
-            let Some(addr) = runtime_addr(&maps, module, file_offset) else {
-                refused.push(format!("{fname}: not mapped"));
-                continue;
-            };
-            let bytes = s.read(addr, (size as usize).clamp(1, 1 << 20) + 16)?;
-            let hook = match x86::plan(&bytes, addr, size) {
-                Ok(h) => h,
-                Err(why) => {
-                    refused.push(format!("{fname}: {why}"));
-                    continue;
-                }
-            };
-            let Some(at) = code.alloc(1024) else {
-                refused.push(format!("{fname}: no room for its trampoline"));
-                continue;
-            };
-            let mut entry = trampoline::Entry {
-                at,
-                region: injected.region_remote,
-                addr,
-                ctx_size: a.ctx_size,
-                handlers: Vec::new(),
-                returns: Vec::new(),
-                ret_push: code.at(ret_push),
-                enter: code.at(enter),
-                ret_tramp,
-            };
-            for &i in probes {
-                let p = &a.probes[i];
-                match p.attach {
-                    Attach::Function { ret: true, .. } => {
-                        entry.returns.push((i as u32, p.entry_handler.map(|h| code.at(h))))
-                    }
-                    _ => entry.handlers.push((code.at(p.handler), i as u32)),
-                }
-            }
-            let prefix = trampoline::entry_prefix(&entry)
-                .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
-            let start = (hook.patch_at - addr) as usize;
-            let displaced = &bytes[start..start + hook.displaced];
-            let relocated = match x86::relocate(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
-                Ok(r) => r,
-                Err(why) => {
-                    refused.push(format!("{fname}: {why}"));
-                    continue;
-                }
-            };
-            let Some(jmp) = x86::jmp_rel32(hook.patch_at, at) else {
-                refused.push(format!("{fname}: trampoline out of jump range"));
-                continue;
-            };
-            let mut tramp = prefix;
-            tramp.extend_from_slice(&relocated);
-            if tramp.len() > 1024 {
-                refused.push(format!("{fname}: trampoline too large"));
-                continue;
-            }
-            s.write(at, &tramp)?;
-            let mut patch = jmp.to_vec();
-            patch.resize(hook.displaced, 0xcc);
-            plans.push((hook.patch_at, displaced.to_vec(), patch));
+    let mut pending: ByModule = BTreeMap::new();
+    for (module, functions) in by_module {
+        let mapped = functions.keys().next().is_some_and(|&off| runtime_addr(&maps, &module, off).is_some());
+        if !mapped {
+            pending.insert(module, functions);
+            continue;
         }
+        let (code, p) = hooker.module(&mut s, &maps, &module, &functions, &mut refused)?;
+        plans.extend(p);
         codes.push(code);
     }
-    if plans.is_empty() && !by_module.is_empty() {
+    if !pending.is_empty() {
+        // Wait for the libraries: hook the loader's notification function.
+        let Some(brk) = r_brk(&s) else {
+            let names: Vec<String> = pending.keys().map(|m| m.display().to_string()).collect();
+            return Err(TargetError::NotMapped { module: names.join(", "), pid });
+        };
+        let mut code = inject::code(&mut s, a, brk, 4096)?;
+        let bytes = s.read(brk, 32)?;
+        let size = x86::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
+        let notify = code.at(hooker.dlnotify);
+        match hooker.function(&mut s, &mut code, brk, size, vec![(notify, 0)], Vec::new(), 0)? {
+            Ok(plan) => plans.push(plan),
+            Err(why) => {
+                return Err(TargetError::Unsupported(format!(
+                    "cannot watch for libraries loaded later (hooking the loader's r_brk: {why})"
+                )))
+            }
+        }
+        codes.push(code);
+        // SAFETY: the header is at offset 0 of the live region.
+        unsafe { header_u32(&injected.region, core::mem::offset_of!(telco_abi::region::Header, dl_wait)) }
+            .store(1, std::sync::atomic::Ordering::Release);
+    }
+    if plans.is_empty() && pending.is_empty() && !refused.is_empty() {
         return Err(TargetError::NothingPlaced(refused.join("\n")));
     }
-    // No thread may be inside bytes about to change: step it out.
-    let tids: Vec<i32> = s.threads().collect();
-    for tid in tids {
-        for _ in 0..64 {
-            let rip = s.regs(tid)?.rip;
-            if !plans.iter().any(|(at, orig, _)| rip > *at && rip < at + orig.len() as u64) {
-                break;
-            }
-            s.step(tid)?;
-        }
-    }
-    for (at, original, patch) in plans {
-        s.write(at, &patch)?;
-        patches.push(Patch { at, original });
-    }
+    apply(&mut s, plans, &mut patches)?;
     let enabled = unsafe_enabled_ptr(&injected.region);
+    let header = injected.region.base() as *const u8;
     let armed = Armed {
         pid,
         child,
         patches,
         stopped: Some(s),
         region_enabled: Some(enabled),
+        header,
+        hooker,
+        pending,
         exit_status: None,
         warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).collect(),
         _code: codes,
     };
     Ok((injected.region, armed))
+}
+
+/// An atomic view of a u32/u64 header field of a live region.
+///
+/// # Safety
+/// `off` must be a field of the right type in the header of `r`.
+unsafe fn header_u32(r: &Region, off: usize) -> &std::sync::atomic::AtomicU32 {
+    std::sync::atomic::AtomicU32::from_ptr(r.base().add(off).cast())
 }
 
 fn unsafe_enabled_ptr(r: &Region) -> *const u32 {
@@ -410,6 +542,31 @@ impl Hooks for Armed {
         !self.alive()
     }
 
+    fn poll(&mut self) {
+        if self.pending.is_empty() || self.header.is_null() {
+            return;
+        }
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let header = self.header;
+        let field = move |off: usize| {
+            // SAFETY: `header` is the live region's header; dl_gen/dl_ack are u64 fields.
+            unsafe { AtomicU64::from_ptr(header.add(off) as *mut u64) }
+        };
+        let gen_at = core::mem::offset_of!(telco_abi::region::Header, dl_gen);
+        let ack_at = core::mem::offset_of!(telco_abi::region::Header, dl_ack);
+        // Acquire: pairs with rt_dlnotify's AcqRel increment.
+        let gen = field(gen_at).load(Ordering::Acquire);
+        if gen <= field(ack_at).load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = self.place_pending() {
+            self.warnings.push(format!("cannot probe a library loaded later: {e}"));
+            eprintln!("WARNING: cannot probe a library loaded later: {e}");
+        }
+        // Release: the hooks are written before the waiting thread goes on.
+        field(ack_at).store(gen, Ordering::Release);
+    }
+
     fn stopping(&mut self) {
         if let Some(p) = self.region_enabled.take() {
             // SAFETY: see unsafe_enabled_ptr; Release pairs with the
@@ -453,6 +610,42 @@ impl Hooks for Armed {
 }
 
 impl Armed {
+    /// Stop the target and hook the pending libraries that are mapped now.
+    fn place_pending(&mut self) -> Result<(), TargetError> {
+        let mut s = Stopped::attach(self.pid)?;
+        let maps = mappings(self.pid)?;
+        let ready: Vec<PathBuf> = self
+            .pending
+            .iter()
+            .filter(|(m, f)| f.keys().next().is_some_and(|&off| runtime_addr(&maps, m, off).is_some()))
+            .map(|(m, _)| m.clone())
+            .collect();
+        let mut refused = Vec::new();
+        let mut plans = Vec::new();
+        for m in ready {
+            if let Some(functions) = self.pending.remove(&m) {
+                let (code, p) = self.hooker.module(&mut s, &maps, &m, &functions, &mut refused)?;
+                plans.extend(p);
+                self._code.push(code);
+            }
+        }
+        apply(&mut s, plans, &mut self.patches)?;
+        for r in refused {
+            eprintln!("WARNING: cannot probe {r}");
+        }
+        if self.pending.is_empty() {
+            // SAFETY: the header's dl_wait field, as in arm().
+            unsafe {
+                std::sync::atomic::AtomicU32::from_ptr(
+                    self.header.add(core::mem::offset_of!(telco_abi::region::Header, dl_wait)) as *mut u32,
+                )
+            }
+            .store(0, std::sync::atomic::Ordering::Release);
+        }
+        s.detach()?;
+        Ok(())
+    }
+
     /// After the session: wait for a spawned command to finish.
     pub fn wait_child(&mut self) -> Option<i32> {
         if self.child && self.exit_status.is_none() {

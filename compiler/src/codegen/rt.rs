@@ -69,6 +69,7 @@ rt_fns! {
     RetPush = "rt_ret_push"(5) true,
     RetPop = "rt_ret_pop"(3) true,
     Enter = "rt_enter"(1) true,
+    DlNotify = "rt_dlnotify"(2) false,
 }
 
 /// Offset of a runtime function in [`RT_CODE`].
