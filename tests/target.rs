@@ -283,3 +283,26 @@ fn libraries_loaded_later_get_their_probes() {
     let own = untraced(&host, &[&lib.to_string_lossy(), "1000"]);
     assert_eq!(out, format!("{own}1000 1498500\n"));
 }
+
+/// A C++ exception thrown through frames with return probes: the unwinder
+/// must see real return addresses (its entry points put them back), the
+/// program's own output is unchanged, and the left frames' returns do not
+/// fire. `.cold` parts of functions are never probed.
+#[test]
+fn cxx_exceptions_unwind_through_return_probes() {
+    let dir = std::env::temp_dir().join(format!("telco-cxx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let exe = dir.join("exceptions");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exceptions.cc");
+    let st = Command::new("g++").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("g++");
+    assert!(st.success(), "g++ failed");
+    let script = r#"global e, r
+probe process.function("leaf"), process.function("thrower") { e[ppfunc()]++ }
+probe process.function("leaf").return, process.function("thrower").return { r[ppfunc()]++ }
+probe end { foreach (k+ in e) printf("%s %d %d\n", k, e[k], r[k]) }"#;
+    let cmd = format!("{} 100", exe.display());
+    let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let own = untraced(&exe, &["100"]);
+    assert_eq!(out, format!("{own}leaf(long) 100 100\nthrower(long) 400 0\n"));
+}

@@ -208,7 +208,9 @@ pub struct ShadowFrame {
     pub sp: u64,
     pub probe: u32,
     pub _pad: u32,
-    pub _pad2: u64,
+    /// The return trampoline written over the return address (an exception
+    /// puts `ret` back only where the stack still holds it).
+    pub tramp: u64,
 }
 pub const SHADOW_FRAME_HEADER: usize = 32;
 const _: () = assert!(core::mem::size_of::<ShadowFrame>() == SHADOW_FRAME_HEADER);

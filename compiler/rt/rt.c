@@ -1244,6 +1244,7 @@ EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
     AT(f, SF_RET, u64) = *(u64 *)ret_slot;
     AT(f, SF_SP, u64) = ret_slot;
     AT(f, SF_PROBE, u32) = (u32)probe;
+    AT(f, SF_TRAMP, u64) = tramp;
     AT(slot, TS_DEPTH, u32) = depth + 1;
     *(u64 *)ret_slot = tramp;
     return f + SHADOW_FRAME_HEADER;
@@ -1313,4 +1314,24 @@ EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
             cpu_relax();
         }
     }
+}
+
+/* Hooked on the unwinder's entry points (_Unwind_RaiseException,
+ * _Unwind_ForcedUnwind): an exception is about to walk this thread's stack,
+ * and the unwinder must see real return addresses, not the return
+ * trampoline. Put every replaced return address back (only where the stack
+ * still holds the trampoline) and drop the frames: their return probes do
+ * not fire, as after longjmp. */
+EXPORT void rt_unwind(u8 *R, u8 *ctx) {
+    (void)ctx;
+    u8 *slot = thread_slot(R);
+    if (!slot) return;
+    u32 depth = AT(slot, TS_DEPTH, u32);
+    while (depth > 0) {
+        u8 *f = shadow_frame(R, slot, depth - 1);
+        u64 *at = (u64 *)AT(f, SF_SP, u64);
+        if (*at == AT(f, SF_TRAMP, u64)) *at = AT(f, SF_RET, u64);
+        depth--;
+    }
+    AT(slot, TS_DEPTH, u32) = 0;
 }

@@ -392,6 +392,44 @@ fn r_brk(s: &Stopped) -> Option<u64> {
     Some(field(&r, 0)).filter(|&a| a != 0)
 }
 
+/// The unwinder's entry points in the target (`_Unwind_RaiseException`,
+/// `_Unwind_ForcedUnwind`): run-time address and symbol size. They live in
+/// libgcc_s (or are linked into the program or a C++ runtime).
+fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for m in maps {
+        let name = m.path.to_string_lossy();
+        let candidate = same_file(&m.path, exe)
+            || ["libgcc_s", "libstdc++", "libc++", "libunwind"].iter().any(|l| name.contains(l));
+        if !candidate || !seen.insert(m.path.clone()) {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&m.path) else { continue };
+        let Ok(elf) = goblin::elf::Elf::parse(&bytes) else { continue };
+        let Some(start) = maps.iter().find(|x| x.path == m.path && x.offset == 0).map(|x| x.start) else { continue };
+        let vaddr0 = elf
+            .program_headers
+            .iter()
+            .find(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD && ph.p_offset == 0)
+            .map_or(0, |ph| ph.p_vaddr);
+        let syms = elf.dynsyms.iter().map(|s| (s, &elf.dynstrtab)).chain(elf.syms.iter().map(|s| (s, &elf.strtab)));
+        for (sym, strtab) in syms {
+            let name = strtab.get_at(sym.st_name).unwrap_or("");
+            if matches!(name, "_Unwind_RaiseException" | "_Unwind_ForcedUnwind")
+                && sym.st_value != 0
+                && sym.is_function()
+            {
+                let addr = start.wrapping_sub(vaddr0).wrapping_add(sym.st_value);
+                if !out.iter().any(|(a, _)| *a == addr) {
+                    out.push((addr, sym.st_size));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Inject the artifact into the stopped target and hook every function
 /// entry and return probe. Probes in libraries not loaded yet wait: the
 /// dynamic loader's `r_brk` is hooked, and they are placed when the library
@@ -463,6 +501,26 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         // SAFETY: the header is at offset 0 of the live region.
         unsafe { header_u32(&injected.region, core::mem::offset_of!(telco_abi::region::Header, dl_wait)) }
             .store(1, std::sync::atomic::Ordering::Release);
+    }
+    // Return probes replace return addresses: before an exception walks a
+    // stack, the unwinder's entry points put them back (`rt_unwind`).
+    let returns = a.probes.iter().any(|p| matches!(p.attach, Attach::Function { ret: true, .. }));
+    if returns {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        let unwind = symbol("rt_unwind");
+        for (addr, size) in unwinder_entries(&maps, &exe) {
+            let Some(unwind) = unwind else { break };
+            let mut code = inject::code(&mut s, a, addr, 4096)?;
+            let handler = code.at(unwind);
+            match hooker.function(&mut s, &mut code, addr, size, vec![(handler, 0)], Vec::new(), 0)? {
+                Ok(plan) => plans.push(plan),
+                Err(why) => refused.push(format!(
+                    "the unwinder at {addr:#x} ({why}): a C++ exception through a frame with a return probe would \
+                     end the program"
+                )),
+            }
+            codes.push(code);
+        }
     }
     if plans.is_empty() && pending.is_empty() && !refused.is_empty() {
         return Err(TargetError::NothingPlaced(refused.join("\n")));

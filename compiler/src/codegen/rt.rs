@@ -70,6 +70,7 @@ rt_fns! {
     RetPop = "rt_ret_pop"(3) true,
     Enter = "rt_enter"(1) true,
     DlNotify = "rt_dlnotify"(2) false,
+    Unwind = "rt_unwind"(2) false,
 }
 
 /// Offset of a runtime function in [`RT_CODE`].

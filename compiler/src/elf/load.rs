@@ -147,6 +147,8 @@ fn collect_symbols<'a>(
             skipped.push((name, SkipReason::NotAFunction));
         } else if sym.st_size == 0 {
             skipped.push((name, SkipReason::ZeroSize));
+        } else if name.ends_with(".cold") || name.contains(".cold.") {
+            skipped.push((name, SkipReason::ColdPart));
         } else {
             let rank = match sym.st_bind() {
                 STB_GLOBAL | STB_GNU_UNIQUE => 0,

@@ -193,6 +193,9 @@ pub enum SkipReason {
     NotAFunction,
     /// Imported: defined in another module.
     Undefined,
+    /// A `.cold` part split off a function by the compiler: entered by a jump
+    /// from its function, never called, so it has no entry or return.
+    ColdPart,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -201,6 +204,7 @@ impl std::fmt::Display for SkipReason {
             SkipReason::ZeroSize => "a function symbol of size zero",
             SkipReason::NotAFunction => "not a function",
             SkipReason::Undefined => "undefined here (imported from another module)",
+            SkipReason::ColdPart => "a cold part of a function (entered by a jump, not a call)",
         })
     }
 }
