@@ -306,3 +306,28 @@ probe end { foreach (k+ in e) printf("%s %d %d\n", k, e[k], r[k]) }"#;
     let own = untraced(&exe, &["100"]);
     assert_eq!(out, format!("{own}leaf(long) 100 100\nthrower(long) 400 0\n"));
 }
+
+/// printf output from a target's probe appears while the target still runs
+/// (the consumer thread drains the ring; no waiting for the end).
+#[test]
+fn output_streams_while_the_target_runs() {
+    let exe = build("stream", &[]);
+    let cmd = format!("{} once", exe.display());
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(["-e", "probe process.function(\"work\") { printf(\"work(%d)\\n\", $arg1) }", "-c", &cmd])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn telco-stap");
+    let mut out = BufReader::new(tracer.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("the probe's line");
+    // The target is still blocked on its stdin (ours, inherited): the line
+    // came while it runs.
+    assert_eq!(line, "work(41)\n");
+    drop(tracer.stdin.take());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("rest");
+    assert!(tracer.wait().expect("exit").success());
+    assert_eq!(rest, "once 83\n");
+}

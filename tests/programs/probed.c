@@ -97,6 +97,12 @@ int main(int argc, char **argv) {
         int st = 0;
         waitpid(c, &st, 0);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 4;
+    } else if (!strcmp(mode, "once")) {
+        /* One probed call, then block until stdin closes: output of the
+         * probe must reach the tracer's stdout while we still run. */
+        s += work(41);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) line[0] = 0;
     } else if (!strcmp(mode, "wait")) {
         /* For -p: say where work is, then wait for a line on stdin, work. */
         printf("ready %p\n", (void *)work);
