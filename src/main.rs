@@ -244,7 +244,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
             };
             (telco_runtime::target::spawn(&argv)?, true)
         }
-        (None, None) => unreachable!("checked above"),
+        (None, None) => bail!("internal error: a target without -p or -c"),
     };
     let (region, mut armed) = telco_runtime::target::arm(stopped, artifact, child)?;
     for w in &armed.warnings {
