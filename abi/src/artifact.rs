@@ -78,6 +78,8 @@ pub struct Display {
 #[derive(Clone, Debug, PartialEq)]
 pub enum DisplayKind {
     Long,
+    /// A counter with per-thread shards: its column in the shards.
+    ShardedLong(u32),
     String,
     Stat,
     /// An array at a [`crate::region::TableHeader`].
@@ -137,6 +139,8 @@ pub struct Artifact {
     pub shadow_off: u64,
     pub frame_size: u32,
     pub shadow_depth: u32,
+    pub shards_off: u64,
+    pub nshards: u32,
     pub indent_off: u64,
     pub probes_off: u64,
     pub init: Vec<(u64, Vec<u8>)>,

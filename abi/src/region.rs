@@ -90,9 +90,16 @@ pub struct Header {
     pub dl_ack: u64,
     pub dl_wait: u32,
     pub _pad2: u32,
+    /// Per-thread shards of counters (globals that target-side code only
+    /// adds to): `nthreads` rows of `nshards` i64, one row per thread slot.
+    /// A counter's value is its word in the globals plus its column's sum.
+    /// Only the slot's own thread writes its row (plain adds); readers sum.
+    pub shards_off: u64,
+    pub nshards: u32,
+    pub _pad3: u32,
 }
 
-pub const HEADER_SIZE: usize = 200;
+pub const HEADER_SIZE: usize = 216;
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 
 /// Ring of variable-size event records: many producers (handlers), one
@@ -383,8 +390,10 @@ pub struct Ctx {
     /// Return probes: the values their `@entry(...)` expressions had at
     /// entry, saved there by the probe's entry handler.
     pub entry: u64,
+    /// The thread's slot (from `rt_enter`) in a target thread, else 0.
+    pub slot: u64,
 }
-pub const CTX_SIZE: usize = 80;
+pub const CTX_SIZE: usize = 88;
 const _: () = assert!(core::mem::size_of::<Ctx>() == CTX_SIZE);
 
 /// The registers of a probed thread at the probe, saved by its trampoline.

@@ -1335,3 +1335,26 @@ EXPORT void rt_unwind(u8 *R, u8 *ctx) {
     }
     AT(slot, TS_DEPTH, u32) = 0;
 }
+
+/* ---- counters with per-thread shards ---- */
+
+LOCAL i64 *shard(u8 *R, u64 row, u64 k) {
+    return (i64 *)(R + AT(R, H_SHARDS_OFF, u64)) + row * AT(R, H_NSHARDS, u32) + k;
+}
+
+/* The value of sharded counter k: its word plus every thread's shard
+ * (Relaxed loads: totals, read while threads add). */
+EXPORT i64 rt_shard_sum(u8 *R, i64 base_off, i64 k) {
+    u64 v = (u64)__atomic_load_n(&AT(R, base_off, i64), __ATOMIC_RELAXED);
+    u64 n = AT(R, H_NTHREADS, u32);
+    for (u64 row = 0; row < n; row++) v += (u64)__atomic_load_n(shard(R, row, (u64)k), __ATOMIC_RELAXED);
+    return (i64)v;
+}
+
+/* Assign sharded counter k (tracer-side code): zero the shards, set the
+ * word. Adds that threads make meanwhile may be lost (documented). */
+EXPORT void rt_shard_set(u8 *R, i64 base_off, i64 k, i64 v) {
+    u64 n = AT(R, H_NTHREADS, u32);
+    for (u64 row = 0; row < n; row++) __atomic_store_n(shard(R, row, (u64)k), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&AT(R, base_off, i64), v, __ATOMIC_RELAXED);
+}

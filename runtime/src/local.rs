@@ -110,6 +110,9 @@ impl Region {
             dl_ack: 0,
             dl_wait: 0,
             _pad2: 0,
+            shards_off: a.shards_off,
+            nshards: a.nshards,
+            _pad3: 0,
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };
@@ -419,6 +422,7 @@ fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64]
             tok_pos: 0,
             addr: 0,
             entry: 0,
+            slot: 0,
         };
         // SAFETY: ctx has at least CTX_SIZE bytes, 8-aligned.
         unsafe { std::ptr::write(ctx.as_mut_ptr().cast::<abi::Ctx>(), c) };

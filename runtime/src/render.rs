@@ -168,6 +168,14 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
         let off = d.offset as usize;
         match d.kind {
             DisplayKind::Long => out.push_str(&format!("{}={:#x}\n", d.name, i64_at(off) as u64)),
+            DisplayKind::ShardedLong(k) => {
+                let shards = read_i64_le(region, core::mem::offset_of!(Header, shards_off)) as usize;
+                let n = read_u32_le(region, core::mem::offset_of!(Header, nshards)) as usize;
+                let rows = read_u32_le(region, core::mem::offset_of!(Header, nthreads)) as usize;
+                let sum =
+                    (0..rows).map(|r| i64_at(shards + 8 * (r * n + k as usize))).fold(i64_at(off), i64::wrapping_add);
+                out.push_str(&format!("{}={:#x}\n", d.name, sum as u64));
+            }
             DisplayKind::String => {
                 out.push_str(&format!("{}=\"{}\"\n", d.name, cstr(off + LOCKED_STR_HEADER, 1 << 20)))
             }

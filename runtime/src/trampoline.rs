@@ -118,6 +118,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     a.mov(rdi, e.region)?;
     a.call(e.enter)?;
     a.mov(qword_ptr(rbx + slot), rax)?;
+    a.mov(qword_ptr(rbx + c(core::mem::offset_of!(Ctx, slot))), rax)?;
     a.test(rax, rax)?;
     a.jz(done)?;
     for &(handler, probe) in &e.handlers {
@@ -193,6 +194,7 @@ pub fn return_trampoline(
     a.mov(rdi, region)?;
     a.call(enter)?;
     a.mov(qword_ptr(rbx + slot), rax)?;
+    a.mov(qword_ptr(rbx + c(core::mem::offset_of!(Ctx, slot))), rax)?;
     a.test(rax, rax)?;
     a.jz(done)?;
     a.mov(eax, dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))))?;

@@ -46,6 +46,9 @@ pub struct Layout {
     pub shadow_off: u64,
     pub frame_size: u32,
     pub shadow_depth: u32,
+    pub shards_off: u64,
+    /// Sharded counters: global id → column.
+    pub shards: HashMap<u32, u32>,
     pub indent_off: u64,
     pub probes_off: u64,
     pub nprobes: u64,
@@ -77,6 +80,7 @@ impl Layout {
         nprobes: u64,
         returns: bool,
         entry_save: u32,
+        sharded: &[u32],
     ) -> Layout {
         let cap = u64::from(limits.maxstringlen);
         let mut off = align_up(HEADER_SIZE as u64, PART_ALIGN);
@@ -90,6 +94,8 @@ impl Layout {
         let frame_size = align_up(SHADOW_FRAME_HEADER as u64 + u64::from(entry_save), 16) as u32;
         let shadow_depth = if returns { SHADOW_DEPTH } else { 0 };
         off = shadow_off + u64::from(THREAD_SLOTS) * u64::from(shadow_depth) * u64::from(frame_size);
+        let shards_off = align_up(off, PART_ALIGN);
+        off = shards_off + u64::from(THREAD_SLOTS) * 8 * sharded.len() as u64;
         let indent_off = align_up(off, PART_ALIGN);
         off = indent_off + (INDENT_SLOTS * core::mem::size_of::<IndentSlot>()) as u64;
         let probes_off = align_up(off, PART_ALIGN);
@@ -103,6 +109,8 @@ impl Layout {
             shadow_off,
             frame_size,
             shadow_depth,
+            shards_off,
+            shards: sharded.iter().enumerate().map(|(k, &g)| (g, k as u32)).collect(),
             indent_off,
             probes_off,
             nprobes,

@@ -93,7 +93,10 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         .filter_map(|&g| {
             let name = program.globals.get(g as usize)?.name.clone();
             let (offset, kind) = match layout.globals.get(g as usize)? {
-                super::layout::Slot::Long { off } => (*off, DisplayKind::Long),
+                super::layout::Slot::Long { off } => match layout.shards.get(&g) {
+                    Some(&k) => (*off, DisplayKind::ShardedLong(k)),
+                    None => (*off, DisplayKind::Long),
+                },
                 super::layout::Slot::Str { off } => (*off, DisplayKind::String),
                 super::layout::Slot::Stat { off, .. } => (*off, DisplayKind::Stat),
                 super::layout::Slot::Table(tab) => (tab.off, DisplayKind::Array),
@@ -117,6 +120,8 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         shadow_off: layout.shadow_off,
         frame_size: layout.frame_size,
         shadow_depth: layout.shadow_depth,
+        shards_off: layout.shards_off,
+        nshards: layout.shards.len() as u32,
         indent_off: layout.indent_off,
         probes_off: layout.probes_off,
         init,

@@ -49,7 +49,8 @@ pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Resu
     let returns = program.probes.iter().any(|p| p.points.iter().any(|pt| matches!(pt, Point::Function(f) if f.ret)));
     let entry_save =
         program.probes.iter().map(|p| translate::entry_save_size(p, limits.maxstringlen)).max().unwrap_or(0);
-    let mut layout = layout::Layout::new(program, limits, &hists, nprobes, returns, entry_save);
+    let sharded = sharded_globals(program);
+    let mut layout = layout::Layout::new(program, limits, &hists, nprobes, returns, entry_save, &sharded);
     // The probe table: pp() and probefunc() strings per probe entry.
     let mut row = 0u64;
     let mut rows = Vec::new();
@@ -176,6 +177,109 @@ pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
     (0..n)
         .filter(|&g| w2[g] && !r2[g] && sources.get(program.globals[g].span.file).name == script)
         .map(|g| g as u32)
+        .collect()
+}
+
+/// Counters that get per-thread shards: scalar long globals that code which
+/// can run in a target (function probes and script functions) only changes
+/// by statement-level `g++`, `g--`, `g += e` or `g -= e`, never reads. Such
+/// an update is a plain add into the thread's row; readers (begin, end,
+/// timer probes) sum the rows.
+pub fn sharded_globals(program: &Program) -> Vec<u32> {
+    use crate::program::{Expr, ExprKind, GlobalKind, Stmt, StmtKind, Ty};
+    use std::collections::BTreeSet;
+    fn additive(e: &Expr) -> Option<(u32, Option<&Expr>)> {
+        match &e.kind {
+            ExprKind::IncDec { target, .. } => match target.kind {
+                ExprKind::Global(g) => Some((g.0, None)),
+                _ => None,
+            },
+            ExprKind::Assign { op: crate::ast::AssignOp::Add | crate::ast::AssignOp::Sub, target, value } => {
+                match target.kind {
+                    ExprKind::Global(g) => Some((g.0, Some(&**value))),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+    fn mark(e: &Expr, bad: &mut BTreeSet<u32>) {
+        translate::visit_expr(e, &mut |x| {
+            if let ExprKind::Global(g) = x.kind {
+                bad.insert(g.0);
+            }
+            true
+        });
+    }
+    fn walk(ss: &[Stmt], bad: &mut BTreeSet<u32>, used: &mut BTreeSet<u32>) {
+        for s in ss {
+            match &s.kind {
+                StmtKind::Expr(e) => match additive(e) {
+                    Some((g, value)) => {
+                        used.insert(g);
+                        if let Some(v) = value {
+                            mark(v, bad);
+                        }
+                    }
+                    None => mark(e, bad),
+                },
+                StmtKind::Block(b) => walk(b, bad, used),
+                StmtKind::If { cond, then, els } => {
+                    mark(cond, bad);
+                    walk(std::slice::from_ref(then), bad, used);
+                    if let Some(e) = els {
+                        walk(std::slice::from_ref(e), bad, used);
+                    }
+                }
+                StmtKind::While { cond, body } => {
+                    mark(cond, bad);
+                    walk(std::slice::from_ref(body), bad, used);
+                }
+                StmtKind::For { init, cond, step, body } => {
+                    for e in [init, cond, step].into_iter().flatten() {
+                        mark(e, bad);
+                    }
+                    walk(std::slice::from_ref(body), bad, used);
+                }
+                StmtKind::Foreach { limit, body, .. } => {
+                    if let Some(l) = limit {
+                        mark(l, bad);
+                    }
+                    walk(std::slice::from_ref(body), bad, used);
+                }
+                StmtKind::Return(Some(e)) => mark(e, bad),
+                StmtKind::DeleteGlobal(g) => {
+                    bad.insert(g.0);
+                }
+                StmtKind::DeleteElement { keys, .. } => keys.iter().for_each(|k| mark(k, bad)),
+                StmtKind::Try { body, handler, .. } => {
+                    walk(body, bad, used);
+                    walk(handler, bad, used);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut bad = BTreeSet::new();
+    let mut used = BTreeSet::new();
+    for p in &program.probes {
+        let in_target = p.points.iter().any(|pt| {
+            !matches!(pt, Point::Begin { .. } | Point::End { .. } | Point::Error { .. } | Point::Timer { .. })
+        });
+        if !in_target {
+            continue;
+        }
+        if let Some(c) = &p.condition {
+            mark(c, &mut bad);
+        }
+        walk(&p.body, &mut bad, &mut used);
+    }
+    for f in &program.functions {
+        walk(&f.body, &mut bad, &mut used);
+    }
+    used.into_iter()
+        .filter(|g| !bad.contains(g))
+        .filter(|&g| matches!(program.globals[g as usize].kind, GlobalKind::Scalar(Ty::Long)))
         .collect()
 }
 

@@ -71,6 +71,8 @@ rt_fns! {
     Enter = "rt_enter"(1) true,
     DlNotify = "rt_dlnotify"(2) false,
     Unwind = "rt_unwind"(2) false,
+    ShardSum = "rt_shard_sum"(3) true,
+    ShardSet = "rt_shard_set"(4) false,
 }
 
 /// Offset of a runtime function in [`RT_CODE`].

@@ -712,7 +712,9 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         match &s.kind {
             StmtKind::Expr(e) => {
                 self.charge(s.span);
-                self.expr(e);
+                if !self.shard_update(e) {
+                    self.expr(e);
+                }
             }
             StmtKind::Block(b) => {
                 for s in b {
@@ -794,6 +796,13 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             StmtKind::DeleteGlobal(g) => {
                 self.charge(s.span);
                 match self.sh.layout.globals[g.0 as usize].clone() {
+                    Slot::Long { off } if self.sh.layout.shards.contains_key(&g.0) => {
+                        let k = self.sh.layout.shards[&g.0];
+                        let o = self.iconst(off as i64);
+                        let kv = self.iconst(i64::from(k));
+                        let z = self.iconst(0);
+                        self.rt(Rt::ShardSet, &[self.region, o, kv, z]);
+                    }
                     Slot::Long { off } => {
                         let z = self.iconst(0);
                         self.b.ins().store(flags(), z, self.region, off as i32);
@@ -999,6 +1008,62 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.b.seal_block(done);
     }
 
+    /// A statement-level `g++`, `g--`, `g += e`, `g -= e` on a sharded
+    /// counter: a plain add into this thread's row of the shards (in a
+    /// target thread), or an atomic add to the counter's word (in the
+    /// tracer, where the context has no slot). Returns false when `e` is
+    /// not such an update.
+    fn shard_update(&mut self, e: &Expr) -> bool {
+        let (g, value, negate) = match &e.kind {
+            ExprKind::IncDec { op, target, .. } => match target.kind {
+                ExprKind::Global(g) => (g, None, *op == IncDec::Dec),
+                _ => return false,
+            },
+            ExprKind::Assign { op: op @ (AssignOp::Add | AssignOp::Sub), target, value } => match target.kind {
+                ExprKind::Global(g) => (g, Some(&**value), *op == AssignOp::Sub),
+                _ => return false,
+            },
+            _ => return false,
+        };
+        let Some(k) = self.sh.layout.shards.get(&g.0).copied() else { return false };
+        let Slot::Long { off } = self.sh.layout.globals[g.0 as usize].clone() else { return false };
+        let mut d = match value {
+            Some(v) => self.expr(v),
+            None => self.iconst(1),
+        };
+        if negate {
+            d = self.b.ins().ineg(d);
+        }
+        let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
+        let in_thread = self.b.create_block();
+        let in_tracer = self.b.create_block();
+        let done = self.b.create_block();
+        self.b.ins().brif(slot, in_thread, &[], in_tracer, &[]);
+        self.b.switch_to_block(in_thread);
+        self.b.seal_block(in_thread);
+        // The slot's row: (slot - threads) / sizeof(ThreadSlot).
+        let threads = self.region_addr(self.sh.layout.threads_off);
+        let rel = self.b.ins().isub(slot, threads);
+        let shift = core::mem::size_of::<abi::ThreadSlot>().trailing_zeros() as i64;
+        let row = self.b.ins().ushr_imm_u(rel, shift);
+        let row_bytes = 8 * self.sh.layout.shards.len() as i64;
+        let row_off = self.b.ins().imul_imm_s(row, row_bytes);
+        let base = self.region_addr(self.sh.layout.shards_off + 8 * u64::from(k));
+        let addr = self.b.ins().iadd(base, row_off);
+        let old = self.load(addr, 0);
+        let new = self.b.ins().iadd(old, d);
+        self.b.ins().store(flags(), new, addr, 0);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(in_tracer);
+        self.b.seal_block(in_tracer);
+        let p = self.region_addr(off);
+        self.b.ins().atomic_rmw(I64, flags(), AtomicRmwOp::Add, p, d);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(done);
+        self.b.seal_block(done);
+        true
+    }
+
     /// Evaluate an array's keys into a key buffer: (table address, buffer).
     fn keys(&mut self, array: GlobalId, keys: &[Expr]) -> (Value, Value) {
         let vals: Vec<Value> = keys.iter().map(|k| self.expr(k)).collect();
@@ -1069,7 +1134,14 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 LocalStore::Str(ss) => self.b.ins().stack_addr(I64, ss, 0),
             },
             ExprKind::Global(g) => match self.sh.layout.globals[g.0 as usize].clone() {
-                Slot::Long { off } => self.load(self.region, off as i32),
+                Slot::Long { off } => match self.sh.layout.shards.get(&g.0).copied() {
+                    Some(k) => {
+                        let o = self.iconst(off as i64);
+                        let kv = self.iconst(i64::from(k));
+                        self.rt(Rt::ShardSum, &[self.region, o, kv])
+                    }
+                    None => self.load(self.region, off as i32),
+                },
                 Slot::Str { off } => {
                     let t = self.temp();
                     let p = self.region_addr(off);
@@ -1414,6 +1486,23 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             }
             ExprKind::Global(g) => {
                 let Slot::Long { off } = self.sh.layout.globals[g.0 as usize].clone() else { return v };
+                if let Some(k) = self.sh.layout.shards.get(&g.0).copied() {
+                    // Tracer-side code only (the analysis keeps target code
+                    // to plain adds): the sum, the operator, then set.
+                    let new = match bop {
+                        Some(op) => {
+                            let o = self.iconst(off as i64);
+                            let kv = self.iconst(i64::from(k));
+                            let old = self.rt(Rt::ShardSum, &[self.region, o, kv]);
+                            self.arith(op, old, v, span)
+                        }
+                        None => v,
+                    };
+                    let o = self.iconst(off as i64);
+                    let kv = self.iconst(i64::from(k));
+                    self.rt(Rt::ShardSet, &[self.region, o, kv, new]);
+                    return new;
+                }
                 let p = self.region_addr(off);
                 self.update_long(p, bop, v, span)
             }
