@@ -1,0 +1,24 @@
+//! Prologue planning and relocation never panic, whatever the bytes:
+//! `plan` refuses or plans; `relocate` of a plan refuses or re-encodes.
+//!
+//!     RUSTC_BOOTSTRAP=1 cargo fuzz run relocate
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 10 {
+        return;
+    }
+    // The first 8 bytes choose where the trampoline goes; the rest is code.
+    let to_delta = u64::from_le_bytes(data[..8].try_into().unwrap_or([0; 8])) % (4 << 30);
+    let code = &data[8..];
+    let entry = 0x5555_5555_0000u64;
+    let size = (code.len() as u64).saturating_sub(16).max(1);
+    if let Ok(hook) = telco_runtime::x86::plan(code, entry, size) {
+        let start = (hook.patch_at - entry) as usize;
+        if let Some(bytes) = code.get(start..start + hook.displaced) {
+            let _ = telco_runtime::x86::relocate(bytes, hook.patch_at, hook.displaced, entry.wrapping_sub(to_delta));
+        }
+    }
+});
