@@ -331,3 +331,17 @@ fn output_streams_while_the_target_runs() {
     assert!(tracer.wait().expect("exit").success());
     assert_eq!(rest, "once 83\n");
 }
+
+/// A runtime error in a handler inside the target ends the session at once
+/// (MAXERRORS = 0): one ERROR, the error probes instead of the end probes,
+/// exit status 1; the target itself finishes normally.
+#[test]
+fn target_side_errors_end_the_session() {
+    let exe = build("errors", &[]);
+    let cmd = format!("{} work 100000", exe.display());
+    let script = "global n probe process.function(\"work\") { x = 0; n += 1 / x } probe end { println(\"end\") } probe error { println(\"error probe\") }";
+    let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(out, format!("{}error probe\n", untraced(&exe, &["work", "100000"])));
+    assert_eq!(err, "ERROR: division by 0 near <input>:1:55\nWARNING: Number of errors: 1, skipped probes: 0\n");
+}

@@ -43,6 +43,7 @@ pub fn c_header() -> String {
         ("H_DL_GEN", offset_of!(Header, dl_gen)),
         ("H_SHARDS_OFF", offset_of!(Header, shards_off)),
         ("H_NSHARDS", offset_of!(Header, nshards)),
+        ("H_MAXERRORS", offset_of!(Header, maxerrors)),
         ("C_SLOT", offset_of!(Ctx, slot)),
         ("H_DL_ACK", offset_of!(Header, dl_ack)),
         ("H_DL_WAIT", offset_of!(Header, dl_wait)),

@@ -96,7 +96,10 @@ pub struct Header {
     /// Only the slot's own thread writes its row (plain adds); readers sum.
     pub shards_off: u64,
     pub nshards: u32,
-    pub _pad3: u32,
+    /// MAXERRORS (saturated): when `errors` exceeds it, the handler that
+    /// reported the error clears `enabled` at once (Release), so the other
+    /// threads stop running handlers without waiting for the tracer.
+    pub maxerrors: u32,
 }
 
 pub const HEADER_SIZE: usize = 216;

@@ -578,7 +578,11 @@ EXPORT void rt_error_message(char *dst, u8 *ctx, i64 cap) {
 EXPORT void rt_report(u8 *R, u8 *ctx) {
     u32 code = AT(ctx, C_ERROR, u32);
     if (!code) return;
-    __atomic_fetch_add(&AT(R, H_ERRORS, u64), 1, __ATOMIC_RELAXED);
+    u64 errors = __atomic_add_fetch(&AT(R, H_ERRORS, u64), 1, __ATOMIC_RELAXED);
+    /* Past MAXERRORS the session is over: stop every handler now (Release
+     * pairs with the handlers' Acquire load of `enabled`). The tracer turns
+     * it back on for its own error probes. */
+    if (errors > AT(R, H_MAXERRORS, u32)) __atomic_store_n(&AT(R, H_ENABLED, u32), 0, __ATOMIC_RELEASE);
     i64 cap = AT(R, H_MAXSTRINGLEN, u32);
     const char *msg = (code == ERR_USER || code == ERR_FAULT) ? (const char *)ctx + CTX_SIZE : "";
     u32 payload = 4 + str_payload(msg, cap);

@@ -112,7 +112,7 @@ impl Region {
             _pad2: 0,
             shards_off: a.shards_off,
             nshards: a.nshards,
-            _pad3: 0,
+            maxerrors: a.limits.maxerrors.min(u64::from(u32::MAX)) as u32,
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };
@@ -566,6 +566,12 @@ impl<'a> Local<'a> {
                     if region.exit_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
                     }
+                    // Errors reported by handlers in the target end the
+                    // session too (MAXERRORS).
+                    if too_many_errors() {
+                        failed = true;
+                        break;
+                    }
                     if hooks.watching() {
                         if hooks.gone() {
                             break;
@@ -614,6 +620,11 @@ impl<'a> Local<'a> {
                 }
             }
             hooks.stopping();
+            // Errors that arrived while stopping (a target that exited right
+            // after its last failing hit) count too.
+            if !failed && too_many_errors() {
+                failed = true;
+            }
             // The target's hooks are out (or it is gone); the session's own
             // end and error probes still run.
             region.set_enabled(true);
@@ -622,7 +633,9 @@ impl<'a> Local<'a> {
                 wake();
                 if !failed && too_many_errors() {
                     // An error in an end probe: the rest of the end probes
-                    // are skipped and the error probes run.
+                    // are skipped and the error probes run (the failing
+                    // handler disabled the region: on again for them).
+                    region.set_enabled(true);
                     for &e in &errors {
                         call(artifact, region, code, &mut ctx, e);
                     }
