@@ -80,6 +80,12 @@ pub enum DisplayKind {
     Long,
     /// A counter with per-thread shards: its column in the shards.
     ShardedLong(u32),
+    /// A statistic with per-thread copies: the first copy's region offset
+    /// and the distance between copies.
+    ShardedStat {
+        shards: u64,
+        row: u32,
+    },
     String,
     Stat,
     /// An array at a [`crate::region::TableHeader`].

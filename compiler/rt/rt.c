@@ -1362,3 +1362,62 @@ EXPORT void rt_shard_set(u8 *R, i64 base_off, i64 k, i64 v) {
     for (u64 row = 0; row < n; row++) __atomic_store_n(shard(R, row, (u64)k), 0, __ATOMIC_RELAXED);
     __atomic_store_n(&AT(R, base_off, i64), v, __ATOMIC_RELAXED);
 }
+
+/* ---- statistics with per-thread shards ---- */
+
+/* s <<< v into this thread's own copy of a statistic: plain adds (only this
+ * thread writes it; readers merge). */
+EXPORT void rt_stat_add_local(u8 *st, i64 v, const u8 *desc) {
+    i64 n = AT(st, S_COUNT, i64);
+    AT(st, S_COUNT, i64) = n + 1;
+    AT(st, S_SUM, i64) += v;
+    AT(st, S_SUMSQ, i64) = (i64)((u64)AT(st, S_SUMSQ, i64) + (u64)v * (u64)v);
+    if (n == 0 || v < AT(st, S_MIN, i64)) AT(st, S_MIN, i64) = v;
+    if (n == 0 || v > AT(st, S_MAX, i64)) AT(st, S_MAX, i64) = v;
+    u32 nh = AT(desc, SD_NHISTS, u32);
+    for (u32 i = 0; i < nh; i++) {
+        const u8 *h = desc + SD_HISTS + i * HS_SIZE;
+        i64 b;
+        if (AT(h, HS_KIND, u32) == HIST_LOG) {
+            b = log_bucket(v);
+        } else {
+            i64 lo = AT(h, HS_LO, i64), step = AT(h, HS_STEP, i64), nb = AT(h, HS_NBUCKETS, u32);
+            if (v < lo) b = 0;
+            else {
+                u64 q = ((u64)v - (u64)lo) / (u64)step + 1;
+                b = q >= (u64)(nb - 1) ? nb - 1 : (i64)q;
+            }
+        }
+        AT(st, AT(h, HS_OFFSET, u32) + 8 * b, i64)++;
+    }
+}
+
+/* dst = the statistic at `base` merged with its per-thread copies (one per
+ * thread slot, `row` bytes apart from `shards`). Relaxed loads: totals read
+ * while threads add. */
+EXPORT void rt_stat_merge(u8 *R, u8 *dst, const u8 *base, i64 shards, i64 row, const u8 *desc) {
+    u32 size = AT(desc, 4, u32);
+    u64 n = AT(R, H_NTHREADS, u32);
+    for (u32 i = 0; i < size; i += 8) AT(dst, i, i64) = __atomic_load_n(&AT(base, i, i64), __ATOMIC_RELAXED);
+    for (u64 r = 0; r < n; r++) {
+        const u8 *s = R + shards + r * (u64)row;
+        i64 c = __atomic_load_n(&AT(s, S_COUNT, i64), __ATOMIC_RELAXED);
+        if (!c) continue;
+        i64 had = AT(dst, S_COUNT, i64);
+        i64 mn = __atomic_load_n(&AT(s, S_MIN, i64), __ATOMIC_RELAXED);
+        i64 mx = __atomic_load_n(&AT(s, S_MAX, i64), __ATOMIC_RELAXED);
+        if (!had || mn < AT(dst, S_MIN, i64)) AT(dst, S_MIN, i64) = mn;
+        if (!had || mx > AT(dst, S_MAX, i64)) AT(dst, S_MAX, i64) = mx;
+        for (u32 i = 0; i < size; i += 8) {
+            if (i == S_MIN || i == S_MAX) continue;
+            AT(dst, i, i64) += __atomic_load_n(&AT(s, i, i64), __ATOMIC_RELAXED);
+        }
+    }
+}
+
+/* delete s: the statistic and every thread's copy. */
+EXPORT void rt_stat_clear_all(u8 *R, u8 *base, i64 shards, i64 row, const u8 *desc) {
+    u64 n = AT(R, H_NTHREADS, u32);
+    rt_stat_clear(base, desc);
+    for (u64 r = 0; r < n; r++) rt_stat_clear(R + shards + r * (u64)row, desc);
+}

@@ -180,6 +180,36 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
                 out.push_str(&format!("{}=\"{}\"\n", d.name, cstr(off + LOCKED_STR_HEADER, 1 << 20)))
             }
             DisplayKind::Stat => out.push_str(&format!("{}{}\n", d.name, stat_text(off))),
+            DisplayKind::ShardedStat { shards, row } => {
+                // Merge the shared copy and every thread's copy.
+                let rows = read_u32_le(region, core::mem::offset_of!(Header, nthreads)) as usize;
+                let copies = std::iter::once(off).chain((0..rows).map(|r| shards as usize + r * row as usize));
+                let (mut count, mut sum, mut min, mut max) = (0i64, 0i64, 0i64, 0i64);
+                for c in copies {
+                    let n = i64_at(c);
+                    if n == 0 {
+                        continue;
+                    }
+                    let (mn, mx) = (i64_at(c + 16), i64_at(c + 24));
+                    if count == 0 || mn < min {
+                        min = mn;
+                    }
+                    if count == 0 || mx > max {
+                        max = mx;
+                    }
+                    count += n;
+                    sum = sum.wrapping_add(i64_at(c + 8));
+                }
+                if count == 0 {
+                    out.push_str(&format!("{} @count=0x0\n", d.name));
+                } else {
+                    out.push_str(&format!(
+                        "{} @count={count} @min={min} @max={max} @sum={sum} @avg={}\n",
+                        d.name,
+                        sum / count
+                    ));
+                }
+            }
             DisplayKind::Array => {
                 let f = |field: usize| off + field;
                 let nkeys = u32_at(f(core::mem::offset_of!(TableHeader, nkeys))) as usize;

@@ -49,6 +49,11 @@ pub struct Layout {
     pub shards_off: u64,
     /// Sharded counters: global id → column.
     pub shards: HashMap<u32, u32>,
+    /// Sharded statistics: global id → offset in a thread's row; the rows
+    /// (one per thread slot, `stat_row` bytes each) start at `stat_shards_off`.
+    pub stat_shards: HashMap<u32, u32>,
+    pub stat_shards_off: u64,
+    pub stat_row: u32,
     pub indent_off: u64,
     pub probes_off: u64,
     pub nprobes: u64,
@@ -111,6 +116,9 @@ impl Layout {
             shadow_depth,
             shards_off,
             shards: sharded.iter().enumerate().map(|(k, &g)| (g, k as u32)).collect(),
+            stat_shards: HashMap::new(),
+            stat_shards_off: 0,
+            stat_row: 0,
             indent_off,
             probes_off,
             nprobes,
@@ -239,6 +247,55 @@ impl Layout {
             }
         }
         l
+    }
+
+    /// Give these statistic globals per-thread copies, in a new part of the
+    /// region after the constants laid out so far (the constants keep
+    /// growing after it).
+    pub fn shard_stats(&mut self, stats: &[u32]) {
+        let mut row = 0u32;
+        for &g in stats {
+            if let Slot::Stat { hists, .. } = &self.globals[g as usize] {
+                self.stat_shards.insert(g, row);
+                row += stat_desc(hists).size;
+            }
+        }
+        if row == 0 {
+            return;
+        }
+        self.stat_row = align_up(u64::from(row), 8) as u32;
+        // The rows go where the constants were to start; the constants move
+        // after them (none has been placed but the zero block and the
+        // statistic descriptors, which are re-placed).
+        let consts = std::mem::take(&mut self.consts);
+        let old = self.consts_off;
+        self.stat_shards_off = old;
+        self.consts_off = align_up(old + u64::from(THREAD_SLOTS) * u64::from(self.stat_row), PART_ALIGN);
+        let delta = self.consts_off - old;
+        self.consts = consts;
+        for v in self.const_map.values_mut() {
+            *v += delta;
+        }
+        self.zero_off += delta;
+        for g in &mut self.globals {
+            match g {
+                Slot::Stat { desc, .. } => *desc += delta,
+                Slot::Table(t) if t.desc != 0 => t.desc += delta,
+                _ => {}
+            }
+        }
+        // Table headers written with the old descriptor offsets.
+        let tables: Vec<(u64, u64)> = self
+            .globals
+            .iter()
+            .filter_map(|g| if let Slot::Table(t) = g { Some((t.off, t.desc)) } else { None })
+            .collect();
+        for (off, desc) in tables {
+            if let Some((_, h)) = self.init.iter_mut().find(|(o, _)| *o == off) {
+                let at = core::mem::offset_of!(TableHeader, stat_desc);
+                h[at..at + 8].copy_from_slice(&desc.to_le_bytes());
+            }
+        }
     }
 
     /// The region offset of a constant (deduplicated).

@@ -98,7 +98,16 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
                     None => (*off, DisplayKind::Long),
                 },
                 super::layout::Slot::Str { off } => (*off, DisplayKind::String),
-                super::layout::Slot::Stat { off, .. } => (*off, DisplayKind::Stat),
+                super::layout::Slot::Stat { off, .. } => match layout.stat_shards.get(&g) {
+                    Some(&col) => (
+                        *off,
+                        DisplayKind::ShardedStat {
+                            shards: layout.stat_shards_off + u64::from(col),
+                            row: layout.stat_row,
+                        },
+                    ),
+                    None => (*off, DisplayKind::Stat),
+                },
                 super::layout::Slot::Table(tab) => (tab.off, DisplayKind::Array),
             };
             Some(Display { name, offset, kind })

@@ -49,8 +49,9 @@ pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Resu
     let returns = program.probes.iter().any(|p| p.points.iter().any(|pt| matches!(pt, Point::Function(f) if f.ret)));
     let entry_save =
         program.probes.iter().map(|p| translate::entry_save_size(p, limits.maxstringlen)).max().unwrap_or(0);
-    let sharded = sharded_globals(program);
+    let (sharded, stats) = sharded_globals(program);
     let mut layout = layout::Layout::new(program, limits, &hists, nprobes, returns, entry_save, &sharded);
+    layout.shard_stats(&stats);
     // The probe table: pp() and probefunc() strings per probe entry.
     let mut row = 0u64;
     let mut rows = Vec::new();
@@ -180,12 +181,13 @@ pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
         .collect()
 }
 
-/// Counters that get per-thread shards: scalar long globals that code which
-/// can run in a target (function probes and script functions) only changes
-/// by statement-level `g++`, `g--`, `g += e` or `g -= e`, never reads. Such
-/// an update is a plain add into the thread's row; readers (begin, end,
-/// timer probes) sum the rows.
-pub fn sharded_globals(program: &Program) -> Vec<u32> {
+/// Counters and statistics that get per-thread shards: scalar globals that
+/// code which can run in a target (function probes and script functions)
+/// only changes by statement-level `g++`, `g--`, `g += e`, `g -= e` (longs)
+/// or `g <<< e` (statistics), never reads. Such an update is a plain add into
+/// the thread's own copy; readers (begin, end, timer probes) sum or merge
+/// the copies. Returns (counters, statistics).
+pub fn sharded_globals(program: &Program) -> (Vec<u32>, Vec<u32>) {
     use crate::program::{Expr, ExprKind, GlobalKind, Stmt, StmtKind, Ty};
     use std::collections::BTreeSet;
     fn additive(e: &Expr) -> Option<(u32, Option<&Expr>)> {
@@ -194,12 +196,14 @@ pub fn sharded_globals(program: &Program) -> Vec<u32> {
                 ExprKind::Global(g) => Some((g.0, None)),
                 _ => None,
             },
-            ExprKind::Assign { op: crate::ast::AssignOp::Add | crate::ast::AssignOp::Sub, target, value } => {
-                match target.kind {
-                    ExprKind::Global(g) => Some((g.0, Some(&**value))),
-                    _ => None,
-                }
-            }
+            ExprKind::Assign {
+                op: crate::ast::AssignOp::Add | crate::ast::AssignOp::Sub | crate::ast::AssignOp::Aggregate,
+                target,
+                value,
+            } => match target.kind {
+                ExprKind::Global(g) => Some((g.0, Some(&**value))),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -277,10 +281,11 @@ pub fn sharded_globals(program: &Program) -> Vec<u32> {
     for f in &program.functions {
         walk(&f.body, &mut bad, &mut used);
     }
-    used.into_iter()
-        .filter(|g| !bad.contains(g))
-        .filter(|&g| matches!(program.globals[g as usize].kind, GlobalKind::Scalar(Ty::Long)))
-        .collect()
+    let good: Vec<u32> = used.into_iter().filter(|g| !bad.contains(g)).collect();
+    let of = |ty: Ty| -> Vec<u32> {
+        good.iter().copied().filter(|&g| program.globals[g as usize].kind == GlobalKind::Scalar(ty)).collect()
+    };
+    (of(Ty::Long), of(Ty::Stat))
 }
 
 /// `probefunc()` of a point.

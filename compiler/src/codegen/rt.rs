@@ -72,6 +72,9 @@ rt_fns! {
     DlNotify = "rt_dlnotify"(2) false,
     Unwind = "rt_unwind"(2) false,
     ShardSum = "rt_shard_sum"(3) true,
+    StatAddLocal = "rt_stat_add_local"(3) false,
+    StatMerge = "rt_stat_merge"(6) false,
+    StatClearAll = "rt_stat_clear_all"(5) false,
     ShardSet = "rt_shard_set"(4) false,
 }
 

@@ -816,7 +816,16 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                     Slot::Stat { off, desc, .. } => {
                         let p = self.region_addr(off);
                         let d = self.region_addr(desc);
-                        self.rt(Rt::StatClear, &[p, d]);
+                        match self.sh.layout.stat_shards.get(&g.0).copied() {
+                            Some(col) => {
+                                let shards = self.iconst((self.sh.layout.stat_shards_off + u64::from(col)) as i64);
+                                let row = self.iconst(i64::from(self.sh.layout.stat_row));
+                                self.rt(Rt::StatClearAll, &[self.region, p, shards, row, d]);
+                            }
+                            None => {
+                                self.rt(Rt::StatClear, &[p, d]);
+                            }
+                        }
                     }
                     Slot::Table(t) => {
                         let p = self.region_addr(t.off);
@@ -1041,11 +1050,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.b.ins().brif(slot, in_thread, &[], in_tracer, &[]);
         self.b.switch_to_block(in_thread);
         self.b.seal_block(in_thread);
-        // The slot's row: (slot - threads) / sizeof(ThreadSlot).
-        let threads = self.region_addr(self.sh.layout.threads_off);
-        let rel = self.b.ins().isub(slot, threads);
-        let shift = core::mem::size_of::<abi::ThreadSlot>().trailing_zeros() as i64;
-        let row = self.b.ins().ushr_imm_u(rel, shift);
+        let row = self.slot_row(slot);
         let row_bytes = 8 * self.sh.layout.shards.len() as i64;
         let row_off = self.b.ins().imul_imm_s(row, row_bytes);
         let base = self.region_addr(self.sh.layout.shards_off + 8 * u64::from(k));
@@ -1062,6 +1067,14 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.b.switch_to_block(done);
         self.b.seal_block(done);
         true
+    }
+
+    /// A thread slot's index: (slot - threads) / sizeof(ThreadSlot).
+    fn slot_row(&mut self, slot: Value) -> Value {
+        let threads = self.region_addr(self.sh.layout.threads_off);
+        let rel = self.b.ins().isub(slot, threads);
+        let shift = core::mem::size_of::<abi::ThreadSlot>().trailing_zeros() as i64;
+        self.b.ins().ushr_imm_u(rel, shift)
     }
 
     /// Evaluate an array's keys into a key buffer: (table address, buffer).
@@ -1149,7 +1162,20 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                     self.rt(Rt::GstrLoad, &[t, p, cap]);
                     t
                 }
-                Slot::Stat { off, .. } => self.region_addr(off),
+                Slot::Stat { off, desc, hists } => match self.sh.layout.stat_shards.get(&g.0).copied() {
+                    Some(col) => {
+                        // Merge the per-thread copies into a temporary.
+                        let size = super::layout::stat_desc(&hists).size;
+                        let tmp = self.buffer(size);
+                        let base = self.region_addr(off);
+                        let shards = self.iconst((self.sh.layout.stat_shards_off + u64::from(col)) as i64);
+                        let row = self.iconst(i64::from(self.sh.layout.stat_row));
+                        let d = self.region_addr(desc);
+                        self.rt(Rt::StatMerge, &[self.region, tmp, base, shards, row, d]);
+                        tmp
+                    }
+                    None => self.region_addr(off),
+                },
                 Slot::Table(t) => self.region_addr(t.off),
             },
             ExprKind::Index { array, keys } => {
@@ -1446,7 +1472,35 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             let v = self.expr(value);
             let (p, desc) = match &target.kind {
                 ExprKind::Global(g) => match self.sh.layout.globals[g.0 as usize].clone() {
-                    Slot::Stat { off, desc, .. } => (self.region_addr(off), desc),
+                    Slot::Stat { off, desc, .. } => match self.sh.layout.stat_shards.get(&g.0).copied() {
+                        Some(col) => {
+                            // This thread's own copy (in a target thread), or
+                            // the shared one (in the tracer).
+                            let d = self.region_addr(desc);
+                            let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
+                            let own = self.b.create_block();
+                            let shared = self.b.create_block();
+                            let done = self.b.create_block();
+                            self.b.ins().brif(slot, own, &[], shared, &[]);
+                            self.b.switch_to_block(own);
+                            self.b.seal_block(own);
+                            let row = self.slot_row(slot);
+                            let row_off = self.b.ins().imul_imm_s(row, i64::from(self.sh.layout.stat_row));
+                            let base = self.region_addr(self.sh.layout.stat_shards_off + u64::from(col));
+                            let p = self.b.ins().iadd(base, row_off);
+                            self.rt(Rt::StatAddLocal, &[p, v, d]);
+                            self.b.ins().jump(done, &[]);
+                            self.b.switch_to_block(shared);
+                            self.b.seal_block(shared);
+                            let p = self.region_addr(off);
+                            self.rt(Rt::StatAdd, &[p, v, d]);
+                            self.b.ins().jump(done, &[]);
+                            self.b.switch_to_block(done);
+                            self.b.seal_block(done);
+                            return v;
+                        }
+                        None => (self.region_addr(off), desc),
+                    },
                     _ => return v,
                 },
                 ExprKind::Index { array, keys } => {
