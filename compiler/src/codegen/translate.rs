@@ -102,7 +102,19 @@ pub fn translate(
         functions.push(TFunc { name: format!("function {}", f.name), func });
     }
     let mut probes = Vec::new();
+    // Probes whose bodies are the same (one `probe a, b, c { ... }` over
+    // many points, a wildcard) share one compiled handler: the handler
+    // reads which probe it serves from its context.
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, p) in program.probes.iter().enumerate() {
+        let in_tracer =
+            p.points.iter().all(|pt| matches!(pt, Point::Begin { .. } | Point::End { .. } | Point::Error { .. }));
+        let key = format!("{:?}|{:?}|{:?}|{}", p.locals, p.body, p.condition, in_tracer);
+        if let Some(&j) = seen.get(&key) {
+            probes.push(probes[j]);
+            continue;
+        }
+        seen.insert(key, i);
         let idx = functions.len();
         let func = sh.gen_function(&mut fctx, Body::Probe(i as u32, p));
         functions.push(TFunc { name: format!("probe {} ({})", i, p.written), func });
