@@ -345,3 +345,16 @@ fn target_side_errors_end_the_session() {
     assert_eq!(out, format!("{}error probe\n", untraced(&exe, &["work", "100000"])));
     assert_eq!(err, "ERROR: division by 0 near <input>:1:55\nWARNING: Number of errors: 1, skipped probes: 0\n");
 }
+
+/// `exec` ends the tracing of the old image cleanly: the counts of the old
+/// image are kept, nothing is written into the new program, which runs
+/// normally, and the session ends when it exits.
+#[test]
+fn exec_leaves_the_new_image_alone() {
+    let exe = build("exec", &[]);
+    let cmd = format!("{} exec 1000", exe.display());
+    let (out, err, code) =
+        run(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "before exec 1000000\nafter exec\n1000\n");
+}

@@ -97,6 +97,13 @@ int main(int argc, char **argv) {
         int st = 0;
         waitpid(c, &st, 0);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 4;
+    } else if (!strcmp(mode, "exec")) {
+        /* Work, then become another program: the hooks go with the old image. */
+        for (long i = 0; i < n_calls; i++) s += work(i);
+        printf("before exec %ld\n", s);
+        fflush(stdout);
+        execl("/bin/echo", "echo", "after exec", (char *)0);
+        return 5;
     } else if (!strcmp(mode, "once")) {
         /* One probed call, then block until stdin closes: output of the
          * probe must reach the tracer's stdout while we still run. */
