@@ -645,6 +645,15 @@ LOCAL i64 log_bucket(i64 v) {
     return v < 0 ? (i64)HIST_LOG_BUCKETS - b : b;
 }
 
+/* The bucket of v in histogram h (a HistSpec). */
+LOCAL i64 hist_bucket(const u8 *h, i64 v) {
+    if (AT(h, HS_KIND, u32) == HIST_LOG) return log_bucket(v);
+    i64 lo = AT(h, HS_LO, i64), step = AT(h, HS_STEP, i64), nb = AT(h, HS_NBUCKETS, u32);
+    if (v < lo) return 0;
+    u64 q = ((u64)v - (u64)lo) / (u64)step + 1;
+    return q >= (u64)(nb - 1) ? nb - 1 : (i64)q;
+}
+
 EXPORT void rt_stat_add(u8 *st, i64 v, const u8 *desc) {
     /* Relaxed everywhere: totals and extremes, read after the fact. */
     i64 n = __atomic_fetch_add(&AT(st, S_COUNT, i64), 1, __ATOMIC_RELAXED);
@@ -666,17 +675,7 @@ EXPORT void rt_stat_add(u8 *st, i64 v, const u8 *desc) {
     u32 nh = AT(desc, SD_NHISTS, u32);
     for (u32 i = 0; i < nh; i++) {
         const u8 *h = desc + SD_HISTS + i * HS_SIZE;
-        i64 b;
-        if (AT(h, HS_KIND, u32) == HIST_LOG) {
-            b = log_bucket(v);
-        } else {
-            i64 lo = AT(h, HS_LO, i64), step = AT(h, HS_STEP, i64), nb = AT(h, HS_NBUCKETS, u32);
-            if (v < lo) b = 0;
-            else {
-                u64 q = ((u64)v - (u64)lo) / (u64)step + 1;
-                b = q >= (u64)(nb - 1) ? nb - 1 : (i64)q;
-            }
-        }
+        i64 b = hist_bucket(h, v);
         __atomic_fetch_add(&AT(st, AT(h, HS_OFFSET, u32) + 8 * b, i64), 1, __ATOMIC_RELAXED);
     }
 }
@@ -1377,17 +1376,7 @@ EXPORT void rt_stat_add_local(u8 *st, i64 v, const u8 *desc) {
     u32 nh = AT(desc, SD_NHISTS, u32);
     for (u32 i = 0; i < nh; i++) {
         const u8 *h = desc + SD_HISTS + i * HS_SIZE;
-        i64 b;
-        if (AT(h, HS_KIND, u32) == HIST_LOG) {
-            b = log_bucket(v);
-        } else {
-            i64 lo = AT(h, HS_LO, i64), step = AT(h, HS_STEP, i64), nb = AT(h, HS_NBUCKETS, u32);
-            if (v < lo) b = 0;
-            else {
-                u64 q = ((u64)v - (u64)lo) / (u64)step + 1;
-                b = q >= (u64)(nb - 1) ? nb - 1 : (i64)q;
-            }
-        }
+        i64 b = hist_bucket(h, v);
         AT(st, AT(h, HS_OFFSET, u32) + 8 * b, i64)++;
     }
 }

@@ -32,21 +32,7 @@ impl SharedMemory {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a fresh shared mapping of the whole file; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedMemory { ptr: p.cast(), len, _fd: fd })
+        SharedMemory::from_fd(fd, len)
     }
 
     /// Map `len` bytes of an open memfd (the target's, through
