@@ -1232,8 +1232,8 @@ LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i) {
  * at `ret_slot` and replace it with `tramp`. Returns the frame's @entry save
  * area, or 0 (no slot, stack full: the hit is skipped and counted). */
 EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
-    (void)ctx;
-    u8 *slot = thread_slot(R);
+    /* The trampoline found (and marked) the thread's slot with rt_enter. */
+    u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
     u32 depth = slot ? AT(slot, TS_DEPTH, u32) : 0;
     /* Frames at or below this call's return slot belong to calls that
      * longjmp (or an exception) left: their stack is being reused. */
@@ -1256,10 +1256,20 @@ EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
 /* In the return trampoline, with the stack pointer `sp` just after the
  * return: pop this call's frame (dropping frames that longjmp skipped),
  * point the context at its probe and @entry saves, and give the original
- * return address (0 if there is no frame: cannot happen). */
+ * return address (0 if there is no frame: cannot happen). Also does
+ * rt_enter's work with the slot it found: `ctx.slot` is the slot, marked
+ * busy, or 0 when the handler must be skipped (already inside one). */
 EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
     u8 *slot = thread_slot(R);
+    AT(ctx, C_SLOT, u64) = 0;
     if (!slot) return 0;
+    if (AT(slot, TS_BUSY, u32)) {
+        __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);
+    } else {
+        AT(slot, TS_BUSY, u32) = 1;
+        __asm__ volatile("" ::: "memory");
+        AT(ctx, C_SLOT, u64) = (u64)slot;
+    }
     u32 depth = AT(slot, TS_DEPTH, u32);
     while (depth > 0) {
         u8 *f = shadow_frame(R, slot, depth - 1);

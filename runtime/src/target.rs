@@ -248,15 +248,9 @@ impl Hooker {
         let table_at = code.alloc(table.len()).ok_or_else(small)?;
         s.write(table_at, &table)?;
         let ret_tramp = code.alloc(512).ok_or_else(small)?;
-        let rt_bytes = trampoline::return_trampoline(
-            ret_tramp,
-            self.region,
-            a.ctx_size,
-            code.at(self.ret_pop),
-            code.at(self.enter),
-            table_at,
-        )
-        .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
+        let rt_bytes =
+            trampoline::return_trampoline(ret_tramp, self.region, a.ctx_size, code.at(self.ret_pop), table_at)
+                .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
         s.write(ret_tramp, &rt_bytes)?;
         let mut plans = Vec::new();
         for (&file_offset, probes) in functions {

@@ -169,7 +169,6 @@ pub fn return_trampoline(
     region: u64,
     ctx_size: u32,
     ret_pop: u64,
-    enter: u64,
     handlers: u64,
 ) -> Result<Vec<u8>, IcedError> {
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
@@ -189,12 +188,11 @@ pub fn return_trampoline(
     a.mov(rdx, qword_ptr(rbx + 8 * 7))?;
     a.call(ret_pop)?;
     a.mov(qword_ptr(rbx + 8 * 16), rax)?; // rip: where we return to
+                                          // rt_ret_pop also marked the thread busy (ctx.slot), or says skip (0).
     let slot = slot_at(ctx_size);
     let mut done = a.create_label();
-    a.mov(rdi, region)?;
-    a.call(enter)?;
+    a.mov(rax, qword_ptr(rbx + c(core::mem::offset_of!(Ctx, slot))))?;
     a.mov(qword_ptr(rbx + slot), rax)?;
-    a.mov(qword_ptr(rbx + c(core::mem::offset_of!(Ctx, slot))), rax)?;
     a.test(rax, rax)?;
     a.jz(done)?;
     a.mov(eax, dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))))?;
