@@ -3,28 +3,8 @@
 //! target will) must lose no count, insert no key twice and keep
 //! statistics exact. Runs the real compiled code in this process.
 
-use telco_compiler::elaborate::{self, NoProcesses, TargetSpec};
-use telco_compiler::{parse, ParseConfig, SourceMap};
-
 fn compile(text: &str) -> telco_abi::artifact::Artifact {
-    let pcfg = ParseConfig::default();
-    let mut sources = SourceMap::new();
-    let id = sources.add("concurrency.tp", text);
-    let (script, diags) = parse(&sources, id, &pcfg);
-    assert!(diags.is_empty(), "{diags:?}");
-    let cfg = elaborate::Config {
-        parse: &pcfg,
-        tapsets: elaborate::tapsets::builtin(),
-        target: TargetSpec::default(),
-        query: &NoProcesses,
-        args: &[],
-        guru: false,
-    };
-    let mut ds = Vec::new();
-    let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds).expect("elaborates");
-    assert!(ds.iter().all(|d| d.severity != telco_compiler::Severity::Error), "{ds:?}");
-    let t = telco_compiler::codegen::translate(&program, &sources, Default::default()).expect("translates");
-    telco_compiler::codegen::codegen(t, &program).expect("links")
+    telco_compiler::codegen::compile_text("concurrency.tp", text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

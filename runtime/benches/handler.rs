@@ -7,26 +7,9 @@
 //! Prints a markdown table: ns per call, best of 5 runs of 10 M calls.
 
 use std::time::Instant;
-use telco_compiler::elaborate::{self, NoProcesses, TargetSpec};
-use telco_compiler::{parse, ParseConfig, SourceMap};
 
 fn compile(text: &str) -> telco_abi::artifact::Artifact {
-    let pcfg = ParseConfig::default();
-    let mut sources = SourceMap::new();
-    let id = sources.add("bench.tp", text);
-    let (script, _) = parse(&sources, id, &pcfg);
-    let cfg = elaborate::Config {
-        parse: &pcfg,
-        tapsets: elaborate::tapsets::builtin(),
-        target: TargetSpec::default(),
-        query: &NoProcesses,
-        args: &[],
-        guru: false,
-    };
-    let mut ds = Vec::new();
-    let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds).expect("elaborates");
-    let t = telco_compiler::codegen::translate(&program, &sources, Default::default()).expect("translates");
-    telco_compiler::codegen::codegen(t, &program).expect("links")
+    telco_compiler::codegen::compile_text("bench.tp", text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 const CALLS: u64 = 10_000_000;

@@ -124,24 +124,7 @@ fn attach_errors_are_clear() {
 
 /// The artifact of a small script, compiled by the real compiler.
 fn compile(text: &str) -> telco_abi::artifact::Artifact {
-    use telco_compiler::elaborate::{self, NoProcesses, TargetSpec};
-    use telco_compiler::{parse, ParseConfig, SourceMap};
-    let pcfg = ParseConfig::default();
-    let mut sources = SourceMap::new();
-    let id = sources.add("inject.tp", text);
-    let (script, _) = parse(&sources, id, &pcfg);
-    let cfg = elaborate::Config {
-        parse: &pcfg,
-        tapsets: elaborate::tapsets::builtin(),
-        target: TargetSpec::default(),
-        query: &NoProcesses,
-        args: &[],
-        guru: false,
-    };
-    let mut ds = Vec::new();
-    let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds).expect("elaborates");
-    let t = telco_compiler::codegen::translate(&program, &sources, Default::default()).expect("translates");
-    telco_compiler::codegen::codegen(t, &program).expect("links")
+    telco_compiler::codegen::compile_text("inject.tp", text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

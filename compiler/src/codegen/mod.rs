@@ -288,6 +288,38 @@ pub fn sharded_globals(program: &Program) -> (Vec<u32>, Vec<u32>) {
     (of(Ty::Long), of(Ty::Stat))
 }
 
+/// Passes 1–4 on a script that needs no target (begin/end/error/timer
+/// probes): for tests and benchmarks that run compiled handlers directly.
+/// Errors come back as the one-line diagnostic summary.
+pub fn compile_text(name: &str, text: &str) -> Result<telco_abi::artifact::Artifact, String> {
+    use crate::elaborate::{self, NoProcesses, TargetSpec};
+    let pcfg = crate::ParseConfig::default();
+    let mut sources = SourceMap::new();
+    let id = sources.add(name, text);
+    let (script, ds) = crate::parse(&sources, id, &pcfg);
+    let mut diags = crate::Diagnostics::new();
+    diags.extend(ds);
+    let cfg = elaborate::Config {
+        parse: &pcfg,
+        tapsets: elaborate::tapsets::builtin(),
+        target: TargetSpec::default(),
+        query: &NoProcesses,
+        args: &[],
+        guru: false,
+    };
+    let mut ds = Vec::new();
+    let program =
+        if diags.has_errors() { None } else { elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds) };
+    diags.extend(ds);
+    let Some(program) = program.filter(|_| !diags.has_errors()) else { return Err(diags.summary(&sources)) };
+    let t = translate(&program, &sources, Limits::default()).map_err(|d| {
+        let mut all = crate::Diagnostics::new();
+        all.extend(d);
+        all.summary(&sources)
+    })?;
+    codegen(t, &program)
+}
+
 /// `probefunc()` of a point.
 pub fn function_of(p: &Point) -> String {
     match p {
