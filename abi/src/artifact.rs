@@ -56,6 +56,11 @@ pub struct ProbeEntry {
     pub entry_size: u32,
     /// `probefunc()`: the probed function's name, or "".
     pub function: String,
+    /// The handler (or its entry handler) reads context fields beyond
+    /// `probe`, `slot` and `entry`: saved registers, `addr`, the tid
+    /// cache… A trampoline must then save every register and fill the
+    /// whole context; otherwise it may save only what its calls change.
+    pub full_ctx: bool,
 }
 
 /// A source location, for runtime error messages.

@@ -222,6 +222,21 @@ struct Hooker {
     dlnotify: u32,
 }
 
+/// What one function's trampoline calls (`trampoline::Entry`).
+struct Tramp {
+    handlers: Vec<(u64, u32)>,
+    returns: Vec<(u32, Option<u64>)>,
+    ret_tramp: u64,
+    lean: Option<crate::clobber::RegMask>,
+}
+
+impl Tramp {
+    /// Only a call of a runtime function (with the whole context).
+    fn call(f: u64) -> Self {
+        Tramp { handlers: vec![(f, 0)], returns: Vec::new(), ret_tramp: 0, lean: None }
+    }
+}
+
 /// A hook ready to be written: address, original bytes, new bytes.
 type Plan = (u64, Vec<u8>, Vec<u8>);
 
@@ -241,18 +256,25 @@ impl Hooker {
         let first = *functions.keys().next().unwrap_or(&0);
         let base = runtime_addr(maps, module, first)
             .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
-        let mut code = inject::code(s, a, base, 8192 + 1024 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
+        let mut code = inject::code(s, a, base, 8192 + 1536 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
         // The handler table (by probe index) and the return trampoline.
         let table: Vec<u8> = a.probes.iter().flat_map(|p| code.at(p.handler).to_le_bytes()).collect();
         let small = || TargetError::Unsupported("code region too small".into());
         let table_at = code.alloc(table.len()).ok_or_else(small)?;
         s.write(table_at, &table)?;
         let ret_tramp = code.alloc(512).ok_or_else(small)?;
-        let rt_bytes =
-            trampoline::return_trampoline(ret_tramp, self.region, a.ctx_size, code.at(self.ret_pop), table_at)
-                .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
+        let rt_bytes = trampoline::return_trampoline(
+            ret_tramp,
+            self.region,
+            a.ctx_size,
+            code.at(self.ret_pop),
+            &trampoline::Returns::Table(table_at),
+            None,
+        )
+        .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
         s.write(ret_tramp, &rt_bytes)?;
         let mut plans = Vec::new();
+        let mut clobbers = crate::clobber::Clobbers::new(&a.code, &a.symbols);
         for (&file_offset, probes) in functions {
             let p0 = &a.probes[probes[0]];
             let size = match &p0.attach {
@@ -266,14 +288,57 @@ impl Hooker {
             };
             let mut handlers = Vec::new();
             let mut returns = Vec::new();
+            // A lean trampoline when no handler needs the whole context and
+            // what they change is known.
+            let mut lean = Some(0);
+            let mut calls = Vec::new();
             for &i in probes {
                 let p = &a.probes[i];
+                if p.full_ctx {
+                    lean = None;
+                }
                 match p.attach {
-                    Attach::Function { ret: true, .. } => returns.push((i as u32, p.entry_handler.map(|h| code.at(h)))),
-                    _ => handlers.push((code.at(p.handler), i as u32)),
+                    Attach::Function { ret: true, .. } => {
+                        returns.push((i as u32, p.entry_handler.map(|h| code.at(h))));
+                        calls.push(self.ret_push);
+                        calls.extend(p.entry_handler);
+                    }
+                    _ => {
+                        handlers.push((code.at(p.handler), i as u32));
+                        calls.push(p.handler);
+                    }
                 }
             }
-            match self.function(s, &mut code, addr, size, handlers, returns, ret_tramp)? {
+            for f in calls {
+                lean = lean.zip(clobbers.of(f)).map(|(m, c)| m | c);
+            }
+            // Lean return probes get a return trampoline of their own, as
+            // lean, calling their handlers directly.
+            let mut own_ret = None;
+            if lean.is_some() && !returns.is_empty() {
+                let rets: Vec<(u32, u32)> = returns.iter().map(|&(i, _)| (i, a.probes[i as usize].handler)).collect();
+                let mut m = clobbers.of(self.ret_pop);
+                for &(_, h) in &rets {
+                    m = m.zip(clobbers.of(h)).map(|(x, y)| x | y);
+                }
+                if let Some(m) = m {
+                    let at = code.alloc(512).ok_or_else(small)?;
+                    let direct = rets.iter().map(|&(i, h)| (i, code.at(h))).collect();
+                    let bytes = trampoline::return_trampoline(
+                        at,
+                        self.region,
+                        a.ctx_size,
+                        code.at(self.ret_pop),
+                        &trampoline::Returns::Direct(direct),
+                        Some(m),
+                    )
+                    .map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
+                    s.write(at, &bytes)?;
+                    own_ret = Some(at);
+                }
+            }
+            let tramp = Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean };
+            match self.function(s, &mut code, addr, size, tramp)? {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!("{fname}: {why}")),
             }
@@ -282,16 +347,13 @@ impl Hooker {
     }
 
     /// The trampoline of one function; the patch to apply, or why not.
-    #[allow(clippy::too_many_arguments)]
     fn function(
         &self,
         s: &mut Stopped,
         code: &mut CodeRegion,
         addr: u64,
         size: u64,
-        handlers: Vec<(u64, u32)>,
-        returns: Vec<(u32, Option<u64>)>,
-        ret_tramp: u64,
+        t: Tramp,
     ) -> Result<Result<Plan, String>, TargetError> {
         let bytes = s.read(addr, (size as usize).clamp(1, 1 << 20) + 16)?;
         let hook = match x86::plan(&bytes, addr, size) {
@@ -304,11 +366,14 @@ impl Hooker {
             region: self.region,
             addr,
             ctx_size: self.artifact.ctx_size,
-            handlers,
-            returns,
+            handlers: t.handlers,
+            returns: t.returns,
             ret_push: code.at(self.ret_push),
             enter: code.at(self.enter),
-            ret_tramp,
+            ret_tramp: t.ret_tramp,
+            threads: self.region + self.artifact.threads_off,
+            nthreads: self.artifact.nthreads,
+            lean: t.lean,
         };
         let prefix = trampoline::entry_prefix(&entry)
             .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
@@ -483,7 +548,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         let bytes = s.read(brk, 32)?;
         let size = x86::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
         let notify = code.at(hooker.dlnotify);
-        match hooker.function(&mut s, &mut code, brk, size, vec![(notify, 0)], Vec::new(), 0)? {
+        match hooker.function(&mut s, &mut code, brk, size, Tramp::call(notify))? {
             Ok(plan) => plans.push(plan),
             Err(why) => {
                 return Err(TargetError::Unsupported(format!(
@@ -506,7 +571,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             let Some(unwind) = unwind else { break };
             let mut code = inject::code(&mut s, a, addr, 4096)?;
             let handler = code.at(unwind);
-            match hooker.function(&mut s, &mut code, addr, size, vec![(handler, 0)], Vec::new(), 0)? {
+            match hooker.function(&mut s, &mut code, addr, size, Tramp::call(handler))? {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!(
                     "the unwinder at {addr:#x} ({why}): a C++ exception through a frame with a return probe would \

@@ -17,6 +17,7 @@
 //! (checked when the runtime library is built). Probes placed elsewhere than
 //! at an entry (statements) will need the red zone and the flags.
 
+use crate::clobber::{RegMask, CALLER_SAVED};
 use iced_x86::code_asm::*;
 use telco_abi::region::{Ctx, SavedRegs, CTX_SIZE};
 
@@ -34,27 +35,26 @@ pub struct Entry {
     pub handlers: Vec<(u64, u32)>,
     /// Return probes: (probe index, its entry handler for `@entry`).
     pub returns: Vec<(u32, Option<u64>)>,
-    /// `rt_ret_push`, `rt_enter` and the code region's return trampoline.
+    /// `rt_ret_push`, `rt_enter` and the return trampoline.
     pub ret_push: u64,
     pub enter: u64,
     pub ret_tramp: u64,
+    /// The thread slots (`Header::threads_off` in the target) and how many
+    /// (a power of two).
+    pub threads: u64,
+    pub nthreads: u32,
+    /// None: save every register and fill the whole context (handlers read
+    /// `$argN`, `register()`, …). Some(mask): the handlers need only
+    /// `probe`, `slot` and `entry` of the context, and calling everything
+    /// here changes at most the registers in `mask` (`clobber`): only the
+    /// caller-saved ones among them are saved.
+    pub lean: Option<RegMask>,
 }
 
-/// The frame: SavedRegs, the context, then the thread slot `rt_enter` gave.
+/// The frame: SavedRegs, then the context.
 fn frame_size(ctx_size: u32) -> i32 {
     let regs = core::mem::size_of::<SavedRegs>() as i32;
-    (regs + ctx_size.max(CTX_SIZE as u32) as i32 + 8 + 15) & !15
-}
-
-fn slot_at(ctx_size: u32) -> i32 {
-    frame_size(ctx_size) - 8
-}
-
-/// Leave the handlers: clear the slot's busy flag.
-fn leave(a: &mut CodeAssembler, slot: i32) -> Result<(), IcedError> {
-    a.mov(rax, qword_ptr(rbx + slot))?;
-    a.mov(dword_ptr(rax + core::mem::offset_of!(telco_abi::region::ThreadSlot, busy) as i32), 0u32)?;
-    Ok(())
+    (regs + ctx_size.max(CTX_SIZE as u32) as i32 + 15) & !15
 }
 
 const REGS: [AsmRegister64; 16] = [rax, rbx, rcx, rdx, rsi, rdi, rbp, rsp, r8, r9, r10, r11, r12, r13, r14, r15];
@@ -69,10 +69,22 @@ fn save_regs(a: &mut CodeAssembler) -> Result<(), IcedError> {
     Ok(())
 }
 
-/// Reload the caller-saved registers and rbx from the SavedRegs block.
-fn reload_regs(a: &mut CodeAssembler) -> Result<(), IcedError> {
-    for i in [0usize, 1, 2, 3, 4, 5, 8, 9, 10, 11] {
-        a.mov(REGS[i], qword_ptr(rsp + (8 * i) as i32))?;
+/// Store, or reload, the registers of `mask` in the SavedRegs block at
+/// [base].
+fn store_mask(a: &mut CodeAssembler, base: AsmRegister64, mask: RegMask) -> Result<(), IcedError> {
+    for (i, r) in REGS.iter().enumerate() {
+        if mask & (1 << i) != 0 {
+            a.mov(qword_ptr(base + (8 * i) as i32), *r)?;
+        }
+    }
+    Ok(())
+}
+
+fn load_mask(a: &mut CodeAssembler, base: AsmRegister64, mask: RegMask) -> Result<(), IcedError> {
+    for (i, r) in REGS.iter().enumerate() {
+        if mask & (1 << i) != 0 {
+            a.mov(*r, qword_ptr(base + (8 * i) as i32))?;
+        }
     }
     Ok(())
 }
@@ -89,49 +101,105 @@ fn init_ctx(a: &mut CodeAssembler, ctx_at: i32) -> Result<(), IcedError> {
     Ok(())
 }
 
+const SR_RAX: RegMask = 1 << 0;
+const SR_RCX: RegMask = 1 << 2;
+const SR_RDX: RegMask = 1 << 3;
+const SR_RSI: RegMask = 1 << 4;
+const SR_RDI: RegMask = 1 << 5;
+const SR_R8: RegMask = 1 << 8;
+
+/// The thread's slot into rcx, marked busy, without a call in the common
+/// case: the slot `thread_slot` (rt.c) would find at the first place it
+/// looks, owned by this thread and not busy. Otherwise `slow` (rt_enter
+/// decides: another place, a new slot, busy, none). Uses rax, rcx, rdi.
+fn find_slot(a: &mut CodeAssembler, e: &Entry, slow: CodeLabel) -> Result<(), IcedError> {
+    use telco_abi::region::ThreadSlot;
+    a.mov(rax, qword_ptr(0u64).fs())?;
+    a.test(rax, rax)?;
+    a.jz(slow)?;
+    a.mov(rcx, rax)?;
+    a.shr(rcx, 12)?;
+    a.mov(rdi, 0x9e37_79b9_7f4a_7c15u64)?;
+    a.imul_2(rcx, rdi)?;
+    a.shr(rcx, 32)?;
+    a.and(ecx, (e.nthreads.max(1) - 1) as i32)?;
+    a.shl(ecx, core::mem::size_of::<ThreadSlot>().trailing_zeros())?;
+    a.mov(rdi, e.threads)?;
+    a.add(rcx, rdi)?;
+    a.cmp(qword_ptr(rcx + core::mem::offset_of!(ThreadSlot, key) as i32), rax)?;
+    a.jne(slow)?;
+    let busy = dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, busy) as i32);
+    a.cmp(busy, 0)?;
+    a.jne(slow)?;
+    a.mov(busy, 1)?;
+    Ok(())
+}
+
 /// Assemble the part before the relocated instructions. The caller appends
 /// `x86::relocate(.., to = at + returned length)`.
+///
+/// With every register saved (`lean` None) the frame is reached through
+/// rbx and the stack is aligned by hand; a lean trampoline addresses its
+/// frame from rsp and keeps the alignment the ABI gives a function entry
+/// (rsp = 8 mod 16; were it not, the handlers still run: they use no
+/// instruction that needs an aligned stack, which `clobber` checks).
 pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
+    use telco_abi::region::ThreadSlot;
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
-    let frame = frame_size(e.ctx_size);
     let c = |f: usize| ctx_at + f as i32;
     let mut a = CodeAssembler::new(64)?;
+    // What this trampoline saves (lean), and the frame base register.
+    let (frame, fb, saved) = match e.lean {
+        None => (frame_size(e.ctx_size) + 16, rbx, 0),
+        Some(m) => {
+            let mut used = SR_RAX | SR_RCX | SR_RDI | SR_RSI;
+            if !e.returns.is_empty() {
+                used |= SR_RDX | SR_R8;
+            }
+            (frame_size(e.ctx_size) + 8, rsp, (m | used) & CALLER_SAVED)
+        }
+    };
     a.lea(rsp, ptr(rsp - frame))?;
-    save_regs(&mut a)?;
-    a.pushfq()?;
-    a.pop(rax)?;
-    a.mov(qword_ptr(rsp + 8 * 17), rax)?;
-    a.lea(rax, ptr(rsp + frame))?;
-    a.mov(qword_ptr(rsp + 8 * 7), rax)?;
-    a.mov(rax, e.addr)?;
-    a.mov(qword_ptr(rsp + 8 * 16), rax)?;
-    init_ctx(&mut a, ctx_at)?;
-    a.mov(rax, e.addr)?;
-    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, addr))), rax)?;
-    // Handlers run on a 16-byte aligned stack; rbx (saved above, and
-    // callee-saved in them) keeps the frame.
-    a.mov(rbx, rsp)?;
-    a.and(rsp, -16)?;
-    // Not inside a handler already on this thread?
-    let slot = slot_at(e.ctx_size);
+    if e.lean.is_none() {
+        save_regs(&mut a)?;
+        a.pushfq()?;
+        a.pop(rax)?;
+        a.mov(qword_ptr(rsp + 8 * 17), rax)?;
+        a.lea(rax, ptr(rsp + frame))?;
+        a.mov(qword_ptr(rsp + 8 * 7), rax)?;
+        a.mov(rax, e.addr)?;
+        a.mov(qword_ptr(rsp + 8 * 16), rax)?;
+        init_ctx(&mut a, ctx_at)?;
+        a.mov(rax, e.addr)?;
+        a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, addr))), rax)?;
+        // Handlers run on a 16-byte aligned stack; rbx (saved above, and
+        // callee-saved in them) keeps the frame.
+        a.mov(rbx, rsp)?;
+        a.and(rsp, -16)?;
+    } else {
+        store_mask(&mut a, rsp, saved)?;
+        if !e.returns.is_empty() {
+            a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, entry))), 0)?;
+        }
+    }
+    // The thread's slot, marked busy; none (or busy already): skip.
+    let mut slow = a.create_label();
+    let mut have = a.create_label();
     let mut done = a.create_label();
-    a.mov(rdi, e.region)?;
-    a.call(e.enter)?;
-    a.mov(qword_ptr(rbx + slot), rax)?;
-    a.mov(qword_ptr(rbx + c(core::mem::offset_of!(Ctx, slot))), rax)?;
-    a.test(rax, rax)?;
-    a.jz(done)?;
+    find_slot(&mut a, e, slow)?;
+    a.set_label(&mut have)?;
+    a.mov(qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))), rcx)?;
     for &(handler, probe) in &e.handlers {
-        a.mov(dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))), probe)?;
+        a.mov(dword_ptr(fb + c(core::mem::offset_of!(Ctx, probe))), probe)?;
         a.mov(rdi, e.region)?;
-        a.lea(rsi, ptr(rbx + ctx_at))?;
+        a.lea(rsi, ptr(fb + ctx_at))?;
         a.call(handler)?;
     }
     for &(probe, entry_handler) in &e.returns {
         // rt_ret_push(region, ctx, &return address, return trampoline, probe)
         a.mov(rdi, e.region)?;
-        a.lea(rsi, ptr(rbx + ctx_at))?;
-        a.mov(rdx, qword_ptr(rbx + 8 * 7))?;
+        a.lea(rsi, ptr(fb + ctx_at))?;
+        a.lea(rdx, ptr(fb + frame))?;
         a.mov(rcx, e.ret_tramp)?;
         a.mov(r8d, probe)?;
         a.call(e.ret_push)?;
@@ -139,74 +207,157 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
             let mut skip = a.create_label();
             a.test(rax, rax)?;
             a.jz(skip)?;
-            a.mov(qword_ptr(rbx + c(core::mem::offset_of!(Ctx, entry))), rax)?;
-            a.mov(dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))), probe)?;
+            a.mov(qword_ptr(fb + c(core::mem::offset_of!(Ctx, entry))), rax)?;
+            a.mov(dword_ptr(fb + c(core::mem::offset_of!(Ctx, probe))), probe)?;
             a.mov(rdi, e.region)?;
-            a.lea(rsi, ptr(rbx + ctx_at))?;
+            a.lea(rsi, ptr(fb + ctx_at))?;
             a.call(h)?;
-            a.xor(eax, eax)?;
-            a.mov(qword_ptr(rbx + c(core::mem::offset_of!(Ctx, entry))), rax)?;
+            a.mov(qword_ptr(fb + c(core::mem::offset_of!(Ctx, entry))), 0)?;
             a.set_label(&mut skip)?;
             a.nop()?;
         }
     }
-    leave(&mut a, slot)?;
+    // Leave the handlers: the slot is not busy any more.
+    a.mov(rax, qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))))?;
+    a.mov(dword_ptr(rax + core::mem::offset_of!(ThreadSlot, busy) as i32), 0)?;
     a.set_label(&mut done)?;
-    a.mov(rsp, rbx)?;
-    reload_regs(&mut a)?;
+    match e.lean {
+        None => {
+            a.mov(rsp, rbx)?;
+            for i in [0usize, 1, 2, 3, 4, 5, 8, 9, 10, 11] {
+                a.mov(REGS[i], qword_ptr(rsp + (8 * i) as i32))?;
+            }
+        }
+        Some(_) => load_mask(&mut a, rsp, saved)?,
+    }
     a.lea(rsp, ptr(rsp + frame))?;
+    let mut after = a.create_label();
+    a.jmp(after)?;
+    // Not the common case: rt_enter finds (or claims) the slot, or says
+    // skip. Around the call, save what this trampoline does not already.
+    a.set_label(&mut slow)?;
+    let extra = CALLER_SAVED & !saved & !(SR_RAX | SR_RCX);
+    if e.lean.is_some() {
+        store_mask(&mut a, rsp, extra)?;
+    }
+    a.mov(rdi, e.region)?;
+    a.call(e.enter)?;
+    if e.lean.is_some() {
+        load_mask(&mut a, rsp, extra)?;
+    }
+    a.mov(rcx, rax)?;
+    a.test(rax, rax)?;
+    a.jnz(have)?;
+    a.jmp(done)?;
+    a.set_label(&mut after)?;
+    a.zero_bytes()?;
     a.assemble(e.at)
 }
 
-/// The return trampoline of a code region: a probed function with a return
-/// probe returns here. It saves the registers (`$return` is rax), asks
-/// `rt_ret_pop` for this call's frame (probe, `@entry` saves, the original
-/// return address), calls the probe's handler through `handlers` (a table
-/// of handler addresses by probe index), restores the return registers and
-/// jumps to the original return address (through r11, dead at a return).
+/// The return handlers a return trampoline calls.
+pub enum Returns {
+    /// A table of handler addresses by probe index (a code region's shared
+    /// return trampoline).
+    Table(u64),
+    /// (probe index, handler) of one function's return probes.
+    Direct(Vec<(u32, u64)>),
+}
+
+/// A return trampoline: a probed function with a return probe returns
+/// here. It saves the registers (`$return` is rax), asks `rt_ret_pop` for
+/// this call's frame (probe, `@entry` saves, the original return address),
+/// calls the probe's handler, restores the registers and returns to the
+/// original return address (written back where the trampoline's address
+/// was, so no register is used for the jump: a caller built with gcc's
+/// -fipa-ra may keep values in caller-saved registers the callee does not
+/// touch).
+///
+/// `lean` as in [`Entry`]: None saves every register and fills the whole
+/// context; Some(mask) saves only the caller-saved registers in `mask`
+/// (with those this code uses).
 pub fn return_trampoline(
     at: u64,
     region: u64,
     ctx_size: u32,
     ret_pop: u64,
-    handlers: u64,
+    handlers: &Returns,
+    lean: Option<RegMask>,
 ) -> Result<Vec<u8>, IcedError> {
+    use telco_abi::region::ThreadSlot;
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
     let frame = frame_size(ctx_size);
     let c = |f: usize| ctx_at + f as i32;
     let mut a = CodeAssembler::new(64)?;
     a.lea(rsp, ptr(rsp - frame))?;
-    save_regs(&mut a)?;
-    a.lea(rax, ptr(rsp + frame))?;
-    a.mov(qword_ptr(rsp + 8 * 7), rax)?;
-    init_ctx(&mut a, ctx_at)?;
-    a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, addr))), rax)?;
-    a.mov(rbx, rsp)?;
-    a.and(rsp, -16)?;
+    // After the return rsp = 0 mod 16 (ABI), and so is the frame.
+    let (fb, saved) = match lean {
+        None => {
+            save_regs(&mut a)?;
+            a.lea(rax, ptr(rsp + frame))?;
+            a.mov(qword_ptr(rsp + 8 * 7), rax)?;
+            init_ctx(&mut a, ctx_at)?;
+            a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, addr))), rax)?;
+            a.mov(rbx, rsp)?;
+            a.and(rsp, -16)?;
+            (rbx, CALLER_SAVED | 1 << 1)
+        }
+        Some(m) => {
+            let saved = (m | SR_RAX | SR_RCX | SR_RDX | SR_RSI | SR_RDI) & CALLER_SAVED;
+            store_mask(&mut a, rsp, saved)?;
+            (rsp, saved)
+        }
+    };
     a.mov(rdi, region)?;
-    a.lea(rsi, ptr(rbx + ctx_at))?;
-    a.mov(rdx, qword_ptr(rbx + 8 * 7))?;
+    a.lea(rsi, ptr(fb + ctx_at))?;
+    a.lea(rdx, ptr(fb + frame))?;
     a.call(ret_pop)?;
-    a.mov(qword_ptr(rbx + 8 * 16), rax)?; // rip: where we return to
-                                          // rt_ret_pop also marked the thread busy (ctx.slot), or says skip (0).
-    let slot = slot_at(ctx_size);
+    // Where to return: in the slot the return address was taken from.
+    a.mov(qword_ptr(fb + (frame - 8)), rax)?;
+    a.mov(qword_ptr(fb + 8 * 16), rax)?;
+    // rt_ret_pop also marked the thread busy (ctx.slot), or says skip (0).
     let mut done = a.create_label();
-    a.mov(rax, qword_ptr(rbx + c(core::mem::offset_of!(Ctx, slot))))?;
-    a.mov(qword_ptr(rbx + slot), rax)?;
+    let slot = qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot)));
+    a.mov(rax, slot)?;
     a.test(rax, rax)?;
     a.jz(done)?;
-    a.mov(eax, dword_ptr(rbx + c(core::mem::offset_of!(Ctx, probe))))?;
-    a.mov(rcx, handlers)?;
-    a.mov(rax, qword_ptr(rcx + rax * 8))?;
-    a.mov(rdi, region)?;
-    a.lea(rsi, ptr(rbx + ctx_at))?;
-    a.call(rax)?;
-    leave(&mut a, slot)?;
+    let mut leave = a.create_label();
+    match handlers {
+        Returns::Table(table) => {
+            a.mov(eax, dword_ptr(fb + c(core::mem::offset_of!(Ctx, probe))))?;
+            a.mov(rcx, *table)?;
+            a.mov(rax, qword_ptr(rcx + rax * 8))?;
+            a.mov(rdi, region)?;
+            a.lea(rsi, ptr(fb + ctx_at))?;
+            a.call(rax)?;
+        }
+        Returns::Direct(list) => {
+            // The frame's probe picks the handler (the last one needs no test).
+            for (i, &(probe, h)) in list.iter().enumerate() {
+                let last = i + 1 == list.len();
+                let mut next = a.create_label();
+                if !last {
+                    a.cmp(dword_ptr(fb + c(core::mem::offset_of!(Ctx, probe))), probe)?;
+                    a.jne(next)?;
+                }
+                a.mov(rdi, region)?;
+                a.lea(rsi, ptr(fb + ctx_at))?;
+                a.call(h)?;
+                if !last {
+                    a.jmp(leave)?;
+                    a.set_label(&mut next)?;
+                }
+            }
+        }
+    }
+    a.set_label(&mut leave)?;
+    a.mov(rax, slot)?;
+    a.mov(dword_ptr(rax + core::mem::offset_of!(ThreadSlot, busy) as i32), 0)?;
     a.set_label(&mut done)?;
-    a.mov(rsp, rbx)?;
-    reload_regs(&mut a)?;
-    a.mov(r11, qword_ptr(rsp + 8 * 16))?;
-    a.lea(rsp, ptr(rsp + frame))?;
-    a.jmp(r11)?;
+    if lean.is_none() {
+        a.mov(rsp, rbx)?;
+    }
+    load_mask(&mut a, rsp, saved)?;
+    a.lea(rsp, ptr(rsp + (frame - 8)))?;
+    a.ret()?;
     a.assemble(at)
 }

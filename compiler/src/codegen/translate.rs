@@ -56,6 +56,11 @@ pub struct Translated {
 pub struct TFunc {
     pub name: String,
     pub func: ir::Function,
+    /// The function reads context fields a lean trampoline leaves unset
+    /// (the saved registers, `addr`, the tid cache, …), or passes the
+    /// context on. False: it reads only `probe`, `slot` and `entry`, and
+    /// sets up what else it uses itself.
+    pub full_ctx: bool,
 }
 
 fn flags() -> MemFlagsData {
@@ -98,8 +103,8 @@ pub fn translate(
     let mut fctx = FunctionBuilderContext::new();
     let mut functions = Vec::new();
     for (i, f) in program.functions.iter().enumerate() {
-        let func = sh.gen_function(&mut fctx, Body::Function(i as u32, f));
-        functions.push(TFunc { name: format!("function {}", f.name), func });
+        let (func, _) = sh.gen_function(&mut fctx, Body::Function(i as u32, f));
+        functions.push(TFunc { name: format!("function {}", f.name), func, full_ctx: true });
     }
     let mut probes = Vec::new();
     // Probes whose bodies are the same (one `probe a, b, c { ... }` over
@@ -116,15 +121,15 @@ pub fn translate(
         }
         seen.insert(key, i);
         let idx = functions.len();
-        let func = sh.gen_function(&mut fctx, Body::Probe(i as u32, p));
-        functions.push(TFunc { name: format!("probe {} ({})", i, p.written), func });
+        let (func, full_ctx) = sh.gen_function(&mut fctx, Body::Probe(i as u32, p));
+        functions.push(TFunc { name: format!("probe {} ({})", i, p.written), func, full_ctx });
         let entries = collect_entries(p);
         let entry = if entries.is_empty() {
             None
         } else {
             let idx = functions.len();
-            let (func, size) = sh.gen_entry_handler(&mut fctx, i as u32, p, &entries);
-            functions.push(TFunc { name: format!("probe {} entry", i), func });
+            let (func, size, full_ctx) = sh.gen_entry_handler(&mut fctx, i as u32, p, &entries);
+            functions.push(TFunc { name: format!("probe {} entry", i), func, full_ctx });
             Some((idx, size))
         };
         probes.push((idx, entry));
@@ -317,20 +322,23 @@ impl<'a> Shared<'a> {
         self.signature(2 + f.params as usize + extra, true)
     }
 
-    fn gen_function(&mut self, fctx: &mut FunctionBuilderContext, body: Body) -> ir::Function {
+    /// The function, and whether it needs a full context (`TFunc::full_ctx`).
+    fn gen_function(&mut self, fctx: &mut FunctionBuilderContext, body: Body) -> (ir::Function, bool) {
         let (sig, name) = match &body {
             Body::Function(i, f) => (self.func_signature(f), UserFuncName::user(NS_FUNC, *i)),
             Body::Probe(i, _) => (self.signature(2, false), UserFuncName::user(2, *i)),
         };
         let mut func = ir::Function::with_name_signature(name, sig);
+        let full_ctx;
         {
             let b = FunctionBuilder::new(&mut func, fctx);
             let mut g = Gen::new(self, b, &body);
             g.body(&body);
+            full_ctx = g.ctx_escapes;
             let fc = g.sh.frontend;
             g.b.finalize(fc);
         }
-        func
+        (func, full_ctx)
     }
 
     fn gen_entry_handler(
@@ -339,9 +347,10 @@ impl<'a> Shared<'a> {
         i: u32,
         p: &Probe,
         entries: &[&Expr],
-    ) -> (ir::Function, u32) {
+    ) -> (ir::Function, u32, bool) {
         let mut func = ir::Function::with_name_signature(UserFuncName::user(3, i), self.signature(2, false));
         let mut size = 0;
+        let full_ctx;
         {
             let b = FunctionBuilder::new(&mut func, fctx);
             let body = Body::Probe(i, p);
@@ -368,10 +377,11 @@ impl<'a> Shared<'a> {
             let exit = g.exit;
             g.b.ins().jump(exit, &[]);
             g.epilogue(&body);
+            full_ctx = g.ctx_escapes;
             let fc = g.sh.frontend;
             g.b.finalize(fc);
         }
-        (func, size)
+        (func, size, full_ctx)
     }
 }
 
@@ -406,6 +416,53 @@ struct Gen<'s, 'a, 'b> {
     /// Translating an entry handler: `@entry(x)` (also the implicit one
     /// around `$argN` in return probes) is simply `x` here.
     at_entry: bool,
+    /// A probe handler's setup block (after the enabled check), filled
+    /// last with only what the body turned out to use, and where the body
+    /// starts.
+    setup: Option<(Block, Block)>,
+    /// The body cannot reach MAXACTION (no loops, no calls, fewer
+    /// statements than the limit): it is not charged per statement.
+    static_actions: bool,
+    uses_actions: bool,
+    may_error: bool,
+    calls_functions: bool,
+    /// See `TFunc::full_ctx`.
+    ctx_escapes: bool,
+}
+
+/// An upper bound of the actions a probe body charges, when it has no
+/// loops and calls no script function (None otherwise).
+fn static_action_bound(p: &Probe) -> Option<u64> {
+    fn stmt(s: &Stmt) -> Option<u64> {
+        let mut calls = false;
+        visit_stmt(s, &mut |e| {
+            calls |= matches!(e.kind, ExprKind::Call { .. });
+            !calls
+        });
+        if calls {
+            return None;
+        }
+        Some(match &s.kind {
+            StmtKind::While { .. } | StmtKind::For { .. } | StmtKind::Foreach { .. } => return None,
+            StmtKind::Block(b) => b.iter().map(stmt).sum::<Option<u64>>()?,
+            StmtKind::If { then, els, .. } => 1 + stmt(then)? + els.as_deref().map_or(Some(0), stmt)?,
+            StmtKind::Try { body, handler, .. } => {
+                2 + body.iter().map(stmt).sum::<Option<u64>>()? + handler.iter().map(stmt).sum::<Option<u64>>()?
+            }
+            _ => 1,
+        })
+    }
+    if let Some(c) = &p.condition {
+        let mut calls = false;
+        visit_expr(c, &mut |e| {
+            calls |= matches!(e.kind, ExprKind::Call { .. });
+            !calls
+        });
+        if calls {
+            return None;
+        }
+    }
+    p.body.iter().map(stmt).sum()
 }
 
 impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
@@ -432,6 +489,14 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             Body::Probe(_, p) => collect_entries(p).iter().map(|e| if e.ty == Ty::String { cap } else { 8 }).collect(),
             _ => Vec::new(),
         };
+        let static_actions = match body {
+            Body::Probe(_, p) => {
+                let limit =
+                    if interruptible { sh.layout.limits.maxaction_interruptible } else { sh.layout.limits.maxaction };
+                static_action_bound(p).is_some_and(|n| (n as i64) < limit)
+            }
+            Body::Function(..) => false,
+        };
         Gen {
             region: params[0],
             ctx: params[1],
@@ -452,6 +517,12 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             is_probe,
             interruptible,
             at_entry: false,
+            setup: None,
+            static_actions,
+            uses_actions: false,
+            may_error: false,
+            calls_functions: false,
+            ctx_escapes: false,
         }
     }
 
@@ -516,6 +587,11 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
 
     /// Call a runtime function; its result (0 when it has none).
     fn rt(&mut self, f: Rt, args: &[Value]) -> Value {
+        if args.contains(&self.ctx) {
+            // It may read any context field, and report an error there.
+            self.ctx_escapes = true;
+            self.may_error = true;
+        }
         let r = self.rt_ref(f);
         let call = self.b.ins().call(r, args);
         match self.b.inst_results(call).first() {
@@ -537,6 +613,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
     }
 
     fn set_error(&mut self, code: u32, span: Span) {
+        self.may_error = true;
         let loc = self.sh.loc(span);
         self.store32(i64::from(code), self.ctx, core::mem::offset_of!(abi::Ctx, error) as i32);
         self.store32(i64::from(loc), self.ctx, core::mem::offset_of!(abi::Ctx, error_loc) as i32);
@@ -559,6 +636,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
 
     /// After a call that can fail: leave if the context holds an error.
     fn check_error(&mut self) {
+        self.may_error = true;
         let e = self.b.ins().load(types::I32, flags(), self.ctx, core::mem::offset_of!(abi::Ctx, error) as i32);
         let cont = self.b.create_block();
         let target = self.error_target;
@@ -569,6 +647,10 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
 
     /// One action of the MAXACTION budget.
     fn charge(&mut self, span: Span) {
+        if self.static_actions {
+            return;
+        }
+        self.uses_actions = true;
         let off = core::mem::offset_of!(abi::Ctx, actions) as i32;
         let a = self.load(self.ctx, off);
         let a = self.b.ins().iadd_imm_s(a, -1);
@@ -596,15 +678,10 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             self.b.ins().return_(&[]);
             self.b.switch_to_block(run);
             self.b.seal_block(run);
-            let limit = if self.interruptible {
-                self.sh.layout.limits.maxaction_interruptible
-            } else {
-                self.sh.layout.limits.maxaction
-            };
-            let l = self.iconst(limit);
-            self.b.ins().store(flags(), l, self.ctx, core::mem::offset_of!(abi::Ctx, actions) as i32);
-            self.store32(0, self.ctx, core::mem::offset_of!(abi::Ctx, error) as i32);
-            self.store32(0, self.ctx, core::mem::offset_of!(abi::Ctx, nesting) as i32);
+            // `run` stays empty until the body is built (`finish_setup`).
+            let start = self.b.create_block();
+            self.setup = Some((run, start));
+            self.b.switch_to_block(start);
         } else {
             // MAXNESTING: checked on entry to every script function.
             let off = core::mem::offset_of!(abi::Ctx, nesting) as i32;
@@ -661,11 +738,39 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         }
     }
 
+    /// Fill a probe handler's setup block: the context fields the body
+    /// uses (MAXACTION budget, pending error, nesting), no more.
+    fn finish_setup(&mut self) {
+        let Some((run, start)) = self.setup.take() else { return };
+        self.b.switch_to_block(run);
+        if self.uses_actions {
+            let limit = if self.interruptible {
+                self.sh.layout.limits.maxaction_interruptible
+            } else {
+                self.sh.layout.limits.maxaction
+            };
+            let l = self.iconst(limit);
+            self.b.ins().store(flags(), l, self.ctx, core::mem::offset_of!(abi::Ctx, actions) as i32);
+        }
+        if self.may_error {
+            self.store32(0, self.ctx, core::mem::offset_of!(abi::Ctx, error) as i32);
+        }
+        if self.calls_functions {
+            self.store32(0, self.ctx, core::mem::offset_of!(abi::Ctx, nesting) as i32);
+        }
+        self.b.ins().jump(start, &[]);
+        self.b.seal_block(start);
+    }
+
     fn epilogue(&mut self, body: &Body) {
         let exit = self.exit;
         self.b.switch_to_block(exit);
         self.b.seal_block(exit);
         match body {
+            Body::Probe(..) if !self.may_error => {
+                self.b.ins().return_(&[]);
+                self.finish_setup();
+            }
             Body::Probe(..) => {
                 let e = self.b.ins().load(types::I32, flags(), self.ctx, core::mem::offset_of!(abi::Ctx, error) as i32);
                 let report = self.b.create_block();
@@ -679,6 +784,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 self.b.switch_to_block(done);
                 self.b.seal_block(done);
                 self.b.ins().return_(&[]);
+                self.finish_setup();
             }
             Body::Function(..) => {
                 let off = core::mem::offset_of!(abi::Ctx, nesting) as i32;
@@ -851,6 +957,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 self.rt(Rt::MapDelete, &[tab, kb]);
             }
             StmtKind::Try { body, var, handler } => {
+                self.may_error = true;
                 let catch = self.b.create_block();
                 let done = self.b.create_block();
                 let outer = std::mem::replace(&mut self.error_target, catch);
@@ -1334,6 +1441,9 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
     fn call(&mut self, func: FuncId, args: &[Expr], ty: Ty) -> Value {
         let f = &self.sh.program.functions[func.0 as usize];
         let returns_string = f.ret == Ty::String;
+        self.calls_functions = true;
+        self.ctx_escapes = true;
+        self.may_error = true;
         let mut vals = vec![self.region, self.ctx];
         for a in args {
             let v = self.expr(a);
@@ -1816,7 +1926,10 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 let off = self.load(rowp, field);
                 self.b.ins().iadd(self.region, off)
             }
-            Builtin::Uaddr => self.load(self.ctx, core::mem::offset_of!(abi::Ctx, addr) as i32),
+            Builtin::Uaddr => {
+                self.ctx_escapes = true;
+                self.load(self.ctx, core::mem::offset_of!(abi::Ctx, addr) as i32)
+            }
             Builtin::Register => {
                 let idx = match &args[0].kind {
                     ExprKind::String(s) => telco_abi::region::register_index(&String::from_utf8_lossy(s)),
