@@ -133,9 +133,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
         }
     }
-    let Some(program) = program.filter(|_| !sink.has_errors()) else {
+    let Some(mut program) = program.filter(|_| !sink.has_errors()) else {
         return Ok(fail_pass(&sink, &sources, color, 2, "elaboration"));
     };
+    if cli.chrome.is_some() {
+        // Every probed function's calls become spans.
+        program.add_chrome_spans(cli.chrome_min_dur.unwrap_or(0));
+    }
     render(&sink, &sources, color);
     if last == 2 {
         let mut out = std::io::stdout().lock();
@@ -206,6 +210,9 @@ fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
         }
     }
     l.maxaction_interruptible = interruptible.unwrap_or(l.maxaction.saturating_mul(10));
+    // The ring is a power of two.
+    let mb = cli.buffer_mb.unwrap_or(if cli.chrome.is_some() { 64 } else { 1 });
+    l.ring_size = (mb << 20).next_power_of_two();
     l
 }
 
@@ -221,14 +228,17 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("cannot create `{}`", p.display()))?),
         None => Box::new(std::io::stdout()),
     };
-    let cfg = telco_runtime::local::Config {
+    let mut cfg = telco_runtime::local::Config {
         timeout: cli.timeout.map(std::time::Duration::from_secs_f64),
         output,
         messages: Box::new(std::io::stderr()),
+        chrome: None,
     };
     let t0 = Instant::now();
     if cli.pid.is_none() && cli.command.is_none() {
+        cfg.chrome = chrome(cli, artifact, std::process::id())?;
         let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
+        report_chrome(cli, &outcome);
         if cli.verbose > 0 {
             eprintln!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
         }
@@ -246,7 +256,9 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         }
         (None, None) => bail!("internal error: a target without -p or -c"),
     };
+    let pid = stopped.pid() as u32;
     let (region, mut armed) = telco_runtime::target::arm(stopped, artifact, child)?;
+    cfg.chrome = chrome(cli, artifact, pid)?;
     for w in &armed.warnings {
         eprintln!("WARNING: {w}");
     }
@@ -254,6 +266,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         eprintln!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
     }
     let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed)?;
+    report_chrome(cli, &outcome);
     if outcome.errors > 0 {
         return Ok(ExitCode::from(1));
     }
@@ -262,6 +275,29 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
         None => ExitCode::SUCCESS,
     })
+}
+
+/// `--chrome FILE`, started for process `pid`: spans are named by their
+/// probe's function.
+fn chrome(
+    cli: &Cli,
+    artifact: &telco_abi::artifact::Artifact,
+    pid: u32,
+) -> Result<Option<telco_runtime::chrome::Chrome>> {
+    let Some(path) = &cli.chrome else { return Ok(None) };
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
+    let c = telco_runtime::chrome::Chrome::create(path, pid, comm.trim_end(), &names)
+        .with_context(|| format!("cannot create `{}`", path.display()))?;
+    Ok(Some(c))
+}
+
+fn report_chrome(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
+    if let (Some(path), Some(w)) = (&cli.chrome, outcome.chrome) {
+        if cli.verbose > 0 {
+            eprintln!("Chrome trace: {} events, {} bytes in {}.", w.events, w.bytes, path.display());
+        }
+    }
 }
 
 /// Print the diagnostics and the pass's failure line; the exit status is 1.

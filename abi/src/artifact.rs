@@ -107,6 +107,9 @@ pub struct Limits {
     pub maxnesting: u32,
     pub maxerrors: u64,
     pub maxskipped: u64,
+    /// Bytes of the event ring (a power of two): `-s MB`; `--chrome`
+    /// defaults to a larger one.
+    pub ring_size: u64,
 }
 
 impl Default for Limits {
@@ -119,6 +122,7 @@ impl Default for Limits {
             maxnesting: 10,
             maxerrors: 0,
             maxskipped: 100,
+            ring_size: 1 << 20,
         }
     }
 }

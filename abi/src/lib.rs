@@ -136,6 +136,7 @@ pub fn c_header() -> String {
         ("EV_HIST", u64::from(EV_HIST)),
         ("EV_INSTANT", u64::from(EV_INSTANT)),
         ("EV_COUNTER", u64::from(EV_COUNTER)),
+        ("EV_SPAN", u64::from(EV_SPAN)),
         ("HIST_LOG", u64::from(HIST_LOG)),
         ("HIST_LINEAR", u64::from(HIST_LINEAR)),
         ("HIST_LOG_BUCKETS", u64::from(HIST_LOG_BUCKETS)),

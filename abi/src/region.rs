@@ -173,6 +173,9 @@ pub const EV_HIST: u16 = 6;
 pub const EV_INSTANT: u16 = 7;
 /// `trace_counter(name, value)`: payload = i64 value, `u32` length, name.
 pub const EV_COUNTER: u16 = 8;
+/// One call of a probed function, for `--chrome`: ts = its start, aux = 0;
+/// payload = i64 duration in ns. Written at the function's return.
+pub const EV_SPAN: u16 = 9;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

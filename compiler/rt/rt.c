@@ -434,7 +434,7 @@ LOCAL u8 *ring(u8 *R) { return R + AT(R, H_RING_OFF, u64); }
 
 /* Reserve `len` bytes (a multiple of 8) or return 0 and count a drop.
  * Tracer-side handlers (CTX_MAY_WAIT) wait for the consumer instead. */
-static u8 *ring_reserve(u8 *R, u8 *ctx, u32 len) {
+static u8 *ring_reserve(u8 *R, u32 may_wait, u32 len) {
     u8 *rg = ring(R);
     u64 size = AT(rg, R_SIZE, u64), mask = size - 1;
     u8 *data = R + AT(rg, R_DATA_OFF, u64);
@@ -448,7 +448,7 @@ static u8 *ring_reserve(u8 *R, u8 *ctx, u32 len) {
         u64 off = head & mask, contig = size - off, need = len;
         if (len > contig) need = contig + len;
         if (head + need - tail > size) {
-            if (AT(ctx, C_FLAGS, u32) & CTX_MAY_WAIT) {
+            if (may_wait) {
                 cpu_relax();
                 continue;
             }
@@ -477,13 +477,16 @@ LOCAL void ring_commit(u8 *rec, u32 len) {
     __atomic_store_n(&AT(rec, E_SIZE, u32), len | COMMITTED, __ATOMIC_RELEASE);
 }
 
+EXPORT i64 rt_tid(u8 *ctx);
+
 static u8 *event_begin(u8 *R, u8 *ctx, u16 kind, u32 aux, u32 payload) {
     u32 len = (u32)((EV_HEADER_SIZE + payload + 7) & ~7ULL);
-    u8 *rec = ring_reserve(R, ctx, len);
+    u8 *rec = ring_reserve(R, AT(ctx, C_FLAGS, u32) & CTX_MAY_WAIT, len);
     if (!rec) return 0;
     AT(rec, E_KIND, u16) = kind;
     AT(rec, E_PROBE, u16) = (u16)AT(ctx, C_PROBE, u32);
-    AT(rec, E_TID, u32) = (u32)AT(ctx, C_TID, u64);
+    u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
+    AT(rec, E_TID, u32) = slot ? AT(slot, TS_TID, u32) : (u32)rt_tid(ctx);
     AT(rec, E_AUX, u32) = aux;
     AT(rec, E_TS, u64) = (u64)rt_now_ns(R);
     return rec;
@@ -541,6 +544,25 @@ EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
     AT(rec, EV_HEADER_SIZE, i64) = value;
     put_str(rec + EV_HEADER_SIZE + 8, name, cap);
     ring_commit(rec, event_len(payload));
+}
+
+/* A probed function's call returns (--chrome): one EV_SPAN from `start`
+ * (its entry's clock) to now on the slot's thread, unless it took less
+ * than `min` ns. No context: lean return trampolines leave most of it
+ * unset. */
+EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start, i64 min) {
+    i64 dur = rt_now_ns(R) - start;
+    if (dur < min) return;
+    u32 len = EV_HEADER_SIZE + 8;
+    u8 *rec = ring_reserve(R, 0, len);
+    if (!rec) return;
+    AT(rec, E_KIND, u16) = EV_SPAN;
+    AT(rec, E_PROBE, u16) = (u16)probe;
+    AT(rec, E_TID, u32) = slot ? AT(slot, TS_TID, u32) : 0;
+    AT(rec, E_AUX, u32) = 0;
+    AT(rec, E_TS, u64) = (u64)start;
+    AT(rec, EV_HEADER_SIZE, i64) = dur;
+    ring_commit(rec, len);
 }
 
 EXPORT void rt_exit(u8 *R, u8 *ctx) {
@@ -1214,8 +1236,12 @@ static u8 *thread_slot(u8 *R) {
         if (key == 0) {
             u64 z = 0;
             /* AcqRel: the slot is ours before we touch its fields. */
-            if (__atomic_compare_exchange_n(&AT(s, TS_KEY, u64), &z, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            if (__atomic_compare_exchange_n(&AT(s, TS_KEY, u64), &z, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                /* Events name their thread from here (EV_SPAN, and
+                 * events of handlers that never asked tid()). */
+                AT(s, TS_TID, u32) = (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
                 return s;
+            }
             if (z == tp) return s;
         }
     }
@@ -1236,8 +1262,15 @@ EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
     u32 depth = slot ? AT(slot, TS_DEPTH, u32) : 0;
     /* Frames at or below this call's return slot belong to calls that
-     * longjmp (or an exception) left: their stack is being reused. */
-    while (depth > 0 && AT(shadow_frame(R, slot, depth - 1), SF_SP, u64) <= ret_slot) depth--;
+     * longjmp (or an exception) left: their stack is being reused. But a
+     * frame at this very slot whose trampoline is still there is this
+     * call's own: another return probe on the same function. */
+    while (depth > 0) {
+        u8 *f = shadow_frame(R, slot, depth - 1);
+        u64 fsp = AT(f, SF_SP, u64);
+        if (fsp > ret_slot || (fsp == ret_slot && *(u64 *)ret_slot == AT(f, SF_TRAMP, u64))) break;
+        depth--;
+    }
     if (slot) AT(slot, TS_DEPTH, u32) = depth;
     if (!slot || depth >= AT(R, H_SHADOW_DEPTH, u32)) {
         __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);

@@ -306,3 +306,53 @@ pub enum ExprKind {
         step: i64,
     },
 }
+
+impl Program {
+    /// `--chrome`: time every call of every function that has an entry or
+    /// return probe. One more probe, on the return of each of them, records
+    /// the call as a span from its entry's clock (calls shorter than
+    /// `min_ns` are left out in the target).
+    pub fn add_chrome_spans(&mut self, min_ns: u64) {
+        use crate::elaborate::builtins::Builtin;
+        let mut points: Vec<Point> = Vec::new();
+        for p in &self.probes {
+            for pt in &p.points {
+                if let Point::Function(f) = pt {
+                    if f.itrace {
+                        continue;
+                    }
+                    let mut r = f.clone();
+                    r.ret = true;
+                    let r = Point::Function(r);
+                    if !points.contains(&r) {
+                        points.push(r);
+                    }
+                }
+            }
+        }
+        if points.is_empty() {
+            return;
+        }
+        let span = crate::span::Span::default();
+        let e = |kind, ty| Expr { kind, ty, span };
+        let now = e(ExprKind::Builtin { func: Builtin::GettimeofdayNs, args: Vec::new() }, Ty::Long);
+        let call = e(
+            ExprKind::Builtin {
+                func: Builtin::TraceSpan,
+                args: vec![
+                    e(ExprKind::Entry(Box::new(now)), Ty::Long),
+                    e(ExprKind::Long(min_ns.min(i64::MAX as u64) as i64), Ty::Long),
+                ],
+            },
+            Ty::Void,
+        );
+        self.probes.push(Probe {
+            points,
+            written: "--chrome".into(),
+            condition: None,
+            locals: Vec::new(),
+            body: vec![Stmt { kind: StmtKind::Expr(call), span }],
+            span,
+        });
+    }
+}

@@ -6,6 +6,7 @@
 //! pass 2 uses (through the compiler's `TargetQuery`) to find a target's
 //! executable and libraries.
 
+pub mod chrome;
 pub mod clobber;
 pub mod inject;
 pub mod local;

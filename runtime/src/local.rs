@@ -38,6 +38,8 @@ pub struct Config {
     pub output: Box<dyn Write + Send>,
     /// Where ERROR and WARNING lines go.
     pub messages: Box<dyn Write + Send>,
+    /// `--chrome FILE`: calls, printf lines, trace_instant/trace_counter.
+    pub chrome: Option<crate::chrome::Chrome>,
 }
 
 /// How the session went.
@@ -46,6 +48,8 @@ pub struct Outcome {
     pub errors: u64,
     pub skipped: u64,
     pub dropped: u64,
+    /// What `--chrome` wrote.
+    pub chrome: Option<crate::chrome::Written>,
 }
 
 /// The shared region, set up from an artifact.
@@ -158,6 +162,7 @@ struct Consumer<'a> {
     messages: Box<dyn Write + Send>,
     warned: HashSet<Vec<u8>>,
     buf: Vec<u8>,
+    chrome: Option<crate::chrome::Chrome>,
 }
 
 fn read_u32(b: &[u8], at: usize) -> u32 {
@@ -200,7 +205,12 @@ impl<'a> Consumer<'a> {
             let rec = unsafe { std::slice::from_raw_parts(base.add(off), len) };
             // SAFETY: every record starts with an EventHeader.
             let h: EventHeader = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
-            if h.kind != abi::EV_PAD {
+            if h.kind == abi::EV_SPAN {
+                // The bulk of a --chrome trace: no copy of the record.
+                if let Some(c) = &mut self.chrome {
+                    c.span(h.tid, h.probe, h.ts, read_i64(rec, abi::EVENT_HEADER_SIZE).max(0) as u64)?;
+                }
+            } else if h.kind != abi::EV_PAD {
                 let payload = rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]).to_vec();
                 self.event(&h, &payload)?;
             }
@@ -213,13 +223,34 @@ impl<'a> Consumer<'a> {
         }
         if any {
             self.out.flush()?;
+            if let Some(c) = &mut self.chrome {
+                c.flush()?;
+            }
         }
         Ok(any)
     }
 
     fn event(&mut self, h: &EventHeader, p: &[u8]) -> Result<(), std::io::Error> {
         match h.kind {
-            abi::EV_PRINTF => self.printf(h.aux as usize, p),
+            abi::EV_PRINTF => {
+                let n = self.printf(h.aux as usize, p)?;
+                if let Some(c) = &mut self.chrome {
+                    // One instant per printf, named by its first line.
+                    let text = &self.buf[..n];
+                    let name = text.split(|&b| b == b'\n').find(|l| !l.is_empty()).unwrap_or(b"");
+                    let name = &name[..name.len().min(80)];
+                    c.instant(h.tid, h.ts, "printf", name, Some(text))?;
+                }
+                Ok(())
+            }
+            abi::EV_INSTANT => match &mut self.chrome {
+                Some(c) => c.instant(h.tid, h.ts, "instant", read_str(p, 0).0, None),
+                None => Ok(()),
+            },
+            abi::EV_COUNTER => match &mut self.chrome {
+                Some(c) => c.counter(h.ts, read_str(p, 8).0, read_i64(p, 0)),
+                None => Ok(()),
+            },
             abi::EV_ERROR => {
                 let code = read_u32(p, 0);
                 let (msg, _) = read_str(p, 4);
@@ -257,15 +288,15 @@ impl<'a> Consumer<'a> {
                     (0..nb).map(|i| read_i64(p, core::mem::size_of::<abi::HistEvent>() + 8 * i)).collect();
                 self.out.write_all(render::histogram(h.aux, lo, step, &counts).as_bytes())
             }
-            // Chrome trace events go to --chrome (a later issue); exit is
-            // seen through the header.
+            // Exit is seen through the header.
             _ => Ok(()),
         }
     }
 
-    fn printf(&mut self, id: usize, p: &[u8]) -> Result<(), std::io::Error> {
+    /// Format a printf event into `buf` and write it out; its length.
+    fn printf(&mut self, id: usize, p: &[u8]) -> Result<usize, std::io::Error> {
         let (Some(&fmt_off), Some(kinds)) = (self.artifact.formats.get(id), self.artifact.format_args.get(id)) else {
-            return Ok(());
+            return Ok(0);
         };
         let mut strings: Vec<Vec<u8>> = Vec::new();
         let mut at = 0;
@@ -301,7 +332,8 @@ impl<'a> Consumer<'a> {
             args.len() as i64,
         );
         let n = (n.max(0) as usize).min(cap);
-        self.out.write_all(&self.buf[..n])
+        self.out.write_all(&self.buf[..n])?;
+        Ok(n)
     }
 
     /// Length of an encoded format's text, for sizing the output buffer.
@@ -327,6 +359,7 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
         messages: Box::new(buf.clone()),
         warned: HashSet::new(),
         buf: Vec::new(),
+        chrome: None,
     };
     c.drain()?;
     c.out.flush()?;
@@ -361,6 +394,9 @@ pub trait Hooks {
 pub struct NoTarget;
 
 impl Hooks for NoTarget {}
+/// What the consumer thread hands back: the output, the message stream,
+/// and what `--chrome` wrote.
+type Drained = (Box<dyn Write + Send>, Box<dyn Write + Send>, Option<crate::chrome::Written>);
 type FormatFn = extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
 
 /// A writer into shared memory of the process, for [`Local::drain_text`].
@@ -510,12 +546,12 @@ impl<'a> Local<'a> {
         let errors_at = core::mem::offset_of!(Header, errors);
         let skipped_at = core::mem::offset_of!(Header, skipped);
         let dropped_at = core::mem::offset_of!(Header, dropped);
-        let Config { output, messages, .. } = cfg;
+        let Config { output, messages, chrome, .. } = cfg;
         let region = &self.region;
         let code = &self.code;
         let mut ctx = std::mem::take(&mut self.ctx);
         let result = std::thread::scope(|scope| -> Result<(Outcome, Box<dyn Write + Send>), RunError> {
-            let consumer = scope.spawn(|| -> Result<(Box<dyn Write + Send>, Box<dyn Write + Send>), std::io::Error> {
+            let consumer = scope.spawn(|| -> Result<Drained, std::io::Error> {
                 let mut c = Consumer {
                     artifact,
                     region,
@@ -524,14 +560,19 @@ impl<'a> Local<'a> {
                     messages,
                     warned: HashSet::new(),
                     buf: Vec::new(),
+                    chrome,
                 };
                 loop {
                     let any = c.drain()?;
                     if !any {
                         if stop.load(Ordering::Acquire) {
                             c.drain()?;
+                            let written = match c.chrome.take() {
+                                Some(ch) => Some(ch.finish()?),
+                                None => None,
+                            };
                             let out = c.out.into_inner().map_err(|e| e.into_error())?;
-                            return Ok((out, c.messages));
+                            return Ok((out, c.messages, written));
                         }
                         std::thread::park_timeout(Duration::from_millis(20));
                     }
@@ -645,7 +686,7 @@ impl<'a> Local<'a> {
             region.set_enabled(false);
             stop.store(true, Ordering::Release);
             consumer.thread().unpark();
-            let (mut output, messages) = match consumer.join() {
+            let (mut output, messages, chrome) = match consumer.join() {
                 Ok(r) => r.map_err(RunError::Output)?,
                 Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
             };
@@ -662,6 +703,7 @@ impl<'a> Local<'a> {
                     errors: region.counter(errors_at),
                     skipped: region.counter(skipped_at),
                     dropped: region.counter(dropped_at),
+                    chrome,
                 },
                 messages,
             ))

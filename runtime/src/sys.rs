@@ -205,14 +205,28 @@ impl Drop for Signals {
     }
 }
 
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_REALTIME in ns (the handlers' `gettimeofday_ns()` time line).
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// CLOCK_MONOTONIC in ns.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
 /// The TSC frequency relative to CLOCK_REALTIME: (tsc, ns) pairs taken
 /// `spread` apart give a 32.32 fixed-point ns-per-tick multiplier.
 pub fn calibrate_tsc() -> (u64, u64, u64, u32) {
     fn now_ns() -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: valid timespec pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        realtime_ns()
     }
     fn tsc() -> u64 {
         // SAFETY: rdtsc is available on every x86_64 CPU.

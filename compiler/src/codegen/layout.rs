@@ -66,7 +66,6 @@ pub struct Layout {
     pub init: Vec<(u64, Vec<u8>)>,
 }
 
-pub const RING_SIZE: u64 = 1 << 20;
 /// A power of two: the runtime library masks with it.
 pub const THREAD_SLOTS: u32 = 256;
 const _: () = assert!(THREAD_SLOTS.is_power_of_two());
@@ -92,7 +91,7 @@ impl Layout {
         let ring_off = off;
         off = align_up(ring_off + core::mem::size_of::<RingHeader>() as u64, PART_ALIGN);
         let ring_data = off;
-        off += RING_SIZE;
+        off += limits.ring_size;
         let threads_off = off;
         off += u64::from(THREAD_SLOTS) * core::mem::size_of::<ThreadSlot>() as u64;
         let shadow_off = align_up(off, PART_ALIGN);
@@ -108,7 +107,7 @@ impl Layout {
         let mut l = Layout {
             limits,
             ring_off,
-            ring_size: RING_SIZE,
+            ring_size: limits.ring_size,
             threads_off,
             nthreads: THREAD_SLOTS,
             shadow_off,
@@ -131,7 +130,7 @@ impl Layout {
         };
         let mut ring = Vec::new();
         push_u64s(&mut ring, &[0; 16]);
-        push_u64s(&mut ring, &[RING_SIZE, ring_data]);
+        push_u64s(&mut ring, &[limits.ring_size, ring_data]);
         l.init.push((ring_off + 128, ring[128..].to_vec()));
 
         off = align_up(off, PART_ALIGN);

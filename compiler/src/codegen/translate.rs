@@ -2147,6 +2147,14 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 self.rt(Rt::Counter, &[self.region, self.ctx, v[0], v[1]]);
                 zero
             }
+            Builtin::TraceSpan => {
+                // Reads only the context fields a lean trampoline sets.
+                let v = self.args(args);
+                let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
+                let probe = self.load32(self.ctx, core::mem::offset_of!(abi::Ctx, probe) as i32);
+                self.rt(Rt::Span, &[self.region, slot, probe, v[0], v[1]]);
+                zero
+            }
         }
     }
 }

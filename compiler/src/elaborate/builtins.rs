@@ -101,10 +101,13 @@ builtins! {
     // Chrome trace output.
     TraceInstant = "trace_instant"(String) -> Void,
     TraceCounter = "trace_counter"(String, Long) -> Void,
+    // Internal (not callable by name): the return side `--chrome` adds to
+    // every probed function, span(entry clock, minimum duration).
+    TraceSpan = "__telco_span"(Long, Long) -> Void,
 }
 
 pub fn lookup(name: &str) -> Option<&'static Signature> {
-    BUILTINS.iter().find(|s| s.name == name)
+    BUILTINS.iter().find(|s| s.name == name && !s.name.starts_with("__telco"))
 }
 
 impl Builtin {

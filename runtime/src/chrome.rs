@@ -1,0 +1,291 @@
+//! `--chrome FILE`: Chrome Trace Event JSON, streamed to disk.
+//!
+//! The file is the JSON Array Format: `[`, one event per line, `]`.
+//! Events are written as they arrive (a call's complete event when it
+//! returns, so inner calls come before outer ones); viewers order them by
+//! time. Memory stays bounded whatever the trace's size: nothing is kept
+//! but the names of the threads seen. Every way a session ends that
+//! telco-stap survives (target exit or crash, `exit()`, `-T`, Ctrl-C,
+//! SIGTERM/SIGHUP) closes the array, so the file is valid JSON; were
+//! telco-stap killed outright, the viewers still load the events written
+//! (the closing `]` is optional in this format).
+//!
+//! Times are microseconds with nanosecond fractions (`12.345`), the unit
+//! of the format, written from integer nanoseconds without floating point,
+//! on the CLOCK_MONOTONIC time line (as Chrome's own traces): events carry
+//! wall-clock nanoseconds (`gettimeofday_ns()`), which as microseconds
+//! with three decimals would need more digits than the viewers' doubles
+//! keep.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+pub struct Chrome {
+    out: BufWriter<File>,
+    pid: u32,
+    /// JSON-escaped span names by probe index.
+    names: Vec<Vec<u8>>,
+    threads: HashSet<u32>,
+    line: Vec<u8>,
+    first: bool,
+    events: u64,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in ns.
+    offset: u64,
+    process: Vec<u8>,
+}
+
+/// What a finished trace holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    pub events: u64,
+    pub bytes: u64,
+}
+
+impl Chrome {
+    /// Start the file: the process's name as metadata. `names` gives each
+    /// probe's span name (the probed function).
+    pub fn create(path: &Path, pid: u32, process: &str, names: &[String]) -> std::io::Result<Chrome> {
+        let file = File::create(path)?;
+        let mut c = Chrome {
+            out: BufWriter::with_capacity(1 << 20, file),
+            pid,
+            names: names.iter().map(|n| escape(n.as_bytes())).collect(),
+            threads: HashSet::new(),
+            line: Vec::with_capacity(256),
+            first: true,
+            events: 0,
+            offset: crate::sys::realtime_ns().saturating_sub(crate::sys::monotonic_ns()),
+            process: process.as_bytes().to_vec(),
+        };
+        c.out.write_all(b"[\n")?;
+        let name = escape(process.as_bytes());
+        c.line.clear();
+        c.line.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":");
+        push_u64(&mut c.line, u64::from(pid));
+        c.line.extend_from_slice(b",\"args\":{\"name\":\"");
+        c.line.extend_from_slice(&name);
+        c.line.extend_from_slice(b"\"}}");
+        c.emit()?;
+        Ok(c)
+    }
+
+    /// One call: `ts_ns` its start, `dur_ns` its duration.
+    pub fn span(&mut self, tid: u32, probe: u16, ts_ns: u64, dur_ns: u64) -> std::io::Result<()> {
+        self.thread(tid)?;
+        let l = &mut self.line;
+        l.clear();
+        l.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"function\",\"name\":\"");
+        match self.names.get(usize::from(probe)) {
+            Some(n) => l.extend_from_slice(n),
+            None => l.extend_from_slice(b"?"),
+        }
+        l.extend_from_slice(b"\",\"ts\":");
+        push_us(l, ts_ns.saturating_sub(self.offset));
+        l.extend_from_slice(b",\"dur\":");
+        push_us(l, dur_ns);
+        self.pid_tid(tid);
+        self.line.push(b'}');
+        self.emit()
+    }
+
+    /// An instant event on a thread: `trace_instant(name)`, or a printf's
+    /// output (`cat` "printf", the text in args).
+    pub fn instant(
+        &mut self,
+        tid: u32,
+        ts_ns: u64,
+        cat: &str,
+        name: &[u8],
+        text: Option<&[u8]>,
+    ) -> std::io::Result<()> {
+        self.thread(tid)?;
+        let l = &mut self.line;
+        l.clear();
+        l.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"");
+        l.extend_from_slice(cat.as_bytes());
+        l.extend_from_slice(b"\",\"name\":\"");
+        l.extend_from_slice(&escape(name));
+        l.extend_from_slice(b"\",\"ts\":");
+        push_us(l, ts_ns.saturating_sub(self.offset));
+        self.pid_tid(tid);
+        if let Some(t) = text {
+            self.line.extend_from_slice(b",\"args\":{\"text\":\"");
+            self.line.extend_from_slice(&escape(t));
+            self.line.extend_from_slice(b"\"}");
+        }
+        self.line.push(b'}');
+        self.emit()
+    }
+
+    /// `trace_counter(name, value)`: a counter track of the process.
+    pub fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()> {
+        let l = &mut self.line;
+        l.clear();
+        l.extend_from_slice(b"{\"ph\":\"C\",\"name\":\"");
+        l.extend_from_slice(&escape(name));
+        l.extend_from_slice(b"\",\"ts\":");
+        push_us(l, ts_ns.saturating_sub(self.offset));
+        l.extend_from_slice(b",\"pid\":");
+        push_u64(l, u64::from(self.pid));
+        l.extend_from_slice(b",\"args\":{\"value\":");
+        if value < 0 {
+            l.push(b'-');
+        }
+        push_u64(l, value.unsigned_abs());
+        l.extend_from_slice(b"}}");
+        self.emit()
+    }
+
+    /// Close the array and flush.
+    pub fn finish(mut self) -> std::io::Result<Written> {
+        self.out.write_all(b"\n]\n")?;
+        self.out.flush()?;
+        let bytes = self.out.get_ref().metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(Written { events: self.events, bytes })
+    }
+
+    /// Push buffered events to the file (the consumer calls this when the
+    /// ring is empty, so a trace grows while the target runs).
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
+    fn pid_tid(&mut self, tid: u32) {
+        self.line.extend_from_slice(b",\"pid\":");
+        push_u64(&mut self.line, u64::from(self.pid));
+        self.line.extend_from_slice(b",\"tid\":");
+        push_u64(&mut self.line, u64::from(tid));
+    }
+
+    /// A thread seen for the first time: its name, while it still exists.
+    fn thread(&mut self, tid: u32) -> std::io::Result<()> {
+        if self.threads.contains(&tid) {
+            return Ok(());
+        }
+        self.threads.insert(tid);
+        let comm = std::fs::read(format!("/proc/{}/task/{tid}/comm", self.pid))
+            .or_else(|_| std::fs::read(format!("/proc/{tid}/comm")))
+            .unwrap_or_else(|_| {
+                // Gone already: the main thread has the process's name.
+                if tid == self.pid {
+                    self.process.clone()
+                } else {
+                    format!("thread {tid}").into_bytes()
+                }
+            });
+        let comm = comm.strip_suffix(b"\n").unwrap_or(&comm);
+        let mut l = Vec::with_capacity(96);
+        l.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":");
+        push_u64(&mut l, u64::from(self.pid));
+        l.extend_from_slice(b",\"tid\":");
+        push_u64(&mut l, u64::from(tid));
+        l.extend_from_slice(b",\"args\":{\"name\":\"");
+        l.extend_from_slice(&escape(comm));
+        l.extend_from_slice(b"\"}}");
+        std::mem::swap(&mut l, &mut self.line);
+        let r = self.emit();
+        std::mem::swap(&mut l, &mut self.line);
+        r
+    }
+
+    fn emit(&mut self) -> std::io::Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        self.out.write_all(&self.line)?;
+        self.events += 1;
+        Ok(())
+    }
+}
+
+/// Decimal digits of `v`.
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+}
+
+/// Nanoseconds as microseconds with three decimals: 1234567 -> 1234.567.
+fn push_us(out: &mut Vec<u8>, ns: u64) {
+    push_u64(out, ns / 1000);
+    let f = ns % 1000;
+    out.extend_from_slice(&[b'.', b'0' + (f / 100) as u8, b'0' + (f / 10 % 10) as u8, b'0' + (f % 10) as u8]);
+}
+
+/// The bytes as the inside of a JSON string: quotes, backslashes and
+/// control characters escaped; bytes that are not UTF-8 become U+FFFD.
+fn escape(s: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(s);
+    let mut out = Vec::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if (c as u32) < 0x20 => out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes()),
+            c => {
+                let mut b = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn microseconds_keep_nanoseconds() {
+        let mut v = Vec::new();
+        push_us(&mut v, 1_234_567);
+        v.push(b' ');
+        push_us(&mut v, 5);
+        v.push(b' ');
+        push_us(&mut v, 0);
+        assert_eq!(String::from_utf8(v).unwrap(), "1234.567 0.005 0.000");
+    }
+
+    #[test]
+    fn strings_are_escaped() {
+        assert_eq!(escape(b"a\"b\\c\nd\x01\xff"), "a\\\"b\\\\c\\nd\\u0001\u{fffd}".as_bytes());
+    }
+
+    #[test]
+    fn a_trace_is_a_json_array() {
+        let dir = std::env::temp_dir().join(format!("telco-chrome-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        let mut c = Chrome::create(&path, 1, "prog \"x\"", &["work".into(), "outer".into()]).unwrap();
+        c.offset = 0;
+        c.span(7, 0, 1500, 250).unwrap();
+        c.span(7, 1, 1000, 2000).unwrap();
+        c.instant(7, 1200, "printf", b"hello", Some(b"hello\n")).unwrap();
+        c.counter(1300, b"queue", -3).unwrap();
+        let w = c.finish().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("[\n{\"ph\":\"M\",\"name\":\"process_name\""), "{text}");
+        assert!(text.contains(
+            "{\"ph\":\"X\",\"cat\":\"function\",\"name\":\"work\",\"ts\":1.500,\"dur\":0.250,\"pid\":1,\"tid\":7}"
+        ));
+        assert!(text.contains("\"args\":{\"value\":-3}"));
+        assert!(text.ends_with("}\n]\n"));
+        // process name, thread name, 2 spans, instant, counter
+        assert_eq!(w.events, 6);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,301 @@
+//! `--chrome FILE` through the binary, against tests/programs/spans.c:
+//! complete events for every call of every probed function (nested
+//! correctly per thread), printf lines and trace_instant/trace_counter,
+//! thread names; valid JSON however the session ends; the minimum
+//! duration filter; a trace larger than the tracer's memory.
+//!
+//! Where the real-viewer check is installed (`tests/chrome/install.sh`),
+//! the traces are also loaded into it (`tests/chrome/check.sh`).
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("telco-chrome-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn target() -> PathBuf {
+    let exe = dir().join("spans");
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/spans.c");
+        let st = Command::new("gcc")
+            .args(["-O2", "-pthread", "-o"])
+            .arg(dir().join("spans"))
+            .arg(&src)
+            .status()
+            .expect("gcc runs");
+        assert!(st.success(), "gcc failed");
+    });
+    exe
+}
+
+fn telco(args: &[&str]) -> (String, String, Option<i32>) {
+    let o = Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
+}
+
+/// The trace's events; panics unless the file is one valid JSON array.
+fn events(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("trace written");
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Array(v)) => v,
+        other => panic!("not a JSON array: {other:?}\n{}", &text[text.len().saturating_sub(300)..]),
+    }
+}
+
+fn ph<'a>(ev: &'a [Value], p: &str) -> Vec<&'a Value> {
+    ev.iter().filter(|e| e["ph"] == p).collect()
+}
+
+/// Per thread: (name, depth) of every complete event, checking that each
+/// lies wholly inside the enclosing one.
+fn nesting(ev: &[Value]) -> HashMap<u64, Vec<(String, usize)>> {
+    let mut by_tid: HashMap<u64, Vec<(f64, f64, String)>> = HashMap::new();
+    for e in ph(ev, "X") {
+        let ts = e["ts"].as_f64().expect("ts");
+        let dur = e["dur"].as_f64().expect("dur");
+        assert!(dur >= 0.0);
+        by_tid.entry(e["tid"].as_u64().expect("tid")).or_default().push((ts, dur, e["name"].as_str().unwrap().into()));
+    }
+    let mut out = HashMap::new();
+    for (tid, mut v) in by_tid {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut stack: Vec<f64> = Vec::new();
+        let mut list = Vec::new();
+        for (ts, dur, name) in v {
+            while stack.last().is_some_and(|&end| end <= ts) {
+                stack.pop();
+            }
+            if let Some(&end) = stack.last() {
+                assert!(ts + dur <= end + 1e-9, "{name} at {ts} overlaps its parent (ends {end})");
+            }
+            list.push((name, stack.len()));
+            stack.push(ts + dur);
+        }
+        out.insert(tid, list);
+    }
+    out
+}
+
+/// The real viewer's check, where installed: it must accept the file.
+fn viewer_check(path: &Path) -> Option<String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/chrome/check.sh");
+    if !script.exists() {
+        return None;
+    }
+    let o = Command::new(&script).arg(path).output().expect("check runs");
+    if o.status.code() == Some(77) {
+        return None; // not installed
+    }
+    assert!(o.status.success(), "the viewer rejected {}: {}", path.display(), String::from_utf8_lossy(&o.stderr));
+    Some(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+#[test]
+fn calls_nest_per_thread_with_printf_and_script_events() {
+    let exe = target();
+    let out = dir().join("nest.json");
+    let script = r#"probe process.function("top") { printf("top %d\n", $arg1); trace_instant("hit"); trace_counter("arg", $arg1) }
+                    probe process.function("mid") {}
+                    probe process.function("leaf").return {}"#;
+    let cmd = format!("{} nest 20", exe.display());
+    let (stdout, stderr, code) = telco(&["-e", script, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("top ")).count(), 40);
+    let ev = events(&out);
+    let n = nesting(&ev);
+    assert_eq!(n.len(), 2, "two threads");
+    for list in n.values() {
+        let count = |name: &str, depth: usize| list.iter().filter(|(n, d)| n == name && *d == depth).count();
+        assert_eq!((count("top", 0), count("mid", 1), count("leaf", 2)), (20, 20, 40), "{list:?}");
+        assert_eq!(list.len(), 80);
+    }
+    // ts and dur are microseconds with nanosecond fractions.
+    let text = std::fs::read_to_string(&out).unwrap();
+    for field in ["\"ts\":", "\"dur\":"] {
+        for at in text.match_indices(field).map(|(i, _)| i + field.len()) {
+            let num: String = text[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+            assert!(num.split('.').nth(1).is_some_and(|f| f.len() == 3), "{num}");
+        }
+    }
+    let instants = ph(&ev, "i");
+    assert_eq!(instants.iter().filter(|e| e["cat"] == "printf").count(), 40);
+    assert!(instants.iter().any(|e| e["args"]["text"] == "top 7\n" && e["s"] == "t"));
+    assert_eq!(instants.iter().filter(|e| e["name"] == "hit").count(), 40);
+    assert_eq!(ph(&ev, "C").iter().filter(|e| e["name"] == "arg").count(), 40);
+    let meta = ph(&ev, "M");
+    assert!(meta.iter().any(|e| e["name"] == "process_name" && e["args"]["name"] == "spans"));
+    assert_eq!(meta.iter().filter(|e| e["name"] == "thread_name").count(), 2);
+    // Every event of a thread names the same process.
+    let pids: std::collections::HashSet<u64> = ev.iter().filter_map(|e| e["pid"].as_u64()).collect();
+    assert_eq!(pids.len(), 1);
+    if let Some(report) = viewer_check(&out) {
+        assert!(report.contains("\"top\""), "{report}");
+    }
+}
+
+#[test]
+fn the_minimum_duration_leaves_out_short_calls() {
+    let exe = target();
+    let out = dir().join("slow.json");
+    let cmd = format!("{} slow 100", exe.display());
+    let script = r#"probe process.function("slow"), process.function("fast") {}"#;
+    let (_, stderr, code) =
+        telco(&["-e", script, "-c", &cmd, "--chrome", out.to_str().unwrap(), "--chrome-min-dur", "1ms"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let ev = events(&out);
+    let names: Vec<&str> = ph(&ev, "X").iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["slow", "slow", "slow"]);
+    assert!(ph(&ev, "X").iter().all(|e| e["dur"].as_f64().unwrap() >= 1000.0));
+    // Without the filter, all 103 calls.
+    let (_, _, code) = telco(&["-e", script, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(ph(&events(&out), "X").len(), 103);
+}
+
+#[test]
+fn a_crashing_target_leaves_a_valid_trace() {
+    let exe = target();
+    let out = dir().join("crash.json");
+    let cmd = format!("{} crash 5", exe.display());
+    let (stdout, stderr, code) =
+        telco(&["-e", r#"probe process.function("top") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
+    assert_eq!(stdout.trim(), "65");
+    assert_eq!(code, Some(128 + 11), "{stderr}");
+    assert_eq!(ph(&events(&out), "X").len(), 5);
+}
+
+/// A session stopped from outside, the target still running: the trace
+/// is closed and holds the calls made until then.
+fn stopped_from_outside(name: &str, extra: &[&str], signal: Option<i32>) {
+    let exe = target();
+    let out = dir().join(format!("{name}.json"));
+    let cmd = format!("{} forever", exe.display());
+    let mut args = vec!["-e", r#"probe process.function("top") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    BufReader::new(tracer.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("ready");
+    assert_eq!(line, "ready\n");
+    if let Some(sig) = signal {
+        // Some calls first: wait until the trace file has grown.
+        for _ in 0..2000 {
+            if std::fs::metadata(&out).map_or(0, |m| m.len()) > 4096 {
+                break;
+            }
+            std::thread::yield_now();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc_kill(tracer.id() as i32, sig) };
+    }
+    let st = tracer.wait().expect("exit");
+    assert!(st.code().is_some(), "telco-stap died of a signal: {st:?}");
+    assert!(!ph(&events(&out), "X").is_empty());
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+#[test]
+fn sigterm_sigint_and_timeouts_close_the_trace() {
+    stopped_from_outside("term", &[], Some(15));
+    stopped_from_outside("int", &[], Some(2));
+    stopped_from_outside("timeout", &["-T", "0.3"], None);
+}
+
+/// Memory stays bounded: a trace several times larger than telco-stap's
+/// peak resident size, with every call accounted for (written, or counted
+/// as dropped).
+#[test]
+fn a_large_trace_needs_little_memory() {
+    let exe = target();
+    let out = dir().join("large.json");
+    let calls = 3_000_000u64;
+    let cmd = format!("{} many {calls}", exe.display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(["-e", r#"probe process.function("leaf") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    use std::io::Read;
+    child.stdout.take().expect("stdout").read_to_string(&mut stdout).expect("stdout");
+    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("stderr");
+    // This child's own peak resident size, from wait4.
+    let mut ru = Rusage { utime: [0; 2], stime: [0; 2], maxrss: 0, rest: [0; 13] };
+    let mut status = 0i32;
+    // SAFETY: waiting for our own child with valid out-pointers.
+    let r = unsafe { wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(r, child.id() as i32);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(!stdout.is_empty());
+    let size = std::fs::metadata(&out).expect("trace").len();
+    let peak = ru.maxrss as u64 * 1024;
+    assert!(size > 2 * peak, "trace {size} bytes, peak RSS {peak} bytes");
+    let dropped: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("WARNING: ")?.split(" event(s) were dropped").next()?.parse().ok())
+        .unwrap_or(0);
+    let text = std::fs::read_to_string(&out).expect("read");
+    let spans = text.matches("\"ph\":\"X\"").count() as u64;
+    assert_eq!(spans + dropped, calls, "{stderr}");
+    assert!(text.ends_with("\n]\n"));
+    std::fs::remove_file(&out).ok();
+}
+
+#[repr(C)]
+struct Rusage {
+    utime: [i64; 2],
+    stime: [i64; 2],
+    maxrss: i64,
+    rest: [i64; 13],
+}
+
+extern "C" {
+    fn wait4(pid: i32, status: *mut i32, options: i32, usage: *mut Rusage) -> i32;
+}
+
+/// `--chrome` adds a return probe to functions that may have the user's
+/// own: two return probes on one function both fire on every call, with
+/// the right `$return`, and the target's result is unchanged.
+#[test]
+fn two_return_probes_on_one_function() {
+    let exe = target();
+    let out = dir().join("tworet.json");
+    let cmd = format!("{} nest 50", exe.display());
+    let script = r#"global a, b
+        probe process.function("leaf").return { a += $return }
+        probe process.function("leaf").return { b++ }
+        probe end { printf("%d %d\n", a, b) }"#;
+    let untraced = Command::new(&exe).args(["nest", "50"]).output().expect("run");
+    let want_sum: i64 = (0..50i64).map(|x| (2 * x + 1) + (2 * x + 3)).sum::<i64>() * 2;
+    for chrome in [false, true] {
+        let mut args = vec!["-e", script, "-c", &cmd];
+        if chrome {
+            args.extend(["--chrome", out.to_str().unwrap()]);
+        }
+        let (stdout, stderr, code) = telco(&args);
+        assert_eq!(code, Some(0), "{stderr}");
+        let mut lines = stdout.lines();
+        assert_eq!(lines.next(), String::from_utf8_lossy(&untraced.stdout).lines().next());
+        assert_eq!(lines.next(), Some(format!("{want_sum} 200").as_str()));
+        if chrome {
+            assert_eq!(ph(&events(&out), "X").len(), 200);
+        }
+    }
+}

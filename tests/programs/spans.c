@@ -1,0 +1,65 @@
+/* A target for --chrome tests: nested calls on two threads, a crash, a
+ * program that runs until stopped, slow and fast calls, and many calls. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+__attribute__((noinline)) long leaf(long x) { return x * 2 + 1; }
+__attribute__((noinline)) long mid(long x) { return leaf(x) + leaf(x + 1); }
+__attribute__((noinline)) long top(long x) { return mid(x) + 1; }
+
+__attribute__((noinline)) long slow(long x) {
+    struct timespec t = {0, 3000000};
+    nanosleep(&t, 0);
+    return x + 1;
+}
+__attribute__((noinline)) long fast(long x) { return x ^ 5; }
+
+static long calls;
+static volatile long sink;
+
+static void *worker(void *arg) {
+    long s = 0;
+    for (long i = 0; i < calls; i++) s += top(i);
+    return (void *)s;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "nest";
+    long n = argc > 2 ? atol(argv[2]) : 10;
+    long s = 0;
+    if (!strcmp(mode, "nest")) {
+        calls = n;
+        pthread_t t;
+        pthread_create(&t, 0, worker, 0);
+        void *r;
+        for (long i = 0; i < n; i++) s += top(i);
+        pthread_join(t, &r);
+        s += (long)r;
+    } else if (!strcmp(mode, "crash")) {
+        for (long i = 0; i < n; i++) s += top(i);
+        printf("%ld\n", s);
+        fflush(stdout);
+        raise(SIGSEGV);
+    } else if (!strcmp(mode, "forever")) {
+        printf("ready\n");
+        fflush(stdout);
+        for (long i = 0;; i++) {
+            sink += top(i);
+            if ((i & 1023) == 0) {
+                struct timespec t = {0, 100000};
+                nanosleep(&t, 0);
+            }
+        }
+    } else if (!strcmp(mode, "slow")) {
+        for (long i = 0; i < 3; i++) s += slow(i);
+        for (long i = 0; i < n; i++) s += fast(i);
+    } else if (!strcmp(mode, "many")) {
+        for (long i = 0; i < n; i++) s += leaf(i);
+    }
+    printf("%ld\n", s);
+    return 0;
+}
