@@ -106,11 +106,40 @@ fn main() {
     let mut base = Vec::new();
     let mut a = Vec::new();
     let mut b = Vec::new();
+    let mut c = Vec::new();
+    let mut c_rate = Vec::new();
+    let mut c_drops = Vec::new();
+    let trace = dir.join("trace.json");
     for _ in 0..RUNS {
         base.push(ns_per_call(&mut Command::new(&exe)));
         a.push(ns_per_call(Command::new(telco()).args(["-e", counter, "-c"]).arg(&exe)));
         b.push(ns_per_call(Command::new(telco()).args(["-e", latency, "-c"]).arg(&exe)));
+        // (c) --chrome: every call a complete event; events per second
+        // over the whole session (until the file is closed).
+        let t0 = Instant::now();
+        let o = Command::new(telco())
+            .args(["-v", "-e", "probe process.function(\"work\") {}", "--chrome"])
+            .arg(&trace)
+            .arg("-c")
+            .arg(&exe)
+            .output()
+            .expect("run");
+        let secs = t0.elapsed().as_secs_f64();
+        let text = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        c.push(
+            text.split_whitespace().next().and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("no timing: {err}")),
+        );
+        let events: f64 =
+            err.lines().find_map(|l| l.strip_prefix("Chrome trace: ")?.split(' ').next()?.parse().ok()).unwrap_or(0.0);
+        c_rate.push(events / secs);
+        c_drops.push(
+            err.lines()
+                .find_map(|l| l.strip_prefix("WARNING: ")?.split(" event(s) were dropped").next()?.parse::<f64>().ok())
+                .unwrap_or(0.0),
+        );
     }
+    let _ = std::fs::remove_file(&trace);
     let (bm, blo, bhi) = stats(base);
     println!("| workload (10 M calls of a small function) | ns per call, median | min–max | added ns per call |");
     println!("|---|---|---|---|");
@@ -121,6 +150,18 @@ fn main() {
     println!(
         "| (b) entry + return, `@entry` timestamp into a statistic with `@hist_log` use | {cm:.2} | {clo:.2}–{chi:.2} | {:.2} |",
         cm - bm
+    );
+    let (dm, dlo, dhi) = stats(c);
+    let (rm, _, _) = stats(c_rate);
+    let (_, _, drop_max) = stats(c_drops);
+    println!(
+        "| (c) `--chrome`: a complete event per call (10.1 M events incl. warm-up) | {dm:.2} | {dlo:.2}–{dhi:.2} | {:.2} |",
+        dm - bm
+    );
+    println!();
+    println!(
+        "(c) wrote {:.1} M events per second over the whole session (median); most events dropped in any run: {drop_max}",
+        rm / 1e6
     );
     println!();
     println!("| attach to a running program | ms until the begin probe ran, median | min–max |");

@@ -265,7 +265,9 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     if cli.verbose > 0 {
         eprintln!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
     }
-    let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed)?;
+    let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed);
+    armed.end_child();
+    let outcome = outcome?;
     report_chrome(cli, &outcome);
     if outcome.errors > 0 {
         return Ok(ExitCode::from(1));

@@ -28,6 +28,8 @@ pub struct Chrome {
     /// JSON-escaped span names by probe index.
     names: Vec<Vec<u8>>,
     threads: HashSet<u32>,
+    /// The last thread seen (most events come from the thread before).
+    last_tid: u32,
     line: Vec<u8>,
     first: bool,
     events: u64,
@@ -53,6 +55,7 @@ impl Chrome {
             pid,
             names: names.iter().map(|n| escape(n.as_bytes())).collect(),
             threads: HashSet::new(),
+            last_tid: 0,
             line: Vec::with_capacity(256),
             first: true,
             events: 0,
@@ -73,10 +76,13 @@ impl Chrome {
 
     /// One call: `ts_ns` its start, `dur_ns` its duration.
     pub fn span(&mut self, tid: u32, probe: u16, ts_ns: u64, dur_ns: u64) -> std::io::Result<()> {
-        self.thread(tid)?;
+        if tid != self.last_tid {
+            self.thread(tid)?;
+            self.last_tid = tid;
+        }
         let l = &mut self.line;
         l.clear();
-        l.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"function\",\"name\":\"");
+        l.extend_from_slice(b",\n{\"ph\":\"X\",\"cat\":\"function\",\"name\":\"");
         match self.names.get(usize::from(probe)) {
             Some(n) => l.extend_from_slice(n),
             None => l.extend_from_slice(b"?"),
@@ -87,7 +93,10 @@ impl Chrome {
         push_us(l, dur_ns);
         self.pid_tid(tid);
         self.line.push(b'}');
-        self.emit()
+        // Never the first event (the process name is).
+        self.out.write_all(&self.line)?;
+        self.events += 1;
+        Ok(())
     }
 
     /// An instant event on a thread: `trace_instant(name)`, or a printf's
@@ -201,17 +210,30 @@ impl Chrome {
     }
 }
 
-/// Decimal digits of `v`.
+/// "00" … "99".
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Decimal digits of `v`, two at a time.
 fn push_u64(out: &mut Vec<u8>, mut v: u64) {
     let mut tmp = [0u8; 20];
     let mut i = tmp.len();
-    loop {
+    while v >= 100 {
+        let d = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        tmp[i..i + 2].copy_from_slice(&PAIRS[d..d + 2]);
+    }
+    if v >= 10 {
+        let d = v as usize * 2;
+        i -= 2;
+        tmp[i..i + 2].copy_from_slice(&PAIRS[d..d + 2]);
+    } else {
         i -= 1;
-        tmp[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+        tmp[i] = b'0' + v as u8;
     }
     out.extend_from_slice(&tmp[i..]);
 }

@@ -763,6 +763,36 @@ impl Armed {
         Ok(())
     }
 
+    /// After a session that ended before its `-c` command (exit(), -T,
+    /// Ctrl-C, SIGTERM): the command is ended too, as bpftrace does:
+    /// SIGTERM, then SIGKILL if it is still there after a second. Its
+    /// status is not the session's. Nothing to do for `-p` targets.
+    pub fn end_child(&mut self) {
+        if !self.child || self.exit_status.is_some() {
+            return;
+        }
+        // SAFETY: signalling our own child; pidfd_open/poll on it with valid
+        // arguments (the fd is closed below).
+        let exited = unsafe {
+            let fd = libc::syscall(libc::SYS_pidfd_open, self.pid, 0) as i32;
+            libc::kill(self.pid, libc::SIGTERM);
+            let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            let ready = fd >= 0 && libc::poll(&mut p, 1, 1000) == 1;
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            ready
+        };
+        let mut status = 0;
+        // SAFETY: as above; reaping our own child.
+        unsafe {
+            if !exited {
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+            libc::waitpid(self.pid, &mut status, 0);
+        }
+    }
+
     /// After the session: wait for a spawned command to finish.
     pub fn wait_child(&mut self) -> Option<i32> {
         if self.child && self.exit_status.is_none() {
