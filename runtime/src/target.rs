@@ -241,6 +241,18 @@ impl Tramp {
 type Plan = (u64, Vec<u8>, Vec<u8>);
 
 impl Hooker {
+    /// The shadow stacks in the target.
+    fn shadow(&self) -> trampoline::Shadow {
+        let a = &self.artifact;
+        trampoline::Shadow {
+            threads: self.region + a.threads_off,
+            nthreads: a.nthreads,
+            frames: self.region + a.shadow_off,
+            depth: a.shadow_depth,
+            frame_size: a.frame_size,
+        }
+    }
+
     /// Map a code region near `module`, write the trampolines of its
     /// functions, and return the patches to apply (and the refusals).
     fn module(
@@ -270,6 +282,7 @@ impl Hooker {
             code.at(self.ret_pop),
             &trampoline::Returns::Table(table_at),
             None,
+            &self.shadow(),
         )
         .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
         s.write(ret_tramp, &rt_bytes)?;
@@ -331,6 +344,7 @@ impl Hooker {
                         code.at(self.ret_pop),
                         &trampoline::Returns::Direct(direct),
                         Some(m),
+                        &self.shadow(),
                     )
                     .map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
                     s.write(at, &bytes)?;
@@ -371,8 +385,7 @@ impl Hooker {
             ret_push: code.at(self.ret_push),
             enter: code.at(self.enter),
             ret_tramp: t.ret_tramp,
-            threads: self.region + self.artifact.threads_off,
-            nthreads: self.artifact.nthreads,
+            shadow: self.shadow(),
             lean: t.lean,
         };
         let prefix = trampoline::entry_prefix(&entry)

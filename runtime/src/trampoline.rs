@@ -39,16 +39,45 @@ pub struct Entry {
     pub ret_push: u64,
     pub enter: u64,
     pub ret_tramp: u64,
-    /// The thread slots (`Header::threads_off` in the target) and how many
-    /// (a power of two).
-    pub threads: u64,
-    pub nthreads: u32,
+    /// Where the shadow stacks are (the lean return-probe path pushes
+    /// frames inline).
+    pub shadow: Shadow,
     /// None: save every register and fill the whole context (handlers read
     /// `$argN`, `register()`, …). Some(mask): the handlers need only
     /// `probe`, `slot` and `entry` of the context, and calling everything
     /// here changes at most the registers in `mask` (`clobber`): only the
     /// caller-saved ones among them are saved.
     pub lean: Option<RegMask>,
+}
+
+/// The shadow stacks of return probes in the target: thread slots,
+/// frames (`ShadowFrame` + `@entry` saves), frames per thread, frame size.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shadow {
+    /// The thread slots (`Header::threads_off` in the target) and how many
+    /// (a power of two).
+    pub threads: u64,
+    pub nthreads: u32,
+    pub frames: u64,
+    pub depth: u32,
+    pub frame_size: u32,
+}
+
+/// rdx = the address of frame `index` (a 32-bit register) of the thread
+/// whose slot is in rcx, as `shadow_frame` (rt.c) computes it. Uses rdi.
+fn frame_addr(a: &mut CodeAssembler, sh: &Shadow, index: AsmRegister32) -> Result<(), IcedError> {
+    use telco_abi::region::ThreadSlot;
+    a.mov(rdx, rcx)?;
+    a.mov(rdi, sh.threads)?;
+    a.sub(rdx, rdi)?;
+    a.shr(rdx, core::mem::size_of::<ThreadSlot>().trailing_zeros())?;
+    a.imul_3(rdx, rdx, sh.depth as i32)?;
+    a.mov(edi, index)?;
+    a.add(rdx, rdi)?;
+    a.imul_3(rdx, rdx, sh.frame_size as i32)?;
+    a.mov(rdi, sh.frames)?;
+    a.add(rdx, rdi)?;
+    Ok(())
 }
 
 /// The frame: SavedRegs, then the context.
@@ -112,7 +141,7 @@ const SR_R8: RegMask = 1 << 8;
 /// case: the slot `thread_slot` (rt.c) would find at the first place it
 /// looks, owned by this thread and not busy. Otherwise `slow` (rt_enter
 /// decides: another place, a new slot, busy, none). Uses rax, rcx, rdi.
-fn find_slot(a: &mut CodeAssembler, e: &Entry, slow: CodeLabel) -> Result<(), IcedError> {
+fn find_slot(a: &mut CodeAssembler, e: &Shadow, slow: CodeLabel) -> Result<(), IcedError> {
     use telco_abi::region::ThreadSlot;
     a.mov(rax, qword_ptr(0u64).fs())?;
     a.test(rax, rax)?;
@@ -186,7 +215,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     let mut slow = a.create_label();
     let mut have = a.create_label();
     let mut done = a.create_label();
-    find_slot(&mut a, e, slow)?;
+    find_slot(&mut a, &e.shadow, slow)?;
     a.set_label(&mut have)?;
     a.mov(qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))), rcx)?;
     for &(handler, probe) in &e.handlers {
@@ -196,6 +225,42 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
         a.call(handler)?;
     }
     for &(probe, entry_handler) in &e.returns {
+        let mut pushed = a.create_label();
+        if e.lean.is_some() {
+            // rt_ret_push's common case inline: room on the shadow stack,
+            // and the top frame belongs to a caller (a higher stack slot).
+            use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
+            let sh = &e.shadow;
+            let mut slow = a.create_label();
+            let mut room = a.create_label();
+            let depth = dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, depth) as i32);
+            a.mov(rcx, qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))))?;
+            a.mov(eax, depth)?;
+            a.test(eax, eax)?;
+            a.jz(room)?;
+            a.lea(esi, ptr(rax - 1))?;
+            frame_addr(&mut a, sh, esi)?;
+            a.lea(rsi, ptr(fb + frame))?;
+            a.cmp(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, sp) as i32), rsi)?;
+            a.jbe(slow)?;
+            a.set_label(&mut room)?;
+            a.cmp(eax, sh.depth as i32)?;
+            a.jae(slow)?;
+            frame_addr(&mut a, sh, eax)?;
+            a.lea(rsi, ptr(fb + frame))?;
+            a.mov(rdi, qword_ptr(rsi))?;
+            a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, ret) as i32), rdi)?;
+            a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, sp) as i32), rsi)?;
+            a.mov(dword_ptr(rdx + core::mem::offset_of!(ShadowFrame, probe) as i32), probe)?;
+            a.mov(rdi, e.ret_tramp)?;
+            a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, tramp) as i32), rdi)?;
+            a.mov(qword_ptr(rsi), rdi)?;
+            a.inc(eax)?;
+            a.mov(depth, eax)?;
+            a.lea(rax, ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
+            a.jmp(pushed)?;
+            a.set_label(&mut slow)?;
+        }
         // rt_ret_push(region, ctx, &return address, return trampoline, probe)
         a.mov(rdi, e.region)?;
         a.lea(rsi, ptr(fb + ctx_at))?;
@@ -203,6 +268,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
         a.mov(rcx, e.ret_tramp)?;
         a.mov(r8d, probe)?;
         a.call(e.ret_push)?;
+        a.set_label(&mut pushed)?;
         if let Some(h) = entry_handler {
             let mut skip = a.create_label();
             a.test(rax, rax)?;
@@ -282,6 +348,7 @@ pub fn return_trampoline(
     ret_pop: u64,
     handlers: &Returns,
     lean: Option<RegMask>,
+    shadow: &Shadow,
 ) -> Result<Vec<u8>, IcedError> {
     use telco_abi::region::ThreadSlot;
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
@@ -307,10 +374,42 @@ pub fn return_trampoline(
             (rsp, saved)
         }
     };
+    let mut popped = a.create_label();
+    if lean.is_some() {
+        // rt_ret_pop's common case inline: the thread's slot at the first
+        // place (not busy), its top frame this very call's.
+        use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
+        let mut slow = a.create_label();
+        let mut undo = a.create_label();
+        find_slot(&mut a, shadow, slow)?;
+        let depth = dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, depth) as i32);
+        a.mov(eax, depth)?;
+        a.test(eax, eax)?;
+        a.jz(undo)?;
+        a.dec(eax)?;
+        frame_addr(&mut a, shadow, eax)?;
+        a.mov(rdi, qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, sp) as i32))?;
+        a.add(rdi, 8)?;
+        a.lea(rsi, ptr(fb + frame))?;
+        a.cmp(rdi, rsi)?;
+        a.jne(undo)?;
+        a.mov(depth, eax)?;
+        a.mov(edi, dword_ptr(rdx + core::mem::offset_of!(ShadowFrame, probe) as i32))?;
+        a.mov(dword_ptr(fb + c(core::mem::offset_of!(Ctx, probe))), edi)?;
+        a.lea(rdi, ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
+        a.mov(qword_ptr(fb + c(core::mem::offset_of!(Ctx, entry))), rdi)?;
+        a.mov(qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))), rcx)?;
+        a.mov(rax, qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, ret) as i32))?;
+        a.jmp(popped)?;
+        a.set_label(&mut undo)?;
+        a.mov(dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, busy) as i32), 0)?;
+        a.set_label(&mut slow)?;
+    }
     a.mov(rdi, region)?;
     a.lea(rsi, ptr(fb + ctx_at))?;
     a.lea(rdx, ptr(fb + frame))?;
     a.call(ret_pop)?;
+    a.set_label(&mut popped)?;
     // Where to return: in the slot the return address was taken from.
     a.mov(qword_ptr(fb + (frame - 8)), rax)?;
     a.mov(qword_ptr(fb + 8 * 16), rax)?;
