@@ -83,8 +83,9 @@ fn nesting(ev: &[Value]) -> HashMap<u64, Vec<(String, usize)>> {
     out
 }
 
-/// The real viewer's check, where installed: it must accept the file.
-fn viewer_check(path: &Path) -> Option<String> {
+/// The real viewer's check (Perfetto's trace processor), where installed:
+/// it must accept the file; its summary.
+fn viewer_check(path: &Path) -> Option<Value> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/chrome/check.sh");
     if !script.exists() {
         return None;
@@ -93,8 +94,27 @@ fn viewer_check(path: &Path) -> Option<String> {
     if o.status.code() == Some(77) {
         return None; // not installed
     }
-    assert!(o.status.success(), "the viewer rejected {}: {}", path.display(), String::from_utf8_lossy(&o.stderr));
-    Some(String::from_utf8_lossy(&o.stdout).into_owned())
+    assert!(
+        o.status.success(),
+        "the viewer rejected {}: {}{}",
+        path.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(serde_json::from_slice(&o.stdout).expect("the checker prints JSON"))
+}
+
+/// From the viewer's summary: per thread, how many slices of `name` it
+/// put at `depth`.
+fn viewer_depths(report: &Value, name_at_depth: &str) -> Vec<u64> {
+    let mut v: Vec<u64> = report["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| t["depth_counts"][name_at_depth].as_u64().unwrap_or(0))
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]
@@ -136,7 +156,16 @@ fn calls_nest_per_thread_with_printf_and_script_events() {
     let pids: std::collections::HashSet<u64> = ev.iter().filter_map(|e| e["pid"].as_u64()).collect();
     assert_eq!(pids.len(), 1);
     if let Some(report) = viewer_check(&out) {
-        assert!(report.contains("\"top\""), "{report}");
+        // Perfetto nests them the same way, on two named threads.
+        assert_eq!(viewer_depths(&report, "top@0"), [20, 20], "{report}");
+        assert_eq!(viewer_depths(&report, "mid@1"), [20, 20]);
+        assert_eq!(viewer_depths(&report, "leaf@2"), [40, 40]);
+        let threads = report["threads"].as_array().unwrap();
+        assert!(threads.iter().all(|t| t["process_name"] == "spans" && t["thread_name"].is_string()));
+        let counters = report["counters"].as_array().unwrap();
+        assert_eq!(counters.iter().map(|c| c["count"].as_u64().unwrap()).sum::<u64>(), 40);
+    } else {
+        eprintln!("note: the Perfetto check is not installed (tests/chrome/install.sh)");
     }
 }
 
@@ -152,6 +181,9 @@ fn the_minimum_duration_leaves_out_short_calls() {
     let ev = events(&out);
     let names: Vec<&str> = ph(&ev, "X").iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["slow", "slow", "slow"]);
+    if let Some(report) = viewer_check(&out) {
+        assert_eq!(report["slice_count"], 3, "{report}");
+    }
     assert!(ph(&ev, "X").iter().all(|e| e["dur"].as_f64().unwrap() >= 1000.0));
     // Without the filter, all 103 calls.
     let (_, _, code) = telco(&["-e", script, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
@@ -169,6 +201,9 @@ fn a_crashing_target_leaves_a_valid_trace() {
     assert_eq!(stdout.trim(), "65");
     assert_eq!(code, Some(128 + 11), "{stderr}");
     assert_eq!(ph(&events(&out), "X").len(), 5);
+    if let Some(report) = viewer_check(&out) {
+        assert_eq!(viewer_depths(&report, "top@0"), [5], "{report}");
+    }
 }
 
 /// A session stopped from outside, the target still running: the trace
@@ -202,7 +237,11 @@ fn stopped_from_outside(name: &str, extra: &[&str], signal: Option<i32>) {
     }
     let st = tracer.wait().expect("exit");
     assert!(st.code().is_some(), "telco-stap died of a signal: {st:?}");
-    assert!(!ph(&events(&out), "X").is_empty());
+    let spans = ph(&events(&out), "X").len() as u64;
+    assert!(spans > 0);
+    if let Some(report) = viewer_check(&out) {
+        assert_eq!(report["slice_count"], spans, "{report}");
+    }
 }
 
 extern "C" {
