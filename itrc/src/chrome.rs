@@ -141,7 +141,9 @@ impl<W: Write> ChromeTrace<W> {
     fn close_frame(&mut self) -> io::Result<()> {
         if let Some(f) = self.stack.pop() {
             let (ts, dur) = (f.start, self.ts - f.start);
-            self.emit(&json!({"name": f.name, "cat": "function", "ph": "X", "ts": ts, "dur": dur, "pid": 1, "tid": 1}))?;
+            self.emit(
+                &json!({"name": f.name, "cat": "function", "ph": "X", "ts": ts, "dur": dur, "pid": 1, "tid": 1}),
+            )?;
         }
         Ok(())
     }

@@ -46,14 +46,46 @@ pub struct TextDump<W: Write> {
     arch: Option<Arch>,
     summary: Summary,
     said_no_code: bool,
+    /// Events before `itrace:start` (Frida writes the first block's
+    /// compile first), printed right after the start so that register
+    /// names are known.
+    held: Vec<Event>,
+    started: bool,
 }
 
 impl<W: Write> TextDump<W> {
     pub fn new(out: W, opts: DumpOptions) -> Self {
-        TextDump { out, opts, names: Vec::new(), arch: None, summary: Summary::default(), said_no_code: false }
+        TextDump {
+            out,
+            opts,
+            names: Vec::new(),
+            arch: None,
+            summary: Summary::default(),
+            said_no_code: false,
+            held: Vec::new(),
+            started: false,
+        }
     }
 
     pub fn event(&mut self, e: &Event) -> io::Result<()> {
+        match e {
+            Event::Start { .. } if !self.started => {
+                self.started = true;
+                self.print(e)?;
+                for e in std::mem::take(&mut self.held) {
+                    self.print(&e)?;
+                }
+                Ok(())
+            }
+            Event::Compile(_) if !self.started => {
+                self.held.push(e.clone());
+                Ok(())
+            }
+            _ => self.print(e),
+        }
+    }
+
+    fn print(&mut self, e: &Event) -> io::Result<()> {
         let out = &mut self.out;
         match e {
             Event::Start { registers, values } => {
@@ -62,8 +94,7 @@ impl<W: Write> TextDump<W> {
                 self.names = registers.iter().map(|r| r.name.clone()).collect();
                 writeln!(out, "itrc: {arch}, {} registers", registers.len())?;
                 writeln!(out, "start:")?;
-                let cells: Vec<String> =
-                    registers.iter().zip(values).map(|(r, v)| format!("{}={v}", r.name)).collect();
+                let cells: Vec<String> = registers.iter().zip(values).map(|(r, v)| format!("{}={v}", r.name)).collect();
                 print_cells(out, &cells)?;
             }
             Event::Compile(b) => {
@@ -84,8 +115,7 @@ impl<W: Write> TextDump<W> {
             }
             Event::Record(r) => {
                 self.summary.records += 1;
-                let writes: Vec<String> =
-                    r.writes().map(|w| format!("+{} {}={}", w.offset, w.name, w.value)).collect();
+                let writes: Vec<String> = r.writes().map(|w| format!("+{} {}={}", w.offset, w.name, w.value)).collect();
                 writeln!(
                     out,
                     "exec #{} {:#x}{}: {}",
@@ -117,7 +147,10 @@ impl<W: Write> TextDump<W> {
                 writeln!(out, "    (no code bytes)")?;
             } else {
                 self.said_no_code = true;
-                writeln!(out, "    (no code bytes in this file, so no disassembly: Frida's itracer does not record them)")?;
+                writeln!(
+                    out,
+                    "    (no code bytes in this file, so no disassembly: Frida's itracer does not record them)"
+                )?;
             }
             return Ok(());
         };
@@ -133,7 +166,8 @@ impl<W: Write> TextDump<W> {
                         .collect();
                     let hex: String = bytes.iter().map(|x| format!("{x:02x}")).collect();
                     let note = if regs.is_empty() { String::new() } else { format!("; {}", regs.join(" ")) };
-                    writeln!(out, "    {addr:#x}  {hex:<20}  {text:<32} {note}")?;
+                    let line = format!("    {addr:#x}  {hex:<20}  {text:<32} {note}");
+                    writeln!(out, "{}", line.trim_end())?;
                 }
             }
             Some(Arch::Arm64) => {
@@ -150,8 +184,19 @@ impl<W: Write> TextDump<W> {
         Ok(())
     }
 
+    /// Flushes what was printed (after a read error, instead of `finish`).
+    pub fn flush(&mut self) -> io::Result<()> {
+        for e in std::mem::take(&mut self.held) {
+            self.print(&e)?;
+        }
+        self.out.flush()
+    }
+
     /// Prints the summary line and returns the counts.
     pub fn finish(mut self) -> io::Result<Summary> {
+        for e in std::mem::take(&mut self.held) {
+            self.print(&e)?;
+        }
         let s = self.summary;
         writeln!(
             self.out,

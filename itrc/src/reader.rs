@@ -281,7 +281,8 @@ impl<R: Read> Reader<R> {
                 let json = self.read_bytes(len, "message JSON")?;
                 let data_len = self.read_u32("message data length")?;
                 let data = self.read_bytes(data_len, "message data")?;
-                let json: Json = serde_json::from_slice(&json).map_err(|source| ReadError::Json { offset: at, source })?;
+                let json: Json =
+                    serde_json::from_slice(&json).map_err(|source| ReadError::Json { offset: at, source })?;
                 self.message(at, json, data)
             }
             RECORD_CHUNK => {
@@ -334,9 +335,10 @@ impl<R: Read> Reader<R> {
                 Ok(())
             }
             "itrace:lost" => {
-                let lost = payload.get("lost").and_then(Json::as_u64).ok_or_else(|| {
-                    bad("its payload has no \"lost\" count (expected {\"lost\": N})".into())
-                })?;
+                let lost = payload
+                    .get("lost")
+                    .and_then(Json::as_u64)
+                    .ok_or_else(|| bad("its payload has no \"lost\" count (expected {\"lost\": N})".into()))?;
                 self.queue.push_back(Event::Lost(lost));
                 Ok(())
             }
@@ -542,7 +544,11 @@ mod tests {
         );
         let mut start = 0x1000u64.to_le_bytes().to_vec();
         start.extend_from_slice(&[0x11; 16]);
-        message(&mut f, r#"{"type": "itrace:start", "payload": [{"name": "pc", "size": 8}, {"name": "v0", "size": 16}]}"#, &start);
+        message(
+            &mut f,
+            r#"{"type": "itrace:start", "payload": [{"name": "pc", "size": 8}, {"name": "v0", "size": 16}]}"#,
+            &start,
+        );
         let mut rec = 0x1000u64.to_le_bytes().to_vec();
         rec.extend_from_slice(&0x1004u64.to_le_bytes());
         rec.extend_from_slice(&(1u128 << 100).to_le_bytes());
@@ -610,7 +616,11 @@ mod tests {
             "the block record at stream offset 0 is for block 0x2000, which no itrace:compile declared"
         );
         let mut f = b"ITRC".to_vec();
-        message(&mut f, r#"{"type": "itrace:compile", "payload": {"writes": [[0, 5]], "address": "0x10", "size": 4}}"#, &[]);
+        message(
+            &mut f,
+            r#"{"type": "itrace:compile", "payload": {"writes": [[0, 5]], "address": "0x10", "size": 4}}"#,
+            &[],
+        );
         message(&mut f, r#"{"type": "itrace:start", "payload": [{"name": "pc", "size": 8}]}"#, &[0; 8]);
         chunk(&mut f, &[0x10, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(err(&f), "block 0x10 writes register index 5, but itrace:start declares 1 registers");

@@ -336,13 +336,13 @@ impl<W: Write> Recorder<W> {
         regs_after: &X64Regs,
         read: &mut dyn FnMut(u64, &mut [u8]) -> usize,
     ) -> Result<(), RecordError> {
-        if !self.blocks.contains_key(&pc) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.blocks.entry(pc) {
             let mut block = read_block(pc, read);
             if block.insns.is_empty() {
                 block = opaque_block(pc, regs_after, block.code);
             }
             let values = block.writes().len();
-            self.blocks.insert(pc, Known { block, values, written: false });
+            slot.insert(Known { block, values, written: false });
             self.stats.blocks += 1;
         }
         let known = &self.blocks[&pc];

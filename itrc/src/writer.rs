@@ -141,7 +141,8 @@ impl<W: Write> Writer<W> {
     /// `itrace:start`: the register list and every register's initial value
     /// (`values` holds them in list order, each `size` bytes).
     pub fn start(&mut self, registers: &[RegisterSpec], values: &[u8]) -> io::Result<()> {
-        let payload: Vec<RegisterJson> = registers.iter().map(|r| RegisterJson { name: &r.name, size: r.size }).collect();
+        let payload: Vec<RegisterJson> =
+            registers.iter().map(|r| RegisterJson { name: &r.name, size: r.size }).collect();
         self.message(&start_json(&payload), values)
     }
 

@@ -18,8 +18,8 @@ use iced_x86::{
 /// (`rip`, `r15` … `r8`, `rdi`, `rsi`, `rbp`, `rsp`, `rbx`, `rdx`, `rcx`,
 /// `rax`), then `rflags`, then the pseudo-register `ra`. All are 8 bytes.
 pub const REGISTERS: [&str; 19] = [
-    "rip", "r15", "r14", "r13", "r12", "r11", "r10", "r9", "r8", "rdi", "rsi", "rbp", "rsp", "rbx", "rdx", "rcx", "rax",
-    "rflags", "ra",
+    "rip", "r15", "r14", "r13", "r12", "r11", "r10", "r9", "r8", "rdi", "rsi", "rbp", "rsp", "rbx", "rdx", "rcx",
+    "rax", "rflags", "ra",
 ];
 /// Index of `rip`. Never a write: a record's position in its block says it.
 pub const RIP: u32 = 0;
@@ -78,14 +78,24 @@ impl X64Regs {
     pub fn to_array(&self) -> [u64; 18] {
         let r = self;
         [
-            r.rip, r.r15, r.r14, r.r13, r.r12, r.r11, r.r10, r.r9, r.r8, r.rdi, r.rsi, r.rbp, r.rsp, r.rbx, r.rdx, r.rcx,
-            r.rax, r.rflags,
+            r.rip, r.r15, r.r14, r.r13, r.r12, r.r11, r.r10, r.r9, r.r8, r.rdi, r.rsi, r.rbp, r.rsp, r.rbx, r.rdx,
+            r.rcx, r.rax, r.rflags,
         ]
     }
 
     /// The register at `index` in [`REGISTERS`]; `None` for `ra` and beyond.
     pub fn get(&self, index: u32) -> Option<u64> {
         self.to_array().get(index as usize).copied()
+    }
+
+    /// Sets the register at `index` in [`REGISTERS`]; ignores `ra` and
+    /// beyond.
+    pub fn set(&mut self, index: u32, value: u64) {
+        let mut a = self.to_array();
+        if let Some(slot) = a.get_mut(index as usize) {
+            *slot = value;
+            *self = X64Regs::from_array(a);
+        }
     }
 }
 
@@ -320,7 +330,12 @@ pub fn read_block(address: u64, read: &mut dyn FnMut(u64, &mut [u8]) -> usize) -
 pub fn disassemble(address: u64, code: &[u8]) -> Vec<(u64, Vec<u8>, String)> {
     use iced_x86::{Formatter, NasmFormatter};
     let mut fmt = NasmFormatter::new();
-    fmt.options_mut().set_space_after_operand_separator(true);
+    let o = fmt.options_mut();
+    o.set_space_after_operand_separator(true);
+    o.set_hex_prefix("0x");
+    o.set_hex_suffix("");
+    o.set_uppercase_hex(false);
+    o.set_branch_leading_zeros(false);
     let mut out = Vec::new();
     let mut decoder = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
     let mut instr = Instruction::default();
@@ -407,36 +422,66 @@ mod tests {
     #[test]
     fn blocks_end_at_the_first_control_flow_instruction() {
         let cases: [(&str, Vec<u8>, Flow, Vec<&str>); 6] = [
-            ("call", asm(0x1000, |a| {
-                a.push(rbp)?;
-                a.call(0x2000)?;
-                a.nop()
-            }), Flow::Call, vec!["rsp"]),
-            ("ret", asm(0x1000, |a| {
-                a.pop(rbp)?;
-                a.ret()?;
-                a.nop()
-            }), Flow::Return, vec!["rsp"]),
-            ("jcc", asm(0x1000, |a| {
-                a.sub(rsp, 8)?;
-                a.je(0x1000)?;
-                a.nop()
-            }), Flow::Branch, vec![]),
-            ("jmp reg", asm(0x1000, |a| {
-                a.mov(rax, rdi)?;
-                a.jmp(rax)?;
-                a.nop()
-            }), Flow::Branch, vec![]),
-            ("loop", asm(0x1000, |a| {
-                a.nop()?;
-                a.loop_(0x1000)?;
-                a.nop()
-            }), Flow::Branch, vec!["rcx"]),
-            ("syscall", asm(0x1000, |a| {
-                a.mov(eax, 39)?;
-                a.syscall()?;
-                a.nop()
-            }), Flow::Syscall, vec!["rcx", "r11", "rax", "rflags"]),
+            (
+                "call",
+                asm(0x1000, |a| {
+                    a.push(rbp)?;
+                    a.call(0x2000)?;
+                    a.nop()
+                }),
+                Flow::Call,
+                vec!["rsp"],
+            ),
+            (
+                "ret",
+                asm(0x1000, |a| {
+                    a.pop(rbp)?;
+                    a.ret()?;
+                    a.nop()
+                }),
+                Flow::Return,
+                vec!["rsp"],
+            ),
+            (
+                "jcc",
+                asm(0x1000, |a| {
+                    a.sub(rsp, 8)?;
+                    a.je(0x1000)?;
+                    a.nop()
+                }),
+                Flow::Branch,
+                vec![],
+            ),
+            (
+                "jmp reg",
+                asm(0x1000, |a| {
+                    a.mov(rax, rdi)?;
+                    a.jmp(rax)?;
+                    a.nop()
+                }),
+                Flow::Branch,
+                vec![],
+            ),
+            (
+                "loop",
+                asm(0x1000, |a| {
+                    a.nop()?;
+                    a.loop_(0x1000)?;
+                    a.nop()
+                }),
+                Flow::Branch,
+                vec!["rcx"],
+            ),
+            (
+                "syscall",
+                asm(0x1000, |a| {
+                    a.mov(eax, 39)?;
+                    a.syscall()?;
+                    a.nop()
+                }),
+                Flow::Syscall,
+                vec!["rcx", "r11", "rax", "rflags"],
+            ),
         ];
         for (what, code, flow, last_writes) in cases {
             let b = decode_block(0x1000, &code);
@@ -511,5 +556,8 @@ mod tests {
         let d = disassemble(0x1000, &[0x90, 0x06, 0xc3]);
         let text: Vec<_> = d.iter().map(|(a, _, t)| format!("{a:#x} {t}")).collect();
         assert_eq!(text, ["0x1000 nop", "0x1001 (bad)", "0x1002 ret"]);
+        let d = disassemble(0x1000, &[0xe8, 0x1b, 0, 0, 0, 0x48, 0x8b, 0x44, 0x24, 0x10]);
+        let text: Vec<_> = d.iter().map(|(_, _, t)| t.as_str()).collect();
+        assert_eq!(text, ["call 0x1020", "mov rax, [rsp+0x10]"]);
     }
 }
