@@ -226,6 +226,7 @@ fn recorded_x86_64_trace_reads_back_in_python_with_the_simulated_values() {
     assert_eq!(hex(&py["start"]["ra"]), RETURN_TO);
     assert_eq!(py["end"], true);
     assert_eq!(py["lost"], Json::Null);
+    assert_eq!(py["python_json"], true, "messages are byte for byte what Frida's itracer.py writes");
     let types: Vec<&str> = py["messages"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
     assert_eq!((types[0], *types.last().unwrap()), ("itrace:start", "itrace:end"));
 
@@ -275,6 +276,7 @@ fn over_budget_traces_say_how_many_records_were_lost() {
     let len = std::fs::metadata(&path).unwrap().len();
     assert!(len <= 1500 + 100, "{len}");
     if let Some(py) = python_json(&path) {
+        assert_eq!(py["python_json"], true, "itrace:lost as Frida writes it");
         assert_eq!(py["lost"].as_u64(), Some(stats.lost));
         assert_eq!(py["records"].as_array().unwrap().len() as u64, stats.records);
     }
@@ -451,6 +453,7 @@ fn frida_arm64_files_are_read_by_itrc_dump_and_the_python_reader() {
         assert_eq!(records[1]["writes"], serde_json::json!([[0, "lr", "0x10000c"], [4, "sp", "0x6ff0"]]));
         assert_eq!(py["start"]["v31"], "0x1f00000000000000ff");
         assert_eq!((py["lost"].as_u64(), &py["end"]), (Some(2), &Json::Bool(true)));
+        assert_eq!(py["python_json"], true);
     }
 
     let out = ok_stdout(&telco(&["itrc-dump", "--disasm", file]));

@@ -12,7 +12,11 @@ prints one JSON object:
      "blocks": {"0x...": {"size": n, "name": s, "writes": [[off, idx], ...],
                           "code": "hex" | null}},
      "records": [{"address": "0x...", "writes": [[off, name, "0x..."], ...]}],
-     "lost": n | null, "end": bool, "messages": [type, ...]}
+     "lost": n | null, "end": bool, "messages": [type, ...],
+     "python_json": bool}
+
+"python_json" says whether every message's JSON is byte for byte what
+Python's json.dumps writes for it, as Frida's itracer.py writes messages.
 
 Layout (the seed): magic "ITRC"; then records, each a big-endian u32 type:
 1 = MESSAGE (u32be length, UTF-8 JSON, u32be data size, data), 2 = CHUNK
@@ -59,6 +63,7 @@ def read(path):
     messages = []
     lost = None
     end = False
+    python_json = True
     while pos < len(buf):
         raw, pos = take(buf, pos, 4, "record type")
         (kind,) = struct.unpack(">I", raw)
@@ -70,6 +75,7 @@ def read(path):
             (n,) = struct.unpack(">I", raw)
             data, pos = take(buf, pos, n, "message data")
             msg = json.loads(text.decode("utf-8"))
+            python_json = python_json and json.dumps(msg).encode("utf-8") == text
             mtype = msg["type"]
             messages.append(mtype)
             payload = msg.get("payload")
@@ -132,6 +138,7 @@ def read(path):
         "lost": lost,
         "end": end,
         "messages": messages,
+        "python_json": python_json,
     }
 
 
