@@ -163,9 +163,7 @@ fn record(path: &Path, config: RecorderConfig) -> (Truth, RecorderStats) {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("telco-itrc-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir.join(name)
+    std::env::temp_dir().join(format!("telco-itrc-test-{}-{name}", std::process::id()))
 }
 
 /// Runs the Python reader; `None` (said in the output) if python3 is not
