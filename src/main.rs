@@ -2,6 +2,7 @@
 //! order, stops after the first pass with errors, honours `--last-pass N`.
 
 mod cli;
+mod itrc_dump;
 
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser};
@@ -424,9 +425,9 @@ fn subcommand(cmd: &Command) -> Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::ItrcDump { file, .. } => {
-            std::fs::metadata(file).with_context(|| format!("cannot read `{}`", file.display()))?;
-            bail!("itrc-dump is not implemented in this build yet (it arrives with the ITRC output work)")
+        Command::ItrcDump { file, disasm, chrome } => {
+            itrc_dump::run(file, *disasm, chrome.as_deref())?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
