@@ -225,6 +225,9 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     if needs_target && cli.pid.is_none() && cli.command.is_none() {
         bail!("this script probes a process: name it with -p PID or -c CMD");
     }
+    if cli.itrc.is_none() && artifact.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })) {
+        bail!("this script has .itrace probes: name the instruction trace file with --itrc FILE");
+    }
     let output: Box<dyn Write + Send> = match &cli.output {
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("cannot create `{}`", p.display()))?),
         None => Box::new(std::io::stdout()),
@@ -260,6 +263,9 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     let pid = stopped.pid() as u32;
     let (region, mut armed) = telco_runtime::target::arm(stopped, artifact, child)?;
     cfg.chrome = chrome(cli, artifact, pid)?;
+    if let (true, Some(path)) = (armed.has_itrace(), &cli.itrc) {
+        armed.itrace_to(path, max_itrace(cli)).with_context(|| format!("cannot trace pid {pid}"))?;
+    }
     for w in &armed.warnings {
         eprintln!("WARNING: {w}");
     }
@@ -268,6 +274,25 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     }
     let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed);
     armed.end_child();
+    if let Some((calls, steps, time, missed, warnings)) = armed.itrace_report() {
+        for w in warnings {
+            eprintln!("WARNING: {w}");
+        }
+        if missed > 0 {
+            eprintln!(
+                "WARNING: {missed} call(s) of .itrace functions were not traced (after -D MAXITRACE={}, \
+                 or waiting too long)",
+                max_itrace(cli)
+            );
+        }
+        if cli.verbose > 0 {
+            let rate = steps as f64 / time.as_secs_f64().max(1e-9);
+            eprintln!(
+                "itrace: {calls} call(s), {steps} instructions single-stepped in {:.3} s ({rate:.0} per second).",
+                time.as_secs_f64()
+            );
+        }
+    }
     let outcome = outcome?;
     report_chrome(cli, &outcome);
     if outcome.errors > 0 {
@@ -278,6 +303,11 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
         None => ExitCode::SUCCESS,
     })
+}
+
+/// How many `.itrace` calls to record (`-D MAXITRACE=N`).
+fn max_itrace(cli: &Cli) -> u64 {
+    cli.defines.iter().rev().find(|(n, _)| n == "MAXITRACE").map_or(16, |(_, v)| (*v).max(1))
 }
 
 /// `--chrome FILE`, started for process `pid`: spans are named by their

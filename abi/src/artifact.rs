@@ -158,6 +158,9 @@ pub struct Artifact {
     pub nshards: u32,
     pub indent_off: u64,
     pub probes_off: u64,
+    /// `.itrace` request slots (`ItraceSlot`), none without such probes.
+    pub itrace_off: u64,
+    pub itrace_slots: u32,
     pub init: Vec<(u64, Vec<u8>)>,
     /// Region offset of each format (by format id).
     pub formats: Vec<u64>,

@@ -100,9 +100,17 @@ pub struct Header {
     /// reported the error clears `enabled` at once (Release), so the other
     /// threads stop running handlers without waiting for the tracer.
     pub maxerrors: u32,
+    /// `.itrace` probes: the request slots ([`ItraceSlot`]) through which
+    /// a thread entering a traced function asks the tracer to take it over
+    /// (`rt_itrace_wait`), how many, and the calls that went untraced
+    /// because no slot was free or the tracer did not come in time.
+    pub itrace_off: u64,
+    pub itrace_slots: u32,
+    pub _pad3: u32,
+    pub itrace_missed: u64,
 }
 
-pub const HEADER_SIZE: usize = 216;
+pub const HEADER_SIZE: usize = 240;
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 
 /// Ring of variable-size event records: many producers (handlers), one
@@ -226,6 +234,35 @@ pub struct ShadowFrame {
     pub tramp: u64,
 }
 pub const SHADOW_FRAME_HEADER: usize = 32;
+
+/// A thread's request to be instruction-traced (`.itrace`): it claims a
+/// free slot (CAS `state` FREE -> CLAIMED), fills it, publishes it
+/// (Release store of WAITING) and waits, bounded. The tracer seizes the
+/// thread, and only once it is stopped takes the request (CAS WAITING ->
+/// TAKEN): from the saved registers it restarts the thread at the
+/// function's relocated first instructions and single-steps it to the
+/// return. A thread that gives up first (CAS WAITING -> FREE) runs on
+/// untraced and counts `Header::itrace_missed`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ItraceSlot {
+    pub state: u32,
+    pub tid: u32,
+    /// The thread's registers at the function's entry (`SavedRegs`).
+    pub regs: u64,
+    /// Which traced function (the tracer's index).
+    pub func: u64,
+    /// The requesting process (a forked child shares the region).
+    pub pid: u64,
+}
+pub const ITRACE_FREE: u32 = 0;
+pub const ITRACE_CLAIMED: u32 = 1;
+pub const ITRACE_WAITING: u32 = 2;
+pub const ITRACE_TAKEN: u32 = 3;
+/// The tracer will not take this request (another process's thread): the
+/// owner frees the slot and runs on.
+pub const ITRACE_DECLINED: u32 = 4;
+const _: () = assert!(core::mem::size_of::<ItraceSlot>() == 32);
 const _: () = assert!(core::mem::size_of::<ShadowFrame>() == SHADOW_FRAME_HEADER);
 const _: () = assert!(core::mem::size_of::<ThreadSlot>() == 64);
 

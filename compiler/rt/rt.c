@@ -1362,6 +1362,64 @@ EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
     }
 }
 
+/* An `.itrace` function's entry (its trampoline, after the probe
+ * handlers): ask the tracer to take this thread over and single-step the
+ * call. `regs` holds every register as at the entry (the trampoline saved
+ * them); the tracer restarts the thread from them at the function's
+ * relocated first instructions, so a taken request never returns here.
+ * Bounded like rt_dlnotify: after 2 s, or when the session ends or no
+ * slot is free, the call runs untraced and is counted. */
+EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
+    if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return;
+    /* Zero slots: the tracer has traced as many calls as it was asked to. */
+    u32 n = __atomic_load_n(&AT(R, H_ITRACE_SLOTS, u32), __ATOMIC_RELAXED);
+    u8 *slots = R + AT(R, H_ITRACE_OFF, u64), *s = 0;
+    for (u32 i = 0; i < n && !s; i++) {
+        u32 free = ITRACE_FREE;
+        u8 *c = slots + (u64)i * IT_SIZE;
+        /* Acquire: the slot's fields are ours after the claim. */
+        if (__atomic_compare_exchange_n(&AT(c, IT_STATE, u32), &free, ITRACE_CLAIMED, 0, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED))
+            s = c;
+    }
+    if (!s) {
+        __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
+        return;
+    }
+    AT(s, IT_TID, u32) = (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+    AT(s, IT_REGS, u64) = (u64)regs;
+    AT(s, IT_FUNC, u64) = (u64)func;
+    AT(s, IT_PID, u64) = (u64)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+    /* Release: the tracer's Acquire load of WAITING sees the fields. */
+    __atomic_store_n(&AT(s, IT_STATE, u32), ITRACE_WAITING, __ATOMIC_RELEASE);
+    i64 deadline = rt_now_ns(R) + 2000000000LL;
+    for (u64 i = 0;; i++) {
+        /* The tracer declined (not its process): free the slot, run on
+         * untraced. */
+        if (__atomic_load_n(&AT(s, IT_STATE, u32), __ATOMIC_ACQUIRE) == ITRACE_DECLINED) {
+            __atomic_store_n(&AT(s, IT_STATE, u32), ITRACE_FREE, __ATOMIC_RELEASE);
+            __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
+            return;
+        }
+        if ((i & 63) == 63) {
+            if (rt_now_ns(R) > deadline || !__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) {
+                u32 w = ITRACE_WAITING;
+                /* Give up, unless the tracer took the request meanwhile (it
+                 * does so only with this thread stopped: then we are not
+                 * here any more). */
+                if (__atomic_compare_exchange_n(&AT(s, IT_STATE, u32), &w, ITRACE_FREE, 0, __ATOMIC_ACQ_REL,
+                                                __ATOMIC_RELAXED)) {
+                    __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
+                    return;
+                }
+            }
+            sys6(24 /* sched_yield */, 0, 0, 0, 0, 0, 0);
+        } else {
+            cpu_relax();
+        }
+    }
+}
+
 /* Hooked on the unwinder's entry points (_Unwind_RaiseException,
  * _Unwind_ForcedUnwind): an exception is about to walk this thread's stack,
  * and the unwinder must see real return addresses, not the return

@@ -9,6 +9,7 @@
 pub mod chrome;
 pub mod clobber;
 pub mod inject;
+pub mod itrace;
 pub mod local;
 pub mod proc;
 pub mod ptrace;

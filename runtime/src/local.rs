@@ -117,6 +117,10 @@ impl Region {
             shards_off: a.shards_off,
             nshards: a.nshards,
             maxerrors: a.limits.maxerrors.min(u64::from(u32::MAX)) as u32,
+            itrace_off: a.itrace_off,
+            itrace_slots: a.itrace_slots,
+            _pad3: 0,
+            itrace_missed: 0,
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };

@@ -390,6 +390,94 @@ impl Stopped {
     }
 }
 
+/// One thread of a running process seized and stopped on its own, the
+/// other threads running on: `.itrace` single-steps such a thread through
+/// one call, then lets it go.
+pub struct Thread {
+    tid: i32,
+    /// A signal that arrived meanwhile, delivered with the next step (its
+    /// handler is then traced too) or at detach.
+    pending: i32,
+    detached: bool,
+}
+
+/// What a single step did.
+pub enum Step {
+    /// One instruction ran (or a signal handler was entered).
+    Done,
+    /// A signal stopped the thread first; it goes with the next step.
+    Signal,
+    /// The thread is gone.
+    Exited,
+}
+
+impl Thread {
+    /// Seize thread `tid` and stop it (PTRACE_SEIZE + PTRACE_INTERRUPT).
+    pub fn seize(tid: i32) -> Result<Thread, PtraceError> {
+        ptrace("PTRACE_SEIZE", libc::PTRACE_SEIZE, tid, 0, 0)?;
+        let mut t = Thread { tid, pending: 0, detached: false };
+        ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0)?;
+        match wait(tid)? {
+            Stop::Trap => {}
+            Stop::Signal(sig) => t.pending = sig,
+            Stop::Exited => {
+                t.detached = true;
+                return Err(PtraceError::Exited { tid });
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn tid(&self) -> i32 {
+        self.tid
+    }
+
+    pub fn regs(&self) -> Result<Regs, PtraceError> {
+        // SAFETY: user_regs_struct is plain data; zeroed is a valid value.
+        let mut r: Regs = unsafe { std::mem::zeroed() };
+        ptrace("PTRACE_GETREGS", libc::PTRACE_GETREGS, self.tid, 0, &mut r as *mut Regs as usize)?;
+        Ok(r)
+    }
+
+    pub fn set_regs(&self, r: &Regs) -> Result<(), PtraceError> {
+        ptrace("PTRACE_SETREGS", libc::PTRACE_SETREGS, self.tid, 0, r as *const Regs as usize)?;
+        Ok(())
+    }
+
+    /// Execute one instruction.
+    pub fn step(&mut self) -> Result<Step, PtraceError> {
+        let sig = std::mem::take(&mut self.pending);
+        ptrace("PTRACE_SINGLESTEP", libc::PTRACE_SINGLESTEP, self.tid, 0, sig as usize)?;
+        match wait(self.tid)? {
+            Stop::Trap => Ok(Step::Done),
+            Stop::Signal(s) => {
+                self.pending = s;
+                Ok(Step::Signal)
+            }
+            Stop::Exited => {
+                self.detached = true;
+                Ok(Step::Exited)
+            }
+        }
+    }
+
+    /// Let the thread run on untraced.
+    pub fn detach(mut self) -> Result<(), PtraceError> {
+        self.detached = true;
+        ptrace("PTRACE_DETACH", libc::PTRACE_DETACH, self.tid, 0, self.pending as usize)?;
+        Ok(())
+    }
+}
+
+impl Drop for Thread {
+    fn drop(&mut self) {
+        if !self.detached {
+            // SAFETY: PTRACE_DETACH takes the signal number as data.
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0usize, self.pending as usize) };
+        }
+    }
+}
+
 impl Drop for Stopped {
     fn drop(&mut self) {
         if let Err(e) = self.detach_all() {

@@ -142,6 +142,8 @@ pub struct Armed {
     pending: ByModule,
     pub exit_status: Option<i32>,
     pub warnings: Vec<String>,
+    /// `.itrace` probes: the single-stepper (with `--itrc FILE`).
+    itracer: Option<crate::itrace::Itracer>,
     _code: Vec<CodeRegion>,
 }
 
@@ -220,6 +222,10 @@ struct Hooker {
     ret_pop: u32,
     enter: u32,
     dlnotify: u32,
+    /// `rt_itrace_wait`, and the `.itrace` functions hooked so far (their
+    /// index is what their gate passes).
+    itrace_wait: Option<u32>,
+    itraced: std::cell::RefCell<Vec<crate::itrace::Traced>>,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -228,12 +234,14 @@ struct Tramp {
     returns: Vec<(u32, Option<u64>)>,
     ret_tramp: u64,
     lean: Option<crate::clobber::RegMask>,
+    /// An `.itrace` function: its name.
+    itrace: Option<String>,
 }
 
 impl Tramp {
     /// Only a call of a runtime function (with the whole context).
     fn call(f: u64) -> Self {
-        Tramp { handlers: vec![(f, 0)], returns: Vec::new(), ret_tramp: 0, lean: None }
+        Tramp { handlers: vec![(f, 0)], returns: Vec::new(), ret_tramp: 0, lean: None, itrace: None }
     }
 }
 
@@ -305,10 +313,14 @@ impl Hooker {
             // what they change is known.
             let mut lean = Some(0);
             let mut calls = Vec::new();
+            let mut itrace = None;
             for &i in probes {
                 let p = &a.probes[i];
                 if p.full_ctx {
                     lean = None;
+                }
+                if matches!(p.attach, Attach::Function { itrace: true, .. }) {
+                    itrace = Some(fname.clone());
                 }
                 match p.attach {
                     Attach::Function { ret: true, .. } => {
@@ -351,7 +363,7 @@ impl Hooker {
                     own_ret = Some(at);
                 }
             }
-            let tramp = Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean };
+            let tramp = Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean, itrace };
             match self.function(s, &mut code, addr, size, tramp)? {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!("{fname}: {why}")),
@@ -375,6 +387,11 @@ impl Hooker {
             Err(why) => return Ok(Err(why.to_string())),
         };
         let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
+        let itrace = match (&t.itrace, self.itrace_wait) {
+            (Some(_), Some(w)) => Some((code.at(w), self.itraced.borrow().len() as u32)),
+            (Some(_), None) => return Ok(Err("the runtime library lacks rt_itrace_wait".into())),
+            _ => None,
+        };
         let entry = trampoline::Entry {
             at,
             region: self.region,
@@ -387,6 +404,7 @@ impl Hooker {
             ret_tramp: t.ret_tramp,
             shadow: self.shadow(),
             lean: t.lean,
+            itrace,
         };
         let prefix = trampoline::entry_prefix(&entry)
             .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
@@ -399,6 +417,16 @@ impl Hooker {
         let Some(jmp) = x86::jmp_rel32(hook.patch_at, at) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
+        if let Some(name) = t.itrace {
+            let resume = at + prefix.len() as u64;
+            self.itraced.borrow_mut().push(crate::itrace::Traced::new(
+                name,
+                hook.patch_at,
+                displaced.to_vec(),
+                resume,
+                &relocated,
+            ));
+        }
         let mut tramp = prefix;
         tramp.extend_from_slice(&relocated);
         if tramp.len() > 1024 {
@@ -516,13 +544,13 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     let mut by_module: ByModule = BTreeMap::new();
     for (i, p) in a.probes.iter().enumerate() {
         match &p.attach {
-            Attach::Function { module, file_offset, itrace: false, .. } => {
+            Attach::Function { module, file_offset, .. } => {
                 by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
             }
-            Attach::Function { .. } | Attach::Statement { .. } | Attach::Lifecycle { .. } => {
+            Attach::Statement { .. } | Attach::Lifecycle { .. } => {
                 return Err(TargetError::Unsupported(format!(
-                    "probe point `{}`: .itrace, statement and process lifecycle probes are not supported by this \
-                     build yet (function entry and return probes are)",
+                    "probe point `{}`: statement and process lifecycle probes are not supported by this build yet \
+                     (function entry, return and .itrace probes are)",
                     p.name
                 )))
             }
@@ -535,7 +563,16 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     else {
         return Err(TargetError::Unsupported("the runtime library lacks a trampoline helper".into()));
     };
-    let hooker = Hooker { artifact: a.clone(), region: injected.region_remote, ret_push, ret_pop, enter, dlnotify };
+    let hooker = Hooker {
+        artifact: a.clone(),
+        region: injected.region_remote,
+        ret_push,
+        ret_pop,
+        enter,
+        dlnotify,
+        itrace_wait: symbol("rt_itrace_wait"),
+        itraced: Default::default(),
+    };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
     let mut refused = Vec::new();
@@ -611,6 +648,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         pending,
         exit_status: None,
         warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).collect(),
+        itracer: None,
         _code: codes,
     };
     Ok((injected.region, armed))
@@ -673,6 +711,9 @@ impl Hooks for Armed {
     }
 
     fn poll(&mut self) {
+        if let Some(it) = &mut self.itracer {
+            it.poll(&self.hooker.itraced.borrow());
+        }
         if self.pending.is_empty() || self.header.is_null() {
             return;
         }
@@ -698,12 +739,27 @@ impl Hooks for Armed {
     }
 
     fn stopping(&mut self) {
+        if let Some(it) = &mut self.itracer {
+            // Requests made until now are served; then the gates give up.
+            it.poll(&self.hooker.itraced.borrow());
+        }
         if let Some(p) = self.region_enabled.take() {
             // SAFETY: see unsafe_enabled_ptr; Release pairs with the
             // handlers' Acquire load at entry.
             unsafe { std::sync::atomic::AtomicU32::from_ptr(p as *mut u32) }
                 .store(0, std::sync::atomic::Ordering::Release);
         }
+        self.restore();
+        if let Some(it) = &mut self.itracer {
+            // After the world stopped and went on: every gate has given up.
+            it.count_missed();
+        }
+    }
+}
+
+impl Armed {
+    /// Put the original bytes back (the end of a session).
+    fn restore(&mut self) {
         if !self.alive() || self.patches.is_empty() {
             return;
         }
@@ -737,9 +793,7 @@ impl Hooks for Armed {
         }
         self.patches.clear();
     }
-}
 
-impl Armed {
     /// Stop the target and hook the pending libraries that are mapped now.
     fn place_pending(&mut self) -> Result<(), TargetError> {
         let mut s = Stopped::attach(self.pid)?;
@@ -804,6 +858,25 @@ impl Armed {
             }
             libc::waitpid(self.pid, &mut status, 0);
         }
+    }
+
+    /// Whether the target has `.itrace` probes hooked.
+    pub fn has_itrace(&self) -> bool {
+        !self.hooker.itraced.borrow().is_empty()
+    }
+
+    /// Trace `.itrace` calls into `path` (then `path.2`, …), at most
+    /// `max_calls` of them.
+    pub fn itrace_to(&mut self, path: &std::path::Path, max_calls: u64) -> std::io::Result<()> {
+        self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, path, max_calls)?);
+        Ok(())
+    }
+
+    /// After the session: what `.itrace` did (calls, instructions, time
+    /// stepping), its warnings, and the calls that went untraced.
+    pub fn itrace_report(&mut self) -> Option<(u64, u64, std::time::Duration, u64, Vec<String>)> {
+        let it = self.itracer.as_mut()?;
+        Some((it.calls, it.steps, it.stepping, it.missed, std::mem::take(&mut it.warnings)))
     }
 
     /// After the session: wait for a spawned command to finish.

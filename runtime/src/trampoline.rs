@@ -48,6 +48,9 @@ pub struct Entry {
     /// here changes at most the registers in `mask` (`clobber`): only the
     /// caller-saved ones among them are saved.
     pub lean: Option<RegMask>,
+    /// `.itrace`: after the handlers, `rt_itrace_wait` (its address) with
+    /// this function's index, so the tracer can take the thread over.
+    pub itrace: Option<(u64, u32)>,
 }
 
 /// The shadow stacks of return probes in the target: thread slots,
@@ -316,8 +319,49 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     a.jnz(have)?;
     a.jmp(done)?;
     a.set_label(&mut after)?;
-    a.zero_bytes()?;
+    if let Some((wait, func)) = e.itrace {
+        itrace_gate(&mut a, e.region, wait, func)?;
+    } else {
+        a.zero_bytes()?;
+    }
     a.assemble(e.at)
+}
+
+/// The `.itrace` gate: every register as at the entry into a `SavedRegs`
+/// block (rsp as the caller left it, rip = where the relocated
+/// instructions start, just after the gate), then
+/// `rt_itrace_wait(region, regs, func)`. When the tracer takes the thread
+/// it restarts it from that block at rip and never returns here; otherwise
+/// everything is put back and the call runs untraced.
+fn itrace_gate(a: &mut CodeAssembler, region: u64, wait: u64, func: u32) -> Result<(), IcedError> {
+    // 144 bytes of registers + 8: rsp = 0 mod 16 at the call (entry
+    // rsp = 8 mod 16).
+    let frame = core::mem::size_of::<SavedRegs>() as i32 + 8;
+    let mut resume = a.create_label();
+    a.lea(rsp, ptr(rsp - frame))?;
+    save_regs(a)?;
+    a.lea(rax, ptr(rsp + frame))?;
+    a.mov(qword_ptr(rsp + 8 * 7), rax)?;
+    a.lea(rax, ptr(resume))?;
+    a.mov(qword_ptr(rsp + 8 * 16), rax)?;
+    a.pushfq()?;
+    a.pop(rax)?;
+    a.mov(qword_ptr(rsp + 8 * 17), rax)?;
+    a.mov(rdi, region)?;
+    a.mov(rsi, rsp)?;
+    a.mov(edx, func)?;
+    a.call(wait)?;
+    a.push(qword_ptr(rsp + 8 * 17))?;
+    a.popfq()?;
+    for (i, r) in REGS.iter().enumerate() {
+        if i != 7 {
+            a.mov(*r, qword_ptr(rsp + (8 * i) as i32))?;
+        }
+    }
+    a.lea(rsp, ptr(rsp + frame))?;
+    a.set_label(&mut resume)?;
+    a.zero_bytes()?;
+    Ok(())
 }
 
 /// The return handlers a return trampoline calls.

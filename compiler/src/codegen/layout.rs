@@ -5,7 +5,7 @@
 //! table, globals, then the constants (string literals, formats, statistic
 //! descriptors), which grow while pass 3 runs.
 
-use crate::program::{GlobalKind, Program, Ty};
+use crate::program::{GlobalKind, Point, Program, Ty};
 use std::collections::HashMap;
 use telco_abi::artifact::Limits;
 use telco_abi::region::*;
@@ -40,6 +40,9 @@ pub struct Table {
 pub struct Layout {
     pub limits: Limits,
     pub ring_off: u64,
+    /// `.itrace` request slots.
+    pub itrace_off: u64,
+    pub itrace_slots: u32,
     pub ring_size: u64,
     pub threads_off: u64,
     pub nthreads: u32,
@@ -71,6 +74,8 @@ pub const THREAD_SLOTS: u32 = 256;
 const _: () = assert!(THREAD_SLOTS.is_power_of_two());
 /// Return-probe frames per thread (nested probed calls in flight).
 pub const SHADOW_DEPTH: u32 = 128;
+/// Threads that may wait at once to be instruction-traced (`.itrace`).
+pub const ITRACE_SLOTS: u32 = 16;
 
 impl Layout {
     /// Lay out the fixed parts and the globals. `hists[g]` lists the
@@ -104,6 +109,11 @@ impl Layout {
         off = indent_off + (INDENT_SLOTS * core::mem::size_of::<IndentSlot>()) as u64;
         let probes_off = align_up(off, PART_ALIGN);
         off = probes_off + 16 * nprobes;
+        let itrace =
+            program.probes.iter().any(|p| p.points.iter().any(|pt| matches!(pt, Point::Function(f) if f.itrace)));
+        let itrace_slots = if itrace { ITRACE_SLOTS } else { 0 };
+        let itrace_off = align_up(off, PART_ALIGN);
+        off = itrace_off + u64::from(itrace_slots) * core::mem::size_of::<telco_abi::region::ItraceSlot>() as u64;
         let mut l = Layout {
             limits,
             ring_off,
@@ -121,6 +131,8 @@ impl Layout {
             indent_off,
             probes_off,
             nprobes,
+            itrace_off,
+            itrace_slots,
             globals: Vec::new(),
             consts_off: 0,
             consts: Vec::new(),

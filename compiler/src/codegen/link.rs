@@ -134,6 +134,8 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         nshards: layout.shards.len() as u32,
         indent_off: layout.indent_off,
         probes_off: layout.probes_off,
+        itrace_off: layout.itrace_off,
+        itrace_slots: layout.itrace_slots,
         init,
         formats: t.formats.iter().map(|f| f.0).collect(),
         format_args: t.formats.iter().map(|f| f.1.clone()).collect(),

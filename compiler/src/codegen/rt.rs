@@ -42,6 +42,7 @@ rt_fns! {
     Instant = "rt_instant"(3) false,
     Counter = "rt_counter"(4) false,
     Span = "rt_span"(5) false,
+    ItraceWait = "rt_itrace_wait"(3) false,
     Exit = "rt_exit"(2) false,
     UserError = "rt_user_error"(4) false,
     ErrorMessage = "rt_error_message"(3) false,

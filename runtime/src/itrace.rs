@@ -1,0 +1,298 @@
+//! `.itrace` probes: every instruction of a call, single-stepped with
+//! ptrace, into Frida's ITRC format (the `telco-itrc` crate).
+//!
+//! The hot path never traps: a traced function's trampoline runs the probe
+//! handlers, then its gate (`trampoline::itrace_gate`) saves the entry
+//! registers and calls `rt_itrace_wait`, which posts a request in the
+//! region (`ItraceSlot`) and waits, bounded. The session polls the slots
+//! (`Armed::poll`, every 10 ms); for a waiting thread it seizes that one
+//! thread (the others run on), takes the request, restarts the thread from
+//! the saved registers at the function's relocated first instructions, and
+//! steps it until the call returns. Then the thread is let go. Each traced
+//! call is one ITRC file: `FILE` for the first, `FILE.2`, `FILE.3`… after
+//! it (`-D MAXITRACE=N` calls, 16 by default; later calls run untraced and
+//! are counted). The trace reports the function's own addresses: the
+//! relocated copy of its first instructions is mapped back, and when the
+//! traced code enters the hook of a traced function again (a loop back to
+//! the entry, recursion) it goes straight to the relocated copy.
+
+use crate::ptrace::{PtraceError, Step, Thread};
+use iced_x86::{Decoder, DecoderOptions};
+use std::fs::File;
+use std::io::BufWriter;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use telco_abi::region::{self as abi, ItraceSlot, SavedRegs};
+use telco_itrc::x64::X64Regs;
+use telco_itrc::{Recorder, RecorderConfig};
+
+/// A traced function as hooked in the target.
+#[derive(Clone, Debug)]
+pub struct Traced {
+    pub name: String,
+    /// Where its jump to the trampoline is, and the bytes it replaced.
+    pub patch_at: u64,
+    pub original: Vec<u8>,
+    /// The relocated copy of those bytes in the trampoline.
+    pub resume: u64,
+    /// (relocated address, original address) of each copied instruction;
+    /// the last entry is the jump back, mapped to the first byte after the
+    /// replaced ones.
+    pub map: Vec<(u64, u64)>,
+}
+
+impl Traced {
+    pub fn new(name: String, patch_at: u64, original: Vec<u8>, resume: u64, relocated: &[u8]) -> Traced {
+        let orig: Vec<u64> =
+            Decoder::with_ip(64, &original, patch_at, DecoderOptions::NONE).into_iter().map(|i| i.ip()).collect();
+        let reloc: Vec<u64> =
+            Decoder::with_ip(64, relocated, resume, DecoderOptions::NONE).into_iter().map(|i| i.ip()).collect();
+        let end = patch_at + original.len() as u64;
+        let map = if reloc.len() == orig.len() + 1 {
+            reloc.iter().copied().zip(orig.iter().copied().chain([end])).collect()
+        } else {
+            // The relocation changed the instruction count (cannot happen
+            // with today's relocator): report the copy as the entry.
+            reloc.iter().map(|&r| (r, patch_at)).collect()
+        };
+        Traced { name, patch_at, original, resume, map }
+    }
+
+    /// The function's address for a trampoline address, if it is one of
+    /// the copied instructions.
+    fn original_of(&self, addr: u64) -> Option<u64> {
+        self.map.iter().find(|(r, _)| *r == addr).map(|(_, o)| *o)
+    }
+}
+
+/// The session's side: polls the request slots and traces calls.
+pub struct Itracer {
+    pid: i32,
+    mem: File,
+    /// The region's header, mapped in the tracer.
+    header: *const u8,
+    path: PathBuf,
+    max_calls: u64,
+    max_steps: u64,
+    pub calls: u64,
+    pub steps: u64,
+    pub stepping: std::time::Duration,
+    pub warnings: Vec<String>,
+    /// `Header::itrace_missed` as last read (the region is gone by the
+    /// time the session reports).
+    pub missed: u64,
+}
+
+// SAFETY: the header pointer is only used on the session's thread.
+unsafe impl Send for Itracer {}
+
+impl Itracer {
+    pub fn new(pid: i32, header: *const u8, path: &Path, max_calls: u64) -> std::io::Result<Itracer> {
+        Ok(Itracer {
+            pid,
+            mem: std::fs::OpenOptions::new().read(true).open(format!("/proc/{pid}/mem"))?,
+            header,
+            path: path.to_path_buf(),
+            max_calls,
+            max_steps: 50_000_000,
+            calls: 0,
+            steps: 0,
+            stepping: std::time::Duration::ZERO,
+            warnings: Vec::new(),
+            missed: 0,
+        })
+    }
+
+    fn field<T>(&self, off: usize) -> *mut T {
+        // SAFETY: offsets inside the live header.
+        unsafe { self.header.add(off) as *mut T }
+    }
+
+    fn slots(&self) -> (u64, u32) {
+        // SAFETY: header fields, written once by the tracer before the
+        // session (itrace_slots is zeroed by us later).
+        unsafe {
+            (
+                *self.field::<u64>(core::mem::offset_of!(abi::Header, itrace_off)),
+                std::sync::atomic::AtomicU32::from_ptr(self.field(core::mem::offset_of!(abi::Header, itrace_slots)))
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            )
+        }
+    }
+
+    /// Read the calls that went untraced (no free slot, waited too long,
+    /// after MAXITRACE, another process) into `missed`; the session calls
+    /// this while the region is still mapped.
+    pub fn count_missed(&mut self) {
+        // SAFETY: a header counter updated atomically by the target.
+        self.missed = unsafe {
+            std::sync::atomic::AtomicU64::from_ptr(self.field(core::mem::offset_of!(abi::Header, itrace_missed)))
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+    }
+
+    /// Take and trace every waiting request.
+    pub fn poll(&mut self, traced: &[Traced]) {
+        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+        let (off, n) = self.slots();
+        for i in 0..n as usize {
+            let base = off as usize + i * core::mem::size_of::<ItraceSlot>();
+            // SAFETY: the slot lies in the region; its state is a u32 the
+            // target changes atomically.
+            let state = unsafe { AtomicU32::from_ptr(self.field(base + core::mem::offset_of!(ItraceSlot, state))) };
+            // Acquire: pairs with rt_itrace_wait's Release store of WAITING.
+            if state.load(Ordering::Acquire) != abi::ITRACE_WAITING {
+                continue;
+            }
+            // SAFETY: fields of a published request.
+            let (tid, regs_at, func, pid) = unsafe {
+                (
+                    *self.field::<u32>(base + core::mem::offset_of!(ItraceSlot, tid)),
+                    *self.field::<u64>(base + core::mem::offset_of!(ItraceSlot, regs)),
+                    *self.field::<u64>(base + core::mem::offset_of!(ItraceSlot, func)),
+                    AtomicU64::from_ptr(self.field(base + core::mem::offset_of!(ItraceSlot, pid)))
+                        .load(Ordering::Relaxed),
+                )
+            };
+            if pid != self.pid as u64 || func as usize >= traced.len() {
+                // A forked child's thread (its memory is not the one we
+                // read): it runs on untraced (and is counted).
+                let _ = state.compare_exchange(
+                    abi::ITRACE_WAITING,
+                    abi::ITRACE_DECLINED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+                continue;
+            }
+            let Ok(thread) = Thread::seize(tid as i32) else { continue };
+            // The thread is stopped: if it still waits, the request is ours.
+            if state
+                .compare_exchange(abi::ITRACE_WAITING, abi::ITRACE_TAKEN, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                let _ = thread.detach();
+                continue;
+            }
+            let r = self.trace(thread, regs_at, &traced[func as usize], traced);
+            // Release: the slot's next owner sees it free after we are done.
+            state.store(abi::ITRACE_FREE, Ordering::Release);
+            if let Err(e) = r {
+                self.warnings.push(format!(".itrace of {}: {e}", traced[func as usize].name));
+            }
+            if self.calls >= self.max_calls {
+                // Enough: the gates stop asking (rt_itrace_wait counts the
+                // calls from now on as untraced).
+                // SAFETY: header field, atomically read by the target.
+                unsafe {
+                    AtomicU32::from_ptr(self.field(core::mem::offset_of!(abi::Header, itrace_slots)))
+                        .store(0, Ordering::Relaxed)
+                };
+                return;
+            }
+        }
+    }
+
+    /// The file of the `k`-th traced call (1-based).
+    fn file(&self, k: u64) -> PathBuf {
+        if k == 1 {
+            return self.path.clone();
+        }
+        let mut name = self.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        name.push(format!(".{k}"));
+        self.path.with_file_name(name)
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8], traced: &[Traced]) -> usize {
+        let n = self.mem.read_at(buf, addr).unwrap_or(0);
+        // The functions' own bytes where our jumps are.
+        for t in traced {
+            for (i, &b) in t.original.iter().enumerate() {
+                let a = t.patch_at + i as u64;
+                if a >= addr && a < addr + n as u64 {
+                    buf[(a - addr) as usize] = b;
+                }
+            }
+        }
+        n
+    }
+
+    fn trace(&mut self, mut thread: Thread, regs_at: u64, f: &Traced, traced: &[Traced]) -> Result<(), String> {
+        let t0 = std::time::Instant::now();
+        let mut saved = [0u8; core::mem::size_of::<SavedRegs>()];
+        self.mem.read_exact_at(&mut saved, regs_at).map_err(|e| format!("reading the saved registers: {e}"))?;
+        let w = |i: usize| u64::from_le_bytes(saved[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+        let mut r = thread.regs().map_err(err)?;
+        (r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp) = (w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
+        (r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15) = (w(8), w(9), w(10), w(11), w(12), w(13), w(14), w(15));
+        r.eflags = w(17);
+        r.rip = f.resume;
+        // Not in a system call any more: nothing to restart.
+        r.orig_rax = u64::MAX;
+        thread.set_regs(&r).map_err(err)?;
+        self.calls += 1;
+        let entry_rsp = r.rsp;
+        let mut ret = [0u8; 8];
+        self.mem.read_exact_at(&mut ret, entry_rsp).map_err(|e| format!("reading the return address: {e}"))?;
+        let ret = u64::from_le_bytes(ret);
+        let path = self.file(self.calls);
+        let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
+        let cfg = RecorderConfig { max_bytes: Some(1 << 30), ..RecorderConfig::default() };
+        let mut rec = Recorder::new(BufWriter::with_capacity(1 << 20, out), cfg).map_err(|e| e.to_string())?;
+        let mut shown = r;
+        shown.rip = f.patch_at;
+        rec.start(&X64Regs::from(&shown), ret).map_err(|e| e.to_string())?;
+        let mut done = false;
+        let mut steps = 0u64;
+        while steps < self.max_steps {
+            let before = r.rip;
+            match thread.step().map_err(err)? {
+                Step::Exited => break,
+                Step::Signal => continue,
+                Step::Done => {}
+            }
+            steps += 1;
+            r = thread.regs().map_err(err)?;
+            // Entering the hook of a traced function again: run its
+            // relocated first instructions directly (no handlers, no gate).
+            if let Some(g) = traced.iter().find(|g| g.patch_at == r.rip) {
+                r.rip = g.resume;
+                thread.set_regs(&r).map_err(err)?;
+            }
+            let map = |a: u64| traced.iter().find_map(|g| g.original_of(a)).unwrap_or(a);
+            // Our jump back from the relocated copy is not the program's.
+            let ours = traced.iter().any(|g| g.map.last().is_some_and(|l| l.0 == before));
+            if !ours {
+                let mut shown = r;
+                shown.rip = map(r.rip);
+                let mut read = |a: u64, buf: &mut [u8]| self.read(a, buf, traced);
+                rec.step(map(before), &X64Regs::from(&shown), &mut read).map_err(|e| e.to_string())?;
+            }
+            if r.rip == ret && r.rsp == entry_rsp + 8 {
+                done = true;
+                break;
+            }
+        }
+        self.steps += steps;
+        let stats = if done { rec.end() } else { rec.finish() }.map_err(|e| e.to_string())?.1;
+        if !done {
+            self.warnings.push(format!(
+                ".itrace of {}: stopped after {steps} instructions (the call had not returned); {} is incomplete",
+                f.name,
+                path.display()
+            ));
+        }
+        if stats.lost > 0 {
+            self.warnings.push(format!("{}: {} block records lost (size limit)", path.display(), stats.lost));
+        }
+        self.stepping += t0.elapsed();
+        if done {
+            thread.detach().map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+fn err(e: PtraceError) -> String {
+    e.to_string()
+}
