@@ -378,9 +378,9 @@ pub enum Returns {
 /// this call's frame (probe, `@entry` saves, the original return address),
 /// calls the probe's handler, restores the registers and returns to the
 /// original return address (written back where the trampoline's address
-/// was, so no register is used for the jump: a caller built with gcc's
-/// -fipa-ra may keep values in caller-saved registers the callee does not
-/// touch).
+/// was and jumped to through that slot, so no register is used for the
+/// jump: a caller built with gcc's -fipa-ra may keep values in caller-saved
+/// registers the callee does not touch).
 ///
 /// `lean` as in [`Entry`]: None saves every register and fills the whole
 /// context; Some(mask) saves only the caller-saved registers in `mask`
@@ -500,7 +500,12 @@ pub fn return_trampoline(
         a.mov(rsp, rbx)?;
     }
     load_mask(&mut a, rsp, saved)?;
-    a.lea(rsp, ptr(rsp + (frame - 8)))?;
-    a.ret()?;
+    // Back where the caller's return landed, through the slot we wrote:
+    // an indirect jump, which the branch predictor learns per call site.
+    // A `ret` here would pop a return-stack entry no `call` pushed, and
+    // mispredict this return and the caller's next one. The slot lies in
+    // the red zone, which signal delivery leaves alone.
+    a.lea(rsp, ptr(rsp + frame))?;
+    a.jmp(qword_ptr(rsp - 8))?;
     a.assemble(at)
 }
