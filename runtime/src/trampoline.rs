@@ -509,3 +509,79 @@ pub fn return_trampoline(
     a.jmp(qword_ptr(rsp - 8))?;
     a.assemble(at)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Formatter, Instruction, NasmFormatter};
+
+    fn listing(code: &[u8], at: u64) -> Vec<String> {
+        let mut f = NasmFormatter::new();
+        Decoder::with_ip(64, code, at, DecoderOptions::NONE)
+            .into_iter()
+            .map(|i: Instruction| {
+                let mut s = String::new();
+                f.format(&i, &mut s);
+                s
+            })
+            .collect()
+    }
+
+    fn entry(lean: Option<RegMask>, returns: bool) -> Entry {
+        Entry {
+            at: 0x10000,
+            region: 0x7000_0000,
+            addr: 0x40_1000,
+            ctx_size: CTX_SIZE as u32,
+            handlers: if returns { Vec::new() } else { vec![(0x20000, 0)] },
+            returns: if returns { vec![(0, Some(0x20100))] } else { Vec::new() },
+            ret_push: 0x20200,
+            enter: 0x20300,
+            ret_tramp: 0x20400,
+            shadow: Shadow { threads: 0x7000_1000, nthreads: 256, frames: 0x7010_0000, depth: 128, frame_size: 48 },
+            lean,
+            itrace: None,
+        }
+    }
+
+    /// A lean trampoline stores only the caller-saved registers its calls
+    /// change (plus those it uses itself), and calls nothing on the common
+    /// path but the handler; a full one stores them all.
+    #[test]
+    fn lean_trampolines_save_what_is_changed() {
+        let lean = entry_prefix(&entry(Some(1 << 9 /* r9 */), false)).unwrap();
+        let text = listing(&lean, 0x10000);
+        // Up to the handler's call (the rest is the way back, and the path
+        // through rt_enter).
+        let stores = |t: &[String]| {
+            t.iter().take_while(|l| !l.starts_with("call")).filter(|l| l.starts_with("mov [rsp")).count()
+        };
+        // rax rcx rsi rdi (its own) + r9 (the handler's), and the slot in the context.
+        assert_eq!(stores(&text), 6, "{text:#?}");
+        let calls: Vec<&String> = text.iter().filter(|l| l.starts_with("call")).collect();
+        assert_eq!(calls.len(), 2, "the handler, and rt_enter off the common path: {text:#?}");
+        let full = listing(&entry_prefix(&entry(None, false)).unwrap(), 0x10000);
+        assert!(stores(&full) >= 20, "{full:#?}");
+    }
+
+    /// A return trampoline leaves through the slot it wrote, never `ret`.
+    #[test]
+    fn return_trampolines_jump_back_through_the_slot() {
+        for lean in [None, Some(CALLER_SAVED)] {
+            let sh = entry(lean, true).shadow;
+            let code = return_trampoline(
+                0x30000,
+                0x7000_0000,
+                CTX_SIZE as u32,
+                0x20500,
+                &Returns::Direct(vec![(0, 0x20000)]),
+                lean,
+                &sh,
+            )
+            .unwrap();
+            let text = listing(&code, 0x30000);
+            assert!(text.last().unwrap().starts_with("jmp qword [rsp-8]"), "{text:#?}");
+            assert!(!text.iter().any(|l| l == "ret"));
+        }
+    }
+}
