@@ -316,13 +316,15 @@ fn chrome(
     cli: &Cli,
     artifact: &telco_abi::artifact::Artifact,
     pid: u32,
-) -> Result<Option<telco_runtime::chrome::Chrome>> {
+) -> Result<Option<telco_runtime::chrome::Feed>> {
     let Some(path) = &cli.chrome else { return Ok(None) };
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
     let c = telco_runtime::chrome::Chrome::create(path, pid, comm.trim_end(), &names)
         .with_context(|| format!("cannot create `{}`", path.display()))?;
-    Ok(Some(c))
+    let feed = telco_runtime::chrome::Feed::start(c, path)
+        .with_context(|| format!("cannot create a spool file beside `{}`", path.display()))?;
+    Ok(Some(feed))
 }
 
 fn report_chrome(cli: &Cli, outcome: &telco_runtime::local::Outcome) {

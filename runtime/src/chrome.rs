@@ -210,6 +210,171 @@ impl Chrome {
     }
 }
 
+/// Events other than calls, sent to the writer thread as they come.
+enum Other {
+    Instant { tid: u32, ts: u64, cat: &'static str, name: Vec<u8>, text: Option<Vec<u8>> },
+    Counter { ts: u64, name: Vec<u8>, value: i64 },
+}
+
+/// Bytes of one spooled call: tid u32, probe u16, 2 spare, ts u64, dur u64.
+const SPAN_REC: usize = 24;
+
+/// The consumer's side of `--chrome`: calls arrive at up to tens of
+/// millions per second, faster than JSON can be formatted and written, so
+/// the consumer only appends them in binary (24 bytes each) to an
+/// unlinked spool file next to the trace, which keeps the ring drained;
+/// a writer thread turns the spool into JSON as it grows (and frees the
+/// disk space behind it). Memory stays bounded: the spool is on disk.
+pub struct Feed {
+    spool: BufWriter<File>,
+    len: u64,
+    shared: std::sync::Arc<Shared>,
+    others: std::sync::mpsc::Sender<Other>,
+    writer: Option<std::thread::JoinHandle<std::io::Result<Written>>>,
+}
+
+struct Shared {
+    /// Spool bytes flushed (Release by the consumer, Acquire by the writer).
+    flushed: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl Feed {
+    /// Start the writer thread for `chrome`, spooling next to `path`.
+    pub fn start(chrome: Chrome, path: &Path) -> std::io::Result<Feed> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = dir.join(format!(".telco-stap-spool-{}-{}", std::process::id(), crate::sys::monotonic_ns()));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&name)?;
+        // Unlinked at once: nothing is left behind, whatever happens.
+        std::fs::remove_file(&name)?;
+        let reader = file.try_clone()?;
+        let shared = std::sync::Arc::new(Shared {
+            flushed: std::sync::atomic::AtomicU64::new(0),
+            done: std::sync::atomic::AtomicBool::new(false),
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sh = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("chrome-writer".into())
+            .spawn(move || write_loop(chrome, reader, &sh, rx))?;
+        Ok(Feed { spool: BufWriter::with_capacity(1 << 20, file), len: 0, shared, others: tx, writer: Some(writer) })
+    }
+
+    pub fn span(&mut self, tid: u32, probe: u16, ts_ns: u64, dur_ns: u64) -> std::io::Result<()> {
+        let mut r = [0u8; SPAN_REC];
+        r[0..4].copy_from_slice(&tid.to_le_bytes());
+        r[4..6].copy_from_slice(&probe.to_le_bytes());
+        r[8..16].copy_from_slice(&ts_ns.to_le_bytes());
+        r[16..24].copy_from_slice(&dur_ns.to_le_bytes());
+        self.len += SPAN_REC as u64;
+        self.spool.write_all(&r)
+    }
+
+    pub fn instant(&mut self, tid: u32, ts: u64, cat: &'static str, name: &[u8], text: Option<&[u8]>) {
+        let o = Other::Instant { tid, ts, cat, name: name.to_vec(), text: text.map(<[u8]>::to_vec) };
+        let _ = self.others.send(o);
+    }
+
+    pub fn counter(&mut self, ts: u64, name: &[u8], value: i64) {
+        let _ = self.others.send(Other::Counter { ts, name: name.to_vec(), value });
+    }
+
+    /// Hand what was spooled to the writer.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.spool.flush()?;
+        self.shared.flushed.store(self.len, std::sync::atomic::Ordering::Release);
+        if let Some(w) = &self.writer {
+            w.thread().unpark();
+        }
+        Ok(())
+    }
+
+    /// Everything written: close the JSON.
+    pub fn finish(mut self) -> std::io::Result<Written> {
+        self.flush()?;
+        self.shared.done.store(true, std::sync::atomic::Ordering::Release);
+        let w = self.writer.take().ok_or_else(|| std::io::Error::other("the chrome writer is gone"))?;
+        w.thread().unpark();
+        w.join().map_err(|_| std::io::Error::other("the chrome writer panicked"))?
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        // An error path: let the writer close what it has.
+        if let Some(w) = self.writer.take() {
+            let _ = self.spool.flush();
+            self.shared.flushed.store(self.len, std::sync::atomic::Ordering::Release);
+            self.shared.done.store(true, std::sync::atomic::Ordering::Release);
+            w.thread().unpark();
+            let _ = w.join();
+        }
+    }
+}
+
+fn write_loop(
+    mut chrome: Chrome,
+    spool: File,
+    shared: &Shared,
+    others: std::sync::mpsc::Receiver<Other>,
+) -> std::io::Result<Written> {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::Ordering;
+    let mut buf = vec![0u8; (1 << 20) / SPAN_REC * SPAN_REC];
+    let mut pos = 0u64;
+    let mut freed = 0u64;
+    loop {
+        // Acquire before the flushed length: `done` then means all of it.
+        let done = shared.done.load(Ordering::Acquire);
+        let flushed = shared.flushed.load(Ordering::Acquire);
+        let mut any = false;
+        while pos < flushed {
+            let want = ((flushed - pos) as usize).min(buf.len());
+            let n = spool.read_at(&mut buf[..want], pos)?;
+            if n < SPAN_REC {
+                break;
+            }
+            let n = n / SPAN_REC * SPAN_REC;
+            for r in buf[..n].chunks_exact(SPAN_REC) {
+                let tid = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
+                let probe = u16::from_le_bytes([r[4], r[5]]);
+                let ts = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
+                let dur = u64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8]));
+                chrome.span(tid, probe, ts, dur)?;
+            }
+            pos += n as u64;
+            any = true;
+            // Give the disk back behind us, 64 MiB at a time.
+            if pos - freed >= 64 << 20 {
+                // SAFETY: punching a hole in our own spool file.
+                unsafe {
+                    libc::fallocate(
+                        std::os::fd::AsRawFd::as_raw_fd(&spool),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        0,
+                        pos as libc::off_t,
+                    )
+                };
+                freed = pos;
+            }
+        }
+        while let Ok(o) = others.try_recv() {
+            any = true;
+            match o {
+                Other::Instant { tid, ts, cat, name, text } => chrome.instant(tid, ts, cat, &name, text.as_deref())?,
+                Other::Counter { ts, name, value } => chrome.counter(ts, &name, value)?,
+            }
+        }
+        if done && pos >= flushed {
+            return chrome.finish();
+        }
+        if !any {
+            chrome.flush()?;
+            std::thread::park_timeout(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
 /// "00" … "99".
 const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 2021222324252627282930313233343536373839\

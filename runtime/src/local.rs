@@ -39,7 +39,7 @@ pub struct Config {
     /// Where ERROR and WARNING lines go.
     pub messages: Box<dyn Write + Send>,
     /// `--chrome FILE`: calls, printf lines, trace_instant/trace_counter.
-    pub chrome: Option<crate::chrome::Chrome>,
+    pub chrome: Option<crate::chrome::Feed>,
 }
 
 /// How the session went.
@@ -166,7 +166,7 @@ struct Consumer<'a> {
     messages: Box<dyn Write + Send>,
     warned: HashSet<Vec<u8>>,
     buf: Vec<u8>,
-    chrome: Option<crate::chrome::Chrome>,
+    chrome: Option<crate::chrome::Feed>,
 }
 
 fn read_u32(b: &[u8], at: usize) -> u32 {
@@ -243,18 +243,22 @@ impl<'a> Consumer<'a> {
                     let text = &self.buf[..n];
                     let name = text.split(|&b| b == b'\n').find(|l| !l.is_empty()).unwrap_or(b"");
                     let name = &name[..name.len().min(80)];
-                    c.instant(h.tid, h.ts, "printf", name, Some(text))?;
+                    c.instant(h.tid, h.ts, "printf", name, Some(text));
                 }
                 Ok(())
             }
-            abi::EV_INSTANT => match &mut self.chrome {
-                Some(c) => c.instant(h.tid, h.ts, "instant", read_str(p, 0).0, None),
-                None => Ok(()),
-            },
-            abi::EV_COUNTER => match &mut self.chrome {
-                Some(c) => c.counter(h.ts, read_str(p, 8).0, read_i64(p, 0)),
-                None => Ok(()),
-            },
+            abi::EV_INSTANT => {
+                if let Some(c) = &mut self.chrome {
+                    c.instant(h.tid, h.ts, "instant", read_str(p, 0).0, None);
+                }
+                Ok(())
+            }
+            abi::EV_COUNTER => {
+                if let Some(c) = &mut self.chrome {
+                    c.counter(h.ts, read_str(p, 8).0, read_i64(p, 0));
+                }
+                Ok(())
+            }
             abi::EV_ERROR => {
                 let code = read_u32(p, 0);
                 let (msg, _) = read_str(p, 4);
@@ -578,7 +582,10 @@ impl<'a> Local<'a> {
                             let out = c.out.into_inner().map_err(|e| e.into_error())?;
                             return Ok((out, c.messages, written));
                         }
-                        std::thread::park_timeout(Duration::from_millis(20));
+                        // With --chrome every call is an event: come back
+                        // sooner, before the ring fills.
+                        let nap = if c.chrome.is_some() { 1 } else { 20 };
+                        std::thread::park_timeout(Duration::from_millis(nap));
                     }
                 }
             });
