@@ -179,11 +179,11 @@ fn interrupt_runs_end_probes_and_exits_zero() {
 }
 
 #[test]
-fn itrace_probes_say_they_are_not_supported_yet() {
+fn itrace_probes_need_an_itrc_file_and_function_probes_a_target() {
     let prog = target_program();
     let prog = prog.to_string_lossy().into_owned();
     let o = telco(&["-e", "probe process.function(\"work\").itrace { }", "-c", &prog]);
-    assert_fails(&o, 1, "not supported by this build yet");
+    assert_fails(&o, 1, "this script has .itrace probes: name the instruction trace file with --itrc FILE");
     let script = format!("global n probe process(\"{prog}\").function(\"work\") {{ n++ }}");
     let o = telco(&["-e", &script]);
     assert_fails(&o, 1, "name it with -p PID or -c CMD");
