@@ -260,6 +260,15 @@ class Bench:
         ldd = sh(["ldd", w / "sqlite_load"])
         m = re.search(r"libsqlite3\.so\.0 => (\S+)", ldd)
         self.lib = os.path.realpath(m.group(1))
+        # Cells with thousands of uprobes detach for minutes in the background
+        # (see execute). They probe copies of the target and of the library:
+        # other inodes, so no uprobe left registered on them can reach a
+        # program measured meanwhile.
+        self.heavy = w / "heavy"
+        self.heavy.mkdir()
+        shutil.copy2(w / "cost", self.heavy / "cost")
+        shutil.copy2(self.lib, self.heavy / "libsqlite3.so.0")
+        self.heavy_env = dict(self.env, LD_LIBRARY_PATH=str(self.heavy))
         if not self.a.no_cargo:
             log("   cargo build --release")
             rc, out, err, secs = run(["cargo", "build", "--release"], 3600, cwd=ROOT)
@@ -587,13 +596,13 @@ class Bench:
         data = self.work / "perf.data"
 
         def once(cell):
-            events = [f"{PERF_GROUP}:work=work"] + ([f"{PERF_GROUP}:work_ret=work%return"] if mode == "record" else [])
+            events = [f"{PERF_GROUP}:work=work"] + ([f"{PERF_GROUP}:work=work%return"] if mode == "record" else [])
             self.perf_add(cost, events)
             try:
                 if mode == "stat":
                     cmd = ["perf", "stat", "-x", ",", "-e", f"{PERF_GROUP}:work", "--"] + self.target(n)
                 else:
-                    cmd = ["perf", "record", "-q", "-o", data, "-e", f"{PERF_GROUP}:work", "-e", f"{PERF_GROUP}:work_ret", "--"] + self.target(n)
+                    cmd = ["perf", "record", "-q", "-o", data, "-e", f"{PERF_GROUP}:work", "-e", f"{PERF_GROUP}:work__return", "--"] + self.target(n)
                 ns, hits, text = self.sample(cmd, 600, r"^(\d+),,telcobench:work" if mode == "stat" else None)
                 if mode == "record":
                     rc, out, err, _ = run(["perf", "script", "-i", data, "-F", "event"], 300)
@@ -684,13 +693,12 @@ class Bench:
 
     def plan_attach(self):
         A = self.avail
-        w = self.work
-        cost = str(w / "cost")
         names = {1: ["work"], 1000: [f"f{i}" for i in range(1000)]}
         R, r = self.runs(True), self.runs(False)
         for k in (1, 1000):
             funcs = names[k]
             wk = f"attach{k}"
+            cost = str(self.heavy / "cost" if k > 1 else self.work / "cost")
             pts = ", ".join(f'process.function("{f}")' for f in funcs)
             telco = f'global n probe begin {{ println("armed") }} probe {pts} {{ if (n++ == 0) println("hit") }}'
             self.attach_cell(wk, "telco-stap", k, R, lambda pid, s=telco: [TELCO, "-p", pid, "-e", s], "armed", "hit",
@@ -699,18 +707,18 @@ class Bench:
                   ' { if (@n == 0) { printf("hit\\n"); } @n = 1; }')
             self.attach_cell(wk, "bpftrace", k, r if k == 1 else 1, lambda pid, s=bt: ["bpftrace", "-p", pid, "-e", s], "armed", "hit",
                              "BEGIN prints (after attaching); the first hit prints", env=dict(self.env, BPFTRACE_MAX_PROBES="4096"),
-                             heavy=k > 1)
+                             heavy=k > 1, target=cost)
             stap_pts = ", ".join(f'process("{cost}").function("{f}")' for f in funcs)
             stap = f'global n probe begin {{ println("armed") }} probe {stap_pts} {{ if (n++ == 0) println("hit") }}'
             if A.get("stap") is None:
                 self.attach_cell(wk, "stap", k, r if k == 1 else 1, lambda pid, s=stap: ["stap", "-x", pid, "-e", s], "armed", "hit",
-                                 "begin probe prints; the first hit prints", heavy=k > 1)
+                                 "begin probe prints; the first hit prints", heavy=k > 1, target=cost)
             else:
                 self.skip(wk, "stap", A["stap"])
                 if A.get("stap-bpf") is None:
                     self.attach_cell(wk, "stap-bpf", k, r if k == 1 else 1,
                                      lambda pid, s=stap: ["stap"] + self.stap_args + ["-x", pid, "-e", s], "armed", "hit",
-                                     "begin probe prints; the first hit prints", env=self.stap_env, heavy=k > 1)
+                                     "begin probe prints; the first hit prints", env=self.stap_env, heavy=k > 1, target=cost)
                 else:
                     self.skip(wk, "stap-bpf", A["stap-bpf"])
             for api in ("c", "js"):
@@ -722,16 +730,27 @@ class Bench:
                              lambda pid, f=("work" if k == 1 else "f[0123456789]*@MAIN"): ["ltrace", "-L", "-p", pid, "-x", f],
                              None, lambda l: re.match(r"^\[?(pid \d+\] )?(work|f0)\(", l) is not None,
                              "no ready message: the first traced call printed")
-            self.perf_attach(wk, funcs, r if k == 1 else 1, heavy=k > 1)
+            self.perf_attach(wk, funcs, r if k == 1 else 1, heavy=k > 1, target=cost)
             self.skip(wk, "uftrace", A.get("uftrace") or "cannot attach to a running process (uftrace record starts the program)")
 
-    def attach_cell(self, wk, tool, k, runs, cmd_fn, ready, hit, how, env=None, heavy=False):
+    def slow_ok(self, wk, tool, heavy, how):
+        """perf and stap-bpf cells with thousands of uprobes run with --slow only."""
+        if heavy and tool in ("perf", "stap", "stap-bpf") and not self.a.slow:
+            self.skip(wk, tool, "not run by default: detaching thousands of uprobes takes minutes on this kernel "
+                      "(see the bpftrace row); bench/run --slow runs it", how)
+            return False
+        return True
+
+    def attach_cell(self, wk, tool, k, runs, cmd_fn, ready, hit, how, env=None, heavy=False, target=None):
         if self.avail.get(tool) is not None:
             self.skip(wk, tool, self.avail[tool], how)
             return
+        if not self.slow_ok(wk, tool, heavy, how):
+            return
+        exe = target or str(self.work / "cost")
 
         def once(cell):
-            target = Proc([self.work / "cost", "tick"], stdin=subprocess.PIPE)
+            target = Proc([exe, "tick"], stdin=subprocess.PIPE)
             try:
                 if target.wait_line(lambda l: l == "ready", 30) is None:
                     raise Skip("target did not start")
@@ -771,19 +790,23 @@ class Bench:
 
         self.add(wk, tool, k, runs, once, how, heavy=heavy)
 
-    def perf_attach(self, wk, funcs, runs, heavy):
+    def perf_attach(self, wk, funcs, runs, heavy, target):
+        how = "perf probe -a each function, then perf stat -I 10 -p PID: the first interval with a count (10 ms steps)"
         if self.avail.get("perf") is not None:
-            self.skip(wk, "perf", self.avail["perf"])
+            self.skip(wk, "perf", self.avail["perf"], how)
+            return
+        if not self.slow_ok(wk, "perf", heavy, how):
             return
         first = funcs[0]
+        exe = target
 
         def once(cell):
-            target = Proc([self.work / "cost", "tick"], stdin=subprocess.PIPE)
+            target = Proc([exe, "tick"], stdin=subprocess.PIPE)
             try:
                 if target.wait_line(lambda l: l == "ready", 30) is None:
                     raise Skip("target did not start")
                 t0 = time.monotonic()
-                self.perf_add(self.work / "cost", [f"{PERF_GROUP}:{f}={f}" for f in funcs])
+                self.perf_add(exe, [f"{PERF_GROUP}:{f}={f}" for f in funcs])
                 added = time.monotonic() - t0
                 stat = Proc(["perf", "stat", "-I", "10", "-x", ",", "-p", str(target.p.pid), "-e", f"{PERF_GROUP}:*"])
                 pat = re.compile(rf"^\s*[\d.]+,(\d+),,{PERF_GROUP}:{first},")
@@ -809,8 +832,7 @@ class Bench:
                     except Skip:
                         pass
 
-        self.add(wk, "perf", len(funcs), runs, once,
-                 "perf probe -a each function, then perf stat -I 10 -p PID: the first interval with a count (10 ms steps)", heavy=heavy)
+        self.add(wk, "perf", len(funcs), runs, once, how, heavy=heavy)
 
     # ------------------------------------------------------------ (5) sqlite
 
@@ -827,18 +849,20 @@ class Bench:
         self.sqlite_cell("telco-stap", rows["telco-stap"], R,
                          lambda n: [TELCO, "-e", f'global n probe process("{lib}").function("*") {{ n++ }} probe end {{ printf("calls %d\\n", n) }}',
                                     "-c", f"{load} {n}"], r"^calls (\d+)", 'process("libsqlite3.so.0").function("*") { n++ }')
+        hlib = str(self.heavy / "libsqlite3.so.0")
         self.sqlite_cell("bpftrace", rows["bpftrace"], 1,
-                         lambda n: ["bpftrace", "-e", f"uprobe:{lib}:* {{ @n = count(); }}", "-c", f"{load} {n}"], r"^@n: (\d+)",
-                         "uprobe:LIB:* { @n = count(); }", env=dict(self.env, BPFTRACE_MAX_PROBES="4096"), heavy=True)
-        stap = f'global n probe process("{lib}").function("*") {{ n++ }} probe end {{ printf("calls %d\\n", n) }}'
+                         lambda n: ["bpftrace", "-e", f"uprobe:{hlib}:* {{ @n = count(); }}", "-c", f"{load} {n}"], r"^@n: (\d+)",
+                         "uprobe:LIB:* { @n = count(); }", env=dict(self.heavy_env, BPFTRACE_MAX_PROBES="4096"), heavy=True)
+        stap = f'global n probe process("{hlib}").function("*") {{ n++ }} probe end {{ printf("calls %d\\n", n) }}'
         if A.get("stap") is None:
             self.sqlite_cell("stap", rows["stap"], 1, lambda n: ["stap", "-e", stap, "-c", f"{load} {n}"], r"^calls (\d+)",
-                             "the telco-stap script", heavy=True)
+                             "the telco-stap script", env=self.heavy_env, heavy=True)
         else:
             self.skip("sqlite", "stap", A["stap"])
             self.sqlite_cell("stap-bpf", rows["stap-bpf"], 1,
                              lambda n: ["stap"] + self.stap_args + ["-e", stap, "-c", f"{load} {n}"], r"^calls (\d+)",
-                             "the telco-stap script, --runtime=bpf", env=getattr(self, "stap_env", None), heavy=True)
+                             "the telco-stap script, --runtime=bpf",
+                             env=dict(getattr(self, "stap_env", self.env), LD_LIBRARY_PATH=str(self.heavy)), heavy=True)
         for api in ("c", "js"):
             self.sqlite_cell("frida-" + api, rows["frida-" + api], r,
                              lambda n, api=api: [sys.executable, BENCH / "frida_driver.py", "--api", api, "--workload", "counter",
@@ -858,6 +882,8 @@ class Bench:
         wk = "sqlite"
         if self.avail.get(tool) is not None:
             self.skip(wk, tool, self.avail[tool], how)
+            return
+        if not self.slow_ok(wk, tool, heavy, how):
             return
 
         def once(cell):
@@ -903,13 +929,17 @@ class Bench:
         return total
 
     def perf_sqlite(self, n):
+        how = "perf probe -x LIB every function; perf stat -e all of them"
         if self.avail.get("perf") is not None:
-            self.skip("sqlite", "perf", self.avail["perf"])
+            self.skip("sqlite", "perf", self.avail["perf"], how)
+            return
+        if not self.slow_ok("sqlite", "perf", True, how):
             return
         load = self.work / "sqlite_load"
+        lib = str(self.heavy / "libsqlite3.so.0")
 
         def once(cell):
-            rc, out, err, _ = run(["perf", "probe", "-q", "-x", self.lib, "--funcs", "--no-demangle", "--filter", "*"], 120)
+            rc, out, err, _ = run(["perf", "probe", "-q", "-x", lib, "--funcs", "--no-demangle", "--filter", "*"], 120)
             funcs = sorted(set(l.strip() for l in out.splitlines() if l.strip() and "@" not in l))
             self.perf_groups.add(PERF_GROUP)
             events = [f"{PERF_GROUP}:p{i}={f}" for i, f in enumerate(funcs)]
@@ -919,15 +949,15 @@ class Bench:
                 args = []
                 for e in events[i:i + 100]:
                     args += ["-a", e]
-                rc, o, e, _ = run(["perf", "probe", "-q", "-f", "-x", self.lib] + args, 900)
+                rc, o, e, _ = run(["perf", "probe", "-q", "-f", "-x", lib] + args, 900)
                 if rc != 0:
                     # One bad function fails its whole batch: add that batch one by one.
                     for e1 in events[i:i + 100]:
-                        rc1, _, _, _ = run(["perf", "probe", "-q", "-x", self.lib, "-a", e1], 120)
+                        rc1, _, _, _ = run(["perf", "probe", "-q", "-x", lib, "-a", e1], 120)
                         failed += rc1 != 0
             cell["extra"]["probes"] = len(events) - failed
             cell["extra"]["perf_probe_s"] = round(time.monotonic() - t0, 1)
-            p = Proc(["perf", "stat", "-x", ",", "-e", f"{PERF_GROUP}:*", "--", load, str(n)], merge=False)
+            p = Proc(["perf", "stat", "-x", ",", "-e", f"{PERF_GROUP}:*", "--", load, str(n)], merge=False, env=self.heavy_env)
             got = p.wait_line(lambda l: re.match(r"^\d+\.\d+ \d+ \d+$", l) is not None, 900)
             if got is None:
                 p.kill()
@@ -938,35 +968,54 @@ class Bench:
             cell["extra"]["perf_stat"] = p
             return secs, None
 
-        self.add("sqlite", "perf", n, 1, once, "perf probe -x LIB every function; perf stat -e all of them", heavy=True)
+        self.add("sqlite", "perf", n, 1, once, how, heavy=True)
 
     # ------------------------------------------------------------ running
 
     def execute(self):
-        """Rounds over the cells, so that noise from the rest of the machine
-        spreads over every tool instead of landing on one."""
-        pending = [c for c in self.cells if c["fn"]]
-        # Light cells first, interleaved; the heavy ones (thousands of
-        # uprobes, minutes to detach) last, detaching in the background.
-        light = [c for c in pending if not c["heavy"]]
-        heavy = [c for c in pending if c["heavy"]]
-        total = sum(c["runs"] for c in pending)
-        done = 0
-        t_start = time.monotonic()
-        for rnd in range(max([c["runs"] for c in light] + [0])):
-            for c in light:
-                if c["error"] or len(c["values"]) >= c["runs"]:
-                    continue
-                done += 1
-                self.one(c, done, total, t_start)
-        for c in heavy:
-            for _ in range(c["runs"]):
-                if c["error"]:
-                    break
-                done += 1
-                self.one(c, done, total, t_start)
+        """The schedule. Light cells run in rounds (one run of each cell per
+        round), so that noise from the rest of the machine spreads over every
+        tool instead of landing on one. A heavy cell (thousands of uprobes)
+        runs alone, with no other tool detaching; the minutes its detach takes
+        are spent measuring tools that use no uprobes (their targets and
+        libraries are other files, see build). Uprobe tools' light cells run
+        last, once every detach is over."""
+        todo = [c for c in self.cells if c["fn"]]
+        heavy = [c for c in todo if c["heavy"]]
+        light = [c for c in todo if not c["heavy"]]
+        free = [c for c in light if c["tool"] not in UPROBE_TOOLS]
+        uprobe = [c for c in light if c["tool"] in UPROBE_TOOLS]
+        self.total = sum(c["runs"] for c in todo)
+        self.done = 0
+        self.t_start = time.monotonic()
 
-    def one(self, c, done, total, t_start):
+        def rounds(cells):
+            for _ in range(max([c["runs"] for c in cells] + [0])):
+                for c in cells:
+                    if not c["error"] and len(c["values"]) < c["runs"]:
+                        yield c
+
+        free_runs = rounds(free)
+        for h in heavy:
+            for _ in range(h["runs"]):
+                drain("before a heavy cell")
+                if h["error"]:
+                    break
+                self.one(h)
+                while PENDING and any(p.alive() for p, _ in PENDING):
+                    c = next(free_runs, None)
+                    if c is None:
+                        break
+                    self.one(c)
+        for c in free_runs:
+            self.one(c)
+        drain("before the uprobe tools' cells")
+        for c in rounds(uprobe):
+            self.one(c)
+
+    def one(self, c):
+        self.done += 1
+        done, total, t_start = self.done, self.total, self.t_start
         label = f"({WORKLOADS.get(c['workload'].rstrip('0123456789'), '?')}) {c['workload']:10} {c['tool']:10} n={c['n']}"
         t0 = time.monotonic()
         try:
@@ -1028,8 +1077,12 @@ class Bench:
             m = re.match(r"^[pr]:(\S+)", line)
             if m:
                 try:
-                    with open(path, "a") as f:
-                        f.write(f"-:{m.group(1)}\n")
+                    # os.open: Python's "a" mode seeks, which tracefs refuses.
+                    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                    try:
+                        os.write(fd, f"-:{m.group(1)}\n".encode())
+                    finally:
+                        os.close(fd)
                 except OSError as e:
                     log(f"!! could not remove uprobe event {m.group(1)}: {e}")
 
@@ -1099,7 +1152,7 @@ class Bench:
             "kernel": platform.release(),
             "cpu": self.cpu(),
             "cores": os.cpu_count(),
-            "command": "bench/run" + (" --quick" if self.a.quick else ""),
+            "command": "bench/run" + (" --quick" if self.a.quick else "") + (" --slow" if self.a.slow else ""),
             "seconds": round(seconds),
             "versions": self.versions,
             "tools": {t: ("ok" if self.avail.get(t) is None else self.avail[t]) for t in TOOLS},
@@ -1294,6 +1347,8 @@ def main():
     ap.add_argument("--runs", type=int, help="runs per measurement (default 5 for fast tools, 3 for slow ones)")
     ap.add_argument("--tools", help="comma-separated subset of: " + ",".join(TOOLS[1:]))
     ap.add_argument("--workloads", help="comma-separated subset of 1,2,3,4,5")
+    ap.add_argument("--slow", action="store_true",
+                    help="also the perf and SystemTap cells with thousands of uprobes (each takes minutes to detach)")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/PERFORMANCE.md")
     ap.add_argument("--no-cargo", action="store_true", help="use the telco-stap binary already built")
     ap.add_argument("--json", default=str(BENCH / "results.json"), help="where the raw numbers go")
