@@ -1162,14 +1162,7 @@ class Bench:
         json_path.write_text(json.dumps(res, indent=1, default=str) + "\n")
         md = render(res)
         if not self.a.no_doc:
-            doc = DOC.read_text()
-            if MARK_BEGIN in doc and MARK_END in doc:
-                pre, rest = doc.split(MARK_BEGIN, 1)
-                _, post = rest.split(MARK_END, 1)
-                doc = pre + MARK_BEGIN + "\n" + md + MARK_END + post
-            else:
-                doc = doc.rstrip("\n") + "\n\n" + MARK_BEGIN + "\n" + md + MARK_END + "\n"
-            DOC.write_text(doc)
+            write_doc(md)
         print(md)
 
     @staticmethod
@@ -1184,6 +1177,18 @@ class Bench:
 
 
 # ---------------------------------------------------------------- markdown
+
+
+def write_doc(md):
+    """Replaces the generated section of docs/PERFORMANCE.md, keeping the rest."""
+    doc = DOC.read_text()
+    if MARK_BEGIN in doc and MARK_END in doc:
+        pre, rest = doc.split(MARK_BEGIN, 1)
+        _, post = rest.split(MARK_END, 1)
+        doc = pre + MARK_BEGIN + "\n" + md + MARK_END + post
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + MARK_BEGIN + "\n" + md + MARK_END + "\n"
+    DOC.write_text(doc)
 
 
 def fmt(x, digits=None):
@@ -1221,6 +1226,10 @@ def render(res):
     idx = {}
     for c in cells:
         idx.setdefault(c["workload"], []).append(c)
+    # A tool that cannot run at all says why once, in the tool list.
+    for c in cells:
+        if c["error"] and c["error"] == meta["tools"].get(c["tool"]):
+            c["error"] = "unavailable (see the tool list)"
     L = []
     L.append(f"Measured {meta['date']} by `{meta['command']}` in one run of {meta['seconds'] // 60} min {meta['seconds'] % 60} s "
              f"on {meta['cores']} cores ({meta['cpu']}), Linux {meta['kernel']}. "
@@ -1234,6 +1243,7 @@ def render(res):
         v = meta["versions"].get(t.split("-")[0] if t.startswith(("frida", "stap")) else t, "")
         L.append(f"| {t} | {v} | {meta['tools'][t]} |")
     L.append("")
+    L.extend(goals(idx))
 
     def percall_table(wk, title):
         cs = idx.get(wk)
@@ -1273,23 +1283,28 @@ def render(res):
                  "to its ready message (telco-stap's begin probe, bpftrace's BEGIN, …) and to the first probe hit it "
                  "printed (the target calls `work` and `f0` every millisecond).")
         L.append("")
-        L.append("| tool | probes | what is timed | runs | ready, ms median | min–max | first hit, ms median | detach, s | × telco-stap (ready) |")
+        L.append("| tool | probes | what is timed | runs | ready, ms median | min–max | first hit, ms median | detach, s | × telco-stap |")
         L.append("|---|---|---|---|---|---|---|---|---|")
         for k in ("attach1", "attach1000"):
             cs = idx.get(k, [])
             telco = next((c for c in cs if c["tool"] == "telco-stap" and c.get("median") is not None), None)
             ok = sorted([c for c in cs if c.get("median") is not None], key=lambda c: (c["tool"] != "telco-stap", c["median"]))
+            tfh = first_hit(telco) if telco else None
             for c in ok:
-                fh = [x for x in c["extra"].get("first_hit_ms", []) if x is not None]
-                fhm = fmt(statistics.median(fh)) if fh else "—"
+                fh = first_hit(c)
+                fhm = fmt(fh) if fh is not None else "—"
                 det = c["extra"].get("detach_s")
                 dets = fmt(statistics.median(det)) if det else ("background" if c["extra"].get("detach") else "—")
-                rt = c["median"] / telco["median"] if telco and c["tool"] != "telco-stap" else None
+                # Like with like: first hit against first hit where the tool
+                # prints one, ready message against ready message otherwise.
+                rt = None
+                if telco and c["tool"] != "telco-stap":
+                    rt = fh / tfh if fh is not None and tfh else c["median"] / telco["median"]
                 L.append(f"| {c['tool']} | {count(c['n'])} | {c['how']} | {len(c['values'])} | {fmt(c['median'])} | "
                          f"{fmt(c['min'])}–{fmt(c['max'])} | {fhm} | {dets} | {ratio(rt)} |")
             for c in cs:
                 if c.get("median") is None:
-                    L.append(f"| {c['tool']} | {k[6:]} | {c['how']} | | cannot: {c['error']} | | | | |")
+                    L.append(f"| {c['tool']} | {count(int(k[6:]))} | {c['how']} | | cannot: {c['error']} | | | | |")
         L.append("")
 
     cs = idx.get("sqlite")
@@ -1329,6 +1344,49 @@ def render(res):
     return "\n".join(L) + "\n"
 
 
+def first_hit(c):
+    fh = [x for x in c["extra"].get("first_hit_ms", []) if x is not None]
+    return statistics.median(fh) if fh else None
+
+
+def goals(idx):
+    """telco-stap's goals (docs DESIGN "What fast means") against this run."""
+    out = ["Against the goals, in this run:", ""]
+
+    def added(wk):
+        cs = idx.get(wk, [])
+        base = next((c["median"] for c in cs if c["tool"] == "untraced" and c.get("median") is not None), None)
+        if base is None:
+            return None, None, None
+        res = {c["tool"]: c["median"] - base for c in cs if c.get("median") is not None and c["tool"] != "untraced"}
+        peers = {t: v for t, v in res.items() if t != "telco-stap"}
+        best = min(peers, key=peers.get) if peers else None
+        return res.get("telco-stap"), best, peers.get(best)
+
+    for wk, goal, what in (("counter", 8, "(1) counter"), ("hist", 30, "(2) entry + return with a histogram"),
+                           ("chrome", 40, "(3) Chrome trace of every call")):
+        if wk not in idx:
+            continue
+        t, best, b = added(wk)
+        if t is None:
+            err = next((c["error"] for c in idx[wk] if c["tool"] == "telco-stap"), None)
+            out.append(f"* {what}: telco-stap has no number ({err}).")
+            continue
+        line = f"* {what}: telco-stap adds {t:.1f} ns per call (goal ≤ {goal} ns: {'met' if t <= goal else 'not met'})"
+        if best:
+            r = b / t if t > 0 else float("inf")
+            line += (f"; the fastest peer, {best}, adds {b:,.1f} ns: {r:.1f}× telco-stap "
+                     f"(goal ≥ 20×: {'met' if r >= 20 else 'not met'})")
+        out.append(line + ".")
+    cs = idx.get("attach1000", [])
+    t = next((c for c in cs if c["tool"] == "telco-stap" and c.get("median") is not None), None)
+    if t:
+        out.append(f"* (4) attach with 1,000 probes: {t['median']:.0f} ms to the begin probe "
+                   f"(goal ≤ 200 ms: {'met' if t['median'] <= 200 else 'not met'}).")
+    out.append("")
+    return out
+
+
 def hits_cell(c, expected):
     hits = [h for h in c["hits"] if h is not None]
     if not hits:
@@ -1353,7 +1411,11 @@ def main():
     ap.add_argument("--no-cargo", action="store_true", help="use the telco-stap binary already built")
     ap.add_argument("--json", default=str(BENCH / "results.json"), help="where the raw numbers go")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--render", metavar="JSON", help="only rewrite docs/PERFORMANCE.md from an earlier results file")
     a = ap.parse_args()
+    if a.render:
+        write_doc(render(json.loads(Path(a.render).read_text())))
+        return 0
     if os.geteuid() != 0:
         log("bench/run needs root (uprobes, mounts, ptrace of other tools)")
         return 2
