@@ -126,14 +126,29 @@ class Proc:
             return "\n".join(l for _, s, l in self.lines if not s.endswith("-eof") and (stream is None or s == stream))
 
     def alive(self):
-        return self.p.poll() is None
+        """The group, not just its leader: stap's stapbpf child goes on
+        detaching after stap itself has exited."""
+        return self.p.poll() is None or bool(self.members())
 
-    def state(self):
-        try:
-            with open(f"/proc/{self.p.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return "gone"
+    def members(self):
+        """{pid: state} of the live processes in this process group."""
+        out = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.p.pid and fields[0] != "Z":
+                out[int(d)] = fields[0]
+        return out
+
+    def detaching(self):
+        """A member in uninterruptible sleep: the kernel is unregistering
+        uprobes (or something else that no signal can speed up)."""
+        return "D" in self.members().values()
 
     def signal_group(self, sig):
         try:
@@ -142,10 +157,15 @@ class Proc:
             pass
 
     def finish(self, timeout):
-        """Waits for the exit; past the timeout the whole group is killed and
-        Skip is raised."""
+        """Waits for the exit of the leader and of the rest of its group;
+        past the timeout the whole group is killed and Skip is raised."""
+        end = time.monotonic() + timeout
         try:
             rc = self.p.wait(timeout)
+            while self.members():
+                if time.monotonic() > end:
+                    raise subprocess.TimeoutExpired(self.cmd, timeout)
+                time.sleep(0.1)
         except subprocess.TimeoutExpired:
             self.kill()
             raise Skip(f"timed out after {timeout:.0f} s")
@@ -154,24 +174,25 @@ class Proc:
         LIVE.discard(self)
         return rc
 
-    def stop(self, grace=10.0, teardown=300.0, background=False):
+    def stop(self, grace=3.0, teardown=300.0, background=False, then=None, cell=None):
         """SIGINT to the group (tracers print their results and detach on
         it); a tool still sleeping after `grace` seconds gets SIGTERM, then
-        SIGKILL. A tool in uninterruptible sleep is detaching (the kernel
-        unregisters uprobes one by one): it gets `teardown` seconds, in the
-        background when asked."""
+        SIGKILL (stapbpf sometimes sits in pause() through both). A tool in
+        uninterruptible sleep is detaching (the kernel unregisters uprobes
+        one by one): it gets `teardown` seconds, in the background when
+        asked."""
         if not self.alive():
             return self.finish(5)
         self.signal_group(signal.SIGINT)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             end = time.monotonic() + grace
-            while time.monotonic() < end and self.alive() and self.state() != "D":
+            while time.monotonic() < end and self.alive() and not self.detaching():
                 time.sleep(0.05)
-            if not self.alive() or self.state() == "D":
+            if not self.alive() or self.detaching():
                 break
             self.signal_group(sig)
-        if background and self.alive():
-            PENDING.append((self, time.monotonic() + teardown))
+        if background:
+            PENDING.append((Then(self, then, cell), time.monotonic() + teardown))
             return None
         try:
             return self.finish(teardown)
@@ -185,6 +206,41 @@ class Proc:
         except subprocess.TimeoutExpired:
             pass
         LIVE.discard(self)
+
+
+class Then:
+    """A clean-up step to run once a background detach is over (deleting the
+    perf probe events a perf run used takes minutes too); it stands in the
+    PENDING list like a process."""
+
+    def __init__(self, proc, step=None, cell=None):
+        self.cmd = proc.cmd
+        self.proc = proc
+        t0 = time.monotonic()
+
+        def wait():
+            try:
+                proc.finish(1200)
+            except Skip:
+                pass
+            if cell is not None:
+                cell["extra"].setdefault("detach_s", []).append(round(time.monotonic() - t0, 1))
+            if step:
+                t1 = time.monotonic()
+                step()
+                if cell is not None:
+                    cell["extra"].setdefault("delete_probes_s", []).append(round(time.monotonic() - t1, 1))
+
+        self.thread = threading.Thread(target=wait, daemon=True)
+        self.thread.start()
+
+    def alive(self):
+        return self.thread.is_alive()
+
+    def finish(self, timeout):
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise Skip(f"{self.cmd[0]} still running after {timeout:.0f} s")
 
 
 def drain(reason=""):
@@ -615,8 +671,8 @@ class Bench:
                "perf probe work and work%return; perf record of both (timestamps; the histogram would be computed afterwards)")
         self.add(wk, "perf", n, runs, once, how)
 
-    def perf_add(self, binary, events, chunk=100):
-        self.perf_groups.add(PERF_GROUP)
+    def perf_add(self, binary, events, chunk=100, group=PERF_GROUP):
+        self.perf_groups.add(group)
         for i in range(0, len(events), chunk):
             args = []
             for e in events[i:i + chunk]:
@@ -625,8 +681,8 @@ class Bench:
             if rc != 0:
                 raise Skip("perf probe: " + tail(out + err))
 
-    def perf_del(self):
-        run(["perf", "probe", "-q", "-d", f"{PERF_GROUP}:*"], 600)
+    def perf_del(self, group=PERF_GROUP):
+        run(["perf", "probe", "-q", "-d", f"{group}:*"], 900)
 
     def uftrace_hits(self, data, func):
         rc, out, err, _ = run(["uftrace", "report", "-d", data, "-F", func, "--no-pager"], 300)
@@ -772,13 +828,9 @@ class Bench:
                     value = (rd if rd is not None else hit_t) * 1e3
                 finally:
                     t0 = time.monotonic()
-                    tool_p.stop(background=heavy)
+                    tool_p.stop(background=heavy, cell=cell)
                     if not heavy:
                         cell["extra"].setdefault("detach_s", []).append(round(time.monotonic() - t0, 2))
-                    else:
-                        cell["extra"]["detach"] = "in the background"
-                        cell["extra"].setdefault("detach_started", []).append(time.monotonic())
-                        cell["extra"]["proc"] = tool_p
                 return value, None
             finally:
                 if target.alive():
@@ -799,6 +851,9 @@ class Bench:
             return
         first = funcs[0]
         exe = target
+        # Heavy cells' events are deleted in the background (minutes for
+        # thousands), under a group of their own.
+        group = PERF_GROUP + ("_attach" if heavy else "")
 
         def once(cell):
             target = Proc([exe, "tick"], stdin=subprocess.PIPE)
@@ -806,13 +861,13 @@ class Bench:
                 if target.wait_line(lambda l: l == "ready", 30) is None:
                     raise Skip("target did not start")
                 t0 = time.monotonic()
-                self.perf_add(exe, [f"{PERF_GROUP}:{f}={f}" for f in funcs])
+                self.perf_add(exe, [f"{group}:{f}={f}" for f in funcs], group=group)
                 added = time.monotonic() - t0
-                stat = Proc(["perf", "stat", "-I", "10", "-x", ",", "-p", str(target.p.pid), "-e", f"{PERF_GROUP}:*"])
-                pat = re.compile(rf"^\s*[\d.]+,(\d+),,{PERF_GROUP}:{first},")
+                stat = Proc(["perf", "stat", "-I", "10", "-x", ",", "-p", str(target.p.pid), "-e", f"{group}:*"])
+                pat = re.compile(rf"^\s*[\d.]+,(\d+),,{group}:{first},")
                 got = stat.wait_line(lambda l: bool(pat.match(l)) and pat.match(l).group(1) != "0", 300)
                 t1 = time.monotonic()
-                stat.stop(background=heavy)
+                stat.stop(background=heavy, then=(lambda: self.perf_del(group)) if heavy else None, cell=cell)
                 if got is None:
                     raise Skip("no count seen: " + tail(stat.text(), 3))
                 value = (added + got[0]) * 1e3
@@ -821,8 +876,6 @@ class Bench:
                 if not heavy:
                     self.perf_del()
                     cell["extra"].setdefault("detach_s", []).append(round(time.monotonic() - t1, 2))
-                else:
-                    cell["extra"]["detach"] = "in the background"
                 return value, None
             finally:
                 if target.alive():
@@ -893,20 +946,19 @@ class Bench:
                 got = p.wait_line(lambda l: re.match(r"^\d+\.\d+ \d+ \d+$", l) is not None, 900)
                 if got is None:
                     if p.alive():
-                        PENDING.append((p, time.monotonic() + 900))
+                        PENDING.append((Then(p, None, cell), time.monotonic() + 1200))
                     raise Skip(self.stap_error(tail(p.text(), 3)))
                 secs = float(got[1].split()[0])
                 if heavy:
                     # The program is done; the tool detaches, which for uprobe
                     # tools takes minutes (the kernel unregisters them one by
                     # one), and prints its results: read after the drain.
-                    PENDING.append((p, time.monotonic() + 900))
-                    cell["extra"]["detach"] = "in the background"
+                    PENDING.append((Then(p, None, cell), time.monotonic() + 1200))
                     cell["extra"]["hits_from"] = (p, hits_re)
                     return secs, None
                 p.finish(900)
             finally:
-                if p.alive() and all(p is not q for q, _ in PENDING):
+                if p.alive() and all(p is not getattr(q, "proc", q) for q, _ in PENDING):
                     p.kill()
             text = p.text()
             hits = None
@@ -941,8 +993,9 @@ class Bench:
         def once(cell):
             rc, out, err, _ = run(["perf", "probe", "-q", "-x", lib, "--funcs", "--no-demangle", "--filter", "*"], 120)
             funcs = sorted(set(l.strip() for l in out.splitlines() if l.strip() and "@" not in l))
-            self.perf_groups.add(PERF_GROUP)
-            events = [f"{PERF_GROUP}:p{i}={f}" for i, f in enumerate(funcs)]
+            group = PERF_GROUP + "_lib"
+            self.perf_groups.add(group)
+            events = [f"{group}:p{i}={f}" for i, f in enumerate(funcs)]
             t0 = time.monotonic()
             failed = 0
             for i in range(0, len(events), 100):
@@ -957,14 +1010,13 @@ class Bench:
                         failed += rc1 != 0
             cell["extra"]["probes"] = len(events) - failed
             cell["extra"]["perf_probe_s"] = round(time.monotonic() - t0, 1)
-            p = Proc(["perf", "stat", "-x", ",", "-e", f"{PERF_GROUP}:*", "--", load, str(n)], merge=False, env=self.heavy_env)
+            p = Proc(["perf", "stat", "-x", ",", "-e", f"{group}:*", "--", load, str(n)], merge=False, env=self.heavy_env)
             got = p.wait_line(lambda l: re.match(r"^\d+\.\d+ \d+ \d+$", l) is not None, 900)
             if got is None:
                 p.kill()
                 raise Skip("no timing: " + tail(p.text(), 3))
             secs = float(got[1].split()[0])
-            PENDING.append((p, time.monotonic() + 900))
-            cell["extra"]["detach"] = "in the background; hits summed from perf stat afterwards"
+            PENDING.append((Then(p, lambda: self.perf_del(group), cell), time.monotonic() + 1200))
             cell["extra"]["perf_stat"] = p
             return secs, None
 
@@ -1031,8 +1083,9 @@ class Bench:
     # ------------------------------------------------------------ cleanup
 
     def cleanup(self):
+        waited = {id(q.proc) for q, _ in PENDING if isinstance(q, Then)} | {id(q) for q, _ in PENDING}
         for p in list(LIVE):
-            if all(p is not q for q, _ in PENDING):
+            if id(p) not in waited:
                 p.kill()
         drain("before cleaning up")
         for p in list(LIVE):
@@ -1089,7 +1142,7 @@ class Bench:
     def kill_strays(self):
         """Targets that outlived their tracer (a spawned child of a killed
         tool), found by their executable in this run's directory."""
-        mine = {str(self.work / "cost"), str(self.work / "sqlite_load")}
+        mine = {str(self.work / "cost"), str(self.work / "heavy" / "cost"), str(self.work / "sqlite_load")}
         for d in os.listdir("/proc"):
             if not d.isdigit():
                 continue
@@ -1112,9 +1165,10 @@ class Bench:
             p = c["extra"].pop("perf_stat", None)
             if p is not None:
                 total = 0
+                c["extra"]["hits_note"] = "summed from perf stat's output after the detach"
                 for line in p.text("err").splitlines():
                     parts = line.split(",")
-                    if len(parts) > 2 and parts[2].startswith(PERF_GROUP + ":") and parts[0].isdigit():
+                    if len(parts) > 2 and parts[2].startswith(PERF_GROUP) and parts[0].isdigit():
                         total += int(parts[0])
                 c["hits"] = [total or None]
             hf = c["extra"].pop("hits_from", None)
@@ -1122,8 +1176,7 @@ class Bench:
                 p, hits_re = hf
                 m = re.search(hits_re, p.text(), re.M) if hits_re else None
                 c["hits"] = [int(m.group(1)) if m else None]
-            c["extra"].pop("proc", None)
-            c["extra"].pop("detach_started", None)
+
 
     def summarize(self):
         out = []
@@ -1293,8 +1346,7 @@ def render(res):
             for c in ok:
                 fh = first_hit(c)
                 fhm = fmt(fh) if fh is not None else "—"
-                det = c["extra"].get("detach_s")
-                dets = fmt(statistics.median(det)) if det else ("background" if c["extra"].get("detach") else "—")
+                dets = detach_cell(c)
                 # Like with like: first hit against first hit where the tool
                 # prints one, ready message against ready message otherwise.
                 rt = None
@@ -1314,8 +1366,8 @@ def render(res):
                  "by a counter. Slowdown: against the untraced program on the same number of rows.")
         L.append("")
         L.append("| tool | what runs | rows | runs | s, median | min–max | untraced s (same rows) | slowdown | probe hits | "
-                 "added ns per hit | × telco-stap (per hit) |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                 "added ns per hit | × telco-stap (per hit) | detach, s |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         base = {c["n"]: c["median"] for c in cs if c["tool"] == "untraced" and c.get("median") is not None}
 
         def per_hit(c):
@@ -1336,12 +1388,25 @@ def render(res):
             rt = ph / tph if ph is not None and tph and c["tool"] != "telco-stap" else None
             L.append(f"| {c['tool']} | {c['how']} | {count(c['n'])} | {len(c['values'])} | {fmt(c['median'], 4)} | "
                      f"{fmt(c['min'], 4)}–{fmt(c['max'], 4)} | {fmt(u, 4)} | {ratio(slow)} | "
-                     f"{count(int(statistics.median(hits))) if hits else '—'} | {fmt(ph)} | {ratio(rt)} |")
+                     f"{count(int(statistics.median(hits))) if hits else '—'} | {fmt(ph)} | {ratio(rt)} | {detach_cell(c)} |")
         for c in cs:
             if c.get("median") is None:
-                L.append(f"| {c['tool']} | {c['how']} | | | cannot: {c['error']} | | | | | | |")
+                L.append(f"| {c['tool']} | {c['how']} | | | cannot: {c['error']} | | | | | | | {detach_cell(c)} |")
         L.append("")
     return "\n".join(L) + "\n"
+
+
+def detach_cell(c):
+    """Seconds the tool took to exit after being told to (and to delete its
+    perf probe events, for perf's cells with thousands of them)."""
+    det = c["extra"].get("detach_s")
+    if not det:
+        return "—"
+    text = fmt(statistics.median(det))
+    dele = c["extra"].get("delete_probes_s")
+    if dele:
+        text += f" + {fmt(statistics.median(dele))} (perf probe -d)"
+    return text
 
 
 def first_hit(c):
