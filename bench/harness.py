@@ -1476,7 +1476,7 @@ def hits_cell(c, expected):
         return "—"
     if all(h == expected for h in hits):
         return "all"
-    return "/".join(count(h) for h in sorted(set(hits))) + f" of {count(expected)}"
+    return " / ".join(f"{h:,}" for h in sorted(set(hits))) + f" (calls: {expected:,})"
 
 
 # ---------------------------------------------------------------- main
