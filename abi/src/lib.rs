@@ -70,7 +70,6 @@ pub fn c_header() -> String {
         ("TS_TID", offset_of!(ThreadSlot, tid)),
         ("TS_DEPTH", offset_of!(ThreadSlot, depth)),
         ("TS_BUSY", offset_of!(ThreadSlot, busy)),
-        ("TS_TAIL_CACHE", offset_of!(ThreadSlot, tail_cache)),
         ("SF_RET", offset_of!(ShadowFrame, ret)),
         ("SF_SP", offset_of!(ShadowFrame, sp)),
         ("SF_PROBE", offset_of!(ShadowFrame, probe)),

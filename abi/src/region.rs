@@ -215,11 +215,7 @@ pub struct ThreadSlot {
     /// Frames on the thread's shadow stack.
     pub depth: u32,
     pub _pad: u32,
-    /// The ring's tail as this thread last read it: reserving space checks
-    /// against it and reloads the shared tail (a line the consumer keeps
-    /// writing) only when it looks full.
-    pub tail_cache: u64,
-    pub _reserved: [u64; 4],
+    pub _reserved: [u64; 5],
 }
 
 /// One return-probe frame: the replaced return address, the stack address

@@ -434,29 +434,20 @@ LOCAL u8 *ring(u8 *R) { return R + AT(R, H_RING_OFF, u64); }
 
 /* Reserve `len` bytes (a multiple of 8) or return 0 and count a drop.
  * Tracer-side handlers (CTX_MAY_WAIT) wait for the consumer instead. */
-static u8 *ring_reserve_at(u8 *R, u8 *slot, u32 may_wait, u32 len) {
+static u8 *ring_reserve(u8 *R, u32 may_wait, u32 len) {
     u8 *rg = ring(R);
     u64 size = AT(rg, R_SIZE, u64), mask = size - 1;
     u8 *data = R + AT(rg, R_DATA_OFF, u64);
     u64 *headp = &AT(rg, R_HEAD, u64), *tailp = &AT(rg, R_TAIL, u64);
     if (len > size) goto drop;
-    /* A thread's cached tail is one it read with Acquire before: never
-     * ahead of the real one, and the bytes freed up to it are visible. */
-    u64 tail = slot ? AT(slot, TS_TAIL_CACHE, u64) : __atomic_load_n(tailp, __ATOMIC_ACQUIRE);
     for (;;) {
         u64 head = __atomic_load_n(headp, __ATOMIC_RELAXED);
+        /* Acquire: pairs with the consumer's Release store of tail, so the
+         * bytes it freed (and zeroed) are visible before we write them. */
+        u64 tail = __atomic_load_n(tailp, __ATOMIC_ACQUIRE);
         u64 off = head & mask, contig = size - off, need = len;
         if (len > contig) need = contig + len;
         if (head + need - tail > size) {
-            /* Acquire: pairs with the consumer's Release store of tail, so
-             * the bytes it freed (and zeroed) are visible before we write
-             * them. */
-            u64 now = __atomic_load_n(tailp, __ATOMIC_ACQUIRE);
-            if (now != tail) {
-                tail = now;
-                if (slot) AT(slot, TS_TAIL_CACHE, u64) = now;
-                continue;
-            }
             if (may_wait) {
                 cpu_relax();
                 continue;
@@ -479,8 +470,6 @@ drop:
     __atomic_fetch_add(&AT(R, H_DROPPED, u64), 1, __ATOMIC_RELAXED);
     return 0;
 }
-
-static u8 *ring_reserve(u8 *R, u32 may_wait, u32 len) { return ring_reserve_at(R, 0, may_wait, len); }
 
 LOCAL void ring_commit(u8 *rec, u32 len) {
     /* Release: the record's contents before its committed size word; the
@@ -565,7 +554,7 @@ EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start, i64 min) {
     i64 dur = rt_now_ns(R) - start;
     if (dur < min) return;
     u32 len = EV_HEADER_SIZE + 8;
-    u8 *rec = ring_reserve_at(R, slot, 0, len);
+    u8 *rec = ring_reserve(R, 0, len);
     if (!rec) return;
     AT(rec, E_KIND, u16) = EV_SPAN;
     AT(rec, E_PROBE, u16) = (u16)probe;
