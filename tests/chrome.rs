@@ -13,31 +13,18 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod common;
+use common::telco_run as telco;
+
 fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("telco-chrome-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    common::scratch("chrome")
 }
 
 fn target() -> PathBuf {
     let exe = dir().join("spans");
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/spans.c");
-        let st = Command::new("gcc")
-            .args(["-O2", "-pthread", "-o"])
-            .arg(dir().join("spans"))
-            .arg(&src)
-            .status()
-            .expect("gcc runs");
-        assert!(st.success(), "gcc failed");
-    });
+    ONCE.call_once(|| common::gcc("spans.c", &dir().join("spans"), &[]));
     exe
-}
-
-fn telco(args: &[&str]) -> (String, String, Option<i32>) {
-    let o = Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap");
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
 }
 
 /// The trace's events; panics unless the file is one valid JSON array.

@@ -8,30 +8,17 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+use common::telco_run as telco;
+
 fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("telco-itrace-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    common::scratch("itrace")
 }
 
 fn target(flags: &[&str], name: &str) -> PathBuf {
     let exe = dir().join(name);
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/itraced.c");
-    let st = Command::new("gcc")
-        .args(["-O2", "-pthread"])
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("gcc runs");
-    assert!(st.success(), "gcc failed");
+    common::gcc("itraced.c", &exe, flags);
     exe
-}
-
-fn telco(args: &[&str]) -> (String, String, Option<i32>) {
-    let o = Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap");
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
 }
 
 /// The independent reader's view of a file.

@@ -7,26 +7,13 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-fn build(name: &str, flags: &[&str]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("telco-target-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = dir.join(name);
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/probed.c");
-    let st = Command::new("gcc")
-        .args(["-O2", "-pthread"])
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("gcc runs");
-    assert!(st.success(), "gcc failed");
-    exe
-}
+mod common;
+use common::telco_run as run;
 
-fn run(args: &[&str]) -> (String, String, Option<i32>) {
-    let o = Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap");
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
+fn build(name: &str, flags: &[&str]) -> PathBuf {
+    let exe = common::scratch("target").join(name);
+    common::gcc("probed.c", &exe, flags);
+    exe
 }
 
 fn untraced(exe: &PathBuf, args: &[&str]) -> String {

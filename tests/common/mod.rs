@@ -47,3 +47,29 @@ pub fn check_file(path: &Path, actual: &str) -> Option<String> {
 pub fn name_of(f: &Path) -> String {
     f.file_name().and_then(|n| n.to_str()).expect("utf-8 name").to_string()
 }
+
+/// A scratch directory for this test binary's run: `telco-TAG-PID`.
+pub fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("telco-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// Build `tests/programs/SRC` with `gcc -O2 -pthread FLAGS` into `exe`.
+pub fn gcc(src: &str, exe: &Path, flags: &[&str]) {
+    let st = std::process::Command::new("gcc")
+        .args(["-O2", "-pthread"])
+        .args(flags)
+        .arg("-o")
+        .arg(exe)
+        .arg(repo().join("tests/programs").join(src))
+        .status()
+        .expect("gcc runs");
+    assert!(st.success(), "gcc failed on {src}");
+}
+
+/// Run telco-stap: (stdout, stderr, exit code).
+pub fn telco_run(args: &[&str]) -> (String, String, Option<i32>) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
+}
