@@ -214,6 +214,20 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
             a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, entry))), 0)?;
         }
     }
+    // Return probes: the function is called from here (`tramp_after` is
+    // where it returns), so its `ret` pops the return-stack entry our
+    // `call` pushed and is predicted; with `.itrace` it is jumped to, and
+    // returns to the return trampoline through the replaced address.
+    let call_in = !e.returns.is_empty() && e.itrace.is_none();
+    let mut tramp_after = a.create_label();
+    let mut reloc = a.create_label();
+    let ret_to = |a: &mut CodeAssembler, r: AsmRegister64| -> Result<(), IcedError> {
+        if call_in {
+            a.lea(r, ptr(tramp_after))
+        } else {
+            a.mov(r, e.ret_tramp)
+        }
+    };
     // The thread's slot, marked busy; none (or busy already): skip.
     let mut slow = a.create_label();
     let mut have = a.create_label();
@@ -255,7 +269,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
             a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, ret) as i32), rdi)?;
             a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, sp) as i32), rsi)?;
             a.mov(dword_ptr(rdx + core::mem::offset_of!(ShadowFrame, probe) as i32), probe)?;
-            a.mov(rdi, e.ret_tramp)?;
+            ret_to(&mut a, rdi)?;
             a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, tramp) as i32), rdi)?;
             a.mov(qword_ptr(rsi), rdi)?;
             a.inc(eax)?;
@@ -268,7 +282,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
         a.mov(rdi, e.region)?;
         a.lea(rsi, ptr(fb + ctx_at))?;
         a.lea(rdx, ptr(fb + frame))?;
-        a.mov(rcx, e.ret_tramp)?;
+        ret_to(&mut a, rcx)?;
         a.mov(r8d, probe)?;
         a.call(e.ret_push)?;
         a.set_label(&mut pushed)?;
@@ -290,6 +304,12 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     a.mov(rax, qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))))?;
     a.mov(dword_ptr(rax + core::mem::offset_of!(ThreadSlot, busy) as i32), 0)?;
     a.set_label(&mut done)?;
+    if call_in {
+        // Was a frame pushed (the return address replaced)? The flags
+        // carry the answer past the reloads (mov and lea leave them).
+        a.lea(rax, ptr(tramp_after))?;
+        a.cmp(qword_ptr(fb + frame), rax)?;
+    }
     match e.lean {
         None => {
             a.mov(rsp, rbx)?;
@@ -321,6 +341,17 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     a.set_label(&mut after)?;
     if let Some((wait, func)) = e.itrace {
         itrace_gate(&mut a, e.region, wait, func)?;
+    } else if call_in {
+        // Call the function in place of its caller: drop the (saved)
+        // return address; the call stores tramp_after in the same slot, so
+        // the function sees the stack it would have.
+        a.jne(reloc)?;
+        a.lea(rsp, ptr(rsp + 8))?;
+        a.call(reloc)?;
+        a.set_label(&mut tramp_after)?;
+        a.jmp(e.ret_tramp)?;
+        a.set_label(&mut reloc)?;
+        a.zero_bytes()?;
     } else {
         a.zero_bytes()?;
     }
@@ -378,9 +409,11 @@ pub enum Returns {
 /// this call's frame (probe, `@entry` saves, the original return address),
 /// calls the probe's handler, restores the registers and returns to the
 /// original return address (written back where the trampoline's address
-/// was and jumped to through that slot, so no register is used for the
-/// jump: a caller built with gcc's -fipa-ra may keep values in caller-saved
-/// registers the callee does not touch).
+/// was, and returned to through that slot with `ret`, so no register is
+/// used for the jump: a caller built with gcc's -fipa-ra may keep values
+/// in caller-saved registers the callee does not touch). The entry
+/// trampoline called the function (`entry_prefix`), so that `ret` is
+/// predicted.
 ///
 /// `lean` as in [`Entry`]: None saves every register and fills the whole
 /// context; Some(mask) saves only the caller-saved registers in `mask`
@@ -500,13 +533,13 @@ pub fn return_trampoline(
         a.mov(rsp, rbx)?;
     }
     load_mask(&mut a, rsp, saved)?;
-    // Back where the caller's return landed, through the slot we wrote:
-    // an indirect jump, which the branch predictor learns per call site.
-    // A `ret` here would pop a return-stack entry no `call` pushed, and
-    // mispredict this return and the caller's next one. The slot lies in
-    // the red zone, which signal delivery leaves alone.
-    a.lea(rsp, ptr(rsp + frame))?;
-    a.jmp(qword_ptr(rsp - 8))?;
+    // Back to the caller with `ret` through the slot we wrote: the entry
+    // trampoline called the function, so the return-stack entry of the
+    // caller's own call is on top, and this return is predicted (a
+    // function reached by a jump — `.itrace` — returned here through the
+    // replaced address, and mispredicts).
+    a.lea(rsp, ptr(rsp + (frame - 8)))?;
+    a.ret()?;
     a.assemble(at)
 }
 
@@ -564,9 +597,9 @@ mod tests {
         assert!(stores(&full) >= 20, "{full:#?}");
     }
 
-    /// A return trampoline leaves through the slot it wrote, never `ret`.
+    /// A return trampoline leaves with `ret` through the slot it wrote.
     #[test]
-    fn return_trampolines_jump_back_through_the_slot() {
+    fn return_trampolines_return_through_the_slot() {
         for lean in [None, Some(CALLER_SAVED)] {
             let sh = entry(lean, true).shadow;
             let code = return_trampoline(
@@ -580,8 +613,10 @@ mod tests {
             )
             .unwrap();
             let text = listing(&code, 0x30000);
-            assert!(text.last().unwrap().starts_with("jmp qword [rsp-8]"), "{text:#?}");
-            assert!(!text.iter().any(|l| l == "ret"));
+            let n = text.len();
+            assert!(text[n - 2].starts_with("lea rsp,[rsp+"), "{text:#?}");
+            assert_eq!(text[n - 1], "ret", "{text:#?}");
+            assert!(!text.iter().any(|l| l.starts_with("jmp qword")), "{text:#?}");
         }
     }
 }
