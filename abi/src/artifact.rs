@@ -161,6 +161,10 @@ pub struct Artifact {
     /// `.itrace` request slots (`ItraceSlot`), none without such probes.
     pub itrace_off: u64,
     pub itrace_slots: u32,
+    /// `--chrome` span stages (`Header::spans_off`), none without it.
+    pub spans_off: u64,
+    pub span_batch: u32,
+    pub span_stride: u32,
     pub init: Vec<(u64, Vec<u8>)>,
     /// Region offset of each format (by format id).
     pub formats: Vec<u64>,

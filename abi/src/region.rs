@@ -108,9 +108,18 @@ pub struct Header {
     pub itrace_slots: u32,
     pub _pad3: u32,
     pub itrace_missed: u64,
+    /// `--chrome` spans staged per thread slot: `nthreads` [`SpanStage`]s,
+    /// `span_stride` bytes apart, of up to `span_batch` [`SpanEntry`]s
+    /// (none without `--chrome`). Only the slot's own thread writes its
+    /// stage (plain stores); a full stage goes into the ring as one
+    /// [`EV_SPANS`] record, so a call costs no ring reservation of its own.
+    /// What is left in the stages the tracer takes when the session ends.
+    pub spans_off: u64,
+    pub span_batch: u32,
+    pub span_stride: u32,
 }
 
-pub const HEADER_SIZE: usize = 240;
+pub const HEADER_SIZE: usize = 256;
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 
 /// Ring of variable-size event records: many producers (handlers), one
@@ -184,6 +193,32 @@ pub const EV_COUNTER: u16 = 8;
 /// One call of a probed function, for `--chrome`: ts = its start, aux = 0;
 /// payload = i64 duration in ns. Written at the function's return.
 pub const EV_SPAN: u16 = 9;
+/// Calls of probed functions, for `--chrome`, moved from a thread's
+/// [`SpanStage`]: aux = how many; payload = that many [`SpanEntry`]s.
+pub const EV_SPANS: u16 = 10;
+
+/// A thread slot's staged `--chrome` calls: the count, then the entries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SpanStage {
+    pub count: u32,
+    pub _pad: u32,
+}
+pub const SPAN_STAGE_HEADER: usize = 8;
+const _: () = assert!(core::mem::size_of::<SpanStage>() == SPAN_STAGE_HEADER);
+
+/// One call of a probed function: its thread, probe, start and duration (ns).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SpanEntry {
+    pub tid: u32,
+    pub probe: u16,
+    pub _pad: u16,
+    pub ts: u64,
+    pub dur: u64,
+}
+pub const SPAN_ENTRY_SIZE: usize = 24;
+const _: () = assert!(core::mem::size_of::<SpanEntry>() == SPAN_ENTRY_SIZE);
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

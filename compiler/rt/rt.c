@@ -553,6 +553,45 @@ EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
 EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start, i64 min) {
     i64 dur = rt_now_ns(R) - start;
     if (dur < min) return;
+    u32 batch = AT(R, H_SPAN_BATCH, u32);
+    if (slot && batch) {
+        /* Staged in this thread's own stage (plain stores: only this
+         * thread writes it while the session runs); a full stage goes
+         * into the ring as one record. */
+        u64 index = (u64)(slot - (R + AT(R, H_THREADS_OFF, u64))) / TS_SIZE;
+        u8 *st = R + AT(R, H_SPANS_OFF, u64) + index * AT(R, H_SPAN_STRIDE, u32);
+        u32 n = AT(st, SG_COUNT, u32);
+        /* Never past the stage, whatever it holds (a forked child shares
+         * its parent's slots). */
+        if (n >= batch) n = 0;
+        u8 *e = st + SPAN_STAGE_HEADER + (u64)n * SPAN_ENTRY_SIZE;
+        AT(e, SE_TID, u32) = AT(slot, TS_TID, u32);
+        AT(e, SE_PROBE, u16) = (u16)probe;
+        AT(e, SE_TS, u64) = (u64)start;
+        AT(e, SE_DUR, u64) = (u64)dur;
+        if (++n < batch) {
+            AT(st, SG_COUNT, u32) = n;
+            return;
+        }
+        u32 bytes = n * SPAN_ENTRY_SIZE;
+        u8 *rec = ring_reserve(R, 0, EV_HEADER_SIZE + bytes);
+        if (rec) {
+            AT(rec, E_KIND, u16) = EV_SPANS;
+            AT(rec, E_PROBE, u16) = 0;
+            AT(rec, E_TID, u32) = AT(slot, TS_TID, u32);
+            AT(rec, E_AUX, u32) = n;
+            AT(rec, E_TS, u64) = (u64)start;
+            u64 *to = (u64 *)(rec + EV_HEADER_SIZE);
+            const u64 *from = (const u64 *)(st + SPAN_STAGE_HEADER);
+            for (u32 i = 0; i < bytes / 8; i++) to[i] = from[i];
+            ring_commit(rec, EV_HEADER_SIZE + bytes);
+        } else {
+            /* One record, `n` events: the drop count counts events. */
+            __atomic_fetch_add(&AT(R, H_DROPPED, u64), n - 1, __ATOMIC_RELAXED);
+        }
+        AT(st, SG_COUNT, u32) = 0;
+        return;
+    }
     u32 len = EV_HEADER_SIZE + 8;
     u8 *rec = ring_reserve(R, 0, len);
     if (!rec) return;

@@ -6,6 +6,9 @@
 use crate::span::Span;
 use std::path::PathBuf;
 
+/// The name (`pp()`) of the probe `--chrome` adds.
+const CHROME_PROBE: &str = "--chrome";
+
 /// A value type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Ty {
@@ -312,6 +315,11 @@ impl Program {
     /// return probe. One more probe, on the return of each of them, records
     /// the call as a span from its entry's clock (calls shorter than
     /// `min_ns` are left out in the target).
+    /// Whether `add_chrome_spans` added its probe.
+    pub fn has_chrome_spans(&self) -> bool {
+        self.probes.iter().any(|p| p.written == CHROME_PROBE)
+    }
+
     pub fn add_chrome_spans(&mut self, min_ns: u64) {
         use crate::elaborate::builtins::Builtin;
         let mut points: Vec<Point> = Vec::new();
@@ -348,7 +356,7 @@ impl Program {
         );
         self.probes.push(Probe {
             points,
-            written: "--chrome".into(),
+            written: CHROME_PROBE.into(),
             condition: None,
             locals: Vec::new(),
             body: vec![Stmt { kind: StmtKind::Expr(call), span }],

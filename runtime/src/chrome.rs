@@ -320,6 +320,12 @@ fn write_loop(
 ) -> std::io::Result<Written> {
     use std::os::unix::fs::FileExt;
     use std::sync::atomic::Ordering;
+    // The JSON can wait, the target cannot: this thread runs on CPU time
+    // nothing else wants (the spool on disk absorbs the lag; at the end
+    // the session waits for it). Linux schedules threads one by one.
+    let idle = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscall on the calling thread, with a valid param.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
     let mut buf = vec![0u8; (1 << 20) / SPAN_REC * SPAN_REC];
     let mut pos = 0u64;
     let mut freed = 0u64;

@@ -121,6 +121,9 @@ impl Region {
             itrace_slots: a.itrace_slots,
             _pad3: 0,
             itrace_missed: 0,
+            spans_off: a.spans_off,
+            span_batch: a.span_batch,
+            span_stride: a.span_stride,
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };
@@ -184,7 +187,49 @@ fn read_str(b: &[u8], at: usize) -> (&[u8], usize) {
     (s, (4 + n).next_multiple_of(8))
 }
 
+/// `n` [`abi::SpanEntry`]s (an `EV_SPANS` payload, or a thread's stage).
+fn spans(c: &mut crate::chrome::Feed, b: &[u8], n: usize) -> Result<(), std::io::Error> {
+    for e in b.chunks_exact(abi::SPAN_ENTRY_SIZE).take(n) {
+        let at = |f: usize| read_i64(e, f) as u64;
+        let probe = u16::from_le_bytes([e[4], e[5]]);
+        let dur = (at(core::mem::offset_of!(abi::SpanEntry, dur)) as i64).max(0) as u64;
+        c.span(read_u32(e, 0), probe, at(core::mem::offset_of!(abi::SpanEntry, ts)), dur)?;
+    }
+    Ok(())
+}
+
 impl<'a> Consumer<'a> {
+    /// The session is over: the calls still staged in the threads' span
+    /// stages (fewer than a batch each) go to the trace, and the stages
+    /// are emptied. A thread inside `rt_span` at this very moment (a
+    /// target that runs on after detach) may add its last call after
+    /// this: that call is not in the trace.
+    fn take_stages(&mut self) -> Result<(), std::io::Error> {
+        let a = self.artifact;
+        let Some(c) = &mut self.chrome else { return Ok(()) };
+        if a.span_batch == 0 {
+            return Ok(());
+        }
+        for i in 0..a.nthreads as usize {
+            let st = a.spans_off as usize + i * a.span_stride as usize;
+            // Acquire: the entries before the count that covers them.
+            let n = (self.region.u32_at(st).load(Ordering::Acquire) as usize).min(a.span_batch as usize);
+            if n == 0 {
+                continue;
+            }
+            // SAFETY: the stage lies in the region (layout.rs).
+            let b = unsafe {
+                std::slice::from_raw_parts(
+                    self.region.base().add(st + abi::SPAN_STAGE_HEADER),
+                    n * abi::SPAN_ENTRY_SIZE,
+                )
+            };
+            spans(c, b, n)?;
+            self.region.u32_at(st).store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// Process every committed record; returns whether there was any.
     fn drain(&mut self) -> Result<bool, std::io::Error> {
         let ring = self.artifact.ring_off as usize;
@@ -193,8 +238,13 @@ impl<'a> Consumer<'a> {
         let size = self.region.counter(ring + core::mem::offset_of!(abi::RingHeader, size));
         let data_off = self.region.counter(ring + core::mem::offset_of!(abi::RingHeader, data_off)) as usize;
         let mut any = false;
+        // The tail is published in steps, not per record: every store
+        // takes its cache line away from the producers, whose next
+        // reservation then misses on it.
+        let step = (size / 8).min(256 << 10);
+        let mut tail = self.region.u64_at(tail_at).load(Ordering::Relaxed);
+        let mut published = tail;
         loop {
-            let tail = self.region.u64_at(tail_at).load(Ordering::Relaxed);
             let off = data_off + (tail & (size - 1)) as usize;
             // Acquire: pairs with the producer's Release store of the
             // committed size word.
@@ -209,8 +259,12 @@ impl<'a> Consumer<'a> {
             let rec = unsafe { std::slice::from_raw_parts(base.add(off), len) };
             // SAFETY: every record starts with an EventHeader.
             let h: EventHeader = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
-            if h.kind == abi::EV_SPAN {
+            if h.kind == abi::EV_SPANS {
                 // The bulk of a --chrome trace: no copy of the record.
+                if let Some(c) = &mut self.chrome {
+                    spans(c, rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]), h.aux as usize)?;
+                }
+            } else if h.kind == abi::EV_SPAN {
                 if let Some(c) = &mut self.chrome {
                     c.span(h.tid, h.probe, h.ts, read_i64(rec, abi::EVENT_HEADER_SIZE).max(0) as u64)?;
                 }
@@ -221,9 +275,16 @@ impl<'a> Consumer<'a> {
             // SAFETY: zero the consumed record so the next producer finds a
             // zero first word (see RingHeader).
             unsafe { std::ptr::write_bytes(base.add(off), 0, len) };
-            // Release: pairs with the producers' Acquire load of tail.
-            self.region.u64_at(tail_at).store(tail + len as u64, Ordering::Release);
+            tail += len as u64;
+            if tail - published >= step {
+                // Release: pairs with the producers' Acquire load of tail.
+                self.region.u64_at(tail_at).store(tail, Ordering::Release);
+                published = tail;
+            }
             any = true;
+        }
+        if tail != published {
+            self.region.u64_at(tail_at).store(tail, Ordering::Release);
         }
         if any {
             self.out.flush()?;
@@ -575,6 +636,7 @@ impl<'a> Local<'a> {
                     if !any {
                         if stop.load(Ordering::Acquire) {
                             c.drain()?;
+                            c.take_stages()?;
                             let written = match c.chrome.take() {
                                 Some(ch) => Some(ch.finish()?),
                                 None => None,

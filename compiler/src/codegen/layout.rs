@@ -43,6 +43,10 @@ pub struct Layout {
     /// `.itrace` request slots.
     pub itrace_off: u64,
     pub itrace_slots: u32,
+    /// `--chrome` span stages (`Header::spans_off`).
+    pub spans_off: u64,
+    pub span_batch: u32,
+    pub span_stride: u32,
     pub ring_size: u64,
     pub threads_off: u64,
     pub nthreads: u32,
@@ -76,6 +80,8 @@ const _: () = assert!(THREAD_SLOTS.is_power_of_two());
 pub const SHADOW_DEPTH: u32 = 128;
 /// Threads that may wait at once to be instruction-traced (`.itrace`).
 pub const ITRACE_SLOTS: u32 = 16;
+/// `--chrome` calls a thread stages before it moves them into the ring.
+pub const SPAN_BATCH: u32 = 64;
 
 impl Layout {
     /// Lay out the fixed parts and the globals. `hists[g]` lists the
@@ -114,6 +120,19 @@ impl Layout {
         let itrace_slots = if itrace { ITRACE_SLOTS } else { 0 };
         let itrace_off = align_up(off, PART_ALIGN);
         off = itrace_off + u64::from(itrace_slots) * core::mem::size_of::<telco_abi::region::ItraceSlot>() as u64;
+        // A stage per thread slot, each on its own cache lines.
+        let span_batch = if program.has_chrome_spans() { SPAN_BATCH } else { 0 };
+        let span_stride = if span_batch == 0 {
+            0
+        } else {
+            align_up(
+                (telco_abi::region::SPAN_STAGE_HEADER + telco_abi::region::SPAN_ENTRY_SIZE * span_batch as usize)
+                    as u64,
+                64,
+            ) as u32
+        };
+        let spans_off = align_up(off, PART_ALIGN);
+        off = spans_off + u64::from(THREAD_SLOTS) * u64::from(span_stride);
         let mut l = Layout {
             limits,
             ring_off,
@@ -133,6 +152,9 @@ impl Layout {
             nprobes,
             itrace_off,
             itrace_slots,
+            spans_off,
+            span_batch,
+            span_stride,
             globals: Vec::new(),
             consts_off: 0,
             consts: Vec::new(),
