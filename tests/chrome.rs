@@ -156,6 +156,36 @@ fn calls_nest_per_thread_with_printf_and_script_events() {
     }
 }
 
+/// Threads started one after another (each may reuse the last one's stack
+/// and thread control block, hence its thread slot) keep their own ids.
+#[test]
+fn threads_that_reuse_a_control_block_keep_their_ids() {
+    let exe = target();
+    let out = dir().join("reuse.json");
+    let cmd = format!("{} reuse 4", exe.display());
+    let (stdout, stderr, code) = telco(&[
+        "-e",
+        r#"probe process.function("top"), process.function("mid"), process.function("leaf") {}"#,
+        "-c",
+        &cmd,
+        "--chrome",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let tids: Vec<u64> = stdout.lines().filter_map(|l| l.strip_prefix("thread ")?.parse().ok()).collect();
+    assert_eq!(tids.len(), 4, "{stdout}");
+    let n = nesting(&events(&out));
+    let mut seen: Vec<u64> = n.keys().copied().collect();
+    seen.sort_unstable();
+    let mut want = tids.clone();
+    want.sort_unstable();
+    assert_eq!(seen, want, "{n:?}");
+    for t in &tids {
+        let count = |name: &str| n[t].iter().filter(|(m, _)| m == name).count();
+        assert_eq!((count("top"), count("mid"), count("leaf")), (3, 3, 6), "{t}: {:?}", n[t]);
+    }
+}
+
 #[test]
 fn the_minimum_duration_leaves_out_short_calls() {
     let exe = target();

@@ -245,6 +245,27 @@ fn forked_children_keep_working_and_are_counted() {
     assert_eq!(out, format!("{}2000\n", untraced(&exe, &["fork", "1000"])));
 }
 
+/// fork() inside a function with a return probe: the child returns through
+/// the trampoline too, from its own copy of the shadow stack (thread slots
+/// are private to a process), so both returns fire and both processes
+/// live; the child's counts land in their own row (no lost updates), and
+/// its pid() is its own.
+#[test]
+fn fork_inside_a_return_probed_function() {
+    let exe = build("forkret", &[]);
+    let cmd = format!("{} forkret 100000", exe.display());
+    // pid() in the child is the child's: the pid fork() returned to the parent.
+    let script = "global child, parent, n, kid, mine, theirs
+        probe process.function(\"forked\").return {
+            if ($return == 0) { child++; theirs = pid() } else { parent++; kid = $return; mine = pid() }
+        }
+        probe process.function(\"work\").return { n++ }
+        probe end { println(child, \" \", parent, \" \", n, \" \", kid == theirs, \" \", mine != theirs) }";
+    let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{}1 1 200000 1 1\n", untraced(&exe, &["forkret", "100000"])));
+}
+
 /// A library loaded with dlopen after start gets its probes before the
 /// program's first call into it (the loader's r_brk hook waits for them).
 #[test]

@@ -149,9 +149,11 @@ pub struct Artifact {
     pub region_size: u64,
     pub ring_off: u64,
     pub ring_size: u64,
-    pub threads_off: u64,
+    /// Thread slots and, with return probes, their shadow stacks
+    /// (`shadow_depth` frames of `frame_size` bytes each) are not in the
+    /// region: the tracer maps them privately in the target
+    /// (`Header::threads_at`).
     pub nthreads: u32,
-    pub shadow_off: u64,
     pub frame_size: u32,
     pub shadow_depth: u32,
     pub shards_off: u64,

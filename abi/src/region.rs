@@ -11,7 +11,6 @@
 //! |---|---|---|
 //! | header | [`Header`] | tracer (setup), handlers (counters, exit flag) |
 //! | event ring | [`RingHeader`] + data | handlers produce, the tracer consumes |
-//! | thread slots | [`ThreadSlot`] × n | handlers in target threads |
 //! | constants | string literals, format specs, statistic descriptors | tracer, once, before any handler runs |
 //! | globals | scalars, [`LockedStr`], [`Stat`], [`TableHeader`] + slots | handlers, read by the tracer |
 //!
@@ -27,7 +26,7 @@
 /// `TELCOSTP`
 pub const MAGIC: [u8; 8] = *b"TELCOSTP";
 /// Bumped whenever any layout in this module changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Alignment of every part of the region.
 pub const PART_ALIGN: u64 = 64;
@@ -64,7 +63,6 @@ pub struct Header {
     pub tsc_shift: u32,
     pub maxstringlen: u32,
     pub ring_off: u64,
-    pub threads_off: u64,
     pub nthreads: u32,
     /// The process's user id (`uid()`).
     pub uid: u32,
@@ -77,9 +75,8 @@ pub struct Header {
     pub indent_off: u64,
     /// The process name, NUL-padded (`execname()`).
     pub execname: [u8; 16],
-    /// Shadow stacks of return probes: `nthreads` stacks of `shadow_depth`
-    /// frames of `frame_size` bytes ([`ShadowFrame`] + `@entry` saves).
-    pub shadow_off: u64,
+    /// Shadow stacks of return probes (`ThreadSlot::frames`): `shadow_depth`
+    /// frames of `frame_size` bytes ([`ShadowFrame`] + `@entry` saves) each.
     pub frame_size: u32,
     pub shadow_depth: u32,
     /// `dlopen` handshake: a thread in the dynamic loader's notification
@@ -89,7 +86,13 @@ pub struct Header {
     pub dl_gen: u64,
     pub dl_ack: u64,
     pub dl_wait: u32,
-    pub _pad2: u32,
+    /// Where the C library keeps a thread's id in its thread control block,
+    /// as an offset from the thread pointer (`%fs` base), found by the
+    /// tracer at attach; 0 when unknown. A slot whose `tid` differs from
+    /// it belongs to another thread with the same thread pointer: one of
+    /// ours that exited (its control block reused), or the thread a forked
+    /// child was copied from (`ThreadSlot`).
+    pub tcb_tid_off: u32,
     /// Per-thread shards of counters (globals that target-side code only
     /// adds to): `nthreads` rows of `nshards` i64, one row per thread slot.
     /// A counter's value is its word in the globals plus its column's sum.
@@ -117,6 +120,20 @@ pub struct Header {
     pub spans_off: u64,
     pub span_batch: u32,
     pub span_stride: u32,
+    /// The thread slots ([`ThreadSlot`], `nthreads` of them) and their
+    /// shadow stacks: a private mapping in the target (absolute address),
+    /// so a forked child gets a copy of its parent's, consistent with the
+    /// copy of its stacks, instead of sharing them. Only target-side code
+    /// uses thread slots (the tracer's handlers have none).
+    pub threads_at: u64,
+    /// The next free row of the per-thread shards and span stages
+    /// (`ThreadSlot::index`), taken with an atomic add when a slot is
+    /// claimed or a forked child takes over its copy of one: rows are
+    /// shared by all the processes, slots are not. Past `nthreads` a slot
+    /// has no row: it stays busy, so its thread's hits are skipped and
+    /// counted.
+    pub rows_next: u32,
+    pub _pad4: u32,
 }
 
 pub const HEADER_SIZE: usize = 256;
@@ -236,7 +253,14 @@ const _: () = assert!(core::mem::size_of::<HistEvent>() == 40);
 /// compare-and-swap of `key` from 0 to its thread pointer (AcqRel); only that
 /// thread writes the rest of its slot afterwards, so no further atomics are
 /// needed inside it. Slots are found by hashing the thread pointer (`%fs:0`)
-/// with linear probing; a slot stays claimed after its thread exits.
+/// with linear probing; a slot stays claimed after its thread exits, and is
+/// taken over by the next thread with the same thread pointer (one whose id
+/// in its control block differs from `tid`, see `Header::tcb_tid_off`):
+/// with a fresh shadow stack when the slot's `pid` is this process (the
+/// old thread exited), with the one it has when it is another (a forked
+/// child's copy of its parent's slot). The slots live in private memory of
+/// the target (`Header::threads_at`); `index` and `frames` are written by
+/// the tracer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ThreadSlot {
@@ -249,8 +273,15 @@ pub struct ThreadSlot {
     pub busy: u32,
     /// Frames on the thread's shadow stack.
     pub depth: u32,
+    /// The process that claimed the slot.
+    pub pid: u32,
+    /// This slot's shadow stack (absolute address in the target).
+    pub frames: u64,
+    /// The slot's row in the per-thread shards and span stages
+    /// (`Header::rows_next`).
+    pub index: u32,
     pub _pad: u32,
-    pub _reserved: [u64; 5],
+    pub _reserved: [u64; 3],
 }
 
 /// One return-probe frame: the replaced return address, the stack address

@@ -558,8 +558,7 @@ EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start, i64 min) {
         /* Staged in this thread's own stage (plain stores: only this
          * thread writes it while the session runs); a full stage goes
          * into the ring as one record. */
-        u64 index = (u64)(slot - (R + AT(R, H_THREADS_OFF, u64))) / TS_SIZE;
-        u8 *st = R + AT(R, H_SPANS_OFF, u64) + index * AT(R, H_SPAN_STRIDE, u32);
+        u8 *st = R + AT(R, H_SPANS_OFF, u64) + (u64)AT(slot, TS_INDEX, u32) * AT(R, H_SPAN_STRIDE, u32);
         u32 n = AT(st, SG_COUNT, u32);
         /* Never past the stage, whatever it holds (a forked child shares
          * its parent's slots). */
@@ -1258,39 +1257,77 @@ EXPORT i64 rt_tid(u8 *ctx) {
 
 /* ---- return probes: per-thread shadow stacks ---- */
 
+/* Give slot s its own row of the shared per-thread shards and span stages
+ * (rows are shared by every process, slots are private); none left: the
+ * slot stays busy, and its thread's hits are skipped and counted. */
+LOCAL void take_row(u8 *R, u8 *s, u64 n) {
+    u32 row = __atomic_fetch_add(&AT(R, H_ROWS_NEXT, u32), 1, __ATOMIC_RELAXED);
+    AT(s, TS_INDEX, u32) = row < n ? row : (u32)n;
+    AT(s, TS_BUSY, u32) = row >= n;
+}
+
 /* The calling thread's slot, claimed on first use; 0 when all are taken.
- * %fs:0 holds the thread pointer itself (x86_64 TLS ABI). */
+ * %fs:0 holds the thread pointer itself (x86_64 TLS ABI). The slots are
+ * private to the process (Header::threads_at): a forked child has a copy. */
 static u8 *thread_slot(u8 *R) {
     u64 tp;
     __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
     u64 n = AT(R, H_NTHREADS, u32);
     if (!tp || !n) return 0;
-    u8 *slots = R + AT(R, H_THREADS_OFF, u64);
+    u8 *slots = (u8 *)AT(R, H_THREADS_AT, u64);
+    /* The thread's id as its C library keeps it (no system call), when
+     * the tracer found where. */
+    u32 off = AT(R, H_TCB_TID_OFF, u32);
+    u32 me = off ? *(u32 *)(tp + off) : 0;
     /* n is a power of two (layout.rs): a mask, not a division. */
     u64 h = ((tp >> 12) * 0x9e3779b97f4a7c15ULL) >> 32;
     for (u64 i = 0; i < n; i++) {
         u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;
         u64 key = __atomic_load_n(&AT(s, TS_KEY, u64), __ATOMIC_ACQUIRE);
-        if (key == tp) return s;
         if (key == 0) {
             u64 z = 0;
             /* AcqRel: the slot is ours before we touch its fields. */
-            if (__atomic_compare_exchange_n(&AT(s, TS_KEY, u64), &z, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            if (!__atomic_compare_exchange_n(&AT(s, TS_KEY, u64), &z, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                if (z != tp) continue;
+                key = z;
+            } else {
                 /* Events name their thread from here (EV_SPAN, and
                  * events of handlers that never asked tid()). */
-                AT(s, TS_TID, u32) = (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+                AT(s, TS_TID, u32) = me ? me : (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+                AT(s, TS_PID, u32) = (u32)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+                AT(s, TS_DEPTH, u32) = 0;
+                take_row(R, s, n);
                 return s;
             }
-            if (z == tp) return s;
         }
+        if (key != tp) continue;
+        if (!me || AT(s, TS_TID, u32) == me) return s;
+        /* Another thread with this thread pointer had the slot. One of
+         * ours that exited (its control block reused): its frames are
+         * stale. Or, in a forked child, the thread this one was copied
+         * from: the frames are this thread's own (copies, like its
+         * stack; frames a copied slot of another parent thread holds lie
+         * on the stack the new thread reuses, and are dropped as it
+         * grows). Nobody is inside a handler on this slot either way. */
+        u32 pid = (u32)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+        if (AT(s, TS_PID, u32) == pid) {
+            AT(s, TS_DEPTH, u32) = 0;
+            /* The row stays (its old thread is gone); busy unless it had none. */
+            AT(s, TS_BUSY, u32) = AT(s, TS_INDEX, u32) >= n;
+        } else {
+            /* A child's own row: the parent's thread goes on using the
+             * copied one. */
+            take_row(R, s, n);
+        }
+        AT(s, TS_PID, u32) = pid;
+        AT(s, TS_TID, u32) = me;
+        return s;
     }
     return 0;
 }
 
 LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i) {
-    u64 index = (u64)(slot - (R + AT(R, H_THREADS_OFF, u64))) / TS_SIZE;
-    u64 fs = AT(R, H_FRAME_SIZE, u32), depth = AT(R, H_SHADOW_DEPTH, u32);
-    return R + AT(R, H_SHADOW_OFF, u64) + (index * depth + i) * fs;
+    return (u8 *)AT(slot, TS_FRAMES, u64) + (u64)i * AT(R, H_FRAME_SIZE, u32);
 }
 
 /* At a return probe's function entry: remember the return address stored

@@ -120,6 +120,44 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
     result
 }
 
+/// Map the thread slots and their shadow stacks privately in the target
+/// (`Header::threads_at`: a forked child gets a copy, as of its stacks) and
+/// give every slot its shadow stack (its row comes when it is claimed).
+/// Returns the address.
+pub fn threads(s: &mut Stopped, a: &Artifact) -> Result<u64, InjectError> {
+    use telco_abi::region::ThreadSlot;
+    let pid = s.pid();
+    let tid = s.main_thread();
+    let slot = core::mem::size_of::<ThreadSlot>() as u64;
+    let n = u64::from(a.nthreads);
+    let stack = u64::from(a.shadow_depth) * u64::from(a.frame_size);
+    let size = (n * slot + n * stack).next_multiple_of(4096).max(4096);
+    let at = check(
+        "mmap (thread slots)",
+        pid,
+        s.syscall(
+            tid,
+            libc::SYS_mmap,
+            [
+                0,
+                size,
+                (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
+                u64::MAX,
+                0,
+            ],
+        )?,
+    )? as u64;
+    let mut table = vec![0u8; (n * slot) as usize];
+    for i in 0..n {
+        let s = (i * slot) as usize;
+        let frames = at + n * slot + i * stack;
+        table[s + core::mem::offset_of!(ThreadSlot, frames)..][..8].copy_from_slice(&frames.to_le_bytes());
+    }
+    s.write(at, &table)?;
+    Ok(at)
+}
+
 /// Map `size` bytes of executable memory within ±2 GiB of `near` and put
 /// the trap bytes and the blob in it.
 pub fn code(s: &mut Stopped, a: &Artifact, near: u64, size: u64) -> Result<CodeRegion, InjectError> {

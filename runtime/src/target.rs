@@ -16,8 +16,10 @@
 //!   trampoline.
 //! * `fork`: the child inherits the patched code, the code regions and the
 //!   shared region (a `MAP_SHARED` mapping), so its hits are traced and
-//!   counted with the parent's — deliberately; `pid()` in the child still
-//!   reports the parent (the region's process). At the end only the
+//!   counted with the parent's — deliberately; its thread slots and shadow
+//!   stacks are its own copies (private memory), its rows in the shared
+//!   per-thread data its own, and `pid()` its own (from its slot; `ppid()`
+//!   and `execname()` are still the traced process's). At the end only the
 //!   parent's code is restored; a child that outlives the session keeps its
 //!   hooks, which keep working against the still-mapped region.
 //! * `exec`: the new image has neither hooks nor region; at the end nothing
@@ -226,6 +228,9 @@ struct Hooker {
     /// index is what their gate passes).
     itrace_wait: Option<u32>,
     itraced: std::cell::RefCell<Vec<crate::itrace::Traced>>,
+    /// `Header::threads_at` and `Header::tcb_tid_off`.
+    threads_at: u64,
+    tid_off: u32,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -253,11 +258,11 @@ impl Hooker {
     fn shadow(&self) -> trampoline::Shadow {
         let a = &self.artifact;
         trampoline::Shadow {
-            threads: self.region + a.threads_off,
+            threads: self.threads_at,
             nthreads: a.nthreads,
-            frames: self.region + a.shadow_off,
             depth: a.shadow_depth,
             frame_size: a.frame_size,
+            tid_off: self.tid_off,
         }
     }
 
@@ -540,6 +545,20 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     check_x86_64(pid)?;
     let execname = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
     let injected = inject::region(&mut s, a, &execname)?;
+    let threads_at = inject::threads(&mut s, a)?;
+    let tid_off = tcb_tid_offset(&s).unwrap_or(0);
+    {
+        use telco_abi::region::Header;
+        let base = injected.region.base();
+        // SAFETY: 8- and 4-aligned header fields of the live region; no
+        // handler runs yet.
+        unsafe {
+            std::sync::atomic::AtomicU64::from_ptr(base.add(core::mem::offset_of!(Header, threads_at)).cast())
+                .store(threads_at, std::sync::atomic::Ordering::Release);
+            header_u32(&injected.region, core::mem::offset_of!(Header, tcb_tid_off))
+                .store(tid_off, std::sync::atomic::Ordering::Release);
+        }
+    }
     let maps = mappings(pid)?;
     let mut by_module: ByModule = BTreeMap::new();
     for (i, p) in a.probes.iter().enumerate() {
@@ -572,6 +591,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         dlnotify,
         itrace_wait: symbol("rt_itrace_wait"),
         itraced: Default::default(),
+        threads_at,
+        tid_off,
     };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
@@ -652,6 +673,36 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         _code: codes,
     };
     Ok((injected.region, armed))
+}
+
+/// Where the C library keeps a thread's id in its thread control block, as
+/// an offset from the thread pointer (`%fs` base): the first 4-aligned word
+/// of the block's first 4 KB equal to the thread's id, the same for every
+/// stopped thread (glibc: 0x2d0; musl: 0x30). None when a thread has no
+/// thread pointer yet (a static program before its C library set one up)
+/// or no offset fits all of them; then `thread_slot` cannot tell a thread
+/// from a later one with the same control block.
+fn tcb_tid_offset(s: &Stopped) -> Option<u32> {
+    let mut found: Option<Vec<u32>> = None;
+    for tid in s.threads() {
+        let fs = s.regs(tid).ok()?.fs_base;
+        if fs == 0 {
+            return None;
+        }
+        let block = s.read(fs, 4096).or_else(|_| s.read(fs, 1024)).ok()?;
+        let here: Vec<u32> = (0..block.len() / 4)
+            .map(|i| i as u32 * 4)
+            .filter(|&o| {
+                let o = o as usize;
+                o >= 8 && u32::from_le_bytes([block[o], block[o + 1], block[o + 2], block[o + 3]]) == tid as u32
+            })
+            .collect();
+        found = Some(match found {
+            None => here,
+            Some(prev) => prev.into_iter().filter(|o| here.contains(o)).collect(),
+        });
+    }
+    found?.first().copied()
 }
 
 /// An atomic view of a u32/u64 header field of a live region.

@@ -53,33 +53,28 @@ pub struct Entry {
     pub itrace: Option<(u64, u32)>,
 }
 
-/// The shadow stacks of return probes in the target: thread slots,
-/// frames (`ShadowFrame` + `@entry` saves), frames per thread, frame size.
+/// The thread slots and shadow stacks of return probes in the target:
+/// frames (`ShadowFrame` + `@entry` saves) per thread, frame size.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Shadow {
-    /// The thread slots (`Header::threads_off` in the target) and how many
+    /// The thread slots (`Header::threads_at` in the target) and how many
     /// (a power of two).
     pub threads: u64,
     pub nthreads: u32,
-    pub frames: u64,
     pub depth: u32,
     pub frame_size: u32,
+    /// `Header::tcb_tid_off`: where the thread's id is in its control
+    /// block (0: unknown, not checked).
+    pub tid_off: u32,
 }
 
 /// rdx = the address of frame `index` (a 32-bit register) of the thread
-/// whose slot is in rcx, as `shadow_frame` (rt.c) computes it. Uses rdi.
+/// whose slot is in rcx, as `shadow_frame` (rt.c) computes it.
 fn frame_addr(a: &mut CodeAssembler, sh: &Shadow, index: AsmRegister32) -> Result<(), IcedError> {
     use telco_abi::region::ThreadSlot;
-    a.mov(rdx, rcx)?;
-    a.mov(rdi, sh.threads)?;
-    a.sub(rdx, rdi)?;
-    a.shr(rdx, core::mem::size_of::<ThreadSlot>().trailing_zeros())?;
-    a.imul_3(rdx, rdx, sh.depth as i32)?;
-    a.mov(edi, index)?;
-    a.add(rdx, rdi)?;
+    a.mov(edx, index)?;
     a.imul_3(rdx, rdx, sh.frame_size as i32)?;
-    a.mov(rdi, sh.frames)?;
-    a.add(rdx, rdi)?;
+    a.add(rdx, qword_ptr(rcx + core::mem::offset_of!(ThreadSlot, frames) as i32))?;
     Ok(())
 }
 
@@ -143,7 +138,8 @@ const SR_R8: RegMask = 1 << 8;
 /// The thread's slot into rcx, marked busy, without a call in the common
 /// case: the slot `thread_slot` (rt.c) would find at the first place it
 /// looks, owned by this thread and not busy. Otherwise `slow` (rt_enter
-/// decides: another place, a new slot, busy, none). Uses rax, rcx, rdi.
+/// decides: another place, a new slot, a slot to take over, busy, none).
+/// Uses rax, rcx, rdi.
 fn find_slot(a: &mut CodeAssembler, e: &Shadow, slow: CodeLabel) -> Result<(), IcedError> {
     use telco_abi::region::ThreadSlot;
     a.mov(rax, qword_ptr(0u64).fs())?;
@@ -160,6 +156,13 @@ fn find_slot(a: &mut CodeAssembler, e: &Shadow, slow: CodeLabel) -> Result<(), I
     a.add(rcx, rdi)?;
     a.cmp(qword_ptr(rcx + core::mem::offset_of!(ThreadSlot, key) as i32), rax)?;
     a.jne(slow)?;
+    if e.tid_off != 0 {
+        // The same thread, not a later one with the same thread pointer
+        // (or, in a forked child, the copy of its parent's).
+        a.mov(edi, dword_ptr(rax + e.tid_off as i32))?;
+        a.cmp(edi, dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, tid) as i32))?;
+        a.jne(slow)?;
+    }
     let busy = dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, busy) as i32);
     a.cmp(busy, 0)?;
     a.jne(slow)?;
@@ -241,6 +244,8 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
         a.lea(rsi, ptr(fb + ctx_at))?;
         a.call(handler)?;
     }
+    // rcx still holds the slot unless a call came between.
+    let mut reload_slot = !e.handlers.is_empty();
     for &(probe, entry_handler) in &e.returns {
         let mut pushed = a.create_label();
         if e.lean.is_some() {
@@ -251,20 +256,21 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
             let mut slow = a.create_label();
             let mut room = a.create_label();
             let depth = dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, depth) as i32);
-            a.mov(rcx, qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))))?;
+            if reload_slot {
+                a.mov(rcx, qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))))?;
+            }
+            reload_slot = true;
             a.mov(eax, depth)?;
-            a.test(eax, eax)?;
-            a.jz(room)?;
-            a.lea(esi, ptr(rax - 1))?;
-            frame_addr(&mut a, sh, esi)?;
-            a.lea(rsi, ptr(fb + frame))?;
-            a.cmp(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, sp) as i32), rsi)?;
-            a.jbe(slow)?;
-            a.set_label(&mut room)?;
             a.cmp(eax, sh.depth as i32)?;
             a.jae(slow)?;
             frame_addr(&mut a, sh, eax)?;
             a.lea(rsi, ptr(fb + frame))?;
+            a.test(eax, eax)?;
+            a.jz(room)?;
+            let top_sp = core::mem::offset_of!(ShadowFrame, sp) as i32 - sh.frame_size as i32;
+            a.cmp(qword_ptr(rdx + top_sp), rsi)?;
+            a.jbe(slow)?;
+            a.set_label(&mut room)?;
             a.mov(rdi, qword_ptr(rsi))?;
             a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, ret) as i32), rdi)?;
             a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, sp) as i32), rsi)?;
@@ -571,7 +577,7 @@ mod tests {
             ret_push: 0x20200,
             enter: 0x20300,
             ret_tramp: 0x20400,
-            shadow: Shadow { threads: 0x7000_1000, nthreads: 256, frames: 0x7010_0000, depth: 128, frame_size: 48 },
+            shadow: Shadow { threads: 0x7000_1000, nthreads: 256, depth: 128, frame_size: 48, tid_off: 0x2d0 },
             lean,
             itrace: None,
         }

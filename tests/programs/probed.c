@@ -28,9 +28,18 @@ __asm__(".text\n.globl loopy\n.type loopy,@function\n.p2align 4\nloopy:\n"
         "  sub $1, %rdi\n  jnz loopy\n  mov $42, %eax\n  ret\n.size loopy, .-loopy\n");
 long loopy(long n);
 
+volatile long sink;
+
+/* fork() inside a function with a return probe: both processes return
+ * through the return trampoline, each with its own shadow stack. */
+__attribute__((noinline)) long forked(void) {
+    pid_t c = fork();
+    sink += c;
+    return c;
+}
+
 /* Recursion that is not a loop in disguise (the volatile store after the
  * call keeps gcc from turning it into one). */
-volatile long sink;
 __attribute__((noinline)) long rec(long n) {
     if (n <= 0) return 0;
     long r = rec(n - 1);
@@ -96,6 +105,13 @@ int main(int argc, char **argv) {
         if (c == 0) _exit(s == n_calls * n_calls ? 0 : 1);
         int st = 0;
         waitpid(c, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 4;
+    } else if (!strcmp(mode, "forkret")) {
+        long c = forked();
+        for (long i = 0; i < n_calls; i++) s += work(i);
+        if (c == 0) _exit(s == n_calls * n_calls ? 0 : 1);
+        int st = 0;
+        waitpid((pid_t)c, &st, 0);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 4;
     } else if (!strcmp(mode, "exec")) {
         /* Work, then become another program: the hooks go with the old image. */

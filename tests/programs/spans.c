@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 __attribute__((noinline)) long leaf(long x) { return x * 2 + 1; }
 __attribute__((noinline)) long mid(long x) { return leaf(x) + leaf(x + 1); }
@@ -25,6 +27,12 @@ static void *worker(void *arg) {
     long s = 0;
     for (long i = 0; i < calls; i++) s += top(i);
     return (void *)s;
+}
+
+static void *reuse_worker(void *arg) {
+    printf("thread %ld\n", (long)syscall(SYS_gettid));
+    fflush(stdout);
+    return worker(arg);
 }
 
 int main(int argc, char **argv) {
@@ -62,6 +70,18 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "slow")) {
         for (long i = 0; i < 3; i++) s += slow(i);
         for (long i = 0; i < n; i++) s += fast(i);
+    } else if (!strcmp(mode, "reuse")) {
+        /* Threads one after another: each new one may get the stack and
+         * thread control block of the last (glibc caches them); the trace
+         * must still tell them apart. */
+        calls = 3;
+        for (long i = 0; i < n; i++) {
+            pthread_t t;
+            pthread_create(&t, 0, reuse_worker, 0);
+            void *r;
+            pthread_join(t, &r);
+            s += (long)r;
+        }
     } else if (!strcmp(mode, "many")) {
         for (long i = 0; i < n; i++) s += leaf(i);
     }

@@ -48,9 +48,9 @@ pub struct Layout {
     pub span_batch: u32,
     pub span_stride: u32,
     pub ring_size: u64,
-    pub threads_off: u64,
+    /// Thread slots and shadow stacks are mapped privately in the target
+    /// (`Header::threads_at`), not laid out here.
     pub nthreads: u32,
-    pub shadow_off: u64,
     pub frame_size: u32,
     pub shadow_depth: u32,
     pub shards_off: u64,
@@ -103,12 +103,8 @@ impl Layout {
         off = align_up(ring_off + core::mem::size_of::<RingHeader>() as u64, PART_ALIGN);
         let ring_data = off;
         off += limits.ring_size;
-        let threads_off = off;
-        off += u64::from(THREAD_SLOTS) * core::mem::size_of::<ThreadSlot>() as u64;
-        let shadow_off = align_up(off, PART_ALIGN);
         let frame_size = align_up(SHADOW_FRAME_HEADER as u64 + u64::from(entry_save), 16) as u32;
         let shadow_depth = if returns { SHADOW_DEPTH } else { 0 };
-        off = shadow_off + u64::from(THREAD_SLOTS) * u64::from(shadow_depth) * u64::from(frame_size);
         let shards_off = align_up(off, PART_ALIGN);
         off = shards_off + u64::from(THREAD_SLOTS) * 8 * sharded.len() as u64;
         let indent_off = align_up(off, PART_ALIGN);
@@ -137,9 +133,7 @@ impl Layout {
             limits,
             ring_off,
             ring_size: limits.ring_size,
-            threads_off,
             nthreads: THREAD_SLOTS,
-            shadow_off,
             frame_size,
             shadow_depth,
             shards_off,

@@ -1190,10 +1190,8 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
 
     /// A thread slot's index: (slot - threads) / sizeof(ThreadSlot).
     fn slot_row(&mut self, slot: Value) -> Value {
-        let threads = self.region_addr(self.sh.layout.threads_off);
-        let rel = self.b.ins().isub(slot, threads);
-        let shift = core::mem::size_of::<abi::ThreadSlot>().trailing_zeros() as i64;
-        self.b.ins().ushr_imm_u(rel, shift)
+        let index = self.b.ins().load(types::I32, flags(), slot, core::mem::offset_of!(abi::ThreadSlot, index) as i32);
+        self.b.ins().uextend(types::I64, index)
     }
 
     /// Evaluate an array's keys into a key buffer: (table address, buffer).
@@ -1905,7 +1903,15 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 self.sprintf(&pieces, &vals)
             }
             // The process the region serves: the same in every thread.
-            Builtin::Pid => self.load(self.region, core::mem::offset_of!(abi::Header, pid) as i32),
+            Builtin::Pid => {
+                // A target thread's own process (its slot: a forked child's
+                // differs from the region's), else the region's process.
+                let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
+                let own = self.b.ins().iadd_imm_u(slot, core::mem::offset_of!(abi::ThreadSlot, pid) as i64);
+                let shared = self.b.ins().iadd_imm_u(self.region, core::mem::offset_of!(abi::Header, pid) as i64);
+                let at = self.b.ins().select(slot, own, shared);
+                self.load32(at, 0)
+            }
             Builtin::Tid => self.rt(Rt::Tid, &[self.ctx]),
             Builtin::Ppid => self.load(self.region, core::mem::offset_of!(abi::Header, ppid) as i32),
             Builtin::Uid => self.load32(self.region, core::mem::offset_of!(abi::Header, uid) as i32),
