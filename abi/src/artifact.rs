@@ -135,6 +135,16 @@ pub struct Symbol {
     pub size: u32,
 }
 
+/// A module in the symbol table `usymname()` and `print_ubacktrace()` use
+/// (`Artifact::symtab_off`): its path and one function's link-time address
+/// and file offset, from which the tracer finds where it is loaded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SymModule {
+    pub path: PathBuf,
+    pub anchor_addr: u64,
+    pub anchor_offset: u64,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Artifact {
     /// The linked, position-independent code.
@@ -167,6 +177,11 @@ pub struct Artifact {
     pub spans_off: u64,
     pub span_batch: u32,
     pub span_stride: u32,
+    /// The function symbols of the probed modules ([`crate::region::SymTable`]),
+    /// 0 when no handler symbolizes; the tracer writes each module's load
+    /// bias into it.
+    pub symtab_off: u64,
+    pub symtab_modules: Vec<SymModule>,
     pub init: Vec<(u64, Vec<u8>)>,
     /// Region offset of each format (by format id).
     pub formats: Vec<u64>,

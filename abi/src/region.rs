@@ -224,6 +224,62 @@ pub struct SpanStage {
 pub const SPAN_STAGE_HEADER: usize = 8;
 const _: () = assert!(core::mem::size_of::<SpanStage>() == SPAN_STAGE_HEADER);
 
+/// The function symbols of the probed modules, for `usymname()` and
+/// `print_ubacktrace()`: this header, `nmodules` [`SymTableModule`]s, then
+/// each module's [`SymEntry`]s sorted by address, room for `relocs_cap`
+/// [`SymReloc`]s, then the names (NUL terminated). Offsets are from the
+/// table's start. A constant, but for the modules' `bias` and `mapped`,
+/// which the tracer writes when it finds the module in the target (before
+/// handlers run, or when it is loaded later), and the relocations.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SymTable {
+    pub nmodules: u32,
+    /// Relocations written so far (Release by the tracer, after them).
+    pub nrelocs: u32,
+    pub relocs: u32,
+    pub relocs_cap: u32,
+}
+
+/// A probed function's first instructions, relocated into its trampoline:
+/// a return address inside the copy (a call among them) is reported at the
+/// same offset in the original.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SymReloc {
+    pub copy: u64,
+    pub orig: u64,
+    pub copy_len: u32,
+    pub orig_len: u32,
+}
+pub const SYM_RELOC_SIZE: usize = 24;
+const _: () = assert!(core::mem::size_of::<SymReloc>() == SYM_RELOC_SIZE);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SymTableModule {
+    /// Run-time address = link-time address + bias.
+    pub bias: u64,
+    pub entries: u32,
+    pub count: u32,
+    pub path: u32,
+    /// Nonzero once `bias` is known (Release by the tracer).
+    pub mapped: u32,
+    pub _pad: u64,
+}
+pub const SYM_MODULE_SIZE: usize = 32;
+const _: () = assert!(core::mem::size_of::<SymTableModule>() == SYM_MODULE_SIZE);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SymEntry {
+    pub addr: u64,
+    pub size: u32,
+    pub name: u32,
+}
+pub const SYM_ENTRY_SIZE: usize = 16;
+const _: () = assert!(core::mem::size_of::<SymEntry>() == SYM_ENTRY_SIZE);
+
 /// One call of a probed function: its thread, probe, start and duration (ns).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

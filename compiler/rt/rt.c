@@ -1222,25 +1222,177 @@ EXPORT i64 rt_register(u8 *ctx, i64 index) {
 
 /* ubacktrace(): the return addresses of the probed thread's frame-pointer
  * chain, as "0x… 0x…" (read fault-safe). "" outside function probes. */
-EXPORT void rt_ubacktrace(u8 *R, u8 *ctx, char *dst, i64 cap) {
+LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i);
+
+/* A return address as the program put it: where a return probe's
+ * trampoline took the slot over (the slot at `at` holds the trampoline's
+ * address, and a frame of this thread's shadow stack says so), the
+ * original one. */
+LOCAL u64 real_return(u8 *R, u8 *slot, u64 at, u64 pc) {
+    if (!slot) return pc;
+    for (u32 d = AT(slot, TS_DEPTH, u32); d > 0; d--) {
+        u8 *f = shadow_frame(R, slot, d - 1);
+        if (AT(f, SF_SP, u64) == at && AT(f, SF_TRAMP, u64) == pc) return AT(f, SF_RET, u64);
+    }
+    return pc;
+}
+
+/* A program counter in a trampoline's copy of a probed function's first
+ * instructions, at the same offset in the original (symbol table `tab`). */
+LOCAL u64 unrelocate(const u8 *tab, u64 pc) {
+    if (!tab) return pc;
+    /* Acquire: pairs with the tracer's Release store of the count. */
+    u32 n = __atomic_load_n(&AT(tab, ST_NRELOCS, u32), __ATOMIC_ACQUIRE);
+    const u8 *r = tab + AT(tab, ST_RELOCS, u32);
+    for (u32 i = 0; i < n; i++, r += SYM_RELOC_SIZE) {
+        u64 d = pc - AT(r, SR_COPY, u64);
+        if (d < AT(r, SR_COPY_LEN, u32)) {
+            u32 ol = AT(r, SR_ORIG_LEN, u32);
+            return AT(r, SR_ORIG, u64) + (d < ol ? d : ol);
+        }
+    }
+    return pc;
+}
+
+/* The probed thread's frame-pointer chain: up to `max` program counters,
+ * the probe point's first (relocated copies mapped back with `tab`, when
+ * given). */
+LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
-    usize o = 0;
-    dst[0] = 0;
-    if (!regs) return;
+    if (!regs) return 0;
+    u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
     u64 pc = AT(regs, REG_RIP, u64), fp = AT(regs, REG_RBP, u64);
-    for (int depth = 0; depth < 64 && pc; depth++) {
-        char num[20];
-        hex_message(num, "", pc, sizeof num);
-        usize n = strnlen_(num, sizeof num);
-        if (o + n + (o ? 1 : 0) > (usize)cap - 1) break;
-        if (o) dst[o++] = ' ';
-        memcpy(dst + o, num, n);
-        o += n;
-        dst[o] = 0;
+    u32 n = 0;
+    if (pc && pc == AT(ctx, C_ADDR, u64) && n < max) {
+        /* At a function's entry (before its prologue): its caller's
+         * return address is on top of the stack, and rbp is still the
+         * caller's frame. */
+        pcs[n++] = pc;
+        u64 sp = AT(regs, REG_RSP, u64), ret;
+        if (rt_read_user(R, &ret, sp, 8) != 8) return n;
+        pc = unrelocate(tab, real_return(R, slot, sp, ret));
+    }
+    while (n < max && pc) {
+        pcs[n++] = pc;
         u64 frame[2];
         if (!fp || rt_read_user(R, frame, fp, 16) != 16 || frame[0] <= fp) break;
+        pc = unrelocate(tab, real_return(R, slot, fp + 8, frame[1]));
         fp = frame[0];
-        pc = frame[1];
+    }
+    return n;
+}
+
+EXPORT void rt_ubacktrace(u8 *R, u8 *ctx, char *dst, i64 cap) {
+    u64 pcs[64];
+    u32 n = backtrace(R, ctx, 0, pcs, 64);
+    usize o = 0;
+    dst[0] = 0;
+    for (u32 i = 0; i < n; i++) {
+        char num[20];
+        hex_message(num, "", pcs[i], sizeof num);
+        usize k = strnlen_(num, sizeof num);
+        if (o + k + (o ? 1 : 0) > (usize)cap - 1) break;
+        if (o) dst[o++] = ' ';
+        memcpy(dst + o, num, k);
+        o += k;
+        dst[o] = 0;
+    }
+}
+
+/* The function containing `addr` in symbol table `tab` (SymTable) and its
+ * module, or 0. */
+LOCAL const u8 *sym_find(const u8 *tab, u64 addr, const u8 **mod) {
+    u32 nm = AT(tab, ST_NMODULES, u32);
+    for (u32 m = 0; m < nm; m++) {
+        const u8 *md = tab + SYM_TABLE_HEADER + (u64)m * SYM_MODULE_SIZE;
+        /* Acquire: pairs with the tracer's Release store after the bias. */
+        if (!__atomic_load_n(&AT(md, SM_MAPPED, u32), __ATOMIC_ACQUIRE)) continue;
+        u64 v = addr - AT(md, SM_BIAS, u64);
+        const u8 *e = tab + AT(md, SM_ENTRIES, u32);
+        /* The last entry at or below v. */
+        u32 lo = 0, hi = AT(md, SM_COUNT, u32);
+        while (lo < hi) {
+            u32 mid = lo + (hi - lo) / 2;
+            if (AT(e + (u64)mid * SYM_ENTRY_SIZE, SY_ADDR, u64) <= v)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (!lo) continue;
+        const u8 *f = e + (u64)(lo - 1) * SYM_ENTRY_SIZE;
+        if (v - AT(f, SY_ADDR, u64) < AT(f, SY_SIZE, u32)) {
+            *mod = md;
+            return f;
+        }
+    }
+    return 0;
+}
+
+/* Append s (NUL-terminated) to dst at *o, within cap (NUL kept). */
+LOCAL void put_s(char *dst, usize *o, i64 cap, const char *s) {
+    while (*s && *o + 1 < (usize)cap) dst[(*o)++] = *s++;
+    dst[*o] = 0;
+}
+
+LOCAL void put_hex(char *dst, usize *o, i64 cap, u64 v, int digits) {
+    char b[24];
+    usize k = 0;
+    b[k++] = '0';
+    b[k++] = 'x';
+    int started = 0;
+    for (int sh = 60; sh >= 0; sh -= 4) {
+        u32 d = (v >> sh) & 15;
+        if (d || started || sh < 4 * digits) {
+            b[k++] = (char)(d < 10 ? '0' + d : 'a' + d - 10);
+            started = 1;
+        }
+    }
+    b[k] = 0;
+    put_s(dst, o, cap, b);
+}
+
+/* usymname(addr): the name of the function containing addr, or addr in
+ * hex when no probed module has it. */
+EXPORT void rt_usymname(const u8 *tab, i64 addr, char *dst, i64 cap) {
+    const u8 *mod;
+    const u8 *f = sym_find(tab, (u64)addr, &mod);
+    usize o = 0;
+    dst[0] = 0;
+    if (f)
+        put_s(dst, &o, cap, (const char *)tab + AT(f, SY_NAME, u32));
+    else
+        put_hex(dst, &o, cap, (u64)addr, 1);
+}
+
+/* print_ubacktrace(): one line per frame, as SystemTap prints them:
+ * " 0x000055d0c0a0f149 : leaf+0x9/0x10 [/path/to/program]", each a printf
+ * of format `id` ("%s%s%s\n", argument kinds `kinds`). */
+EXPORT void rt_print_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, i64 id, const u8 *kinds) {
+    u64 pcs[20];
+    u32 n = backtrace(R, ctx, tab, pcs, 20);
+    for (u32 i = 0; i < n; i++) {
+        char at[32], sym[256], mod[256];
+        usize a = 0, s = 0, m = 0;
+        put_s(at, &a, sizeof at, " ");
+        put_hex(at, &a, sizeof at, pcs[i], 16);
+        put_s(at, &a, sizeof at, " : ");
+        sym[0] = mod[0] = 0;
+        const u8 *md;
+        const u8 *f = sym_find(tab, pcs[i], &md);
+        if (f) {
+            put_s(sym, &s, sizeof sym, (const char *)tab + AT(f, SY_NAME, u32));
+            put_s(sym, &s, sizeof sym, "+");
+            put_hex(sym, &s, sizeof sym, pcs[i] - AT(md, SM_BIAS, u64) - AT(f, SY_ADDR, u64), 1);
+            put_s(sym, &s, sizeof sym, "/");
+            put_hex(sym, &s, sizeof sym, AT(f, SY_SIZE, u32), 1);
+            put_s(mod, &m, sizeof mod, " [");
+            put_s(mod, &m, sizeof mod, (const char *)tab + AT(md, SM_PATH, u32));
+            put_s(mod, &m, sizeof mod, "]");
+        } else {
+            put_hex(sym, &s, sizeof sym, pcs[i], 1);
+        }
+        i64 args[3] = {(i64)at, (i64)sym, (i64)mod};
+        rt_printf(R, ctx, id, kinds, args, 3);
     }
 }
 

@@ -231,6 +231,9 @@ struct Hooker {
     /// `Header::threads_at` and `Header::tcb_tid_off`.
     threads_at: u64,
     tid_off: u32,
+    /// Every trampoline's copy of its function's first instructions
+    /// (`SymReloc`: copy, its length, original, its length).
+    relocs: std::cell::RefCell<Vec<(u64, u32, u64, u32)>>,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -432,6 +435,12 @@ impl Hooker {
                 &relocated,
             ));
         }
+        self.relocs.borrow_mut().push((
+            at + prefix.len() as u64,
+            relocated.len() as u32,
+            hook.patch_at,
+            hook.displaced as u32,
+        ));
         let mut tramp = prefix;
         tramp.extend_from_slice(&relocated);
         if tramp.len() > 1024 {
@@ -593,6 +602,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         itraced: Default::default(),
         threads_at,
         tid_off,
+        relocs: Default::default(),
     };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
@@ -656,6 +666,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         return Err(TargetError::NothingPlaced(refused.join("\n")));
     }
     apply(&mut s, plans, &mut patches)?;
+    // SAFETY: the region's own base.
+    unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
     let enabled = unsafe_enabled_ptr(&injected.region);
     let header = injected.region.base() as *const u8;
     let armed = Armed {
@@ -673,6 +685,41 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         _code: codes,
     };
     Ok((injected.region, armed))
+}
+
+/// Tell the symbol table (`Artifact::symtab_off`) where each of its modules
+/// is loaded: the bias, then `mapped` (Release). Modules not mapped yet are
+/// left for a later call (libraries loaded with dlopen). Also where the
+/// trampolines' copies of first instructions are (`relocs`, all so far).
+///
+/// # Safety
+/// `base` is the live region of `a`.
+unsafe fn publish_symbols(base: *mut u8, a: &Artifact, maps: &[Mapping], relocs: &[(u64, u32, u64, u32)]) {
+    use telco_abi::region::{SymReloc, SymTable, SymTableModule, SYM_MODULE_SIZE, SYM_RELOC_SIZE};
+    if a.symtab_off == 0 {
+        return;
+    }
+    let tab = base.add(a.symtab_off as usize);
+    let field = |off: usize| std::sync::atomic::AtomicU32::from_ptr(tab.add(off).cast());
+    let cap = field(core::mem::offset_of!(SymTable, relocs_cap)).load(std::sync::atomic::Ordering::Relaxed);
+    let at = field(core::mem::offset_of!(SymTable, relocs)).load(std::sync::atomic::Ordering::Relaxed) as usize;
+    let done = field(core::mem::offset_of!(SymTable, nrelocs)).load(std::sync::atomic::Ordering::Relaxed);
+    let n = relocs.len().min(cap as usize);
+    for (i, &(copy, copy_len, orig, orig_len)) in relocs.iter().enumerate().take(n).skip(done as usize) {
+        let r = SymReloc { copy, orig, copy_len, orig_len };
+        std::ptr::write_unaligned(tab.add(at + i * SYM_RELOC_SIZE).cast::<SymReloc>(), r);
+    }
+    // Release: a handler that sees the count sees the entries.
+    field(core::mem::offset_of!(SymTable, nrelocs)).store(n as u32, std::sync::atomic::Ordering::Release);
+    for (i, m) in a.symtab_modules.iter().enumerate() {
+        let Some(at) = runtime_addr(maps, &m.path, m.anchor_offset) else { continue };
+        let md = base.add(a.symtab_off as usize + core::mem::size_of::<SymTable>() + i * SYM_MODULE_SIZE);
+        std::sync::atomic::AtomicU64::from_ptr(md.add(core::mem::offset_of!(SymTableModule, bias)).cast())
+            .store(at.wrapping_sub(m.anchor_addr), std::sync::atomic::Ordering::Relaxed);
+        // Release: a handler that sees `mapped` sees the bias.
+        std::sync::atomic::AtomicU32::from_ptr(md.add(core::mem::offset_of!(SymTableModule, mapped)).cast())
+            .store(1, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// Where the C library keeps a thread's id in its thread control block, as
@@ -840,6 +887,8 @@ impl Armed {
                     eprintln!("warning: {e}");
                 }
             }
+            // It exited meanwhile: nothing left to restore.
+            Err(PtraceError::NoProcess(_)) => {}
             Err(e) => eprintln!("warning: cannot stop pid {} to remove the probes: {e}", self.pid),
         }
         self.patches.clear();
@@ -865,6 +914,8 @@ impl Armed {
             }
         }
         apply(&mut s, plans, &mut self.patches)?;
+        // SAFETY: the header pointer is the live region's base.
+        unsafe { publish_symbols(self.header as *mut u8, &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
         for r in refused {
             eprintln!("WARNING: cannot probe {r}");
         }

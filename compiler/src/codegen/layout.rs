@@ -47,6 +47,11 @@ pub struct Layout {
     pub spans_off: u64,
     pub span_batch: u32,
     pub span_stride: u32,
+    /// The symbol table (`telco_abi::region::SymTable`, a constant placed on
+    /// first use by `usymname()`/`print_ubacktrace()`; 0: none) and its
+    /// modules.
+    pub symtab_off: u64,
+    pub symtab_modules: Vec<telco_abi::artifact::SymModule>,
     pub ring_size: u64,
     /// Thread slots and shadow stacks are mapped privately in the target
     /// (`Header::threads_at`), not laid out here.
@@ -149,6 +154,8 @@ impl Layout {
             spans_off,
             span_batch,
             span_stride,
+            symtab_off: 0,
+            symtab_modules: Vec::new(),
             globals: Vec::new(),
             consts_off: 0,
             consts: Vec::new(),

@@ -137,6 +137,8 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         spans_off: layout.spans_off,
         span_batch: layout.span_batch,
         span_stride: layout.span_stride,
+        symtab_off: layout.symtab_off,
+        symtab_modules: layout.symtab_modules.clone(),
         init,
         formats: t.formats.iter().map(|f| f.0).collect(),
         format_args: t.formats.iter().map(|f| f.1.clone()).collect(),

@@ -67,6 +67,8 @@ rt_fns! {
     Arg = "rt_arg"(3) true,
     Register = "rt_register"(2) true,
     Ubacktrace = "rt_ubacktrace"(4) false,
+    PrintUbacktrace = "rt_print_ubacktrace"(5) false,
+    Usymname = "rt_usymname"(4) false,
     Tid = "rt_tid"(1) true,
     RetPush = "rt_ret_push"(5) true,
     RetPop = "rt_ret_pop"(3) true,

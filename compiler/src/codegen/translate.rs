@@ -81,6 +81,91 @@ pub struct Shared<'a> {
     frontend: cranelift_codegen::isa::TargetFrontendConfig,
 }
 
+impl Shared<'_> {
+    /// The region offset of the symbol table of the probed modules
+    /// (`telco_abi::region::SymTable`), built on first use: every function
+    /// symbol of every module a probe point is in, by address.
+    fn symtab(&mut self) -> u64 {
+        use telco_abi::region::{SymEntry, SymTable, SymTableModule, SYM_ENTRY_SIZE, SYM_MODULE_SIZE};
+        if self.layout.symtab_off != 0 {
+            return self.layout.symtab_off;
+        }
+        let mut paths: Vec<&std::path::Path> = Vec::new();
+        for p in &self.program.probes {
+            for pt in &p.points {
+                if let Point::Function(f) = pt {
+                    if !paths.contains(&f.module.as_path()) {
+                        paths.push(&f.module);
+                    }
+                }
+            }
+        }
+        let mut mods = Vec::new();
+        for path in paths {
+            // Pass 2 read it already; a module that cannot be read now
+            // simply has no names.
+            let Ok(m) = crate::elf::Module::load(path) else { continue };
+            let mut fs: Vec<(u64, u64, String)> =
+                m.functions.iter().map(|f| (f.addr, f.size, f.display_name().to_string())).collect();
+            let Some(anchor) = m.functions.first() else { continue };
+            fs.sort_by_key(|f| f.0);
+            let module = telco_abi::artifact::SymModule {
+                path: path.to_path_buf(),
+                anchor_addr: anchor.addr,
+                anchor_offset: anchor.file_offset,
+            };
+            mods.push((module, fs));
+        }
+        let head = core::mem::size_of::<SymTable>();
+        let n_entries: usize = mods.iter().map(|m| m.1.len()).sum();
+        // A relocation per probed function (the trampolines' copies).
+        let relocs_cap: usize = self
+            .program
+            .probes
+            .iter()
+            .flat_map(|p| p.points.iter())
+            .filter(|pt| matches!(pt, Point::Function(_)))
+            .count();
+        let relocs = head + mods.len() * SYM_MODULE_SIZE + n_entries * SYM_ENTRY_SIZE;
+        let mut blob = vec![0u8; relocs + relocs_cap * telco_abi::region::SYM_RELOC_SIZE];
+        blob[..4].copy_from_slice(&(mods.len() as u32).to_le_bytes());
+        let field = |f: usize| f..f + 4;
+        blob[field(core::mem::offset_of!(SymTable, relocs))].copy_from_slice(&(relocs as u32).to_le_bytes());
+        blob[field(core::mem::offset_of!(SymTable, relocs_cap))].copy_from_slice(&(relocs_cap as u32).to_le_bytes());
+        let mut names: HashMap<String, u32> = HashMap::new();
+        let mut strings: Vec<u8> = Vec::new();
+        let base = blob.len();
+        let mut name_of = |s: &str| -> u32 {
+            *names.entry(s.to_string()).or_insert_with(|| {
+                let o = (base + strings.len()) as u32;
+                strings.extend_from_slice(s.as_bytes());
+                strings.push(0);
+                o
+            })
+        };
+        let mut at = head + mods.len() * SYM_MODULE_SIZE;
+        for (i, (m, fs)) in mods.iter().enumerate() {
+            let md = head + i * SYM_MODULE_SIZE;
+            let put32 = |b: &mut Vec<u8>, o: usize, v: u32| b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+            put32(&mut blob, md + core::mem::offset_of!(SymTableModule, entries), at as u32);
+            put32(&mut blob, md + core::mem::offset_of!(SymTableModule, count), fs.len() as u32);
+            let path = name_of(&m.path.to_string_lossy());
+            put32(&mut blob, md + core::mem::offset_of!(SymTableModule, path), path);
+            for (addr, size, name) in fs {
+                blob[at..at + 8].copy_from_slice(&addr.to_le_bytes());
+                put32(&mut blob, at + core::mem::offset_of!(SymEntry, size), (*size).min(u64::from(u32::MAX)) as u32);
+                let n = name_of(name);
+                put32(&mut blob, at + core::mem::offset_of!(SymEntry, name), n);
+                at += SYM_ENTRY_SIZE;
+            }
+        }
+        blob.extend_from_slice(&strings);
+        self.layout.symtab_off = self.layout.constant_aligned(&blob);
+        self.layout.symtab_modules = mods.into_iter().map(|m| m.0).collect();
+        self.layout.symtab_off
+    }
+}
+
 pub fn translate(
     program: &Program,
     sources: &SourceMap,
@@ -2019,32 +2104,35 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 t
             }
             Builtin::PrintUbacktrace => {
-                let t = self.temp();
-                let cap = self.cap_val();
-                self.rt(Rt::Ubacktrace, &[self.region, self.ctx, t, cap]);
-                let pieces = [
-                    Piece::Conv {
-                        kind: fmt::CONV_STRING,
-                        flags: 0,
-                        width: fmt::COUNT_NONE,
-                        precision: fmt::COUNT_NONE,
-                    },
-                    Piece::Text(b"\n".to_vec()),
-                ];
-                self.printf(&pieces, &[t]);
-                zero
-            }
-            Builtin::Usymname => {
-                // Symbolization needs the target's symbol tables (pass 5);
-                // until then the address in hex.
-                let a = self.expr(&args[0]);
-                let pieces = [Piece::Conv {
-                    kind: fmt::CONV_POINTER,
+                // One printf per frame, as SystemTap prints them: address,
+                // symbol+offset/size, module (each within MAXSTRINGLEN).
+                let off = self.sh.symtab();
+                let tab = self.region_addr(off);
+                let s = Piece::Conv {
+                    kind: fmt::CONV_STRING,
                     flags: 0,
                     width: fmt::COUNT_NONE,
                     precision: fmt::COUNT_NONE,
-                }];
-                self.sprintf(&pieces, &[a])
+                };
+                let pieces = [s.clone(), s.clone(), s, Piece::Text(b"\n".to_vec())];
+                let (id, _) = self.sh.format(&pieces);
+                let kinds: Vec<u8> = fmt::argument_kinds(&pieces).into_iter().map(u8::from).collect();
+                let kinds_off = self.sh.layout.constant(&kinds);
+                let idv = self.iconst(i64::from(id));
+                let kp = self.region_addr(kinds_off);
+                self.rt(Rt::PrintUbacktrace, &[self.region, self.ctx, tab, idv, kp]);
+                zero
+            }
+            Builtin::Usymname => {
+                // The function's name from the probed modules' symbols, or
+                // the address in hex (as SystemTap for unknown addresses).
+                let a = self.expr(&args[0]);
+                let off = self.sh.symtab();
+                let tab = self.region_addr(off);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::Usymname, &[tab, a, t, cap]);
+                t
             }
             Builtin::Strlen => {
                 let s = self.expr(&args[0]);
