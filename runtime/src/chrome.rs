@@ -218,6 +218,8 @@ enum Other {
 
 /// Bytes of one spooled call: tid u32, probe u16, 2 spare, ts u64, dur u64.
 const SPAN_REC: usize = 24;
+// The spool's records are the region's span entries, byte for byte.
+const _: () = assert!(SPAN_REC == telco_abi::region::SPAN_ENTRY_SIZE);
 
 /// The consumer's side of `--chrome`: calls arrive at up to tens of
 /// millions per second, faster than JSON can be formatted and written, so
@@ -268,6 +270,14 @@ impl Feed {
         r[16..24].copy_from_slice(&dur_ns.to_le_bytes());
         self.len += SPAN_REC as u64;
         self.spool.write_all(&r)
+    }
+
+    /// Calls as the target staged them (`SpanEntry`s, an `EV_SPANS`
+    /// payload): spooled as they are.
+    pub fn spans(&mut self, entries: &[u8]) -> std::io::Result<()> {
+        let n = entries.len() / SPAN_REC * SPAN_REC;
+        self.len += n as u64;
+        self.spool.write_all(&entries[..n])
     }
 
     pub fn instant(&mut self, tid: u32, ts: u64, cat: &'static str, name: &[u8], text: Option<&[u8]>) {
@@ -345,7 +355,7 @@ fn write_loop(
                 let tid = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
                 let probe = u16::from_le_bytes([r[4], r[5]]);
                 let ts = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
-                let dur = u64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8]));
+                let dur = i64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(0) as u64;
                 chrome.span(tid, probe, ts, dur)?;
             }
             pos += n as u64;

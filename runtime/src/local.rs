@@ -190,13 +190,7 @@ fn read_str(b: &[u8], at: usize) -> (&[u8], usize) {
 
 /// `n` [`abi::SpanEntry`]s (an `EV_SPANS` payload, or a thread's stage).
 fn spans(c: &mut crate::chrome::Feed, b: &[u8], n: usize) -> Result<(), std::io::Error> {
-    for e in b.chunks_exact(abi::SPAN_ENTRY_SIZE).take(n) {
-        let at = |f: usize| read_i64(e, f) as u64;
-        let probe = u16::from_le_bytes([e[4], e[5]]);
-        let dur = (at(core::mem::offset_of!(abi::SpanEntry, dur)) as i64).max(0) as u64;
-        c.span(read_u32(e, 0), probe, at(core::mem::offset_of!(abi::SpanEntry, ts)), dur)?;
-    }
-    Ok(())
+    c.spans(&b[..(n * abi::SPAN_ENTRY_SIZE).min(b.len())])
 }
 
 impl<'a> Consumer<'a> {
