@@ -7,7 +7,8 @@
 //!
 //!     cargo bench --bench probe_cost
 //!
-//! Prints a markdown table: median of 5 runs, min–max.
+//! Prints a markdown table: median of 5 runs, min–max; then where (b) and
+//! (c) go, one variant at a time.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -22,6 +23,17 @@ const TARGET: &str = r#"
 __attribute__((noinline)) long work(long x) { return x * 2 + 1; }
 FUNCS
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "rdtsc")) {
+        /* The clock alone: rdtsc back to back, ns each. */
+        long n = 10000000;
+        unsigned long s = 0;
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (long i = 0; i < n; i++) s += __builtin_ia32_rdtsc();
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        printf("%.3f %lu\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n, s & 1);
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "wait")) {
         printf("ready\n");
         fflush(stdout);
@@ -163,6 +175,29 @@ fn main() {
         "(c) wrote {:.1} M events per second over the whole session (median); most events dropped in any run: {drop_max}",
         rm / 1e6
     );
+    println!();
+    println!("| variant (probes on `work`) | added ns per call, median of {RUNS} |");
+    println!("|---|---|");
+    let trace_arg = trace.to_string_lossy().into_owned();
+    let variants: [(&str, Vec<&str>); 7] = [
+        ("entry counter `n++` (a)", vec!["-e", counter]),
+        ("empty return probe: entry and return trampolines, shadow stack", vec!["-e", "probe process.function(\"work\").return {}"]),
+        ("return: `lat <<< 7` with `@hist_log`", vec!["-e", "global lat probe process.function(\"work\").return { lat <<< 7 } probe end { print(@hist_log(lat)) }"]),
+        ("return: `lat <<< 7 - @entry(3)` (an entry handler too)", vec!["-e", "global lat probe process.function(\"work\").return { lat <<< 7 - @entry(3) } probe end { print(@hist_log(lat)) }"]),
+        ("(b): the same with two `gettimeofday_ns()`", vec!["-e", latency]),
+        ("`--chrome --chrome-min-dur 1s` (every call timed, none kept)", vec!["--chrome", &trace_arg, "--chrome-min-dur", "1s", "-e", "probe process.function(\"work\") {}"]),
+        ("`--chrome` (c)", vec!["--chrome", &trace_arg, "-e", "probe process.function(\"work\") {}"]),
+    ];
+    for (name, args) in variants {
+        let v: Vec<f64> =
+            (0..RUNS).map(|_| ns_per_call(Command::new(telco()).args(&args).arg("-c").arg(&exe))).collect();
+        let (m, _, _) = stats(v);
+        println!("| {name} | {:.1} |", m - bm);
+    }
+    let _ = std::fs::remove_file(&trace);
+    let v: Vec<f64> = (0..RUNS).map(|_| ns_per_call(Command::new(&exe).arg("rdtsc"))).collect();
+    let (m, _, _) = stats(v);
+    println!("| for reference: `rdtsc` back to back in a C loop, no probe | {m:.1} each |");
     println!();
     println!("| attach to a running program | ms until the begin probe ran, median | min–max |");
     println!("|---|---|---|");
