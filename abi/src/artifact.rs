@@ -61,6 +61,9 @@ pub struct ProbeEntry {
     /// cache… A trampoline must then save every register and fill the
     /// whole context; otherwise it may save only what its calls change.
     pub full_ctx: bool,
+    /// The body does nothing (no statement, no condition): an entry probe
+    /// with such a body need not be called (`probe f {}` with `--chrome`).
+    pub empty: bool,
 }
 
 /// A source location, for runtime error messages.

@@ -336,11 +336,17 @@ impl Hooker {
                         calls.push(self.ret_push);
                         calls.extend(p.entry_handler);
                     }
+                    // An entry probe whose body does nothing is not called.
+                    _ if p.empty => {}
                     _ => {
                         handlers.push((code.at(p.handler), i as u32));
                         calls.push(p.handler);
                     }
                 }
+            }
+            if handlers.is_empty() && returns.is_empty() && itrace.is_none() {
+                // Nothing to run here: the function is left as it is.
+                continue;
             }
             for f in calls {
                 lean = lean.zip(clobbers.of(f)).map(|(m, c)| m | c);

@@ -84,6 +84,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
                 entry_size: entry.map_or(0, |(_, s)| s),
                 function: super::function_of(pt),
                 full_ctx: t.functions[handler_idx].full_ctx || entry.is_some_and(|(idx, _)| t.functions[idx].full_ctx),
+                empty: p.body.is_empty() && p.condition.is_none(),
             });
         }
     }
