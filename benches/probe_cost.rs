@@ -182,8 +182,8 @@ fn main() {
     let variants: [(&str, Vec<&str>); 7] = [
         ("entry counter `n++` (a)", vec!["-e", counter]),
         ("empty return probe: entry and return trampolines, shadow stack", vec!["-e", "probe process.function(\"work\").return {}"]),
-        ("return: `lat <<< 7` with `@hist_log`", vec!["-e", "global lat probe process.function(\"work\").return { lat <<< 7 } probe end { print(@hist_log(lat)) }"]),
-        ("return: `lat <<< 7 - @entry(3)` (an entry handler too)", vec!["-e", "global lat probe process.function(\"work\").return { lat <<< 7 - @entry(3) } probe end { print(@hist_log(lat)) }"]),
+        ("return: `lat <<< n` with `@hist_log` (n a global)", vec!["-e", "global n, lat probe process.function(\"work\").return { lat <<< n } probe end { print(@hist_log(lat)) }"]),
+        ("return: `lat <<< n - @entry(n)` (an entry handler too)", vec!["-e", "global n, lat probe process.function(\"work\").return { lat <<< n - @entry(n) } probe end { print(@hist_log(lat)) }"]),
         ("(b): the same with two `gettimeofday_ns()`", vec!["-e", latency]),
         ("`--chrome --chrome-min-dur 1s` (every call timed, none kept)", vec!["--chrome", &trace_arg, "--chrome-min-dur", "1s", "-e", "probe process.function(\"work\") {}"]),
         ("`--chrome` (c)", vec!["--chrome", &trace_arg, "-e", "probe process.function(\"work\") {}"]),

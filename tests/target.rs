@@ -52,6 +52,34 @@ fn eight_threads_count_exactly() {
     assert_eq!(out, format!("{}8000000\n", untraced(&exe, &["threads", "1000000"])));
 }
 
+/// Statistics updated in 8 target threads (each thread's own copy, updated
+/// inline) read the same as the same values added in the tracer (one shared
+/// copy, the runtime library's update): count, sum, extremes, histogram.
+#[test]
+fn statistics_from_threads_match_the_same_values_added_at_the_end() {
+    let exe = build("threads-stats", &[]);
+    let cmd = format!("{} threads 20000", exe.display());
+    let script = "global s, t
+        probe process.function(\"work\") { s <<< $arg1 - 10000 }
+        probe end {
+            for (i = 0; i < 20000; i++) for (k = 0; k < 8; k++) t <<< i - 10000
+            printf(\"%d %d %d %d\\n\", @count(s), @sum(s), @min(s), @max(s))
+            printf(\"%d %d %d %d\\n\", @count(t), @sum(t), @min(t), @max(t))
+            print(@hist_log(s)); print(@hist_log(t))
+        }";
+    let (out, err, code) = run(&["-D", "MAXACTION=10000000", "-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let own = untraced(&exe, &["threads", "20000"]);
+    let ours = out.strip_prefix(own.as_str()).unwrap_or_else(|| panic!("{out}"));
+    let at = ours.find("value").expect("a histogram");
+    let (lines, hists) = ours.split_at(ours[..at].rfind('\n').map_or(0, |n| n + 1));
+    assert_eq!(lines, "160000 -80000 -10000 9999\n160000 -80000 -10000 9999\n");
+    // Two histograms, the same text.
+    let half = hists.len() / 2;
+    assert_eq!(hists[..half], hists[half..], "{hists}");
+    assert!(hists.contains("8192 |"), "{hists}");
+}
+
 #[test]
 fn command_exit_status_and_arguments_pass_through() {
     let exe = build("status", &[]);

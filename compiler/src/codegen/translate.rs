@@ -1274,6 +1274,53 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
     }
 
     /// A thread slot's index: (slot - threads) / sizeof(ThreadSlot).
+    /// `rt_stat_add_local` inline, for a thread's own copy at `p` of a
+    /// statistic whose histograms are all logarithmic: plain adds, the
+    /// extremes by select, each bucket from a count of leading zeros.
+    fn stat_add_inline(&mut self, p: Value, v: Value, hists: &[HistKey]) {
+        use abi::Stat;
+        let add = |t: &mut Self, field: usize, by: Value| {
+            let old = t.b.ins().load(I64, flags(), p, field as i32);
+            let new = t.b.ins().iadd(old, by);
+            t.b.ins().store(flags(), new, p, field as i32);
+        };
+        let n = self.b.ins().load(I64, flags(), p, core::mem::offset_of!(Stat, count) as i32);
+        let n1 = self.b.ins().iadd_imm_s(n, 1);
+        self.b.ins().store(flags(), n1, p, core::mem::offset_of!(Stat, count) as i32);
+        add(self, core::mem::offset_of!(Stat, sum), v);
+        let sq = self.b.ins().imul(v, v);
+        add(self, core::mem::offset_of!(Stat, sumsq), sq);
+        let first = self.b.ins().icmp_imm_s(IntCC::Equal, n, 0);
+        for (field, cc) in [
+            (core::mem::offset_of!(Stat, min), IntCC::SignedLessThan),
+            (core::mem::offset_of!(Stat, max), IntCC::SignedGreaterThan),
+        ] {
+            let old = self.b.ins().load(I64, flags(), p, field as i32);
+            let better = self.b.ins().icmp(cc, v, old);
+            let take = self.b.ins().bor(first, better);
+            let new = self.b.ins().select(take, v, old);
+            self.b.ins().store(flags(), new, p, field as i32);
+        }
+        let desc = super::layout::stat_desc(hists);
+        for h in desc.hists.iter().take(desc.nhists as usize) {
+            // log_bucket (rt.c): B0 + 64 - clz(|v|), mirrored below B0 for
+            // negative v (0 -> B0; i64::MIN -> 0).
+            let a = self.b.ins().iabs(v);
+            let z = self.b.ins().clz(a);
+            let top = self.iconst(i64::from(abi::HIST_LOG_BUCKET0) + 64);
+            let up = self.b.ins().isub(top, z);
+            let nb = self.iconst(i64::from(abi::HIST_LOG_BUCKETS));
+            let down = self.b.ins().isub(nb, up);
+            let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, v, 0);
+            let b = self.b.ins().select(neg, down, up);
+            let off = self.b.ins().ishl_imm_u(b, 3);
+            let at = self.b.ins().iadd(p, off);
+            let c = self.b.ins().load(I64, flags(), at, h.offset as i32);
+            let c1 = self.b.ins().iadd_imm_s(c, 1);
+            self.b.ins().store(flags(), c1, at, h.offset as i32);
+        }
+    }
+
     fn slot_row(&mut self, slot: Value) -> Value {
         let index = self.b.ins().load(types::I32, flags(), slot, core::mem::offset_of!(abi::ThreadSlot, index) as i32);
         self.b.ins().uextend(types::I64, index)
@@ -1677,7 +1724,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             let v = self.expr(value);
             let (p, desc) = match &target.kind {
                 ExprKind::Global(g) => match self.sh.layout.globals[g.0 as usize].clone() {
-                    Slot::Stat { off, desc, .. } => match self.sh.layout.stat_shards.get(&g.0).copied() {
+                    Slot::Stat { off, desc, hists } => match self.sh.layout.stat_shards.get(&g.0).copied() {
                         Some(col) => {
                             // This thread's own copy (in a target thread), or
                             // the shared one (in the tracer).
@@ -1693,7 +1740,11 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                             let row_off = self.b.ins().imul_imm_s(row, i64::from(self.sh.layout.stat_row));
                             let base = self.region_addr(self.sh.layout.stat_shards_off + u64::from(col));
                             let p = self.b.ins().iadd(base, row_off);
-                            self.rt(Rt::StatAddLocal, &[p, v, d]);
+                            if hists.iter().all(|h| matches!(h, HistKey::Log)) {
+                                self.stat_add_inline(p, v, &hists);
+                            } else {
+                                self.rt(Rt::StatAddLocal, &[p, v, d]);
+                            }
                             self.b.ins().jump(done, &[]);
                             self.b.switch_to_block(shared);
                             self.b.seal_block(shared);
