@@ -1073,22 +1073,34 @@ EXPORT i64 rt_user_int(u8 *R, u64 addr, i64 size, i64 sign) {
     return (i64)v;
 }
 
-static void hex_message(char *dst, const char *text, u64 addr, i64 cap) {
-    char buf[64];
-    usize o = 0;
-    while (*text) buf[o++] = *text++;
-    buf[o++] = '0';
-    buf[o++] = 'x';
+/* Append s (NUL-terminated) to dst at *o, within cap (NUL kept). */
+LOCAL void put_s(char *dst, usize *o, i64 cap, const char *s) {
+    while (*s && *o + 1 < (usize)cap) dst[(*o)++] = *s++;
+    dst[*o] = 0;
+}
+
+LOCAL void put_hex(char *dst, usize *o, i64 cap, u64 v, int digits) {
+    char b[24];
+    usize k = 0;
+    b[k++] = '0';
+    b[k++] = 'x';
     int started = 0;
     for (int sh = 60; sh >= 0; sh -= 4) {
-        u32 d = (addr >> sh) & 15;
-        if (d || started || sh == 0) {
-            buf[o++] = (char)(d < 10 ? '0' + d : 'a' + d - 10);
+        u32 d = (v >> sh) & 15;
+        if (d || started || sh < 4 * digits) {
+            b[k++] = (char)(d < 10 ? '0' + d : 'a' + d - 10);
             started = 1;
         }
     }
-    buf[o] = 0;
-    rt_strcpy(dst, buf, cap);
+    b[k] = 0;
+    put_s(dst, o, cap, b);
+}
+
+static void hex_message(char *dst, const char *text, u64 addr, i64 cap) {
+    usize o = 0;
+    dst[0] = 0;
+    put_s(dst, &o, cap, text);
+    put_hex(dst, &o, cap, addr, 1);
 }
 
 /* user_string(addr[, err]) and user_string_n(addr, n[, err]): read up to
@@ -1288,14 +1300,13 @@ EXPORT void rt_ubacktrace(u8 *R, u8 *ctx, char *dst, i64 cap) {
     usize o = 0;
     dst[0] = 0;
     for (u32 i = 0; i < n; i++) {
-        char num[20];
-        hex_message(num, "", pcs[i], sizeof num);
-        usize k = strnlen_(num, sizeof num);
+        /* Whole addresses only: one that does not fit ends the list. */
+        char num[24];
+        usize k = 0;
+        put_hex(num, &k, sizeof num, pcs[i], 1);
         if (o + k + (o ? 1 : 0) > (usize)cap - 1) break;
-        if (o) dst[o++] = ' ';
-        memcpy(dst + o, num, k);
-        o += k;
-        dst[o] = 0;
+        if (o) put_s(dst, &o, cap, " ");
+        put_s(dst, &o, cap, num);
     }
 }
 
@@ -1326,29 +1337,6 @@ LOCAL const u8 *sym_find(const u8 *tab, u64 addr, const u8 **mod) {
         }
     }
     return 0;
-}
-
-/* Append s (NUL-terminated) to dst at *o, within cap (NUL kept). */
-LOCAL void put_s(char *dst, usize *o, i64 cap, const char *s) {
-    while (*s && *o + 1 < (usize)cap) dst[(*o)++] = *s++;
-    dst[*o] = 0;
-}
-
-LOCAL void put_hex(char *dst, usize *o, i64 cap, u64 v, int digits) {
-    char b[24];
-    usize k = 0;
-    b[k++] = '0';
-    b[k++] = 'x';
-    int started = 0;
-    for (int sh = 60; sh >= 0; sh -= 4) {
-        u32 d = (v >> sh) & 15;
-        if (d || started || sh < 4 * digits) {
-            b[k++] = (char)(d < 10 ? '0' + d : 'a' + d - 10);
-            started = 1;
-        }
-    }
-    b[k] = 0;
-    put_s(dst, o, cap, b);
 }
 
 /* usymname(addr): the name of the function containing addr, or addr in
