@@ -359,7 +359,9 @@ impl<R: Read> Reader<R> {
         let mut p = 0;
         while self.stream.len() - p >= 8 {
             let offset = self.stream_pos + p as u64;
-            let address = u64::from_le_bytes(self.stream[p..p + 8].try_into().expect("8 bytes"));
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&self.stream[p..p + 8]);
+            let address = u64::from_le_bytes(word);
             let block = self.blocks.get(&address).cloned().ok_or(ReadError::UnknownBlock { address, offset })?;
             let mut len = 8;
             for &(_, index) in &block.writes {

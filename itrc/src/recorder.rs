@@ -246,7 +246,8 @@ impl<W: Write> Recorder<W> {
         if self.open.is_none() {
             self.enter(pc_before, regs_after, read)?;
         }
-        let open = self.open.as_mut().expect("a block is open");
+        // `enter` opened one (or failed above).
+        let Some(open) = self.open.as_mut() else { return Ok(()) };
         let known = &self.blocks[&open.address];
         let insn: &Insn = &known.block.insns[open.next];
         if regs_after.rip == pc_before && insn.flow == Flow::Next {
@@ -276,8 +277,9 @@ impl<W: Write> Recorder<W> {
         let done = open.next == known.block.insns.len();
         self.last = *regs_after;
         if done {
-            let open = self.open.take().expect("a block is open");
-            self.emit(open.address, &open.values)?;
+            if let Some(open) = self.open.take() {
+                self.emit(open.address, &open.values)?;
+            }
         }
         Ok(())
     }
@@ -352,7 +354,9 @@ impl<W: Write> Recorder<W> {
             let json = compile_json(&spec);
             if self.fits(Writer::<W>::message_cost(json.len(), data.len())) {
                 self.writer.message(&json, data)?;
-                self.blocks.get_mut(&pc).expect("inserted above").written = true;
+                if let Some(k) = self.blocks.get_mut(&pc) {
+                    k.written = true;
+                }
             } else {
                 self.exhausted = true;
             }
