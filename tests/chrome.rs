@@ -208,6 +208,32 @@ fn the_minimum_duration_leaves_out_short_calls() {
     assert_eq!(ph(&events(&out), "X").len(), 103);
 }
 
+/// The trampolines' slow paths: recursion deeper than the shadow stack
+/// (128 frames: deeper calls are skipped and counted), calls left by
+/// `longjmp` (never returned: no span, and their frames are dropped),
+/// calls from a signal handler.
+#[test]
+fn deep_recursion_longjmp_and_signals_keep_the_trace_exact() {
+    let exe = target();
+    let out = dir().join("deep.json");
+    let cmd = format!("{} deep 200", exe.display());
+    let (stdout, stderr, code) =
+        telco(&["-e", r#"probe process.function("rec") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.trim(), "210");
+    // rec(200, 0): 201 calls, the outer 128 timed; 3 × rec(2, 0) from the
+    // handler; rec(10, 0).
+    let ev = events(&out);
+    let x = ph(&ev, "X");
+    assert_eq!(x.len(), 128 + 3 * 3 + 11, "{stderr}");
+    assert!(x.iter().all(|e| e["name"] == "rec"));
+    assert!(stderr.contains("73"), "the 73 calls past the shadow stack are reported: {stderr}");
+    let n = nesting(&ev);
+    let list = n.values().next().unwrap();
+    let deepest = list.iter().map(|(_, d)| *d).max().unwrap();
+    assert_eq!(deepest, 127, "{list:?}");
+}
+
 #[test]
 fn a_crashing_target_leaves_a_valid_trace() {
     let exe = target();

@@ -64,6 +64,9 @@ pub struct ProbeEntry {
     /// The body does nothing (no statement, no condition): an entry probe
     /// with such a body need not be called (`probe f {}` with `--chrome`).
     pub empty: bool,
+    /// The return probe `--chrome` adds (`__telco_span`): a lean
+    /// trampoline records the call inline instead of calling its handlers.
+    pub span: bool,
 }
 
 /// A source location, for runtime error messages.
@@ -180,6 +183,8 @@ pub struct Artifact {
     pub spans_off: u64,
     pub span_batch: u32,
     pub span_stride: u32,
+    /// `--chrome-min-dur` in ns (`Header::span_min_ticks` once calibrated).
+    pub span_min_ns: u64,
     /// The function symbols of the probed modules ([`crate::region::SymTable`]),
     /// 0 when no handler symbolizes; the tracer writes each module's load
     /// bias into it.

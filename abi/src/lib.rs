@@ -49,6 +49,7 @@ pub fn c_header() -> String {
         ("H_SPANS_OFF", offset_of!(Header, spans_off)),
         ("H_SPAN_BATCH", offset_of!(Header, span_batch)),
         ("H_SPAN_STRIDE", offset_of!(Header, span_stride)),
+        ("H_SPAN_MIN_TICKS", offset_of!(Header, span_min_ticks)),
         ("SPAN_STAGE_HEADER", SPAN_STAGE_HEADER),
         ("SG_COUNT", offset_of!(SpanStage, count)),
         ("SPAN_ENTRY_SIZE", SPAN_ENTRY_SIZE),

@@ -26,7 +26,7 @@
 /// `TELCOSTP`
 pub const MAGIC: [u8; 8] = *b"TELCOSTP";
 /// Bumped whenever any layout in this module changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Alignment of every part of the region.
 pub const PART_ALIGN: u64 = 64;
@@ -109,7 +109,13 @@ pub struct Header {
     /// because no slot was free or the tracer did not come in time.
     pub itrace_off: u64,
     pub itrace_slots: u32,
-    pub _pad3: u32,
+    /// The next free row of the per-thread shards and span stages
+    /// (`ThreadSlot::index`), taken with an atomic add when a slot is
+    /// claimed or a forked child takes over its copy of one: rows are
+    /// shared by all the processes, slots are not. Past `nthreads` a slot
+    /// has no row: it stays busy, so its thread's hits are skipped and
+    /// counted.
+    pub rows_next: u32,
     pub itrace_missed: u64,
     /// `--chrome` spans staged per thread slot: `nthreads` [`SpanStage`]s,
     /// `span_stride` bytes apart, of up to `span_batch` [`SpanEntry`]s
@@ -126,14 +132,9 @@ pub struct Header {
     /// copy of its stacks, instead of sharing them. Only target-side code
     /// uses thread slots (the tracer's handlers have none).
     pub threads_at: u64,
-    /// The next free row of the per-thread shards and span stages
-    /// (`ThreadSlot::index`), taken with an atomic add when a slot is
-    /// claimed or a forked child takes over its copy of one: rows are
-    /// shared by all the processes, slots are not. Past `nthreads` a slot
-    /// has no row: it stays busy, so its thread's hits are skipped and
-    /// counted.
-    pub rows_next: u32,
-    pub _pad4: u32,
+    /// `--chrome-min-dur` in TSC ticks: spans (whose `ts` and `dur` are
+    /// TSC ticks, converted by the tracer) shorter than this are left out.
+    pub span_min_ticks: u64,
 }
 
 pub const HEADER_SIZE: usize = 256;
@@ -280,7 +281,9 @@ pub struct SymEntry {
 pub const SYM_ENTRY_SIZE: usize = 16;
 const _: () = assert!(core::mem::size_of::<SymEntry>() == SYM_ENTRY_SIZE);
 
-/// One call of a probed function: its thread, probe, start and duration (ns).
+/// One call of a probed function: its thread, probe, start and duration,
+/// in TSC ticks (`rdtsc`: the trampolines read the clock inline; the
+/// tracer converts with the header's calibration).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SpanEntry {

@@ -546,49 +546,71 @@ EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
     ring_commit(rec, event_len(payload));
 }
 
-/* A probed function's call returns (--chrome): one EV_SPAN from `start`
- * (its entry's clock) to now on the slot's thread, unless it took less
- * than `min` ns. No context: lean return trampolines leave most of it
- * unset. */
-EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start, i64 min) {
-    i64 dur = rt_now_ns(R) - start;
-    if (dur < min) return;
+/* The TSC (--chrome spans are in ticks; the tracer converts). */
+EXPORT i64 rt_ticks(void) { return (i64)rdtsc(); }
+
+/* Slot's span stage, full with `n` calls, goes into the ring as one
+ * EV_SPANS record (or counts `n` drops); the stage is emptied. */
+LOCAL void span_send(u8 *R, u8 *slot, u8 *st, u32 n) {
+    u32 bytes = n * SPAN_ENTRY_SIZE;
+    u8 *rec = ring_reserve(R, 0, EV_HEADER_SIZE + bytes);
+    if (rec) {
+        AT(rec, E_KIND, u16) = EV_SPANS;
+        AT(rec, E_PROBE, u16) = 0;
+        AT(rec, E_TID, u32) = AT(slot, TS_TID, u32);
+        AT(rec, E_AUX, u32) = n;
+        AT(rec, E_TS, u64) = AT(st, SPAN_STAGE_HEADER + SE_TS, u64);
+        u64 *to = (u64 *)(rec + EV_HEADER_SIZE);
+        const u64 *from = (const u64 *)(st + SPAN_STAGE_HEADER);
+        for (u32 i = 0; i < bytes / 8; i++) to[i] = from[i];
+        ring_commit(rec, EV_HEADER_SIZE + bytes);
+        /* The next batch most likely goes right after this one: ask for
+         * its lines now (for writing), so that copying it does not wait
+         * for them. A prefetch never faults; past the data area it is
+         * simply useless. */
+        u8 *next = rec + EV_HEADER_SIZE + bytes;
+        for (u32 i = 0; i < EV_HEADER_SIZE + bytes; i += 64) __asm__ volatile("prefetchw %0" ::"m"(next[i]));
+    } else {
+        /* One record, `n` events: the drop count counts events. */
+        __atomic_fetch_add(&AT(R, H_DROPPED, u64), n - 1, __ATOMIC_RELAXED);
+    }
+    AT(st, SG_COUNT, u32) = 0;
+}
+
+LOCAL u8 *span_stage(u8 *R, u8 *slot) {
+    return R + AT(R, H_SPANS_OFF, u64) + (u64)AT(slot, TS_INDEX, u32) * AT(R, H_SPAN_STRIDE, u32);
+}
+
+/* A trampoline that records calls inline filled its thread's stage. */
+EXPORT void rt_span_flush(u8 *R, u8 *slot) { span_send(R, slot, span_stage(R, slot), AT(R, H_SPAN_BATCH, u32)); }
+
+/* A probed function's call returns (--chrome): one call from `start`
+ * (its entry's TSC) to now on the slot's thread, unless shorter than
+ * H_SPAN_MIN_TICKS. No context: lean return trampolines leave most of it
+ * unset. Lean trampolines do the same inline (trampoline.rs, `span_*`). */
+EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start) {
+    i64 dur = (i64)rdtsc() - start;
+    if (dur < AT(R, H_SPAN_MIN_TICKS, i64)) return;
     u32 batch = AT(R, H_SPAN_BATCH, u32);
     if (slot && batch) {
         /* Staged in this thread's own stage (plain stores: only this
          * thread writes it while the session runs); a full stage goes
          * into the ring as one record. */
-        u8 *st = R + AT(R, H_SPANS_OFF, u64) + (u64)AT(slot, TS_INDEX, u32) * AT(R, H_SPAN_STRIDE, u32);
+        u8 *st = span_stage(R, slot);
         u32 n = AT(st, SG_COUNT, u32);
         /* Never past the stage, whatever it holds (a forked child shares
          * its parent's slots). */
         if (n >= batch) n = 0;
         u8 *e = st + SPAN_STAGE_HEADER + (u64)n * SPAN_ENTRY_SIZE;
         AT(e, SE_TID, u32) = AT(slot, TS_TID, u32);
-        AT(e, SE_PROBE, u16) = (u16)probe;
+        AT(e, SE_PROBE, u32) = (u32)(u16)probe;
         AT(e, SE_TS, u64) = (u64)start;
         AT(e, SE_DUR, u64) = (u64)dur;
         if (++n < batch) {
             AT(st, SG_COUNT, u32) = n;
             return;
         }
-        u32 bytes = n * SPAN_ENTRY_SIZE;
-        u8 *rec = ring_reserve(R, 0, EV_HEADER_SIZE + bytes);
-        if (rec) {
-            AT(rec, E_KIND, u16) = EV_SPANS;
-            AT(rec, E_PROBE, u16) = 0;
-            AT(rec, E_TID, u32) = AT(slot, TS_TID, u32);
-            AT(rec, E_AUX, u32) = n;
-            AT(rec, E_TS, u64) = (u64)start;
-            u64 *to = (u64 *)(rec + EV_HEADER_SIZE);
-            const u64 *from = (const u64 *)(st + SPAN_STAGE_HEADER);
-            for (u32 i = 0; i < bytes / 8; i++) to[i] = from[i];
-            ring_commit(rec, EV_HEADER_SIZE + bytes);
-        } else {
-            /* One record, `n` events: the drop count counts events. */
-            __atomic_fetch_add(&AT(R, H_DROPPED, u64), n - 1, __ATOMIC_RELAXED);
-        }
-        AT(st, SG_COUNT, u32) = 0;
+        span_send(R, slot, st, n);
         return;
     }
     u32 len = EV_HEADER_SIZE + 8;

@@ -48,6 +48,8 @@ pub struct Program {
     pub probes: Vec<Probe>,
     /// The source files the program came from (script first, then tapsets).
     pub files: Vec<String>,
+    /// `--chrome-min-dur` in ns (with `add_chrome_spans`).
+    pub span_min_ns: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -157,6 +159,13 @@ pub struct Probe {
     pub locals: Vec<Local>,
     pub body: Vec<Stmt>,
     pub span: Span,
+}
+
+impl Probe {
+    /// The probe `Program::add_chrome_spans` added.
+    pub fn is_chrome_span(&self) -> bool {
+        self.written == CHROME_PROBE
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -317,7 +326,7 @@ impl Program {
     /// `min_ns` are left out in the target).
     /// Whether `add_chrome_spans` added its probe.
     pub fn has_chrome_spans(&self) -> bool {
-        self.probes.iter().any(|p| p.written == CHROME_PROBE)
+        self.probes.iter().any(Probe::is_chrome_span)
     }
 
     pub fn add_chrome_spans(&mut self, min_ns: u64) {
@@ -343,17 +352,14 @@ impl Program {
         }
         let span = crate::span::Span::default();
         let e = |kind, ty| Expr { kind, ty, span };
-        let now = e(ExprKind::Builtin { func: Builtin::GettimeofdayNs, args: Vec::new() }, Ty::Long);
+        // The clock in TSC ticks: what the trampolines read inline
+        // (`ProbeEntry::span`); the tracer converts.
+        let now = e(ExprKind::Builtin { func: Builtin::TraceTicks, args: Vec::new() }, Ty::Long);
         let call = e(
-            ExprKind::Builtin {
-                func: Builtin::TraceSpan,
-                args: vec![
-                    e(ExprKind::Entry(Box::new(now)), Ty::Long),
-                    e(ExprKind::Long(min_ns.min(i64::MAX as u64) as i64), Ty::Long),
-                ],
-            },
+            ExprKind::Builtin { func: Builtin::TraceSpan, args: vec![e(ExprKind::Entry(Box::new(now)), Ty::Long)] },
             Ty::Void,
         );
+        self.span_min_ns = min_ns;
         self.probes.push(Probe {
             points,
             written: CHROME_PROBE.into(),

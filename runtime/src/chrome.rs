@@ -262,12 +262,13 @@ impl Feed {
         Ok(Feed { spool: BufWriter::with_capacity(1 << 20, file), len: 0, shared, others: tx, writer: Some(writer) })
     }
 
-    pub fn span(&mut self, tid: u32, probe: u16, ts_ns: u64, dur_ns: u64) -> std::io::Result<()> {
+    /// One call, `ts` and `dur` in TSC ticks (as `SpanEntry`).
+    pub fn span(&mut self, tid: u32, probe: u16, ts: u64, dur: u64) -> std::io::Result<()> {
         let mut r = [0u8; SPAN_REC];
         r[0..4].copy_from_slice(&tid.to_le_bytes());
         r[4..6].copy_from_slice(&probe.to_le_bytes());
-        r[8..16].copy_from_slice(&ts_ns.to_le_bytes());
-        r[16..24].copy_from_slice(&dur_ns.to_le_bytes());
+        r[8..16].copy_from_slice(&ts.to_le_bytes());
+        r[16..24].copy_from_slice(&dur.to_le_bytes());
         self.len += SPAN_REC as u64;
         self.spool.write_all(&r)
     }
@@ -336,6 +337,8 @@ fn write_loop(
     let idle = libc::sched_param { sched_priority: 0 };
     // SAFETY: plain syscall on the calling thread, with a valid param.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+    // Spooled calls are in TSC ticks.
+    let clock = crate::sys::clock();
     let mut buf = vec![0u8; (1 << 20) / SPAN_REC * SPAN_REC];
     let mut pos = 0u64;
     let mut freed = 0u64;
@@ -356,7 +359,7 @@ fn write_loop(
                 let probe = u16::from_le_bytes([r[4], r[5]]);
                 let ts = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
                 let dur = i64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(0) as u64;
-                chrome.span(tid, probe, ts, dur)?;
+                chrome.span(tid, probe, clock.ns(ts), clock.ticks_ns(dur))?;
             }
             pos += n as u64;
             any = true;

@@ -79,7 +79,7 @@ impl Region {
             // SAFETY: in bounds (checked above); nothing else uses the region yet.
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(*off as usize), bytes.len()) };
         }
-        let (tsc_base, ns_base, tsc_mult, tsc_shift) = sys::calibrate_tsc();
+        let clock = sys::clock();
         let mut name = [0u8; 16];
         let n = execname.len().min(15);
         name[..n].copy_from_slice(&execname.as_bytes()[..n]);
@@ -94,10 +94,10 @@ impl Region {
             skipped: 0,
             dropped: 0,
             pid,
-            tsc_base,
-            ns_base,
-            tsc_mult,
-            tsc_shift,
+            tsc_base: clock.tsc_base,
+            ns_base: clock.ns_base,
+            tsc_mult: clock.mult,
+            tsc_shift: clock.shift,
             maxstringlen: a.limits.maxstringlen,
             ring_off: a.ring_off,
             nthreads: a.nthreads,
@@ -117,14 +117,13 @@ impl Region {
             maxerrors: a.limits.maxerrors.min(u64::from(u32::MAX)) as u32,
             itrace_off: a.itrace_off,
             itrace_slots: a.itrace_slots,
-            _pad3: 0,
+            rows_next: 0,
             itrace_missed: 0,
             spans_off: a.spans_off,
             span_batch: a.span_batch,
             span_stride: a.span_stride,
             threads_at: 0,
-            rows_next: 0,
-            _pad4: 0,
+            span_min_ticks: clock.ns_ticks(a.span_min_ns),
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };

@@ -222,9 +222,50 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// The TSC against CLOCK_REALTIME: `ns = ns_base + ((tsc - tsc_base) *
+/// mult) >> shift` (`Header`'s calibration, `rt_now_ns`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    pub tsc_base: u64,
+    pub ns_base: u64,
+    pub mult: u64,
+    pub shift: u32,
+}
+
+impl Clock {
+    /// CLOCK_REALTIME ns at TSC `tsc` (the time line of `gettimeofday_ns()`).
+    pub fn ns(&self, tsc: u64) -> u64 {
+        let d = i128::from(tsc) - i128::from(self.tsc_base);
+        let ns = i128::from(self.ns_base) + ((d * i128::from(self.mult)) >> self.shift);
+        ns.clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    /// ns in `ticks` TSC ticks.
+    pub fn ticks_ns(&self, ticks: u64) -> u64 {
+        ((u128::from(ticks) * u128::from(self.mult)) >> self.shift).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// The fewest ticks that last at least `ns` (`ticks_ns` of them ≥ ns).
+    pub fn ns_ticks(&self, ns: u64) -> u64 {
+        let m = u128::from(self.mult.max(1));
+        let mut t = ((u128::from(ns) << self.shift) / m).min(u128::from(u64::MAX)) as u64;
+        while self.ticks_ns(t) < ns && t < u64::MAX {
+            t += 1;
+        }
+        t
+    }
+}
+
+/// The process's TSC calibration, measured once (5 ms) and shared by every
+/// region and by the `--chrome` writer, which converts the ticks of spans.
+pub fn clock() -> Clock {
+    static CLOCK: std::sync::OnceLock<Clock> = std::sync::OnceLock::new();
+    *CLOCK.get_or_init(calibrate_tsc)
+}
+
 /// The TSC frequency relative to CLOCK_REALTIME: (tsc, ns) pairs taken
 /// `spread` apart give a 32.32 fixed-point ns-per-tick multiplier.
-pub fn calibrate_tsc() -> (u64, u64, u64, u32) {
+fn calibrate_tsc() -> Clock {
     fn now_ns() -> u64 {
         realtime_ns()
     }
@@ -240,5 +281,5 @@ pub fn calibrate_tsc() -> (u64, u64, u64, u32) {
     let (t1, n1) = (tsc(), now_ns());
     let dt = (t1 - t0).max(1);
     let mult = (((n1 - n0) as u128) << 32) / dt as u128;
-    (t1, n1, mult as u64, 32)
+    Clock { tsc_base: t1, ns_base: n1, mult: mult as u64, shift: 32 }
 }

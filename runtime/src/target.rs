@@ -228,6 +228,8 @@ struct Hooker {
     /// index is what their gate passes).
     itrace_wait: Option<u32>,
     itraced: std::cell::RefCell<Vec<crate::itrace::Traced>>,
+    /// `rt_span_flush` (`--chrome` calls recorded inline).
+    span_flush: Option<u32>,
     /// `Header::threads_at` and `Header::tcb_tid_off`.
     threads_at: u64,
     tid_off: u32,
@@ -244,12 +246,24 @@ struct Tramp {
     lean: Option<crate::clobber::RegMask>,
     /// An `.itrace` function: its name.
     itrace: Option<String>,
+    /// Its `--chrome` return probe, recorded inline (lean trampolines).
+    span: Option<u32>,
+    /// Nothing but that probe: the trampolines that only time calls.
+    span_only: Option<trampoline::SpanOnly>,
 }
 
 impl Tramp {
     /// Only a call of a runtime function (with the whole context).
     fn call(f: u64) -> Self {
-        Tramp { handlers: vec![(f, 0)], returns: Vec::new(), ret_tramp: 0, lean: None, itrace: None }
+        Tramp {
+            handlers: vec![(f, 0)],
+            returns: Vec::new(),
+            ret_tramp: 0,
+            lean: None,
+            itrace: None,
+            span: None,
+            span_only: None,
+        }
     }
 }
 
@@ -299,8 +313,12 @@ impl Hooker {
             &trampoline::Returns::Table(table_at),
             None,
             &self.shadow(),
+            None,
         )
         .map_err(|e| TargetError::Unsupported(format!("assembling the return trampoline: {e}")))?;
+        if rt_bytes.len() > 512 {
+            return Err(TargetError::Unsupported("the return trampoline is larger than its room".into()));
+        }
         s.write(ret_tramp, &rt_bytes)?;
         let mut plans = Vec::new();
         let mut clobbers = crate::clobber::Clobbers::new(&a.code, &a.symbols);
@@ -322,6 +340,7 @@ impl Hooker {
             let mut lean = Some(0);
             let mut calls = Vec::new();
             let mut itrace = None;
+            let mut span = None;
             for &i in probes {
                 let p = &a.probes[i];
                 if p.full_ctx {
@@ -331,6 +350,17 @@ impl Hooker {
                     itrace = Some(fname.clone());
                 }
                 match p.attach {
+                    // `--chrome`'s call timing, done by the trampolines
+                    // themselves when they are lean (their handlers run
+                    // otherwise, to the same effect).
+                    Attach::Function { ret: true, .. } if p.span && self.span_flush.is_some() && span.is_none() => {
+                        returns.push((i as u32, p.entry_handler.map(|h| code.at(h))));
+                        calls.push(self.ret_push);
+                        // Called after all if the return side cannot be
+                        // inline (below).
+                        calls.extend(p.entry_handler);
+                        span = Some(i as u32);
+                    }
                     Attach::Function { ret: true, .. } => {
                         returns.push((i as u32, p.entry_handler.map(|h| code.at(h))));
                         calls.push(self.ret_push);
@@ -354,14 +384,67 @@ impl Hooker {
             // Lean return probes get a return trampoline of their own, as
             // lean, calling their handlers directly.
             let mut own_ret = None;
-            if lean.is_some() && !returns.is_empty() {
+            let span_inline = match (span, self.span_flush) {
+                (Some(probe), Some(flush)) if lean.is_some() => Some(trampoline::SpanInline {
+                    probe,
+                    flush: code.at(flush),
+                    spans_off: a.spans_off,
+                    stride: a.span_stride,
+                    batch: a.span_batch,
+                }),
+                _ => None,
+            };
+            // Only `--chrome`'s probe here: trampolines that only time calls.
+            let span_only = match (span_inline, span) {
+                (Some(inl), Some(probe)) if itrace.is_none() && handlers.is_empty() && returns.len() == 1 => {
+                    let handler = a.probes[probe as usize].handler;
+                    let mut pop = clobbers.of(self.ret_pop);
+                    for f in [handler, self.span_flush.unwrap_or(handler)] {
+                        pop = pop.zip(clobbers.of(f)).map(|(x, y)| x | y);
+                    }
+                    match (clobbers.of(self.enter), clobbers.of(self.ret_push), pop) {
+                        (Some(enter_clobbers), Some(push_clobbers), Some(pop_clobbers)) => Some(trampoline::SpanOnly {
+                            inl,
+                            handler: code.at(handler),
+                            enter_clobbers,
+                            push_clobbers,
+                            pop_clobbers,
+                        }),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            if let Some(so) = &span_only {
+                let at = code.next.next_multiple_of(16);
+                let bytes = trampoline::span_return_trampoline(
+                    at,
+                    self.region,
+                    a.ctx_size,
+                    code.at(self.ret_pop),
+                    &self.shadow(),
+                    so,
+                )
+                .map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
+                if code.alloc(bytes.len()) != Some(at) {
+                    return Err(small());
+                }
+                s.write(at, &bytes)?;
+                own_ret = Some(at);
+            } else if lean.is_some() && !returns.is_empty() {
                 let rets: Vec<(u32, u32)> = returns.iter().map(|&(i, _)| (i, a.probes[i as usize].handler)).collect();
                 let mut m = clobbers.of(self.ret_pop);
-                for &(_, h) in &rets {
-                    m = m.zip(clobbers.of(h)).map(|(x, y)| x | y);
+                for &(i, h) in &rets {
+                    let f = match (span, self.span_flush) {
+                        (Some(sp), Some(flush)) if sp == i => flush,
+                        _ => h,
+                    };
+                    m = m.zip(clobbers.of(f)).map(|(x, y)| x | y);
                 }
                 if let Some(m) = m {
-                    let at = code.alloc(512).ok_or_else(small)?;
+                    // Assembled where the next allocation starts, then
+                    // given exactly its length.
+                    let at = code.next.next_multiple_of(16);
                     let direct = rets.iter().map(|&(i, h)| (i, code.at(h))).collect();
                     let bytes = trampoline::return_trampoline(
                         at,
@@ -371,13 +454,22 @@ impl Hooker {
                         &trampoline::Returns::Direct(direct),
                         Some(m),
                         &self.shadow(),
+                        span_inline.as_ref(),
                     )
                     .map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
+                    if code.alloc(bytes.len()) != Some(at) {
+                        return Err(small());
+                    }
                     s.write(at, &bytes)?;
                     own_ret = Some(at);
                 }
             }
-            let tramp = Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean, itrace };
+            // The entry side inline only with the return side (a lean
+            // trampoline whose return trampoline is the shared one is
+            // still timed, by the handlers).
+            let span = span.filter(|_| own_ret.is_some() && span_inline.is_some());
+            let tramp =
+                Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean, itrace, span, span_only };
             match self.function(s, &mut code, addr, size, tramp)? {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!("{fname}: {why}")),
@@ -419,9 +511,13 @@ impl Hooker {
             shadow: self.shadow(),
             lean: t.lean,
             itrace,
+            span: t.span,
         };
-        let prefix = trampoline::entry_prefix(&entry)
-            .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+        let prefix = match &t.span_only {
+            Some(so) => trampoline::span_entry_prefix(&entry, so),
+            None => trampoline::entry_prefix(&entry),
+        }
+        .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
         let start = (hook.patch_at - addr) as usize;
         let displaced = &bytes[start..start + hook.displaced];
         let relocated = match x86::relocate(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
@@ -606,6 +702,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         dlnotify,
         itrace_wait: symbol("rt_itrace_wait"),
         itraced: Default::default(),
+        span_flush: symbol("rt_span_flush"),
         threads_at,
         tid_off,
         relocs: Default::default(),

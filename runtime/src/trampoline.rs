@@ -51,6 +51,120 @@ pub struct Entry {
     /// `.itrace`: after the handlers, `rt_itrace_wait` (its address) with
     /// this function's index, so the tracer can take the thread over.
     pub itrace: Option<(u64, u32)>,
+    /// The return probe among `returns` that `--chrome` added: a lean
+    /// trampoline saves its entry's clock inline (`span_start`) instead of
+    /// calling its entry handler.
+    pub span: Option<u32>,
+}
+
+/// `--chrome` calls recorded by lean trampolines themselves: the work of
+/// `rt_span` (compiler/rt/rt.c) inline, the clock read with `rdtsc` on
+/// both sides, the call appended to the thread's span stage; only a full
+/// stage calls into the runtime library (`rt_span_flush`). Handlers would
+/// cost two calls, two clock conversions and their frames per call.
+#[derive(Clone, Copy, Debug)]
+pub struct SpanInline {
+    /// The return probe `--chrome` added (`ProbeEntry::span`).
+    pub probe: u32,
+    /// `rt_span_flush`.
+    pub flush: u64,
+    /// `Header::spans_off`, `span_stride`, `span_batch`.
+    pub spans_off: u64,
+    pub stride: u32,
+    pub batch: u32,
+}
+
+/// Entry side: the TSC into the frame's `@entry` save at rsi (the first
+/// save of the `--chrome` probe's frame). Uses rax, rdx.
+fn span_start(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.rdtsc()?;
+    a.shl(rdx, 32)?;
+    a.or(rax, rdx)?;
+    a.mov(qword_ptr(rsi), rax)?;
+    Ok(())
+}
+
+/// The clock at a return: rsi = the entry's TSC; unless the session is
+/// over or the call was shorter than `Header::span_min_ticks` (then
+/// `leave`), rax = its duration in ticks and rdi = the region. Uses rdx.
+fn span_clock(a: &mut CodeAssembler, region: u64, leave: CodeLabel) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::Header;
+    a.mov(rdi, region)?;
+    a.cmp(dword_ptr(rdi + offset_of!(Header, enabled) as i32), 0)?;
+    a.je(leave)?;
+    a.rdtsc()?;
+    a.shl(rdx, 32)?;
+    a.or(rax, rdx)?;
+    a.sub(rax, rsi)?;
+    a.cmp(rax, qword_ptr(rdi + offset_of!(Header, span_min_ticks) as i32))?;
+    a.jl(leave)
+}
+
+/// The call (rsi = start, rax = duration, in ticks) appended to the stage
+/// of the slot in rcx (rdi = the region), then `leave`; `full` when that
+/// filled the stage (for `rt_span_flush`). Keeps rcx and rsi; uses rax,
+/// rdx, rdi, r8.
+fn span_append(a: &mut CodeAssembler, inl: &SpanInline, leave: CodeLabel, full: CodeLabel) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{SpanEntry, SpanStage, ThreadSlot, SPAN_ENTRY_SIZE, SPAN_STAGE_HEADER};
+    let mut room = a.create_label();
+    // The stage: region + spans_off + row × stride.
+    a.mov(edx, dword_ptr(rcx + offset_of!(ThreadSlot, index) as i32))?;
+    a.imul_3(rdx, rdx, inl.stride as i32)?;
+    a.add(rdx, rdi)?;
+    a.mov(r8, inl.spans_off)?;
+    a.add(rdx, r8)?;
+    // Its count, never past the stage whatever it holds (a forked child
+    // shares its parent's rows until it takes a slot over).
+    let count = dword_ptr(rdx + offset_of!(SpanStage, count) as i32);
+    a.mov(r8d, count)?;
+    a.cmp(r8d, inl.batch as i32)?;
+    a.jb(room)?;
+    a.xor(r8d, r8d)?;
+    a.set_label(&mut room)?;
+    const _: () = assert!(SPAN_ENTRY_SIZE == 24);
+    a.lea(rdi, ptr(r8 + r8 * 2))?;
+    a.lea(rdi, ptr(rdx + rdi * 8 + SPAN_STAGE_HEADER as i32))?;
+    a.mov(qword_ptr(rdi + offset_of!(SpanEntry, ts) as i32), rsi)?;
+    a.mov(qword_ptr(rdi + offset_of!(SpanEntry, dur) as i32), rax)?;
+    a.mov(eax, dword_ptr(rcx + offset_of!(ThreadSlot, tid) as i32))?;
+    a.mov(dword_ptr(rdi + offset_of!(SpanEntry, tid) as i32), eax)?;
+    // probe (u16) and the spare u16 (0) as one store.
+    const _: () = assert!(offset_of!(SpanEntry, _pad) == offset_of!(SpanEntry, probe) + 2);
+    a.mov(dword_ptr(rdi + offset_of!(SpanEntry, probe) as i32), inl.probe & 0xffff)?;
+    a.inc(r8d)?;
+    a.cmp(r8d, inl.batch as i32)?;
+    a.jae(full)?;
+    a.mov(count, r8d)?;
+    a.jmp(leave)
+}
+
+/// Return side in a return trampoline that also calls handlers, with the
+/// frame popped into the context (`Ctx::entry`, `Ctx::slot`, the frame at
+/// `fb`): the call recorded as `rt_span` would, then `leave`. Uses rax,
+/// rcx, rdx, rsi, rdi, r8 and what `rt_span_flush` changes.
+fn span_end(
+    a: &mut CodeAssembler,
+    region: u64,
+    fb: AsmRegister64,
+    ctx_at: i32,
+    inl: &SpanInline,
+    leave: CodeLabel,
+) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    let c = |f: usize| ctx_at + f as i32;
+    let mut full = a.create_label();
+    a.mov(rsi, qword_ptr(fb + c(offset_of!(Ctx, entry))))?;
+    a.mov(rsi, qword_ptr(rsi))?;
+    span_clock(a, region, leave)?;
+    a.mov(rcx, qword_ptr(fb + c(offset_of!(Ctx, slot))))?;
+    span_append(a, inl, leave, full)?;
+    a.set_label(&mut full)?;
+    a.mov(rdi, region)?;
+    a.mov(rsi, qword_ptr(fb + c(offset_of!(Ctx, slot))))?;
+    a.call(inl.flush)?;
+    a.jmp(leave)
 }
 
 /// The thread slots and shadow stacks of return probes in the target:
@@ -292,7 +406,15 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
         a.mov(r8d, probe)?;
         a.call(e.ret_push)?;
         a.set_label(&mut pushed)?;
-        if let Some(h) = entry_handler {
+        if e.lean.is_some() && e.span == Some(probe) {
+            let mut skip = a.create_label();
+            a.test(rax, rax)?;
+            a.jz(skip)?;
+            a.mov(rsi, rax)?;
+            span_start(&mut a)?;
+            a.set_label(&mut skip)?;
+            a.nop()?;
+        } else if let Some(h) = entry_handler {
             let mut skip = a.create_label();
             a.test(rax, rax)?;
             a.jz(skip)?;
@@ -432,8 +554,11 @@ pub fn return_trampoline(
     handlers: &Returns,
     lean: Option<RegMask>,
     shadow: &Shadow,
+    span: Option<&SpanInline>,
 ) -> Result<Vec<u8>, IcedError> {
     use telco_abi::region::ThreadSlot;
+    // Inline spans are for lean trampolines (Direct handlers).
+    let span = span.filter(|_| lean.is_some());
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
     let frame = frame_size(ctx_size);
     let c = |f: usize| ctx_at + f as i32;
@@ -452,7 +577,8 @@ pub fn return_trampoline(
             (rbx, CALLER_SAVED | 1 << 1)
         }
         Some(m) => {
-            let saved = (m | SR_RAX | SR_RCX | SR_RDX | SR_RSI | SR_RDI) & CALLER_SAVED;
+            let extra = if span.is_some() { SR_R8 } else { 0 };
+            let saved = (m | SR_RAX | SR_RCX | SR_RDX | SR_RSI | SR_RDI | extra) & CALLER_SAVED;
             store_mask(&mut a, rsp, saved)?;
             (rsp, saved)
         }
@@ -521,9 +647,14 @@ pub fn return_trampoline(
                     a.cmp(dword_ptr(fb + c(core::mem::offset_of!(Ctx, probe))), probe)?;
                     a.jne(next)?;
                 }
-                a.mov(rdi, region)?;
-                a.lea(rsi, ptr(fb + ctx_at))?;
-                a.call(h)?;
+                match span {
+                    Some(inl) if inl.probe == probe => span_end(&mut a, region, fb, ctx_at, inl, leave)?,
+                    _ => {
+                        a.mov(rdi, region)?;
+                        a.lea(rsi, ptr(fb + ctx_at))?;
+                        a.call(h)?;
+                    }
+                }
                 if !last {
                     a.jmp(leave)?;
                     a.set_label(&mut next)?;
@@ -546,6 +677,222 @@ pub fn return_trampoline(
     // replaced address, and mispredicts).
     a.lea(rsp, ptr(rsp + (frame - 8)))?;
     a.ret()?;
+    a.assemble(at)
+}
+
+/// A function whose only probe is `--chrome`'s (the usual `probe f {}`
+/// with `--chrome`): trampolines that do nothing but time the call, with
+/// no handler on the common path, so they save only the five registers
+/// they use (at an entry every argument register is live; at a return a
+/// caller built with -fipa-ra may keep values in caller-saved registers)
+/// and keep the slot in a register. What the runtime library's calls off
+/// the common path change is saved around them.
+#[derive(Clone, Copy, Debug)]
+pub struct SpanOnly {
+    pub inl: SpanInline,
+    /// The probe's return handler (`rt_ret_pop`'s path calls it: the
+    /// same span, by `rt_span`).
+    pub handler: u64,
+    /// Registers `rt_enter`, `rt_ret_push`, and `rt_ret_pop` with the
+    /// handler or `rt_span_flush`, change.
+    pub enter_clobbers: RegMask,
+    pub push_clobbers: RegMask,
+    pub pop_clobbers: RegMask,
+}
+
+/// The five registers the `SpanOnly` trampolines' common paths use.
+const SPAN_USED: RegMask = SR_RAX | SR_RCX | SR_RDX | SR_RSI | SR_RDI;
+
+/// Entry trampoline of a `SpanOnly` function (not `.itrace`): the thread's
+/// slot, a shadow frame pushed with the TSC as its `@entry` save, and the
+/// function called (as `entry_prefix` does with return probes). The caller
+/// appends the relocated instructions.
+pub fn span_entry_prefix(e: &Entry, so: &SpanOnly) -> Result<Vec<u8>, IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
+    let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
+    let c = |f: usize| ctx_at + f as i32;
+    let frame = frame_size(e.ctx_size) + 8;
+    let sh = &e.shadow;
+    let probe = so.inl.probe;
+    let mut a = CodeAssembler::new(64)?;
+    let mut tramp_after = a.create_label();
+    let mut reloc = a.create_label();
+    let mut slow = a.create_label();
+    let mut have = a.create_label();
+    let mut push_slow = a.create_label();
+    let mut room = a.create_label();
+    let mut call_it = a.create_label();
+    let mut check = a.create_label();
+    a.lea(rsp, ptr(rsp - frame))?;
+    store_mask(&mut a, rsp, SPAN_USED)?;
+    find_slot(&mut a, sh, slow)?;
+    a.set_label(&mut have)?;
+    // rt_ret_push's common case (as in entry_prefix).
+    let depth = dword_ptr(rcx + offset_of!(ThreadSlot, depth) as i32);
+    a.mov(eax, depth)?;
+    a.cmp(eax, sh.depth as i32)?;
+    a.jae(push_slow)?;
+    frame_addr(&mut a, sh, eax)?;
+    a.lea(rsi, ptr(rsp + frame))?;
+    a.test(eax, eax)?;
+    a.jz(room)?;
+    let top_sp = offset_of!(ShadowFrame, sp) as i32 - sh.frame_size as i32;
+    a.cmp(qword_ptr(rdx + top_sp), rsi)?;
+    a.jbe(push_slow)?;
+    a.set_label(&mut room)?;
+    a.mov(rdi, qword_ptr(rsi))?;
+    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, ret) as i32), rdi)?;
+    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, sp) as i32), rsi)?;
+    a.mov(dword_ptr(rdx + offset_of!(ShadowFrame, probe) as i32), probe)?;
+    a.lea(rdi, ptr(tramp_after))?;
+    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, tramp) as i32), rdi)?;
+    a.inc(eax)?;
+    a.mov(depth, eax)?;
+    // The return address itself is replaced by the call below.
+    a.lea(rsi, ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
+    span_start(&mut a)?;
+    a.mov(dword_ptr(rcx + offset_of!(ThreadSlot, busy) as i32), 0)?;
+    load_mask(&mut a, rsp, SPAN_USED)?;
+    a.lea(rsp, ptr(rsp + frame))?;
+    // Call the function in place of its caller (see entry_prefix).
+    a.set_label(&mut call_it)?;
+    a.lea(rsp, ptr(rsp + 8))?;
+    a.call(reloc)?;
+    a.set_label(&mut tramp_after)?;
+    a.jmp(e.ret_tramp)?;
+    // Off the common path: rt_ret_push, with the slot in the context.
+    a.set_label(&mut push_slow)?;
+    let extra = so.push_clobbers & CALLER_SAVED & !SPAN_USED;
+    a.mov(qword_ptr(rsp + c(offset_of!(Ctx, slot))), rcx)?;
+    store_mask(&mut a, rsp, extra)?;
+    a.mov(rdi, e.region)?;
+    a.lea(rsi, ptr(rsp + ctx_at))?;
+    a.lea(rdx, ptr(rsp + frame))?;
+    a.lea(rcx, ptr(tramp_after))?;
+    a.mov(r8d, probe)?;
+    a.call(e.ret_push)?;
+    load_mask(&mut a, rsp, extra)?;
+    let mut none = a.create_label();
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(rsi, rax)?;
+    span_start(&mut a)?;
+    a.set_label(&mut none)?;
+    a.mov(rax, qword_ptr(rsp + c(offset_of!(Ctx, slot))))?;
+    a.mov(dword_ptr(rax + offset_of!(ThreadSlot, busy) as i32), 0)?;
+    a.jmp(check)?;
+    // No slot at the first place: rt_enter (another place, a new slot, a
+    // slot to take over, busy, none).
+    a.set_label(&mut slow)?;
+    let extra = so.enter_clobbers & CALLER_SAVED & !SPAN_USED;
+    store_mask(&mut a, rsp, extra)?;
+    a.mov(rdi, e.region)?;
+    a.call(e.enter)?;
+    load_mask(&mut a, rsp, extra)?;
+    a.mov(rcx, rax)?;
+    a.test(rax, rax)?;
+    a.jnz(have)?;
+    // Was a frame pushed (rt_ret_push replaced the return address)? Then
+    // call the function, else jump to it.
+    a.set_label(&mut check)?;
+    a.lea(rax, ptr(tramp_after))?;
+    a.cmp(qword_ptr(rsp + frame), rax)?;
+    load_mask(&mut a, rsp, SPAN_USED)?;
+    a.lea(rsp, ptr(rsp + frame))?;
+    a.je(call_it)?;
+    a.set_label(&mut reloc)?;
+    a.zero_bytes()?;
+    a.assemble(e.at)
+}
+
+/// Return trampoline of a `SpanOnly` function: the frame popped, the call
+/// recorded, back to the caller with a predicted `ret` (as
+/// `return_trampoline`). Off the common path `rt_ret_pop` and the probe's
+/// handler do the same.
+pub fn span_return_trampoline(
+    at: u64,
+    region: u64,
+    ctx_size: u32,
+    ret_pop: u64,
+    shadow: &Shadow,
+    so: &SpanOnly,
+) -> Result<Vec<u8>, IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
+    let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
+    let frame = frame_size(ctx_size);
+    let c = |f: usize| ctx_at + f as i32;
+    let saved = SPAN_USED | SR_R8;
+    let mut a = CodeAssembler::new(64)?;
+    let mut slow = a.create_label();
+    let mut undo = a.create_label();
+    let mut leave = a.create_label();
+    let mut out = a.create_label();
+    let mut full = a.create_label();
+    a.lea(rsp, ptr(rsp - frame))?;
+    store_mask(&mut a, rsp, saved)?;
+    find_slot(&mut a, shadow, slow)?;
+    let depth = dword_ptr(rcx + offset_of!(ThreadSlot, depth) as i32);
+    a.mov(eax, depth)?;
+    a.test(eax, eax)?;
+    a.jz(undo)?;
+    a.dec(eax)?;
+    frame_addr(&mut a, shadow, eax)?;
+    a.mov(rdi, qword_ptr(rdx + offset_of!(ShadowFrame, sp) as i32))?;
+    a.add(rdi, 8)?;
+    a.lea(rsi, ptr(rsp + frame))?;
+    a.cmp(rdi, rsi)?;
+    a.jne(undo)?;
+    a.mov(depth, eax)?;
+    // Where to return: in the slot the return address was taken from.
+    a.mov(rax, qword_ptr(rdx + offset_of!(ShadowFrame, ret) as i32))?;
+    a.mov(qword_ptr(rsp + (frame - 8)), rax)?;
+    a.mov(rsi, qword_ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
+    span_clock(&mut a, region, leave)?;
+    span_append(&mut a, &so.inl, leave, full)?;
+    a.set_label(&mut leave)?;
+    a.mov(dword_ptr(rcx + offset_of!(ThreadSlot, busy) as i32), 0)?;
+    a.set_label(&mut out)?;
+    load_mask(&mut a, rsp, saved)?;
+    a.lea(rsp, ptr(rsp + (frame - 8)))?;
+    a.ret()?;
+    // A full stage.
+    a.set_label(&mut full)?;
+    let extra = so.pop_clobbers & CALLER_SAVED & !saved;
+    a.mov(qword_ptr(rsp + c(offset_of!(Ctx, slot))), rcx)?;
+    store_mask(&mut a, rsp, extra)?;
+    a.mov(rdi, region)?;
+    a.mov(rsi, rcx)?;
+    a.call(so.inl.flush)?;
+    load_mask(&mut a, rsp, extra)?;
+    a.mov(rcx, qword_ptr(rsp + c(offset_of!(Ctx, slot))))?;
+    a.jmp(leave)?;
+    // Not this call's frame on top, or no slot at the first place:
+    // rt_ret_pop finds it (and the slot, marked busy, or 0 to skip), the
+    // handler records the call.
+    a.set_label(&mut undo)?;
+    a.mov(dword_ptr(rcx + offset_of!(ThreadSlot, busy) as i32), 0)?;
+    a.set_label(&mut slow)?;
+    store_mask(&mut a, rsp, extra)?;
+    a.mov(rdi, region)?;
+    a.lea(rsi, ptr(rsp + ctx_at))?;
+    a.lea(rdx, ptr(rsp + frame))?;
+    a.call(ret_pop)?;
+    a.mov(qword_ptr(rsp + (frame - 8)), rax)?;
+    let mut done = a.create_label();
+    let slot = qword_ptr(rsp + c(offset_of!(Ctx, slot)));
+    a.mov(rax, slot)?;
+    a.test(rax, rax)?;
+    a.jz(done)?;
+    a.mov(rdi, region)?;
+    a.lea(rsi, ptr(rsp + ctx_at))?;
+    a.call(so.handler)?;
+    a.mov(rax, slot)?;
+    a.mov(dword_ptr(rax + offset_of!(ThreadSlot, busy) as i32), 0)?;
+    a.set_label(&mut done)?;
+    load_mask(&mut a, rsp, extra)?;
+    a.jmp(out)?;
     a.assemble(at)
 }
 
@@ -580,6 +927,7 @@ mod tests {
             shadow: Shadow { threads: 0x7000_1000, nthreads: 256, depth: 128, frame_size: 48, tid_off: 0x2d0 },
             lean,
             itrace: None,
+            span: None,
         }
     }
 
@@ -616,6 +964,7 @@ mod tests {
                 &Returns::Direct(vec![(0, 0x20000)]),
                 lean,
                 &sh,
+                None,
             )
             .unwrap();
             let text = listing(&code, 0x30000);

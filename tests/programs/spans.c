@@ -1,6 +1,7 @@
 /* A target for --chrome tests: nested calls on two threads, a crash, a
  * program that runs until stopped, slow and fast calls, and many calls. */
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +21,25 @@ __attribute__((noinline)) long slow(long x) {
 }
 __attribute__((noinline)) long fast(long x) { return x ^ 5; }
 
-static long calls;
 static volatile long sink;
+static jmp_buf jump;
+
+/* n deep, then return, or longjmp out of every level. Each level calls
+ * the next through a pointer gcc cannot see through, so the recursion
+ * stays a recursion. */
+long rec(long n, int out);
+static long (*volatile recur)(long, int) = rec;
+__attribute__((noinline)) long rec(long n, int out) {
+    if (n == 0) {
+        if (out) longjmp(jump, 1);
+        return 0;
+    }
+    return recur(n - 1, out) + 1;
+}
+
+static void on_alarm(int sig) { sink += rec(2, 0); }
+
+static long calls;
 
 static void *worker(void *arg) {
     long s = 0;
@@ -82,6 +100,14 @@ int main(int argc, char **argv) {
             pthread_join(t, &r);
             s += (long)r;
         }
+    } else if (!strcmp(mode, "deep")) {
+        /* Past the shadow stack's depth, out by longjmp, from a signal
+         * handler: the slow paths of the trampolines. */
+        if (!setjmp(jump)) rec(50, 1);
+        s += rec(n, 0);
+        signal(SIGALRM, on_alarm);
+        for (int i = 0; i < 3; i++) raise(SIGALRM);
+        s += rec(10, 0);
     } else if (!strcmp(mode, "many")) {
         for (long i = 0; i < n; i++) s += leaf(i);
     }

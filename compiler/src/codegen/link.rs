@@ -85,6 +85,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
                 function: super::function_of(pt),
                 full_ctx: t.functions[handler_idx].full_ctx || entry.is_some_and(|(idx, _)| t.functions[idx].full_ctx),
                 empty: p.body.is_empty() && p.condition.is_none(),
+                span: p.is_chrome_span(),
             });
         }
     }
@@ -138,6 +139,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         spans_off: layout.spans_off,
         span_batch: layout.span_batch,
         span_stride: layout.span_stride,
+        span_min_ns: program.span_min_ns,
         symtab_off: layout.symtab_off,
         symtab_modules: layout.symtab_modules.clone(),
         init,

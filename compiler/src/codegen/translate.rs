@@ -2297,9 +2297,10 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 let v = self.args(args);
                 let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
                 let probe = self.load32(self.ctx, core::mem::offset_of!(abi::Ctx, probe) as i32);
-                self.rt(Rt::Span, &[self.region, slot, probe, v[0], v[1]]);
+                self.rt(Rt::Span, &[self.region, slot, probe, v[0]]);
                 zero
             }
+            Builtin::TraceTicks => self.rt(Rt::Ticks, &[]),
         }
     }
 }

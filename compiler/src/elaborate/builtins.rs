@@ -102,8 +102,9 @@ builtins! {
     TraceInstant = "trace_instant"(String) -> Void,
     TraceCounter = "trace_counter"(String, Long) -> Void,
     // Internal (not callable by name): the return side `--chrome` adds to
-    // every probed function, span(entry clock, minimum duration).
-    TraceSpan = "__telco_span"(Long, Long) -> Void,
+    // every probed function, span(entry clock), and its clock (TSC ticks).
+    TraceSpan = "__telco_span"(Long) -> Void,
+    TraceTicks = "__telco_ticks"() -> Long,
 }
 
 pub fn lookup(name: &str) -> Option<&'static Signature> {

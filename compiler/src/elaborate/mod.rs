@@ -189,7 +189,7 @@ pub fn elaborate(
         return None;
     }
     let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
-    Some(Program { globals, functions, probes, files })
+    Some(Program { globals, functions, probes, files, span_min_ns: 0 })
 }
 
 /// Names of the functions reachable from probes, alias bodies and probe
