@@ -57,7 +57,7 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns, requires = "chrome")]
     pub chrome_min_dur: Option<u64>,
 
-    /// Event buffer size in megabytes (default 1; 64 with --chrome).
+    /// Event buffer size in megabytes (default 1; 16 with --chrome).
     #[arg(short = 's', value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub buffer_mb: Option<u64>,
 
