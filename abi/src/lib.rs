@@ -25,6 +25,7 @@ pub fn c_header() -> String {
         ("H_EXIT", offset_of!(Header, exit_requested)),
         ("H_ERRORS", offset_of!(Header, errors)),
         ("H_SKIPPED", offset_of!(Header, skipped)),
+        ("H_UNRETURNED", offset_of!(Header, unreturned)),
         ("H_DROPPED", offset_of!(Header, dropped)),
         ("H_PID", offset_of!(Header, pid)),
         ("H_TSC_BASE", offset_of!(Header, tsc_base)),

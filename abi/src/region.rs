@@ -135,9 +135,14 @@ pub struct Header {
     /// `--chrome-min-dur` in TSC ticks: spans (whose `ts` and `dur` are
     /// TSC ticks, converted by the tracer) shorter than this are left out.
     pub span_min_ticks: u64,
+    /// Calls with a return probe that never returned through it: left by
+    /// `longjmp` or a C++ exception (their frames found below the stack,
+    /// or dropped where a catch starts). Reported at the end.
+    pub unreturned: u64,
+    pub _reserved: [u64; 7],
 }
 
-pub const HEADER_SIZE: usize = 256;
+pub const HEADER_SIZE: usize = 320;
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 
 /// Ring of variable-size event records: many producers (handlers), one

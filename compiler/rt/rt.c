@@ -1495,6 +1495,12 @@ LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i) {
 /* At a return probe's function entry: remember the return address stored
  * at `ret_slot` and replace it with `tramp`. Returns the frame's @entry save
  * area, or 0 (no slot, stack full: the hit is skipped and counted). */
+/* Frames dropped without their return probe running (the calls were left
+ * by longjmp or an exception): counted and reported, never lost silently. */
+LOCAL void lost_returns(u8 *R, u32 n) {
+    if (n) __atomic_fetch_add(&AT(R, H_UNRETURNED, u64), n, __ATOMIC_RELAXED);
+}
+
 EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
     /* The trampoline found (and marked) the thread's slot with rt_enter. */
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
@@ -1503,6 +1509,7 @@ EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
      * longjmp (or an exception) left: their stack is being reused. But a
      * frame at this very slot whose trampoline is still there is this
      * call's own: another return probe on the same function. */
+    u32 was = depth;
     while (depth > 0) {
         u8 *f = shadow_frame(R, slot, depth - 1);
         u64 fsp = AT(f, SF_SP, u64);
@@ -1510,6 +1517,7 @@ EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
         depth--;
     }
     if (slot) AT(slot, TS_DEPTH, u32) = depth;
+    lost_returns(R, was - depth);
     if (!slot || depth >= AT(R, H_SHADOW_DEPTH, u32)) {
         __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);
         return 0;
@@ -1553,6 +1561,7 @@ EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
         }
         if (fsp + 8 > sp) break; /* a frame of a call still running: keep it */
         depth--;                  /* below the stack pointer: longjmp skipped it */
+        lost_returns(R, 1);
     }
     AT(slot, TS_DEPTH, u32) = depth;
     return 0;
@@ -1659,23 +1668,44 @@ EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
 }
 
 /* Hooked on the unwinder's entry points (_Unwind_RaiseException,
- * _Unwind_ForcedUnwind): an exception is about to walk this thread's stack,
- * and the unwinder must see real return addresses, not the return
- * trampoline. Put every replaced return address back (only where the stack
- * still holds the trampoline) and drop the frames: their return probes do
- * not fire, as after longjmp. */
+ * _Unwind_ForcedUnwind, _Unwind_Resume, _Unwind_Resume_or_Rethrow): an
+ * exception is about to walk this thread's stack, and the unwinder must
+ * see real return addresses, not the return trampolines. Put every
+ * replaced return address back (only where the stack still holds the
+ * trampoline); the frames stay: `rt_caught` re-arms those of the calls
+ * the exception did not leave, and the others are dropped (and counted)
+ * then or when a later return probe finds them below the stack. */
 EXPORT void rt_unwind(u8 *R, u8 *ctx) {
     (void)ctx;
     u8 *slot = thread_slot(R);
     if (!slot) return;
-    u32 depth = AT(slot, TS_DEPTH, u32);
-    while (depth > 0) {
+    for (u32 depth = AT(slot, TS_DEPTH, u32); depth > 0; depth--) {
         u8 *f = shadow_frame(R, slot, depth - 1);
         u64 *at = (u64 *)AT(f, SF_SP, u64);
         if (*at == AT(f, SF_TRAMP, u64)) *at = AT(f, SF_RET, u64);
-        depth--;
     }
-    AT(slot, TS_DEPTH, u32) = 0;
+}
+
+/* Hooked on __cxa_begin_catch (a catch block starts: the stack is unwound
+ * to the frame that catches). Frames at or below the stack pointer belong
+ * to calls the exception left: dropped, their return probes do not fire
+ * (counted). The others are calls still running (the catching function,
+ * its callers): their return addresses go back to the trampolines, so
+ * their return probes fire when they return. */
+EXPORT void rt_caught(u8 *R, u8 *ctx) {
+    u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    if (!slot || !regs) return;
+    u64 sp = AT(regs, REG_RSP, u64);
+    u32 depth = AT(slot, TS_DEPTH, u32), was = depth;
+    while (depth > 0 && AT(shadow_frame(R, slot, depth - 1), SF_SP, u64) <= sp) depth--;
+    AT(slot, TS_DEPTH, u32) = depth;
+    lost_returns(R, was - depth);
+    for (; depth > 0; depth--) {
+        u8 *f = shadow_frame(R, slot, depth - 1);
+        u64 *at = (u64 *)AT(f, SF_SP, u64);
+        if (*at == AT(f, SF_RET, u64)) *at = AT(f, SF_TRAMP, u64);
+    }
 }
 
 /* ---- counters with per-thread shards ---- */

@@ -48,6 +48,8 @@ pub struct Outcome {
     pub errors: u64,
     pub skipped: u64,
     pub dropped: u64,
+    /// Calls left by longjmp or an exception (`Header::unreturned`).
+    pub unreturned: u64,
     /// What `--chrome` wrote.
     pub chrome: Option<crate::chrome::Written>,
 }
@@ -124,6 +126,8 @@ impl Region {
             span_stride: a.span_stride,
             threads_at: 0,
             span_min_ticks: clock.ns_ticks(a.span_min_ns),
+            unreturned: 0,
+            _reserved: [0; 7],
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };
@@ -770,6 +774,7 @@ impl<'a> Local<'a> {
                     errors: region.counter(errors_at),
                     skipped: region.counter(skipped_at),
                     dropped: region.counter(dropped_at),
+                    unreturned: region.counter(core::mem::offset_of!(Header, unreturned)),
                     chrome,
                 },
                 messages,
@@ -782,6 +787,13 @@ impl<'a> Local<'a> {
                 messages,
                 "WARNING: Number of errors: {}, skipped probes: {}",
                 outcome.errors, outcome.skipped
+            );
+        }
+        if outcome.unreturned > 0 {
+            let _ = writeln!(
+                messages,
+                "WARNING: {} call(s) left by longjmp or an exception: their return probes did not run",
+                outcome.unreturned
             );
         }
         if outcome.dropped > 0 {

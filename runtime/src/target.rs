@@ -608,11 +608,18 @@ fn r_brk(s: &Stopped) -> Option<u64> {
     Some(field(&r, 0)).filter(|&a| a != 0)
 }
 
-/// The unwinder's entry points in the target (`_Unwind_RaiseException`,
-/// `_Unwind_ForcedUnwind`): run-time address and symbol size. They live in
-/// libgcc_s (or are linked into the program or a C++ runtime).
-fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(u64, u64)> {
+/// The unwinder's entry points that walk a stack, and where a C++ catch
+/// block starts.
+const UNWINDERS: [&str; 4] =
+    ["_Unwind_RaiseException", "_Unwind_ForcedUnwind", "_Unwind_Resume", "_Unwind_Resume_or_Rethrow"];
+const CATCH: &str = "__cxa_begin_catch";
+
+/// The unwinder's entry points in the target ([`UNWINDERS`], [`CATCH`]):
+/// run-time address, symbol size, and whether it is the catch. They live
+/// in libgcc_s and the C++ runtime (or are linked into the program).
+fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(PathBuf, Vec<(u64, u64, bool)>)> {
     let mut out = Vec::new();
+    let mut found = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for m in maps {
         let name = m.path.to_string_lossy();
@@ -632,15 +639,15 @@ fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(u64, u64)> {
         let syms = elf.dynsyms.iter().map(|s| (s, &elf.dynstrtab)).chain(elf.syms.iter().map(|s| (s, &elf.strtab)));
         for (sym, strtab) in syms {
             let name = strtab.get_at(sym.st_name).unwrap_or("");
-            if matches!(name, "_Unwind_RaiseException" | "_Unwind_ForcedUnwind")
-                && sym.st_value != 0
-                && sym.is_function()
-            {
+            if (UNWINDERS.contains(&name) || name == CATCH) && sym.st_value != 0 && sym.is_function() {
                 let addr = start.wrapping_sub(vaddr0).wrapping_add(sym.st_value);
-                if !out.iter().any(|(a, _)| *a == addr) {
-                    out.push((addr, sym.st_size));
+                if !found.iter().any(|(a, _, _)| *a == addr) {
+                    found.push((addr, sym.st_size, name == CATCH));
                 }
             }
+        }
+        if !found.is_empty() {
+            out.push((m.path.clone(), std::mem::take(&mut found)));
         }
     }
     out
@@ -746,21 +753,30 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             .store(1, std::sync::atomic::Ordering::Release);
     }
     // Return probes replace return addresses: before an exception walks a
-    // stack, the unwinder's entry points put them back (`rt_unwind`).
+    // stack, the unwinder's entry points put them back (`rt_unwind`), and
+    // where a catch block starts, the calls still running get them again
+    // (`rt_caught`).
     let returns = a.probes.iter().any(|p| matches!(p.attach, Attach::Function { ret: true, .. }));
     if returns {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-        let unwind = symbol("rt_unwind");
-        for (addr, size) in unwinder_entries(&maps, &exe) {
-            let Some(unwind) = unwind else { break };
-            let mut code = inject::code(&mut s, a, addr, 4096)?;
-            let handler = code.at(unwind);
-            match hooker.function(&mut s, &mut code, addr, size, Tramp::call(handler))? {
-                Ok(plan) => plans.push(plan),
-                Err(why) => refused.push(format!(
-                    "the unwinder at {addr:#x} ({why}): a C++ exception through a frame with a return probe would \
+        let (unwind, caught) = (symbol("rt_unwind"), symbol("rt_caught"));
+        for (_, entries) in unwinder_entries(&maps, &exe) {
+            // One code region per library for its entry points.
+            let mut code = inject::code(&mut s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
+            for (addr, size, catch) in entries {
+                let Some(f) = (if catch { caught } else { unwind }) else { continue };
+                let handler = code.at(f);
+                match hooker.function(&mut s, &mut code, addr, size, Tramp::call(handler))? {
+                    Ok(plan) => plans.push(plan),
+                    Err(why) if catch => refused.push(format!(
+                        "the C++ runtime's catch at {addr:#x} ({why}): functions with a return probe that catch an \
+                     exception will not have it run"
+                    )),
+                    Err(why) => refused.push(format!(
+                        "the unwinder at {addr:#x} ({why}): a C++ exception through a frame with a return probe would \
                      end the program"
-                )),
+                    )),
+                }
             }
             codes.push(code);
         }

@@ -305,6 +305,7 @@ pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u
         instrs.push(ins);
     }
     check_displaced(&instrs, from, len, from)?;
+    let instrs = call_from_the_original(instrs, from.wrapping_add(len as u64));
 
     let encoded = BlockEncoder::encode(64, InstructionBlock::new(&instrs, to), BlockEncoderOptions::NONE)
         .map_err(|e| classify_encode_error(&instrs, from, to, e.to_string()))?;
@@ -324,6 +325,54 @@ pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u
         }
     }
     Ok(bytes)
+}
+
+/// A call that ends the displaced instructions (`push rbx; call f` is a
+/// common prologue) would push a return address in the trampoline: the
+/// unwinder has no frame description for it, so a C++ exception thrown in
+/// the callee would end the program, and backtraces would stop there. It
+/// returns to `back`, original code the patch does not touch, so it becomes
+/// a push of `back` and a jump: the callee sees exactly the stack the
+/// original call gives it (its `ret` is mispredicted once per call, the
+/// price of a return address the unwinder knows). Calls through memory
+/// addressed from rsp, which the push would move, are left as they are.
+fn call_from_the_original(mut instrs: Vec<Instruction>, back: u64) -> Vec<Instruction> {
+    use iced_x86::{Code, MemoryOperand, Register};
+    let Some(last) = instrs.last().copied() else { return instrs };
+    if last.next_ip() != back || !matches!(last.mnemonic(), Mnemonic::Call) {
+        return instrs;
+    }
+    let jump = match last.code() {
+        Code::Call_rel32_64 => Instruction::with_branch(Code::Jmp_rel32_64, last.near_branch64()).ok(),
+        Code::Call_rm64 if last.op0_kind() == OpKind::Register => {
+            Instruction::with1(Code::Jmp_rm64, last.op0_register()).ok()
+        }
+        Code::Call_rm64 if last.memory_base() != Register::RSP && last.memory_index() != Register::RSP => {
+            let mut j = last;
+            j.set_code(Code::Jmp_rm64);
+            Some(j)
+        }
+        _ => None,
+    };
+    let Some(jump) = jump else { return instrs };
+    let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    let push = [
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-8)),
+        Instruction::with2(Code::Mov_rm32_imm32, rsp(0), back as u32),
+        Instruction::with2(Code::Mov_rm32_imm32, rsp(4), (back >> 32) as u32),
+    ];
+    if push.iter().any(Result::is_err) {
+        return instrs;
+    }
+    instrs.pop();
+    // A branch among the displaced instructions to the call comes to the
+    // push: it takes the call's address (the others take addresses inside
+    // the call's bytes, which nothing else has).
+    for (k, mut i) in push.into_iter().flatten().chain([jump]).enumerate() {
+        i.set_ip(last.ip() + k as u64);
+        instrs.push(i);
+    }
+    instrs
 }
 
 /// `jmp rel32` from `at` to `target` (5 bytes), or None if out of ±2 GiB range.
@@ -425,7 +474,7 @@ fn mnemonic_name(mnemonic: Mnemonic) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iced_x86::{Code, FlowControl};
+    use iced_x86::{Code, FlowControl, Register};
 
     const ENTRY: u64 = 0x0040_1000;
     const MIB: u64 = 1 << 20;
@@ -513,9 +562,64 @@ mod tests {
         assert_eq!(relocated[0].ip_rel_memory_address(), original[0].ip_rel_memory_address());
         assert_eq!(relocated[1].mnemonic(), Mnemonic::Lea);
         assert_eq!(relocated[1].ip_rel_memory_address(), ENTRY + 14 - 0x1000);
-        assert_eq!(relocated[2].flow_control(), FlowControl::Call);
-        assert_eq!(relocated[2].near_branch_target(), ENTRY + 19 + 0x100);
-        assert_jumps_back(&relocated[3], ENTRY + 19);
+        // The call ends the displaced bytes: it returns to the original
+        // code (the return address is pushed, the callee jumped to).
+        assert_calls_from_the_original(&relocated[2..6], ENTRY + 19);
+        assert_eq!(relocated[5].near_branch_target(), ENTRY + 19 + 0x100);
+        assert_jumps_back(&relocated[6], ENTRY + 19);
+    }
+
+    /// `lea rsp,[rsp-8]; mov dword [rsp],lo; mov dword [rsp+4],hi; jmp …`:
+    /// a call whose return address is `back`.
+    fn assert_calls_from_the_original(i: &[Instruction], back: u64) {
+        assert_eq!(i[0].code(), Code::Lea_r64_m);
+        assert_eq!(
+            (i[0].op0_register(), i[0].memory_base(), i[0].memory_displacement64() as i64),
+            (Register::RSP, Register::RSP, -8)
+        );
+        assert_eq!(
+            (i[1].code(), i[1].memory_base(), i[1].memory_displacement64(), i[1].immediate32()),
+            (Code::Mov_rm32_imm32, Register::RSP, 0, back as u32)
+        );
+        assert_eq!(
+            (i[2].code(), i[2].memory_base(), i[2].memory_displacement64(), i[2].immediate32()),
+            (Code::Mov_rm32_imm32, Register::RSP, 4, (back >> 32) as u32)
+        );
+        assert_eq!(i[3].mnemonic(), Mnemonic::Jmp);
+    }
+
+    #[test]
+    fn a_call_ending_the_displaced_bytes_returns_to_the_original() {
+        let code = [
+            0x53, // push rbx
+            0xe8, 0x00, 0x01, 0x00, 0x00, // call +0x100
+            0x5b, // pop rbx
+            0xc3, // ret
+        ];
+        let to = ENTRY + MIB;
+        let (hook, relocated) = hook_and_relocate(&code, code.len() as u64, to);
+        assert_eq!(hook, Hook { patch_at: ENTRY, displaced: 6 });
+        assert_eq!(relocated[0].mnemonic(), Mnemonic::Push);
+        assert_calls_from_the_original(&relocated[1..5], ENTRY + 6);
+        assert_eq!(relocated[4].near_branch_target(), ENTRY + 6 + 0x100);
+        // Through the GOT (-fno-plt) and through a register: jumps alike;
+        // through memory addressed from rsp: left a call.
+        for (call, jmp_len) in [(&[0xff, 0x15, 0x10, 0, 0, 0][..], 6), (&[0x41, 0xff, 0xd3][..], 3)] {
+            let mut code = vec![0x53, 0x53, 0x53];
+            code.extend_from_slice(call);
+            let back = ENTRY + code.len() as u64;
+            let relocated = decode_all(&relocate(&code, ENTRY, code.len(), to).unwrap(), to);
+            assert_calls_from_the_original(&relocated[3..7], back);
+            assert_eq!(relocated[6].code(), Code::Jmp_rm64, "{jmp_len}");
+            if call[1] == 0x15 {
+                assert_eq!(relocated[6].ip_rel_memory_address(), back + 0x10);
+            } else {
+                assert_eq!(relocated[6].op0_register(), Register::R11);
+            }
+        }
+        let code = [0x53, 0x53, 0xff, 0x54, 0x24, 0x08]; // call [rsp+8]
+        let relocated = decode_all(&relocate(&code, ENTRY, code.len(), to).unwrap(), to);
+        assert_eq!(relocated[2].flow_control(), FlowControl::IndirectCall);
     }
 
     #[test]
@@ -875,9 +979,40 @@ mod tests {
             let original = decode_all(&code, from);
             let bytes = relocate(&code, from, code.len(), to)
                 .unwrap_or_else(|e| panic!("case {case}: {code:02x?} at {from:#x}: {e}"));
-            let relocated = decode_all(&bytes, to);
+            let mut relocated = decode_all(&bytes, to);
+            let mut original = original;
+            // Where each original instruction went (a transformed call: to
+            // the first instruction of its replacement).
+            let moved: Vec<(u64, u64)> = original.iter().zip(&relocated).map(|(o, r)| (o.ip(), r.ip())).collect();
+            let new_ip = |old: u64| moved.iter().find(|m| m.0 == old).map(|m| m.1);
+            // A call at the end returns to the original code: its return
+            // address pushed, then a jump with the call's operand.
+            if relocated.len() == original.len() + 4 {
+                let k = original.len() - 1;
+                let (call, jmp) = (original[k], relocated[k + 3]);
+                assert_calls_from_the_original(&relocated[k..k + 4], from + code.len() as u64);
+                assert_eq!(call.mnemonic(), Mnemonic::Call, "case {case}");
+                if call.code() == Code::Call_rel32_64 {
+                    // A target among the displaced instructions is their copy.
+                    let t = call.near_branch_target();
+                    let expected = new_ip(t).unwrap_or(t);
+                    assert_eq!(
+                        jmp.near_branch_target(),
+                        expected,
+                        "case {case}: {call} / {jmp} {from:#x} -> {to:#x} {code:02x?}"
+                    );
+                } else if call.is_ip_rel_memory_operand() {
+                    assert_eq!(jmp.ip_rel_memory_address(), call.ip_rel_memory_address(), "case {case}");
+                } else {
+                    let operand = |i: &Instruction| {
+                        (i.op0_kind(), i.op0_register(), i.memory_base(), i.memory_index(), i.memory_displacement64())
+                    };
+                    assert_eq!(operand(&jmp), operand(&call), "case {case}");
+                }
+                original.pop();
+                relocated.drain(k..k + 4);
+            }
             assert_eq!(relocated.len(), original.len() + 1, "case {case}: one-to-one");
-            let new_ip = |old: u64| original.iter().position(|i| i.ip() == old).map(|k| relocated[k].ip());
             for (old, new) in original.iter().zip(&relocated) {
                 assert_eq!(old.mnemonic(), new.mnemonic(), "case {case}");
                 if let Some(target) = near_branch_target(old) {
