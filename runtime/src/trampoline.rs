@@ -192,6 +192,70 @@ fn frame_addr(a: &mut CodeAssembler, sh: &Shadow, index: AsmRegister32) -> Resul
     Ok(())
 }
 
+/// rt_ret_push's common case inline, the slot in rcx: room on the shadow
+/// stack and the top frame a caller's (a higher stack slot), else `slow`.
+/// The frame for the return address at `ret_slot` (rsi) is filled with
+/// `probe` and the trampoline address `tramp` puts in rdi (which also
+/// replaces the return address if `replace`), and the depth stored. Leaves
+/// rdx = the frame; uses rax, rdi.
+fn push_frame(
+    a: &mut CodeAssembler,
+    sh: &Shadow,
+    ret_slot: AsmMemoryOperand,
+    probe: u32,
+    tramp: &dyn Fn(&mut CodeAssembler) -> Result<(), IcedError>,
+    replace: bool,
+    slow: CodeLabel,
+) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{ShadowFrame, ThreadSlot};
+    let mut room = a.create_label();
+    let depth = dword_ptr(rcx + offset_of!(ThreadSlot, depth) as i32);
+    a.mov(eax, depth)?;
+    a.cmp(eax, sh.depth as i32)?;
+    a.jae(slow)?;
+    frame_addr(a, sh, eax)?;
+    a.lea(rsi, ret_slot)?;
+    a.test(eax, eax)?;
+    a.jz(room)?;
+    let top_sp = offset_of!(ShadowFrame, sp) as i32 - sh.frame_size as i32;
+    a.cmp(qword_ptr(rdx + top_sp), rsi)?;
+    a.jbe(slow)?;
+    a.set_label(&mut room)?;
+    a.mov(rdi, qword_ptr(rsi))?;
+    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, ret) as i32), rdi)?;
+    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, sp) as i32), rsi)?;
+    a.mov(dword_ptr(rdx + offset_of!(ShadowFrame, probe) as i32), probe)?;
+    tramp(a)?;
+    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, tramp) as i32), rdi)?;
+    if replace {
+        a.mov(qword_ptr(rsi), rdi)?;
+    }
+    a.inc(eax)?;
+    a.mov(depth, eax)
+}
+
+/// rt_ret_pop's common case inline, the slot in rcx: the top frame is this
+/// very call's (its return slot just below `sp_after`, the stack pointer
+/// after the return), else `undo`. Pops it; leaves rdx = the frame; uses
+/// rax, rsi, rdi.
+fn pop_frame(a: &mut CodeAssembler, sh: &Shadow, sp_after: AsmMemoryOperand, undo: CodeLabel) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{ShadowFrame, ThreadSlot};
+    let depth = dword_ptr(rcx + offset_of!(ThreadSlot, depth) as i32);
+    a.mov(eax, depth)?;
+    a.test(eax, eax)?;
+    a.jz(undo)?;
+    a.dec(eax)?;
+    frame_addr(a, sh, eax)?;
+    a.mov(rdi, qword_ptr(rdx + offset_of!(ShadowFrame, sp) as i32))?;
+    a.add(rdi, 8)?;
+    a.lea(rsi, sp_after)?;
+    a.cmp(rdi, rsi)?;
+    a.jne(undo)?;
+    a.mov(depth, eax)
+}
+
 /// The frame: SavedRegs, then the context.
 fn frame_size(ctx_size: u32) -> i32 {
     let regs = core::mem::size_of::<SavedRegs>() as i32;
@@ -363,37 +427,14 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     for &(probe, entry_handler) in &e.returns {
         let mut pushed = a.create_label();
         if e.lean.is_some() {
-            // rt_ret_push's common case inline: room on the shadow stack,
-            // and the top frame belongs to a caller (a higher stack slot).
-            use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
-            let sh = &e.shadow;
+            // rt_ret_push's common case inline.
+            use telco_abi::region::SHADOW_FRAME_HEADER;
             let mut slow = a.create_label();
-            let mut room = a.create_label();
-            let depth = dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, depth) as i32);
             if reload_slot {
                 a.mov(rcx, qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))))?;
             }
             reload_slot = true;
-            a.mov(eax, depth)?;
-            a.cmp(eax, sh.depth as i32)?;
-            a.jae(slow)?;
-            frame_addr(&mut a, sh, eax)?;
-            a.lea(rsi, ptr(fb + frame))?;
-            a.test(eax, eax)?;
-            a.jz(room)?;
-            let top_sp = core::mem::offset_of!(ShadowFrame, sp) as i32 - sh.frame_size as i32;
-            a.cmp(qword_ptr(rdx + top_sp), rsi)?;
-            a.jbe(slow)?;
-            a.set_label(&mut room)?;
-            a.mov(rdi, qword_ptr(rsi))?;
-            a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, ret) as i32), rdi)?;
-            a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, sp) as i32), rsi)?;
-            a.mov(dword_ptr(rdx + core::mem::offset_of!(ShadowFrame, probe) as i32), probe)?;
-            ret_to(&mut a, rdi)?;
-            a.mov(qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, tramp) as i32), rdi)?;
-            a.mov(qword_ptr(rsi), rdi)?;
-            a.inc(eax)?;
-            a.mov(depth, eax)?;
+            push_frame(&mut a, &e.shadow, ptr(fb + frame), probe, &|a| ret_to(a, rdi), true, slow)?;
             a.lea(rax, ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
             a.jmp(pushed)?;
             a.set_label(&mut slow)?;
@@ -591,18 +632,7 @@ pub fn return_trampoline(
         let mut slow = a.create_label();
         let mut undo = a.create_label();
         find_slot(&mut a, shadow, slow)?;
-        let depth = dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, depth) as i32);
-        a.mov(eax, depth)?;
-        a.test(eax, eax)?;
-        a.jz(undo)?;
-        a.dec(eax)?;
-        frame_addr(&mut a, shadow, eax)?;
-        a.mov(rdi, qword_ptr(rdx + core::mem::offset_of!(ShadowFrame, sp) as i32))?;
-        a.add(rdi, 8)?;
-        a.lea(rsi, ptr(fb + frame))?;
-        a.cmp(rdi, rsi)?;
-        a.jne(undo)?;
-        a.mov(depth, eax)?;
+        pop_frame(&mut a, shadow, ptr(fb + frame), undo)?;
         a.mov(edi, dword_ptr(rdx + core::mem::offset_of!(ShadowFrame, probe) as i32))?;
         a.mov(dword_ptr(fb + c(core::mem::offset_of!(Ctx, probe))), edi)?;
         a.lea(rdi, ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
@@ -709,7 +739,7 @@ const SPAN_USED: RegMask = SR_RAX | SR_RCX | SR_RDX | SR_RSI | SR_RDI;
 /// appends the relocated instructions.
 pub fn span_entry_prefix(e: &Entry, so: &SpanOnly) -> Result<Vec<u8>, IcedError> {
     use core::mem::offset_of;
-    use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
+    use telco_abi::region::{ThreadSlot, SHADOW_FRAME_HEADER};
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
     let c = |f: usize| ctx_at + f as i32;
     let frame = frame_size(e.ctx_size) + 8;
@@ -721,35 +751,15 @@ pub fn span_entry_prefix(e: &Entry, so: &SpanOnly) -> Result<Vec<u8>, IcedError>
     let mut slow = a.create_label();
     let mut have = a.create_label();
     let mut push_slow = a.create_label();
-    let mut room = a.create_label();
     let mut call_it = a.create_label();
     let mut check = a.create_label();
     a.lea(rsp, ptr(rsp - frame))?;
     store_mask(&mut a, rsp, SPAN_USED)?;
     find_slot(&mut a, sh, slow)?;
     a.set_label(&mut have)?;
-    // rt_ret_push's common case (as in entry_prefix).
-    let depth = dword_ptr(rcx + offset_of!(ThreadSlot, depth) as i32);
-    a.mov(eax, depth)?;
-    a.cmp(eax, sh.depth as i32)?;
-    a.jae(push_slow)?;
-    frame_addr(&mut a, sh, eax)?;
-    a.lea(rsi, ptr(rsp + frame))?;
-    a.test(eax, eax)?;
-    a.jz(room)?;
-    let top_sp = offset_of!(ShadowFrame, sp) as i32 - sh.frame_size as i32;
-    a.cmp(qword_ptr(rdx + top_sp), rsi)?;
-    a.jbe(push_slow)?;
-    a.set_label(&mut room)?;
-    a.mov(rdi, qword_ptr(rsi))?;
-    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, ret) as i32), rdi)?;
-    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, sp) as i32), rsi)?;
-    a.mov(dword_ptr(rdx + offset_of!(ShadowFrame, probe) as i32), probe)?;
-    a.lea(rdi, ptr(tramp_after))?;
-    a.mov(qword_ptr(rdx + offset_of!(ShadowFrame, tramp) as i32), rdi)?;
-    a.inc(eax)?;
-    a.mov(depth, eax)?;
-    // The return address itself is replaced by the call below.
+    // rt_ret_push's common case; the return address itself is replaced
+    // by the call below.
+    push_frame(&mut a, sh, ptr(rsp + frame), probe, &|a| a.lea(rdi, ptr(tramp_after)), false, push_slow)?;
     a.lea(rsi, ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
     span_start(&mut a)?;
     a.mov(dword_ptr(rcx + offset_of!(ThreadSlot, busy) as i32), 0)?;
@@ -833,18 +843,7 @@ pub fn span_return_trampoline(
     a.lea(rsp, ptr(rsp - frame))?;
     store_mask(&mut a, rsp, saved)?;
     find_slot(&mut a, shadow, slow)?;
-    let depth = dword_ptr(rcx + offset_of!(ThreadSlot, depth) as i32);
-    a.mov(eax, depth)?;
-    a.test(eax, eax)?;
-    a.jz(undo)?;
-    a.dec(eax)?;
-    frame_addr(&mut a, shadow, eax)?;
-    a.mov(rdi, qword_ptr(rdx + offset_of!(ShadowFrame, sp) as i32))?;
-    a.add(rdi, 8)?;
-    a.lea(rsi, ptr(rsp + frame))?;
-    a.cmp(rdi, rsi)?;
-    a.jne(undo)?;
-    a.mov(depth, eax)?;
+    pop_frame(&mut a, shadow, ptr(rsp + frame), undo)?;
     // Where to return: in the slot the return address was taken from.
     a.mov(rax, qword_ptr(rdx + offset_of!(ShadowFrame, ret) as i32))?;
     a.mov(qword_ptr(rsp + (frame - 8)), rax)?;
