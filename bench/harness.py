@@ -156,6 +156,16 @@ class Proc:
         except ProcessLookupError:
             pass
 
+    def close_stdin_and_finish(self, timeout=30):
+        """An attach target that runs until its stdin closes: closed, and
+        waited for (a target that does not end in time is killed)."""
+        if self.alive():
+            self.p.stdin.close()
+            try:
+                self.finish(timeout)
+            except Skip:
+                pass
+
     def finish(self, timeout):
         """Waits for the exit of the leader and of the rest of its group;
         past the timeout the whole group is killed and Skip is raised."""
@@ -849,12 +859,7 @@ class Bench:
                         cell["extra"].setdefault("detach_s", []).append(round(time.monotonic() - t0, 2))
                 return value, None
             finally:
-                if target.alive():
-                    target.p.stdin.close()
-                    try:
-                        target.finish(30)
-                    except Skip:
-                        pass
+                target.close_stdin_and_finish()
 
         self.add(wk, tool, k, runs, once, how, heavy=heavy)
 
@@ -894,12 +899,7 @@ class Bench:
                     cell["extra"].setdefault("detach_s", []).append(round(time.monotonic() - t1, 2))
                 return value, None
             finally:
-                if target.alive():
-                    target.p.stdin.close()
-                    try:
-                        target.finish(30)
-                    except Skip:
-                        pass
+                target.close_stdin_and_finish()
 
         self.add(wk, "perf", len(funcs), runs, once, how, heavy=heavy)
 

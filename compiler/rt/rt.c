@@ -1492,15 +1492,15 @@ LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i) {
     return (u8 *)AT(slot, TS_FRAMES, u64) + (u64)i * AT(R, H_FRAME_SIZE, u32);
 }
 
-/* At a return probe's function entry: remember the return address stored
- * at `ret_slot` and replace it with `tramp`. Returns the frame's @entry save
- * area, or 0 (no slot, stack full: the hit is skipped and counted). */
 /* Frames dropped without their return probe running (the calls were left
  * by longjmp or an exception): counted and reported, never lost silently. */
 LOCAL void lost_returns(u8 *R, u32 n) {
     if (n) __atomic_fetch_add(&AT(R, H_UNRETURNED, u64), n, __ATOMIC_RELAXED);
 }
 
+/* At a return probe's function entry: remember the return address stored
+ * at `ret_slot` and replace it with `tramp`. Returns the frame's @entry save
+ * area, or 0 (no slot, stack full: the hit is skipped and counted). */
 EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
     /* The trampoline found (and marked) the thread's slot with rt_enter. */
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
@@ -1676,8 +1676,8 @@ EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
  * the exception did not leave, and the others are dropped (and counted)
  * then or when a later return probe finds them below the stack. */
 EXPORT void rt_unwind(u8 *R, u8 *ctx) {
-    (void)ctx;
-    u8 *slot = thread_slot(R);
+    /* The hook's trampoline found the slot (and runs this only then). */
+    u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
     if (!slot) return;
     for (u32 depth = AT(slot, TS_DEPTH, u32); depth > 0; depth--) {
         u8 *f = shadow_frame(R, slot, depth - 1);

@@ -384,24 +384,22 @@ impl Hooker {
             // Lean return probes get a return trampoline of their own, as
             // lean, calling their handlers directly.
             let mut own_ret = None;
-            let span_inline = match (span, self.span_flush) {
-                (Some(probe), Some(flush)) if lean.is_some() => Some(trampoline::SpanInline {
-                    probe,
-                    flush: code.at(flush),
-                    spans_off: a.spans_off,
-                    stride: a.span_stride,
-                    batch: a.span_batch,
-                }),
-                _ => None,
-            };
+            // The span probe recorded inline (lean only): its index and
+            // `rt_span_flush`'s offset.
+            let inline = span.zip(self.span_flush).filter(|_| lean.is_some());
+            let span_inline = inline.map(|(probe, flush)| trampoline::SpanInline {
+                probe,
+                flush: code.at(flush),
+                spans_off: a.spans_off,
+                stride: a.span_stride,
+                batch: a.span_batch,
+            });
             // Only `--chrome`'s probe here: trampolines that only time calls.
-            let span_only = match (span_inline, span) {
-                (Some(inl), Some(probe)) if itrace.is_none() && handlers.is_empty() && returns.len() == 1 => {
+            let span_only = match (span_inline, inline) {
+                (Some(inl), Some((probe, flush))) if itrace.is_none() && handlers.is_empty() && returns.len() == 1 => {
                     let handler = a.probes[probe as usize].handler;
-                    let mut pop = clobbers.of(self.ret_pop);
-                    for f in [handler, self.span_flush.unwrap_or(handler)] {
-                        pop = pop.zip(clobbers.of(f)).map(|(x, y)| x | y);
-                    }
+                    let pop =
+                        [self.ret_pop, handler, flush].into_iter().try_fold(0, |m, f| clobbers.of(f).map(|c| m | c));
                     match (clobbers.of(self.enter), clobbers.of(self.ret_push), pop) {
                         (Some(enter_clobbers), Some(push_clobbers), Some(pop_clobbers)) => Some(trampoline::SpanOnly {
                             inl,
@@ -416,52 +414,36 @@ impl Hooker {
                 _ => None,
             };
             if let Some(so) = &span_only {
-                let at = code.next.next_multiple_of(16);
-                let bytes = trampoline::span_return_trampoline(
-                    at,
-                    self.region,
-                    a.ctx_size,
-                    code.at(self.ret_pop),
-                    &self.shadow(),
-                    so,
-                )
-                .map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
-                if code.alloc(bytes.len()) != Some(at) {
-                    return Err(small());
-                }
-                s.write(at, &bytes)?;
-                own_ret = Some(at);
+                let ret_pop = code.at(self.ret_pop);
+                own_ret = Some(place(s, &mut code, |at| {
+                    trampoline::span_return_trampoline(at, self.region, a.ctx_size, ret_pop, &self.shadow(), so)
+                })?);
             } else if lean.is_some() && !returns.is_empty() {
+                // The span probe's return side calls rt_span_flush, not
+                // its handler.
+                let called = |i: u32, h: u32| match inline {
+                    Some((probe, flush)) if probe == i => flush,
+                    _ => h,
+                };
                 let rets: Vec<(u32, u32)> = returns.iter().map(|&(i, _)| (i, a.probes[i as usize].handler)).collect();
-                let mut m = clobbers.of(self.ret_pop);
-                for &(i, h) in &rets {
-                    let f = match (span, self.span_flush) {
-                        (Some(sp), Some(flush)) if sp == i => flush,
-                        _ => h,
-                    };
-                    m = m.zip(clobbers.of(f)).map(|(x, y)| x | y);
-                }
+                let m = std::iter::once(self.ret_pop)
+                    .chain(rets.iter().map(|&(i, h)| called(i, h)))
+                    .try_fold(0, |m, f| clobbers.of(f).map(|c| m | c));
                 if let Some(m) = m {
-                    // Assembled where the next allocation starts, then
-                    // given exactly its length.
-                    let at = code.next.next_multiple_of(16);
-                    let direct = rets.iter().map(|&(i, h)| (i, code.at(h))).collect();
-                    let bytes = trampoline::return_trampoline(
-                        at,
-                        self.region,
-                        a.ctx_size,
-                        code.at(self.ret_pop),
-                        &trampoline::Returns::Direct(direct),
-                        Some(m),
-                        &self.shadow(),
-                        span_inline.as_ref(),
-                    )
-                    .map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
-                    if code.alloc(bytes.len()) != Some(at) {
-                        return Err(small());
-                    }
-                    s.write(at, &bytes)?;
-                    own_ret = Some(at);
+                    let direct: Vec<(u32, u64)> = rets.iter().map(|&(i, h)| (i, code.at(h))).collect();
+                    let ret_pop = code.at(self.ret_pop);
+                    own_ret = Some(place(s, &mut code, |at| {
+                        trampoline::return_trampoline(
+                            at,
+                            self.region,
+                            a.ctx_size,
+                            ret_pop,
+                            &trampoline::Returns::Direct(direct),
+                            Some(m),
+                            &self.shadow(),
+                            span_inline.as_ref(),
+                        )
+                    })?);
                 }
             }
             // The entry side inline only with the return side (a lean
@@ -553,6 +535,22 @@ impl Hooker {
         patch.resize(hook.displaced, 0xcc);
         Ok(Ok((hook.patch_at, displaced.to_vec(), patch)))
     }
+}
+
+/// A function's own return trampoline: assembled where the code region's
+/// next allocation starts, given exactly its length, written.
+fn place(
+    s: &mut Stopped,
+    code: &mut CodeRegion,
+    assemble: impl FnOnce(u64) -> Result<Vec<u8>, iced_x86::IcedError>,
+) -> Result<u64, TargetError> {
+    let at = code.next.next_multiple_of(16);
+    let bytes = assemble(at).map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
+    if code.alloc(bytes.len()) != Some(at) {
+        return Err(TargetError::Unsupported("code region too small".into()));
+    }
+    s.write(at, &bytes)?;
+    Ok(at)
 }
 
 /// Write the patches, every thread stopped and none inside the bytes that
