@@ -149,6 +149,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // Pass 3.
+    telco_compiler::codegen::durations_in_ticks(&mut program);
     let limits = limits(&cli);
     let t0 = Instant::now();
     let translated = match telco_compiler::codegen::translate(&program, &sources, limits) {
@@ -274,6 +275,11 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     }
     if cli.verbose > 0 {
         eprintln!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+    }
+    if cli.verbose > 1 {
+        for f in armed.timed_inline() {
+            eprintln!("Pass 5: {f}: calls timed by its trampolines (no handler call)");
+        }
     }
     let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed);
     armed.end_child();

@@ -209,6 +209,57 @@ probe end { printf("%d %d %d\n", n, bad, @count(lat)) }"#;
     assert_eq!(out, format!("{}800000 0 800000\n", untraced(&exe, &["threads", "100000"])));
 }
 
+/// The duration idiom `S <<< gettimeofday_ns() - @entry(gettimeofday_ns())`
+/// alone in a return probe is done by the trampolines (no handler call):
+/// it measures what the handlers measure (the same body with `+ 0` runs
+/// them), every call counted, in threads, in recursion, and for calls of
+/// a known least duration.
+#[test]
+fn durations_timed_by_the_trampolines_match_the_handlers() {
+    let exe = build("durations", &[]);
+    let script = |extra: &str, f: &str| {
+        format!(
+            "global lat probe process.function(\"{f}\").return {{ lat <<< gettimeofday_ns() - @entry(gettimeofday_ns()){extra} }}
+probe end {{ printf(\"%d %d %d\\n\", @count(lat), @min(lat), @max(lat)) print(@hist_log(lat)) }}"
+        )
+    };
+    let inline = "Pass 5: {f}: calls timed by its trampolines (no handler call)\n";
+    // (mode, calls, function, least duration in ns)
+    for (mode, n, f, least) in
+        [("spin", "50", "spin", 200_000), ("threads", "100000", "work", 0), ("rec", "100", "rec", 0)]
+    {
+        let want_calls: i64 = match mode {
+            "threads" => 800_000,
+            "rec" => 10_100,
+            _ => 50,
+        };
+        let cmd = format!("{} {mode} {n}", exe.display());
+        for extra in ["", " + 0"] {
+            let (out, err, code) = run(&["-vv", "-e", &script(extra, f), "-c", &cmd]);
+            assert_eq!(code, Some(0), "{mode}{extra}: {err}");
+            // Inline only for the idiom alone.
+            let timed = err.contains(&inline.replace("{f}", f));
+            assert_eq!(timed, extra.is_empty(), "{mode}{extra}: {err}");
+            let own = untraced(&exe, &[mode, n]);
+            let rest = out.strip_prefix(&own).unwrap_or_else(|| panic!("{mode}{extra}: {out}"));
+            let mut lines = rest.lines();
+            let v: Vec<i64> = lines.next().unwrap().split(' ').map(|x| x.parse().unwrap()).collect();
+            assert_eq!(v[0], want_calls, "{mode}{extra}: {out}");
+            assert!(v[1] >= least && v[1] <= v[2] && v[2] < 10_000_000_000, "{mode}{extra}: {out}");
+            // Every call in the histogram, none below the least duration.
+            let mut total = 0;
+            for l in lines.filter(|l| l.contains('|') && !l.contains("count")) {
+                let (value, rest) = l.split_once('|').unwrap();
+                let value: i64 = value.trim().parse().unwrap();
+                let count: i64 = rest.split_whitespace().last().unwrap().parse().unwrap();
+                assert!(count == 0 || 2 * value.max(1) > least, "{mode}{extra}: {out}");
+                total += count;
+            }
+            assert_eq!(total, want_calls, "{mode}{extra}: {out}");
+        }
+    }
+}
+
 /// A command with shell syntax runs through `sh -c 'exec ...'`: the probes
 /// go into the program the shell execs.
 #[test]

@@ -67,6 +67,25 @@ pub struct ProbeEntry {
     /// The return probe `--chrome` adds (`__telco_span`): a lean
     /// trampoline records the call inline instead of calling its handlers.
     pub span: bool,
+    /// A return probe that only adds the call's duration to a statistic:
+    /// trampolines can do it inline.
+    pub latency: Option<Latency>,
+}
+
+/// A return probe whose body is `S <<< gettimeofday_ns() -
+/// @entry(gettimeofday_ns())` and nothing else (timed in TSC ticks, the
+/// entry's clock the first `@entry` save), where S has per-thread copies
+/// and only logarithmic histograms: what its handler does, a trampoline
+/// can do inline (`Stat` fields and log buckets, as `rt_stat_add`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Latency {
+    /// Region offset of S's copy in row 0 (a thread slot's `index`), and
+    /// the bytes between rows.
+    pub copy: u64,
+    pub row: u32,
+    /// Offset in the copy of its logarithmic histogram's buckets (a
+    /// statistic has at most one).
+    pub hist: Option<u32>,
 }
 
 /// A source location, for runtime error messages.

@@ -23,6 +23,10 @@
 //! naturally atomic 8-byte words: loads and stores are relaxed, read-modify-
 //! write operators (`++`, `+=`, …) are atomic RMW instructions.
 
+/// The clock calibration's fixed point: `Header::tsc_mult` is ns per TSC
+/// tick × 2^TSC_SHIFT.
+pub const TSC_SHIFT: u32 = 32;
+
 /// `TELCOSTP`
 pub const MAGIC: [u8; 8] = *b"TELCOSTP";
 /// Bumped whenever any layout in this module changes.
@@ -56,7 +60,9 @@ pub struct Header {
     pub dropped: u64,
     /// The process the region serves (the tracer for begin/end/timer probes).
     pub pid: u64,
-    /// Clock calibration: `ns = ns_base + ((tsc - tsc_base) * mult) >> shift`.
+    /// Clock calibration: `ns = ns_base + ((tsc - tsc_base) * mult) >> shift`,
+    /// where `shift` is always [`TSC_SHIFT`] (compiled code and trampolines
+    /// convert tick counts with that constant).
     pub tsc_base: u64,
     pub ns_base: u64,
     pub tsc_mult: u64,

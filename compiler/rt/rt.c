@@ -1441,8 +1441,11 @@ static u8 *thread_slot(u8 *R) {
      * the tracer found where. */
     u32 off = AT(R, H_TCB_TID_OFF, u32);
     u32 me = off ? *(u32 *)(tp + off) : 0;
-    /* n is a power of two (layout.rs): a mask, not a division. */
-    u64 h = ((tp >> 12) * 0x9e3779b97f4a7c15ULL) >> 32;
+    /* n is a power of two (layout.rs): a mask, not a division. The first
+     * place: the top log2(n) bits of the thread pointer's low half times
+     * 0x9e3779b9 (the trampolines compute it inline: find_slot in
+     * runtime/src/trampoline.rs). */
+    u64 h = ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32;
     for (u64 i = 0; i < n; i++) {
         u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;
         u64 key = __atomic_load_n(&AT(s, TS_KEY, u64), __ATOMIC_ACQUIRE);

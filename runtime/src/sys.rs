@@ -280,6 +280,6 @@ fn calibrate_tsc() -> Clock {
     }
     let (t1, n1) = (tsc(), now_ns());
     let dt = (t1 - t0).max(1);
-    let mult = (((n1 - n0) as u128) << 32) / dt as u128;
-    Clock { tsc_base: t1, ns_base: n1, mult: mult as u64, shift: 32 }
+    let mult = (((n1 - n0) as u128) << telco_abi::region::TSC_SHIFT) / dt as u128;
+    Clock { tsc_base: t1, ns_base: n1, mult: mult as u64, shift: telco_abi::region::TSC_SHIFT }
 }

@@ -228,6 +228,9 @@ struct Hooker {
     /// index is what their gate passes).
     itrace_wait: Option<u32>,
     itraced: std::cell::RefCell<Vec<crate::itrace::Traced>>,
+    /// Functions whose trampolines time and record their calls themselves
+    /// (`trampoline::ClockOnly`), for `-vv`.
+    timed: std::cell::RefCell<Vec<String>>,
     /// `rt_span_flush` (`--chrome` calls recorded inline).
     span_flush: Option<u32>,
     /// `Header::threads_at` and `Header::tcb_tid_off`.
@@ -248,8 +251,9 @@ struct Tramp {
     itrace: Option<String>,
     /// Its `--chrome` return probe, recorded inline (lean trampolines).
     span: Option<u32>,
-    /// Nothing but that probe: the trampolines that only time calls.
-    span_only: Option<trampoline::SpanOnly>,
+    /// Nothing but a return probe that times calls (that one, or a
+    /// duration into a statistic): the trampolines that only time calls.
+    clock_only: Option<trampoline::ClockOnly>,
 }
 
 impl Tramp {
@@ -262,9 +266,19 @@ impl Tramp {
             lean: None,
             itrace: None,
             span: None,
-            span_only: None,
+            clock_only: None,
         }
     }
+}
+
+/// A `ProbeEntry::latency` as the trampolines take it: every field the
+/// update touches within a 32-bit displacement of the region.
+fn stat_inline(l: &telco_abi::artifact::Latency) -> Option<trampoline::StatInline> {
+    use telco_abi::region::{HIST_LOG_BUCKETS, STAT_HEADER};
+    let end = l.copy + STAT_HEADER as u64 + u64::from(l.hist.unwrap_or(0)) + 8 * u64::from(HIST_LOG_BUCKETS);
+    i32::try_from(end).ok()?;
+    i32::try_from(l.row).ok()?;
+    Some(trampoline::StatInline { copy: l.copy as u32, row: l.row, hist: l.hist })
 }
 
 /// A hook ready to be written: address, original bytes, new bytes.
@@ -394,29 +408,37 @@ impl Hooker {
                 stride: a.span_stride,
                 batch: a.span_batch,
             });
-            // Only `--chrome`'s probe here: trampolines that only time calls.
-            let span_only = match (span_inline, inline) {
-                (Some(inl), Some((probe, flush))) if itrace.is_none() && handlers.is_empty() && returns.len() == 1 => {
-                    let handler = a.probes[probe as usize].handler;
-                    let pop =
-                        [self.ret_pop, handler, flush].into_iter().try_fold(0, |m, f| clobbers.of(f).map(|c| m | c));
-                    match (clobbers.of(self.enter), clobbers.of(self.ret_push), pop) {
-                        (Some(enter_clobbers), Some(push_clobbers), Some(pop_clobbers)) => Some(trampoline::SpanOnly {
-                            inl,
-                            handler: code.at(handler),
-                            enter_clobbers,
-                            push_clobbers,
-                            pop_clobbers,
-                        }),
-                        _ => None,
-                    }
-                }
-                _ => None,
-            };
-            if let Some(so) = &span_only {
+            // Only a return probe that times calls here (`--chrome`'s, or a
+            // duration into a statistic): trampolines that only time calls.
+            let only = returns
+                .first()
+                .filter(|_| lean.is_some() && itrace.is_none() && handlers.is_empty() && returns.len() == 1);
+            let work = only.and_then(|&(probe, _)| match (span_inline, inline) {
+                (Some(inl), Some((_, flush))) => Some((trampoline::Timed::Span(inl), Some(flush))),
+                _ => stat_inline(a.probes[probe as usize].latency.as_ref()?)
+                    .map(|st| (trampoline::Timed::Stat(st), None)),
+            });
+            let clock_only = work.and_then(|(work, flush)| {
+                let probe = only?.0;
+                let handler = a.probes[probe as usize].handler;
+                let pop = [self.ret_pop, handler]
+                    .into_iter()
+                    .chain(flush)
+                    .try_fold(0, |m, f| clobbers.of(f).map(|c| m | c))?;
+                Some(trampoline::ClockOnly {
+                    probe,
+                    work,
+                    handler: code.at(handler),
+                    enter_clobbers: clobbers.of(self.enter)?,
+                    push_clobbers: clobbers.of(self.ret_push)?,
+                    pop_clobbers: pop,
+                })
+            });
+            if let Some(so) = &clock_only {
+                self.timed.borrow_mut().push(fname.clone());
                 let ret_pop = code.at(self.ret_pop);
                 own_ret = Some(place(s, &mut code, |at| {
-                    trampoline::span_return_trampoline(at, self.region, a.ctx_size, ret_pop, &self.shadow(), so)
+                    trampoline::clock_return_trampoline(at, self.region, a.ctx_size, ret_pop, &self.shadow(), so)
                 })?);
             } else if lean.is_some() && !returns.is_empty() {
                 // The span probe's return side calls rt_span_flush, not
@@ -451,7 +473,7 @@ impl Hooker {
             // still timed, by the handlers).
             let span = span.filter(|_| own_ret.is_some() && span_inline.is_some());
             let tramp =
-                Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean, itrace, span, span_only };
+                Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean, itrace, span, clock_only };
             match self.function(s, &mut code, addr, size, tramp)? {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!("{fname}: {why}")),
@@ -495,8 +517,8 @@ impl Hooker {
             itrace,
             span: t.span,
         };
-        let prefix = match &t.span_only {
-            Some(so) => trampoline::span_entry_prefix(&entry, so),
+        let prefix = match &t.clock_only {
+            Some(so) => trampoline::clock_entry_prefix(&entry, so),
             None => trampoline::entry_prefix(&entry),
         }
         .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
@@ -707,6 +729,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         dlnotify,
         itrace_wait: symbol("rt_itrace_wait"),
         itraced: Default::default(),
+        timed: Default::default(),
         span_flush: symbol("rt_span_flush"),
         threads_at,
         tid_off,
@@ -1077,6 +1100,12 @@ impl Armed {
             }
             libc::waitpid(self.pid, &mut status, 0);
         }
+    }
+
+    /// Functions whose calls their trampolines time and record without
+    /// calling a handler (`--chrome` spans, durations into statistics).
+    pub fn timed_inline(&self) -> Vec<String> {
+        self.hooker.timed.borrow().clone()
     }
 
     /// Whether the target has `.itrace` probes hooked.

@@ -85,9 +85,9 @@ fn span_start(a: &mut CodeAssembler) -> Result<(), IcedError> {
 }
 
 /// The clock at a return: rsi = the entry's TSC; unless the session is
-/// over or the call was shorter than `Header::span_min_ticks` (then
-/// `leave`), rax = its duration in ticks and rdi = the region. Uses rdx.
-fn span_clock(a: &mut CodeAssembler, region: u64, leave: CodeLabel) -> Result<(), IcedError> {
+/// over (then `leave`), rax = the call's duration in ticks and rdi = the
+/// region. Uses rdx.
+fn return_clock(a: &mut CodeAssembler, region: u64, leave: CodeLabel) -> Result<(), IcedError> {
     use core::mem::offset_of;
     use telco_abi::region::Header;
     a.mov(rdi, region)?;
@@ -96,9 +96,91 @@ fn span_clock(a: &mut CodeAssembler, region: u64, leave: CodeLabel) -> Result<()
     a.rdtsc()?;
     a.shl(rdx, 32)?;
     a.or(rax, rdx)?;
-    a.sub(rax, rsi)?;
+    a.sub(rax, rsi)
+}
+
+/// `return_clock`, then `leave` too for a call shorter than
+/// `Header::span_min_ticks`.
+fn span_clock(a: &mut CodeAssembler, region: u64, leave: CodeLabel) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::Header;
+    return_clock(a, region, leave)?;
     a.cmp(rax, qword_ptr(rdi + offset_of!(Header, span_min_ticks) as i32))?;
     a.jl(leave)
+}
+
+/// A call's duration added to a statistic by the trampolines themselves
+/// (`ProbeEntry::latency`): the work of its handler, the duration in TSC
+/// ticks converted once and added to the thread's own copy as
+/// `Translator::stat_add_inline` does (compiler/src/codegen/translate.rs).
+#[derive(Clone, Copy, Debug)]
+pub struct StatInline {
+    /// The copy's `Stat` for row 0 (an offset in the region), and the
+    /// bytes between rows.
+    pub copy: u32,
+    pub row: u32,
+    /// Offset of the log histogram's buckets in the copy.
+    pub hist: Option<u32>,
+}
+
+/// The duration (rax, in ticks; rdi = the region) in ns, added to the
+/// copy of the thread whose slot is in rcx, then `leave`. Keeps rcx; uses
+/// rax, rdx, rsi, rdi.
+fn stat_add(a: &mut CodeAssembler, st: &StatInline, leave: CodeLabel) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{Header, Stat, ThreadSlot, HIST_LOG_BUCKET0, HIST_LOG_BUCKETS, TSC_SHIFT};
+    let mut first = a.create_label();
+    let mut min_ok = a.create_label();
+    let mut max_ok = a.create_label();
+    // ns = ticks × mult >> TSC_SHIFT (128-bit product).
+    a.imul(qword_ptr(rdi + offset_of!(Header, tsc_mult) as i32))?;
+    a.shrd(rax, rdx, TSC_SHIFT)?;
+    // rsi = the copy of this thread's row, less its offset (in `f`).
+    a.mov(esi, dword_ptr(rcx + offset_of!(ThreadSlot, index) as i32))?;
+    a.imul_3(rsi, rsi, st.row as i32)?;
+    a.add(rsi, rdi)?;
+    let f = |field: usize| qword_ptr(rsi + (st.copy as usize + field) as i32);
+    a.cmp(f(offset_of!(Stat, count)), 0)?;
+    a.je(first)?;
+    a.cmp(rax, f(offset_of!(Stat, min)))?;
+    a.jge(min_ok)?;
+    a.mov(f(offset_of!(Stat, min)), rax)?;
+    a.set_label(&mut min_ok)?;
+    a.cmp(rax, f(offset_of!(Stat, max)))?;
+    a.jle(max_ok)?;
+    a.mov(f(offset_of!(Stat, max)), rax)?;
+    a.set_label(&mut max_ok)?;
+    a.add(f(offset_of!(Stat, count)), 1)?;
+    a.add(f(offset_of!(Stat, sum)), rax)?;
+    a.mov(rdx, rax)?;
+    a.imul_2(rdx, rax)?;
+    a.add(f(offset_of!(Stat, sumsq)), rdx)?;
+    if let Some(h) = st.hist {
+        // log_bucket (rt.c): B0 + 1 + bsr(|v|) (B0 for 0), mirrored below
+        // B0 for a negative v.
+        let mut zero = a.create_label();
+        let mut pos = a.create_label();
+        a.mov(rdx, rax)?;
+        a.neg(rdx)?;
+        a.cmovs(rdx, rax)?;
+        a.mov(edi, HIST_LOG_BUCKET0)?;
+        a.bsr(rdx, rdx)?;
+        a.jz(zero)?;
+        a.lea(edi, ptr(rdx + (HIST_LOG_BUCKET0 + 1) as i32))?;
+        a.set_label(&mut zero)?;
+        a.test(rax, rax)?;
+        a.jns(pos)?;
+        a.neg(edi)?;
+        a.add(edi, HIST_LOG_BUCKETS as i32)?;
+        a.set_label(&mut pos)?;
+        a.add(qword_ptr(rsi + rdi * 8 + (st.copy + h) as i32), 1)?;
+    }
+    a.jmp(leave)?;
+    // The first value: the minimum and the maximum.
+    a.set_label(&mut first)?;
+    a.mov(f(offset_of!(Stat, min)), rax)?;
+    a.mov(f(offset_of!(Stat, max)), rax)?;
+    a.jmp(max_ok)
 }
 
 /// The call (rsi = start, rax = duration, in ticks) appended to the stage
@@ -236,22 +318,20 @@ fn push_frame(
 }
 
 /// rt_ret_pop's common case inline, the slot in rcx: the top frame is this
-/// very call's (its return slot just below `sp_after`, the stack pointer
-/// after the return), else `undo`. Pops it; leaves rdx = the frame; uses
-/// rax, rsi, rdi.
-fn pop_frame(a: &mut CodeAssembler, sh: &Shadow, sp_after: AsmMemoryOperand, undo: CodeLabel) -> Result<(), IcedError> {
+/// very call's (its return address was at `ret_slot`, just below the
+/// stack pointer after the return), else `undo`. Pops it; leaves rdx =
+/// the frame; uses rax, rsi.
+fn pop_frame(a: &mut CodeAssembler, sh: &Shadow, ret_slot: AsmMemoryOperand, undo: CodeLabel) -> Result<(), IcedError> {
     use core::mem::offset_of;
     use telco_abi::region::{ShadowFrame, ThreadSlot};
     let depth = dword_ptr(rcx + offset_of!(ThreadSlot, depth) as i32);
     a.mov(eax, depth)?;
-    a.test(eax, eax)?;
-    a.jz(undo)?;
+    // None left (the depth was 0).
     a.dec(eax)?;
+    a.js(undo)?;
     frame_addr(a, sh, eax)?;
-    a.mov(rdi, qword_ptr(rdx + offset_of!(ShadowFrame, sp) as i32))?;
-    a.add(rdi, 8)?;
-    a.lea(rsi, sp_after)?;
-    a.cmp(rdi, rsi)?;
+    a.lea(rsi, ret_slot)?;
+    a.cmp(qword_ptr(rdx + offset_of!(ShadowFrame, sp) as i32), rsi)?;
     a.jne(undo)?;
     a.mov(depth, eax)
 }
@@ -313,37 +393,124 @@ const SR_RSI: RegMask = 1 << 4;
 const SR_RDI: RegMask = 1 << 5;
 const SR_R8: RegMask = 1 << 8;
 
+/// Assemble at `at` so that no branch (with the instruction it fuses
+/// with) crosses or ends on a 32-byte boundary. On the Skylake family the
+/// microcode that fixed the JCC erratum keeps such code out of the decoded
+/// uop cache, and a trampoline is short enough for that to cost several
+/// cycles a call (measured: up to 4 ns on (b) in docs/PERFORMANCE.md, by
+/// where the code happened to land). Padding is multi-byte NOPs before the
+/// branch; labels stay on the branch, so only falling through runs them.
+fn assemble_aligned(a: &mut CodeAssembler, at: u64) -> Result<Vec<u8>, IcedError> {
+    use iced_x86::{BlockEncoder, BlockEncoderOptions, FlowControl, Instruction, InstructionBlock, Mnemonic};
+    const NOPS: [&[u8]; 9] = [
+        &[0x90],
+        &[0x66, 0x90],
+        &[0x0f, 0x1f, 0x00],
+        &[0x0f, 0x1f, 0x40, 0x00],
+        &[0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+    ];
+    let is_branch = |i: &Instruction| {
+        !matches!(i.flow_control(), FlowControl::Next | FlowControl::Exception | FlowControl::Interrupt)
+    };
+    // An instruction the decoders fuse with a following conditional jump.
+    let fuses = |i: &Instruction| {
+        matches!(
+            i.mnemonic(),
+            Mnemonic::Cmp
+                | Mnemonic::Test
+                | Mnemonic::Add
+                | Mnemonic::Sub
+                | Mnemonic::And
+                | Mnemonic::Inc
+                | Mnemonic::Dec
+        )
+    };
+    let mut list: Vec<Instruction> = a.instructions().to_vec();
+    let encode = |list: &[Instruction]| {
+        BlockEncoder::encode(64, InstructionBlock::new(list, at), BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+    };
+    // Usually two rounds: pad by the offsets of the first, check (a branch
+    // may have grown from short to near).
+    for _ in 0..8 {
+        let r = encode(&list)?;
+        let offs = &r.new_instruction_offsets;
+        let len = |k: usize| offs.get(k + 1).copied().unwrap_or(r.code_buffer.len() as u32) - offs[k];
+        let mut out = Vec::with_capacity(list.len() + 8);
+        let mut shift = 0u64;
+        let mut padded = false;
+        let mut k = 0;
+        while k < list.len() {
+            // A branch, or a fusing instruction and the jump after it.
+            let pair =
+                fuses(&list[k]) && list.get(k + 1).is_some_and(|j| j.flow_control() == FlowControl::ConditionalBranch);
+            let n = if pair { 2 } else { 1 };
+            if pair || is_branch(&list[k]) {
+                let start = at + u64::from(offs[k]) + shift;
+                let end = start + (k..k + n).map(|j| u64::from(len(j))).sum::<u64>();
+                if start / 32 != (end - 1) / 32 || end % 32 == 0 {
+                    let mut pad = (32 - start % 32) as usize;
+                    shift += pad as u64;
+                    padded = true;
+                    while pad > 0 {
+                        let b = NOPS[pad.min(NOPS.len()) - 1];
+                        out.push(Instruction::with_declare_byte(b)?);
+                        pad -= b.len();
+                    }
+                }
+            }
+            out.extend_from_slice(&list[k..k + n]);
+            k += n;
+        }
+        if !padded {
+            return Ok(r.code_buffer);
+        }
+        list = out;
+    }
+    Ok(encode(&list)?.code_buffer)
+}
+
 /// The thread's slot into rcx, marked busy, without a call in the common
 /// case: the slot `thread_slot` (rt.c) would find at the first place it
 /// looks, owned by this thread and not busy. Otherwise `slow` (rt_enter
 /// decides: another place, a new slot, a slot to take over, busy, none).
 /// Uses rax, rcx, rdi.
 fn find_slot(a: &mut CodeAssembler, e: &Shadow, slow: CodeLabel) -> Result<(), IcedError> {
+    use core::mem::offset_of;
     use telco_abi::region::ThreadSlot;
+    let n = e.nthreads.max(1);
+    let bits = n.trailing_zeros();
+    let size = core::mem::size_of::<ThreadSlot>().trailing_zeros();
+    // (nthreads is a power of two, at most 2^26: layout.rs.)
+    let shift = 32 - (bits + size).min(32);
     a.mov(rax, qword_ptr(0u64).fs())?;
     a.test(rax, rax)?;
     a.jz(slow)?;
-    a.mov(rcx, rax)?;
-    a.shr(rcx, 12)?;
-    a.mov(rdi, 0x9e37_79b9_7f4a_7c15u64)?;
-    a.imul_2(rcx, rdi)?;
-    a.shr(rcx, 32)?;
-    a.and(ecx, (e.nthreads.max(1) - 1) as i32)?;
-    a.shl(ecx, core::mem::size_of::<ThreadSlot>().trailing_zeros())?;
+    // The first place: the top `bits` bits of the thread pointer's low
+    // half times 0x9e3779b9 (a multiplicative hash), times the slot size.
+    a.imul_3(ecx, eax, 0x9e37_79b9u32 as i32)?;
+    a.shr(ecx, shift)?;
+    a.and(ecx, ((n - 1) << size) as i32)?;
     a.mov(rdi, e.threads)?;
     a.add(rcx, rdi)?;
-    a.cmp(qword_ptr(rcx + core::mem::offset_of!(ThreadSlot, key) as i32), rax)?;
+    a.cmp(qword_ptr(rcx + offset_of!(ThreadSlot, key) as i32), rax)?;
     a.jne(slow)?;
+    let busy = dword_ptr(rcx + offset_of!(ThreadSlot, busy) as i32);
     if e.tid_off != 0 {
         // The same thread, not a later one with the same thread pointer
-        // (or, in a forked child, the copy of its parent's).
+        // (or, in a forked child, the copy of its parent's), and not busy:
+        // the thread id with a zero above it against `tid` and `busy`.
+        const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
         a.mov(edi, dword_ptr(rax + e.tid_off as i32))?;
-        a.cmp(edi, dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, tid) as i32))?;
+        a.cmp(rdi, qword_ptr(rcx + offset_of!(ThreadSlot, tid) as i32))?;
+        a.jne(slow)?;
+    } else {
+        a.cmp(busy, 0)?;
         a.jne(slow)?;
     }
-    let busy = dword_ptr(rcx + core::mem::offset_of!(ThreadSlot, busy) as i32);
-    a.cmp(busy, 0)?;
-    a.jne(slow)?;
     a.mov(busy, 1)?;
     Ok(())
 }
@@ -524,7 +691,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     } else {
         a.zero_bytes()?;
     }
-    a.assemble(e.at)
+    assemble_aligned(&mut a, e.at)
 }
 
 /// The `.itrace` gate: every register as at the entry into a `SavedRegs`
@@ -632,7 +799,7 @@ pub fn return_trampoline(
         let mut slow = a.create_label();
         let mut undo = a.create_label();
         find_slot(&mut a, shadow, slow)?;
-        pop_frame(&mut a, shadow, ptr(fb + frame), undo)?;
+        pop_frame(&mut a, shadow, ptr(fb + (frame - 8)), undo)?;
         a.mov(edi, dword_ptr(rdx + core::mem::offset_of!(ShadowFrame, probe) as i32))?;
         a.mov(dword_ptr(fb + c(core::mem::offset_of!(Ctx, probe))), edi)?;
         a.lea(rdi, ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
@@ -707,21 +874,25 @@ pub fn return_trampoline(
     // replaced address, and mispredicts).
     a.lea(rsp, ptr(rsp + (frame - 8)))?;
     a.ret()?;
-    a.assemble(at)
+    assemble_aligned(&mut a, at)
 }
 
-/// A function whose only probe is `--chrome`'s (the usual `probe f {}`
-/// with `--chrome`): trampolines that do nothing but time the call, with
-/// no handler on the common path, so they save only the five registers
-/// they use (at an entry every argument register is live; at a return a
-/// caller built with -fipa-ra may keep values in caller-saved registers)
-/// and keep the slot in a register. What the runtime library's calls off
-/// the common path change is saved around them.
+/// A function whose only probe is a return probe that times its calls —
+/// `--chrome`'s (the usual `probe f {}` with `--chrome`), or one that adds
+/// the duration to a statistic (`ProbeEntry::latency`): trampolines that
+/// do nothing but time the call and record it, with no handler on the
+/// common path, so they save only the five registers they use (at an
+/// entry every argument register is live; at a return a caller built with
+/// -fipa-ra may keep values in caller-saved registers; a span also uses
+/// r8) and keep the slot in a register. What the runtime library's calls
+/// off the common path change is saved around them.
 #[derive(Clone, Copy, Debug)]
-pub struct SpanOnly {
-    pub inl: SpanInline,
-    /// The probe's return handler (`rt_ret_pop`'s path calls it: the
-    /// same span, by `rt_span`).
+pub struct ClockOnly {
+    /// The probe, whose entry's clock is the first `@entry` save.
+    pub probe: u32,
+    pub work: Timed,
+    /// The probe's return handler (`rt_ret_pop`'s path calls it: the same
+    /// record, by `rt_span` or the compiled statistic update).
     pub handler: u64,
     /// Registers `rt_enter`, `rt_ret_push`, and `rt_ret_pop` with the
     /// handler or `rt_span_flush`, change.
@@ -730,21 +901,28 @@ pub struct SpanOnly {
     pub pop_clobbers: RegMask,
 }
 
-/// The five registers the `SpanOnly` trampolines' common paths use.
+/// What a `ClockOnly` return trampoline does with the call.
+#[derive(Clone, Copy, Debug)]
+pub enum Timed {
+    Span(SpanInline),
+    Stat(StatInline),
+}
+
+/// The five registers the `ClockOnly` trampolines' common paths use.
 const SPAN_USED: RegMask = SR_RAX | SR_RCX | SR_RDX | SR_RSI | SR_RDI;
 
-/// Entry trampoline of a `SpanOnly` function (not `.itrace`): the thread's
+/// Entry trampoline of a `ClockOnly` function (not `.itrace`): the thread's
 /// slot, a shadow frame pushed with the TSC as its `@entry` save, and the
 /// function called (as `entry_prefix` does with return probes). The caller
 /// appends the relocated instructions.
-pub fn span_entry_prefix(e: &Entry, so: &SpanOnly) -> Result<Vec<u8>, IcedError> {
+pub fn clock_entry_prefix(e: &Entry, so: &ClockOnly) -> Result<Vec<u8>, IcedError> {
     use core::mem::offset_of;
     use telco_abi::region::{ThreadSlot, SHADOW_FRAME_HEADER};
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
     let c = |f: usize| ctx_at + f as i32;
     let frame = frame_size(e.ctx_size) + 8;
     let sh = &e.shadow;
-    let probe = so.inl.probe;
+    let probe = so.probe;
     let mut a = CodeAssembler::new(64)?;
     let mut tramp_after = a.create_label();
     let mut reloc = a.create_label();
@@ -764,10 +942,10 @@ pub fn span_entry_prefix(e: &Entry, so: &SpanOnly) -> Result<Vec<u8>, IcedError>
     span_start(&mut a)?;
     a.mov(dword_ptr(rcx + offset_of!(ThreadSlot, busy) as i32), 0)?;
     load_mask(&mut a, rsp, SPAN_USED)?;
-    a.lea(rsp, ptr(rsp + frame))?;
-    // Call the function in place of its caller (see entry_prefix).
+    // Call the function in place of its caller (see entry_prefix): the
+    // frame and the return address dropped.
     a.set_label(&mut call_it)?;
-    a.lea(rsp, ptr(rsp + 8))?;
+    a.lea(rsp, ptr(rsp + frame + 8))?;
     a.call(reloc)?;
     a.set_label(&mut tramp_after)?;
     a.jmp(e.ret_tramp)?;
@@ -809,31 +987,34 @@ pub fn span_entry_prefix(e: &Entry, so: &SpanOnly) -> Result<Vec<u8>, IcedError>
     a.lea(rax, ptr(tramp_after))?;
     a.cmp(qword_ptr(rsp + frame), rax)?;
     load_mask(&mut a, rsp, SPAN_USED)?;
-    a.lea(rsp, ptr(rsp + frame))?;
     a.je(call_it)?;
+    a.lea(rsp, ptr(rsp + frame))?;
     a.set_label(&mut reloc)?;
     a.zero_bytes()?;
-    a.assemble(e.at)
+    assemble_aligned(&mut a, e.at)
 }
 
-/// Return trampoline of a `SpanOnly` function: the frame popped, the call
+/// Return trampoline of a `ClockOnly` function: the frame popped, the call
 /// recorded, back to the caller with a predicted `ret` (as
 /// `return_trampoline`). Off the common path `rt_ret_pop` and the probe's
 /// handler do the same.
-pub fn span_return_trampoline(
+pub fn clock_return_trampoline(
     at: u64,
     region: u64,
     ctx_size: u32,
     ret_pop: u64,
     shadow: &Shadow,
-    so: &SpanOnly,
+    so: &ClockOnly,
 ) -> Result<Vec<u8>, IcedError> {
     use core::mem::offset_of;
     use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
     let frame = frame_size(ctx_size);
     let c = |f: usize| ctx_at + f as i32;
-    let saved = SPAN_USED | SR_R8;
+    let saved = match so.work {
+        Timed::Span(_) => SPAN_USED | SR_R8,
+        Timed::Stat(_) => SPAN_USED,
+    };
     let mut a = CodeAssembler::new(64)?;
     let mut slow = a.create_label();
     let mut undo = a.create_label();
@@ -843,30 +1024,40 @@ pub fn span_return_trampoline(
     a.lea(rsp, ptr(rsp - frame))?;
     store_mask(&mut a, rsp, saved)?;
     find_slot(&mut a, shadow, slow)?;
-    pop_frame(&mut a, shadow, ptr(rsp + frame), undo)?;
+    pop_frame(&mut a, shadow, ptr(rsp + (frame - 8)), undo)?;
     // Where to return: in the slot the return address was taken from.
     a.mov(rax, qword_ptr(rdx + offset_of!(ShadowFrame, ret) as i32))?;
     a.mov(qword_ptr(rsp + (frame - 8)), rax)?;
     a.mov(rsi, qword_ptr(rdx + SHADOW_FRAME_HEADER as i32))?;
-    span_clock(&mut a, region, leave)?;
-    span_append(&mut a, &so.inl, leave, full)?;
+    match &so.work {
+        Timed::Span(inl) => {
+            span_clock(&mut a, region, leave)?;
+            span_append(&mut a, inl, leave, full)?;
+        }
+        Timed::Stat(st) => {
+            return_clock(&mut a, region, leave)?;
+            stat_add(&mut a, st, leave)?;
+        }
+    }
     a.set_label(&mut leave)?;
     a.mov(dword_ptr(rcx + offset_of!(ThreadSlot, busy) as i32), 0)?;
     a.set_label(&mut out)?;
     load_mask(&mut a, rsp, saved)?;
     a.lea(rsp, ptr(rsp + (frame - 8)))?;
     a.ret()?;
-    // A full stage.
-    a.set_label(&mut full)?;
     let extra = so.pop_clobbers & CALLER_SAVED & !saved;
-    a.mov(qword_ptr(rsp + c(offset_of!(Ctx, slot))), rcx)?;
-    store_mask(&mut a, rsp, extra)?;
-    a.mov(rdi, region)?;
-    a.mov(rsi, rcx)?;
-    a.call(so.inl.flush)?;
-    load_mask(&mut a, rsp, extra)?;
-    a.mov(rcx, qword_ptr(rsp + c(offset_of!(Ctx, slot))))?;
-    a.jmp(leave)?;
+    if let Timed::Span(inl) = &so.work {
+        // A full stage.
+        a.set_label(&mut full)?;
+        a.mov(qword_ptr(rsp + c(offset_of!(Ctx, slot))), rcx)?;
+        store_mask(&mut a, rsp, extra)?;
+        a.mov(rdi, region)?;
+        a.mov(rsi, rcx)?;
+        a.call(inl.flush)?;
+        load_mask(&mut a, rsp, extra)?;
+        a.mov(rcx, qword_ptr(rsp + c(offset_of!(Ctx, slot))))?;
+        a.jmp(leave)?;
+    }
     // Not this call's frame on top, or no slot at the first place:
     // rt_ret_pop finds it (and the slot, marked busy, or 0 to skip), the
     // handler records the call.
@@ -892,7 +1083,7 @@ pub fn span_return_trampoline(
     a.set_label(&mut done)?;
     load_mask(&mut a, rsp, extra)?;
     a.jmp(out)?;
-    a.assemble(at)
+    assemble_aligned(&mut a, at)
 }
 
 #[cfg(test)]
@@ -966,11 +1157,61 @@ mod tests {
                 None,
             )
             .unwrap();
-            let text = listing(&code, 0x30000);
+            // (Without the alignment padding.)
+            let text: Vec<String> = listing(&code, 0x30000).into_iter().filter(|l| !l.starts_with("nop")).collect();
             let n = text.len();
             assert!(text[n - 2].starts_with("lea rsp,[rsp+"), "{text:#?}");
             assert_eq!(text[n - 1], "ret", "{text:#?}");
             assert!(!text.iter().any(|l| l.starts_with("jmp qword")), "{text:#?}");
+        }
+    }
+
+    /// Wherever a trampoline lands, no branch (or fused compare and
+    /// branch) crosses or ends on a 32-byte boundary, and the code is the
+    /// same but for NOPs.
+    #[test]
+    fn branches_stay_within_32_byte_lines() {
+        use iced_x86::FlowControl;
+        let sh = entry(Some(CALLER_SAVED), true).shadow;
+        let at_base = 0x30000u64;
+        let mut plain: Option<Vec<String>> = None;
+        for skew in 0..32u64 {
+            let at = at_base + skew;
+            let code = return_trampoline(
+                at,
+                0x7000_0000,
+                CTX_SIZE as u32,
+                0x20500,
+                &Returns::Direct(vec![(0, 0x20000), (1, 0x20100)]),
+                Some(CALLER_SAVED),
+                &sh,
+                None,
+            )
+            .unwrap();
+            let all: Vec<Instruction> = Decoder::with_ip(64, &code, at, DecoderOptions::NONE).into_iter().collect();
+            let fuses = |i: &Instruction| {
+                ["Cmp", "Test", "Add", "Sub", "And", "Inc", "Dec"].contains(&format!("{:?}", i.mnemonic()).as_str())
+            };
+            for (k, i) in all.iter().enumerate() {
+                if matches!(i.flow_control(), FlowControl::Next | FlowControl::Exception | FlowControl::Interrupt) {
+                    continue;
+                }
+                let start = if k > 0 && i.flow_control() == FlowControl::ConditionalBranch && fuses(&all[k - 1]) {
+                    all[k - 1].ip()
+                } else {
+                    i.ip()
+                };
+                let end = i.next_ip();
+                assert!(start / 32 == (end - 1) / 32 && end % 32 != 0, "at {at:#x}: {i} at {:#x}", i.ip());
+            }
+            let text: Vec<String> = listing(&code, at)
+                .into_iter()
+                .filter(|l| !l.starts_with("nop") && l != "xchg ax,ax" && !l.starts_with('j') && !l.starts_with("call"))
+                .collect();
+            match &plain {
+                None => plain = Some(text),
+                Some(p) => assert_eq!(&text, p, "at {at:#x}"),
+            }
         }
     }
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 volatile long g = 7;
@@ -16,6 +17,14 @@ volatile long g = 7;
 __attribute__((noinline)) long tiny(long x) { return x; }
 /* A plain leaf. */
 __attribute__((noinline)) long work(long x) { return x * 2 + 1; }
+/* Returns no sooner than `ns` nanoseconds after it was called. */
+__attribute__((noinline)) long spin(long ns) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < ns);
+    return 1;
+}
 /* First instruction reads a global RIP-relative. */
 __attribute__((noinline)) long rip_first(void) { return g + 1; }
 /* A conditional jump within the first 5 bytes: odd x gives 2x, even x. */
@@ -85,6 +94,8 @@ int main(int argc, char **argv) {
             pthread_join(t[i], 0);
             s += r[i];
         }
+    } else if (!strcmp(mode, "spin")) {
+        for (long i = 0; i < n_calls; i++) s += spin(200000);
     } else if (!strcmp(mode, "rec")) {
         for (long i = 0; i < n_calls; i++) s += rec(100);
     } else if (!strcmp(mode, "jump")) {

@@ -81,6 +81,9 @@ pub struct Layout {
 /// A power of two: the runtime library masks with it.
 pub const THREAD_SLOTS: u32 = 256;
 const _: () = assert!(THREAD_SLOTS.is_power_of_two());
+// The trampolines' slot hash takes log2(THREAD_SLOTS) bits of a 32-bit
+// product, times the 64-byte slot (runtime/src/trampoline.rs find_slot).
+const _: () = assert!(THREAD_SLOTS <= 1 << 26);
 /// Return-probe frames per thread (nested probed calls in flight).
 pub const SHADOW_DEPTH: u32 = 128;
 /// Threads that may wait at once to be instruction-traced (`.itrace`).

@@ -86,6 +86,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
                 full_ctx: t.functions[handler_idx].full_ctx || entry.is_some_and(|(idx, _)| t.functions[idx].full_ctx),
                 empty: p.body.is_empty() && p.condition.is_none(),
                 span: p.is_chrome_span(),
+                latency: latency_of(p, &t.layout),
             });
         }
     }
@@ -149,6 +150,44 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         display,
         limits: layout.limits,
         ctx_size: super::translate::ctx_size(cap),
+    })
+}
+
+/// `ProbeEntry::latency`: the probe's body is exactly `S <<<
+/// __telco_ticks_ns(__telco_ticks() - @entry(__telco_ticks()))` (what
+/// `durations_in_ticks` made of the duration idiom), with no condition,
+/// on return points only, and S is updated inline in per-thread copies.
+fn latency_of(p: &crate::program::Probe, layout: &super::layout::Layout) -> Option<telco_abi::artifact::Latency> {
+    use super::layout::HistKey;
+    use super::layout::Slot;
+    use crate::ast::{AssignOp, BinOp};
+    use crate::elaborate::builtins::Builtin;
+    use crate::program::{Expr, ExprKind, StmtKind};
+    let is_ticks = |e: &Expr| matches!(&e.kind, ExprKind::Builtin { func: Builtin::TraceTicks, .. });
+    if p.condition.is_some() || !p.points.iter().all(|pt| matches!(pt, Point::Function(f) if f.ret && !f.itrace)) {
+        return None;
+    }
+    let [stmt] = p.body.as_slice() else { return None };
+    let StmtKind::Expr(e) = &stmt.kind else { return None };
+    let ExprKind::Assign { op: AssignOp::Aggregate, target, value } = &e.kind else { return None };
+    let ExprKind::Global(g) = &target.kind else { return None };
+    let ExprKind::Builtin { func: Builtin::TicksNs, args } = &value.kind else { return None };
+    let [d] = args.as_slice() else { return None };
+    let ExprKind::Binary { op: BinOp::Sub, lhs, rhs } = &d.kind else { return None };
+    // The only `@entry` of the body: the first save.
+    if !is_ticks(lhs) || !matches!(&rhs.kind, ExprKind::Entry(x) if is_ticks(x)) {
+        return None;
+    }
+    let col = *layout.stat_shards.get(&g.0)?;
+    let Slot::Stat { hists, .. } = &layout.globals[g.0 as usize] else { return None };
+    if !hists.iter().all(|h| matches!(h, HistKey::Log)) || hists.len() > 1 {
+        return None;
+    }
+    let desc = super::layout::stat_desc(hists);
+    Some(telco_abi::artifact::Latency {
+        copy: layout.stat_shards_off + u64::from(col),
+        row: layout.stat_row,
+        hist: desc.hists.iter().take(desc.nhists as usize).map(|h| h.offset).next(),
     })
 }
 

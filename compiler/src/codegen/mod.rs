@@ -337,3 +337,46 @@ pub fn print_clif(t: &Translated) -> String {
     }
     out
 }
+
+/// `gettimeofday_ns() - @entry(gettimeofday_ns())`, the duration of a
+/// call, becomes `__telco_ticks_ns(__telco_ticks() -
+/// @entry(__telco_ticks()))`: the same duration (up to the rounding of a
+/// nanosecond), taken in TSC ticks on both sides and converted once. The
+/// entry save is then a bare clock read, which trampolines do inline
+/// (`ProbeEntry::latency`, `link::latency_of`). Run before pass 3.
+pub fn durations_in_ticks(program: &mut Program) {
+    use crate::ast::BinOp;
+    use crate::elaborate::builtins::Builtin;
+    use crate::program::{Expr, ExprKind};
+    fn is_now(e: &Expr) -> bool {
+        matches!(&e.kind, ExprKind::Builtin { func: Builtin::GettimeofdayNs, .. })
+    }
+    fn rewrite(e: &mut Expr) {
+        if let ExprKind::Binary { op: BinOp::Sub, lhs, rhs } = &mut e.kind {
+            if is_now(lhs) && matches!(&rhs.kind, ExprKind::Entry(x) if is_now(x)) {
+                let ticks = |span| Expr {
+                    kind: ExprKind::Builtin { func: Builtin::TraceTicks, args: Vec::new() },
+                    ty: e.ty,
+                    span,
+                };
+                let d = Expr {
+                    kind: ExprKind::Binary {
+                        op: BinOp::Sub,
+                        lhs: Box::new(ticks(lhs.span)),
+                        rhs: Box::new(Expr { kind: ExprKind::Entry(Box::new(ticks(rhs.span))), ..(**rhs).clone() }),
+                    },
+                    ty: e.ty,
+                    span: e.span,
+                };
+                e.kind = ExprKind::Builtin { func: Builtin::TicksNs, args: vec![d] };
+                return;
+            }
+        }
+        translate::children_mut(e, &mut rewrite);
+    }
+    for p in &mut program.probes {
+        for s in &mut p.body {
+            translate::stmt_exprs_mut(s, &mut rewrite);
+        }
+    }
+}

@@ -333,6 +333,67 @@ pub fn visit_expr<'e>(e: &'e Expr, f: &mut dyn FnMut(&'e Expr) -> bool) {
     }
 }
 
+/// Calls `f` on each expression directly in `s` (and its nested
+/// statements); `f` descends itself, with [`children_mut`].
+pub fn stmt_exprs_mut(s: &mut Stmt, f: &mut dyn FnMut(&mut Expr)) {
+    match &mut s.kind {
+        StmtKind::Expr(e) | StmtKind::Return(Some(e)) => f(e),
+        StmtKind::Block(b) => b.iter_mut().for_each(|s| stmt_exprs_mut(s, f)),
+        StmtKind::If { cond, then, els } => {
+            f(cond);
+            stmt_exprs_mut(then, f);
+            if let Some(e) = els {
+                stmt_exprs_mut(e, f);
+            }
+        }
+        StmtKind::While { cond, body } => {
+            f(cond);
+            stmt_exprs_mut(body, f);
+        }
+        StmtKind::For { init, cond, step, body } => {
+            for e in [init, cond, step].into_iter().flatten() {
+                f(e);
+            }
+            stmt_exprs_mut(body, f);
+        }
+        StmtKind::Foreach { limit, body, .. } => {
+            if let Some(l) = limit {
+                f(l);
+            }
+            stmt_exprs_mut(body, f);
+        }
+        StmtKind::DeleteElement { keys, .. } => keys.iter_mut().for_each(f),
+        StmtKind::Try { body, handler, .. } => {
+            body.iter_mut().chain(handler.iter_mut()).for_each(|s| stmt_exprs_mut(s, f));
+        }
+        _ => {}
+    }
+}
+
+/// Calls `f` on each direct operand of `e`.
+pub fn children_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
+    match &mut e.kind {
+        ExprKind::Index { keys, .. } | ExprKind::In { keys, .. } => keys.iter_mut().for_each(f),
+        ExprKind::Call { args, .. } | ExprKind::Builtin { args, .. } => args.iter_mut().for_each(f),
+        ExprKind::Unary { operand: x, .. }
+        | ExprKind::IncDec { target: x, .. }
+        | ExprKind::Entry(x)
+        | ExprKind::Aggregate { stat: x, .. }
+        | ExprKind::HistLog { stat: x }
+        | ExprKind::HistLinear { stat: x, .. } => f(x),
+        ExprKind::Binary { lhs: a, rhs: b, .. } | ExprKind::Assign { target: a, value: b, .. } => {
+            f(a);
+            f(b);
+        }
+        ExprKind::Ternary { cond, then, els } => {
+            f(cond);
+            f(then);
+            f(els);
+        }
+        _ => {}
+    }
+}
+
 /// The histograms each statistic global needs, from its `@hist_*` uses.
 pub fn collect_hists(program: &Program) -> HashMap<u32, Vec<HistKey>> {
     let mut out: HashMap<u32, Vec<HistKey>> = HashMap::new();
@@ -2301,6 +2362,16 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 zero
             }
             Builtin::TraceTicks => self.rt(Rt::Ticks, &[]),
+            Builtin::TicksNs => {
+                // ticks × Header::tsc_mult >> TSC_SHIFT, in 128 bits.
+                let d = self.args(args)[0];
+                let mult = self.load(self.region, core::mem::offset_of!(abi::Header, tsc_mult) as i32);
+                let lo = self.b.ins().imul(d, mult);
+                let hi = self.b.ins().smulhi(d, mult);
+                let lo = self.b.ins().ushr_imm_u(lo, i64::from(abi::TSC_SHIFT));
+                let hi = self.b.ins().ishl_imm_u(hi, i64::from(64 - abi::TSC_SHIFT));
+                self.b.ins().bor(hi, lo)
+            }
         }
     }
 }

@@ -105,6 +105,8 @@ builtins! {
     // every probed function, span(entry clock), and its clock (TSC ticks).
     TraceSpan = "__telco_span"(Long) -> Void,
     TraceTicks = "__telco_ticks"() -> Long,
+    // A duration in TSC ticks in ns (`codegen::durations_in_ticks`).
+    TicksNs = "__telco_ticks_ns"(Long) -> Long,
 }
 
 pub fn lookup(name: &str) -> Option<&'static Signature> {
