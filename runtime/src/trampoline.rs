@@ -400,6 +400,8 @@ const SR_R8: RegMask = 1 << 8;
 /// cycles a call (measured: up to 4 ns on (b) in docs/PERFORMANCE.md, by
 /// where the code happened to land). Padding is multi-byte NOPs before the
 /// branch; labels stay on the branch, so only falling through runs them.
+/// Never right after a call: its return address (a shadow frame's
+/// `tramp`, which rt.c compares with stack slots) would be the padding's.
 fn assemble_aligned(a: &mut CodeAssembler, at: u64) -> Result<Vec<u8>, IcedError> {
     use iced_x86::{BlockEncoder, BlockEncoderOptions, FlowControl, Instruction, InstructionBlock, Mnemonic};
     const NOPS: [&[u8]; 9] = [
@@ -438,6 +440,10 @@ fn assemble_aligned(a: &mut CodeAssembler, at: u64) -> Result<Vec<u8>, IcedError
     for _ in 0..8 {
         let r = encode(&list)?;
         let offs = &r.new_instruction_offsets;
+        // (A branch the encoder had to rewrite has no offset: leave it.)
+        if offs.contains(&u32::MAX) {
+            return Ok(r.code_buffer);
+        }
         let len = |k: usize| offs.get(k + 1).copied().unwrap_or(r.code_buffer.len() as u32) - offs[k];
         let mut out = Vec::with_capacity(list.len() + 8);
         let mut shift = 0u64;
@@ -448,7 +454,9 @@ fn assemble_aligned(a: &mut CodeAssembler, at: u64) -> Result<Vec<u8>, IcedError
             let pair =
                 fuses(&list[k]) && list.get(k + 1).is_some_and(|j| j.flow_control() == FlowControl::ConditionalBranch);
             let n = if pair { 2 } else { 1 };
-            if pair || is_branch(&list[k]) {
+            let after_call =
+                k > 0 && matches!(list[k - 1].flow_control(), FlowControl::Call | FlowControl::IndirectCall);
+            if (pair || is_branch(&list[k])) && !after_call {
                 let start = at + u64::from(offs[k]) + shift;
                 let end = start + (k..k + n).map(|j| u64::from(len(j))).sum::<u64>();
                 if start / 32 != (end - 1) / 32 || end % 32 == 0 {
@@ -1211,6 +1219,49 @@ mod tests {
             match &plain {
                 None => plain = Some(text),
                 Some(p) => assert_eq!(&text, p, "at {at:#x}"),
+            }
+        }
+    }
+
+    /// The address a trampoline's call of the function returns to is the
+    /// one its shadow frames record (`lea rdi,[rip+…]`), wherever the
+    /// trampoline lands: alignment padding never comes between them.
+    #[test]
+    fn padding_keeps_the_return_address() {
+        use iced_x86::{FlowControl, OpKind, Register};
+        let so = ClockOnly {
+            probe: 0,
+            work: Timed::Stat(StatInline { copy: 0x1000, row: 0x430, hist: Some(48) }),
+            handler: 0x20000,
+            enter_clobbers: CALLER_SAVED,
+            push_clobbers: CALLER_SAVED,
+            pop_clobbers: CALLER_SAVED,
+        };
+        for skew in 0..32u64 {
+            let mut e = entry(Some(CALLER_SAVED), true);
+            e.at = 0x10000 + skew;
+            for code in [entry_prefix(&e).unwrap(), clock_entry_prefix(&e, &so).unwrap()] {
+                let all: Vec<Instruction> =
+                    Decoder::with_ip(64, &code, e.at, DecoderOptions::NONE).into_iter().collect();
+                let rip_targets: Vec<u64> = all
+                    .iter()
+                    .filter(|i| i.op_count() == 2 && i.op1_kind() == OpKind::Memory && i.memory_base() == Register::RIP)
+                    .map(|i| i.memory_displacement64())
+                    .collect();
+                // The call of the function's first instructions (to the end
+                // of the prefix) returns where the frames say.
+                let call = all
+                    .iter()
+                    .find(|i| {
+                        i.flow_control() == FlowControl::Call && i.near_branch_target() == e.at + code.len() as u64
+                    })
+                    .unwrap_or_else(|| panic!("at {:#x}: no call of the function", e.at));
+                assert!(
+                    rip_targets.contains(&call.next_ip()),
+                    "at {:#x}: {rip_targets:x?} vs {:#x}",
+                    e.at,
+                    call.next_ip()
+                );
             }
         }
     }
