@@ -413,13 +413,11 @@ impl Hooker {
             let only = returns
                 .first()
                 .filter(|_| lean.is_some() && itrace.is_none() && handlers.is_empty() && returns.len() == 1);
-            let work = only.and_then(|&(probe, _)| match (span_inline, inline) {
-                (Some(inl), Some((_, flush))) => Some((trampoline::Timed::Span(inl), Some(flush))),
-                _ => stat_inline(a.probes[probe as usize].latency.as_ref()?)
-                    .map(|st| (trampoline::Timed::Stat(st), None)),
-            });
-            let clock_only = work.and_then(|(work, flush)| {
-                let probe = only?.0;
+            let clock_only = only.and_then(|&(probe, _)| {
+                let (work, flush) = match (span_inline, inline) {
+                    (Some(inl), Some((_, flush))) => (trampoline::Timed::Span(inl), Some(flush)),
+                    _ => (trampoline::Timed::Stat(stat_inline(a.probes[probe as usize].latency.as_ref()?)?), None),
+                };
                 let handler = a.probes[probe as usize].handler;
                 let pop = [self.ret_pop, handler]
                     .into_iter()

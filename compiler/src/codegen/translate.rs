@@ -579,13 +579,17 @@ struct Gen<'s, 'a, 'b> {
 /// An upper bound of the actions a probe body charges, when it has no
 /// loops and calls no script function (None otherwise).
 fn static_action_bound(p: &Probe) -> Option<u64> {
-    fn stmt(s: &Stmt) -> Option<u64> {
+    /// Whether what `visit` walks calls a script function.
+    fn calls<'e>(visit: impl FnOnce(&mut dyn FnMut(&'e Expr) -> bool)) -> bool {
         let mut calls = false;
-        visit_stmt(s, &mut |e| {
+        visit(&mut |e| {
             calls |= matches!(e.kind, ExprKind::Call { .. });
             !calls
         });
-        if calls {
+        calls
+    }
+    fn stmt(s: &Stmt) -> Option<u64> {
+        if calls(|f| visit_stmt(s, f)) {
             return None;
         }
         Some(match &s.kind {
@@ -598,15 +602,8 @@ fn static_action_bound(p: &Probe) -> Option<u64> {
             _ => 1,
         })
     }
-    if let Some(c) = &p.condition {
-        let mut calls = false;
-        visit_expr(c, &mut |e| {
-            calls |= matches!(e.kind, ExprKind::Call { .. });
-            !calls
-        });
-        if calls {
-            return None;
-        }
+    if p.condition.as_ref().is_some_and(|c| calls(|f| visit_expr(c, f))) {
+        return None;
     }
     p.body.iter().map(stmt).sum()
 }
