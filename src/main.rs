@@ -241,6 +241,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         output,
         messages: Box::new(std::io::stderr()),
         chrome: None,
+        suppress_warnings: cli.no_warnings,
     };
     let t0 = Instant::now();
     if cli.pid.is_none() && cli.command.is_none() {
@@ -250,7 +251,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         if cli.verbose > 0 {
             eprintln!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
         }
-        return Ok(if outcome.errors > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS });
+        return Ok(if outcome.errors > 0 || outcome.too_many_skipped { ExitCode::from(1) } else { ExitCode::SUCCESS });
     }
     let (stopped, child) = match (cli.pid, &cli.command) {
         (Some(pid), _) => (telco_runtime::ptrace::Stopped::attach(pid as i32)?, false),
@@ -270,7 +271,8 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     if let (true, Some(path)) = (armed.has_itrace(), &cli.itrc) {
         armed.itrace_to(path, max_itrace(cli)).with_context(|| format!("cannot trace pid {pid}"))?;
     }
-    for w in &armed.warnings {
+    armed.quiet = cli.no_warnings;
+    for w in armed.warnings.iter().filter(|_| !cli.no_warnings) {
         eprintln!("WARNING: {w}");
     }
     if cli.verbose > 0 {
@@ -284,7 +286,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed);
     armed.end_child();
     if let Some((calls, steps, time, missed, warnings)) = armed.itrace_report() {
-        for w in warnings {
+        for w in warnings.iter().filter(|_| !cli.no_warnings) {
             eprintln!("WARNING: {w}");
         }
         if missed > 0 {
@@ -303,8 +305,12 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         }
     }
     let outcome = outcome?;
+    if let Some(sig) = armed.killed_by {
+        // Never silent: the command died, not the session.
+        eprintln!("WARNING: the command (pid {pid}) was killed by {}", telco_runtime::target::signal_name(sig));
+    }
     report_chrome(cli, &outcome);
-    if outcome.errors > 0 {
+    if outcome.errors > 0 || outcome.too_many_skipped {
         return Ok(ExitCode::from(1));
     }
     // The command's exit status passes through.

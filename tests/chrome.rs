@@ -40,27 +40,34 @@ fn ph<'a>(ev: &'a [Value], p: &str) -> Vec<&'a Value> {
     ev.iter().filter(|e| e["ph"] == p).collect()
 }
 
+/// A time of the trace (microseconds with three decimals, relative to
+/// the session's start) in integer nanoseconds.
+fn ns(v: &Value) -> u64 {
+    let us = v.as_f64().expect("a number");
+    assert!(us >= 0.0 && us < 1e12, "time {us} is not relative to the session");
+    (us * 1000.0).round() as u64
+}
+
 /// Per thread: (name, depth) of every complete event, checking that each
-/// lies wholly inside the enclosing one.
+/// lies wholly inside the enclosing one (in integer nanoseconds, the unit
+/// the trace is written in).
 fn nesting(ev: &[Value]) -> HashMap<u64, Vec<(String, usize)>> {
-    let mut by_tid: HashMap<u64, Vec<(f64, f64, String)>> = HashMap::new();
+    let mut by_tid: HashMap<u64, Vec<(u64, u64, String)>> = HashMap::new();
     for e in ph(ev, "X") {
-        let ts = e["ts"].as_f64().expect("ts");
-        let dur = e["dur"].as_f64().expect("dur");
-        assert!(dur >= 0.0);
+        let (ts, dur) = (ns(&e["ts"]), ns(&e["dur"]));
         by_tid.entry(e["tid"].as_u64().expect("tid")).or_default().push((ts, dur, e["name"].as_str().unwrap().into()));
     }
     let mut out = HashMap::new();
     for (tid, mut v) in by_tid {
-        v.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
-        let mut stack: Vec<f64> = Vec::new();
+        v.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut stack: Vec<u64> = Vec::new();
         let mut list = Vec::new();
         for (ts, dur, name) in v {
             while stack.last().is_some_and(|&end| end <= ts) {
                 stack.pop();
             }
             if let Some(&end) = stack.last() {
-                assert!(ts + dur <= end + 1e-9, "{name} at {ts} overlaps its parent (ends {end})");
+                assert!(ts + dur <= end, "{name} at {ts} ns overlaps its parent (ends {end} ns)");
             }
             list.push((name, stack.len()));
             stack.push(ts + dur);
@@ -201,7 +208,7 @@ fn the_minimum_duration_leaves_out_short_calls() {
     if let Some(report) = viewer_check(&out) {
         assert_eq!(report["slice_count"], 3, "{report}");
     }
-    assert!(ph(&ev, "X").iter().all(|e| e["dur"].as_f64().unwrap() >= 1000.0));
+    assert!(ph(&ev, "X").iter().all(|e| ns(&e["dur"]) >= 1_000_000));
     // Without the filter, all 103 calls.
     let (_, _, code) = telco(&["-e", script, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
     assert_eq!(code, Some(0));

@@ -145,7 +145,16 @@ pub struct Header {
     /// `longjmp` or a C++ exception (their frames found below the stack,
     /// or dropped where a catch starts). Reported at the end.
     pub unreturned: u64,
-    pub _reserved: [u64; 7],
+    /// `skipped`, by reason: a hit on a thread already inside a handler
+    /// (a signal handler calling a probed function); on a thread that has
+    /// no slot (more threads than slots); a return probe on a call nested
+    /// deeper than a thread's shadow stack.
+    pub skipped_busy: u64,
+    pub skipped_noslot: u64,
+    pub skipped_deep: u64,
+    /// `target()`: the process of `-c` or `-p`, 0 in a session without one.
+    pub target: u64,
+    pub _reserved: [u64; 3],
 }
 
 pub const HEADER_SIZE: usize = 320;

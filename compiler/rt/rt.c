@@ -1495,6 +1495,13 @@ LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i) {
     return (u8 *)AT(slot, TS_FRAMES, u64) + (u64)i * AT(R, H_FRAME_SIZE, u32);
 }
 
+/* A hit that did not run its handler: counted, and by reason (`why`,
+ * one of the H_SKIPPED_* counters), for the end-of-session summary. */
+LOCAL void skip(u8 *R, u64 why) {
+    __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&AT(R, why, u64), 1, __ATOMIC_RELAXED);
+}
+
 /* Frames dropped without their return probe running (the calls were left
  * by longjmp or an exception): counted and reported, never lost silently. */
 LOCAL void lost_returns(u8 *R, u32 n) {
@@ -1522,7 +1529,7 @@ EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
     if (slot) AT(slot, TS_DEPTH, u32) = depth;
     lost_returns(R, was - depth);
     if (!slot || depth >= AT(R, H_SHADOW_DEPTH, u32)) {
-        __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);
+        skip(R, slot ? H_SKIPPED_DEEP : H_SKIPPED_NOSLOT);
         return 0;
     }
     u8 *f = shadow_frame(R, slot, depth);
@@ -1546,7 +1553,7 @@ EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
     AT(ctx, C_SLOT, u64) = 0;
     if (!slot) return 0;
     if (AT(slot, TS_BUSY, u32)) {
-        __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);
+        skip(R, AT(slot, TS_INDEX, u32) >= AT(R, H_NTHREADS, u32) ? H_SKIPPED_NOSLOT : H_SKIPPED_BUSY);
     } else {
         AT(slot, TS_BUSY, u32) = 1;
         __asm__ volatile("" ::: "memory");
@@ -1577,7 +1584,7 @@ EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
 EXPORT u8 *rt_enter(u8 *R) {
     u8 *slot = thread_slot(R);
     if (!slot || AT(slot, TS_BUSY, u32)) {
-        __atomic_fetch_add(&AT(R, H_SKIPPED, u64), 1, __ATOMIC_RELAXED);
+        skip(R, !slot || AT(slot, TS_INDEX, u32) >= AT(R, H_NTHREADS, u32) ? H_SKIPPED_NOSLOT : H_SKIPPED_BUSY);
         return 0;
     }
     AT(slot, TS_BUSY, u32) = 1;

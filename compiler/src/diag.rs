@@ -64,6 +64,9 @@ pub enum Code {
     NoMatch,
     /// An ifunc symbol was named.
     Ifunc,
+    /// A return probe on a function not entered by a call (the ELF entry
+    /// point, `vfork`, `setjmp`...).
+    NoReturn,
     /// Two uses give a variable different types, or an operand has the wrong type.
     TypeMismatch,
     /// Nothing gives a variable a type.
@@ -115,6 +118,7 @@ impl Code {
             Code::Unsupported => "E0014",
             Code::BadFormat => "E0015",
             Code::BadValue => "E0016",
+            Code::NoReturn => "E0017",
         }
     }
 }

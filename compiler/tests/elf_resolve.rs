@@ -538,10 +538,26 @@ fn malformed_files_are_errors_not_panics() {
 
     let empty = write("empty", b"");
     assert!(matches!(Module::load(&empty), Err(ElfError::NotElf { .. })));
-    let text = write("text", b"#!/bin/sh\necho not an ELF file\n");
+    let text = write("text", b"not an ELF file\n");
     match Module::load(&text) {
         Err(e @ ElfError::NotElf { .. }) => assert!(e.to_string().contains(path_str(&text)), "{e}"),
         other => panic!("expected NotElf, got {other:?}"),
+    }
+    // A script (a pyenv shim, say) names its interpreter and what to do.
+    let shim = write("shim", b"#!/usr/bin/env bash\nexec pyenv exec python3 \"$@\"\n");
+    match Module::load(&shim) {
+        Err(e @ ElfError::Script { .. }) => {
+            let e = e.to_string();
+            assert!(e.contains(path_str(&shim)) && e.contains("a script run by `bash`") && e.contains("pyenv"), "{e}")
+        }
+        other => panic!("expected Script, got {other:?}"),
+    }
+    let py = write("tool.py", b"#!/usr/bin/python3.11 -u\nprint(1)\n");
+    match Module::load(&py) {
+        Err(e @ ElfError::Script { .. }) => {
+            assert!(e.to_string().contains("probe process(\"/usr/bin/python3.11\")"), "{e}")
+        }
+        other => panic!("expected Script, got {other:?}"),
     }
     let missing = dir.join("missing");
     match Module::load(&missing) {

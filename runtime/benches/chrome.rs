@@ -21,7 +21,7 @@ fn main() {
         let base = telco_runtime::sys::realtime_ns();
         let t0 = Instant::now();
         for i in 0..n {
-            c.span(4242 + (i & 1) as u32, (i & 1) as u16, base + i * 37, 45 + (i & 7)).expect("span");
+            c.span(4242 + (i & 1) as u32, (i & 1) as u16, base + i * 37, base + i * 37 + 45 + (i & 7)).expect("span");
         }
         c.finish().expect("finish");
         best = best.min(t0.elapsed().as_secs_f64() * 1e9 / n as f64);

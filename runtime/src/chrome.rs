@@ -12,10 +12,13 @@
 //!
 //! Times are microseconds with nanosecond fractions (`12.345`), the unit
 //! of the format, written from integer nanoseconds without floating point,
-//! on the CLOCK_MONOTONIC time line (as Chrome's own traces): events carry
-//! wall-clock nanoseconds (`gettimeofday_ns()`), which as microseconds
-//! with three decimals would need more digits than the viewers' doubles
-//! keep.
+//! relative to the session's start: events carry wall-clock nanoseconds
+//! (`gettimeofday_ns()`), which as microseconds with three decimals would
+//! need more digits than the viewers' doubles keep. The absolute base is
+//! written once, as the metadata event `telco_clock_base` (CLOCK_REALTIME
+//! nanoseconds). A call's start and end are each converted to integer
+//! nanoseconds and its duration written as their difference, so a call
+//! that returned inside another never ends after it in the file.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -33,8 +36,9 @@ pub struct Chrome {
     line: Vec<u8>,
     first: bool,
     events: u64,
-    /// CLOCK_REALTIME minus CLOCK_MONOTONIC, in ns.
-    offset: u64,
+    /// The session's start, CLOCK_REALTIME ns: every time is written
+    /// relative to it.
+    base: u64,
     process: Vec<u8>,
 }
 
@@ -59,7 +63,7 @@ impl Chrome {
             line: Vec::with_capacity(256),
             first: true,
             events: 0,
-            offset: crate::sys::realtime_ns().saturating_sub(crate::sys::monotonic_ns()),
+            base: crate::sys::realtime_ns(),
             process: process.as_bytes().to_vec(),
         };
         c.out.write_all(b"[\n")?;
@@ -71,11 +75,24 @@ impl Chrome {
         c.line.extend_from_slice(&name);
         c.line.extend_from_slice(b"\"}}");
         c.emit()?;
+        c.clock_base()?;
         Ok(c)
     }
 
-    /// One call: `ts_ns` its start, `dur_ns` its duration.
-    pub fn span(&mut self, tid: u32, probe: u16, ts_ns: u64, dur_ns: u64) -> std::io::Result<()> {
+    /// The absolute time of the trace's zero, once.
+    fn clock_base(&mut self) -> std::io::Result<()> {
+        let l = &mut self.line;
+        l.clear();
+        l.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"telco_clock_base\",\"pid\":");
+        push_u64(l, u64::from(self.pid));
+        l.extend_from_slice(b",\"args\":{\"clock\":\"CLOCK_REALTIME\",\"ns\":");
+        push_u64(l, self.base);
+        l.extend_from_slice(b"}}");
+        self.emit()
+    }
+
+    /// One call, from `start_ns` to `end_ns` (CLOCK_REALTIME ns).
+    pub fn span(&mut self, tid: u32, probe: u16, start_ns: u64, end_ns: u64) -> std::io::Result<()> {
         if tid != self.last_tid {
             self.thread(tid)?;
             self.last_tid = tid;
@@ -88,9 +105,10 @@ impl Chrome {
             None => l.extend_from_slice(b"?"),
         }
         l.extend_from_slice(b"\",\"ts\":");
-        push_us(l, ts_ns.saturating_sub(self.offset));
+        let start = start_ns.saturating_sub(self.base);
+        push_us(l, start);
         l.extend_from_slice(b",\"dur\":");
-        push_us(l, dur_ns);
+        push_us(l, end_ns.saturating_sub(self.base).saturating_sub(start));
         self.pid_tid(tid);
         self.line.push(b'}');
         // Never the first event (the process name is).
@@ -117,7 +135,7 @@ impl Chrome {
         l.extend_from_slice(b"\",\"name\":\"");
         l.extend_from_slice(&escape(name));
         l.extend_from_slice(b"\",\"ts\":");
-        push_us(l, ts_ns.saturating_sub(self.offset));
+        push_us(l, ts_ns.saturating_sub(self.base));
         self.pid_tid(tid);
         if let Some(t) = text {
             self.line.extend_from_slice(b",\"args\":{\"text\":\"");
@@ -135,7 +153,7 @@ impl Chrome {
         l.extend_from_slice(b"{\"ph\":\"C\",\"name\":\"");
         l.extend_from_slice(&escape(name));
         l.extend_from_slice(b"\",\"ts\":");
-        push_us(l, ts_ns.saturating_sub(self.offset));
+        push_us(l, ts_ns.saturating_sub(self.base));
         l.extend_from_slice(b",\"pid\":");
         push_u64(l, u64::from(self.pid));
         l.extend_from_slice(b",\"args\":{\"value\":");
@@ -359,7 +377,7 @@ fn write_loop(
                 let probe = u16::from_le_bytes([r[4], r[5]]);
                 let ts = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
                 let dur = i64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(0) as u64;
-                chrome.span(tid, probe, clock.ns(ts), clock.ticks_ns(dur))?;
+                chrome.span(tid, probe, clock.ns(ts), clock.ns(ts.saturating_add(dur)))?;
             }
             pos += n as u64;
             any = true;
@@ -477,11 +495,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.json");
         let mut c = Chrome::create(&path, 1, "prog \"x\"", &["work".into(), "outer".into()]).unwrap();
-        c.offset = 0;
-        c.span(7, 0, 1500, 250).unwrap();
-        c.span(7, 1, 1000, 2000).unwrap();
-        c.instant(7, 1200, "printf", b"hello", Some(b"hello\n")).unwrap();
-        c.counter(1300, b"queue", -3).unwrap();
+        c.base = 1000;
+        c.span(7, 0, 2500, 2750).unwrap();
+        c.span(7, 1, 2000, 4000).unwrap();
+        c.instant(7, 2200, "printf", b"hello", Some(b"hello\n")).unwrap();
+        c.counter(2300, b"queue", -3).unwrap();
         let w = c.finish().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("[\n{\"ph\":\"M\",\"name\":\"process_name\""), "{text}");
@@ -489,9 +507,11 @@ mod tests {
             "{\"ph\":\"X\",\"cat\":\"function\",\"name\":\"work\",\"ts\":1.500,\"dur\":0.250,\"pid\":1,\"tid\":7}"
         ));
         assert!(text.contains("\"args\":{\"value\":-3}"));
+        assert!(text.contains("\"name\":\"telco_clock_base\",\"pid\":1,\"args\":{\"clock\":\"CLOCK_REALTIME\",\"ns\":"));
+        assert!(text.contains("\"name\":\"outer\",\"ts\":1.000,\"dur\":2.000"));
         assert!(text.ends_with("}\n]\n"));
-        // process name, thread name, 2 spans, instant, counter
-        assert_eq!(w.events, 6);
+        // process name, clock base, thread name, 2 spans, instant, counter
+        assert_eq!(w.events, 7);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -40,6 +40,10 @@ pub struct Config {
     pub messages: Box<dyn Write + Send>,
     /// `--chrome FILE`: calls, printf lines, trace_instant/trace_counter.
     pub chrome: Option<crate::chrome::Feed>,
+    /// `-w`: no WARNING lines, except those that say the output is
+    /// incomplete (errors, skipped probes, dropped events, return probes
+    /// that did not run).
+    pub suppress_warnings: bool,
 }
 
 /// How the session went.
@@ -47,11 +51,68 @@ pub struct Config {
 pub struct Outcome {
     pub errors: u64,
     pub skipped: u64,
+    /// `skipped` by reason: reentrancy, no thread slot, call depth.
+    pub skipped_busy: u64,
+    pub skipped_noslot: u64,
+    pub skipped_deep: u64,
+    /// The session ended because more than MAXSKIPPED probes were skipped.
+    pub too_many_skipped: bool,
     pub dropped: u64,
     /// Calls left by longjmp or an exception (`Header::unreturned`).
     pub unreturned: u64,
     /// What `--chrome` wrote.
     pub chrome: Option<crate::chrome::Written>,
+}
+
+/// The end-of-session WARNING (and ERROR) lines: what the output lacks and
+/// why, each naming the option that changes it.
+pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
+    let mut v = Vec::new();
+    if o.too_many_skipped {
+        v.push(format!(
+            "ERROR: Skipped too many probes ({} > MAXSKIPPED={}): the session ended early; \
+             -D MAXSKIPPED=N allows more",
+            o.skipped, a.limits.maxskipped
+        ));
+    }
+    if o.errors > 0 || o.skipped > 0 {
+        v.push(format!("WARNING: Number of errors: {}, skipped probes: {}", o.errors, o.skipped));
+    }
+    if o.skipped_busy > 0 {
+        v.push(format!(
+            "WARNING: Skipped due to reentrancy: {} (a probed function reached while a handler ran on the \
+             same thread, e.g. from a signal handler)",
+            o.skipped_busy
+        ));
+    }
+    if o.skipped_noslot > 0 {
+        v.push(format!(
+            "WARNING: Skipped due to too many threads: {} (the first {} threads of the target get probe state)",
+            o.skipped_noslot, a.nthreads
+        ));
+    }
+    if o.skipped_deep > 0 {
+        v.push(format!(
+            "WARNING: Skipped due to call depth: {} (return probes on calls nested more than {} deep in one thread)",
+            o.skipped_deep, a.shadow_depth
+        ));
+    }
+    if o.unreturned > 0 {
+        v.push(format!(
+            "WARNING: {} call(s) left by longjmp or an exception: their return probes did not run",
+            o.unreturned
+        ));
+    }
+    if o.dropped > 0 {
+        let mb = (a.ring_size >> 20).max(1);
+        v.push(format!(
+            "WARNING: {} event(s) were dropped because the event ring ({mb} MB) was full: \
+             a larger ring (-s {}) keeps up with more",
+            o.dropped,
+            (mb * 4).min(4096)
+        ));
+    }
+    v
 }
 
 /// The shared region, set up from an artifact.
@@ -127,7 +188,12 @@ impl Region {
             threads_at: 0,
             span_min_ticks: clock.ns_ticks(a.span_min_ns),
             unreturned: 0,
-            _reserved: [0; 7],
+            skipped_busy: 0,
+            skipped_noslot: 0,
+            skipped_deep: 0,
+            // A session's own region serves the tracer: no target.
+            target: if pid == u64::from(std::process::id()) { 0 } else { pid },
+            _reserved: [0; 3],
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };
@@ -174,6 +240,8 @@ struct Consumer<'a> {
     warned: HashSet<Vec<u8>>,
     buf: Vec<u8>,
     chrome: Option<crate::chrome::Feed>,
+    /// `-w`: the script's `warn()` messages are not printed.
+    suppress_warnings: bool,
 }
 
 fn read_u32(b: &[u8], at: usize) -> u32 {
@@ -334,8 +402,9 @@ impl<'a> Consumer<'a> {
             }
             abi::EV_WARN => {
                 let (msg, _) = read_str(p, 0);
-                // Like staprun: an identical warning is printed once.
-                if self.warned.insert(msg.to_vec()) {
+                // Like staprun: an identical warning is printed once (and
+                // none with -w).
+                if !self.suppress_warnings && self.warned.insert(msg.to_vec()) {
                     let mut line = b"WARNING: ".to_vec();
                     line.extend_from_slice(msg);
                     if !msg.ends_with(b"\n") {
@@ -427,6 +496,7 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
         warned: HashSet::new(),
         buf: Vec::new(),
         chrome: None,
+        suppress_warnings: false,
     };
     c.drain()?;
     c.out.flush()?;
@@ -613,7 +683,8 @@ impl<'a> Local<'a> {
         let errors_at = core::mem::offset_of!(Header, errors);
         let skipped_at = core::mem::offset_of!(Header, skipped);
         let dropped_at = core::mem::offset_of!(Header, dropped);
-        let Config { output, messages, chrome, .. } = cfg;
+        let maxskipped = artifact.limits.maxskipped;
+        let Config { output, messages, chrome, suppress_warnings, .. } = cfg;
         let region = &self.region;
         let code = &self.code;
         let mut ctx = std::mem::take(&mut self.ctx);
@@ -628,6 +699,7 @@ impl<'a> Local<'a> {
                     warned: HashSet::new(),
                     buf: Vec::new(),
                     chrome,
+                    suppress_warnings,
                 };
                 loop {
                     let any = c.drain()?;
@@ -652,6 +724,10 @@ impl<'a> Local<'a> {
             let wake = || consumer.thread().unpark();
             let mut failed = false;
             let too_many_errors = || region.counter(errors_at) > maxerrors;
+            // More than MAXSKIPPED hits skipped: the output is no longer
+            // worth much, and the session ends (as SystemTap's does).
+            let too_many_skipped = || region.counter(skipped_at) > maxskipped;
+            let mut skipped_out = false;
             for &p in &begins {
                 call(artifact, region, code, &mut ctx, p);
                 wake();
@@ -679,8 +755,14 @@ impl<'a> Local<'a> {
                         break;
                     }
                     // Errors reported by handlers in the target end the
-                    // session too (MAXERRORS).
+                    // session too (MAXERRORS), as do skipped hits
+                    // (MAXSKIPPED).
                     if too_many_errors() {
+                        failed = true;
+                        break;
+                    }
+                    if too_many_skipped() {
+                        skipped_out = true;
                         failed = true;
                         break;
                     }
@@ -737,6 +819,10 @@ impl<'a> Local<'a> {
             if !failed && too_many_errors() {
                 failed = true;
             }
+            if !failed && too_many_skipped() {
+                skipped_out = true;
+                failed = true;
+            }
             // The target's hooks are out (or it is gone); the session's own
             // end and error probes still run.
             region.set_enabled(true);
@@ -773,6 +859,10 @@ impl<'a> Local<'a> {
                 Outcome {
                     errors: region.counter(errors_at),
                     skipped: region.counter(skipped_at),
+                    skipped_busy: region.counter(core::mem::offset_of!(Header, skipped_busy)),
+                    skipped_noslot: region.counter(core::mem::offset_of!(Header, skipped_noslot)),
+                    skipped_deep: region.counter(core::mem::offset_of!(Header, skipped_deep)),
+                    too_many_skipped: skipped_out,
                     dropped: region.counter(dropped_at),
                     unreturned: region.counter(core::mem::offset_of!(Header, unreturned)),
                     chrome,
@@ -782,26 +872,8 @@ impl<'a> Local<'a> {
         });
         let (outcome, mut messages) = result?;
         drop(self);
-        if outcome.errors > 0 || outcome.skipped > 0 {
-            let _ = writeln!(
-                messages,
-                "WARNING: Number of errors: {}, skipped probes: {}",
-                outcome.errors, outcome.skipped
-            );
-        }
-        if outcome.unreturned > 0 {
-            let _ = writeln!(
-                messages,
-                "WARNING: {} call(s) left by longjmp or an exception: their return probes did not run",
-                outcome.unreturned
-            );
-        }
-        if outcome.dropped > 0 {
-            let _ = writeln!(
-                messages,
-                "WARNING: {} event(s) were dropped because the event ring was full",
-                outcome.dropped
-            );
+        for line in summary(&outcome, artifact) {
+            let _ = writeln!(messages, "{line}");
         }
         let _ = messages.flush();
         Ok(outcome)

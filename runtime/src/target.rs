@@ -143,7 +143,12 @@ pub struct Armed {
     /// Probes in libraries not loaded yet.
     pending: ByModule,
     pub exit_status: Option<i32>,
+    /// The signal that killed the command (`-c`), if one did.
+    pub killed_by: Option<i32>,
     pub warnings: Vec<String>,
+    /// `-w`: warnings found while the session runs (libraries loaded
+    /// later) are kept in `warnings` but not printed.
+    pub quiet: bool,
     /// `.itrace` probes: the single-stepper (with `--itrc FILE`).
     itracer: Option<crate::itrace::Itracer>,
     _code: Vec<CodeRegion>,
@@ -818,6 +823,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         hooker,
         pending,
         exit_status: None,
+        killed_by: None,
+        quiet: false,
         warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).collect(),
         itracer: None,
         _code: codes,
@@ -905,6 +912,17 @@ fn unsafe_enabled_ptr(r: &Region) -> *const u32 {
 }
 
 impl Armed {
+    /// The command ended with wait status `status`: its exit status as a
+    /// shell gives it (128 + the signal that killed it), and the signal.
+    fn ended(&mut self, status: i32) {
+        if libc::WIFEXITED(status) {
+            self.exit_status = Some(libc::WEXITSTATUS(status));
+        } else {
+            self.exit_status = Some(128 + libc::WTERMSIG(status));
+            self.killed_by = Some(libc::WTERMSIG(status));
+        }
+    }
+
     fn alive(&mut self) -> bool {
         if self.exit_status.is_some() {
             return false;
@@ -914,11 +932,7 @@ impl Armed {
             // SAFETY: non-blocking wait on our own child.
             let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
             if r == self.pid && (libc::WIFEXITED(status) || libc::WIFSIGNALED(status)) {
-                self.exit_status = Some(if libc::WIFEXITED(status) {
-                    libc::WEXITSTATUS(status)
-                } else {
-                    128 + libc::WTERMSIG(status)
-                });
+                self.ended(status);
                 return false;
             }
             return r >= 0;
@@ -968,7 +982,9 @@ impl Hooks for Armed {
         }
         if let Err(e) = self.place_pending() {
             self.warnings.push(format!("cannot probe a library loaded later: {e}"));
-            eprintln!("WARNING: cannot probe a library loaded later: {e}");
+            if !self.quiet {
+                eprintln!("WARNING: cannot probe a library loaded later: {e}");
+            }
         }
         // Release: the hooks are written before the waiting thread goes on.
         field(ack_at).store(gen, Ordering::Release);
@@ -1055,7 +1071,10 @@ impl Armed {
         // SAFETY: the header pointer is the live region's base.
         unsafe { publish_symbols(self.header as *mut u8, &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
         for r in refused {
-            eprintln!("WARNING: cannot probe {r}");
+            if !self.quiet {
+                eprintln!("WARNING: cannot probe {r}");
+            }
+            self.warnings.push(format!("cannot probe {r}"));
         }
         if self.pending.is_empty() {
             // SAFETY: the header's dl_wait field, as in arm().
@@ -1132,13 +1151,52 @@ impl Armed {
             // SAFETY: blocking wait on our own child.
             let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
             if r == self.pid {
-                self.exit_status = Some(if libc::WIFEXITED(status) {
-                    libc::WEXITSTATUS(status)
-                } else {
-                    128 + libc::WTERMSIG(status)
-                });
+                self.ended(status);
             }
         }
         self.exit_status
+    }
+}
+
+/// A signal's name and description: "SIGSEGV (Segmentation fault)".
+pub fn signal_name(sig: i32) -> String {
+    const NAMES: &[(i32, &str)] = &[
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGSTKFLT, "SIGSTKFLT"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGSYS, "SIGSYS"),
+    ];
+    let name = NAMES.iter().find(|(n, _)| *n == sig).map_or_else(|| format!("signal {sig}"), |(_, s)| s.to_string());
+    // SAFETY: strsignal returns a pointer to a static or thread-local
+    // string, valid until the next call on this thread; copied at once.
+    let text = unsafe {
+        let p = libc::strsignal(sig);
+        if p.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    if text.is_empty() {
+        name
+    } else {
+        format!("{name} ({text})")
     }
 }

@@ -73,3 +73,13 @@ pub fn telco_run(args: &[&str]) -> (String, String, Option<i32>) {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap");
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
 }
+
+/// Run telco-stap in directory `dir`: (stdout, stderr, exit code).
+pub fn telco_in(dir: &Path, args: &[&str]) -> (String, String, Option<i32>) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run telco-stap");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
+}

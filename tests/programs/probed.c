@@ -1,6 +1,7 @@
 /* A target for function probes (tests/target.rs). Each mode exercises one
  * prologue shape; the program prints a checksum, so traced and untraced runs
  * can be compared. Built with gcc -O2 (and -fcf-protection for endbr64). */
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -98,6 +99,9 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n_calls; i++) s += spin(200000);
     } else if (!strcmp(mode, "rec")) {
         for (long i = 0; i < n_calls; i++) s += rec(100);
+    } else if (!strcmp(mode, "deep")) {
+        /* Deeper than a thread's return-probe stack (128 frames). */
+        for (long i = 0; i < n_calls; i++) s += rec(200);
     } else if (!strcmp(mode, "jump")) {
         for (long i = 0; i < n_calls; i++) {
             if (!setjmp(jb)) jumper(5);
@@ -131,6 +135,28 @@ int main(int argc, char **argv) {
         fflush(stdout);
         execl("/bin/echo", "echo", "after exec", (char *)0);
         return 5;
+    } else if (!strcmp(mode, "alloc") || !strcmp(mode, "open")) {
+        /* Known answers for scripts/malloc-sizes.tp and file-opens.tp:
+         * nothing else here allocates or opens (the result is written
+         * without stdio, which would allocate its buffer). */
+        if (!strcmp(mode, "alloc")) {
+            for (long i = 0; i < n_calls; i++) {
+                void *p = malloc(100), *q = malloc(5000);
+                s += (p != 0) + (q != 0);
+                free(p);
+                free(q);
+            }
+        } else {
+            for (int i = 0; i < 2; i++) {
+                int fd = open("/dev/null", O_RDONLY);
+                s += fd >= 0;
+                if (fd >= 0) close(fd);
+            }
+            s += open("/nonexistent/telco-stap", O_RDONLY) < 0;
+        }
+        char line[64];
+        int n = snprintf(line, sizeof line, "%s %ld\n", mode, s);
+        return write(1, line, (size_t)n) == n ? 0 : 6;
     } else if (!strcmp(mode, "once")) {
         /* One probed call, then block until stdin closes: output of the
          * probe must reach the tracer's stdout while we still run. */

@@ -75,9 +75,9 @@ pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Resu
     Ok(t)
 }
 
-/// The globals SystemTap prints at the end of a session: those of the user's
-/// script (not tapsets) that are written and never read.
-pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
+/// Which globals the program reads and which it writes (by index):
+/// `n++` does both, `foreach` reads, `delete` writes.
+pub fn global_use(program: &Program) -> (Vec<bool>, Vec<bool>) {
     use crate::program::{Expr, ExprKind, StmtKind};
     let n = program.globals.len();
     let mut read = vec![false; n];
@@ -88,7 +88,8 @@ pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
             _ => None,
         }
     }
-    let mut on_expr = |e: &Expr| {
+    // An assignment's value may assign too (`a = b = 3`).
+    fn on_expr(e: &Expr, read: &mut [bool], written: &mut [bool]) -> bool {
         match &e.kind {
             ExprKind::Assign { target, value, .. } => {
                 if let Some(g) = global_of(target) {
@@ -96,10 +97,10 @@ pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
                 }
                 if let ExprKind::Index { keys, .. } = &target.kind {
                     for k in keys {
-                        translate::visit_expr(k, &mut |x| mark_read(x, &mut read));
+                        translate::visit_expr(k, &mut |x| on_expr(x, read, written));
                     }
                 }
-                translate::visit_expr(value, &mut |x| mark_read(x, &mut read));
+                translate::visit_expr(value, &mut |x| on_expr(x, read, written));
                 return false;
             }
             ExprKind::IncDec { target, .. } => {
@@ -111,8 +112,8 @@ pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
             }
             _ => {}
         }
-        mark_read(e, &mut read)
-    };
+        mark_read(e, read)
+    }
     fn mark_read(e: &Expr, read: &mut [bool]) -> bool {
         match &e.kind {
             ExprKind::Global(g) | ExprKind::Index { array: g, .. } | ExprKind::In { array: g, .. } => {
@@ -162,7 +163,7 @@ pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
         program.functions.iter().map(|f| &f.body).chain(program.probes.iter().map(|p| &p.body)).collect();
     for b in &bodies {
         for s in b.iter() {
-            translate::visit_stmt(s, &mut on_expr);
+            translate::visit_stmt(s, &mut |e| on_expr(e, &mut read, &mut written));
         }
     }
     for p in &program.probes {
@@ -174,11 +175,124 @@ pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
     for b in &bodies {
         stmts(b, &mut |_| true, &mut r2, &mut w2);
     }
+    (r2, w2)
+}
+
+/// The globals SystemTap prints at the end of a session: those of the user's
+/// script (not tapsets) that are written and never read.
+pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
+    let (r2, w2) = global_use(program);
+    let n = program.globals.len();
     let script = program.files.first().cloned().unwrap_or_default();
     (0..n)
         .filter(|&g| w2[g] && !r2[g] && sources.get(program.globals[g].span.file).name == script)
         .map(|g| g as u32)
         .collect()
+}
+
+/// SystemTap's warnings about the script's own variables (not the
+/// tapsets'): a variable read but never assigned (always 0 or ""), and a
+/// global never used at all.
+pub fn variable_warnings(program: &Program, sources: &SourceMap) -> Vec<Diagnostic> {
+    use crate::diag::Code;
+    use crate::program::{ExprKind, Stmt, StmtKind};
+    let script = program.files.first().cloned().unwrap_or_default();
+    let in_script = |span: crate::span::Span| sources.get(span.file).name == script;
+    let mut out = Vec::new();
+    let (read, written) = global_use(program);
+    for (i, g) in program.globals.iter().enumerate() {
+        if !in_script(g.span) {
+            continue;
+        }
+        if !read[i] && !written[i] {
+            out.push(
+                Diagnostic::warning(Code::Undefined, g.span, format!("Eliding unused variable '{}'", g.name))
+                    .with_label("never used"),
+            );
+        } else if read[i] && !written[i] && g.init.is_none() {
+            out.push(
+                Diagnostic::warning(Code::Undefined, g.span, format!("never-assigned global variable '{}'", g.name))
+                    .with_label("read, but nothing assigns it: always 0 or \"\""),
+            );
+        }
+    }
+    // Locals: per probe and function body.
+    fn bind(ss: &[Stmt], assigned: &mut [bool]) {
+        for s in ss {
+            match &s.kind {
+                StmtKind::Foreach { keys, value, body, .. } => {
+                    for k in keys.iter().chain(value.iter()) {
+                        assigned[k.0 as usize] = true;
+                    }
+                    bind(std::slice::from_ref(body), assigned);
+                }
+                StmtKind::Try { body, var, handler } => {
+                    if let Some(v) = var {
+                        assigned[v.0 as usize] = true;
+                    }
+                    bind(body, assigned);
+                    bind(handler, assigned);
+                }
+                StmtKind::Block(b) => bind(b, assigned),
+                StmtKind::If { then, els, .. } => {
+                    bind(std::slice::from_ref(then), assigned);
+                    if let Some(e) = els {
+                        bind(std::slice::from_ref(e), assigned);
+                    }
+                }
+                StmtKind::While { body, .. } | StmtKind::For { body, .. } => {
+                    bind(std::slice::from_ref(body), assigned)
+                }
+                _ => {}
+            }
+        }
+    }
+    // Marks what `e` assigns and reads; false: its parts are done.
+    fn scan(e: &crate::program::Expr, assigned: &mut [bool], used: &mut [bool]) -> bool {
+        match &e.kind {
+            ExprKind::Assign { target, value, op } => {
+                if let ExprKind::Local(l) = &target.kind {
+                    assigned[l.0 as usize] = true;
+                    if *op != crate::ast::AssignOp::Assign {
+                        used[l.0 as usize] = true;
+                    }
+                    translate::visit_expr(value, &mut |x| scan(x, assigned, used));
+                    return false;
+                }
+            }
+            ExprKind::IncDec { target, .. } => {
+                if let ExprKind::Local(l) = &target.kind {
+                    assigned[l.0 as usize] = true;
+                }
+            }
+            ExprKind::Local(l) => used[l.0 as usize] = true,
+            _ => {}
+        }
+        true
+    }
+    let bodies = program
+        .probes
+        .iter()
+        .map(|p| (&p.locals, &p.body, 0usize))
+        .chain(program.functions.iter().map(|f| (&f.locals, &f.body, f.params as usize)));
+    for (locals, body, params) in bodies {
+        let n = locals.len();
+        let (mut assigned, mut used) = (vec![false; n], vec![false; n]);
+        assigned.iter_mut().take(params).for_each(|a| *a = true);
+        bind(body, &mut assigned);
+        for st in body {
+            translate::visit_stmt(st, &mut |e| scan(e, &mut assigned, &mut used));
+        }
+        for (i, l) in locals.iter().enumerate() {
+            if used[i] && !assigned[i] && in_script(l.span) && !l.name.starts_with("__") {
+                out.push(
+                    Diagnostic::warning(Code::Undefined, l.span, format!("never-assigned local variable '{}'", l.name))
+                        .with_label("read, but nothing assigns it: always 0 or \"\""),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// Counters and statistics that get per-thread shards: scalar globals that

@@ -693,6 +693,17 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.b.ins().iadd_imm_s(self.region, off as i64)
     }
 
+    /// The low bits of `v` as a C integer of type `ty`, back to a long:
+    /// sign-extended (`signed`) or zero-extended.
+    fn low_bits(&mut self, v: Value, ty: types::Type, signed: bool) -> Value {
+        let low = self.b.ins().ireduce(ty, v);
+        if signed {
+            self.b.ins().sextend(types::I64, low)
+        } else {
+            self.b.ins().uextend(types::I64, low)
+        }
+    }
+
     fn bool_to_long(&mut self, c: Value) -> Value {
         self.b.ins().uextend(I64, c)
     }
@@ -2108,6 +2119,8 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             }
             Builtin::Tid => self.rt(Rt::Tid, &[self.ctx]),
             Builtin::Ppid => self.load(self.region, core::mem::offset_of!(abi::Header, ppid) as i32),
+            // The process of -c or -p (0 without one), as SystemTap's.
+            Builtin::Target => self.load(self.region, core::mem::offset_of!(abi::Header, target) as i32),
             Builtin::Uid => self.load32(self.region, core::mem::offset_of!(abi::Header, uid) as i32),
             Builtin::Cpu => self.rt(Rt::Cpu, &[]),
             Builtin::Execname => {
@@ -2147,6 +2160,40 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                         );
                         zero
                     }
+                }
+            }
+            Builtin::IntArg
+            | Builtin::UintArg
+            | Builtin::LongArg
+            | Builtin::UlongArg
+            | Builtin::LonglongArg
+            | Builtin::UlonglongArg
+            | Builtin::S32Arg
+            | Builtin::U32Arg
+            | Builtin::S64Arg
+            | Builtin::U64Arg
+            | Builtin::PointerArg => {
+                self.ctx_escapes = true;
+                let n = self.expr(&args[0]);
+                let v = self.rt(Rt::Arg, &[self.region, self.ctx, n]);
+                match f {
+                    Builtin::IntArg | Builtin::S32Arg => self.low_bits(v, types::I32, true),
+                    Builtin::UintArg | Builtin::U32Arg => self.low_bits(v, types::I32, false),
+                    _ => v,
+                }
+            }
+            Builtin::Returnval => {
+                self.ctx_escapes = true;
+                let idx = self.iconst(0);
+                self.rt(Rt::Register, &[self.ctx, idx])
+            }
+            Builtin::Int32 | Builtin::Uint32 | Builtin::Short | Builtin::Ushort => {
+                let v = self.expr(&args[0]);
+                match f {
+                    Builtin::Int32 => self.low_bits(v, types::I32, true),
+                    Builtin::Uint32 => self.low_bits(v, types::I32, false),
+                    Builtin::Short => self.low_bits(v, types::I16, true),
+                    _ => self.low_bits(v, types::I16, false),
                 }
             }
             Builtin::GettimeofdayNs | Builtin::GettimeofdayUs | Builtin::GettimeofdayMs | Builtin::GettimeofdayS => {

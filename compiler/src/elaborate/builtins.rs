@@ -51,6 +51,7 @@ builtins! {
     Pid = "pid"() -> Long,
     Tid = "tid"() -> Long,
     Ppid = "ppid"() -> Long,
+    Target = "target"() -> Long,
     Uid = "uid"() -> Long,
     Cpu = "cpu"() -> Long,
     Execname = "execname"() -> String,
@@ -59,6 +60,26 @@ builtins! {
     Probefunc = "probefunc"() -> String,
     Uaddr = "uaddr"() -> Long,
     Register = "register"(String) -> Long,
+    // Arguments and the return value by C type (SystemTap's DWARF-less
+    // conversions): argument n from its register or stack slot, the low
+    // bits sign- or zero-extended.
+    IntArg = "int_arg"(Long) -> Long,
+    UintArg = "uint_arg"(Long) -> Long,
+    LongArg = "long_arg"(Long) -> Long,
+    UlongArg = "ulong_arg"(Long) -> Long,
+    LonglongArg = "longlong_arg"(Long) -> Long,
+    UlonglongArg = "ulonglong_arg"(Long) -> Long,
+    S32Arg = "s32_arg"(Long) -> Long,
+    U32Arg = "u32_arg"(Long) -> Long,
+    S64Arg = "s64_arg"(Long) -> Long,
+    U64Arg = "u64_arg"(Long) -> Long,
+    PointerArg = "pointer_arg"(Long) -> Long,
+    Returnval = "returnval"() -> Long,
+    // A value's low bits as a C type (SystemTap's aux tapset).
+    Int32 = "__int32"(Long) -> Long,
+    Uint32 = "__uint32"(Long) -> Long,
+    Short = "__short"(Long) -> Long,
+    Ushort = "__ushort"(Long) -> Long,
     // Time.
     GettimeofdayNs = "gettimeofday_ns"() -> Long,
     GettimeofdayUs = "gettimeofday_us"() -> Long,

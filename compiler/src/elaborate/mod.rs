@@ -189,7 +189,9 @@ pub fn elaborate(
         return None;
     }
     let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
-    Some(Program { globals, functions, probes, files, span_min_ns: 0 })
+    let program = Program { globals, functions, probes, files, span_min_ns: 0 };
+    diags.extend(crate::codegen::variable_warnings(&program, sources));
+    Some(program)
 }
 
 /// Names of the functions reachable from probes, alias bodies and probe

@@ -328,6 +328,8 @@ impl<'q> Resolver<'q> {
         let wildcard = pattern.contains(['*', '?', '[']);
         let mut points = Vec::new();
         let mut ifuncs = Vec::new();
+        // Return probes refused: (name, why).
+        let mut no_return = Vec::new();
         for f in found {
             if exported_only && !f.global {
                 continue;
@@ -335,6 +337,12 @@ impl<'q> Resolver<'q> {
             if f.ifunc {
                 ifuncs.push(f);
                 continue;
+            }
+            if ret {
+                if let Some(why) = module.no_return_address(f) {
+                    no_return.push((f.display_name().to_string(), why));
+                    continue;
+                }
             }
             points.push(Point::Function(FunctionPoint {
                 module: module.path.clone(),
@@ -383,6 +391,31 @@ impl<'q> Resolver<'q> {
             };
             diags.push(d.with_label("not probed").with_help(help));
         }
+        if !no_return.is_empty() {
+            // A return probe here would take over a word that is not a
+            // return address: the target would crash. Named exactly, the
+            // probe point is an error; caught by a wildcard, a warning.
+            let (name, why) = &no_return[0];
+            let msg = if no_return.len() == 1 {
+                format!("no return probe on `{name}`: {why}")
+            } else {
+                let names: Vec<&str> = no_return.iter().map(|(n, _)| n.as_str()).collect();
+                format!(
+                    "no return probe on {} functions not entered by a call: {} (`{name}`: {why})",
+                    no_return.len(),
+                    list_names(&names)
+                )
+            };
+            let d = if ex.point.optional || wildcard {
+                Diagnostic::warning(Code::NoReturn, comp.span, format!("skipped: {msg}"))
+            } else {
+                Diagnostic::error(Code::NoReturn, comp.span, msg)
+            };
+            diags.push(
+                d.with_label("not probed on return")
+                    .with_help("probe its entry instead (`.function(\"NAME\")` without `.return`)"),
+            );
+        }
         if !skipped.is_empty() && !wildcard {
             for s in skipped.iter().take(3) {
                 diags.push(
@@ -391,7 +424,7 @@ impl<'q> Resolver<'q> {
                 );
             }
         }
-        if points.is_empty() && ifuncs.is_empty() && !ex.point.optional {
+        if points.is_empty() && ifuncs.is_empty() && no_return.is_empty() && !ex.point.optional {
             let mut d = Diagnostic::error(
                 Code::NoMatch,
                 comp.span,

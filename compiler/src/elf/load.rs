@@ -47,6 +47,18 @@ struct Candidate<'a> {
 
 pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
     if !bytes.starts_with(b"\x7fELF") {
+        if let Some(line) = bytes.strip_prefix(b"#!") {
+            // `#!/usr/bin/env python3` names the program after env.
+            let line = String::from_utf8_lossy(line.split(|&b| b == b'\n').next().unwrap_or_default()).into_owned();
+            let mut words = line.split_whitespace();
+            let first = words.next().unwrap_or_default().to_string();
+            let after_env = words.find(|w| !w.starts_with('-') && !w.contains('='));
+            let interpreter = match (first.rsplit('/').next(), after_env) {
+                (Some("env"), Some(prog)) => prog.to_string(),
+                _ => first,
+            };
+            return Err(ElfError::Script { path: path.to_path_buf(), interpreter });
+        }
         return Err(ElfError::NotElf { path: path.to_path_buf() });
     }
     let malformed = |what: String| ElfError::Malformed { path: path.to_path_buf(), what };
@@ -114,6 +126,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         functions,
         skipped,
         stripped,
+        entry: elf.header.e_entry,
         class64: bytes.get(EI_CLASS) == Some(&ELFCLASS64),
         little_endian: elf.little_endian,
         nodeflib: info.is_some_and(|i| i.flags_1 & DF_1_NODEFLIB != 0),

@@ -16,6 +16,7 @@
 //! search, `ldcache` reads `/etc/ld.so.cache`.
 
 mod demangle;
+pub mod entry;
 mod ldcache;
 mod load;
 mod search;
@@ -50,6 +51,9 @@ pub struct Module {
     pub skipped: Vec<Skipped>,
     /// True if there was no `.symtab` (only `.dynsym` was used).
     pub stripped: bool,
+    /// `e_entry`: the link address where the kernel starts the program (0
+    /// for most libraries).
+    pub entry: u64,
     class64: bool,
     little_endian: bool,
     nodeflib: bool,
@@ -216,6 +220,8 @@ pub enum ElfError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{} is not an ELF file (no \\x7fELF magic at its start)", path.display())]
     NotElf { path: PathBuf },
+    #[error("{} is a script run by `{interpreter}`, not an ELF file: probe the program it runs{}", path.display(), shim_hint(interpreter))]
+    Script { path: PathBuf, interpreter: String },
     #[error("{} is a malformed ELF file: {what}", path.display())]
     Malformed { path: PathBuf, what: String },
     #[error("{} cannot be probed: {what}", path.display())]
@@ -226,10 +232,52 @@ pub enum ElfError {
     ModuleNotFound { name: String, what: String },
 }
 
+/// What to probe instead of a script: its interpreter, or, for a shim
+/// (pyenv, rbenv, asdf, nodenv: a shell script choosing a version), the
+/// program it would choose.
+fn shim_hint(interpreter: &str) -> String {
+    let shell = ["sh", "bash", "dash", "zsh", "ksh"].iter().any(|s| interpreter.rsplit('/').next() == Some(s));
+    if shell {
+        " (a shell script such as a pyenv or rbenv shim chooses the real program: probe that one, e.g. the \
+         path `pyenv which python3` or `readlink -f` prints)"
+            .to_string()
+    } else {
+        format!(" (for the interpreter's own functions, probe process(\"{interpreter}\"))")
+    }
+}
+
 impl Module {
     /// Read and parse the ELF file at `path`.
     pub fn load(path: &Path) -> Result<Module, ElfError> {
         load::load(path)
+    }
+
+    /// Why `f` cannot take a return probe, if it cannot: it is the entry
+    /// point, or its first instructions use the return address as data
+    /// ([`entry::return_address_use`]). Reads the function's first bytes
+    /// from the file; a file that cannot be read again says nothing here.
+    pub fn no_return_address(&self, f: &Function) -> Option<entry::NoReturnAddress> {
+        use std::os::unix::fs::FileExt;
+        let program = self.kind == ModuleKind::Executable || self.needed_by_kernel();
+        if program && self.entry != 0 && f.addr == self.entry {
+            return Some(entry::NoReturnAddress::ElfEntry);
+        }
+        if self.machine != Machine::X86_64 {
+            return None;
+        }
+        let mut code = vec![0u8; f.size.min(128) as usize];
+        let file = std::fs::File::open(&self.path).ok()?;
+        let n = file.read_at(&mut code, f.file_offset).ok()?;
+        code.truncate(n);
+        entry::return_address_use(&code, f.addr)
+    }
+
+    /// A PIE executable (as opposed to a shared library): the kernel
+    /// starts it at its entry point too. A shared library's `e_entry` is
+    /// usually 0 or a function called normally, except in the few that are
+    /// also programs (`libc.so.6` prints its version when run).
+    fn needed_by_kernel(&self) -> bool {
+        self.kind == ModuleKind::PositionIndependent && self.soname.is_none()
     }
 
     /// Functions matching a SystemTap glob (`*`, `?`, `[...]`), tried against the

@@ -1,0 +1,166 @@
+//! How a function is entered, read from its first instructions (x86_64):
+//! whether the word at the top of the stack when it starts is a return
+//! address it only returns through.
+//!
+//! A return probe takes that word over (the function returns through a
+//! trampoline), which is only right when the function was entered by a
+//! call and treats the word as its way back. The ELF entry point (`_start`)
+//! is entered with `argc` there; `vfork` pops its return address into a
+//! register; `setjmp` saves it as the place to come back to. Such
+//! functions are found here so that pass 2 can refuse their return probes
+//! (their entry probes are harmless).
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, OpKind, Register};
+
+/// Instructions read from a function's start before giving up: the frame
+/// is built (or the word used) within the first few.
+const WINDOW: usize = 24;
+
+/// Why a function cannot take a return probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoReturnAddress {
+    /// The ELF entry point: entered by the kernel with no return address.
+    ElfEntry,
+    /// Its instruction at this offset pops the return address.
+    Pops(u64),
+    /// Its instruction at this offset reads or writes the return address's
+    /// slot as data.
+    Uses(u64),
+}
+
+impl std::fmt::Display for NoReturnAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoReturnAddress::ElfEntry => {
+                f.write_str("it is the program's ELF entry point, entered by the kernel without a return address")
+            }
+            NoReturnAddress::Pops(at) => {
+                write!(f, "its instruction at +{at:#x} pops its return address (it does not return by `ret`)")
+            }
+            NoReturnAddress::Uses(at) => {
+                write!(f, "its instruction at +{at:#x} uses its return address as data")
+            }
+        }
+    }
+}
+
+/// Whether `code`, the first bytes of a function at link address `addr`,
+/// uses the word its caller's `call` pushed other than by returning
+/// through it. Reads instructions in order until the first branch, call or
+/// return, or until the stack pointer is set in a way it cannot follow;
+/// `None` when nothing seen uses the word.
+pub fn return_address_use(code: &[u8], addr: u64) -> Option<NoReturnAddress> {
+    let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    // Bytes pushed since the entry: the return address is at [rsp + depth].
+    let mut depth: i64 = 0;
+    for _ in 0..WINDOW {
+        if !d.can_decode() {
+            return None;
+        }
+        let ins = d.decode();
+        if ins.is_invalid() {
+            return None;
+        }
+        let at = ins.ip() - addr;
+        // A memory operand on the return address's slot.
+        let lea = ins.mnemonic() == Mnemonic::Lea;
+        for i in 0..ins.op_count() {
+            if ins.op_kind(i) == OpKind::Memory
+                && !lea
+                && ins.memory_base() == Register::RSP
+                && ins.memory_index() == Register::None
+            {
+                let disp = ins.memory_displacement64() as i64;
+                if disp >= depth && disp < depth + 8 {
+                    return Some(NoReturnAddress::Uses(at));
+                }
+            }
+        }
+        match ins.mnemonic() {
+            Mnemonic::Push | Mnemonic::Pushfq => depth += 8,
+            Mnemonic::Pop | Mnemonic::Popfq => {
+                if ins.op_count() == 1 && ins.op0_kind() == OpKind::Register && ins.op0_register() == Register::RSP {
+                    return None;
+                }
+                if depth == 0 {
+                    return Some(NoReturnAddress::Pops(at));
+                }
+                depth -= 8;
+            }
+            Mnemonic::Sub | Mnemonic::Add
+                if ins.op0_kind() == OpKind::Register && ins.op0_register() == Register::RSP =>
+            {
+                let imm = match ins.op1_kind() {
+                    OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8 | OpKind::Immediate32 => {
+                        ins.immediate(1) as i64
+                    }
+                    _ => return None,
+                };
+                depth += if ins.mnemonic() == Mnemonic::Sub { imm } else { -imm };
+                if depth < 0 {
+                    return None;
+                }
+            }
+            Mnemonic::Lea if ins.op0_register() == Register::RSP => {
+                if ins.memory_base() != Register::RSP || ins.memory_index() != Register::None {
+                    return None;
+                }
+                depth -= ins.memory_displacement64() as i64;
+                if depth < 0 {
+                    return None;
+                }
+            }
+            _ => {
+                // Anything else that sets rsp (mov, and, xchg, leave...):
+                // the stack is no longer followed.
+                let writes_rsp = (0..ins.op_count()).any(|i| {
+                    ins.op_kind(i) == OpKind::Register && ins.op_register(i) == Register::RSP && i == 0
+                }) || ins.mnemonic() == Mnemonic::Leave;
+                if writes_rsp {
+                    return None;
+                }
+            }
+        }
+        if ins.flow_control() != FlowControl::Next {
+            return None;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_pops_argc() {
+        // endbr64; xor ebp,ebp; mov r9,rdx; pop rsi
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x31, 0xed, 0x49, 0x89, 0xd1, 0x5e];
+        assert_eq!(return_address_use(&code, 0x1000), Some(NoReturnAddress::Pops(9)));
+    }
+
+    #[test]
+    fn setjmp_reads_its_return_address() {
+        // push rbx; mov rax,[rsp+8]
+        let code = [0x53, 0x48, 0x8b, 0x44, 0x24, 0x08];
+        assert_eq!(return_address_use(&code, 0), Some(NoReturnAddress::Uses(1)));
+        // mov rax,[rsp]
+        assert_eq!(return_address_use(&[0x48, 0x8b, 0x04, 0x24], 0), Some(NoReturnAddress::Uses(0)));
+    }
+
+    #[test]
+    fn ordinary_prologues_are_fine() {
+        // push rbp; mov rbp,rsp; sub rsp,0x20; mov rax,[rbp+0x10]; call ...
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0x48, 0x8b, 0x45, 0x10, 0xe8, 0, 0, 0, 0];
+        assert_eq!(return_address_use(&code, 0), None);
+        // sub rsp,8; mov rax,[rsp+0x10] (a stack argument); ret
+        let code = [0x48, 0x83, 0xec, 0x08, 0x48, 0x8b, 0x44, 0x24, 0x10, 0xc3];
+        assert_eq!(return_address_use(&code, 0), None);
+        // push rbx; pop rbx; ret
+        assert_eq!(return_address_use(&[0x53, 0x5b, 0xc3], 0), None);
+        // lea rdx,[rsp+8] (the caller's stack pointer, not the slot); ret
+        assert_eq!(return_address_use(&[0x48, 0x8d, 0x54, 0x24, 0x08, 0xc3], 0), None);
+        // Nothing decodable.
+        assert_eq!(return_address_use(&[], 0), None);
+    }
+}

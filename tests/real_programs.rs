@@ -1,0 +1,172 @@
+//! Correct on real programs: return probes on every function of Debian's
+//! python3.11 and of a non-PIE program leave them working (functions not
+//! entered by a call are refused with a located warning), `-w` silences
+//! warnings, `target()`, and skipped probes reported by reason with the
+//! limit that ends the session (MAXSKIPPED).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+use common::telco_run as telco;
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        Scratch(common::scratch(&format!("real-{tag}")))
+    }
+    /// tests/programs/probed.c built with `flags` as `name`.
+    fn probed(&self, name: &str, flags: &[&str]) -> PathBuf {
+        let exe = self.0.join(name);
+        common::gcc("probed.c", &exe, flags);
+        exe
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn untraced(exe: &Path, args: &[&str]) -> String {
+    let o = Command::new(exe).args(args).output().expect("run target");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+const PYTHON: &str = "/usr/bin/python3.11";
+
+/// `.return` on every function of python3.11 (non-PIE, stripped): `_start`
+/// is refused with a warning that points at the probe point, everything
+/// else is probed and python runs as it would.
+#[test]
+fn every_function_of_python_returns_through_its_probe() {
+    assert!(Path::new(PYTHON).exists(), "{PYTHON} is needed (.ci/run installs Debian's python3.11)");
+    let script = format!(
+        "global n probe process(\"{PYTHON}\").function(\"*\").return {{ n++ }} \
+         probe end {{ printf(\"returns seen: %d\\n\", n > 1000) }}"
+    );
+    let cmd = format!("{PYTHON} -c 'print(sum(range(10)))'");
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "45\nreturns seen: 1\n");
+    assert!(err.contains("warning[E0017]: skipped: no return probe on `_start`: it is the program's ELF entry point"), "{err}");
+    assert!(err.contains("<input>:1:"), "the warning is located: {err}");
+    // -w: nothing on stderr (neither pass 2's warning nor pass 5's
+    // functions that cannot be probed), the same answer.
+    let (out, err, code) = telco(&["-w", "-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "45\nreturns seen: 1\n");
+    assert_eq!(err, "");
+}
+
+/// Named exactly, a function that cannot take a return probe is an error
+/// (its entry probe is fine).
+#[test]
+fn the_entry_point_takes_no_return_probe() {
+    let d = Scratch::new("entry");
+    let exe = d.probed("nopie", &["-no-pie", "-fno-pie"]);
+    let cmd = format!("{} work 10", exe.display());
+    let (_, err, code) = telco(&["-e", "probe process.function(\"_start\").return {}", "-c", &cmd]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("error[E0017]: no return probe on `_start`"), "{err}");
+    assert!(err.contains("help: probe its entry instead"), "{err}");
+    let (out, err, code) =
+        telco(&["-e", "probe process.function(\"_start\") { println(\"start\") }", "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    // The probe's line and the program's own come through different
+    // streams: either order.
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["start", "work 100"]);
+}
+
+/// A non-PIE program with a return probe on every function: its output is
+/// unchanged, and the probes count what it did.
+#[test]
+fn every_function_of_a_non_pie_program() {
+    let d = Scratch::new("nopie");
+    for (name, flags) in [("nopie", &["-no-pie", "-fno-pie"][..]), ("pie", &[][..])] {
+        let exe = d.probed(name, flags);
+        for mode in ["work", "rec", "threads", "forkret"] {
+            let cmd = format!("{} {mode} 100", exe.display());
+            let script = "global n probe process.function(\"*\").return { n[ppfunc()]++ } \
+                          probe end { printf(\"work %d rec %d\\n\", n[\"work\"], n[\"rec\"]) }";
+            let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+            assert_eq!(code, Some(0), "{name} {mode}: {err}");
+            let (work, rec) = match mode {
+                "work" => (100, 0),
+                "rec" => (0, 100 * 101),
+                "threads" => (800, 0),
+                // Each process counts its own calls into the same map: the
+                // parent's 100 and the child's 100.
+                _ => (200, 0),
+            };
+            let own = untraced(&exe, &[mode, "100"]);
+            assert_eq!(out, format!("{own}work {work} rec {rec}\n"), "{name} {mode}: {err}");
+        }
+    }
+}
+
+#[test]
+fn target_is_the_traced_process() {
+    let d = Scratch::new("target");
+    let exe = d.probed("prog", &[]);
+    let cmd = format!("{} work 10", exe.display());
+    let script = "global mine, pid0 probe process.function(\"work\") { if (pid() == target()) mine++; pid0 = target() } \
+                  probe end { printf(\"%d %d\\n\", mine, pid0 > 1) }";
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "work 100\n10 1\n");
+    // Without -c or -p there is no target.
+    let (out, _, code) = telco(&["-e", "probe begin { println(target()); exit() }"]);
+    assert_eq!((out.as_str(), code), ("0\n", Some(0)));
+}
+
+/// Return probes on calls nested deeper than a thread's 128 frames are
+/// skipped, counted and explained; past MAXSKIPPED the session ends with an
+/// error naming the limit, as SystemTap's does.
+#[test]
+fn skipped_probes_are_explained_and_limited() {
+    let d = Scratch::new("deep");
+    let exe = d.probed("prog", &[]);
+    let script = "global n probe process.function(\"rec\").return { n++ } probe end { println(n) }";
+    // One recursion 201 deep: 73 skipped, under the default 100.
+    let cmd = format!("{} deep 1", exe.display());
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "deep 200\n128\n");
+    assert_eq!(
+        err,
+        "WARNING: Number of errors: 0, skipped probes: 73\n\
+         WARNING: Skipped due to call depth: 73 (return probes on calls nested more than 128 deep in one thread)\n"
+    );
+    // Two: 146 skipped, more than MAXSKIPPED: no end probe, an error.
+    let cmd = format!("{} deep 2", exe.display());
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(out, "deep 400\n");
+    assert!(
+        err.starts_with(
+            "ERROR: Skipped too many probes (146 > MAXSKIPPED=100): the session ended early; -D MAXSKIPPED=N allows more\n"
+        ),
+        "{err}"
+    );
+    // The limit raised: the end probe runs; -w keeps the data-loss lines.
+    let (out, err, code) = telco(&["-w", "-D", "MAXSKIPPED=1000", "-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "deep 400\n256\n");
+    assert!(err.contains("skipped probes: 146\n"), "{err}");
+}
+
+/// `-w` silences the script's own warn() messages too.
+#[test]
+fn no_warnings_silences_warn() {
+    let script = "probe begin { warn(\"careful\"); println(\"done\"); exit() }";
+    let (out, err, code) = telco(&["-e", script]);
+    assert_eq!((out.as_str(), err.as_str(), code), ("done\n", "WARNING: careful\n", Some(0)));
+    let (out, err, code) = telco(&["-w", "-e", script]);
+    assert_eq!((out.as_str(), err.as_str(), code), ("done\n", "", Some(0)));
+}

@@ -1,0 +1,228 @@
+//! Every bundled script in `scripts/` runs as its usage comment says, on a
+//! program with a known answer, and gives that answer. The commands are
+//! read from the comments themselves (`//   telco-stap ...` lines), with
+//! `/tmp/prog` (tests/programs/probed.c, as the comments say to build it)
+//! and `/tmp/out.*` moved into this test's scratch directory; a comment
+//! that drifts from what works fails here.
+
+use std::path::{Path, PathBuf};
+
+mod common;
+
+/// The usage lines of a script: each command as words (single quotes
+/// group, as the shell reads them).
+fn usage(script: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(script).expect("script readable");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("//   telco-stap "))
+        .map(|cmd| {
+            let mut words = Vec::new();
+            let mut cur = String::new();
+            let (mut quoted, mut any) = (false, false);
+            for c in cmd.chars() {
+                match c {
+                    '\'' => {
+                        quoted = !quoted;
+                        any = true;
+                    }
+                    ' ' if !quoted => {
+                        if any {
+                            words.push(std::mem::take(&mut cur));
+                        }
+                        any = false;
+                    }
+                    c => {
+                        cur.push(c);
+                        any = true;
+                    }
+                }
+            }
+            assert!(!quoted, "{}: unbalanced quote in `{cmd}`", script.display());
+            if any {
+                words.push(cur);
+            }
+            words
+        })
+        .collect()
+}
+
+struct Run {
+    stdout: String,
+    stderr: String,
+}
+
+/// Run one usage command in `dir` (which holds `prog`); it must exit 0.
+fn run(dir: &Path, words: &[String]) -> Run {
+    run_status(dir, words, 0)
+}
+
+/// Run one usage command; it must exit with `want` (a command's own
+/// status passes through).
+fn run_status(dir: &Path, words: &[String], want: i32) -> Run {
+    let words: Vec<String> = words
+        .iter()
+        .map(|w| {
+            w.replace("/tmp/prog", &dir.join("prog").display().to_string())
+                .replace("/tmp/out.", &format!("{}/out.", dir.display()))
+        })
+        .collect();
+    let args: Vec<&str> = words.iter().map(String::as_str).collect();
+    let (stdout, stderr, code) = common::telco_in(&common::repo(), &args);
+    assert_eq!(code, Some(want), "telco-stap {}: {stderr}", words.join(" "));
+    Run { stdout, stderr }
+}
+
+/// A scratch directory holding the target program; removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = common::scratch(&format!("scripts-{tag}"));
+        common::gcc("probed.c", &d.join("prog"), &[]);
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn script(name: &str) -> (Scratch, Vec<Vec<String>>) {
+    let cmds = usage(&common::repo().join("scripts").join(name));
+    assert!(!cmds.is_empty(), "{name} has no usage line");
+    (Scratch::new(name.trim_end_matches(".tp")), cmds)
+}
+
+/// The usage lines that need a running process (`-p PID`) are for users;
+/// every other line runs here.
+fn runnable(cmds: &[Vec<String>]) -> Vec<&Vec<String>> {
+    cmds.iter().filter(|c| !c.iter().any(|w| w == "PID")).collect()
+}
+
+#[test]
+fn every_script_is_tested_here() {
+    let mut names: Vec<String> = std::fs::read_dir(common::repo().join("scripts"))
+        .expect("scripts/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tp"))
+        .collect();
+    names.sort();
+    let this = std::fs::read_to_string(common::repo().join("tests/scripts.rs")).expect("this file");
+    for n in names {
+        assert!(this.contains(&format!("script(\"{n}\")")), "scripts/{n} is run by no test in tests/scripts.rs");
+    }
+}
+
+#[test]
+fn hello() {
+    let (d, cmds) = script("hello.tp");
+    for c in runnable(&cmds) {
+        assert_eq!(run(&d.0, c).stdout, "42\n");
+    }
+}
+
+#[test]
+fn count_calls() {
+    let (d, cmds) = script("count-calls.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    assert_eq!(r.stdout, format!("work 1000000\n{:<40} {:>12}\n{:<40} {:>12}\n", "FUNCTION", "CALLS", "work", 1000));
+}
+
+#[test]
+fn file_opens() {
+    let (d, cmds) = script("file-opens.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 2);
+    // Our program: two opens of /dev/null, one that fails.
+    let r = run(&d.0, c[0]);
+    assert_eq!(r.stdout, "open 3\n     2  /dev/null\n     1  /nonexistent/telco-stap\n1 failed open calls\n");
+    // cat: its one failed open is counted (an `int` -1, not 4294967295);
+    // cat's own status (1, a file missing) is the session's.
+    let r = run_status(&d.0, c[1], 1);
+    assert!(r.stdout.contains("     1  /nonexistent\n"), "{}", r.stdout);
+    assert!(r.stdout.ends_with("\n1 failed open calls\n"), "{}", r.stdout);
+}
+
+#[test]
+fn malloc_sizes() {
+    let (d, cmds) = script("malloc-sizes.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    // 100 x malloc(100) and 100 x malloc(5000), one thread, nothing else.
+    let (head, thread) = r.stdout.rsplit_once("thread ").expect("a thread line");
+    assert_eq!(
+        head,
+        "alloc 200\n200 allocations, 498.0 KiB in total, average 2550 bytes\n\
+         value |-------------------------------------------------- count\n\
+         \x20  16 |                                                     0\n\
+         \x20  32 |                                                     0\n\
+         \x20  64 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@ 100\n\
+         \x20 128 |                                                     0\n\
+         \x20 256 |                                                     0\n\
+         \x20     ~\n\
+         \x201024 |                                                     0\n\
+         \x202048 |                                                     0\n\
+         \x204096 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@ 100\n\
+         \x208192 |                                                     0\n\
+         16384 |                                                     0\n\n"
+    );
+    let (tid, rest) = thread.split_once(": ").expect("thread: bytes");
+    assert!(tid.parse::<u32>().is_ok(), "{thread}");
+    assert_eq!(rest, "498.0 KiB\n");
+}
+
+#[test]
+fn latency() {
+    let (d, cmds) = script("latency.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    // Five calls of spin, each at least 200 us: all counted, none in a
+    // bucket below 131072 ns.
+    assert!(r.stdout.starts_with("spin 5\n"), "{}", r.stdout);
+    let mut total = 0;
+    for line in r.stdout.lines().filter(|l| l.contains('|') && !l.contains("count")) {
+        let (value, rest) = line.split_once('|').expect("a histogram row");
+        let value: u64 = value.trim().parse().expect("bucket value");
+        let count: u64 = rest.split_whitespace().last().and_then(|n| n.parse().ok()).expect("count");
+        assert!(count == 0 || value >= 131072, "{line}");
+        total += count;
+    }
+    assert_eq!(total, 5, "{}", r.stdout);
+}
+
+#[test]
+fn itrace() {
+    let (d, cmds) = script("itrace.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 2);
+    let r = run(&d.0, c[0]);
+    assert_eq!(r.stdout, "work 9\n", "{}", r.stderr);
+    // One file per call of work (3).
+    for f in ["out.itrc", "out.itrc.2", "out.itrc.3"] {
+        assert!(d.0.join(f).exists(), "{f} written");
+    }
+    assert!(!d.0.join("out.itrc.4").exists());
+    // The dump of the first call: work's two instructions, run once.
+    let r = run(&d.0, c[1]);
+    assert!(r.stdout.contains("lea rax, [rdi+rdi+1]"), "{}", r.stdout);
+    assert!(r.stdout.contains("summary: 1 blocks compiled, 1 blocks executed, 0 lost, end reached"), "{}", r.stdout);
+}
+
+#[test]
+fn trace_calls() {
+    let (d, cmds) = script("trace-calls.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    assert_eq!(r.stdout, "work 1000000\n");
+    let text = std::fs::read_to_string(d.0.join("out.json")).expect("trace written");
+    let ev: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let calls = ev.as_array().expect("array").iter().filter(|e| e["ph"] == "X" && e["name"] == "work").count();
+    assert_eq!(calls, 1000);
+}
