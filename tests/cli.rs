@@ -5,6 +5,8 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+mod common;
+
 fn telco(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap")
 }
@@ -89,7 +91,7 @@ fn target_program() -> std::path::PathBuf {
     // One directory per call: tests run in parallel.
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("telco-cli-{}-{n}", std::process::id()));
+    let dir = common::scratch(&format!("cli-{n}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let src = dir.join("prog.c");
     std::fs::write(
@@ -135,7 +137,7 @@ fn every_shipped_script_compiles_to_pass_4() {
 
 #[test]
 fn output_file_receives_printf_output() {
-    let dir = std::env::temp_dir().join(format!("telco-o-{}", std::process::id()));
+    let dir = common::scratch("o");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let f = dir.join("out.txt");
     let fs = f.to_string_lossy().into_owned();
@@ -220,7 +222,7 @@ fn listing_parses_the_probe_point_first() {
 fn missing_script_and_unreadable_files() {
     assert_fails(&telco(&[]), 1, "no script given");
     assert_fails(&telco(&["/nonexistent/x.tp"]), 1, "cannot read script `/nonexistent/x.tp`");
-    let dir = std::env::temp_dir().join(format!("telco-cli-{}", std::process::id()));
+    let dir = common::scratch("cli");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let bin = dir.join("bin.tp");
     std::fs::write(&bin, b"probe begin { \xff }").expect("write");
@@ -313,7 +315,7 @@ fn help_version_and_completions() {
 fn itrc_dump_reads_an_empty_trace_and_refuses_a_missing_file() {
     // More in tests/itrc.rs.
     assert_fails(&telco(&["itrc-dump", "/nonexistent.itrc"]), 1, "cannot read `/nonexistent.itrc`");
-    let f = std::env::temp_dir().join(format!("telco-{}.itrc", std::process::id()));
+    let f = common::scratch("itrc-file").join("t.itrc");
     std::fs::write(&f, b"ITRC").expect("write");
     let o = telco(&["itrc-dump", f.to_str().expect("utf8")]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -349,7 +351,7 @@ fn pass_2_survives_hostile_scripts() {
     let chain: Vec<String> = (0..10_000).map(|i| format!("if (x == {i}) println({i})")).collect();
     let deep = format!("probe begin {{ x = 1; {} }}", chain.join(" else "));
     let sum = format!("probe begin {{ x = 1{}; println(x) }}", " + 1".repeat(10_000));
-    let dir = std::env::temp_dir().join(format!("telco-hostile-{}", std::process::id()));
+    let dir = common::scratch("hostile");
     std::fs::create_dir_all(&dir).expect("mkdir");
     for (name, text) in [("deep.tp", &deep), ("sum.tp", &sum)] {
         let f = dir.join(name);

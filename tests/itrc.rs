@@ -15,6 +15,8 @@ use std::process::{Command, Output};
 use telco_itrc::x64::{gpr_index, X64Regs, REGISTERS};
 use telco_itrc::{ModuleInfo, Recorder, RecorderConfig, RecorderStats};
 
+mod common;
+
 const BASE: u64 = 0x401000;
 const RETURN_TO: u64 = 0x7777;
 const STACK: u64 = 0x7fff0000;
@@ -163,7 +165,7 @@ fn record(path: &Path, config: RecorderConfig) -> (Truth, RecorderStats) {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("telco-itrc-test-{}-{name}", std::process::id()))
+    common::scratch("itrc").join(name)
 }
 
 /// Runs the Python reader; `None` (said in the output) if python3 is not

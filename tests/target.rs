@@ -390,7 +390,7 @@ fn backtraces_are_symbolized() {
 /// program's first call into it (the loader's r_brk hook waits for them).
 #[test]
 fn libraries_loaded_later_get_their_probes() {
-    let dir = std::env::temp_dir().join(format!("telco-dlopen-{}", std::process::id()));
+    let dir = common::scratch("dlopen");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
     let lib = dir.join("libplugin.so");
@@ -418,7 +418,7 @@ fn libraries_loaded_later_get_their_probes() {
 /// fire. `.cold` parts of functions are never probed.
 #[test]
 fn cxx_exceptions_unwind_through_return_probes() {
-    let dir = std::env::temp_dir().join(format!("telco-cxx-{}", std::process::id()));
+    let dir = common::scratch("cxx");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let exe = dir.join("exceptions");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exceptions.cc");

@@ -36,12 +36,32 @@ impl Drop for Reap {
     }
 }
 
+/// This process's scratch directory (`telco-test-ptrace-PID`), removed
+/// when the process exits.
+fn scratch_root() -> std::path::PathBuf {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn remove_root() {
+        let _ = std::fs::remove_dir_all(root());
+    }
+    extern "C" {
+        fn atexit(f: extern "C" fn()) -> i32;
+    }
+    fn root() -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("telco-test-ptrace-{}", std::process::id()))
+    }
+    // SAFETY: registers a plain function without arguments, once.
+    ONCE.call_once(|| unsafe {
+        atexit(remove_root);
+    });
+    root()
+}
+
 fn build() -> std::path::PathBuf {
     // One directory per test: tests run in parallel, and a program being
     // written cannot be executed ("text file busy").
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("telco-ptrace-{}-{n}", std::process::id()));
+    let dir = scratch_root().join(n.to_string());
     std::fs::create_dir_all(&dir).expect("temp dir");
     let src = dir.join("spin.c");
     std::fs::write(&src, TARGET).expect("write spin.c");

@@ -48,9 +48,25 @@ pub fn name_of(f: &Path) -> String {
     f.file_name().and_then(|n| n.to_str()).expect("utf-8 name").to_string()
 }
 
-/// A scratch directory for this test binary's run: `telco-TAG-PID`.
+/// A scratch directory for this test binary's run: `TAG` under one
+/// directory per process (`telco-test-PID` in the system's temporary
+/// directory), which is removed when the process exits, whatever the
+/// tests' outcome: nothing is left behind.
 pub fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("telco-{tag}-{}", std::process::id()));
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let root = ROOT.get_or_init(|| {
+        extern "C" fn remove_root() {
+            let root = std::env::temp_dir().join(format!("telco-test-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(root);
+        }
+        extern "C" {
+            fn atexit(f: extern "C" fn()) -> i32;
+        }
+        // SAFETY: registers a plain function without arguments, once.
+        unsafe { atexit(remove_root) };
+        std::env::temp_dir().join(format!("telco-test-{}", std::process::id()))
+    });
+    let d = root.join(tag);
     std::fs::create_dir_all(&d).expect("temp dir");
     d
 }
