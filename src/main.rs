@@ -139,7 +139,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
     };
     if cli.chrome.is_some() {
         // Every probed function's calls become spans.
-        program.add_chrome_spans(cli.chrome_min_dur.unwrap_or(0));
+        // Every probed function's calls become spans; a function not
+        // entered by a call (the ELF entry point, vfork, setjmp) cannot
+        // be timed by a return trampoline.
+        let mut modules: std::collections::HashMap<std::path::PathBuf, Option<telco_compiler::elf::Module>> =
+            Default::default();
+        let mut returns = |f: &telco_compiler::program::FunctionPoint| {
+            let m = modules.entry(f.module.clone()).or_insert_with(|| telco_compiler::elf::Module::load(&f.module).ok());
+            let m = m.as_ref()?;
+            m.no_return_address(m.function_at(f.addr)?).map(|why| why.to_string())
+        };
+        let refused = program.add_chrome_spans(cli.chrome_min_dur.unwrap_or(0), &mut returns);
+        for (name, why) in refused.iter().filter(|(_, why)| !cli.no_warnings && !why.contains("ELF entry point")) {
+            // (The entry point never returns: its span is missed by nobody.)
+            eprintln!("WARNING: --chrome: calls of {name} are not timed: {why}");
+        }
     }
     render(&sink, &sources, color);
     if last == 2 {

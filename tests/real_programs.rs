@@ -170,3 +170,35 @@ fn no_warnings_silences_warn() {
     let (out, err, code) = telco(&["-w", "-e", script]);
     assert_eq!((out.as_str(), err.as_str(), code), ("done\n", "", Some(0)));
 }
+
+/// A tail call between two functions whose trampolines time their calls
+/// (`--chrome`, or a duration into a statistic): the callee's arguments
+/// arrive intact (its trampoline once clobbered r8, the fifth), and both
+/// calls are timed.
+#[test]
+fn tail_calls_between_timed_functions_keep_their_arguments() {
+    let d = Scratch::new("tail");
+    let exe = d.probed("prog", &[]);
+    let cmd = format!("{} tail 1000", exe.display());
+    let own = untraced(&exe, &["tail", "1000"]);
+    let trace = d.0.join("t.json");
+    let (out, err, code) = telco(&[
+        "-e",
+        "probe process.function(\"tail5\"), process.function(\"five\") {}",
+        "--chrome",
+        trace.to_str().expect("utf-8"),
+        "-c",
+        &cmd,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, own);
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    let ev: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let count = |name: &str| ev.as_array().expect("array").iter().filter(|e| e["ph"] == "X" && e["name"] == name).count();
+    assert_eq!((count("tail5"), count("five")), (1000, 1000));
+    let script = "global t probe process.function(\"tail5\").return, process.function(\"five\").return \
+                  { t <<< gettimeofday_ns() - @entry(gettimeofday_ns()) } probe end { println(@count(t)) }";
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{own}2000\n"));
+}

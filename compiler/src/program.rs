@@ -329,13 +329,29 @@ impl Program {
         self.probes.iter().any(Probe::is_chrome_span)
     }
 
-    pub fn add_chrome_spans(&mut self, min_ns: u64) {
+    ///
+    /// A function that cannot take a return probe (`returns` says why:
+    /// `elf::Module::no_return_address`) gets none; its names and reasons
+    /// are returned.
+    pub fn add_chrome_spans(
+        &mut self,
+        min_ns: u64,
+        returns: &mut dyn FnMut(&FunctionPoint) -> Option<String>,
+    ) -> Vec<(String, String)> {
         use crate::elaborate::builtins::Builtin;
         let mut points: Vec<Point> = Vec::new();
+        let mut refused = Vec::new();
         for p in &self.probes {
             for pt in &p.points {
                 if let Point::Function(f) = pt {
                     if f.itrace {
+                        continue;
+                    }
+                    if let Some(why) = returns(f) {
+                        let name = f.demangled.clone().unwrap_or_else(|| f.symbol.clone());
+                        if !refused.iter().any(|(n, _)| *n == name) {
+                            refused.push((name, why));
+                        }
                         continue;
                     }
                     let mut r = f.clone();
@@ -348,7 +364,7 @@ impl Program {
             }
         }
         if points.is_empty() {
-            return;
+            return refused;
         }
         let span = crate::span::Span::default();
         let e = |kind, ty| Expr { kind, ty, span };
@@ -368,5 +384,6 @@ impl Program {
             body: vec![Stmt { kind: StmtKind::Expr(call), span }],
             span,
         });
+        refused
     }
 }

@@ -317,10 +317,18 @@ impl Hooker {
         let first = *functions.keys().next().unwrap_or(&0);
         let base = runtime_addr(maps, module, first)
             .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
-        let mut code = inject::code(s, a, base, 8192 + 1536 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
+        // Per function: its entry trampoline (at most 1 KiB) and, for lean
+        // return probes, a return trampoline of its own (under 1 KiB).
+        let mut code = inject::code(s, a, base, 8192 + 2048 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
         // The handler table (by probe index) and the return trampoline.
         let table: Vec<u8> = a.probes.iter().flat_map(|p| code.at(p.handler).to_le_bytes()).collect();
-        let small = || TargetError::Unsupported("code region too small".into());
+        let small = || {
+            TargetError::Unsupported(format!(
+                "the code region near {} has no room for the probe table and return trampoline (an internal sizing \
+                 error: please report it)",
+                module.display()
+            ))
+        };
         let table_at = code.alloc(table.len()).ok_or_else(small)?;
         s.write(table_at, &table)?;
         let ret_tramp = code.alloc(512).ok_or_else(small)?;
@@ -572,7 +580,9 @@ fn place(
     let at = code.next.next_multiple_of(16);
     let bytes = assemble(at).map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
     if code.alloc(bytes.len()) != Some(at) {
-        return Err(TargetError::Unsupported("code region too small".into()));
+        return Err(TargetError::Unsupported(
+            "the code region has no room for a return trampoline (an internal sizing error: please report it)".into(),
+        ));
     }
     s.write(at, &bytes)?;
     Ok(at)

@@ -959,7 +959,9 @@ pub fn clock_entry_prefix(e: &Entry, so: &ClockOnly) -> Result<Vec<u8>, IcedErro
     a.jmp(e.ret_tramp)?;
     // Off the common path: rt_ret_push, with the slot in the context.
     a.set_label(&mut push_slow)?;
-    let extra = so.push_clobbers & CALLER_SAVED & !SPAN_USED;
+    // r8 carries rt_ret_push's fifth argument: written here, so saved here
+    // (clobber analysis sees only what the callee itself writes).
+    let extra = (so.push_clobbers | SR_R8) & CALLER_SAVED & !SPAN_USED;
     a.mov(qword_ptr(rsp + c(offset_of!(Ctx, slot))), rcx)?;
     store_mask(&mut a, rsp, extra)?;
     a.mov(rdi, e.region)?;

@@ -57,6 +57,18 @@ __attribute__((noinline)) long rec(long n) {
     return r + 1;
 }
 
+/* A tail call (`jmp five` at -O2) to a function with five arguments:
+ * both probed, the callee's trampoline runs on the caller's return slot
+ * and must keep every argument register (r8 included). */
+__attribute__((noinline)) long five(long a, long b, long c, long d, long e) {
+    sink += e;
+    return a + 2 * b + 3 * c + 4 * d + 5 * e;
+}
+__attribute__((noinline)) long tail5(long a, long b, long c, long d, long e) {
+    sink++;
+    return five(a, b, c, d, e + 1);
+}
+
 /* longjmp out of a stack of probed frames. */
 static jmp_buf jb;
 __attribute__((noinline)) void jumper(long n) {
@@ -99,6 +111,8 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n_calls; i++) s += spin(200000);
     } else if (!strcmp(mode, "rec")) {
         for (long i = 0; i < n_calls; i++) s += rec(100);
+    } else if (!strcmp(mode, "tail")) {
+        for (long i = 0; i < n_calls; i++) s += tail5(i, 1, 2, 3, i);
     } else if (!strcmp(mode, "deep")) {
         /* Deeper than a thread's return-probe stack (128 frames). */
         for (long i = 0; i < n_calls; i++) s += rec(200);
