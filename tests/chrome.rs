@@ -216,32 +216,32 @@ fn the_minimum_duration_leaves_out_short_calls() {
 }
 
 /// The trampolines' slow paths: recursion deeper than the shadow stack
-/// (128 frames: deeper calls are skipped and counted), calls left by
+/// (1024 frames: deeper calls are skipped and counted), calls left by
 /// `longjmp` (never returned: no span; their frames are dropped and
 /// counted), calls from a signal handler.
 #[test]
 fn deep_recursion_longjmp_and_signals_keep_the_trace_exact() {
     let exe = target();
     let out = dir().join("deep.json");
-    let cmd = format!("{} deep 200", exe.display());
+    let cmd = format!("{} deep 1100", exe.display());
     let (stdout, stderr, code) =
         telco(&["-e", r#"probe process.function("rec") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(stdout.trim(), "210");
-    // rec(200, 0): 201 calls, the outer 128 timed; 3 × rec(2, 0) from the
-    // handler; rec(10, 0).
+    assert_eq!(stdout.trim(), "1110");
+    // rec(1100, 0): 1101 calls, the outer 1024 timed; 3 × rec(2, 0) from
+    // the handler; rec(10, 0).
     let ev = events(&out);
     let x = ph(&ev, "X");
-    assert_eq!(x.len(), 128 + 3 * 3 + 11, "{stderr}");
+    assert_eq!(x.len(), 1024 + 3 * 3 + 11, "{stderr}");
     assert!(x.iter().all(|e| e["name"] == "rec"));
-    // Reported, not lost silently: the 73 calls past the shadow stack and
+    // Reported, not lost silently: the 77 calls past the shadow stack and
     // the 51 that longjmp left.
-    assert!(stderr.contains("skipped probes: 73\n"), "{stderr}");
+    assert!(stderr.contains("skipped probes: 77\n"), "{stderr}");
     assert!(stderr.contains("WARNING: 51 call(s) left by longjmp"), "{stderr}");
     let n = nesting(&ev);
     let list = n.values().next().unwrap();
     let deepest = list.iter().map(|(_, d)| *d).max().unwrap();
-    assert_eq!(deepest, 127, "{list:?}");
+    assert_eq!(deepest, 1023, "{list:?}");
 }
 
 #[test]

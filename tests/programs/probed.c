@@ -114,8 +114,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "tail")) {
         for (long i = 0; i < n_calls; i++) s += tail5(i, 1, 2, 3, i);
     } else if (!strcmp(mode, "deep")) {
-        /* Deeper than a thread's return-probe stack (128 frames). */
-        for (long i = 0; i < n_calls; i++) s += rec(200);
+        /* Deeper than a thread's return-probe stack (1024 frames). */
+        for (long i = 0; i < n_calls; i++) s += rec(1100);
     } else if (!strcmp(mode, "jump")) {
         for (long i = 0; i < n_calls; i++) {
             if (!setjmp(jb)) jumper(5);

@@ -84,8 +84,10 @@ const _: () = assert!(THREAD_SLOTS.is_power_of_two());
 // The trampolines' slot hash takes log2(THREAD_SLOTS) bits of a 32-bit
 // product, times the 64-byte slot (runtime/src/trampoline.rs find_slot).
 const _: () = assert!(THREAD_SLOTS <= 1 << 26);
-/// Return-probe frames per thread (nested probed calls in flight).
-pub const SHADOW_DEPTH: u32 = 128;
+/// Return-probe frames per thread (nested probed calls in flight): deep
+/// enough for real recursion (a parser, an interpreter), 1024 frames of a
+/// few dozen bytes in a private mapping touched only as deep as it is used.
+pub const SHADOW_DEPTH: u32 = 1024;
 /// Threads that may wait at once to be instruction-traced (`.itrace`).
 pub const ITRACE_SLOTS: u32 = 16;
 /// `--chrome` calls a thread stages before it moves them into the ring.

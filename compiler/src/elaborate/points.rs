@@ -399,11 +399,28 @@ impl<'q> Resolver<'q> {
             let msg = if no_return.len() == 1 {
                 format!("no return probe on `{name}`: {why}")
             } else {
+                // One example per reason, the rest counted.
                 let names: Vec<&str> = no_return.iter().map(|(n, _)| n.as_str()).collect();
+                let mut reasons: Vec<(std::mem::Discriminant<crate::elf::entry::NoReturnAddress>, &str, String, usize)> =
+                    Vec::new();
+                for (n, w) in &no_return {
+                    match reasons.iter_mut().find(|r| r.0 == std::mem::discriminant(w)) {
+                        Some(r) => r.3 += 1,
+                        None => reasons.push((std::mem::discriminant(w), n, w.to_string(), 1)),
+                    }
+                }
+                let why: Vec<String> = reasons
+                    .iter()
+                    .map(|(_, n, w, count)| match count {
+                        1 => format!("`{n}`: {w}"),
+                        c => format!("{c} like `{n}`: {w}"),
+                    })
+                    .collect();
                 format!(
-                    "no return probe on {} functions not entered by a call: {} (`{name}`: {why})",
+                    "no return probe on {} functions that a return probe would break: {} ({})",
                     no_return.len(),
-                    list_names(&names)
+                    list_names(&names),
+                    why.join("; ")
                 )
             };
             let d = if ex.point.optional || wildcard {

@@ -26,6 +26,9 @@ pub enum NoReturnAddress {
     /// Its instruction at this offset reads or writes the return address's
     /// slot as data.
     Uses(u64),
+    /// Code of V8's embedded builtins (node, Chromium): V8 walks their
+    /// frames by return address.
+    V8Builtin,
 }
 
 impl std::fmt::Display for NoReturnAddress {
@@ -40,6 +43,10 @@ impl std::fmt::Display for NoReturnAddress {
             NoReturnAddress::Uses(at) => {
                 write!(f, "its instruction at +{at:#x} uses its return address as data")
             }
+            NoReturnAddress::V8Builtin => f.write_str(
+                "it is one of V8's embedded builtins, whose frames V8 walks by their return addresses \
+                 (which a return probe takes over)",
+            ),
         }
     }
 }

@@ -108,12 +108,15 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         (super::strip_version(a), ra, a.len()).cmp(&(super::strip_version(b), rb, b.len()))
     });
     skipped.dedup_by(|b, a| super::strip_version(a.0) == super::strip_version(b.0) && a.1 == b.1);
-    let skipped = skipped
+    let skipped: Vec<Skipped> = skipped
         .into_iter()
         .filter(|(name, _)| !function_names.contains(super::strip_version(name)))
         .map(|(name, reason)| Skipped { name: name.to_string(), reason })
         .collect();
 
+    // The embedded blob's start label (a zero-size text symbol).
+    let v8_builtins = skipped.iter().any(|s: &Skipped| s.name == "v8_Default_embedded_blob_code_")
+        || functions.iter().any(|f| f.names.iter().any(|n| n == "v8_Default_embedded_blob_code_"));
     let info = elf.dynamic.as_ref().map(|d| &d.info);
     Ok(Module {
         path: path.to_path_buf(),
@@ -127,6 +130,8 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         skipped,
         stripped,
         entry: elf.header.e_entry,
+        v8_builtins,
+        reopened: Default::default(),
         class64: bytes.get(EI_CLASS) == Some(&ELFCLASS64),
         little_endian: elf.little_endian,
         nodeflib: info.is_some_and(|i| i.flags_1 & DF_1_NODEFLIB != 0),

@@ -54,6 +54,11 @@ pub struct Module {
     /// `e_entry`: the link address where the kernel starts the program (0
     /// for most libraries).
     pub entry: u64,
+    /// The module holds V8's embedded builtins (`v8_Default_embedded_blob_code_`:
+    /// node, Chromium, Electron): its `Builtins_*` functions are V8 code.
+    pub v8_builtins: bool,
+    /// The file, opened again on first need by `no_return_address`.
+    reopened: std::sync::OnceLock<Option<std::sync::Arc<std::fs::File>>>,
     class64: bool,
     little_endian: bool,
     nodeflib: bool,
@@ -258,6 +263,9 @@ impl Module {
     /// from the file; a file that cannot be read again says nothing here.
     pub fn no_return_address(&self, f: &Function) -> Option<entry::NoReturnAddress> {
         use std::os::unix::fs::FileExt;
+        if self.v8_builtins && f.names.iter().any(|n| n.starts_with("Builtins_")) {
+            return Some(entry::NoReturnAddress::V8Builtin);
+        }
         let program = self.kind == ModuleKind::Executable || self.needed_by_kernel();
         if program && self.entry != 0 && f.addr == self.entry {
             return Some(entry::NoReturnAddress::ElfEntry);
@@ -266,8 +274,8 @@ impl Module {
             return None;
         }
         let mut code = vec![0u8; f.size.min(128) as usize];
-        let file = std::fs::File::open(&self.path).ok()?;
-        let n = file.read_at(&mut code, f.file_offset).ok()?;
+        let file = self.reopened.get_or_init(|| std::fs::File::open(&self.path).ok().map(std::sync::Arc::new));
+        let n = file.as_ref()?.read_at(&mut code, f.file_offset).ok()?;
         code.truncate(n);
         entry::return_address_use(&code, f.addr)
     }
