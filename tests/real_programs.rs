@@ -232,3 +232,13 @@ fn v8_builtins_take_no_return_probe() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "10\n");
 }
+
+/// Probe points this build cannot run yet are refused before the target
+/// starts, with their place in the script.
+#[test]
+fn unsupported_points_are_refused_with_their_place() {
+    let (_, err, code) = telco(&["-e", "probe begin { exit() }\nprobe process.begin { println(1) }", "-c", "/bin/true"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("error[E0014]: process.begin and process.end probes are not supported by this build yet"), "{err}");
+    assert!(err.contains("<input>:2:1"), "{err}");
+}
