@@ -242,3 +242,30 @@ fn unsupported_points_are_refused_with_their_place() {
     assert!(err.contains("error[E0014]: process.begin and process.end probes are not supported by this build yet"), "{err}");
     assert!(err.contains("<input>:2:1"), "{err}");
 }
+
+/// Guru mode: writes to `$argN` and `$return` change what the function
+/// and its caller see (they were accepted and ignored once).
+#[test]
+fn guru_writes_change_arguments_and_results() {
+    let d = Scratch::new("guru");
+    let exe = d.probed("prog", &[]);
+    let run = |script: &str, mode: &str| {
+        let cmd = format!("{} {mode} 10", exe.display());
+        let (out, err, code) = telco(&["-g", "-e", script, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{script}: {err}");
+        out
+    };
+    // work(x) = 2x + 1 for x in 0..10: 100 untraced.
+    assert_eq!(untraced(&exe, &["work", "10"]), "work 100\n");
+    assert_eq!(run("probe process.function(\"work\") { $arg1 = 0 }", "work"), "work 10\n");
+    assert_eq!(run("probe process.function(\"work\").return { $return = 7 }", "work"), "work 70\n");
+    assert_eq!(run("probe process.function(\"work\").return { $return += 100 }", "work"), "work 1100\n");
+    // Register arguments 5 and 6, and 8 on the stack.
+    assert_eq!(untraced(&exe, &["eight", "10"]), "eight 4660\n");
+    assert_eq!(run("probe process.function(\"eight\") { $arg6 = 0; $arg8 = 1 }", "eight"), "eight 1150\n");
+    // Without -g: refused, with the place.
+    let cmd = format!("{} work 10", exe.display());
+    let (_, err, code) = telco(&["-e", "probe process.function(\"work\") { $arg1 = 0 }", "-c", &cmd]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("writing `$arg1` needs guru mode") && err.contains("<input>:1:"), "{err}");
+}

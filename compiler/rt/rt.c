@@ -1249,6 +1249,22 @@ EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
     return v;
 }
 
+/* Guru mode: `$argN = v` (n >= 1) and `$return = v` (n = 0). The
+ * registers are the trampoline's saved copies, which it loads back before
+ * the function goes on (or returns to its caller); argument n > 6 is the
+ * stack slot the caller passed it in. Outside a function probe, nothing. */
+EXPORT void rt_set_arg(u8 *ctx, i64 n, i64 v) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    if (!regs || n < 0) return;
+    static const u8 arg_regs[6] = {5, 4, 3, 2, 8, 9};
+    if (n == 0)
+        AT(regs, 0, i64) = v;
+    else if (n <= 6)
+        AT(regs, 8 * arg_regs[n - 1], i64) = v;
+    else
+        *(i64 *)(AT(regs, REG_RSP, u64) + 8 * (u64)(n - 6)) = v;
+}
+
 EXPORT i64 rt_register(u8 *ctx, i64 index) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     return regs ? AT(regs, 8 * index, i64) : 0;

@@ -69,6 +69,12 @@ __attribute__((noinline)) long tail5(long a, long b, long c, long d, long e) {
     return five(a, b, c, d, e + 1);
 }
 
+/* Eight arguments: the seventh and eighth on the stack. */
+__attribute__((noinline)) long eight(long a, long b, long c, long d, long e, long f, long g, long h) {
+    sink += h;
+    return a + b + c + d + e + f + 10 * g + 100 * h;
+}
+
 /* longjmp out of a stack of probed frames. */
 static jmp_buf jb;
 __attribute__((noinline)) void jumper(long n) {
@@ -111,6 +117,8 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n_calls; i++) s += spin(200000);
     } else if (!strcmp(mode, "rec")) {
         for (long i = 0; i < n_calls; i++) s += rec(100);
+    } else if (!strcmp(mode, "eight")) {
+        for (long i = 0; i < n_calls; i++) s += eight(1, 1, 1, 1, 1, 1, 1, i);
     } else if (!strcmp(mode, "tail")) {
         for (long i = 0; i < n_calls; i++) s += tail5(i, 1, 2, 3, i);
     } else if (!strcmp(mode, "deep")) {

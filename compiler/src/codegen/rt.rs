@@ -67,6 +67,7 @@ rt_fns! {
     Cpu = "rt_cpu"(0) true,
     Arg = "rt_arg"(3) true,
     Register = "rt_register"(2) true,
+    SetArg = "rt_set_arg"(3) false,
     Ubacktrace = "rt_ubacktrace"(4) false,
     PrintUbacktrace = "rt_print_ubacktrace"(5) false,
     Usymname = "rt_usymname"(4) false,

@@ -1889,6 +1889,26 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 let p = self.element_for_write(*array, keys, span);
                 self.update_long(p, bop, v, span)
             }
+            // Guru mode (pass 2 checked -g): the saved register the
+            // trampoline restores, so the function (or its caller, for
+            // `$return`) sees the new value.
+            ExprKind::Target(t) => {
+                self.ctx_escapes = true;
+                let n = match t {
+                    Target::Arg(n) => i64::from(*n),
+                    Target::Return => 0,
+                };
+                let new = match bop {
+                    Some(op) => {
+                        let old = self.expr(target);
+                        self.arith(op, old, v, span)
+                    }
+                    None => v,
+                };
+                let nv = self.iconst(n);
+                self.rt(Rt::SetArg, &[self.ctx, nv, new]);
+                new
+            }
             _ => v,
         }
     }
