@@ -269,3 +269,62 @@ fn guru_writes_change_arguments_and_results() {
     assert_eq!(code, Some(1));
     assert!(err.contains("writing `$arg1` needs guru mode") && err.contains("<input>:1:"), "{err}");
 }
+
+/// The command's children are followed into the programs they exec: a
+/// shell running the probed program three times (once through `env`), and
+/// `ls` counted under its own name.
+#[test]
+fn children_that_exec_are_followed() {
+    let d = Scratch::new("follow");
+    let exe = d.probed("prog", &[]);
+    let p = exe.display().to_string();
+    let script = format!(
+        "global n probe process(\"{p}\").function(\"work\") {{ n[pid(), execname()]++ }} \
+         probe end {{ foreach ([pid, name] in n) printf(\"%s %d\\n\", name, n[pid, name]) }}"
+    );
+    let cmd = format!("sh -c '{p} work 10; {p} work 20; env {p} work 5'");
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let (own, counts): (Vec<&str>, Vec<&str>) = out.lines().partition(|l| l.starts_with("work "));
+    assert_eq!(own, ["work 100", "work 400", "work 25"]);
+    let mut counts = counts;
+    counts.sort();
+    assert_eq!(counts, ["prog 10", "prog 20", "prog 5"], "{out}");
+    // A library's probes in every program the command runs (the issue's
+    // own example): malloc counted by execname in sh and in its two ls.
+    let script = "global n probe process(\"libc.so.6\").function(\"malloc\") { n[execname()]++ } \
+                  probe end { foreach (k+ in n) printf(\"%s %d\\n\", k, n[k] > 0) }";
+    let (out, err, code) = telco(&["-e", script, "-c", "sh -c 'ls / > /dev/null; ls / > /dev/null'"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "ls 1\nsh 1\n");
+}
+
+/// vfork + exec and posix_spawn are followed too.
+#[test]
+fn vfork_and_posix_spawn_are_followed() {
+    let d = Scratch::new("spawn");
+    let exe = d.probed("prog", &[]);
+    let p = exe.display().to_string();
+    let src = d.0.join("spawner.c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <spawn.h>\n#include <sys/wait.h>\n#include <unistd.h>\nextern char **environ;\n\
+             int main(void) {{\n\
+             pid_t p = vfork();\n\
+             if (p == 0) {{ execl(\"{p}\", \"prog\", \"work\", \"4\", (char *)0); _exit(127); }}\n\
+             waitpid(p, 0, 0);\n\
+             char *argv[] = {{\"prog\", \"work\", \"6\", 0}};\n\
+             pid_t q; if (posix_spawn(&q, \"{p}\", 0, 0, argv, environ)) return 1;\n\
+             waitpid(q, 0, 0);\n return 0;\n}}\n"
+        ),
+    )
+    .expect("write spawner.c");
+    let spawner = d.0.join("spawner");
+    let st = Command::new("gcc").args(["-O2", "-o"]).arg(&spawner).arg(&src).status().expect("gcc");
+    assert!(st.success());
+    let script = format!("global n probe process(\"{p}\").function(\"work\") {{ n++ }} probe end {{ println(n) }}");
+    let (out, err, code) = telco(&["-e", &script, "-c", spawner.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "work 16\nwork 36\n10\n");
+}

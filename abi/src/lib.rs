@@ -29,6 +29,8 @@ pub fn c_header() -> String {
         ("H_SKIPPED_BUSY", offset_of!(Header, skipped_busy)),
         ("H_SKIPPED_NOSLOT", offset_of!(Header, skipped_noslot)),
         ("H_SKIPPED_DEEP", offset_of!(Header, skipped_deep)),
+        ("H_EXEC_REQ", offset_of!(Header, exec_req)),
+        ("H_EXEC_ACK", offset_of!(Header, exec_ack)),
         ("H_DROPPED", offset_of!(Header, dropped)),
         ("H_PID", offset_of!(Header, pid)),
         ("H_TSC_BASE", offset_of!(Header, tsc_base)),

@@ -154,7 +154,13 @@ pub struct Header {
     pub skipped_deep: u64,
     /// `target()`: the process of `-c` or `-p`, 0 in a session without one.
     pub target: u64,
-    pub _reserved: [u64; 3],
+    /// A thread about to `exec` (hooked on the C library's `execve`):
+    /// `pid << 32 | tid`, 0 when none. The tracer attaches to it, so the
+    /// new program stops at its start and gets its probes, and answers in
+    /// `exec_ack` with the same value; the thread then clears both.
+    pub exec_req: u64,
+    pub exec_ack: u64,
+    pub _reserved: [u64; 1],
 }
 
 pub const HEADER_SIZE: usize = 320;

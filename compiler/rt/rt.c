@@ -1163,9 +1163,17 @@ EXPORT void rt_user_string(u8 *R, u8 *ctx, char *dst, u64 addr, i64 n, const cha
 
 /* ---- context ---- */
 
-EXPORT void rt_execname(u8 *R, char *dst, i64 cap) {
+EXPORT void rt_execname(u8 *R, u8 *ctx, char *dst, i64 cap) {
     char name[17];
-    memcpy(name, R + H_EXECNAME, 16);
+    u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
+    if (slot && AT(slot, TS_PID, u32) != (u32)AT(R, H_PID, u64)) {
+        /* Another process than the region's (a child it forked, maybe
+         * running another program): its own name. */
+        name[0] = 0;
+        sys6(157 /* prctl */, 16 /* PR_GET_NAME */, (i64)name, 0, 0, 0, 0);
+    } else {
+        memcpy(name, R + H_EXECNAME, 16);
+    }
     name[16] = 0;
     rt_strcpy(dst, name, cap);
 }
@@ -1632,6 +1640,40 @@ EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
         } else {
             cpu_relax();
         }
+    }
+}
+
+/* Hooked on the C library's execve and execveat: tell the tracer that
+ * this thread is about to exec (Header::exec_req) and wait until it has
+ * attached (exec_ack), so the new program stops at its start and gets its
+ * probes. Bounded as rt_dlnotify: after 2 s, or when the session ends, the
+ * exec goes on without. */
+EXPORT void rt_execnotify(u8 *R, u8 *ctx) {
+    (void)ctx;
+    if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return;
+    u64 me = (u64)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0) << 32 | (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+    i64 deadline = rt_now_ns(R) + 2000000000LL;
+    int asked = 0;
+    for (u64 i = 0;; i++) {
+        if (!asked) {
+            u64 z = 0;
+            /* AcqRel: the request is ours before the tracer sees it. */
+            asked = __atomic_compare_exchange_n(&AT(R, H_EXEC_REQ, u64), &z, me, 0, __ATOMIC_ACQ_REL,
+                                                __ATOMIC_ACQUIRE);
+        }
+        /* Acquire: pairs with the tracer's Release store after attaching. */
+        if (asked && __atomic_load_n(&AT(R, H_EXEC_ACK, u64), __ATOMIC_ACQUIRE) == me) break;
+        if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) break;
+        if ((i & 63) == 63) {
+            if (rt_now_ns(R) > deadline) break;
+            sys6(24 /* sched_yield */, 0, 0, 0, 0, 0, 0);
+        } else {
+            cpu_relax();
+        }
+    }
+    if (asked) {
+        __atomic_store_n(&AT(R, H_EXEC_ACK, u64), 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&AT(R, H_EXEC_REQ, u64), 0, __ATOMIC_RELEASE);
     }
 }
 

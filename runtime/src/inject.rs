@@ -125,6 +125,17 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
 /// give every slot its shadow stack (its row comes when it is claimed).
 /// Returns the address.
 pub fn threads(s: &mut Stopped, a: &Artifact) -> Result<u64, InjectError> {
+    threads_mapped(s, a, None)
+}
+
+/// [`threads`] at a given address (a process that exec'd: where the
+/// region's header says they are).
+pub fn threads_at(s: &mut Stopped, a: &Artifact, at: u64) -> Result<u64, InjectError> {
+    threads_mapped(s, a, Some(at))
+}
+
+fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u64, InjectError> {
+    const MAP_FIXED_NOREPLACE: u64 = 0x100000;
     use telco_abi::region::ThreadSlot;
     let pid = s.pid();
     let tid = s.main_thread();
@@ -139,15 +150,23 @@ pub fn threads(s: &mut Stopped, a: &Artifact) -> Result<u64, InjectError> {
             tid,
             libc::SYS_mmap,
             [
-                0,
+                fixed.unwrap_or(0),
                 size,
                 (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | fixed.map_or(0, |_| MAP_FIXED_NOREPLACE),
                 u64::MAX,
                 0,
             ],
         )?,
     )? as u64;
+    if fixed.is_some_and(|f| f != at) {
+        let _ = s.syscall(tid, libc::SYS_munmap, [at, size, 0, 0, 0, 0]);
+        return Err(InjectError::Remote {
+            call: "mmap (thread slots)",
+            pid,
+            err: std::io::Error::from_raw_os_error(libc::EEXIST),
+        });
+    }
     let mut table = vec![0u8; (n * slot) as usize];
     for i in 0..n {
         let s = (i * slot) as usize;
@@ -156,6 +175,39 @@ pub fn threads(s: &mut Stopped, a: &Artifact) -> Result<u64, InjectError> {
     }
     s.write(at, &table)?;
     Ok(at)
+}
+
+/// Map the region (the tracer's memfd `fd`, through `/proc/TRACER/fd/N`)
+/// into a process that exec'd, at `at`: the address the trampolines and
+/// handlers of the process it came from use.
+pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(), InjectError> {
+    const MAP_FIXED_NOREPLACE: u64 = 0x100000;
+    let pid = s.pid();
+    let tid = s.main_thread();
+    let sp = s.regs(tid)?.rsp;
+    let path_at = (sp - 1024) & !15;
+    let path = format!("/proc/{}/fd/{fd}\0", std::process::id());
+    s.write(path_at, path.as_bytes())?;
+    let rfd = check("open (region)", pid, s.syscall(tid, libc::SYS_open, [path_at, libc::O_RDWR as u64, 0, 0, 0, 0])?)?;
+    let r = s.syscall(
+        tid,
+        libc::SYS_mmap,
+        [
+            at,
+            size,
+            (libc::PROT_READ | libc::PROT_WRITE) as u64,
+            libc::MAP_SHARED as u64 | MAP_FIXED_NOREPLACE,
+            rfd as u64,
+            0,
+        ],
+    );
+    let _ = s.syscall(tid, libc::SYS_close, [rfd as u64, 0, 0, 0, 0, 0]);
+    let got = check("mmap (region)", pid, r?)? as u64;
+    if got != at {
+        let _ = s.syscall(tid, libc::SYS_munmap, [got, size, 0, 0, 0, 0]);
+        return Err(InjectError::Remote { call: "mmap (region)", pid, err: std::io::Error::from_raw_os_error(libc::EEXIST) });
+    }
+    Ok(())
 }
 
 /// Map `size` bytes of executable memory within ±2 GiB of `near` and put

@@ -121,6 +121,11 @@ pub struct Region {
 }
 
 impl Region {
+    /// The region's memfd in this process (`SharedMemory::fd`).
+    pub fn fd(&self) -> i32 {
+        self.mem.fd()
+    }
+
     pub fn new(a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
         let mem = SharedMemory::new(a.region_size as usize)
             .map_err(|source| RunError::Region { size: a.region_size, source })?;
@@ -193,7 +198,9 @@ impl Region {
             skipped_deep: 0,
             // A session's own region serves the tracer: no target.
             target: if pid == u64::from(std::process::id()) { 0 } else { pid },
-            _reserved: [0; 3],
+            exec_req: 0,
+            exec_ack: 0,
+            _reserved: [0; 1],
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };

@@ -485,3 +485,91 @@ impl Drop for Stopped {
         }
     }
 }
+
+/// What a thread attached by [`seize_for_exec`] did since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecWait {
+    /// Still running its old program (signals it got meanwhile were passed on).
+    Running,
+    /// Stopped at the start of its new program: `pid` (the exec made the
+    /// thread its process's only one), ready for [`Stopped::adopt`].
+    Exec,
+    /// Gone (exited or killed), with its wait status when this wait
+    /// reaped it.
+    Gone(Option<i32>),
+}
+
+/// Attach to a thread about to `exec` without stopping it, so that the
+/// new program stops before its first instruction (`PTRACE_O_TRACEEXEC`).
+pub fn seize_for_exec(tid: i32) -> Result<(), PtraceError> {
+    ptrace("PTRACE_SEIZE", libc::PTRACE_SEIZE, tid, 0, libc::PTRACE_O_TRACEEXEC as usize).map(|_| ())
+}
+
+/// Poll a thread attached by [`seize_for_exec`] (process `pid`), without
+/// blocking.
+pub fn poll_exec(tid: i32, pid: i32) -> ExecWait {
+    loop {
+        let mut status = 0;
+        // SAFETY: non-blocking waits on our tracees with a valid pointer.
+        let mut r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+        if r < 0 && tid != pid {
+            // A thread other than the leader exec'd: it is the leader now.
+            r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG) };
+        }
+        if r == 0 {
+            return ExecWait::Running;
+        }
+        if r < 0 {
+            return ExecWait::Gone(None);
+        }
+        match exec_stop(r, status) {
+            Some(w) => return w,
+            None => continue,
+        }
+    }
+}
+
+/// What the wait status `status` of thread `tid`, attached by
+/// [`seize_for_exec`], says: an exec or an end; any other stop (a signal
+/// for it, passed on; a group stop) is resumed and gives `None`.
+pub fn exec_stop(tid: i32, status: i32) -> Option<ExecWait> {
+    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+        return Some(ExecWait::Gone(Some(status)));
+    }
+    if status >> 8 == (libc::SIGTRAP | libc::PTRACE_EVENT_EXEC << 8) {
+        return Some(ExecWait::Exec);
+    }
+    let deliver = if status >> 16 == 0 { libc::WSTOPSIG(status) } else { 0 };
+    if ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, deliver as usize).is_err() {
+        return Some(ExecWait::Gone(None));
+    }
+    None
+}
+
+/// Let go of a thread attached by [`seize_for_exec`] that did not exec:
+/// stopped, then detached with any signal it was about to get.
+pub fn release(tid: i32) {
+    if ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0).is_err() {
+        return;
+    }
+    let mut pending = 0;
+    loop {
+        let mut status = 0;
+        // SAFETY: a blocking wait on our tracee (it stops at once).
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        if r < 0 || libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            return;
+        }
+        if status >> 16 == 0 {
+            // A signal-delivery stop came first: keep the signal, wait on.
+            pending = libc::WSTOPSIG(status);
+            if ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, 0).is_err() {
+                return;
+            }
+            let _ = ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0);
+            continue;
+        }
+        break;
+    }
+    let _ = ptrace("PTRACE_DETACH", libc::PTRACE_DETACH, tid, 0, pending as usize);
+}

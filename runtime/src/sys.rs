@@ -59,6 +59,12 @@ impl SharedMemory {
         self.ptr
     }
 
+    /// The file behind the mapping (a memfd), for other processes to map
+    /// it through `/proc/PID/fd/N`.
+    pub fn fd(&self) -> i32 {
+        self._fd.as_raw_fd()
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

@@ -151,7 +151,36 @@ pub struct Armed {
     pub quiet: bool,
     /// `.itrace` probes: the single-stepper (with `--itrc FILE`).
     itracer: Option<crate::itrace::Itracer>,
+    /// Programs the target's processes exec: they get their probes too.
+    follow: Option<Follow>,
     _code: Vec<CodeRegion>,
+}
+
+/// Following the target's children into the programs they `exec`: the C
+/// library's `execve` is hooked (`rt_execnotify`), the thread about to exec
+/// is attached (`ptrace::seize_for_exec`), and the new program, stopped at
+/// its entry point, gets the region mapped at the same address, thread
+/// slots at the same address, and the probes of every module it maps.
+struct Follow {
+    /// The region's memfd in the tracer (`/proc/TRACER/fd/N` for children).
+    region_fd: i32,
+    region_remote: u64,
+    region_size: u64,
+    threads_at: u64,
+    /// `rt_execnotify`'s offset in the blob.
+    execnotify: u32,
+    /// Threads attached for an exec: (tid, pid, when to give up).
+    waiting: Vec<(i32, i32, std::time::Instant)>,
+    /// Processes whose exec stop `Armed::alive` took (the command: it
+    /// waits for its own child).
+    execed: Vec<i32>,
+    /// Processes armed after an exec: pid, the bytes to put back.
+    children: Vec<(i32, Vec<Patch>)>,
+    /// What could not be followed, said once each.
+    said: std::collections::BTreeSet<String>,
+    /// Code regions of the exec hooks and of the children (kept for the
+    /// session, like `Armed::_code`).
+    _codes: Vec<CodeRegion>,
 }
 
 /// Start `argv` traced from its `exec` and run it to its entry point.
@@ -818,6 +847,27 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     if plans.is_empty() && pending.is_empty() && !refused.is_empty() {
         return Err(TargetError::NothingPlaced(refused.join("\n")));
     }
+    // Follow execs (not with `.itrace`, whose single-stepper attaches to
+    // threads itself).
+    let follow = match symbol("rt_execnotify") {
+        Some(f) if !a.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })) => {
+            let mut codes = Vec::new();
+            hook_execs(&hooker, &mut s, a, &maps, f, &mut plans, &mut codes, &mut refused)?;
+            Some(Follow {
+                region_fd: injected.region.fd(),
+                region_remote: injected.region_remote,
+                region_size: a.region_size,
+                threads_at,
+                execnotify: f,
+                waiting: Vec::new(),
+                execed: Vec::new(),
+                children: Vec::new(),
+                said: Default::default(),
+                _codes: codes,
+            })
+        }
+        _ => None,
+    };
     apply(&mut s, plans, &mut patches)?;
     // SAFETY: the region's own base.
     unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
@@ -833,6 +883,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         hooker,
         pending,
         exit_status: None,
+        follow,
         killed_by: None,
         quiet: false,
         warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).collect(),
@@ -945,6 +996,16 @@ impl Armed {
                 self.ended(status);
                 return false;
             }
+            if r == self.pid && libc::WIFSTOPPED(status) {
+                // A stop of the command while we follow it into an exec
+                // (we trace it again then): the follower's.
+                if let Some(f) = &mut self.follow {
+                    if let Some(crate::ptrace::ExecWait::Exec) = crate::ptrace::exec_stop(self.pid, status) {
+                        f.execed.push(self.pid);
+                    }
+                }
+                return true;
+            }
             return r >= 0;
         }
         match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
@@ -974,6 +1035,7 @@ impl Hooks for Armed {
         if let Some(it) = &mut self.itracer {
             it.poll(&self.hooker.itraced.borrow());
         }
+        self.follow_execs();
         if self.pending.is_empty() || self.header.is_null() {
             return;
         }
@@ -1011,6 +1073,7 @@ impl Hooks for Armed {
             unsafe { std::sync::atomic::AtomicU32::from_ptr(p as *mut u32) }
                 .store(0, std::sync::atomic::Ordering::Release);
         }
+        self.unfollow();
         self.restore();
         if let Some(it) = &mut self.itracer {
             // After the world stopped and went on: every gate has given up.
@@ -1208,5 +1271,247 @@ pub fn signal_name(sig: i32) -> String {
         name
     } else {
         format!("{name} ({text})")
+    }
+}
+
+/// Hook the C library's `execve` and `execveat` (in every process image
+/// that maps it) with `rt_execnotify`.
+#[allow(clippy::too_many_arguments)]
+fn hook_execs(
+    hooker: &Hooker,
+    s: &mut Stopped,
+    a: &Artifact,
+    maps: &[Mapping],
+    execnotify: u32,
+    plans: &mut Vec<Plan>,
+    codes: &mut Vec<CodeRegion>,
+    refused: &mut Vec<String>,
+) -> Result<(), TargetError> {
+    for (_, entries) in symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"]) {
+        let mut code = inject::code(s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
+        let handler = code.at(execnotify);
+        for (addr, size) in entries {
+            match hooker.function(s, &mut code, addr, size, Tramp::call(handler))? {
+                Ok(plan) => plans.push(plan),
+                Err(why) => refused.push(format!(
+                    "the C library's exec at {addr:#x} ({why}): programs the target runs will not get their probes"
+                )),
+            }
+        }
+        codes.push(code);
+    }
+    Ok(())
+}
+
+/// Run-time addresses and sizes of the function symbols `names` in the
+/// mapped modules whose path `pick` accepts, by module.
+fn symbol_entries(
+    maps: &[Mapping],
+    pick: impl Fn(&Path) -> bool,
+    names: &[&str],
+) -> Vec<(PathBuf, Vec<(u64, u64)>)> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for m in maps {
+        if !pick(&m.path) || !seen.insert(m.path.clone()) {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&m.path) else { continue };
+        let Ok(elf) = goblin::elf::Elf::parse(&bytes) else { continue };
+        let Some(start) = maps.iter().find(|x| x.path == m.path && x.offset == 0).map(|x| x.start) else { continue };
+        let vaddr0 = elf
+            .program_headers
+            .iter()
+            .find(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD && ph.p_offset == 0)
+            .map_or(0, |ph| ph.p_vaddr);
+        let mut found: Vec<(u64, u64)> = Vec::new();
+        let syms = elf.dynsyms.iter().map(|s| (s, &elf.dynstrtab)).chain(elf.syms.iter().map(|s| (s, &elf.strtab)));
+        for (sym, strtab) in syms {
+            let name = strtab.get_at(sym.st_name).unwrap_or("");
+            let name = name.split('@').next().unwrap_or(name);
+            if names.contains(&name) && sym.st_value != 0 && sym.is_function() {
+                let addr = start.wrapping_sub(vaddr0).wrapping_add(sym.st_value);
+                if !found.iter().any(|(a, _)| *a == addr) {
+                    found.push((addr, sym.st_size));
+                }
+            }
+        }
+        if !found.is_empty() {
+            out.push((m.path.clone(), found));
+        }
+    }
+    out
+}
+
+impl Armed {
+    /// A thread asked to exec (`Header::exec_req`): attach to it so its new
+    /// program stops at the start, and answer. Then look at the threads
+    /// waiting to exec: a new program gets its probes; one that did not
+    /// exec after a while is let go.
+    fn follow_execs(&mut self) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let Some(f) = &mut self.follow else { return };
+        let header = self.header;
+        let field = move |off: usize| {
+            // SAFETY: `header` is the live region's header; exec_req and
+            // exec_ack are u64 fields.
+            unsafe { AtomicU64::from_ptr(header.add(off) as *mut u64) }
+        };
+        let req_at = core::mem::offset_of!(telco_abi::region::Header, exec_req);
+        let ack_at = core::mem::offset_of!(telco_abi::region::Header, exec_ack);
+        // Acquire: pairs with rt_execnotify's AcqRel compare-and-swap.
+        let req = field(req_at).load(Ordering::Acquire);
+        if req != 0 && field(ack_at).load(Ordering::Acquire) != req {
+            let (pid, tid) = ((req >> 32) as i32, (req & 0xffff_ffff) as i32);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            match f.waiting.iter_mut().find(|w| w.0 == tid) {
+                // Attached already (execvp trying one directory after
+                // another): more time.
+                Some(w) => w.2 = deadline,
+                None => match crate::ptrace::seize_for_exec(tid) {
+                    Ok(()) => f.waiting.push((tid, pid, deadline)),
+                    Err(e) => {
+                        let note = format!("cannot follow pid {pid} into the program it runs: {e}");
+                        if f.said.insert(note.clone()) && !self.quiet {
+                            eprintln!("WARNING: {note}");
+                        }
+                    }
+                },
+            }
+            // Release: the thread goes on once we are attached.
+            field(ack_at).store(req, Ordering::Release);
+        }
+        let waiting = std::mem::take(&mut f.waiting);
+        let execed = std::mem::take(&mut f.execed);
+        for (tid, pid, deadline) in waiting {
+            let seen = if execed.contains(&pid) {
+                crate::ptrace::ExecWait::Exec
+            } else {
+                crate::ptrace::poll_exec(tid, pid)
+            };
+            match seen {
+                crate::ptrace::ExecWait::Running if std::time::Instant::now() < deadline => {
+                    if let Some(f) = &mut self.follow {
+                        f.waiting.push((tid, pid, deadline));
+                    }
+                }
+                crate::ptrace::ExecWait::Running => crate::ptrace::release(tid),
+                // The command itself ended here: its status is the session's.
+                crate::ptrace::ExecWait::Gone(Some(status)) if pid == self.pid && self.child => self.ended(status),
+                crate::ptrace::ExecWait::Gone(_) => {}
+                crate::ptrace::ExecWait::Exec => {
+                    if let Err(e) = self.arm_exec(pid) {
+                        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+                        let note = format!("cannot probe pid {pid} ({}): {e}", exe.display());
+                        if let Some(f) = &mut self.follow {
+                            if f.said.insert(note.clone()) && !self.quiet {
+                                eprintln!("WARNING: {note}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Process `pid` stopped at the start of a program it exec'd: run it to
+    /// its entry point and arm the probes of every module it maps, then let
+    /// it go.
+    fn arm_exec(&mut self, pid: i32) -> Result<(), TargetError> {
+        let mut s = Stopped::adopt(pid)?;
+        let auxv =
+            std::fs::read(format!("/proc/{pid}/auxv")).map_err(|err| TargetError::Proc { pid, file: "auxv", err })?;
+        let entry = auxv
+            .chunks_exact(16)
+            .find(|c| u64::from_le_bytes(c[..8].try_into().unwrap_or([0; 8])) == libc::AT_ENTRY)
+            .map(|c| u64::from_le_bytes(c[8..].try_into().unwrap_or([0; 8])))
+            .ok_or_else(|| TargetError::Unsupported(format!("pid {pid} has no AT_ENTRY")))?;
+        let saved = s.read(entry, 1)?;
+        s.write(entry, &[0xcc])?;
+        let r = s.run_to_trap(pid, entry);
+        s.write(entry, &saved)?;
+        r?;
+        check_x86_64(pid)?;
+        let a = &self.hooker.artifact;
+        let maps = mappings(pid)?;
+        let mut by_module: ByModule = BTreeMap::new();
+        for (i, p) in a.probes.iter().enumerate() {
+            if let Attach::Function { module, file_offset, .. } = &p.attach {
+                if runtime_addr(&maps, module, *file_offset).is_some() {
+                    by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
+                }
+            }
+        }
+        let Some(f) = &self.follow else { return Ok(()) };
+        // The region and the thread slots at the addresses the trampolines
+        // and the handlers know. Also in a program without probes of its
+        // own: its exec hook follows the programs it runs in turn (`env
+        // prog`, a shell's children).
+        inject::map_region_at(&mut s, f.region_fd, f.region_remote, f.region_size)?;
+        inject::threads_at(&mut s, a, f.threads_at)?;
+        let mut refused = Vec::new();
+        let mut plans = Vec::new();
+        let mut codes = Vec::new();
+        for (module, functions) in &by_module {
+            let (code, p) = self.hooker.module(&mut s, &maps, module, functions, &mut refused)?;
+            plans.extend(p);
+            codes.push(code);
+        }
+        let execnotify = f.execnotify;
+        hook_execs(&self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
+        let mut patches = Vec::new();
+        apply(&mut s, plans, &mut patches)?;
+        s.detach()?;
+        for r in refused {
+            if !self.quiet {
+                eprintln!("WARNING: cannot probe {r} (pid {pid})");
+            }
+            self.warnings.push(format!("cannot probe {r} (pid {pid})"));
+        }
+        if let Some(f) = &mut self.follow {
+            f.children.push((pid, patches));
+            f._codes.extend(codes);
+        }
+        Ok(())
+    }
+
+    /// The end of a session: threads still waiting to exec are let go; the
+    /// followed programs' code is put back (those still running it).
+    fn unfollow(&mut self) {
+        let Some(f) = &mut self.follow else { return };
+        for (tid, _, _) in f.waiting.drain(..) {
+            crate::ptrace::release(tid);
+        }
+        for (pid, patches) in f.children.drain(..) {
+            restore_patches(pid, &patches);
+        }
+    }
+}
+
+/// Put `patches` back in process `pid` if it still runs the image they
+/// were made in (our region is mapped there), every thread stopped.
+fn restore_patches(pid: i32, patches: &[Patch]) {
+    if patches.is_empty() {
+        return;
+    }
+    let ours = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map(|m| m.contains("memfd:telco-stap"))
+        .unwrap_or(false);
+    if !ours {
+        return;
+    }
+    match Stopped::attach(pid) {
+        Ok(s) => {
+            for p in patches {
+                if let Err(e) = s.write(p.at, &p.original) {
+                    eprintln!("warning: cannot restore the code at {:#x} in pid {pid}: {e}", p.at);
+                }
+            }
+            if let Err(e) = s.detach() {
+                eprintln!("warning: {e}");
+            }
+        }
+        Err(PtraceError::NoProcess(_)) => {}
+        Err(e) => eprintln!("warning: cannot stop pid {pid} to remove the probes: {e}"),
     }
 }

@@ -61,7 +61,7 @@ rt_fns! {
     MapSlot = "rt_map_slot"(2) true,
     UserInt = "rt_user_int"(4) true,
     UserString = "rt_user_string"(8) false,
-    Execname = "rt_execname"(3) false,
+    Execname = "rt_execname"(4) false,
     ThreadIndent = "rt_thread_indent"(5) false,
     NowNs = "rt_now_ns"(1) true,
     Cpu = "rt_cpu"(0) true,

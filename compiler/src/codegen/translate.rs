@@ -2146,7 +2146,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             Builtin::Execname => {
                 let t = self.temp();
                 let cap = self.cap_val();
-                self.rt(Rt::Execname, &[self.region, t, cap]);
+                self.rt(Rt::Execname, &[self.region, self.ctx, t, cap]);
                 t
             }
             Builtin::Pp | Builtin::Ppfunc | Builtin::Probefunc => {
