@@ -145,7 +145,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let mut modules: std::collections::HashMap<std::path::PathBuf, Option<telco_compiler::elf::Module>> =
             Default::default();
         let mut returns = |f: &telco_compiler::program::FunctionPoint| {
-            let m = modules.entry(f.module.clone()).or_insert_with(|| telco_compiler::elf::Module::load(&f.module).ok());
+            let m =
+                modules.entry(f.module.clone()).or_insert_with(|| telco_compiler::elf::Module::load(&f.module).ok());
             let m = m.as_ref()?;
             m.no_return_address(m.function_at(f.addr)?).map(|why| why.to_string())
         };

@@ -52,7 +52,10 @@ fn every_function_of_python_returns_through_its_probe() {
     let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "45\nreturns seen: 1\n");
-    assert!(err.contains("warning[E0017]: skipped: no return probe on `_start`: it is the program's ELF entry point"), "{err}");
+    assert!(
+        err.contains("warning[E0017]: skipped: no return probe on `_start`: it is the program's ELF entry point"),
+        "{err}"
+    );
     assert!(err.contains("<input>:1:"), "the warning is located: {err}");
     // -w: nothing on stderr (neither pass 2's warning nor pass 5's
     // functions that cannot be probed), the same answer.
@@ -73,8 +76,7 @@ fn the_entry_point_takes_no_return_probe() {
     assert_eq!(code, Some(1));
     assert!(err.contains("error[E0017]: no return probe on `_start`"), "{err}");
     assert!(err.contains("help: probe its entry instead"), "{err}");
-    let (out, err, code) =
-        telco(&["-e", "probe process.function(\"_start\") { println(\"start\") }", "-c", &cmd]);
+    let (out, err, code) = telco(&["-e", "probe process.function(\"_start\") { println(\"start\") }", "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
     // The probe's line and the program's own come through different
     // streams: either order.
@@ -115,7 +117,8 @@ fn target_is_the_traced_process() {
     let d = Scratch::new("target");
     let exe = d.probed("prog", &[]);
     let cmd = format!("{} work 10", exe.display());
-    let script = "global mine, pid0 probe process.function(\"work\") { if (pid() == target()) mine++; pid0 = target() } \
+    let script =
+        "global mine, pid0 probe process.function(\"work\") { if (pid() == target()) mine++; pid0 = target() } \
                   probe end { printf(\"%d %d\\n\", mine, pid0 > 1) }";
     let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
@@ -194,7 +197,8 @@ fn tail_calls_between_timed_functions_keep_their_arguments() {
     assert_eq!(out, own);
     let text = std::fs::read_to_string(&trace).expect("trace");
     let ev: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    let count = |name: &str| ev.as_array().expect("array").iter().filter(|e| e["ph"] == "X" && e["name"] == name).count();
+    let count =
+        |name: &str| ev.as_array().expect("array").iter().filter(|e| e["ph"] == "X" && e["name"] == name).count();
     assert_eq!((count("tail5"), count("five")), (1000, 1000));
     let script = "global t probe process.function(\"tail5\").return, process.function(\"five\").return \
                   { t <<< gettimeofday_ns() - @entry(gettimeofday_ns()) } probe end { println(@count(t)) }";
@@ -237,9 +241,13 @@ fn v8_builtins_take_no_return_probe() {
 /// starts, with their place in the script.
 #[test]
 fn unsupported_points_are_refused_with_their_place() {
-    let (_, err, code) = telco(&["-e", "probe begin { exit() }\nprobe process.begin { println(1) }", "-c", "/bin/true"]);
+    let (_, err, code) =
+        telco(&["-e", "probe begin { exit() }\nprobe process.begin { println(1) }", "-c", "/bin/true"]);
     assert_eq!(code, Some(1));
-    assert!(err.contains("error[E0014]: process.begin and process.end probes are not supported by this build yet"), "{err}");
+    assert!(
+        err.contains("error[E0014]: process.begin and process.end probes are not supported by this build yet"),
+        "{err}"
+    );
     assert!(err.contains("<input>:2:1"), "{err}");
 }
 

@@ -74,6 +74,10 @@ pub struct Injected {
     pub region_remote: u64,
 }
 
+/// `MAP_FIXED_NOREPLACE` (Linux 4.17): at this address or fail, never over
+/// another mapping.
+const MAP_FIXED_NOREPLACE: u64 = 0x100000;
+
 fn check(call: &'static str, pid: i32, r: i64) -> Result<i64, InjectError> {
     if (-4095..0).contains(&r) {
         return Err(InjectError::Remote { call, pid, err: std::io::Error::from_raw_os_error(-r as i32) });
@@ -135,7 +139,6 @@ pub fn threads_at(s: &mut Stopped, a: &Artifact, at: u64) -> Result<u64, InjectE
 }
 
 fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u64, InjectError> {
-    const MAP_FIXED_NOREPLACE: u64 = 0x100000;
     use telco_abi::region::ThreadSlot;
     let pid = s.pid();
     let tid = s.main_thread();
@@ -181,7 +184,6 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
 /// into a process that exec'd, at `at`: the address the trampolines and
 /// handlers of the process it came from use.
 pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(), InjectError> {
-    const MAP_FIXED_NOREPLACE: u64 = 0x100000;
     let pid = s.pid();
     let tid = s.main_thread();
     let sp = s.regs(tid)?.rsp;
@@ -205,7 +207,11 @@ pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(),
     let got = check("mmap (region)", pid, r?)? as u64;
     if got != at {
         let _ = s.syscall(tid, libc::SYS_munmap, [got, size, 0, 0, 0, 0]);
-        return Err(InjectError::Remote { call: "mmap (region)", pid, err: std::io::Error::from_raw_os_error(libc::EEXIST) });
+        return Err(InjectError::Remote {
+            call: "mmap (region)",
+            pid,
+            err: std::io::Error::from_raw_os_error(libc::EEXIST),
+        });
     }
     Ok(())
 }
@@ -216,7 +222,6 @@ pub fn code(s: &mut Stopped, a: &Artifact, near: u64, size: u64) -> Result<CodeR
     let pid = s.pid();
     let tid = s.main_thread();
     let size = (size + TRAP_BYTES as u64 + a.code.len() as u64).next_multiple_of(4096);
-    const MAP_FIXED_NOREPLACE: u64 = 0x100000;
     const STEP: u64 = 32 << 20;
     let base = near & !0xfff;
     // Below the module first (programs sit low, the heap grows above them),

@@ -229,7 +229,14 @@ pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
     }
     let mut s = Stopped::adopt(pid)?;
     check_x86_64(pid)?;
-    // Run to AT_ENTRY: the libraries are mapped, main has not run.
+    run_to_entry(&mut s)?;
+    Ok(s)
+}
+
+/// Run a process stopped at its `exec` (one thread, ours) to its ELF entry
+/// point (`AT_ENTRY`): the libraries are mapped, `main` has not run.
+fn run_to_entry(s: &mut Stopped) -> Result<(), TargetError> {
+    let pid = s.pid();
     let auxv =
         std::fs::read(format!("/proc/{pid}/auxv")).map_err(|err| TargetError::Proc { pid, file: "auxv", err })?;
     let entry = auxv
@@ -241,8 +248,7 @@ pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
     s.write(entry, &[0xcc])?;
     let r = s.run_to_trap(pid, entry);
     s.write(entry, &saved)?;
-    r?;
-    Ok(s)
+    Ok(r?)
 }
 
 /// Function probes by module, then by file offset (an entry and a return
@@ -1305,11 +1311,7 @@ fn hook_execs(
 
 /// Run-time addresses and sizes of the function symbols `names` in the
 /// mapped modules whose path `pick` accepts, by module.
-fn symbol_entries(
-    maps: &[Mapping],
-    pick: impl Fn(&Path) -> bool,
-    names: &[&str],
-) -> Vec<(PathBuf, Vec<(u64, u64)>)> {
+fn symbol_entries(maps: &[Mapping], pick: impl Fn(&Path) -> bool, names: &[&str]) -> Vec<(PathBuf, Vec<(u64, u64)>)> {
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for m in maps {
@@ -1384,11 +1386,8 @@ impl Armed {
         let waiting = std::mem::take(&mut f.waiting);
         let execed = std::mem::take(&mut f.execed);
         for (tid, pid, deadline) in waiting {
-            let seen = if execed.contains(&pid) {
-                crate::ptrace::ExecWait::Exec
-            } else {
-                crate::ptrace::poll_exec(tid, pid)
-            };
+            let seen =
+                if execed.contains(&pid) { crate::ptrace::ExecWait::Exec } else { crate::ptrace::poll_exec(tid, pid) };
             match seen {
                 crate::ptrace::ExecWait::Running if std::time::Instant::now() < deadline => {
                     if let Some(f) = &mut self.follow {
@@ -1419,18 +1418,7 @@ impl Armed {
     /// it go.
     fn arm_exec(&mut self, pid: i32) -> Result<(), TargetError> {
         let mut s = Stopped::adopt(pid)?;
-        let auxv =
-            std::fs::read(format!("/proc/{pid}/auxv")).map_err(|err| TargetError::Proc { pid, file: "auxv", err })?;
-        let entry = auxv
-            .chunks_exact(16)
-            .find(|c| u64::from_le_bytes(c[..8].try_into().unwrap_or([0; 8])) == libc::AT_ENTRY)
-            .map(|c| u64::from_le_bytes(c[8..].try_into().unwrap_or([0; 8])))
-            .ok_or_else(|| TargetError::Unsupported(format!("pid {pid} has no AT_ENTRY")))?;
-        let saved = s.read(entry, 1)?;
-        s.write(entry, &[0xcc])?;
-        let r = s.run_to_trap(pid, entry);
-        s.write(entry, &saved)?;
-        r?;
+        run_to_entry(&mut s)?;
         check_x86_64(pid)?;
         let a = &self.hooker.artifact;
         let maps = mappings(pid)?;
@@ -1494,9 +1482,8 @@ fn restore_patches(pid: i32, patches: &[Patch]) {
     if patches.is_empty() {
         return;
     }
-    let ours = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map(|m| m.contains("memfd:telco-stap"))
-        .unwrap_or(false);
+    let ours =
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| m.contains("memfd:telco-stap")).unwrap_or(false);
     if !ours {
         return;
     }

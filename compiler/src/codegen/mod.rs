@@ -240,9 +240,7 @@ pub fn variable_warnings(program: &Program, sources: &SourceMap) -> Vec<Diagnost
                         bind(std::slice::from_ref(e), assigned);
                     }
                 }
-                StmtKind::While { body, .. } | StmtKind::For { body, .. } => {
-                    bind(std::slice::from_ref(body), assigned)
-                }
+                StmtKind::While { body, .. } | StmtKind::For { body, .. } => bind(std::slice::from_ref(body), assigned),
                 _ => {}
             }
         }

@@ -1238,7 +1238,8 @@ impl<'a> Lowerer<'a> {
         let n = c.args.len();
         // Registers and the probe address exist only where a target thread
         // hit a probe (or in functions, which such probes may call).
-        if (matches!(sig.builtin, Builtin::Register | Builtin::Uaddr | Builtin::Returnval) || sig.name.ends_with("_arg"))
+        if (matches!(sig.builtin, Builtin::Register | Builtin::Uaddr | Builtin::Returnval)
+            || sig.name.ends_with("_arg"))
             && matches!(self.kind, BodyKind::Session | BodyKind::Condition)
             && self.in_function.is_none()
         {

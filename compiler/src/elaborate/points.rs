@@ -401,8 +401,12 @@ impl<'q> Resolver<'q> {
             } else {
                 // One example per reason, the rest counted.
                 let names: Vec<&str> = no_return.iter().map(|(n, _)| n.as_str()).collect();
-                let mut reasons: Vec<(std::mem::Discriminant<crate::elf::entry::NoReturnAddress>, &str, String, usize)> =
-                    Vec::new();
+                let mut reasons: Vec<(
+                    std::mem::Discriminant<crate::elf::entry::NoReturnAddress>,
+                    &str,
+                    String,
+                    usize,
+                )> = Vec::new();
                 for (n, w) in &no_return {
                     match reasons.iter_mut().find(|r| r.0 == std::mem::discriminant(w)) {
                         Some(r) => r.3 += 1,

@@ -120,9 +120,9 @@ pub fn return_address_use(code: &[u8], addr: u64) -> Option<NoReturnAddress> {
             _ => {
                 // Anything else that sets rsp (mov, and, xchg, leave...):
                 // the stack is no longer followed.
-                let writes_rsp = (0..ins.op_count()).any(|i| {
-                    ins.op_kind(i) == OpKind::Register && ins.op_register(i) == Register::RSP && i == 0
-                }) || ins.mnemonic() == Mnemonic::Leave;
+                let writes_rsp = (0..ins.op_count())
+                    .any(|i| ins.op_kind(i) == OpKind::Register && ins.op_register(i) == Register::RSP && i == 0)
+                    || ins.mnemonic() == Mnemonic::Leave;
                 if writes_rsp {
                     return None;
                 }
