@@ -336,3 +336,17 @@ fn vfork_and_posix_spawn_are_followed() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "work 16\nwork 36\n10\n");
 }
+
+/// A command killed by a signal: the session's output is whole, the
+/// signal is named, and the status is the shell's (128 + signal).
+#[test]
+fn a_command_killed_by_a_signal_is_reported() {
+    let d = Scratch::new("crash");
+    let exe = d.probed("prog", &[]);
+    let cmd = format!("{} crash 10", exe.display());
+    let (out, err, code) =
+        telco(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &cmd]);
+    assert_eq!(code, Some(128 + 11), "{err}");
+    assert_eq!(out, "10\n");
+    assert!(err.contains("WARNING: the command (pid ") && err.contains(") was killed by SIGSEGV (Segmentation fault)"), "{err}");
+}

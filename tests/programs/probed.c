@@ -117,6 +117,10 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n_calls; i++) s += spin(200000);
     } else if (!strcmp(mode, "rec")) {
         for (long i = 0; i < n_calls; i++) s += rec(100);
+    } else if (!strcmp(mode, "crash")) {
+        /* Work, then die of SIGSEGV. */
+        for (long i = 0; i < n_calls; i++) s += work(i);
+        raise(SIGSEGV);
     } else if (!strcmp(mode, "eight")) {
         for (long i = 0; i < n_calls; i++) s += eight(1, 1, 1, 1, 1, 1, 1, i);
     } else if (!strcmp(mode, "tail")) {
