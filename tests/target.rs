@@ -245,7 +245,12 @@ probe end {{ printf(\"%d %d %d\\n\", @count(lat), @min(lat), @max(lat)) print(@h
             let mut lines = rest.lines();
             let v: Vec<i64> = lines.next().unwrap().split(' ').map(|x| x.parse().unwrap()).collect();
             assert_eq!(v[0], want_calls, "{mode}{extra}: {out}");
-            assert!(v[1] >= least && v[1] <= v[2] && v[2] < 10_000_000_000, "{mode}{extra}: {out}");
+            // The program times its calls with CLOCK_MONOTONIC, the probes
+            // with the TSC calibrated against CLOCK_REALTIME: the two
+            // rates may differ by a few parts in 10^5 (calibration, NTP
+            // slewing), so a 200 us call may read a few ns shorter.
+            let floor = least - least / 1000;
+            assert!(v[1] >= floor && v[1] <= v[2] && v[2] < 10_000_000_000, "{mode}{extra}: {out}");
             // Every call in the histogram, none below the least duration.
             let mut total = 0;
             for l in lines.filter(|l| l.contains('|') && !l.contains("count")) {
