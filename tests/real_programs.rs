@@ -276,6 +276,11 @@ fn guru_writes_change_arguments_and_results() {
     let (_, err, code) = telco(&["-e", "probe process.function(\"work\") { $arg1 = 0 }", "-c", &cmd]);
     assert_eq!(code, Some(1));
     assert!(err.contains("writing `$arg1` needs guru mode") && err.contains("<input>:1:"), "{err}");
+    // In a return probe an argument is its value at entry: writing it
+    // would change nothing, so it is refused.
+    let (_, err, code) = telco(&["-g", "-e", "probe process.function(\"work\").return { $arg1 = 0 }", "-c", &cmd]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("writing `$arg1` in a return probe"), "{err}");
 }
 
 /// The command's children are followed into the programs they exec: a
@@ -349,4 +354,42 @@ fn a_command_killed_by_a_signal_is_reported() {
     assert_eq!(code, Some(128 + 11), "{err}");
     assert_eq!(out, "10\n");
     assert!(err.contains("WARNING: the command (pid ") && err.contains(") was killed by SIGSEGV (Segmentation fault)"), "{err}");
+}
+
+/// The target's word is not the tracer's command: a target that posts an
+/// exec request naming a process outside the session (here a sleeping
+/// process of the test's own) gets a warning, and that process is never
+/// attached to.
+#[test]
+fn a_forged_exec_request_attaches_to_nothing() {
+    let d = Scratch::new("forged");
+    let src = d.0.join("forge.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n\
+         __attribute__((noinline)) long work(long x) { return x + 1; }\n\
+         int main(int argc, char **argv) {\n\
+           long victim = atol(argv[1]), off = atol(argv[2]);\n\
+           FILE *m = fopen(\"/proc/self/maps\", \"r\"); char line[512]; unsigned long base = 0;\n\
+           while (fgets(line, sizeof line, m)) if (strstr(line, \"memfd:telco-stap\")) { base = strtoul(line, 0, 16); break; }\n\
+           if (!base) return 3;\n\
+           volatile unsigned long *req = (unsigned long *)(base + off);\n\
+           *req = (unsigned long)victim << 32 | (unsigned long)victim;\n\
+           for (int i = 0; i < 50; i++) { work(i); usleep(10000); }\n\
+           return 0;\n}\n",
+    )
+    .expect("write forge.c");
+    let exe = d.0.join("forge");
+    let st = Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("gcc");
+    assert!(st.success());
+    let mut victim = Command::new("sleep").arg("30").spawn().expect("sleep");
+    let off = core::mem::offset_of!(telco_abi::region::Header, exec_req);
+    let cmd = format!("{} {} {off}", exe.display(), victim.id());
+    let (_, err, code) = telco(&["-e", "probe process.function(\"work\") {}", "-c", &cmd]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", victim.id())).expect("victim status");
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("is not one of the traced processes"), "{err}");
+    assert!(status.contains("TracerPid:\t0\n"), "{status}");
 }

@@ -160,7 +160,9 @@ pub struct Header {
     /// `exec_ack` with the same value; the thread then clears both.
     pub exec_req: u64,
     pub exec_ack: u64,
-    pub _reserved: [u64; 1],
+    /// The tracer's pid (`rt_read_user` reads the region's process from
+    /// the tracer, its own process from a target thread).
+    pub tracer: u64,
 }
 
 pub const HEADER_SIZE: usize = 320;

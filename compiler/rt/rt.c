@@ -1080,7 +1080,11 @@ EXPORT i64 rt_read_user(u8 *R, void *dst, u64 addr, i64 n) {
     struct {
         u64 base, len;
     } local = {(u64)dst, (u64)n}, remote = {addr, (u64)n};
-    i64 r = sys6(310 /* process_vm_readv */, (i64)AT(R, H_PID, u64), (i64)&local, 1, (i64)&remote, 1, 0);
+    /* In a target thread, its own process (a child the target forked or
+     * exec'd is not the region's); in the tracer, the region's. */
+    i64 pid = sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+    if ((u64)pid == AT(R, H_TRACER, u64)) pid = (i64)AT(R, H_PID, u64);
+    i64 r = sys6(310 /* process_vm_readv */, pid, (i64)&local, 1, (i64)&remote, 1, 0);
     return r < 0 ? 0 : r;
 }
 
@@ -1163,9 +1167,8 @@ EXPORT void rt_user_string(u8 *R, u8 *ctx, char *dst, u64 addr, i64 n, const cha
 
 /* ---- context ---- */
 
-EXPORT void rt_execname(u8 *R, u8 *ctx, char *dst, i64 cap) {
+EXPORT void rt_execname(u8 *R, u8 *slot, char *dst, i64 cap) {
     char name[17];
-    u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
     if (slot && AT(slot, TS_PID, u32) != (u32)AT(R, H_PID, u64)) {
         /* Another process than the region's (a child it forked, maybe
          * running another program): its own name. */
@@ -1269,8 +1272,13 @@ EXPORT void rt_set_arg(u8 *ctx, i64 n, i64 v) {
         AT(regs, 0, i64) = v;
     else if (n <= 6)
         AT(regs, 8 * arg_regs[n - 1], i64) = v;
-    else
-        *(i64 *)(AT(regs, REG_RSP, u64) + 8 * (u64)(n - 6)) = v;
+    else {
+        /* Fault-safe: a write into this process that cannot fault it. */
+        struct {
+            u64 base, len;
+        } local = {(u64)&v, 8}, remote = {AT(regs, REG_RSP, u64) + 8 * (u64)(n - 6), 8};
+        sys6(311 /* process_vm_writev */, sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0), (i64)&local, 1, (i64)&remote, 1, 0);
+    }
 }
 
 EXPORT i64 rt_register(u8 *ctx, i64 index) {
@@ -1672,8 +1680,11 @@ EXPORT void rt_execnotify(u8 *R, u8 *ctx) {
         }
     }
     if (asked) {
-        __atomic_store_n(&AT(R, H_EXEC_ACK, u64), 0, __ATOMIC_RELEASE);
+        /* The request first: an answer cleared after it cannot be
+         * repeated for it (a stale answer would let this thread's next
+         * exec go on unattached). */
         __atomic_store_n(&AT(R, H_EXEC_REQ, u64), 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&AT(R, H_EXEC_ACK, u64), 0, __ATOMIC_RELEASE);
     }
 }
 

@@ -200,7 +200,7 @@ impl Region {
             target: if pid == u64::from(std::process::id()) { 0 } else { pid },
             exec_req: 0,
             exec_ack: 0,
-            _reserved: [0; 1],
+            tracer: u64::from(std::process::id()),
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };

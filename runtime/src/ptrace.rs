@@ -546,12 +546,19 @@ pub fn exec_stop(tid: i32, status: i32) -> Option<ExecWait> {
     None
 }
 
-/// Let go of a thread attached by [`seize_for_exec`] that did not exec:
-/// stopped, then detached with any signal it was about to get.
-pub fn release(tid: i32) {
-    if ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0).is_err() {
+/// Let go of a thread attached by [`seize_for_exec`] (of process `pid`):
+/// stopped, then detached with any signal it was about to get. A thread
+/// that exec'd meanwhile is the process's leader now: `pid` is let go.
+pub fn release(tid: i32, pid: i32) {
+    let tid = if ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok() {
+        tid
+    } else if tid != pid && ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, pid, 0, 0).is_ok() {
+        pid
+    } else {
+        // Not stoppable: it may sit in a stop already (an exec's).
+        let _ = ptrace("PTRACE_DETACH", libc::PTRACE_DETACH, pid, 0, 0);
         return;
-    }
+    };
     let mut pending = 0;
     loop {
         let mut status = 0;

@@ -1365,6 +1365,21 @@ impl Armed {
         let req = field(req_at).load(Ordering::Acquire);
         if req != 0 && field(ack_at).load(Ordering::Acquire) != req {
             let (pid, tid) = ((req >> 32) as i32, (req & 0xffff_ffff) as i32);
+            // The request is the target's word: attach only to a thread of
+            // a process this session traces (the command or one of its
+            // descendants, seen from here: a target in another pid
+            // namespace names ids that mean other processes here).
+            if !ours(tid, pid, self.pid) {
+                let note = format!(
+                    "cannot follow pid {pid} (as the target names it) into the program it runs: it is not one \
+                     of the traced processes as seen from here (another pid namespace?)"
+                );
+                if f.said.insert(note.clone()) && !self.quiet {
+                    eprintln!("WARNING: {note}");
+                }
+                field(ack_at).store(req, Ordering::Release);
+                return;
+            }
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
             match f.waiting.iter_mut().find(|w| w.0 == tid) {
                 // Attached already (execvp trying one directory after
@@ -1394,11 +1409,28 @@ impl Armed {
                         f.waiting.push((tid, pid, deadline));
                     }
                 }
-                crate::ptrace::ExecWait::Running => crate::ptrace::release(tid),
+                crate::ptrace::ExecWait::Running => crate::ptrace::release(tid, pid),
                 // The command itself ended here: its status is the session's.
                 crate::ptrace::ExecWait::Gone(Some(status)) if pid == self.pid && self.child => self.ended(status),
                 crate::ptrace::ExecWait::Gone(_) => {}
                 crate::ptrace::ExecWait::Exec => {
+                    // The old image's hooks went with it: never written
+                    // back into the new one.
+                    if pid == self.pid {
+                        self.patches.clear();
+                        if !self.pending.is_empty() {
+                            // No library of the old image will load now.
+                            self.pending.clear();
+                            let at = core::mem::offset_of!(telco_abi::region::Header, dl_wait);
+                            // SAFETY: the live region's header's dl_wait field.
+                            unsafe { std::sync::atomic::AtomicU32::from_ptr(self.header.add(at) as *mut u32) }
+                                .store(0, Ordering::Release);
+                        }
+                        self.refresh_execname();
+                    }
+                    if let Some(f) = &mut self.follow {
+                        f.children.retain(|(p, _)| *p != pid);
+                    }
                     if let Err(e) = self.arm_exec(pid) {
                         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
                         let note = format!("cannot probe pid {pid} ({}): {e}", exe.display());
@@ -1467,8 +1499,13 @@ impl Armed {
     /// followed programs' code is put back (those still running it).
     fn unfollow(&mut self) {
         let Some(f) = &mut self.follow else { return };
-        for (tid, _, _) in f.waiting.drain(..) {
-            crate::ptrace::release(tid);
+        for (tid, pid, _) in f.waiting.drain(..) {
+            crate::ptrace::release(tid, pid);
+        }
+        // An exec stop of the command that `alive` took after its thread
+        // stopped waiting: let it go.
+        for pid in f.execed.drain(..) {
+            crate::ptrace::release(pid, pid);
         }
         for (pid, patches) in f.children.drain(..) {
             restore_patches(pid, &patches);
@@ -1500,5 +1537,49 @@ fn restore_patches(pid: i32, patches: &[Patch]) {
         }
         Err(PtraceError::NoProcess(_)) => {}
         Err(e) => eprintln!("warning: cannot stop pid {pid} to remove the probes: {e}"),
+    }
+}
+
+const _: () = assert!(core::mem::offset_of!(telco_abi::region::Header, execname) % 8 == 0);
+
+/// Whether thread `tid` belongs to process `pid`, and `pid` is `root` or
+/// one of its descendants (a bounded walk up the parents).
+fn ours(tid: i32, pid: i32, root: i32) -> bool {
+    let field = |p: i32, name: &str| -> Option<i32> {
+        let s = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+        s.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
+    };
+    if tid <= 0 || pid <= 0 || field(tid, "Tgid:") != Some(pid) {
+        return false;
+    }
+    let mut p = pid;
+    for _ in 0..64 {
+        if p == root {
+            return true;
+        }
+        match field(p, "PPid:") {
+            Some(parent) if parent > 1 => p = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+impl Armed {
+    /// The command exec'd: `execname()` in it is the new program's name.
+    fn refresh_execname(&mut self) {
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", self.pid)).unwrap_or_default();
+        let mut name = [0u8; 16];
+        let bytes = comm.trim_end().as_bytes();
+        name[..bytes.len().min(15)].copy_from_slice(&bytes[..bytes.len().min(15)]);
+        let at = core::mem::offset_of!(telco_abi::region::Header, execname);
+        for (i, chunk) in name.chunks_exact(8).enumerate() {
+            // SAFETY: the live region's header; execname is 16 bytes at an
+            // 8-aligned offset, read by handlers with plain loads.
+            unsafe {
+                std::sync::atomic::AtomicU64::from_ptr(self.header.add(at + 8 * i) as *mut u64)
+                    .store(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])), std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 }

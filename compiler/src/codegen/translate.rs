@@ -2146,7 +2146,10 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
             Builtin::Execname => {
                 let t = self.temp();
                 let cap = self.cap_val();
-                self.rt(Rt::Execname, &[self.region, self.ctx, t, cap]);
+                // The thread's slot (0 in the tracer), not the context: a
+                // lean trampoline fills the slot.
+                let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
+                self.rt(Rt::Execname, &[self.region, slot, t, cap]);
                 t
             }
             Builtin::Pp | Builtin::Ppfunc | Builtin::Probefunc => {

@@ -1036,7 +1036,15 @@ impl<'a> Lowerer<'a> {
                             .with_help("run with -g to allow probes to write target registers and memory"),
                     );
                 }
-                self.target_var(name, e.span)
+                let t = self.target_var(name, e.span);
+                if matches!(t.0.kind, ExprKind::Entry(_)) {
+                    self.error(
+                        Diagnostic::error(Code::Context, e.span, format!("writing `${name}` in a return probe"))
+                            .with_label("the function has used its arguments already")
+                            .with_help("write it in an entry probe (`.function(\"F\")`), or write `$return`"),
+                    );
+                }
+                t
             }
             A::Var(_) | A::Index(_) => self.expr(e, want),
             _ => {

@@ -57,16 +57,40 @@ impl std::fmt::Display for NoReturnAddress {
 /// return, or until the stack pointer is set in a way it cannot follow;
 /// `None` when nothing seen uses the word.
 pub fn return_address_use(code: &[u8], addr: u64) -> Option<NoReturnAddress> {
+    match analyze(code, addr) {
+        Seen::Uses(why) => Some(why),
+        _ => None,
+    }
+}
+
+/// Where a function that starts with a tail jump goes, its stack as the
+/// caller left it (`_setjmp`: `xor esi, esi; jmp __sigsetjmp`): the code
+/// there reads the same return address.
+pub fn tail_jump(code: &[u8], addr: u64) -> Option<u64> {
+    match analyze(code, addr) {
+        Seen::TailJump(to) => Some(to),
+        _ => None,
+    }
+}
+
+enum Seen {
+    Uses(NoReturnAddress),
+    TailJump(u64),
+    Nothing,
+}
+
+fn analyze(code: &[u8], addr: u64) -> Seen {
+    use Seen::Nothing;
     let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
     // Bytes pushed since the entry: the return address is at [rsp + depth].
     let mut depth: i64 = 0;
     for _ in 0..WINDOW {
         if !d.can_decode() {
-            return None;
+            return Nothing;
         }
         let ins = d.decode();
         if ins.is_invalid() {
-            return None;
+            return Nothing;
         }
         let at = ins.ip() - addr;
         // A memory operand on the return address's slot.
@@ -79,7 +103,7 @@ pub fn return_address_use(code: &[u8], addr: u64) -> Option<NoReturnAddress> {
             {
                 let disp = ins.memory_displacement64() as i64;
                 if disp >= depth && disp < depth + 8 {
-                    return Some(NoReturnAddress::Uses(at));
+                    return Seen::Uses(NoReturnAddress::Uses(at));
                 }
             }
         }
@@ -87,10 +111,10 @@ pub fn return_address_use(code: &[u8], addr: u64) -> Option<NoReturnAddress> {
             Mnemonic::Push | Mnemonic::Pushfq => depth += 8,
             Mnemonic::Pop | Mnemonic::Popfq => {
                 if ins.op_count() == 1 && ins.op0_kind() == OpKind::Register && ins.op0_register() == Register::RSP {
-                    return None;
+                    return Nothing;
                 }
                 if depth == 0 {
-                    return Some(NoReturnAddress::Pops(at));
+                    return Seen::Uses(NoReturnAddress::Pops(at));
                 }
                 depth -= 8;
             }
@@ -101,20 +125,20 @@ pub fn return_address_use(code: &[u8], addr: u64) -> Option<NoReturnAddress> {
                     OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8 | OpKind::Immediate32 => {
                         ins.immediate(1) as i64
                     }
-                    _ => return None,
+                    _ => return Nothing,
                 };
                 depth += if ins.mnemonic() == Mnemonic::Sub { imm } else { -imm };
                 if depth < 0 {
-                    return None;
+                    return Nothing;
                 }
             }
             Mnemonic::Lea if ins.op0_register() == Register::RSP => {
                 if ins.memory_base() != Register::RSP || ins.memory_index() != Register::None {
-                    return None;
+                    return Nothing;
                 }
                 depth -= ins.memory_displacement64() as i64;
                 if depth < 0 {
-                    return None;
+                    return Nothing;
                 }
             }
             _ => {
@@ -124,15 +148,21 @@ pub fn return_address_use(code: &[u8], addr: u64) -> Option<NoReturnAddress> {
                     .any(|i| ins.op_kind(i) == OpKind::Register && ins.op_register(i) == Register::RSP && i == 0)
                     || ins.mnemonic() == Mnemonic::Leave;
                 if writes_rsp {
-                    return None;
+                    return Nothing;
                 }
             }
         }
+        if ins.flow_control() == FlowControl::UnconditionalBranch
+            && depth == 0
+            && matches!(ins.op0_kind(), OpKind::NearBranch64 | OpKind::NearBranch32 | OpKind::NearBranch16)
+        {
+            return Seen::TailJump(ins.near_branch_target());
+        }
         if ins.flow_control() != FlowControl::Next {
-            return None;
+            return Nothing;
         }
     }
-    None
+    Nothing
 }
 
 #[cfg(test)]
@@ -153,6 +183,16 @@ mod tests {
         assert_eq!(return_address_use(&code, 0), Some(NoReturnAddress::Uses(1)));
         // mov rax,[rsp]
         assert_eq!(return_address_use(&[0x48, 0x8b, 0x04, 0x24], 0), Some(NoReturnAddress::Uses(0)));
+    }
+
+    #[test]
+    fn a_tail_jump_is_followed_by_the_caller() {
+        // xor esi,esi; jmp +0x10 (from 0x1000: to 0x1014)
+        let code = [0x31, 0xf6, 0xeb, 0x10];
+        assert!(return_address_use(&code, 0x1000).is_none());
+        assert_eq!(tail_jump(&code, 0x1000), Some(0x1014));
+        // push rbx; jmp: not a tail jump (the stack is not the caller's).
+        assert_eq!(tail_jump(&[0x53, 0xeb, 0x10], 0x1000), None);
     }
 
     #[test]

@@ -273,11 +273,21 @@ impl Module {
         if self.machine != Machine::X86_64 {
             return None;
         }
-        let mut code = vec![0u8; f.size.min(128) as usize];
-        let file = self.reopened.get_or_init(|| std::fs::File::open(&self.path).ok().map(std::sync::Arc::new));
-        let n = file.as_ref()?.read_at(&mut code, f.file_offset).ok()?;
-        code.truncate(n);
-        entry::return_address_use(&code, f.addr)
+        // A tail jump at the start (`_setjmp` to `__sigsetjmp`): the code
+        // it reaches, a few hops at most, with the same return address.
+        let mut f = f;
+        for _ in 0..4 {
+            let mut code = vec![0u8; f.size.min(128) as usize];
+            let file = self.reopened.get_or_init(|| std::fs::File::open(&self.path).ok().map(std::sync::Arc::new));
+            let n = file.as_ref()?.read_at(&mut code, f.file_offset).ok()?;
+            code.truncate(n);
+            if let Some(why) = entry::return_address_use(&code, f.addr) {
+                return Some(why);
+            }
+            let to = entry::tail_jump(&code, f.addr)?;
+            f = self.function_at(to).filter(|g| g.addr == to)?;
+        }
+        None
     }
 
     /// A PIE executable (as opposed to a shared library): the kernel
