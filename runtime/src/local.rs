@@ -87,7 +87,7 @@ pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
     }
     if o.skipped_noslot > 0 {
         v.push(format!(
-            "WARNING: Skipped due to too many threads: {} (the first {} threads of the target get probe state)",
+            "WARNING: Skipped due to too many threads: {} (the first {} threads of the traced processes, all together, get probe state)",
             o.skipped_noslot, a.nthreads
         ));
     }
