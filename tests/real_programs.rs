@@ -353,7 +353,10 @@ fn a_command_killed_by_a_signal_is_reported() {
         telco(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &cmd]);
     assert_eq!(code, Some(128 + 11), "{err}");
     assert_eq!(out, "10\n");
-    assert!(err.contains("WARNING: the command (pid ") && err.contains(") was killed by SIGSEGV (Segmentation fault)"), "{err}");
+    assert!(
+        err.contains("WARNING: the command (pid ") && err.contains(") was killed by SIGSEGV (Segmentation fault)"),
+        "{err}"
+    );
 }
 
 /// The target's word is not the tracer's command: a target that posts an

@@ -686,39 +686,15 @@ const CATCH: &str = "__cxa_begin_catch";
 /// run-time address, symbol size, and whether it is the catch. They live
 /// in libgcc_s and the C++ runtime (or are linked into the program).
 fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(PathBuf, Vec<(u64, u64, bool)>)> {
-    let mut out = Vec::new();
-    let mut found = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
-    for m in maps {
-        let name = m.path.to_string_lossy();
-        let candidate = same_file(&m.path, exe)
-            || ["libgcc_s", "libstdc++", "libc++", "libunwind"].iter().any(|l| name.contains(l));
-        if !candidate || !seen.insert(m.path.clone()) {
-            continue;
-        }
-        let Ok(bytes) = std::fs::read(&m.path) else { continue };
-        let Ok(elf) = goblin::elf::Elf::parse(&bytes) else { continue };
-        let Some(start) = maps.iter().find(|x| x.path == m.path && x.offset == 0).map(|x| x.start) else { continue };
-        let vaddr0 = elf
-            .program_headers
-            .iter()
-            .find(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD && ph.p_offset == 0)
-            .map_or(0, |ph| ph.p_vaddr);
-        let syms = elf.dynsyms.iter().map(|s| (s, &elf.dynstrtab)).chain(elf.syms.iter().map(|s| (s, &elf.strtab)));
-        for (sym, strtab) in syms {
-            let name = strtab.get_at(sym.st_name).unwrap_or("");
-            if (UNWINDERS.contains(&name) || name == CATCH) && sym.st_value != 0 && sym.is_function() {
-                let addr = start.wrapping_sub(vaddr0).wrapping_add(sym.st_value);
-                if !found.iter().any(|(a, _, _)| *a == addr) {
-                    found.push((addr, sym.st_size, name == CATCH));
-                }
-            }
-        }
-        if !found.is_empty() {
-            out.push((m.path.clone(), std::mem::take(&mut found)));
-        }
-    }
-    out
+    let candidate = |p: &Path| {
+        let name = p.to_string_lossy();
+        same_file(p, exe) || ["libgcc_s", "libstdc++", "libc++", "libunwind"].iter().any(|l| name.contains(l))
+    };
+    let names: Vec<&str> = UNWINDERS.iter().copied().chain([CATCH]).collect();
+    symbol_entries(maps, candidate, &names)
+        .into_iter()
+        .map(|(m, found)| (m, found.into_iter().map(|(a, size, i)| (a, size, names[i] == CATCH)).collect()))
+        .collect()
 }
 
 /// Inject the artifact into the stopped target and hook every function
@@ -1296,7 +1272,7 @@ fn hook_execs(
     for (_, entries) in symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"]) {
         let mut code = inject::code(s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
         let handler = code.at(execnotify);
-        for (addr, size) in entries {
+        for (addr, size, _) in entries {
             match hooker.function(s, &mut code, addr, size, Tramp::call(handler))? {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!(
@@ -1311,7 +1287,11 @@ fn hook_execs(
 
 /// Run-time addresses and sizes of the function symbols `names` in the
 /// mapped modules whose path `pick` accepts, by module.
-fn symbol_entries(maps: &[Mapping], pick: impl Fn(&Path) -> bool, names: &[&str]) -> Vec<(PathBuf, Vec<(u64, u64)>)> {
+fn symbol_entries(
+    maps: &[Mapping],
+    pick: impl Fn(&Path) -> bool,
+    names: &[&str],
+) -> Vec<(PathBuf, Vec<(u64, u64, usize)>)> {
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for m in maps {
@@ -1326,15 +1306,16 @@ fn symbol_entries(maps: &[Mapping], pick: impl Fn(&Path) -> bool, names: &[&str]
             .iter()
             .find(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD && ph.p_offset == 0)
             .map_or(0, |ph| ph.p_vaddr);
-        let mut found: Vec<(u64, u64)> = Vec::new();
+        let mut found: Vec<(u64, u64, usize)> = Vec::new();
         let syms = elf.dynsyms.iter().map(|s| (s, &elf.dynstrtab)).chain(elf.syms.iter().map(|s| (s, &elf.strtab)));
         for (sym, strtab) in syms {
             let name = strtab.get_at(sym.st_name).unwrap_or("");
             let name = name.split('@').next().unwrap_or(name);
-            if names.contains(&name) && sym.st_value != 0 && sym.is_function() {
+            let Some(index) = names.iter().position(|n| *n == name) else { continue };
+            if sym.st_value != 0 && sym.is_function() {
                 let addr = start.wrapping_sub(vaddr0).wrapping_add(sym.st_value);
-                if !found.iter().any(|(a, _)| *a == addr) {
-                    found.push((addr, sym.st_size));
+                if !found.iter().any(|(a, _, _)| *a == addr) {
+                    found.push((addr, sym.st_size, index));
                 }
             }
         }
@@ -1577,8 +1558,10 @@ impl Armed {
             // SAFETY: the live region's header; execname is 16 bytes at an
             // 8-aligned offset, read by handlers with plain loads.
             unsafe {
-                std::sync::atomic::AtomicU64::from_ptr(self.header.add(at + 8 * i) as *mut u64)
-                    .store(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])), std::sync::atomic::Ordering::Relaxed);
+                std::sync::atomic::AtomicU64::from_ptr(self.header.add(at + 8 * i) as *mut u64).store(
+                    u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
             }
         }
     }
