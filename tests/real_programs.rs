@@ -396,3 +396,23 @@ fn a_forged_exec_request_attaches_to_nothing() {
     assert!(err.contains("is not one of the traced processes"), "{err}");
     assert!(status.contains("TracerPid:\t0\n"), "{status}");
 }
+
+/// More processes than the region has per-thread rows (256), one after
+/// another: rows of processes that ended are taken again, so no hit is
+/// skipped and every count adds up.
+#[test]
+fn more_processes_than_thread_rows() {
+    let d = Scratch::new("rows");
+    let exe = d.probed("prog", &[]);
+    let p = exe.display().to_string();
+    let script = format!(
+        "global n, s probe process(\"{p}\").function(\"work\") {{ n++; s <<< $arg1 }} \
+         probe end {{ printf(\"%d %d %d\\n\", n, @count(s), @sum(s)) }}"
+    );
+    let cmd = format!("sh -c 'i=0; while [ $i -lt 270 ]; do {p} work 2 > /dev/null; i=$((i+1)); done'");
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    // work(0) and work(1) in each of 270 processes.
+    assert_eq!(out, "540 540 270\n");
+    assert_eq!(err, "");
+}

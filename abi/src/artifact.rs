@@ -194,6 +194,8 @@ pub struct Artifact {
     pub shards_off: u64,
     pub nshards: u32,
     pub indent_off: u64,
+    /// `Header::row_owners_off`.
+    pub row_owners_off: u64,
     pub probes_off: u64,
     /// `.itrace` request slots (`ItraceSlot`), none without such probes.
     pub itrace_off: u64,

@@ -32,6 +32,7 @@ pub fn c_header() -> String {
         ("H_EXEC_REQ", offset_of!(Header, exec_req)),
         ("H_EXEC_ACK", offset_of!(Header, exec_ack)),
         ("H_TRACER", offset_of!(Header, tracer)),
+        ("H_ROW_OWNERS_OFF", offset_of!(Header, row_owners_off)),
         ("H_DROPPED", offset_of!(Header, dropped)),
         ("H_PID", offset_of!(Header, pid)),
         ("H_TSC_BASE", offset_of!(Header, tsc_base)),

@@ -163,9 +163,15 @@ pub struct Header {
     /// The tracer's pid (`rt_read_user` reads the region's process from
     /// the tracer, its own process from a target thread).
     pub tracer: u64,
+    /// `nthreads` u32s: the process that holds each row of the per-thread
+    /// shards and span stages (0 = never taken). When every row is taken,
+    /// a row whose process has ended is taken again (`take_row` in
+    /// compiler/rt/rt.c): its counts stay in it, and add up.
+    pub row_owners_off: u64,
+    pub _reserved: [u64; 7],
 }
 
-pub const HEADER_SIZE: usize = 320;
+pub const HEADER_SIZE: usize = 384;
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 
 /// Ring of variable-size event records: many producers (handlers), one

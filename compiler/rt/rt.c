@@ -1454,8 +1454,23 @@ EXPORT i64 rt_tid(u8 *ctx) {
 /* Give slot s its own row of the shared per-thread shards and span stages
  * (rows are shared by every process, slots are private); none left: the
  * slot stays busy, and its thread's hits are skipped and counted. */
-LOCAL void take_row(u8 *R, u8 *s, u64 n) {
+LOCAL void take_row(u8 *R, u8 *s, u64 n, u32 pid) {
+    u32 *owners = (u32 *)(R + AT(R, H_ROW_OWNERS_OFF, u64));
     u32 row = __atomic_fetch_add(&AT(R, H_ROWS_NEXT, u32), 1, __ATOMIC_RELAXED);
+    if (row >= n) {
+        /* Every row is taken: one whose process has ended is free again
+         * (a session that follows many short-lived processes). What it
+         * holds stays: shards and statistics add up, whoever adds. A
+         * process not reaped yet, or not ours to signal, still holds. */
+        row = (u32)n;
+        for (u32 r = 0; r < n && row == n; r++) {
+            u32 o = __atomic_load_n(&owners[r], __ATOMIC_ACQUIRE);
+            if (o == 0 || o == pid || sys6(62 /* kill */, o, 0, 0, 0, 0, 0) != -3 /* ESRCH */) continue;
+            if (__atomic_compare_exchange_n(&owners[r], &o, pid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) row = r;
+        }
+    } else {
+        __atomic_store_n(&owners[row], pid, __ATOMIC_RELEASE);
+    }
     AT(s, TS_INDEX, u32) = row < n ? row : (u32)n;
     AT(s, TS_BUSY, u32) = row >= n;
 }
@@ -1493,7 +1508,7 @@ static u8 *thread_slot(u8 *R) {
                 AT(s, TS_TID, u32) = me ? me : (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
                 AT(s, TS_PID, u32) = (u32)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
                 AT(s, TS_DEPTH, u32) = 0;
-                take_row(R, s, n);
+                take_row(R, s, n, AT(s, TS_PID, u32));
                 return s;
             }
         }
@@ -1514,7 +1529,7 @@ static u8 *thread_slot(u8 *R) {
         } else {
             /* A child's own row: the parent's thread goes on using the
              * copied one. */
-            take_row(R, s, n);
+            take_row(R, s, n, pid);
         }
         AT(s, TS_PID, u32) = pid;
         AT(s, TS_TID, u32) = me;

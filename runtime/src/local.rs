@@ -173,6 +173,7 @@ impl Region {
             ppid: sys::getppid(),
             probes_off: a.probes_off,
             indent_off: a.indent_off,
+            row_owners_off: a.row_owners_off,
             execname: name,
             frame_size: a.frame_size,
             shadow_depth: a.shadow_depth,
@@ -201,6 +202,7 @@ impl Region {
             exec_req: 0,
             exec_ack: 0,
             tracer: u64::from(std::process::id()),
+            _reserved: [0; 7],
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };

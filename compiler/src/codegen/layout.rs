@@ -67,6 +67,8 @@ pub struct Layout {
     pub stat_shards_off: u64,
     pub stat_row: u32,
     pub indent_off: u64,
+    /// `Header::row_owners_off`: a u32 per row.
+    pub row_owners_off: u64,
     pub probes_off: u64,
     pub nprobes: u64,
     pub globals: Vec<Slot>,
@@ -117,6 +119,8 @@ impl Layout {
         let shadow_depth = if returns { SHADOW_DEPTH } else { 0 };
         let shards_off = align_up(off, PART_ALIGN);
         off = shards_off + u64::from(THREAD_SLOTS) * 8 * sharded.len() as u64;
+        let row_owners_off = align_up(off, PART_ALIGN);
+        off = row_owners_off + 4 * u64::from(THREAD_SLOTS);
         let indent_off = align_up(off, PART_ALIGN);
         off = indent_off + (INDENT_SLOTS * core::mem::size_of::<IndentSlot>()) as u64;
         let probes_off = align_up(off, PART_ALIGN);
@@ -152,6 +156,7 @@ impl Layout {
             stat_shards_off: 0,
             stat_row: 0,
             indent_off,
+            row_owners_off,
             probes_off,
             nprobes,
             itrace_off,

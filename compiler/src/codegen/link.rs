@@ -134,6 +134,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         shards_off: layout.shards_off,
         nshards: layout.shards.len() as u32,
         indent_off: layout.indent_off,
+        row_owners_off: layout.row_owners_off,
         probes_off: layout.probes_off,
         itrace_off: layout.itrace_off,
         itrace_slots: layout.itrace_slots,
