@@ -184,6 +184,7 @@ pub fn c_header() -> String {
     }
     for (n, v) in [
         ("COMMITTED", u64::from(COMMITTED)),
+        ("ROW_FREE", u64::from(ROW_FREE)),
         ("EV_PAD", u64::from(EV_PAD)),
         ("EV_PRINTF", u64::from(EV_PRINTF)),
         ("EV_ERROR", u64::from(EV_ERROR)),

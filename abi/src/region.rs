@@ -165,13 +165,18 @@ pub struct Header {
     pub tracer: u64,
     /// `nthreads` u32s: the process that holds each row of the per-thread
     /// shards and span stages (0 = never taken). When every row is taken,
-    /// a row whose process has ended is taken again (`take_row` in
-    /// compiler/rt/rt.c): its counts stay in it, and add up.
+    /// the tracer marks the rows of processes that have ended
+    /// [`ROW_FREE`], and `take_row` (compiler/rt/rt.c) takes them again:
+    /// their counts stay in them, and add up.
     pub row_owners_off: u64,
     pub _reserved: [u64; 7],
 }
 
 pub const HEADER_SIZE: usize = 384;
+
+/// A row of the per-thread data whose process has ended
+/// (`Header::row_owners_off`).
+pub const ROW_FREE: u32 = u32::MAX;
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_SIZE);
 
 /// Ring of variable-size event records: many producers (handlers), one

@@ -1458,15 +1458,14 @@ LOCAL void take_row(u8 *R, u8 *s, u64 n, u32 pid) {
     u32 *owners = (u32 *)(R + AT(R, H_ROW_OWNERS_OFF, u64));
     u32 row = __atomic_fetch_add(&AT(R, H_ROWS_NEXT, u32), 1, __ATOMIC_RELAXED);
     if (row >= n) {
-        /* Every row is taken: one whose process has ended is free again
-         * (a session that follows many short-lived processes). What it
-         * holds stays: shards and statistics add up, whoever adds. A
-         * process not reaped yet, or not ours to signal, still holds. */
+        /* Every row is taken: one the tracer found its process gone from
+         * is free again (ROW_FREE; a session that follows many short-lived
+         * processes). What it holds stays: shards and statistics add up,
+         * whoever adds. */
         row = (u32)n;
         for (u32 r = 0; r < n && row == n; r++) {
-            u32 o = __atomic_load_n(&owners[r], __ATOMIC_ACQUIRE);
-            if (o == 0 || o == pid || sys6(62 /* kill */, o, 0, 0, 0, 0, 0) != -3 /* ESRCH */) continue;
-            if (__atomic_compare_exchange_n(&owners[r], &o, pid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) row = r;
+            u32 o = ROW_FREE;
+            if (__atomic_compare_exchange_n(&owners[r], &o, pid, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) row = r;
         }
     } else {
         __atomic_store_n(&owners[row], pid, __ATOMIC_RELEASE);

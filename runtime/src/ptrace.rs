@@ -546,6 +546,11 @@ pub fn exec_stop(tid: i32, status: i32) -> Option<ExecWait> {
     None
 }
 
+/// Let go of a thread of ours that sits in a stop already reported.
+pub fn detach_stopped(tid: i32) {
+    let _ = ptrace("PTRACE_DETACH", libc::PTRACE_DETACH, tid, 0, 0);
+}
+
 /// Let go of a thread attached by [`seize_for_exec`] (of process `pid`):
 /// stopped, then detached with any signal it was about to get. A thread
 /// that exec'd meanwhile is the process's leader now: `pid` is let go.

@@ -162,8 +162,10 @@ pub struct Armed {
 /// its entry point, gets the region mapped at the same address, thread
 /// slots at the same address, and the probes of every module it maps.
 struct Follow {
-    /// The region's memfd in the tracer (`/proc/TRACER/fd/N` for children).
+    /// The region's memfd in the tracer (`/proc/TRACER/fd/N` for children),
+    /// and its inode (a process that maps it is one of ours).
     region_fd: i32,
+    region_ino: u64,
     region_remote: u64,
     region_size: u64,
     threads_at: u64,
@@ -178,6 +180,11 @@ struct Follow {
     children: Vec<(i32, Vec<Patch>)>,
     /// What could not be followed, said once each.
     said: std::collections::BTreeSet<String>,
+    /// The target sees the pids we see (one pid namespace): the rows'
+    /// owners can be checked from here (`Armed::reclaim_rows`).
+    same_pid_ns: bool,
+    /// When the rows were last checked.
+    rows_checked: std::time::Instant,
     /// Code regions of the exec hooks and of the children (kept for the
     /// session, like `Armed::_code`).
     _codes: Vec<CodeRegion>,
@@ -837,6 +844,9 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             hook_execs(&hooker, &mut s, a, &maps, f, &mut plans, &mut codes, &mut refused)?;
             Some(Follow {
                 region_fd: injected.region.fd(),
+                region_ino: std::fs::metadata(format!("/proc/self/fd/{}", injected.region.fd()))
+                    .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+                    .unwrap_or(0),
                 region_remote: injected.region_remote,
                 region_size: a.region_size,
                 threads_at,
@@ -845,6 +855,11 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
                 execed: Vec::new(),
                 children: Vec::new(),
                 said: Default::default(),
+                same_pid_ns: {
+                    let ns = |p: &str| std::fs::metadata(p).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
+                    ns("/proc/self/ns/pid").is_some_and(|me| ns(&format!("/proc/{pid}/ns/pid")) == Some(me))
+                },
+                rows_checked: std::time::Instant::now(),
                 _codes: codes,
             })
         }
@@ -1018,6 +1033,7 @@ impl Hooks for Armed {
             it.poll(&self.hooker.itraced.borrow());
         }
         self.follow_execs();
+        self.reclaim_rows();
         if self.pending.is_empty() || self.header.is_null() {
             return;
         }
@@ -1350,10 +1366,10 @@ impl Armed {
             // a process this session traces (the command or one of its
             // descendants, seen from here: a target in another pid
             // namespace names ids that mean other processes here).
-            if !ours(tid, pid, self.pid) {
+            if !ours(tid, pid, f.region_ino) {
                 let note = format!(
-                    "cannot follow pid {pid} (as the target names it) into the program it runs: it is not one \
-                     of the traced processes as seen from here (another pid namespace?)"
+                    "cannot follow pid {pid} (as the target names it) into the program it runs: no process of \
+                     that id here maps this session's region (another pid namespace?)"
                 );
                 if f.said.insert(note.clone()) && !self.quiet {
                     eprintln!("WARNING: {note}");
@@ -1381,7 +1397,13 @@ impl Armed {
         }
         let waiting = std::mem::take(&mut f.waiting);
         let execed = std::mem::take(&mut f.execed);
+        // A process exec's once per stop: its other waiting threads are
+        // gone with the old image.
+        let mut armed_now: Vec<i32> = Vec::new();
         for (tid, pid, deadline) in waiting {
+            if armed_now.contains(&pid) {
+                continue;
+            }
             let seen =
                 if execed.contains(&pid) { crate::ptrace::ExecWait::Exec } else { crate::ptrace::poll_exec(tid, pid) };
             match seen {
@@ -1395,6 +1417,7 @@ impl Armed {
                 crate::ptrace::ExecWait::Gone(Some(status)) if pid == self.pid && self.child => self.ended(status),
                 crate::ptrace::ExecWait::Gone(_) => {}
                 crate::ptrace::ExecWait::Exec => {
+                    armed_now.push(pid);
                     // The old image's hooks went with it: never written
                     // back into the new one.
                     if pid == self.pid {
@@ -1484,9 +1507,9 @@ impl Armed {
             crate::ptrace::release(tid, pid);
         }
         // An exec stop of the command that `alive` took after its thread
-        // stopped waiting: let it go.
+        // stopped waiting: it sits in that stop, let it go.
         for pid in f.execed.drain(..) {
-            crate::ptrace::release(pid, pid);
+            crate::ptrace::detach_stopped(pid);
         }
         for (pid, patches) in f.children.drain(..) {
             restore_patches(pid, &patches);
@@ -1523,27 +1546,23 @@ fn restore_patches(pid: i32, patches: &[Patch]) {
 
 const _: () = assert!(core::mem::offset_of!(telco_abi::region::Header, execname) % 8 == 0);
 
-/// Whether thread `tid` belongs to process `pid`, and `pid` is `root` or
-/// one of its descendants (a bounded walk up the parents).
-fn ours(tid: i32, pid: i32, root: i32) -> bool {
-    let field = |p: i32, name: &str| -> Option<i32> {
-        let s = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
-        s.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
-    };
-    if tid <= 0 || pid <= 0 || field(tid, "Tgid:") != Some(pid) {
+/// Whether thread `tid` belongs to process `pid`, and `pid` maps the
+/// session's region (the memfd of inode `region_ino`): only the processes
+/// of the session do (it is injected into them, or inherited by a fork),
+/// however they were reparented.
+fn ours(tid: i32, pid: i32, region_ino: u64) -> bool {
+    let tgid = std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse::<i32>().ok()));
+    if tid <= 0 || pid <= 0 || region_ino == 0 || tgid != Some(pid) {
         return false;
     }
-    let mut p = pid;
-    for _ in 0..64 {
-        if p == root {
-            return true;
-        }
-        match field(p, "PPid:") {
-            Some(parent) if parent > 1 => p = parent,
-            _ => return false,
-        }
-    }
-    false
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return false };
+    maps.lines().any(|l| {
+        let mut it = l.split_whitespace();
+        let inode = it.nth(4).and_then(|i| i.parse::<u64>().ok());
+        inode == Some(region_ino) && it.next().is_some_and(|p| p.starts_with("/memfd:telco-stap"))
+    })
 }
 
 impl Armed {
@@ -1562,6 +1581,48 @@ impl Armed {
                     u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])),
                     std::sync::atomic::Ordering::Relaxed,
                 );
+            }
+        }
+    }
+}
+
+impl Armed {
+    /// Half the per-thread rows of the region are taken or more
+    /// (`Header::rows_next`): mark the rows whose process has ended
+    /// `ROW_FREE`, for `take_row` to hand out again once all have been
+    /// taken once (early, so that the rows are free before a new thread
+    /// needs one). Every 20 ms at most, and only when the target's pids
+    /// are ours (one pid namespace); a process not reaped yet still holds
+    /// its rows.
+    fn reclaim_rows(&mut self) {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use telco_abi::region::{Header, ROW_FREE};
+        let Some(f) = &mut self.follow else { return };
+        if !f.same_pid_ns || self.header.is_null() || f.rows_checked.elapsed() < std::time::Duration::from_millis(20) {
+            return;
+        }
+        f.rows_checked = std::time::Instant::now();
+        let a = &self.hooker.artifact;
+        let field = |off: usize| {
+            // SAFETY: a u32 of the live region: the header's rows_next, or
+            // one of the `nthreads` row owners at `row_owners_off` (4-aligned,
+            // inside the region: layout.rs).
+            unsafe { AtomicU32::from_ptr(self.header.add(off) as *mut u32) }
+        };
+        if field(core::mem::offset_of!(Header, rows_next)).load(Ordering::Relaxed) < a.nthreads / 2 {
+            return;
+        }
+        for r in 0..a.nthreads as usize {
+            let owner = field(a.row_owners_off as usize + 4 * r);
+            let o = owner.load(Ordering::Acquire);
+            if o == 0 || o == ROW_FREE || o > i32::MAX as u32 {
+                continue;
+            }
+            // SAFETY: kill with signal 0 only checks that the process exists.
+            let gone = unsafe { libc::kill(o as i32, 0) } != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                let _ = owner.compare_exchange(o, ROW_FREE, Ordering::AcqRel, Ordering::Relaxed);
             }
         }
     }
