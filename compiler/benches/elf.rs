@@ -3,7 +3,8 @@
 //!     cargo bench -p telco-compiler --bench elf
 //!
 //! Prints a markdown table (median and range over several runs) for loading
-//! libc, matching `*` and `mem*` in it, and loading the closure of /bin/ls.
+//! libc, matching `*` and `mem*` in it, telling which of its functions take
+//! no return probe, and loading the closure of /bin/ls.
 //! The goal: `process("libc.so.6").function("*")` (find, load, match) well
 //! under 20 ms.
 
@@ -93,6 +94,14 @@ fn main() {
             let module = closure.iter().find(|m| Some(&m.path) == path.as_ref());
             module.map(|m| m.match_functions("*").0.len())
         }),
+    );
+    // What `.return` on every function adds: each function's first
+    // instructions decoded (`Module::no_return_address`).
+    let refused = loaded.functions.iter().filter(|f| loaded.no_return_address(f).is_some()).count();
+    row(
+        "no_return_address for every libc function",
+        &format!("{n_all} functions, {refused} refused"),
+        time(|| loaded.functions.iter().filter(|f| loaded.no_return_address(f).is_some()).count()),
     );
     row(
         "load_closure(/bin/ls)",
