@@ -378,7 +378,8 @@ fn chrome(
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
     let c = telco_runtime::chrome::Chrome::create(path, pid, comm.trim_end(), &names)
-        .with_context(|| format!("cannot create `{}`", path.display()))?;
+        .with_context(|| format!("cannot create `{}`", path.display()))?
+        .quiet(cli.no_warnings);
     let feed = telco_runtime::chrome::Feed::start(c, path)
         .with_context(|| format!("cannot create a spool file beside `{}`", path.display()))?;
     Ok(Some(feed))

@@ -40,13 +40,25 @@ pub struct Chrome {
     /// relative to it.
     base: u64,
     process: Vec<u8>,
+    /// The file's path, and the bytes written so far: a trace that grows
+    /// past 1 GiB, 2, 4, ... says so while it grows (`-w`: not).
+    path: std::path::PathBuf,
+    written: u64,
+    next_warning: u64,
+    quiet: bool,
+    size_warnings: u64,
 }
+
+/// The first size at which a growing trace is reported.
+const WARN_AT: u64 = 1 << 30;
 
 /// What a finished trace holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Written {
     pub events: u64,
     pub bytes: u64,
+    /// How many times the growing trace was reported (1 GiB, 2, 4, ...).
+    pub size_warnings: u64,
 }
 
 impl Chrome {
@@ -65,6 +77,11 @@ impl Chrome {
             events: 0,
             base: crate::sys::realtime_ns(),
             process: process.as_bytes().to_vec(),
+            path: path.to_path_buf(),
+            written: 0,
+            next_warning: WARN_AT,
+            quiet: false,
+            size_warnings: 0,
         };
         c.out.write_all(b"[\n")?;
         let name = escape(process.as_bytes());
@@ -77,6 +94,34 @@ impl Chrome {
         c.emit()?;
         c.clock_base()?;
         Ok(c)
+    }
+
+    /// `-w`: no report of the trace's growth.
+    pub fn quiet(mut self, quiet: bool) -> Chrome {
+        self.quiet = quiet;
+        self
+    }
+
+    /// Count `n` bytes written; past the next threshold, say how large the
+    /// trace has grown (a one-second `-p` session on a busy function can
+    /// write gigabytes).
+    fn grew(&mut self, n: usize) {
+        self.written += n as u64;
+        if self.written >= self.next_warning {
+            self.size_warnings += 1;
+            if !self.quiet {
+                eprintln!(
+                    "WARNING: --chrome: {} holds {} GiB so far ({} events); --chrome-min-dur, fewer probes or a \
+                     shorter session (-T) make it smaller",
+                    self.path.display(),
+                    self.written >> 30,
+                    self.events
+                );
+            }
+            while self.next_warning <= self.written {
+                self.next_warning *= 2;
+            }
+        }
     }
 
     /// The absolute time of the trace's zero, once.
@@ -114,6 +159,7 @@ impl Chrome {
         // Never the first event (the process name is).
         self.out.write_all(&self.line)?;
         self.events += 1;
+        self.grew(self.line.len());
         Ok(())
     }
 
@@ -170,7 +216,7 @@ impl Chrome {
         self.out.write_all(b"\n]\n")?;
         self.out.flush()?;
         let bytes = self.out.get_ref().metadata().map(|m| m.len()).unwrap_or(0);
-        Ok(Written { events: self.events, bytes })
+        Ok(Written { events: self.events, bytes, size_warnings: self.size_warnings })
     }
 
     /// Push buffered events to the file (the consumer calls this when the
@@ -224,6 +270,7 @@ impl Chrome {
         self.first = false;
         self.out.write_all(&self.line)?;
         self.events += 1;
+        self.grew(self.line.len() + 2);
         Ok(())
     }
 }
@@ -485,6 +532,23 @@ mod tests {
     }
 
     #[test]
+    fn a_growing_trace_is_reported_at_each_doubling() {
+        let dir = std::env::temp_dir().join(format!("telco-chrome-grow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        let mut c = Chrome::create(&path, 1, "prog", &["work".into()]).unwrap().quiet(true);
+        c.next_warning = 1000;
+        // About 80 bytes a span: 1000, 2000, 4000, 8000 bytes passed.
+        for i in 0..120 {
+            c.span(7, 0, 1000 + i, 2000 + i).unwrap();
+        }
+        let w = c.finish().unwrap();
+        assert!(w.bytes > 8000 && w.bytes < 16000, "{w:?}");
+        assert_eq!(w.size_warnings, 4);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn strings_are_escaped() {
         assert_eq!(escape(b"a\"b\\c\nd\x01\xff"), "a\\\"b\\\\c\\nd\\u0001\u{fffd}".as_bytes());
     }
@@ -512,6 +576,7 @@ mod tests {
         assert!(text.ends_with("}\n]\n"));
         // process name, clock base, thread name, 2 spans, instant, counter
         assert_eq!(w.events, 7);
+        assert_eq!(w.size_warnings, 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
