@@ -1,4 +1,4 @@
-//! The command line: options as SystemTap users know them (LANGUAGE.md).
+//! The command line: options as SystemTap users know them (`telco-stap --help`).
 
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;

@@ -279,7 +279,7 @@ fn shell_commands_probe_the_program_they_exec() {
 
 /// If the tracer is killed outright, the target keeps running correctly:
 /// its hooks stay and the handlers keep working against the still-mapped
-/// region (DESIGN.md invariant 2).
+/// region (INTERNALS.md, invariant 2).
 #[test]
 fn the_target_survives_a_killed_tracer() {
     let exe = build("survivor", &[]);

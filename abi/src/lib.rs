@@ -1,5 +1,5 @@
 //! The one definition of what crosses between the compiler, the compiled
-//! code and the runtime (DESIGN.md invariant 5): the shared region's
+//! code and the runtime (INTERNALS.md, invariant 5): the shared region's
 //! `#[repr(C)]` layout with its magic and version ([`region`]), the encoded
 //! printf formats ([`format`]), the compiled artifact ([`artifact`]), and the
 //! C header the in-target runtime library is compiled against ([`c_header`]).

@@ -1,5 +1,5 @@
 //! telco-stap's compiler: passes 1 to 4. It never touches a live process
-//! (DESIGN.md invariant 4): its output is data for `telco-runtime`.
+//! (INTERNALS.md, invariant 4): its output is data for `telco-runtime`.
 //!
 //! Pass 1 (this crate today): [`parse::parse`] turns script text into an
 //! [`ast::Script`] and diagnostics; [`print::print_script`] prints it back.

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 /// Facts about running processes, supplied by the caller: the compiler
-/// never inspects a live process itself (DESIGN.md invariant 4).
+/// never inspects a live process itself (INTERNALS.md, invariant 4).
 pub trait TargetQuery {
     /// The executable of a running process.
     fn executable(&self, pid: u32) -> Result<PathBuf, String>;

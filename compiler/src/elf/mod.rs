@@ -2,7 +2,7 @@
 //! libraries, and where the dynamic loader would find those libraries.
 //!
 //! **Invariant:** this module reads files only; it never looks at a live
-//! process (DESIGN.md invariant 4). Every ELF file is user input: a malformed
+//! process (INTERNALS.md, invariant 4). Every ELF file is user input: a malformed
 //! one is an [`ElfError`], never a panic.
 //!
 //! **Boundary:** pass 2 calls [`Module::load`], [`load_closure`] and
