@@ -376,9 +376,11 @@ fn a_forged_exec_request_attaches_to_nothing() {
            FILE *m = fopen(\"/proc/self/maps\", \"r\"); char line[512]; unsigned long base = 0;\n\
            while (fgets(line, sizeof line, m)) if (strstr(line, \"memfd:telco-stap\")) { base = strtoul(line, 0, 16); break; }\n\
            if (!base) return 3;\n\
-           volatile unsigned long *req = (unsigned long *)(base + off);\n\
-           *req = (unsigned long)victim << 32 | (unsigned long)victim;\n\
-           for (int i = 0; i < 50; i++) { work(i); usleep(10000); }\n\
+           volatile unsigned long *req = (unsigned long *)(base + off), *ack = req + 1;\n\
+           unsigned long me = (unsigned long)victim << 32 | (unsigned long)victim;\n\
+           *req = me;\n\
+           /* The tracer answers (exec_ack) whether it follows or refuses. */\n\
+           for (long i = 0; *ack != me; i++) { work(i); if (i > 2000000000L) return 4; }\n\
            return 0;\n}\n",
     )
     .expect("write forge.c");
@@ -387,6 +389,8 @@ fn a_forged_exec_request_attaches_to_nothing() {
     assert!(st.success());
     let mut victim = Command::new("sleep").arg("30").spawn().expect("sleep");
     let off = core::mem::offset_of!(telco_abi::region::Header, exec_req);
+    // exec_ack is the next word (the program reads it there).
+    assert_eq!(core::mem::offset_of!(telco_abi::region::Header, exec_ack), off + 8);
     let cmd = format!("{} {} {off}", exe.display(), victim.id());
     let (_, err, code) = telco(&["-e", "probe process.function(\"work\") {}", "-c", &cmd]);
     let status = std::fs::read_to_string(format!("/proc/{}/status", victim.id())).expect("victim status");
