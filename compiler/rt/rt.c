@@ -1640,6 +1640,20 @@ EXPORT u8 *rt_enter(u8 *R) {
     return slot;
 }
 
+/* One step of a thread's wait for the tracer (rt_dlnotify,
+ * rt_execnotify): spin, yielding every 64 steps; 0 once the wait must
+ * end (the `deadline` passed, or the session is over). */
+LOCAL int wait_step(u8 *R, u64 i, i64 deadline) {
+    if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return 0;
+    if ((i & 63) == 63) {
+        if (rt_now_ns(R) > deadline) return 0;
+        sys6(24 /* sched_yield */, 0, 0, 0, 0, 0, 0);
+    } else {
+        cpu_relax();
+    }
+    return 1;
+}
+
 /* Hooked on the dynamic loader's r_brk (called around every dlopen and
  * dlclose): when probes wait for a library, let the tracer hook it before
  * this thread goes on, so no call into it is missed. Bounded: after 2 s,
@@ -1651,18 +1665,10 @@ EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
      * notification. */
     u64 g = __atomic_add_fetch(&AT(R, H_DL_GEN, u64), 1, __ATOMIC_ACQ_REL);
     i64 deadline = rt_now_ns(R) + 2000000000LL;
-    for (u64 i = 0;; i++) {
-        /* Acquire: pairs with the tracer's Release store of dl_ack, after
-         * it has written the new hooks. */
-        if (__atomic_load_n(&AT(R, H_DL_ACK, u64), __ATOMIC_ACQUIRE) >= g) return;
-        if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return;
-        if ((i & 63) == 63) {
-            if (rt_now_ns(R) > deadline) return;
-            sys6(24 /* sched_yield */, 0, 0, 0, 0, 0, 0);
-        } else {
-            cpu_relax();
-        }
-    }
+    /* Acquire: pairs with the tracer's Release store of dl_ack, after it
+     * has written the new hooks. */
+    for (u64 i = 0; __atomic_load_n(&AT(R, H_DL_ACK, u64), __ATOMIC_ACQUIRE) < g; i++)
+        if (!wait_step(R, i, deadline)) return;
 }
 
 /* Hooked on the C library's execve and execveat: tell the tracer that
@@ -1685,13 +1691,7 @@ EXPORT void rt_execnotify(u8 *R, u8 *ctx) {
         }
         /* Acquire: pairs with the tracer's Release store after attaching. */
         if (asked && __atomic_load_n(&AT(R, H_EXEC_ACK, u64), __ATOMIC_ACQUIRE) == me) break;
-        if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) break;
-        if ((i & 63) == 63) {
-            if (rt_now_ns(R) > deadline) break;
-            sys6(24 /* sched_yield */, 0, 0, 0, 0, 0, 0);
-        } else {
-            cpu_relax();
-        }
+        if (!wait_step(R, i, deadline)) break;
     }
     if (asked) {
         /* The request first: an answer cleared after it cannot be
