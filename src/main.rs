@@ -348,8 +348,20 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     }
     let outcome = outcome?;
     if let Some(sig) = armed.killed_by {
-        // Never silent: the command died, not the session.
-        eprintln!("WARNING: the command (pid {pid}) was killed by {}", telco_runtime::target::signal_name(sig));
+        // Never silent: the command died, not the session; and where.
+        match armed.crash_of(pid as i32).filter(|c| c.signal == sig) {
+            Some(c) => eprintln!("WARNING: the command (pid {pid}) was killed by {}", c.describe()),
+            None => eprintln!(
+                "WARNING: the command (pid {pid}) was killed by {}{}",
+                telco_runtime::target::signal_name(sig),
+                if telco_runtime::crash::SIGNALS.contains(&sig) {
+                    " (no place recorded: the program handles that signal itself, or no handler could run, as \
+                     in a stack overflow)"
+                } else {
+                    ""
+                }
+            ),
+        }
     }
     report_chrome(cli, &outcome);
     if outcome.errors > 0 || outcome.too_many_skipped {

@@ -357,6 +357,51 @@ fn a_command_killed_by_a_signal_is_reported() {
         err.contains("WARNING: the command (pid ") && err.contains(") was killed by SIGSEGV (Segmentation fault)"),
         "{err}"
     );
+    // raise(): sent, not a fault, from the C library, with no probe running.
+    assert!(err.contains("SIGSEGV (Segmentation fault), sent by a thread of the process"), "{err}");
+    assert!(err.contains("libc.so.6"), "{err}");
+    assert!(err.contains("no probe was running on that thread"), "{err}");
+}
+
+/// A fault is reported with its address, the function and module where
+/// the program counter was, and whether a probe was running; in a probed
+/// function's first instructions (which run in its trampoline), the
+/// function is still named. The status is the shell's.
+#[test]
+fn a_fault_is_reported_with_its_place() {
+    let d = Scratch::new("fault");
+    let exe = d.probed("prog", &[]);
+    let cmd = format!("{} fault 10", exe.display());
+    let path = exe.display().to_string();
+    for (probe, place) in [
+        ("work", format!("in poke+0x0 ({path})")),
+        ("poke", format!("in the relocated first instructions of poke+0x0 ({path})")),
+    ] {
+        let script = format!("global n probe process.function(\"{probe}\") {{ n++ }} probe end {{ println(n) }}");
+        let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+        assert_eq!(code, Some(128 + 11), "{err}");
+        assert_eq!(out, if probe == "work" { "10\n" } else { "1\n" });
+        assert!(err.contains("was killed by SIGSEGV (Segmentation fault), address 0x0 not mapped, at 0x"), "{err}");
+        assert!(err.contains(&place), "{place} in {err}");
+        assert!(err.contains("no probe was running on that thread"), "{err}");
+        assert_eq!(err.matches("killed by").count(), 1, "{err}");
+    }
+}
+
+/// A process the command runs that dies of a fault is reported when it
+/// happens (the command goes on).
+#[test]
+fn a_child_that_faults_is_reported() {
+    let d = Scratch::new("childfault");
+    let exe = d.probed("prog", &[]);
+    let p = exe.display().to_string();
+    let script = format!("global n probe process(\"{p}\").function(\"work\") {{ n++ }} probe end {{ println(n) }}");
+    let cmd = format!("sh -c '{p} fault 3; {p} work 4; exit 7'");
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(7), "{err}");
+    assert!(out.ends_with("7\n"), "{out}");
+    assert!(err.contains(&format!("is being killed by SIGSEGV (Segmentation fault), address 0x0 not mapped, at 0x")), "{err}");
+    assert!(err.contains(&format!("in poke+0x0 ({p})")), "{err}");
 }
 
 /// The target's word is not the tracer's command: a target that posts an

@@ -131,6 +131,14 @@ fn attach_detach_restores_the_code() {
     s_out.read_line(&mut armed).expect("armed line");
     assert_eq!(armed, "armed\n");
     assert_ne!(read_code(), before, "the entry of work is patched while tracing");
+    // SIGSEGV (bit 10 of SigCgt) goes to the tracer's crash handler while
+    // the session runs, and is the program's default again after it.
+    let segv_caught = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let cgt = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).expect("SigCgt");
+        u64::from_str_radix(cgt.trim(), 16).expect("mask") & (1 << 10) != 0
+    };
+    assert!(segv_caught(), "SIGSEGV is handled while tracing");
     // Let the target work; the script exits after 5000 calls.
     t_in.write_all(b"go\n").expect("go");
     let mut rest = String::new();
@@ -146,6 +154,7 @@ fn attach_detach_restores_the_code() {
     t_out.read_line(&mut worked).expect("worked line");
     assert!(worked.starts_with("worked "), "{worked}");
     assert_eq!(read_code(), before, "every patched byte is restored after detach");
+    assert!(!segv_caught(), "SIGSEGV has its default action again after detach");
     t_in.write_all(b"end\n").expect("end");
     let mut last = String::new();
     t_out.read_to_string(&mut last).expect("last line");

@@ -30,7 +30,7 @@ pub const TSC_SHIFT: u32 = 32;
 /// `TELCOSTP`
 pub const MAGIC: [u8; 8] = *b"TELCOSTP";
 /// Bumped whenever any layout in this module changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Alignment of every part of the region.
 pub const PART_ALIGN: u64 = 64;
@@ -169,10 +169,31 @@ pub struct Header {
     /// [`ROW_FREE`], and `take_row` (compiler/rt/rt.c) takes them again:
     /// their counts stay in them, and add up.
     pub row_owners_off: u64,
+    /// A fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) in a
+    /// process of the session, recorded by `rt_crash` (compiler/rt/rt.c),
+    /// the handler the tracer installs where the program has none: the
+    /// thread claims the record (`crash_who`, `pid << 32 | tid`, by a
+    /// compare-and-swap from 0), fills it, publishes it in `crash_req`
+    /// (Release) and waits (bounded) until the tracer has read it and the
+    /// process's maps and answered in `crash_ack`; then it clears all
+    /// three and lets the signal kill the process as it would have.
+    pub crash_who: u64,
+    pub crash_req: u64,
+    pub crash_ack: u64,
+    /// The signal, its `si_code`, and the fault address (`si_addr`).
+    pub crash_sig: u32,
+    pub crash_code: i32,
+    pub crash_addr: u64,
+    /// Where the thread was: its program counter and stack pointer.
+    pub crash_pc: u64,
+    pub crash_sp: u64,
+    /// 1 when a probe handler was running on that thread.
+    pub crash_in_probe: u32,
+    pub _pad: u32,
     pub _reserved: [u64; 7],
 }
 
-pub const HEADER_SIZE: usize = 384;
+pub const HEADER_SIZE: usize = 448;
 
 /// A row of the per-thread data whose process has ended
 /// (`Header::row_owners_off`).

@@ -1702,6 +1702,134 @@ EXPORT void rt_execnotify(u8 *R, u8 *ctx) {
     }
 }
 
+/* ---- fatal signals: where a process of the session died ---- */
+
+/* The signals whose default action ends a process with a core, and that a
+ * program's own fault mostly raises. rt_crash_install takes over those the
+ * program left at their default action (never one it handles or ignores). */
+static const int crash_signals[] = {11 /* SIGSEGV */, 7 /* SIGBUS */, 4 /* SIGILL */, 8 /* SIGFPE */,
+                                    6 /* SIGABRT */};
+#define NCRASH_SIGNALS (sizeof crash_signals / sizeof crash_signals[0])
+
+/* The kernel's struct sigaction for rt_sigaction (x86_64). */
+struct k_sigaction {
+    u64 handler, flags, restorer, mask;
+};
+#define SIG_DFL_ 0
+#define SA_SIGINFO_ 0x4ULL
+#define SA_ONSTACK_ 0x08000000ULL
+#define SA_RESTORER_ 0x04000000ULL
+#define SA_RESETHAND_ 0x80000000ULL
+
+/* Called by the tracer (a remote call, every thread stopped) at attach:
+ * `stub` is the handler it built in the code region (it loads the region
+ * into the fourth argument and jumps to rt_crash), `restorer` its
+ * sigreturn. Returns a bit per signal of crash_signals taken over. */
+EXPORT i64 rt_crash_install(u8 *R, u64 stub, u64 restorer) {
+    (void)R;
+    i64 taken = 0;
+    for (u64 i = 0; i < NCRASH_SIGNALS; i++) {
+        struct k_sigaction old = {0, 0, 0, 0};
+        if (sys6(13 /* rt_sigaction */, crash_signals[i], 0, (i64)&old, 8, 0, 0) != 0) continue;
+        if (old.handler != SIG_DFL_) continue;
+        /* SA_RESETHAND: the handler runs once, and the signal's default
+         * action is back while it runs. */
+        struct k_sigaction sa = {stub, SA_SIGINFO_ | SA_ONSTACK_ | SA_RESTORER_ | SA_RESETHAND_, restorer, 0};
+        if (sys6(13 /* rt_sigaction */, crash_signals[i], (i64)&sa, 0, 8, 0, 0) == 0) taken |= 1 << i;
+    }
+    return taken;
+}
+
+/* The end of a session (a remote call, every thread stopped): the signals
+ * whose handler is still `stub` get their default action back. */
+EXPORT i64 rt_crash_uninstall(u8 *R, u64 stub) {
+    (void)R;
+    i64 given = 0;
+    for (u64 i = 0; i < NCRASH_SIGNALS; i++) {
+        struct k_sigaction old = {0, 0, 0, 0};
+        if (sys6(13 /* rt_sigaction */, crash_signals[i], 0, (i64)&old, 8, 0, 0) != 0) continue;
+        if (old.handler != stub) continue;
+        struct k_sigaction sa = {SIG_DFL_, 0, 0, 0};
+        if (sys6(13 /* rt_sigaction */, crash_signals[i], (i64)&sa, 0, 8, 0, 0) == 0) given |= 1 << i;
+    }
+    return given;
+}
+
+/* Whether the calling thread is inside a probe handler: its slot, looked
+ * up without claiming one (a thread without a slot ran no handler). */
+LOCAL u32 in_probe(u8 *R) {
+    u64 tp;
+    __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+    u64 n = AT(R, H_NTHREADS, u32);
+    u8 *slots = (u8 *)AT(R, H_THREADS_AT, u64);
+    if (!tp || !n || !slots) return 0;
+    u32 off = AT(R, H_TCB_TID_OFF, u32);
+    u32 me = off ? *(u32 *)(tp + off) : 0;
+    u64 h = ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32;
+    for (u64 i = 0; i < n; i++) {
+        u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;
+        u64 key = __atomic_load_n(&AT(s, TS_KEY, u64), __ATOMIC_ACQUIRE);
+        if (key == 0) return 0;
+        if (key != tp) continue;
+        if (me && AT(s, TS_TID, u32) != me) return 0;
+        /* Busy without a row is a slot that never runs handlers. */
+        return AT(s, TS_BUSY, u32) && AT(s, TS_INDEX, u32) < n;
+    }
+    return 0;
+}
+
+/* The handler of rt_crash_install's signals, reached through the tracer's
+ * stub with the region as fourth argument. It records where the thread
+ * was (Header::crash_*), waits (bounded, 2 s) until the tracer has read
+ * the record and the process's maps, and returns: the signal's default
+ * action is back (SA_RESETHAND), so a fault happens again and ends the
+ * process as it would have, with its core; a signal sent by kill(),
+ * raise() or abort() is sent again, and delivered once this returns. */
+EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
+    int code = AT(info, 8, int); /* si_code */
+    u64 pid = (u64)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+    u64 tid = (u64)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+    if (__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) {
+        u64 me = pid << 32 | (u32)tid;
+        u64 z = 0;
+        /* AcqRel: the record is this thread's before it writes it (another
+         * thread, or process, crashing at once gives up its report). */
+        if (__atomic_compare_exchange_n(&AT(R, H_CRASH_WHO, u64), &z, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            AT(R, H_CRASH_SIG, u32) = (u32)sig;
+            AT(R, H_CRASH_CODE, int) = code;
+            /* si_addr, for the signals that have one (0 otherwise). */
+            AT(R, H_CRASH_ADDR, u64) = code > 0 ? AT(info, 16, u64) : 0;
+            /* ucontext_t (x86_64): uc_mcontext.gregs at 40; REG_RSP 15, REG_RIP 16. */
+            AT(R, H_CRASH_PC, u64) = AT(uc, 40 + 16 * 8, u64);
+            AT(R, H_CRASH_SP, u64) = AT(uc, 40 + 15 * 8, u64);
+            AT(R, H_CRASH_IN_PROBE, u32) = in_probe(R);
+            /* Release: the record is written before the tracer sees it. */
+            __atomic_store_n(&AT(R, H_CRASH_REQ, u64), me, __ATOMIC_RELEASE);
+            i64 deadline = rt_now_ns(R) + 2000000000LL;
+            int answered = 0;
+            for (u64 i = 0;; i++) {
+                /* Acquire: pairs with the tracer's Release store. */
+                if (__atomic_load_n(&AT(R, H_CRASH_ACK, u64), __ATOMIC_ACQUIRE) == me) {
+                    answered = 1;
+                    break;
+                }
+                if (!wait_step(R, i, deadline)) break;
+            }
+            if (answered) {
+                /* The record is free for the next process of the session
+                 * (a forked child that crashes later). Unanswered, it
+                 * stays for the tracer to find at the end. */
+                __atomic_store_n(&AT(R, H_CRASH_REQ, u64), 0, __ATOMIC_RELEASE);
+                __atomic_store_n(&AT(R, H_CRASH_ACK, u64), 0, __ATOMIC_RELEASE);
+                __atomic_store_n(&AT(R, H_CRASH_WHO, u64), 0, __ATOMIC_RELEASE);
+            }
+        }
+    }
+    /* si_code <= 0: sent by a process (kill, tgkill, sigqueue), not
+     * raised by an instruction that will fault again. */
+    if (code <= 0) sys6(234 /* tgkill */, (i64)pid, (i64)tid, sig, 0, 0, 0);
+}
+
 /* An `.itrace` function's entry (its trampoline, after the probe
  * handlers): ask the tracer to take this thread over and single-step the
  * call. `regs` holds every register as at the entry (the trampoline saved

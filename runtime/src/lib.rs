@@ -8,6 +8,7 @@
 
 pub mod chrome;
 pub mod clobber;
+pub mod crash;
 pub mod inject;
 pub mod itrace;
 pub mod local;

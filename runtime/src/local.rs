@@ -202,6 +202,16 @@ impl Region {
             exec_req: 0,
             exec_ack: 0,
             tracer: u64::from(std::process::id()),
+            crash_who: 0,
+            crash_req: 0,
+            crash_ack: 0,
+            crash_sig: 0,
+            crash_code: 0,
+            crash_addr: 0,
+            crash_pc: 0,
+            crash_sp: 0,
+            crash_in_probe: 0,
+            _pad: 0,
             _reserved: [0; 7],
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.

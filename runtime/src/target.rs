@@ -153,6 +153,12 @@ pub struct Armed {
     itracer: Option<crate::itrace::Itracer>,
     /// Programs the target's processes exec: they get their probes too.
     follow: Option<Follow>,
+    /// The handler of fatal signals installed in the target (`crash`).
+    crash: Option<crate::crash::Hook>,
+    /// Fatal signals in the session's processes, as they were recorded.
+    pub crashes: Vec<crate::crash::Crash>,
+    /// The inode of the region's memfd (which processes are the session's).
+    region_ino: u64,
     _code: Vec<CodeRegion>,
 }
 
@@ -177,7 +183,7 @@ struct Follow {
     /// waits for its own child).
     execed: Vec<i32>,
     /// Processes armed after an exec: pid, the bytes to put back.
-    children: Vec<(i32, Vec<Patch>)>,
+    children: Vec<(i32, Vec<Patch>, Option<crate::crash::Hook>)>,
     /// What could not be followed, said once each.
     said: std::collections::BTreeSet<String>,
     /// The target sees the pids we see (one pid namespace): the rows'
@@ -868,6 +874,10 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     apply(&mut s, plans, &mut patches)?;
     // SAFETY: the region's own base.
     unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
+    let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, injected.region_remote));
+    let region_ino = std::fs::metadata(format!("/proc/self/fd/{}", injected.region.fd()))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap_or(0);
     let enabled = unsafe_enabled_ptr(&injected.region);
     let header = injected.region.base() as *const u8;
     let armed = Armed {
@@ -885,6 +895,9 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         quiet: false,
         warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).collect(),
         itracer: None,
+        crash,
+        crashes: Vec::new(),
+        region_ino,
         _code: codes,
     };
     Ok((injected.region, armed))
@@ -1034,6 +1047,7 @@ impl Hooks for Armed {
         }
         self.follow_execs();
         self.reclaim_rows();
+        self.take_crash();
         if self.pending.is_empty() || self.header.is_null() {
             return;
         }
@@ -1083,7 +1097,7 @@ impl Hooks for Armed {
 impl Armed {
     /// Put the original bytes back (the end of a session).
     fn restore(&mut self) {
-        if !self.alive() || self.patches.is_empty() {
+        if !self.alive() || (self.patches.is_empty() && self.crash.is_none()) {
             return;
         }
         // After an exec the old image (and our hooks) are gone: writing the
@@ -1094,6 +1108,7 @@ impl Armed {
             .unwrap_or(false);
         if !ours {
             self.patches.clear();
+            self.crash = None;
             return;
         }
         // Put the original bytes back, with every thread stopped.
@@ -1102,7 +1117,10 @@ impl Armed {
             None => Stopped::attach(self.pid),
         };
         match s {
-            Ok(s) => {
+            Ok(mut s) => {
+                if let Some(hook) = self.crash.take() {
+                    crate::crash::uninstall(&mut s, &hook);
+                }
                 for p in &self.patches {
                     if let Err(e) = s.write(p.at, &p.original) {
                         eprintln!("warning: cannot restore the code at {:#x} in pid {}: {e}", p.at, self.pid);
@@ -1433,7 +1451,7 @@ impl Armed {
                         self.refresh_execname();
                     }
                     if let Some(f) = &mut self.follow {
-                        f.children.retain(|(p, _)| *p != pid);
+                        f.children.retain(|(p, _, _)| *p != pid);
                     }
                     if let Err(e) = self.arm_exec(pid) {
                         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
@@ -1482,9 +1500,11 @@ impl Armed {
             codes.push(code);
         }
         let execnotify = f.execnotify;
+        let region_remote = f.region_remote;
         hook_execs(&self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
         let mut patches = Vec::new();
         apply(&mut s, plans, &mut patches)?;
+        let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, region_remote));
         s.detach()?;
         for r in refused {
             if !self.quiet {
@@ -1493,7 +1513,7 @@ impl Armed {
             self.warnings.push(format!("cannot probe {r} (pid {pid})"));
         }
         if let Some(f) = &mut self.follow {
-            f.children.push((pid, patches));
+            f.children.push((pid, patches, crash));
             f._codes.extend(codes);
         }
         Ok(())
@@ -1511,16 +1531,16 @@ impl Armed {
         for pid in f.execed.drain(..) {
             crate::ptrace::detach_stopped(pid);
         }
-        for (pid, patches) in f.children.drain(..) {
-            restore_patches(pid, &patches);
+        for (pid, patches, crash) in f.children.drain(..) {
+            restore_patches(pid, &patches, crash.as_ref());
         }
     }
 }
 
 /// Put `patches` back in process `pid` if it still runs the image they
 /// were made in (our region is mapped there), every thread stopped.
-fn restore_patches(pid: i32, patches: &[Patch]) {
-    if patches.is_empty() {
+fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hook>) {
+    if patches.is_empty() && crash.is_none() {
         return;
     }
     let ours =
@@ -1529,7 +1549,10 @@ fn restore_patches(pid: i32, patches: &[Patch]) {
         return;
     }
     match Stopped::attach(pid) {
-        Ok(s) => {
+        Ok(mut s) => {
+            if let Some(hook) = crash {
+                crate::crash::uninstall(&mut s, hook);
+            }
             for p in patches {
                 if let Err(e) = s.write(p.at, &p.original) {
                     eprintln!("warning: cannot restore the code at {:#x} in pid {pid}: {e}", p.at);
@@ -1566,6 +1589,50 @@ fn ours(tid: i32, pid: i32, region_ino: u64) -> bool {
 }
 
 impl Armed {
+    /// Where the session's code is in the target's processes, for naming
+    /// the place of a crash.
+    fn our_code(&self) -> Vec<(u64, u64)> {
+        let children = self.follow.iter().flat_map(|f| f._codes.iter());
+        self._code.iter().chain(children).map(|c| (c.remote, c.size)).collect()
+    }
+
+    /// A process of the session is dying of a fatal signal (`rt_crash`
+    /// waits for this answer): record where. The command's own is said at
+    /// the end with its exit; any other process's at once.
+    fn take_crash(&mut self) {
+        if self.header.is_null() {
+            return;
+        }
+        let codes = self.our_code();
+        let relocs = self.hooker.relocs.borrow().clone();
+        let ino = self.region_ino;
+        let ours_ = crate::crash::Ours { codes: &codes, relocs: &relocs };
+        let Some(c) = crate::crash::take(self.header, |pid, tid| ours(tid, pid, ino), &ours_) else { return };
+        if !(c.pid == self.pid && self.child) {
+            let exe = std::fs::read_link(format!("/proc/{}/exe", c.pid)).unwrap_or_default();
+            let line = format!("process {} ({}) is being killed by {}", c.pid, exe.display(), c.describe());
+            if !self.quiet {
+                eprintln!("WARNING: {line}");
+            }
+            self.warnings.push(line);
+        }
+        self.crashes.push(c);
+    }
+
+    /// The crash of process `pid` recorded in the session, if one was
+    /// (also one the tracer did not answer in time).
+    pub fn crash_of(&self, pid: i32) -> Option<crate::crash::Crash> {
+        if let Some(c) = self.crashes.iter().rev().find(|c| c.pid == pid) {
+            return Some(c.clone());
+        }
+        if self.header.is_null() {
+            return None;
+        }
+        let codes = self.our_code();
+        let relocs = self.hooker.relocs.borrow().clone();
+        crate::crash::leftover(self.header, pid, &crate::crash::Ours { codes: &codes, relocs: &relocs })
+    }
+
     /// The command exec'd: `execname()` in it is the new program's name.
     fn refresh_execname(&mut self) {
         let comm = std::fs::read_to_string(format!("/proc/{}/comm", self.pid)).unwrap_or_default();

@@ -383,6 +383,22 @@ pub fn jmp_rel32(at: u64, target: u64) -> Option<[u8; 5]> {
     Some([0xe9, a, b, c, d])
 }
 
+/// A signal handler's entry that passes `region` as a fourth argument
+/// (`rcx`) to `handler` (`rt_crash`): `movabs rcx, region; movabs rax,
+/// handler; jmp rax`.
+pub fn signal_stub(region: u64, handler: u64) -> Vec<u8> {
+    let mut b = vec![0x48, 0xb9];
+    b.extend_from_slice(&region.to_le_bytes());
+    b.extend_from_slice(&[0x48, 0xb8]);
+    b.extend_from_slice(&handler.to_le_bytes());
+    b.extend_from_slice(&[0xff, 0xe0]);
+    b
+}
+
+/// The `sa_restorer` of a handler installed with the raw `rt_sigaction`:
+/// `mov eax, 15 (rt_sigreturn); syscall`.
+pub const SIGRETURN: [u8; 7] = [0xb8, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
 /// Checks what makes displaced instructions unrelocatable wherever the
 /// trampoline is. `start..start+len` is the displaced range; offsets in the
 /// refusal are from `base`.
@@ -502,6 +518,17 @@ mod tests {
     fn assert_jumps_back(ins: &Instruction, target: u64) {
         assert_eq!(ins.mnemonic(), Mnemonic::Jmp);
         assert_eq!(ins.near_branch_target(), target);
+    }
+
+    #[test]
+    fn the_signal_stub_passes_the_region_in_rcx() {
+        let stub = signal_stub(0x1122_3344_5566_7788, 0x7f00_0000_1000);
+        let ins = decode_all(&stub, 0x1000);
+        let text: Vec<String> = ins.iter().map(|i| format!("{i}")).collect();
+        assert_eq!(text, ["mov rcx,1122334455667788h", "mov rax,7F0000001000h", "jmp rax"]);
+        let ret = decode_all(&SIGRETURN, 0);
+        let text: Vec<String> = ret.iter().map(|i| format!("{i}")).collect();
+        assert_eq!(text, ["mov eax,0Fh", "syscall"]);
     }
 
     #[test]

@@ -37,6 +37,11 @@ long cond_first(long x);
 __asm__(".text\n.globl loopy\n.type loopy,@function\n.p2align 4\nloopy:\n"
         "  sub $1, %rdi\n  jnz loopy\n  mov $42, %eax\n  ret\n.size loopy, .-loopy\n");
 long loopy(long n);
+/* Stores 1 through its argument at its first instruction: given NULL, it
+ * faults there (in a trampoline's copy of it when it is probed). */
+__asm__(".text\n.globl poke\n.type poke,@function\n.p2align 4\npoke:\n"
+        "  movq $1, (%rdi)\n  ret\n.size poke, .-poke\n");
+void poke(long *p);
 
 volatile long sink;
 
@@ -121,6 +126,11 @@ int main(int argc, char **argv) {
         /* Work, then die of SIGSEGV. */
         for (long i = 0; i < n_calls; i++) s += work(i);
         raise(SIGSEGV);
+    } else if (!strcmp(mode, "fault")) {
+        /* Work, then store through a null pointer (SIGSEGV at poke). */
+        for (long i = 0; i < n_calls; i++) s += work(i);
+        long *volatile p = 0;
+        poke(p);
     } else if (!strcmp(mode, "eight")) {
         for (long i = 0; i < n_calls; i++) s += eight(1, 1, 1, 1, 1, 1, 1, i);
     } else if (!strcmp(mode, "tail")) {
