@@ -213,10 +213,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         use telco_compiler::program::Point;
         let what = p.points.iter().find_map(|pt| match pt {
             Point::Statement { .. } => Some("statement probes"),
-            Point::ProcessBegin { .. } | Point::ProcessEnd { .. } => Some("process.begin and process.end probes"),
-            Point::ThreadBegin { .. } | Point::ThreadEnd { .. } => {
-                Some("process.thread.begin and process.thread.end probes")
-            }
             _ => None,
         });
         if let Some(what) = what {
@@ -227,7 +223,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     format!("{what} are not supported by this build yet"),
                 )
                 .with_label("cannot run this probe")
-                .with_help("function entry (`.function(\"F\")`), return (`.return`) and `.itrace` probes run"),
+                .with_help(
+                    "function entry (`.function(\"F\")`), return (`.return`), `.itrace` and process and thread \
+                     lifecycle probes run",
+                ),
             );
         }
     }

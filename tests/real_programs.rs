@@ -241,13 +241,13 @@ fn v8_builtins_take_no_return_probe() {
 /// starts, with their place in the script.
 #[test]
 fn unsupported_points_are_refused_with_their_place() {
+    let d = Scratch::new("unsupported");
+    let exe = d.probed("prog", &[]);
+    let cmd = format!("{} work 1", exe.display());
     let (_, err, code) =
-        telco(&["-e", "probe begin { exit() }\nprobe process.begin { println(1) }", "-c", "/bin/true"]);
+        telco(&["-e", "probe begin { exit() }\nprobe process.statement(\"work+1\") { println(1) }", "-c", &cmd]);
     assert_eq!(code, Some(1));
-    assert!(
-        err.contains("error[E0014]: process.begin and process.end probes are not supported by this build yet"),
-        "{err}"
-    );
+    assert!(err.contains("error[E0014]: statement probes are not supported by this build yet"), "{err}");
     assert!(err.contains("<input>:2:1"), "{err}");
 }
 
@@ -464,4 +464,123 @@ fn more_processes_than_thread_rows() {
     // work(0) and work(1) in each of 270 processes.
     assert_eq!(out, "540 540 270\n");
     assert_eq!(err, "");
+}
+
+const LIFECYCLE: &str = r#"global pb, pe, tb, te, main
+probe process.begin { pb++; if (pid() == target()) main++ }
+probe process.end { pe++ }
+probe process.thread.begin { if (tid() != pid()) tb++ }
+probe process.thread.end { te++ }
+probe end { printf("process %d/%d thread %d/%d main %d\n", pb, pe, tb, te, main) }"#;
+
+/// Lifecycle probes count every process and thread: the command (begin at
+/// its start, end at its exit), forked children (exit and _exit), a forked
+/// child that execs (its program ends at the exec, the new one begins), a
+/// spawned child (posix_spawn: it begins at its exec, and ends), and four
+/// threads (two end by pthread_exit). The program's own output is
+/// unchanged.
+#[test]
+fn process_and_thread_lifecycles_are_counted() {
+    let d = Scratch::new("life");
+    let exe = d.probed("prog", &[]);
+    let untraced_out = untraced(&exe, &["life", "3"]);
+    let cmd = format!("{} life 3", exe.display());
+    let (out, err, code) = telco(&["-e", LIFECYCLE, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    // begin: the command, 3 forks, 2 execs; end: 2 exits, 1 exec, 3 exits.
+    assert!(out.ends_with("process 6/6 thread 4/4 main 1\n"), "{out}");
+    let mut lines: Vec<&str> = out.lines().filter(|l| !l.starts_with("process ")).collect();
+    lines.sort_unstable();
+    let mut want: Vec<&str> = untraced_out.lines().collect();
+    want.sort_unstable();
+    assert_eq!(lines, want);
+    // process("P") only where P runs: the shell's own begin and end are
+    // not counted.
+    let p = exe.display().to_string();
+    let script = LIFECYCLE.replace("process.", &format!("process(\"{p}\")."));
+    let cmd = format!("sh -c '{p} life 3; true'");
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    // The shell's vfork child begins at its exec of P; it never ran the
+    // shell's program, so nothing ends there.
+    assert!(out.ends_with("process 6/6 thread 4/4 main 0\n"), "{out}");
+}
+
+/// Attached to a running process: process.begin fires in it at attach, and
+/// thread.begin in each of its other threads.
+#[test]
+fn attaching_begins_the_process_and_its_threads() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Scratch::new("lifewait");
+    let exe = d.probed("prog", &[]);
+    let mut target = Command::new(&exe)
+        .args(["lifewait"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn target");
+    let mut t_in = target.stdin.take().expect("stdin");
+    let mut t_out = BufReader::new(target.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    t_out.read_line(&mut line).expect("ready");
+    assert_eq!(line, "ready\n");
+    let pid = target.id().to_string();
+    let script = "global tb probe process.begin { printf(\"begin %d\\n\", pid() == target()) } \
+                  probe process.thread.begin { tb++ } \
+                  probe process.function(\"work\") { printf(\"threads %d\\n\", tb); exit() }";
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(["-p", &pid, "-e", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn telco-stap");
+    let mut s_out = BufReader::new(tracer.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    s_out.read_line(&mut first).expect("begin line");
+    assert_eq!(first, "begin 1\n");
+    t_in.write_all(b"go\n").expect("go");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut s_out, &mut rest).expect("tracer output");
+    let out = tracer.wait_with_output().expect("tracer");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(rest, "threads 2\n");
+    drop(t_in);
+    let mut last = String::new();
+    std::io::Read::read_to_string(&mut t_out, &mut last).expect("target output");
+    assert!(target.wait().expect("target").success());
+    assert_eq!(last, "lifewait 3\n");
+}
+
+/// The target set (tapsets/target_set.tp): the command and what descends
+/// from it, with ppid() each process's own parent.
+#[test]
+fn the_target_set_holds_the_commands_descendants() {
+    let d = Scratch::new("targetset");
+    let exe = d.probed("prog", &[]);
+    let p = exe.display().to_string();
+    // In `life` mode, `work` runs in the command (its threads), in a
+    // forked child that exec'd, and in a spawned one: all of the set, and
+    // the children's parent is the command.
+    let script = format!(
+        "global inset, other, kids probe process(\"{p}\").function(\"work\") {{ \
+           if (target_set_pid(pid())) inset[pid() == target()]++; else other++; \
+           if (pid() != target() && ppid() == target()) kids[pid()] = 1 }} \
+         probe end {{ printf(\"%d %d %d %d %d\\n\", inset[1], inset[0], other, target_set_pid(12345678), \
+           [target()] in kids) }}"
+    );
+    let cmd = format!("{p} life 3");
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    // work: 2 threads × 3 + 2 threads × 1 in the command; 1 + 2 in the
+    // two children.
+    assert!(out.ends_with("8 3 0 0 0\n"), "{out}");
+    // Under a shell: the shell is the target, its children are in the set.
+    let script = format!(
+        "global n probe process(\"{p}\").function(\"work\") {{ if (target_set_pid(pid()) && ppid() == target()) n++ }} \
+         probe end {{ println(n) }}"
+    );
+    let cmd = format!("sh -c '{p} work 2; {p} work 3; true'");
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.ends_with("\n5\n"), "{out}");
 }

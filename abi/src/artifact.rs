@@ -30,15 +30,34 @@ pub enum Attach {
         file_offset: u64,
         ret: bool,
         itrace: bool,
+        /// Hooked only in processes running this program (a lifecycle
+        /// probe's hook in the C library).
+        only_exe: Option<PathBuf>,
     },
     Statement {
         module: PathBuf,
         addr: u64,
     },
-    /// A process or thread lifecycle event (not supported by this build's runtime).
+    /// A process or thread lifecycle event, run by a remote call where
+    /// pass 5 starts or attaches to a process (`ProcessBegin` in it,
+    /// `ThreadBegin` in each of its other threads) and where one execs
+    /// (`ProcessEnd` of the old program, then `ProcessBegin`); inside a
+    /// process the same body also runs from hooks in the C library
+    /// (`Function` entries with `only_exe`). `module`: only in processes
+    /// running that program.
     Lifecycle {
         what: String,
+        event: LifeEvent,
+        module: Option<PathBuf>,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LifeEvent {
+    ProcessBegin,
+    ProcessEnd,
+    ThreadBegin,
+    ThreadEnd,
 }
 
 #[derive(Clone, Debug, PartialEq)]

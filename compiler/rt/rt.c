@@ -1449,6 +1449,23 @@ EXPORT i64 rt_tid(u8 *ctx) {
     return t;
 }
 
+/* Whether a target thread's process is another than the region's (a
+ * child it forked, or one that exec'd): its slot's pid says. */
+LOCAL int other_process(u8 *R, u8 *ctx) {
+    u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
+    return slot && AT(slot, TS_PID, u32) != (u32)AT(R, H_PID, u64);
+}
+
+/* ppid() and uid(): the region's process's (the header), or the kernel's
+ * for another process. */
+EXPORT i64 rt_ppid(u8 *R, u8 *ctx) {
+    return other_process(R, ctx) ? sys6(110 /* getppid */, 0, 0, 0, 0, 0, 0) : (i64)AT(R, H_PPID, u64);
+}
+
+EXPORT i64 rt_uid(u8 *R, u8 *ctx) {
+    return other_process(R, ctx) ? sys6(102 /* getuid */, 0, 0, 0, 0, 0, 0) : (i64)AT(R, H_UID, u32);
+}
+
 /* ---- return probes: per-thread shadow stacks ---- */
 
 /* Give slot s its own row of the shared per-thread shards and span stages
@@ -1999,4 +2016,32 @@ EXPORT void rt_stat_clear_all(u8 *R, u8 *base, i64 shards, i64 row, const u8 *de
     u64 n = AT(R, H_NTHREADS, u32);
     rt_stat_clear(base, desc);
     for (u64 r = 0; r < n; r++) rt_stat_clear(R + shards + r * (u64)row, desc);
+}
+
+/* ---- lifecycle probes run by the tracer ---- */
+
+/* A remote call from the tracer, the process stopped (where it starts, at
+ * attach, or after an exec): run the handler at `handler` for probe
+ * `probe` on this thread, with a context of `ctx_size` bytes
+ * (Artifact::ctx_size) as a trampoline would build it, registers all 0
+ * (lifecycle bodies read none). Skipped and counted like any hit when the
+ * thread has no slot (0); -1 when it has no thread pointer (1: ran). */
+EXPORT i64 rt_call_probe(u8 *R, u64 handler, u64 probe, u64 ctx_size) {
+    /* A static program at its entry has no thread pointer yet (%fs:0
+     * would fault): say so instead. */
+    u64 fs = 0;
+    if (sys6(158 /* arch_prctl */, 0x1003 /* ARCH_GET_FS */, (i64)&fs, 0, 0, 0, 0) != 0 || !fs) return -1;
+    u8 *slot = rt_enter(R);
+    if (!slot) return 0;
+    u64 regs[32];
+    memset(regs, 0, sizeof regs);
+    u8 *ctx = __builtin_alloca(ctx_size);
+    memset(ctx, 0, ctx_size);
+    AT(ctx, C_REGS, u64) = (u64)regs;
+    AT(ctx, C_PROBE, u32) = (u32)probe;
+    AT(ctx, C_SLOT, u64) = (u64)slot;
+    ((void (*)(u8 *, u8 *))handler)(R, ctx);
+    __asm__ volatile("" ::: "memory");
+    AT(slot, TS_BUSY, u32) = 0;
+    return 1;
 }

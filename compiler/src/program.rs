@@ -147,6 +147,9 @@ pub struct FunctionPoint {
     pub file_offset: u64,
     pub ret: bool,
     pub itrace: bool,
+    /// Only in processes running this program (the C library functions
+    /// that `process("P").begin` and friends hook: `elaborate::lifecycle`).
+    pub only_exe: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -159,6 +162,10 @@ pub struct Probe {
     pub locals: Vec<Local>,
     pub body: Vec<Stmt>,
     pub span: Span,
+    /// Added by `elaborate::lifecycle`: a lifecycle probe's hook in the C
+    /// library, with the lifecycle point's name (its `pp()`; no `--chrome`
+    /// span of its own).
+    pub lifecycle: Option<String>,
 }
 
 impl Probe {
@@ -341,7 +348,7 @@ impl Program {
         use crate::elaborate::builtins::Builtin;
         let mut points: Vec<Point> = Vec::new();
         let mut refused = Vec::new();
-        for p in &self.probes {
+        for p in self.probes.iter().filter(|p| p.lifecycle.is_none()) {
             for pt in &p.points {
                 if let Point::Function(f) = pt {
                     if f.itrace {
@@ -383,6 +390,7 @@ impl Program {
             locals: Vec::new(),
             body: vec![Stmt { kind: StmtKind::Expr(call), span }],
             span,
+            lifecycle: None,
         });
         refused
     }

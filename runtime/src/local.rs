@@ -148,6 +148,13 @@ impl Region {
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(*off as usize), bytes.len()) };
         }
         let clock = sys::clock();
+        // The process's own ids: the tracer's for its own region, the
+        // target's otherwise.
+        let (uid, ppid) = if pid == u64::from(std::process::id()) {
+            (sys::getuid(), sys::getppid())
+        } else {
+            crate::proc::uid_and_parent(pid as u32).unwrap_or((0, 0))
+        };
         let mut name = [0u8; 16];
         let n = execname.len().min(15);
         name[..n].copy_from_slice(&execname.as_bytes()[..n]);
@@ -169,8 +176,8 @@ impl Region {
             maxstringlen: a.limits.maxstringlen,
             ring_off: a.ring_off,
             nthreads: a.nthreads,
-            uid: sys::getuid(),
-            ppid: sys::getppid(),
+            uid,
+            ppid,
             probes_off: a.probes_off,
             indent_off: a.indent_off,
             row_owners_off: a.row_owners_off,

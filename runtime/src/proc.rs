@@ -13,6 +13,15 @@ pub fn executable(pid: u32) -> Result<PathBuf, String> {
     })
 }
 
+/// The real user id and the parent of process `pid` (`/proc/PID/status`).
+pub fn uid_and_parent(pid: u32) -> Option<(u32, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
+    let ppid = field("PPid:")?.parse().ok()?;
+    Some((uid, ppid))
+}
+
 /// The files mapped into process `pid`, each once, in the order of their
 /// first mapping (`/proc/PID/maps`). Anonymous and special mappings
 /// (`[heap]`, `[vdso]`) and deleted files are left out.

@@ -39,6 +39,8 @@ pub enum PtraceError {
     Exited { tid: i32 },
     #[error("{op} of {len} bytes at {addr:#x} in pid {pid} failed: {source}")]
     Memory { op: &'static str, pid: i32, addr: u64, len: usize, source: io::Error },
+    #[error("a function called in thread {tid} faulted (signal {sig} at {rip:#x}); the call was undone")]
+    CallFaulted { tid: i32, sig: i32, rip: u64 },
 }
 
 pub type Regs = libc::user_regs_struct;
@@ -344,6 +346,15 @@ impl Stopped {
                         }
                         // Another stop (an event): keep going.
                     }
+                    // The called code faulted (a synchronous signal, not one
+                    // sent): going on would fault again, forever.
+                    Stop::Signal(sig)
+                        if [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE].contains(&sig)
+                            && self.signal_code(tid).is_some_and(|code| code > 0) =>
+                    {
+                        let rip = self.regs(tid).map(|r| r.rip).unwrap_or(0);
+                        return Err(PtraceError::CallFaulted { tid, sig, rip });
+                    }
                     Stop::Signal(sig) => {
                         self.threads.insert(tid, sig);
                     }
@@ -355,6 +366,14 @@ impl Stopped {
         let v = result?;
         restore?;
         Ok(v)
+    }
+
+    /// The `si_code` of the signal thread `tid` is stopped for.
+    fn signal_code(&self, tid: i32) -> Option<i32> {
+        // SAFETY: siginfo_t is plain data; PTRACE_GETSIGINFO fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        ptrace("PTRACE_GETSIGINFO", libc::PTRACE_GETSIGINFO, tid, 0, &mut info as *mut _ as usize).ok()?;
+        Some(info.si_code)
     }
 
     /// The first thread (the main thread when it is alive).

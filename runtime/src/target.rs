@@ -30,9 +30,9 @@ use crate::local::{Hooks, Region};
 use crate::ptrace::{PtraceError, Stopped};
 use crate::trampoline;
 use crate::x86;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use telco_abi::artifact::{Artifact, Attach};
+use telco_abi::artifact::{Artifact, Attach, LifeEvent};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -159,6 +159,11 @@ pub struct Armed {
     pub crashes: Vec<crate::crash::Crash>,
     /// The inode of the region's memfd (which processes are the session's).
     region_ino: u64,
+    /// The program each process of the session was armed running (for
+    /// `process("P").end` at an exec).
+    exes: HashMap<i32, PathBuf>,
+    /// The region's address in the target's processes.
+    region_remote: u64,
     _code: Vec<CodeRegion>,
 }
 
@@ -186,6 +191,10 @@ struct Follow {
     children: Vec<(i32, Vec<Patch>, Option<crate::crash::Hook>)>,
     /// What could not be followed, said once each.
     said: std::collections::BTreeSet<String>,
+    /// Processes about to exec that share their parent's memory (vfork,
+    /// posix_spawn): they never ran a program of their own, so their exec
+    /// ends none (no process.end).
+    vforked: std::collections::BTreeSet<i32>,
     /// The target sees the pids we see (one pid namespace): the rows'
     /// owners can be checked from here (`Armed::reclaim_rows`).
     same_pid_ns: bool,
@@ -735,16 +744,20 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         }
     }
     let maps = mappings(pid)?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     let mut by_module: ByModule = BTreeMap::new();
     for (i, p) in a.probes.iter().enumerate() {
         match &p.attach {
-            Attach::Function { module, file_offset, .. } => {
+            Attach::Function { module, file_offset, only_exe, .. } => {
+                if only_exe.as_ref().is_some_and(|only| !same_file(only, &exe)) {
+                    continue;
+                }
                 by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
             }
-            Attach::Statement { .. } | Attach::Lifecycle { .. } => {
+            Attach::Statement { .. } => {
                 return Err(TargetError::Unsupported(format!(
-                    "probe point `{}`: statement and process lifecycle probes are not supported by this build yet \
-                     (function entry, return and .itrace probes are)",
+                    "probe point `{}`: statement probes are not supported by this build yet \
+                     (function entry, return, .itrace and process lifecycle probes are)",
                     p.name
                 )))
             }
@@ -861,6 +874,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
                 execed: Vec::new(),
                 children: Vec::new(),
                 said: Default::default(),
+                vforked: Default::default(),
                 same_pid_ns: {
                     let ns = |p: &str| std::fs::metadata(p).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
                     ns("/proc/self/ns/pid").is_some_and(|me| ns(&format!("/proc/{pid}/ns/pid")) == Some(me))
@@ -874,6 +888,11 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     apply(&mut s, plans, &mut patches)?;
     // SAFETY: the region's own base.
     unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
+    if codes.is_empty() {
+        // Room for the crash handler's stub and the lifecycle calls.
+        let near = s.regs(s.main_thread())?.rip;
+        codes.push(inject::code(&mut s, a, near, 4096)?);
+    }
     let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, injected.region_remote));
     let region_ino = std::fs::metadata(format!("/proc/self/fd/{}", injected.region.fd()))
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
@@ -898,6 +917,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         crash,
         crashes: Vec::new(),
         region_ino,
+        exes: [(pid, exe)].into_iter().collect(),
+        region_remote: injected.region_remote,
         _code: codes,
     };
     Ok((injected.region, armed))
@@ -1027,7 +1048,26 @@ impl Armed {
 
 impl Hooks for Armed {
     fn started(&mut self) -> Result<(), String> {
-        if let Some(s) = self.stopped.take() {
+        if let Some(mut s) = self.stopped.take() {
+            // The target starts (or is attached to) after the session's
+            // begin probes: process.begin in it, thread.begin in each of
+            // its other threads.
+            if let Some(code) = self._code.first() {
+                let exe = self.exes.get(&self.pid).cloned().unwrap_or_default();
+                let main = s.main_thread();
+                let others: Vec<i32> = s.threads().filter(|&t| t != main).collect();
+                let a = &self.hooker.artifact;
+                let mut said = lifecycle(&mut s, a, code, self.region_remote, main, LifeEvent::ProcessBegin, &exe);
+                for t in others {
+                    said.extend(lifecycle(&mut s, a, code, self.region_remote, t, LifeEvent::ThreadBegin, &exe));
+                }
+                for w in said {
+                    if !self.quiet {
+                        eprintln!("WARNING: {w}");
+                    }
+                    self.warnings.push(w);
+                }
+            }
             s.detach().map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -1401,7 +1441,12 @@ impl Armed {
                 // another): more time.
                 Some(w) => w.2 = deadline,
                 None => match crate::ptrace::seize_for_exec(tid) {
-                    Ok(()) => f.waiting.push((tid, pid, deadline)),
+                    Ok(()) => {
+                        f.waiting.push((tid, pid, deadline));
+                        if shares_parent_memory(pid) {
+                            f.vforked.insert(pid);
+                        }
+                    }
                     Err(e) => {
                         let note = format!("cannot follow pid {pid} into the program it runs: {e}");
                         if f.said.insert(note.clone()) && !self.quiet {
@@ -1476,9 +1521,13 @@ impl Armed {
         check_x86_64(pid)?;
         let a = &self.hooker.artifact;
         let maps = mappings(pid)?;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
         let mut by_module: ByModule = BTreeMap::new();
         for (i, p) in a.probes.iter().enumerate() {
-            if let Attach::Function { module, file_offset, .. } = &p.attach {
+            if let Attach::Function { module, file_offset, only_exe, .. } = &p.attach {
+                if only_exe.as_ref().is_some_and(|only| !same_file(only, &exe)) {
+                    continue;
+                }
                 if runtime_addr(&maps, module, *file_offset).is_some() {
                     by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
                 }
@@ -1504,13 +1553,39 @@ impl Armed {
         hook_execs(&self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
         let mut patches = Vec::new();
         apply(&mut s, plans, &mut patches)?;
+        if codes.is_empty() {
+            let near = s.regs(pid)?.rip;
+            codes.push(inject::code(&mut s, a, near, 4096)?);
+        }
         let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, region_remote));
+        // The old program ended (process.end, for the program this process
+        // ran: its own, or its parent's when it forked), the new one begins.
+        let old = self.exes.get(&pid).cloned().or_else(|| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let ppid: i32 = status.lines().find_map(|l| l.strip_prefix("PPid:"))?.trim().parse().ok()?;
+            self.exes.get(&ppid).cloned()
+        });
+        let vforked = self.follow.as_mut().is_some_and(|f| f.vforked.remove(&pid));
+        let mut said = Vec::new();
+        if let Some(code) = codes.first() {
+            if let Some(old) = old.as_ref().filter(|_| !vforked) {
+                said.extend(lifecycle(&mut s, a, code, region_remote, pid, LifeEvent::ProcessEnd, old));
+            }
+            said.extend(lifecycle(&mut s, a, code, region_remote, pid, LifeEvent::ProcessBegin, &exe));
+        }
         s.detach()?;
+        self.exes.insert(pid, exe);
         for r in refused {
             if !self.quiet {
                 eprintln!("WARNING: cannot probe {r} (pid {pid})");
             }
             self.warnings.push(format!("cannot probe {r} (pid {pid})"));
+        }
+        for w in said {
+            if !self.quiet {
+                eprintln!("WARNING: {w}");
+            }
+            self.warnings.push(w);
         }
         if let Some(f) = &mut self.follow {
             f.children.push((pid, patches, crash));
@@ -1535,6 +1610,58 @@ impl Armed {
             restore_patches(pid, &patches, crash.as_ref());
         }
     }
+}
+
+/// Whether process `pid` shares its address space with its parent (a
+/// vfork or posix_spawn child before its exec): `kcmp(KCMP_VM)`.
+fn shares_parent_memory(pid: i32) -> bool {
+    let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|v| v.trim().parse::<i32>().ok()))
+    else {
+        return false;
+    };
+    const KCMP_VM: i32 = 1;
+    // SAFETY: kcmp compares two processes' kernel objects; no pointers.
+    unsafe { libc::syscall(libc::SYS_kcmp, pid, ppid, KCMP_VM, 0, 0) == 0 }
+}
+
+/// Run the handlers of the lifecycle probes of `event` in thread `tid` of
+/// the stopped process (running program `exe`), by remote calls of
+/// `rt_call_probe` in code region `code`.
+/// What could not run is returned, for warnings.
+fn lifecycle(
+    s: &mut Stopped,
+    a: &Artifact,
+    code: &CodeRegion,
+    region: u64,
+    tid: i32,
+    event: LifeEvent,
+    exe: &Path,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let Some(call) = a.symbols.iter().find(|s| s.name == "rt_call_probe").map(|s| code.at(s.offset)) else {
+        return warnings;
+    };
+    for (i, p) in a.probes.iter().enumerate() {
+        let Attach::Lifecycle { event: e, module, .. } = &p.attach else { continue };
+        if *e != event || module.as_ref().is_some_and(|m| !same_file(m, exe)) {
+            continue;
+        }
+        let args = [region, code.at(p.handler), i as u64, u64::from(a.ctx_size)];
+        match s.call(tid, call, &args, code.trap()) {
+            Ok(r) if r as i64 == -1 => warnings.push(format!(
+                "`{}` did not run in pid {} ({}): its thread has no thread pointer yet (a static program at its \
+                 start)",
+                p.name,
+                s.pid(),
+                exe.display()
+            )),
+            Ok(_) => {}
+            Err(e) => warnings.push(format!("cannot run `{}` in thread {tid}: {e}", p.name)),
+        }
+    }
+    warnings
 }
 
 /// Put `patches` back in process `pid` if it still runs the image they

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,24 @@ static void *thread_main(void *arg) {
     return 0;
 }
 
+/* A thread that ends by pthread_exit, not by returning. */
+static void *thread_exit(void *arg) {
+    *(long *)arg = work(1);
+    pthread_exit(0);
+}
+
+/* A thread that blocks until the process ends. */
+static int never[2];
+static void *thread_block(void *arg) {
+    char c;
+    (void)arg;
+    while (read(never[0], &c, 1) != 0) {
+    }
+    return 0;
+}
+
+extern char **environ;
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "work";
     if (argc > 2) n_calls = atol(argv[2]);
@@ -131,6 +150,45 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n_calls; i++) s += work(i);
         long *volatile p = 0;
         poke(p);
+    } else if (!strcmp(mode, "life")) {
+        /* Lifecycles: 4 threads (2 end by pthread_exit), 2 forked children
+         * (exit and _exit), a forked child that execs this program (`work
+         * 1`), and a spawned one (posix_spawn: vfork and exec). */
+        pthread_t t[4];
+        long r[4];
+        for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, i % 2 ? thread_exit : thread_main, &r[i]);
+        for (int i = 0; i < 4; i++) {
+            pthread_join(t[i], 0);
+            s += r[i];
+        }
+        for (int i = 0; i < 3; i++) {
+            pid_t c = fork();
+            if (c == 0) {
+                if (i == 0) exit(0);
+                if (i == 1) _exit(0);
+                execl("/proc/self/exe", "prog", "work", "1", (char *)0);
+                _exit(9);
+            }
+            int st = 0;
+            waitpid(c, &st, 0);
+            s += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        }
+        char *args[] = {"prog", "work", "2", 0};
+        pid_t q;
+        if (posix_spawn(&q, "/proc/self/exe", 0, 0, args, environ)) return 7;
+        int st = 0;
+        waitpid(q, &st, 0);
+        s += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    } else if (!strcmp(mode, "lifewait")) {
+        /* For -p: two threads blocked, say ready, wait for a line, work. */
+        if (pipe(never)) return 8;
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, thread_block, 0);
+        printf("ready\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 2;
+        s += work(1);
     } else if (!strcmp(mode, "eight")) {
         for (long i = 0; i < n_calls; i++) s += eight(1, 1, 1, 1, 1, 1, 1, i);
     } else if (!strcmp(mode, "tail")) {

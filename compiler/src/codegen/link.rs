@@ -12,7 +12,7 @@ use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::{ExternalName, UserExternalName};
 use cranelift_codegen::{Context, FinalizedRelocTarget};
 use std::collections::HashMap;
-use telco_abi::artifact::{Artifact, Attach, Display, DisplayKind, ProbeEntry, Symbol};
+use telco_abi::artifact::{Artifact, Attach, Display, DisplayKind, LifeEvent, ProbeEntry, Symbol};
 
 pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
     let isa = super::isa()?;
@@ -78,11 +78,11 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
             probes.push(ProbeEntry {
                 handler: offsets[handler_idx],
                 attach: attach_of(pt),
-                name: point_name(pt),
+                name: p.lifecycle.clone().unwrap_or_else(|| point_name(pt)),
                 body: i as u32,
                 entry_handler: entry.map(|(idx, _)| offsets[idx]),
                 entry_size: entry.map_or(0, |(_, s)| s),
-                function: super::function_of(pt),
+                function: if p.lifecycle.is_some() { String::new() } else { super::function_of(pt) },
                 full_ctx: t.functions[handler_idx].full_ctx || entry.is_some_and(|(idx, _)| t.functions[idx].full_ctx),
                 empty: p.body.is_empty() && p.condition.is_none(),
                 span: p.is_chrome_span(),
@@ -208,9 +208,21 @@ fn attach_of(p: &Point) -> Attach {
             file_offset: f.file_offset,
             ret: f.ret,
             itrace: f.itrace,
+            only_exe: f.only_exe.clone(),
         },
         Point::Statement { module, addr, .. } => Attach::Statement { module: module.clone(), addr: *addr },
-        other => Attach::Lifecycle { what: point_name(other) },
+        Point::ProcessBegin { module } => {
+            Attach::Lifecycle { what: point_name(p), event: LifeEvent::ProcessBegin, module: module.clone() }
+        }
+        Point::ProcessEnd { module } => {
+            Attach::Lifecycle { what: point_name(p), event: LifeEvent::ProcessEnd, module: module.clone() }
+        }
+        Point::ThreadBegin { module } => {
+            Attach::Lifecycle { what: point_name(p), event: LifeEvent::ThreadBegin, module: module.clone() }
+        }
+        Point::ThreadEnd { module } => {
+            Attach::Lifecycle { what: point_name(p), event: LifeEvent::ThreadEnd, module: module.clone() }
+        }
     }
 }
 

@@ -57,8 +57,12 @@ pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Resu
     let mut rows = Vec::new();
     for p in &program.probes {
         for pt in &p.points {
-            let pp = layout.string(point_name(pt).as_bytes());
-            let func = layout.string(function_of(pt).as_bytes());
+            let (pp, func) = match &p.lifecycle {
+                Some(name) => (name.clone(), String::new()),
+                None => (point_name(pt), function_of(pt)),
+            };
+            let pp = layout.string(pp.as_bytes());
+            let func = layout.string(func.as_bytes());
             rows.push((layout.probes_off + 16 * row, pp, func));
             row += 1;
         }

@@ -72,6 +72,8 @@ rt_fns! {
     PrintUbacktrace = "rt_print_ubacktrace"(5) false,
     Usymname = "rt_usymname"(4) false,
     Tid = "rt_tid"(1) true,
+    Ppid = "rt_ppid"(2) true,
+    Uid = "rt_uid"(2) true,
     RetPush = "rt_ret_push"(5) true,
     RetPop = "rt_ret_pop"(3) true,
     Enter = "rt_enter"(1) true,

@@ -2138,10 +2138,12 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
                 self.load32(at, 0)
             }
             Builtin::Tid => self.rt(Rt::Tid, &[self.ctx]),
-            Builtin::Ppid => self.load(self.region, core::mem::offset_of!(abi::Header, ppid) as i32),
+            // The region's process's, or (a process it forked or exec'd
+            // to) the kernel's.
+            Builtin::Ppid => self.rt(Rt::Ppid, &[self.region, self.ctx]),
             // The process of -c or -p (0 without one), as SystemTap's.
             Builtin::Target => self.load(self.region, core::mem::offset_of!(abi::Header, target) as i32),
-            Builtin::Uid => self.load32(self.region, core::mem::offset_of!(abi::Header, uid) as i32),
+            Builtin::Uid => self.rt(Rt::Uid, &[self.region, self.ctx]),
             Builtin::Cpu => self.rt(Rt::Cpu, &[]),
             Builtin::Execname => {
                 let t = self.temp();

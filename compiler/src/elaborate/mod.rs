@@ -8,6 +8,7 @@
 
 pub mod alias;
 pub mod builtins;
+pub mod lifecycle;
 pub mod lower;
 pub mod points;
 pub mod show;
@@ -170,8 +171,10 @@ pub fn elaborate(
             locals,
             body,
             span,
+            lifecycle: None,
         })
         .collect();
+    let probes = lifecycle::hooks(probes, &mut resolver, diags);
     let mut errors_after = diags.iter().filter(|d| d.severity == crate::diag::Severity::Error).count();
     if errors_after == errors_before && probes.is_empty() {
         diags.push(

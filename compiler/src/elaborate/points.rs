@@ -116,6 +116,50 @@ impl<'q> Resolver<'q> {
         Ok(Vec::new())
     }
 
+    /// Function `symbol` of the C library that program `exe` (None: the
+    /// target) loads, as a probe point: where lifecycle probes hook
+    /// (`elaborate::lifecycle`).
+    /// None without a target (nothing to hook: pass 5 needs one).
+    pub fn libc_function(
+        &mut self,
+        exe: Option<&std::path::Path>,
+        symbol: &str,
+        ret: bool,
+    ) -> Result<Option<FunctionPoint>, String> {
+        if exe.is_none() && self.spec.pid.is_none() && self.spec.command.is_none() {
+            return Ok(None);
+        }
+        let modules: Vec<Rc<Module>> = match exe {
+            Some(path) => {
+                let closure = elf::load_closure(path).map_err(|e| e.to_string())?;
+                closure.into_iter().map(Rc::new).collect()
+            }
+            None => self.target_modules()?,
+        };
+        let Some(libc) = modules.iter().find(|m| module_is(m, "libc.so.6")) else {
+            let what = exe.map_or("the target".to_string(), |p| p.display().to_string());
+            return Err(format!("{what} does not load the GNU C library (libc.so.6)"));
+        };
+        let (found, _) = libc.match_functions(symbol);
+        let Some(f) = found.into_iter().find(|f| !f.ifunc && f.names.iter().any(|n| n == symbol)) else {
+            return Err(format!(
+                "{} has no function `{symbol}` (GNU C library 2.34 or later is needed)",
+                libc.path.display()
+            ));
+        };
+        Ok(Some(FunctionPoint {
+            module: libc.path.clone(),
+            symbol: symbol.to_string(),
+            demangled: None,
+            addr: f.addr,
+            size: f.size,
+            file_offset: f.file_offset,
+            ret,
+            itrace: false,
+            only_exe: exe.map(|p| p.to_path_buf()),
+        }))
+    }
+
     /// The module a `process(...)` component names.
     fn module_for(&mut self, c: &Component) -> Result<Rc<Module>, Diagnostic> {
         let fail = |msg: String, label: &str| {
@@ -353,6 +397,7 @@ impl<'q> Resolver<'q> {
                 file_offset: f.file_offset,
                 ret,
                 itrace,
+                only_exe: None,
             }));
         }
         if !ifuncs.is_empty() {

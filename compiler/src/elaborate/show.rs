@@ -44,7 +44,22 @@ pub fn print_program(p: &Program) -> String {
             if pr.points.len() == 1 { "" } else { "s" }
         );
         for pt in &pr.points {
-            let _ = writeln!(o, "    {}", point_detail(pt));
+            match (&pr.lifecycle, pt) {
+                // A lifecycle point's hook in the C library: where, not the
+                // address (which differs from one glibc to the next).
+                (Some(name), Point::Function(f)) => {
+                    let file = f.module.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+                    let at = if f.ret { "the return of" } else { "the entry of" };
+                    let guard = match &pr.condition {
+                        Some(_) if f.ret || f.symbol != "_exit" => ", guarded",
+                        _ => "",
+                    };
+                    let _ = writeln!(o, "    {name} at {at} {}  /* {file}{guard} */", f.symbol);
+                }
+                _ => {
+                    let _ = writeln!(o, "    {}", point_detail(pt));
+                }
+            }
         }
         locals(&mut o, &pr.locals);
     }
