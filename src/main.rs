@@ -206,33 +206,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    // Pass 5: probe points this build cannot run yet are refused here,
-    // with their place in the script.
-    let mut refused = telco_compiler::Diagnostics::new();
-    for p in &program.probes {
-        use telco_compiler::program::Point;
-        let what = p.points.iter().find_map(|pt| match pt {
-            Point::Statement { .. } => Some("statement probes"),
-            _ => None,
-        });
-        if let Some(what) = what {
-            refused.push(
-                telco_compiler::Diagnostic::error(
-                    telco_compiler::diag::Code::Unsupported,
-                    p.span,
-                    format!("{what} are not supported by this build yet"),
-                )
-                .with_label("cannot run this probe")
-                .with_help(
-                    "function entry (`.function(\"F\")`), return (`.return`), `.itrace` and process and thread \
-                     lifecycle probes run",
-                ),
-            );
-        }
-    }
-    if refused.has_errors() {
-        return Ok(fail_pass(&refused, &sources, color, 5, "run"));
-    }
     run_pass5(&cli, &artifact)
 }
 

@@ -237,20 +237,6 @@ fn v8_builtins_take_no_return_probe() {
     assert_eq!(out, "10\n");
 }
 
-/// Probe points this build cannot run yet are refused before the target
-/// starts, with their place in the script.
-#[test]
-fn unsupported_points_are_refused_with_their_place() {
-    let d = Scratch::new("unsupported");
-    let exe = d.probed("prog", &[]);
-    let cmd = format!("{} work 1", exe.display());
-    let (_, err, code) =
-        telco(&["-e", "probe begin { exit() }\nprobe process.statement(\"work+1\") { println(1) }", "-c", &cmd]);
-    assert_eq!(code, Some(1));
-    assert!(err.contains("error[E0014]: statement probes are not supported by this build yet"), "{err}");
-    assert!(err.contains("<input>:2:1"), "{err}");
-}
-
 /// Guru mode: writes to `$argN` and `$return` change what the function
 /// and its caller see (they were accepted and ignored once).
 #[test]

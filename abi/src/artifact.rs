@@ -34,9 +34,17 @@ pub enum Attach {
         /// probe's hook in the C library).
         only_exe: Option<PathBuf>,
     },
+    /// An instruction inside a function (a statement or an SDT marker):
+    /// link-time address, offset in the file, and the bytes the jump
+    /// displaces there (pass 2 proved that control never arrives inside
+    /// them). A marker's semaphore (link-time address) is incremented
+    /// while it is probed.
     Statement {
         module: PathBuf,
         addr: u64,
+        file_offset: u64,
+        displaced: u32,
+        semaphore: Option<u64>,
     },
     /// A process or thread lifecycle event, run by a remote call where
     /// pass 5 starts or attaches to a process (`ProcessBegin` in it,

@@ -77,6 +77,8 @@ pub enum Tok<'a> {
     Ident(&'a str),
     /// `$name`: a target variable (`$arg1`, `$return`, `$buf`).
     #[regex(r"\$[A-Za-z_][A-Za-z0-9_]*", |l| &l.slice()[1..])]
+    /// `$$name`, `$$provider`, `$$parms` (markers): the name keeps one `$`.
+    #[regex(r"\$\$[A-Za-z_][A-Za-z0-9_]*", |l| &l.slice()[1..])]
     TargetVar(&'a str),
     /// `$N`: script argument N as an integer.
     #[regex(r"\$[0-9]+", |l| script_arg_index(l))]

@@ -119,7 +119,11 @@ pub enum Point {
         module: PathBuf,
         addr: u64,
         function: Option<String>,
+        /// Where the jump goes, proven safe by pass 2.
+        site: Site,
     },
+    /// An SDT marker (`.mark("NAME")`).
+    Mark(MarkPoint),
     ProcessBegin {
         module: Option<PathBuf>,
     },
@@ -132,6 +136,31 @@ pub enum Point {
     ThreadEnd {
         module: Option<PathBuf>,
     },
+}
+
+/// A patch inside a function (`elf::Module::plan_site`): the
+/// instruction's offset in the file and how many bytes the jump displaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Site {
+    pub file_offset: u64,
+    pub displaced: u32,
+}
+
+/// An SDT marker of a module.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MarkPoint {
+    pub module: PathBuf,
+    pub provider: String,
+    pub name: String,
+    /// Link-time address of the marker.
+    pub addr: u64,
+    /// Link-time address of its semaphore, if it has one.
+    pub semaphore: Option<u64>,
+    /// Its arguments, and their specs as written (`$$parms`, messages).
+    pub args: Vec<crate::elf::sdt::MarkArg>,
+    pub args_text: String,
+    pub function: Option<String>,
+    pub site: Site,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -116,13 +116,18 @@ const FUNCTION_SUFFIXES: &[Shape] = &[
 ];
 const STATEMENT_SUFFIXES: &[Shape] = &[s("nearest", Arg::None, true, &[])];
 const THREAD_EVENTS: &[Shape] = &[s("begin", Arg::None, true, &[]), s("end", Arg::None, true, &[])];
+const MARK: &[Shape] = &[s("mark", Arg::String, true, &[])];
 const IN_MODULE: &[Shape] = &[
     s("function", Arg::String, true, FUNCTION_SUFFIXES),
     s("statement", Arg::NumberOrString, true, STATEMENT_SUFFIXES),
+    s("mark", Arg::String, true, &[]),
+    s("provider", Arg::String, false, MARK),
 ];
 const PROCESS_NEXT: &[Shape] = &[
     s("function", Arg::String, true, FUNCTION_SUFFIXES),
     s("statement", Arg::NumberOrString, true, STATEMENT_SUFFIXES),
+    s("mark", Arg::String, true, &[]),
+    s("provider", Arg::String, false, MARK),
     s("library", Arg::String, false, IN_MODULE),
     s("begin", Arg::None, true, &[]),
     s("end", Arg::None, true, &[]),
@@ -210,6 +215,8 @@ impl Validator<'_> {
             "function" => "(\"main\")",
             "library" => "(\"libc.so.6\")",
             "statement" => "(0x1234)",
+            "mark" => "(\"function__entry\")",
+            "provider" => "(\"python\")",
             "randomize" => "(5)",
             "ms" | "msec" => "(100)",
             "s" | "sec" => "(1)",

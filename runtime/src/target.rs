@@ -164,7 +164,17 @@ pub struct Armed {
     exes: HashMap<i32, PathBuf>,
     /// The region's address in the target's processes.
     region_remote: u64,
+    /// SDT semaphores raised in the target (lowered at the end).
+    semaphores: Vec<u64>,
     _code: Vec<CodeRegion>,
+}
+
+/// A process armed after an exec: what to undo at the end.
+struct Child {
+    pid: i32,
+    patches: Vec<Patch>,
+    crash: Option<crate::crash::Hook>,
+    semaphores: Vec<u64>,
 }
 
 /// Following the target's children into the programs they `exec`: the C
@@ -188,7 +198,7 @@ struct Follow {
     /// waits for its own child).
     execed: Vec<i32>,
     /// Processes armed after an exec: pid, the bytes to put back.
-    children: Vec<(i32, Vec<Patch>, Option<crate::crash::Hook>)>,
+    children: Vec<Child>,
     /// What could not be followed, said once each.
     said: std::collections::BTreeSet<String>,
     /// Processes about to exec that share their parent's memory (vfork,
@@ -404,15 +414,24 @@ impl Hooker {
             return Err(TargetError::Unsupported("the return trampoline is larger than its room".into()));
         }
         s.write(ret_tramp, &rt_bytes)?;
-        let mut plans = Vec::new();
+        let mut plans: Vec<Plan> = Vec::new();
         let mut clobbers = crate::clobber::Clobbers::new(&a.code, &a.symbols);
         for (&file_offset, probes) in functions {
             let p0 = &a.probes[probes[0]];
-            let size = match &p0.attach {
-                Attach::Function { size, .. } => *size,
-                _ => 0,
+            // A function's entry (statements there run with its entry
+            // probes), or an instruction inside one.
+            let size = probes.iter().find_map(|&i| match &a.probes[i].attach {
+                Attach::Function { size, .. } => Some(*size),
+                _ => None,
+            });
+            let site = probes.iter().find_map(|&i| match &a.probes[i].attach {
+                Attach::Statement { displaced, .. } => Some(*displaced as usize),
+                _ => None,
+            });
+            let fname = match (&p0.attach, size) {
+                (Attach::Statement { addr, .. }, None) => format!("{} ({addr:#x})", p0.name),
+                _ => p0.function.clone(),
             };
-            let fname = p0.function.clone();
             let Some(addr) = runtime_addr(maps, module, file_offset) else {
                 refused.push(format!("{fname}: not mapped"));
                 continue;
@@ -542,7 +561,21 @@ impl Hooker {
             let span = span.filter(|_| own_ret.is_some() && span_inline.is_some());
             let tramp =
                 Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean, itrace, span, clock_only };
-            match self.function(s, &mut code, addr, size, tramp)? {
+            // Two patches never share a byte (a statement right after
+            // another, or inside a function's entry jump).
+            let reach = site.unwrap_or(16) as u64;
+            if let Some((at, _, _)) =
+                plans.iter().find(|(at, orig, _)| addr < at + orig.len() as u64 && *at < addr + reach)
+            {
+                refused.push(format!("{fname}: its jump would overlap the probe patched at {at:#x}"));
+                continue;
+            }
+            let placed = match (size, site) {
+                (Some(size), _) => self.function(s, &mut code, addr, size, None, tramp)?,
+                (None, Some(displaced)) => self.function(s, &mut code, addr, 0, Some(displaced), tramp)?,
+                (None, None) => continue,
+            };
+            match placed {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!("{fname}: {why}")),
             }
@@ -550,19 +583,25 @@ impl Hooker {
         Ok((code, plans))
     }
 
-    /// The trampoline of one function; the patch to apply, or why not.
+    /// The trampoline of one function (or of an instruction inside one
+    /// whose jump displaces `site` bytes, as pass 2 planned it); the patch
+    /// to apply, or why not.
     fn function(
         &self,
         s: &mut Stopped,
         code: &mut CodeRegion,
         addr: u64,
         size: u64,
+        site: Option<usize>,
         t: Tramp,
     ) -> Result<Result<Plan, String>, TargetError> {
-        let bytes = s.read(addr, (size as usize).clamp(1, 1 << 20) + 16)?;
-        let hook = match x86::plan(&bytes, addr, size) {
-            Ok(h) => h,
-            Err(why) => return Ok(Err(why.to_string())),
+        let bytes = s.read(addr, site.unwrap_or((size as usize).clamp(1, 1 << 20)) + 16)?;
+        let hook = match site {
+            Some(displaced) => x86::Hook { patch_at: addr, displaced },
+            None => match x86::plan(&bytes, addr, size) {
+                Ok(h) => h,
+                Err(why) => return Ok(Err(why.to_string())),
+            },
         };
         let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
         let itrace = match (&t.itrace, self.itrace_wait) {
@@ -754,12 +793,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
                 }
                 by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
             }
-            Attach::Statement { .. } => {
-                return Err(TargetError::Unsupported(format!(
-                    "probe point `{}`: statement probes are not supported by this build yet \
-                     (function entry, return, .itrace and process lifecycle probes are)",
-                    p.name
-                )))
+            Attach::Statement { module, file_offset, .. } => {
+                by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
             }
             _ => {}
         }
@@ -810,7 +845,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         let bytes = s.read(brk, 32)?;
         let size = x86::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
         let notify = code.at(hooker.dlnotify);
-        match hooker.function(&mut s, &mut code, brk, size, Tramp::call(notify))? {
+        match hooker.function(&mut s, &mut code, brk, size, None, Tramp::call(notify))? {
             Ok(plan) => plans.push(plan),
             Err(why) => {
                 return Err(TargetError::Unsupported(format!(
@@ -837,7 +872,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             for (addr, size, catch) in entries {
                 let Some(f) = (if catch { caught } else { unwind }) else { continue };
                 let handler = code.at(f);
-                match hooker.function(&mut s, &mut code, addr, size, Tramp::call(handler))? {
+                match hooker.function(&mut s, &mut code, addr, size, None, Tramp::call(handler))? {
                     Ok(plan) => plans.push(plan),
                     Err(why) if catch => refused.push(format!(
                         "the C++ runtime's catch at {addr:#x} ({why}): functions with a return probe that catch an \
@@ -886,6 +921,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         _ => None,
     };
     apply(&mut s, plans, &mut patches)?;
+    let semaphores = raise_semaphores(&s, a, &maps, &[]);
     // SAFETY: the region's own base.
     unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
     if codes.is_empty() {
@@ -919,6 +955,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         region_ino,
         exes: [(pid, exe)].into_iter().collect(),
         region_remote: injected.region_remote,
+        semaphores,
         _code: codes,
     };
     Ok((injected.region, armed))
@@ -1137,7 +1174,7 @@ impl Hooks for Armed {
 impl Armed {
     /// Put the original bytes back (the end of a session).
     fn restore(&mut self) {
-        if !self.alive() || (self.patches.is_empty() && self.crash.is_none()) {
+        if !self.alive() || (self.patches.is_empty() && self.crash.is_none() && self.semaphores.is_empty()) {
             return;
         }
         // After an exec the old image (and our hooks) are gone: writing the
@@ -1149,6 +1186,7 @@ impl Armed {
         if !ours {
             self.patches.clear();
             self.crash = None;
+            self.semaphores.clear();
             return;
         }
         // Put the original bytes back, with every thread stopped.
@@ -1161,6 +1199,7 @@ impl Armed {
                 if let Some(hook) = self.crash.take() {
                     crate::crash::uninstall(&mut s, &hook);
                 }
+                lower_semaphores(&s, &std::mem::take(&mut self.semaphores));
                 for p in &self.patches {
                     if let Err(e) = s.write(p.at, &p.original) {
                         eprintln!("warning: cannot restore the code at {:#x} in pid {}: {e}", p.at, self.pid);
@@ -1197,6 +1236,8 @@ impl Armed {
             }
         }
         apply(&mut s, plans, &mut self.patches)?;
+        let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.semaphores);
+        self.semaphores.extend(raised);
         // SAFETY: the header pointer is the live region's base.
         unsafe { publish_symbols(self.header as *mut u8, &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
         for r in refused {
@@ -1347,7 +1388,7 @@ fn hook_execs(
         let mut code = inject::code(s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
         let handler = code.at(execnotify);
         for (addr, size, _) in entries {
-            match hooker.function(s, &mut code, addr, size, Tramp::call(handler))? {
+            match hooker.function(s, &mut code, addr, size, None, Tramp::call(handler))? {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!(
                     "the C library's exec at {addr:#x} ({why}): programs the target runs will not get their probes"
@@ -1485,6 +1526,7 @@ impl Armed {
                     // back into the new one.
                     if pid == self.pid {
                         self.patches.clear();
+                        self.semaphores.clear();
                         if !self.pending.is_empty() {
                             // No library of the old image will load now.
                             self.pending.clear();
@@ -1496,7 +1538,7 @@ impl Armed {
                         self.refresh_execname();
                     }
                     if let Some(f) = &mut self.follow {
-                        f.children.retain(|(p, _, _)| *p != pid);
+                        f.children.retain(|c| c.pid != pid);
                     }
                     if let Err(e) = self.arm_exec(pid) {
                         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
@@ -1524,13 +1566,18 @@ impl Armed {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
         let mut by_module: ByModule = BTreeMap::new();
         for (i, p) in a.probes.iter().enumerate() {
-            if let Attach::Function { module, file_offset, only_exe, .. } = &p.attach {
-                if only_exe.as_ref().is_some_and(|only| !same_file(only, &exe)) {
-                    continue;
+            let (module, file_offset) = match &p.attach {
+                Attach::Function { module, file_offset, only_exe, .. } => {
+                    if only_exe.as_ref().is_some_and(|only| !same_file(only, &exe)) {
+                        continue;
+                    }
+                    (module, file_offset)
                 }
-                if runtime_addr(&maps, module, *file_offset).is_some() {
-                    by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
-                }
+                Attach::Statement { module, file_offset, .. } => (module, file_offset),
+                _ => continue,
+            };
+            if runtime_addr(&maps, module, *file_offset).is_some() {
+                by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
             }
         }
         let Some(f) = &self.follow else { return Ok(()) };
@@ -1553,6 +1600,7 @@ impl Armed {
         hook_execs(&self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
         let mut patches = Vec::new();
         apply(&mut s, plans, &mut patches)?;
+        let semaphores = raise_semaphores(&s, a, &maps, &[]);
         if codes.is_empty() {
             let near = s.regs(pid)?.rip;
             codes.push(inject::code(&mut s, a, near, 4096)?);
@@ -1588,7 +1636,7 @@ impl Armed {
             self.warnings.push(w);
         }
         if let Some(f) = &mut self.follow {
-            f.children.push((pid, patches, crash));
+            f.children.push(Child { pid, patches, crash, semaphores });
             f._codes.extend(codes);
         }
         Ok(())
@@ -1606,8 +1654,8 @@ impl Armed {
         for pid in f.execed.drain(..) {
             crate::ptrace::detach_stopped(pid);
         }
-        for (pid, patches, crash) in f.children.drain(..) {
-            restore_patches(pid, &patches, crash.as_ref());
+        for c in f.children.drain(..) {
+            restore_patches(c.pid, &c.patches, c.crash.as_ref(), &c.semaphores);
         }
     }
 }
@@ -1664,10 +1712,41 @@ fn lifecycle(
     warnings
 }
 
+/// Raise the semaphores of the probed SDT markers whose modules are mapped
+/// in the stopped process (a program runs a marker only while its
+/// semaphore is non-zero), except those in `done`; returns their addresses
+/// (to lower at the end).
+fn raise_semaphores(s: &Stopped, a: &Artifact, maps: &[Mapping], done: &[u64]) -> Vec<u64> {
+    let mut raised: Vec<u64> = Vec::new();
+    for p in &a.probes {
+        let Attach::Statement { module, addr, file_offset, semaphore: Some(sem), .. } = &p.attach else { continue };
+        let Some(pc) = runtime_addr(maps, module, *file_offset) else { continue };
+        let at = pc.wrapping_sub(*addr).wrapping_add(*sem);
+        if done.contains(&at) || raised.contains(&at) {
+            continue;
+        }
+        let Ok(b) = s.read(at, 2) else { continue };
+        let v = u16::from_le_bytes([b[0], b[1]]).saturating_add(1);
+        if s.write(at, &v.to_le_bytes()).is_ok() {
+            raised.push(at);
+        }
+    }
+    raised
+}
+
+/// The end of a session in a stopped process: the semaphores it raised.
+fn lower_semaphores(s: &Stopped, semaphores: &[u64]) {
+    for &at in semaphores {
+        let Ok(b) = s.read(at, 2) else { continue };
+        let v = u16::from_le_bytes([b[0], b[1]]).saturating_sub(1);
+        let _ = s.write(at, &v.to_le_bytes());
+    }
+}
+
 /// Put `patches` back in process `pid` if it still runs the image they
 /// were made in (our region is mapped there), every thread stopped.
-fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hook>) {
-    if patches.is_empty() && crash.is_none() {
+fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hook>, semaphores: &[u64]) {
+    if patches.is_empty() && crash.is_none() && semaphores.is_empty() {
         return;
     }
     let ours =
@@ -1680,6 +1759,7 @@ fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hoo
             if let Some(hook) = crash {
                 crate::crash::uninstall(&mut s, hook);
             }
+            lower_semaphores(&s, semaphores);
             for p in patches {
                 if let Err(e) = s.write(p.at, &p.original) {
                     eprintln!("warning: cannot restore the code at {:#x} in pid {pid}: {e}", p.at);

@@ -210,7 +210,20 @@ fn attach_of(p: &Point) -> Attach {
             itrace: f.itrace,
             only_exe: f.only_exe.clone(),
         },
-        Point::Statement { module, addr, .. } => Attach::Statement { module: module.clone(), addr: *addr },
+        Point::Statement { module, addr, site, .. } => Attach::Statement {
+            module: module.clone(),
+            addr: *addr,
+            file_offset: site.file_offset,
+            displaced: site.displaced,
+            semaphore: None,
+        },
+        Point::Mark(m) => Attach::Statement {
+            module: m.module.clone(),
+            addr: m.addr,
+            file_offset: m.site.file_offset,
+            displaced: m.site.displaced,
+            semaphore: m.semaphore,
+        },
         Point::ProcessBegin { module } => {
             Attach::Lifecycle { what: point_name(p), event: LifeEvent::ProcessBegin, module: module.clone() }
         }

@@ -441,6 +441,7 @@ pub fn function_of(p: &Point) -> String {
     match p {
         Point::Function(f) => f.demangled.clone().unwrap_or_else(|| f.symbol.clone()),
         Point::Statement { function, .. } => function.clone().unwrap_or_default(),
+        Point::Mark(m) => m.function.clone().unwrap_or_default(),
         _ => String::new(),
     }
 }

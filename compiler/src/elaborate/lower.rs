@@ -23,6 +23,8 @@ pub enum BodyKind {
     FunctionEntry,
     FunctionReturn,
     Function,
+    /// An SDT marker: its arguments by its specs.
+    Mark,
     /// A probe condition: globals only.
     Condition,
 }
@@ -73,6 +75,9 @@ pub struct ProbeBody<'a> {
     pub condition: Option<ast::Expr>,
     pub kind: BodyKind,
     pub locals: Locals,
+    /// The marker of a `.mark` probe (one body per marker: `$argN` reads
+    /// where that marker's specs say).
+    pub mark: Option<crate::program::MarkPoint>,
 }
 
 pub struct Lowerer<'a> {
@@ -88,6 +93,7 @@ pub struct Lowerer<'a> {
     diags: Vec<Diagnostic>,
     locals: Locals,
     kind: BodyKind,
+    mark: Option<crate::program::MarkPoint>,
     in_function: Option<FuncId>,
     /// Slots already reported as untyped (one error per variable).
     untyped_reported: Vec<String>,
@@ -119,6 +125,7 @@ impl<'a> Lowerer<'a> {
             diags: Vec::new(),
             locals: Locals::default(),
             kind: BodyKind::Session,
+            mark: None,
             in_function: None,
             untyped_reported: Vec::new(),
             all_functions: Vec::new(),
@@ -320,10 +327,12 @@ impl<'a> Lowerer<'a> {
             });
             self.locals = std::mem::take(&mut p.locals);
             self.kind = p.kind;
+            self.mark = p.mark.clone();
             let mut body = Vec::new();
             for b in &p.blocks {
                 body.extend(self.block(b));
             }
+            self.mark = None;
             let locals = self.finish_locals();
             p.locals = std::mem::take(&mut self.locals);
             bodies.push((body, condition, locals));
@@ -933,6 +942,49 @@ impl<'a> Lowerer<'a> {
             (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, None)
         };
         let arg = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok());
+        if let Some(m) = self.mark.clone().filter(|_| self.in_function.is_none()) {
+            let string = |v: &str| (Expr { kind: ExprKind::String(v.as_bytes().to_vec()), ty: Ty::String, span }, Some(Ty::String));
+            match (name, arg) {
+                ("$name", _) => return string(&m.name),
+                ("$provider", _) => return string(&m.provider),
+                ("$parms", _) => {
+                    let fmt: Vec<String> = (1..=m.args.len()).map(|i| format!("arg{i}=0x%x")).collect();
+                    let mut args = vec![Expr { kind: ExprKind::String(fmt.join(" ").into_bytes()), ty: Ty::String, span }];
+                    args.extend(m.args.iter().map(|a| mark_arg(a, span)));
+                    let kind = ExprKind::Builtin { func: builtins::Builtin::Sprintf, args };
+                    return (Expr { kind, ty: Ty::String, span }, Some(Ty::String));
+                }
+                (_, Some(n)) if n >= 1 && n as usize <= m.args.len() => {
+                    return (mark_arg(&m.args[n as usize - 1], span), Some(Ty::Long));
+                }
+                (_, Some(n)) if n >= 1 => {
+                    return bad(
+                        self,
+                        Diagnostic::error(
+                            Code::Context,
+                            span,
+                            format!("marker `{}` has {} argument(s), not {n}", m.name, m.args.len()),
+                        )
+                        .with_label("no such argument")
+                        .with_help(format!("its arguments: `{}`", m.args_text)),
+                    );
+                }
+                _ => {}
+            }
+        }
+        if self.kind == BodyKind::Mark && self.mark.is_none() && (arg.is_some() || name.starts_with('$')) {
+            // The marker did not resolve (reported there): no follow-on error.
+            let ty = if name.starts_with('$') && name != "$arg" { Ty::String } else { Ty::Long };
+            let kind = if ty == Ty::String { ExprKind::String(Vec::new()) } else { ExprKind::Long(0) };
+            return (Expr { kind, ty, span }, None);
+        }
+        if name.starts_with('$') {
+            return bad(
+                self,
+                Diagnostic::error(Code::Context, span, format!("`${name}` outside a marker probe"))
+                    .with_label("only `.mark(...)` probes have a marker name, provider and parameters"),
+            );
+        }
         let in_function_probe =
             matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function);
         if self.in_function.is_some() && (arg.is_some() || name == "return") {
@@ -1505,5 +1557,58 @@ fn ast_type(t: ast::Type) -> Ty {
     match t {
         ast::Type::Long => Ty::Long,
         ast::Type::String => Ty::String,
+    }
+}
+
+/// The value of an SDT marker argument: its register, constant or memory
+/// word, of its size and signedness.
+fn mark_arg(a: &crate::elf::sdt::MarkArg, span: Span) -> Expr {
+    use crate::elf::sdt::ArgLoc;
+    use builtins::Builtin as B;
+    let long = |kind| Expr { kind, ty: Ty::Long, span };
+    let num = |v: i64| long(ExprKind::Long(v));
+    let call = |func, args: Vec<Expr>| long(ExprKind::Builtin { func, args });
+    let bin = |op, l: Expr, r: Expr| long(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r) });
+    const NAMES: [&str; 17] =
+        ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"];
+    let reg = |i: u32| {
+        let name = NAMES.get(i as usize).copied().unwrap_or("rax");
+        call(B::Register, vec![Expr { kind: ExprKind::String(name.as_bytes().to_vec()), ty: Ty::String, span }])
+    };
+    // A value of `size` bytes, sign- or zero-extended.
+    let extend = |v: Expr| match (a.size, a.signed) {
+        (8, _) => v,
+        (4, true) => call(B::Int32, vec![v]),
+        (4, false) => call(B::Uint32, vec![v]),
+        (2, true) => call(B::Short, vec![v]),
+        (2, false) => call(B::Ushort, vec![v]),
+        (_, true) => bin(BinOp::Shr, bin(BinOp::Shl, v, num(56)), num(56)),
+        (_, false) => bin(BinOp::BitAnd, v, num(0xff)),
+    };
+    match &a.loc {
+        ArgLoc::Const(v) => extend(num(*v)),
+        ArgLoc::Reg { index, shift } => {
+            let r = reg(*index);
+            extend(if *shift > 0 { bin(BinOp::UShr, r, num(i64::from(*shift))) } else { r })
+        }
+        ArgLoc::Mem { base, index, disp } => {
+            let mut addr = num(*disp);
+            if let Some(b) = base {
+                addr = bin(BinOp::Add, reg(*b), addr);
+            }
+            if let Some((i, scale)) = index {
+                addr = bin(BinOp::Add, addr, bin(BinOp::Mul, reg(*i), num(i64::from(*scale))));
+            }
+            let func = match (a.size, a.signed) {
+                (1, true) => B::UserInt8,
+                (1, false) => B::UserUint8,
+                (2, true) => B::UserInt16,
+                (2, false) => B::UserUint16,
+                (4, true) => B::UserInt32,
+                (4, false) => B::UserUint32,
+                _ => B::UserInt64,
+            };
+            call(func, vec![addr])
+        }
     }
 }

@@ -20,7 +20,7 @@ use crate::diag::Diagnostic;
 use crate::parse::{parse, ParseConfig};
 use crate::program::Program;
 use crate::span::{FileId, SourceMap};
-use lower::{Lowerer, ProbeBody};
+use lower::{BodyKind, Lowerer, ProbeBody};
 pub use points::{NoProcesses, TargetQuery, TargetSpec};
 pub use tapsets::TapsetSource;
 
@@ -147,7 +147,25 @@ pub fn elaborate(
                     blocks.extend(ex.after.iter().copied());
                     // The alias's own conditions are merged into the point.
                     let condition = ex.point.condition.as_deref().cloned();
-                    bodies.push(ProbeBody { blocks, condition, kind: r.kind, locals: Default::default() });
+                    if r.kind == BodyKind::Mark && !r.points.is_empty() {
+                        // One body per marker: each reads its own arguments.
+                        for pt in r.points {
+                            let mark = match &pt {
+                                crate::program::Point::Mark(m) => Some(m.clone()),
+                                _ => None,
+                            };
+                            bodies.push(ProbeBody {
+                                blocks: blocks.clone(),
+                                condition: condition.clone(),
+                                kind: r.kind,
+                                locals: Default::default(),
+                                mark,
+                            });
+                            shells.push((vec![pt], ex.written.clone(), p.span));
+                        }
+                        continue;
+                    }
+                    bodies.push(ProbeBody { blocks, condition, kind: r.kind, locals: Default::default(), mark: None });
                     shells.push((r.points, ex.written.clone(), p.span));
                 }
                 // `!`: once this point matches, the later ones are not tried.

@@ -300,6 +300,34 @@ impl<'q> Resolver<'q> {
                 };
                 session(vec![p])
             }
+            ["mark"] | ["provider", "mark"] => {
+                let module = match self.module_for(module_comp) {
+                    Ok(m) => m,
+                    Err(d) => {
+                        if !ex.point.optional {
+                            diags.push(d);
+                        }
+                        return Resolved { points: Vec::new(), kind: BodyKind::Mark };
+                    }
+                };
+                let provider = match rest_names.as_slice() {
+                    ["provider", _] => match rest[0].arg.as_deref().map(|a| &a.kind) {
+                        Some(A::Str(p)) => Some((String::from_utf8_lossy(p).into_owned(), rest[0].span)),
+                        _ => {
+                            diags.push(
+                                Diagnostic::error(Code::BadValue, rest[0].span, "`provider` needs a name string")
+                                    .with_label("no provider to match"),
+                            );
+                            return Resolved { points: Vec::new(), kind: BodyKind::Mark };
+                        }
+                    },
+                    _ => None,
+                };
+                let name_comp = &rest[rest.len() - 1];
+                let points =
+                    self.marks(&module, provider.as_ref().map(|(p, s)| (p.as_str(), *s)), name_comp, ex, diags);
+                Resolved { points, kind: BodyKind::Mark }
+            }
             ["statement", ..] => {
                 let module = match self.module_for(module_comp) {
                     Ok(m) => m,
@@ -570,19 +598,110 @@ impl<'q> Resolver<'q> {
             }
             _ => return Vec::new(),
         };
-        if function.is_none() {
+        let (patch, name) = match module.plan_site(addr) {
+            Ok(p) => p,
+            Err(why) => {
+                diags.push(
+                    Diagnostic::error(
+                        Code::Unsupported,
+                        comp.span,
+                        format!("cannot probe {addr:#x} in {}: {why}", module.path.display()),
+                    )
+                    .with_label("no safe place for the jump here")
+                    .with_help(
+                        "use a module-relative address of an instruction inside a function (as `objdump -d` shows), \
+                         or \"function+offset\"",
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        let site = crate::program::Site { file_offset: patch.file_offset, displaced: patch.displaced };
+        vec![Point::Statement { module: module.path.clone(), addr, function: function.or(name), site }]
+    }
+
+    /// `.mark("NAME")` (with `provider`, `.provider("PROV")`): the module's
+    /// SDT markers whose names match the globs.
+    fn marks(
+        &mut self,
+        module: &Module,
+        provider: Option<(&str, crate::span::Span)>,
+        name_comp: &Component,
+        ex: &Expanded<'_>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Vec<Point> {
+        let Some(A::Str(pattern)) = name_comp.arg.as_deref().map(|a| &a.kind) else {
             diags.push(
-                Diagnostic::error(
-                    Code::NoMatch,
-                    comp.span,
-                    format!("address {addr:#x} is not inside any function of {}", module.path.display()),
-                )
-                .with_label("no function symbol covers this address")
-                .with_help("use a module-relative address inside a function (as `nm` shows), or \"function+offset\""),
+                Diagnostic::error(Code::BadValue, name_comp.span, "`mark` needs a name string")
+                    .with_label("no marker name to match"),
             );
             return Vec::new();
+        };
+        let pattern = String::from_utf8_lossy(pattern).into_owned();
+        let wildcard = pattern.contains(['*', '?', '[']);
+        let mut points: Vec<Point> = Vec::new();
+        for m in &module.markers {
+            if provider.is_some_and(|(p, _)| !crate::glob::glob_match(p, &m.provider))
+                || !crate::glob::glob_match(&pattern, &m.name)
+                || points.iter().any(|p| matches!(p, Point::Mark(q) if q.addr == m.addr))
+            {
+                continue;
+            }
+            let refuse = |diags: &mut Vec<Diagnostic>, why: String| {
+                let d = if wildcard {
+                    Diagnostic::warning(Code::Unsupported, name_comp.span, format!("marker `{}` skipped: {why}", m.name))
+                } else {
+                    Diagnostic::error(Code::Unsupported, name_comp.span, format!("cannot probe marker `{}`: {why}", m.name))
+                };
+                diags.push(d.with_label(format!("{}:{} at {:#x}", m.provider, m.name, m.addr)));
+            };
+            let args = match crate::elf::sdt::parse_args(&m.args) {
+                Ok(a) => a,
+                Err(why) => {
+                    refuse(diags, format!("its argument {why}"));
+                    continue;
+                }
+            };
+            let (patch, function) = match module.plan_site(m.addr) {
+                Ok(p) => p,
+                Err(why) => {
+                    refuse(diags, why);
+                    continue;
+                }
+            };
+            points.push(Point::Mark(crate::program::MarkPoint {
+                module: module.path.clone(),
+                provider: m.provider.clone(),
+                name: m.name.clone(),
+                addr: m.addr,
+                semaphore: (m.semaphore != 0).then_some(m.semaphore),
+                args,
+                args_text: m.args.clone(),
+                function,
+                site: crate::program::Site { file_offset: patch.file_offset, displaced: patch.displaced },
+            }));
         }
-        vec![Point::Statement { module: module.path.clone(), addr, function }]
+        if points.is_empty() && !ex.point.optional && !diags.iter().any(|d| d.span == name_comp.span) {
+            let mut names: Vec<String> = module.markers.iter().map(|m| format!("{}:{}", m.provider, m.name)).collect();
+            names.sort();
+            names.dedup();
+            let help = if names.is_empty() {
+                format!("{} has no SDT markers (no .note.stapsdt section)", module.path.display())
+            } else {
+                let shown: Vec<&str> = names.iter().map(String::as_str).collect();
+                format!("its markers: {}", list_names(&shown))
+            };
+            let what = match provider {
+                Some((p, _)) => format!("provider `{p}`, marker `{pattern}`"),
+                None => format!("marker `{pattern}`"),
+            };
+            diags.push(
+                Diagnostic::error(Code::NoMatch, name_comp.span, format!("no {what} in {}", module.path.display()))
+                    .with_label("matches no SDT marker")
+                    .with_help(help),
+            );
+        }
+        points
     }
 }
 

@@ -123,6 +123,7 @@ pub fn point_name(p: &Point) -> String {
             format!("process(\"{}\").function(\"{}\"){suffix}", f.module.display(), name)
         }
         Point::Statement { module, addr, .. } => format!("process(\"{}\").statement({addr:#x})", module.display()),
+        Point::Mark(m) => format!("process(\"{}\").provider(\"{}\").mark(\"{}\")", m.module.display(), m.provider, m.name),
         Point::ProcessBegin { module: m } => format!("{}.begin", module(m)),
         Point::ProcessEnd { module: m } => format!("{}.end", module(m)),
         Point::ThreadBegin { module: m } => format!("{}.thread.begin", module(m)),
@@ -143,6 +144,14 @@ fn point_detail(p: &Point) -> String {
             )
         }
         Point::Statement { function: Some(func), .. } => format!("{}  /* in {func} */", point_name(p)),
+        Point::Mark(m) => format!(
+            "{}  /* addr {:#x}{} in {}, args `{}` */",
+            point_name(p),
+            m.addr,
+            m.semaphore.map(|s| format!(" semaphore {s:#x}")).unwrap_or_default(),
+            m.function.as_deref().unwrap_or("?"),
+            m.args_text
+        ),
         _ => point_name(p),
     }
 }
@@ -160,6 +169,11 @@ pub fn point_variables(p: &Point) -> Vec<String> {
             v
         }
         Point::Statement { .. } => Vec::new(),
+        Point::Mark(m) => {
+            let mut v: Vec<String> = (1..=m.args.len()).map(|i| format!("$arg{i}:long")).collect();
+            v.extend(["$$name:string", "$$provider:string", "$$parms:string"].map(String::from));
+            v
+        }
         _ => Vec::new(),
     }
 }

@@ -118,6 +118,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
     let v8_builtins = skipped.iter().any(|s: &Skipped| s.name == "v8_Default_embedded_blob_code_")
         || functions.iter().any(|f| f.names.iter().any(|n| n == "v8_Default_embedded_blob_code_"));
     let info = elf.dynamic.as_ref().map(|d| &d.info);
+    let markers = markers(&elf, bytes);
     Ok(Module {
         path: path.to_path_buf(),
         soname: elf.soname.map(str::to_string),
@@ -131,11 +132,37 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         stripped,
         entry: elf.header.e_entry,
         v8_builtins,
+        markers,
+        file_offsets: elf
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .map(|p| (p.p_vaddr, p.p_filesz, p.p_offset))
+            .collect(),
         reopened: Default::default(),
+        sites: Default::default(),
         class64: bytes.get(EI_CLASS) == Some(&ELFCLASS64),
         little_endian: elf.little_endian,
         nodeflib: info.is_some_and(|i| i.flags_1 & DF_1_NODEFLIB != 0),
     })
+}
+
+/// The SDT markers of `.note.stapsdt` (`sdt`).
+fn markers(elf: &Elf<'_>, bytes: &[u8]) -> Vec<super::sdt::Marker> {
+    let base = elf
+        .section_headers
+        .iter()
+        .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(".stapsdt.base"))
+        .map(|sh| sh.sh_addr);
+    let mut descs: Vec<&[u8]> = Vec::new();
+    if let Some(notes) = elf.iter_note_sections(bytes, Some(".note.stapsdt")) {
+        for n in notes.flatten() {
+            if n.name == "stapsdt" && n.n_type == 3 {
+                descs.push(n.desc);
+            }
+        }
+    }
+    super::sdt::parse_notes(&descs, base, elf.little_endian)
 }
 
 /// `DT_RUNPATH`/`DT_RPATH` strings are colon-separated lists; an empty entry

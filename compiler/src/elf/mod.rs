@@ -19,7 +19,9 @@ mod demangle;
 pub mod entry;
 mod ldcache;
 mod load;
+pub mod sdt;
 mod search;
+pub mod sites;
 
 use std::path::{Path, PathBuf};
 
@@ -57,6 +59,13 @@ pub struct Module {
     /// The module holds V8's embedded builtins (`v8_Default_embedded_blob_code_`:
     /// node, Chromium, Electron): its `Builtins_*` functions are V8 code.
     pub v8_builtins: bool,
+    /// SDT markers (`.note.stapsdt`).
+    pub markers: Vec<sdt::Marker>,
+    /// `PT_LOAD` segments: link address, bytes in the file, file offset.
+    pub file_offsets: Vec<(u64, u64, u64)>,
+    /// Where patches inside functions are safe (`sites`), computed on
+    /// first need.
+    sites: std::sync::OnceLock<Result<sites::Sites, String>>,
     /// The file, opened again on first need by `no_return_address`.
     reopened: std::sync::OnceLock<Option<std::sync::Arc<std::fs::File>>>,
     class64: bool,
@@ -288,6 +297,36 @@ impl Module {
             f = self.function_at(to).filter(|g| g.addr == to)?;
         }
         None
+    }
+
+    /// Where a 5-byte jump may go at `addr` (a statement or a marker):
+    /// the patch, and the name of the function that holds it (its symbol,
+    /// or `sub_<offset>` from its FDE in a stripped file); or why not.
+    pub fn plan_site(&self, addr: u64) -> Result<(sites::Patch, Option<String>), String> {
+        let built = self.sites.get_or_init(|| {
+            let bytes = std::fs::read(&self.path).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+            let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
+            sites::Sites::build(&elf, &bytes)
+        });
+        let sites = built.as_ref().map_err(Clone::clone)?;
+        if self.machine != Machine::X86_64 {
+            return Err("statement and marker probes are x86_64-only so far".into());
+        }
+        let symbol = self.function_at(addr).filter(|f| f.size > 0);
+        let Some(range) = sites.function_range(addr, symbol.map(|f| (f.addr, f.size))) else {
+            return Err(format!("{addr:#x} is inside no function (no symbol or unwind entry covers it)"));
+        };
+        let name = match symbol {
+            Some(f) => Some(f.display_name().to_string()),
+            None => Some(format!("sub_{:x}", self.file_offset_of(range.0).unwrap_or(range.0))),
+        };
+        let bytes = std::fs::read(&self.path).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        Ok((sites.plan(&bytes, addr, range)?, name))
+    }
+
+    /// The file offset of link address `addr` (`PT_LOAD` segments).
+    pub fn file_offset_of(&self, addr: u64) -> Option<u64> {
+        self.file_offsets.iter().find(|&&(v, n, _)| addr >= v && addr < v + n).map(|&(v, _, o)| addr - v + o)
     }
 
     /// A PIE executable (as opposed to a shared library): the kernel

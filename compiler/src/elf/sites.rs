@@ -1,0 +1,397 @@
+//! Where a 5-byte jump may be written inside a function (statement probes,
+//! SDT markers), decided from the file before anything runs.
+//!
+//! A patch at A displaces the whole instructions covering `A .. A+5`.
+//! Control must never arrive strictly inside the displaced bytes, or it
+//! would execute the middle of the jump. So this module collects, for
+//! the whole module (a function's cold part, split off by the compiler,
+//! jumps back into it), every address control can arrive at other than by
+//! falling through:
+//!
+//! * targets of direct branches and calls (decoding every executable
+//!   section);
+//! * the return points of calls and `syscall`s: a thread sleeping in one
+//!   resumes there;
+//! * code addresses stored as data: every 8-byte word of the non-executable
+//!   sections, and the dynamic relocations' addends (position-independent
+//!   files have zeros in the file) — computed-goto tables, absolute
+//!   jump tables;
+//! * entries of 32-bit relative jump tables: for every `lea reg, [rip+T]`
+//!   with T in a non-executable section, the words at T while `T + word` is
+//!   code (gcc's and clang's switch tables);
+//! * exception landing pads, from each FDE's LSDA call-site table.
+//!
+//! This over-approximates (a stray word that looks like an address only
+//! refuses a site); what it cannot see (a table reached some other way,
+//! self-modifying code) it cannot protect.
+
+use std::collections::BTreeMap;
+
+use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHT_NOBITS, SHT_PROGBITS};
+use goblin::elf::Elf;
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
+
+/// How control can arrive at an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// A branch or call at this address.
+    Branch(u64),
+    /// Returning from the call (or `syscall`) at this address.
+    Return(u64),
+    /// A code address stored as data at this address (a table).
+    Data(u64),
+    /// An exception landing pad.
+    LandingPad,
+}
+
+/// What one module's code says about patch sites.
+#[derive(Clone, Debug, Default)]
+pub struct Sites {
+    /// Executable ranges: link address, size, file offset.
+    exec: Vec<(u64, u64, u64)>,
+    /// Every address control may arrive at other than by falling through,
+    /// with one way it does.
+    arrivals: BTreeMap<u64, Arrival>,
+    /// Function ranges from `.eh_frame` (start, end), sorted.
+    pub fdes: Vec<(u64, u64)>,
+}
+
+/// A safe patch: the instruction's file offset and how many bytes the jump
+/// displaces (whole instructions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patch {
+    pub file_offset: u64,
+    pub displaced: u32,
+}
+
+impl Sites {
+    pub fn build(elf: &Elf<'_>, bytes: &[u8]) -> Result<Sites, String> {
+        let mut s = Sites::default();
+        for sh in &elf.section_headers {
+            let alloc = sh.sh_flags & u64::from(SHF_ALLOC) != 0;
+            if alloc && sh.sh_flags & u64::from(SHF_EXECINSTR) != 0 && sh.sh_type == SHT_PROGBITS && sh.sh_size > 0 {
+                s.exec.push((sh.sh_addr, sh.sh_size, sh.sh_offset));
+            }
+        }
+        let in_exec = |a: u64, exec: &[(u64, u64, u64)]| exec.iter().any(|&(s, n, _)| a >= s && a < s + n);
+        let mut tables: Vec<u64> = Vec::new();
+        let exec = s.exec.clone();
+        for &(addr, size, off) in &exec {
+            let Some(code) = bytes.get(off as usize..(off + size) as usize) else { continue };
+            let mut dec = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+            let mut ins = Instruction::default();
+            while dec.can_decode() {
+                dec.decode_out(&mut ins);
+                if ins.is_invalid() {
+                    continue;
+                }
+                match ins.flow_control() {
+                    FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call => {
+                        if let Some(t) = near_target(&ins) {
+                            s.arrivals.entry(t).or_insert(Arrival::Branch(ins.ip()));
+                        }
+                        if ins.flow_control() == FlowControl::Call {
+                            s.arrivals.entry(ins.next_ip()).or_insert(Arrival::Return(ins.ip()));
+                        }
+                    }
+                    FlowControl::IndirectCall => {
+                        s.arrivals.entry(ins.next_ip()).or_insert(Arrival::Return(ins.ip()));
+                    }
+                    _ => {}
+                }
+                if matches!(ins.code(), Code::Syscall | Code::Int_imm8 | Code::Sysenter) {
+                    s.arrivals.entry(ins.next_ip()).or_insert(Arrival::Return(ins.ip()));
+                }
+                // Table bases: `lea r, [rip+T]`, and absolute displacements
+                // of memory operands (`jmp [T + r*8]`).
+                for i in 0..ins.op_count() {
+                    if ins.op_kind(i) == OpKind::Memory {
+                        if ins.memory_base() == Register::RIP {
+                            tables.push(ins.ip_rel_memory_address());
+                        } else if ins.memory_base() == Register::None && ins.memory_displacement64() > 0x1000 {
+                            tables.push(ins.memory_displacement64());
+                        }
+                    }
+                }
+            }
+        }
+        // Code addresses stored as data.
+        let file_word = |a: u64| -> Option<u64> {
+            let sh = elf.section_headers.iter().find(|sh| {
+                sh.sh_type == SHT_PROGBITS && sh.sh_flags & u64::from(SHF_ALLOC) != 0 && a >= sh.sh_addr && a < sh.sh_addr + sh.sh_size
+            })?;
+            let o = (a - sh.sh_addr + sh.sh_offset) as usize;
+            Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?))
+        };
+        for sh in &elf.section_headers {
+            let alloc = sh.sh_flags & u64::from(SHF_ALLOC) != 0;
+            if !alloc || sh.sh_flags & u64::from(SHF_EXECINSTR) != 0 || sh.sh_type == SHT_NOBITS {
+                continue;
+            }
+            let Some(data) = bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize) else { continue };
+            let skew = (8 - sh.sh_addr % 8) % 8;
+            for (k, w) in data.get(skew as usize..).unwrap_or_default().chunks_exact(8).enumerate() {
+                let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                if in_exec(v, &exec) {
+                    s.arrivals.entry(v).or_insert(Arrival::Data(sh.sh_addr + skew + 8 * k as u64));
+                }
+            }
+        }
+        for r in elf.dynrelas.iter().chain(elf.dynrels.iter()) {
+            let value = match r.r_type {
+                // R_X86_64_RELATIVE, R_X86_64_IRELATIVE: the addend.
+                8 | 37 => r.r_addend.unwrap_or(0) as u64,
+                // R_X86_64_64: the symbol plus the addend.
+                1 => elf.dynsyms.get(r.r_sym).map_or(0, |sym| sym.st_value).wrapping_add(r.r_addend.unwrap_or(0) as u64),
+                _ => continue,
+            };
+            if in_exec(value, &exec) {
+                s.arrivals.entry(value).or_insert(Arrival::Data(r.r_offset));
+            }
+        }
+        // 32-bit relative tables.
+        tables.sort_unstable();
+        tables.dedup();
+        for t in tables {
+            if in_exec(t, &exec) {
+                continue;
+            }
+            for k in 0..4096u64 {
+                let Some(w) = file_word(t + 4 * k).map(|w| w as u32 as i32) else { break };
+                let target = t.wrapping_add(i64::from(w) as u64);
+                if !in_exec(target, &exec) {
+                    break;
+                }
+                s.arrivals.entry(target).or_insert(Arrival::Data(t + 4 * k));
+            }
+        }
+        s.eh_frame(elf, bytes)?;
+        Ok(s)
+    }
+
+    /// Function ranges and landing pads from `.eh_frame`.
+    fn eh_frame(&mut self, elf: &Elf<'_>, bytes: &[u8]) -> Result<(), String> {
+        use gimli::UnwindSection;
+        let section = |name: &str| {
+            elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name)).and_then(|sh| {
+                let data = bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize)?;
+                Some((sh.sh_addr, data))
+            })
+        };
+        let Some((eh_addr, eh_data)) = section(".eh_frame") else { return Ok(()) };
+        let eh = gimli::EhFrame::new(eh_data, gimli::LittleEndian);
+        let mut bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
+        if let Some((text, _)) = section(".text") {
+            bases = bases.set_text(text);
+        }
+        if let Some((got, _)) = section(".got") {
+            bases = bases.set_got(got);
+        }
+        let lsda_section = section(".gcc_except_table");
+        let mut entries = eh.entries(&bases);
+        loop {
+            let entry = match entries.next() {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                // A malformed entry ends the walk; what was read stands.
+                Err(_) => break,
+            };
+            let gimli::CieOrFde::Fde(partial) = entry else { continue };
+            let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
+            let start = fde.initial_address();
+            let end = start.wrapping_add(fde.len());
+            if fde.len() > 0 {
+                self.fdes.push((start, end));
+            }
+            let Some(gimli::Pointer::Direct(lsda)) = fde.lsda() else { continue };
+            let Some((gx_addr, gx)) = lsda_section else { continue };
+            let Some(at) = lsda.checked_sub(gx_addr).filter(|&o| (o as usize) < gx.len()) else { continue };
+            for pad in landing_pads(&gx[at as usize..], start) {
+                self.arrivals.insert(pad, Arrival::LandingPad);
+            }
+        }
+        self.fdes.sort_unstable();
+        Ok(())
+    }
+
+    /// The range (start, end) of the function holding `addr`: its FDE, or
+    /// `symbol` (start, size) when there is none.
+    pub fn function_range(&self, addr: u64, symbol: Option<(u64, u64)>) -> Option<(u64, u64)> {
+        let i = self.fdes.partition_point(|&(s, _)| s <= addr);
+        let fde = i.checked_sub(1).map(|i| self.fdes[i]).filter(|&(_, e)| addr < e);
+        fde.or_else(|| symbol.map(|(s, n)| (s, s + n)).filter(|&(s, e)| addr >= s && addr < e))
+    }
+
+    /// Plan a patch at `addr` in the function `range` (start, end), from
+    /// the file's `bytes`; or say why it is not safe.
+    pub fn plan(&self, bytes: &[u8], addr: u64, range: (u64, u64)) -> Result<Patch, String> {
+        let Some(&(s, n, off)) = self.exec.iter().find(|&&(s, n, _)| addr >= s && addr < s + n) else {
+            return Err(format!("{addr:#x} is not in an executable section"));
+        };
+        let file_offset = addr - s + off;
+        let end = range.1.min(s + n);
+        // Past the function's end, padding (`nop`s, `int3`) up to the next
+        // 16-byte boundary may be displaced too: nothing runs it.
+        let padded_end = end.next_multiple_of(16).min(s + n);
+        let code = bytes.get(file_offset as usize..(padded_end - s + off) as usize).unwrap_or_default();
+        let mut dec = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+        let mut len = 0u64;
+        let mut last = Instruction::default();
+        // Where the displaced instructions after the first start.
+        let mut starts = Vec::new();
+        while len < 5 {
+            if len > 0 {
+                starts.push(addr + len);
+            }
+            let short = || {
+                format!(
+                    "the function ends {} byte(s) after it and too little padding follows, so the 5-byte jump does \
+                     not fit",
+                    end - addr
+                )
+            };
+            if !dec.can_decode() {
+                return Err(short());
+            }
+            dec.decode_out(&mut last);
+            if last.is_invalid() {
+                return Err(if addr + len >= end { short() } else { format!("the bytes at {:#x} are not an instruction", addr + len) });
+            }
+            if last.ip() >= end && !matches!(last.mnemonic(), iced_x86::Mnemonic::Nop | iced_x86::Mnemonic::Int3) {
+                return Err(short());
+            }
+            if last.next_ip() > end && last.ip() < end {
+                return Err(format!("the instruction at {:#x} runs past the function's end", last.ip()));
+            }
+            len += last.len() as u64;
+        }
+        // A code address in data that falls inside an instruction is no
+        // code address (text that looks like one): only instruction starts
+        // count for them.
+        let real = |to: u64, how: Arrival| !matches!(how, Arrival::Data(_)) || starts.contains(&to);
+        if let Some((&to, &how)) = self.arrivals.range(addr + 1..addr + len).find(|(&to, &how)| real(to, how)) {
+            let why = match how {
+                Arrival::Branch(from) => format!("a branch at {from:#x} jumps to {to:#x}"),
+                Arrival::Return(from) => format!("the call at {from:#x} returns to {to:#x}"),
+                Arrival::Data(at) => format!("a table (or pointer) at {at:#x} holds {to:#x}"),
+                Arrival::LandingPad => format!("an exception landing pad is at {to:#x}"),
+            };
+            return Err(format!(
+                "the jump would replace {len} bytes of instructions and {why}, inside them (one instruction of at \
+                 least 5 bytes there could be probed)"
+            ));
+        }
+        Ok(Patch { file_offset, displaced: len as u32 })
+    }
+}
+
+fn near_target(ins: &Instruction) -> Option<u64> {
+    match ins.op0_kind() {
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(ins.near_branch_target()),
+        _ => None,
+    }
+}
+
+/// The landing pads of an LSDA (`.gcc_except_table`) whose function starts
+/// at `func`.
+fn landing_pads(lsda: &[u8], func: u64) -> Vec<u64> {
+    let mut r = Reader { b: lsda, at: 0 };
+    let mut pads = Vec::new();
+    let Some(lp_enc) = r.u8() else { return pads };
+    let lp_start = if lp_enc == 0xff { func } else { r.encoded(lp_enc).unwrap_or(func) };
+    let Some(tt_enc) = r.u8() else { return pads };
+    if tt_enc != 0xff && r.uleb().is_none() {
+        return pads;
+    }
+    let Some(cs_enc) = r.u8() else { return pads };
+    let Some(cs_len) = r.uleb() else { return pads };
+    let end = r.at.saturating_add(cs_len as usize).min(lsda.len());
+    while r.at < end {
+        let (Some(_start), Some(_len), Some(lp), Some(_action)) =
+            (r.encoded(cs_enc), r.encoded(cs_enc), r.encoded(cs_enc), r.uleb())
+        else {
+            break;
+        };
+        if lp != 0 {
+            pads.push(lp_start.wrapping_add(lp));
+        }
+    }
+    pads
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn u8(&mut self) -> Option<u8> {
+        let v = *self.b.get(self.at)?;
+        self.at += 1;
+        Some(v)
+    }
+    fn fixed(&mut self, n: usize) -> Option<u64> {
+        let s = self.b.get(self.at..self.at + n)?;
+        self.at += n;
+        Some(s.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b)))
+    }
+    fn uleb(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    /// A value in a DW_EH_PE encoding (the value format; call-site tables
+    /// use no application).
+    fn encoded(&mut self, enc: u8) -> Option<u64> {
+        match enc & 0x0f {
+            0x01 => self.uleb(),
+            0x02 => self.fixed(2),
+            0x03 => self.fixed(4),
+            0x04 => self.fixed(8),
+            0x0b => self.fixed(4).map(|v| v as u32 as i32 as i64 as u64),
+            0x0c => self.fixed(8),
+            0x00 => self.fixed(8),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lsda_call_sites_give_landing_pads() {
+        // lpstart omitted, no type table, call sites uleb128: two sites,
+        // the second with a landing pad at +0x40.
+        let lsda = [0xff, 0xff, 0x01, 8, 0x00, 0x10, 0x00, 0x00, 0x10, 0x08, 0x40, 0x01];
+        assert_eq!(landing_pads(&lsda, 0x1000), [0x1040]);
+    }
+
+    #[test]
+    fn arrivals_refuse_a_site() {
+        let mut s = Sites { exec: vec![(0x1000, 0x100, 0)], ..Default::default() };
+        // nop; pop rbx; pop rbp; pop r12; ret
+        let mut bytes = vec![0xccu8; 0x100];
+        bytes[0x10..0x16].copy_from_slice(&[0x90, 0x5b, 0x5d, 0x41, 0x5c, 0xc3]);
+        assert_eq!(s.plan(&bytes, 0x1010, (0x1000, 0x1100)), Ok(Patch { file_offset: 0x10, displaced: 5 }));
+        s.arrivals.insert(0x1012, Arrival::Branch(0x1080));
+        let e = s.plan(&bytes, 0x1010, (0x1000, 0x1100)).unwrap_err();
+        assert!(e.contains("a branch at 0x1080 jumps to 0x1012"), "{e}");
+        // The site itself may be a target.
+        s.arrivals.clear();
+        s.arrivals.insert(0x1010, Arrival::LandingPad);
+        assert!(s.plan(&bytes, 0x1010, (0x1000, 0x1100)).is_ok());
+        // At the end, padding (int3) completes the jump; a next function
+        // right there does not.
+        assert_eq!(s.plan(&bytes, 0x1014, (0x1000, 0x1016)), Ok(Patch { file_offset: 0x14, displaced: 5 }));
+        bytes[0x16..0x20].fill(0x55);
+        assert!(s.plan(&bytes, 0x1014, (0x1000, 0x1016)).unwrap_err().contains("ends"));
+    }
+}

@@ -1,0 +1,214 @@
+//! SDT markers (`.mark`) and statement probes (`.statement`) on programs
+//! gcc builds here (tests/programs/sdt.c), Debian's python3.11 and the
+//! system libstdc++: exact counts, arguments, semaphores, refusals.
+
+mod common;
+
+use common::telco_run as telco;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn build(tag: &str) -> PathBuf {
+    let exe = common::scratch(tag).join("sdt");
+    common::gcc("sdt.c", &exe, &[]);
+    exe
+}
+
+fn untraced(exe: &Path, args: &[&str]) -> String {
+    let o = Command::new(exe).args(args).output().expect("run");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A symbol's address, from `nm`.
+fn nm(exe: &Path, name: &str) -> u64 {
+    let o = Command::new("nm").arg(exe).output().expect("nm");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text.lines().find(|l| l.ends_with(&format!(" {name}"))).expect("symbol");
+    u64::from_str_radix(line.split_whitespace().next().expect("address"), 16).expect("hex")
+}
+
+/// Markers fire once per pass with their arguments (signed, unsigned,
+/// strings), `$$name`, `$$provider`, `$$parms`; `provider()` and globs
+/// select them; the probed marker's semaphore is set while the session
+/// runs (the program sees it), and only that one.
+#[test]
+fn markers_fire_with_their_arguments() {
+    let exe = build("marks");
+    assert_eq!(untraced(&exe, &["work", "2"]), "work 6\n");
+    let cmd = format!("{} work 2", exe.display());
+    let script = r#"global n
+probe process.mark("loop") {
+    n++
+    printf("%s:%s %d %d %s [%s]\n", $$provider, $$name, $arg1, $arg2, user_string($arg3), $$parms)
+}
+probe end { println(n) }"#;
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    // The loop marker's semaphore is not the tick's: step() adds nothing.
+    assert_eq!(lines[0], "work 6");
+    assert_eq!(lines.len(), 8, "{out}");
+    assert!(lines[1].starts_with("app:loop 0 0 hello [arg1=0x0 arg2=0x0 arg3=0x"), "{out}");
+    assert!(lines[6].starts_with("app:loop 1 2 hello [arg1=0x1 arg2=0x2 arg3=0x"), "{out}");
+    assert_eq!(lines[7], "6");
+    // tick: a signed 4-byte argument; its semaphore is seen (+1000 a call).
+    let script = r#"global t, n probe process.provider("app").mark("tick") { t += $arg1; n++ }
+probe process.provider("nope*").mark("*")? { n += 100 }
+probe end { println(n, " ", t) }"#;
+    let cmd = format!("{} work 4", exe.display());
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "work 4012\n4 -6\n");
+    // Every marker by glob.
+    let (out, err, code) =
+        telco(&["-e", "global n probe process.mark(\"*\") { n[$$name]++ } probe end { println(n[\"loop\"], n[\"tick\"]) }", "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "work 4012\n124\n");
+}
+
+/// `-l` and `-L` list markers, with their arguments.
+#[test]
+fn markers_are_listed() {
+    let exe = build("list");
+    let p = exe.display().to_string();
+    let (out, err, code) = telco(&["-L", &format!("process(\"{p}\").mark(\"*\")")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!(
+            "process(\"{p}\").provider(\"app\").mark(\"loop\") $arg1:long $arg2:long $arg3:long $$name:string"
+        )),
+        "{out}"
+    );
+    assert!(out.contains(&format!("process(\"{p}\").provider(\"app\").mark(\"tick\") $arg1:long $$name")), "{out}");
+    // A marker that does not exist: the ones there are, by name.
+    let (_, err, code) = telco(&["-e", &format!("probe process(\"{p}\").mark(\"nope\") {{ }}")]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no marker `nope` in") && err.contains("its markers: `app:loop`, `app:tick`"), "{err}");
+    // An argument the marker does not have.
+    let (_, err, code) = telco(&["-e", &format!("probe process(\"{p}\").mark(\"tick\") {{ println($arg2) }}")]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("marker `tick` has 1 argument(s), not 2"), "{err}");
+}
+
+/// Attached to a running program: the semaphore is raised while the
+/// session runs and lowered when it ends.
+#[test]
+fn semaphores_are_lowered_at_detach() {
+    let exe = build("semwait");
+    let mut target =
+        Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn");
+    let mut t_in = target.stdin.take().expect("stdin");
+    let mut t_out = BufReader::new(target.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    t_out.read_line(&mut line).expect("ready");
+    assert_eq!(line, "ready\n");
+    let pid = target.id().to_string();
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args([
+            "-p",
+            &pid,
+            "-e",
+            "probe begin { println(\"armed\") } probe process.mark(\"tick\") { println($arg1); exit() }",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tracer");
+    let mut s_out = BufReader::new(tracer.stdout.take().expect("stdout"));
+    let mut armed = String::new();
+    s_out.read_line(&mut armed).expect("armed");
+    assert_eq!(armed, "armed\n");
+    t_in.write_all(b"1\n").expect("line");
+    let mut rest = String::new();
+    s_out.read_to_string(&mut rest).expect("tracer output");
+    let st = tracer.wait_with_output().expect("tracer");
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert_eq!(rest, "-1\n");
+    t_in.write_all(b"2\n").expect("line");
+    drop(t_in);
+    let mut out = String::new();
+    t_out.read_to_string(&mut out).expect("target output");
+    assert!(target.wait().expect("target").success());
+    // Raised (step adds 1000) while traced, back to 0 after.
+    assert_eq!(out, "semaphore 1\nsemaphore 0\nwait 1006\n");
+}
+
+/// Statement probes by address and by "function+offset" fire each time
+/// the instruction runs (a loop's head); a site where the jump would cover
+/// a branch target is refused with the place and the reason.
+#[test]
+fn statements_fire_where_the_jump_is_safe() {
+    let exe = build("stmt");
+    let cmd = format!("{} loop 25", exe.display());
+    let head = nm(&exe, "loop_head");
+    let offset = head - nm(&exe, "looping");
+    for point in [format!("process.statement({head:#x})"), format!("process.statement(\"looping+{offset}\")")] {
+        let script = format!("global n probe {point} {{ n++ }} probe end {{ println(n) }}");
+        let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{point}: {err}");
+        assert_eq!(out, format!("{}25\n", untraced(&exe, &["loop", "25"])), "{point}");
+    }
+    let (_, err, code) = telco(&["-e", "probe process.statement(\"refuse_me\") { }", "-c", &cmd]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("error[E0014]: cannot probe 0x"), "{err}");
+    assert!(err.contains("jumps to 0x") && err.contains("inside them"), "{err}");
+    assert!(err.contains("<input>:1:15"), "{err}");
+}
+
+const PYTHON: &str = "/usr/bin/python3.11";
+
+/// Debian's python3.11 (stripped, non-PIE; markers guarded by semaphores):
+/// function__entry and function__return count the calls of one Python
+/// function exactly. CPython 3.11 runs function__entry only on its traced
+/// path, so the script sets a profile function, as a user of the marker
+/// must.
+#[test]
+fn python_function_markers_count_calls() {
+    let d = common::scratch("python");
+    let py = d.join("calls.py");
+    std::fs::write(
+        &py,
+        "import sys\n\
+         def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\
+         def square(x):\n    return x * x\n\
+         sys.setprofile(lambda *a: None)\n\
+         print(fib(12), sum(map(square, range(100))))\n\
+         sys.setprofile(None)\n",
+    )
+    .expect("write script");
+    let script = r#"global e, r
+probe process.mark("function__entry") { e[user_string($arg2)]++ }
+probe process.mark("function__return") { r[user_string($arg2)]++ }
+probe end { printf("fib %d/%d square %d/%d\n", e["fib"], r["fib"], e["square"], r["square"]) }"#;
+    let cmd = format!("{PYTHON} {}", py.display());
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "144 328350\nfib 465/465 square 100/100\n");
+}
+
+/// The system libstdc++'s markers count C++ throws and catches exactly.
+#[test]
+fn libstdcxx_markers_count_throws() {
+    let d = common::scratch("throw");
+    let src = d.join("throw.cc");
+    std::fs::write(
+        &src,
+        "#include <cstdio>\n#include <cstdlib>\n#include <stdexcept>\n\
+         int main(int argc, char **argv) {\n  int n = atoi(argv[1]), caught = 0;\n\
+           for (int i = 0; i < n; i++) { try { throw std::runtime_error(\"x\"); } catch (const std::exception &) { caught++; } }\n\
+           printf(\"caught %d\\n\", caught);\n}\n",
+    )
+    .expect("write");
+    let exe = d.join("throw");
+    let st = Command::new("g++").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("g++");
+    assert!(st.success());
+    let script = r#"global t, c
+probe process("libstdc++.so.6").mark("throw") { t++ }
+probe process("libstdc++.so.6").mark("catch") { c++ }
+probe end { println(t, " ", c) }"#;
+    let cmd = format!("{} 7", exe.display());
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "caught 7\n7 7\n");
+}
