@@ -20,7 +20,25 @@ const TARGET: &str = r#"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/sdt.h>
 __attribute__((noinline)) long work(long x) { return x * 2 + 1; }
+/* An SDT marker inside a function, and an instruction (`stmt_here`)
+ * inside another: the marker and statement rows. */
+__attribute__((noinline)) long marked(long x) { DTRACE_PROBE1(cost, tick, x); return x * 2 + 1; }
+__attribute__((noinline)) long stmt(long x) {
+    __asm__ volatile(".globl stmt_here\nstmt_here:");
+    return x * 2 + 1;
+}
+static inline __attribute__((always_inline)) double timed(long (*f)(long), long *sum) {
+    long n = 10000000, s = 0;
+    struct timespec a, b;
+    for (long i = 0; i < 100000; i++) s += f(i);   /* warm up */
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++) s += f(i);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    *sum = s;
+    return ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n;
+}
 FUNCS
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "rdtsc")) {
@@ -41,13 +59,14 @@ int main(int argc, char **argv) {
         if (!fgets(line, sizeof line, stdin)) return 1;
         return 0;
     }
-    long n = 10000000, s = 0;
-    struct timespec a, b;
-    for (long i = 0; i < 100000; i++) s += work(i);   /* warm up */
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    for (long i = 0; i < n; i++) s += work(i);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    double ns = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n;
+    long s = 0;
+    double ns;
+    if (argc > 1 && !strcmp(argv[1], "mark"))
+        ns = timed(marked, &s);
+    else if (argc > 1 && !strcmp(argv[1], "stmt"))
+        ns = timed(stmt, &s);
+    else
+        ns = timed(work, &s);
     printf("%.3f %ld\n", ns, s);
     return 0;
 }
@@ -197,6 +216,21 @@ fn main() {
         println!("| {name} | {:.1} |", m - bm);
     }
     let _ = std::fs::remove_file(&trace);
+    // A marker and a statement, each against the same loop untraced, and
+    // the entry counter on the same run's baseline.
+    let counted = |point: &str| format!("global n probe {point} {{ n++ }} probe end {{ printf(\"calls %d\\n\", n) }}");
+    for (name, mode, script) in [
+        ("marker hit: `n++` on `process.mark(\"tick\")`", "mark", counted("process.mark(\"tick\")")),
+        ("statement hit: `n++` on `process.statement(\"stmt\")`", "stmt", counted("process.statement(\"stmt\")")),
+        ("entry counter `n++` on `marked` (same run)", "mark", counted("process.function(\"marked\")")),
+    ] {
+        let base: Vec<f64> = (0..RUNS).map(|_| ns_per_call(Command::new(&exe).arg(mode))).collect();
+        let cmd = format!("{} {mode}", exe.display());
+        let v: Vec<f64> = (0..RUNS).map(|_| ns_per_call(Command::new(telco()).args(["-e", &script, "-c", &cmd]))).collect();
+        let (m, _, _) = stats(v);
+        let (b0, _, _) = stats(base);
+        println!("| {name} | {:.1} |", m - b0);
+    }
     let v: Vec<f64> = (0..RUNS).map(|_| ns_per_call(Command::new(&exe).arg("rdtsc"))).collect();
     let (m, _, _) = stats(v);
     println!("| for reference: `rdtsc` back to back in a C loop, no probe | {m:.1} each |");
