@@ -37,7 +37,7 @@ __attribute__((noinline)) long looping(long n) {
     for (long i = 0; i < n; i++) {
         __asm__ volatile(".globl loop_head\nloop_head:");
         s += i;
-        sink = s;
+        sink = s; /* the loop's line */
     }
     return s;
 }

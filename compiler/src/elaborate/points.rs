@@ -336,7 +336,8 @@ impl<'q> Resolver<'q> {
                         return session(Vec::new());
                     }
                 };
-                let points = self.statement(&module, &rest[0], ex, diags);
+                let nearest = rest.len() > 1;
+                let points = self.statement(&module, &rest[0], nearest, ex, diags);
                 Resolved { points, kind: BodyKind::Function }
             }
             ["function", suffix @ ..] => {
@@ -547,9 +548,68 @@ impl<'q> Resolver<'q> {
         &mut self,
         module: &Module,
         comp: &Component,
+        nearest: bool,
         ex: &Expanded<'_>,
         diags: &mut Vec<Diagnostic>,
     ) -> Vec<Point> {
+        // "func@file.c:LINE": the line's first instruction in each matching
+        // function (DWARF line tables).
+        if let Some(A::Str(s)) = comp.arg.as_deref().map(|a| &a.kind) {
+            let s = String::from_utf8_lossy(s).into_owned();
+            if let Some((func, place)) = s.split_once('@') {
+                let Some((file, line)) = place.rsplit_once(':').and_then(|(f, l)| Some((f, l.trim().parse::<u64>().ok()?)))
+                else {
+                    diags.push(
+                        Diagnostic::error(Code::BadValue, comp.span, format!("cannot read a line number in `{s}`"))
+                            .with_label("expected \"function@file.c:LINE\""),
+                    );
+                    return Vec::new();
+                };
+                let func = if func.is_empty() { "*" } else { func };
+                let found = match module.line_addresses(func, file, line, nearest) {
+                    Ok((_, found)) if !found.is_empty() => found,
+                    Ok(_) => {
+                        if !ex.point.optional {
+                            diags.push(
+                                Diagnostic::error(
+                                    Code::NoMatch,
+                                    comp.span,
+                                    format!("no function matching `{func}` has code for line {line} of `{file}`"),
+                                )
+                                .with_label("for this statement"),
+                            );
+                        }
+                        return Vec::new();
+                    }
+                    Err(why) => {
+                        if !ex.point.optional {
+                            diags.push(Diagnostic::error(Code::NoMatch, comp.span, why).with_label("for this statement"));
+                        }
+                        return Vec::new();
+                    }
+                };
+                let mut points = Vec::new();
+                for (addr, name) in found {
+                    match module.plan_site(addr) {
+                        Ok((patch, _)) => points.push(Point::Statement {
+                            module: module.path.clone(),
+                            addr,
+                            function: Some(name),
+                            site: crate::program::Site { file_offset: patch.file_offset, displaced: patch.displaced },
+                        }),
+                        Err(why) => diags.push(
+                            Diagnostic::error(
+                                Code::Unsupported,
+                                comp.span,
+                                format!("cannot probe line {line} of `{file}` in {name} (at {addr:#x}): {why}"),
+                            )
+                            .with_label("no safe place for the jump here"),
+                        ),
+                    }
+                }
+                return points;
+            }
+        }
         let (addr, function) = match comp.arg.as_deref().map(|a| &a.kind) {
             Some(A::Int(a)) => {
                 let a = *a as u64;

@@ -18,6 +18,7 @@
 mod demangle;
 pub mod entry;
 mod ldcache;
+pub mod lines;
 mod load;
 pub mod sdt;
 mod search;
@@ -66,6 +67,8 @@ pub struct Module {
     /// Where patches inside functions are safe (`sites`), computed on
     /// first need.
     sites: std::sync::OnceLock<Result<sites::Sites, String>>,
+    /// DWARF line rows, read on first need.
+    lines: std::sync::OnceLock<Result<Vec<lines::Row>, String>>,
     /// The file, opened again on first need by `no_return_address`.
     reopened: std::sync::OnceLock<Option<std::sync::Arc<std::fs::File>>>,
     class64: bool,
@@ -322,6 +325,60 @@ impl Module {
         };
         let bytes = std::fs::read(&self.path).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
         Ok((sites.plan(&bytes, addr, range)?, name))
+    }
+
+    /// The addresses of source line `line` of `file` (`func@file:LINE`),
+    /// one per function whose name matches the glob `func`: the first
+    /// instruction of the line in that function (SystemTap's choice), with
+    /// the function's name. `nearest`: a line without code moves to the
+    /// next line that has some.
+    pub fn line_addresses(&self, func: &str, file: &str, line: u64, nearest: bool) -> Result<(u64, Vec<(u64, String)>), String> {
+        let rows = self.lines.get_or_init(|| {
+            let bytes = std::fs::read(&self.path).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+            let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
+            lines::rows(&elf, &bytes)
+        });
+        let rows = rows.as_ref().map_err(Clone::clone)?;
+        if rows.is_empty() {
+            return Err(format!("{} has no DWARF line tables (build it with -g)", self.path.display()));
+        }
+        let in_file: Vec<&lines::Row> = rows.iter().filter(|r| lines::file_matches(&r.file, file)).collect();
+        if in_file.is_empty() {
+            return Err(format!("no line table of {} mentions a file `{file}`", self.path.display()));
+        }
+        let mut with_code: Vec<u64> = in_file.iter().map(|r| r.line).collect();
+        with_code.sort_unstable();
+        with_code.dedup();
+        let line = if with_code.contains(&line) {
+            line
+        } else if let Some(&next) = with_code.iter().find(|&&l| l > line).filter(|_| nearest) {
+            next
+        } else {
+            let before = with_code.iter().rev().find(|&&l| l < line);
+            let after = with_code.iter().find(|&&l| l > line);
+            let near: Vec<String> = before.into_iter().chain(after).map(|l| l.to_string()).collect();
+            return Err(format!(
+                "line {line} of `{file}` has no code{} (add `.nearest` to take the next line that has)",
+                if near.is_empty() { String::new() } else { format!("; lines near it that have: {}", near.join(", ")) }
+            ));
+        };
+        let fdes = self.sites.get().and_then(|s| s.as_ref().ok()).map(|s| s.fdes.clone()).unwrap_or_default();
+        let mut by_function: std::collections::BTreeMap<u64, (u64, String)> = Default::default();
+        for r in in_file.iter().filter(|r| r.line == line) {
+            let (start, name) = match self.function_at(r.addr).filter(|f| f.size > 0 && r.addr < f.addr + f.size) {
+                Some(f) => (f.addr, f.display_name().to_string()),
+                None => match fdes.iter().find(|&&(s, e)| r.addr >= s && r.addr < e) {
+                    Some(&(s, _)) => (s, format!("sub_{:x}", self.file_offset_of(s).unwrap_or(s))),
+                    None => continue,
+                },
+            };
+            if !crate::glob::glob_match(func, &name) {
+                continue;
+            }
+            let e = by_function.entry(start).or_insert((r.addr, name));
+            e.0 = e.0.min(r.addr);
+        }
+        Ok((line, by_function.into_values().collect()))
     }
 
     /// The file offset of link address `addr` (`PT_LOAD` segments).

@@ -1,0 +1,82 @@
+//! DWARF line tables (`.debug_line`, via gimli): where the code of a
+//! source line is, for `.statement("func@file.c:LINE")`.
+
+use gimli::{EndianSlice, LittleEndian};
+
+/// One row: an address where a statement of `line` in file `file` (as the
+/// line table names it, directory joined) starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub addr: u64,
+    pub file: String,
+    pub line: u64,
+}
+
+/// Every statement row of the file's line tables; empty when it has none.
+pub fn rows(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> Result<Vec<Row>, String> {
+    let section = |name: &str| -> &[u8] {
+        elf.section_headers
+            .iter()
+            .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name))
+            .filter(|sh| sh.sh_type != goblin::elf::section_header::SHT_NOBITS)
+            .and_then(|sh| bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize))
+            .unwrap_or(&[])
+    };
+    let load = |id: gimli::SectionId| -> Result<EndianSlice<'_, LittleEndian>, gimli::Error> {
+        Ok(EndianSlice::new(section(id.name()), LittleEndian))
+    };
+    let dwarf = gimli::Dwarf::load(load).map_err(|e| format!("reading DWARF: {e}"))?;
+    let mut out = Vec::new();
+    let mut units = dwarf.units();
+    while let Some(header) = units.next().map_err(|e| format!("reading DWARF units: {e}"))? {
+        let Ok(unit) = dwarf.unit(header) else { continue };
+        let Some(program) = unit.line_program.clone() else { continue };
+        let mut rows = program.rows();
+        while let Ok(Some((header, row))) = rows.next_row() {
+            if row.end_sequence() || !row.is_stmt() {
+                continue;
+            }
+            let Some(line) = row.line() else { continue };
+            let Some(file) = row.file(header) else { continue };
+            let name = dwarf
+                .attr_string(&unit, file.path_name())
+                .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
+                .unwrap_or_default();
+            let path = if name.starts_with('/') {
+                name
+            } else {
+                let dir = file
+                    .directory(header)
+                    .and_then(|d| dwarf.attr_string(&unit, d).ok())
+                    .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
+                    .unwrap_or_default();
+                if dir.is_empty() {
+                    name
+                } else {
+                    format!("{dir}/{name}")
+                }
+            };
+            out.push(Row { addr: row.address(), file: path, line: line.get() });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a line table's file is the one a script names: the same path,
+/// or one ending in `/NAME`.
+pub fn file_matches(table: &str, named: &str) -> bool {
+    table == named || table.ends_with(&format!("/{}", named.trim_start_matches("./")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_match_by_suffix() {
+        assert!(file_matches("/src/tests/programs/sdt.c", "sdt.c"));
+        assert!(file_matches("/src/tests/programs/sdt.c", "programs/sdt.c"));
+        assert!(file_matches("/src/a.c", "/src/a.c"));
+        assert!(!file_matches("/src/xsdt.c", "sdt.c"));
+    }
+}
