@@ -570,3 +570,33 @@ fn the_target_set_holds_the_commands_descendants() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.ends_with("\n5\n"), "{out}");
 }
+
+/// Debian's gzip is stripped: its functions without a symbol come from
+/// `.eh_frame` as `sub_<offset>`, listed, globbed and probed (entry and
+/// return) while it compresses a file, byte for byte as untraced.
+#[test]
+fn every_function_of_a_stripped_gzip_is_probed() {
+    let d = Scratch::new("gzip");
+    let data = d.0.join("data.bin");
+    let mut bytes = Vec::new();
+    for i in 0..200_000u32 {
+        bytes.extend_from_slice(format!("{} {}\n", i, i.wrapping_mul(2654435761) % 1000).as_bytes());
+    }
+    std::fs::write(&data, &bytes).expect("write data");
+    let gz = d.0.join("data.bin.gz");
+    let st = Command::new("gzip").args(["-k", "-f"]).arg(&data).status().expect("gzip");
+    assert!(st.success());
+    let reference = std::fs::read(&gz).expect("reference");
+    std::fs::remove_file(&gz).expect("remove");
+    let (out, err, code) = telco(&["-l", "process(\"/usr/bin/gzip\").function(\"sub_*\")"]);
+    assert_eq!(code, Some(0), "{err}");
+    let unnamed = out.lines().count();
+    assert!(unnamed > 20, "{out}");
+    let cmd = format!("gzip -k -f {}", data.display());
+    let script = "global n, r, f probe process.function(\"*\") { n++; if (substr(ppfunc(), 0, 4) == \"sub_\") f++ } \
+                  probe process.function(\"*\").return { r++ } probe end { println(n > 100000, \" \", f > 0, \" \", n - r < 10) }";
+    let (out, err, code) = telco(&["-w", "-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "1 1 1\n");
+    assert_eq!(std::fs::read(&gz).expect("traced output"), reference, "gzip's output changed");
+}

@@ -115,6 +115,18 @@ fn nm(path: &Path, dynamic: bool) -> HashMap<String, Vec<(u64, Option<u64>, char
 fn check_against_nm(m: &Module, dynamic: bool) {
     let symbols = nm(&m.path, dynamic);
     for f in &m.functions {
+        // A stripped file's functions without a symbol (`.eh_frame`):
+        // named after their file offset, at an address no symbol has.
+        if m.stripped && f.names.len() == 1 && f.names[0] == format!("sub_{:x}", f.file_offset) {
+            assert!(
+                !symbols.values().flatten().any(|&(addr, _, k)| addr == f.addr && matches!(k, 'T' | 't' | 'W' | 'w' | 'i')),
+                "{} at {:#x} has a symbol in {}",
+                f.names[0],
+                f.addr,
+                m.path.display()
+            );
+            continue;
+        }
         for name in &f.names {
             let base = name.split('@').next().unwrap_or(name);
             let entries = symbols.get(base).map(Vec::as_slice).unwrap_or(&[]);
@@ -254,6 +266,11 @@ fn stripped_program_uses_dynsym() {
     assert_eq!(the_function(&m, "work").names, vec!["work".to_string(), "work_alias".to_string()]);
     assert!(the_function(&m, "compute").ifunc);
     assert!(m.match_functions("helper_static").0.is_empty());
+    // ... but its code is still a function, from its unwind entry.
+    let helper = the_function(&full, "helper_static");
+    let unnamed = m.functions.iter().find(|f| f.addr == helper.addr).expect("an FDE function for helper_static");
+    assert_eq!(unnamed.names, vec![format!("sub_{:x}", helper.file_offset)]);
+    assert_eq!(unnamed.size, helper.size);
     check_file_offsets(&m, &["work", "weak_fn"]);
 }
 

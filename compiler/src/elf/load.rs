@@ -95,7 +95,10 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         collect_symbols(symtab, strtab, arm, &mut candidates, &mut skipped);
     }
 
-    let functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped)?;
+    let mut functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped)?;
+    if stripped && machine == Machine::X86_64 {
+        add_unnamed_functions(&elf, bytes, &mut functions);
+    }
 
     // A name can be both a function and a skipped symbol (the zero-size end
     // label of a function, a local object named like a function elsewhere);
@@ -146,6 +149,49 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         little_endian: elf.little_endian,
         nodeflib: info.is_some_and(|i| i.flags_1 & DF_1_NODEFLIB != 0),
     })
+}
+
+/// A stripped file keeps names only for what it exports; every function
+/// still has an unwind entry (FDE). Those no symbol covers become
+/// `sub_<file offset in hex>` (the disassemblers' convention), so
+/// `function("*")` reaches them.
+fn add_unnamed_functions(elf: &Elf<'_>, bytes: &[u8], functions: &mut Vec<Function>) {
+    let fdes = super::sites::fde_functions(elf, bytes);
+    if fdes.is_empty() {
+        return;
+    }
+    let covered = |f: &[Function], a: u64| {
+        let i = f.partition_point(|g| g.addr <= a);
+        i > 0 && a < f[i - 1].addr + f[i - 1].size.max(1)
+    };
+    let segments: Vec<(u64, u64, u64)> = elf
+        .program_headers
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .map(|p| (p.p_vaddr, p.p_filesz, p.p_offset))
+        .collect();
+    let mut added = Vec::new();
+    for (start, size) in fdes {
+        if covered(functions, start) {
+            continue;
+        }
+        let Some(file_offset) =
+            segments.iter().find(|&&(v, n, _)| start >= v && start < v + n).map(|&(v, _, o)| start - v + o)
+        else {
+            continue;
+        };
+        added.push(Function {
+            names: vec![format!("sub_{file_offset:x}")],
+            lazy: Default::default(),
+            addr: start,
+            size,
+            file_offset,
+            ifunc: false,
+            global: false,
+        });
+    }
+    functions.extend(added);
+    functions.sort_by_key(|f| f.addr);
 }
 
 /// The SDT markers of `.note.stapsdt` (`sdt`).

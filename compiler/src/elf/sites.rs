@@ -285,6 +285,47 @@ impl Sites {
     }
 }
 
+/// The functions of a file's `.eh_frame` (x86_64): each FDE whose frame at
+/// its first instruction is a fresh call's (the return address at the
+/// stack pointer, CFA = rsp + 8), as (start, size). A compiler's cold part
+/// of a function (`foo.cold`, jumped to with the frame already built) is
+/// not one.
+pub fn fde_functions(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u64)> {
+    use gimli::UnwindSection;
+    let section = |name: &str| {
+        elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name)).and_then(|sh| {
+            let data = bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize)?;
+            Some((sh.sh_addr, data))
+        })
+    };
+    let Some((eh_addr, eh_data)) = section(".eh_frame") else { return Vec::new() };
+    let eh = gimli::EhFrame::new(eh_data, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
+    if let Some((text, _)) = section(".text") {
+        bases = bases.set_text(text);
+    }
+    let mut ctx = gimli::UnwindContext::new();
+    let mut out = Vec::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
+        if fde.len() == 0 {
+            continue;
+        }
+        let start = fde.initial_address();
+        let Ok(row) = fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) else { continue };
+        let fresh = matches!(row.cfa(), gimli::CfaRule::RegisterAndOffset { register, offset }
+            if *register == gimli::X86_64::RSP && *offset == 8);
+        if fresh {
+            out.push((start, fde.len()));
+        }
+    }
+    out.sort_unstable();
+    out.dedup_by_key(|f| f.0);
+    out
+}
+
 fn near_target(ins: &Instruction) -> Option<u64> {
     match ins.op0_kind() {
         OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(ins.near_branch_target()),
