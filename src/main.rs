@@ -222,6 +222,7 @@ fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
             "MAXNESTING" => l.maxnesting = (*v).min(u64::from(u32::MAX)) as u32,
             "MAXERRORS" => l.maxerrors = *v,
             "MAXSKIPPED" => l.maxskipped = *v,
+            "MAXRETURNDEPTH" => l.maxreturndepth = (*v).clamp(16, 10_000_000) as u32,
             _ => {}
         }
     }

@@ -216,7 +216,8 @@ fn the_minimum_duration_leaves_out_short_calls() {
 }
 
 /// The trampolines' slow paths: recursion deeper than the shadow stack
-/// (1024 frames: deeper calls are skipped and counted), calls left by
+/// (1024 frames here, `-D MAXRETURNDEPTH`: deeper calls are skipped and
+/// counted), calls left by
 /// `longjmp` (never returned: no span; their frames are dropped and
 /// counted), calls from a signal handler.
 #[test]
@@ -225,7 +226,7 @@ fn deep_recursion_longjmp_and_signals_keep_the_trace_exact() {
     let out = dir().join("deep.json");
     let cmd = format!("{} deep 1100", exe.display());
     let (stdout, stderr, code) =
-        telco(&["-e", r#"probe process.function("rec") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
+        telco(&["-D", "MAXRETURNDEPTH=1024", "-e", r#"probe process.function("rec") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(stdout.trim(), "1110");
     // rec(1100, 0): 1101 calls, the outer 1024 timed; 3 × rec(2, 0) from

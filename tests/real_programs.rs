@@ -128,8 +128,8 @@ fn target_is_the_traced_process() {
     assert_eq!((out.as_str(), code), ("0\n", Some(0)));
 }
 
-/// Return probes on calls nested deeper than a thread's 1024 frames are
-/// skipped, counted and explained; past MAXSKIPPED the session ends with an
+/// Return probes on calls nested deeper than a thread's frames (1024
+/// here, `-D MAXRETURNDEPTH`) are skipped, counted and explained; past MAXSKIPPED the session ends with an
 /// error naming the limit, as SystemTap's does.
 #[test]
 fn skipped_probes_are_explained_and_limited() {
@@ -138,17 +138,18 @@ fn skipped_probes_are_explained_and_limited() {
     let script = "global n probe process.function(\"rec\").return { n++ } probe end { println(n) }";
     // One recursion 1101 deep: 77 skipped, under the default 100.
     let cmd = format!("{} deep 1", exe.display());
-    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    let (out, err, code) = telco(&["-D", "MAXRETURNDEPTH=1024", "-e", script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "deep 1100\n1024\n");
     assert_eq!(
         err,
         "WARNING: Number of errors: 0, skipped probes: 77\n\
-         WARNING: Skipped due to call depth: 77 (return probes on calls nested more than 1024 deep in one thread)\n"
+         WARNING: Skipped due to call depth: 77 (return probes on calls nested more than 1024 deep in one thread: \
+         -D MAXRETURNDEPTH=N for more)\n"
     );
     // Two: 154 skipped, more than MAXSKIPPED: no end probe, an error.
     let cmd = format!("{} deep 2", exe.display());
-    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    let (out, err, code) = telco(&["-D", "MAXRETURNDEPTH=1024", "-e", script, "-c", &cmd]);
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(out, "deep 2200\n");
     assert!(
@@ -158,10 +159,31 @@ fn skipped_probes_are_explained_and_limited() {
         "{err}"
     );
     // The limit raised: the end probe runs; -w keeps the data-loss lines.
-    let (out, err, code) = telco(&["-w", "-D", "MAXSKIPPED=1000", "-e", script, "-c", &cmd]);
+    let (out, err, code) =
+        telco(&["-w", "-D", "MAXSKIPPED=1000", "-D", "MAXRETURNDEPTH=1024", "-e", script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "deep 2200\n2048\n");
     assert!(err.contains("skipped probes: 154\n"), "{err}");
+    // By default a thread keeps 100,000 frames: nothing is skipped.
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!((out.as_str(), err.as_str()), ("deep 2200\n2202\n", ""));
+}
+
+/// Recursion 10,000 deep, three times: every return probe runs, with its
+/// own call's `@entry` value (the shadow stack holds 100,000 frames).
+#[test]
+fn return_probes_are_exact_at_any_depth() {
+    let d = Scratch::new("deeper");
+    let exe = d.probed("prog", &[]);
+    let script = "global e, r, bad probe process.function(\"rec\") { e++ } \
+                  probe process.function(\"rec\").return { r++; if (@entry($arg1) != $return) bad++ } \
+                  probe end { printf(\"%d %d %d\\n\", e, r, bad) }";
+    let cmd = format!("{} rec10k 3", exe.display());
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err, "");
+    assert_eq!(out, format!("{}30003 30003 0\n", untraced(&exe, &["rec10k", "3"])));
 }
 
 /// `-w` silences the script's own warn() messages too.

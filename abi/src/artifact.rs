@@ -159,6 +159,9 @@ pub struct Limits {
     pub maxnesting: u32,
     pub maxerrors: u64,
     pub maxskipped: u64,
+    /// Return-probe frames per thread (`-D MAXRETURNDEPTH`): calls nested
+    /// deeper in one thread have their return probes skipped (counted).
+    pub maxreturndepth: u32,
     /// Bytes of the event ring (a power of two): `-s MB`; `--chrome`
     /// defaults to a larger one.
     pub ring_size: u64,
@@ -174,6 +177,7 @@ impl Default for Limits {
             maxnesting: 10,
             maxerrors: 0,
             maxskipped: 100,
+            maxreturndepth: 100_000,
             ring_size: 1 << 20,
         }
     }

@@ -147,7 +147,7 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
     let stack = u64::from(a.shadow_depth) * u64::from(a.frame_size);
     let size = (n * slot + n * stack).next_multiple_of(4096).max(4096);
     let at = check(
-        "mmap (thread slots)",
+        "mmap (thread slots and return-probe stacks: a smaller -D MAXRETURNDEPTH needs less)",
         pid,
         s.syscall(
             tid,
@@ -156,7 +156,10 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
                 fixed.unwrap_or(0),
                 size,
                 (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64 | fixed.map_or(0, |_| MAP_FIXED_NOREPLACE),
+                // Reserved, not committed: the shadow stacks are touched
+                // only as deep as calls nest.
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64
+                    | fixed.map_or(0, |_| MAP_FIXED_NOREPLACE),
                 u64::MAX,
                 0,
             ],

@@ -93,7 +93,8 @@ pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
     }
     if o.skipped_deep > 0 {
         v.push(format!(
-            "WARNING: Skipped due to call depth: {} (return probes on calls nested more than {} deep in one thread)",
+            "WARNING: Skipped due to call depth: {} (return probes on calls nested more than {} deep in one thread: \
+             -D MAXRETURNDEPTH=N for more)",
             o.skipped_deep, a.shadow_depth
         ));
     }

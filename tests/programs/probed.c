@@ -141,6 +141,9 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n_calls; i++) s += spin(200000);
     } else if (!strcmp(mode, "rec")) {
         for (long i = 0; i < n_calls; i++) s += rec(100);
+    } else if (!strcmp(mode, "rec10k")) {
+        /* Recursion 10,000 deep. */
+        for (long i = 0; i < n_calls; i++) s += rec(10000);
     } else if (!strcmp(mode, "crash")) {
         /* Work, then die of SIGSEGV. */
         for (long i = 0; i < n_calls; i++) s += work(i);

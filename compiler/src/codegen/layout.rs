@@ -86,10 +86,6 @@ const _: () = assert!(THREAD_SLOTS.is_power_of_two());
 // The trampolines' slot hash takes log2(THREAD_SLOTS) bits of a 32-bit
 // product, times the 64-byte slot (runtime/src/trampoline.rs find_slot).
 const _: () = assert!(THREAD_SLOTS <= 1 << 26);
-/// Return-probe frames per thread (nested probed calls in flight): deep
-/// enough for real recursion (a parser, an interpreter), 1024 frames of a
-/// few dozen bytes in a private mapping touched only as deep as it is used.
-pub const SHADOW_DEPTH: u32 = 1024;
 /// Threads that may wait at once to be instruction-traced (`.itrace`).
 pub const ITRACE_SLOTS: u32 = 16;
 /// `--chrome` calls a thread stages before it moves them into the ring.
@@ -116,7 +112,10 @@ impl Layout {
         let ring_data = off;
         off += limits.ring_size;
         let frame_size = align_up(SHADOW_FRAME_HEADER as u64 + u64::from(entry_save), 16) as u32;
-        let shadow_depth = if returns { SHADOW_DEPTH } else { 0 };
+        // Return-probe frames per thread (`Limits::maxreturndepth`,
+        // 100,000 by default: any real recursion), in a private mapping
+        // reserved without commitment and touched only as deep as used.
+        let shadow_depth = if returns { limits.maxreturndepth } else { 0 };
         let shards_off = align_up(off, PART_ALIGN);
         off = shards_off + u64::from(THREAD_SLOTS) * 8 * sharded.len() as u64;
         let row_owners_off = align_up(off, PART_ALIGN);
