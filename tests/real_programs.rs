@@ -622,3 +622,30 @@ fn every_function_of_a_stripped_gzip_is_probed() {
     assert_eq!(out, "1 1 1\n");
     assert_eq!(std::fs::read(&gz).expect("traced output"), reference, "gzip's output changed");
 }
+
+/// Functions shorter than the 5-byte jump with no padding after them
+/// (packed by -falign-functions=1) are hooked through a 2-byte hop into a
+/// neighbour, entry and return, at full speed; a lone 1-byte `ret` is
+/// still refused with the reason. With and without `endbr64`.
+#[test]
+fn packed_short_functions_are_hooked_through_a_hop() {
+    let d = Scratch::new("packed");
+    let script = "global n, r probe process.function(\"*\") { n[ppfunc()]++ } probe process.function(\"*\").return { r[ppfunc()]++ } \
+                  probe end { foreach (k in n) if (k != \"_start\" && k != \"main\") printf(\"%s %d %d\\n\", k, n[k], r[k]) }";
+    for (cet, want) in [
+        ("-fcf-protection=none", vec!["ident 10 10", "mix 10 10", "neg 10 10", "zero 10 10"]),
+        ("-fcf-protection=full", vec!["ident 10 10", "mix 10 10", "neg 10 10"]),
+    ] {
+        let exe = d.0.join(format!("packed{cet}"));
+        common::gcc("packed.c", &exe, &["-falign-functions=1", cet]);
+        let cmd = format!("{} 10", exe.display());
+        let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{err}");
+        let mut lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.remove(0), untraced(&exe, &["10"]).trim_end());
+        lines.retain(|l| want.iter().any(|w| w.split(' ').next() == l.split(' ').next()));
+        lines.sort_unstable();
+        assert_eq!(lines, want, "{cet}: {out}");
+        assert!(err.contains("cannot probe nothing: the function is"), "{err}");
+    }
+}

@@ -33,6 +33,9 @@ pub enum Attach {
         /// Hooked only in processes running this program (a lifecycle
         /// probe's hook in the C library).
         only_exe: Option<PathBuf>,
+        /// For a function too short for the 5-byte jump: a 2-byte hop
+        /// through a nearby function (pass 2 planned it).
+        hop: Option<Hop>,
     },
     /// An instruction inside a function (a statement or an SDT marker):
     /// link-time address, offset in the file, and the bytes the jump
@@ -58,6 +61,28 @@ pub enum Attach {
         event: LifeEvent,
         module: Option<PathBuf>,
     },
+}
+
+/// A function shorter than the 5-byte jump, with nothing after it the
+/// jump may cover: a 2-byte `jmp rel8` at its entry reaches a `jmp rel32`
+/// to its trampoline, written in a nearby function (the host) right after
+/// the host's own entry jump, in bytes the host's displaced instructions
+/// leave dead (pass 2 proved that nothing arrives inside either range).
+/// The host gets a trampoline too (its probes', or one that only runs its
+/// displaced instructions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hop {
+    /// The function's bytes the 2-byte jump displaces (whole instructions).
+    pub displaced: u32,
+    /// Link-time address and file offset where the host's jump goes.
+    pub host: u64,
+    pub host_file_offset: u64,
+    /// Where in the host's displaced bytes this hop's `jmp rel32` goes
+    /// (5, 10, ...: several short functions may share a host).
+    pub slot: u32,
+    /// The host's bytes its jump displaces (at least `slot + 5`; the
+    /// runtime takes the largest of its hops').
+    pub host_displaced: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -179,6 +179,8 @@ pub struct FunctionPoint {
     /// Only in processes running this program (the C library functions
     /// that `process("P").begin` and friends hook: `elaborate::lifecycle`).
     pub only_exe: Option<PathBuf>,
+    /// A function too short for the 5-byte jump: its hop (`elf::Module::short_hop`).
+    pub hop: Option<telco_abi::artifact::Hop>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

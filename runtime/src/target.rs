@@ -329,6 +329,20 @@ struct Tramp {
 }
 
 impl Tramp {
+    /// Nothing to run: the displaced instructions and the jump back (a
+    /// hop's host that has no probe of its own).
+    fn pass_through() -> Self {
+        Tramp {
+            handlers: Vec::new(),
+            returns: Vec::new(),
+            ret_tramp: 0,
+            lean: Some(0),
+            itrace: None,
+            span: None,
+            clock_only: None,
+        }
+    }
+
     /// Only a call of a runtime function (with the whole context).
     fn call(f: u64) -> Self {
         Tramp {
@@ -416,6 +430,26 @@ impl Hooker {
         s.write(ret_tramp, &rt_bytes)?;
         let mut plans: Vec<Plan> = Vec::new();
         let mut clobbers = crate::clobber::Clobbers::new(&a.code, &a.symbols);
+        // Functions too short for the jump (`Hop`): those whose 5-byte plan
+        // fails take their hop, and their hosts displace enough for it.
+        let mut hopping: BTreeMap<u64, telco_abi::artifact::Hop> = BTreeMap::new();
+        let mut hosts: BTreeMap<u64, u32> = BTreeMap::new();
+        for (&file_offset, probes) in functions {
+            let Some((size, hop)) = probes.iter().find_map(|&i| match &a.probes[i].attach {
+                Attach::Function { size, hop: Some(h), .. } => Some((*size, *h)),
+                _ => None,
+            }) else {
+                continue;
+            };
+            let Some(addr) = runtime_addr(maps, module, file_offset) else { continue };
+            let bytes = s.read(addr, size as usize + 16)?;
+            if x86::plan(&bytes, addr, size).is_err() && runtime_addr(maps, module, hop.host_file_offset).is_some() {
+                hopping.insert(file_offset, hop);
+                let d = hosts.entry(hop.host_file_offset).or_insert(0);
+                *d = (*d).max(hop.host_displaced);
+            }
+        }
+        let mut slots: Vec<(u64, u64)> = Vec::new();
         for (&file_offset, probes) in functions {
             let p0 = &a.probes[probes[0]];
             // A function's entry (statements there run with its entry
@@ -570,14 +604,61 @@ impl Hooker {
                 refused.push(format!("{fname}: its jump would overlap the probe patched at {at:#x}"));
                 continue;
             }
-            let placed = match (size, site) {
-                (Some(size), _) => self.function(s, &mut code, addr, size, None, tramp)?,
-                (None, Some(displaced)) => self.function(s, &mut code, addr, 0, Some(displaced), tramp)?,
-                (None, None) => continue,
+            let hop = hopping.get(&file_offset).copied();
+            // A function's jump goes after its `endbr64`, as pass 2 planned
+            // hops and hosts.
+            let skip = if size.is_some() && s.read(addr, 4).is_ok_and(|b| b == x86::ENDBR64) { 4 } else { 0 };
+            let host = hosts.remove(&(file_offset + skip));
+            let placed = match (size, site, hop, host) {
+                // A hop's host: its jump, then the hop's, in what it displaces.
+                (_, _, _, Some(displaced)) => {
+                    self.function(s, &mut code, addr + skip, 0, Some(displaced as usize), tramp)?
+                }
+                (Some(_), _, Some(hop), None) => match runtime_addr(maps, module, hop.host_file_offset) {
+                    Some(host) => {
+                        let slot = host + u64::from(hop.slot);
+                        // `function` puts the trampoline at the next
+                        // 16-byte boundary of the code region.
+                        let tramp_at = code.next.next_multiple_of(16);
+                        match self.function(s, &mut code, addr + skip, 0, Some(hop.displaced as usize), tramp)? {
+                            Ok((at, orig, _)) => {
+                                // A 2-byte jump to the slot in the host; the
+                                // slot's jump goes to the trampoline.
+                                slots.push((slot, tramp_at));
+                                let rel = slot as i64 - (at as i64 + 2);
+                                let mut short = vec![0xeb, rel as i8 as u8];
+                                short.resize(orig.len(), 0xcc);
+                                Ok((at, orig, short))
+                            }
+                            Err(why) => Err(why),
+                        }
+                    }
+                    None => Err("the host of its hop is not mapped".into()),
+                },
+                (Some(size), _, None, None) => self.function(s, &mut code, addr, size, None, tramp)?,
+                (None, Some(displaced), _, None) => self.function(s, &mut code, addr, 0, Some(displaced), tramp)?,
+                (None, None, _, None) => continue,
             };
             match placed {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!("{fname}: {why}")),
+            }
+        }
+        // Hosts with no probe of their own: a trampoline that only runs
+        // their displaced instructions.
+        for (file_offset, displaced) in hosts {
+            let Some(addr) = runtime_addr(maps, module, file_offset) else { continue };
+            match self.function(s, &mut code, addr, 0, Some(displaced as usize), Tramp::pass_through())? {
+                Ok(plan) => plans.push(plan),
+                Err(why) => refused.push(format!("the host of a hop at {addr:#x}: {why}")),
+            }
+        }
+        // The hops' jumps, in their hosts' patches.
+        for (slot, to) in slots {
+            let Some(jmp) = x86::jmp_rel32(slot, to) else { continue };
+            match plans.iter_mut().find(|(at, orig, _)| slot >= *at && slot + 5 <= at + orig.len() as u64) {
+                Some((at, _, patch)) => patch[(slot - *at) as usize..][..5].copy_from_slice(&jmp),
+                None => refused.push(format!("a hop at {slot:#x}: its host could not be hooked")),
             }
         }
         Ok((code, plans))
@@ -624,8 +705,10 @@ impl Hooker {
             itrace,
             span: t.span,
         };
+        let nothing = entry.handlers.is_empty() && entry.returns.is_empty() && entry.itrace.is_none();
         let prefix = match &t.clock_only {
             Some(so) => trampoline::clock_entry_prefix(&entry, so),
+            None if nothing => Ok(Vec::new()),
             None => trampoline::entry_prefix(&entry),
         }
         .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;

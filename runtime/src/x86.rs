@@ -31,7 +31,7 @@ use iced_x86::{
 pub const JMP_REL32_LEN: usize = 5;
 
 /// `endbr64`: the landing pad `-fcf-protection` puts at every function entry.
-const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
 /// Compilers align x86_64 functions to 16 bytes, so padding after a function
 /// never crosses a 16-byte boundary. Bytes past that boundary may be the next

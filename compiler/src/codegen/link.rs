@@ -209,6 +209,7 @@ fn attach_of(p: &Point) -> Attach {
             ret: f.ret,
             itrace: f.itrace,
             only_exe: f.only_exe.clone(),
+            hop: f.hop,
         },
         Point::Statement { module, addr, site, .. } => Attach::Statement {
             module: module.clone(),

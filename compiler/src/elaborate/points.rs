@@ -157,6 +157,7 @@ impl<'q> Resolver<'q> {
             ret,
             itrace: false,
             only_exe: exe.map(|p| p.to_path_buf()),
+            hop: None,
         }))
     }
 
@@ -427,6 +428,7 @@ impl<'q> Resolver<'q> {
                 ret,
                 itrace,
                 only_exe: None,
+                hop: module.short_hop(f),
             }));
         }
         if !ifuncs.is_empty() {

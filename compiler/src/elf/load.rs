@@ -145,6 +145,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         reopened: Default::default(),
         sites: Default::default(),
         lines: Default::default(),
+        hops: Default::default(),
         class64: bytes.get(EI_CLASS) == Some(&ELFCLASS64),
         little_endian: elf.little_endian,
         nodeflib: info.is_some_and(|i| i.flags_1 & DF_1_NODEFLIB != 0),

@@ -69,6 +69,15 @@ pub struct Module {
     sites: std::sync::OnceLock<Result<sites::Sites, String>>,
     /// DWARF line rows, read on first need.
     lines: std::sync::OnceLock<Result<Vec<lines::Row>, String>>,
+    /// Hops planned for short functions (by address), and the hosts taken.
+    #[allow(clippy::type_complexity)]
+    hops: std::sync::Arc<
+        std::sync::Mutex<(
+            std::collections::HashMap<u64, Option<telco_abi::artifact::Hop>>,
+            std::collections::HashMap<u64, u32>,
+            Option<std::sync::Arc<Vec<u8>>>,
+        )>,
+    >,
     /// The file, opened again on first need by `no_return_address`.
     reopened: std::sync::OnceLock<Option<std::sync::Arc<std::fs::File>>>,
     class64: bool,
@@ -379,6 +388,85 @@ impl Module {
             e.0 = e.0.min(r.addr);
         }
         Ok((line, by_function.into_values().collect()))
+    }
+
+    /// For a function shorter than the 5-byte jump (after its `endbr64`)
+    /// with nothing after it the jump could cover: a 2-byte hop through a
+    /// nearby function (`telco_abi::artifact::Hop`), or None. x86_64.
+    pub fn short_hop(&self, f: &Function) -> Option<telco_abi::artifact::Hop> {
+        const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+        if self.machine != Machine::X86_64 || f.size == 0 || f.size >= 16 {
+            return None;
+        }
+        // At most 4 bytes of `endbr64`: 9 bytes or more always fit a jump.
+        if f.size >= 9 {
+            return None;
+        }
+        let mut hops = self.hops.lock().ok()?;
+        if let Some(h) = hops.0.get(&f.addr) {
+            return *h;
+        }
+        if hops.2.is_none() {
+            hops.2 = Some(std::sync::Arc::new(std::fs::read(&self.path).ok()?));
+        }
+        let bytes = hops.2.clone()?;
+        let bytes = bytes.as_slice();
+        let built = self.sites.get_or_init(|| {
+            let elf = goblin::elf::Elf::parse(bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
+            sites::Sites::build(&elf, bytes)
+        });
+        let sites = built.as_ref().ok()?;
+        let starts_endbr = |addr: u64, size: u64| {
+            size >= 4
+                && self
+                    .file_offset_of(addr)
+                    .and_then(|o| bytes.get(o as usize..o as usize + 4))
+                    .is_some_and(|b| b == ENDBR64)
+        };
+        let skip = if starts_endbr(f.addr, f.size) { 4 } else { 0 };
+        let patch_at = f.addr + skip;
+        let range = (f.addr, f.addr + f.size);
+        // Long enough (padding after it is the 5-byte plan's to use):
+        // nothing to do here.
+        if f.size - skip >= 5 {
+            hops.0.insert(f.addr, None);
+            return None;
+        }
+        let own = sites.plan_len(bytes, patch_at, range, 2, false).ok();
+        let mut found = None;
+        if let Some(own) = own {
+            // Hosts by distance: the hop (5 bytes after the host's jump)
+            // within a rel8 of the end of the 2-byte jump.
+            let mut hosts: Vec<&Function> = self
+                .functions
+                .iter()
+                .filter(|h| h.addr != f.addr && h.size >= 10 && !h.ifunc && h.addr.abs_diff(patch_at) < 160)
+                .collect();
+            hosts.sort_by_key(|h| h.addr.abs_diff(patch_at));
+            for h in hosts {
+                let hskip = if starts_endbr(h.addr, h.size) { 4 } else { 0 };
+                let at = h.addr + hskip;
+                // The host's next free slot (its own jump takes the first 5).
+                let slot = 5 * (1 + hops.1.get(&at).copied().unwrap_or(0));
+                let rel = (at + u64::from(slot)) as i64 - (patch_at + 2) as i64;
+                if !(-128..=127).contains(&rel) || slot > 40 {
+                    continue;
+                }
+                let need = u64::from(slot) + 5;
+                let Ok(p) = sites.plan_len(bytes, at, (h.addr, h.addr + h.size), need, false) else { continue };
+                *hops.1.entry(at).or_insert(0) += 1;
+                found = Some(telco_abi::artifact::Hop {
+                    displaced: own.displaced,
+                    host: at,
+                    host_file_offset: p.file_offset,
+                    slot,
+                    host_displaced: p.displaced,
+                });
+                break;
+            }
+        }
+        hops.0.insert(f.addr, found);
+        found
     }
 
     /// The file offset of link address `addr` (`PT_LOAD` segments).

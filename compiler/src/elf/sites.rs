@@ -225,6 +225,12 @@ impl Sites {
     /// Plan a patch at `addr` in the function `range` (start, end), from
     /// the file's `bytes`; or say why it is not safe.
     pub fn plan(&self, bytes: &[u8], addr: u64, range: (u64, u64)) -> Result<Patch, String> {
+        self.plan_len(bytes, addr, range, 5, true)
+    }
+
+    /// [`Sites::plan`] for a jump of `need` bytes (2 for a `jmp rel8`, 10
+    /// for a host of hops), with padding after the function or without.
+    pub fn plan_len(&self, bytes: &[u8], addr: u64, range: (u64, u64), need: u64, padding: bool) -> Result<Patch, String> {
         let Some(&(s, n, off)) = self.exec.iter().find(|&&(s, n, _)| addr >= s && addr < s + n) else {
             return Err(format!("{addr:#x} is not in an executable section"));
         };
@@ -232,21 +238,21 @@ impl Sites {
         let end = range.1.min(s + n);
         // Past the function's end, padding (`nop`s, `int3`) up to the next
         // 16-byte boundary may be displaced too: nothing runs it.
-        let padded_end = end.next_multiple_of(16).min(s + n);
+        let padded_end = if padding { end.next_multiple_of(16).min(s + n) } else { end };
         let code = bytes.get(file_offset as usize..(padded_end - s + off) as usize).unwrap_or_default();
         let mut dec = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
         let mut len = 0u64;
         let mut last = Instruction::default();
         // Where the displaced instructions after the first start.
         let mut starts = Vec::new();
-        while len < 5 {
+        while len < need {
             if len > 0 {
                 starts.push(addr + len);
             }
             let short = || {
                 format!(
-                    "the function ends {} byte(s) after it and too little padding follows, so the 5-byte jump does \
-                     not fit",
+                    "the function ends {} byte(s) after it and too little padding follows, so the {need}-byte jump \
+                     does not fit",
                     end - addr
                 )
             };
