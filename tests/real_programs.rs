@@ -649,3 +649,24 @@ fn packed_short_functions_are_hooked_through_a_hop() {
         assert!(err.contains("cannot probe nothing: the function is"), "{err}");
     }
 }
+
+/// Functions whose loops jump back to their first instruction from past
+/// the jump's bytes: a short loop runs whole in the trampoline's copy; a
+/// long one's branch is retargeted past the probe. Each call fires once,
+/// entry and return, and the results are unchanged.
+#[test]
+fn loops_back_to_the_entry_fire_once_per_call() {
+    let d = Scratch::new("loops");
+    let exe = d.probed("prog", &[]);
+    let script = "global n probe process.function(\"loop_*\") { n[ppfunc()]++ } \
+                  probe process.function(\"loop_*\").return { n[ppfunc() . \".return\"]++ } \
+                  probe end { foreach (k in n+) printf(\"%s %d\\n\", k, n[k]) }";
+    let cmd = format!("{} loops 10", exe.display());
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err, "");
+    let mut lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.remove(0), untraced(&exe, &["loops", "10"]).trim_end());
+    lines.sort_unstable();
+    assert_eq!(lines, ["loop_long 10", "loop_long.return 10", "loop_small 10", "loop_small.return 10"]);
+}

@@ -311,6 +311,8 @@ struct Hooker {
     /// Every trampoline's copy of its function's first instructions
     /// (`SymReloc`: copy, its length, original, its length).
     relocs: std::cell::RefCell<Vec<(u64, u32, u64, u32)>>,
+    /// Loops retargeted past a probe (`x86::plan_loop`), not applied yet.
+    retargets: std::cell::RefCell<Vec<Plan>>,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -644,6 +646,7 @@ impl Hooker {
                 Err(why) => refused.push(format!("{fname}: {why}")),
             }
         }
+        plans.extend(self.retargets.borrow_mut().drain(..));
         // Hosts with no probe of their own: a trampoline that only runs
         // their displaced instructions.
         for (file_offset, displaced) in hosts {
@@ -677,9 +680,9 @@ impl Hooker {
         t: Tramp,
     ) -> Result<Result<Plan, String>, TargetError> {
         let bytes = s.read(addr, site.unwrap_or((size as usize).clamp(1, 1 << 20)) + 16)?;
-        let hook = match site {
-            Some(displaced) => x86::Hook { patch_at: addr, displaced },
-            None => match x86::plan(&bytes, addr, size) {
+        let (hook, retargets) = match site {
+            Some(displaced) => (x86::Hook { patch_at: addr, displaced }, Vec::new()),
+            None => match x86::plan_loop(&bytes, addr, size) {
                 Ok(h) => h,
                 Err(why) => return Ok(Err(why.to_string())),
             },
@@ -737,6 +740,7 @@ impl Hooker {
             hook.patch_at,
             hook.displaced as u32,
         ));
+        let prefix_len = prefix.len();
         let mut tramp = prefix;
         tramp.extend_from_slice(&relocated);
         if tramp.len() > 1024 {
@@ -744,6 +748,18 @@ impl Hooker {
         }
         s.write(at, &tramp)?;
         let mut patch = jmp.to_vec();
+        if !retargets.is_empty() {
+            // The loops' way in: a second jump, past the probe, to the
+            // relocated first instructions.
+            let slot = hook.patch_at + x86::JMP_REL32_LEN as u64;
+            let Some(second) = x86::jmp_rel32(slot, at + prefix_len as u64) else {
+                return Ok(Err("trampoline out of jump range".into()));
+            };
+            patch.extend_from_slice(&second);
+            self.retargets
+                .borrow_mut()
+                .extend(retargets.into_iter().map(|r| (r.at, r.original, r.patched)));
+        }
         patch.resize(hook.displaced, 0xcc);
         Ok(Ok((hook.patch_at, displaced.to_vec(), patch)))
     }
@@ -902,6 +918,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         threads_at,
         tid_off,
         relocs: Default::default(),
+        retargets: Default::default(),
     };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
@@ -929,7 +946,10 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         let size = x86::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
         let notify = code.at(hooker.dlnotify);
         match hooker.function(&mut s, &mut code, brk, size, None, Tramp::call(notify))? {
-            Ok(plan) => plans.push(plan),
+            Ok(plan) => {
+                plans.push(plan);
+                plans.extend(hooker.retargets.borrow_mut().drain(..));
+            }
             Err(why) => {
                 return Err(TargetError::Unsupported(format!(
                     "cannot watch for libraries loaded later (hooking the loader's r_brk: {why})"
@@ -956,7 +976,10 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
                 let Some(f) = (if catch { caught } else { unwind }) else { continue };
                 let handler = code.at(f);
                 match hooker.function(&mut s, &mut code, addr, size, None, Tramp::call(handler))? {
-                    Ok(plan) => plans.push(plan),
+                    Ok(plan) => {
+                        plans.push(plan);
+                        plans.extend(hooker.retargets.borrow_mut().drain(..));
+                    }
                     Err(why) if catch => refused.push(format!(
                         "the C++ runtime's catch at {addr:#x} ({why}): functions with a return probe that catch an \
                      exception will not have it run"
@@ -1472,7 +1495,10 @@ fn hook_execs(
         let handler = code.at(execnotify);
         for (addr, size, _) in entries {
             match hooker.function(s, &mut code, addr, size, None, Tramp::call(handler))? {
-                Ok(plan) => plans.push(plan),
+                Ok(plan) => {
+                    plans.push(plan);
+                    plans.extend(hooker.retargets.borrow_mut().drain(..));
+                }
                 Err(why) => refused.push(format!(
                     "the C library's exec at {addr:#x} ({why}): programs the target runs will not get their probes"
                 )),

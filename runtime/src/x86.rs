@@ -260,6 +260,107 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     Ok(Hook { patch_at, displaced })
 }
 
+/// A branch of the function retargeted by [`plan_loop`]: its
+/// displacement bytes at `at`, as they are and as they become.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retarget {
+    pub at: u64,
+    pub original: Vec<u8>,
+    pub patched: Vec<u8>,
+}
+
+/// A function whose loop jumps back to the patch site ([`plan`] refuses it
+/// with [`Refusal::LoopToEntry`]): the loop must run the function's first
+/// instructions, not the probe again. Either the displaced instructions
+/// grow to take in every such branch (a small loop then runs entirely in
+/// the trampoline's relocated copy), or they cover at least 10 bytes and
+/// every such branch is retargeted to a second jump at `patch_at + 5`,
+/// which the caller points at the relocated copy (past the probe). Loops
+/// back to an `endbr64` before the patch site stay refused.
+pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarget>), Refusal> {
+    let refusal = match plan(code, entry, size) {
+        Err(r @ Refusal::LoopToEntry { .. }) => r,
+        other => return other.map(|h| (h, Vec::new())),
+    };
+    let patch_offset: u64 = if size >= 4 && code.starts_with(&ENDBR64) { 4 } else { 0 };
+    let patch_at = entry + patch_offset;
+    let body = code.get(..size as usize).ok_or(Refusal::Truncated { have: code.len(), size })?;
+    let all: Vec<Instruction> = {
+        let mut d = Decoder::with_ip(64, body, entry, DecoderOptions::NONE);
+        let mut v = Vec::new();
+        while d.can_decode() {
+            let i = d.decode();
+            if i.is_invalid() {
+                return Err(refusal);
+            }
+            v.push(i);
+        }
+        v
+    };
+    let loops: Vec<&Instruction> = all
+        .iter()
+        .filter(|i| !i.is_call_near() && near_branch_target(i).is_some_and(|t| t >= entry && t <= patch_at))
+        .collect();
+    if loops.iter().any(|i| near_branch_target(i) != Some(patch_at)) {
+        // Back to the `endbr64`: not handled.
+        return Err(refusal);
+    }
+    // Instructions from the patch site covering at least `need` bytes.
+    let cover = |need: u64| -> Option<(usize, Vec<Instruction>)> {
+        let mut len = 0u64;
+        let mut v = Vec::new();
+        for i in all.iter().filter(|i| i.ip() >= patch_at) {
+            if len >= need {
+                break;
+            }
+            len += i.len() as u64;
+            v.push(*i);
+        }
+        (len >= need).then_some((len as usize, v))
+    };
+    // Nothing outside the displaced bytes may land inside them, except the
+    // loops' jumps to the patch site itself.
+    let clear = |len: usize| {
+        let end = patch_at + len as u64;
+        all.iter().all(|i| {
+            let inside = i.ip() >= patch_at && i.ip() < end;
+            inside || near_branch_target(i).is_none_or(|t| t <= patch_at || t >= end)
+        })
+    };
+    // 1. Take the loops in.
+    let last = loops.iter().map(|i| i.next_ip() - patch_at).max().unwrap_or(0);
+    if last <= 32 {
+        if let Some((len, instrs)) = cover(last) {
+            if clear(len) && check_displaced(&instrs, patch_at, len, entry).is_ok() {
+                return Ok((Hook { patch_at, displaced: len }, Vec::new()));
+            }
+        }
+    }
+    // 2. A second jump at +5 for the loops.
+    let Some((len, instrs)) = cover(10) else { return Err(refusal) };
+    if !clear(len) || check_displaced(&instrs, patch_at, len, entry).is_err() {
+        return Err(refusal);
+    }
+    let slot = patch_at + JMP_REL32_LEN as u64;
+    let mut retargets = Vec::new();
+    for i in loops.iter().filter(|i| i.ip() < patch_at || i.ip() >= patch_at + len as u64) {
+        let off = (i.ip() - entry) as usize;
+        let bytes = &code[off..off + i.len()];
+        // The displacement is the instruction's last byte (a 2-byte
+        // `jmp`/`jcc` rel8) or last 4 bytes (rel32).
+        let width = if i.len() == 2 { 1 } else { 4 };
+        let rel = slot as i64 - i.next_ip() as i64;
+        let patched = if width == 1 {
+            vec![i8::try_from(rel).map_err(|_| refusal.clone())? as u8]
+        } else {
+            i32::try_from(rel).map_err(|_| refusal.clone())?.to_le_bytes().to_vec()
+        };
+        let at = i.next_ip() - width as u64;
+        retargets.push(Retarget { at, original: bytes[bytes.len() - width..].to_vec(), patched });
+    }
+    Ok((Hook { patch_at, displaced: len }, retargets))
+}
+
 /// Re-encode the displaced instructions so they run at another address.
 ///
 /// The instructions are decoded from `original` at address `from`, exactly
@@ -716,6 +817,37 @@ mod tests {
         let ret_alone = &code[15..];
         let refusal = plan(ret_alone, ENTRY + 15, 1).unwrap_err();
         assert!(matches!(refusal, Refusal::ShortFunction { padding: 0, .. }), "{refusal}");
+    }
+
+    #[test]
+    fn loops_back_to_the_patch_site_are_planned() {
+        // A small loop: it moves into the relocated copy whole.
+        let code = [
+            0x01, 0xf8, // add eax, edi
+            0x83, 0xef, 0x01, // sub edi, 1
+            0x85, 0xff, // test edi, edi
+            0x75, 0xf7, // jne entry
+            0xc3, // ret
+        ];
+        assert_eq!(plan_loop(&code, ENTRY, code.len() as u64), Ok((Hook { patch_at: ENTRY, displaced: 9 }, vec![])));
+        // A long loop: 10 bytes displaced, the branch retargeted to +5.
+        let mut code = vec![0x01, 0xf8, 0x83, 0xef, 0x01, 0x85, 0xff, 0x8d, 0x40, 0x01]; // add; sub; test; lea eax,[rax+1]
+        code.extend(std::iter::repeat_n(0x90, 40)); // nop x40
+        code.extend([0x75, 0xcc, 0xc3]); // jne entry (-52); ret
+        let (hook, r) = plan_loop(&code, ENTRY, code.len() as u64).unwrap();
+        assert_eq!(hook, Hook { patch_at: ENTRY, displaced: 10 });
+        assert_eq!(r, vec![Retarget { at: ENTRY + 51, original: vec![0xcc], patched: vec![(5i64 - 52) as i8 as u8] }]);
+        // rel32 branches too.
+        let mut code = vec![0x01, 0xf8, 0x83, 0xef, 0x01, 0x85, 0xff, 0x8d, 0x40, 0x01];
+        code.extend(std::iter::repeat_n(0x90, 200));
+        let back = -(210i32 + 6);
+        code.extend([0x0f, 0x85]);
+        code.extend(back.to_le_bytes());
+        code.push(0xc3);
+        let (hook, r) = plan_loop(&code, ENTRY, code.len() as u64).unwrap();
+        assert_eq!(hook.displaced, 10);
+        assert_eq!(r[0].at, ENTRY + 212);
+        assert_eq!(r[0].patched, (back + 5).to_le_bytes().to_vec());
     }
 
     #[test]

@@ -38,6 +38,16 @@ long cond_first(long x);
 __asm__(".text\n.globl loopy\n.type loopy,@function\n.p2align 4\nloopy:\n"
         "  sub $1, %rdi\n  jnz loopy\n  mov $42, %eax\n  ret\n.size loopy, .-loopy\n");
 long loopy(long n);
+/* Loops back to their first instruction from past the 5 bytes a jump
+ * displaces (acc + n + (n-1) + ... + 1): a short loop, and one with 40
+ * bytes of body. */
+__asm__(".text\n.globl loop_small\n.type loop_small,@function\n.p2align 4\nloop_small:\n"
+        "  add %rdi, %rsi\n  sub $1, %rdi\n  jnz loop_small\n  mov %rsi, %rax\n  ret\n.size loop_small, .-loop_small\n");
+__asm__(".text\n.globl loop_long\n.type loop_long,@function\n.p2align 4\nloop_long:\n"
+        "  add %rdi, %rsi\n  sub $1, %rdi\n  .fill 40, 1, 0x90\n  jnz loop_long\n  mov %rsi, %rax\n  ret\n"
+        ".size loop_long, .-loop_long\n");
+long loop_small(long n, long acc);
+long loop_long(long n, long acc);
 /* Stores 1 through its argument at its first instruction: given NULL, it
  * faults there (in a trampoline's copy of it when it is probed). */
 __asm__(".text\n.globl poke\n.type poke,@function\n.p2align 4\npoke:\n"
@@ -148,6 +158,8 @@ int main(int argc, char **argv) {
         /* Work, then die of SIGSEGV. */
         for (long i = 0; i < n_calls; i++) s += work(i);
         raise(SIGSEGV);
+    } else if (!strcmp(mode, "loops")) {
+        for (long i = 0; i < n_calls; i++) s += loop_small(5, i) + loop_long(4, i);
     } else if (!strcmp(mode, "fault")) {
         /* Work, then store through a null pointer (SIGSEGV at poke). */
         for (long i = 0; i < n_calls; i++) s += work(i);
