@@ -83,6 +83,10 @@ pub struct Hop {
     /// The host's bytes its jump displaces (at least `slot + 5`; the
     /// runtime takes the largest of its hops').
     pub host_displaced: u32,
+    /// A 5-byte jump would cover a place control arrives at from
+    /// elsewhere in the module (a cold part, a table): hop even where the
+    /// function's own bytes would take the jump.
+    pub required: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -445,7 +445,9 @@ impl Hooker {
             };
             let Some(addr) = runtime_addr(maps, module, file_offset) else { continue };
             let bytes = s.read(addr, size as usize + 16)?;
-            if x86::plan(&bytes, addr, size).is_err() && runtime_addr(maps, module, hop.host_file_offset).is_some() {
+            if (hop.required || x86::plan(&bytes, addr, size).is_err())
+                && runtime_addr(maps, module, hop.host_file_offset).is_some()
+            {
                 hopping.insert(file_offset, hop);
                 let d = hosts.entry(hop.host_file_offset).or_insert(0);
                 *d = (*d).max(hop.host_displaced);
@@ -651,9 +653,27 @@ impl Hooker {
         // their displaced instructions.
         for (file_offset, displaced) in hosts {
             let Some(addr) = runtime_addr(maps, module, file_offset) else { continue };
-            match self.function(s, &mut code, addr, 0, Some(displaced as usize), Tramp::pass_through())? {
+            let end = addr + u64::from(displaced);
+            let clash = plans.iter().any(|(at, orig, _)| addr < at + orig.len() as u64 && *at < end);
+            let placed = if clash {
+                Err("another probe's jump is there".to_string())
+            } else {
+                self.function(s, &mut code, addr, 0, Some(displaced as usize), Tramp::pass_through())?
+            };
+            match placed {
                 Ok(plan) => plans.push(plan),
-                Err(why) => refused.push(format!("the host of a hop at {addr:#x}: {why}")),
+                Err(why) => {
+                    // The functions hopping through it are not hooked.
+                    let hopped = |at: u64, patch: &[u8]| {
+                        patch.first() == Some(&0xeb) && {
+                            let to = (at as i64 + 2 + i64::from(patch[1] as i8)) as u64;
+                            to >= addr && to < end
+                        }
+                    };
+                    plans.retain(|(at, _, patch)| !hopped(*at, patch));
+                    slots.retain(|(slot, _)| *slot < addr || *slot >= end);
+                    refused.push(format!("the functions hopping through {addr:#x}: {why}"));
+                }
             }
         }
         // The hops' jumps, in their hosts' patches.

@@ -395,11 +395,15 @@ impl Module {
     /// nearby function (`telco_abi::artifact::Hop`), or None. x86_64.
     pub fn short_hop(&self, f: &Function) -> Option<telco_abi::artifact::Hop> {
         const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
-        if self.machine != Machine::X86_64 || f.size == 0 || f.size >= 16 {
+        if self.machine != Machine::X86_64 || f.size == 0 {
             return None;
         }
-        // At most 4 bytes of `endbr64`: 9 bytes or more always fit a jump.
-        if f.size >= 9 {
+        // At most 4 bytes of `endbr64`: 9 bytes or more always fit a jump;
+        // whether control arrives inside those bytes is checked in modules
+        // small enough to analyse whole for every probed function (32 MB:
+        // python3.11, libc, libstdc++; not node).
+        let small = || std::fs::metadata(&self.path).is_ok_and(|m| m.len() <= 32 << 20);
+        if f.size >= 9 && !small() {
             return None;
         }
         let mut hops = self.hops.lock().ok()?;
@@ -426,9 +430,10 @@ impl Module {
         let skip = if starts_endbr(f.addr, f.size) { 4 } else { 0 };
         let patch_at = f.addr + skip;
         let range = (f.addr, f.addr + f.size);
-        // Long enough (padding after it is the 5-byte plan's to use):
-        // nothing to do here.
-        if f.size - skip >= 5 {
+        // Long enough, and nothing arrives inside the 5 bytes: the ordinary
+        // jump (padding after it is the runtime's to use).
+        let required = f.size - skip >= 5;
+        if required && sites.plan_len(bytes, patch_at, range, 5, false).is_ok() {
             hops.0.insert(f.addr, None);
             return None;
         }
@@ -449,7 +454,8 @@ impl Module {
                 // The host's next free slot (its own jump takes the first 5).
                 let slot = 5 * (1 + hops.1.get(&at).copied().unwrap_or(0));
                 let rel = (at + u64::from(slot)) as i64 - (patch_at + 2) as i64;
-                if !(-128..=127).contains(&rel) || slot > 40 {
+                let taken = |(&o, &n): (&u64, &u32)| o != at && at < o + 5 * (u64::from(n) + 1) + 15 && o < at + 60;
+                if !(-128..=127).contains(&rel) || slot > 40 || hops.1.iter().any(taken) {
                     continue;
                 }
                 let need = u64::from(slot) + 5;
@@ -461,8 +467,45 @@ impl Module {
                     host_file_offset: p.file_offset,
                     slot,
                     host_displaced: p.displaced,
+                    required,
                 });
                 break;
+            }
+            // No function entry near: any instruction whose next 10 bytes
+            // nothing arrives inside (a cold part, the middle of a
+            // function) hosts it, with a trampoline that only runs them.
+            if found.is_none() {
+                let mut near = sites.instruction_starts(bytes, patch_at.saturating_sub(124), patch_at + 126);
+                near.sort_by_key(|&(a, _)| a.abs_diff(patch_at));
+                for (at, end) in near {
+                    let rel = (at + 5) as i64 - (patch_at + 2) as i64;
+                    let overlaps = at < range.1 && at + 10 > range.0;
+                    if !(-128..=127).contains(&rel) || overlaps || hops.1.contains_key(&at) {
+                        continue;
+                    }
+                    // Nor inside another host's displaced bytes, nor where a
+                    // function's own entry jump may go.
+                    // (a host's displaced bytes end at most 15 bytes past its
+                    // last slot; this one's within 20 of its start).
+                    let taken = |(&h, &n): (&u64, &u32)| at < h + 5 * (u64::from(n) + 1) + 15 && h < at + 20;
+                    if hops.1.iter().any(taken)
+                        || self.function_at(at).is_some_and(|g| at < g.addr + 16)
+                        || self.functions.iter().any(|g| g.addr > at && g.addr < at + 16)
+                    {
+                        continue;
+                    }
+                    let Ok(p) = sites.plan_len(bytes, at, (at, end), 10, false) else { continue };
+                    hops.1.insert(at, 1);
+                    found = Some(telco_abi::artifact::Hop {
+                        displaced: own.displaced,
+                        host: at,
+                        host_file_offset: p.file_offset,
+                        slot: 5,
+                        host_displaced: p.displaced,
+                        required,
+                    });
+                    break;
+                }
             }
         }
         hops.0.insert(f.addr, found);

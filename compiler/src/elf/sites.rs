@@ -214,6 +214,28 @@ impl Sites {
         Ok(())
     }
 
+    /// Instruction starts in the unwind ranges that overlap `from..to`
+    /// (hot and cold parts alike), each with its range's end.
+    pub fn instruction_starts(&self, bytes: &[u8], from: u64, to: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for &(start, end) in self.fdes.iter().filter(|&&(s, e)| s < to && e > from) {
+            let Some(&(s, _, off)) = self.exec.iter().find(|&&(s, n, _)| start >= s && end <= s + n) else { continue };
+            let Some(code) = bytes.get((start - s + off) as usize..(end - s + off) as usize) else { continue };
+            let mut dec = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+            let mut ins = Instruction::default();
+            while dec.can_decode() {
+                dec.decode_out(&mut ins);
+                if ins.is_invalid() {
+                    break;
+                }
+                if ins.ip() >= from && ins.ip() < to {
+                    out.push((ins.ip(), end));
+                }
+            }
+        }
+        out
+    }
+
     /// The range (start, end) of the function holding `addr`: its FDE, or
     /// `symbol` (start, size) when there is none.
     pub fn function_range(&self, addr: u64, symbol: Option<(u64, u64)>) -> Option<(u64, u64)> {
