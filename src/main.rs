@@ -337,7 +337,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         }
     }
     report_chrome(cli, &outcome);
-    if outcome.errors > 0 || outcome.too_many_skipped {
+    if outcome.errors > 0 || outcome.too_many_skipped || outcome.corrupted.is_some() {
         return Ok(ExitCode::from(1));
     }
     // The command's exit status passes through.

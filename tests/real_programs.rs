@@ -671,3 +671,46 @@ fn loops_back_to_the_entry_fire_once_per_call() {
     lines.sort_unstable();
     assert_eq!(lines, ["loop_long 10", "loop_long.return 10", "loop_small 10", "loop_small.return 10"]);
 }
+
+/// The traced process may not change the size of the region it shares
+/// with the tracer (a shrunk memfd would make the tracer's next read a
+/// SIGBUS): the memfd is sealed before the target maps it.
+#[test]
+fn the_target_cannot_resize_the_shared_region() {
+    let d = Scratch::new("shrink");
+    let exe = d.probed("prog", &[]);
+    let cmd = format!("{} shrink 10", exe.display());
+    let (out, err, code) =
+        telco(&["-e", "global n probe process.function(\"work\") { n++ } probe end { println(n) }", "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "open ok\nshrink refused\ngrow refused\nshrink 100\n10\n");
+}
+
+/// A hostile target overwrites the whole region it shares with the
+/// tracer: the tracer says so and exits non-zero by itself, never by a
+/// signal, whatever the script (printf, a counter, a map walked in `end`
+/// or by a timer).
+#[test]
+fn a_target_scribbling_on_the_region_cannot_crash_the_tracer() {
+    let d = Scratch::new("scribble");
+    let exe = d.probed("prog", &[]);
+    let scripts = [
+        "global n probe process.function(\"work\") { n++ } probe end { println(n) }",
+        "probe process.function(\"work\") { printf(\"w %d\\n\", $arg1) }",
+        "global m probe process.function(\"work\") { m[$arg1 % 5]++ } probe end { foreach (k in m) println(k, \" \", m[k]) }",
+        "global m, n probe process.function(\"work\") { m[$arg1 % 5]++ } probe timer.ms(1) { foreach (k in m) n += m[k] }",
+    ];
+    for byte in ["255", "170"] {
+        for script in scripts {
+            let cmd = format!("{} scribble 5 {byte}", exe.display());
+            let o = Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(["-e", script, "-c", &cmd]).output().expect("run");
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "byte {byte}, {script}: {:?}\n{err}", o.status);
+            assert!(
+                err.contains("ERROR: the target corrupted the event ring")
+                    || err.contains("ERROR: the target overwrote the shared region's header (its magic)"),
+                "byte {byte}, {script}: {err}"
+            );
+        }
+    }
+}

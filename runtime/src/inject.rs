@@ -96,11 +96,24 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
     let fd = check(
         "memfd_create",
         pid,
-        s.syscall(tid, libc::SYS_memfd_create, [name_at, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0])?,
+        s.syscall(
+            tid,
+            libc::SYS_memfd_create,
+            [name_at, (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64, 0, 0, 0, 0],
+        )?,
     )?;
     let size = a.region_size;
     let result = (|| {
         check("ftruncate", pid, s.syscall(tid, libc::SYS_ftruncate, [fd as u64, size, 0, 0, 0, 0])?)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/fd/{fd}"))
+            .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
+        // The target may not shrink or grow the region under the tracer's
+        // mapping (a read past the end would be SIGBUS here), nor remove
+        // the seals: the region is the target's word, its size is ours.
+        crate::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
         let remote = check(
             "mmap (region)",
             pid,
@@ -110,11 +123,6 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
                 [0, size, (libc::PROT_READ | libc::PROT_WRITE) as u64, libc::MAP_SHARED as u64, fd as u64, 0],
             )?,
         )? as u64;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/{pid}/fd/{fd}"))
-            .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
         let mem = SharedMemory::from_fd(OwnedFd::from(file), size as usize).map_err(InjectError::MapRegion)?;
         let region = Region::init(mem, a, pid as u64, execname)?;
         Ok(Injected { region, region_remote: remote })

@@ -47,7 +47,7 @@ pub struct Config {
 }
 
 /// How the session went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub errors: u64,
     pub skipped: u64,
@@ -62,6 +62,9 @@ pub struct Outcome {
     pub unreturned: u64,
     /// What `--chrome` wrote.
     pub chrome: Option<crate::chrome::Written>,
+    /// The target corrupted the event ring (said when found; the session
+    /// fails).
+    pub corrupted: Option<String>,
 }
 
 /// The end-of-session WARNING (and ERROR) lines: what the output lacks and
@@ -231,6 +234,23 @@ impl Region {
         self.mem.as_ptr()
     }
 
+    /// Which of the header's fixed fields (set once by the tracer) no
+    /// longer hold what it wrote, if any.
+    pub fn header_damage(&self, a: &Artifact) -> Option<&'static str> {
+        // SAFETY: the header is at offset 0 of a region at least
+        // HEADER_SIZE long; a copy of plain integers, whatever their bytes.
+        let h: Header = unsafe { std::ptr::read_volatile(self.base().cast::<Header>()) };
+        if h.magic != abi::MAGIC {
+            Some("its magic")
+        } else if h.version != abi::VERSION || h.header_size != abi::HEADER_SIZE as u32 {
+            Some("its version")
+        } else if h.region_size != a.region_size || h.ring_off != a.ring_off || h.nthreads != a.nthreads {
+            Some("its layout")
+        } else {
+            None
+        }
+    }
+
     fn u64_at(&self, off: usize) -> &AtomicU64 {
         // SAFETY: `off` is an 8-aligned field inside the region (header or
         // ring header), which lives as long as self.
@@ -269,6 +289,12 @@ struct Consumer<'a> {
     chrome: Option<crate::chrome::Feed>,
     /// `-w`: the script's `warn()` messages are not printed.
     suppress_warnings: bool,
+    /// The ring's next record: the consumer's own count (the ring header
+    /// is the target's to scribble on).
+    tail: u64,
+    /// The target corrupted the ring: what was found (no more records are
+    /// read).
+    corrupted: Option<String>,
 }
 
 fn read_u32(b: &[u8], at: usize) -> u32 {
@@ -325,20 +351,30 @@ impl<'a> Consumer<'a> {
 
     /// Process every committed record; returns whether there was any.
     fn drain(&mut self) -> Result<bool, std::io::Error> {
+        if self.corrupted.is_some() {
+            return Ok(false);
+        }
         let ring = self.artifact.ring_off as usize;
         let base = self.region.base();
         let tail_at = ring + core::mem::offset_of!(abi::RingHeader, tail);
-        let size = self.region.counter(ring + core::mem::offset_of!(abi::RingHeader, size));
-        let data_off = self.region.counter(ring + core::mem::offset_of!(abi::RingHeader, data_off)) as usize;
+        // Where the ring is and how large: the artifact's word, never the
+        // region's (which the target can overwrite).
+        let size = self.artifact.ring_size;
+        let data_off = (ring + core::mem::size_of::<abi::RingHeader>()).next_multiple_of(abi::PART_ALIGN as usize);
+        if !size.is_power_of_two() || data_off as u64 + size > self.artifact.region_size {
+            self.corrupt("the artifact's ring does not fit its region (an internal error: please report it)".into())?;
+            return Ok(false);
+        }
         let mut any = false;
         // The tail is published in steps, not per record: every store
         // takes its cache line away from the producers, whose next
         // reservation then misses on it.
         let step = (size / 8).min(256 << 10);
-        let mut tail = self.region.u64_at(tail_at).load(Ordering::Relaxed);
+        let mut tail = self.tail;
         let mut published = tail;
         loop {
-            let off = data_off + (tail & (size - 1)) as usize;
+            let pos = (tail & (size - 1)) as usize;
+            let off = data_off + pos;
             // Acquire: pairs with the producer's Release store of the
             // committed size word.
             let word = self.region.u32_at(off).load(Ordering::Acquire);
@@ -346,6 +382,15 @@ impl<'a> Consumer<'a> {
                 break;
             }
             let len = (word & !abi::COMMITTED) as usize;
+            // A record is whole, 8-aligned, holds its header and never
+            // wraps; anything else is the target's doing.
+            if len < abi::EVENT_HEADER_SIZE || len % 8 != 0 || pos + len > size as usize {
+                self.corrupt(format!(
+                    "the target corrupted the event ring: a record of {len} bytes at region offset {off:#x}; the \
+                     events from there on are discarded"
+                ))?;
+                break;
+            }
             // SAFETY: a committed record of `len` bytes lies inside the data
             // area (producers never wrap a record); we own it until we
             // advance the tail.
@@ -376,6 +421,7 @@ impl<'a> Consumer<'a> {
             }
             any = true;
         }
+        self.tail = tail;
         if tail != published {
             self.region.u64_at(tail_at).store(tail, Ordering::Release);
         }
@@ -386,6 +432,17 @@ impl<'a> Consumer<'a> {
             }
         }
         Ok(any)
+    }
+
+    /// Say once that the target corrupted what the consumer reads, and
+    /// read no more of it.
+    fn corrupt(&mut self, what: String) -> Result<(), std::io::Error> {
+        if self.corrupted.is_none() {
+            self.out.flush()?;
+            writeln!(self.messages, "ERROR: {what}")?;
+            self.corrupted = Some(what);
+        }
+        Ok(())
     }
 
     fn event(&mut self, h: &EventHeader, p: &[u8]) -> Result<(), std::io::Error> {
@@ -483,17 +540,18 @@ impl<'a> Consumer<'a> {
         // two widths/precisions of 4096 plus a string or a 64-bit number.
         let cap = 64 + p.len() + 16 * 1024 * (kinds.len() + 1) + self.fmt_len(fmt_off);
         self.buf.resize(cap, 0);
-        // SAFETY: the format is an encoded format in the region, args point
-        // at NUL-terminated strings that outlive the call, and buf has cap
-        // bytes. rt_format never writes past cap.
-        let n = (self.format)(
-            self.buf.as_mut_ptr(),
-            cap as i64,
-            // SAFETY: fmt_off is inside the region.
-            unsafe { self.region.base().add(fmt_off as usize) },
-            args.as_ptr(),
-            args.len() as i64,
-        );
+        // The format as the artifact encoded it, not the region's copy
+        // (which the target can overwrite).
+        let Some(fmt) = self.artifact.init.iter().find_map(|(o, b)| {
+            (*o <= fmt_off && fmt_off < *o + b.len() as u64).then(|| b[(fmt_off - o) as usize..].as_ptr())
+        }) else {
+            return Ok(0);
+        };
+        // SAFETY: `fmt` is an encoded format in the artifact's own bytes
+        // (well formed: pass 3 wrote it, and it ends inside them), args
+        // point at NUL-terminated strings that outlive the call, and buf
+        // has cap bytes. rt_format never writes past cap.
+        let n = (self.format)(self.buf.as_mut_ptr(), cap as i64, fmt, args.as_ptr(), args.len() as i64);
         let n = (n.max(0) as usize).min(cap);
         self.out.write_all(&self.buf[..n])?;
         Ok(n)
@@ -524,6 +582,8 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
         buf: Vec::new(),
         chrome: None,
         suppress_warnings: false,
+        tail: region.u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail)).load(Ordering::Relaxed),
+        corrupted: None,
     };
     c.drain()?;
     c.out.flush()?;
@@ -560,7 +620,7 @@ pub struct NoTarget;
 impl Hooks for NoTarget {}
 /// What the consumer thread hands back: the output, the message stream,
 /// and what `--chrome` wrote.
-type Drained = (Box<dyn Write + Send>, Box<dyn Write + Send>, Option<crate::chrome::Written>);
+type Drained = (Box<dyn Write + Send>, Box<dyn Write + Send>, Option<crate::chrome::Written>, Option<String>);
 type FormatFn = extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
 
 /// A writer into shared memory of the process, for [`Local::drain_text`].
@@ -727,6 +787,10 @@ impl<'a> Local<'a> {
                     buf: Vec::new(),
                     chrome,
                     suppress_warnings,
+                    tail: region
+                        .u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail))
+                        .load(Ordering::Relaxed),
+                    corrupted: None,
                 };
                 loop {
                     let any = c.drain()?;
@@ -739,7 +803,7 @@ impl<'a> Local<'a> {
                                 None => None,
                             };
                             let out = c.out.into_inner().map_err(|e| e.into_error())?;
-                            return Ok((out, c.messages, written));
+                            return Ok((out, c.messages, written, c.corrupted));
                         }
                         // With --chrome every call is an event: come back
                         // sooner, before the ring fills.
@@ -870,7 +934,7 @@ impl<'a> Local<'a> {
             region.set_enabled(false);
             stop.store(true, Ordering::Release);
             consumer.thread().unpark();
-            let (mut output, messages, chrome) = match consumer.join() {
+            let (mut output, messages, chrome, corrupted) = match consumer.join() {
                 Ok(r) => r.map_err(RunError::Output)?,
                 Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
             };
@@ -893,11 +957,24 @@ impl<'a> Local<'a> {
                     dropped: region.counter(dropped_at),
                     unreturned: region.counter(core::mem::offset_of!(Header, unreturned)),
                     chrome,
+                    corrupted,
                 },
                 messages,
             ))
         });
-        let (outcome, mut messages) = result?;
+        let (mut outcome, mut messages) = result?;
+        // The header's fixed fields are ours: changed, the target wrote
+        // over it, and its counters mean nothing.
+        if outcome.corrupted.is_none() {
+            if let Some(what) = self.region.header_damage(artifact) {
+                let msg = format!(
+                    "the target overwrote the shared region's header ({what}): its counts and totals are not to \
+                     be trusted"
+                );
+                let _ = writeln!(messages, "ERROR: {msg}");
+                outcome.corrupted = Some(msg);
+            }
+        }
         drop(self);
         for line in summary(&outcome, artifact) {
             let _ = writeln!(messages, "{line}");

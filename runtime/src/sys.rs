@@ -289,3 +289,17 @@ fn calibrate_tsc() -> Clock {
     let mult = (((n1 - n0) as u128) << telco_abi::region::TSC_SHIFT) / dt as u128;
     Clock { tsc_base: t1, ns_base: n1, mult: mult as u64, shift: telco_abi::region::TSC_SHIFT }
 }
+
+/// Seal a memfd's size (`F_SEAL_SHRINK | F_SEAL_GROW`) and its seals
+/// (`F_SEAL_SEAL`).
+pub fn seal_size(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on an open descriptor with integer arguments.
+    let r = unsafe {
+        libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL)
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1288,6 +1288,7 @@ impl Hooks for Armed {
             unsafe { std::sync::atomic::AtomicU32::from_ptr(p as *mut u32) }
                 .store(0, std::sync::atomic::Ordering::Release);
         }
+        self.take_leftover_crash();
         self.unfollow();
         self.restore();
         if let Some(it) = &mut self.itracer {
@@ -1956,17 +1957,22 @@ impl Armed {
     }
 
     /// The crash of process `pid` recorded in the session, if one was
-    /// (also one the tracer did not answer in time).
+    /// (also one the tracer did not answer in time: `take_leftover_crash`).
     pub fn crash_of(&self, pid: i32) -> Option<crate::crash::Crash> {
-        if let Some(c) = self.crashes.iter().rev().find(|c| c.pid == pid) {
-            return Some(c.clone());
-        }
-        if self.header.is_null() {
-            return None;
+        self.crashes.iter().rev().find(|c| c.pid == pid).cloned()
+    }
+
+    /// At the end, while the region is still mapped: a crash record of the
+    /// command that nobody answered.
+    fn take_leftover_crash(&mut self) {
+        if self.header.is_null() || self.crashes.iter().any(|c| c.pid == self.pid) {
+            return;
         }
         let codes = self.our_code();
         let relocs = self.hooker.relocs.borrow().clone();
-        crate::crash::leftover(self.header, pid, &crate::crash::Ours { codes: &codes, relocs: &relocs })
+        if let Some(c) = crate::crash::leftover(self.header, self.pid, &crate::crash::Ours { codes: &codes, relocs: &relocs }) {
+            self.crashes.push(c);
+        }
     }
 
     /// The command exec'd: `execname()` in it is the new program's name.

@@ -158,6 +158,44 @@ int main(int argc, char **argv) {
         /* Work, then die of SIGSEGV. */
         for (long i = 0; i < n_calls; i++) s += work(i);
         raise(SIGSEGV);
+    } else if (!strcmp(mode, "shrink")) {
+        /* A hostile target: truncate and grow the tracer's region through
+         * /proc/self/map_files, then keep working. */
+        FILE *m = fopen("/proc/self/maps", "r");
+        char line[512], path[600] = "";
+        while (m && fgets(line, sizeof line, m)) {
+            if (strstr(line, "memfd:telco-stap")) {
+                char *dash = strchr(line, '-'), *space = strchr(line, ' ');
+                if (dash && space) {
+                    *space = 0;
+                    snprintf(path, sizeof path, "/proc/self/map_files/%s", line);
+                }
+                break;
+            }
+        }
+        if (m) fclose(m);
+        int fd = path[0] ? open(path, O_RDWR) : -1;
+        printf("open %s\n", fd >= 0 ? "ok" : "failed");
+        printf("shrink %s\n", fd >= 0 && ftruncate(fd, 0) == 0 ? "done" : "refused");
+        printf("grow %s\n", fd >= 0 && ftruncate(fd, 1L << 30) == 0 ? "done" : "refused");
+        fflush(stdout);
+        for (long i = 0; i < n_calls; i++) s += work(i);
+    } else if (!strcmp(mode, "scribble")) {
+        /* A hostile target: work, then overwrite every byte of the region
+         * it shares with the tracer (argument 3: the byte, default 0xff),
+         * then work again. */
+        for (long i = 0; i < n_calls; i++) s += work(i);
+        int byte = argc > 3 ? atoi(argv[3]) : 0xff;
+        FILE *m = fopen("/proc/self/maps", "r");
+        char line[512];
+        while (m && fgets(line, sizeof line, m)) {
+            if (strstr(line, "memfd:telco-stap")) {
+                unsigned long lo = strtoul(line, 0, 16), hi = strtoul(strchr(line, '-') + 1, 0, 16);
+                memset((void *)lo, byte, hi - lo);
+            }
+        }
+        if (m) fclose(m);
+        for (long i = 0; i < n_calls; i++) s += work(i);
     } else if (!strcmp(mode, "loops")) {
         for (long i = 0; i < n_calls; i++) s += loop_small(5, i) + loop_long(4, i);
     } else if (!strcmp(mode, "fault")) {
