@@ -1774,14 +1774,14 @@ EXPORT i64 rt_crash_uninstall(u8 *R, u64 stub) {
 
 /* Whether the calling thread is inside a probe handler: its slot, looked
  * up without claiming one (a thread without a slot ran no handler). */
-LOCAL u32 in_probe(u8 *R) {
-    u64 tp;
-    __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+LOCAL u32 in_probe(u8 *R, u32 me) {
+    /* The thread pointer from the kernel: %fs:0 may be unset (a static
+     * program's start) or smashed (the fault being reported). */
+    u64 tp = 0;
+    if (sys6(158 /* arch_prctl */, 0x1003 /* ARCH_GET_FS */, (i64)&tp, 0, 0, 0, 0) != 0) return 0;
     u64 n = AT(R, H_NTHREADS, u32);
     u8 *slots = (u8 *)AT(R, H_THREADS_AT, u64);
     if (!tp || !n || !slots) return 0;
-    u32 off = AT(R, H_TCB_TID_OFF, u32);
-    u32 me = off ? *(u32 *)(tp + off) : 0;
     u64 h = ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32;
     for (u64 i = 0; i < n; i++) {
         u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;
@@ -1819,7 +1819,7 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
             /* ucontext_t (x86_64): uc_mcontext.gregs at 40; REG_RSP 15, REG_RIP 16. */
             AT(R, H_CRASH_PC, u64) = AT(uc, 40 + 16 * 8, u64);
             AT(R, H_CRASH_SP, u64) = AT(uc, 40 + 15 * 8, u64);
-            AT(R, H_CRASH_IN_PROBE, u32) = in_probe(R);
+            AT(R, H_CRASH_IN_PROBE, u32) = in_probe(R, (u32)tid);
             /* Release: the record is written before the tracer sees it. */
             __atomic_store_n(&AT(R, H_CRASH_REQ, u64), me, __ATOMIC_RELEASE);
             i64 deadline = rt_now_ns(R) + 2000000000LL;
@@ -1843,8 +1843,9 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
         }
     }
     /* si_code <= 0: sent by a process (kill, tgkill, sigqueue), not
-     * raised by an instruction that will fault again. */
-    if (code <= 0) sys6(234 /* tgkill */, (i64)pid, (i64)tid, sig, 0, 0, 0);
+     * raised by an instruction that will fault again; nor is an
+     * asynchronous memory error (SIGBUS, BUS_MCEERR_AO). */
+    if (code <= 0 || (sig == 7 && code == 5)) sys6(234 /* tgkill */, (i64)pid, (i64)tid, sig, 0, 0, 0);
 }
 
 /* An `.itrace` function's entry (its trampoline, after the probe

@@ -453,7 +453,8 @@ impl Hooker {
                 *d = (*d).max(hop.host_displaced);
             }
         }
-        let mut slots: Vec<(u64, u64)> = Vec::new();
+        // Hops to write: slot, trampoline, and the hopping function's patch.
+        let mut slots: Vec<(u64, u64, u64)> = Vec::new();
         for (&file_offset, probes) in functions {
             let p0 = &a.probes[probes[0]];
             // A function's entry (statements there run with its entry
@@ -628,7 +629,7 @@ impl Hooker {
                             Ok((at, orig, _)) => {
                                 // A 2-byte jump to the slot in the host; the
                                 // slot's jump goes to the trampoline.
-                                slots.push((slot, tramp_at));
+                                slots.push((slot, tramp_at, at));
                                 let rel = slot as i64 - (at as i64 + 2);
                                 let mut short = vec![0xeb, rel as i8 as u8];
                                 short.resize(orig.len(), 0xcc);
@@ -647,8 +648,10 @@ impl Hooker {
                 Ok(plan) => plans.push(plan),
                 Err(why) => refused.push(format!("{fname}: {why}")),
             }
+            // A loop's retargeted branches are patches too, seen by the
+            // overlap check of what comes next.
+            plans.extend(self.retargets.borrow_mut().drain(..));
         }
-        plans.extend(self.retargets.borrow_mut().drain(..));
         // Hosts with no probe of their own: a trampoline that only runs
         // their displaced instructions.
         for (file_offset, displaced) in hosts {
@@ -664,24 +667,32 @@ impl Hooker {
                 Ok(plan) => plans.push(plan),
                 Err(why) => {
                     // The functions hopping through it are not hooked.
-                    let hopped = |at: u64, patch: &[u8]| {
-                        patch.first() == Some(&0xeb) && {
-                            let to = (at as i64 + 2 + i64::from(patch[1] as i8)) as u64;
-                            to >= addr && to < end
-                        }
-                    };
-                    plans.retain(|(at, _, patch)| !hopped(*at, patch));
-                    slots.retain(|(slot, _)| *slot < addr || *slot >= end);
+                    let gone: Vec<u64> = slots.iter().filter(|s| s.0 >= addr && s.0 < end).map(|s| s.2).collect();
+                    plans.retain(|(at, _, _)| !gone.contains(at));
+                    slots.retain(|(slot, _, _)| *slot < addr || *slot >= end);
                     refused.push(format!("the functions hopping through {addr:#x}: {why}"));
                 }
             }
         }
         // The hops' jumps, in their hosts' patches.
-        for (slot, to) in slots {
-            let Some(jmp) = x86::jmp_rel32(slot, to) else { continue };
-            match plans.iter_mut().find(|(at, orig, _)| slot >= *at && slot + 5 <= at + orig.len() as u64) {
-                Some((at, _, patch)) => patch[(slot - *at) as usize..][..5].copy_from_slice(&jmp),
-                None => refused.push(format!("a hop at {slot:#x}: its host could not be hooked")),
+        for (slot, to, from) in slots {
+            let host = plans.iter().position(|(at, orig, _)| slot >= *at && slot + 5 <= at + orig.len() as u64);
+            match (x86::jmp_rel32(slot, to), host) {
+                (Some(jmp), Some(i)) => {
+                    let (at, _, patch) = &mut plans[i];
+                    let o = (slot - *at) as usize;
+                    // Only into the host's own dead bytes (int3 fill).
+                    if patch.get(o..o + 5).is_some_and(|b| b.iter().all(|&x| x == 0xcc)) {
+                        patch[o..o + 5].copy_from_slice(&jmp);
+                        continue;
+                    }
+                    plans.retain(|(at, _, _)| *at != from);
+                    refused.push(format!("the function at {from:#x}: its hop's slot at {slot:#x} is taken"));
+                }
+                _ => {
+                    plans.retain(|(at, _, _)| *at != from);
+                    refused.push(format!("the function at {from:#x}: the host of its hop could not be hooked"));
+                }
             }
         }
         Ok((code, plans))
@@ -806,19 +817,32 @@ fn place(
 /// Write the patches, every thread stopped and none inside the bytes that
 /// change (a thread there is stepped out first).
 fn apply(s: &mut Stopped, plans: Vec<Plan>, patches: &mut Vec<Patch>) -> Result<(), TargetError> {
-    let tids: Vec<i32> = s.threads().collect();
-    for tid in tids {
-        for _ in 0..64 {
-            let rip = s.regs(tid)?.rip;
-            if !plans.iter().any(|(at, orig, _)| rip > *at && rip < at + orig.len() as u64) {
-                break;
-            }
-            s.step(tid)?;
-        }
-    }
+    let ranges: Vec<(u64, u64)> = plans.iter().map(|(at, orig, _)| (*at, orig.len() as u64)).collect();
+    step_out(s, &ranges)?;
     for (at, original, patch) in plans {
         s.write(at, &patch)?;
         patches.push(Patch { at, original });
+    }
+    Ok(())
+}
+
+/// Single-step every thread whose program counter is strictly inside one
+/// of `ranges` (start, length) out of it: bytes about to change under it.
+/// A thread that does not leave (a tight loop inside) fails the write.
+fn step_out(s: &mut Stopped, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
+    let inside = |rip: u64| ranges.iter().any(|&(at, n)| rip > at && rip < at + n);
+    let tids: Vec<i32> = s.threads().collect();
+    for tid in tids {
+        let mut steps = 0;
+        while inside(s.regs(tid)?.rip) {
+            if steps == 4096 {
+                return Err(TargetError::Unsupported(format!(
+                    "thread {tid} stays inside bytes that must change (a tight loop there): try again"
+                )));
+            }
+            s.step(tid)?;
+            steps += 1;
+        }
     }
     Ok(())
 }
@@ -1047,7 +1071,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         _ => None,
     };
     apply(&mut s, plans, &mut patches)?;
-    let semaphores = raise_semaphores(&s, a, &maps, &[]);
+    let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
     // SAFETY: the region's own base.
     unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
     if codes.is_empty() {
@@ -1327,6 +1351,12 @@ impl Armed {
                     crate::crash::uninstall(&mut s, &hook);
                 }
                 lower_semaphores(&s, &std::mem::take(&mut self.semaphores));
+                // A thread on a hop's or a loop's second jump sits inside
+                // a patch: out of it first.
+                let ranges: Vec<(u64, u64)> = self.patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
+                if let Err(e) = step_out(&mut s, &ranges) {
+                    eprintln!("warning: {e}");
+                }
                 for p in &self.patches {
                     if let Err(e) = s.write(p.at, &p.original) {
                         eprintln!("warning: cannot restore the code at {:#x} in pid {}: {e}", p.at, self.pid);
@@ -1363,7 +1393,7 @@ impl Armed {
             }
         }
         apply(&mut s, plans, &mut self.patches)?;
-        let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.semaphores);
+        let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.semaphores, &self.patches);
         self.semaphores.extend(raised);
         // SAFETY: the header pointer is the live region's base.
         unsafe { publish_symbols(self.header as *mut u8, &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
@@ -1657,6 +1687,7 @@ impl Armed {
                     if pid == self.pid {
                         self.patches.clear();
                         self.semaphores.clear();
+                        self.crash = None;
                         if !self.pending.is_empty() {
                             // No library of the old image will load now.
                             self.pending.clear();
@@ -1730,7 +1761,7 @@ impl Armed {
         hook_execs(&self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
         let mut patches = Vec::new();
         apply(&mut s, plans, &mut patches)?;
-        let semaphores = raise_semaphores(&s, a, &maps, &[]);
+        let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
         if codes.is_empty() {
             let near = s.regs(pid)?.rip;
             codes.push(inject::code(&mut s, a, near, 4096)?);
@@ -1846,11 +1877,15 @@ fn lifecycle(
 /// in the stopped process (a program runs a marker only while its
 /// semaphore is non-zero), except those in `done`; returns their addresses
 /// (to lower at the end).
-fn raise_semaphores(s: &Stopped, a: &Artifact, maps: &[Mapping], done: &[u64]) -> Vec<u64> {
+fn raise_semaphores(s: &Stopped, a: &Artifact, maps: &[Mapping], done: &[u64], placed: &[Patch]) -> Vec<u64> {
     let mut raised: Vec<u64> = Vec::new();
     for p in &a.probes {
         let Attach::Statement { module, addr, file_offset, semaphore: Some(sem), .. } = &p.attach else { continue };
         let Some(pc) = runtime_addr(maps, module, *file_offset) else { continue };
+        // Only for markers whose jump is in place.
+        if !placed.iter().any(|q| q.at == pc) {
+            continue;
+        }
         let at = pc.wrapping_sub(*addr).wrapping_add(*sem);
         if done.contains(&at) || raised.contains(&at) {
             continue;
@@ -1890,6 +1925,10 @@ fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hoo
                 crate::crash::uninstall(&mut s, hook);
             }
             lower_semaphores(&s, semaphores);
+            let ranges: Vec<(u64, u64)> = patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
+            if let Err(e) = step_out(&mut s, &ranges) {
+                eprintln!("warning: {e}");
+            }
             for p in patches {
                 if let Err(e) = s.write(p.at, &p.original) {
                     eprintln!("warning: cannot restore the code at {:#x} in pid {pid}: {e}", p.at);

@@ -324,13 +324,21 @@ pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarg
         (len >= need).then_some((len as usize, v))
     };
     // Nothing outside the displaced bytes may land inside them, except the
-    // loops' jumps to the patch site itself.
+    // loops' jumps to the patch site itself; and no thread may wait inside
+    // them: a call or system call among them must be the last.
     let clear = |len: usize| {
         let end = patch_at + len as u64;
-        all.iter().all(|i| {
+        let branches = all.iter().all(|i| {
             let inside = i.ip() >= patch_at && i.ip() < end;
             inside || near_branch_target(i).is_none_or(|t| t <= patch_at || t >= end)
-        })
+        });
+        let waits = all.iter().any(|i| {
+            let returns_inside = i.ip() >= patch_at && i.next_ip() < end;
+            returns_inside
+                && (matches!(i.flow_control(), iced_x86::FlowControl::Call | iced_x86::FlowControl::IndirectCall)
+                    || matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Int | Mnemonic::Sysenter))
+        });
+        branches && !waits
     };
     // 1. Take the loops in.
     let last = loops.iter().map(|i| i.next_ip() - patch_at).max().unwrap_or(0);
@@ -351,9 +359,13 @@ pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarg
     for i in loops.iter().filter(|i| i.ip() < patch_at || i.ip() >= patch_at + len as u64) {
         let off = (i.ip() - entry) as usize;
         let bytes = &code[off..off + i.len()];
-        // The displacement is the instruction's last byte (a 2-byte
-        // `jmp`/`jcc` rel8) or last 4 bytes (rel32).
-        let width = if i.len() == 2 { 1 } else { 4 };
+        // The displacement is the instruction's last byte (a rel8 form,
+        // prefixes or not) or its last 4 bytes (rel32).
+        let short = i.is_jmp_short() || i.is_jcc_short() || i.is_jcx_short() || i.is_loop() || i.is_loopcc();
+        let width = if short { 1 } else { 4 };
+        if i.len() <= width {
+            return Err(refusal);
+        }
         let rel = slot as i64 - i.next_ip() as i64;
         let patched = if width == 1 {
             vec![i8::try_from(rel).map_err(|_| refusal.clone())? as u8]

@@ -404,6 +404,8 @@ impl<'q> Resolver<'q> {
         let mut ifuncs = Vec::new();
         // Return probes refused: (name, why).
         let mut no_return = Vec::new();
+        // Entries no jump can take safely: (name, why).
+        let mut unhookable: Vec<(String, String)> = Vec::new();
         for f in found {
             if exported_only && !f.global {
                 continue;
@@ -418,6 +420,13 @@ impl<'q> Resolver<'q> {
                     continue;
                 }
             }
+            let hop = match module.short_hop(f) {
+                Ok(h) => h,
+                Err(why) => {
+                    unhookable.push((f.display_name().to_string(), why));
+                    continue;
+                }
+            };
             points.push(Point::Function(FunctionPoint {
                 module: module.path.clone(),
                 symbol: f.names.first().cloned().unwrap_or_default(),
@@ -428,8 +437,18 @@ impl<'q> Resolver<'q> {
                 ret,
                 itrace,
                 only_exe: None,
-                hop: module.short_hop(f),
+                hop,
             }));
+        }
+        if !unhookable.is_empty() {
+            let names: Vec<&str> = unhookable.iter().map(|(n, _)| n.as_str()).collect();
+            let msg = format!("cannot probe {}: {}", list_names(&names), unhookable[0].1);
+            let d = if wildcard && !points.is_empty() {
+                Diagnostic::warning(Code::Unsupported, comp.span, format!("skipped: {msg}"))
+            } else {
+                Diagnostic::error(Code::Unsupported, comp.span, msg)
+            };
+            diags.push(d.with_label("not probed"));
         }
         if !ifuncs.is_empty() {
             let names: Vec<&str> = ifuncs.iter().map(|f| f.display_name()).collect();

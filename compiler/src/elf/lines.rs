@@ -19,7 +19,7 @@ pub fn rows(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> Result<Vec<Row>, String
             .iter()
             .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name))
             .filter(|sh| sh.sh_type != goblin::elf::section_header::SHT_NOBITS)
-            .and_then(|sh| bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize))
+            .and_then(|sh| bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize))
             .unwrap_or(&[])
     };
     let load = |id: gimli::SectionId| -> Result<EndianSlice<'_, LittleEndian>, gimli::Error> {

@@ -76,6 +76,8 @@ pub struct Module {
             std::collections::HashMap<u64, Option<telco_abi::artifact::Hop>>,
             std::collections::HashMap<u64, u32>,
             Option<std::sync::Arc<Vec<u8>>>,
+            // Functions that cannot be hooked, and why.
+            std::collections::HashMap<u64, String>,
         )>,
     >,
     /// The file, opened again on first need by `no_return_address`.
@@ -393,7 +395,22 @@ impl Module {
     /// For a function shorter than the 5-byte jump (after its `endbr64`)
     /// with nothing after it the jump could cover: a 2-byte hop through a
     /// nearby function (`telco_abi::artifact::Hop`), or None. x86_64.
-    pub fn short_hop(&self, f: &Function) -> Option<telco_abi::artifact::Hop> {
+    /// Err when a 5-byte jump there would cover a place control arrives
+    /// at and no hop could be planned: the function cannot be hooked.
+    pub fn short_hop(&self, f: &Function) -> Result<Option<telco_abi::artifact::Hop>, String> {
+        match self.plan_hop(f) {
+            (None, Some(why)) => Err(why),
+            (hop, _) => Ok(hop),
+        }
+    }
+
+    fn plan_hop(&self, f: &Function) -> (Option<telco_abi::artifact::Hop>, Option<String>) {
+        let hop = self.short_hop_inner(f);
+        let why = self.hops.lock().ok().and_then(|h| h.3.get(&f.addr).cloned());
+        (hop, why)
+    }
+
+    fn short_hop_inner(&self, f: &Function) -> Option<telco_abi::artifact::Hop> {
         const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
         if self.machine != Machine::X86_64 || f.size == 0 {
             return None;
@@ -460,6 +477,21 @@ impl Module {
                 }
                 let need = u64::from(slot) + 5;
                 let Ok(p) = sites.plan_len(bytes, at, (h.addr, h.addr + h.size), need, false) else { continue };
+                // A host that loops back to its own entry would run its
+                // probes on every pass (its jump is planned here, not by
+                // the runtime's loop handling).
+                let loops_back = self.file_offset_of(h.addr).and_then(|o| bytes.get(o as usize..(o + h.size) as usize)).is_none_or(|code| {
+                    let mut d = iced_x86::Decoder::with_ip(64, code, h.addr, iced_x86::DecoderOptions::NONE);
+                    d.iter().any(|i| {
+                        !i.is_call_near()
+                            && matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64)
+                            && i.near_branch_target() == at
+                            && i.ip() >= at + p.displaced as u64
+                    })
+                });
+                if loops_back {
+                    continue;
+                }
                 *hops.1.entry(at).or_insert(0) += 1;
                 found = Some(telco_abi::artifact::Hop {
                     displaced: own.displaced,
@@ -507,6 +539,14 @@ impl Module {
                     break;
                 }
             }
+        }
+        if found.is_none() && required {
+            hops.3.insert(
+                f.addr,
+                "control arrives inside its first 5 bytes from elsewhere in the module, and no hop through a \
+                 neighbour could be placed"
+                    .into(),
+            );
         }
         hops.0.insert(f.addr, found);
         found

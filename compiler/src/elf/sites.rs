@@ -128,7 +128,7 @@ impl Sites {
             if !alloc || sh.sh_flags & u64::from(SHF_EXECINSTR) != 0 || sh.sh_type == SHT_NOBITS {
                 continue;
             }
-            let Some(data) = bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize) else { continue };
+            let Some(data) = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize) else { continue };
             let skew = (8 - sh.sh_addr % 8) % 8;
             for (k, w) in data.get(skew as usize..).unwrap_or_default().chunks_exact(8).enumerate() {
                 let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
@@ -174,7 +174,7 @@ impl Sites {
         use gimli::UnwindSection;
         let section = |name: &str| {
             elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name)).and_then(|sh| {
-                let data = bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize)?;
+                let data = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize)?;
                 Some((sh.sh_addr, data))
             })
         };
@@ -322,7 +322,7 @@ pub fn fde_functions(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u64)> {
     use gimli::UnwindSection;
     let section = |name: &str| {
         elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name)).and_then(|sh| {
-            let data = bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize)?;
+            let data = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize)?;
             Some((sh.sh_addr, data))
         })
     };
