@@ -1691,13 +1691,13 @@ EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
 /* Hooked on the C library's execve and execveat: tell the tracer that
  * this thread is about to exec (Header::exec_req) and wait until it has
  * attached (exec_ack), so the new program stops at its start and gets its
- * probes. Bounded as rt_dlnotify: after 2 s, or when the session ends, the
- * exec goes on without. */
+ * probes. Bounded: after 10 s (a tracer on a loaded machine answers well
+ * before), or when the session ends, the exec goes on without. */
 EXPORT void rt_execnotify(u8 *R, u8 *ctx) {
     (void)ctx;
     if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return;
     u64 me = (u64)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0) << 32 | (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
-    i64 deadline = rt_now_ns(R) + 2000000000LL;
+    i64 deadline = rt_now_ns(R) + 10000000000LL;
     int asked = 0;
     for (u64 i = 0;; i++) {
         if (!asked) {

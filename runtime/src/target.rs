@@ -1636,7 +1636,9 @@ impl Armed {
                 field(ack_at).store(req, Ordering::Release);
                 return;
             }
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            // Long enough for an exec on a loaded machine (the thread runs
+            // meanwhile: only an exec that failed waits this out).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
             match f.waiting.iter_mut().find(|w| w.0 == tid) {
                 // Attached already (execvp trying one directory after
                 // another): more time.
