@@ -41,6 +41,8 @@ pub enum PtraceError {
     Memory { op: &'static str, pid: i32, addr: u64, len: usize, source: io::Error },
     #[error("a function called in thread {tid} faulted (signal {sig} at {rip:#x}); the call was undone")]
     CallFaulted { tid: i32, sig: i32, rip: u64 },
+    #[error("a function called in thread {tid} did not return within {secs} s; the call was undone")]
+    CallTimedOut { tid: i32, secs: u64 },
 }
 
 pub type Regs = libc::user_regs_struct;
@@ -83,27 +85,44 @@ enum Stop {
 }
 
 fn wait(tid: i32) -> Result<Stop, PtraceError> {
+    wait_until(tid, None).map(|s| s.unwrap_or(Stop::Trap))
+}
+
+/// [`wait`] that gives up at `deadline` (None: never), returning None.
+fn wait_until(tid: i32, deadline: Option<std::time::Instant>) -> Result<Option<Stop>, PtraceError> {
     let mut status = 0;
+    let flags = if deadline.is_some() { libc::__WALL | libc::WNOHANG } else { libc::__WALL };
     loop {
         // SAFETY: waitpid with a valid status pointer.
-        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
-        if r >= 0 {
+        let r = unsafe { libc::waitpid(tid, &mut status, flags) };
+        if r > 0 {
             break;
+        }
+        if r == 0 {
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Ok(None);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            continue;
         }
         let e = errno();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(PtraceError::Wait { tid, source: e });
         }
     }
+    Ok(Some(decode(status)))
+}
+
+fn decode(status: i32) -> Stop {
     if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-        return Ok(Stop::Exited);
+        return Stop::Exited;
     }
     let sig = libc::WSTOPSIG(status);
     let event = status >> 16;
     if event != 0 || sig == libc::SIGTRAP {
-        return Ok(Stop::Trap);
+        return Stop::Trap;
     }
-    Ok(Stop::Signal(sig))
+    Stop::Signal(sig)
 }
 
 fn ptrace(
@@ -333,11 +352,38 @@ impl Stopped {
         let mut a = [0u64; 6];
         a[..args.len().min(6)].copy_from_slice(&args[..args.len().min(6)]);
         (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        // Bounded: code that never returns (a bug, a target that changed
+        // under us) must not hang the tracer.
+        const CALL_SECS: u64 = 5;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CALL_SECS);
         let result = (|| {
             self.set_regs(tid, &r)?;
             loop {
                 ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, 0)?;
-                match wait(tid)? {
+                let Some(stop) = wait_until(tid, Some(deadline))? else {
+                    // Stop it again, then undo the call below: a seized
+                    // thread with PTRACE_INTERRUPT, one traced since its
+                    // start (PTRACE_TRACEME, `-c`) with a SIGSTOP of ours.
+                    let seized = ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok();
+                    if !seized {
+                        // SAFETY: a signal to our own tracee's thread.
+                        unsafe { libc::syscall(libc::SYS_tgkill, self.pid, tid, libc::SIGSTOP) };
+                    }
+                    loop {
+                        match wait(tid)? {
+                            Stop::Exited => return Err(PtraceError::Exited { tid }),
+                            Stop::Trap => break,
+                            Stop::Signal(libc::SIGSTOP) if !seized => break,
+                            Stop::Signal(sig) => {
+                                // Not ours: kept for detach; on to our stop.
+                                self.threads.insert(tid, sig);
+                                ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, 0)?;
+                            }
+                        }
+                    }
+                    return Err(PtraceError::CallTimedOut { tid, secs: CALL_SECS });
+                };
+                match stop {
                     Stop::Trap => {
                         let now = self.regs(tid)?;
                         // int3 leaves rip after the trap byte.

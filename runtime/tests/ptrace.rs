@@ -200,3 +200,45 @@ probe timer.s(1) { n += 5; s = sprintf("pid %d", pid()); printf("in the target: 
     assert_eq!(rest, "done 1\n");
     assert!(child.wait().expect("wait").success());
 }
+
+/// A remote call that never returns is stopped and undone after its
+/// deadline (5 s): the tracer does not hang, the target runs on.
+#[test]
+fn a_remote_call_that_never_returns_is_undone() {
+    let exe = build();
+    let mut child = Command::new(&exe).stdout(Stdio::piped()).spawn().expect("spawn target");
+    let _reap = Reap(child.id());
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("ready line");
+    let flag = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).expect("flag address");
+    let pid = child.id() as i32;
+    let mut s = Stopped::attach(pid).expect("attach");
+    let tid = s.main_thread();
+    let page = s
+        .syscall(
+            tid,
+            libc::SYS_mmap,
+            [
+                0,
+                4096,
+                (libc::PROT_READ | libc::PROT_EXEC) as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
+                u64::MAX,
+                0,
+            ],
+        )
+        .expect("mmap") as u64;
+    // `jmp .`, then the trap byte a return would reach.
+    s.write(page, &[0xeb, 0xfe, 0xcc]).expect("write code");
+    let before = s.regs(tid).expect("regs").rip;
+    let err = s.call(tid, page, &[], page + 2).expect_err("the call never returns");
+    assert!(matches!(err, telco_runtime::ptrace::PtraceError::CallTimedOut { .. }), "{err}");
+    assert_eq!(s.regs(tid).expect("regs").rip, before, "the thread is back where it was");
+    s.write(flag, &3i32.to_le_bytes()).expect("write flag");
+    s.detach().expect("detach");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("rest of output");
+    assert!(child.wait().expect("wait").success());
+    assert_eq!(rest, "done 3\n");
+}
