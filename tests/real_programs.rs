@@ -512,6 +512,23 @@ fn process_and_thread_lifecycles_are_counted() {
     // The shell's vfork child begins at its exec of P; it never ran the
     // shell's program, so nothing ends there.
     assert!(out.ends_with("process 6/6 thread 4/4 main 0\n"), "{out}");
+    // `$status`: what the process gave _exit; -1 for a program an exec ended.
+    let script = "probe process.end { printf(\"%d %d\\n\", pid() == target(), $status) }";
+    let cmd = format!("{p} exit3");
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(out, "exit3 0\n1 3\n");
+    let cmd = format!("{p} exec 2");
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    // (The exec's end is said while the new program starts: its own
+    // output may come before or after it.)
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["1 -1", "1 0", "after exec", "before exec 4"]);
+    let (_, err, code) = telco(&["-e", "probe process.begin { println($status) }", "-c", &cmd]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("`$status` outside a `process.end` probe"), "{err}");
 }
 
 /// Attached to a running process: process.begin fires in it at attach, and

@@ -2027,7 +2027,7 @@ EXPORT void rt_stat_clear_all(u8 *R, u8 *base, i64 shards, i64 row, const u8 *de
  * (Artifact::ctx_size) as a trampoline would build it, registers all 0
  * (lifecycle bodies read none). Skipped and counted like any hit when the
  * thread has no slot (0); -1 when it has no thread pointer (1: ran). */
-EXPORT i64 rt_call_probe(u8 *R, u64 handler, u64 probe, u64 ctx_size) {
+EXPORT i64 rt_call_probe(u8 *R, u64 handler, u64 probe, u64 ctx_size, u64 arg1) {
     /* A static program at its entry has no thread pointer yet (%fs:0
      * would fault): say so instead. */
     u64 fs = 0;
@@ -2036,6 +2036,7 @@ EXPORT i64 rt_call_probe(u8 *R, u64 handler, u64 probe, u64 ctx_size) {
     if (!slot) return 0;
     u64 regs[32];
     memset(regs, 0, sizeof regs);
+    regs[5] = arg1; /* rdi (SavedRegs): `$status` of process.end */
     u8 *ctx = __builtin_alloca(ctx_size);
     memset(ctx, 0, ctx_size);
     AT(ctx, C_REGS, u64) = (u64)regs;

@@ -1859,7 +1859,9 @@ fn lifecycle(
         if *e != event || module.as_ref().is_some_and(|m| !same_file(m, exe)) {
             continue;
         }
-        let args = [region, code.at(p.handler), i as u64, u64::from(a.ctx_size)];
+        // process.end at an exec: `$status` is -1 (the program did not exit).
+        let arg1 = if event == LifeEvent::ProcessEnd { u64::MAX } else { 0 };
+        let args = [region, code.at(p.handler), i as u64, u64::from(a.ctx_size), arg1];
         match s.call(tid, call, &args, code.trap()) {
             Ok(r) if r as i64 == -1 => warnings.push(format!(
                 "`{}` did not run in pid {} ({}): its thread has no thread pointer yet (a static program at its \

@@ -25,6 +25,8 @@ pub enum BodyKind {
     Function,
     /// An SDT marker: its arguments by its specs.
     Mark,
+    /// `process.end`: as a session probe, with `$status`.
+    ProcessEnd,
     /// A probe condition: globals only.
     Condition,
 }
@@ -972,6 +974,20 @@ impl<'a> Lowerer<'a> {
                 _ => {}
             }
         }
+        if name == "status" && self.kind == BodyKind::ProcessEnd && self.in_function.is_none() {
+            // What the process gave `_exit` (its low 8 bits are the exit
+            // code); -1 where an exec ended the program.
+            let arg = Expr { kind: ExprKind::Target(Target::Arg(1)), ty: Ty::Long, span };
+            let kind = ExprKind::Builtin { func: builtins::Builtin::Int32, args: vec![arg] };
+            return mk(kind);
+        }
+        if name == "status" {
+            return bad(
+                self,
+                Diagnostic::error(Code::Context, span, "`$status` outside a `process.end` probe")
+                    .with_label("only a process that ends has an exit status"),
+            );
+        }
         if self.kind == BodyKind::Mark && self.mark.is_none() && (arg.is_some() || name.starts_with('$')) {
             // The marker did not resolve (reported there): no follow-on error.
             let ty = if name.starts_with('$') && name != "$arg" { Ty::String } else { Ty::Long };
@@ -1300,7 +1316,7 @@ impl<'a> Lowerer<'a> {
         // hit a probe (or in functions, which such probes may call).
         if (matches!(sig.builtin, Builtin::Register | Builtin::Uaddr | Builtin::Returnval)
             || sig.name.ends_with("_arg"))
-            && matches!(self.kind, BodyKind::Session | BodyKind::Condition)
+            && matches!(self.kind, BodyKind::Session | BodyKind::Condition | BodyKind::ProcessEnd)
             && self.in_function.is_none()
         {
             self.error(

@@ -299,6 +299,10 @@ impl<'q> Resolver<'q> {
                     ["thread", "begin"] => Point::ThreadBegin { module },
                     _ => Point::ThreadEnd { module },
                 };
+                if rest_names.as_slice() == ["end"] {
+                    // `$status` exists there.
+                    return Resolved { points: vec![p], kind: BodyKind::ProcessEnd };
+                }
                 session(vec![p])
             }
             ["mark"] | ["provider", "mark"] => {
