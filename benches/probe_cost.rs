@@ -226,7 +226,8 @@ fn main() {
     ] {
         let base: Vec<f64> = (0..RUNS).map(|_| ns_per_call(Command::new(&exe).arg(mode))).collect();
         let cmd = format!("{} {mode}", exe.display());
-        let v: Vec<f64> = (0..RUNS).map(|_| ns_per_call(Command::new(telco()).args(["-e", &script, "-c", &cmd]))).collect();
+        let v: Vec<f64> =
+            (0..RUNS).map(|_| ns_per_call(Command::new(telco()).args(["-e", &script, "-c", &cmd]))).collect();
         let (m, _, _) = stats(v);
         let (b0, _, _) = stats(base);
         println!("| {name} | {:.1} |", m - b0);

@@ -225,8 +225,16 @@ fn deep_recursion_longjmp_and_signals_keep_the_trace_exact() {
     let exe = target();
     let out = dir().join("deep.json");
     let cmd = format!("{} deep 1100", exe.display());
-    let (stdout, stderr, code) =
-        telco(&["-D", "MAXRETURNDEPTH=1024", "-e", r#"probe process.function("rec") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()]);
+    let (stdout, stderr, code) = telco(&[
+        "-D",
+        "MAXRETURNDEPTH=1024",
+        "-e",
+        r#"probe process.function("rec") {}"#,
+        "-c",
+        &cmd,
+        "--chrome",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(stdout.trim(), "1110");
     // rec(1100, 0): 1101 calls, the outer 1024 timed; 3 × rec(2, 0) from

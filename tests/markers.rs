@@ -61,8 +61,12 @@ probe end { println(n, " ", t) }"#;
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "work 4012\n4 -6\n");
     // Every marker by glob.
-    let (out, err, code) =
-        telco(&["-e", "global n probe process.mark(\"*\") { n[$$name]++ } probe end { println(n[\"loop\"], n[\"tick\"]) }", "-c", &cmd]);
+    let (out, err, code) = telco(&[
+        "-e",
+        "global n probe process.mark(\"*\") { n[$$name]++ } probe end { println(n[\"loop\"], n[\"tick\"]) }",
+        "-c",
+        &cmd,
+    ]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "work 4012\n124\n");
 }
@@ -221,12 +225,14 @@ probe end { println(t, " ", c) }"#;
 fn line_statements_fire_each_pass() {
     let src = std::fs::read_to_string(common::repo().join("tests/programs/sdt.c")).expect("source");
     let line = src.lines().position(|l| l.contains("the loop's line")).expect("marked line") + 1;
-    let blank = src.lines().take(line).enumerate().filter(|(_, l)| l.trim().is_empty()).last().expect("a blank line").0 + 1;
+    let blank =
+        src.lines().take(line).enumerate().filter(|(_, l)| l.trim().is_empty()).last().expect("a blank line").0 + 1;
     for opt in ["-O0", "-O2"] {
         let exe = common::scratch(&format!("lines{opt}")).join("sdt");
         common::gcc("sdt.c", &exe, &[opt, "-g"]);
         let cmd = format!("{} loop 25", exe.display());
-        let script = format!("global n probe process.statement(\"looping@sdt.c:{line}\") {{ n++ }} probe end {{ println(n) }}");
+        let script =
+            format!("global n probe process.statement(\"looping@sdt.c:{line}\") {{ n++ }} probe end {{ println(n) }}");
         let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
         assert_eq!(code, Some(0), "{opt}: {err}");
         assert_eq!(out, format!("{}25\n", untraced(&exe, &["loop", "25"])), "{opt}");
@@ -234,14 +240,17 @@ fn line_statements_fire_each_pass() {
         let (_, err, code) = telco(&["-e", &script, "-c", &cmd]);
         assert_eq!(code, Some(1), "{opt}");
         assert!(err.contains(&format!("line {blank} of `sdt.c` has no code; lines near it that have:")), "{err}");
-        let script = format!("global n probe process.statement(\"*@sdt.c:{blank}\").nearest {{ n++ }} probe end {{ println(n > 0) }}");
+        let script = format!(
+            "global n probe process.statement(\"*@sdt.c:{blank}\").nearest {{ n++ }} probe end {{ println(n > 0) }}"
+        );
         let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
         assert_eq!(code, Some(0), "{opt}: {err}");
         assert!(out.ends_with("\n1\n"), "{out}");
     }
     // Without -g: said.
     let exe = build("nolines");
-    let (_, err, code) = telco(&["-e", "probe process.statement(\"*@sdt.c:10\") { }", "-c", &exe.display().to_string()]);
+    let (_, err, code) =
+        telco(&["-e", "probe process.statement(\"*@sdt.c:10\") { }", "-c", &exe.display().to_string()]);
     assert_eq!(code, Some(1));
     assert!(err.contains("has no DWARF line tables (build it with -g)"), "{err}");
 }

@@ -408,7 +408,10 @@ fn a_child_that_faults_is_reported() {
     let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
     assert_eq!(code, Some(7), "{err}");
     assert!(out.ends_with("7\n"), "{out}");
-    assert!(err.contains(&format!("is being killed by SIGSEGV (Segmentation fault), address 0x0 not mapped, at 0x")), "{err}");
+    assert!(
+        err.contains(&format!("is being killed by SIGSEGV (Segmentation fault), address 0x0 not mapped, at 0x")),
+        "{err}"
+    );
     assert!(err.contains(&format!("in poke+0x0 ({p})")), "{err}");
 }
 
@@ -720,7 +723,8 @@ fn a_target_scribbling_on_the_region_cannot_crash_the_tracer() {
     for byte in ["255", "170"] {
         for script in scripts {
             let cmd = format!("{} scribble 5 {byte}", exe.display());
-            let o = Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(["-e", script, "-c", &cmd]).output().expect("run");
+            let o =
+                Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(["-e", script, "-c", &cmd]).output().expect("run");
             let err = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(1), "byte {byte}, {script}: {:?}\n{err}", o.status);
             assert!(

@@ -119,7 +119,10 @@ fn check_against_nm(m: &Module, dynamic: bool) {
         // named after their file offset, at an address no symbol has.
         if m.stripped && f.names.len() == 1 && f.names[0] == format!("sub_{:x}", f.file_offset) {
             assert!(
-                !symbols.values().flatten().any(|&(addr, _, k)| addr == f.addr && matches!(k, 'T' | 't' | 'W' | 'w' | 'i')),
+                !symbols
+                    .values()
+                    .flatten()
+                    .any(|&(addr, _, k)| addr == f.addr && matches!(k, 'T' | 't' | 'W' | 'w' | 'i')),
                 "{} at {:#x} has a symbol in {}",
                 f.names[0],
                 f.addr,

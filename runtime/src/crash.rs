@@ -42,7 +42,8 @@ pub struct Hook {
 /// only the signal).
 pub fn install(s: &mut Stopped, code: &mut CodeRegion, a: &Artifact, region: u64) -> Option<Hook> {
     let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
-    let (install, handler, uninstall) = (symbol("rt_crash_install")?, symbol("rt_crash")?, symbol("rt_crash_uninstall")?);
+    let (install, handler, uninstall) =
+        (symbol("rt_crash_install")?, symbol("rt_crash")?, symbol("rt_crash_uninstall")?);
     let stub_bytes = crate::x86::signal_stub(region, code.at(handler));
     let stub = code.alloc(stub_bytes.len() + crate::x86::SIGRETURN.len())?;
     let restorer = stub + stub_bytes.len() as u64;
@@ -217,7 +218,8 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
     if let Some(&(copy, _, orig, _)) =
         ours.relocs.iter().find(|&&(copy, len, _, _)| pc >= copy && pc < copy + u64::from(len))
     {
-        let (name, _) = if live { place(pid, orig, &Ours { codes: &[], relocs: &[] }, live) } else { (String::new(), false) };
+        let (name, _) =
+            if live { place(pid, orig, &Ours { codes: &[], relocs: &[] }, live) } else { (String::new(), false) };
         let name = if name.is_empty() { format!("{orig:#x}") } else { name };
         return (format!("the relocated first instructions of {name} (+{:#x})", pc - copy), false);
     }

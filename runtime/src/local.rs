@@ -582,7 +582,9 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
         buf: Vec::new(),
         chrome: None,
         suppress_warnings: false,
-        tail: region.u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail)).load(Ordering::Relaxed),
+        tail: region
+            .u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail))
+            .load(Ordering::Relaxed),
         corrupted: None,
     };
     c.drain()?;

@@ -787,9 +787,7 @@ impl Hooker {
                 return Ok(Err("trampoline out of jump range".into()));
             };
             patch.extend_from_slice(&second);
-            self.retargets
-                .borrow_mut()
-                .extend(retargets.into_iter().map(|r| (r.at, r.original, r.patched)));
+            self.retargets.borrow_mut().extend(retargets.into_iter().map(|r| (r.at, r.original, r.patched)));
         }
         patch.resize(hook.displaced, 0xcc);
         Ok(Ok((hook.patch_at, displaced.to_vec(), patch)))
@@ -2013,7 +2011,9 @@ impl Armed {
         }
         let codes = self.our_code();
         let relocs = self.hooker.relocs.borrow().clone();
-        if let Some(c) = crate::crash::leftover(self.header, self.pid, &crate::crash::Ours { codes: &codes, relocs: &relocs }) {
+        if let Some(c) =
+            crate::crash::leftover(self.header, self.pid, &crate::crash::Ours { codes: &codes, relocs: &relocs })
+        {
             self.crashes.push(c);
         }
     }

@@ -82,7 +82,9 @@ pub fn hooks(mut probes: Vec<Probe>, resolver: &mut Resolver<'_>, diags: &mut Ve
                         let event = if ret { "in forked children" } else { "when a process exits" };
                         Diagnostic::warning(Code::Unsupported, p.span, format!("`{name}` will not fire {event}: {why}"))
                             .with_label("this probe")
-                            .with_help("it still fires when telco-stap starts or attaches to a process, and at each exec")
+                            .with_help(
+                                "it still fires when telco-stap starts or attaches to a process, and at each exec",
+                            )
                     };
                     diags.push(d);
                     continue;

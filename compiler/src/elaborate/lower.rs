@@ -945,13 +945,16 @@ impl<'a> Lowerer<'a> {
         };
         let arg = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok());
         if let Some(m) = self.mark.clone().filter(|_| self.in_function.is_none()) {
-            let string = |v: &str| (Expr { kind: ExprKind::String(v.as_bytes().to_vec()), ty: Ty::String, span }, Some(Ty::String));
+            let string = |v: &str| {
+                (Expr { kind: ExprKind::String(v.as_bytes().to_vec()), ty: Ty::String, span }, Some(Ty::String))
+            };
             match (name, arg) {
                 ("$name", _) => return string(&m.name),
                 ("$provider", _) => return string(&m.provider),
                 ("$parms", _) => {
                     let fmt: Vec<String> = (1..=m.args.len()).map(|i| format!("arg{i}=0x%x")).collect();
-                    let mut args = vec![Expr { kind: ExprKind::String(fmt.join(" ").into_bytes()), ty: Ty::String, span }];
+                    let mut args =
+                        vec![Expr { kind: ExprKind::String(fmt.join(" ").into_bytes()), ty: Ty::String, span }];
                     args.extend(m.args.iter().map(|a| mark_arg(a, span)));
                     let kind = ExprKind::Builtin { func: builtins::Builtin::Sprintf, args };
                     return (Expr { kind, ty: Ty::String, span }, Some(Ty::String));
@@ -1585,8 +1588,10 @@ fn mark_arg(a: &crate::elf::sdt::MarkArg, span: Span) -> Expr {
     let num = |v: i64| long(ExprKind::Long(v));
     let call = |func, args: Vec<Expr>| long(ExprKind::Builtin { func, args });
     let bin = |op, l: Expr, r: Expr| long(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r) });
-    const NAMES: [&str; 17] =
-        ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"];
+    const NAMES: [&str; 17] = [
+        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+        "rip",
+    ];
     let reg = |i: u32| {
         let name = NAMES.get(i as usize).copied().unwrap_or("rax");
         call(B::Register, vec![Expr { kind: ExprKind::String(name.as_bytes().to_vec()), ty: Ty::String, span }])

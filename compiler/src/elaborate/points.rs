@@ -582,7 +582,8 @@ impl<'q> Resolver<'q> {
         if let Some(A::Str(s)) = comp.arg.as_deref().map(|a| &a.kind) {
             let s = String::from_utf8_lossy(s).into_owned();
             if let Some((func, place)) = s.split_once('@') {
-                let Some((file, line)) = place.rsplit_once(':').and_then(|(f, l)| Some((f, l.trim().parse::<u64>().ok()?)))
+                let Some((file, line)) =
+                    place.rsplit_once(':').and_then(|(f, l)| Some((f, l.trim().parse::<u64>().ok()?)))
                 else {
                     diags.push(
                         Diagnostic::error(Code::BadValue, comp.span, format!("cannot read a line number in `{s}`"))
@@ -608,7 +609,9 @@ impl<'q> Resolver<'q> {
                     }
                     Err(why) => {
                         if !ex.point.optional {
-                            diags.push(Diagnostic::error(Code::NoMatch, comp.span, why).with_label("for this statement"));
+                            diags.push(
+                                Diagnostic::error(Code::NoMatch, comp.span, why).with_label("for this statement"),
+                            );
                         }
                         return Vec::new();
                     }
@@ -734,9 +737,17 @@ impl<'q> Resolver<'q> {
             }
             let refuse = |diags: &mut Vec<Diagnostic>, why: String| {
                 let d = if wildcard {
-                    Diagnostic::warning(Code::Unsupported, name_comp.span, format!("marker `{}` skipped: {why}", m.name))
+                    Diagnostic::warning(
+                        Code::Unsupported,
+                        name_comp.span,
+                        format!("marker `{}` skipped: {why}", m.name),
+                    )
                 } else {
-                    Diagnostic::error(Code::Unsupported, name_comp.span, format!("cannot probe marker `{}`: {why}", m.name))
+                    Diagnostic::error(
+                        Code::Unsupported,
+                        name_comp.span,
+                        format!("cannot probe marker `{}`: {why}", m.name),
+                    )
                 };
                 diags.push(d.with_label(format!("{}:{} at {:#x}", m.provider, m.name, m.addr)));
             };

@@ -123,7 +123,9 @@ pub fn point_name(p: &Point) -> String {
             format!("process(\"{}\").function(\"{}\"){suffix}", f.module.display(), name)
         }
         Point::Statement { module, addr, .. } => format!("process(\"{}\").statement({addr:#x})", module.display()),
-        Point::Mark(m) => format!("process(\"{}\").provider(\"{}\").mark(\"{}\")", m.module.display(), m.provider, m.name),
+        Point::Mark(m) => {
+            format!("process(\"{}\").provider(\"{}\").mark(\"{}\")", m.module.display(), m.provider, m.name)
+        }
         Point::ProcessBegin { module: m } => format!("{}.begin", module(m)),
         Point::ProcessEnd { module: m } => format!("{}.end", module(m)),
         Point::ThreadBegin { module: m } => format!("{}.thread.begin", module(m)),

@@ -343,7 +343,13 @@ impl Module {
     /// instruction of the line in that function (SystemTap's choice), with
     /// the function's name. `nearest`: a line without code moves to the
     /// next line that has some.
-    pub fn line_addresses(&self, func: &str, file: &str, line: u64, nearest: bool) -> Result<(u64, Vec<(u64, String)>), String> {
+    pub fn line_addresses(
+        &self,
+        func: &str,
+        file: &str,
+        line: u64,
+        nearest: bool,
+    ) -> Result<(u64, Vec<(u64, String)>), String> {
         let rows = self.lines.get_or_init(|| {
             let bytes = std::fs::read(&self.path).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
             let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
@@ -480,15 +486,18 @@ impl Module {
                 // A host that loops back to its own entry would run its
                 // probes on every pass (its jump is planned here, not by
                 // the runtime's loop handling).
-                let loops_back = self.file_offset_of(h.addr).and_then(|o| bytes.get(o as usize..(o + h.size) as usize)).is_none_or(|code| {
-                    let mut d = iced_x86::Decoder::with_ip(64, code, h.addr, iced_x86::DecoderOptions::NONE);
-                    d.iter().any(|i| {
-                        !i.is_call_near()
-                            && matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64)
-                            && i.near_branch_target() == at
-                            && i.ip() >= at + p.displaced as u64
-                    })
-                });
+                let loops_back = self
+                    .file_offset_of(h.addr)
+                    .and_then(|o| bytes.get(o as usize..(o + h.size) as usize))
+                    .is_none_or(|code| {
+                        let mut d = iced_x86::Decoder::with_ip(64, code, h.addr, iced_x86::DecoderOptions::NONE);
+                        d.iter().any(|i| {
+                            !i.is_call_near()
+                                && matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64)
+                                && i.near_branch_target() == at
+                                && i.ip() >= at + p.displaced as u64
+                        })
+                    });
                 if loops_back {
                     continue;
                 }

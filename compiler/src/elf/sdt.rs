@@ -115,9 +115,11 @@ fn parse_arg(spec: &str) -> Result<MarkArg, String> {
                 let i = full_reg(r).ok_or_else(|| format!("`{spec}`: unknown index register `{r}`"))?;
                 let scale = match parts.next() {
                     None => 1,
-                    Some(s) => s.parse::<u8>().ok().filter(|s| [1, 2, 4, 8].contains(s)).ok_or_else(|| {
-                        format!("`{spec}`: scale `{s}` is not 1, 2, 4 or 8")
-                    })?,
+                    Some(s) => s
+                        .parse::<u8>()
+                        .ok()
+                        .filter(|s| [1, 2, 4, 8].contains(s))
+                        .ok_or_else(|| format!("`{spec}`: scale `{s}` is not 1, 2, 4 or 8"))?,
                 };
                 Some((i, scale))
             }

@@ -118,7 +118,10 @@ impl Sites {
         // Code addresses stored as data.
         let file_word = |a: u64| -> Option<u64> {
             let sh = elf.section_headers.iter().find(|sh| {
-                sh.sh_type == SHT_PROGBITS && sh.sh_flags & u64::from(SHF_ALLOC) != 0 && a >= sh.sh_addr && a < sh.sh_addr + sh.sh_size
+                sh.sh_type == SHT_PROGBITS
+                    && sh.sh_flags & u64::from(SHF_ALLOC) != 0
+                    && a >= sh.sh_addr
+                    && a < sh.sh_addr + sh.sh_size
             })?;
             let o = (a - sh.sh_addr + sh.sh_offset) as usize;
             Some(u64::from_le_bytes(bytes.get(o..o + 8)?.try_into().ok()?))
@@ -128,7 +131,9 @@ impl Sites {
             if !alloc || sh.sh_flags & u64::from(SHF_EXECINSTR) != 0 || sh.sh_type == SHT_NOBITS {
                 continue;
             }
-            let Some(data) = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize) else { continue };
+            let Some(data) = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize) else {
+                continue;
+            };
             let skew = (8 - sh.sh_addr % 8) % 8;
             for (k, w) in data.get(skew as usize..).unwrap_or_default().chunks_exact(8).enumerate() {
                 let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
@@ -142,7 +147,9 @@ impl Sites {
                 // R_X86_64_RELATIVE, R_X86_64_IRELATIVE: the addend.
                 8 | 37 => r.r_addend.unwrap_or(0) as u64,
                 // R_X86_64_64: the symbol plus the addend.
-                1 => elf.dynsyms.get(r.r_sym).map_or(0, |sym| sym.st_value).wrapping_add(r.r_addend.unwrap_or(0) as u64),
+                1 => {
+                    elf.dynsyms.get(r.r_sym).map_or(0, |sym| sym.st_value).wrapping_add(r.r_addend.unwrap_or(0) as u64)
+                }
                 _ => continue,
             };
             if in_exec(value, &exec) {
@@ -252,7 +259,14 @@ impl Sites {
 
     /// [`Sites::plan`] for a jump of `need` bytes (2 for a `jmp rel8`, 10
     /// for a host of hops), with padding after the function or without.
-    pub fn plan_len(&self, bytes: &[u8], addr: u64, range: (u64, u64), need: u64, padding: bool) -> Result<Patch, String> {
+    pub fn plan_len(
+        &self,
+        bytes: &[u8],
+        addr: u64,
+        range: (u64, u64),
+        need: u64,
+        padding: bool,
+    ) -> Result<Patch, String> {
         let Some(&(s, n, off)) = self.exec.iter().find(|&&(s, n, _)| addr >= s && addr < s + n) else {
             return Err(format!("{addr:#x} is not in an executable section"));
         };
@@ -283,7 +297,11 @@ impl Sites {
             }
             dec.decode_out(&mut last);
             if last.is_invalid() {
-                return Err(if addr + len >= end { short() } else { format!("the bytes at {:#x} are not an instruction", addr + len) });
+                return Err(if addr + len >= end {
+                    short()
+                } else {
+                    format!("the bytes at {:#x} are not an instruction", addr + len)
+                });
             }
             if last.ip() >= end && !matches!(last.mnemonic(), iced_x86::Mnemonic::Nop | iced_x86::Mnemonic::Int3) {
                 return Err(short());
