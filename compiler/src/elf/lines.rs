@@ -14,16 +14,9 @@ pub struct Row {
 
 /// Every statement row of the file's line tables; empty when it has none.
 pub fn rows(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> Result<Vec<Row>, String> {
-    let section = |name: &str| -> &[u8] {
-        elf.section_headers
-            .iter()
-            .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name))
-            .filter(|sh| sh.sh_type != goblin::elf::section_header::SHT_NOBITS)
-            .and_then(|sh| bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize))
-            .unwrap_or(&[])
-    };
     let load = |id: gimli::SectionId| -> Result<EndianSlice<'_, LittleEndian>, gimli::Error> {
-        Ok(EndianSlice::new(section(id.name()), LittleEndian))
+        let data = super::sites::section(elf, bytes, id.name()).map_or(&[][..], |(_, d)| d);
+        Ok(EndianSlice::new(data, LittleEndian))
     };
     let dwarf = gimli::Dwarf::load(load).map_err(|e| format!("reading DWARF: {e}"))?;
     let mut out = Vec::new();

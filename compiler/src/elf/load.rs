@@ -143,6 +143,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
             .map(|p| (p.p_vaddr, p.p_filesz, p.p_offset))
             .collect(),
         reopened: Default::default(),
+        bytes: Default::default(),
         sites: Default::default(),
         lines: Default::default(),
         hops: Default::default(),

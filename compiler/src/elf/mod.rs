@@ -64,22 +64,17 @@ pub struct Module {
     pub markers: Vec<sdt::Marker>,
     /// `PT_LOAD` segments: link address, bytes in the file, file offset.
     pub file_offsets: Vec<(u64, u64, u64)>,
+    /// The file's bytes, read again on first need by the patch-site,
+    /// line and hop analyses (once for all of them).
+    bytes: std::sync::OnceLock<Result<std::sync::Arc<Vec<u8>>, String>>,
     /// Where patches inside functions are safe (`sites`), computed on
     /// first need.
     sites: std::sync::OnceLock<Result<sites::Sites, String>>,
     /// DWARF line rows, read on first need.
     lines: std::sync::OnceLock<Result<Vec<lines::Row>, String>>,
-    /// Hops planned for short functions (by address), and the hosts taken.
-    #[allow(clippy::type_complexity)]
-    hops: std::sync::Arc<
-        std::sync::Mutex<(
-            std::collections::HashMap<u64, Option<telco_abi::artifact::Hop>>,
-            std::collections::HashMap<u64, u32>,
-            Option<std::sync::Arc<Vec<u8>>>,
-            // Functions that cannot be hooked, and why.
-            std::collections::HashMap<u64, String>,
-        )>,
-    >,
+    /// Hops planned for short functions (by address), and the slots
+    /// taken in each host.
+    hops: std::sync::Arc<std::sync::Mutex<Hops>>,
     /// The file, opened again on first need by `no_return_address`.
     reopened: std::sync::OnceLock<Option<std::sync::Arc<std::fs::File>>>,
     class64: bool,
@@ -120,6 +115,14 @@ impl Machine {
             other => Machine::Other(other),
         }
     }
+}
+
+/// What `Module::short_hop` decided, by function address, and how many
+/// slots each host has given.
+#[derive(Debug, Default)]
+struct Hops {
+    planned: std::collections::HashMap<u64, Result<Option<telco_abi::artifact::Hop>, String>>,
+    hosts: std::collections::HashMap<u64, u32>,
 }
 
 /// A function: every symbol name at one address (aliases at one address are probed once).
@@ -317,12 +320,7 @@ impl Module {
     /// the patch, and the name of the function that holds it (its symbol,
     /// or `sub_<offset>` from its FDE in a stripped file); or why not.
     pub fn plan_site(&self, addr: u64) -> Result<(sites::Patch, Option<String>), String> {
-        let built = self.sites.get_or_init(|| {
-            let bytes = std::fs::read(&self.path).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
-            let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
-            sites::Sites::build(&elf, &bytes)
-        });
-        let sites = built.as_ref().map_err(Clone::clone)?;
+        let (bytes, sites) = (self.bytes()?, self.sites()?);
         if self.machine != Machine::X86_64 {
             return Err("statement and marker probes are x86_64-only so far".into());
         }
@@ -334,8 +332,30 @@ impl Module {
             Some(f) => Some(f.display_name().to_string()),
             None => Some(format!("sub_{:x}", self.file_offset_of(range.0).unwrap_or(range.0))),
         };
-        let bytes = std::fs::read(&self.path).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
         Ok((sites.plan(&bytes, addr, range)?, name))
+    }
+
+    /// The file's bytes (read once).
+    fn bytes(&self) -> Result<std::sync::Arc<Vec<u8>>, String> {
+        self.bytes
+            .get_or_init(|| {
+                std::fs::read(&self.path)
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| format!("cannot read {}: {e}", self.path.display()))
+            })
+            .clone()
+    }
+
+    /// The ELF file, parsed again from [`Module::bytes`], for `f`.
+    fn with_elf<T>(&self, f: impl FnOnce(&goblin::elf::Elf<'_>, &[u8]) -> Result<T, String>) -> Result<T, String> {
+        let bytes = self.bytes()?;
+        let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        f(&elf, &bytes)
+    }
+
+    /// The module's patch-site analysis (computed once).
+    fn sites(&self) -> Result<&sites::Sites, String> {
+        self.sites.get_or_init(|| self.with_elf(sites::Sites::build)).as_ref().map_err(Clone::clone)
     }
 
     /// The addresses of source line `line` of `file` (`func@file:LINE`),
@@ -350,12 +370,7 @@ impl Module {
         line: u64,
         nearest: bool,
     ) -> Result<(u64, Vec<(u64, String)>), String> {
-        let rows = self.lines.get_or_init(|| {
-            let bytes = std::fs::read(&self.path).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
-            let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
-            lines::rows(&elf, &bytes)
-        });
-        let rows = rows.as_ref().map_err(Clone::clone)?;
+        let rows = self.lines.get_or_init(|| self.with_elf(lines::rows)).as_ref().map_err(Clone::clone)?;
         if rows.is_empty() {
             return Err(format!("{} has no DWARF line tables (build it with -g)", self.path.display()));
         }
@@ -404,22 +419,9 @@ impl Module {
     /// Err when a 5-byte jump there would cover a place control arrives
     /// at and no hop could be planned: the function cannot be hooked.
     pub fn short_hop(&self, f: &Function) -> Result<Option<telco_abi::artifact::Hop>, String> {
-        match self.plan_hop(f) {
-            (None, Some(why)) => Err(why),
-            (hop, _) => Ok(hop),
-        }
-    }
-
-    fn plan_hop(&self, f: &Function) -> (Option<telco_abi::artifact::Hop>, Option<String>) {
-        let hop = self.short_hop_inner(f);
-        let why = self.hops.lock().ok().and_then(|h| h.3.get(&f.addr).cloned());
-        (hop, why)
-    }
-
-    fn short_hop_inner(&self, f: &Function) -> Option<telco_abi::artifact::Hop> {
         const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
         if self.machine != Machine::X86_64 || f.size == 0 {
-            return None;
+            return Ok(None);
         }
         // At most 4 bytes of `endbr64`: 9 bytes or more always fit a jump;
         // whether control arrives inside those bytes is checked in modules
@@ -427,22 +429,16 @@ impl Module {
         // python3.11, libc, libstdc++; not node).
         let small = || std::fs::metadata(&self.path).is_ok_and(|m| m.len() <= 32 << 20);
         if f.size >= 9 && !small() {
-            return None;
+            return Ok(None);
         }
-        let mut hops = self.hops.lock().ok()?;
-        if let Some(h) = hops.0.get(&f.addr) {
-            return *h;
+        let Ok(mut hops) = self.hops.lock() else { return Ok(None) };
+        if let Some(h) = hops.planned.get(&f.addr) {
+            return h.clone();
         }
-        if hops.2.is_none() {
-            hops.2 = Some(std::sync::Arc::new(std::fs::read(&self.path).ok()?));
-        }
-        let bytes = hops.2.clone()?;
+        // A module that cannot be analysed gets no hops (the runtime's
+        // own plan decides, as before hops existed).
+        let (Ok(bytes), Ok(sites)) = (self.bytes(), self.sites()) else { return Ok(None) };
         let bytes = bytes.as_slice();
-        let built = self.sites.get_or_init(|| {
-            let elf = goblin::elf::Elf::parse(bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
-            sites::Sites::build(&elf, bytes)
-        });
-        let sites = built.as_ref().ok()?;
         let starts_endbr = |addr: u64, size: u64| {
             size >= 4
                 && self
@@ -457,8 +453,8 @@ impl Module {
         // jump (padding after it is the runtime's to use).
         let required = f.size - skip >= 5;
         if required && sites.plan_len(bytes, patch_at, range, 5, false).is_ok() {
-            hops.0.insert(f.addr, None);
-            return None;
+            hops.planned.insert(f.addr, Ok(None));
+            return Ok(None);
         }
         let own = sites.plan_len(bytes, patch_at, range, 2, false).ok();
         let mut found = None;
@@ -475,10 +471,10 @@ impl Module {
                 let hskip = if starts_endbr(h.addr, h.size) { 4 } else { 0 };
                 let at = h.addr + hskip;
                 // The host's next free slot (its own jump takes the first 5).
-                let slot = 5 * (1 + hops.1.get(&at).copied().unwrap_or(0));
+                let slot = 5 * (1 + hops.hosts.get(&at).copied().unwrap_or(0));
                 let rel = (at + u64::from(slot)) as i64 - (patch_at + 2) as i64;
                 let taken = |(&o, &n): (&u64, &u32)| o != at && at < o + 5 * (u64::from(n) + 1) + 15 && o < at + 60;
-                if !(-128..=127).contains(&rel) || slot > 40 || hops.1.iter().any(taken) {
+                if !(-128..=127).contains(&rel) || slot > 40 || hops.hosts.iter().any(taken) {
                     continue;
                 }
                 let need = u64::from(slot) + 5;
@@ -501,7 +497,7 @@ impl Module {
                 if loops_back {
                     continue;
                 }
-                *hops.1.entry(at).or_insert(0) += 1;
+                *hops.hosts.entry(at).or_insert(0) += 1;
                 found = Some(telco_abi::artifact::Hop {
                     displaced: own.displaced,
                     host: at,
@@ -521,7 +517,7 @@ impl Module {
                 for (at, end) in near {
                     let rel = (at + 5) as i64 - (patch_at + 2) as i64;
                     let overlaps = at < range.1 && at + 10 > range.0;
-                    if !(-128..=127).contains(&rel) || overlaps || hops.1.contains_key(&at) {
+                    if !(-128..=127).contains(&rel) || overlaps || hops.hosts.contains_key(&at) {
                         continue;
                     }
                     // Nor inside another host's displaced bytes, nor where a
@@ -529,14 +525,14 @@ impl Module {
                     // (a host's displaced bytes end at most 15 bytes past its
                     // last slot; this one's within 20 of its start).
                     let taken = |(&h, &n): (&u64, &u32)| at < h + 5 * (u64::from(n) + 1) + 15 && h < at + 20;
-                    if hops.1.iter().any(taken)
+                    if hops.hosts.iter().any(taken)
                         || self.function_at(at).is_some_and(|g| at < g.addr + 16)
                         || self.functions.iter().any(|g| g.addr > at && g.addr < at + 16)
                     {
                         continue;
                     }
                     let Ok(p) = sites.plan_len(bytes, at, (at, end), 10, false) else { continue };
-                    hops.1.insert(at, 1);
+                    hops.hosts.insert(at, 1);
                     found = Some(telco_abi::artifact::Hop {
                         displaced: own.displaced,
                         host: at,
@@ -549,16 +545,14 @@ impl Module {
                 }
             }
         }
-        if found.is_none() && required {
-            hops.3.insert(
-                f.addr,
-                "control arrives inside its first 5 bytes from elsewhere in the module, and no hop through a \
-                 neighbour could be placed"
-                    .into(),
-            );
-        }
-        hops.0.insert(f.addr, found);
-        found
+        let decided = match found {
+            None if required => Err("control arrives inside its first 5 bytes from elsewhere in the module, and no \
+                                     hop through a neighbour could be placed"
+                .to_string()),
+            hop => Ok(hop),
+        };
+        hops.planned.insert(f.addr, decided.clone());
+        decided
     }
 
     /// The file offset of link address `addr` (`PT_LOAD` segments).

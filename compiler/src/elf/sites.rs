@@ -179,22 +179,8 @@ impl Sites {
     /// Function ranges and landing pads from `.eh_frame`.
     fn eh_frame(&mut self, elf: &Elf<'_>, bytes: &[u8]) -> Result<(), String> {
         use gimli::UnwindSection;
-        let section = |name: &str| {
-            elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name)).and_then(|sh| {
-                let data = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize)?;
-                Some((sh.sh_addr, data))
-            })
-        };
-        let Some((eh_addr, eh_data)) = section(".eh_frame") else { return Ok(()) };
-        let eh = gimli::EhFrame::new(eh_data, gimli::LittleEndian);
-        let mut bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
-        if let Some((text, _)) = section(".text") {
-            bases = bases.set_text(text);
-        }
-        if let Some((got, _)) = section(".got") {
-            bases = bases.set_got(got);
-        }
-        let lsda_section = section(".gcc_except_table");
+        let Some((eh, bases)) = eh_frame(elf, bytes) else { return Ok(()) };
+        let lsda_section = section(elf, bytes, ".gcc_except_table");
         let mut entries = eh.entries(&bases);
         loop {
             let entry = match entries.next() {
@@ -338,18 +324,7 @@ impl Sites {
 /// not one.
 pub fn fde_functions(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u64)> {
     use gimli::UnwindSection;
-    let section = |name: &str| {
-        elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name)).and_then(|sh| {
-            let data = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize)?;
-            Some((sh.sh_addr, data))
-        })
-    };
-    let Some((eh_addr, eh_data)) = section(".eh_frame") else { return Vec::new() };
-    let eh = gimli::EhFrame::new(eh_data, gimli::LittleEndian);
-    let mut bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
-    if let Some((text, _)) = section(".text") {
-        bases = bases.set_text(text);
-    }
+    let Some((eh, bases)) = eh_frame(elf, bytes) else { return Vec::new() };
     let mut ctx = gimli::UnwindContext::new();
     let mut out = Vec::new();
     let mut entries = eh.entries(&bases);
@@ -370,6 +345,32 @@ pub fn fde_functions(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u64)> {
     out.sort_unstable();
     out.dedup_by_key(|f| f.0);
     out
+}
+
+/// Section `name` of the file: its address and bytes (None for one that
+/// has no bytes in the file).
+pub(super) fn section<'a>(elf: &Elf<'_>, bytes: &'a [u8], name: &str) -> Option<(u64, &'a [u8])> {
+    let sh = elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name))?;
+    if sh.sh_type == SHT_NOBITS {
+        return None;
+    }
+    let data = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize)?;
+    Some((sh.sh_addr, data))
+}
+
+type EhFrame<'a> = gimli::EhFrame<gimli::EndianSlice<'a, gimli::LittleEndian>>;
+
+/// The file's `.eh_frame`, with the base addresses its pointers need.
+fn eh_frame<'a>(elf: &Elf<'_>, bytes: &'a [u8]) -> Option<(EhFrame<'a>, gimli::BaseAddresses)> {
+    let (eh_addr, eh_data) = section(elf, bytes, ".eh_frame")?;
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
+    if let Some((text, _)) = section(elf, bytes, ".text") {
+        bases = bases.set_text(text);
+    }
+    if let Some((got, _)) = section(elf, bytes, ".got") {
+        bases = bases.set_got(got);
+    }
+    Some((gimli::EhFrame::new(eh_data, gimli::LittleEndian), bases))
 }
 
 fn near_target(ins: &Instruction) -> Option<u64> {
