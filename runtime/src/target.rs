@@ -311,8 +311,6 @@ struct Hooker {
     /// Every trampoline's copy of its function's first instructions
     /// (`SymReloc`: copy, its length, original, its length).
     relocs: std::cell::RefCell<Vec<(u64, u32, u64, u32)>>,
-    /// Loops retargeted past a probe (`x86::plan_loop`), not applied yet.
-    retargets: std::cell::RefCell<Vec<Plan>>,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -371,6 +369,21 @@ fn stat_inline(l: &telco_abi::artifact::Latency) -> Option<trampoline::StatInlin
 
 /// A hook ready to be written: address, original bytes, new bytes.
 type Plan = (u64, Vec<u8>, Vec<u8>);
+
+/// What [`Hooker::function`] placed: the patch, where the trampoline is,
+/// and the branches of a loop back to the entry retargeted past the probe
+/// (`x86::plan_loop`: patches too).
+struct Placed {
+    plan: Plan,
+    tramp: u64,
+    retargets: Vec<Plan>,
+}
+
+impl Placed {
+    fn into_plans(self) -> impl Iterator<Item = Plan> {
+        std::iter::once(self.plan).chain(self.retargets)
+    }
+}
 
 impl Hooker {
     /// The shadow stacks in the target.
@@ -622,21 +635,16 @@ impl Hooker {
                 (Some(_), _, Some(hop), None) => match runtime_addr(maps, module, hop.host_file_offset) {
                     Some(host) => {
                         let slot = host + u64::from(hop.slot);
-                        // `function` puts the trampoline at the next
-                        // 16-byte boundary of the code region.
-                        let tramp_at = code.next.next_multiple_of(16);
-                        match self.function(s, &mut code, addr + skip, 0, Some(hop.displaced as usize), tramp)? {
-                            Ok((at, orig, _)) => {
-                                // A 2-byte jump to the slot in the host; the
-                                // slot's jump goes to the trampoline.
-                                slots.push((slot, tramp_at, at));
-                                let rel = slot as i64 - (at as i64 + 2);
-                                let mut short = vec![0xeb, rel as i8 as u8];
-                                short.resize(orig.len(), 0xcc);
-                                Ok((at, orig, short))
-                            }
-                            Err(why) => Err(why),
-                        }
+                        self.function(s, &mut code, addr + skip, 0, Some(hop.displaced as usize), tramp)?.map(|mut p| {
+                            // A 2-byte jump to the slot in the host; the
+                            // slot's jump goes to the trampoline.
+                            let (at, orig, patch) = &mut p.plan;
+                            slots.push((slot, p.tramp, *at));
+                            let rel = slot as i64 - (*at as i64 + 2);
+                            *patch = vec![0xeb, rel as i8 as u8];
+                            patch.resize(orig.len(), 0xcc);
+                            p
+                        })
                     }
                     None => Err("the host of its hop is not mapped".into()),
                 },
@@ -645,12 +653,11 @@ impl Hooker {
                 (None, None, _, None) => continue,
             };
             match placed {
-                Ok(plan) => plans.push(plan),
+                // A loop's retargeted branches too: the overlap check of
+                // what comes next sees them.
+                Ok(p) => plans.extend(p.into_plans()),
                 Err(why) => refused.push(format!("{fname}: {why}")),
             }
-            // A loop's retargeted branches are patches too, seen by the
-            // overlap check of what comes next.
-            plans.extend(self.retargets.borrow_mut().drain(..));
         }
         // Hosts with no probe of their own: a trampoline that only runs
         // their displaced instructions.
@@ -664,7 +671,7 @@ impl Hooker {
                 self.function(s, &mut code, addr, 0, Some(displaced as usize), Tramp::pass_through())?
             };
             match placed {
-                Ok(plan) => plans.push(plan),
+                Ok(p) => plans.extend(p.into_plans()),
                 Err(why) => {
                     // The functions hopping through it are not hooked.
                     let gone: Vec<u64> = slots.iter().filter(|s| s.0 >= addr && s.0 < end).map(|s| s.2).collect();
@@ -709,7 +716,7 @@ impl Hooker {
         size: u64,
         site: Option<usize>,
         t: Tramp,
-    ) -> Result<Result<Plan, String>, TargetError> {
+    ) -> Result<Result<Placed, String>, TargetError> {
         let bytes = s.read(addr, site.unwrap_or((size as usize).clamp(1, 1 << 20)) + 16)?;
         let (hook, retargets) = match site {
             Some(displaced) => (x86::Hook { patch_at: addr, displaced }, Vec::new()),
@@ -787,10 +794,13 @@ impl Hooker {
                 return Ok(Err("trampoline out of jump range".into()));
             };
             patch.extend_from_slice(&second);
-            self.retargets.borrow_mut().extend(retargets.into_iter().map(|r| (r.at, r.original, r.patched)));
         }
         patch.resize(hook.displaced, 0xcc);
-        Ok(Ok((hook.patch_at, displaced.to_vec(), patch)))
+        Ok(Ok(Placed {
+            plan: (hook.patch_at, displaced.to_vec(), patch),
+            tramp: at,
+            retargets: retargets.into_iter().map(|r| (r.at, r.original, r.patched)).collect(),
+        }))
     }
 }
 
@@ -960,7 +970,6 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         threads_at,
         tid_off,
         relocs: Default::default(),
-        retargets: Default::default(),
     };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
@@ -988,10 +997,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         let size = x86::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
         let notify = code.at(hooker.dlnotify);
         match hooker.function(&mut s, &mut code, brk, size, None, Tramp::call(notify))? {
-            Ok(plan) => {
-                plans.push(plan);
-                plans.extend(hooker.retargets.borrow_mut().drain(..));
-            }
+            Ok(p) => plans.extend(p.into_plans()),
             Err(why) => {
                 return Err(TargetError::Unsupported(format!(
                     "cannot watch for libraries loaded later (hooking the loader's r_brk: {why})"
@@ -1018,10 +1024,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
                 let Some(f) = (if catch { caught } else { unwind }) else { continue };
                 let handler = code.at(f);
                 match hooker.function(&mut s, &mut code, addr, size, None, Tramp::call(handler))? {
-                    Ok(plan) => {
-                        plans.push(plan);
-                        plans.extend(hooker.retargets.borrow_mut().drain(..));
-                    }
+                    Ok(p) => plans.extend(p.into_plans()),
                     Err(why) if catch => refused.push(format!(
                         "the C++ runtime's catch at {addr:#x} ({why}): functions with a return probe that catch an \
                      exception will not have it run"
@@ -1544,10 +1547,7 @@ fn hook_execs(
         let handler = code.at(execnotify);
         for (addr, size, _) in entries {
             match hooker.function(s, &mut code, addr, size, None, Tramp::call(handler))? {
-                Ok(plan) => {
-                    plans.push(plan);
-                    plans.extend(hooker.retargets.borrow_mut().drain(..));
-                }
+                Ok(p) => plans.extend(p.into_plans()),
                 Err(why) => refused.push(format!(
                     "the C library's exec at {addr:#x} ({why}): programs the target runs will not get their probes"
                 )),
