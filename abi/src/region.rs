@@ -651,10 +651,6 @@ const _: () = assert!(core::mem::size_of::<SavedRegs>() == 144);
 
 /// `register("NAME")`: the index of NAME's word in [`SavedRegs`].
 pub fn register_index(name: &str) -> Option<u32> {
-    const NAMES: [&str; 18] = [
-        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-        "rip", "rflags",
-    ];
     let n = name.strip_prefix('%').unwrap_or(name);
     let n = match n {
         "eax" | "ax" => "rax",
@@ -669,8 +665,14 @@ pub fn register_index(name: &str) -> Option<u32> {
         "eflags" | "flags" => "rflags",
         other => other,
     };
-    NAMES.iter().position(|r| *r == n).map(|i| i as u32)
+    REGISTER_NAMES.iter().position(|r| *r == n).map(|i| i as u32)
 }
+
+/// The words of [`SavedRegs`], by index.
+pub const REGISTER_NAMES: [&str; 18] = [
+    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+    "rip", "rflags",
+];
 
 /// Registers holding `$arg1`…`$arg6` (System V), as [`SavedRegs`] indices.
 pub const ARG_REGS: [u32; 6] = [5, 4, 3, 2, 8, 9];

@@ -1491,6 +1491,12 @@ LOCAL void take_row(u8 *R, u8 *s, u64 n, u32 pid) {
     AT(s, TS_BUSY, u32) = row >= n;
 }
 
+/* A thread's first place among the n slots. n is a power of two
+ * (layout.rs): a mask, not a division. The top log2(n) bits of the thread
+ * pointer's low half times 0x9e3779b9 (the trampolines compute it inline:
+ * find_slot in runtime/src/trampoline.rs). */
+LOCAL u64 slot_home(u64 tp, u64 n) { return ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32; }
+
 /* The calling thread's slot, claimed on first use; 0 when all are taken.
  * %fs:0 holds the thread pointer itself (x86_64 TLS ABI). The slots are
  * private to the process (Header::threads_at): a forked child has a copy. */
@@ -1504,11 +1510,7 @@ static u8 *thread_slot(u8 *R) {
      * the tracer found where. */
     u32 off = AT(R, H_TCB_TID_OFF, u32);
     u32 me = off ? *(u32 *)(tp + off) : 0;
-    /* n is a power of two (layout.rs): a mask, not a division. The first
-     * place: the top log2(n) bits of the thread pointer's low half times
-     * 0x9e3779b9 (the trampolines compute it inline: find_slot in
-     * runtime/src/trampoline.rs). */
-    u64 h = ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32;
+    u64 h = slot_home(tp, n);
     for (u64 i = 0; i < n; i++) {
         u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;
         u64 key = __atomic_load_n(&AT(s, TS_KEY, u64), __ATOMIC_ACQUIRE);
@@ -1782,7 +1784,7 @@ LOCAL u32 in_probe(u8 *R, u32 me) {
     u64 n = AT(R, H_NTHREADS, u32);
     u8 *slots = (u8 *)AT(R, H_THREADS_AT, u64);
     if (!tp || !n || !slots) return 0;
-    u64 h = ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32;
+    u64 h = slot_home(tp, n);
     for (u64 i = 0; i < n; i++) {
         u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;
         u64 key = __atomic_load_n(&AT(s, TS_KEY, u64), __ATOMIC_ACQUIRE);

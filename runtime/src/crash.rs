@@ -17,7 +17,7 @@
 
 use crate::inject::CodeRegion;
 use crate::ptrace::Stopped;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use telco_abi::artifact::Artifact;
 use telco_abi::region::Header;
@@ -232,28 +232,18 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return ("an unknown place (its maps are unreadable)".into(), false);
     };
-    for line in maps.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(off)) = (it.next(), it.next(), it.next()) else { continue };
-        let path: String = it.skip(2).collect::<Vec<_>>().join(" ");
-        let Some((a, b)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) =
-            (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(off, 16))
-        else {
-            continue;
-        };
-        if pc < start || pc >= end {
-            continue;
-        }
-        if path.is_empty() {
+    let found = maps.lines().filter_map(crate::target::parse_mapping).find(|m| pc >= m.start && pc < m.end);
+    if let Some(m) = found {
+        let text = m.path.to_string_lossy();
+        if text.is_empty() {
             return ("anonymous memory (generated code?)".into(), false);
         }
-        if !path.starts_with('/') {
-            return (path, false);
+        if !text.starts_with('/') {
+            return (text.into_owned(), false);
         }
-        let file_offset = pc - start + offset;
-        let path = PathBuf::from(path);
-        return match symbol(&path, file_offset) {
+        let file_offset = pc - m.start + m.offset;
+        let path = &m.path;
+        return match symbol(path, file_offset) {
             Some(s) => (format!("{s} ({})", path.display()), false),
             None => (format!("{} (+{file_offset:#x})", path.display()), false),
         };

@@ -56,42 +56,36 @@ pub enum TargetError {
     Unsupported(String),
 }
 
-/// A mapping of a file in the target.
+/// A mapping in the target (`/proc/PID/maps`): its range, file offset and
+/// path (empty for anonymous memory, `[stack]` and the like for special
+/// ones).
 #[derive(Debug, Clone)]
-struct Mapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    path: PathBuf,
+pub(crate) struct Mapping {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) offset: u64,
+    pub(crate) path: PathBuf,
 }
 
+/// One line of `/proc/PID/maps`.
+pub(crate) fn parse_mapping(line: &str) -> Option<Mapping> {
+    let mut it = line.split_whitespace();
+    let (range, _perms, off, _dev, _inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+    let path: String = it.collect::<Vec<_>>().join(" ");
+    let (a, b) = range.split_once('-')?;
+    let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+    let offset = u64::from_str_radix(off, 16).ok()?;
+    Some(Mapping { start, end, offset, path: PathBuf::from(path) })
+}
+
+/// The target's mappings of files.
 fn mappings(pid: i32) -> Result<Vec<Mapping>, TargetError> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|err| TargetError::Proc {
         pid,
         file: "maps",
         err,
     })?;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_inode)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
-            continue;
-        };
-        let path: String = it.collect::<Vec<_>>().join(" ");
-        if !path.starts_with('/') {
-            continue;
-        }
-        let Some((a, b)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) =
-            (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(off, 16))
-        else {
-            continue;
-        };
-        out.push(Mapping { start, end, offset, path: PathBuf::from(path) });
-    }
-    Ok(out)
+    Ok(text.lines().filter_map(parse_mapping).filter(|m| m.path.starts_with("/")).collect())
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -635,16 +629,18 @@ impl Hooker {
                 (Some(_), _, Some(hop), None) => match runtime_addr(maps, module, hop.host_file_offset) {
                     Some(host) => {
                         let slot = host + u64::from(hop.slot);
-                        self.function(s, &mut code, addr + skip, 0, Some(hop.displaced as usize), tramp)?.map(|mut p| {
-                            // A 2-byte jump to the slot in the host; the
-                            // slot's jump goes to the trampoline.
-                            let (at, orig, patch) = &mut p.plan;
-                            slots.push((slot, p.tramp, *at));
-                            let rel = slot as i64 - (*at as i64 + 2);
-                            *patch = vec![0xeb, rel as i8 as u8];
-                            patch.resize(orig.len(), 0xcc);
-                            p
-                        })
+                        self.function(s, &mut code, addr + skip, 0, Some(hop.displaced as usize), tramp)?.map(
+                            |mut p| {
+                                // A 2-byte jump to the slot in the host; the
+                                // slot's jump goes to the trampoline.
+                                let (at, orig, patch) = &mut p.plan;
+                                slots.push((slot, p.tramp, *at));
+                                let rel = slot as i64 - (*at as i64 + 2);
+                                *patch = vec![0xeb, rel as i8 as u8];
+                                patch.resize(orig.len(), 0xcc);
+                                p
+                            },
+                        )
                     }
                     None => Err("the host of its hop is not mapped".into()),
                 },
@@ -1770,9 +1766,8 @@ impl Armed {
         // The old program ended (process.end, for the program this process
         // ran: its own, or its parent's when it forked), the new one begins.
         let old = self.exes.get(&pid).cloned().or_else(|| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let ppid: i32 = status.lines().find_map(|l| l.strip_prefix("PPid:"))?.trim().parse().ok()?;
-            self.exes.get(&ppid).cloned()
+            let (_, ppid) = crate::proc::uid_and_parent(pid as u32)?;
+            self.exes.get(&(ppid as i32)).cloned()
         });
         let vforked = self.follow.as_mut().is_some_and(|f| f.vforked.remove(&pid));
         let mut said = Vec::new();
@@ -1824,12 +1819,7 @@ impl Armed {
 /// Whether process `pid` shares its address space with its parent (a
 /// vfork or posix_spawn child before its exec): `kcmp(KCMP_VM)`.
 fn shares_parent_memory(pid: i32) -> bool {
-    let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|v| v.trim().parse::<i32>().ok()))
-    else {
-        return false;
-    };
+    let Some((_, ppid)) = crate::proc::uid_and_parent(pid as u32) else { return false };
     const KCMP_VM: i32 = 1;
     // SAFETY: kcmp compares two processes' kernel objects; no pointers.
     unsafe { libc::syscall(libc::SYS_kcmp, pid, ppid, KCMP_VM, 0, 0) == 0 }

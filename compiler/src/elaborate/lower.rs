@@ -1588,12 +1588,8 @@ fn mark_arg(a: &crate::elf::sdt::MarkArg, span: Span) -> Expr {
     let num = |v: i64| long(ExprKind::Long(v));
     let call = |func, args: Vec<Expr>| long(ExprKind::Builtin { func, args });
     let bin = |op, l: Expr, r: Expr| long(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r) });
-    const NAMES: [&str; 17] = [
-        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-        "rip",
-    ];
     let reg = |i: u32| {
-        let name = NAMES.get(i as usize).copied().unwrap_or("rax");
+        let name = telco_abi::region::REGISTER_NAMES.get(i as usize).copied().unwrap_or("rax");
         call(B::Register, vec![Expr { kind: ExprKind::String(name.as_bytes().to_vec()), ty: Ty::String, span }])
     };
     // A value of `size` bytes, sign- or zero-extended.
