@@ -6,6 +6,7 @@
 //! program with 1 and 1,000 probes (time until the begin probe prints).
 //!
 //!     cargo bench --bench probe_cost
+//!     TELCO_STAP=path/to/older/telco-stap cargo bench --bench probe_cost
 //!
 //! Prints a markdown table: median of 5 runs, min–max; then where (b) and
 //! (c) go, one variant at a time.
@@ -85,7 +86,11 @@ fn build(dir: &Path) -> PathBuf {
 }
 
 fn telco() -> PathBuf {
-    // The release binary next to this bench's directory.
+    // $TELCO_STAP (an older build, to compare in one run), else the release
+    // binary next to this bench's directory.
+    if let Some(p) = std::env::var_os("TELCO_STAP") {
+        return PathBuf::from(p);
+    }
     let me = std::env::current_exe().expect("own path");
     me.parent().and_then(Path::parent).map(|d| d.join("telco-stap")).expect("target dir")
 }

@@ -37,6 +37,54 @@ pub struct Table {
     pub hists: Vec<HistKey>,
 }
 
+/// Where a global lives, as every load, store and update of it must treat
+/// it: the one answer (`Layout::storage`) pass 3 and the display table use.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    /// A long at `off`, updated atomically.
+    Long {
+        off: u64,
+    },
+    /// A counter sharded per thread: column `col` of the shard rows at
+    /// `shards_off` (`row_bytes` a row), plus the tracer's share at `off`.
+    ShardedLong {
+        off: u64,
+        col: u32,
+        shards_off: u64,
+        row_bytes: u32,
+    },
+    Str {
+        off: u64,
+    },
+    /// A statistic at `off`; its descriptor (histograms) at `desc`.
+    Stat {
+        off: u64,
+        desc: u64,
+        hists: Vec<HistKey>,
+    },
+    /// A statistic with per-thread copies at `copies` in each row of
+    /// `row` bytes (the tracer's share at `off`).
+    ShardedStat {
+        off: u64,
+        desc: u64,
+        hists: Vec<HistKey>,
+        copies: u64,
+        row: u32,
+    },
+    Table(Table),
+}
+
+impl Storage {
+    /// A statistic's or statistics array's descriptor and histograms.
+    pub fn stat_desc(&self) -> Option<(u64, &[HistKey])> {
+        match self {
+            Storage::Stat { desc, hists, .. } | Storage::ShardedStat { desc, hists, .. } => Some((*desc, hists)),
+            Storage::Table(t) => Some((t.desc, &t.hists)),
+            _ => None,
+        }
+    }
+}
+
 pub struct Layout {
     pub limits: Limits,
     pub ring_off: u64,
@@ -92,6 +140,33 @@ pub const ITRACE_SLOTS: u32 = 16;
 pub const SPAN_BATCH: u32 = 64;
 
 impl Layout {
+    /// Where global `g` lives.
+    pub fn storage(&self, g: u32) -> Storage {
+        match &self.globals[g as usize] {
+            Slot::Long { off } => match self.shards.get(&g) {
+                Some(&col) => Storage::ShardedLong {
+                    off: *off,
+                    col,
+                    shards_off: self.shards_off,
+                    row_bytes: 8 * self.shards.len() as u32,
+                },
+                None => Storage::Long { off: *off },
+            },
+            Slot::Str { off } => Storage::Str { off: *off },
+            Slot::Stat { off, desc, hists } => match self.stat_shards.get(&g) {
+                Some(&col) => Storage::ShardedStat {
+                    off: *off,
+                    desc: *desc,
+                    hists: hists.clone(),
+                    copies: self.stat_shards_off + u64::from(col),
+                    row: self.stat_row,
+                },
+                None => Storage::Stat { off: *off, desc: *desc, hists: hists.clone() },
+            },
+            Slot::Table(t) => Storage::Table(t.clone()),
+        }
+    }
+
     /// Lay out the fixed parts and the globals. `hists[g]` lists the
     /// histograms statistic global `g` must collect.
     /// `entry_save` is the largest `@entry` save area of any return probe;

@@ -4,6 +4,7 @@
 //! `call rel32` is patched. Any other relocation is refused: the blob must
 //! run at any address, in the tracer and in every target.
 
+use super::layout::Storage;
 use super::rt::{self, Rt};
 use super::translate::{Translated, NS_FUNC, NS_RT};
 use crate::elaborate::show::point_name;
@@ -96,23 +97,18 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         .iter()
         .filter_map(|&g| {
             let name = program.globals.get(g as usize)?.name.clone();
-            let (offset, kind) = match layout.globals.get(g as usize)? {
-                super::layout::Slot::Long { off } => match layout.shards.get(&g) {
-                    Some(&k) => (*off, DisplayKind::ShardedLong(k)),
-                    None => (*off, DisplayKind::Long),
-                },
-                super::layout::Slot::Str { off } => (*off, DisplayKind::String),
-                super::layout::Slot::Stat { off, .. } => match layout.stat_shards.get(&g) {
-                    Some(&col) => (
-                        *off,
-                        DisplayKind::ShardedStat {
-                            shards: layout.stat_shards_off + u64::from(col),
-                            row: layout.stat_row,
-                        },
-                    ),
-                    None => (*off, DisplayKind::Stat),
-                },
-                super::layout::Slot::Table(tab) => (tab.off, DisplayKind::Array),
+            if g as usize >= layout.globals.len() {
+                return None;
+            }
+            let (offset, kind) = match layout.storage(g) {
+                Storage::Long { off } => (off, DisplayKind::Long),
+                Storage::ShardedLong { off, col, .. } => (off, DisplayKind::ShardedLong(col)),
+                Storage::Str { off } => (off, DisplayKind::String),
+                Storage::Stat { off, .. } => (off, DisplayKind::Stat),
+                Storage::ShardedStat { off, copies, row, .. } => {
+                    (off, DisplayKind::ShardedStat { shards: copies, row })
+                }
+                Storage::Table(tab) => (tab.off, DisplayKind::Array),
             };
             Some(Display { name, offset, kind })
         })
@@ -160,9 +156,8 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
 /// on return points only, and S is updated inline in per-thread copies.
 fn latency_of(p: &crate::program::Probe, layout: &super::layout::Layout) -> Option<telco_abi::artifact::Latency> {
     use super::layout::HistKey;
-    use super::layout::Slot;
     use crate::ast::{AssignOp, BinOp};
-    use crate::elaborate::builtins::Builtin;
+    use crate::program::builtins::Builtin;
     use crate::program::{Expr, ExprKind, StmtKind};
     let is_ticks = |e: &Expr| matches!(&e.kind, ExprKind::Builtin { func: Builtin::TraceTicks, .. });
     if p.condition.is_some() || !p.points.iter().all(|pt| matches!(pt, Point::Function(f) if f.ret && !f.itrace)) {
@@ -179,15 +174,14 @@ fn latency_of(p: &crate::program::Probe, layout: &super::layout::Layout) -> Opti
     if !is_ticks(lhs) || !matches!(&rhs.kind, ExprKind::Entry(x) if is_ticks(x)) {
         return None;
     }
-    let col = *layout.stat_shards.get(&g.0)?;
-    let Slot::Stat { hists, .. } = &layout.globals[g.0 as usize] else { return None };
+    let Storage::ShardedStat { hists, copies, row, .. } = layout.storage(g.0) else { return None };
     if !hists.iter().all(|h| matches!(h, HistKey::Log)) || hists.len() > 1 {
         return None;
     }
-    let desc = super::layout::stat_desc(hists);
+    let desc = super::layout::stat_desc(&hists);
     Some(telco_abi::artifact::Latency {
-        copy: layout.stat_shards_off + u64::from(col),
-        row: layout.stat_row,
+        copy: copies,
+        row,
         hist: desc.hists.iter().take(desc.nhists as usize).map(|h| h.offset).next(),
     })
 }

@@ -18,10 +18,10 @@
 //! without `_exit`; threads made by a raw `clone`, and a program that does
 //! not use glibc (2.34 or later), have no such functions.
 
-use super::builtins::Builtin;
 use super::points::Resolver;
 use crate::ast::BinOp;
 use crate::diag::{Code, Diagnostic};
+use crate::program::builtins::Builtin;
 use crate::program::{Expr, ExprKind, Point, Probe, Ty};
 use crate::span::Span;
 

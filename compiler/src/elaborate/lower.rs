@@ -7,9 +7,9 @@
 //! every error — conflicts name both uses — and builds the typed program.
 //! Anything still without a type is an error at its first use.
 
-use super::builtins::{self, Builtin};
 use crate::ast::{self, AssignOp, BinOp, ExprKind as A, IncDec, StmtKind as S, UnOp};
 use crate::diag::{Code, Diagnostic};
+use crate::program::builtins::{self, Builtin};
 use crate::program::*;
 use crate::span::Span;
 use std::collections::HashMap;

@@ -7,13 +7,13 @@
 //! running processes come through [`points::TargetQuery`].
 
 pub mod alias;
-pub mod builtins;
 pub mod lifecycle;
 pub mod lower;
 pub mod points;
 pub mod show;
 pub mod tapsets;
 pub mod walk;
+mod warnings;
 
 use crate::ast::{Item, Script};
 use crate::diag::Diagnostic;
@@ -210,8 +210,9 @@ pub fn elaborate(
         return None;
     }
     let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
-    let program = Program { globals, functions, probes, files, span_min_ns: 0 };
-    diags.extend(crate::codegen::variable_warnings(&program, sources));
+    let symbols = symbols_for(&probes, &functions, &mut resolver);
+    let program = Program { globals, functions, probes, files, span_min_ns: 0, symbols };
+    diags.extend(warnings::variable_warnings(&program, sources));
     Some(program)
 }
 
@@ -391,4 +392,52 @@ pub fn list(
         }
     }
     lines.into_iter().collect()
+}
+
+/// The function symbols `usymname()` and `print_ubacktrace()` name
+/// addresses with: every module a function probe point is in, when some
+/// probe or function calls one of them.
+fn symbols_for(
+    probes: &[crate::program::Probe],
+    functions: &[crate::program::Function],
+    resolver: &mut points::Resolver,
+) -> Vec<crate::program::ModuleSymbols> {
+    use crate::program::builtins::Builtin;
+    use crate::program::{visit::visit_stmt, ExprKind, Point};
+    let mut wanted = false;
+    let bodies = probes.iter().map(|p| &p.body).chain(functions.iter().map(|f| &f.body));
+    for s in bodies.flatten() {
+        visit_stmt(s, &mut |e| {
+            wanted |= matches!(e.kind, ExprKind::Builtin { func: Builtin::Usymname | Builtin::PrintUbacktrace, .. });
+            !wanted
+        });
+    }
+    if !wanted {
+        return Vec::new();
+    }
+    let mut paths: Vec<&std::path::Path> = Vec::new();
+    for pt in probes.iter().flat_map(|p| &p.points) {
+        if let Point::Function(f) = pt {
+            if !paths.contains(&f.module.as_path()) {
+                paths.push(&f.module);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for path in paths {
+        // Resolution loaded it already; one that cannot be read now simply
+        // has no names.
+        let Ok(m) = resolver.module(path) else { continue };
+        let Some(anchor) = m.functions.first() else { continue };
+        let mut functions: Vec<(u64, u64, String)> =
+            m.functions.iter().map(|f| (f.addr, f.size, f.display_name().to_string())).collect();
+        functions.sort_by_key(|f| f.0);
+        out.push(crate::program::ModuleSymbols {
+            path: path.to_path_buf(),
+            anchor_addr: anchor.addr,
+            anchor_offset: anchor.file_offset,
+            functions,
+        });
+    }
+    out
 }

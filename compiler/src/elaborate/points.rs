@@ -64,6 +64,11 @@ impl<'q> Resolver<'q> {
         Resolver { spec, query, modules: HashMap::new(), target: None }
     }
 
+    /// The module at `path`, loaded once per session.
+    pub fn module(&mut self, path: &std::path::Path) -> Result<Rc<Module>, String> {
+        self.load(path)
+    }
+
     fn load(&mut self, path: &std::path::Path) -> Result<Rc<Module>, String> {
         if let Some(m) = self.modules.get(path) {
             return Ok(m.clone());

@@ -3,6 +3,9 @@
 //! every probe point is a concrete location (a module and an address, or a
 //! session event). Nothing here refers to the AST's tapsets or aliases.
 
+pub mod builtins;
+pub mod visit;
+
 use crate::span::Span;
 use std::path::PathBuf;
 
@@ -50,6 +53,23 @@ pub struct Program {
     pub files: Vec<String>,
     /// `--chrome-min-dur` in ns (with `add_chrome_spans`).
     pub span_min_ns: u64,
+    /// The function symbols of every module a probe point is in, for
+    /// `usymname()` and `print_ubacktrace()`; empty when the program uses
+    /// neither.
+    pub symbols: Vec<ModuleSymbols>,
+}
+
+/// A module's function symbols (pass 2 read them; pass 3 builds the
+/// region's symbol table from them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModuleSymbols {
+    pub path: PathBuf,
+    /// Where the module's first function is, in memory and in the file: how
+    /// the runtime finds the module's load bias.
+    pub anchor_addr: u64,
+    pub anchor_offset: u64,
+    /// (address, size, name), by address.
+    pub functions: Vec<(u64, u64, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -306,7 +326,7 @@ pub enum ExprKind {
         args: Vec<Expr>,
     },
     Builtin {
-        func: crate::elaborate::builtins::Builtin,
+        func: crate::program::builtins::Builtin,
         args: Vec<Expr>,
     },
     Unary {
@@ -376,7 +396,7 @@ impl Program {
         min_ns: u64,
         returns: &mut dyn FnMut(&FunctionPoint) -> Option<String>,
     ) -> Vec<(String, String)> {
-        use crate::elaborate::builtins::Builtin;
+        use crate::program::builtins::Builtin;
         let mut points: Vec<Point> = Vec::new();
         let mut refused = Vec::new();
         for p in self.probes.iter().filter(|p| p.lifecycle.is_none()) {

@@ -1,0 +1,210 @@
+//! What pass 3 learns about the program before it translates anything:
+//! which globals are sharded per thread, which histograms each statistic
+//! collects, what a return probe saves at entry, which globals are printed
+//! at the end, and which probe bodies cannot reach MAXACTION.
+
+use super::layout::HistKey;
+use crate::program::visit::{global_use, visit_expr, visit_stmt};
+use crate::program::*;
+use crate::span::SourceMap;
+use std::collections::HashMap;
+
+/// The globals SystemTap prints at the end of a session: those of the user's
+/// script (not tapsets) that are written and never read.
+pub fn displayed_globals(program: &Program, sources: &SourceMap) -> Vec<u32> {
+    let (r2, w2) = global_use(program);
+    let n = program.globals.len();
+    let script = program.files.first().cloned().unwrap_or_default();
+    (0..n)
+        .filter(|&g| w2[g] && !r2[g] && sources.get(program.globals[g].span.file).name == script)
+        .map(|g| g as u32)
+        .collect()
+}
+
+/// Counters and statistics that get per-thread shards: scalar globals that
+/// code which can run in a target (function probes and script functions)
+/// only changes by statement-level `g++`, `g--`, `g += e`, `g -= e` (longs)
+/// or `g <<< e` (statistics), never reads. Such an update is a plain add into
+/// the thread's own copy; readers (begin, end, timer probes) sum or merge
+/// the copies. Returns (counters, statistics).
+pub fn sharded_globals(program: &Program) -> (Vec<u32>, Vec<u32>) {
+    use crate::program::{Expr, ExprKind, GlobalKind, Stmt, StmtKind, Ty};
+    use std::collections::BTreeSet;
+    fn additive(e: &Expr) -> Option<(u32, Option<&Expr>)> {
+        match &e.kind {
+            ExprKind::IncDec { target, .. } => match target.kind {
+                ExprKind::Global(g) => Some((g.0, None)),
+                _ => None,
+            },
+            ExprKind::Assign {
+                op: crate::ast::AssignOp::Add | crate::ast::AssignOp::Sub | crate::ast::AssignOp::Aggregate,
+                target,
+                value,
+            } => match target.kind {
+                ExprKind::Global(g) => Some((g.0, Some(&**value))),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+    fn mark(e: &Expr, bad: &mut BTreeSet<u32>) {
+        crate::program::visit::visit_expr(e, &mut |x| {
+            if let ExprKind::Global(g) = x.kind {
+                bad.insert(g.0);
+            }
+            true
+        });
+    }
+    fn walk(ss: &[Stmt], bad: &mut BTreeSet<u32>, used: &mut BTreeSet<u32>) {
+        for s in ss {
+            match &s.kind {
+                StmtKind::Expr(e) => match additive(e) {
+                    Some((g, value)) => {
+                        used.insert(g);
+                        if let Some(v) = value {
+                            mark(v, bad);
+                        }
+                    }
+                    None => mark(e, bad),
+                },
+                StmtKind::Block(b) => walk(b, bad, used),
+                StmtKind::If { cond, then, els } => {
+                    mark(cond, bad);
+                    walk(std::slice::from_ref(then), bad, used);
+                    if let Some(e) = els {
+                        walk(std::slice::from_ref(e), bad, used);
+                    }
+                }
+                StmtKind::While { cond, body } => {
+                    mark(cond, bad);
+                    walk(std::slice::from_ref(body), bad, used);
+                }
+                StmtKind::For { init, cond, step, body } => {
+                    for e in [init, cond, step].into_iter().flatten() {
+                        mark(e, bad);
+                    }
+                    walk(std::slice::from_ref(body), bad, used);
+                }
+                StmtKind::Foreach { limit, body, .. } => {
+                    if let Some(l) = limit {
+                        mark(l, bad);
+                    }
+                    walk(std::slice::from_ref(body), bad, used);
+                }
+                StmtKind::Return(Some(e)) => mark(e, bad),
+                StmtKind::DeleteGlobal(g) => {
+                    bad.insert(g.0);
+                }
+                StmtKind::DeleteElement { keys, .. } => keys.iter().for_each(|k| mark(k, bad)),
+                StmtKind::Try { body, handler, .. } => {
+                    walk(body, bad, used);
+                    walk(handler, bad, used);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut bad = BTreeSet::new();
+    let mut used = BTreeSet::new();
+    for p in &program.probes {
+        let in_target = p.points.iter().any(|pt| {
+            !matches!(pt, Point::Begin { .. } | Point::End { .. } | Point::Error { .. } | Point::Timer { .. })
+        });
+        if !in_target {
+            continue;
+        }
+        if let Some(c) = &p.condition {
+            mark(c, &mut bad);
+        }
+        walk(&p.body, &mut bad, &mut used);
+    }
+    for f in &program.functions {
+        walk(&f.body, &mut bad, &mut used);
+    }
+    let good: Vec<u32> = used.into_iter().filter(|g| !bad.contains(g)).collect();
+    let of = |ty: Ty| -> Vec<u32> {
+        good.iter().copied().filter(|&g| program.globals[g as usize].kind == GlobalKind::Scalar(ty)).collect()
+    };
+    (of(Ty::Long), of(Ty::Stat))
+}
+
+/// Bytes a probe's `@entry(...)` values take in its save area.
+pub fn entry_save_size(p: &Probe, cap: u32) -> u32 {
+    collect_entries(p).iter().map(|e| if e.ty == Ty::String { cap } else { 8 }).sum()
+}
+
+/// The `@entry(...)` expressions of a probe, in order of appearance.
+pub(super) fn collect_entries(p: &Probe) -> Vec<&Expr> {
+    let mut out = Vec::new();
+    for s in &p.body {
+        visit_stmt(s, &mut |e| {
+            if let ExprKind::Entry(inner) = &e.kind {
+                out.push(&**inner);
+                false
+            } else {
+                true
+            }
+        });
+    }
+    out
+}
+
+/// The histograms each statistic global needs, from its `@hist_*` uses.
+pub fn collect_hists(program: &Program) -> HashMap<u32, Vec<HistKey>> {
+    let mut out: HashMap<u32, Vec<HistKey>> = HashMap::new();
+    let mut add = |e: &Expr| {
+        let (stat, key) = match &e.kind {
+            ExprKind::HistLog { stat } => (stat, HistKey::Log),
+            ExprKind::HistLinear { stat, lo, hi, step } => (stat, HistKey::Linear { lo: *lo, hi: *hi, step: *step }),
+            _ => return true,
+        };
+        let g = match &stat.kind {
+            ExprKind::Global(g) | ExprKind::Index { array: g, .. } => g.0,
+            _ => return true,
+        };
+        let v = out.entry(g).or_default();
+        if !v.contains(&key) {
+            v.push(key);
+        }
+        true
+    };
+    let bodies = program.functions.iter().map(|f| &f.body).chain(program.probes.iter().map(|p| &p.body));
+    for body in bodies {
+        for s in body {
+            visit_stmt(s, &mut add);
+        }
+    }
+    out
+}
+
+/// An upper bound of the actions a probe body charges, when it has no
+/// loops and calls no script function (None otherwise).
+pub(super) fn static_action_bound(p: &Probe) -> Option<u64> {
+    /// Whether what `visit` walks calls a script function.
+    fn calls<'e>(visit: impl FnOnce(&mut dyn FnMut(&'e Expr) -> bool)) -> bool {
+        let mut calls = false;
+        visit(&mut |e| {
+            calls |= matches!(e.kind, ExprKind::Call { .. });
+            !calls
+        });
+        calls
+    }
+    fn stmt(s: &Stmt) -> Option<u64> {
+        if calls(|f| visit_stmt(s, f)) {
+            return None;
+        }
+        Some(match &s.kind {
+            StmtKind::While { .. } | StmtKind::For { .. } | StmtKind::Foreach { .. } => return None,
+            StmtKind::Block(b) => b.iter().map(stmt).sum::<Option<u64>>()?,
+            StmtKind::If { then, els, .. } => 1 + stmt(then)? + els.as_deref().map_or(Some(0), stmt)?,
+            StmtKind::Try { body, handler, .. } => {
+                2 + body.iter().map(stmt).sum::<Option<u64>>()? + handler.iter().map(stmt).sum::<Option<u64>>()?
+            }
+            _ => 1,
+        })
+    }
+    if p.condition.as_ref().is_some_and(|c| calls(|f| visit_expr(c, f))) {
+        return None;
+    }
+    p.body.iter().map(stmt).sum()
+}

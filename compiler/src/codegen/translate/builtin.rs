@@ -1,0 +1,501 @@
+//! Built-in functions and the output statements (`printf` and friends).
+
+use super::*;
+
+impl Gen<'_, '_, '_> {
+    pub(super) fn args(&mut self, args: &[Expr]) -> Vec<Value> {
+        args.iter().map(|a| self.expr(a)).collect()
+    }
+
+    /// An argument array on the stack.
+    pub(super) fn arg_array(&mut self, vals: &[Value]) -> Value {
+        let buf = self.buffer(8 * vals.len() as u32);
+        for (i, v) in vals.iter().enumerate() {
+            self.b.ins().store(flags(), *v, buf, 8 * i as i32);
+        }
+        buf
+    }
+
+    pub(super) fn printf(&mut self, pieces: &[Piece], vals: &[Value]) {
+        let (id, _) = self.sh.format(pieces);
+        let kinds: Vec<u8> = fmt::argument_kinds(pieces).into_iter().map(u8::from).collect();
+        let kinds_off = self.sh.layout.constant(&kinds);
+        let arr = self.arg_array(vals);
+        let idv = self.iconst(i64::from(id));
+        let kp = self.region_addr(kinds_off);
+        let n = self.iconst(vals.len() as i64);
+        self.rt(Rt::Printf, &[self.region, self.ctx, idv, kp, arr, n]);
+    }
+
+    /// Format into a new string temporary, inside the handler.
+    pub(super) fn sprintf(&mut self, pieces: &[Piece], vals: &[Value]) -> Value {
+        let t = self.temp();
+        let (_, off) = self.sh.format(pieces);
+        let arr = self.arg_array(vals);
+        let fp = self.region_addr(off);
+        let cap = self.cap_val();
+        let n = self.iconst(vals.len() as i64);
+        self.rt(Rt::Format, &[t, cap, fp, arr, n]);
+        t
+    }
+
+    pub(super) fn format_pieces(&mut self, fmt_expr: &Expr) -> Option<Vec<Piece>> {
+        let ExprKind::String(s) = &fmt_expr.kind else {
+            self.sh.diags.push(
+                Diagnostic::error(Code::BadFormat, fmt_expr.span, "the format must be a string literal")
+                    .with_label("not a literal"),
+            );
+            return None;
+        };
+        match crate::format::parse(s) {
+            Ok(segs) => Some(segs.iter().map(piece_of).collect()),
+            Err(err) => {
+                self.sh.diags.push(Diagnostic::error(Code::BadFormat, fmt_expr.span, err.message));
+                None
+            }
+        }
+    }
+
+    /// `print`/`println` arguments as a format: `%d` or `%s` each, no separator.
+    pub(super) fn print_pieces(args: &[Expr], newline: bool) -> Vec<Piece> {
+        let mut p: Vec<Piece> = args
+            .iter()
+            .map(|a| Piece::Conv {
+                kind: if a.ty == Ty::String { fmt::CONV_STRING } else { fmt::CONV_SIGNED },
+                flags: 0,
+                width: fmt::COUNT_NONE,
+                precision: fmt::COUNT_NONE,
+            })
+            .collect();
+        if newline {
+            p.push(Piece::Text(b"\n".to_vec()));
+        }
+        p
+    }
+
+    pub(super) fn hist_print(&mut self, h: &Expr, at: Span) {
+        let (stat, key) = match &h.kind {
+            ExprKind::HistLog { stat } => (stat, HistKey::Log),
+            ExprKind::HistLinear { stat, lo, hi, step } => (stat, HistKey::Linear { lo: *lo, hi: *hi, step: *step }),
+            _ => return,
+        };
+        let (desc, hists) = match &stat.kind {
+            ExprKind::Global(g) | ExprKind::Index { array: g, .. } => match self.sh.layout.storage(g.0).stat_desc() {
+                Some((desc, hists)) => (desc, hists.to_vec()),
+                None => return,
+            },
+            _ => return,
+        };
+        let Some(which) = hists.iter().position(|k| *k == key) else { return };
+        if which >= abi::MAX_HISTS {
+            self.sh.diags.push(Diagnostic::error(
+                Code::Unsupported,
+                h.span,
+                format!("a statistic can collect at most {} different histograms", abi::MAX_HISTS),
+            ));
+            return;
+        }
+        let p = self.expr(stat);
+        let d = self.region_addr(desc);
+        let w = self.iconst(which as i64);
+        let loc = self.sh.loc(at);
+        let l = self.iconst(i64::from(loc));
+        self.rt(Rt::HistPrint, &[self.region, self.ctx, p, d, w, l]);
+        self.check_error();
+    }
+
+    pub(super) fn builtin(&mut self, f: Builtin, args: &[Expr], e: &Expr) -> Value {
+        let span = e.span;
+        let zero = self.iconst(0);
+        match f {
+            Builtin::Printf => {
+                if let Some(pieces) = self.format_pieces(&args[0]) {
+                    let vals = self.args(&args[1..]);
+                    self.printf(&pieces, &vals);
+                }
+                zero
+            }
+            Builtin::Sprintf => match self.format_pieces(&args[0]) {
+                Some(pieces) => {
+                    let vals = self.args(&args[1..]);
+                    self.sprintf(&pieces, &vals)
+                }
+                None => self.temp(),
+            },
+            Builtin::Print | Builtin::Println => {
+                let newline = f == Builtin::Println;
+                if args.len() == 1 && matches!(args[0].kind, ExprKind::HistLog { .. } | ExprKind::HistLinear { .. }) {
+                    self.hist_print(&args[0], span);
+                    if newline {
+                        self.printf(&[Piece::Text(b"\n".to_vec())], &[]);
+                    }
+                    return zero;
+                }
+                let pieces = Self::print_pieces(args, newline);
+                let vals = self.args(args);
+                self.printf(&pieces, &vals);
+                zero
+            }
+            Builtin::Sprint | Builtin::Sprintln => {
+                let pieces = Self::print_pieces(args, f == Builtin::Sprintln);
+                let vals = self.args(args);
+                self.sprintf(&pieces, &vals)
+            }
+            // The process the region serves: the same in every thread.
+            Builtin::Pid => {
+                // A target thread's own process (its slot: a forked child's
+                // differs from the region's), else the region's process.
+                let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
+                let own = self.b.ins().iadd_imm_u(slot, core::mem::offset_of!(abi::ThreadSlot, pid) as i64);
+                let shared = self.b.ins().iadd_imm_u(self.region, core::mem::offset_of!(abi::Header, pid) as i64);
+                let at = self.b.ins().select(slot, own, shared);
+                self.load32(at, 0)
+            }
+            Builtin::Tid => self.rt(Rt::Tid, &[self.ctx]),
+            // The region's process's, or (a process it forked or exec'd
+            // to) the kernel's.
+            Builtin::Ppid => self.rt(Rt::Ppid, &[self.region, self.ctx]),
+            // The process of -c or -p (0 without one), as SystemTap's.
+            Builtin::Target => self.load(self.region, core::mem::offset_of!(abi::Header, target) as i32),
+            Builtin::Uid => self.rt(Rt::Uid, &[self.region, self.ctx]),
+            Builtin::Cpu => self.rt(Rt::Cpu, &[]),
+            Builtin::Execname => {
+                let t = self.temp();
+                let cap = self.cap_val();
+                // The thread's slot (0 in the tracer), not the context: a
+                // lean trampoline fills the slot.
+                let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
+                self.rt(Rt::Execname, &[self.region, slot, t, cap]);
+                t
+            }
+            Builtin::Pp | Builtin::Ppfunc | Builtin::Probefunc => {
+                // The probe table: per probe entry, its pp() and function strings.
+                let probe = self.load32(self.ctx, core::mem::offset_of!(abi::Ctx, probe) as i32);
+                let row = self.b.ins().ishl_imm_u(probe, 4);
+                let tab = self.region_addr(self.sh.layout.probes_off);
+                let rowp = self.b.ins().iadd(tab, row);
+                let field = if f == Builtin::Pp { 0 } else { 8 };
+                let off = self.load(rowp, field);
+                self.b.ins().iadd(self.region, off)
+            }
+            Builtin::Uaddr => {
+                self.ctx_escapes = true;
+                self.load(self.ctx, core::mem::offset_of!(abi::Ctx, addr) as i32)
+            }
+            Builtin::Register => {
+                let idx = match &args[0].kind {
+                    ExprKind::String(s) => telco_abi::region::register_index(&String::from_utf8_lossy(s)),
+                    _ => None,
+                };
+                match idx {
+                    Some(i) => {
+                        let iv = self.iconst(i64::from(i));
+                        self.rt(Rt::Register, &[self.ctx, iv])
+                    }
+                    None => {
+                        self.sh.diags.push(
+                            Diagnostic::error(Code::BadValue, args[0].span, "unknown register name")
+                                .with_help("x86_64 registers: rax rbx rcx rdx rsi rdi rbp rsp r8-r15 rip rflags"),
+                        );
+                        zero
+                    }
+                }
+            }
+            Builtin::IntArg
+            | Builtin::UintArg
+            | Builtin::LongArg
+            | Builtin::UlongArg
+            | Builtin::LonglongArg
+            | Builtin::UlonglongArg
+            | Builtin::S32Arg
+            | Builtin::U32Arg
+            | Builtin::S64Arg
+            | Builtin::U64Arg
+            | Builtin::PointerArg => {
+                self.ctx_escapes = true;
+                let n = self.expr(&args[0]);
+                let v = self.rt(Rt::Arg, &[self.region, self.ctx, n]);
+                match f {
+                    Builtin::IntArg | Builtin::S32Arg => self.low_bits(v, types::I32, true),
+                    Builtin::UintArg | Builtin::U32Arg => self.low_bits(v, types::I32, false),
+                    _ => v,
+                }
+            }
+            Builtin::Returnval => {
+                self.ctx_escapes = true;
+                let idx = self.iconst(0);
+                self.rt(Rt::Register, &[self.ctx, idx])
+            }
+            Builtin::Int32 | Builtin::Uint32 | Builtin::Short | Builtin::Ushort => {
+                let v = self.expr(&args[0]);
+                match f {
+                    Builtin::Int32 => self.low_bits(v, types::I32, true),
+                    Builtin::Uint32 => self.low_bits(v, types::I32, false),
+                    Builtin::Short => self.low_bits(v, types::I16, true),
+                    _ => self.low_bits(v, types::I16, false),
+                }
+            }
+            Builtin::GettimeofdayNs | Builtin::GettimeofdayUs | Builtin::GettimeofdayMs | Builtin::GettimeofdayS => {
+                let ns = self.rt(Rt::NowNs, &[self.region]);
+                let div = match f {
+                    Builtin::GettimeofdayNs => 1,
+                    Builtin::GettimeofdayUs => 1_000,
+                    Builtin::GettimeofdayMs => 1_000_000,
+                    _ => 1_000_000_000,
+                };
+                if div == 1 {
+                    ns
+                } else {
+                    let d = self.iconst(div);
+                    self.b.ins().sdiv(ns, d)
+                }
+            }
+            Builtin::UserString | Builtin::UserStringN => {
+                let vals = self.args(args);
+                let t = self.temp();
+                let (n, err) = if f == Builtin::UserString {
+                    (self.iconst(-1), vals.get(1).copied())
+                } else {
+                    (vals[1], vals.get(2).copied())
+                };
+                let err = err.unwrap_or(zero);
+                let loc = self.sh.loc(span);
+                let l = self.iconst(i64::from(loc));
+                let cap = self.cap_val();
+                self.rt(Rt::UserString, &[self.region, self.ctx, t, vals[0], n, err, l, cap]);
+                self.check_error();
+                t
+            }
+            Builtin::UserChar
+            | Builtin::UserShort
+            | Builtin::UserInt
+            | Builtin::UserLong
+            | Builtin::UserInt8
+            | Builtin::UserInt16
+            | Builtin::UserInt32
+            | Builtin::UserInt64
+            | Builtin::UserUint8
+            | Builtin::UserUint16
+            | Builtin::UserUint32
+            | Builtin::UserUint64 => {
+                let (size, signed) = match f {
+                    Builtin::UserChar | Builtin::UserInt8 => (1, 1),
+                    Builtin::UserShort | Builtin::UserInt16 => (2, 1),
+                    Builtin::UserInt | Builtin::UserInt32 => (4, 1),
+                    Builtin::UserUint8 => (1, 0),
+                    Builtin::UserUint16 => (2, 0),
+                    Builtin::UserUint32 => (4, 0),
+                    _ => (8, 1),
+                };
+                let a = self.expr(&args[0]);
+                let s = self.iconst(size);
+                let sg = self.iconst(signed);
+                self.rt(Rt::UserInt, &[self.region, a, s, sg])
+            }
+            Builtin::Ubacktrace => {
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::Ubacktrace, &[self.region, self.ctx, t, cap]);
+                t
+            }
+            Builtin::PrintUbacktrace => {
+                // One printf per frame, as SystemTap prints them: address,
+                // symbol+offset/size, module (each within MAXSTRINGLEN).
+                let off = self.sh.symtab();
+                let tab = self.region_addr(off);
+                let s = Piece::Conv {
+                    kind: fmt::CONV_STRING,
+                    flags: 0,
+                    width: fmt::COUNT_NONE,
+                    precision: fmt::COUNT_NONE,
+                };
+                let pieces = [s.clone(), s.clone(), s, Piece::Text(b"\n".to_vec())];
+                let (id, _) = self.sh.format(&pieces);
+                let kinds: Vec<u8> = fmt::argument_kinds(&pieces).into_iter().map(u8::from).collect();
+                let kinds_off = self.sh.layout.constant(&kinds);
+                let idv = self.iconst(i64::from(id));
+                let kp = self.region_addr(kinds_off);
+                self.rt(Rt::PrintUbacktrace, &[self.region, self.ctx, tab, idv, kp]);
+                zero
+            }
+            Builtin::Usymname => {
+                // The function's name from the probed modules' symbols, or
+                // the address in hex (as SystemTap for unknown addresses).
+                let a = self.expr(&args[0]);
+                let off = self.sh.symtab();
+                let tab = self.region_addr(off);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::Usymname, &[tab, a, t, cap]);
+                t
+            }
+            Builtin::Strlen => {
+                let s = self.expr(&args[0]);
+                self.rt(Rt::Strlen, &[s])
+            }
+            Builtin::Substr => {
+                let v = self.args(args);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::Substr, &[t, v[0], v[1], v[2], cap]);
+                t
+            }
+            Builtin::Isinstr => {
+                let v = self.args(args);
+                let p = self.rt(Rt::Strpos, &[v[0], v[1]]);
+                let c = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, p, 0);
+                self.bool_to_long(c)
+            }
+            Builtin::Strpos => {
+                let v = self.args(args);
+                self.rt(Rt::Strpos, &[v[0], v[1]])
+            }
+            Builtin::StrReplace => {
+                let v = self.args(args);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::StrReplace, &[t, v[0], v[1], v[2], cap]);
+                t
+            }
+            Builtin::Strtol => {
+                let v = self.args(args);
+                self.rt(Rt::Strtol, &[v[0], v[1]])
+            }
+            Builtin::Tokenize => {
+                let v = self.args(args);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::Tokenize, &[t, v[0], v[1], self.ctx, cap]);
+                t
+            }
+            Builtin::TextStr => {
+                let s = self.expr(&args[0]);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::TextStr, &[t, s, cap]);
+                t
+            }
+            Builtin::Exit => {
+                self.rt(Rt::Exit, &[self.region, self.ctx]);
+                zero
+            }
+            Builtin::Error => {
+                let m = self.expr(&args[0]);
+                let loc = self.sh.loc(span);
+                let l = self.iconst(i64::from(loc));
+                let cap = self.cap_val();
+                self.rt(Rt::UserError, &[self.ctx, m, l, cap]);
+                let target = self.error_target;
+                self.b.ins().jump(target, &[]);
+                self.fresh_block();
+                zero
+            }
+            Builtin::Warn => {
+                let m = self.expr(&args[0]);
+                self.rt(Rt::Warn, &[self.region, self.ctx, m]);
+                zero
+            }
+            Builtin::Assert => {
+                let c = self.expr(&args[0]);
+                let fail = self.b.create_block();
+                let ok = self.b.create_block();
+                self.b.ins().brif(c, ok, &[], fail, &[]);
+                self.b.switch_to_block(fail);
+                self.b.seal_block(fail);
+                let m = match args.get(1) {
+                    Some(a) => self.expr(a),
+                    None => {
+                        let off = self.sh.layout.string(b"Assertion failed");
+                        self.region_addr(off)
+                    }
+                };
+                let loc = self.sh.loc(span);
+                let l = self.iconst(i64::from(loc));
+                let cap = self.cap_val();
+                self.rt(Rt::UserError, &[self.ctx, m, l, cap]);
+                let target = self.error_target;
+                self.b.ins().jump(target, &[]);
+                self.b.switch_to_block(ok);
+                self.b.seal_block(ok);
+                zero
+            }
+            Builtin::ThreadIndent => {
+                let d = self.expr(&args[0]);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::ThreadIndent, &[self.region, self.ctx, t, d, cap]);
+                t
+            }
+            Builtin::TraceInstant => {
+                let m = self.expr(&args[0]);
+                self.rt(Rt::Instant, &[self.region, self.ctx, m]);
+                zero
+            }
+            Builtin::TraceCounter => {
+                let v = self.args(args);
+                self.rt(Rt::Counter, &[self.region, self.ctx, v[0], v[1]]);
+                zero
+            }
+            Builtin::TraceSpan => {
+                // Reads only the context fields a lean trampoline sets.
+                let v = self.args(args);
+                let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
+                let probe = self.load32(self.ctx, core::mem::offset_of!(abi::Ctx, probe) as i32);
+                self.rt(Rt::Span, &[self.region, slot, probe, v[0]]);
+                zero
+            }
+            Builtin::TraceTicks => self.rt(Rt::Ticks, &[]),
+            Builtin::TicksNs => {
+                // ticks × Header::tsc_mult >> TSC_SHIFT, in 128 bits.
+                let d = self.args(args)[0];
+                let mult = self.load(self.region, core::mem::offset_of!(abi::Header, tsc_mult) as i32);
+                let lo = self.b.ins().imul(d, mult);
+                let hi = self.b.ins().smulhi(d, mult);
+                let lo = self.b.ins().ushr_imm_u(lo, i64::from(abi::TSC_SHIFT));
+                let hi = self.b.ins().ishl_imm_u(hi, i64::from(64 - abi::TSC_SHIFT));
+                self.b.ins().bor(hi, lo)
+            }
+        }
+    }
+}
+
+fn piece_of(s: &crate::format::Segment) -> Piece {
+    use crate::format::{ConvKind, Count, Segment};
+    match s {
+        Segment::Text(t) => Piece::Text(t.clone()),
+        Segment::Conversion(c) => {
+            let count = |n: Count| match n {
+                Count::None => fmt::COUNT_NONE,
+                Count::Fixed(v) => v as i32,
+                Count::FromArg => fmt::COUNT_ARG,
+            };
+            let mut flags = 0;
+            for (on, f) in [
+                (c.left, fmt::FLAG_LEFT),
+                (c.plus, fmt::FLAG_PLUS),
+                (c.space, fmt::FLAG_SPACE),
+                (c.zero, fmt::FLAG_ZERO),
+                (c.alt, fmt::FLAG_ALT),
+            ] {
+                if on {
+                    flags |= f;
+                }
+            }
+            Piece::Conv {
+                kind: match c.kind {
+                    ConvKind::Signed => fmt::CONV_SIGNED,
+                    ConvKind::Unsigned => fmt::CONV_UNSIGNED,
+                    ConvKind::HexLower => fmt::CONV_HEX,
+                    ConvKind::HexUpper => fmt::CONV_HEX_UPPER,
+                    ConvKind::Octal => fmt::CONV_OCTAL,
+                    ConvKind::Char => fmt::CONV_CHAR,
+                    ConvKind::Pointer => fmt::CONV_POINTER,
+                    ConvKind::String => fmt::CONV_STRING,
+                },
+                flags,
+                width: count(c.width),
+                precision: count(c.precision),
+            }
+        }
+    }
+}
