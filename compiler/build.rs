@@ -1,6 +1,11 @@
 use std::fmt::Write;
 use std::path::Path;
 
+/// The runtime library's architecture description (one per architecture).
+#[cfg(target_arch = "x86_64")]
+#[path = "rt/arch/x86_64.rs"]
+mod rt_arch;
+
 fn main() {
     // Generates src/grammar.rs into OUT_DIR from src/grammar.lalrpop. Once a
     // build script names any file to watch, cargo watches only those: name
@@ -51,6 +56,11 @@ fn build_runtime_library() {
     let rt = Path::new(&manifest).join("rt");
     println!("cargo:rerun-if-changed={}", rt.join("rt.c").display());
     println!("cargo:rerun-if-changed={}", rt.join("rt.ld").display());
+    println!("cargo:rerun-if-changed={}", rt.join("arch").display());
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    if arch != "x86_64" {
+        die(&format!("no runtime library for {arch} yet: it needs compiler/rt/arch/{arch}.h and .rs"));
+    }
     println!("cargo:rerun-if-changed=../abi/src");
     let out = Path::new(&out_dir);
     fail_on(std::fs::write(out.join("abi.h"), telco_abi::c_header()), "cannot write abi.h");
@@ -71,9 +81,7 @@ fn build_runtime_library() {
             "-fno-jump-tables",
             "-fno-tree-loop-distribute-patterns",
             "-fno-plt",
-            "-fcf-protection=none",
             "-fvisibility=hidden",
-            "-mgeneral-regs-only",
             "-Wall",
             "-Wextra",
             "-Wno-unused-parameter",
@@ -82,6 +90,9 @@ fn build_runtime_library() {
             "-Wl,--build-id=none",
             "-Wl,-z,noexecstack",
         ])
+        .args(rt_arch::CFLAGS)
+        .arg(format!("-DARCH_HEADER=\"arch/{arch}.h\""))
+        .arg(format!("-I{}", rt.display()))
         .arg(format!("-I{}", out.display()))
         .arg(format!("-Wl,-T,{}", rt.join("rt.ld").display()))
         .arg(rt.join("rt.c"))
@@ -125,8 +136,7 @@ fn build_runtime_library() {
             continue;
         }
         for r in relocs.iter() {
-            use goblin::elf::reloc::*;
-            if !matches!(r.r_type, R_X86_64_PC32 | R_X86_64_PLT32 | R_X86_64_NONE) {
+            if !rt_arch::PC_RELATIVE.contains(&r.r_type) {
                 die(&format!(
                     "rt/rt.c needs a relocation of type {} at {:#x}: the runtime library must be position independent",
                     r.r_type, r.r_offset

@@ -4,6 +4,7 @@
 //! printf formats ([`format`]), the compiled artifact ([`artifact`]), and the
 //! C header the in-target runtime library is compiled against ([`c_header`]).
 
+pub mod arch;
 pub mod artifact;
 pub mod format;
 pub mod region;
@@ -130,9 +131,9 @@ pub fn c_header() -> String {
         ("C_ADDR", offset_of!(Ctx, addr)),
         ("C_ENTRY", offset_of!(Ctx, entry)),
         ("C_REGS", offset_of!(Ctx, regs)),
-        ("REG_RSP", offset_of!(SavedRegs, rsp)),
-        ("REG_RBP", offset_of!(SavedRegs, rbp)),
-        ("REG_RIP", offset_of!(SavedRegs, rip)),
+        ("REG_SP", 8 * crate::arch::native::SP),
+        ("REG_FP", 8 * crate::arch::native::FP),
+        ("REG_PC", 8 * crate::arch::native::PC),
         ("R_HEAD", offset_of!(RingHeader, head)),
         ("R_TAIL", offset_of!(RingHeader, tail)),
         ("R_SIZE", offset_of!(RingHeader, size)),
@@ -243,5 +244,12 @@ pub fn c_header() -> String {
     }
     let _ = writeln!(h, "#define COUNT_NONE ({})", format::COUNT_NONE);
     let _ = writeln!(h, "#define COUNT_ARG ({})", format::COUNT_ARG);
+    // The argument registers' offsets in the saved register file, an
+    // initializer for `static const u8 x[] = ARG_REG_OFFSETS;`.
+    let args: Vec<String> = crate::arch::native::ARG_REGS.iter().map(|r| (8 * r).to_string()).collect();
+    let _ = writeln!(h, "#define NARG_REGS {}", args.len());
+    let _ = writeln!(h, "#define ARG_REG_OFFSETS {{{}}}", args.join(", "));
+    let _ = writeln!(h, "#define REG_RETURN {}ULL", 8 * crate::arch::native::RETURN_REG);
+    let _ = writeln!(h, "#define NREGS {}", crate::arch::native::NREGS);
     h
 }

@@ -624,58 +624,9 @@ pub struct Ctx {
 pub const CTX_SIZE: usize = 88;
 const _: () = assert!(core::mem::size_of::<Ctx>() == CTX_SIZE);
 
-/// The registers of a probed thread at the probe, saved by its trampoline.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SavedRegs {
-    pub rax: u64,
-    pub rbx: u64,
-    pub rcx: u64,
-    pub rdx: u64,
-    pub rsi: u64,
-    pub rdi: u64,
-    pub rbp: u64,
-    pub rsp: u64,
-    pub r8: u64,
-    pub r9: u64,
-    pub r10: u64,
-    pub r11: u64,
-    pub r12: u64,
-    pub r13: u64,
-    pub r14: u64,
-    pub r15: u64,
-    pub rip: u64,
-    pub rflags: u64,
-}
-const _: () = assert!(core::mem::size_of::<SavedRegs>() == 144);
-
-/// `register("NAME")`: the index of NAME's word in [`SavedRegs`].
-pub fn register_index(name: &str) -> Option<u32> {
-    let n = name.strip_prefix('%').unwrap_or(name);
-    let n = match n {
-        "eax" | "ax" => "rax",
-        "ebx" | "bx" => "rbx",
-        "ecx" | "cx" => "rcx",
-        "edx" | "dx" => "rdx",
-        "esi" | "si" => "rsi",
-        "edi" | "di" => "rdi",
-        "ebp" | "bp" => "rbp",
-        "esp" | "sp" => "rsp",
-        "eip" | "ip" => "rip",
-        "eflags" | "flags" => "rflags",
-        other => other,
-    };
-    REGISTER_NAMES.iter().position(|r| *r == n).map(|i| i as u32)
-}
-
-/// The words of [`SavedRegs`], by index.
-pub const REGISTER_NAMES: [&str; 18] = [
-    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-    "rip", "rflags",
-];
-
-/// Registers holding `$arg1`…`$arg6` (System V), as [`SavedRegs`] indices.
-pub const ARG_REGS: [u32; 6] = [5, 4, 3, 2, 8, 9];
+/// The registers of a probed thread at the probe, saved by its trampoline
+/// (the native architecture's register file, `crate::arch`).
+pub use crate::arch::native::SavedRegs;
 
 /// The handler runs in the tracer: it may wait for room in the ring.
 pub const CTX_MAY_WAIT: u32 = 1;

@@ -33,6 +33,10 @@ typedef u64 usize;
 #define LOCAL static __attribute__((always_inline)) inline
 #define AT(p, off, T) (*(T *)((u8 *)(p) + (off)))
 
+/* The architecture's few lines: clock, thread pointer, system calls,
+ * signal context (rt/arch/<arch>.h, chosen by build.rs). */
+#include ARCH_HEADER
+
 /* ---- memory primitives (the compiler may emit calls to these) ---- */
 
 EXPORT void *memcpy(void *d, const void *s, usize n) {
@@ -68,20 +72,13 @@ LOCAL usize strnlen_(const char *s, usize max) {
     return n;
 }
 
-LOCAL void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
 
 /* ---- time ---- */
-
-LOCAL u64 rdtsc(void) {
-    u32 lo, hi;
-    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-    return ((u64)hi << 32) | lo;
-}
 
 /* Nanoseconds of the realtime clock, from the TSC and the tracer's
  * calibration (header fields written once before handlers run). */
 EXPORT i64 rt_now_ns(u8 *R) {
-    u64 tsc = rdtsc();
+    u64 tsc = read_clock();
     u64 base = AT(R, H_TSC_BASE, u64);
     u64 mult = AT(R, H_TSC_MULT, u64);
     u32 shift = AT(R, H_TSC_SHIFT, u32);
@@ -92,11 +89,7 @@ EXPORT i64 rt_now_ns(u8 *R) {
 }
 
 /* The CPU this thread runs on: Linux keeps it in TSC_AUX. */
-EXPORT i64 rt_cpu(void) {
-    u32 lo, hi, aux;
-    __asm__ volatile("rdtscp" : "=a"(lo), "=d"(hi), "=c"(aux));
-    return aux & 0xfff;
-}
+EXPORT i64 rt_cpu(void) { return current_cpu(); }
 
 /* ---- strings ---- */
 
@@ -547,7 +540,7 @@ EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
 }
 
 /* The TSC (--chrome spans are in ticks; the tracer converts). */
-EXPORT i64 rt_ticks(void) { return (i64)rdtsc(); }
+EXPORT i64 rt_ticks(void) { return (i64)read_clock(); }
 
 /* Slot's span stage, full with `n` calls, goes into the ring as one
  * EV_SPANS record (or counts `n` drops); the stage is emptied. */
@@ -569,7 +562,7 @@ LOCAL void span_send(u8 *R, u8 *slot, u8 *st, u32 n) {
          * for them. A prefetch never faults; past the data area it is
          * simply useless. */
         u8 *next = rec + EV_HEADER_SIZE + bytes;
-        for (u32 i = 0; i < EV_HEADER_SIZE + bytes; i += 64) __asm__ volatile("prefetchw %0" ::"m"(next[i]));
+        for (u32 i = 0; i < EV_HEADER_SIZE + bytes; i += 64) prefetch_for_write(&next[i]);
     } else {
         /* One record, `n` events: the drop count counts events. */
         __atomic_fetch_add(&AT(R, H_DROPPED, u64), n - 1, __ATOMIC_RELAXED);
@@ -589,7 +582,7 @@ EXPORT void rt_span_flush(u8 *R, u8 *slot) { span_send(R, slot, span_stage(R, sl
  * H_SPAN_MIN_TICKS. No context: lean return trampolines leave most of it
  * unset. Lean trampolines do the same inline (trampoline.rs, `span_*`). */
 EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start) {
-    i64 dur = (i64)rdtsc() - start;
+    i64 dur = (i64)read_clock() - start;
     if (dur < AT(R, H_SPAN_MIN_TICKS, i64)) return;
     u32 batch = AT(R, H_SPAN_BATCH, u32);
     if (slot && batch) {
@@ -1062,18 +1055,6 @@ EXPORT u8 *rt_map_slot(u8 *tab, i64 i) {
 
 /* ---- target memory, fault-safe ---- */
 
-LOCAL i64 sys6(i64 nr, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f) {
-    i64 ret;
-    register i64 r10 __asm__("r10") = d;
-    register i64 r8 __asm__("r8") = e;
-    register i64 r9 __asm__("r9") = f;
-    __asm__ volatile("syscall"
-                     : "=a"(ret)
-                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return ret;
-}
-
 /* Copy n bytes of the served process's memory; returns the number copied
  * (process_vm_readv returns EFAULT instead of raising SIGSEGV). */
 EXPORT i64 rt_read_user(u8 *R, void *dst, u64 addr, i64 n) {
@@ -1082,9 +1063,9 @@ EXPORT i64 rt_read_user(u8 *R, void *dst, u64 addr, i64 n) {
     } local = {(u64)dst, (u64)n}, remote = {addr, (u64)n};
     /* In a target thread, its own process (a child the target forked or
      * exec'd is not the region's); in the tracer, the region's. */
-    i64 pid = sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+    i64 pid = sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
     if ((u64)pid == AT(R, H_TRACER, u64)) pid = (i64)AT(R, H_PID, u64);
-    i64 r = sys6(310 /* process_vm_readv */, pid, (i64)&local, 1, (i64)&remote, 1, 0);
+    i64 r = sys6(SYS_process_vm_readv, pid, (i64)&local, 1, (i64)&remote, 1, 0);
     return r < 0 ? 0 : r;
 }
 
@@ -1173,7 +1154,7 @@ EXPORT void rt_execname(u8 *R, u8 *slot, char *dst, i64 cap) {
         /* Another process than the region's (a child it forked, maybe
          * running another program): its own name. */
         name[0] = 0;
-        sys6(157 /* prctl */, 16 /* PR_GET_NAME */, (i64)name, 0, 0, 0, 0);
+        sys6(SYS_prctl, 16 /* PR_GET_NAME */, (i64)name, 0, 0, 0, 0);
     } else {
         memcpy(name, R + H_EXECNAME, 16);
     }
@@ -1248,15 +1229,15 @@ EXPORT void rt_thread_indent(u8 *R, u8 *ctx, char *dst, i64 delta, i64 cap) {
     rt_format(dst, cap, fmt, args, 5);
 }
 
-/* $argN (1-based, System V: six registers, then the stack above the return
- * address), $return and register("...") of a function probe; 0 elsewhere. */
+/* $argN (1-based: the ABI's argument registers, then the stack above the
+ * return address), $return and register("...") of a function probe; 0 elsewhere. */
 EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs || n < 1) return 0;
-    static const u8 arg_regs[6] = {5, 4, 3, 2, 8, 9};
-    if (n <= 6) return AT(regs, 8 * arg_regs[n - 1], i64);
+    static const u8 arg_regs[NARG_REGS] = ARG_REG_OFFSETS;
+    if (n <= NARG_REGS) return AT(regs, arg_regs[n - 1], i64);
     i64 v = 0;
-    rt_read_user(R, &v, AT(regs, REG_RSP, u64) + 8 * (u64)(n - 6), 8);
+    rt_read_user(R, &v, AT(regs, REG_SP, u64) + 8 * (u64)(n - NARG_REGS), 8);
     return v;
 }
 
@@ -1267,17 +1248,17 @@ EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
 EXPORT void rt_set_arg(u8 *ctx, i64 n, i64 v) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs || n < 0) return;
-    static const u8 arg_regs[6] = {5, 4, 3, 2, 8, 9};
+    static const u8 arg_regs[NARG_REGS] = ARG_REG_OFFSETS;
     if (n == 0)
-        AT(regs, 0, i64) = v;
-    else if (n <= 6)
-        AT(regs, 8 * arg_regs[n - 1], i64) = v;
+        AT(regs, REG_RETURN, i64) = v;
+    else if (n <= NARG_REGS)
+        AT(regs, arg_regs[n - 1], i64) = v;
     else {
         /* Fault-safe: a write into this process that cannot fault it. */
         struct {
             u64 base, len;
-        } local = {(u64)&v, 8}, remote = {AT(regs, REG_RSP, u64) + 8 * (u64)(n - 6), 8};
-        sys6(311 /* process_vm_writev */, sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0), (i64)&local, 1, (i64)&remote, 1, 0);
+        } local = {(u64)&v, 8}, remote = {AT(regs, REG_SP, u64) + 8 * (u64)(n - NARG_REGS), 8};
+        sys6(SYS_process_vm_writev, sys6(SYS_getpid, 0, 0, 0, 0, 0, 0), (i64)&local, 1, (i64)&remote, 1, 0);
     }
 }
 
@@ -1327,14 +1308,14 @@ LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs) return 0;
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
-    u64 pc = AT(regs, REG_RIP, u64), fp = AT(regs, REG_RBP, u64);
+    u64 pc = AT(regs, REG_PC, u64), fp = AT(regs, REG_FP, u64);
     u32 n = 0;
     if (pc && pc == AT(ctx, C_ADDR, u64) && n < max) {
         /* At a function's entry (before its prologue): its caller's
          * return address is on top of the stack, and rbp is still the
          * caller's frame. */
         pcs[n++] = pc;
-        u64 sp = AT(regs, REG_RSP, u64), ret;
+        u64 sp = AT(regs, REG_SP, u64), ret;
         if (rt_read_user(R, &ret, sp, 8) != 8) return n;
         pc = unrelocate(tab, real_return(R, slot, sp, ret));
     }
@@ -1443,7 +1424,7 @@ EXPORT void rt_print_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, i64 id, const u8 
 EXPORT i64 rt_tid(u8 *ctx) {
     i64 t = (i64)AT(ctx, C_TID, u64);
     if (!t) {
-        t = sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+        t = sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
         AT(ctx, C_TID, u64) = (u64)t;
     }
     return t;
@@ -1459,11 +1440,11 @@ LOCAL int other_process(u8 *R, u8 *ctx) {
 /* ppid() and uid(): the region's process's (the header), or the kernel's
  * for another process. */
 EXPORT i64 rt_ppid(u8 *R, u8 *ctx) {
-    return other_process(R, ctx) ? sys6(110 /* getppid */, 0, 0, 0, 0, 0, 0) : (i64)AT(R, H_PPID, u64);
+    return other_process(R, ctx) ? sys6(SYS_getppid, 0, 0, 0, 0, 0, 0) : (i64)AT(R, H_PPID, u64);
 }
 
 EXPORT i64 rt_uid(u8 *R, u8 *ctx) {
-    return other_process(R, ctx) ? sys6(102 /* getuid */, 0, 0, 0, 0, 0, 0) : (i64)AT(R, H_UID, u32);
+    return other_process(R, ctx) ? sys6(SYS_getuid, 0, 0, 0, 0, 0, 0) : (i64)AT(R, H_UID, u32);
 }
 
 /* ---- return probes: per-thread shadow stacks ---- */
@@ -1498,11 +1479,10 @@ LOCAL void take_row(u8 *R, u8 *s, u64 n, u32 pid) {
 LOCAL u64 slot_home(u64 tp, u64 n) { return ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32; }
 
 /* The calling thread's slot, claimed on first use; 0 when all are taken.
- * %fs:0 holds the thread pointer itself (x86_64 TLS ABI). The slots are
+ * Keyed by the thread pointer (thread_pointer()). The slots are
  * private to the process (Header::threads_at): a forked child has a copy. */
 static u8 *thread_slot(u8 *R) {
-    u64 tp;
-    __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+    u64 tp = thread_pointer();
     u64 n = AT(R, H_NTHREADS, u32);
     if (!tp || !n) return 0;
     u8 *slots = (u8 *)AT(R, H_THREADS_AT, u64);
@@ -1523,8 +1503,8 @@ static u8 *thread_slot(u8 *R) {
             } else {
                 /* Events name their thread from here (EV_SPAN, and
                  * events of handlers that never asked tid()). */
-                AT(s, TS_TID, u32) = me ? me : (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
-                AT(s, TS_PID, u32) = (u32)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+                AT(s, TS_TID, u32) = me ? me : (u32)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
+                AT(s, TS_PID, u32) = (u32)sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
                 AT(s, TS_DEPTH, u32) = 0;
                 take_row(R, s, n, AT(s, TS_PID, u32));
                 return s;
@@ -1539,7 +1519,7 @@ static u8 *thread_slot(u8 *R) {
          * stack; frames a copied slot of another parent thread holds lie
          * on the stack the new thread reuses, and are dropped as it
          * grows). Nobody is inside a handler on this slot either way. */
-        u32 pid = (u32)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+        u32 pid = (u32)sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
         if (AT(s, TS_PID, u32) == pid) {
             AT(s, TS_DEPTH, u32) = 0;
             /* The row stays (its old thread is gone); busy unless it had none. */
@@ -1666,7 +1646,7 @@ LOCAL int wait_step(u8 *R, u64 i, i64 deadline) {
     if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return 0;
     if ((i & 63) == 63) {
         if (rt_now_ns(R) > deadline) return 0;
-        sys6(24 /* sched_yield */, 0, 0, 0, 0, 0, 0);
+        sys6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
     } else {
         cpu_relax();
     }
@@ -1698,7 +1678,7 @@ EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
 EXPORT void rt_execnotify(u8 *R, u8 *ctx) {
     (void)ctx;
     if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return;
-    u64 me = (u64)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0) << 32 | (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+    u64 me = (u64)sys6(SYS_getpid, 0, 0, 0, 0, 0, 0) << 32 | (u32)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
     i64 deadline = rt_now_ns(R) + 10000000000LL;
     int asked = 0;
     for (u64 i = 0;; i++) {
@@ -1730,7 +1710,8 @@ static const int crash_signals[] = {11 /* SIGSEGV */, 7 /* SIGBUS */, 4 /* SIGIL
                                     6 /* SIGABRT */};
 #define NCRASH_SIGNALS (sizeof crash_signals / sizeof crash_signals[0])
 
-/* The kernel's struct sigaction for rt_sigaction (x86_64). */
+/* The kernel's struct sigaction for rt_sigaction (with sa_restorer, as on
+ * x86_64 and aarch64). */
 struct k_sigaction {
     u64 handler, flags, restorer, mask;
 };
@@ -1749,12 +1730,12 @@ EXPORT i64 rt_crash_install(u8 *R, u64 stub, u64 restorer) {
     i64 taken = 0;
     for (u64 i = 0; i < NCRASH_SIGNALS; i++) {
         struct k_sigaction old = {0, 0, 0, 0};
-        if (sys6(13 /* rt_sigaction */, crash_signals[i], 0, (i64)&old, 8, 0, 0) != 0) continue;
+        if (sys6(SYS_rt_sigaction, crash_signals[i], 0, (i64)&old, 8, 0, 0) != 0) continue;
         if (old.handler != SIG_DFL_) continue;
         /* SA_RESETHAND: the handler runs once, and the signal's default
          * action is back while it runs. */
         struct k_sigaction sa = {stub, SA_SIGINFO_ | SA_ONSTACK_ | SA_RESTORER_ | SA_RESETHAND_, restorer, 0};
-        if (sys6(13 /* rt_sigaction */, crash_signals[i], (i64)&sa, 0, 8, 0, 0) == 0) taken |= 1 << i;
+        if (sys6(SYS_rt_sigaction, crash_signals[i], (i64)&sa, 0, 8, 0, 0) == 0) taken |= 1 << i;
     }
     return taken;
 }
@@ -1766,10 +1747,10 @@ EXPORT i64 rt_crash_uninstall(u8 *R, u64 stub) {
     i64 given = 0;
     for (u64 i = 0; i < NCRASH_SIGNALS; i++) {
         struct k_sigaction old = {0, 0, 0, 0};
-        if (sys6(13 /* rt_sigaction */, crash_signals[i], 0, (i64)&old, 8, 0, 0) != 0) continue;
+        if (sys6(SYS_rt_sigaction, crash_signals[i], 0, (i64)&old, 8, 0, 0) != 0) continue;
         if (old.handler != stub) continue;
         struct k_sigaction sa = {SIG_DFL_, 0, 0, 0};
-        if (sys6(13 /* rt_sigaction */, crash_signals[i], (i64)&sa, 0, 8, 0, 0) == 0) given |= 1 << i;
+        if (sys6(SYS_rt_sigaction, crash_signals[i], (i64)&sa, 0, 8, 0, 0) == 0) given |= 1 << i;
     }
     return given;
 }
@@ -1777,10 +1758,9 @@ EXPORT i64 rt_crash_uninstall(u8 *R, u64 stub) {
 /* Whether the calling thread is inside a probe handler: its slot, looked
  * up without claiming one (a thread without a slot ran no handler). */
 LOCAL u32 in_probe(u8 *R, u32 me) {
-    /* The thread pointer from the kernel: %fs:0 may be unset (a static
-     * program's start) or smashed (the fault being reported). */
-    u64 tp = 0;
-    if (sys6(158 /* arch_prctl */, 0x1003 /* ARCH_GET_FS */, (i64)&tp, 0, 0, 0, 0) != 0) return 0;
+    /* The thread pointer from the kernel: the thread's own may be unset (a
+     * static program's start) or smashed (the fault being reported). */
+    u64 tp = kernel_thread_pointer();
     u64 n = AT(R, H_NTHREADS, u32);
     u8 *slots = (u8 *)AT(R, H_THREADS_AT, u64);
     if (!tp || !n || !slots) return 0;
@@ -1806,8 +1786,8 @@ LOCAL u32 in_probe(u8 *R, u32 me) {
  * raise() or abort() is sent again, and delivered once this returns. */
 EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
     int code = AT(info, 8, int); /* si_code */
-    u64 pid = (u64)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
-    u64 tid = (u64)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+    u64 pid = (u64)sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+    u64 tid = (u64)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
     if (__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) {
         u64 me = pid << 32 | (u32)tid;
         u64 z = 0;
@@ -1818,9 +1798,8 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
             AT(R, H_CRASH_CODE, int) = code;
             /* si_addr, for the signals that have one (0 otherwise). */
             AT(R, H_CRASH_ADDR, u64) = code > 0 ? AT(info, 16, u64) : 0;
-            /* ucontext_t (x86_64): uc_mcontext.gregs at 40; REG_RSP 15, REG_RIP 16. */
-            AT(R, H_CRASH_PC, u64) = AT(uc, 40 + 16 * 8, u64);
-            AT(R, H_CRASH_SP, u64) = AT(uc, 40 + 15 * 8, u64);
+            AT(R, H_CRASH_PC, u64) = UC_PC(uc);
+            AT(R, H_CRASH_SP, u64) = UC_SP(uc);
             AT(R, H_CRASH_IN_PROBE, u32) = in_probe(R, (u32)tid);
             /* Release: the record is written before the tracer sees it. */
             __atomic_store_n(&AT(R, H_CRASH_REQ, u64), me, __ATOMIC_RELEASE);
@@ -1847,7 +1826,7 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
     /* si_code <= 0: sent by a process (kill, tgkill, sigqueue), not
      * raised by an instruction that will fault again; nor is an
      * asynchronous memory error (SIGBUS, BUS_MCEERR_AO). */
-    if (code <= 0 || (sig == 7 && code == 5)) sys6(234 /* tgkill */, (i64)pid, (i64)tid, sig, 0, 0, 0);
+    if (code <= 0 || (sig == 7 && code == 5)) sys6(SYS_tgkill, (i64)pid, (i64)tid, sig, 0, 0, 0);
 }
 
 /* An `.itrace` function's entry (its trampoline, after the probe
@@ -1874,10 +1853,10 @@ EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
         __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
         return;
     }
-    AT(s, IT_TID, u32) = (u32)sys6(186 /* gettid */, 0, 0, 0, 0, 0, 0);
+    AT(s, IT_TID, u32) = (u32)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
     AT(s, IT_REGS, u64) = (u64)regs;
     AT(s, IT_FUNC, u64) = (u64)func;
-    AT(s, IT_PID, u64) = (u64)sys6(39 /* getpid */, 0, 0, 0, 0, 0, 0);
+    AT(s, IT_PID, u64) = (u64)sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
     /* Release: the tracer's Acquire load of WAITING sees the fields. */
     __atomic_store_n(&AT(s, IT_STATE, u32), ITRACE_WAITING, __ATOMIC_RELEASE);
     i64 deadline = rt_now_ns(R) + 2000000000LL;
@@ -1901,7 +1880,7 @@ EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
                     return;
                 }
             }
-            sys6(24 /* sched_yield */, 0, 0, 0, 0, 0, 0);
+            sys6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
         } else {
             cpu_relax();
         }
@@ -1937,7 +1916,7 @@ EXPORT void rt_caught(u8 *R, u8 *ctx) {
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!slot || !regs) return;
-    u64 sp = AT(regs, REG_RSP, u64);
+    u64 sp = AT(regs, REG_SP, u64);
     u32 depth = AT(slot, TS_DEPTH, u32), was = depth;
     while (depth > 0 && AT(shadow_frame(R, slot, depth - 1), SF_SP, u64) <= sp) depth--;
     AT(slot, TS_DEPTH, u32) = depth;
@@ -2030,15 +2009,15 @@ EXPORT void rt_stat_clear_all(u8 *R, u8 *base, i64 shards, i64 row, const u8 *de
  * (lifecycle bodies read none). Skipped and counted like any hit when the
  * thread has no slot (0); -1 when it has no thread pointer (1: ran). */
 EXPORT i64 rt_call_probe(u8 *R, u64 handler, u64 probe, u64 ctx_size, u64 arg1) {
-    /* A static program at its entry has no thread pointer yet (%fs:0
-     * would fault): say so instead. */
-    u64 fs = 0;
-    if (sys6(158 /* arch_prctl */, 0x1003 /* ARCH_GET_FS */, (i64)&fs, 0, 0, 0, 0) != 0 || !fs) return -1;
+    /* A static program at its entry has no thread pointer yet (reading
+     * it would fault): say so instead. */
+    if (!kernel_thread_pointer()) return -1;
     u8 *slot = rt_enter(R);
     if (!slot) return 0;
-    u64 regs[32];
+    u64 regs[NREGS];
     memset(regs, 0, sizeof regs);
-    regs[5] = arg1; /* rdi (SavedRegs): `$status` of process.end */
+    static const u8 arg_regs[NARG_REGS] = ARG_REG_OFFSETS;
+    AT(regs, arg_regs[0], u64) = arg1; /* `$status` of process.end */
     u8 *ctx = __builtin_alloca(ctx_size);
     memset(ctx, 0, ctx_size);
     AT(ctx, C_REGS, u64) = (u64)regs;

@@ -4,6 +4,7 @@
 //! Pass 1 (this crate today): [`parse::parse`] turns script text into an
 //! [`ast::Script`] and diagnostics; [`print::print_script`] prints it back.
 
+pub mod arch;
 pub mod ast;
 pub mod codegen;
 pub mod diag;

@@ -15,10 +15,10 @@ fuzz_target!(|data: &[u8]| {
     let code = &data[8..];
     let entry = 0x5555_5555_0000u64;
     let size = (code.len() as u64).saturating_sub(16).max(1);
-    if let Ok(hook) = telco_runtime::x86::plan(code, entry, size) {
+    if let Ok(hook) = telco_runtime::arch::native::patch::plan(code, entry, size) {
         let start = (hook.patch_at - entry) as usize;
         if let Some(bytes) = code.get(start..start + hook.displaced) {
-            let _ = telco_runtime::x86::relocate(bytes, hook.patch_at, hook.displaced, entry.wrapping_sub(to_delta));
+            let _ = telco_runtime::arch::native::patch::relocate(bytes, hook.patch_at, hook.displaced, entry.wrapping_sub(to_delta));
         }
     }
 });

@@ -44,11 +44,11 @@ pub fn install(s: &mut Stopped, code: &mut CodeRegion, a: &Artifact, region: u64
     let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
     let (install, handler, uninstall) =
         (symbol("rt_crash_install")?, symbol("rt_crash")?, symbol("rt_crash_uninstall")?);
-    let stub_bytes = crate::x86::signal_stub(region, code.at(handler));
-    let stub = code.alloc(stub_bytes.len() + crate::x86::SIGRETURN.len())?;
+    let stub_bytes = crate::arch::native::patch::signal_stub(region, code.at(handler));
+    let stub = code.alloc(stub_bytes.len() + crate::arch::native::patch::SIGRETURN.len())?;
     let restorer = stub + stub_bytes.len() as u64;
     s.write(stub, &stub_bytes).ok()?;
-    s.write(restorer, &crate::x86::SIGRETURN).ok()?;
+    s.write(restorer, &crate::arch::native::patch::SIGRETURN).ok()?;
     let tid = s.main_thread();
     let taken = s.call(tid, code.at(install), &[region, stub, restorer], code.trap()).ok()?;
     (taken != 0).then_some(Hook { stub, uninstall: code.at(uninstall), region, trap: code.trap() })

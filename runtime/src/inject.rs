@@ -90,7 +90,7 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
     let pid = s.pid();
     let tid = s.main_thread();
     // The name for memfd_create goes just below the red zone of the thread.
-    let sp = s.regs(tid)?.rsp;
+    let sp = crate::arch::native::sp(&s.regs(tid)?);
     let name_at = (sp - 512) & !15;
     s.write(name_at, b"telco-stap\0")?;
     let fd = check(
@@ -197,7 +197,7 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
 pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(), InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
-    let sp = s.regs(tid)?.rsp;
+    let sp = crate::arch::native::sp(&s.regs(tid)?);
     let path_at = (sp - 1024) & !15;
     let path = format!("/proc/{}/fd/{fd}\0", std::process::id());
     s.write(path_at, path.as_bytes())?;
@@ -266,7 +266,7 @@ pub fn code(s: &mut Stopped, a: &Artifact, near: u64, size: u64) -> Result<CodeR
                 continue;
             }
         }
-        let mut head = vec![0xccu8; TRAP_BYTES];
+        let mut head = vec![crate::arch::native::TRAP; TRAP_BYTES];
         head.extend_from_slice(&a.code);
         s.write(remote, &head)?;
         let blob = remote + TRAP_BYTES as u64;

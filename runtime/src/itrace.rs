@@ -16,14 +16,13 @@
 //! traced code enters the hook of a traced function again (a loop back to
 //! the entry, recursion) it goes straight to the relocated copy.
 
+use crate::arch::native as arch;
 use crate::ptrace::{PtraceError, Step, Thread};
-use iced_x86::{Decoder, DecoderOptions};
 use std::fs::File;
 use std::io::BufWriter;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use telco_abi::region::{self as abi, ItraceSlot, SavedRegs};
-use telco_itrc::x64::X64Regs;
 use telco_itrc::{Recorder, RecorderConfig};
 
 /// A traced function as hooked in the target.
@@ -43,10 +42,8 @@ pub struct Traced {
 
 impl Traced {
     pub fn new(name: String, patch_at: u64, original: Vec<u8>, resume: u64, relocated: &[u8]) -> Traced {
-        let orig: Vec<u64> =
-            Decoder::with_ip(64, &original, patch_at, DecoderOptions::NONE).into_iter().map(|i| i.ip()).collect();
-        let reloc: Vec<u64> =
-            Decoder::with_ip(64, relocated, resume, DecoderOptions::NONE).into_iter().map(|i| i.ip()).collect();
+        let orig = arch::instruction_starts(&original, patch_at);
+        let reloc = arch::instruction_starts(relocated, resume);
         let end = patch_at + original.len() as u64;
         let map = if reloc.len() == orig.len() + 1 {
             reloc.iter().copied().zip(orig.iter().copied().chain([end])).collect()
@@ -221,31 +218,32 @@ impl Itracer {
         let t0 = std::time::Instant::now();
         let mut saved = [0u8; core::mem::size_of::<SavedRegs>()];
         self.mem.read_exact_at(&mut saved, regs_at).map_err(|e| format!("reading the saved registers: {e}"))?;
-        let w = |i: usize| u64::from_le_bytes(saved[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+        let mut words = SavedRegs::default().words;
+        for (w, b) in words.iter_mut().zip(saved.chunks_exact(8)) {
+            *w = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        }
         let mut r = thread.regs().map_err(err)?;
-        (r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp) = (w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
-        (r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15) = (w(8), w(9), w(10), w(11), w(12), w(13), w(14), w(15));
-        r.eflags = w(17);
-        r.rip = f.resume;
+        arch::load_saved(&mut r, &words);
+        arch::set_pc(&mut r, f.resume);
         // Not in a system call any more: nothing to restart.
-        r.orig_rax = u64::MAX;
+        arch::forget_syscall(&mut r);
         thread.set_regs(&r).map_err(err)?;
         self.calls += 1;
-        let entry_rsp = r.rsp;
+        let entry_sp = arch::sp(&r);
         let mut ret = [0u8; 8];
-        self.mem.read_exact_at(&mut ret, entry_rsp).map_err(|e| format!("reading the return address: {e}"))?;
+        self.mem.read_exact_at(&mut ret, entry_sp).map_err(|e| format!("reading the return address: {e}"))?;
         let ret = u64::from_le_bytes(ret);
         let path = self.file(self.calls);
         let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
         let cfg = RecorderConfig { max_bytes: Some(1 << 30), ..RecorderConfig::default() };
         let mut rec = Recorder::new(BufWriter::with_capacity(1 << 20, out), cfg).map_err(|e| e.to_string())?;
         let mut shown = r;
-        shown.rip = f.patch_at;
-        rec.start(&X64Regs::from(&shown), ret).map_err(|e| e.to_string())?;
+        arch::set_pc(&mut shown, f.patch_at);
+        rec.start(&arch::itrc_regs(&shown), ret).map_err(|e| e.to_string())?;
         let mut done = false;
         let mut steps = 0u64;
         while steps < self.max_steps {
-            let before = r.rip;
+            let before = arch::pc(&r);
             match thread.step().map_err(err)? {
                 Step::Exited => break,
                 Step::Signal => continue,
@@ -255,8 +253,8 @@ impl Itracer {
             r = thread.regs().map_err(err)?;
             // Entering the hook of a traced function again: run its
             // relocated first instructions directly (no handlers, no gate).
-            if let Some(g) = traced.iter().find(|g| g.patch_at == r.rip) {
-                r.rip = g.resume;
+            if let Some(g) = traced.iter().find(|g| g.patch_at == arch::pc(&r)) {
+                arch::set_pc(&mut r, g.resume);
                 thread.set_regs(&r).map_err(err)?;
             }
             let map = |a: u64| traced.iter().find_map(|g| g.original_of(a)).unwrap_or(a);
@@ -264,11 +262,12 @@ impl Itracer {
             let ours = traced.iter().any(|g| g.map.last().is_some_and(|l| l.0 == before));
             if !ours {
                 let mut shown = r;
-                shown.rip = map(r.rip);
+                arch::set_pc(&mut shown, map(arch::pc(&r)));
                 let mut read = |a: u64, buf: &mut [u8]| self.read(a, buf, traced);
-                rec.step(map(before), &X64Regs::from(&shown), &mut read).map_err(|e| e.to_string())?;
+                rec.step(map(before), &arch::itrc_regs(&shown), &mut read).map_err(|e| e.to_string())?;
             }
-            if r.rip == ret && r.rsp == entry_rsp + 8 {
+            // Returned: at the return address, the stack popped.
+            if arch::pc(&r) == ret && arch::sp(&r) == arch::sp_after_return(entry_sp) {
                 done = true;
                 break;
             }

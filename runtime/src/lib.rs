@@ -6,8 +6,8 @@
 //! pass 2 uses (through the compiler's `TargetQuery`) to find a target's
 //! executable and libraries.
 
+pub mod arch;
 pub mod chrome;
-pub mod clobber;
 pub mod crash;
 pub mod inject;
 pub mod itrace;
@@ -17,5 +17,3 @@ pub mod ptrace;
 pub mod render;
 pub mod sys;
 pub mod target;
-pub mod trampoline;
-pub mod x86;

@@ -16,6 +16,7 @@
 //! register. Restoring the saved `orig_rax`/`rax` lets the kernel restart an
 //! interrupted syscall (`-ERESTARTSYS` and friends) correctly on resume.
 
+use crate::arch::native as arch;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -39,13 +40,13 @@ pub enum PtraceError {
     Exited { tid: i32 },
     #[error("{op} of {len} bytes at {addr:#x} in pid {pid} failed: {source}")]
     Memory { op: &'static str, pid: i32, addr: u64, len: usize, source: io::Error },
-    #[error("a function called in thread {tid} faulted (signal {sig} at {rip:#x}); the call was undone")]
-    CallFaulted { tid: i32, sig: i32, rip: u64 },
+    #[error("a function called in thread {tid} faulted (signal {sig} at {pc:#x}); the call was undone")]
+    CallFaulted { tid: i32, sig: i32, pc: u64 },
     #[error("a function called in thread {tid} did not return within {secs} s; the call was undone")]
     CallTimedOut { tid: i32, secs: u64 },
 }
 
-pub type Regs = libc::user_regs_struct;
+pub use crate::arch::native::Regs;
 
 /// A process with every thread stopped under ptrace.
 pub struct Stopped {
@@ -226,8 +227,8 @@ impl Stopped {
             match wait(tid)? {
                 Stop::Trap => {
                     let mut r = self.regs(tid)?;
-                    if r.rip == at + 1 {
-                        r.rip = at;
+                    if arch::pc(&r) == arch::pc_after_trap(at) {
+                        arch::set_pc(&mut r, at);
                         return self.set_regs(tid, &r);
                     }
                 }
@@ -298,18 +299,11 @@ impl Stopped {
     /// raw result (a negative errno on failure).
     pub fn syscall(&mut self, tid: i32, nr: i64, args: [u64; 6]) -> Result<i64, PtraceError> {
         let saved = self.regs(tid)?;
-        let ip = saved.rip;
-        let bytes = self.read(ip, 2)?;
-        self.write(ip, &[0x0f, 0x05])?;
+        let ip = arch::pc(&saved);
+        let bytes = self.read(ip, arch::SYSCALL_LEN)?;
+        self.write(ip, arch::syscall_instruction())?;
         let mut r = saved;
-        r.rax = nr as u64;
-        r.orig_rax = u64::MAX;
-        r.rdi = args[0];
-        r.rsi = args[1];
-        r.rdx = args[2];
-        r.r10 = args[3];
-        r.r8 = args[4];
-        r.r9 = args[5];
+        arch::set_syscall(&mut r, nr, args);
         let result = (|| {
             self.set_regs(tid, &r)?;
             loop {
@@ -324,7 +318,7 @@ impl Stopped {
                     Stop::Exited => return Err(PtraceError::Exited { tid }),
                 }
             }
-            Ok(self.regs(tid)?.rax as i64)
+            Ok(arch::syscall_result(&self.regs(tid)?))
         })();
         // Restore whatever happened: the bytes, then every register.
         let restore_bytes = self.write(ip, &bytes);
@@ -336,22 +330,14 @@ impl Stopped {
     }
 
     /// Call the function at `func` in thread `tid` with up to six integer
-    /// arguments (System V), below the thread's stack pointer and its red
+    /// arguments (the platform's calling convention), below the thread's stack pointer and its red
     /// zone, with the return address set to `trap` (an `int3` byte in the
     /// target): returns `rax`. Every register is restored afterwards.
     pub fn call(&mut self, tid: i32, func: u64, args: &[u64], trap: u64) -> Result<u64, PtraceError> {
         let saved = self.regs(tid)?;
         let mut r = saved;
-        let sp = (saved.rsp - 256) & !15;
-        // The return address, as a `call` would push it (rsp % 16 == 8 at entry).
-        self.write(sp - 8, &trap.to_le_bytes())?;
-        r.rsp = sp - 8;
-        r.rip = func;
-        r.orig_rax = u64::MAX;
-        r.rax = 0;
-        let mut a = [0u64; 6];
-        a[..args.len().min(6)].copy_from_slice(&args[..args.len().min(6)]);
-        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        let ret_at = arch::set_call(&mut r, func, args);
+        self.write(ret_at, &trap.to_le_bytes())?;
         // Bounded: code that never returns (a bug, a target that changed
         // under us) must not hang the tracer.
         const CALL_SECS: u64 = 5;
@@ -386,9 +372,8 @@ impl Stopped {
                 match stop {
                     Stop::Trap => {
                         let now = self.regs(tid)?;
-                        // int3 leaves rip after the trap byte.
-                        if now.rip == trap + 1 {
-                            return Ok(now.rax);
+                        if arch::pc(&now) == arch::pc_after_trap(trap) {
+                            return Ok(arch::call_result(&now));
                         }
                         // Another stop (an event): keep going.
                     }
@@ -398,8 +383,8 @@ impl Stopped {
                         if [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE].contains(&sig)
                             && self.signal_code(tid).is_some_and(|code| code > 0) =>
                     {
-                        let rip = self.regs(tid).map(|r| r.rip).unwrap_or(0);
-                        return Err(PtraceError::CallFaulted { tid, sig, rip });
+                        let pc = self.regs(tid).map(|r| arch::pc(&r)).unwrap_or(0);
+                        return Err(PtraceError::CallFaulted { tid, sig, pc });
                     }
                     Stop::Signal(sig) => {
                         self.threads.insert(tid, sig);

@@ -276,8 +276,7 @@ fn calibrate_tsc() -> Clock {
         realtime_ns()
     }
     fn tsc() -> u64 {
-        // SAFETY: rdtsc is available on every x86_64 CPU.
-        unsafe { core::arch::x86_64::_rdtsc() }
+        crate::arch::native::clock()
     }
     let (t0, n0) = (tsc(), now_ns());
     let start = std::time::Instant::now();

@@ -25,11 +25,10 @@
 //! * `exec`: the new image has neither hooks nor region; at the end nothing
 //!   is written into it (the region's mapping tells the images apart).
 
+use crate::arch::native::{self as arch, clobber, patch, trampoline};
 use crate::inject::{self, CodeRegion, InjectError};
 use crate::local::{Hooks, Region};
 use crate::ptrace::{PtraceError, Stopped};
-use crate::trampoline;
-use crate::x86;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use telco_abi::artifact::{Artifact, Attach, LifeEvent};
@@ -44,8 +43,8 @@ pub enum TargetError {
     Spawn { cmd: String, err: std::io::Error },
     #[error("`{cmd}` exited before its entry point (status {status})")]
     EarlyExit { cmd: String, status: i32 },
-    #[error("pid {pid} is not an x86_64 process ({what})")]
-    NotX86 { pid: i32, what: String },
+    #[error("pid {pid} is not an {} process ({what})", arch::NAME)]
+    NotNative { pid: i32, what: String },
     #[error("{module} is not mapped in pid {pid} (is the library loaded?)")]
     NotMapped { module: String, pid: i32 },
     #[error("cannot read /proc/{pid}/{file}: {err}")]
@@ -104,15 +103,15 @@ fn runtime_addr(maps: &[Mapping], module: &Path, file_offset: u64) -> Option<u64
         .map(|m| m.start + (file_offset - m.offset))
 }
 
-fn check_x86_64(pid: i32) -> Result<(), TargetError> {
+/// The process runs a 64-bit ELF program of telco-stap's own architecture.
+fn check_machine(pid: i32) -> Result<(), TargetError> {
     let exe = std::fs::read(format!("/proc/{pid}/exe")).map_err(|err| TargetError::Proc { pid, file: "exe", err })?;
-    // ELF class 64 and machine x86_64 (62).
     if exe.len() < 20 || &exe[..4] != b"\x7fELF" {
-        return Err(TargetError::NotX86 { pid, what: "not an ELF program".into() });
+        return Err(TargetError::NotNative { pid, what: "not an ELF program".into() });
     }
     let machine = u16::from_le_bytes([exe[18], exe[19]]);
-    if exe[4] != 2 || machine != 62 {
-        return Err(TargetError::NotX86 { pid, what: format!("ELF class {}, machine {machine}", exe[4]) });
+    if exe[4] != 2 || machine != arch::ELF_MACHINE {
+        return Err(TargetError::NotNative { pid, what: format!("ELF class {}, machine {machine}", exe[4]) });
     }
     Ok(())
 }
@@ -254,7 +253,7 @@ pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
         }
     }
     let mut s = Stopped::adopt(pid)?;
-    check_x86_64(pid)?;
+    check_machine(pid)?;
     run_to_entry(&mut s)?;
     Ok(s)
 }
@@ -271,7 +270,7 @@ fn run_to_entry(s: &mut Stopped) -> Result<(), TargetError> {
         .map(|c| u64::from_le_bytes(c[8..].try_into().unwrap_or([0; 8])))
         .ok_or_else(|| TargetError::Unsupported(format!("pid {pid} has no AT_ENTRY")))?;
     let saved = s.read(entry, 1)?;
-    s.write(entry, &[0xcc])?;
+    s.write(entry, &[arch::TRAP])?;
     let r = s.run_to_trap(pid, entry);
     s.write(entry, &saved)?;
     Ok(r?)
@@ -312,7 +311,7 @@ struct Tramp {
     handlers: Vec<(u64, u32)>,
     returns: Vec<(u32, Option<u64>)>,
     ret_tramp: u64,
-    lean: Option<crate::clobber::RegMask>,
+    lean: Option<clobber::RegMask>,
     /// An `.itrace` function: its name.
     itrace: Option<String>,
     /// Its `--chrome` return probe, recorded inline (lean trampolines).
@@ -366,7 +365,7 @@ type Plan = (u64, Vec<u8>, Vec<u8>);
 
 /// What [`Hooker::function`] placed: the patch, where the trampoline is,
 /// and the branches of a loop back to the entry retargeted past the probe
-/// (`x86::plan_loop`: patches too).
+/// (`patch::plan_loop`: patches too).
 struct Placed {
     plan: Plan,
     tramp: u64,
@@ -438,7 +437,7 @@ impl Hooker {
         }
         s.write(ret_tramp, &rt_bytes)?;
         let mut plans: Vec<Plan> = Vec::new();
-        let mut clobbers = crate::clobber::Clobbers::new(&a.code, &a.symbols);
+        let mut clobbers = clobber::Clobbers::new(&a.code, &a.symbols);
         // Functions too short for the jump (`Hop`): those whose 5-byte plan
         // fails take their hop, and their hosts displace enough for it.
         let mut hopping: BTreeMap<u64, telco_abi::artifact::Hop> = BTreeMap::new();
@@ -452,7 +451,7 @@ impl Hooker {
             };
             let Some(addr) = runtime_addr(maps, module, file_offset) else { continue };
             let bytes = s.read(addr, size as usize + 16)?;
-            if (hop.required || x86::plan(&bytes, addr, size).is_err())
+            if (hop.required || patch::plan(&bytes, addr, size).is_err())
                 && runtime_addr(maps, module, hop.host_file_offset).is_some()
             {
                 hopping.insert(file_offset, hop);
@@ -619,7 +618,10 @@ impl Hooker {
             let hop = hopping.get(&file_offset).copied();
             // A function's jump goes after its `endbr64`, as pass 2 planned
             // hops and hosts.
-            let skip = if size.is_some() && s.read(addr, 4).is_ok_and(|b| b == x86::ENDBR64) { 4 } else { 0 };
+            let skip = match size {
+                Some(_) => s.read(addr, patch::LANDING_PAD_LEN).map_or(0, |b| patch::landing_pad_len(&b) as u64),
+                None => 0,
+            };
             let host = hosts.remove(&(file_offset + skip));
             let placed = match (size, site, hop, host) {
                 // A hop's host: its jump, then the hop's, in what it displaces.
@@ -637,7 +639,7 @@ impl Hooker {
                                 slots.push((slot, p.tramp, *at));
                                 let rel = slot as i64 - (*at as i64 + 2);
                                 *patch = vec![0xeb, rel as i8 as u8];
-                                patch.resize(orig.len(), 0xcc);
+                                patch.resize(orig.len(), arch::TRAP);
                                 p
                             },
                         )
@@ -680,12 +682,12 @@ impl Hooker {
         // The hops' jumps, in their hosts' patches.
         for (slot, to, from) in slots {
             let host = plans.iter().position(|(at, orig, _)| slot >= *at && slot + 5 <= at + orig.len() as u64);
-            match (x86::jmp_rel32(slot, to), host) {
+            match (patch::jmp_rel32(slot, to), host) {
                 (Some(jmp), Some(i)) => {
                     let (at, _, patch) = &mut plans[i];
                     let o = (slot - *at) as usize;
                     // Only into the host's own dead bytes (int3 fill).
-                    if patch.get(o..o + 5).is_some_and(|b| b.iter().all(|&x| x == 0xcc)) {
+                    if patch.get(o..o + 5).is_some_and(|b| b.iter().all(|&x| x == arch::TRAP)) {
                         patch[o..o + 5].copy_from_slice(&jmp);
                         continue;
                     }
@@ -715,8 +717,8 @@ impl Hooker {
     ) -> Result<Result<Placed, String>, TargetError> {
         let bytes = s.read(addr, site.unwrap_or((size as usize).clamp(1, 1 << 20)) + 16)?;
         let (hook, retargets) = match site {
-            Some(displaced) => (x86::Hook { patch_at: addr, displaced }, Vec::new()),
-            None => match x86::plan_loop(&bytes, addr, size) {
+            Some(displaced) => (patch::Hook { patch_at: addr, displaced }, Vec::new()),
+            None => match patch::plan_loop(&bytes, addr, size) {
                 Ok(h) => h,
                 Err(why) => return Ok(Err(why.to_string())),
             },
@@ -751,11 +753,11 @@ impl Hooker {
         .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
         let start = (hook.patch_at - addr) as usize;
         let displaced = &bytes[start..start + hook.displaced];
-        let relocated = match x86::relocate(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
+        let relocated = match patch::relocate(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
             Ok(r) => r,
             Err(why) => return Ok(Err(why.to_string())),
         };
-        let Some(jmp) = x86::jmp_rel32(hook.patch_at, at) else {
+        let Some(jmp) = patch::jmp_rel32(hook.patch_at, at) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
         if let Some(name) = t.itrace {
@@ -785,13 +787,13 @@ impl Hooker {
         if !retargets.is_empty() {
             // The loops' way in: a second jump, past the probe, to the
             // relocated first instructions.
-            let slot = hook.patch_at + x86::JMP_REL32_LEN as u64;
-            let Some(second) = x86::jmp_rel32(slot, at + prefix_len as u64) else {
+            let slot = hook.patch_at + patch::JMP_REL32_LEN as u64;
+            let Some(second) = patch::jmp_rel32(slot, at + prefix_len as u64) else {
                 return Ok(Err("trampoline out of jump range".into()));
             };
             patch.extend_from_slice(&second);
         }
-        patch.resize(hook.displaced, 0xcc);
+        patch.resize(hook.displaced, arch::TRAP);
         Ok(Ok(Placed {
             plan: (hook.patch_at, displaced.to_vec(), patch),
             tramp: at,
@@ -805,7 +807,7 @@ impl Hooker {
 fn place(
     s: &mut Stopped,
     code: &mut CodeRegion,
-    assemble: impl FnOnce(u64) -> Result<Vec<u8>, iced_x86::IcedError>,
+    assemble: impl FnOnce(u64) -> Result<Vec<u8>, trampoline::AsmError>,
 ) -> Result<u64, TargetError> {
     let at = code.next.next_multiple_of(16);
     let bytes = assemble(at).map_err(|e| TargetError::Unsupported(format!("assembling a return trampoline: {e}")))?;
@@ -834,11 +836,11 @@ fn apply(s: &mut Stopped, plans: Vec<Plan>, patches: &mut Vec<Patch>) -> Result<
 /// of `ranges` (start, length) out of it: bytes about to change under it.
 /// A thread that does not leave (a tight loop inside) fails the write.
 fn step_out(s: &mut Stopped, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
-    let inside = |rip: u64| ranges.iter().any(|&(at, n)| rip > at && rip < at + n);
+    let inside = |pc: u64| ranges.iter().any(|&(at, n)| pc > at && pc < at + n);
     let tids: Vec<i32> = s.threads().collect();
     for tid in tids {
         let mut steps = 0;
-        while inside(s.regs(tid)?.rip) {
+        while inside(arch::pc(&s.regs(tid)?)) {
             if steps == 4096 {
                 return Err(TargetError::Unsupported(format!(
                     "thread {tid} stays inside bytes that must change (a tight loop there): try again"
@@ -912,7 +914,7 @@ fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(PathBuf, Vec<(u64, u64
 /// and the armed target.
 pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed), TargetError> {
     let pid = s.pid();
-    check_x86_64(pid)?;
+    check_machine(pid)?;
     let execname = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
     let injected = inject::region(&mut s, a, &execname)?;
     let threads_at = inject::threads(&mut s, a)?;
@@ -990,7 +992,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         };
         let mut code = inject::code(&mut s, a, brk, 4096)?;
         let bytes = s.read(brk, 32)?;
-        let size = x86::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
+        let size = patch::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
         let notify = code.at(hooker.dlnotify);
         match hooker.function(&mut s, &mut code, brk, size, None, Tramp::call(notify))? {
             Ok(p) => plans.extend(p.into_plans()),
@@ -1073,7 +1075,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
     if codes.is_empty() {
         // Room for the crash handler's stub and the lifecycle calls.
-        let near = s.regs(s.main_thread())?.rip;
+        let near = arch::pc(&s.regs(s.main_thread())?);
         codes.push(inject::code(&mut s, a, near, 4096)?);
     }
     let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, injected.region_remote));
@@ -1153,7 +1155,7 @@ unsafe fn publish_symbols(base: *mut u8, a: &Artifact, maps: &[Mapping], relocs:
 fn tcb_tid_offset(s: &Stopped) -> Option<u32> {
     let mut found: Option<Vec<u32>> = None;
     for tid in s.threads() {
-        let fs = s.regs(tid).ok()?.fs_base;
+        let fs = arch::thread_pointer(&s.regs(tid).ok()?);
         if fs == 0 {
             return None;
         }
@@ -1717,7 +1719,7 @@ impl Armed {
     fn arm_exec(&mut self, pid: i32) -> Result<(), TargetError> {
         let mut s = Stopped::adopt(pid)?;
         run_to_entry(&mut s)?;
-        check_x86_64(pid)?;
+        check_machine(pid)?;
         let a = &self.hooker.artifact;
         let maps = mappings(pid)?;
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
@@ -1759,7 +1761,7 @@ impl Armed {
         apply(&mut s, plans, &mut patches)?;
         let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
         if codes.is_empty() {
-            let near = s.regs(pid)?.rip;
+            let near = arch::pc(&s.regs(pid)?);
             codes.push(inject::code(&mut s, a, near, 4096)?);
         }
         let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, region_remote));

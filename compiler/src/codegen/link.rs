@@ -9,7 +9,6 @@ use super::rt::{self, Rt};
 use super::translate::{Translated, NS_FUNC, NS_RT};
 use crate::elaborate::show::point_name;
 use crate::program::{Point, Program};
-use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::{ExternalName, UserExternalName};
 use cranelift_codegen::{Context, FinalizedRelocTarget};
 use std::collections::HashMap;
@@ -17,6 +16,7 @@ use telco_abi::artifact::{Artifact, Attach, Display, DisplayKind, LifeEvent, Pro
 
 pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
     let isa = super::isa()?;
+    let target = &crate::arch::native::TARGET;
     let mut code = rt::RT_CODE.to_vec();
     let mut symbols: Vec<Symbol> =
         rt::RT_SYMBOLS.iter().map(|(n, o, s)| Symbol { name: n.to_string(), offset: *o, size: *s }).collect();
@@ -26,7 +26,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
     let mut ctx = Context::new();
     for f in &t.functions {
         while code.len() % 16 != 0 {
-            code.push(0xcc);
+            code.push(target.padding);
         }
         let start = code.len();
         ctx.func = f.func.clone();
@@ -36,8 +36,8 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
             .map_err(|e| format!("internal error: Cranelift rejected {}: {:?}", f.name, e.inner))?;
         code.extend_from_slice(compiled.code_buffer());
         for r in compiled.buffer.relocs() {
-            let target = match (&r.target, r.kind) {
-                (FinalizedRelocTarget::ExternalName(ExternalName::User(nr)), Reloc::X86CallPCRel4) => {
+            let callee = match (&r.target, r.kind) {
+                (FinalizedRelocTarget::ExternalName(ExternalName::User(nr)), kind) if kind == target.call_reloc => {
                     names[*nr].clone()
                 }
                 (other, kind) => {
@@ -47,7 +47,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
                 ))
                 }
             };
-            fixups.push((start + r.offset as usize, target, r.addend));
+            fixups.push((start + r.offset as usize, callee, r.addend));
         }
         symbols.push(Symbol { name: f.name.clone(), offset: start as u32, size: (code.len() - start) as u32 });
         offsets.push(start as u32);
@@ -57,16 +57,14 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         .iter()
         .map(|f| Ok((*f as u32, rt::offset(f.name()).ok_or_else(|| format!("internal error: {} missing", f.name()))?)))
         .collect::<Result<_, String>>()?;
-    for (at, target, addend) in fixups {
-        let dest = match target.namespace {
-            NS_FUNC => offsets.get(target.index as usize).copied(),
-            NS_RT => rt_offsets.get(&target.index).copied(),
+    for (at, callee, addend) in fixups {
+        let dest = match callee.namespace {
+            NS_FUNC => offsets.get(callee.index as usize).copied(),
+            NS_RT => rt_offsets.get(&callee.index).copied(),
             _ => None,
         }
-        .ok_or_else(|| format!("internal error: call to unknown function {target:?}"))?;
-        let v = i64::from(dest) + addend - at as i64;
-        let v = i32::try_from(v).map_err(|_| "internal error: blob larger than 2 GiB".to_string())?;
-        code[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        .ok_or_else(|| format!("internal error: call to unknown function {callee:?}"))?;
+        (target.patch_call)(&mut code, at, dest, addend)?;
     }
     let format_fn = rt::offset(Rt::Format.name()).ok_or("internal error: rt_format missing")?;
 
@@ -237,9 +235,7 @@ fn attach_of(p: &Point) -> Attach {
 /// `--last-pass 4`: the disassembly of the compiled functions (the runtime
 /// library is listed by name only).
 pub fn disassemble(a: &Artifact) -> String {
-    use iced_x86::{Decoder, DecoderOptions, Formatter, NasmFormatter};
     let mut out = String::new();
-    let mut fmt = NasmFormatter::new();
     let names: HashMap<u32, &str> = a.symbols.iter().map(|s| (s.offset, s.name.as_str())).collect();
     out.push_str(&format!(
         "; blob: {} bytes, region: {} bytes, {} probe(s)\n; runtime library: {} bytes, {} functions\n",
@@ -252,22 +248,7 @@ pub fn disassemble(a: &Artifact) -> String {
     for s in a.symbols.iter().filter(|s| s.offset as usize >= rt::RT_CODE.len()) {
         out.push_str(&format!("\n{}:\n", s.name));
         let bytes = &a.code[s.offset as usize..(s.offset + s.size) as usize];
-        let mut dec = Decoder::with_ip(64, bytes, u64::from(s.offset), DecoderOptions::NONE);
-        let mut text = String::new();
-        for ins in &mut dec {
-            text.clear();
-            fmt.format(&ins, &mut text);
-            let target = ins.near_branch_target();
-            let note = if ins.is_call_near() {
-                names.get(&(target as u32)).map(|n| format!("  ; {n}")).unwrap_or_default()
-            } else {
-                String::new()
-            };
-            out.push_str(&format!("  {:06x}  {}{}\n", ins.ip(), text, note));
-            if matches!(ins.mnemonic(), iced_x86::Mnemonic::Ud2) {
-                break;
-            }
-        }
+        (crate::arch::native::TARGET.disassemble)(bytes, s.offset, &names, &mut out);
     }
     out
 }

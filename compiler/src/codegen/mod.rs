@@ -19,9 +19,11 @@ use telco_abi::artifact::Limits;
 pub use link::{codegen, disassemble};
 pub use translate::Translated;
 
-/// The ISA handlers are compiled for: x86_64, position independent, frame
-/// pointers kept (ubacktrace walks them), no probestack (a libcall).
+/// The ISA handlers are compiled for (`crate::arch::native::TARGET`),
+/// position independent, frame pointers kept (ubacktrace walks them), no
+/// probestack (a libcall).
 pub fn isa() -> Result<OwnedTargetIsa, String> {
+    let target = &crate::arch::native::TARGET;
     let mut fb = settings::builder();
     for (k, v) in [
         ("opt_level", "speed"),
@@ -34,12 +36,11 @@ pub fn isa() -> Result<OwnedTargetIsa, String> {
         fb.set(k, v).map_err(|e| format!("cranelift setting {k}: {e}"))?;
     }
     let flags = settings::Flags::new(fb);
-    let triple: target_lexicon::Triple =
-        "x86_64-unknown-linux-gnu".parse().map_err(|e| format!("target triple: {e:?}"))?;
+    let triple: target_lexicon::Triple = target.triple.parse().map_err(|e| format!("target triple: {e:?}"))?;
     let mut ib = cranelift_codegen::isa::lookup(triple).map_err(|e| format!("cranelift ISA: {e}"))?;
-    // SSE4.1 keeps Cranelift from calling libm for rounding; nothing here
-    // uses vector registers.
-    ib.set("has_sse41", "true").map_err(|e| format!("cranelift ISA flag: {e}"))?;
+    for (k, v) in target.isa_flags {
+        ib.set(k, v).map_err(|e| format!("cranelift ISA flag {k}: {e}"))?;
+    }
     ib.finish(flags).map_err(|e| format!("cranelift ISA: {e}"))
 }
 

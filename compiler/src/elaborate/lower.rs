@@ -1589,7 +1589,7 @@ fn mark_arg(a: &crate::elf::sdt::MarkArg, span: Span) -> Expr {
     let call = |func, args: Vec<Expr>| long(ExprKind::Builtin { func, args });
     let bin = |op, l: Expr, r: Expr| long(ExprKind::Binary { op, lhs: Box::new(l), rhs: Box::new(r) });
     let reg = |i: u32| {
-        let name = telco_abi::region::REGISTER_NAMES.get(i as usize).copied().unwrap_or("rax");
+        let name = telco_abi::arch::native::REGISTERS.get(i as usize).map_or("", |r| r.name);
         call(B::Register, vec![Expr { kind: ExprKind::String(name.as_bytes().to_vec()), ty: Ty::String, span }])
     };
     // A value of `size` bytes, sign- or zero-extended.

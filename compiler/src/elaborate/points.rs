@@ -506,7 +506,7 @@ impl<'q> Resolver<'q> {
                 // One example per reason, the rest counted.
                 let names: Vec<&str> = no_return.iter().map(|(n, _)| n.as_str()).collect();
                 let mut reasons: Vec<(
-                    std::mem::Discriminant<crate::elf::entry::NoReturnAddress>,
+                    std::mem::Discriminant<crate::arch::native::entry::NoReturnAddress>,
                     &str,
                     String,
                     usize,

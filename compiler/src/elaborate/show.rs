@@ -162,9 +162,10 @@ fn point_detail(p: &Point) -> String {
 pub fn point_variables(p: &Point) -> Vec<String> {
     match p {
         Point::Function(f) => {
-            // Arguments by position: the six integer registers of the
-            // x86_64 System V ABI are always available.
-            let mut v: Vec<String> = (1..=6).map(|i| format!("$arg{i}:long")).collect();
+            // Arguments by position: the integer argument registers of the
+            // platform ABI are always available.
+            let n = telco_abi::arch::native::ARG_REGS.len();
+            let mut v: Vec<String> = (1..=n).map(|i| format!("$arg{i}:long")).collect();
             if f.ret {
                 v.push("$return:long".into());
             }

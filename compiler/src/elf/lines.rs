@@ -15,7 +15,7 @@ pub struct Row {
 /// Every statement row of the file's line tables; empty when it has none.
 pub fn rows(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> Result<Vec<Row>, String> {
     let load = |id: gimli::SectionId| -> Result<EndianSlice<'_, LittleEndian>, gimli::Error> {
-        let data = super::sites::section(elf, bytes, id.name()).map_or(&[][..], |(_, d)| d);
+        let data = super::unwind::section(elf, bytes, id.name()).map_or(&[][..], |(_, d)| d);
         Ok(EndianSlice::new(data, LittleEndian))
     };
     let dwarf = gimli::Dwarf::load(load).map_err(|e| format!("reading DWARF: {e}"))?;

@@ -96,7 +96,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
     }
 
     let mut functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped)?;
-    if stripped && machine == Machine::X86_64 {
+    if stripped && machine == crate::arch::native::MACHINE {
         add_unnamed_functions(&elf, bytes, &mut functions);
     }
 
@@ -158,7 +158,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
 /// `sub_<file offset in hex>` (the disassemblers' convention), so
 /// `function("*")` reaches them.
 fn add_unnamed_functions(elf: &Elf<'_>, bytes: &[u8], functions: &mut Vec<Function>) {
-    let fdes = super::sites::fde_functions(elf, bytes);
+    let fdes = super::unwind::fde_functions(elf, bytes);
     if fdes.is_empty() {
         return;
     }

@@ -16,13 +16,15 @@
 //! search, `ldcache` reads `/etc/ld.so.cache`.
 
 mod demangle;
-pub mod entry;
+
 mod ldcache;
 pub mod lines;
 mod load;
 pub mod sdt;
 mod search;
-pub mod sites;
+
+use crate::arch::native::{entry, sites};
+pub mod unwind;
 
 use std::path::{Path, PathBuf};
 
@@ -74,7 +76,7 @@ pub struct Module {
     lines: std::sync::OnceLock<Result<Vec<lines::Row>, String>>,
     /// Hops planned for short functions (by address), and the slots
     /// taken in each host.
-    hops: std::sync::Arc<std::sync::Mutex<Hops>>,
+    pub(crate) hops: std::sync::Arc<std::sync::Mutex<Hops>>,
     /// The file, opened again on first need by `no_return_address`.
     reopened: std::sync::OnceLock<Option<std::sync::Arc<std::fs::File>>>,
     class64: bool,
@@ -120,9 +122,9 @@ impl Machine {
 /// What `Module::short_hop` decided, by function address, and how many
 /// slots each host has given.
 #[derive(Debug, Default)]
-struct Hops {
-    planned: std::collections::HashMap<u64, Result<Option<telco_abi::artifact::Hop>, String>>,
-    hosts: std::collections::HashMap<u64, u32>,
+pub(crate) struct Hops {
+    pub(crate) planned: std::collections::HashMap<u64, Result<Option<telco_abi::artifact::Hop>, String>>,
+    pub(crate) hosts: std::collections::HashMap<u64, u32>,
 }
 
 /// A function: every symbol name at one address (aliases at one address are probed once).
@@ -296,7 +298,7 @@ impl Module {
         if program && self.entry != 0 && f.addr == self.entry {
             return Some(entry::NoReturnAddress::ElfEntry);
         }
-        if self.machine != Machine::X86_64 {
+        if self.machine != crate::arch::native::MACHINE {
             return None;
         }
         // A tail jump at the start (`_setjmp` to `__sigsetjmp`): the code
@@ -321,8 +323,8 @@ impl Module {
     /// or `sub_<offset>` from its FDE in a stripped file); or why not.
     pub fn plan_site(&self, addr: u64) -> Result<(sites::Patch, Option<String>), String> {
         let (bytes, sites) = (self.bytes()?, self.sites()?);
-        if self.machine != Machine::X86_64 {
-            return Err("statement and marker probes are x86_64-only so far".into());
+        if self.machine != crate::arch::native::MACHINE {
+            return Err(format!("statement and marker probes need a {:?} module", crate::arch::native::MACHINE));
         }
         let symbol = self.function_at(addr).filter(|f| f.size > 0);
         let Some(range) = sites.function_range(addr, symbol.map(|f| (f.addr, f.size))) else {
@@ -336,7 +338,7 @@ impl Module {
     }
 
     /// The file's bytes (read once).
-    fn bytes(&self) -> Result<std::sync::Arc<Vec<u8>>, String> {
+    pub(crate) fn bytes(&self) -> Result<std::sync::Arc<Vec<u8>>, String> {
         self.bytes
             .get_or_init(|| {
                 std::fs::read(&self.path)
@@ -354,7 +356,7 @@ impl Module {
     }
 
     /// The module's patch-site analysis (computed once).
-    fn sites(&self) -> Result<&sites::Sites, String> {
+    pub(crate) fn sites(&self) -> Result<&sites::Sites, String> {
         self.sites.get_or_init(|| self.with_elf(sites::Sites::build)).as_ref().map_err(Clone::clone)
     }
 
@@ -415,144 +417,11 @@ impl Module {
 
     /// For a function shorter than the 5-byte jump (after its `endbr64`)
     /// with nothing after it the jump could cover: a 2-byte hop through a
-    /// nearby function (`telco_abi::artifact::Hop`), or None. x86_64.
+    /// nearby function (`telco_abi::artifact::Hop`), or None (`arch::native::hop`).
     /// Err when a 5-byte jump there would cover a place control arrives
     /// at and no hop could be planned: the function cannot be hooked.
     pub fn short_hop(&self, f: &Function) -> Result<Option<telco_abi::artifact::Hop>, String> {
-        const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
-        if self.machine != Machine::X86_64 || f.size == 0 {
-            return Ok(None);
-        }
-        // At most 4 bytes of `endbr64`: 9 bytes or more always fit a jump;
-        // whether control arrives inside those bytes is checked in modules
-        // small enough to analyse whole for every probed function (32 MB:
-        // python3.11, libc, libstdc++; not node).
-        let small = || std::fs::metadata(&self.path).is_ok_and(|m| m.len() <= 32 << 20);
-        if f.size >= 9 && !small() {
-            return Ok(None);
-        }
-        let Ok(mut hops) = self.hops.lock() else { return Ok(None) };
-        if let Some(h) = hops.planned.get(&f.addr) {
-            return h.clone();
-        }
-        // A module that cannot be analysed gets no hops (the runtime's
-        // own plan decides, as before hops existed).
-        let (Ok(bytes), Ok(sites)) = (self.bytes(), self.sites()) else { return Ok(None) };
-        let bytes = bytes.as_slice();
-        let starts_endbr = |addr: u64, size: u64| {
-            size >= 4
-                && self
-                    .file_offset_of(addr)
-                    .and_then(|o| bytes.get(o as usize..o as usize + 4))
-                    .is_some_and(|b| b == ENDBR64)
-        };
-        let skip = if starts_endbr(f.addr, f.size) { 4 } else { 0 };
-        let patch_at = f.addr + skip;
-        let range = (f.addr, f.addr + f.size);
-        // Long enough, and nothing arrives inside the 5 bytes: the ordinary
-        // jump (padding after it is the runtime's to use).
-        let required = f.size - skip >= 5;
-        if required && sites.plan_len(bytes, patch_at, range, 5, false).is_ok() {
-            hops.planned.insert(f.addr, Ok(None));
-            return Ok(None);
-        }
-        let own = sites.plan_len(bytes, patch_at, range, 2, false).ok();
-        let mut found = None;
-        if let Some(own) = own {
-            // Hosts by distance: the hop (5 bytes after the host's jump)
-            // within a rel8 of the end of the 2-byte jump.
-            let mut hosts: Vec<&Function> = self
-                .functions
-                .iter()
-                .filter(|h| h.addr != f.addr && h.size >= 10 && !h.ifunc && h.addr.abs_diff(patch_at) < 160)
-                .collect();
-            hosts.sort_by_key(|h| h.addr.abs_diff(patch_at));
-            for h in hosts {
-                let hskip = if starts_endbr(h.addr, h.size) { 4 } else { 0 };
-                let at = h.addr + hskip;
-                // The host's next free slot (its own jump takes the first 5).
-                let slot = 5 * (1 + hops.hosts.get(&at).copied().unwrap_or(0));
-                let rel = (at + u64::from(slot)) as i64 - (patch_at + 2) as i64;
-                let taken = |(&o, &n): (&u64, &u32)| o != at && at < o + 5 * (u64::from(n) + 1) + 15 && o < at + 60;
-                if !(-128..=127).contains(&rel) || slot > 40 || hops.hosts.iter().any(taken) {
-                    continue;
-                }
-                let need = u64::from(slot) + 5;
-                let Ok(p) = sites.plan_len(bytes, at, (h.addr, h.addr + h.size), need, false) else { continue };
-                // A host that loops back to its own entry would run its
-                // probes on every pass (its jump is planned here, not by
-                // the runtime's loop handling).
-                let loops_back = self
-                    .file_offset_of(h.addr)
-                    .and_then(|o| bytes.get(o as usize..(o + h.size) as usize))
-                    .is_none_or(|code| {
-                        let mut d = iced_x86::Decoder::with_ip(64, code, h.addr, iced_x86::DecoderOptions::NONE);
-                        d.iter().any(|i| {
-                            !i.is_call_near()
-                                && matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64)
-                                && i.near_branch_target() == at
-                                && i.ip() >= at + p.displaced as u64
-                        })
-                    });
-                if loops_back {
-                    continue;
-                }
-                *hops.hosts.entry(at).or_insert(0) += 1;
-                found = Some(telco_abi::artifact::Hop {
-                    displaced: own.displaced,
-                    host: at,
-                    host_file_offset: p.file_offset,
-                    slot,
-                    host_displaced: p.displaced,
-                    required,
-                });
-                break;
-            }
-            // No function entry near: any instruction whose next 10 bytes
-            // nothing arrives inside (a cold part, the middle of a
-            // function) hosts it, with a trampoline that only runs them.
-            if found.is_none() {
-                let mut near = sites.instruction_starts(bytes, patch_at.saturating_sub(124), patch_at + 126);
-                near.sort_by_key(|&(a, _)| a.abs_diff(patch_at));
-                for (at, end) in near {
-                    let rel = (at + 5) as i64 - (patch_at + 2) as i64;
-                    let overlaps = at < range.1 && at + 10 > range.0;
-                    if !(-128..=127).contains(&rel) || overlaps || hops.hosts.contains_key(&at) {
-                        continue;
-                    }
-                    // Nor inside another host's displaced bytes, nor where a
-                    // function's own entry jump may go.
-                    // (a host's displaced bytes end at most 15 bytes past its
-                    // last slot; this one's within 20 of its start).
-                    let taken = |(&h, &n): (&u64, &u32)| at < h + 5 * (u64::from(n) + 1) + 15 && h < at + 20;
-                    if hops.hosts.iter().any(taken)
-                        || self.function_at(at).is_some_and(|g| at < g.addr + 16)
-                        || self.functions.iter().any(|g| g.addr > at && g.addr < at + 16)
-                    {
-                        continue;
-                    }
-                    let Ok(p) = sites.plan_len(bytes, at, (at, end), 10, false) else { continue };
-                    hops.hosts.insert(at, 1);
-                    found = Some(telco_abi::artifact::Hop {
-                        displaced: own.displaced,
-                        host: at,
-                        host_file_offset: p.file_offset,
-                        slot: 5,
-                        host_displaced: p.displaced,
-                        required,
-                    });
-                    break;
-                }
-            }
-        }
-        let decided = match found {
-            None if required => Err("control arrives inside its first 5 bytes from elsewhere in the module, and no \
-                                     hop through a neighbour could be placed"
-                .to_string()),
-            hop => Ok(hop),
-        };
-        hops.planned.insert(f.addr, decided.clone());
-        decided
+        crate::arch::native::hop::short_hop(self, f)
     }
 
     /// The file offset of link address `addr` (`PT_LOAD` segments).

@@ -184,7 +184,7 @@ impl Gen<'_, '_, '_> {
             }
             Builtin::Register => {
                 let idx = match &args[0].kind {
-                    ExprKind::String(s) => telco_abi::region::register_index(&String::from_utf8_lossy(s)),
+                    ExprKind::String(s) => telco_abi::arch::native::register_index(&String::from_utf8_lossy(s)),
                     _ => None,
                 };
                 match idx {
@@ -194,8 +194,12 @@ impl Gen<'_, '_, '_> {
                     }
                     None => {
                         self.sh.diags.push(
-                            Diagnostic::error(Code::BadValue, args[0].span, "unknown register name")
-                                .with_help("x86_64 registers: rax rbx rcx rdx rsi rdi rbp rsp r8-r15 rip rflags"),
+                            Diagnostic::error(Code::BadValue, args[0].span, "unknown register name").with_help(
+                                format!(
+                                    "the registers: {}",
+                                    telco_abi::arch::native::REGISTERS.map(|r| r.name).join(" ")
+                                ),
+                            ),
                         );
                         zero
                     }

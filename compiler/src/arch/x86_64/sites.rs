@@ -1,4 +1,4 @@
-//! Where a 5-byte jump may be written inside a function (statement probes,
+//! x86_64: where a 5-byte jump may be written inside a function (statement probes,
 //! SDT markers), decided from the file before anything runs.
 //!
 //! A patch at A displaces the whole instructions covering `A .. A+5`.
@@ -27,6 +27,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::elf::unwind::{eh_frame, landing_pads, section};
 use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHT_NOBITS, SHT_PROGBITS};
 use goblin::elf::Elf;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
@@ -317,62 +318,6 @@ impl Sites {
     }
 }
 
-/// The functions of a file's `.eh_frame` (x86_64): each FDE whose frame at
-/// its first instruction is a fresh call's (the return address at the
-/// stack pointer, CFA = rsp + 8), as (start, size). A compiler's cold part
-/// of a function (`foo.cold`, jumped to with the frame already built) is
-/// not one.
-pub fn fde_functions(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u64)> {
-    use gimli::UnwindSection;
-    let Some((eh, bases)) = eh_frame(elf, bytes) else { return Vec::new() };
-    let mut ctx = gimli::UnwindContext::new();
-    let mut out = Vec::new();
-    let mut entries = eh.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        let gimli::CieOrFde::Fde(partial) = entry else { continue };
-        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
-        if fde.len() == 0 {
-            continue;
-        }
-        let start = fde.initial_address();
-        let Ok(row) = fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) else { continue };
-        let fresh = matches!(row.cfa(), gimli::CfaRule::RegisterAndOffset { register, offset }
-            if *register == gimli::X86_64::RSP && *offset == 8);
-        if fresh {
-            out.push((start, fde.len()));
-        }
-    }
-    out.sort_unstable();
-    out.dedup_by_key(|f| f.0);
-    out
-}
-
-/// Section `name` of the file: its address and bytes (None for one that
-/// has no bytes in the file).
-pub(super) fn section<'a>(elf: &Elf<'_>, bytes: &'a [u8], name: &str) -> Option<(u64, &'a [u8])> {
-    let sh = elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name))?;
-    if sh.sh_type == SHT_NOBITS {
-        return None;
-    }
-    let data = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize)?;
-    Some((sh.sh_addr, data))
-}
-
-type EhFrame<'a> = gimli::EhFrame<gimli::EndianSlice<'a, gimli::LittleEndian>>;
-
-/// The file's `.eh_frame`, with the base addresses its pointers need.
-fn eh_frame<'a>(elf: &Elf<'_>, bytes: &'a [u8]) -> Option<(EhFrame<'a>, gimli::BaseAddresses)> {
-    let (eh_addr, eh_data) = section(elf, bytes, ".eh_frame")?;
-    let mut bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
-    if let Some((text, _)) = section(elf, bytes, ".text") {
-        bases = bases.set_text(text);
-    }
-    if let Some((got, _)) = section(elf, bytes, ".got") {
-        bases = bases.set_got(got);
-    }
-    Some((gimli::EhFrame::new(eh_data, gimli::LittleEndian), bases))
-}
-
 fn near_target(ins: &Instruction) -> Option<u64> {
     match ins.op0_kind() {
         OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(ins.near_branch_target()),
@@ -380,87 +325,9 @@ fn near_target(ins: &Instruction) -> Option<u64> {
     }
 }
 
-/// The landing pads of an LSDA (`.gcc_except_table`) whose function starts
-/// at `func`.
-fn landing_pads(lsda: &[u8], func: u64) -> Vec<u64> {
-    let mut r = Reader { b: lsda, at: 0 };
-    let mut pads = Vec::new();
-    let Some(lp_enc) = r.u8() else { return pads };
-    let lp_start = if lp_enc == 0xff { func } else { r.encoded(lp_enc).unwrap_or(func) };
-    let Some(tt_enc) = r.u8() else { return pads };
-    if tt_enc != 0xff && r.uleb().is_none() {
-        return pads;
-    }
-    let Some(cs_enc) = r.u8() else { return pads };
-    let Some(cs_len) = r.uleb() else { return pads };
-    let end = r.at.saturating_add(cs_len as usize).min(lsda.len());
-    while r.at < end {
-        let (Some(_start), Some(_len), Some(lp), Some(_action)) =
-            (r.encoded(cs_enc), r.encoded(cs_enc), r.encoded(cs_enc), r.uleb())
-        else {
-            break;
-        };
-        if lp != 0 {
-            pads.push(lp_start.wrapping_add(lp));
-        }
-    }
-    pads
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn u8(&mut self) -> Option<u8> {
-        let v = *self.b.get(self.at)?;
-        self.at += 1;
-        Some(v)
-    }
-    fn fixed(&mut self, n: usize) -> Option<u64> {
-        let s = self.b.get(self.at..self.at + n)?;
-        self.at += n;
-        Some(s.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b)))
-    }
-    fn uleb(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-    /// A value in a DW_EH_PE encoding (the value format; call-site tables
-    /// use no application).
-    fn encoded(&mut self, enc: u8) -> Option<u64> {
-        match enc & 0x0f {
-            0x01 => self.uleb(),
-            0x02 => self.fixed(2),
-            0x03 => self.fixed(4),
-            0x04 => self.fixed(8),
-            0x0b => self.fixed(4).map(|v| v as u32 as i32 as i64 as u64),
-            0x0c => self.fixed(8),
-            0x00 => self.fixed(8),
-            _ => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lsda_call_sites_give_landing_pads() {
-        // lpstart omitted, no type table, call sites uleb128: two sites,
-        // the second with a landing pad at +0x40.
-        let lsda = [0xff, 0xff, 0x01, 8, 0x00, 0x10, 0x00, 0x00, 0x10, 0x08, 0x40, 0x01];
-        assert_eq!(landing_pads(&lsda, 0x1000), [0x1040]);
-    }
 
     #[test]
     fn arrivals_refuse_a_site() {

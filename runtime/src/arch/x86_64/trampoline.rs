@@ -17,8 +17,12 @@
 //! (checked when the runtime library is built). Probes placed elsewhere than
 //! at an entry (statements) will need the red zone and the flags.
 
-use crate::clobber::{RegMask, CALLER_SAVED};
+use super::clobber::{RegMask, CALLER_SAVED};
 use iced_x86::code_asm::*;
+
+/// Why a trampoline could not be assembled.
+pub type AsmError = IcedError;
+use telco_abi::arch::x86_64 as regs;
 use telco_abi::region::{Ctx, SavedRegs, CTX_SIZE};
 
 /// What one function's trampoline does.
@@ -386,12 +390,12 @@ fn init_ctx(a: &mut CodeAssembler, ctx_at: i32) -> Result<(), IcedError> {
     Ok(())
 }
 
-const SR_RAX: RegMask = 1 << 0;
-const SR_RCX: RegMask = 1 << 2;
-const SR_RDX: RegMask = 1 << 3;
-const SR_RSI: RegMask = 1 << 4;
-const SR_RDI: RegMask = 1 << 5;
-const SR_R8: RegMask = 1 << 8;
+const SR_RAX: RegMask = 1 << regs::RAX;
+const SR_RCX: RegMask = 1 << regs::RCX;
+const SR_RDX: RegMask = 1 << regs::RDX;
+const SR_RSI: RegMask = 1 << regs::RSI;
+const SR_RDI: RegMask = 1 << regs::RDI;
+const SR_R8: RegMask = 1 << regs::R8;
 
 /// Assemble at `at` so that no branch (with the instruction it fuses
 /// with) crosses or ends on a 32-byte boundary. On the Skylake family the
@@ -1100,6 +1104,14 @@ pub fn clock_return_trampoline(
 mod tests {
     use super::*;
     use iced_x86::{Decoder, DecoderOptions, Formatter, Instruction, NasmFormatter};
+
+    #[test]
+    fn saved_order_is_the_register_table() {
+        for (i, r) in REGS.iter().enumerate() {
+            let reg: iced_x86::Register = (*r).into();
+            assert_eq!(format!("{reg:?}").to_lowercase(), regs::REGISTERS[i].name);
+        }
+    }
 
     fn listing(code: &[u8], at: u64) -> Vec<String> {
         let mut f = NasmFormatter::new();

@@ -32,6 +32,18 @@ pub const JMP_REL32_LEN: usize = 5;
 
 /// `endbr64`: the landing pad `-fcf-protection` puts at every function entry.
 pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+/// Bytes to read to tell whether a function starts with a landing pad.
+pub const LANDING_PAD_LEN: usize = ENDBR64.len();
+
+/// The length of the indirect-branch landing pad (`endbr64`) `code` starts
+/// with, 0 for none: a function's jump goes after it.
+pub fn landing_pad_len(code: &[u8]) -> usize {
+    if code.starts_with(&ENDBR64) {
+        ENDBR64.len()
+    } else {
+        0
+    }
+}
 
 /// Compilers align x86_64 functions to 16 bytes, so padding after a function
 /// never crosses a 16-byte boundary. Bytes past that boundary may be the next

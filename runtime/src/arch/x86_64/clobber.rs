@@ -15,13 +15,13 @@ use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory, OpA
 use std::collections::{BTreeSet, HashMap};
 use telco_abi::artifact::Symbol;
 
-/// Bit `i` stands for word `i` of `SavedRegs` (rax, rbx, rcx, rdx, rsi,
-/// rdi, rbp, rsp, r8 … r15).
-pub type RegMask = u16;
+/// Bit `i` stands for word `i` of `SavedRegs` (telco-abi's register
+/// table: rax, rbx, rcx, rdx, rsi, rdi, rbp, rsp, r8 … r15).
+pub use telco_abi::arch::x86_64::RegMask;
 
 /// The registers the System V ABI lets a callee change: rax rcx rdx rsi
-/// rdi r8 r9 r10 r11.
-pub const CALLER_SAVED: RegMask = 1 << 0 | 1 << 2 | 1 << 3 | 1 << 4 | 1 << 5 | 0xf << 8;
+/// rdi r8 r9 r10 r11 (the table's `caller_saved` column).
+pub use telco_abi::arch::x86_64::CALLER_SAVED;
 
 /// `SavedRegs` index of a general-purpose register (any width), or None.
 pub fn saved_index(r: Register) -> Option<u32> {
@@ -132,6 +132,15 @@ impl<'a> Clobbers<'a> {
 mod tests {
     use super::*;
     use iced_x86::code_asm::*;
+
+    #[test]
+    fn indices_are_the_register_table() {
+        for r in Register::values().filter(|r| r.is_gpr64()) {
+            let name = format!("{r:?}").to_lowercase();
+            assert_eq!(saved_index(r), telco_abi::arch::x86_64::register_index(&name), "{name}");
+        }
+        assert_eq!(saved_index(Register::EAX), Some(0));
+    }
 
     fn blob(funcs: &[fn(&mut CodeAssembler)]) -> (Vec<u8>, Vec<Symbol>) {
         let mut code = Vec::new();

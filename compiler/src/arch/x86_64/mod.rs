@@ -1,0 +1,63 @@
+//! x86_64: the code generator's target, SDT operand syntax, and the
+//! instruction decoding behind `.return` refusals and patch-site analysis.
+
+pub mod entry;
+pub mod hop;
+pub mod sdt;
+pub mod sites;
+
+use super::Target;
+use cranelift_codegen::binemit::Reloc;
+use std::collections::HashMap;
+
+/// The ELF machine of the files this architecture's analyses read.
+pub const MACHINE: crate::elf::Machine = crate::elf::Machine::X86_64;
+
+pub const TARGET: Target = Target {
+    triple: "x86_64-unknown-linux-gnu",
+    // SSE4.1 keeps Cranelift from calling libm for rounding; nothing here
+    // uses vector registers.
+    isa_flags: &[("has_sse41", "true")],
+    call_reloc: Reloc::X86CallPCRel4,
+    padding: 0xcc,
+    patch_call,
+    disassemble,
+};
+
+/// A `call rel32`'s field at `at`: the distance to `dest` from the end of
+/// the field (Cranelift's addend says where that is).
+fn patch_call(code: &mut [u8], at: usize, dest: u32, addend: i64) -> Result<(), String> {
+    let v = i64::from(dest) + addend - at as i64;
+    let v = i32::try_from(v).map_err(|_| "internal error: blob larger than 2 GiB".to_string())?;
+    code.get_mut(at..at + 4).ok_or("internal error: relocation outside the code")?.copy_from_slice(&v.to_le_bytes());
+    Ok(())
+}
+
+/// `Target::disassemble`.
+fn disassemble(bytes: &[u8], offset: u32, names: &HashMap<u32, &str>, out: &mut String) {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, NasmFormatter};
+    let mut fmt = NasmFormatter::new();
+    let mut dec = Decoder::with_ip(64, bytes, u64::from(offset), DecoderOptions::NONE);
+    let mut text = String::new();
+    for ins in &mut dec {
+        text.clear();
+        fmt.format(&ins, &mut text);
+        let target = ins.near_branch_target();
+        let note = if ins.is_call_near() {
+            names.get(&(target as u32)).map(|n| format!("  ; {n}")).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        out.push_str(&format!("  {:06x}  {}{}\n", ins.ip(), text, note));
+        if matches!(ins.mnemonic(), iced_x86::Mnemonic::Ud2) {
+            break;
+        }
+    }
+}
+
+/// Whether an FDE's rule for the frame at a function's first instruction
+/// is a fresh call's: the return address at the stack pointer (CFA = rsp
+/// + 8). A compiler's cold part of a function has another.
+pub fn fresh_call_frame(register: gimli::Register, offset: i64) -> bool {
+    register == gimli::X86_64::RSP && offset == 8
+}

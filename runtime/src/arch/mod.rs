@@ -1,0 +1,31 @@
+//! The architecture layer: everything that depends on the instruction set
+//! of the machine telco-stap runs on (and its targets, the same). One
+//! folder per architecture behind one set of names; [`native`] is the one
+//! this build uses, and the rest of the runtime names only `native::…`.
+//!
+//! What each architecture provides (x86_64's, in `x86_64/`):
+//! * `patch`: decoding a function's first instructions, deciding where the
+//!   branch to a trampoline goes and which bytes it displaces (`plan`,
+//!   `plan_loop`), relocating them (`relocate`), the branch itself
+//!   (`jmp_rel32`), the crash handler's stub and `rt_sigreturn` sequence;
+//! * `trampoline`: the trampoline builders (entry, return, clock-only,
+//!   the `.itrace` gate);
+//! * `clobber`: which registers a call into the compiled blob can change;
+//! * the ptrace register file (`Regs` and its accessors), the system-call
+//!   and function-call setups for injected calls, the trap instruction, the
+//!   cycle counter (`clock`), the instruction boundaries of a byte range.
+//!
+//! Pure parts (decode, plan, relocate, trampolines, clobbers) are plain
+//! functions of bytes and addresses, tested on every host. The register
+//! file itself (which register is which word) comes from telco-abi's
+//! table (`telco_abi::arch`).
+
+#[cfg(target_arch = "x86_64")]
+pub mod x86_64;
+#[cfg(target_arch = "x86_64")]
+pub use self::x86_64 as native;
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!(
+    "telco-stap runs on x86_64 so far: another architecture needs its folder beside runtime/src/arch/x86_64/"
+);
