@@ -269,7 +269,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         return Ok(if outcome.errors > 0 || outcome.too_many_skipped { ExitCode::from(1) } else { ExitCode::SUCCESS });
     }
     let (stopped, child) = match (cli.pid, &cli.command) {
-        (Some(pid), _) => (telco_runtime::ptrace::Stopped::attach(pid as i32)?, false),
+        (Some(pid), _) => (telco_runtime::os::ptrace::Stopped::attach(pid as i32)?, false),
         (None, Some(cmd)) => {
             let argv: Vec<String> = if cmd.chars().any(|c| "|&;<>()$`\\\"'*?[]#~=%".contains(c)) {
                 vec!["/bin/sh".into(), "-c".into(), format!("exec {cmd}")]
@@ -326,7 +326,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
             Some(c) => eprintln!("WARNING: the command (pid {pid}) was killed by {}", c.describe()),
             None => eprintln!(
                 "WARNING: the command (pid {pid}) was killed by {}{}",
-                telco_runtime::target::signal_name(sig),
+                telco_runtime::os::process::signal_name(sig),
                 if telco_runtime::crash::SIGNALS.contains(&sig) {
                     " (no place recorded: the program handles that signal itself, or no handler could run, as \
                      in a stack overflow)"
@@ -407,10 +407,10 @@ struct ProcQuery;
 
 impl TargetQuery for ProcQuery {
     fn executable(&self, pid: u32) -> Result<std::path::PathBuf, String> {
-        telco_runtime::proc::executable(pid)
+        telco_runtime::os::proc::executable(pid)
     }
     fn mapped_files(&self, pid: u32) -> Result<Vec<std::path::PathBuf>, String> {
-        telco_runtime::proc::mapped_files(pid)
+        telco_runtime::os::proc::mapped_files(pid)
     }
 }
 

@@ -18,7 +18,7 @@ fn main() {
     let mut best = f64::MAX;
     for _ in 0..5 {
         let mut c = Chrome::create(&path, 4242, "bench", &["work".to_string(), "other".to_string()]).expect("create");
-        let base = telco_runtime::sys::realtime_ns();
+        let base = telco_runtime::os::sys::realtime_ns();
         let t0 = Instant::now();
         for i in 0..n {
             c.span(4242 + (i & 1) as u32, (i & 1) as u16, base + i * 37, base + i * 37 + 45 + (i & 7)).expect("span");

@@ -75,7 +75,7 @@ impl Chrome {
             line: Vec::with_capacity(256),
             first: true,
             events: 0,
-            base: crate::sys::realtime_ns(),
+            base: crate::os::sys::realtime_ns(),
             process: process.as_bytes().to_vec(),
             path: path.to_path_buf(),
             written: 0,
@@ -238,16 +238,14 @@ impl Chrome {
             return Ok(());
         }
         self.threads.insert(tid);
-        let comm = std::fs::read(format!("/proc/{}/task/{tid}/comm", self.pid))
-            .or_else(|_| std::fs::read(format!("/proc/{tid}/comm")))
-            .unwrap_or_else(|_| {
-                // Gone already: the main thread has the process's name.
-                if tid == self.pid {
-                    self.process.clone()
-                } else {
-                    format!("thread {tid}").into_bytes()
-                }
-            });
+        let comm = crate::os::proc::thread_comm(self.pid as i32, tid as i32).unwrap_or_else(|| {
+            // Gone already: the main thread has the process's name.
+            if tid == self.pid {
+                self.process.clone()
+            } else {
+                format!("thread {tid}").into_bytes()
+            }
+        });
         let comm = comm.strip_suffix(b"\n").unwrap_or(&comm);
         let mut l = Vec::with_capacity(96);
         l.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":");
@@ -310,7 +308,7 @@ impl Feed {
     /// Start the writer thread for `chrome`, spooling next to `path`.
     pub fn start(chrome: Chrome, path: &Path) -> std::io::Result<Feed> {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = dir.join(format!(".telco-stap-spool-{}-{}", std::process::id(), crate::sys::monotonic_ns()));
+        let name = dir.join(format!(".telco-stap-spool-{}-{}", std::process::id(), crate::os::sys::monotonic_ns()));
         let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&name)?;
         // Unlinked at once: nothing is left behind, whatever happens.
         std::fs::remove_file(&name)?;
@@ -399,11 +397,9 @@ fn write_loop(
     // The JSON can wait, the target cannot: this thread runs on CPU time
     // nothing else wants (the spool on disk absorbs the lag; at the end
     // the session waits for it). Linux schedules threads one by one.
-    let idle = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain syscall on the calling thread, with a valid param.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+    crate::os::process::run_when_idle();
     // Spooled calls are in TSC ticks.
-    let clock = crate::sys::clock();
+    let clock = crate::os::sys::clock();
     let mut buf = vec![0u8; (1 << 20) / SPAN_REC * SPAN_REC];
     let mut pos = 0u64;
     let mut freed = 0u64;
@@ -430,15 +426,7 @@ fn write_loop(
             any = true;
             // Give the disk back behind us, 64 MiB at a time.
             if pos - freed >= 64 << 20 {
-                // SAFETY: punching a hole in our own spool file.
-                unsafe {
-                    libc::fallocate(
-                        std::os::fd::AsRawFd::as_raw_fd(&spool),
-                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                        0,
-                        pos as libc::off_t,
-                    )
-                };
+                crate::os::process::punch_hole(&spool, pos);
                 freed = pos;
             }
         }

@@ -16,7 +16,7 @@
 //! process at once, and the tracer only knows the signal.
 
 use crate::inject::CodeRegion;
-use crate::ptrace::Stopped;
+use crate::os::ptrace::Stopped;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use telco_abi::artifact::Artifact;
@@ -86,7 +86,7 @@ impl Crash {
     pub fn describe(&self) -> String {
         let mut s = format!(
             "{}, {}, at {:#x} in {}, in thread {}",
-            crate::target::signal_name(self.signal),
+            crate::os::process::signal_name(self.signal),
             self.cause,
             self.pc,
             self.place,
@@ -229,10 +229,10 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
     if !live {
         return ("an unknown place (the process was gone before the tracer could read its maps)".into(), false);
     }
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+    let Ok(maps) = crate::os::proc::maps(pid) else {
         return ("an unknown place (its maps are unreadable)".into(), false);
     };
-    let found = maps.lines().filter_map(crate::target::parse_mapping).find(|m| pc >= m.start && pc < m.end);
+    let found = maps.into_iter().find(|m| pc >= m.start && pc < m.end);
     if let Some(m) = found {
         let text = m.path.to_string_lossy();
         if text.is_empty() {

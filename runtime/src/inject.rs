@@ -12,8 +12,8 @@
 //!   then a copy of the blob, then room for trampolines.
 
 use crate::local::{Region, RunError};
-use crate::ptrace::{PtraceError, Stopped};
-use crate::sys::SharedMemory;
+use crate::os::ptrace::{PtraceError, Stopped};
+use crate::os::sys::SharedMemory;
 use std::os::fd::OwnedFd;
 use telco_abi::artifact::Artifact;
 
@@ -108,12 +108,12 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open(format!("/proc/{pid}/fd/{fd}"))
+            .open(crate::os::proc::fd_path(pid, fd))
             .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
         // The target may not shrink or grow the region under the tracer's
         // mapping (a read past the end would be SIGBUS here), nor remove
         // the seals: the region is the target's word, its size is ours.
-        crate::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
+        crate::os::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
         let remote = check(
             "mmap (region)",
             pid,
@@ -199,7 +199,7 @@ pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(),
     let tid = s.main_thread();
     let sp = crate::arch::native::sp(&s.regs(tid)?);
     let path_at = (sp - 1024) & !15;
-    let path = format!("/proc/{}/fd/{fd}\0", std::process::id());
+    let path = format!("{}\0", crate::os::proc::fd_path(std::process::id() as i32, i64::from(fd)));
     s.write(path_at, path.as_bytes())?;
     let rfd = check("open (region)", pid, s.syscall(tid, libc::SYS_open, [path_at, libc::O_RDWR as u64, 0, 0, 0, 0])?)?;
     let r = s.syscall(

@@ -17,7 +17,7 @@
 //! the entry, recursion) it goes straight to the relocated copy.
 
 use crate::arch::native as arch;
-use crate::ptrace::{PtraceError, Step, Thread};
+use crate::os::ptrace::{PtraceError, Step, Thread};
 use std::fs::File;
 use std::io::BufWriter;
 use std::os::unix::fs::FileExt;
@@ -87,7 +87,7 @@ impl Itracer {
     pub fn new(pid: i32, header: *const u8, path: &Path, max_calls: u64) -> std::io::Result<Itracer> {
         Ok(Itracer {
             pid,
-            mem: std::fs::OpenOptions::new().read(true).open(format!("/proc/{pid}/mem"))?,
+            mem: crate::os::proc::mem(pid, false)?,
             header,
             path: path.to_path_buf(),
             max_calls,

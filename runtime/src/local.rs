@@ -8,8 +8,8 @@
 //! run — or, when the session ends because of errors, `error` probes
 //! instead; then the summary.
 
+use crate::os::sys::{self, ExecMemory, SharedMemory, Signals};
 use crate::render;
-use crate::sys::{self, ExecMemory, SharedMemory, Signals};
 use std::collections::HashSet;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -157,7 +157,7 @@ impl Region {
         let (uid, ppid) = if pid == u64::from(std::process::id()) {
             (sys::getuid(), sys::getppid())
         } else {
-            crate::proc::uid_and_parent(pid as u32).unwrap_or((0, 0))
+            crate::os::proc::uid_and_parent(pid as u32).unwrap_or((0, 0))
         };
         let mut name = [0u8; 16];
         let n = execname.len().min(15);

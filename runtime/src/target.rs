@@ -28,7 +28,9 @@
 use crate::arch::native::{self as arch, clobber, patch, trampoline};
 use crate::inject::{self, CodeRegion, InjectError};
 use crate::local::{Hooks, Region};
-use crate::ptrace::{PtraceError, Stopped};
+use crate::os::proc::Mapping;
+use crate::os::ptrace::{PtraceError, Stopped};
+use crate::os::wait::Status;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use telco_abi::artifact::{Artifact, Attach, LifeEvent};
@@ -55,36 +57,10 @@ pub enum TargetError {
     Unsupported(String),
 }
 
-/// A mapping in the target (`/proc/PID/maps`): its range, file offset and
-/// path (empty for anonymous memory, `[stack]` and the like for special
-/// ones).
-#[derive(Debug, Clone)]
-pub(crate) struct Mapping {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) offset: u64,
-    pub(crate) path: PathBuf,
-}
-
-/// One line of `/proc/PID/maps`.
-pub(crate) fn parse_mapping(line: &str) -> Option<Mapping> {
-    let mut it = line.split_whitespace();
-    let (range, _perms, off, _dev, _inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
-    let path: String = it.collect::<Vec<_>>().join(" ");
-    let (a, b) = range.split_once('-')?;
-    let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
-    let offset = u64::from_str_radix(off, 16).ok()?;
-    Some(Mapping { start, end, offset, path: PathBuf::from(path) })
-}
-
 /// The target's mappings of files.
 fn mappings(pid: i32) -> Result<Vec<Mapping>, TargetError> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|err| TargetError::Proc {
-        pid,
-        file: "maps",
-        err,
-    })?;
-    Ok(text.lines().filter_map(parse_mapping).filter(|m| m.path.starts_with("/")).collect())
+    let maps = crate::os::proc::maps(pid).map_err(|err| TargetError::Proc { pid, file: "maps", err })?;
+    Ok(maps.into_iter().filter(|m| m.path.starts_with("/")).collect())
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -105,7 +81,7 @@ fn runtime_addr(maps: &[Mapping], module: &Path, file_offset: u64) -> Option<u64
 
 /// The process runs a 64-bit ELF program of telco-stap's own architecture.
 fn check_machine(pid: i32) -> Result<(), TargetError> {
-    let exe = std::fs::read(format!("/proc/{pid}/exe")).map_err(|err| TargetError::Proc { pid, file: "exe", err })?;
+    let exe = crate::os::proc::exe_head(pid, 20).map_err(|err| TargetError::Proc { pid, file: "exe", err })?;
     if exe.len() < 20 || &exe[..4] != b"\x7fELF" {
         return Err(TargetError::NotNative { pid, what: "not an ELF program".into() });
     }
@@ -210,46 +186,28 @@ struct Follow {
 
 /// Start `argv` traced from its `exec` and run it to its entry point.
 pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
-    use std::os::unix::process::CommandExt;
     let cmd = argv.join(" ");
-    let mut c = std::process::Command::new(&argv[0]);
-    c.args(&argv[1..]);
-    // SAFETY: pre_exec runs in the forked child before exec; ptrace(TRACEME)
-    // is async-signal-safe.
-    unsafe {
-        c.pre_exec(|| {
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = c.spawn().map_err(|err| TargetError::Spawn { cmd: cmd.clone(), err })?;
-    let pid = child.id() as i32;
-    // The child is ours to reap; std's Child is dropped without waiting.
-    std::mem::forget(child);
-    let mut status = 0;
-    // SAFETY: waitpid on our child with a valid status pointer.
-    unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-    if !libc::WIFSTOPPED(status) {
-        return Err(TargetError::EarlyExit { cmd, status: libc::WEXITSTATUS(status) });
+    let (pid, mut status) =
+        crate::os::process::spawn_traced(argv).map_err(|err| TargetError::Spawn { cmd: cmd.clone(), err })?;
+    let early = |status: Status| TargetError::EarlyExit { cmd: cmd.clone(), status: status.exit_code().unwrap_or(0) };
+    if status.stop_signal().is_none() {
+        return Err(early(status));
     }
     // A command run through `sh -c 'exec CMD'`: the program to probe is the
     // one the shell execs, which stops again with SIGTRAP.
     if argv.len() == 3 && argv[0] == "/bin/sh" && argv[2].starts_with("exec ") {
         let mut sig = 0;
         loop {
-            // SAFETY: continuing our stopped, traced child.
-            unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0usize, sig as usize) };
-            // SAFETY: as above.
-            unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-            if !libc::WIFSTOPPED(status) {
-                return Err(TargetError::EarlyExit { cmd, status: libc::WEXITSTATUS(status) });
+            let resumed = crate::os::process::resume(pid, sig);
+            status = match (resumed, crate::os::wait::wait(pid, true)) {
+                (Ok(()), Ok(Some((_, st)))) => st,
+                _ => return Err(early(status)),
+            };
+            match status.stop_signal() {
+                None => return Err(early(status)),
+                Some(libc::SIGTRAP) => break,
+                Some(other) => sig = other,
             }
-            if libc::WSTOPSIG(status) == libc::SIGTRAP {
-                break;
-            }
-            sig = libc::WSTOPSIG(status);
         }
     }
     let mut s = Stopped::adopt(pid)?;
@@ -262,12 +220,8 @@ pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
 /// point (`AT_ENTRY`): the libraries are mapped, `main` has not run.
 fn run_to_entry(s: &mut Stopped) -> Result<(), TargetError> {
     let pid = s.pid();
-    let auxv =
-        std::fs::read(format!("/proc/{pid}/auxv")).map_err(|err| TargetError::Proc { pid, file: "auxv", err })?;
-    let entry = auxv
-        .chunks_exact(16)
-        .find(|c| u64::from_le_bytes(c[..8].try_into().unwrap_or([0; 8])) == libc::AT_ENTRY)
-        .map(|c| u64::from_le_bytes(c[8..].try_into().unwrap_or([0; 8])))
+    let auxv = crate::os::proc::auxv(pid).map_err(|err| TargetError::Proc { pid, file: "auxv", err })?;
+    let entry = crate::os::proc::aux_value(&auxv, libc::AT_ENTRY)
         .ok_or_else(|| TargetError::Unsupported(format!("pid {pid} has no AT_ENTRY")))?;
     let saved = s.read(entry, 1)?;
     s.write(entry, &[arch::TRAP])?;
@@ -857,12 +811,8 @@ fn step_out(s: &mut Stopped, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
 /// program's `DT_DEBUG` entry; None for static programs.
 fn r_brk(s: &Stopped) -> Option<u64> {
     let pid = s.pid();
-    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
-    let aux = |t: u64| {
-        auxv.chunks_exact(16)
-            .find(|c| u64::from_le_bytes(c[..8].try_into().unwrap_or([0; 8])) == t)
-            .map(|c| u64::from_le_bytes(c[8..].try_into().unwrap_or([0; 8])))
-    };
+    let auxv = crate::os::proc::auxv(pid).ok()?;
+    let aux = |t: u64| crate::os::proc::aux_value(&auxv, t);
     let (phdr, phnum) = (aux(libc::AT_PHDR)?, aux(libc::AT_PHNUM)?);
     let phdrs = s.read(phdr, 56 * phnum as usize).ok()?;
     let field = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
@@ -915,7 +865,7 @@ fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(PathBuf, Vec<(u64, u64
 pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed), TargetError> {
     let pid = s.pid();
     check_machine(pid)?;
-    let execname = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
+    let execname = crate::os::proc::comm(pid).trim().to_string();
     let injected = inject::region(&mut s, a, &execname)?;
     let threads_at = inject::threads(&mut s, a)?;
     let tid_off = tcb_tid_offset(&s).unwrap_or(0);
@@ -932,7 +882,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         }
     }
     let maps = mappings(pid)?;
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let exe = crate::os::proc::exe_path(pid);
     let mut by_module: ByModule = BTreeMap::new();
     for (i, p) in a.probes.iter().enumerate() {
         match &p.attach {
@@ -1013,7 +963,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     // (`rt_caught`).
     let returns = a.probes.iter().any(|p| matches!(p.attach, Attach::Function { ret: true, .. }));
     if returns {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        let exe = crate::os::proc::exe_path(pid);
         let (unwind, caught) = (symbol("rt_unwind"), symbol("rt_caught"));
         for (_, entries) in unwinder_entries(&maps, &exe) {
             // One code region per library for its entry points.
@@ -1047,9 +997,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             hook_execs(&hooker, &mut s, a, &maps, f, &mut plans, &mut codes, &mut refused)?;
             Some(Follow {
                 region_fd: injected.region.fd(),
-                region_ino: std::fs::metadata(format!("/proc/self/fd/{}", injected.region.fd()))
-                    .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-                    .unwrap_or(0),
+                region_ino: crate::os::proc::fd_inode(injected.region.fd()),
                 region_remote: injected.region_remote,
                 region_size: a.region_size,
                 threads_at,
@@ -1059,10 +1007,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
                 children: Vec::new(),
                 said: Default::default(),
                 vforked: Default::default(),
-                same_pid_ns: {
-                    let ns = |p: &str| std::fs::metadata(p).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
-                    ns("/proc/self/ns/pid").is_some_and(|me| ns(&format!("/proc/{pid}/ns/pid")) == Some(me))
-                },
+                same_pid_ns: crate::os::proc::same_pid_namespace(pid),
                 rows_checked: std::time::Instant::now(),
                 _codes: codes,
             })
@@ -1079,9 +1024,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         codes.push(inject::code(&mut s, a, near, 4096)?);
     }
     let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, injected.region_remote));
-    let region_ino = std::fs::metadata(format!("/proc/self/fd/{}", injected.region.fd()))
-        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-        .unwrap_or(0);
+    let region_ino = crate::os::proc::fd_inode(injected.region.fd());
     let enabled = unsafe_enabled_ptr(&injected.region);
     let header = injected.region.base() as *const u8;
     let armed = Armed {
@@ -1192,13 +1135,9 @@ fn unsafe_enabled_ptr(r: &Region) -> *const u32 {
 impl Armed {
     /// The command ended with wait status `status`: its exit status as a
     /// shell gives it (128 + the signal that killed it), and the signal.
-    fn ended(&mut self, status: i32) {
-        if libc::WIFEXITED(status) {
-            self.exit_status = Some(libc::WEXITSTATUS(status));
-        } else {
-            self.exit_status = Some(128 + libc::WTERMSIG(status));
-            self.killed_by = Some(libc::WTERMSIG(status));
-        }
+    fn ended(&mut self, status: Status) {
+        self.exit_status = status.shell_status();
+        self.killed_by = status.killed_by();
     }
 
     fn alive(&mut self) -> bool {
@@ -1206,29 +1145,24 @@ impl Armed {
             return false;
         }
         if self.child {
-            let mut status = 0;
-            // SAFETY: non-blocking wait on our own child.
-            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-            if r == self.pid && (libc::WIFEXITED(status) || libc::WIFSIGNALED(status)) {
-                self.ended(status);
-                return false;
-            }
-            if r == self.pid && libc::WIFSTOPPED(status) {
+            let r = crate::os::wait::wait(self.pid, false);
+            if let Ok(Some((_, status))) = r {
+                if status.ended() {
+                    self.ended(status);
+                    return false;
+                }
                 // A stop of the command while we follow it into an exec
                 // (we trace it again then): the follower's.
                 if let Some(f) = &mut self.follow {
-                    if let Some(crate::ptrace::ExecWait::Exec) = crate::ptrace::exec_stop(self.pid, status) {
+                    if let Some(crate::os::ptrace::ExecWait::Exec) = crate::os::ptrace::exec_stop(self.pid, status) {
                         f.execed.push(self.pid);
                     }
                 }
                 return true;
             }
-            return r >= 0;
+            return r.is_ok();
         }
-        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
-            Ok(s) => !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-            Err(_) => false,
-        }
+        crate::os::proc::running(self.pid)
     }
 }
 
@@ -1330,9 +1264,7 @@ impl Armed {
         // After an exec the old image (and our hooks) are gone: writing the
         // saved bytes would corrupt the new program. Our region's mapping
         // tells which image this is.
-        let ours = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
-            .map(|m| m.contains("memfd:telco-stap"))
-            .unwrap_or(false);
+        let ours = crate::os::proc::maps_file(self.pid, "/memfd:telco-stap", 0);
         if !ours {
             self.patches.clear();
             self.crash = None;
@@ -1423,26 +1355,7 @@ impl Armed {
         if !self.child || self.exit_status.is_some() {
             return;
         }
-        // SAFETY: signalling our own child; pidfd_open/poll on it with valid
-        // arguments (the fd is closed below).
-        let exited = unsafe {
-            let fd = libc::syscall(libc::SYS_pidfd_open, self.pid, 0) as i32;
-            libc::kill(self.pid, libc::SIGTERM);
-            let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-            let ready = fd >= 0 && libc::poll(&mut p, 1, 1000) == 1;
-            if fd >= 0 {
-                libc::close(fd);
-            }
-            ready
-        };
-        let mut status = 0;
-        // SAFETY: as above; reaping our own child.
-        unsafe {
-            if !exited {
-                libc::kill(self.pid, libc::SIGKILL);
-            }
-            libc::waitpid(self.pid, &mut status, 0);
-        }
+        crate::os::process::terminate(self.pid, std::time::Duration::from_secs(1));
     }
 
     /// Functions whose calls their trampolines time and record without
@@ -1473,57 +1386,11 @@ impl Armed {
     /// After the session: wait for a spawned command to finish.
     pub fn wait_child(&mut self) -> Option<i32> {
         if self.child && self.exit_status.is_none() {
-            let mut status = 0;
-            // SAFETY: blocking wait on our own child.
-            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
-            if r == self.pid {
+            if let Ok(Some((_, status))) = crate::os::wait::wait(self.pid, true) {
                 self.ended(status);
             }
         }
         self.exit_status
-    }
-}
-
-/// A signal's name and description: "SIGSEGV (Segmentation fault)".
-pub fn signal_name(sig: i32) -> String {
-    const NAMES: &[(i32, &str)] = &[
-        (libc::SIGHUP, "SIGHUP"),
-        (libc::SIGINT, "SIGINT"),
-        (libc::SIGQUIT, "SIGQUIT"),
-        (libc::SIGILL, "SIGILL"),
-        (libc::SIGTRAP, "SIGTRAP"),
-        (libc::SIGABRT, "SIGABRT"),
-        (libc::SIGBUS, "SIGBUS"),
-        (libc::SIGFPE, "SIGFPE"),
-        (libc::SIGKILL, "SIGKILL"),
-        (libc::SIGUSR1, "SIGUSR1"),
-        (libc::SIGSEGV, "SIGSEGV"),
-        (libc::SIGUSR2, "SIGUSR2"),
-        (libc::SIGPIPE, "SIGPIPE"),
-        (libc::SIGALRM, "SIGALRM"),
-        (libc::SIGTERM, "SIGTERM"),
-        (libc::SIGSTKFLT, "SIGSTKFLT"),
-        (libc::SIGXCPU, "SIGXCPU"),
-        (libc::SIGXFSZ, "SIGXFSZ"),
-        (libc::SIGVTALRM, "SIGVTALRM"),
-        (libc::SIGPROF, "SIGPROF"),
-        (libc::SIGSYS, "SIGSYS"),
-    ];
-    let name = NAMES.iter().find(|(n, _)| *n == sig).map_or_else(|| format!("signal {sig}"), |(_, s)| s.to_string());
-    // SAFETY: strsignal returns a pointer to a static or thread-local
-    // string, valid until the next call on this thread; copied at once.
-    let text = unsafe {
-        let p = libc::strsignal(sig);
-        if p.is_null() {
-            String::new()
-        } else {
-            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-        }
-    };
-    if text.is_empty() {
-        name
-    } else {
-        format!("{name} ({text})")
     }
 }
 
@@ -1639,7 +1506,7 @@ impl Armed {
                 // Attached already (execvp trying one directory after
                 // another): more time.
                 Some(w) => w.2 = deadline,
-                None => match crate::ptrace::seize_for_exec(tid) {
+                None => match crate::os::ptrace::seize_for_exec(tid) {
                     Ok(()) => {
                         f.waiting.push((tid, pid, deadline));
                         if shares_parent_memory(pid) {
@@ -1666,19 +1533,22 @@ impl Armed {
             if armed_now.contains(&pid) {
                 continue;
             }
-            let seen =
-                if execed.contains(&pid) { crate::ptrace::ExecWait::Exec } else { crate::ptrace::poll_exec(tid, pid) };
+            let seen = if execed.contains(&pid) {
+                crate::os::ptrace::ExecWait::Exec
+            } else {
+                crate::os::ptrace::poll_exec(tid, pid)
+            };
             match seen {
-                crate::ptrace::ExecWait::Running if std::time::Instant::now() < deadline => {
+                crate::os::ptrace::ExecWait::Running if std::time::Instant::now() < deadline => {
                     if let Some(f) = &mut self.follow {
                         f.waiting.push((tid, pid, deadline));
                     }
                 }
-                crate::ptrace::ExecWait::Running => crate::ptrace::release(tid, pid),
+                crate::os::ptrace::ExecWait::Running => crate::os::ptrace::release(tid, pid),
                 // The command itself ended here: its status is the session's.
-                crate::ptrace::ExecWait::Gone(Some(status)) if pid == self.pid && self.child => self.ended(status),
-                crate::ptrace::ExecWait::Gone(_) => {}
-                crate::ptrace::ExecWait::Exec => {
+                crate::os::ptrace::ExecWait::Gone(Some(status)) if pid == self.pid && self.child => self.ended(status),
+                crate::os::ptrace::ExecWait::Gone(_) => {}
+                crate::os::ptrace::ExecWait::Exec => {
                     armed_now.push(pid);
                     // The old image's hooks went with it: never written
                     // back into the new one.
@@ -1700,7 +1570,7 @@ impl Armed {
                         f.children.retain(|c| c.pid != pid);
                     }
                     if let Err(e) = self.arm_exec(pid) {
-                        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+                        let exe = crate::os::proc::exe_path(pid);
                         let note = format!("cannot probe pid {pid} ({}): {e}", exe.display());
                         if let Some(f) = &mut self.follow {
                             if f.said.insert(note.clone()) && !self.quiet {
@@ -1722,7 +1592,7 @@ impl Armed {
         check_machine(pid)?;
         let a = &self.hooker.artifact;
         let maps = mappings(pid)?;
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        let exe = crate::os::proc::exe_path(pid);
         let mut by_module: ByModule = BTreeMap::new();
         for (i, p) in a.probes.iter().enumerate() {
             let (module, file_offset) = match &p.attach {
@@ -1768,7 +1638,7 @@ impl Armed {
         // The old program ended (process.end, for the program this process
         // ran: its own, or its parent's when it forked), the new one begins.
         let old = self.exes.get(&pid).cloned().or_else(|| {
-            let (_, ppid) = crate::proc::uid_and_parent(pid as u32)?;
+            let (_, ppid) = crate::os::proc::uid_and_parent(pid as u32)?;
             self.exes.get(&(ppid as i32)).cloned()
         });
         let vforked = self.follow.as_mut().is_some_and(|f| f.vforked.remove(&pid));
@@ -1805,12 +1675,12 @@ impl Armed {
     fn unfollow(&mut self) {
         let Some(f) = &mut self.follow else { return };
         for (tid, pid, _) in f.waiting.drain(..) {
-            crate::ptrace::release(tid, pid);
+            crate::os::ptrace::release(tid, pid);
         }
         // An exec stop of the command that `alive` took after its thread
         // stopped waiting: it sits in that stop, let it go.
         for pid in f.execed.drain(..) {
-            crate::ptrace::detach_stopped(pid);
+            crate::os::ptrace::detach_stopped(pid);
         }
         for c in f.children.drain(..) {
             restore_patches(c.pid, &c.patches, c.crash.as_ref(), &c.semaphores);
@@ -1821,10 +1691,8 @@ impl Armed {
 /// Whether process `pid` shares its address space with its parent (a
 /// vfork or posix_spawn child before its exec): `kcmp(KCMP_VM)`.
 fn shares_parent_memory(pid: i32) -> bool {
-    let Some((_, ppid)) = crate::proc::uid_and_parent(pid as u32) else { return false };
-    const KCMP_VM: i32 = 1;
-    // SAFETY: kcmp compares two processes' kernel objects; no pointers.
-    unsafe { libc::syscall(libc::SYS_kcmp, pid, ppid, KCMP_VM, 0, 0) == 0 }
+    let Some((_, ppid)) = crate::os::proc::uid_and_parent(pid as u32) else { return false };
+    crate::os::process::same_vm(pid, ppid as i32)
 }
 
 /// Run the handlers of the lifecycle probes of `event` in thread `tid` of
@@ -1908,8 +1776,7 @@ fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hoo
     if patches.is_empty() && crash.is_none() && semaphores.is_empty() {
         return;
     }
-    let ours =
-        std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| m.contains("memfd:telco-stap")).unwrap_or(false);
+    let ours = crate::os::proc::maps_file(pid, "/memfd:telco-stap", 0);
     if !ours {
         return;
     }
@@ -1944,18 +1811,11 @@ const _: () = assert!(core::mem::offset_of!(telco_abi::region::Header, execname)
 /// of the session do (it is injected into them, or inherited by a fork),
 /// however they were reparented.
 fn ours(tid: i32, pid: i32, region_ino: u64) -> bool {
-    let tgid = std::fs::read_to_string(format!("/proc/{tid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse::<i32>().ok()));
+    let tgid = crate::os::proc::tgid(tid);
     if tid <= 0 || pid <= 0 || region_ino == 0 || tgid != Some(pid) {
         return false;
     }
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return false };
-    maps.lines().any(|l| {
-        let mut it = l.split_whitespace();
-        let inode = it.nth(4).and_then(|i| i.parse::<u64>().ok());
-        inode == Some(region_ino) && it.next().is_some_and(|p| p.starts_with("/memfd:telco-stap"))
-    })
+    crate::os::proc::maps_file(pid, "/memfd:telco-stap", region_ino)
 }
 
 impl Armed {
@@ -1979,7 +1839,7 @@ impl Armed {
         let ours_ = crate::crash::Ours { codes: &codes, relocs: &relocs };
         let Some(c) = crate::crash::take(self.header, |pid, tid| ours(tid, pid, ino), &ours_) else { return };
         if !(c.pid == self.pid && self.child) {
-            let exe = std::fs::read_link(format!("/proc/{}/exe", c.pid)).unwrap_or_default();
+            let exe = crate::os::proc::exe_path(c.pid);
             let line = format!("process {} ({}) is being killed by {}", c.pid, exe.display(), c.describe());
             if !self.quiet {
                 eprintln!("WARNING: {line}");
@@ -2012,7 +1872,7 @@ impl Armed {
 
     /// The command exec'd: `execname()` in it is the new program's name.
     fn refresh_execname(&mut self) {
-        let comm = std::fs::read_to_string(format!("/proc/{}/comm", self.pid)).unwrap_or_default();
+        let comm = crate::os::proc::comm(self.pid);
         let mut name = [0u8; 16];
         let bytes = comm.trim_end().as_bytes();
         name[..bytes.len().min(15)].copy_from_slice(&bytes[..bytes.len().min(15)]);
@@ -2062,10 +1922,7 @@ impl Armed {
             if o == 0 || o == ROW_FREE || o > i32::MAX as u32 {
                 continue;
             }
-            // SAFETY: kill with signal 0 only checks that the process exists.
-            let gone = unsafe { libc::kill(o as i32, 0) } != 0
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-            if gone {
+            if !crate::os::process::exists(o as i32) {
                 let _ = owner.compare_exchange(o, ROW_FREE, Ordering::AcqRel, Ordering::Relaxed);
             }
         }

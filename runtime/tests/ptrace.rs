@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
-use telco_runtime::ptrace::{PtraceError, Stopped};
+use telco_runtime::os::ptrace::{PtraceError, Stopped};
 
 const TARGET: &str = r#"
 #include <pthread.h>
@@ -186,7 +186,7 @@ probe timer.s(1) { n += 5; s = sprintf("pid %d", pid()); printf("in the target: 
     for _ in 0..2 {
         s.call(tid, code.at(a.probes[0].handler), &[injected.region_remote, scratch], code.trap()).expect("call");
     }
-    let local = telco_runtime::sys::ExecMemory::new(&a.code).expect("local code");
+    let local = telco_runtime::os::sys::ExecMemory::new(&a.code).expect("local code");
     let text = telco_runtime::local::drain_text(&a, &injected.region, &local).expect("drain");
     assert_eq!(
         text,
@@ -233,7 +233,7 @@ fn a_remote_call_that_never_returns_is_undone() {
     s.write(page, &[0xeb, 0xfe, 0xcc]).expect("write code");
     let before = s.regs(tid).expect("regs").rip;
     let err = s.call(tid, page, &[], page + 2).expect_err("the call never returns");
-    assert!(matches!(err, telco_runtime::ptrace::PtraceError::CallTimedOut { .. }), "{err}");
+    assert!(matches!(err, telco_runtime::os::ptrace::PtraceError::CallTimedOut { .. }), "{err}");
     assert_eq!(s.regs(tid).expect("regs").rip, before, "the thread is back where it was");
     s.write(flag, &3i32.to_le_bytes()).expect("write flag");
     s.detach().expect("detach");

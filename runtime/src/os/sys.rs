@@ -1,9 +1,14 @@
-//! The one place the runtime calls the OS for memory and signals (ptrace
-//! and target memory will live beside it). Every mapping is a value whose
-//! `Drop` unmaps it.
+//! The tracer's own memory, signals and clocks: the region's memfd and its
+//! mapping, executable memory for compiled handlers run in the tracer, the
+//! session's signal pipe, CLOCK_REALTIME/MONOTONIC and the cycle counter's
+//! calibration. Every mapping is a value whose `Drop` unmaps it. nix for
+//! every call but the signal handler's `write` (async-signal-safe, raw).
 
+use nix::sys::mman::{MapFlags, ProtFlags};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::num::NonZeroUsize;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// A shared mapping of a memfd: the region. Other processes can map the same
@@ -21,38 +26,21 @@ unsafe impl Sync for SharedMemory {}
 
 impl SharedMemory {
     pub fn new(len: usize) -> io::Result<SharedMemory> {
-        // SAFETY: memfd_create with a valid NUL-terminated name.
-        let fd = unsafe { libc::memfd_create(c"telco-stap-region".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just created and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: ftruncate on our own descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        let fd = memfd_create(c"telco-stap-region", MFdFlags::MFD_CLOEXEC)?;
+        nix::unistd::ftruncate(&fd, len as libc::off_t)?;
         SharedMemory::from_fd(fd, len)
     }
 
     /// Map `len` bytes of an open memfd (the target's, through
     /// `/proc/PID/fd/N`).
     pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<SharedMemory> {
-        // SAFETY: a fresh shared mapping of the file; checked below.
+        let n = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a fresh shared mapping of the file, owned by the value.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
+            nix::sys::mman::mmap(None, n, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, &fd, 0)?
         };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedMemory { ptr: p.cast(), len, _fd: fd })
+        Ok(SharedMemory { ptr: p.as_ptr().cast(), len, _fd: fd })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -76,8 +64,10 @@ impl SharedMemory {
 
 impl Drop for SharedMemory {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly what new() mapped.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        if let Some(p) = NonNull::new(self.ptr) {
+            // SAFETY: unmapping exactly what from_fd() mapped.
+            let _ = unsafe { nix::sys::mman::munmap(p.cast(), self.len) };
+        }
     }
 }
 
@@ -94,30 +84,25 @@ unsafe impl Sync for ExecMemory {}
 impl ExecMemory {
     pub fn new(code: &[u8]) -> io::Result<ExecMemory> {
         let len = code.len().max(1).next_multiple_of(4096);
-        // SAFETY: a fresh private anonymous mapping; checked below.
+        let n = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a fresh private anonymous mapping, owned by the value.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
+            nix::sys::mman::mmap_anonymous(
+                None,
+                n,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE,
+            )?
         };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         // SAFETY: p has room for len >= code.len() bytes and does not overlap code.
-        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), p.cast::<u8>(), code.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), p.as_ptr().cast::<u8>(), code.len()) };
         // SAFETY: changing the protection of our own mapping.
-        if unsafe { libc::mprotect(p, len, libc::PROT_READ | libc::PROT_EXEC) } != 0 {
-            let e = io::Error::last_os_error();
+        if let Err(e) = unsafe { nix::sys::mman::mprotect(p, len, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC) } {
             // SAFETY: unmapping what we mapped.
-            unsafe { libc::munmap(p, len) };
-            return Err(e);
+            let _ = unsafe { nix::sys::mman::munmap(p, len) };
+            return Err(e.into());
         }
-        Ok(ExecMemory { ptr: p.cast(), len })
+        Ok(ExecMemory { ptr: p.as_ptr().cast(), len })
     }
 
     pub fn addr(&self, offset: u32) -> *const u8 {
@@ -128,25 +113,28 @@ impl ExecMemory {
 
 impl Drop for ExecMemory {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly what new() mapped.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        if let Some(p) = NonNull::new(self.ptr) {
+            // SAFETY: unmapping exactly what new() mapped.
+            let _ = unsafe { nix::sys::mman::munmap(p.cast(), self.len) };
+        }
     }
 }
 
 pub fn gettid() -> u64 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u64 }
+    nix::unistd::gettid().as_raw() as u64
 }
 
 pub fn getuid() -> u32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::getuid() }
+    nix::unistd::getuid().as_raw()
 }
 
 pub fn getppid() -> u64 {
-    // SAFETY: no preconditions.
-    unsafe { libc::getppid() as u64 }
+    nix::unistd::getppid().as_raw() as u64
 }
+
+/// The signals that end a session.
+const SESSION_SIGNALS: [nix::sys::signal::Signal; 3] =
+    [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGHUP];
 
 /// The write end of the self-pipe SIGINT/SIGTERM write to.
 static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
@@ -169,17 +157,13 @@ pub struct Signals {
 
 impl Signals {
     pub fn install() -> io::Result<Signals> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two descriptors into fds.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors were just created and are ours.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        use nix::fcntl::OFlag;
+        use nix::sys::signal::{signal, SigHandler};
+        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
         SIGNAL_FD.store(write.as_raw_fd(), Ordering::Relaxed);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for sig in SESSION_SIGNALS {
             // SAFETY: installing an async-signal-safe handler.
-            unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+            unsafe { signal(sig, SigHandler::Handler(on_signal))? };
         }
         Ok(Signals { read, _write: write })
     }
@@ -187,13 +171,12 @@ impl Signals {
     /// Wait until a signal arrives or `timeout` passes (None: forever).
     /// Returns whether a signal arrived.
     pub fn wait(&self, timeout: Option<std::time::Duration>) -> bool {
-        let mut pfd = libc::pollfd { fd: self.read.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ts =
-            timeout.map(|d| libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as _ });
-        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: one valid pollfd; tsp is null or points at a live timespec.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
-        r > 0 && pfd.revents & libc::POLLIN != 0
+        use nix::poll::{ppoll, PollFd, PollFlags};
+        use std::os::fd::AsFd;
+        let mut fds = [PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
+        let ts = timeout.map(nix::sys::time::TimeSpec::from_duration);
+        ppoll(&mut fds, ts, None).is_ok_and(|n| n > 0)
+            && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN))
     }
 
     pub fn pending(&self) -> bool {
@@ -203,29 +186,27 @@ impl Signals {
 
 impl Drop for Signals {
     fn drop(&mut self) {
+        use nix::sys::signal::{signal, SigHandler};
         SIGNAL_FD.store(-1, Ordering::Relaxed);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for sig in SESSION_SIGNALS {
             // SAFETY: restoring the default disposition.
-            unsafe { libc::signal(sig, libc::SIG_DFL) };
+            let _ = unsafe { signal(sig, SigHandler::SigDfl) };
         }
     }
 }
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+fn clock_ns(clock: nix::time::ClockId) -> u64 {
+    nix::time::clock_gettime(clock).map_or(0, |ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
 }
 
 /// CLOCK_REALTIME in ns (the handlers' `gettimeofday_ns()` time line).
 pub fn realtime_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
+    clock_ns(nix::time::ClockId::CLOCK_REALTIME)
 }
 
 /// CLOCK_MONOTONIC in ns.
 pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
+    clock_ns(nix::time::ClockId::CLOCK_MONOTONIC)
 }
 
 /// The TSC against CLOCK_REALTIME: `ns = ns_base + ((tsc - tsc_base) *
@@ -292,13 +273,8 @@ fn calibrate_tsc() -> Clock {
 /// Seal a memfd's size (`F_SEAL_SHRINK | F_SEAL_GROW`) and its seals
 /// (`F_SEAL_SEAL`).
 pub fn seal_size(file: &std::fs::File) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fcntl on an open descriptor with integer arguments.
-    let r = unsafe {
-        libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL)
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+    fcntl(file, FcntlArg::F_ADD_SEALS(seals))?;
     Ok(())
 }

@@ -16,8 +16,9 @@
 //! register. Restoring the saved `orig_rax`/`rax` lets the kernel restart an
 //! interrupted syscall (`-ERESTARTSYS` and friends) correctly on resume.
 
+use super::wait::Status;
 use crate::arch::native as arch;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::FileExt;
 
@@ -34,6 +35,8 @@ pub enum PtraceError {
     AlreadyTraced { pid: i32, tracer: i32 },
     #[error("ptrace({op}) on thread {tid} failed: {source}")]
     Call { op: &'static str, tid: i32, source: io::Error },
+    #[error("ptrace(PTRACE_SEIZE) failed: {0}")]
+    Seize(nix::errno::Errno),
     #[error("waiting for thread {tid} failed: {source}")]
     Wait { tid: i32, source: io::Error },
     #[error("thread {tid} exited while stopped")]
@@ -51,30 +54,13 @@ pub use crate::arch::native::Regs;
 /// A process with every thread stopped under ptrace.
 pub struct Stopped {
     pid: i32,
-    /// Threads and the signal each must get back at detach (0: none).
-    threads: BTreeMap<i32, i32>,
+    /// Its threads, each detached (with the signal it must get back) when
+    /// dropped.
+    threads: BTreeMap<i32, Thread>,
     mem: std::fs::File,
-    detached: bool,
 }
 
-fn errno() -> io::Error {
-    io::Error::last_os_error()
-}
-
-fn tasks(pid: i32) -> io::Result<BTreeSet<i32>> {
-    let mut out = BTreeSet::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        if let Some(t) = e?.file_name().to_str().and_then(|s| s.parse().ok()) {
-            out.insert(t);
-        }
-    }
-    Ok(out)
-}
-
-fn tracer_of(pid: i32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok()).filter(|&t| t != 0)
-}
+use super::proc::{tasks, tracer_of};
 
 /// What a wait saw.
 enum Stop {
@@ -91,55 +77,92 @@ fn wait(tid: i32) -> Result<Stop, PtraceError> {
 
 /// [`wait`] that gives up at `deadline` (None: never), returning None.
 fn wait_until(tid: i32, deadline: Option<std::time::Instant>) -> Result<Option<Stop>, PtraceError> {
-    let mut status = 0;
-    let flags = if deadline.is_some() { libc::__WALL | libc::WNOHANG } else { libc::__WALL };
     loop {
-        // SAFETY: waitpid with a valid status pointer.
-        let r = unsafe { libc::waitpid(tid, &mut status, flags) };
-        if r > 0 {
-            break;
-        }
-        if r == 0 {
-            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                return Ok(None);
+        match super::wait::wait(tid, deadline.is_none()) {
+            Ok(Some((_, status))) => return Ok(Some(decode(status))),
+            Ok(None) => {
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    return Ok(None);
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
             }
-            std::thread::sleep(std::time::Duration::from_micros(200));
-            continue;
-        }
-        let e = errno();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(PtraceError::Wait { tid, source: e });
+            Err(source) => return Err(PtraceError::Wait { tid, source }),
         }
     }
-    Ok(Some(decode(status)))
 }
 
-fn decode(status: i32) -> Stop {
-    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+fn decode(status: Status) -> Stop {
+    if status.ended() {
         return Stop::Exited;
     }
-    let sig = libc::WSTOPSIG(status);
-    let event = status >> 16;
-    if event != 0 || sig == libc::SIGTRAP {
-        return Stop::Trap;
+    match status.delivering() {
+        Some(sig) => Stop::Signal(sig),
+        None => Stop::Trap,
     }
-    Stop::Signal(sig)
 }
 
-fn ptrace(
-    op: &'static str,
-    req: libc::c_uint,
-    tid: i32,
-    addr: usize,
-    data: usize,
-) -> Result<libc::c_long, PtraceError> {
-    // SAFETY: ptrace requests used here take integers or pointers to live
-    // buffers owned by the caller.
-    let r = unsafe { libc::ptrace(req, tid, addr, data) };
-    if r < 0 {
-        return Err(PtraceError::Call { op, tid, source: errno() });
+/// The ptrace requests, one function each: nix where it has them; raw
+/// libc for the requests that carry a signal to deliver (`PTRACE_CONT`,
+/// `PTRACE_SINGLESTEP`, `PTRACE_DETACH`), because nix's `Signal` has no
+/// real-time signals and a tracer must pass every signal on.
+mod req {
+    use super::{PtraceError, Regs};
+    use nix::sys::ptrace::{self, Options};
+    use nix::unistd::Pid;
+
+    fn call(op: &'static str, tid: i32, r: nix::Result<()>) -> Result<(), PtraceError> {
+        r.map_err(|e| PtraceError::Call { op, tid, source: e.into() })
     }
-    Ok(r)
+
+    /// `PTRACE_SEIZE` (with `options`): traced, not stopped.
+    pub fn seize(tid: i32, options: Options) -> nix::Result<()> {
+        ptrace::seize(Pid::from_raw(tid), options)
+    }
+
+    /// `PTRACE_INTERRUPT`: stop a seized thread.
+    pub fn interrupt(tid: i32) -> Result<(), PtraceError> {
+        call("PTRACE_INTERRUPT", tid, ptrace::interrupt(Pid::from_raw(tid)))
+    }
+
+    pub fn get_regs(tid: i32) -> Result<Regs, PtraceError> {
+        ptrace::getregs(Pid::from_raw(tid)).map_err(|e| PtraceError::Call {
+            op: "PTRACE_GETREGS",
+            tid,
+            source: e.into(),
+        })
+    }
+
+    pub fn set_regs(tid: i32, r: &Regs) -> Result<(), PtraceError> {
+        call("PTRACE_SETREGS", tid, ptrace::setregs(Pid::from_raw(tid), *r))
+    }
+
+    /// The `si_code` of the signal the thread is stopped for.
+    pub fn signal_code(tid: i32) -> Option<i32> {
+        ptrace::getsiginfo(Pid::from_raw(tid)).ok().map(|i| i.si_code)
+    }
+
+    fn raw(op: &'static str, req: libc::c_uint, tid: i32, sig: i32) -> Result<(), PtraceError> {
+        // SAFETY: these requests take the signal number as data, no buffers.
+        if unsafe { libc::ptrace(req, tid, 0usize, sig as usize) } < 0 {
+            return Err(PtraceError::Call { op, tid, source: std::io::Error::last_os_error() });
+        }
+        Ok(())
+    }
+
+    /// Resume, delivering `sig` (0: none).
+    pub fn cont(tid: i32, sig: i32) -> Result<(), PtraceError> {
+        raw("PTRACE_CONT", libc::PTRACE_CONT, tid, sig)
+    }
+
+    /// Run one instruction, delivering `sig` (0: none) first.
+    pub fn step(tid: i32, sig: i32) -> Result<(), PtraceError> {
+        raw("PTRACE_SINGLESTEP", libc::PTRACE_SINGLESTEP, tid, sig)
+    }
+
+    /// Stop tracing, delivering `sig` (0: none).
+    pub fn detach(tid: i32, sig: i32) -> Result<(), PtraceError> {
+        raw("PTRACE_DETACH", libc::PTRACE_DETACH, tid, sig)
+    }
 }
 
 impl Stopped {
@@ -151,15 +174,12 @@ impl Stopped {
         if let Some(tracer) = tracer_of(pid) {
             return Err(PtraceError::AlreadyTraced { pid, tracer });
         }
-        let mem =
-            std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem")).map_err(|e| match e
-                .kind()
-            {
-                io::ErrorKind::NotFound => PtraceError::NoProcess(pid),
-                io::ErrorKind::PermissionDenied => PtraceError::Permission { pid },
-                _ => PtraceError::Memory { op: "open /proc/PID/mem", pid, addr: 0, len: 0, source: e },
-            })?;
-        let mut s = Stopped { pid, threads: BTreeMap::new(), mem, detached: false };
+        let mem = super::proc::mem(pid, true).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => PtraceError::NoProcess(pid),
+            io::ErrorKind::PermissionDenied => PtraceError::Permission { pid },
+            _ => PtraceError::Memory { op: "open /proc/PID/mem", pid, addr: 0, len: 0, source: e },
+        })?;
+        let mut s = Stopped { pid, threads: BTreeMap::new(), mem };
         // Threads may be created while we stop the others: repeat until a
         // scan finds no new one (a stopped thread cannot create any).
         loop {
@@ -169,31 +189,19 @@ impl Stopped {
                 break;
             }
             for tid in new {
-                // SAFETY: PTRACE_SEIZE takes no buffers.
-                if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) } < 0 {
-                    let e = errno();
-                    match e.raw_os_error() {
-                        Some(libc::ESRCH) => continue, // the thread just exited
-                        Some(libc::EPERM) => {
-                            return Err(match tracer_of(pid) {
-                                Some(tracer) => PtraceError::AlreadyTraced { pid, tracer },
-                                None => PtraceError::Permission { pid },
-                            })
-                        }
-                        _ => return Err(PtraceError::Call { op: "PTRACE_SEIZE", tid, source: e }),
+                match Thread::seize(tid) {
+                    Ok(t) => {
+                        s.threads.insert(tid, t);
                     }
-                }
-                s.threads.insert(tid, 0);
-                ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0)?;
-                match wait(tid)? {
-                    Stop::Trap => {}
-                    Stop::Signal(sig) => {
-                        // Stopped on the way to a signal: deliver it at detach.
-                        s.threads.insert(tid, sig);
+                    // The thread just exited.
+                    Err(PtraceError::Seize(nix::errno::Errno::ESRCH)) | Err(PtraceError::Exited { .. }) => {}
+                    Err(PtraceError::Seize(nix::errno::Errno::EPERM)) => {
+                        return Err(match tracer_of(pid) {
+                            Some(tracer) => PtraceError::AlreadyTraced { pid, tracer },
+                            None => PtraceError::Permission { pid },
+                        })
                     }
-                    Stop::Exited => {
-                        s.threads.remove(&tid);
-                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -206,14 +214,16 @@ impl Stopped {
     /// Take over a child that is already traced and stopped (spawned with
     /// `PTRACE_TRACEME`, stopped at its `exec`): one thread.
     pub fn adopt(pid: i32) -> Result<Stopped, PtraceError> {
-        let mem = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/{pid}/mem"))
-            .map_err(|source| PtraceError::Memory { op: "open /proc/PID/mem", pid, addr: 0, len: 0, source })?;
+        let mem = super::proc::mem(pid, true).map_err(|source| PtraceError::Memory {
+            op: "open /proc/PID/mem",
+            pid,
+            addr: 0,
+            len: 0,
+            source,
+        })?;
         let mut threads = BTreeMap::new();
-        threads.insert(pid, 0);
-        Ok(Stopped { pid, threads, mem, detached: false })
+        threads.insert(pid, Thread { tid: pid, pending: 0, detached: false });
+        Ok(Stopped { pid, threads, mem })
     }
 
     /// Let thread `tid` run until it executes the `int3` placed at `at`
@@ -222,7 +232,7 @@ impl Stopped {
     pub fn run_to_trap(&mut self, tid: i32, at: u64) -> Result<(), PtraceError> {
         let mut sig = 0;
         loop {
-            ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, sig as usize)?;
+            req::cont(tid, sig)?;
             sig = 0;
             match wait(tid)? {
                 Stop::Trap => {
@@ -241,11 +251,11 @@ impl Stopped {
 
     /// Step thread `tid` one instruction.
     pub fn step(&mut self, tid: i32) -> Result<(), PtraceError> {
-        ptrace("PTRACE_SINGLESTEP", libc::PTRACE_SINGLESTEP, tid, 0, 0)?;
+        req::step(tid, 0)?;
         match wait(tid)? {
             Stop::Trap => Ok(()),
             Stop::Signal(sig) => {
-                self.threads.insert(tid, sig);
+                self.keep_signal(tid, sig);
                 Ok(())
             }
             Stop::Exited => Err(PtraceError::Exited { tid }),
@@ -261,15 +271,18 @@ impl Stopped {
     }
 
     pub fn regs(&self, tid: i32) -> Result<Regs, PtraceError> {
-        // SAFETY: user_regs_struct is plain data; zeroed is a valid value.
-        let mut r: Regs = unsafe { std::mem::zeroed() };
-        ptrace("PTRACE_GETREGS", libc::PTRACE_GETREGS, tid, 0, &mut r as *mut Regs as usize)?;
-        Ok(r)
+        req::get_regs(tid)
     }
 
     pub fn set_regs(&self, tid: i32, r: &Regs) -> Result<(), PtraceError> {
-        ptrace("PTRACE_SETREGS", libc::PTRACE_SETREGS, tid, 0, r as *const Regs as usize)?;
-        Ok(())
+        req::set_regs(tid, r)
+    }
+
+    /// A signal thread `tid` was about to get: delivered at detach.
+    fn keep_signal(&mut self, tid: i32, sig: i32) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.pending = sig;
+        }
     }
 
     pub fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, PtraceError> {
@@ -307,13 +320,13 @@ impl Stopped {
         let result = (|| {
             self.set_regs(tid, &r)?;
             loop {
-                ptrace("PTRACE_SINGLESTEP", libc::PTRACE_SINGLESTEP, tid, 0, 0)?;
+                req::step(tid, 0)?;
                 match wait(tid)? {
                     Stop::Trap => break,
                     Stop::Signal(sig) => {
                         // Not ours: keep it for detach and step again (the
                         // instruction has not run yet).
-                        self.threads.insert(tid, sig);
+                        self.keep_signal(tid, sig);
                     }
                     Stop::Exited => return Err(PtraceError::Exited { tid }),
                 }
@@ -345,13 +358,14 @@ impl Stopped {
         let result = (|| {
             self.set_regs(tid, &r)?;
             loop {
-                ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, 0)?;
+                req::cont(tid, 0)?;
                 let Some(stop) = wait_until(tid, Some(deadline))? else {
                     // Stop it again, then undo the call below: a seized
                     // thread with PTRACE_INTERRUPT, one traced since its
                     // start (PTRACE_TRACEME, `-c`) with a SIGSTOP of ours.
-                    let seized = ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok();
+                    let seized = req::interrupt(tid).is_ok();
                     if !seized {
+                        // tgkill (one thread): not in nix.
                         // SAFETY: a signal to our own tracee's thread.
                         unsafe { libc::syscall(libc::SYS_tgkill, self.pid, tid, libc::SIGSTOP) };
                     }
@@ -362,8 +376,8 @@ impl Stopped {
                             Stop::Signal(libc::SIGSTOP) if !seized => break,
                             Stop::Signal(sig) => {
                                 // Not ours: kept for detach; on to our stop.
-                                self.threads.insert(tid, sig);
-                                ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, 0)?;
+                                self.keep_signal(tid, sig);
+                                req::cont(tid, 0)?;
                             }
                         }
                     }
@@ -387,7 +401,7 @@ impl Stopped {
                         return Err(PtraceError::CallFaulted { tid, sig, pc });
                     }
                     Stop::Signal(sig) => {
-                        self.threads.insert(tid, sig);
+                        self.keep_signal(tid, sig);
                     }
                     Stop::Exited => return Err(PtraceError::Exited { tid }),
                 }
@@ -401,10 +415,7 @@ impl Stopped {
 
     /// The `si_code` of the signal thread `tid` is stopped for.
     fn signal_code(&self, tid: i32) -> Option<i32> {
-        // SAFETY: siginfo_t is plain data; PTRACE_GETSIGINFO fills it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        ptrace("PTRACE_GETSIGINFO", libc::PTRACE_GETSIGINFO, tid, 0, &mut info as *mut _ as usize).ok()?;
-        Some(info.si_code)
+        req::signal_code(tid)
     }
 
     /// The first thread (the main thread when it is alive).
@@ -422,17 +433,11 @@ impl Stopped {
     }
 
     fn detach_all(&mut self) -> Result<(), PtraceError> {
-        if self.detached {
-            return Ok(());
-        }
-        self.detached = true;
         let mut first = Ok(());
-        for (&tid, &sig) in &self.threads {
-            // SAFETY: PTRACE_DETACH takes the signal number as data.
-            if unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) } < 0 {
-                let e = errno();
-                if e.raw_os_error() != Some(libc::ESRCH) && first.is_ok() {
-                    first = Err(PtraceError::Call { op: "PTRACE_DETACH", tid, source: e });
+        for t in self.threads.values_mut() {
+            if let Err(e) = t.let_go() {
+                if first.is_ok() {
+                    first = Err(e);
                 }
             }
         }
@@ -440,9 +445,10 @@ impl Stopped {
     }
 }
 
-/// One thread of a running process seized and stopped on its own, the
-/// other threads running on: `.itrace` single-steps such a thread through
-/// one call, then lets it go.
+/// One seized and stopped thread: a guard that detaches it (with any
+/// signal it was about to get) when dropped. [`Stopped`] holds one per
+/// thread of a process; `.itrace` seizes a single thread, the others
+/// running on, single-steps it through one call, then lets it go.
 pub struct Thread {
     tid: i32,
     /// A signal that arrived meanwhile, delivered with the next step (its
@@ -464,9 +470,9 @@ pub enum Step {
 impl Thread {
     /// Seize thread `tid` and stop it (PTRACE_SEIZE + PTRACE_INTERRUPT).
     pub fn seize(tid: i32) -> Result<Thread, PtraceError> {
-        ptrace("PTRACE_SEIZE", libc::PTRACE_SEIZE, tid, 0, 0)?;
+        req::seize(tid, nix::sys::ptrace::Options::empty()).map_err(PtraceError::Seize)?;
         let mut t = Thread { tid, pending: 0, detached: false };
-        ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0)?;
+        req::interrupt(tid)?;
         match wait(tid)? {
             Stop::Trap => {}
             Stop::Signal(sig) => t.pending = sig,
@@ -483,21 +489,17 @@ impl Thread {
     }
 
     pub fn regs(&self) -> Result<Regs, PtraceError> {
-        // SAFETY: user_regs_struct is plain data; zeroed is a valid value.
-        let mut r: Regs = unsafe { std::mem::zeroed() };
-        ptrace("PTRACE_GETREGS", libc::PTRACE_GETREGS, self.tid, 0, &mut r as *mut Regs as usize)?;
-        Ok(r)
+        req::get_regs(self.tid)
     }
 
     pub fn set_regs(&self, r: &Regs) -> Result<(), PtraceError> {
-        ptrace("PTRACE_SETREGS", libc::PTRACE_SETREGS, self.tid, 0, r as *const Regs as usize)?;
-        Ok(())
+        req::set_regs(self.tid, r)
     }
 
     /// Execute one instruction.
     pub fn step(&mut self) -> Result<Step, PtraceError> {
         let sig = std::mem::take(&mut self.pending);
-        ptrace("PTRACE_SINGLESTEP", libc::PTRACE_SINGLESTEP, self.tid, 0, sig as usize)?;
+        req::step(self.tid, sig)?;
         match wait(self.tid)? {
             Stop::Trap => Ok(Step::Done),
             Stop::Signal(s) => {
@@ -513,18 +515,25 @@ impl Thread {
 
     /// Let the thread run on untraced.
     pub fn detach(mut self) -> Result<(), PtraceError> {
-        self.detached = true;
-        ptrace("PTRACE_DETACH", libc::PTRACE_DETACH, self.tid, 0, self.pending as usize)?;
-        Ok(())
+        self.let_go()
+    }
+
+    /// Detach once, delivering the pending signal; a thread already gone
+    /// (ESRCH) is no error.
+    fn let_go(&mut self) -> Result<(), PtraceError> {
+        if std::mem::replace(&mut self.detached, true) {
+            return Ok(());
+        }
+        match req::detach(self.tid, self.pending) {
+            Err(PtraceError::Call { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            r => r,
+        }
     }
 }
 
 impl Drop for Thread {
     fn drop(&mut self) {
-        if !self.detached {
-            // SAFETY: PTRACE_DETACH takes the signal number as data.
-            unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0usize, self.pending as usize) };
-        }
+        let _ = self.let_go();
     }
 }
 
@@ -546,35 +555,31 @@ pub enum ExecWait {
     Exec,
     /// Gone (exited or killed), with its wait status when this wait
     /// reaped it.
-    Gone(Option<i32>),
+    Gone(Option<Status>),
 }
 
 /// Attach to a thread about to `exec` without stopping it, so that the
 /// new program stops before its first instruction (`PTRACE_O_TRACEEXEC`).
 pub fn seize_for_exec(tid: i32) -> Result<(), PtraceError> {
-    ptrace("PTRACE_SEIZE", libc::PTRACE_SEIZE, tid, 0, libc::PTRACE_O_TRACEEXEC as usize).map(|_| ())
+    req::seize(tid, nix::sys::ptrace::Options::PTRACE_O_TRACEEXEC).map_err(PtraceError::Seize)
 }
 
 /// Poll a thread attached by [`seize_for_exec`] (process `pid`), without
 /// blocking.
 pub fn poll_exec(tid: i32, pid: i32) -> ExecWait {
     loop {
-        let mut status = 0;
-        // SAFETY: non-blocking waits on our tracees with a valid pointer.
-        let mut r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
-        if r < 0 && tid != pid {
+        let mut r = super::wait::wait(tid, false);
+        if r.is_err() && tid != pid {
             // A thread other than the leader exec'd: it is the leader now.
-            r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG) };
+            r = super::wait::wait(pid, false);
         }
-        if r == 0 {
-            return ExecWait::Running;
-        }
-        if r < 0 {
-            return ExecWait::Gone(None);
-        }
-        match exec_stop(r, status) {
-            Some(w) => return w,
-            None => continue,
+        match r {
+            Ok(None) => return ExecWait::Running,
+            Err(_) => return ExecWait::Gone(None),
+            Ok(Some((who, status))) => match exec_stop(who, status) {
+                Some(w) => return w,
+                None => continue,
+            },
         }
     }
 }
@@ -582,15 +587,15 @@ pub fn poll_exec(tid: i32, pid: i32) -> ExecWait {
 /// What the wait status `status` of thread `tid`, attached by
 /// [`seize_for_exec`], says: an exec or an end; any other stop (a signal
 /// for it, passed on; a group stop) is resumed and gives `None`.
-pub fn exec_stop(tid: i32, status: i32) -> Option<ExecWait> {
-    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+pub fn exec_stop(tid: i32, status: Status) -> Option<ExecWait> {
+    if status.ended() {
         return Some(ExecWait::Gone(Some(status)));
     }
-    if status >> 8 == (libc::SIGTRAP | libc::PTRACE_EVENT_EXEC << 8) {
+    if status.is_exec() {
         return Some(ExecWait::Exec);
     }
-    let deliver = if status >> 16 == 0 { libc::WSTOPSIG(status) } else { 0 };
-    if ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, deliver as usize).is_err() {
+    let deliver = if status.event() == 0 { status.stop_signal().unwrap_or(0) } else { 0 };
+    if req::cont(tid, deliver).is_err() {
         return Some(ExecWait::Gone(None));
     }
     None
@@ -598,40 +603,39 @@ pub fn exec_stop(tid: i32, status: i32) -> Option<ExecWait> {
 
 /// Let go of a thread of ours that sits in a stop already reported.
 pub fn detach_stopped(tid: i32) {
-    let _ = ptrace("PTRACE_DETACH", libc::PTRACE_DETACH, tid, 0, 0);
+    let _ = req::detach(tid, 0);
 }
 
 /// Let go of a thread attached by [`seize_for_exec`] (of process `pid`):
 /// stopped, then detached with any signal it was about to get. A thread
 /// that exec'd meanwhile is the process's leader now: `pid` is let go.
 pub fn release(tid: i32, pid: i32) {
-    let tid = if ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0).is_ok() {
+    let tid = if req::interrupt(tid).is_ok() {
         tid
-    } else if tid != pid && ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, pid, 0, 0).is_ok() {
+    } else if tid != pid && req::interrupt(pid).is_ok() {
         pid
     } else {
         // Not stoppable: it may sit in a stop already (an exec's).
-        let _ = ptrace("PTRACE_DETACH", libc::PTRACE_DETACH, pid, 0, 0);
+        let _ = req::detach(pid, 0);
         return;
     };
     let mut pending = 0;
     loop {
-        let mut status = 0;
-        // SAFETY: a blocking wait on our tracee (it stops at once).
-        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
-        if r < 0 || libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+        // A blocking wait on our tracee (it stops at once).
+        let Ok(Some((_, status))) = super::wait::wait(tid, true) else { return };
+        if status.ended() {
             return;
         }
-        if status >> 16 == 0 {
+        if status.event() == 0 {
             // A signal-delivery stop came first: keep the signal, wait on.
-            pending = libc::WSTOPSIG(status);
-            if ptrace("PTRACE_CONT", libc::PTRACE_CONT, tid, 0, 0).is_err() {
+            pending = status.stop_signal().unwrap_or(0);
+            if req::cont(tid, 0).is_err() {
                 return;
             }
-            let _ = ptrace("PTRACE_INTERRUPT", libc::PTRACE_INTERRUPT, tid, 0, 0);
+            let _ = req::interrupt(tid);
             continue;
         }
         break;
     }
-    let _ = ptrace("PTRACE_DETACH", libc::PTRACE_DETACH, tid, 0, pending as usize);
+    let _ = req::detach(tid, pending);
 }

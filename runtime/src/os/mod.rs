@@ -1,0 +1,21 @@
+//! The OS layer: the only code in the runtime that talks to the kernel
+//! about processes, memory and signals — ptrace, waitpid, signals,
+//! memfd/mmap, and the reading of `/proc`. The `nix` crate where it has
+//! the call; raw `libc` only where it does not, each place saying why.
+//!
+//! * [`ptrace`]: stopped processes and threads (guards that detach on
+//!   drop), their registers and memory, system calls and calls run inside
+//!   them, threads followed into an exec;
+//! * [`wait`]: the one decoding of a wait status;
+//! * [`process`]: starting a traced command, ending one, signals by name,
+//!   whether two processes share their memory;
+//! * [`proc`]: `/proc/PID/…`: executable, maps (one parser), auxiliary
+//!   vector (one parser), status fields, threads;
+//! * [`sys`]: shared and executable memory, the tracer's own signals,
+//!   clocks and the cycle counter's calibration.
+
+pub mod proc;
+pub mod process;
+pub mod ptrace;
+pub mod sys;
+pub mod wait;

@@ -1,0 +1,139 @@
+//! Processes as wholes: starting a command traced from its first
+//! instruction, ending one, whether one exists or shares its parent's
+//! memory, signals by name, and the scheduling and file calls the
+//! consumer threads need.
+
+use super::wait::{self, Status};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::io;
+
+/// Start `argv` with `PTRACE_TRACEME`: the child stops at its exec
+/// (SIGTRAP). Returns its pid and that first wait status; a child that
+/// did not stop (the exec failed, it was killed) gives its status.
+pub fn spawn_traced(argv: &[String]) -> io::Result<(i32, Status)> {
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new(&argv[0]);
+    c.args(&argv[1..]);
+    // SAFETY: pre_exec runs in the forked child before exec;
+    // ptrace(TRACEME) is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| nix::sys::ptrace::traceme().map_err(io::Error::from));
+    }
+    let child = c.spawn()?;
+    let pid = child.id() as i32;
+    // The child is ours to reap; std's Child is dropped without waiting.
+    std::mem::forget(child);
+    let (_, status) = wait::wait(pid, true)?.ok_or_else(|| io::Error::other("waitpid returned nothing"))?;
+    Ok((pid, status))
+}
+
+/// Resume a traced child stopped at a signal-delivery or trap stop,
+/// passing `sig` (0: none) on. Raw libc: nix's `Signal` has no
+/// real-time signals, which must be passed on too.
+pub fn resume(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_CONT takes the signal number as data.
+    if unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0usize, sig as usize) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// End our child `pid`: SIGTERM, then SIGKILL if it is still there after
+/// `grace`; reaped either way.
+pub fn terminate(pid: i32, grace: std::time::Duration) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
+    // pidfd_open: not in nix. The descriptor becomes readable when the
+    // process exits.
+    // SAFETY: a system call with integer arguments; the result, when not
+    // negative, is a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
+    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    let exited = pidfd.as_ref().is_some_and(|fd| {
+        let ms = u16::try_from(grace.as_millis()).unwrap_or(u16::MAX);
+        // SAFETY: the descriptor is alive for the call.
+        let b = unsafe { BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(fd)) };
+        let mut fds = [PollFd::new(b, PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::from(ms)).is_ok_and(|n| n == 1)
+    });
+    if !exited {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let _ = wait::wait(pid, true);
+}
+
+/// Whether process `pid` exists (it may be a zombie).
+pub fn exists(pid: i32) -> bool {
+    !matches!(kill(Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
+}
+
+/// Whether process `pid` shares its address space with process `other`
+/// (a vfork or posix_spawn child before its exec, and its parent):
+/// `kcmp(KCMP_VM)`, which nix does not have.
+pub fn same_vm(pid: i32, other: i32) -> bool {
+    const KCMP_VM: i32 = 1;
+    // SAFETY: kcmp compares two processes' kernel objects; no pointers.
+    unsafe { libc::syscall(libc::SYS_kcmp, pid, other, KCMP_VM, 0, 0) == 0 }
+}
+
+/// Run the calling thread only on CPU time nothing else wants
+/// (`SCHED_IDLE`; Linux schedules threads one by one). nix has no
+/// `sched_setscheduler`.
+pub fn run_when_idle() {
+    let idle = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscall on the calling thread, with a valid param.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+}
+
+/// Give the disk under `file`'s first `len` bytes back (a hole), keeping
+/// its size.
+pub fn punch_hole(file: &std::fs::File, len: u64) {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    let _ = fallocate(file, flags, 0, len as libc::off_t);
+}
+
+/// A signal's name and description: "SIGSEGV (Segmentation fault)".
+pub fn signal_name(sig: i32) -> String {
+    const NAMES: &[(i32, &str)] = &[
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGSTKFLT, "SIGSTKFLT"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGSYS, "SIGSYS"),
+    ];
+    let name = NAMES.iter().find(|(n, _)| *n == sig).map_or_else(|| format!("signal {sig}"), |(_, s)| s.to_string());
+    // SAFETY: strsignal returns a pointer to a static or thread-local
+    // string, valid until the next call on this thread; copied at once.
+    let text = unsafe {
+        let p = libc::strsignal(sig);
+        if p.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    if text.is_empty() {
+        name
+    } else {
+        format!("{name} ({text})")
+    }
+}
