@@ -1433,7 +1433,7 @@ def first_hit(c):
 
 
 def goals(idx):
-    """telco-stap's goals (docs DESIGN "What fast means") against this run."""
+    """telco-stap's goals (docs/PERFORMANCE.md, "Goals") against this run."""
     out = ["Against the goals, in this run:", ""]
 
     def added(wk):

@@ -84,3 +84,43 @@ fn documented_examples_run() {
     }
     assert!(checked >= 40, "only {checked} runnable examples found");
 }
+
+/// Every document a tracked file names (`docs/language.md`, `INTERNALS.md`)
+/// is in the repository: nothing cites a file a clone does not have.
+#[test]
+fn cited_documents_exist() {
+    let root = common::repo();
+    let out = std::process::Command::new("git").arg("-C").arg(&root).arg("ls-files").output().expect("git ls-files");
+    let files = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for file in files.lines() {
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else { continue };
+        let dir = std::path::Path::new(file).parent().unwrap_or(std::path::Path::new(""));
+        for (i, _) in text.match_indices(".md") {
+            let start = text[..i]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)))
+                .map_or(0, |p| p + 1);
+            let end = i + 3;
+            if text[end..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                continue;
+            }
+            let name = text[start..end].trim_start_matches("./");
+            if name.len() <= 3 || name.starts_with('.') {
+                continue;
+            }
+            checked += 1;
+            // A path relative to the root or to the file, or a path's last
+            // components (`"docs" / "PERFORMANCE.md"` in a script).
+            let tail = format!("/{name}");
+            if !root.join(name).exists()
+                && !root.join(dir).join(name).exists()
+                && !files.lines().any(|f| f.ends_with(&tail))
+            {
+                missing.push(format!("{file} cites {name}"));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} citations found");
+    assert!(missing.is_empty(), "documents cited but not in the repository:\n{}", missing.join("\n"));
+}

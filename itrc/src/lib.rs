@@ -1,5 +1,5 @@
-//! Frida's ITRC instruction-trace format (seeds/000 in the design notes;
-//! Frida's `frida-itrace` backend and `frida-tools/itracer.py` write it).
+//! Frida's ITRC instruction-trace format (Frida's `frida-itrace` backend
+//! and `frida-tools/itracer.py` write it), as laid out below.
 //!
 //! # The file
 //!
