@@ -3,7 +3,7 @@
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
-const EXAMPLES: &str = "\
+pub const EXAMPLES: &str = "\
 Examples:
   telco-stap -e 'probe begin { printf(\"%d\\n\", 6*7); exit() }'
   telco-stap script.tp -p 4242                      attach to a running process
@@ -128,6 +128,9 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+    /// Print the telco-stap(1) manual page (roff), generated from these
+    /// options: `telco-stap man | man -l -`.
+    Man,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

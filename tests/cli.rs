@@ -379,3 +379,17 @@ fn pass_2_survives_hostile_scripts() {
     let o = telco(&["--last-pass", "2", "-e", "probe process(\"/dev/zero\").function(\"x\") { }"]);
     assert_fails(&o, 1, "not a regular file");
 }
+
+/// `telco-stap man` renders the manual page from the command-line
+/// definition; docs/telco-stap.1 is that output (regenerate it with
+/// `telco-stap man > docs/telco-stap.1` when an option changes).
+#[test]
+fn the_manual_page_is_generated_and_current() {
+    let (out, err, code) = common::telco_run(&["man"]);
+    assert_eq!(code, Some(0), "{err}");
+    for part in [".TH telco-stap 1", ".SH SYNOPSIS", "\\-\\-chrome", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
+        assert!(out.contains(part), "no {part} in:\n{out}");
+    }
+    let committed = std::fs::read_to_string(common::repo().join("docs/telco-stap.1")).expect("docs/telco-stap.1");
+    assert!(committed == out, "docs/telco-stap.1 is stale: run `telco-stap man > docs/telco-stap.1`");
+}
