@@ -93,16 +93,12 @@ fn target_program() -> std::path::PathBuf {
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = common::scratch(&format!("cli-{n}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let src = dir.join("prog.c");
-    std::fs::write(
-        &src,
+    common::compile_text(
+        &dir,
+        "prog",
         "__attribute__((noinline)) int work(int x) { return x + 1; }\nint main(void) { return work(-1); }\n",
+        &["-O1"],
     )
-    .expect("write prog.c");
-    let exe = dir.join("prog");
-    let st = Command::new("gcc").arg("-O1").arg("-o").arg(&exe).arg(&src).status().expect("gcc runs");
-    assert!(st.success(), "gcc failed");
-    exe
 }
 
 #[test]
@@ -158,26 +154,15 @@ fn timeout_ends_the_session_and_runs_end_probes() {
 
 #[test]
 fn interrupt_runs_end_probes_and_exits_zero() {
-    use std::io::{BufRead, BufReader};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-        .args(["-e", "probe begin { println(\"ready\") } probe end { println(\"bye\") }"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
     // Readiness by the pipe: the begin probe's line.
-    out.read_line(&mut line).expect("read");
-    assert_eq!(line, "ready\n");
-    let pid = child.id().to_string();
+    let child =
+        common::Tracer::start(&["-e", "probe begin { println(\"ready\") } probe end { println(\"bye\") }"], "ready");
+    let pid = child.child.id().to_string();
     let k = Command::new("kill").args(["-INT", &pid]).status().expect("kill");
     assert!(k.success());
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).expect("read rest");
-    let status = child.wait().expect("wait");
+    let (rest, err, code) = child.finish();
     assert_eq!(rest, "bye\n");
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(code, Some(0), "{err}");
 }
 
 #[test]

@@ -96,11 +96,12 @@ fn cited_documents_exist() {
     let mut checked = 0;
     for file in files.lines() {
         let Ok(text) = std::fs::read_to_string(root.join(file)) else { continue };
+        // roff (the manual page) escapes its hyphens.
+        let text = text.replace("\\-", "-");
         let dir = std::path::Path::new(file).parent().unwrap_or(std::path::Path::new(""));
         for (i, _) in text.match_indices(".md") {
-            let start = text[..i]
-                .rfind(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)))
-                .map_or(0, |p| p + 1);
+            let start =
+                text[..i].rfind(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c))).map_or(0, |p| p + 1);
             let end = i + 3;
             if text[end..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
                 continue;

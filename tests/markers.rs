@@ -5,9 +5,8 @@
 mod common;
 
 use common::telco_run as telco;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn build(tag: &str) -> PathBuf {
     let exe = common::scratch(tag).join("sdt");
@@ -100,40 +99,18 @@ fn markers_are_listed() {
 #[test]
 fn semaphores_are_lowered_at_detach() {
     let exe = build("semwait");
-    let mut target =
-        Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn");
-    let mut t_in = target.stdin.take().expect("stdin");
-    let mut t_out = BufReader::new(target.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    t_out.read_line(&mut line).expect("ready");
-    assert_eq!(line, "ready\n");
-    let pid = target.id().to_string();
-    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-        .args([
-            "-p",
-            &pid,
-            "-e",
-            "probe begin { println(\"armed\") } probe process.mark(\"tick\") { println($arg1); exit() }",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tracer");
-    let mut s_out = BufReader::new(tracer.stdout.take().expect("stdout"));
-    let mut armed = String::new();
-    s_out.read_line(&mut armed).expect("armed");
-    assert_eq!(armed, "armed\n");
-    t_in.write_all(b"1\n").expect("line");
-    let mut rest = String::new();
-    s_out.read_to_string(&mut rest).expect("tracer output");
-    let st = tracer.wait_with_output().expect("tracer");
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let mut target = common::Running::start(&exe, &["wait"]);
+    assert_eq!(target.ready, "ready\n");
+    let pid = target.pid().to_string();
+    let script = "probe begin { println(\"armed\") } probe process.mark(\"tick\") { println($arg1); exit() }";
+    let tracer = common::Tracer::start(&["-p", &pid, "-e", script], "armed");
+    target.say("1");
+    let (rest, err, code) = tracer.finish();
+    assert_eq!(code, Some(0), "{err}");
     assert_eq!(rest, "-1\n");
-    t_in.write_all(b"2\n").expect("line");
-    drop(t_in);
-    let mut out = String::new();
-    t_out.read_to_string(&mut out).expect("target output");
-    assert!(target.wait().expect("target").success());
+    target.say("2");
+    let (out, status) = target.finish();
+    assert!(status.success());
     // Raised (step adds 1000) while traced, back to 0 after.
     assert_eq!(out, "semaphore 1\nsemaphore 0\nwait 1006\n");
 }
@@ -205,8 +182,7 @@ fn libstdcxx_markers_count_throws() {
     )
     .expect("write");
     let exe = d.join("throw");
-    let st = Command::new("g++").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("g++");
-    assert!(st.success());
+    common::compile(&[&src], &exe, &["-O2"]);
     let script = r#"global t, c
 probe process("libstdc++.so.6").mark("throw") { t++ }
 probe process("libstdc++.so.6").mark("catch") { c++ }

@@ -246,8 +246,7 @@ fn v8_builtins_take_no_return_probe() {
     )
     .expect("write v8.c");
     let exe = d.0.join("v8");
-    let st = Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("gcc");
-    assert!(st.success());
+    common::compile(&[&src], &exe, &["-O2"]);
     let exe = exe.display().to_string();
     let named = format!("probe process(\"{exe}\").function(\"Builtins_Add\").return {{}}");
     let (_, err, code) = telco(&["--last-pass", "2", "-e", &named]);
@@ -342,8 +341,7 @@ fn vfork_and_posix_spawn_are_followed() {
     )
     .expect("write spawner.c");
     let spawner = d.0.join("spawner");
-    let st = Command::new("gcc").args(["-O2", "-o"]).arg(&spawner).arg(&src).status().expect("gcc");
-    assert!(st.success());
+    common::compile(&[&src], &spawner, &["-O2"]);
     let script = format!("global n probe process(\"{p}\").function(\"work\") {{ n++ }} probe end {{ println(n) }}");
     let (out, err, code) = telco(&["-e", &script, "-c", spawner.to_str().expect("utf-8")]);
     assert_eq!(code, Some(0), "{err}");
@@ -441,8 +439,7 @@ fn a_forged_exec_request_attaches_to_nothing() {
     )
     .expect("write forge.c");
     let exe = d.0.join("forge");
-    let st = Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("gcc");
-    assert!(st.success());
+    common::compile(&[&src], &exe, &["-O2"]);
     let mut victim = Command::new("sleep").arg("30").spawn().expect("sleep");
     let off = core::mem::offset_of!(telco_abi::region::Header, exec_req);
     // exec_ack is the next word (the program reads it there).
@@ -538,44 +535,21 @@ fn process_and_thread_lifecycles_are_counted() {
 /// thread.begin in each of its other threads.
 #[test]
 fn attaching_begins_the_process_and_its_threads() {
-    use std::io::{BufRead, BufReader, Write};
     let d = Scratch::new("lifewait");
     let exe = d.probed("prog", &[]);
-    let mut target = Command::new(&exe)
-        .args(["lifewait"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn target");
-    let mut t_in = target.stdin.take().expect("stdin");
-    let mut t_out = BufReader::new(target.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    t_out.read_line(&mut line).expect("ready");
-    assert_eq!(line, "ready\n");
-    let pid = target.id().to_string();
+    let mut target = common::Running::start(&exe, &["lifewait"]);
+    assert_eq!(target.ready, "ready\n");
+    let pid = target.pid().to_string();
     let script = "global tb probe process.begin { printf(\"begin %d\\n\", pid() == target()) } \
                   probe process.thread.begin { tb++ } \
                   probe process.function(\"work\") { printf(\"threads %d\\n\", tb); exit() }";
-    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-        .args(["-p", &pid, "-e", script])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn telco-stap");
-    let mut s_out = BufReader::new(tracer.stdout.take().expect("stdout"));
-    let mut first = String::new();
-    s_out.read_line(&mut first).expect("begin line");
-    assert_eq!(first, "begin 1\n");
-    t_in.write_all(b"go\n").expect("go");
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut s_out, &mut rest).expect("tracer output");
-    let out = tracer.wait_with_output().expect("tracer");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tracer = common::Tracer::start(&["-p", &pid, "-e", script], "begin 1");
+    target.say("go");
+    let (rest, err, code) = tracer.finish();
+    assert_eq!(code, Some(0), "{err}");
     assert_eq!(rest, "threads 2\n");
-    drop(t_in);
-    let mut last = String::new();
-    std::io::Read::read_to_string(&mut t_out, &mut last).expect("target output");
-    assert!(target.wait().expect("target").success());
+    let (last, status) = target.finish();
+    assert!(status.success());
     assert_eq!(last, "lifewait 3\n");
 }
 

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+mod common;
+
 fn telco(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap")
 }
@@ -30,20 +32,17 @@ fn programs() -> &'static Path {
         std::fs::create_dir_all(&dir).expect("mkdir");
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
         let s = |f: &str| src.join(f);
-        run(Command::new("gcc").args(["-O1", "-o"]).arg(dir.join("resolve")).arg(s("resolve.c")));
-        run(Command::new("gcc").args(["-O1", "-rdynamic", "-o"]).arg(dir.join("resolve-stripped")).arg(s("resolve.c")));
+        common::compile(&[&s("resolve.c")], &dir.join("resolve"), &["-O1"]);
+        common::compile(&[&s("resolve.c")], &dir.join("resolve-stripped"), &["-O1", "-rdynamic"]);
         run(Command::new("strip").arg(dir.join("resolve-stripped")));
-        run(Command::new("g++").args(["-O1", "-o"]).arg(dir.join("widget")).arg(s("widget.cc")));
-        run(Command::new("gcc")
-            .args(["-O1", "-shared", "-fPIC", "-o"])
-            .arg(dir.join("libwork.so"))
-            .arg(s("libwork.c")));
-        run(Command::new("gcc")
-            .args(["-O1", "-o"])
-            .arg(dir.join("app"))
-            .arg(s("app.c"))
-            .arg(format!("-L{}", dir.display()))
-            .args(["-lwork", "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"]));
+        common::compile(&[&s("widget.cc")], &dir.join("widget"), &["-O1"]);
+        common::compile(&[&s("libwork.c")], &dir.join("libwork.so"), &["-O1", "-shared", "-fPIC"]);
+        let libdir = format!("-L{}", dir.display());
+        common::compile(
+            &[&s("app.c")],
+            &dir.join("app"),
+            &["-O1", &libdir, "-lwork", "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"],
+        );
         dir
     })
 }

@@ -3,7 +3,7 @@
 //! without tracing; its own output must be identical and the script's
 //! counts exact. Readiness is always a line on a pipe.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -95,18 +95,9 @@ fn command_exit_status_and_arguments_pass_through() {
 #[test]
 fn attach_detach_restores_the_code() {
     let exe = build("attach", &[]);
-    let mut target = Command::new(&exe)
-        .args(["wait", "5000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn target");
-    let mut t_in = target.stdin.take().expect("stdin");
-    let mut t_out = BufReader::new(target.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    t_out.read_line(&mut line).expect("ready");
-    let addr = u64::from_str_radix(line.trim().trim_start_matches("ready 0x"), 16).expect("address of work");
-    let pid = target.id();
+    let mut target = common::Running::start(&exe, &["wait", "5000"]);
+    let addr = u64::from_str_radix(target.ready.trim().trim_start_matches("ready 0x"), 16).expect("address of work");
+    let pid = target.pid();
     let read_code = || {
         let f = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
         let mut buf = [0u8; 32];
@@ -115,21 +106,8 @@ fn attach_detach_restores_the_code() {
     };
     let before = read_code();
 
-    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-        .args([
-            "-p",
-            &pid.to_string(),
-            "-e",
-            "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++; if (n == 5000) exit() } probe end { println(n) }",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn telco-stap");
-    let mut s_out = BufReader::new(tracer.stdout.take().expect("stdout"));
-    let mut armed = String::new();
-    s_out.read_line(&mut armed).expect("armed line");
-    assert_eq!(armed, "armed\n");
+    let script = "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++; if (n == 5000) exit() } probe end { println(n) }";
+    let tracer = common::Tracer::start(&["-p", &pid.to_string(), "-e", script], "armed");
     assert_ne!(read_code(), before, "the entry of work is patched while tracing");
     // SIGSEGV (bit 10 of SigCgt) goes to the tracer's crash handler while
     // the session runs, and is the program's default again after it.
@@ -140,25 +118,17 @@ fn attach_detach_restores_the_code() {
     };
     assert!(segv_caught(), "SIGSEGV is handled while tracing");
     // Let the target work; the script exits after 5000 calls.
-    t_in.write_all(b"go\n").expect("go");
-    let mut rest = String::new();
-    s_out.read_to_string(&mut rest).expect("tracer output");
-    let status = tracer.wait().expect("tracer exit");
-    let mut err = String::new();
-    if let Some(mut e) = tracer.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    assert!(status.success(), "{err}");
+    target.say("go");
+    let (rest, err, code) = tracer.finish();
+    assert_eq!(code, Some(0), "{err}");
     assert_eq!(rest, "5000\n");
-    let mut worked = String::new();
-    t_out.read_line(&mut worked).expect("worked line");
+    let worked = target.line();
     assert!(worked.starts_with("worked "), "{worked}");
     assert_eq!(read_code(), before, "every patched byte is restored after detach");
     assert!(!segv_caught(), "SIGSEGV has its default action again after detach");
-    t_in.write_all(b"end\n").expect("end");
-    let mut last = String::new();
-    t_out.read_to_string(&mut last).expect("last line");
-    assert!(target.wait().expect("target exit").success());
+    target.say("end");
+    let (last, status) = target.finish();
+    assert!(status.success());
     let expect: i64 = (0..5000i64).map(|i| 2 * i + 1).sum();
     assert_eq!(worked, format!("worked {expect}\n"));
     assert_eq!(last, format!("wait {expect}\n"));
@@ -292,42 +262,20 @@ fn shell_commands_probe_the_program_they_exec() {
 #[test]
 fn the_target_survives_a_killed_tracer() {
     let exe = build("survivor", &[]);
-    let mut target = Command::new(&exe)
-        .args(["wait", "200000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn target");
-    let mut t_in = target.stdin.take().expect("stdin");
-    let mut t_out = BufReader::new(target.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    t_out.read_line(&mut line).expect("ready");
-    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-        .args([
-            "-p",
-            &target.id().to_string(),
-            "-e",
-            "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++; printf(\"%d\\n\", n) }",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn telco-stap");
-    let mut s_out = BufReader::new(tracer.stdout.take().expect("stdout"));
-    let mut armed = String::new();
-    s_out.read_line(&mut armed).expect("armed");
-    assert_eq!(armed, "armed\n");
-    tracer.kill().expect("SIGKILL the tracer");
-    tracer.wait().expect("reap");
+    let mut target = common::Running::start(&exe, &["wait", "200000"]);
+    let script =
+        "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++; printf(\"%d\\n\", n) }";
+    let mut tracer = common::Tracer::start(&["-p", &target.pid().to_string(), "-e", script], "armed");
+    tracer.child.kill().expect("SIGKILL the tracer");
+    tracer.child.wait().expect("reap");
     // The target now runs 200,000 probed calls with nobody draining events.
-    t_in.write_all(b"go\n").expect("go");
-    let mut worked = String::new();
-    t_out.read_line(&mut worked).expect("worked");
+    target.say("go");
+    let worked = target.line();
     let expect: i64 = (0..200_000i64).map(|i| 2 * i + 1).sum();
     assert_eq!(worked, format!("worked {expect}\n"));
-    t_in.write_all(b"end\n").expect("end");
-    let mut last = String::new();
-    t_out.read_to_string(&mut last).expect("last");
-    assert!(target.wait().expect("target exit").success());
+    target.say("end");
+    let (last, status) = target.finish();
+    assert!(status.success());
     assert_eq!(last, format!("wait {expect}\n"));
 }
 
@@ -409,10 +357,8 @@ fn libraries_loaded_later_get_their_probes() {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
     let lib = dir.join("libplugin.so");
     let host = dir.join("host");
-    let st = Command::new("gcc").args(["-O2", "-shared", "-fPIC", "-o"]).arg(&lib).arg(src.join("plugin.c")).status();
-    assert!(st.expect("gcc").success());
-    let st = Command::new("gcc").args(["-O2", "-o"]).arg(&host).arg(src.join("host.c")).arg("-ldl").status();
-    assert!(st.expect("gcc").success());
+    common::compile(&[&src.join("plugin.c")], &lib, &["-O2", "-shared", "-fPIC"]);
+    common::compile(&[&src.join("host.c")], &host, &["-O2", "-ldl"]);
     let script = format!(
         "global n, r probe process(\"{}\").function(\"plugin\") {{ n++ }} probe process(\"{}\").function(\"plugin\").return {{ r += $return }} probe end {{ println(n, \" \", r) }}",
         lib.display(),
@@ -436,8 +382,7 @@ fn cxx_exceptions_unwind_through_return_probes() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let exe = dir.join("exceptions");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exceptions.cc");
-    let st = Command::new("g++").args(["-O2", "-o"]).arg(&exe).arg(&src).status().expect("g++");
-    assert!(st.success(), "g++ failed");
+    common::compile(&[&src], &exe, &["-O2"]);
     let script = r#"global e, r
 probe process.function("leaf"), process.function("thrower"), process.function("catcher"),
       process.function("rethrower") { e[ppfunc()]++ }

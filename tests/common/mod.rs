@@ -71,17 +71,155 @@ pub fn scratch(tag: &str) -> PathBuf {
     d
 }
 
-/// Build `tests/programs/SRC` with `gcc -O2 -pthread FLAGS` into `exe`.
-pub fn gcc(src: &str, exe: &Path, flags: &[&str]) {
-    let st = std::process::Command::new("gcc")
-        .args(["-O2", "-pthread"])
-        .args(flags)
+/// Compile a target program from `srcs` into `exe` with `flags` (gcc; g++
+/// when a source is C++). Panics with the compiler's messages on failure.
+pub fn compile(srcs: &[&Path], exe: &Path, flags: &[&str]) {
+    let cxx = srcs.iter().any(|s| s.extension().is_some_and(|e| e == "cc" || e == "cpp"));
+    // Flags after the sources: libraries (`-lwork`) then link in order.
+    let o = std::process::Command::new(if cxx { "g++" } else { "gcc" })
         .arg("-o")
         .arg(exe)
-        .arg(repo().join("tests/programs").join(src))
-        .status()
-        .expect("gcc runs");
-    assert!(st.success(), "gcc failed on {src}");
+        .args(srcs)
+        .args(flags)
+        .output()
+        .expect("the C compiler runs");
+    assert!(o.status.success(), "compiling {srcs:?} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Write `text` to `dir/NAME.c` and compile it into `dir/NAME`.
+pub fn compile_text(dir: &Path, name: &str, text: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, text).expect("write the program's source");
+    let exe = dir.join(name);
+    compile(&[&src], &exe, flags);
+    exe
+}
+
+/// Build `tests/programs/SRC` with `gcc -O2 -pthread FLAGS` into `exe`.
+pub fn gcc(src: &str, exe: &Path, flags: &[&str]) {
+    let mut all = vec!["-O2", "-pthread"];
+    all.extend_from_slice(flags);
+    compile(&[&repo().join("tests/programs").join(src)], exe, &all);
+}
+
+/// A target program running with pipes on its stdin and stdout, started
+/// by [`Running::start`] once its first line (its readiness) has come;
+/// killed and reaped when dropped.
+pub struct Running {
+    pub child: std::process::Child,
+    pub input: Option<std::process::ChildStdin>,
+    pub output: std::io::BufReader<std::process::ChildStdout>,
+    /// The first line it printed.
+    pub ready: String,
+}
+
+impl Running {
+    pub fn start(exe: &Path, args: &[&str]) -> Running {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = std::process::Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the target");
+        let input = child.stdin.take().expect("stdin");
+        let mut output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut ready = String::new();
+        output.read_line(&mut ready).expect("the target's ready line");
+        Running { child, input: Some(input), output, ready }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Write a line to its stdin.
+    pub fn say(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.input.as_mut().expect("stdin is open"), "{line}").expect("write to the target");
+    }
+
+    /// Its next line of output.
+    pub fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut l = String::new();
+        self.output.read_line(&mut l).expect("read from the target");
+        l
+    }
+
+    /// Close its stdin, then the rest of its output and its exit status.
+    pub fn finish(mut self) -> (String, std::process::ExitStatus) {
+        use std::io::Read;
+        drop(self.input.take());
+        let mut rest = String::new();
+        self.output.read_to_string(&mut rest).expect("read the target's output");
+        (rest, self.child.wait().expect("wait for the target"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// telco-stap running in the background with `args`, started by
+/// [`Tracer::start`] once its first line of output (`first`, usually the
+/// script's `armed` from a begin probe) has come; killed and reaped when
+/// dropped unfinished.
+pub struct Tracer {
+    pub child: std::process::Child,
+    pub output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Tracer {
+    pub fn start(args: &[&str], first: &str) -> Tracer {
+        use std::io::{BufRead, Read};
+        use std::process::Stdio;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start telco-stap");
+        let mut output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        output.read_line(&mut line).expect("telco-stap's first line");
+        if line.trim_end() != first {
+            let mut err = String::new();
+            let _ = child.kill();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            let _ = child.wait();
+            panic!("telco-stap said {line:?}, not {first:?}:\n{err}");
+        }
+        Tracer { child, output }
+    }
+
+    /// The rest of its output, its error output and exit code.
+    pub fn finish(mut self) -> (String, String, Option<i32>) {
+        use std::io::Read;
+        let mut out = String::new();
+        self.output.read_to_string(&mut out).expect("read telco-stap's output");
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        let code = self.child.wait().expect("wait for telco-stap").code();
+        (out, err, code)
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Run telco-stap: (stdout, stderr, exit code).
