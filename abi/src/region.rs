@@ -5,21 +5,29 @@
 //! region base*, never by pointer. The compiled code receives the base as its
 //! first argument.
 //!
-//! Layout, in order (every part 64-byte aligned):
+//! The main parts (every part 64-byte aligned; the order and the offsets
+//! are decided per program by compiler/src/codegen/layout.rs and recorded
+//! in the header and the artifact):
 //!
 //! | part | type | written by |
 //! |---|---|---|
-//! | header | [`Header`] | tracer (setup), handlers (counters, exit flag) |
+//! | header | [`Header`] | tracer (setup), handlers (counters, exit flag, requests) |
 //! | event ring | [`RingHeader`] + data | handlers produce, the tracer consumes |
-//! | constants | string literals, format specs, statistic descriptors | tracer, once, before any handler runs |
+//! | per-thread rows | counter shards, statistic copies, [`SpanStage`]s | each by its own thread, read by the tracer |
 //! | globals | scalars, [`LockedStr`], [`Stat`], [`TableHeader`] + slots | handlers, read by the tracer |
+//! | constants | string literals, formats, statistic descriptors, [`SymTable`] | tracer, before handlers run (load biases also later) |
+//!
+//! The thread slots ([`ThreadSlot`]) and their shadow stacks are not in
+//! the region: each target maps them privately (`Header::threads_at`).
 //!
 //! # Concurrency
 //!
 //! Handlers run in many target threads at once; the tracer reads while they
 //! run. The rules, and the atomic orderings that implement them, are written
 //! next to each type and in `compiler/rt/rt.c`, which is the only code that
-//! touches the shared structures from handlers. Plain `long` globals are
+//! touches the shared structures from handlers (compiled code and
+//! trampolines inline only word-sized updates and writes to the calling
+//! thread's own rows). Plain `long` globals are
 //! naturally atomic 8-byte words: loads and stores are relaxed, read-modify-
 //! write operators (`++`, `+=`, …) are atomic RMW instructions.
 

@@ -1,8 +1,16 @@
 //! telco-stap's compiler: passes 1 to 4. It never touches a live process
 //! (INTERNALS.md, invariant 4): its output is data for `telco-runtime`.
 //!
-//! Pass 1 (this crate today): [`parse::parse`] turns script text into an
-//! [`ast::Script`] and diagnostics; [`print::print_script`] prints it back.
+//! * Pass 1: [`parse::parse`] turns script text into an [`ast::Script`] and
+//!   diagnostics ([`lexer`], [`preprocess`], the lalrpop grammar,
+//!   [`validate`]); [`print::print_script`] prints it back.
+//! * Pass 2: [`elaborate::elaborate`] turns the tree and the tapsets it uses
+//!   into a typed, resolved [`program::Program`], with probe points resolved
+//!   against ELF files ([`elf`]).
+//! * Passes 3 and 4: [`codegen::translate`] and [`codegen::codegen`] turn the
+//!   program into a `telco_abi::artifact::Artifact`: one linked blob of
+//!   machine code, its probe table and the shared region's layout.
+//! * [`arch`]: what passes 2 and 4 know about the instruction set.
 
 pub mod arch;
 pub mod ast;

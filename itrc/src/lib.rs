@@ -32,10 +32,9 @@
 //! anywhere); ours are cut at record boundaries unless one record is larger
 //! than a chunk.
 //!
-//! Frida's `writes` start with `[0, lr]`: the link register at block entry
-//! (the seed's `link_register_value`). Frida records no writes for a block's
-//! last (branch) instruction, because it stores the record before that
-//! instruction runs.
+//! Frida's `writes` start with `[0, lr]`: the link register at block
+//! entry. Frida records no writes for a block's last (branch) instruction,
+//! because it stores the record before that instruction runs.
 //!
 //! # x86_64 (ours; Frida only ever wrote arm64)
 //!
@@ -54,7 +53,8 @@
 //!   them the stack pointer could not be followed across calls.
 //! * Extension: the data of an `itrace:compile` message is the block's code
 //!   bytes (Frida's is empty), so a reader can disassemble. Readers that
-//!   follow the seed skip it; [`RecorderConfig::embed_code`] turns it off.
+//!   expect Frida's empty data skip it; [`RecorderConfig::embed_code`]
+//!   turns it off.
 //!
 //! # Modules
 //!
@@ -62,6 +62,10 @@
 //! list; [`Recorder`] turns single steps into records; [`Reader`] parses any
 //! ITRC file (ours and Frida's arm64 ones); [`dump`] and [`chrome`] render a
 //! file for `telco-stap itrc-dump`.
+//!
+//! **Boundary:** a file format, no process access: target memory reaches
+//! the [`Recorder`] only through the closure its caller passes, and a
+//! malformed file is a [`ReadError`], never a panic.
 
 pub mod chrome;
 pub mod dump;

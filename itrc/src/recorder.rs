@@ -1,4 +1,20 @@
 //! Turns the single steps of one traced thread into an ITRC file.
+//!
+//! Driven by a single-step loop (the tracer's `.itrace`:
+//! runtime/src/itrace.rs): [`Recorder::start`] with the registers and the
+//! traced function's return address, [`Recorder::step`] after every
+//! instruction, then [`Recorder::end`] (the call returned) or
+//! [`Recorder::finish`] (stopped before, without `itrace:end`). Each block
+//! is decoded and compiled once (`x64::read_block`, `itrace:compile`);
+//! every execution of it is one record: its address, `ra`, then each
+//! write's value, taken after its instruction ran.
+//!
+//! **Invariants:** every block's first write is `[0, ra]`; a record always
+//! has exactly one value per declared write (a block left early gets the
+//! registers' current values for the writes that did not happen); nothing is
+//! dropped silently: past [`RecorderConfig::max_bytes`] records are counted
+//! and the file gets `itrace:lost` with the total. **Boundary:** target
+//! memory only through the `read` closure given to `step`.
 
 use crate::writer::{compile_json, BlockSpec, Writer};
 use crate::x64::{self, read_block, Flow, Insn, X64Block, X64Regs, RA};

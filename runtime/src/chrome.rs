@@ -19,6 +19,27 @@
 //! nanoseconds). A call's start and end are each converted to integer
 //! nanoseconds and its duration written as their difference, so a call
 //! that returned inside another never ends after it in the file.
+//!
+//! # Where the calls come from
+//!
+//! * After pass 2 the driver (src/main.rs) adds one probe
+//!   (`Program::add_chrome_spans`) on the return of every probed function:
+//!   `__telco_span(@entry(__telco_ticks()))` (a function not entered by a
+//!   call gets none: `Module::no_return_address`).
+//! * In the target, `rt_span` (compiler/rt/rt.c) appends the call, unless
+//!   shorter than `--chrome-min-dur` (`Header::span_min_ticks`), to its
+//!   thread slot's stage (`SpanStage` at `Header::spans_off`: plain stores,
+//!   laid out only with `--chrome`); a full stage (64 calls) goes into the
+//!   ring as one `EV_SPANS` record, so a call costs no ring reservation of
+//!   its own. `ProbeEntry::span` lets lean trampolines do the same inline
+//!   (`trampoline::SpanInline`, `trampoline::ClockOnly`).
+//! * Times are TSC ticks there; the tracer converts them with the one
+//!   calibration of the process (`os::sys::clock`).
+//! * The consumer thread (`local`) appends `EV_SPANS` payloads to a binary
+//!   spool as they are ([`Feed`]) and takes what is left in the stages when
+//!   the session ends; the writer thread turns the spool into JSON at
+//!   `SCHED_IDLE`, on CPU time the target does not want, and frees the
+//!   spool's disk space behind it.
 
 use std::collections::HashSet;
 use std::fs::File;

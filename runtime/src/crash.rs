@@ -7,13 +7,33 @@
 //! it would have. The tracer names the place (address, symbol, module) and
 //! whether a probe was running.
 //!
+//! How: at attach, and in each program a followed process execs, a remote
+//! call of `rt_crash_install` ([`install`]) gives those signals to a stub in
+//! one of the session's code regions that passes the region as a fourth
+//! argument (`patch::signal_stub`), installed with the raw `rt_sigaction`,
+//! so with our own `sa_restorer` (`patch::SIGRETURN`), and with
+//! `SA_RESETHAND`. The handler claims the record (`Header::crash_who`),
+//! fills in the signal, `si_code`, fault address, pc and sp (from the
+//! `ucontext`) and whether the thread's slot is inside a handler, publishes
+//! `crash_req` and waits (2 s at most) for `crash_ack`. The session's poll
+//! (`Armed::take_crash`) checks that the process is the session's (the
+//! request is the target's word), names the place from the still-living
+//! process's maps and the modules' symbols (a pc in a trampoline's relocated
+//! copy is named by the function it came from; one elsewhere in our code
+//! regions is our bug, said so), and answers. The handler then returns: the
+//! default action is back, so a fault recurs and ends the process with its
+//! core, and a sent signal (`si_code <= 0`) is sent again with `tgkill`. The
+//! command's crash is said with its exit status (src/main.rs), any other
+//! process's at once.
+//!
 //! A program that handles or ignores one of these signals keeps its own
 //! disposition (only `SIG_DFL` is taken over), and at the end of a session
-//! the default action is put back ([`uninstall`]). What a program sees
-//! meanwhile: `sigaction(SIGSEGV, NULL, &old)` returns our handler instead
-//! of `SIG_DFL`. A fault where no handler can run (a stack overflow
-//! without an alternate signal stack) leaves no record: the kernel ends the
-//! process at once, and the tracer only knows the signal.
+//! the default action is put back where the handler is still ours
+//! ([`uninstall`]). What a program sees meanwhile: `sigaction(SIGSEGV, NULL,
+//! &old)` returns our handler instead of `SIG_DFL`. A fault where no handler
+//! can run (a stack overflow without an alternate signal stack) leaves no
+//! record: the kernel ends the process at once, and the tracer only knows
+//! the signal.
 
 use crate::inject::CodeRegion;
 use crate::os::ptrace::Stopped;

@@ -10,6 +10,11 @@
 //!   probes (so a `jmp rel32` reaches it), written through `/proc/PID/mem`.
 //!   It starts with a few `int3` bytes (the return trap of remote calls),
 //!   then a copy of the blob, then room for trampolines.
+//! * The thread slots and their shadow stacks go into a private anonymous
+//!   mapping ([`threads`]): a forked child gets a copy, consistent with its
+//!   copy of the stacks. A program a followed process execs gets the
+//!   region and the slots at the addresses the trampolines already know
+//!   ([`map_region_at`], [`threads_at`]).
 
 use crate::local::{Region, RunError};
 use crate::os::ptrace::{PtraceError, Stopped};

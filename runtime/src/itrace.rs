@@ -2,19 +2,30 @@
 //! ptrace, into Frida's ITRC format (the `telco-itrc` crate).
 //!
 //! The hot path never traps: a traced function's trampoline runs the probe
-//! handlers, then its gate (`trampoline::itrace_gate`) saves the entry
-//! registers and calls `rt_itrace_wait`, which posts a request in the
-//! region (`ItraceSlot`) and waits, bounded. The session polls the slots
-//! (`Armed::poll`, every 10 ms); for a waiting thread it seizes that one
-//! thread (the others run on), takes the request, restarts the thread from
-//! the saved registers at the function's relocated first instructions, and
-//! steps it until the call returns. Then the thread is let go. Each traced
-//! call is one ITRC file: `FILE` for the first, `FILE.2`, `FILE.3`… after
-//! it (`-D MAXITRACE=N` calls, 16 by default; later calls run untraced and
-//! are counted). The trace reports the function's own addresses: the
-//! relocated copy of its first instructions is mapped back, and when the
-//! traced code enters the hook of a traced function again (a loop back to
-//! the entry, recursion) it goes straight to the relocated copy.
+//! handlers, then its gate (`trampoline::itrace_gate`) saves every register
+//! as at the entry and calls `rt_itrace_wait`, which posts a request in the
+//! region (an `ItraceSlot`: claim a free slot, fill it, publish WAITING) and
+//! waits, bounded (2 s, or the session's end). `Itracer::poll` (from the
+//! session's poll, every 10 ms) serves them: it seizes the waiting thread
+//! alone (`os::ptrace::Thread`; the others run on) and takes the request
+//! only once the thread is stopped (compare-and-swap WAITING → TAKEN: a
+//! thread that gave up first has freed the slot). It restarts the thread
+//! from the saved registers at the function's relocated first instructions
+//! (no system call to restart) and steps it until the call returns (the pc
+//! at the return address, the stack pointer one word above the entry's),
+//! feeding a `telco_itrc::Recorder`. Then the thread is let go.
+//!
+//! Each traced call is one ITRC file: `FILE` for the first, `FILE.2`,
+//! `FILE.3`… after it. `-D MAXITRACE=N` calls (16 by default) are traced;
+//! later calls find no request slot and run untraced, as do calls that
+//! waited too long and a forked child's (the request is DECLINED: the child
+//! frees the slot and runs on); all are counted and reported. The trace
+//! reports the function's own addresses and bytes: the relocated copy of its
+//! first instructions is mapped back, the original bytes are read where our
+//! jumps are, and when the traced code enters the hook of a traced function
+//! again (a loop back to the entry, recursion) it goes straight to the
+//! relocated copy. A session with `.itrace` probes does not follow execs
+//! (the single-stepper attaches to threads itself).
 
 use crate::arch::native as arch;
 use crate::os::ptrace::{PtraceError, Step, Thread};

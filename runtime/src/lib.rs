@@ -1,10 +1,21 @@
-//! telco-stap's runtime: pass 5. It will attach to or spawn the target,
-//! inject the compiled artifact, patch probe sites, drain events, write the
-//! outputs and detach. It never parses script text (INTERNALS.md, invariant 4).
+//! telco-stap's runtime: pass 5. It attaches to or spawns the target,
+//! injects the compiled artifact, patches probe sites, drains events, writes
+//! the outputs and detaches. It never parses script text (INTERNALS.md,
+//! invariant 4): its only input is a `telco_abi::artifact::Artifact`.
 //!
-//! Built so far: [`proc`], the read-only view of running processes that
-//! pass 2 uses (through the compiler's `TargetQuery`) to find a target's
-//! executable and libraries.
+//! * [`local`]: a session in the tracer (begin, end, error and timer probes,
+//!   the event consumer, the end-of-session summary); [`target`]: a session
+//!   with a target process (arming, libraries loaded later, children,
+//!   lifecycle probes, detach), on [`inject`] (the region and code put into
+//!   a stopped process);
+//! * [`arch`]: everything that depends on the instruction set (patch
+//!   planning, trampolines, clobbers, the register file); [`os`]: the only
+//!   code that calls the kernel about processes, memory and signals, and
+//!   the read-only view of running processes ([`os::proc`]) that pass 2 uses
+//!   through the compiler's `TargetQuery`;
+//! * outputs: [`render`] (histograms and the globals display, as SystemTap
+//!   prints them), [`chrome`] (`--chrome`), [`itrace`] (`.itrace` into ITRC
+//!   files), [`crash`] (where a process of the session died).
 
 pub mod arch;
 pub mod chrome;

@@ -4,9 +4,28 @@
 //! targets, and the consumer thread that turns events into output.
 //!
 //! Session states follow SystemTap's: begin probes run in order; then timers
-//! fire until `exit()`, `-T`, a signal or too many errors; then `end` probes
-//! run — or, when the session ends because of errors, `error` probes
-//! instead; then the summary.
+//! fire until `exit()`, `-T`, a signal, too many errors (MAXERRORS) or
+//! skipped hits (MAXSKIPPED); then `end` probes run — or, when the session
+//! ends because of errors, `error` probes instead; then the globals the
+//! script wrote and never read are displayed, and the [`summary`]: errors,
+//! skipped hits by reason (reentrancy, no thread slot, call depth, counted
+//! in the header by compiler/rt/rt.c), calls left by `longjmp` or an
+//! exception, dropped events naming `-s`. A session with a target drives it
+//! through [`Hooks`] (`target::Armed`): started after the begin probes,
+//! polled every 10 ms, stopped at the end.
+//!
+//! * [`Region`]: the memfd region initialised from the artifact. When the
+//!   session ends, a header whose fixed fields the target overwrote is said
+//!   (`Region::header_damage`) and the session exits 1.
+//! * `Consumer`: drains the event ring (the protocol is on
+//!   `telco_abi::region::RingHeader`). It takes the ring's place and size
+//!   from the artifact, never from the region, keeps its own tail, checks
+//!   each record's length and stops at the first bad one with an ERROR
+//!   (`Consumer::corrupt`): the target may write anything there. It formats
+//!   `printf` events by calling the blob's own `rt_format` with formats from
+//!   the artifact, and publishes the ring's tail in steps (1/8 of the ring,
+//!   at most 256 KB), not per record: each store takes the cache line away
+//!   from the producers. With `--chrome` it feeds `chrome`.
 
 use crate::os::sys::{self, ExecMemory, SharedMemory, Signals};
 use crate::render;

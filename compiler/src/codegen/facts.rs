@@ -1,7 +1,21 @@
 //! What pass 3 learns about the program before it translates anything:
 //! which globals are sharded per thread, which histograms each statistic
 //! collects, what a return probe saves at entry, which globals are printed
-//! at the end, and which probe bodies cannot reach MAXACTION.
+//! at the end (written, never read, as SystemTap prints them), and which
+//! probe bodies cannot reach MAXACTION (those are not charged per
+//! statement).
+//!
+//! *Sharded counters and statistics* ([`sharded_globals`]): a counter or a
+//! statistic that target-side code only adds to, at statement level, gets a
+//! copy per thread row, so an update is a plain add into the thread's own
+//! copy instead of an atomic on a shared line. The row is the thread
+//! slot's `index`: counters live at `Header::shards_off` (one `i64` per
+//! counter per row), statistics in rows laid out by `Layout::shard_stats`. A
+//! statistic whose histograms are all logarithmic is updated inline
+//! (`stat_add_inline` in `translate/storage.rs`), others by
+//! `rt_stat_add_local`. Readers in the tracer sum or merge the copies
+//! (`rt_shard_sum`, `rt_stat_merge`); an assignment from the tracer
+//! (`rt_shard_set`) may lose adds made meanwhile.
 
 use super::layout::HistKey;
 use crate::program::visit::{global_use, visit_expr, visit_stmt};

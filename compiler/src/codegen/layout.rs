@@ -1,9 +1,19 @@
 //! Where everything lives in the shared region (telco-abi's `region`
 //! module defines the types; this decides the offsets for one program).
 //!
-//! Order: header, event ring, thread slots, `thread_indent` table, probe
-//! table, globals, then the constants (string literals, formats, statistic
-//! descriptors), which grow while pass 3 runs.
+//! Order: header, event ring, the per-thread counter shards and the rows'
+//! owners, the `thread_indent` table, the probe table, the `.itrace`
+//! request slots and the `--chrome` span stages (when used), the globals,
+//! the per-thread statistic copies (`Layout::shard_stats`), then the
+//! constants (string literals, formats, statistic descriptors, the symbol
+//! table), which grow while pass 3 runs. Thread slots and shadow stacks are
+//! not in the region: the runtime maps them privately in each target.
+//!
+//! [`Layout::storage`] is the one answer to "where does this global live"
+//! (a plain or sharded counter, a string, a plain or sharded statistic, a
+//! table), used by every load, store and update and by the display table.
+//! Arrays have a fixed capacity and `2 × capacity` slots (rounded up to a
+//! power of two).
 
 use crate::program::{GlobalKind, Point, Program, Ty};
 use std::collections::HashMap;

@@ -3,6 +3,10 @@
 //! after another (16-byte aligned) behind the runtime library, and every
 //! `call rel32` is patched. Any other relocation is refused: the blob must
 //! run at any address, in the tracer and in every target.
+//!
+//! The probe table it builds carries, per probe, what pass 5 needs to
+//! choose trampolines: `ProbeEntry::full_ctx`, `empty`, `span` and
+//! `latency` (`latency_of`). [`disassemble`] is `--last-pass 4`.
 
 use super::layout::Storage;
 use super::rt::{self, Rt};

@@ -1,6 +1,24 @@
 //! Passes 3 and 4: the typed program to Cranelift IR ([`translate`]), then
 //! to one linked, position-independent blob with its probe table, data
 //! layout and format table ([`codegen`]): a `telco_abi::artifact::Artifact`.
+//!
+//! Before pass 3: [`facts`] analyses the program (sharded globals,
+//! histograms, `@entry` saves, displayed globals, MAXACTION bounds) and
+//! [`layout`] places everything in the shared region; `Layout::storage` is
+//! the one answer to "where does this global live". [`rt`] lists the
+//! runtime library's functions (compiler/rt/rt.c) that compiled code calls.
+//!
+//! *Durations in ticks.* The driver runs [`durations_in_ticks`] before pass
+//! 3: `gettimeofday_ns() - @entry(gettimeofday_ns())` becomes
+//! `__telco_ticks_ns(__telco_ticks() - @entry(__telco_ticks()))`, TSC ticks
+//! on both sides converted once (`Header::tsc_mult`, the fixed
+//! `TSC_SHIFT`). A return probe whose whole body is `S <<<` that duration,
+//! S a statistic with per-thread copies and at most a log histogram, gets
+//! `ProbeEntry::latency` (`link::latency_of`: where S's copy is): a
+//! function with only that probe gets trampolines that add the duration to
+//! the thread's copy themselves (the runtime's `trampoline::StatInline`,
+//! the update `stat_add_inline` compiles), and off their common path its
+//! handlers do the same from the same tick saves.
 
 pub mod facts;
 pub mod layout;

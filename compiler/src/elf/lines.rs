@@ -1,5 +1,12 @@
 //! DWARF line tables (`.debug_line`, via gimli): where the code of a
 //! source line is, for `.statement("func@file.c:LINE")`.
+//!
+//! The statement rows (`is_stmt`) of that line, in files whose path is the
+//! one named or ends with it, grouped by function: the lowest address of
+//! each is the probe's (SystemTap's choice: a line probe fires each time
+//! the line is entered there). `.nearest` moves a line without code to the
+//! next that has some (`Module::line_addresses`); pass 2 then proves the
+//! site safe as any statement's.
 
 use gimli::{EndianSlice, LittleEndian};
 

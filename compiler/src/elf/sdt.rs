@@ -7,6 +7,13 @@
 //! none), then provider, name and argument text, each NUL-terminated. A
 //! file whose `.stapsdt.base` moved after linking (prelink) is adjusted by
 //! the difference.
+//!
+//! Pass 2 gives each marker its own probe body, in which `$argN` is read
+//! where that marker's spec says (a constant, `register()` or a `user_*`
+//! read, with the spec's size and sign), `$$name` and `$$provider` are
+//! strings and `$$parms` a `sprintf` of the arguments. The probed marker's
+//! semaphore, if it has one, is raised while the session runs
+//! (runtime/src/target.rs).
 
 /// One marker.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,6 +15,15 @@
 //! in), single-step, read `rax`, then restore the two bytes and every
 //! register. Restoring the saved `orig_rax`/`rax` lets the kernel restart an
 //! interrupted syscall (`-ERESTARTSYS` and friends) correctly on resume.
+//!
+//! Remote function calls ([`Stopped::call`]: the crash handler's
+//! installation, lifecycle probes) return to an `int3` in the session's
+//! code region and are bounded: a call that has not returned after 5 s is
+//! stopped and undone ([`PtraceError::CallTimedOut`]), so target code that
+//! never returns cannot hang the tracer. [`Thread`] guards one thread
+//! alone (`.itrace` single-steps it while the others run);
+//! [`seize_for_exec`], [`poll_exec`] and [`release`] follow a thread into
+//! the program it execs.
 
 use super::wait::Status;
 use crate::arch::native as arch;

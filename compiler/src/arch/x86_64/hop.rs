@@ -1,6 +1,28 @@
 //! Short functions on x86_64: a 2-byte `jmp rel8` over a function too
 //! short for the 5-byte jump, to a `jmp rel32` written in a neighbour's
 //! dead bytes (`telco_abi::artifact::Hop`; the runtime's `Hooker::module`).
+//!
+//! A function with fewer than 5 bytes after its `endbr64` and nothing after
+//! it the jump may use (packed by `-falign-functions=1`) gets a 2-byte `jmp
+//! rel8` over its first instructions (whole ones covering 2 bytes, nothing
+//! arriving inside) to a `jmp rel32` to its trampoline. That jump is written
+//! in a nearby function, the host, right after the host's own entry jump
+//! (slots at +5, +10, …), in bytes the host's displaced instructions leave
+//! dead: pass 2 plans the host's longer displacement with the same arrival
+//! analysis as statements (`sites`). A host that loops back to its own entry
+//! is not chosen. Without a function entry in reach, any instruction whose
+//! next 10 bytes nothing arrives inside hosts the hop (not within a
+//! function's first 16 bytes, where an entry jump may go).
+//!
+//! In modules up to 32 MB the same analysis runs for every probed function:
+//! where something arrives inside its first 5 bytes from elsewhere in the
+//! module (a cold part, a table), the hop is `required`; if none can be
+//! placed, the function is refused here. The runtime uses a hop where its
+//! ordinary plan (`patch::plan`) fails or the hop is required. A host
+//! without probes of its own gets a trampoline that only runs its displaced
+//! instructions; a host whose jump clashes with another probe's unhooks the
+//! functions hopping through it, with a warning. A 1-byte function (`ret`)
+//! with no padding after it has no room even for the hop and stays refused.
 
 use crate::elf::{Function, Module};
 

@@ -21,9 +21,21 @@
 //!   code (gcc's and clang's switch tables);
 //! * exception landing pads, from each FDE's LSDA call-site table.
 //!
-//! This over-approximates (a stray word that looks like an address only
-//! refuses a site); what it cannot see (a table reached some other way,
-//! self-modifying code) it cannot protect.
+//! A site is refused, with the arrival named, when one of those lands
+//! strictly inside the displaced bytes; a code address found in data
+//! counts only at an instruction start (text that happens to look like an
+//! address does not). The displaced bytes stay inside the function's range
+//! (its FDE, or its symbol) plus padding (`nop`, `int3`) up to the next
+//! 16-byte boundary. This over-approximates (a stray word that looks like
+//! an address only refuses a site); what it cannot see (a table reached by
+//! computed arithmetic, self-modifying code) it cannot protect.
+//!
+//! Pass 2 asks through `Module::plan_site` (statements, markers) and the
+//! hops (`hop`). Pass 5 (`Hooker::module` in runtime/src/target.rs) takes
+//! the planned length as is, refuses a site whose jump would overlap
+//! another probe's, and steps every thread out of the displaced bytes
+//! before writing the jump. A marker's semaphore is raised in each process
+//! where its jump is placed and lowered at detach (`raise_semaphores`).
 
 use std::collections::BTreeMap;
 

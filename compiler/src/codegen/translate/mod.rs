@@ -16,6 +16,19 @@
 //!   exit reports a pending error (`rt_report`);
 //! * no absolute addresses: data is reached from the region base, code by
 //!   `call rel32` to functions linked in pass 4.
+//!
+//! Probes whose bodies are the same (one probe over many points, a
+//! wildcard) share one handler, which reads which probe it serves from
+//! `Ctx::probe`. A handler sets up only the context fields its body uses
+//! (its setup block is filled last: `finish_setup` in `frame.rs`), and
+//! [`TFunc::full_ctx`] tells pass 5 whether a lean trampoline, which fills
+//! only `probe`, `slot` and `entry`, will do. Every statement charges
+//! MAXACTION, except in bodies that cannot reach it (no loops, no calls,
+//! fewer statements than the limit).
+//!
+//! Files: `frame.rs` a function's frame, context and error plumbing;
+//! `stmt.rs` statements; `expr.rs` expressions; `storage.rs` every access
+//! to a global; `builtin.rs` built-in functions and printf.
 
 mod builtin;
 mod expr;

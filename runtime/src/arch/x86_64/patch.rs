@@ -4,8 +4,8 @@
 //! instructions of a function (after a leading `endbr64`, so Intel CET's
 //! indirect-branch tracking still finds its landing pad). The instructions the
 //! jump displaces are re-encoded into the trampoline, followed by a jump back.
-//! This module decides where the jump goes ([`plan`]), produces the relocated
-//! copy ([`relocate`]) and the jump itself ([`jmp_rel32`]).
+//! This module decides where the jump goes ([`plan`], [`plan_loop`]), produces
+//! the relocated copy ([`relocate`]) and the jump itself ([`jmp_rel32`]).
 //!
 //! **Invariant:** everything here is a pure function of bytes and addresses:
 //! no I/O, no `unsafe`, no `#[cfg]`. It is compiled and tested on every host;
@@ -16,11 +16,29 @@
 //! Offsets in it (`+0x1a`) are from the function's entry for [`plan`] and
 //! from the patch site (`from`) for [`relocate`].
 //!
-//! What is *not* checked, because bytes alone cannot tell: branches from other
-//! functions into the displaced bytes, and indirect jumps (jump tables) that
-//! land there. The function body is read by a linear sweep, which is exact
-//! for compiler output that keeps no data in `.text`; a body that does not
-//! decode cleanly is refused rather than guessed at.
+//! What is *not* checked here, because the function's bytes alone cannot
+//! tell: branches from other functions into the displaced bytes, and indirect
+//! jumps (jump tables) that land there. Pass 2 checks those from the whole
+//! module (compiler/src/arch/x86_64/sites.rs) for statement and marker sites,
+//! and for function entries in modules up to 32 MB (a `required` hop:
+//! compiler/src/arch/x86_64/hop.rs). The function body is read by a linear
+//! sweep, which is exact for compiler output that keeps no data in `.text`; a
+//! body that does not decode cleanly is refused rather than guessed at.
+//!
+//! *Loops back to the entry* ([`plan_loop`]): a function whose loop jumps
+//! back to its patch site from past the jump's bytes would run the probe on
+//! every iteration. A loop ending within 32 bytes of the site is displaced
+//! whole (it then runs in the trampoline's relocated copy); otherwise at
+//! least 10 bytes are displaced, a second jump at +5 leads to the relocated
+//! copy past the probe, and every such branch (rel8 or rel32) is retargeted
+//! to it ([`Retarget`]: extra patches, restored at detach). Loops back to an
+//! `endbr64` before the patch site stay refused.
+//!
+//! *Calls among the displaced instructions*: a call that ends them (`push
+//! rbx; call f`) becomes a push of its original return address and a jump,
+//! so no return address points into a trampoline, where the unwinder and
+//! backtraces would stop. Also here: the crash handler's entry stub
+//! ([`signal_stub`]) and its `rt_sigreturn` restorer ([`SIGRETURN`]).
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Decoder, DecoderError, DecoderOptions, Instruction, InstructionBlock, Mnemonic,
