@@ -19,6 +19,14 @@ pub fn is_builtin_family(first: &str) -> bool {
     BUILTIN_FAMILIES.contains(&first)
 }
 
+/// Whether alias `name` (`libc.malloc`) matches `pattern` component by
+/// component (`libc.*`, `pthread.mutex_*`): as many components, each a
+/// shell glob of the name's.
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), name.split('.').collect());
+    p.len() == n.len() && p.iter().zip(&n).all(|(p, n)| crate::glob::glob_match(p, n))
+}
+
 /// A probe point after expansion, with the alias bodies to run around the
 /// user's body.
 #[derive(Clone, Debug)]
@@ -115,12 +123,23 @@ impl<'a> Aliases<'a> {
             );
             return;
         }
-        // The longest alias name that is a prefix of this point.
+        // The longest alias name that is a prefix of this point; with
+        // wildcards in the prefix (`libc.*`), every alias name that matches
+        // it component by component, in name order.
         let found = (1..=names.len()).rev().find_map(|n| {
             let key = names[..n].join(".");
-            self.by_name.get(&key).map(|defs| (n, defs))
+            if let Some(defs) = self.by_name.get(&key) {
+                return Some((n, vec![(key, defs)]));
+            }
+            if !key.contains(['*', '?', '[']) {
+                return None;
+            }
+            let mut all: Vec<(String, &Vec<&'a ProbeAlias>)> =
+                self.by_name.iter().filter(|(name, _)| name_matches(&key, name)).map(|(k, d)| (k.clone(), d)).collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            (!all.is_empty()).then_some((n, all))
         });
-        let Some((n, defs)) = found else {
+        let Some((n, matched)) = found else {
             if point.optional {
                 return;
             }
@@ -139,41 +158,46 @@ impl<'a> Aliases<'a> {
             diags.push(d);
             return;
         };
-        let name = names[..n].join(".");
-        if path.contains(&name) {
-            // One error for the whole use, however many paths lead back here.
-            if !std::mem::replace(reported_cycle, true) {
-                diags.push(
-                    Diagnostic::error(Code::AliasCycle, use_span, format!("probe alias `{name}` expands into itself"))
+        for (name, defs) in matched {
+            if path.contains(&name) {
+                // One error for the whole use, however many paths lead back here.
+                if !std::mem::replace(reported_cycle, true) {
+                    diags.push(
+                        Diagnostic::error(
+                            Code::AliasCycle,
+                            use_span,
+                            format!("probe alias `{name}` expands into itself"),
+                        )
                         .with_label(format!("expansion: {} -> {name}", path.join(" -> "))),
-                );
-            }
-            return;
-        }
-        // Arguments on the alias-name part of the use are not meaningful.
-        let suffix = &point.components[n..];
-        for def in defs {
-            for target in &def.points {
-                let mut p = target.clone();
-                p.components.extend(suffix.iter().cloned());
-                p.optional |= point.optional;
-                p.sufficient |= point.sufficient;
-                p.condition = match (&point.condition, &target.condition) {
-                    (Some(a), Some(b)) => Some(Box::new(crate::ast::Expr::new(
-                        crate::ast::ExprKind::Binary { op: crate::ast::BinOp::And, lhs: a.clone(), rhs: b.clone() },
-                        a.span,
-                    ))),
-                    (a, b) => a.clone().or_else(|| b.clone()),
-                };
-                let (mut bf, mut af) = (before.clone(), after.clone());
-                if def.epilogue {
-                    af.push(&def.body);
-                } else {
-                    bf.insert(0, &def.body);
+                    );
                 }
-                path.push(name.clone());
-                self.expand_into(p, bf, af, written, path, use_span, diags, out, reported_cycle);
-                path.pop();
+                return;
+            }
+            // Arguments on the alias-name part of the use are not meaningful.
+            let suffix = &point.components[n..];
+            for def in defs {
+                for target in &def.points {
+                    let mut p = target.clone();
+                    p.components.extend(suffix.iter().cloned());
+                    p.optional |= point.optional;
+                    p.sufficient |= point.sufficient;
+                    p.condition = match (&point.condition, &target.condition) {
+                        (Some(a), Some(b)) => Some(Box::new(crate::ast::Expr::new(
+                            crate::ast::ExprKind::Binary { op: crate::ast::BinOp::And, lhs: a.clone(), rhs: b.clone() },
+                            a.span,
+                        ))),
+                        (a, b) => a.clone().or_else(|| b.clone()),
+                    };
+                    let (mut bf, mut af) = (before.clone(), after.clone());
+                    if def.epilogue {
+                        af.push(&def.body);
+                    } else {
+                        bf.insert(0, &def.body);
+                    }
+                    path.push(name.clone());
+                    self.expand_into(p, bf, af, written, path, use_span, diags, out, reported_cycle);
+                    path.pop();
+                }
             }
         }
     }

@@ -436,10 +436,11 @@ impl<'q> Resolver<'q> {
                     continue;
                 }
             };
+            let (symbol, demangled) = module.matched_name(&pattern, f);
             points.push(Point::Function(FunctionPoint {
                 module: module.path.clone(),
-                symbol: f.names.first().cloned().unwrap_or_default(),
-                demangled: f.demangled().first().cloned().flatten(),
+                symbol,
+                demangled,
                 addr: f.addr,
                 size: f.size,
                 file_offset: f.file_offset,

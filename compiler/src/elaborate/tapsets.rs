@@ -83,7 +83,9 @@ pub fn select(files: &[(FileId, &Script)]) -> Vec<usize> {
                 continue;
             }
             let wanted_fn = uses.functions.iter().any(|f| d.functions.contains(f) && !defined_fns.contains(f));
-            let wanted_alias = uses.alias_candidates.iter().any(|a| d.aliases.contains(a));
+            let wanted_alias = uses.alias_candidates.iter().any(|a| {
+                d.aliases.contains(a) || d.aliases.iter().any(|n| crate::elaborate::alias::name_matches(a, n))
+            });
             if wanted_fn || wanted_alias {
                 chosen.push(j);
                 work.push(j);

@@ -91,9 +91,19 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
     let mut candidates = Vec::with_capacity(elf.syms.len() + elf.dynsyms.len());
     let mut skipped = Vec::new();
     let arm = matches!(machine, Machine::Aarch64) || elf.header.e_machine == goblin::elf::header::EM_ARM;
-    for (symtab, strtab) in [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)] {
-        collect_symbols(symtab, strtab, arm, &mut candidates, &mut skipped);
-    }
+    // .dynsym names carry their version apart (.gnu.version): a
+    // non-default one (`memcpy@GLIBC_2.2.5`, a compatibility copy) is named
+    // with it, as .symtab names it, so that a plain `memcpy` does not match.
+    let versioned = versioned_dynamic_names(&elf);
+    collect_symbols(&elf.syms, &elf.strtab, arm, &|_, n| n, &mut candidates, &mut skipped);
+    collect_symbols(
+        &elf.dynsyms,
+        &elf.dynstrtab,
+        arm,
+        &|i, n| versioned.get(&i).map_or(n, String::as_str),
+        &mut candidates,
+        &mut skipped,
+    );
 
     let mut functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped)?;
     if stripped && machine == crate::arch::native::MACHINE {
@@ -220,15 +230,37 @@ fn split_paths(values: &[&str]) -> Vec<String> {
     values.iter().flat_map(|v| v.split(':')).map(str::to_string).collect()
 }
 
-fn collect_symbols<'a>(
+/// The defined .dynsym symbols whose version is not the default one
+/// (hidden in `.gnu.version`), by index: `name@VERSION`.
+fn versioned_dynamic_names(elf: &Elf<'_>) -> std::collections::HashMap<usize, String> {
+    let mut out = std::collections::HashMap::new();
+    let (Some(versym), Some(verdef)) = (&elf.versym, &elf.verdef) else { return out };
+    let names: std::collections::HashMap<u16, &str> =
+        verdef.iter().filter_map(|d| Some((d.vd_ndx, elf.dynstrtab.get_at(d.iter().next()?.vda_name)?))).collect();
+    for (i, sym) in elf.dynsyms.iter().enumerate() {
+        let Some(v) = versym.get_at(i) else { continue };
+        if !v.is_hidden() || sym.st_shndx == SHN_UNDEF as usize {
+            continue;
+        }
+        let (Some(name), Some(ver)) = (elf.dynstrtab.get_at(sym.st_name), names.get(&v.version())) else { continue };
+        out.insert(i, format!("{name}@{ver}"));
+    }
+    out
+}
+
+fn collect_symbols<'a, 'n>(
     symtab: &Symtab<'a>,
     strtab: &Strtab<'a>,
     arm: bool,
-    candidates: &mut Vec<Candidate<'a>>,
-    skipped: &mut Vec<(&'a str, SkipReason)>,
-) {
-    for sym in symtab.iter() {
+    rename: &dyn Fn(usize, &'a str) -> &'n str,
+    candidates: &mut Vec<Candidate<'n>>,
+    skipped: &mut Vec<(&'n str, SkipReason)>,
+) where
+    'a: 'n,
+{
+    for (i, sym) in symtab.iter().enumerate() {
         let Some(name) = strtab.get_at(sym.st_name) else { continue };
+        let name = rename(i, name);
         let typ = sym.st_type();
         // Section and file symbols are not names anyone probes; `$x`/`$d` are
         // ARM mapping symbols marking code and data inside sections.

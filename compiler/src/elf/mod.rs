@@ -11,9 +11,28 @@
 //! there, not here.
 //!
 //! Layout: `load` builds a [`Module`] from the bytes of a file (goblin parses,
-//! we group symbols into functions), `demangle` turns C++ and Rust symbol
-//! names into readable ones, `search` mirrors the dynamic loader's library
-//! search, `ldcache` reads `/etc/ld.so.cache`.
+//! under `catch_unwind`; we group symbols at one address into one function,
+//! probed once, from `.symtab` and `.dynsym`, so stripped files work; a
+//! script given as a module is an error naming its interpreter),
+//! `demangle` turns C++ and Rust symbol names into readable ones (lazily:
+//! only names whose mangled form can match a pattern), `search` mirrors the
+//! dynamic loader's library search, `ldcache` reads `/etc/ld.so.cache`.
+//! `.cold` parts of functions are not functions (they are jumped to, not
+//! called: [`SkipReason::ColdPart`]).
+//!
+//! Also here: [`sdt`] reads SDT markers and their argument specs (the
+//! operand syntax is the architecture's: `arch::native::sdt`); [`lines`]
+//! reads DWARF line tables for `.statement("func@file.c:LINE")`; [`unwind`]
+//! reads `.eh_frame` and LSDAs. In a stripped file every FDE that starts a
+//! fresh frame and that no symbol covers becomes a function
+//! `sub_<file offset>` (`load::add_unnamed_functions`), globbed, listed,
+//! probed and named in backtraces like any other. The architecture's
+//! decoding answers three questions about a module, each read lazily from
+//! one cached copy of its bytes: [`Module::no_return_address`] (may a
+//! return probe take over this function's return address?
+//! `arch::native::entry`), [`Module::plan_site`] (where may a jump go
+//! inside a function? `arch::native::sites`) and [`Module::short_hop`] (a
+//! function too short for the jump: `arch::native::hop`).
 
 mod demangle;
 
@@ -450,6 +469,25 @@ impl Module {
         (functions, skipped)
     }
 
+    /// The name of `f` that `glob` matched, with its demangling: a point
+    /// is shown by the name the user's pattern matched (`memalign`), not by
+    /// whichever alias at that address the symbol table lists first
+    /// (`__libc_memalign`). The first name when none matches by itself.
+    pub fn matched_name(&self, glob: &str, f: &Function) -> (String, Option<String>) {
+        let m = Matcher::new(glob);
+        let plain = f.names.iter().position(|n| m.matches_symbol(n));
+        let i = plain
+            .or_else(|| {
+                let d = f.demangled_forms();
+                (0..f.names.len()).find(|&i| {
+                    d.full.get(i).cloned().flatten().is_some_and(|x| m.matches(&x))
+                        || d.short.get(i).cloned().flatten().is_some_and(|x| m.matches(&x))
+                })
+            })
+            .unwrap_or(0);
+        (f.names.get(i).cloned().unwrap_or_default(), f.demangled().get(i).cloned().flatten())
+    }
+
     /// For an ifunc: the functions of this module whose names look like its
     /// implementations (`__memcpy_avx_unaligned_erms` and `__memcpy_sse2_unaligned`
     /// for `memcpy`), for an error message that suggests probing one of them.
@@ -483,6 +521,18 @@ impl Module {
     }
 }
 
+/// The name a plain pattern matches: `memcpy@@GLIBC_2.14` (the default
+/// version, what programs link against) → `memcpy`; a non-default version
+/// (`memcpy@GLIBC_2.2.5`, an old copy kept for compatibility that current
+/// programs never call) keeps its version and matches only when named
+/// with it.
+fn default_name(name: &str) -> &str {
+    match name.find("@@") {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    }
+}
+
 /// `memcpy@@GLIBC_2.14` → `memcpy`. A leading `@` is kept (it is not a version).
 fn strip_version(name: &str) -> &str {
     match name.find('@') {
@@ -505,7 +555,7 @@ fn looks_like_implementation(name: &str, base: &str) -> bool {
 }
 
 fn function_matches(m: &Matcher, f: &Function) -> bool {
-    if f.names.iter().any(|n| m.matches(n) || (strip_version(n).len() != n.len() && m.matches(strip_version(n)))) {
+    if f.names.iter().any(|n| m.matches_symbol(n)) {
         return true;
     }
     // Demangle only names that could match: identifiers appear literally in
@@ -556,6 +606,19 @@ impl<'a> Matcher<'a> {
             literal: meta.is_none(),
             all: !pattern.is_empty() && pattern.bytes().all(|b| b == b'*'),
         }
+    }
+
+    /// Whether a symbol name matches: without an `@` in the pattern, the
+    /// name without its default version (`printf@@GLIBC_2.2.5` as
+    /// `printf`), never a non-default version (`memcpy@GLIBC_2.2.5`, a
+    /// compatibility copy): a glob's `*` does not reach into the version.
+    /// With one, the whole name.
+    fn matches_symbol(&self, name: &str) -> bool {
+        if self.pattern.contains('@') {
+            return self.matches(name);
+        }
+        let base = default_name(name);
+        !base.contains('@') && self.matches(base) || base.starts_with('@') && self.matches(name)
     }
 
     fn matches(&self, text: &str) -> bool {
