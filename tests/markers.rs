@@ -115,6 +115,27 @@ fn semaphores_are_lowered_at_detach() {
     assert_eq!(out, "semaphore 1\nsemaphore 0\nwait 1006\n");
 }
 
+/// A statement probe inside a leaf function leaves its red zone and its
+/// flags as they were (the site is between a compare and its branch, the
+/// function's values below the stack pointer), with a lean handler and with
+/// one that reads the registers (the full frame).
+#[test]
+fn statements_keep_the_red_zone_and_the_flags() {
+    let exe = build("live");
+    let cmd = format!("{} live 20", exe.display());
+    let site = nm(&exe, "live_site");
+    let own = untraced(&exe, &["live", "20"]);
+    // 0..9 take the branch (x - 85), 10..19 fall through (x + 85).
+    assert_eq!(own, format!("live {}\n", (0..10).map(|x| x - 85).sum::<i64>() + (10..20).map(|x| x + 85).sum::<i64>()));
+    for body in ["n++", "n += register(\"rdi\") + uaddr() - uaddr()"] {
+        let script = format!("global n probe process.statement({site:#x}) {{ {body} }} probe end {{ println(n) }}");
+        let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{body}: {err}");
+        let n = if body == "n++" { 20 } else { (0..20).sum::<i64>() };
+        assert_eq!(out, format!("{own}{n}\n"), "{body}");
+    }
+}
+
 /// Statement probes by address and by "function+offset" fire each time
 /// the instruction runs (a loop's head); a site where the jump would cover
 /// a branch target is refused with the place and the reason.

@@ -1,29 +1,104 @@
 //! Pass 5 with a target process: spawn (`-c`) or attach (`-p`), inject the
-//! region and the code, hook every probed function entry, let the target
-//! run while the tracer drains events, and take the hooks out again.
+//! region and the code, hook every probed function entry, statement and
+//! marker, let the target run while the tracer drains events, and take the
+//! hooks out again.
 //!
 //! * `-c CMD`: the child is traced from `exec` (`PTRACE_TRACEME`) and run to
 //!   its ELF entry point (`AT_ENTRY`), where the dynamic loader has mapped
 //!   every needed library and `main` has not run: probes are armed there.
 //! * `-p PID`: every thread is stopped (`ptrace::Stopped::attach`).
-//! * Hooks are placed with every thread stopped and no thread's instruction
+//! * [`arm`]: the region and the thread slots are injected (`inject`), the C
+//!   library's thread-id offset found (`tcb_tid_offset`: glibc 0x2d0, musl
+//!   0x30; the trampolines' slot lookup compares it), and `Hooker::module`
+//!   maps a code region near each module and writes its trampolines. Hooks
+//!   are placed with every thread stopped and no thread's instruction
 //!   pointer inside the bytes being replaced (such a thread is stepped out
-//!   first). Then the tracer detaches: handlers run in the target's threads
-//!   with no tracer involvement.
+//!   first: `apply`). Then the tracer detaches: handlers run in the target's
+//!   threads with no tracer involvement.
 //! * At the end the tracer attaches again (if the target lives), disables
 //!   the handlers (`Header::enabled`), restores every patched byte and
 //!   detaches. The code regions stay mapped: a thread may still be inside a
 //!   trampoline.
+//!
+//! # Libraries loaded later
+//!
+//! Probes whose module is not mapped at arm time wait: the dynamic loader's
+//! `r_brk` (found through `DT_DEBUG`) gets a hook calling `rt_dlnotify`,
+//! which bumps `Header::dl_gen` and waits (bounded) for `dl_ack`; the
+//! session's poll (every 10 ms) stops the target, hooks what is mapped now
+//! and acknowledges, so no call into the new library is missed.
+//!
+//! # Thread slots and rows
+//!
+//! Thread slots (`ThreadSlot`) and their shadow stacks are not in the shared
+//! region: `inject::threads` maps them privately in the target
+//! (`Header::threads_at`), so a forked child works on a copy consistent with
+//! its copy of the stacks (a `fork()` inside a function with a return probe
+//! returns in both processes). A slot's row in the shared per-thread data
+//! (counter shards, statistic copies, span stages) comes from a shared
+//! counter (`Header::rows_next`) when it is claimed, and anew when a forked
+//! child takes over its copy. The rows (`THREAD_SLOTS`, 256) are shared by
+//! all the processes; `Header::row_owners_off` records each row's process.
+//! Once half are taken, `Armed::reclaim_rows` marks the rows of processes
+//! that have ended `ROW_FREE` (only when the target's pids are ours: one
+//! pid namespace), and when none is left `take_row` (compiler/rt/rt.c)
+//! takes a free one again, its counts kept: a shell loop of hundreds of
+//! probed commands skips nothing. A thread that finds no slot or no row
+//! (more than 256 threads at once) has its hits skipped and counted ("too
+//! many threads").
+//!
+//! # Following children
+//!
 //! * `fork`: the child inherits the patched code, the code regions and the
 //!   shared region (a `MAP_SHARED` mapping), so its hits are traced and
-//!   counted with the parent's — deliberately; its thread slots and shadow
-//!   stacks are its own copies (private memory), its rows in the shared
-//!   per-thread data its own, and `pid()` its own (from its slot; `ppid()`
-//!   and `execname()` are still the traced process's). At the end only the
-//!   parent's code is restored; a child that outlives the session keeps its
-//!   hooks, which keep working against the still-mapped region.
-//! * `exec`: the new image has neither hooks nor region; at the end nothing
-//!   is written into it (the region's mapping tells the images apart).
+//!   counted with the parent's — deliberately — in rows of its own.
+//!   `pid()` is its own (from its slot); `ppid()`, `uid()` and
+//!   `execname()` ask the kernel in any process other than the region's,
+//!   and `user_*` reads read the calling process (`rt_read_user`; only the
+//!   tracer reads the region's process). At the end only the armed processes'
+//!   code is restored; a child that outlives the session keeps its hooks,
+//!   which keep working against the still-mapped region.
+//! * `exec`: the C library's `execve`/`execveat` are hooked with
+//!   `rt_execnotify`, which posts `pid << 32 | tid` in `Header::exec_req`
+//!   and waits (10 s at most) for `exec_ack`. The session's poll
+//!   (`Armed::follow_execs`) checks that the thread's process maps the
+//!   session's memfd (`ours`, by inode: the request is the target's word,
+//!   and a target in another pid namespace names other processes), attaches
+//!   to it with `PTRACE_O_TRACEEXEC` (`ptrace::seize_for_exec`), answers,
+//!   and at the exec stop runs the new program to its entry point and arms
+//!   it (`Armed::arm_exec`): the region mapped at the same address through
+//!   `/proc/TRACER/fd/N` (`inject::map_region_at`), thread slots at the same
+//!   address (`inject::threads_at`), the probes of every module the new
+//!   image maps, the crash handler, and the exec hook again (so `env prog`
+//!   and a shell's children are followed). A thread whose exec failed is let
+//!   go after 10 s (`ptrace::release`). The command's own exec stop may be
+//!   taken by `Armed::alive`'s wait (it is our child): it is handed to the
+//!   follower. When the command itself execs, its old image's patches are
+//!   dropped (never written into the new program; the region's mapping
+//!   tells the images apart) and `execname()` is refreshed.
+//! * Not followed: a program that execs by raw system call, and every exec
+//!   in sessions with `.itrace` probes (the single-stepper attaches to
+//!   threads itself). Followed processes get no `dlopen` hook, and `usymname`
+//!   in them uses the first process's load addresses.
+//!
+//! # Lifecycle probes
+//!
+//! Where a process starts or changes program, pass 5 runs the lifecycle
+//! probes' handlers itself (`lifecycle`) by a remote call of `rt_call_probe`
+//! (a context as a trampoline builds it, the thread's slot taken with
+//! `rt_enter`): `process.begin` in the command at its entry or in the `-p`
+//! target at attach (after the session's begin probes: `Armed::started`),
+//! `thread.begin` in the `-p` target's other threads, and at each exec
+//! `process.end` of the old program (not for a process that shared its
+//! parent's memory, a vfork or posix_spawn child: `kcmp(KCMP_VM)` when its
+//! exec request comes) then `process.begin`.
+//! Everything else happens inside the processes, from hooks pass 2 placed
+//! in the C library (compiler/src/elaborate/lifecycle.rs). `$status` in
+//! `process.end` is the first argument register: `_exit`'s status at its
+//! hook, -1 in the remote call at an exec (`rt_call_probe`'s `arg1`); `pp()`
+//! is the lifecycle point's name (`Probe::lifecycle`). A static program at
+//! its entry has no thread pointer yet: its begin is said to be skipped.
+//! tapsets/target_set.tp keeps `target_set_pid()` with these probes.
 
 use crate::arch::native::{self as arch, clobber, patch, trampoline};
 use crate::inject::{self, CodeRegion, InjectError};
@@ -273,6 +348,8 @@ struct Tramp {
     /// Nothing but a return probe that times calls (that one, or a
     /// duration into a statistic): the trampolines that only time calls.
     clock_only: Option<trampoline::ClockOnly>,
+    /// At a site inside a function (`trampoline::Entry::inside`).
+    inside: bool,
 }
 
 impl Tramp {
@@ -287,6 +364,7 @@ impl Tramp {
             itrace: None,
             span: None,
             clock_only: None,
+            inside: false,
         }
     }
 
@@ -300,6 +378,7 @@ impl Tramp {
             itrace: None,
             span: None,
             clock_only: None,
+            inside: false,
         }
     }
 }
@@ -558,8 +637,18 @@ impl Hooker {
             // trampoline whose return trampoline is the shared one is
             // still timed, by the handlers).
             let span = span.filter(|_| own_ret.is_some() && span_inline.is_some());
-            let tramp =
-                Tramp { handlers, returns, ret_tramp: own_ret.unwrap_or(ret_tramp), lean, itrace, span, clock_only };
+            // A statement or marker: inside a function (`Entry::inside`).
+            let inside = size.is_none();
+            let tramp = Tramp {
+                handlers,
+                returns,
+                ret_tramp: own_ret.unwrap_or(ret_tramp),
+                lean,
+                itrace,
+                span,
+                clock_only,
+                inside,
+            };
             // Two patches never share a byte (a statement right after
             // another, or inside a function's entry jump).
             let reach = site.unwrap_or(16) as u64;
@@ -697,6 +786,7 @@ impl Hooker {
             lean: t.lean,
             itrace,
             span: t.span,
+            inside: t.inside,
         };
         let nothing = entry.handlers.is_empty() && entry.returns.is_empty() && entry.itrace.is_none();
         let prefix = match &t.clock_only {

@@ -6,7 +6,9 @@
  * 1000: the output says whether the program saw it. `wait`: for -p, say
  * ready, then on each line of stdin print the semaphore and run step once.
  * `loop N`: a loop whose head is the global label `loop_head` (a
- * statement site) runs N times. */
+ * statement site) runs N times. `live N`: N calls of live_state, a leaf
+ * function that keeps its values in the red zone and its flags across the
+ * statement site `live_site`. */
 #define _SDT_HAS_SEMAPHORES 1
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,11 +50,23 @@ __asm__(".text\n.globl refuse_me\n.type refuse_me,@function\n.p2align 4\nrefuse_
         "  xor %eax, %eax\n1:\n  add $1, %eax\n  cmp %edi, %eax\n  jl 1b\n  ret\n.size refuse_me, .-refuse_me\n");
 long refuse_me(long n);
 
+/* A leaf function whose state at `live_site` is below the stack pointer
+ * (the red zone) and in the flags (a compare before its branch): a probe
+ * there must leave both as they were. */
+__asm__(".text\n.globl live_state\n.type live_state,@function\n.p2align 4\nlive_state:\n"
+        "  movq %rdi, -8(%rsp)\n  movq $85, -16(%rsp)\n  cmpq $10, %rdi\n"
+        ".globl live_site\nlive_site:\n  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+        "  jl 1f\n  movq -8(%rsp), %rax\n  addq -16(%rsp), %rax\n  ret\n"
+        "1:\n  movq -8(%rsp), %rax\n  subq -16(%rsp), %rax\n  ret\n.size live_state, .-live_state\n");
+long live_state(long x);
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "work";
     long n = argc > 2 ? atol(argv[2]) : 5, s = 0;
     if (!strcmp(mode, "work")) {
         for (long i = 0; i < n; i++) s += step(i, "hello");
+    } else if (!strcmp(mode, "live")) {
+        for (long i = 0; i < n; i++) s += live_state(i);
     } else if (!strcmp(mode, "loop")) {
         s = looping(n) + refuse_me(3) + after_step(0);
     } else if (!strcmp(mode, "wait")) {

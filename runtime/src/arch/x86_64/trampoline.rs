@@ -1,11 +1,29 @@
-//! Entry trampolines (x86_64), assembled with iced-x86's code assembler.
+//! Trampolines (x86_64), assembled with iced-x86's code assembler: where a
+//! patched jump lands, how the handlers are called, and the way back.
 //!
-//! A patched function entry jumps here. The trampoline stores every
-//! general-purpose register in a `SavedRegs` block (for `$argN`,
-//! `register()`), builds the handler's `Ctx` beside it, aligns the stack to
-//! 16 bytes, calls the compiled handler with (region, ctx), reloads the
-//! registers the handler may change, runs the relocated original
-//! instructions and jumps back after them.
+//! # Entry trampolines
+//!
+//! A patched function entry (or statement, or marker site) jumps here. The
+//! trampoline makes a frame below the stack pointer (a `SavedRegs` block,
+//! then the handler's `Ctx`), finds the thread's slot, calls each compiled
+//! handler with (region, ctx), reloads what it saved, runs the relocated
+//! original instructions (`patch::relocate`) and jumps back after them.
+//! Two kinds (`Entry::lean`):
+//!
+//! * *full*: every general-purpose register saved (`$argN`, `register()`,
+//!   `uaddr()`), the whole `Ctx` filled, the stack aligned to 16 bytes; for
+//!   handlers whose `ProbeEntry::full_ctx` is set;
+//! * *lean*: the handlers read only `probe`, `slot` and `entry` of the
+//!   context and set up the rest themselves (pass 3 records this per
+//!   handler), so only the caller-saved registers that the code called can
+//!   change are saved, as `clobber` reads them off the linked machine code
+//!   ("unknown", for indirect calls or vector registers, means full). This
+//!   also keeps callers built with gcc's `-fipa-ra` right: every register a
+//!   trampoline changes is restored.
+//!
+//! An entry probe whose body is empty (`ProbeEntry::empty`) is not called,
+//! and a function left with nothing to run is not hooked (`Hooker::module`
+//! in runtime/src/target.rs).
 //!
 //! What a function entry lets us skip (System V ABI): the flags are dead
 //! across a call, so they are recorded but not restored (no `popfq`, which
@@ -14,8 +32,75 @@
 //! registers itself, so only the caller-saved ones (and rbx, which the
 //! trampoline uses) are reloaded. Vector registers are not saved: the
 //! handlers and the runtime library use general-purpose registers only
-//! (checked when the runtime library is built). Probes placed elsewhere than
-//! at an entry (statements) will need the red zone and the flags.
+//! (checked when the runtime library is built). Statement and marker sites
+//! are inside functions, where the flags and the red zone may be live
+//! (a compare before its branch, a leaf function's locals below the stack
+//! pointer): their trampolines (`Entry::inside`) first step over the red
+//! zone and save the flags, and restore both before the relocated
+//! instructions run.
+//!
+//! The thread's slot (`ThreadSlot`: busy flag, shadow stack, row of the
+//! per-thread data) is found inline (`find_slot`) where `thread_slot` in
+//! compiler/rt/rt.c looks first: the low half of the thread pointer times
+//! 0x9e3779b9, its top log2(nthreads) bits. The slot's `tid` and `busy`
+//! (adjacent words) are checked with one compare against the thread id the
+//! C library keeps in its control block (`Header::tcb_tid_off`), so a
+//! thread that reuses an exited thread's control block, or a forked child's
+//! thread, goes to `rt_enter`, which takes the slot over instead of letting
+//! it pass for its previous owner. `rt_enter` also skips (and counts) a hit
+//! on a thread already inside a handler: a signal handler that calls a
+//! probed function while a handler holds a lock.
+//!
+//! # Return probes
+//!
+//! Each thread keeps a shadow stack (`ShadowFrame`: the original return
+//! address, its stack slot, the probe, the `@entry` saves). At entry the
+//! frame is pushed (inline on the lean path, else `rt_ret_push`); if it
+//! was, the return address is dropped and the function's relocated first
+//! instructions *called*: the function sees the stack it would have,
+//! returns into the trampoline, and both its `ret` and the return
+//! trampoline's are predicted (the return-stack buffer stays balanced).
+//! A return trampoline pops the frame (`rt_ret_pop`), calls the return
+//! handlers (`$return` is rax), and returns with `ret` through the slot it
+//! wrote the original address back into: no register is used for the jump.
+//! Lean return probes get a return trampoline of their own that calls their
+//! handlers directly; a code region's shared one (a table by probe index)
+//! serves the full ones. `.itrace` functions are jumped to with the return
+//! address replaced instead.
+//!
+//! Calls that never return through their trampoline are found and counted
+//! (`Header::unreturned`), never lost silently: a frame below the current
+//! stack pointer was left by `longjmp` and is dropped. Before a C++
+//! exception walks a stack, hooks on the unwinder's entry points
+//! (`_Unwind_RaiseException`, `_Unwind_ForcedUnwind`, `_Unwind_Resume`,
+//! `_Unwind_Resume_or_Rethrow`, placed by `target::arm`) run `rt_unwind`,
+//! which puts the real return addresses back; a hook on `__cxa_begin_catch`
+//! (`rt_caught`) drops the frames of the calls the exception left and gives
+//! the calls still running their trampolines again, so their return probes
+//! fire.
+//!
+//! # Calls timed by the trampolines themselves
+//!
+//! * `SpanInline`: `--chrome`'s return probe (`ProbeEntry::span`) done
+//!   inline by lean trampolines: `rdtsc` at entry into the frame's `@entry`
+//!   save, `rdtsc` at return, the call appended to the thread's span stage
+//!   (runtime/src/chrome.rs explains the pipeline).
+//! * `StatInline`: a return probe that only adds the call's duration to a
+//!   statistic with per-thread copies (`ProbeEntry::latency`,
+//!   compiler/src/codegen/mod.rs): count, sum, sum of squares, min, max and
+//!   log bucket updated in the thread's copy, as the compiled handler would.
+//! * `ClockOnly`: a function whose only probe is one of those gets
+//!   trampolines that do nothing else: five registers saved, the slot kept
+//!   in a register, the runtime library called only off the common path
+//!   (`rt_span_flush` for a full stage). `-vv` names the functions timed so.
+//!
+//! # Alignment
+//!
+//! The hot trampolines are assembled by `assemble_aligned`: no branch (with
+//! the instruction it fuses with) crosses or ends on a 32-byte boundary,
+//! which on the Skylake family would keep the code out of the decoded-uop
+//! cache (the JCC-erratum microcode). Padding is multi-byte NOPs, never
+//! right after a call (its return address is a shadow frame's `tramp`).
 
 use super::clobber::{RegMask, CALLER_SAVED};
 use iced_x86::code_asm::*;
@@ -59,7 +144,17 @@ pub struct Entry {
     /// trampoline saves its entry's clock inline (`span_start`) instead of
     /// calling its entry handler.
     pub span: Option<u32>,
+    /// A site inside a function (a statement or a marker), not its entry:
+    /// the red zone below the stack pointer and the flags may be live
+    /// there, so the trampoline steps over the one ([`RED_ZONE`]) and
+    /// restores the other.
+    pub inside: bool,
 }
+
+/// What a trampoline at a site inside a function leaves alone below the
+/// stack pointer: the System V red zone (128 bytes) plus 8 to keep the
+/// stack's alignment as at a function entry, the saved flags right below.
+pub const RED_ZONE: i32 = 136;
 
 /// `--chrome` calls recorded by lean trampolines themselves: the work of
 /// `rt_span` (compiler/rt/rt.c) inline, the clock read with `rdtsc` on
@@ -540,6 +635,15 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
     let c = |f: usize| ctx_at + f as i32;
     let mut a = CodeAssembler::new(64)?;
+    // Inside a function: past the red zone, the flags saved (restored
+    // before the relocated instructions run). The frame is below them.
+    let below = if e.inside {
+        a.lea(rsp, ptr(rsp - RED_ZONE))?;
+        a.pushfq()?;
+        RED_ZONE + 8
+    } else {
+        0
+    };
     // What this trampoline saves (lean), and the frame base register.
     let (frame, fb, saved) = match e.lean {
         None => (frame_size(e.ctx_size) + 16, rbx, 0),
@@ -557,7 +661,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
         a.pushfq()?;
         a.pop(rax)?;
         a.mov(qword_ptr(rsp + 8 * 17), rax)?;
-        a.lea(rax, ptr(rsp + frame))?;
+        a.lea(rax, ptr(rsp + frame + below))?;
         a.mov(qword_ptr(rsp + 8 * 7), rax)?;
         a.mov(rax, e.addr)?;
         a.mov(qword_ptr(rsp + 8 * 16), rax)?;
@@ -668,6 +772,10 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
         Some(_) => load_mask(&mut a, rsp, saved)?,
     }
     a.lea(rsp, ptr(rsp + frame))?;
+    if e.inside {
+        a.popfq()?;
+        a.lea(rsp, ptr(rsp + RED_ZONE))?;
+    }
     let mut after = a.create_label();
     a.jmp(after)?;
     // Not the common case: rt_enter finds (or claims) the slot, or says
@@ -1140,6 +1248,7 @@ mod tests {
             lean,
             itrace: None,
             span: None,
+            inside: false,
         }
     }
 
