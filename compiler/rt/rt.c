@@ -1475,7 +1475,7 @@ LOCAL void take_row(u8 *R, u8 *s, u64 n, u32 pid) {
 /* A thread's first place among the n slots. n is a power of two
  * (layout.rs): a mask, not a division. The top log2(n) bits of the thread
  * pointer's low half times 0x9e3779b9 (the trampolines compute it inline:
- * find_slot in runtime/src/trampoline.rs). */
+ * find_slot in runtime/src/arch/x86_64/trampoline.rs). */
 LOCAL u64 slot_home(u64 tp, u64 n) { return ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32; }
 
 /* The calling thread's slot, claimed on first use; 0 when all are taken.

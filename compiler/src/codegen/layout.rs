@@ -142,7 +142,7 @@ pub struct Layout {
 pub const THREAD_SLOTS: u32 = 256;
 const _: () = assert!(THREAD_SLOTS.is_power_of_two());
 // The trampolines' slot hash takes log2(THREAD_SLOTS) bits of a 32-bit
-// product, times the 64-byte slot (runtime/src/trampoline.rs find_slot).
+// product, times the 64-byte slot (runtime/src/arch/x86_64/trampoline.rs find_slot).
 const _: () = assert!(THREAD_SLOTS <= 1 << 26);
 /// Threads that may wait at once to be instruction-traced (`.itrace`).
 pub const ITRACE_SLOTS: u32 = 16;

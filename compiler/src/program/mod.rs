@@ -378,15 +378,15 @@ pub enum ExprKind {
 }
 
 impl Program {
-    /// `--chrome`: time every call of every function that has an entry or
-    /// return probe. One more probe, on the return of each of them, records
-    /// the call as a span from its entry's clock (calls shorter than
-    /// `min_ns` are left out in the target).
     /// Whether `add_chrome_spans` added its probe.
     pub fn has_chrome_spans(&self) -> bool {
         self.probes.iter().any(Probe::is_chrome_span)
     }
 
+    /// `--chrome`: time every call of every function that has an entry or
+    /// return probe. One more probe, on the return of each of them, records
+    /// the call as a span from its entry's clock (calls shorter than
+    /// `min_ns` are left out in the target).
     ///
     /// A function that cannot take a return probe (`returns` says why:
     /// `elf::Module::no_return_address`) gets none; its names and reasons

@@ -211,7 +211,7 @@ fn span_clock(a: &mut CodeAssembler, region: u64, leave: CodeLabel) -> Result<()
 /// A call's duration added to a statistic by the trampolines themselves
 /// (`ProbeEntry::latency`): the work of its handler, the duration in TSC
 /// ticks converted once and added to the thread's own copy as
-/// `Translator::stat_add_inline` does (compiler/src/codegen/translate.rs).
+/// `Gen::stat_add_inline` does (compiler/src/codegen/translate/storage.rs).
 #[derive(Clone, Copy, Debug)]
 pub struct StatInline {
     /// The copy's `Stat` for row 0 (an offset in the region), and the
