@@ -77,6 +77,16 @@ pub struct Cli {
     #[arg(short = 'L', value_name = "PROBE", conflicts_with = "script_text")]
     pub list_vars: Option<String>,
 
+    /// List every function a script can call (built in, then the tapsets'
+    /// with the file and summary their documentation gives), then exit.
+    #[arg(long, conflicts_with_all = ["script_text", "list", "list_vars", "dump_probe_aliases"])]
+    pub dump_functions: bool,
+
+    /// List every probe alias the tapsets define, with what it stands for
+    /// and its summary, then exit.
+    #[arg(long, conflicts_with_all = ["script_text", "list", "list_vars"])]
+    pub dump_probe_aliases: bool,
+
     /// Stop after pass N and print its result: 1 parse, 2 elaborate, 3 translate (CLIF), 4 codegen (disassembly), 5 run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
     pub last_pass: Option<u8>,

@@ -54,6 +54,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
     if let Some(cmd) = &cli.subcommand {
         return subcommand(cmd);
     }
+    if cli.dump_functions || cli.dump_probe_aliases {
+        let mut tapsets = elaborate::tapsets::builtin();
+        tapsets.extend(elaborate::tapsets::from_dirs(&cli.include).map_err(anyhow::Error::msg)?);
+        let lines = if cli.dump_functions {
+            elaborate::tapsets::dump_functions(&tapsets)
+        } else {
+            elaborate::tapsets::dump_aliases(&tapsets)
+        };
+        let mut out = std::io::stdout().lock();
+        for l in lines {
+            writeln!(out, "{l}")?;
+        }
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (name, text, args) = script_source(&cli)?;
     check_outputs(&cli)?;
     let mut sink = telco_compiler::Diagnostics::new();

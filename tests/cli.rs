@@ -378,3 +378,26 @@ fn the_manual_page_is_generated_and_current() {
     let committed = std::fs::read_to_string(common::repo().join("docs/telco-stap.1")).expect("docs/telco-stap.1");
     assert!(committed == out, "docs/telco-stap.1 is stale: run `telco-stap man > docs/telco-stap.1`");
 }
+
+/// `--dump-functions` and `--dump-probe-aliases` list what a script can
+/// use, with the summary each tapset item's documentation comment gives
+/// (and every shipped tapset item has one).
+#[test]
+fn functions_and_aliases_are_listed_with_their_documentation() {
+    let (out, err, code) = common::telco_run(&["--dump-functions"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.lines().any(|l| l == "printf:unknown (string, ...)"), "{out}");
+    assert!(out.lines().any(|l| l == "user_string:string (long, [string])"), "{out}");
+    assert!(out.contains("bytes_to_string:string (bytes:long)  [<tapset>/units.tp] - a byte count"), "{out}");
+    let (aliases, err, code) = common::telco_run(&["--dump-probe-aliases"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        aliases
+            .contains("libc.malloc = process(\"libc.so.6\").function(\"malloc\")  [<tapset>/libc.tp] - void *malloc"),
+        "{aliases}"
+    );
+    for l in out.lines().filter(|l| l.contains("[<tapset>/")).chain(aliases.lines()) {
+        assert!(l.contains("] - "), "no documentation summary: {l}");
+    }
+    assert!(aliases.lines().count() >= 15, "{aliases}");
+}

@@ -189,3 +189,108 @@ pub fn duplicates(files: &[(FileId, &Script)]) -> Vec<Diagnostic> {
     }
     diags
 }
+
+/// The summary a tapset's documentation comment gives the item that starts
+/// at byte `at` of `text`: the comment must end right before it (only
+/// white space between), and is either a `/** … */` block whose first line
+/// reads `sfunction NAME - SUMMARY` or `probe NAME - SUMMARY` (SystemTap's
+/// kernel-doc form), or `//` lines, joined.
+pub fn doc_summary(text: &str, at: usize) -> Option<String> {
+    let before = text[..at.min(text.len())].trim_end();
+    if let Some(body) = before.strip_suffix("*/") {
+        let start = body.rfind("/**")?;
+        // The first paragraph, up to a blank line or the first `@arg:`.
+        let lines: Vec<&str> = body[start + 3..]
+            .lines()
+            .map(|l| l.trim().trim_start_matches('*').trim())
+            .skip_while(|l| l.is_empty())
+            .take_while(|l| !l.is_empty() && !l.starts_with('@'))
+            .collect();
+        let first = lines.join(" ");
+        let summary = first.split_once(" - ").map_or(first.as_str(), |(_, s)| s);
+        return Some(summary.trim().to_string());
+    }
+    let lines: Vec<&str> = before.lines().rev().map(str::trim).take_while(|l| l.starts_with("//")).collect::<Vec<_>>();
+    if lines.is_empty() {
+        return None;
+    }
+    let joined: Vec<&str> = lines.iter().rev().map(|l| l.trim_start_matches('/').trim()).collect();
+    Some(joined.join(" "))
+}
+
+fn parsed(tapsets: &[TapsetSource]) -> Vec<(String, String, Script)> {
+    let cfg = crate::ParseConfig::default();
+    let mut sources = crate::span::SourceMap::new();
+    tapsets
+        .iter()
+        .map(|t| {
+            let id = sources.add(t.name.clone(), t.text.clone());
+            let (s, _) = crate::parse(&sources, id, &cfg);
+            (t.name.clone(), t.text.clone(), s)
+        })
+        .collect()
+}
+
+/// `--dump-functions`: every function a script can call, one per line, as
+/// SystemTap prints them (`NAME:TYPE (ARG:TYPE, …)`, `unknown` for no
+/// value): the built-in ones, then the tapsets' with their file and the
+/// summary of their documentation.
+pub fn dump_functions(tapsets: &[TapsetSource]) -> Vec<String> {
+    use crate::program::builtins::BUILTINS;
+    let ty = |t: crate::program::Ty| if t == crate::program::Ty::Void { "unknown" } else { t.name() };
+    let mut out: Vec<String> = BUILTINS
+        .iter()
+        .filter(|s| !s.name.starts_with("__telco"))
+        .map(|s| {
+            let mut args: Vec<String> = s.args.iter().map(|a| ty(*a).to_string()).collect();
+            args.extend(s.optional.iter().map(|a| format!("[{}]", ty(*a))));
+            if s.varargs {
+                args.push("...".into());
+            }
+            format!("{}:{} ({})", s.name, ty(s.ret), args.join(", "))
+        })
+        .collect();
+    out.sort();
+    let mut tapset_fns = Vec::new();
+    for (file, text, script) in parsed(tapsets) {
+        for item in &script.items {
+            let Item::Function(f) = item else { continue };
+            if f.name.name.starts_with("__") {
+                continue;
+            }
+            let t = |a: &Option<crate::ast::TypeAnn>| match a.as_ref().map(|a| a.ty) {
+                Some(crate::ast::Type::Long) => "long",
+                Some(crate::ast::Type::String) => "string",
+                None => "unknown",
+            };
+            let params: Vec<String> = f.params.iter().map(|p| format!("{}:{}", p.name.name, t(&p.ty))).collect();
+            let summary = doc_summary(&text, f.span.start as usize).map(|s| format!(" - {s}")).unwrap_or_default();
+            tapset_fns.push(format!("{}:{} ({})  [{file}]{summary}", f.name.name, t(&f.ret), params.join(", ")));
+        }
+    }
+    tapset_fns.sort();
+    out.extend(tapset_fns);
+    out
+}
+
+/// `--dump-probe-aliases`: every probe alias of the tapsets, `NAME = POINT,
+/// …` (`+=` for an epilogue), its file and the summary of its
+/// documentation.
+pub fn dump_aliases(tapsets: &[TapsetSource]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (file, text, script) in parsed(tapsets) {
+        for item in &script.items {
+            let Item::Alias(a) = item else { continue };
+            let points: Vec<String> = a.points.iter().map(crate::print::print_probe_point).collect();
+            let summary = doc_summary(&text, a.span.start as usize).map(|s| format!(" - {s}")).unwrap_or_default();
+            let op = if a.epilogue { "+=" } else { "=" };
+            out.push(format!(
+                "{} {op} {}  [{file}]{summary}",
+                crate::print::print_probe_point(&a.name),
+                points.join(", ")
+            ));
+        }
+    }
+    out.sort();
+    out
+}
