@@ -1045,7 +1045,13 @@ impl<'a> Lowerer<'a> {
                 self,
                 Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
                     .with_label("telco-stap reads no debug information")
-                    .with_help("use `$arg1`, `$arg2`, ... (arguments by position), `$return`, or `register(\"rdi\")`"),
+                    .with_help({
+                        use telco_abi::arch::native as regs;
+                        format!(
+                            "use `$arg1`, `$arg2`, ... (arguments by position), `$return`, or `register(\"{}\")`",
+                            regs::REGISTERS[regs::ARG_REGS[0]].name
+                        )
+                    }),
             ),
         }
     }
