@@ -1,6 +1,7 @@
 //! Probe-point resolution against real ELF files (`telco_compiler::elf`).
 //!
-//! The programs are built at test time from `tests/elf-programs/` with gcc and
+//! The programs are built at test time from the repository's `tests/programs/`
+//! (shared with the end-to-end tests) with gcc and
 //! g++; without them these tests fail and say why (they never pass silently).
 //! Addresses are checked against `nm`.
 
@@ -15,7 +16,7 @@ use telco_compiler::elf::{
 };
 
 fn sources() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/elf-programs")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs")
 }
 
 /// A fresh scratch directory for one test.
@@ -59,7 +60,7 @@ fn load(p: &Path) -> Module {
 /// which lets the tests check `file_offset` against the file's bytes.
 fn build_prog(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let out = dir.join(name);
-    let src = sources().join("prog.c");
+    let src = sources().join("elf-prog.c");
     let mut args = vec!["-O1", "-fno-inline", "-o", path_str(&out), path_str(&src)];
     if cfg!(target_arch = "x86_64") {
         args.push("-fcf-protection=full");
@@ -281,7 +282,7 @@ fn stripped_program_uses_dynsym() {
 fn cpp_program_matches_demangled_names() {
     let dir = scratch("cpp");
     let prog = dir.join("widget");
-    let src = sources().join("widget.cpp");
+    let src = sources().join("widget.cc");
     run("g++", &["-O1", "-fno-inline", "-o", path_str(&prog), path_str(&src)]);
     let m = load(&prog);
     check_against_nm(&m, false);
@@ -292,16 +293,19 @@ fn cpp_program_matches_demangled_names() {
         v
     };
     let (draw, _) = m.match_functions("ns::Widget::draw*");
-    assert_eq!(demangled(&draw), vec!["ns::Widget::draw(double) const", "ns::Widget::draw(int)"]);
-    // Without a wildcard: the name without its parameter list matches both overloads.
-    assert_eq!(m.match_functions("ns::Widget::draw").0.len(), 2);
+    assert_eq!(
+        demangled(&draw),
+        vec!["ns::Widget::draw(double) const", "ns::Widget::draw(int)", "ns::Widget::draw(int, int)"]
+    );
+    // Without a wildcard: the name without its parameter list matches every overload.
+    assert_eq!(m.match_functions("ns::Widget::draw").0.len(), 3);
     // The full demangled name picks one overload.
     assert_eq!(demangled(&m.match_functions("ns::Widget::draw(int)").0), vec!["ns::Widget::draw(int)"]);
     // The mangled name works too.
     let by_mangled = the_function(&m, "_ZN2ns6Widget4drawEi");
     assert_eq!(by_mangled.demangled()[0].as_deref(), Some("ns::Widget::draw(int)"));
     // `_ZNK...` is the const overload.
-    assert_eq!(m.match_functions("_ZN*2ns6Widget4draw*").0.len(), 2);
+    assert_eq!(m.match_functions("_ZN*2ns6Widget4draw*").0.len(), 3);
 
     // Templates: the return type and parameters are not in the way.
     let (maxv, _) = m.match_functions("ns::maxv*");
@@ -327,20 +331,20 @@ fn cpp_program_matches_demangled_names() {
 #[test]
 fn shared_library_through_runpath_and_rpath() {
     let dir = scratch("shared");
-    let lib = dir.join("libgreet.so.1");
+    let lib = dir.join("libwork.so.1");
     run(
         "gcc",
         &[
             "-shared",
             "-fPIC",
             "-O1",
-            "-Wl,-soname,libgreet.so.1",
+            "-Wl,-soname,libwork.so.1",
             "-o",
             path_str(&lib),
-            path_str(&sources().join("libgreet.c")),
+            path_str(&sources().join("libwork.c")),
         ],
     );
-    for (name, dtags) in [("greeter-runpath", "-Wl,--enable-new-dtags"), ("greeter-rpath", "-Wl,--disable-new-dtags")] {
+    for (name, dtags) in [("app-runpath", "-Wl,--enable-new-dtags"), ("app-rpath", "-Wl,--disable-new-dtags")] {
         let exe = dir.join(name);
         run(
             "gcc",
@@ -348,7 +352,7 @@ fn shared_library_through_runpath_and_rpath() {
                 "-O1",
                 "-o",
                 path_str(&exe),
-                path_str(&sources().join("greeter.c")),
+                path_str(&sources().join("app.c")),
                 path_str(&lib),
                 "-Wl,-rpath,$ORIGIN",
                 dtags,
@@ -365,9 +369,9 @@ fn shared_library_through_runpath_and_rpath() {
         } else {
             assert_eq!((main.runpath.clone(), main.rpath.clone()), (vec![], vec!["$ORIGIN".to_string()]));
         }
-        assert_eq!(main.needed.first().map(String::as_str), Some("libgreet.so.1"));
+        assert_eq!(main.needed.first().map(String::as_str), Some("libwork.so.1"));
         let canonical_lib = fs::canonicalize(&lib).ok();
-        assert_eq!(resolve_library("libgreet.so.1", &main).and_then(|p| fs::canonicalize(p).ok()), canonical_lib);
+        assert_eq!(resolve_library("libwork.so.1", &main).and_then(|p| fs::canonicalize(p).ok()), canonical_lib);
 
         let closure = match load_closure(&exe) {
             Ok(c) => c,
@@ -375,26 +379,23 @@ fn shared_library_through_runpath_and_rpath() {
         };
         let paths: Vec<&Path> = closure.iter().map(|m| m.path.as_path()).collect();
         assert_eq!(closure[0].path, main.path, "the executable comes first");
-        assert_eq!(closure[1].soname.as_deref(), Some("libgreet.so.1"), "breadth first, in DT_NEEDED order: {paths:?}");
+        assert_eq!(closure[1].soname.as_deref(), Some("libwork.so.1"), "breadth first, in DT_NEEDED order: {paths:?}");
         assert!(closure.iter().any(|m| m.soname.as_deref() == Some("libc.so.6")), "{paths:?}");
         let mut unique = paths.clone();
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), paths.len(), "a module loaded twice: {paths:?}");
 
-        let greet_lib = &closure[1];
-        assert_eq!(greet_lib.kind, ModuleKind::PositionIndependent);
-        check_against_nm(greet_lib, false);
-        assert!(the_function(greet_lib, "greet").global);
-        assert_eq!(
-            greet_lib.match_functions("greet_calls").1.first().map(|s| s.reason),
-            Some(SkipReason::NotAFunction)
-        );
-        // In the executable, greet is an import.
-        assert_eq!(main.match_functions("greet").1.first().map(|s| s.reason), Some(SkipReason::Undefined));
+        let work_lib = &closure[1];
+        assert_eq!(work_lib.kind, ModuleKind::PositionIndependent);
+        check_against_nm(work_lib, false);
+        assert!(the_function(work_lib, "lib_work").global);
+        assert_eq!(work_lib.match_functions("lib_calls").1.first().map(|s| s.reason), Some(SkipReason::NotAFunction));
+        // In the executable, lib_work is an import.
+        assert_eq!(main.match_functions("lib_work").1.first().map(|s| s.reason), Some(SkipReason::Undefined));
 
         // find_module: by soname, by file name, unversioned, by path.
-        for query in ["libgreet.so.1", "libgreet.so"] {
+        for query in ["libwork.so.1", "libwork.so"] {
             match find_module(query, &closure) {
                 Ok(p) => assert_eq!(Some(p), canonical_lib, "{query}"),
                 Err(e) => panic!("find_module({query}): {e}"),
@@ -602,7 +603,7 @@ fn malformed_files_are_errors_not_panics() {
 
     // A relocatable object is ELF but not something a process maps.
     let object = dir.join("prog.o");
-    run("gcc", &["-c", "-o", path_str(&object), path_str(&sources().join("prog.c"))]);
+    run("gcc", &["-c", "-o", path_str(&object), path_str(&sources().join("elf-prog.c"))]);
     assert!(matches!(Module::load(&object), Err(ElfError::Unsupported { .. })));
 
     let prog = build_prog(&dir, "prog", &[]);

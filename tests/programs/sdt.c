@@ -51,13 +51,14 @@ __asm__(".text\n.globl refuse_me\n.type refuse_me,@function\n.p2align 4\nrefuse_
 long refuse_me(long n);
 
 /* A leaf function whose state at `live_site` is below the stack pointer
- * (the red zone) and in the flags (a compare before its branch): a probe
- * there must leave both as they were. */
+ * (the red zone) and in the flags (a compare before its branch, and the
+ * carry it leaves, added after): a probe there must leave both as they
+ * were. */
 __asm__(".text\n.globl live_state\n.type live_state,@function\n.p2align 4\nlive_state:\n"
         "  movq %rdi, -8(%rsp)\n  movq $85, -16(%rsp)\n  cmpq $10, %rdi\n"
         ".globl live_site\nlive_site:\n  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
-        "  jl 1f\n  movq -8(%rsp), %rax\n  addq -16(%rsp), %rax\n  ret\n"
-        "1:\n  movq -8(%rsp), %rax\n  subq -16(%rsp), %rax\n  ret\n.size live_state, .-live_state\n");
+        "  jl 1f\n  movq -8(%rsp), %rax\n  adcq $0, %rax\n  addq -16(%rsp), %rax\n  ret\n"
+        "1:\n  movq -8(%rsp), %rax\n  adcq $0, %rax\n  subq -16(%rsp), %rax\n  ret\n.size live_state, .-live_state\n");
 long live_state(long x);
 
 int main(int argc, char **argv) {

@@ -1,4 +1,4 @@
-/* A C program for tests/elf_resolve.rs: static and global functions, an
+/* A C program for compiler/tests/elf_resolve.rs: static and global functions, an
  * alias (two names at one address), a weak function, a zero-size label, an
  * ifunc with glibc-style implementations, a data object and an import. */
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* Two versions of one symbol (glibc-style symbol versioning), for
- * tests/elf_resolve.rs: .symtab names them greet@VER_1 and greet@@VER_2,
- * .dynsym names both plain greet. */
+ * compiler/tests/elf_resolve.rs: .symtab names them greet@VER_1 and greet@@VER_2,
+ * .dynsym names both greet, the old one's version (hidden) in .gnu.version. */
 int greet_v1(int x) {
     return x + 1;
 }
