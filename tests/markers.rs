@@ -125,8 +125,10 @@ fn statements_keep_the_red_zone_and_the_flags() {
     let cmd = format!("{} live 20", exe.display());
     let site = nm(&exe, "live_site");
     let own = untraced(&exe, &["live", "20"]);
-    // 0..9 take the branch (x - 85), 10..19 fall through (x + 85).
-    assert_eq!(own, format!("live {}\n", (0..10).map(|x| x - 85).sum::<i64>() + (10..20).map(|x| x + 85).sum::<i64>()));
+    // 0..9 take the branch with the carry set (x + 1 - 85), 10..19 fall
+    // through without (x + 85).
+    let expect = (0..10).map(|x| x + 1 - 85).sum::<i64>() + (10..20).map(|x| x + 85).sum::<i64>();
+    assert_eq!(own, format!("live {expect}\n"));
     for body in ["n++", "n += register(\"rdi\") + uaddr() - uaddr()"] {
         let script = format!("global n probe process.statement({site:#x}) {{ {body} }} probe end {{ println(n) }}");
         let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);

@@ -36,8 +36,9 @@
 //! are inside functions, where the flags and the red zone may be live
 //! (a compare before its branch, a leaf function's locals below the stack
 //! pointer): their trampolines (`Entry::inside`) first step over the red
-//! zone and save the flags, and restore both before the relocated
-//! instructions run.
+//! zone and save the arithmetic flags (`lahf`/`seto`, restored with
+//! `add al, 0x7f`/`sahf`: a few cycles where `pushfq`/`popfq` cost tens),
+//! and restore both before the relocated instructions run.
 //!
 //! The thread's slot (`ThreadSlot`: busy flag, shadow stack, row of the
 //! per-thread data) is found inline (`find_slot`) where `thread_slot` in
@@ -152,9 +153,34 @@ pub struct Entry {
 }
 
 /// What a trampoline at a site inside a function leaves alone below the
-/// stack pointer: the System V red zone (128 bytes) plus 8 to keep the
-/// stack's alignment as at a function entry, the saved flags right below.
-pub const RED_ZONE: i32 = 136;
+/// stack pointer: the System V red zone (128 bytes), then two words of its
+/// own (the flags, and rax while it moves them), which keep the stack's
+/// alignment as it was.
+pub const RED_ZONE: i32 = 144;
+
+/// Inside a function: step over the red zone and save the arithmetic flags
+/// (`lahf` and `seto`: SF ZF AF PF CF and OF, what compiled code tests; a
+/// few cycles, where `pushfq`/`popfq` cost tens).
+fn save_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.lea(rsp, ptr(rsp - RED_ZONE))?;
+    a.mov(qword_ptr(rsp + 8), rax)?;
+    a.lahf()?;
+    a.seto(al)?;
+    a.mov(qword_ptr(rsp), rax)?;
+    a.mov(rax, qword_ptr(rsp + 8))
+}
+
+/// The inverse of [`save_flags`]: OF from `add al, 0x7f` (it overflows
+/// exactly when OF was saved as 1), the others from `sahf`; then back over
+/// the red zone (`lea` leaves the flags).
+fn restore_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.mov(qword_ptr(rsp + 8), rax)?;
+    a.mov(rax, qword_ptr(rsp))?;
+    a.add(al, 0x7f)?;
+    a.sahf()?;
+    a.mov(rax, qword_ptr(rsp + 8))?;
+    a.lea(rsp, ptr(rsp + RED_ZONE))
+}
 
 /// `--chrome` calls recorded by lean trampolines themselves: the work of
 /// `rt_span` (compiler/rt/rt.c) inline, the clock read with `rdtsc` on
@@ -638,9 +664,8 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     // Inside a function: past the red zone, the flags saved (restored
     // before the relocated instructions run). The frame is below them.
     let below = if e.inside {
-        a.lea(rsp, ptr(rsp - RED_ZONE))?;
-        a.pushfq()?;
-        RED_ZONE + 8
+        save_flags(&mut a)?;
+        RED_ZONE
     } else {
         0
     };
@@ -773,8 +798,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     }
     a.lea(rsp, ptr(rsp + frame))?;
     if e.inside {
-        a.popfq()?;
-        a.lea(rsp, ptr(rsp + RED_ZONE))?;
+        restore_flags(&mut a)?;
     }
     let mut after = a.create_label();
     a.jmp(after)?;
