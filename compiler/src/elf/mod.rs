@@ -521,18 +521,6 @@ impl Module {
     }
 }
 
-/// The name a plain pattern matches: `memcpy@@GLIBC_2.14` (the default
-/// version, what programs link against) → `memcpy`; a non-default version
-/// (`memcpy@GLIBC_2.2.5`, an old copy kept for compatibility that current
-/// programs never call) keeps its version and matches only when named
-/// with it.
-fn default_name(name: &str) -> &str {
-    match name.find("@@") {
-        Some(i) if i > 0 => &name[..i],
-        _ => name,
-    }
-}
-
 /// `memcpy@@GLIBC_2.14` → `memcpy`. A leading `@` is kept (it is not a version).
 fn strip_version(name: &str) -> &str {
     match name.find('@') {
@@ -592,6 +580,8 @@ fn skipped_matches(m: &Matcher, name: &str) -> bool {
 /// metacharacter rejects most names without running the glob matcher.
 struct Matcher<'a> {
     pattern: &'a str,
+    /// The pattern names a symbol version (`memcpy@GLIBC_2.2.5`).
+    versioned: bool,
     prefix: &'a str,
     literal: bool,
     all: bool,
@@ -602,6 +592,7 @@ impl<'a> Matcher<'a> {
         let meta = pattern.find(['*', '?', '[']);
         Matcher {
             pattern,
+            versioned: pattern.contains('@'),
             prefix: &pattern[..meta.unwrap_or(pattern.len())],
             literal: meta.is_none(),
             all: !pattern.is_empty() && pattern.bytes().all(|b| b == b'*'),
@@ -614,11 +605,21 @@ impl<'a> Matcher<'a> {
     /// compatibility copy): a glob's `*` does not reach into the version.
     /// With one, the whole name.
     fn matches_symbol(&self, name: &str) -> bool {
-        if self.pattern.contains('@') {
+        if self.versioned {
             return self.matches(name);
         }
-        let base = default_name(name);
-        !base.contains('@') && self.matches(base) || base.starts_with('@') && self.matches(name)
+        // This runs for every function and point: a literal pattern is
+        // the name, or the name with its default version.
+        if self.literal {
+            return name.starts_with(self.pattern)
+                && (name.len() == self.pattern.len() || name[self.pattern.len()..].starts_with("@@"))
+                && !self.pattern.is_empty();
+        }
+        match name.find('@') {
+            None | Some(0) => self.matches(name),
+            Some(i) if name[i..].starts_with("@@") => self.matches(&name[..i]),
+            Some(_) => false,
+        }
     }
 
     fn matches(&self, text: &str) -> bool {
