@@ -267,7 +267,14 @@ impl Validator<'_> {
         match &s.kind {
             StmtKind::Block(b) => self.block(b, ctx),
             StmtKind::Expr(e) => self.expr(e),
-            StmtKind::Empty | StmtKind::Error | StmtKind::Next => {}
+            StmtKind::Empty | StmtKind::Error => {}
+            // SystemTap refuses it too: a function has no probe to leave.
+            StmtKind::Next if ctx.in_function => self.diags.push(
+                Diagnostic::error(Code::MisplacedStatement, s.span, "cannot `next` from a function")
+                    .with_label("`next` leaves a probe body; this is a function")
+                    .with_help("return from the function, and `next` in the probe that called it"),
+            ),
+            StmtKind::Next => {}
             StmtKind::If(i) => {
                 self.expr(&i.cond);
                 self.stmt(&i.then, ctx);

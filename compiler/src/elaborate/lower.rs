@@ -1472,6 +1472,19 @@ impl<'a> Lowerer<'a> {
                     _ => AggOp::Variance,
                 };
                 let Some(arg) = c.args.first() else { return zero(Ty::Long) };
+                if let Some(shift) = c.args.get(1) {
+                    // Said, not silently dropped: SystemTap's integer
+                    // algorithm keeps values shifted left by it.
+                    self.error(
+                        Diagnostic::warning(
+                            Code::Unsupported,
+                            shift.span,
+                            "the bit shift of `@variance` has no effect in telco-stap",
+                        )
+                        .with_label("ignored")
+                        .with_help("telco-stap computes the variance from exact 64-bit sums; remove the argument"),
+                    );
+                }
                 let stat = self.stat_operand(arg);
                 (Expr { kind: ExprKind::Aggregate { op, stat: Box::new(stat) }, ty: Ty::Long, span }, Some(Ty::Long))
             }
