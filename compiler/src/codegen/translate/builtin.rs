@@ -385,12 +385,7 @@ impl Gen<'_, '_, '_> {
             }
             Builtin::Error => {
                 let m = self.expr(&args[0]);
-                let loc = self.sh.loc(span);
-                let l = self.iconst(i64::from(loc));
-                let cap = self.cap_val();
-                self.rt(Rt::UserError, &[self.ctx, m, l, cap]);
-                let target = self.error_target;
-                self.b.ins().jump(target, &[]);
+                self.user_error(m, span);
                 self.fresh_block();
                 zero
             }
@@ -413,12 +408,7 @@ impl Gen<'_, '_, '_> {
                         self.region_addr(off)
                     }
                 };
-                let loc = self.sh.loc(span);
-                let l = self.iconst(i64::from(loc));
-                let cap = self.cap_val();
-                self.rt(Rt::UserError, &[self.ctx, m, l, cap]);
-                let target = self.error_target;
-                self.b.ins().jump(target, &[]);
+                self.user_error(m, span);
                 self.b.switch_to_block(ok);
                 self.b.seal_block(ok);
                 zero

@@ -256,6 +256,18 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.b.seal_block(cont);
     }
 
+    /// Raise a user error with message `m` (a string) at `span`: stored in
+    /// the context by the runtime library, then to the innermost `catch` or
+    /// the exit. The current block ends here.
+    pub(super) fn user_error(&mut self, m: Value, span: Span) {
+        let loc = self.sh.loc(span);
+        let l = self.iconst(i64::from(loc));
+        let cap = self.cap_val();
+        self.rt(Rt::UserError, &[self.ctx, m, l, cap]);
+        let target = self.error_target;
+        self.b.ins().jump(target, &[]);
+    }
+
     /// After a call that can fail: leave if the context holds an error.
     pub(super) fn check_error(&mut self) {
         self.may_error = true;

@@ -227,12 +227,7 @@ impl Gen<'_, '_, '_> {
         self.b.seal_block(err);
         let off = self.sh.layout.string(msg.as_bytes());
         let m = self.region_addr(off);
-        let loc = self.sh.loc(span);
-        let l = self.iconst(i64::from(loc));
-        let cap = self.cap_val();
-        self.rt(Rt::UserError, &[self.ctx, m, l, cap]);
-        let target = self.error_target;
-        self.b.ins().jump(target, &[]);
+        self.user_error(m, span);
         self.b.switch_to_block(cont);
         self.b.seal_block(cont);
         p
