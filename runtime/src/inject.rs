@@ -151,6 +151,14 @@ pub fn threads_at(s: &mut Stopped, a: &Artifact, at: u64) -> Result<u64, InjectE
     threads_mapped(s, a, Some(at))
 }
 
+/// Bytes of the thread slots' mapping (slots, then their shadow stacks).
+pub fn threads_size(a: &Artifact) -> u64 {
+    let slot = core::mem::size_of::<telco_abi::region::ThreadSlot>() as u64;
+    let n = u64::from(a.nthreads);
+    let stack = u64::from(a.shadow_depth) * u64::from(a.frame_size);
+    (n * slot + n * stack).next_multiple_of(4096).max(4096)
+}
+
 fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u64, InjectError> {
     use telco_abi::region::ThreadSlot;
     let pid = s.pid();
@@ -158,7 +166,7 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
     let slot = core::mem::size_of::<ThreadSlot>() as u64;
     let n = u64::from(a.nthreads);
     let stack = u64::from(a.shadow_depth) * u64::from(a.frame_size);
-    let size = (n * slot + n * stack).next_multiple_of(4096).max(4096);
+    let size = threads_size(a);
     let at = check(
         "mmap (thread slots and return-probe stacks: a smaller -D MAXRETURNDEPTH needs less)",
         pid,

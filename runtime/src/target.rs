@@ -17,8 +17,13 @@
 //!   threads with no tracer involvement.
 //! * At the end the tracer attaches again (if the target lives), disables
 //!   the handlers (`Header::enabled`), restores every patched byte and
-//!   detaches. The code regions stay mapped: a thread may still be inside a
-//!   trampoline.
+//!   unmaps what it put there (`Armed::unmap_injected`): threads inside a
+//!   trampoline are stepped out of it, calls still running under a return
+//!   probe get their own return addresses back, then the code regions, the
+//!   shared region and the thread slots go, so a process traced again and
+//!   again does not grow. Where that cannot be done safely (a vfork child
+//!   shares the memory, a thread stays inside) they stay mapped, with a
+//!   warning saying why. Forked children keep theirs.
 //!
 //! # Libraries loaded later
 //!
@@ -1383,6 +1388,13 @@ impl Armed {
                         eprintln!("warning: cannot restore the code at {:#x} in pid {}: {e}", p.at, self.pid);
                     }
                 }
+                if let Err(why) = self.unmap_injected(&mut s) {
+                    let w = format!("the session's memory stays mapped in pid {}: {why}", self.pid);
+                    if !self.quiet {
+                        eprintln!("WARNING: {w}");
+                    }
+                    self.warnings.push(w);
+                }
                 if let Err(e) = s.detach() {
                     eprintln!("warning: {e}");
                 }
@@ -1392,6 +1404,91 @@ impl Armed {
             Err(e) => eprintln!("warning: cannot stop pid {} to remove the probes: {e}", self.pid),
         }
         self.patches.clear();
+    }
+
+    /// After the patches are restored (every thread stopped): unmap what the
+    /// session put into the process — code regions, the shared region, the
+    /// thread slots — so that a process traced again and again does not
+    /// grow. Calls still running under a return probe get their own return
+    /// addresses back first. Not while a thread is inside our code (a
+    /// trampoline, a handler, a call waiting for the tracer) or a vfork
+    /// child shares the memory: then why not.
+    fn unmap_injected(&self, s: &mut Stopped) -> Result<(), String> {
+        use telco_abi::region::ThreadSlot;
+        let a = &self.hooker.artifact;
+        let page = |n: u64| n.next_multiple_of(4096);
+        let mut regions: Vec<(u64, u64)> = self._code.iter().map(|c| (c.remote, c.size)).collect();
+        if let Some(f) = &self.follow {
+            regions.extend(f._codes.iter().map(|c| (c.remote, c.size)));
+        }
+        let code = regions.clone();
+        regions.push((self.region_remote, page(a.region_size)));
+        let threads_at = self.hooker.threads_at;
+        if threads_at != 0 {
+            regions.push((threads_at, inject::threads_size(a)));
+        }
+        // A thread inside our code (a trampoline, a disabled handler)
+        // finishes that pass one instruction at a time: with the patches
+        // gone it does not come back (but through a return address, given
+        // back below).
+        const STEPS: u32 = 100_000;
+        let inside = |pc: u64| code.iter().any(|&(at, n)| pc >= at && pc < at + n);
+        for tid in s.threads().collect::<Vec<_>>() {
+            let mut steps = 0;
+            while inside(arch::pc(&s.regs(tid).map_err(|e| e.to_string())?)) {
+                if steps == STEPS {
+                    return Err(format!("thread {tid} stayed inside a probe for {STEPS} instructions"));
+                }
+                s.step(tid).map_err(|e| e.to_string())?;
+                steps += 1;
+            }
+        }
+        // Calls still running whose return address is a trampoline's: the
+        // return address goes back to the caller (as `rt_unwind` does for
+        // an exception), so they return past the trampolines (their return
+        // probes do not run: the session is over). A frame whose stack
+        // slot holds something else was left by a longjmp.
+        if threads_at != 0 {
+            use telco_abi::region::ShadowFrame;
+            let size = core::mem::size_of::<ThreadSlot>();
+            let slots = s.read(threads_at, size * a.nthreads as usize).map_err(|e| e.to_string())?;
+            let u32_at = |b: &[u8], off: usize| u32::from_le_bytes(b[off..off + 4].try_into().unwrap_or([0; 4]));
+            let u64_at = |b: &[u8], off: usize| u64::from_le_bytes(b[off..off + 8].try_into().unwrap_or([0; 8]));
+            for b in slots.chunks_exact(size) {
+                let depth = u32_at(b, core::mem::offset_of!(ThreadSlot, depth)).min(a.shadow_depth);
+                if u32_at(b, core::mem::offset_of!(ThreadSlot, pid)) != self.pid as u32 || depth == 0 {
+                    continue;
+                }
+                let frames = u64_at(b, core::mem::offset_of!(ThreadSlot, frames));
+                for i in (0..u64::from(depth)).rev() {
+                    let f = s
+                        .read(frames + i * u64::from(a.frame_size), core::mem::size_of::<ShadowFrame>())
+                        .map_err(|e| e.to_string())?;
+                    let (ret, sp, tramp) = (
+                        u64_at(&f, core::mem::offset_of!(ShadowFrame, ret)),
+                        u64_at(&f, core::mem::offset_of!(ShadowFrame, sp)),
+                        u64_at(&f, core::mem::offset_of!(ShadowFrame, tramp)),
+                    );
+                    if s.read(sp, 8).is_ok_and(|w| u64_at(&w, 0) == tramp) {
+                        s.write(sp, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+        }
+        // A vfork child runs in this memory, and is not stopped.
+        if let Some(c) =
+            crate::os::proc::children(self.pid).into_iter().find(|&c| crate::os::process::same_vm(c, self.pid))
+        {
+            return Err(format!("its vfork child {c} shares its memory"));
+        }
+        let tid = s.main_thread();
+        for (at, len) in regions {
+            let r = s.syscall(tid, libc::SYS_munmap, [at, len, 0, 0, 0, 0]).map_err(|e| e.to_string())?;
+            if r < 0 {
+                return Err(format!("munmap({at:#x}, {len}): {}", std::io::Error::from_raw_os_error(-r as i32)));
+            }
+        }
+        Ok(())
     }
 
     /// Stop the target and hook the pending libraries that are mapped now.

@@ -113,6 +113,20 @@ static void *thread_main(void *arg) {
     return 0;
 }
 
+/* `busy`: 4 threads call rec(20) until stdin says stop; each checks every
+ * result, so a return address handed back wrong shows. */
+static volatile int busy_stop;
+static void *busy_main(void *arg) {
+    long bad = 0, calls = 0, want = rec(20);
+    while (!busy_stop) {
+        bad += rec(20) != want;
+        calls++;
+    }
+    ((long *)arg)[0] = bad;
+    ((long *)arg)[1] = calls;
+    return 0;
+}
+
 /* A thread that ends by pthread_exit, not by returning. */
 static void *thread_exit(void *arg) {
     *(long *)arg = work(1);
@@ -310,6 +324,20 @@ int main(int argc, char **argv) {
         s += work(41);
         char line[16];
         if (!fgets(line, sizeof line, stdin)) line[0] = 0;
+    } else if (!strcmp(mode, "busy")) {
+        pthread_t t[4];
+        long r[4][2];
+        for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, busy_main, r[i]);
+        printf("ready\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 2;
+        busy_stop = 1;
+        for (int i = 0; i < 4; i++) {
+            pthread_join(t[i], 0);
+            s += r[i][0];
+        }
+        /* s: results that were wrong (0). */
     } else if (!strcmp(mode, "wait")) {
         /* For -p: say where work is, then wait for a line on stdin, work. */
         printf("ready %p\n", (void *)work);

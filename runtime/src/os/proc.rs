@@ -164,6 +164,16 @@ pub fn tasks(pid: i32) -> std::io::Result<std::collections::BTreeSet<i32>> {
     Ok(out)
 }
 
+/// The children of process `pid` (every thread's `children` file).
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for tid in tasks(pid).unwrap_or_default() {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) else { continue };
+        out.extend(text.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+    }
+    out
+}
+
 /// The process tracing `pid` (`TracerPid:`), None when none.
 pub fn tracer_of(pid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
