@@ -386,10 +386,19 @@ fn chrome(
 }
 
 fn report_chrome(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
+    // Always said, as perf record does: how much the trace holds and
+    // whether anything is missing from it.
     if let (Some(path), Some(w)) = (&cli.chrome, outcome.chrome) {
-        if cli.verbose > 0 {
-            eprintln!("Chrome trace: {} events, {} bytes in {}.", w.events, w.bytes, path.display());
-        }
+        let size = if w.bytes >= 1 << 20 {
+            format!("{:.1} MB", w.bytes as f64 / f64::from(1 << 20))
+        } else {
+            format!("{:.1} KB", w.bytes as f64 / 1024.0)
+        };
+        let dropped = match outcome.dropped {
+            0 => "none dropped".to_string(),
+            n => format!("{n} dropped (see the warning)"),
+        };
+        eprintln!("--chrome: {} events, {size}, written to {}; {dropped}", w.events, path.display());
     }
 }
 

@@ -123,6 +123,9 @@ fn calls_nest_per_thread_with_printf_and_script_events() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(stdout.lines().filter(|l| l.starts_with("top ")).count(), 40);
     let ev = events(&out);
+    // The session says what the trace holds, as perf record does.
+    let said = format!("--chrome: {} events, ", ev.len());
+    assert!(stderr.contains(&said) && stderr.contains("; none dropped"), "{said} in {stderr}");
     let n = nesting(&ev);
     assert_eq!(n.len(), 2, "two threads");
     for list in n.values() {
