@@ -396,3 +396,35 @@ fn two_return_probes_on_one_function() {
         }
     }
 }
+
+/// Every function of a real program at once (issue 17): Debian's
+/// python3.11, `function("*")` with `--chrome` on a Python one-liner. The
+/// program's output is its own, every call is a complete span, and the
+/// trace opens in Perfetto's trace processor with as many slices.
+#[test]
+fn every_python_function_traced_opens_in_perfetto() {
+    let py = "/usr/bin/python3.11";
+    if !std::path::Path::new(py).exists() {
+        panic!("{py} is missing: the test command (.ci/run) installs Debian's python3.11");
+    }
+    let out = dir().join("python.json");
+    let (stdout, stderr, code) = telco(&[
+        "-w",
+        "-e",
+        &format!("probe process(\"{py}\").function(\"*\") {{}}"),
+        "--chrome",
+        out.to_str().unwrap(),
+        "-c",
+        &format!("{py} -c \"print(sum(range(10)))\""),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "45\n");
+    assert!(stderr.contains("; none dropped"), "{stderr}");
+    let ev = events(&out);
+    let spans = ph(&ev, "X").len() as u64;
+    assert!(spans > 10_000, "only {spans} calls of python3.11 recorded");
+    if let Some(report) = viewer_check(&out) {
+        assert_eq!(report["slice_count"], spans, "{report}");
+    }
+    std::fs::remove_file(&out).ok();
+}
