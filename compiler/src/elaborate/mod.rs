@@ -433,9 +433,11 @@ fn symbols_for(
             m.functions.iter().map(|f| (f.addr, f.size, f.display_name().to_string())).collect();
         functions.sort_by_key(|f| f.0);
         out.push(crate::program::ModuleSymbols {
-            path: path.to_path_buf(),
-            anchor_addr: anchor.addr,
-            anchor_offset: anchor.file_offset,
+            module: telco_abi::artifact::SymModule {
+                path: path.to_path_buf(),
+                anchor_addr: anchor.addr,
+                anchor_offset: anchor.file_offset,
+            },
             functions,
         });
     }

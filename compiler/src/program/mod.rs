@@ -63,11 +63,9 @@ pub struct Program {
 /// region's symbol table from them).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModuleSymbols {
-    pub path: PathBuf,
-    /// Where the module's first function is, in memory and in the file: how
-    /// the runtime finds the module's load bias.
-    pub anchor_addr: u64,
-    pub anchor_offset: u64,
+    /// The module and where its first function is (how the runtime finds
+    /// its load bias), as the artifact carries it.
+    pub module: telco_abi::artifact::SymModule,
     /// (address, size, name), by address.
     pub functions: Vec<(u64, u64, String)>,
 }

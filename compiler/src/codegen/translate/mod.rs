@@ -110,21 +110,9 @@ impl Shared<'_> {
         if self.layout.symtab_off != 0 {
             return self.layout.symtab_off;
         }
-        let mods: Vec<(telco_abi::artifact::SymModule, &[(u64, u64, String)])> = self
-            .program
-            .symbols
-            .iter()
-            .map(|m| {
-                let module = telco_abi::artifact::SymModule {
-                    path: m.path.clone(),
-                    anchor_addr: m.anchor_addr,
-                    anchor_offset: m.anchor_offset,
-                };
-                (module, m.functions.as_slice())
-            })
-            .collect();
+        let mods = &self.program.symbols;
         let head = core::mem::size_of::<SymTable>();
-        let n_entries: usize = mods.iter().map(|m| m.1.len()).sum();
+        let n_entries: usize = mods.iter().map(|m| m.functions.len()).sum();
         // A relocation per probed function (the trampolines' copies).
         let relocs_cap: usize = self
             .program
@@ -151,14 +139,14 @@ impl Shared<'_> {
             })
         };
         let mut at = head + mods.len() * SYM_MODULE_SIZE;
-        for (i, (m, fs)) in mods.iter().enumerate() {
+        for (i, m) in mods.iter().enumerate() {
             let md = head + i * SYM_MODULE_SIZE;
             let put32 = |b: &mut Vec<u8>, o: usize, v: u32| b[o..o + 4].copy_from_slice(&v.to_le_bytes());
             put32(&mut blob, md + core::mem::offset_of!(SymTableModule, entries), at as u32);
-            put32(&mut blob, md + core::mem::offset_of!(SymTableModule, count), fs.len() as u32);
-            let path = name_of(&m.path.to_string_lossy());
+            put32(&mut blob, md + core::mem::offset_of!(SymTableModule, count), m.functions.len() as u32);
+            let path = name_of(&m.module.path.to_string_lossy());
             put32(&mut blob, md + core::mem::offset_of!(SymTableModule, path), path);
-            for (addr, size, name) in fs.iter() {
+            for (addr, size, name) in &m.functions {
                 blob[at..at + 8].copy_from_slice(&addr.to_le_bytes());
                 put32(&mut blob, at + core::mem::offset_of!(SymEntry, size), (*size).min(u64::from(u32::MAX)) as u32);
                 let n = name_of(name);
@@ -168,7 +156,7 @@ impl Shared<'_> {
         }
         blob.extend_from_slice(&strings);
         self.layout.symtab_off = self.layout.constant_aligned(&blob);
-        self.layout.symtab_modules = mods.into_iter().map(|m| m.0).collect();
+        self.layout.symtab_modules = mods.iter().map(|m| m.module.clone()).collect();
         self.layout.symtab_off
     }
 }
