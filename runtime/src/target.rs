@@ -278,7 +278,7 @@ pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
     if argv.len() == 3 && argv[0] == "/bin/sh" && argv[2].starts_with("exec ") {
         let mut sig = 0;
         loop {
-            let resumed = crate::os::process::resume(pid, sig);
+            let resumed = crate::os::ptrace::req::cont(pid, sig);
             status = match (resumed, crate::os::wait::wait(pid, true)) {
                 (Ok(()), Ok(Some((_, st)))) => st,
                 _ => return Err(early(status)),

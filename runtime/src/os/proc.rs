@@ -13,13 +13,21 @@ pub fn executable(pid: u32) -> Result<PathBuf, String> {
     })
 }
 
+/// The fields `names` (`"PPid:"`) of `/proc/PID/status`, in order.
+fn status_fields<const N: usize>(pid: i64, names: [&str; N]) -> Option<[String; N]> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string());
+    let mut out: [String; N] = std::array::from_fn(|_| String::new());
+    for (o, n) in out.iter_mut().zip(names) {
+        *o = field(n)?;
+    }
+    Some(out)
+}
+
 /// The real user id and the parent of process `pid` (`/proc/PID/status`).
 pub fn uid_and_parent(pid: u32) -> Option<(u32, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
-    let uid = field("Uid:")?.split_whitespace().next()?.parse().ok()?;
-    let ppid = field("PPid:")?.parse().ok()?;
-    Some((uid, ppid))
+    let [uid, ppid] = status_fields(i64::from(pid), ["Uid:", "PPid:"])?;
+    Some((uid.split_whitespace().next()?.parse().ok()?, ppid.parse().ok()?))
 }
 
 /// The files mapped into process `pid`, each once, in the order of their
@@ -91,7 +99,7 @@ pub fn maps_file(pid: i32, prefix: &str, inode: u64) -> bool {
 
 /// The executable's path (`/proc/PID/exe`), empty when it cannot be read.
 pub fn exe_path(pid: i32) -> PathBuf {
-    std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default()
+    executable(pid as u32).unwrap_or_default()
 }
 
 /// The first `n` bytes of the process's executable.
@@ -127,8 +135,8 @@ pub fn running(pid: i32) -> bool {
 
 /// The process a thread belongs to (`Tgid:` of `/proc/TID/status`).
 pub fn tgid(tid: i32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
+    let [tgid] = status_fields(i64::from(tid), ["Tgid:"])?;
+    tgid.parse().ok()
 }
 
 /// Whether process `pid` sees the pids we see (one pid namespace).
@@ -176,8 +184,8 @@ pub fn children(pid: i32) -> Vec<i32> {
 
 /// The process tracing `pid` (`TracerPid:`), None when none.
 pub fn tracer_of(pid: i32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok()).filter(|&t| t != 0)
+    let [tracer] = status_fields(i64::from(pid), ["TracerPid:"])?;
+    tracer.parse().ok().filter(|&t| t != 0)
 }
 
 /// The auxiliary vector of process `pid` (`/proc/PID/auxv`, 64-bit):

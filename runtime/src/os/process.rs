@@ -28,17 +28,6 @@ pub fn spawn_traced(argv: &[String]) -> io::Result<(i32, Status)> {
     Ok((pid, status))
 }
 
-/// Resume a traced child stopped at a signal-delivery or trap stop,
-/// passing `sig` (0: none) on. Raw libc: nix's `Signal` has no
-/// real-time signals, which must be passed on too.
-pub fn resume(pid: i32, sig: i32) -> io::Result<()> {
-    // SAFETY: PTRACE_CONT takes the signal number as data.
-    if unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0usize, sig as usize) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// End our child `pid`: SIGTERM, then SIGKILL if it is still there after
 /// `grace`; reaped either way.
 pub fn terminate(pid: i32, grace: std::time::Duration) {

@@ -114,7 +114,7 @@ fn decode(status: Status) -> Stop {
 /// libc for the requests that carry a signal to deliver (`PTRACE_CONT`,
 /// `PTRACE_SINGLESTEP`, `PTRACE_DETACH`), because nix's `Signal` has no
 /// real-time signals and a tracer must pass every signal on.
-mod req {
+pub(crate) mod req {
     use super::{PtraceError, Regs};
     use nix::sys::ptrace::{self, Options};
     use nix::unistd::Pid;
