@@ -1229,13 +1229,18 @@ EXPORT void rt_thread_indent(u8 *R, u8 *ctx, char *dst, i64 delta, i64 cap) {
     rt_format(dst, cap, fmt, args, 5);
 }
 
+/* The saved word of argument register n (1-based, n <= NARG_REGS). */
+LOCAL i64 *arg_reg(u8 *regs, i64 n) {
+    static const u8 arg_regs[NARG_REGS] = ARG_REG_OFFSETS;
+    return &AT(regs, arg_regs[n - 1], i64);
+}
+
 /* $argN (1-based: the ABI's argument registers, then the stack above the
  * return address), $return and register("...") of a function probe; 0 elsewhere. */
 EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs || n < 1) return 0;
-    static const u8 arg_regs[NARG_REGS] = ARG_REG_OFFSETS;
-    if (n <= NARG_REGS) return AT(regs, arg_regs[n - 1], i64);
+    if (n <= NARG_REGS) return *arg_reg(regs, n);
     i64 v = 0;
     rt_read_user(R, &v, AT(regs, REG_SP, u64) + 8 * (u64)(n - NARG_REGS), 8);
     return v;
@@ -1248,11 +1253,10 @@ EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
 EXPORT void rt_set_arg(u8 *ctx, i64 n, i64 v) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs || n < 0) return;
-    static const u8 arg_regs[NARG_REGS] = ARG_REG_OFFSETS;
     if (n == 0)
         AT(regs, REG_RETURN, i64) = v;
     else if (n <= NARG_REGS)
-        AT(regs, arg_regs[n - 1], i64) = v;
+        *arg_reg(regs, n) = v;
     else {
         /* Fault-safe: a write into this process that cannot fault it. */
         struct {
@@ -2016,8 +2020,7 @@ EXPORT i64 rt_call_probe(u8 *R, u64 handler, u64 probe, u64 ctx_size, u64 arg1) 
     if (!slot) return 0;
     u64 regs[NREGS];
     memset(regs, 0, sizeof regs);
-    static const u8 arg_regs[NARG_REGS] = ARG_REG_OFFSETS;
-    AT(regs, arg_regs[0], u64) = arg1; /* `$status` of process.end */
+    *arg_reg((u8 *)regs, 1) = (i64)arg1; /* `$status` of process.end */
     u8 *ctx = __builtin_alloca(ctx_size);
     memset(ctx, 0, ctx_size);
     AT(ctx, C_REGS, u64) = (u64)regs;

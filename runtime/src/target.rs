@@ -1459,15 +1459,18 @@ impl Armed {
                 if u32_at(b, core::mem::offset_of!(ThreadSlot, pid)) != self.pid as u32 || depth == 0 {
                     continue;
                 }
+                // The whole stack in one read (up to MAXRETURNDEPTH frames).
                 let frames = u64_at(b, core::mem::offset_of!(ThreadSlot, frames));
-                for i in (0..u64::from(depth)).rev() {
-                    let f = s
-                        .read(frames + i * u64::from(a.frame_size), core::mem::size_of::<ShadowFrame>())
-                        .map_err(|e| e.to_string())?;
+                let stride = a.frame_size as usize;
+                if stride < core::mem::size_of::<ShadowFrame>() {
+                    return Err("the artifact's shadow frames are too small".into());
+                }
+                let stack = s.read(frames, stride * depth as usize).map_err(|e| e.to_string())?;
+                for f in stack.chunks_exact(stride).rev() {
                     let (ret, sp, tramp) = (
-                        u64_at(&f, core::mem::offset_of!(ShadowFrame, ret)),
-                        u64_at(&f, core::mem::offset_of!(ShadowFrame, sp)),
-                        u64_at(&f, core::mem::offset_of!(ShadowFrame, tramp)),
+                        u64_at(f, core::mem::offset_of!(ShadowFrame, ret)),
+                        u64_at(f, core::mem::offset_of!(ShadowFrame, sp)),
+                        u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)),
                     );
                     if s.read(sp, 8).is_ok_and(|w| u64_at(&w, 0) == tramp) {
                         s.write(sp, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
