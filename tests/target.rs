@@ -16,6 +16,20 @@ fn build(name: &str, flags: &[&str]) -> PathBuf {
     exe
 }
 
+/// The end of `probed wait N` after the tracing: on "go" it makes its N
+/// calls of work (2i + 1 each) and says so, on "end" it says it again and
+/// exits 0.
+fn wait_mode_works(mut target: common::Running, calls: i64) {
+    target.say("go");
+    let worked = target.line();
+    let expect: i64 = (0..calls).map(|i| 2 * i + 1).sum();
+    assert_eq!(worked, format!("worked {expect}\n"));
+    target.say("end");
+    let (last, status) = target.finish();
+    assert!(status.success());
+    assert_eq!(last, format!("wait {expect}\n"));
+}
+
 fn untraced(exe: &PathBuf, args: &[&str]) -> String {
     let o = Command::new(exe).args(args).output().expect("run target");
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -141,7 +155,7 @@ fn attach_detach_restores_the_code() {
 #[test]
 fn attach_detach_cycles_leave_nothing_behind() {
     let exe = build("cycles", &[]);
-    let mut target = common::Running::start(&exe, &["wait", "1000"]);
+    let target = common::Running::start(&exe, &["wait", "1000"]);
     let pid = target.pid();
     let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
     let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).expect("fds").count();
@@ -160,14 +174,8 @@ fn attach_detach_cycles_leave_nothing_behind() {
             assert_eq!(fds(), fds_before);
         }
     }
-    target.say("go");
-    let worked = target.line();
-    let expect: i64 = (0..1000i64).map(|i| 2 * i + 1).sum();
-    assert_eq!(worked, format!("worked {expect}\n"));
-    target.say("end");
-    let (last, status) = target.finish();
-    assert!(status.success());
-    assert_eq!(last, format!("wait {expect}\n"));
+    let calls = 1000;
+    wait_mode_works(target, calls);
 }
 
 /// The same while 4 threads recurse through return-probed calls: at each
@@ -323,21 +331,15 @@ fn shell_commands_probe_the_program_they_exec() {
 #[test]
 fn the_target_survives_a_killed_tracer() {
     let exe = build("survivor", &[]);
-    let mut target = common::Running::start(&exe, &["wait", "200000"]);
+    let target = common::Running::start(&exe, &["wait", "200000"]);
     let script =
         "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++; printf(\"%d\\n\", n) }";
     let mut tracer = common::Tracer::start(&["-p", &target.pid().to_string(), "-e", script], "armed");
     tracer.child.kill().expect("SIGKILL the tracer");
     tracer.child.wait().expect("reap");
     // The target now runs 200,000 probed calls with nobody draining events.
-    target.say("go");
-    let worked = target.line();
-    let expect: i64 = (0..200_000i64).map(|i| 2 * i + 1).sum();
-    assert_eq!(worked, format!("worked {expect}\n"));
-    target.say("end");
-    let (last, status) = target.finish();
-    assert!(status.success());
-    assert_eq!(last, format!("wait {expect}\n"));
+    let calls = 200_000;
+    wait_mode_works(target, calls);
 }
 
 /// A forked child inherits the hooks and the shared region: its hits are
