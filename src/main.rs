@@ -281,7 +281,11 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         if cli.verbose > 0 {
             eprintln!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
         }
-        return Ok(if outcome.errors > 0 || outcome.too_many_skipped { ExitCode::from(1) } else { ExitCode::SUCCESS });
+        return Ok(if outcome.errors > 0 || outcome.too_many_skipped || outcome.corrupted.is_some() {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
     }
     let (stopped, child) = match (cli.pid, &cli.command) {
         (Some(pid), _) => (telco_runtime::os::ptrace::Stopped::attach(pid as i32)?, false),
@@ -394,9 +398,14 @@ fn report_chrome(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
         } else {
             format!("{:.1} KB", w.bytes as f64 / 1024.0)
         };
-        let dropped = match outcome.dropped {
-            0 => "none dropped".to_string(),
-            n => format!("{n} dropped (see the warning)"),
+        let dropped = match (outcome.dropped, w.dropped) {
+            (0, 0) => "none dropped".to_string(),
+            (n, 0) => format!("{n} dropped (see the warning)"),
+            (n, k) => format!(
+                "{} dropped ({k} printf lines, instants or counters the trace writer had no room for{})",
+                n + k,
+                if n > 0 { "; see the warning for the rest" } else { "" }
+            ),
         };
         eprintln!("--chrome: {} events, {size}, written to {}; {dropped}", w.events, path.display());
     }

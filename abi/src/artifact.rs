@@ -278,6 +278,11 @@ pub struct Artifact {
     pub format_args: Vec<Vec<bool>>,
     pub locations: Vec<Location>,
     pub display: Vec<Display>,
+    /// Every global array: its name and the region offset of its
+    /// [`crate::region::TableHeader`] (whose geometry `init` holds). The
+    /// tracer checks the region's copies against it: the target can write
+    /// over them.
+    pub tables: Vec<(String, u64)>,
     pub limits: Limits,
     /// Bytes the caller must provide for a [`crate::region::Ctx`] and its buffers.
     pub ctx_size: u32,

@@ -650,6 +650,9 @@ pub const ERR_USER: u32 = 5;
 pub const ERR_EMPTY_AGG: u32 = 6;
 /// `user_string` and friends on an unreadable address (message in the buffer).
 pub const ERR_FAULT: u32 = 7;
+/// Shared data the target overwrote into an impossible state (a
+/// statistic's count, minimum and maximum).
+pub const ERR_CORRUPT: u32 = 8;
 
 /// SystemTap's wording for each error code.
 pub fn error_message(code: u32) -> &'static str {
@@ -659,6 +662,10 @@ pub fn error_message(code: u32) -> &'static str {
         ERR_OVERFLOW => "Array overflow, check MAXMAPENTRIES",
         ERR_NESTING => "MAXNESTING exceeded",
         ERR_EMPTY_AGG => "empty aggregate",
+        ERR_CORRUPT => {
+            "statistic damaged: its count, minimum and maximum cannot all hold (the target can write to the shared \
+             region)"
+        }
         _ => "error",
     }
 }

@@ -644,6 +644,7 @@ EXPORT void rt_error_message(char *dst, u8 *ctx, i64 cap) {
     case ERR_OVERFLOW: m = "Array overflow, check MAXMAPENTRIES"; break;
     case ERR_NESTING: m = "MAXNESTING exceeded"; break;
     case ERR_EMPTY_AGG: m = "empty aggregate"; break;
+    case ERR_CORRUPT: m = "statistic damaged"; break;
     default: m = (const char *)ctx + CTX_SIZE; break;
     }
     rt_strcpy(dst, m, cap);
@@ -764,6 +765,16 @@ EXPORT void rt_stat_clear(u8 *st, const u8 *desc) {
  * (st = 0: an absent array element, i.e. empty). */
 EXPORT i64 rt_stat_get(u8 *ctx, const u8 *st, i64 op, i64 loc) {
     i64 n = st ? __atomic_load_n(&AT(st, S_COUNT, i64), __ATOMIC_RELAXED) : 0;
+    /* In begin/end/error probes (no handler adds to it then: a racing
+     * first value can show min > max for an instant), a statistic the
+     * target overwrote into an impossible state is an error, not a value. */
+    if ((AT(ctx, C_FLAGS, u32) & CTX_INTERRUPTIBLE) && (n < 0 || (n > 0 && AT(st, S_MIN, i64) > AT(st, S_MAX, i64)))) {
+        if (!AT(ctx, C_ERROR, u32)) {
+            AT(ctx, C_ERROR, u32) = ERR_CORRUPT;
+            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+        }
+        return 0;
+    }
     if (op == 0) return n;
     if (op == 1) return st ? __atomic_load_n(&AT(st, S_SUM, i64), __ATOMIC_RELAXED) : 0;
     if (n == 0) {

@@ -80,7 +80,18 @@ pub struct Written {
     pub bytes: u64,
     /// How many times the growing trace was reported (1 GiB, 2, 4, ...).
     pub size_warnings: u64,
+    /// printf lines, instants and counters left out because the writer
+    /// fell behind by more than [`OTHERS_QUEUED`] of them.
+    pub dropped: u64,
 }
+
+/// printf lines, instants and counters waiting for the writer, at most:
+/// the consumer never waits for the writer (which runs when nothing else
+/// wants the CPU), and memory stays bounded whatever the target prints.
+pub const OTHERS_QUEUED: usize = 1 << 16;
+
+/// Threads named in the trace, at most (the tids come from the target).
+const MAX_THREADS: usize = 1 << 17;
 
 impl Chrome {
     /// Start the file: the process's name as metadata. `names` gives each
@@ -237,7 +248,7 @@ impl Chrome {
         self.out.write_all(b"\n]\n")?;
         self.out.flush()?;
         let bytes = self.out.get_ref().metadata().map(|m| m.len()).unwrap_or(0);
-        Ok(Written { events: self.events, bytes, size_warnings: self.size_warnings })
+        Ok(Written { events: self.events, bytes, size_warnings: self.size_warnings, dropped: 0 })
     }
 
     /// Push buffered events to the file (the consumer calls this when the
@@ -255,7 +266,7 @@ impl Chrome {
 
     /// A thread seen for the first time: its name, while it still exists.
     fn thread(&mut self, tid: u32) -> std::io::Result<()> {
-        if self.threads.contains(&tid) {
+        if self.threads.contains(&tid) || self.threads.len() >= MAX_THREADS {
             return Ok(());
         }
         self.threads.insert(tid);
@@ -315,7 +326,7 @@ pub struct Feed {
     spool: BufWriter<File>,
     len: u64,
     shared: std::sync::Arc<Shared>,
-    others: std::sync::mpsc::Sender<Other>,
+    others: std::sync::mpsc::SyncSender<Other>,
     writer: Option<std::thread::JoinHandle<std::io::Result<Written>>>,
 }
 
@@ -323,6 +334,8 @@ struct Shared {
     /// Spool bytes flushed (Release by the consumer, Acquire by the writer).
     flushed: std::sync::atomic::AtomicU64,
     done: std::sync::atomic::AtomicBool,
+    /// Others the queue had no room for.
+    dropped: std::sync::atomic::AtomicU64,
 }
 
 impl Feed {
@@ -337,8 +350,9 @@ impl Feed {
         let shared = std::sync::Arc::new(Shared {
             flushed: std::sync::atomic::AtomicU64::new(0),
             done: std::sync::atomic::AtomicBool::new(false),
+            dropped: std::sync::atomic::AtomicU64::new(0),
         });
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::sync_channel(OTHERS_QUEUED);
         let sh = shared.clone();
         let writer = std::thread::Builder::new()
             .name("chrome-writer".into())
@@ -367,11 +381,17 @@ impl Feed {
 
     pub fn instant(&mut self, tid: u32, ts: u64, cat: &'static str, name: &[u8], text: Option<&[u8]>) {
         let o = Other::Instant { tid, ts, cat, name: name.to_vec(), text: text.map(<[u8]>::to_vec) };
-        let _ = self.others.send(o);
+        self.other(o);
     }
 
     pub fn counter(&mut self, ts: u64, name: &[u8], value: i64) {
-        let _ = self.others.send(Other::Counter { ts, name: name.to_vec(), value });
+        self.other(Other::Counter { ts, name: name.to_vec(), value });
+    }
+
+    fn other(&mut self, o: Other) {
+        if let Err(std::sync::mpsc::TrySendError::Full(_)) = self.others.try_send(o) {
+            self.shared.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Hand what was spooled to the writer.
@@ -390,7 +410,9 @@ impl Feed {
         self.shared.done.store(true, std::sync::atomic::Ordering::Release);
         let w = self.writer.take().ok_or_else(|| std::io::Error::other("the chrome writer is gone"))?;
         w.thread().unpark();
-        w.join().map_err(|_| std::io::Error::other("the chrome writer panicked"))?
+        let mut written = w.join().map_err(|_| std::io::Error::other("the chrome writer panicked"))??;
+        written.dropped = self.shared.dropped.load(std::sync::atomic::Ordering::Relaxed);
+        Ok(written)
     }
 }
 

@@ -274,21 +274,21 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
 /// The function of ELF file `path` that holds the byte at `file_offset`,
 /// as `name+0xOFF`, from its symbol table or its dynamic symbols.
 fn symbol(path: &Path, file_offset: u64) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = crate::os::sys::read_module(path).ok()?;
     let elf = goblin::elf::Elf::parse(&bytes).ok()?;
     let ph = elf.program_headers.iter().find(|p| {
         p.p_type == goblin::elf::program_header::PT_LOAD
             && file_offset >= p.p_offset
-            && file_offset < p.p_offset + p.p_filesz
+            && file_offset < p.p_offset.saturating_add(p.p_filesz)
     })?;
-    let vaddr = file_offset - ph.p_offset + ph.p_vaddr;
+    let vaddr = (file_offset - ph.p_offset).wrapping_add(ph.p_vaddr);
     let mut best: Option<(u64, &str)> = None;
     for (syms, strs) in [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)] {
         for s in syms.iter() {
             if s.st_type() != goblin::elf::sym::STT_FUNC || s.st_value == 0 || s.st_value > vaddr {
                 continue;
             }
-            let inside = vaddr < s.st_value + s.st_size.max(1);
+            let inside = vaddr < s.st_value.saturating_add(s.st_size.max(1));
             if !inside {
                 continue;
             }

@@ -96,7 +96,7 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
     let tid = s.main_thread();
     // The name for memfd_create goes just below the red zone of the thread.
     let sp = crate::arch::native::sp(&s.regs(tid)?);
-    let name_at = (sp - 512) & !15;
+    let name_at = sp.wrapping_sub(512) & !15;
     s.write(name_at, b"telco-stap\0")?;
     let fd = check(
         "memfd_create",
@@ -119,6 +119,15 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
         // mapping (a read past the end would be SIGBUS here), nor remove
         // the seals: the region is the target's word, its size is ours.
         crate::os::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
+        // Sealed, and still the size it was given: the file opened is the
+        // one made above, or one that can do the tracer's mapping no harm
+        // (another thread of the target may have put a file of its own at
+        // that descriptor meanwhile).
+        if file.metadata().map_err(InjectError::MapRegion)?.len() < size {
+            return Err(InjectError::MapRegion(std::io::Error::other(format!(
+                "descriptor {fd} of process {pid} is no longer the region it created"
+            ))));
+        }
         let remote = check(
             "mmap (region)",
             pid,
@@ -211,7 +220,7 @@ pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(),
     let pid = s.pid();
     let tid = s.main_thread();
     let sp = crate::arch::native::sp(&s.regs(tid)?);
-    let path_at = (sp - 1024) & !15;
+    let path_at = sp.wrapping_sub(1024) & !15;
     let path = format!("{}\0", crate::os::proc::fd_path(std::process::id() as i32, i64::from(fd)));
     s.write(path_at, path.as_bytes())?;
     let rfd = check("open (region)", pid, s.syscall(tid, libc::SYS_open, [path_at, libc::O_RDWR as u64, 0, 0, 0, 0])?)?;

@@ -79,6 +79,10 @@ pub struct Itracer {
     mem: File,
     /// The region's header, mapped in the tracer.
     header: *const u8,
+    /// Where the request slots are and how many (the artifact's word: the
+    /// region's copy is the target's to overwrite).
+    slots_off: u64,
+    nslots: u32,
     path: PathBuf,
     max_calls: u64,
     max_steps: u64,
@@ -95,8 +99,23 @@ pub struct Itracer {
 unsafe impl Send for Itracer {}
 
 impl Itracer {
-    pub fn new(pid: i32, header: *const u8, path: &Path, max_calls: u64) -> std::io::Result<Itracer> {
+    /// `slots`: the artifact's request slots (offset, count) and the
+    /// region's size.
+    pub fn new(
+        pid: i32,
+        header: *const u8,
+        slots: (u64, u32, u64),
+        path: &Path,
+        max_calls: u64,
+    ) -> std::io::Result<Itracer> {
+        let (slots_off, nslots, region_size) = slots;
+        let end = slots_off.checked_add(u64::from(nslots) * core::mem::size_of::<ItraceSlot>() as u64);
+        if end.is_none_or(|e| e > region_size) {
+            return Err(std::io::Error::other("internal error: the artifact's .itrace slots lie outside its region"));
+        }
         Ok(Itracer {
+            slots_off,
+            nslots,
             pid,
             mem: crate::os::proc::mem(pid, false)?,
             header,
@@ -116,16 +135,10 @@ impl Itracer {
         unsafe { self.header.add(off) as *mut T }
     }
 
+    /// The request slots: the artifact's, none once the tracer has
+    /// closed them (`itrace_slots` zeroed at MAXITRACE).
     fn slots(&self) -> (u64, u32) {
-        // SAFETY: header fields, written once by the tracer before the
-        // session (itrace_slots is zeroed by us later).
-        unsafe {
-            (
-                *self.field::<u64>(core::mem::offset_of!(abi::Header, itrace_off)),
-                std::sync::atomic::AtomicU32::from_ptr(self.field(core::mem::offset_of!(abi::Header, itrace_slots)))
-                    .load(std::sync::atomic::Ordering::Relaxed),
-            )
-        }
+        (self.slots_off, if self.calls >= self.max_calls { 0 } else { self.nslots })
     }
 
     /// Read the calls that went untraced (no free slot, waited too long,
@@ -173,7 +186,24 @@ impl Itracer {
                 );
                 continue;
             }
-            let Ok(thread) = Thread::seize(tid as i32) else { continue };
+            // The tid is the target's word: only a thread of the traced
+            // process is ever seized (checked again once it is stopped,
+            // when it can no longer exit and be replaced).
+            let ours = |tid: u32| i32::try_from(tid).ok().filter(|&t| crate::os::proc::tgid(t) == Some(self.pid));
+            let Some(tid) = ours(tid) else {
+                let _ = state.compare_exchange(
+                    abi::ITRACE_WAITING,
+                    abi::ITRACE_DECLINED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+                continue;
+            };
+            let Ok(thread) = Thread::seize(tid) else { continue };
+            if ours(tid as u32).is_none() {
+                let _ = thread.detach();
+                continue;
+            }
             // The thread is stopped: if it still waits, the request is ours.
             if state
                 .compare_exchange(abi::ITRACE_WAITING, abi::ITRACE_TAKEN, Ordering::AcqRel, Ordering::Relaxed)

@@ -14,9 +14,16 @@
 //! through [`Hooks`] (`target::Armed`): started after the begin probes,
 //! polled every 10 ms, stopped at the end.
 //!
-//! * [`Region`]: the memfd region initialised from the artifact. When the
-//!   session ends, a header whose fixed fields the target overwrote is said
-//!   (`Region::header_damage`) and the session exits 1.
+//! * [`Region`]: the memfd region initialised from the artifact.
+//!   `Region::damage` compares what the compiled code trusts to stay in
+//!   bounds (the header's layout fields, the ring's geometry, every
+//!   array's geometry) with the artifact: checked before each of the
+//!   tracer's probes and at the end; damage is said and the session exits 1.
+//! * The tracer's probes run in a sandbox process (`os::sandbox`, forked
+//!   when the session starts): a fault there, a stall (no MAXACTION
+//!   countdown and no consumer progress for [`SANDBOX_STALL`]: a forged
+//!   lock or ring tail) or damage found before a run ends them with one
+//!   ERROR, and the session goes on to detach and exits 1.
 //! * `Consumer`: drains the event ring (the protocol is on
 //!   `telco_abi::region::RingHeader`). It takes the ring's place and size
 //!   from the artifact, never from the region, keeps its own tail, checks
@@ -27,6 +34,7 @@
 //!   at most 256 KB), not per record: each store takes the cache line away
 //!   from the producers. With `--chrome` it feeds `chrome`.
 
+use crate::os::sandbox::Sandbox;
 use crate::os::sys::{self, ExecMemory, SharedMemory, Signals};
 use crate::render;
 use std::collections::HashSet;
@@ -46,6 +54,8 @@ pub enum RunError {
     Signals(std::io::Error),
     #[error("writing the output failed: {0}")]
     Output(std::io::Error),
+    #[error("cannot start the sandbox for the tracer's probes: {0}")]
+    Sandbox(std::io::Error),
     #[error("internal error: the compiled artifact is inconsistent: {0}")]
     BadArtifact(String),
 }
@@ -138,9 +148,38 @@ pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
     v
 }
 
+/// The header fields the tracer sets once and the compiled code trusts
+/// (offsets and sizes of the region's parts, the clock's calibration).
+fn layout_fields(h: &Header) -> [u64; 20] {
+    [
+        h.region_size,
+        h.ring_off,
+        u64::from(h.nthreads),
+        u64::from(h.maxstringlen),
+        h.probes_off,
+        h.indent_off,
+        h.row_owners_off,
+        u64::from(h.frame_size),
+        u64::from(h.shadow_depth),
+        h.shards_off,
+        u64::from(h.nshards),
+        h.itrace_off,
+        h.spans_off,
+        u64::from(h.span_batch),
+        u64::from(h.span_stride),
+        h.tsc_base,
+        h.ns_base,
+        h.tsc_mult,
+        u64::from(h.tsc_shift),
+        u64::from(h.maxerrors),
+    ]
+}
+
 /// The shared region, set up from an artifact.
 pub struct Region {
     mem: SharedMemory,
+    /// The header as the tracer wrote it: its layout fields never change.
+    written: Header,
 }
 
 impl Region {
@@ -246,7 +285,7 @@ impl Region {
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };
-        Ok(Region { mem })
+        Ok(Region { mem, written: h })
     }
 
     pub fn base(&self) -> *mut u8 {
@@ -263,11 +302,64 @@ impl Region {
             Some("its magic")
         } else if h.version != abi::VERSION || h.header_size != abi::HEADER_SIZE as u32 {
             Some("its version")
-        } else if h.region_size != a.region_size || h.ring_off != a.ring_off || h.nthreads != a.nthreads {
+        } else if h.region_size != a.region_size
+            || h.ring_off != a.ring_off
+            || h.nthreads != a.nthreads
+            || layout_fields(&h) != layout_fields(&self.written)
+        {
             Some("its layout")
         } else {
             None
         }
+    }
+
+    /// What the target overwrote of the parts of the region whose
+    /// contents never change once set (the header's layout, the ring's
+    /// geometry, every array's geometry), said as an ERROR line's text; the
+    /// compiled code trusts those parts to stay in bounds. None when all
+    /// hold.
+    pub fn damage(&self, a: &Artifact) -> Option<String> {
+        if let Some(what) = self.header_damage(a) {
+            return Some(format!(
+                "the target overwrote the shared region's header ({what}): its counts and totals are not to be trusted"
+            ));
+        }
+        let size = a.region_size as usize;
+        // SAFETY: the region is mapped for at least region_size bytes (and
+        // sealed against shrinking); the bytes may change while read,
+        // which a comparison tolerates.
+        let bytes = unsafe { std::slice::from_raw_parts(self.base(), size) };
+        let init = |off: u64, len: usize| {
+            a.init.iter().find_map(|(o, b)| {
+                let at = off.checked_sub(*o)? as usize;
+                b.get(at..at + len)
+            })
+        };
+        let differs = |off: u64, len: usize| match (init(off, len), bytes.get(off as usize..off as usize + len)) {
+            (Some(want), Some(have)) => want != have,
+            _ => false,
+        };
+        let ring_fixed = a.ring_off + core::mem::offset_of!(abi::RingHeader, size) as u64;
+        if differs(ring_fixed, 16) {
+            return Some(format!(
+                "the target overwrote the event ring's geometry (region offset {ring_fixed:#x}): the events from \
+                 there on are not to be trusted"
+            ));
+        }
+        use abi::TableHeader as T;
+        let geometry = [
+            (core::mem::offset_of!(T, nkeys), core::mem::offset_of!(T, count)),
+            (core::mem::offset_of!(T, stat_desc), core::mem::offset_of!(T, _pad2)),
+        ];
+        for (name, off) in &a.tables {
+            if geometry.iter().any(|&(from, to)| differs(off + from as u64, to - from)) {
+                return Some(format!(
+                    "the target overwrote the header of array {name} (region offset {off:#x}): its contents are not \
+                     to be trusted"
+                ));
+            }
+        }
+        None
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
@@ -428,6 +520,9 @@ impl<'a> Consumer<'a> {
             } else if h.kind != abi::EV_PAD {
                 let payload = rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]).to_vec();
                 self.event(&h, &payload)?;
+                if self.corrupted.is_some() {
+                    break;
+                }
             }
             // SAFETY: zero the consumed record so the next producer finds a
             // zero first word (see RingHeader).
@@ -468,6 +563,9 @@ impl<'a> Consumer<'a> {
         match h.kind {
             abi::EV_PRINTF => {
                 let n = self.printf(h.aux as usize, p)?;
+                if self.corrupted.is_some() {
+                    return Ok(());
+                }
                 if let Some(c) = &mut self.chrome {
                     // One instant per printf, named by its first line.
                     let text = &self.buf[..n];
@@ -507,7 +605,14 @@ impl<'a> Consumer<'a> {
                 let (msg, _) = read_str(p, 0);
                 // Like staprun: an identical warning is printed once (and
                 // none with -w).
-                if !self.suppress_warnings && self.warned.insert(msg.to_vec()) {
+                // (Remembered up to 10,000 distinct ones: memory stays
+                // bounded whatever the target sends.)
+                let new = if self.warned.len() < 10_000 {
+                    self.warned.insert(msg.to_vec())
+                } else {
+                    !self.warned.contains(msg)
+                };
+                if !self.suppress_warnings && new {
                     let mut line = b"WARNING: ".to_vec();
                     line.extend_from_slice(msg);
                     if !msg.ends_with(b"\n") {
@@ -523,18 +628,43 @@ impl<'a> Consumer<'a> {
                 let lo = read_i64(p, 8);
                 let step = read_i64(p, 24);
                 let nb = read_u32(p, 32) as usize;
-                let counts: Vec<i64> =
-                    (0..nb).map(|i| read_i64(p, core::mem::size_of::<abi::HistEvent>() + 8 * i)).collect();
+                let at = core::mem::size_of::<abi::HistEvent>();
+                // A log histogram has its fixed buckets, a linear one at
+                // least 3 (under, one step, over); all of them in the record.
+                let sound = match h.aux {
+                    abi::HIST_LOG => nb == abi::HIST_LOG_BUCKETS as usize,
+                    abi::HIST_LINEAR => nb >= 3 && step > 0,
+                    _ => false,
+                };
+                if !sound || at + 8 * nb > p.len() {
+                    return self.corrupt(format!(
+                        "the target corrupted the event ring: a histogram of kind {} with {nb} buckets in a record of {} \
+                         bytes; the events from there on are discarded",
+                        h.aux,
+                        p.len() + abi::EVENT_HEADER_SIZE
+                    ));
+                }
+                let counts: Vec<i64> = (0..nb).map(|i| read_i64(p, at + 8 * i)).collect();
                 self.out.write_all(render::histogram(h.aux, lo, step, &counts).as_bytes())
             }
             // Exit is seen through the header.
-            _ => Ok(()),
+            abi::EV_EXIT => Ok(()),
+            // No producer writes any other kind: the target forged it.
+            kind => self.corrupt(format!(
+                "the target corrupted the event ring: a record of unknown kind {kind}; the events from there on are \
+                 discarded"
+            )),
         }
     }
 
     /// Format a printf event into `buf` and write it out; its length.
     fn printf(&mut self, id: usize, p: &[u8]) -> Result<usize, std::io::Error> {
         let (Some(&fmt_off), Some(kinds)) = (self.artifact.formats.get(id), self.artifact.format_args.get(id)) else {
+            self.corrupt(format!(
+                "the target corrupted the event ring: a printf of format {id}, of which the script has {}; the events \
+                 from there on are discarded",
+                self.artifact.formats.len()
+            ))?;
             return Ok(0);
         };
         let mut strings: Vec<Vec<u8>> = Vec::new();
@@ -665,7 +795,6 @@ pub struct Local<'a> {
     artifact: &'a Artifact,
     region: Region,
     code: ExecMemory,
-    ctx: Vec<u64>,
 }
 
 impl<'a> Local<'a> {
@@ -679,49 +808,141 @@ impl<'a> Local<'a> {
     /// (created by `inject::region`).
     pub fn with_region(artifact: &'a Artifact, region: Region) -> Result<Local<'a>, RunError> {
         let code = ExecMemory::new(&artifact.code).map_err(RunError::Code)?;
-        let ctx = vec![0u64; (artifact.ctx_size as usize).div_ceil(8)];
-        Ok(Local { artifact, region, code, ctx })
+        Ok(Local { artifact, region, code })
     }
 }
 
-fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64], probe: usize) {
-    {
-        let p = &artifact.probes[probe];
-        let interruptible = matches!(p.attach, Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. });
-        ctx.iter_mut().for_each(|w| *w = 0);
-        let c = abi::Ctx {
-            regs: 0,
-            probe: probe as u32,
-            flags: abi::CTX_MAY_WAIT | if interruptible { abi::CTX_INTERRUPTIBLE } else { 0 },
-            actions: 0,
-            nesting: 0,
-            error: 0,
-            error_loc: 0,
-            _pad: 0,
-            tid: sys::gettid(),
-            pid: std::process::id() as u64,
-            tok_pos: 0,
-            addr: 0,
-            entry: 0,
-            slot: 0,
+/// Call probe `probe`'s handler on this thread with `ctx` (zeroed here),
+/// as process `pid`, thread `tid`.
+fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64], probe: usize, pid: u64, tid: u64) {
+    let Some(p) = artifact.probes.get(probe) else { return };
+    let interruptible = matches!(p.attach, Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. });
+    ctx.iter_mut().for_each(|w| *w = 0);
+    let c = abi::Ctx {
+        regs: 0,
+        probe: probe as u32,
+        flags: abi::CTX_MAY_WAIT | if interruptible { abi::CTX_INTERRUPTIBLE } else { 0 },
+        actions: 0,
+        nesting: 0,
+        error: 0,
+        error_loc: 0,
+        _pad: 0,
+        tid,
+        pid,
+        tok_pos: 0,
+        addr: 0,
+        entry: 0,
+        slot: 0,
+    };
+    if ctx.len() * 8 < core::mem::size_of::<abi::Ctx>() {
+        return;
+    }
+    // SAFETY: ctx has at least CTX_SIZE bytes (checked), 8-aligned.
+    unsafe { std::ptr::write(ctx.as_mut_ptr().cast::<abi::Ctx>(), c) };
+    // SAFETY: the artifact's handler offsets point at functions with
+    // this signature inside the mapped blob; they read the region and
+    // the context, both live for the call.
+    let f: Handler = unsafe { std::mem::transmute(code.addr(p.handler)) };
+    f(region.base(), ctx.as_mut_ptr().cast());
+}
+
+/// How long a tracer-side handler may run without progress (its MAXACTION
+/// countdown unchanged, the consumer idle) before the sandbox is killed: a
+/// lock or ring tail the target forged would make it spin forever. One
+/// statement can take long on its own (sorting a huge array for
+/// `foreach`): [`stall_limit`] adds a microsecond per array entry.
+pub const SANDBOX_STALL: Duration = Duration::from_secs(5);
+
+/// [`SANDBOX_STALL`] plus 1 µs for each entry the script's arrays can hold.
+pub fn stall_limit(a: &Artifact) -> Duration {
+    let at = core::mem::offset_of!(abi::TableHeader, capacity);
+    let entries: u64 = a
+        .tables
+        .iter()
+        .filter_map(|(_, off)| a.init.iter().find(|(o, _)| o == off).and_then(|(_, b)| b.get(at..at + 4)))
+        .map(|w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+        .sum();
+    SANDBOX_STALL + Duration::from_micros(entries)
+}
+
+/// What to say when the sandbox that runs the tracer's probes failed
+/// while running `probe`.
+fn sandbox_failure(artifact: &Artifact, probe: usize, f: &crate::os::sandbox::Failure) -> String {
+    use crate::os::sandbox::Failure;
+    let name = artifact.probes.get(probe).map_or("?", |p| p.name.as_str());
+    let why = match f {
+        Failure::Signal(_) => "the shared region it works on is damaged (the target can write to it)",
+        Failure::Stalled(_) => {
+            "a lock, a table or the event ring in the shared region is held or damaged (the target can write to it)"
+        }
+        Failure::Exited(_) | Failure::Io(_) => "it could not run the tracer's probes",
+    };
+    format!("the sandbox running probe {name} {f}: {why}; the tracer's probes no longer run and the session ends here")
+}
+
+/// The sandbox and what the session watches while a handler runs there.
+struct Runner<'x> {
+    sandbox: Sandbox,
+    region: &'x Region,
+    /// The consumer is inside a drain (maybe blocked writing the output):
+    /// a handler waiting for room in the ring is not stalled.
+    draining: &'x AtomicBool,
+    /// Drains that found records.
+    consumed: &'x AtomicU64,
+    tick: u64,
+    /// [`stall_limit`].
+    stall: Duration,
+    /// The sandbox failed: what to say.
+    lost: Option<String>,
+}
+
+impl Runner<'_> {
+    /// Run probe `p` in the sandbox; false once the sandbox is lost.
+    fn run(&mut self, artifact: &Artifact, p: usize) -> bool {
+        if self.lost.is_some() {
+            return false;
+        }
+        // The parts the compiled code trusts to stay in bounds, checked
+        // before each run (the sandbox contains what happens if the target
+        // changes them during one).
+        if let Some(d) = self.region.damage(artifact) {
+            self.lost = Some(format!("{d}; the tracer's probes no longer run and the session ends here"));
+            return false;
+        }
+        let actions = core::mem::offset_of!(abi::Ctx, actions) / 8;
+        let (draining, consumed, tick) = (self.draining, self.consumed, &mut self.tick);
+        let mut progress = |s: &Sandbox| {
+            if draining.load(Ordering::Relaxed) {
+                *tick += 1;
+            }
+            s.word(actions) ^ consumed.load(Ordering::Relaxed).rotate_left(32) ^ tick.rotate_left(48)
         };
-        // SAFETY: ctx has at least CTX_SIZE bytes, 8-aligned.
-        unsafe { std::ptr::write(ctx.as_mut_ptr().cast::<abi::Ctx>(), c) };
-        // SAFETY: the artifact's handler offsets point at functions with
-        // this signature inside the mapped blob; they read the region and
-        // the context, both live for the call.
-        let f: Handler = unsafe { std::mem::transmute(code.addr(p.handler)) };
-        f(region.base(), ctx.as_mut_ptr().cast());
+        match self.sandbox.run(p as u32, self.stall, &mut progress) {
+            Ok(()) => true,
+            Err(f) => {
+                self.lost = Some(sandbox_failure(artifact, p, &f));
+                false
+            }
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.lost.is_none()
     }
 }
 
 impl<'a> Local<'a> {
+    /// The region the probes work on.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
     /// Call probe `probe`'s handler on the calling thread, as a trampoline
     /// in a target thread would (for tests and benchmarks: any number of
     /// threads may call at once).
     pub fn call_probe(&self, probe: usize) {
         let mut ctx = vec![0u64; (self.artifact.ctx_size as usize).div_ceil(8)];
-        call(self.artifact, &self.region, &self.code, &mut ctx, probe);
+        call(self.artifact, &self.region, &self.code, &mut ctx, probe, std::process::id() as u64, sys::gettid());
     }
 
     /// The handler of probe `probe` and the region base it takes, for
@@ -745,7 +966,7 @@ impl<'a> Local<'a> {
     }
 
     /// Run the session to its end, with a target's life cycle in `hooks`.
-    pub fn run_with(mut self, cfg: Config, hooks: &mut dyn Hooks) -> Result<Outcome, RunError> {
+    pub fn run_with(self, cfg: Config, hooks: &mut dyn Hooks) -> Result<Outcome, RunError> {
         let signals = Signals::install().map_err(RunError::Signals)?;
         let deadline = cfg.timeout.map(|t| Instant::now() + t);
         let stop = AtomicBool::new(false);
@@ -795,7 +1016,14 @@ impl<'a> Local<'a> {
         let Config { output, messages, chrome, suppress_warnings, .. } = cfg;
         let region = &self.region;
         let code = &self.code;
-        let mut ctx = std::mem::take(&mut self.ctx);
+        // Every tracer-side handler runs in the sandbox (os::sandbox),
+        // forked before the consumer thread starts.
+        let (pid, tid) = (std::process::id() as u64, sys::gettid());
+        let words = (artifact.ctx_size as usize).div_ceil(8).max(abi::CTX_SIZE / 8);
+        let sandbox = Sandbox::start(words, |probe, page| call(artifact, region, code, page, probe as usize, pid, tid))
+            .map_err(RunError::Sandbox)?;
+        let draining = AtomicBool::new(false);
+        let consumed = AtomicU64::new(0);
         let result = std::thread::scope(|scope| -> Result<(Outcome, Box<dyn Write + Send>), RunError> {
             let consumer = scope.spawn(|| -> Result<Drained, std::io::Error> {
                 let mut c = Consumer {
@@ -814,8 +1042,12 @@ impl<'a> Local<'a> {
                     corrupted: None,
                 };
                 loop {
+                    draining.store(true, Ordering::Relaxed);
                     let any = c.drain()?;
-                    if !any {
+                    draining.store(false, Ordering::Relaxed);
+                    if any {
+                        consumed.fetch_add(1, Ordering::Relaxed);
+                    } else {
                         if stop.load(Ordering::Acquire) {
                             c.drain()?;
                             c.take_stages()?;
@@ -834,6 +1066,15 @@ impl<'a> Local<'a> {
                 }
             });
             let wake = || consumer.thread().unpark();
+            let mut runner = Runner {
+                sandbox,
+                region,
+                draining: &draining,
+                consumed: &consumed,
+                tick: 0,
+                stall: stall_limit(artifact),
+                lost: None,
+            };
             let mut failed = false;
             let too_many_errors = || region.counter(errors_at) > maxerrors;
             // More than MAXSKIPPED hits skipped: the output is no longer
@@ -841,7 +1082,9 @@ impl<'a> Local<'a> {
             let too_many_skipped = || region.counter(skipped_at) > maxskipped;
             let mut skipped_out = false;
             for &p in &begins {
-                call(artifact, region, code, &mut ctx, p);
+                if !runner.run(artifact, p) {
+                    break;
+                }
                 wake();
                 if too_many_errors() {
                     failed = true;
@@ -851,13 +1094,13 @@ impl<'a> Local<'a> {
                     break;
                 }
             }
-            if !failed && !region.exit_requested() {
+            if !failed && !region.exit_requested() && runner.ok() {
                 if let Err(e) = hooks.started() {
                     let _ = writeln!(std::io::stderr(), "ERROR: {e}");
                     failed = true;
                 }
             }
-            if !failed && !region.exit_requested() {
+            if !failed && !region.exit_requested() && runner.ok() {
                 // Timers, until exit(), -T, a signal, too many errors or the
                 // target's exit.
                 let start = Instant::now();
@@ -910,7 +1153,9 @@ impl<'a> Local<'a> {
                     }
                     for (k, (probe, period, spread)) in timers.iter().enumerate() {
                         if next[k] <= Instant::now() {
-                            call(artifact, region, code, &mut ctx, *probe);
+                            if !runner.run(artifact, *probe) {
+                                break;
+                            }
                             // Catch up without a burst after a stall.
                             next[k] += jitter(*period, *spread);
                             if next[k] < Instant::now() {
@@ -919,6 +1164,9 @@ impl<'a> Local<'a> {
                         }
                     }
                     wake();
+                    if !runner.ok() {
+                        break;
+                    }
                     if too_many_errors() {
                         failed = true;
                         break;
@@ -939,7 +1187,9 @@ impl<'a> Local<'a> {
             // end and error probes still run.
             region.set_enabled(true);
             for &p in if failed { &errors } else { &ends } {
-                call(artifact, region, code, &mut ctx, p);
+                if !runner.run(artifact, p) {
+                    break;
+                }
                 wake();
                 if !failed && too_many_errors() {
                     // An error in an end probe: the rest of the end probes
@@ -947,7 +1197,9 @@ impl<'a> Local<'a> {
                     // handler disabled the region: on again for them).
                     region.set_enabled(true);
                     for &e in &errors {
-                        call(artifact, region, code, &mut ctx, e);
+                        if !runner.run(artifact, e) {
+                            break;
+                        }
                     }
                     break;
                 }
@@ -955,16 +1207,32 @@ impl<'a> Local<'a> {
             region.set_enabled(false);
             stop.store(true, Ordering::Release);
             consumer.thread().unpark();
-            let (mut output, messages, chrome, corrupted) = match consumer.join() {
+            let (mut output, mut messages, chrome, mut corrupted) = match consumer.join() {
                 Ok(r) => r.map_err(RunError::Output)?,
                 Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
             };
-            if !failed && !artifact.display.is_empty() {
+            if let Some(lost) = runner.lost.take() {
+                let _ = writeln!(messages, "ERROR: {lost}");
+                corrupted.get_or_insert(lost);
+            }
+            // What the display reads must be sound first.
+            if corrupted.is_none() {
+                if let Some(d) = region.damage(artifact) {
+                    let _ = writeln!(messages, "ERROR: {d}");
+                    corrupted = Some(d);
+                }
+            }
+            if !failed && corrupted.is_none() && !artifact.display.is_empty() {
                 // SAFETY: no handler runs any more (enabled is 0 and this
                 // thread ran the last one); the region is ours to read.
                 let bytes = unsafe { std::slice::from_raw_parts(region.base(), artifact.region_size as usize) };
-                let text = render::display_globals(bytes, &artifact.display);
-                output.write_all(text.as_bytes()).map_err(RunError::Output)?;
+                match render::display_globals(bytes, &artifact.display, &artifact.init) {
+                    Ok(text) => output.write_all(text.as_bytes()).map_err(RunError::Output)?,
+                    Err(what) => {
+                        let _ = writeln!(messages, "ERROR: {what}");
+                        corrupted = Some(what);
+                    }
+                }
             }
             output.flush().map_err(RunError::Output)?;
             Ok((
@@ -987,11 +1255,7 @@ impl<'a> Local<'a> {
         // The header's fixed fields are ours: changed, the target wrote
         // over it, and its counters mean nothing.
         if outcome.corrupted.is_none() {
-            if let Some(what) = self.region.header_damage(artifact) {
-                let msg = format!(
-                    "the target overwrote the shared region's header ({what}): its counts and totals are not to \
-                     be trusted"
-                );
+            if let Some(msg) = self.region.damage(artifact) {
                 let _ = writeln!(messages, "ERROR: {msg}");
                 outcome.corrupted = Some(msg);
             }

@@ -66,7 +66,7 @@ pub fn histogram(kind: u32, lo: i64, step: i64, counts: &[i64]) -> String {
         val_space = val_space.max(above.to_string().len());
     }
     let cnt_space = valmax.to_string().len() as i64;
-    let scale = if valmax <= HIST_WIDTH { 1 } else { (valmax + HIST_WIDTH - 1) / HIST_WIDTH };
+    let scale = if valmax <= HIST_WIDTH { 1 } else { valmax.saturating_add(HIST_WIDTH - 1) / HIST_WIDTH };
     let _ = writeln!(out, "{:>w$} |{} count", "value", "-".repeat(HIST_WIDTH as usize), w = val_space);
     let mut skipped = false;
     for i in low..=high {
@@ -145,7 +145,17 @@ value |-------------------------------------------------- count
 /// strings as `name="text"`, statistics with their extractors, arrays one
 /// line per element sorted by value (statistics by @count), descending,
 /// ties in insertion order.
-pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) -> String {
+///
+/// The region is the target's to write: every read is bounds-checked, an
+/// array's geometry (slots, keys, value) comes from `init` (the artifact's
+/// initial bytes), never from the region, and a statistic in an
+/// impossible state (a negative count, a minimum above its maximum) is an
+/// `Err` naming it.
+pub fn display_globals(
+    region: &[u8],
+    display: &[telco_abi::artifact::Display],
+    init: &[(u64, Vec<u8>)],
+) -> Result<String, String> {
     use telco_abi::artifact::DisplayKind;
     use telco_abi::region::*;
     let u32_at = |o: usize| read_u32_le(region, o);
@@ -155,14 +165,25 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
         let n = s.iter().position(|&b| b == 0).unwrap_or(s.len());
         String::from_utf8_lossy(&s[..n]).into_owned()
     };
-    let stat_text = |o: usize| -> String {
+    let impossible = |name: &str, count: i64, min: i64, max: i64| {
+        format!(
+            "the target corrupted statistic {name}: @count={count} @min={min} @max={max} cannot all hold; it is not \
+             displayed"
+        )
+    };
+    let stat_text = |name: &str, o: usize| -> Result<String, String> {
         let count = i64_at(o);
         if count == 0 {
-            return " @count=0x0".into();
+            return Ok(" @count=0x0".into());
         }
-        let sum = i64_at(o + 8);
-        format!(" @count={count} @min={} @max={} @sum={sum} @avg={}", i64_at(o + 16), i64_at(o + 24), sum / count)
+        let (sum, min, max) = (i64_at(o + 8), i64_at(o + 16), i64_at(o + 24));
+        if count < 0 || min > max {
+            return Err(impossible(name, count, min, max));
+        }
+        Ok(format!(" @count={count} @min={min} @max={max} @sum={sum} @avg={}", sum / count))
     };
+    // Rows of per-thread copies: the header's count, at most what fits.
+    let rows = (read_u32_le(region, core::mem::offset_of!(Header, nthreads)) as usize).min(region.len() / 8);
     let mut out = String::new();
     for d in display {
         let off = d.offset as usize;
@@ -171,19 +192,19 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
             DisplayKind::ShardedLong(k) => {
                 let shards = read_i64_le(region, core::mem::offset_of!(Header, shards_off)) as usize;
                 let n = read_u32_le(region, core::mem::offset_of!(Header, nshards)) as usize;
-                let rows = read_u32_le(region, core::mem::offset_of!(Header, nthreads)) as usize;
-                let sum =
-                    (0..rows).map(|r| i64_at(shards + 8 * (r * n + k as usize))).fold(i64_at(off), i64::wrapping_add);
+                let at =
+                    |r: usize| shards.saturating_add(r.saturating_mul(n).saturating_add(k as usize).saturating_mul(8));
+                let sum = (0..rows).map(|r| i64_at(at(r))).fold(i64_at(off), i64::wrapping_add);
                 out.push_str(&format!("{}={:#x}\n", d.name, sum as u64));
             }
             DisplayKind::String => {
                 out.push_str(&format!("{}=\"{}\"\n", d.name, cstr(off + LOCKED_STR_HEADER, 1 << 20)))
             }
-            DisplayKind::Stat => out.push_str(&format!("{}{}\n", d.name, stat_text(off))),
+            DisplayKind::Stat => out.push_str(&format!("{}{}\n", d.name, stat_text(&d.name, off)?)),
             DisplayKind::ShardedStat { shards, row } => {
                 // Merge the shared copy and every thread's copy.
-                let rows = read_u32_le(region, core::mem::offset_of!(Header, nthreads)) as usize;
-                let copies = std::iter::once(off).chain((0..rows).map(|r| shards as usize + r * row as usize));
+                let copies = std::iter::once(off)
+                    .chain((0..rows).map(|r| (shards as usize).saturating_add(r.saturating_mul(row as usize))));
                 let (mut count, mut sum, mut min, mut max) = (0i64, 0i64, 0i64, 0i64);
                 for c in copies {
                     let n = i64_at(c);
@@ -191,13 +212,16 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
                         continue;
                     }
                     let (mn, mx) = (i64_at(c + 16), i64_at(c + 24));
+                    if n < 0 || mn > mx {
+                        return Err(impossible(&d.name, n, mn, mx));
+                    }
                     if count == 0 || mn < min {
                         min = mn;
                     }
                     if count == 0 || mx > max {
                         max = mx;
                     }
-                    count += n;
+                    count = count.checked_add(n).ok_or_else(|| impossible(&d.name, n, mn, mx))?;
                     sum = sum.wrapping_add(i64_at(c + 8));
                 }
                 if count == 0 {
@@ -211,15 +235,20 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
                 }
             }
             DisplayKind::Array => {
-                let f = |field: usize| off + field;
-                let nkeys = u32_at(f(core::mem::offset_of!(TableHeader, nkeys))) as usize;
-                let kinds_at = f(core::mem::offset_of!(TableHeader, key_kinds));
-                let value_kind = region.get(f(core::mem::offset_of!(TableHeader, value_kind))).copied().unwrap_or(0);
-                let nslots = u32_at(f(core::mem::offset_of!(TableHeader, nslots))) as usize;
-                let slot_size = u32_at(f(core::mem::offset_of!(TableHeader, slot_size))) as usize;
-                let value_off = u32_at(f(core::mem::offset_of!(TableHeader, value_off))) as usize;
-                let key_off_at = f(core::mem::offset_of!(TableHeader, key_off));
-                let cap = u32_at(f(core::mem::offset_of!(TableHeader, maxstringlen))) as usize;
+                // The geometry as pass 3 wrote it.
+                let Some(h) = init.iter().find(|(o, _)| *o == d.offset).map(|(_, b)| b.as_slice()) else { continue };
+                let field = |f: usize| read_u32_le(h, f) as usize;
+                let nkeys = field(core::mem::offset_of!(TableHeader, nkeys)).min(10);
+                let kinds_at = core::mem::offset_of!(TableHeader, key_kinds);
+                let value_kind = h.get(core::mem::offset_of!(TableHeader, value_kind)).copied().unwrap_or(0);
+                let nslots = field(core::mem::offset_of!(TableHeader, nslots));
+                let slot_size = field(core::mem::offset_of!(TableHeader, slot_size));
+                let value_off = field(core::mem::offset_of!(TableHeader, value_off));
+                let key_off_at = core::mem::offset_of!(TableHeader, key_off);
+                let cap = field(core::mem::offset_of!(TableHeader, maxstringlen));
+                if slot_size == 0 || off + TABLE_HEADER_SIZE + nslots.saturating_mul(slot_size) > region.len() {
+                    continue;
+                }
                 let mut rows = Vec::new();
                 for i in 0..nslots {
                     let slot = off + TABLE_HEADER_SIZE + i * slot_size;
@@ -229,8 +258,8 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
                     let order = i64_at(slot + 8);
                     let keys: Vec<String> = (0..nkeys)
                         .map(|k| {
-                            let ko = slot + u32_at(key_off_at + 4 * k) as usize;
-                            if region.get(kinds_at + k).copied() == Some(KIND_STRING) {
+                            let ko = slot + read_u32_le(h, key_off_at + 4 * k) as usize;
+                            if h.get(kinds_at + k).copied() == Some(KIND_STRING) {
                                 format!("\"{}\"", cstr(ko, cap))
                             } else {
                                 i64_at(ko).to_string()
@@ -243,7 +272,9 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
                             let s = cstr(vo + LOCKED_STR_HEADER, cap);
                             (0, s.clone(), format!("=\"{s}\""))
                         }
-                        KIND_STAT => (i64_at(vo), String::new(), stat_text(vo)),
+                        KIND_STAT => {
+                            (i64_at(vo), String::new(), stat_text(&format!("{}[{}]", d.name, keys.join(",")), vo)?)
+                        }
                         _ => (i64_at(vo), String::new(), format!("={:#x}", i64_at(vo) as u64)),
                     };
                     rows.push((sort_key, sort_str, order, format!("{}[{}]{}\n", d.name, keys.join(","), text)));
@@ -255,13 +286,13 @@ pub fn display_globals(region: &[u8], display: &[telco_abi::artifact::Display]) 
             }
         }
     }
-    out
+    Ok(out)
 }
 
 fn read_u32_le(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(at..at.saturating_add(4)).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 fn read_i64_le(b: &[u8], at: usize) -> i64 {
-    b.get(at..at + 8).map_or(0, |s| i64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
+    b.get(at..at.saturating_add(8)).map_or(0, |s| i64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
 }

@@ -922,12 +922,14 @@ fn r_brk(s: &Stopped) -> Option<u64> {
         }
     }
     let (vaddr, size) = dynamic?;
-    let dynamic = s.read(bias.unwrap_or(0).wrapping_add(vaddr), size as usize).ok()?;
+    // The program's own word, and a dynamic section is a few hundred
+    // bytes: read at most 64 KB of it.
+    let dynamic = s.read(bias.unwrap_or(0).wrapping_add(vaddr), size.min(64 << 10) as usize).ok()?;
     let debug = dynamic.chunks_exact(16).find(|d| field(d, 0) == 21).map(|d| field(d, 8))?; // DT_DEBUG
     if debug == 0 {
         return None;
     }
-    let r = s.read(debug + 16, 8).ok()?; // struct r_debug: r_version, r_map, r_brk
+    let r = s.read(debug.wrapping_add(16), 8).ok()?; // struct r_debug: r_version, r_map, r_brk
     Some(field(&r, 0)).filter(|&a| a != 0)
 }
 
@@ -1162,11 +1164,23 @@ unsafe fn publish_symbols(base: *mut u8, a: &Artifact, maps: &[Mapping], relocs:
     }
     let tab = base.add(a.symtab_off as usize);
     let field = |off: usize| std::sync::atomic::AtomicU32::from_ptr(tab.add(off).cast());
-    let cap = field(core::mem::offset_of!(SymTable, relocs_cap)).load(std::sync::atomic::Ordering::Relaxed);
-    let at = field(core::mem::offset_of!(SymTable, relocs)).load(std::sync::atomic::Ordering::Relaxed) as usize;
-    let done = field(core::mem::offset_of!(SymTable, nrelocs)).load(std::sync::atomic::Ordering::Relaxed);
-    let n = relocs.len().min(cap as usize);
-    for (i, &(copy, copy_len, orig, orig_len)) in relocs.iter().enumerate().take(n).skip(done as usize) {
+    // Where the entries go and how many fit: the artifact's word (the
+    // region's copy is the target's to overwrite), within the region.
+    let fixed = |off: usize| {
+        let at = a.symtab_off + off as u64;
+        a.init.iter().find_map(|(o, b)| {
+            let i = at.checked_sub(*o)? as usize;
+            b.get(i..i + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
+        })
+    };
+    let (Some(cap), Some(at)) =
+        (fixed(core::mem::offset_of!(SymTable, relocs_cap)), fixed(core::mem::offset_of!(SymTable, relocs)))
+    else {
+        return;
+    };
+    let room = (a.region_size as usize).saturating_sub(a.symtab_off as usize + at) / SYM_RELOC_SIZE;
+    let n = relocs.len().min(cap).min(room);
+    for (i, &(copy, copy_len, orig, orig_len)) in relocs.iter().enumerate().take(n) {
         let r = SymReloc { copy, orig, copy_len, orig_len };
         std::ptr::write_unaligned(tab.add(at + i * SYM_RELOC_SIZE).cast::<SymReloc>(), r);
     }
@@ -1454,6 +1468,17 @@ impl Armed {
             let slots = s.read(threads_at, size * a.nthreads as usize).map_err(|e| e.to_string())?;
             let u32_at = |b: &[u8], off: usize| u32::from_le_bytes(b[off..off + 4].try_into().unwrap_or([0; 4]));
             let u64_at = |b: &[u8], off: usize| u64::from_le_bytes(b[off..off + 8].try_into().unwrap_or([0; 8]));
+            // The frames are the target's word: a return address is put
+            // back only over one of our trampolines' addresses, and only
+            // in memory the program itself could write (a /proc/PID/mem
+            // write would also go through read-only pages).
+            let writable: Vec<(u64, u64)> = crate::os::proc::maps(self.pid)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|m| m.writable)
+                .map(|m| (m.start, m.end))
+                .collect();
+            let may_write = |at: u64| writable.iter().any(|&(lo, hi)| at >= lo && at.saturating_add(8) <= hi);
             for b in slots.chunks_exact(size) {
                 let depth = u32_at(b, core::mem::offset_of!(ThreadSlot, depth)).min(a.shadow_depth);
                 if u32_at(b, core::mem::offset_of!(ThreadSlot, pid)) != self.pid as u32 || depth == 0 {
@@ -1472,7 +1497,7 @@ impl Armed {
                         u64_at(f, core::mem::offset_of!(ShadowFrame, sp)),
                         u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)),
                     );
-                    if s.read(sp, 8).is_ok_and(|w| u64_at(&w, 0) == tramp) {
+                    if inside(tramp) && may_write(sp) && s.read(sp, 8).is_ok_and(|w| u64_at(&w, 0) == tramp) {
                         s.write(sp, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
                     }
                 }
@@ -1562,7 +1587,9 @@ impl Armed {
     /// Trace `.itrace` calls into `path` (then `path.2`, …), at most
     /// `max_calls` of them.
     pub fn itrace_to(&mut self, path: &std::path::Path, max_calls: u64) -> std::io::Result<()> {
-        self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, path, max_calls)?);
+        let a = &self.hooker.artifact;
+        let slots = (a.itrace_off, a.itrace_slots, a.region_size);
+        self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, slots, path, max_calls)?);
         Ok(())
     }
 
@@ -1626,7 +1653,7 @@ fn symbol_entries(
         if !pick(&m.path) || !seen.insert(m.path.clone()) {
             continue;
         }
-        let Ok(bytes) = std::fs::read(&m.path) else { continue };
+        let Ok(bytes) = crate::os::sys::read_module(&m.path) else { continue };
         let Ok(elf) = goblin::elf::Elf::parse(&bytes) else { continue };
         let Some(start) = maps.iter().find(|x| x.path == m.path && x.offset == 0).map(|x| x.start) else { continue };
         let vaddr0 = elf
@@ -1635,6 +1662,7 @@ fn symbol_entries(
             .find(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD && ph.p_offset == 0)
             .map_or(0, |ph| ph.p_vaddr);
         let mut found: Vec<(u64, u64, usize)> = Vec::new();
+        let mut at = std::collections::HashSet::new();
         let syms = elf.dynsyms.iter().map(|s| (s, &elf.dynstrtab)).chain(elf.syms.iter().map(|s| (s, &elf.strtab)));
         for (sym, strtab) in syms {
             let name = strtab.get_at(sym.st_name).unwrap_or("");
@@ -1642,7 +1670,7 @@ fn symbol_entries(
             let Some(index) = names.iter().position(|n| *n == name) else { continue };
             if sym.st_value != 0 && sym.is_function() {
                 let addr = start.wrapping_sub(vaddr0).wrapping_add(sym.st_value);
-                if !found.iter().any(|(a, _, _)| *a == addr) {
+                if at.insert(addr) {
                     found.push((addr, sym.st_size, index));
                 }
             }

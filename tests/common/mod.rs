@@ -115,10 +115,16 @@ pub struct Running {
 
 impl Running {
     pub fn start(exe: &Path, args: &[&str]) -> Running {
+        Running::start_with_env(exe, args, &[])
+    }
+
+    /// [`Running::start`] with these environment variables set.
+    pub fn start_with_env(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
         use std::io::BufRead;
         use std::process::Stdio;
         let mut child = std::process::Command::new(exe)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -115,6 +115,12 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
             Some(Display { name, offset, kind })
         })
         .collect();
+    let tables = (0..layout.globals.len())
+        .filter_map(|g| match layout.storage(g as u32) {
+            Storage::Table(tab) => Some((program.globals.get(g)?.name.clone(), tab.off)),
+            _ => None,
+        })
+        .collect();
     let mut init = layout.init.clone();
     init.push((layout.consts_off, layout.consts.clone()));
     let cap = layout.limits.maxstringlen;
@@ -147,6 +153,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         format_args: t.formats.iter().map(|f| f.1.clone()).collect(),
         locations: t.locations,
         display,
+        tables,
         limits: layout.limits,
         ctx_size: super::translate::ctx_size(cap),
     })

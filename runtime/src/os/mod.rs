@@ -11,11 +11,14 @@
 //!   whether two processes share their memory;
 //! * [`proc`]: `/proc/PID/…`: executable, maps (one parser), auxiliary
 //!   vector (one parser), status fields, threads;
+//! * [`sandbox`]: the process that runs the tracer's own probe handlers
+//!   under a seccomp filter, away from the tracer's memory and files;
 //! * [`sys`]: shared and executable memory, the tracer's own signals,
 //!   clocks and the cycle counter's calibration.
 
 pub mod proc;
 pub mod process;
 pub mod ptrace;
+pub mod sandbox;
 pub mod sys;
 pub mod wait;

@@ -63,6 +63,8 @@ pub struct Mapping {
     pub offset: u64,
     pub inode: u64,
     pub path: PathBuf,
+    /// The permissions say `w`.
+    pub writable: bool,
 }
 
 /// One line of `/proc/PID/maps`: `start-end perms offset dev inode path`
@@ -76,12 +78,13 @@ pub fn parse_mapping(line: &str) -> Option<Mapping> {
         *f = &rest[..end];
         rest = &rest[end..];
     }
-    let [range, _perms, off, _dev, inode] = fields;
+    let [range, perms, off, _dev, inode] = fields;
     let (a, b) = range.split_once('-')?;
     let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
     let offset = u64::from_str_radix(off, 16).ok()?;
     let inode = inode.parse().ok()?;
-    Some(Mapping { start, end, offset, inode, path: PathBuf::from(rest.trim()) })
+    let writable = perms.as_bytes().get(1) == Some(&b'w');
+    Some(Mapping { start, end, offset, inode, path: PathBuf::from(rest.trim()), writable })
 }
 
 /// Every mapping of process `pid`.

@@ -18,6 +18,12 @@ pub const ELF_MACHINE: u16 = 62;
 
 /// The trap instruction (`int3`), and what fills dead bytes.
 pub const TRAP: u8 = 0xcc;
+
+/// The sandbox's seccomp filter (`os::sandbox`): this architecture's
+/// `AUDIT_ARCH_*`, and the system calls the runtime library makes here
+/// beyond the common ones (`arch_prctl(ARCH_GET_FS)`: the thread pointer).
+pub const AUDIT_ARCH: u32 = 0xc000_003e;
+pub const SANDBOX_SYSCALLS: &[i64] = &[libc::SYS_arch_prctl];
 /// `syscall`.
 const SYSCALL: [u8; 2] = [0x0f, 0x05];
 /// Bytes an injected system call overwrites at the thread's pc.
