@@ -494,8 +494,16 @@ impl<'a> Consumer<'a> {
             }
             let len = (word & !abi::COMMITTED) as usize;
             // A record is whole, 8-aligned, holds its header and never
-            // wraps; anything else is the target's doing.
-            if len < abi::EVENT_HEADER_SIZE || len % 8 != 0 || pos + len > size as usize {
+            // wraps; anything else is the target's doing. The padding to
+            // the end of the data area is the exception: as short as 8
+            // bytes (its size and kind).
+            let short_pad = len >= 8 && len < abi::EVENT_HEADER_SIZE && {
+                // SAFETY: pos is 8-aligned inside the data area, so the
+                // record's first 8 bytes are in it.
+                let kind = unsafe { std::ptr::read_unaligned(base.add(off + 4).cast::<u16>()) };
+                kind == abi::EV_PAD
+            };
+            if (len < abi::EVENT_HEADER_SIZE && !short_pad) || len % 8 != 0 || pos + len > size as usize {
                 self.corrupt(format!(
                     "the target corrupted the event ring: a record of {len} bytes at region offset {off:#x}; the \
                      events from there on are discarded"
@@ -506,6 +514,13 @@ impl<'a> Consumer<'a> {
             // area (producers never wrap a record); we own it until we
             // advance the tail.
             let rec = unsafe { std::slice::from_raw_parts(base.add(off), len) };
+            if short_pad {
+                // SAFETY: as below, for the padding's 8 to 16 bytes.
+                unsafe { std::ptr::write_bytes(base.add(off), 0, len) };
+                tail += len as u64;
+                any = true;
+                continue;
+            }
             // SAFETY: every record starts with an EventHeader.
             let h: EventHeader = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
             if h.kind == abi::EV_SPANS {
