@@ -253,3 +253,21 @@ fn line_statements_fire_each_pass() {
     assert_eq!(code, Some(1));
     assert!(err.contains("has no DWARF line tables (build it with -g)"), "{err}");
 }
+
+/// The tracer's own probes (here a timer) read the target's memory with
+/// `user_string`, from the sandbox they run in: a pointer the target's
+/// probe saved is read in the target, not in the tracer.
+#[test]
+fn timer_probes_read_the_targets_memory() {
+    let exe = build("userread");
+    let mut target = common::Running::start(&exe, &["wait"]);
+    assert_eq!(target.ready, "ready\n");
+    let pid = target.pid().to_string();
+    let script = "global p probe begin { println(\"armed\") } probe process.function(\"step\") { p = $arg2 } \
+                  probe timer.ms(20) { if (p) { println(user_string(p)); exit() } }";
+    let tracer = common::Tracer::start(&["-p", &pid, "-e", script], "armed");
+    target.say("1");
+    let (rest, err, code) = tracer.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(rest, "wait\n");
+}

@@ -1073,9 +1073,14 @@ EXPORT i64 rt_read_user(u8 *R, void *dst, u64 addr, i64 n) {
         u64 base, len;
     } local = {(u64)dst, (u64)n}, remote = {addr, (u64)n};
     /* In a target thread, its own process (a child the target forked or
-     * exec'd is not the region's); in the tracer, the region's. */
+     * exec'd is not the region's); in the tracer's probes, which run in its
+     * sandbox (a child of the tracer), the region's. The sandbox's seccomp
+     * filter lets it name only the process the tracer serves, whatever
+     * the region says. */
     i64 pid = sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
-    if ((u64)pid == AT(R, H_TRACER, u64)) pid = (i64)AT(R, H_PID, u64);
+    u64 tracer = AT(R, H_TRACER, u64);
+    if ((u64)pid != AT(R, H_PID, u64) && ((u64)pid == tracer || (u64)sys6(SYS_getppid, 0, 0, 0, 0, 0, 0) == tracer))
+        pid = (i64)AT(R, H_PID, u64);
     i64 r = sys6(SYS_process_vm_readv, pid, (i64)&local, 1, (i64)&remote, 1, 0);
     return r < 0 ? 0 : r;
 }

@@ -5,8 +5,8 @@
 //!
 //!     cargo bench -p telco-runtime --bench consumer
 //!
-//! Prints a markdown table: ns per record (best of 5 runs of 100 rounds of
-//! filling a quarter of the ring and draining it), and ns per probe call (best of 5 runs of 20,000
+//! Prints a markdown table: ns per record (best of 5 runs, each filling a
+//! quarter of the ring and draining it until 900 KB went through), and ns per probe call (best of 5 runs of 20,000
 //! calls).
 
 use std::time::Instant;
@@ -18,21 +18,24 @@ fn compile(text: &str) -> telco_abi::artifact::Artifact {
 fn main() {
     println!("| consumer | ns per record (best of 5) | records per second |");
     println!("|---|---|---|");
+    // (name, script, bytes of one record)
     let cases = [
-        ("printf of a long and a string", "global n probe timer.s(1) { n++; printf(\"%d %s\\n\", n, \"abc\") }"),
-        ("printf of a constant line", "probe timer.s(1) { printf(\"a fixed line\\n\") }"),
-        ("print(@hist_log) of a statistic", "global s probe timer.s(1) { s <<< 5; print(@hist_log(s)) }"),
+        ("printf of a long and a string", "global n probe timer.s(1) { n++; printf(\"%d %s\\n\", n, \"abc\") }", 40),
+        ("printf of a constant line", "probe timer.s(1) { printf(\"a fixed line\\n\") }", 24),
+        ("print(@hist_log) of a statistic", "global s probe timer.s(1) { s <<< 5; print(@hist_log(s)) }", 1088),
     ];
-    for (name, text) in cases {
+    for (name, text, size) in cases {
         let a = compile(text);
-        let local = telco_runtime::local::Local::new(&a).expect("region");
-        // Records per round: what fits the ring with room to spare (a
-        // tracer-side handler waits for room that only a consumer makes:
-        // a histogram record is about 1 KB).
+        // Rounds of a quarter of the ring (a tracer-side handler waits for
+        // room that only a consumer makes), in a fresh region each run and
+        // at most 900 KB of records in all: the ring never wraps, so the
+        // code before issue 25 (whose consumer stopped at a short padding
+        // record) runs this bench too.
         let per_round = (a.ring_size / 4096) as usize;
-        let rounds = 100;
+        let rounds = (900_000 / (per_round * size)).max(1);
         let mut best = f64::MAX;
         for _ in 0..5 {
+            let local = telco_runtime::local::Local::new(&a).expect("region");
             let mut spent = 0.0;
             for _ in 0..rounds {
                 for _ in 0..per_round {
@@ -67,8 +70,10 @@ fn sandbox_round_trip() {
     // In the child: the handler on the shared page (zeroed: this body
     // charges no actions), no allocation.
     let (f, base) = local.handler(0);
-    let mut s =
-        telco_runtime::os::sandbox::Sandbox::start(64, |_, page| f(base, page.as_mut_ptr().cast())).expect("sandbox");
+    let mut s = telco_runtime::os::sandbox::Sandbox::start(64, std::process::id() as i32, |_, page| {
+        f(base, page.as_mut_ptr().cast())
+    })
+    .expect("sandbox");
     let mut sandboxed = f64::MAX;
     for _ in 0..5 {
         let t = Instant::now();
@@ -79,6 +84,6 @@ fn sandbox_round_trip() {
     }
     println!("| a tracer-side probe (`n++`) | ns per call (best of 5) |");
     println!("|---|---|");
-    println!("| called directly (before) | {direct:.0} |");
+    println!("| called directly (`Local::call_probe`, as before) | {direct:.0} |");
     println!("| in the sandbox: request, call, reply | {sandboxed:.0} |");
 }

@@ -54,8 +54,6 @@ pub enum RunError {
     Signals(std::io::Error),
     #[error("writing the output failed: {0}")]
     Output(std::io::Error),
-    #[error("cannot start the sandbox for the tracer's probes: {0}")]
-    Sandbox(std::io::Error),
     #[error("internal error: the compiled artifact is inconsistent: {0}")]
     BadArtifact(String),
 }
@@ -497,7 +495,7 @@ impl<'a> Consumer<'a> {
             // wraps; anything else is the target's doing. The padding to
             // the end of the data area is the exception: as short as 8
             // bytes (its size and kind).
-            let short_pad = len >= 8 && len < abi::EVENT_HEADER_SIZE && {
+            let short_pad = len >= 8 && len < abi::EVENT_HEADER_SIZE && pos + len == size as usize && {
                 // SAFETY: pos is 8-aligned inside the data area, so the
                 // record's first 8 bytes are in it.
                 let kind = unsafe { std::ptr::read_unaligned(base.add(off + 4).cast::<u16>()) };
@@ -886,6 +884,11 @@ fn sandbox_failure(artifact: &Artifact, probe: usize, f: &crate::os::sandbox::Fa
     use crate::os::sandbox::Failure;
     let name = artifact.probes.get(probe).map_or("?", |p| p.name.as_str());
     let why = match f {
+        Failure::Signal(libc::SIGKILL) => "something outside the session killed it (the out-of-memory killer?)",
+        Failure::Signal(libc::SIGSYS) => {
+            "it made a system call its filter forbids: the shared region it works on is damaged (the target can \
+             write to it)"
+        }
         Failure::Signal(_) => "the shared region it works on is damaged (the target can write to it)",
         Failure::Stalled(_) => {
             "a lock, a table or the event ring in the shared region is held or damaged (the target can write to it)"
@@ -897,24 +900,30 @@ fn sandbox_failure(artifact: &Artifact, probe: usize, f: &crate::os::sandbox::Fa
 
 /// The sandbox and what the session watches while a handler runs there.
 struct Runner<'x> {
-    sandbox: Sandbox,
+    sandbox: Option<Sandbox>,
     region: &'x Region,
     /// The consumer is inside a drain (maybe blocked writing the output):
     /// a handler waiting for room in the ring is not stalled.
     draining: &'x AtomicBool,
     /// Drains that found records.
     consumed: &'x AtomicU64,
+    /// The consumer stopped on a record the target forged: it frees no
+    /// more room in the ring, which the tracer's probes would wait for.
+    ring_broken: &'x AtomicBool,
     tick: u64,
     /// [`stall_limit`].
     stall: Duration,
     /// The sandbox failed: what to say.
     lost: Option<String>,
+    /// No more tracer-side probes run (`lost`, or the ring is broken).
+    stopped: bool,
 }
 
 impl Runner<'_> {
     /// Run probe `p` in the sandbox; false once the sandbox is lost.
     fn run(&mut self, artifact: &Artifact, p: usize) -> bool {
-        if self.lost.is_some() {
+        if self.lost.is_some() || self.ring_broken.load(Ordering::Relaxed) {
+            self.stopped = true;
             return false;
         }
         // The parts the compiled code trusts to stay in bounds, checked
@@ -922,8 +931,13 @@ impl Runner<'_> {
         // changes them during one).
         if let Some(d) = self.region.damage(artifact) {
             self.lost = Some(format!("{d}; the tracer's probes no longer run and the session ends here"));
+            self.stopped = true;
             return false;
         }
+        let Some(sandbox) = &mut self.sandbox else {
+            self.stopped = true;
+            return false;
+        };
         let actions = core::mem::offset_of!(abi::Ctx, actions) / 8;
         let (draining, consumed, tick) = (self.draining, self.consumed, &mut self.tick);
         let mut progress = |s: &Sandbox| {
@@ -932,17 +946,18 @@ impl Runner<'_> {
             }
             s.word(actions) ^ consumed.load(Ordering::Relaxed).rotate_left(32) ^ tick.rotate_left(48)
         };
-        match self.sandbox.run(p as u32, self.stall, &mut progress) {
+        match sandbox.run(p as u32, self.stall, &mut progress) {
             Ok(()) => true,
             Err(f) => {
                 self.lost = Some(sandbox_failure(artifact, p, &f));
+                self.stopped = true;
                 false
             }
         }
     }
 
     fn ok(&self) -> bool {
-        self.lost.is_none()
+        !self.stopped && self.lost.is_none()
     }
 }
 
@@ -1035,9 +1050,16 @@ impl<'a> Local<'a> {
         // forked before the consumer thread starts.
         let (pid, tid) = (std::process::id() as u64, sys::gettid());
         let words = (artifact.ctx_size as usize).div_ceil(8).max(abi::CTX_SIZE / 8);
-        let sandbox = Sandbox::start(words, |probe, page| call(artifact, region, code, page, probe as usize, pid, tid))
-            .map_err(RunError::Sandbox)?;
+        // It may read and write the memory of the process the region
+        // serves, as the tracer knows it (none other, whatever the region
+        // says). A sandbox that cannot start ends the tracer's probes like
+        // one that failed: the target, armed already, is still let go.
+        let sandbox = Sandbox::start(words, self.region.written.pid as libc::pid_t, |probe, page| {
+            call(artifact, region, code, page, probe as usize, pid, tid)
+        })
+        .map_err(|e| format!("cannot start the sandbox for the tracer's probes: {e}"));
         let draining = AtomicBool::new(false);
+        let ring_broken = AtomicBool::new(false);
         let consumed = AtomicU64::new(0);
         let result = std::thread::scope(|scope| -> Result<(Outcome, Box<dyn Write + Send>), RunError> {
             let consumer = scope.spawn(|| -> Result<Drained, std::io::Error> {
@@ -1060,6 +1082,9 @@ impl<'a> Local<'a> {
                     draining.store(true, Ordering::Relaxed);
                     let any = c.drain()?;
                     draining.store(false, Ordering::Relaxed);
+                    if c.corrupted.is_some() {
+                        ring_broken.store(true, Ordering::Relaxed);
+                    }
                     if any {
                         consumed.fetch_add(1, Ordering::Relaxed);
                     } else {
@@ -1081,14 +1106,20 @@ impl<'a> Local<'a> {
                 }
             });
             let wake = || consumer.thread().unpark();
+            let (sandbox, lost) = match sandbox {
+                Ok(s) => (Some(s), None),
+                Err(e) => (None, Some(e)),
+            };
             let mut runner = Runner {
                 sandbox,
                 region,
                 draining: &draining,
                 consumed: &consumed,
+                ring_broken: &ring_broken,
                 tick: 0,
                 stall: stall_limit(artifact),
-                lost: None,
+                lost,
+                stopped: false,
             };
             let mut failed = false;
             let too_many_errors = || region.counter(errors_at) > maxerrors;
@@ -1226,9 +1257,12 @@ impl<'a> Local<'a> {
                 Ok(r) => r.map_err(RunError::Output)?,
                 Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
             };
+            // One ERROR: the consumer's, if it found the damage first.
             if let Some(lost) = runner.lost.take() {
-                let _ = writeln!(messages, "ERROR: {lost}");
-                corrupted.get_or_insert(lost);
+                if corrupted.is_none() {
+                    let _ = writeln!(messages, "ERROR: {lost}");
+                    corrupted = Some(lost);
+                }
             }
             // What the display reads must be sound first.
             if corrupted.is_none() {

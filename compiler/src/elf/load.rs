@@ -17,21 +17,34 @@ use super::{ElfError, Function, Machine, Module, ModuleKind, SkipReason, Skipped
 
 pub(super) fn load(path: &Path) -> Result<Module, ElfError> {
     let io = |source| ElfError::Io { path: path.to_path_buf(), source };
-    // Devices and FIFOs would never end (or never start): regular files only.
-    let meta = fs::metadata(path).map_err(io)?;
+    let bytes = read(path)?;
+    let canonical = fs::canonicalize(path).map_err(io)?;
+    parse(&canonical, &bytes)
+}
+
+/// The bytes of a module file. Devices and FIFOs would never end (or never
+/// start): regular files only, at most 4 GiB, checked on the open file (a
+/// path the target names may be swapped between a check and a read), and
+/// opened without blocking (a FIFO put there does not stall pass 2).
+pub(super) fn read(path: &Path) -> Result<Vec<u8>, ElfError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX_MODULE_BYTES: u64 = 4 << 30;
+    let io = |source| ElfError::Io { path: path.to_path_buf(), source };
+    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
+    let meta = f.metadata().map_err(io)?;
     if !meta.is_file() {
         return Err(ElfError::Malformed { path: path.to_path_buf(), what: "not a regular file".into() });
     }
-    const MAX_MODULE_BYTES: u64 = 4 << 30;
     if meta.len() > MAX_MODULE_BYTES {
         return Err(ElfError::Malformed {
             path: path.to_path_buf(),
             what: format!("{} bytes is larger than any module this tracer reads (4 GiB)", meta.len()),
         });
     }
-    let bytes = fs::read(path).map_err(io)?;
-    let canonical = fs::canonicalize(path).map_err(io)?;
-    parse(&canonical, &bytes)
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.take(meta.len()).read_to_end(&mut bytes).map_err(io)?;
+    Ok(bytes)
 }
 
 /// A defined function symbol, before symbols at one address are grouped.

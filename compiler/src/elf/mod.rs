@@ -358,13 +358,7 @@ impl Module {
 
     /// The file's bytes (read once).
     pub(crate) fn bytes(&self) -> Result<std::sync::Arc<Vec<u8>>, String> {
-        self.bytes
-            .get_or_init(|| {
-                std::fs::read(&self.path)
-                    .map(std::sync::Arc::new)
-                    .map_err(|e| format!("cannot read {}: {e}", self.path.display()))
-            })
-            .clone()
+        self.bytes.get_or_init(|| load::read(&self.path).map(std::sync::Arc::new).map_err(|e| e.to_string())).clone()
     }
 
     /// The ELF file, parsed again from [`Module::bytes`], for `f`.

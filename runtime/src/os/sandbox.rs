@@ -14,7 +14,8 @@
 //!   the session's signals, dies with the tracer (`PR_SET_PDEATHSIG`), and
 //!   enters a seccomp filter that allows only what the runtime library
 //!   calls: `read`/`write` on its pipes, `getpid`/`gettid`/`getppid`/
-//!   `getuid`, `sched_yield`, `process_vm_readv`/`writev` on itself,
+//!   `getuid`, `sched_yield`, `process_vm_readv`/`writev` on the one
+//!   process the session serves (the tracer's word, never the region's),
 //!   `prctl(PR_GET_NAME)`, the architecture's thread-pointer call, and
 //!   `exit`. Anything else kills it (SIGSYS);
 //! * it shares with the tracer the region (a `MAP_SHARED` memfd, inherited)
@@ -81,8 +82,10 @@ const SETUP_FAILED: i32 = 101;
 impl Sandbox {
     /// Fork the sandbox. `serve(request, page)` runs in the child for each
     /// request, with `page` the shared context page (`page_words` 64-bit
-    /// words, zeroed): it must not allocate, lock or touch a file.
-    pub fn start<F: Fn(u32, &mut [u64])>(page_words: usize, serve: F) -> io::Result<Sandbox> {
+    /// words, zeroed): it must not allocate, lock or touch a file. `peer`
+    /// is the only process whose memory it may read or write
+    /// (`process_vm_readv`/`writev`).
+    pub fn start<F: Fn(u32, &mut [u64])>(page_words: usize, peer: libc::pid_t, serve: F) -> io::Result<Sandbox> {
         use nix::fcntl::OFlag;
         use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
         let page_len = (page_words.max(1) * 8).next_multiple_of(4096);
@@ -113,7 +116,7 @@ impl Sandbox {
         if pid == 0 {
             // SAFETY: the shared page is mapped, page_words words long.
             let ctx = unsafe { std::slice::from_raw_parts_mut(page, page_words.max(1)) };
-            child(parent, req_r.as_raw_fd(), rep_w.as_raw_fd(), ctx, &serve);
+            child(parent, peer, req_r.as_raw_fd(), rep_w.as_raw_fd(), ctx, &serve);
         }
         drop(req_r);
         drop(rep_w);
@@ -180,8 +183,9 @@ impl Sandbox {
                     if n == 4 && u32::from_ne_bytes(b) == req {
                         return Ok(());
                     }
-                    // EOF (the child is gone) or a reply that is not ours.
-                    return Err(self.death().unwrap_or(Failure::Io(libc::EPROTO)));
+                    // EOF (the child is gone or going) or a reply that is
+                    // not ours (the child is then killed by `stop`).
+                    return Err(if n == 0 { self.death() } else { None }.unwrap_or(Failure::Io(libc::EPROTO)));
                 }
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err(Failure::Io(e as i32)),
@@ -196,21 +200,28 @@ impl Sandbox {
         }
     }
 
-    /// The child's end, if it has ended (reaped).
+    /// How the child ended, once it has (reaped): it closed its pipe end,
+    /// so it is exiting; waited for 1 s at most, never blocking (a child
+    /// that closed it and lives on is killed by `stop`).
     fn death(&mut self) -> Option<Failure> {
-        let mut st = 0;
-        // SAFETY: waiting for our own child, blocking: it closed its pipe
-        // end, so it is exiting.
-        let r = unsafe { libc::waitpid(self.pid, &mut st, 0) };
-        if r != self.pid {
-            return None;
+        for _ in 0..100 {
+            let mut st = 0;
+            // SAFETY: polling our own child.
+            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) };
+            if r == self.pid {
+                self.pid = 0;
+                return Some(if libc::WIFSIGNALED(st) {
+                    Failure::Signal(libc::WTERMSIG(st))
+                } else {
+                    Failure::Exited(libc::WEXITSTATUS(st))
+                });
+            }
+            if r < 0 {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        self.pid = 0;
-        Some(if libc::WIFSIGNALED(st) {
-            Failure::Signal(libc::WTERMSIG(st))
-        } else {
-            Failure::Exited(libc::WEXITSTATUS(st))
-        })
+        None
     }
 
     /// End the child (killed if it is still running) and reap it.
@@ -238,7 +249,14 @@ impl Drop for Sandbox {
 }
 
 /// The child: set up, then serve requests until the pipe closes.
-fn child(parent: libc::pid_t, req: i32, rep: i32, ctx: &mut [u64], serve: &dyn Fn(u32, &mut [u64])) -> ! {
+fn child(
+    parent: libc::pid_t,
+    peer: libc::pid_t,
+    req: i32,
+    rep: i32,
+    ctx: &mut [u64],
+    serve: &dyn Fn(u32, &mut [u64]),
+) -> ! {
     // SAFETY: raw system calls on our own process; no allocation.
     unsafe {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != parent {
@@ -257,10 +275,19 @@ fn child(parent: libc::pid_t, req: i32, rep: i32, ctx: &mut [u64], serve: &dyn F
         }
         // Every file descriptor but the two pipe ends.
         let (lo, hi) = (req.min(rep) as u32, req.max(rep) as u32);
-        let ok = (lo == 0 || libc::close_range(0, lo - 1, 0) == 0)
+        let closed = (lo == 0 || libc::close_range(0, lo - 1, 0) == 0)
             && (hi == lo + 1 || libc::close_range(lo + 1, hi - 1, 0) == 0)
             && libc::close_range(hi + 1, u32::MAX, 0) == 0;
-        if !ok || !enter_seccomp(libc::getpid()) {
+        if !closed {
+            // Kernels before 5.9 have no close_range: one by one.
+            let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            let max =
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 { lim.rlim_cur.min(1 << 20) } else { 1024 };
+            for fd in (0..max as i32).filter(|&fd| fd != req && fd != rep) {
+                libc::close(fd);
+            }
+        }
+        if !enter_seccomp(peer) {
             libc::_exit(SETUP_FAILED);
         }
         let mut b = [0u8; 4];
@@ -277,9 +304,9 @@ fn child(parent: libc::pid_t, req: i32, rep: i32, ctx: &mut [u64], serve: &dyn F
     }
 }
 
-/// The seccomp filter (see the module doc). `me`: the only process
+/// The seccomp filter (see the module doc). `peer`: the only process
 /// `process_vm_readv`/`writev` may name.
-fn enter_seccomp(me: libc::pid_t) -> bool {
+fn enter_seccomp(peer: libc::pid_t) -> bool {
     const ALLOW: u32 = 0x7fff_0000; // SECCOMP_RET_ALLOW
     const KILL: u32 = 0x8000_0000; // SECCOMP_RET_KILL_PROCESS
     const NR: u32 = 0; // offsetof(struct seccomp_data, nr)
@@ -327,10 +354,10 @@ fn enter_seccomp(me: libc::pid_t) -> bool {
         push(jeq(nr as u32, 0, 1));
         push(ret(ALLOW));
     }
-    // process_vm_readv/writev(me, …) and prctl(PR_GET_NAME, …): the
+    // process_vm_readv/writev(peer, …) and prctl(PR_GET_NAME, …): the
     // argument decides.
     for (nr, arg) in
-        [(libc::SYS_process_vm_readv, me as u32), (libc::SYS_process_vm_writev, me as u32), (libc::SYS_prctl, 16)]
+        [(libc::SYS_process_vm_readv, peer as u32), (libc::SYS_process_vm_writev, peer as u32), (libc::SYS_prctl, 16)]
     {
         push(jeq(nr as u32, 0, 4));
         push(ld(ARG0));
@@ -356,7 +383,7 @@ mod tests {
 
     #[test]
     fn serves_requests_and_shares_the_page() {
-        let mut s = Sandbox::start(4, |r, page| page[1] = u64::from(r) * 3).expect("start");
+        let mut s = Sandbox::start(4, 1, |r, page| page[1] = u64::from(r) * 3).expect("start");
         for r in [1u32, 7, 40] {
             s.run(r, Duration::from_secs(5), &mut |_| 0).expect("run");
             assert_eq!(s.word(1), u64::from(r) * 3);
@@ -365,7 +392,7 @@ mod tests {
 
     #[test]
     fn a_fault_is_a_failure_not_a_crash() {
-        let mut s = Sandbox::start(1, |r, _| {
+        let mut s = Sandbox::start(1, 1, |r, _| {
             if r == 2 {
                 // SAFETY: deliberately faulting in the child.
                 unsafe { std::ptr::write_volatile(std::ptr::without_provenance_mut::<u64>(8), 1) };
@@ -379,7 +406,7 @@ mod tests {
 
     #[test]
     fn a_forbidden_system_call_kills_it() {
-        let mut s = Sandbox::start(1, |_, _| {
+        let mut s = Sandbox::start(1, 1, |_, _| {
             // SAFETY: a harmless call the filter forbids.
             unsafe { libc::syscall(libc::SYS_getcwd, std::ptr::null_mut::<u8>(), 0) };
         })
@@ -389,7 +416,7 @@ mod tests {
 
     #[test]
     fn a_spin_without_progress_is_stopped() {
-        let mut s = Sandbox::start(1, |_, _| loop {
+        let mut s = Sandbox::start(1, 1, |_, _| loop {
             std::hint::spin_loop();
         })
         .expect("start");
@@ -402,7 +429,7 @@ mod tests {
         // The child counts in word 0 until the parent sets word 1, which
         // it does after 10 polls (500 ms), five times the stall limit: the
         // request survives because the count moves.
-        let mut s = Sandbox::start(2, |_, page| {
+        let mut s = Sandbox::start(2, 1, |_, page| {
             // SAFETY: the shared page, read and written by both sides.
             unsafe {
                 while std::ptr::read_volatile(&page[1]) == 0 {
