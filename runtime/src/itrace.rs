@@ -175,22 +175,14 @@ impl Itracer {
                         .load(Ordering::Relaxed),
                 )
             };
-            if pid != self.pid as u64 || func as usize >= traced.len() {
-                // A forked child's thread (its memory is not the one we
-                // read): it runs on untraced (and is counted).
-                let _ = state.compare_exchange(
-                    abi::ITRACE_WAITING,
-                    abi::ITRACE_DECLINED,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
-                continue;
-            }
-            // The tid is the target's word: only a thread of the traced
-            // process is ever seized (checked again once it is stopped,
-            // when it can no longer exit and be replaced).
+            // A forked child's thread (its memory is not the one we read)
+            // runs on untraced (and is counted). The tid is the target's
+            // word: only a thread of the traced process is ever seized
+            // (checked again once it is stopped, when it can no longer
+            // exit and be replaced).
             let ours = |tid: u32| i32::try_from(tid).ok().filter(|&t| crate::os::proc::tgid(t) == Some(self.pid));
-            let Some(tid) = ours(tid) else {
+            let asked = pid == self.pid as u64 && (func as usize) < traced.len();
+            let Some(tid) = asked.then(|| ours(tid)).flatten() else {
                 let _ = state.compare_exchange(
                     abi::ITRACE_WAITING,
                     abi::ITRACE_DECLINED,
