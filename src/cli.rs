@@ -49,7 +49,8 @@ pub struct Cli {
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Write a Chrome Trace Event JSON file (Perfetto, chrome://tracing, speedscope).
+    /// Write a Chrome Trace Event JSON file (Perfetto, chrome://tracing, speedscope). On a terminal a
+    /// status line shows its events, size and rate as it grows; a summary line ends the session.
     #[arg(long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
 

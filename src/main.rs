@@ -383,7 +383,8 @@ fn chrome(
     let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
     let c = telco_runtime::chrome::Chrome::create(path, pid, comm.trim_end(), &names)
         .with_context(|| format!("cannot create `{}`", path.display()))?
-        .quiet(cli.no_warnings);
+        .quiet(cli.no_warnings)
+        .status(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let feed = telco_runtime::chrome::Feed::start(c, path)
         .with_context(|| format!("cannot create a spool file beside `{}`", path.display()))?;
     Ok(Some(feed))
@@ -393,11 +394,7 @@ fn report_chrome(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
     // Always said, as perf record does: how much the trace holds and
     // whether anything is missing from it.
     if let (Some(path), Some(w)) = (&cli.chrome, outcome.chrome) {
-        let size = if w.bytes >= 1 << 20 {
-            format!("{:.1} MB", w.bytes as f64 / f64::from(1 << 20))
-        } else {
-            format!("{:.1} KB", w.bytes as f64 / 1024.0)
-        };
+        let size = telco_runtime::chrome::size_text(w.bytes);
         let dropped = match (outcome.dropped, w.dropped) {
             (0, 0) => "none dropped".to_string(),
             (n, 0) => format!("{n} dropped (see the warning)"),

@@ -428,3 +428,39 @@ fn every_python_function_traced_opens_in_perfetto() {
     }
     std::fs::remove_file(&out).ok();
 }
+
+/// On a terminal, a long `--chrome` session draws a status line every
+/// second, as `perf record` does (events, size, rate), which the summary
+/// line replaces at the end. (`script` gives the session a terminal; the
+/// session lasts 2 s: 10,000 calls of 200 µs.)
+#[test]
+fn a_long_trace_shows_its_progress_on_a_terminal() {
+    let d = common::scratch("chrome-status");
+    let exe = d.join("prog");
+    common::gcc("probed.c", &exe, &[]);
+    let out = d.join("trace.json");
+    let cmd = format!(
+        "{} -e 'probe process.function(\"spin\") {{}}' -c '{} spin 10000' --chrome {}",
+        env!("CARGO_BIN_EXE_telco-stap"),
+        exe.display(),
+        out.display()
+    );
+    let o = std::process::Command::new("script").args(["-qefc", &cmd, "/dev/null"]).output().expect("run script");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("\r--chrome: ") && text.contains(" events/s"), "no status line: {text:?}");
+    // The summary: 10,000 calls and the process's, the clock's and the
+    // thread's names; the status line cleared before it.
+    assert!(text.contains("\r\x1b[K--chrome: 10003 events, "), "{text:?}");
+    // Without a terminal: no status line.
+    let (_, err, code) = common::telco_run(&[
+        "-e",
+        "probe process.function(\"spin\") {}",
+        "-c",
+        &format!("{} spin 3000", exe.display()),
+        "--chrome",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains('\r') && !err.contains("events/s"), "{err}");
+}

@@ -68,6 +68,10 @@ pub struct Chrome {
     next_warning: u64,
     quiet: bool,
     size_warnings: u64,
+    /// On a terminal: a status line, redrawn every second while the trace
+    /// grows (as `perf record` does): when it was last drawn, the events
+    /// then, whether one is on the screen.
+    status: Option<(std::time::Instant, u64, bool)>,
 }
 
 /// The first size at which a growing trace is reported.
@@ -114,6 +118,7 @@ impl Chrome {
             next_warning: WARN_AT,
             quiet: false,
             size_warnings: 0,
+            status: None,
         };
         c.out.write_all(b"[\n")?;
         let name = escape(process.as_bytes());
@@ -132,6 +137,29 @@ impl Chrome {
     pub fn quiet(mut self, quiet: bool) -> Chrome {
         self.quiet = quiet;
         self
+    }
+
+    /// Draw a status line on standard error every second while the trace
+    /// grows (for a terminal): events, size, events per second.
+    pub fn status(mut self, on: bool) -> Chrome {
+        self.status = on.then(|| (std::time::Instant::now(), 0, false));
+        self
+    }
+
+    /// Redraw the status line if a second has passed (looked at every 256
+    /// events).
+    fn redraw(&mut self) {
+        let Some((last, then, _)) = self.status else { return };
+        if self.events % 256 != 0 {
+            return;
+        }
+        let dt = last.elapsed().as_secs_f64();
+        if dt < 1.0 {
+            return;
+        }
+        let rate = (self.events - then) as f64 / dt;
+        eprint!("\r--chrome: {} events, {}, {:.0} events/s\x1b[K", self.events, size_text(self.written), rate);
+        self.status = Some((std::time::Instant::now(), self.events, true));
     }
 
     /// Count `n` bytes written; past the next threshold, say how large the
@@ -192,6 +220,7 @@ impl Chrome {
         self.out.write_all(&self.line)?;
         self.events += 1;
         self.grew(self.line.len());
+        self.redraw();
         Ok(())
     }
 
@@ -245,6 +274,10 @@ impl Chrome {
 
     /// Close the array and flush.
     pub fn finish(mut self) -> std::io::Result<Written> {
+        if let Some((_, _, true)) = self.status {
+            // The summary line takes the status line's place.
+            eprint!("\r\x1b[K");
+        }
         self.out.write_all(b"\n]\n")?;
         self.out.flush()?;
         let bytes = self.out.get_ref().metadata().map(|m| m.len()).unwrap_or(0);
@@ -301,7 +334,17 @@ impl Chrome {
         self.out.write_all(&self.line)?;
         self.events += 1;
         self.grew(self.line.len() + 2);
+        self.redraw();
         Ok(())
+    }
+}
+
+/// A size as the summary and the status line say it: KB or MB.
+pub fn size_text(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{:.1} MB", bytes as f64 / f64::from(1 << 20))
+    } else {
+        format!("{:.1} KB", bytes as f64 / 1024.0)
     }
 }
 
