@@ -528,3 +528,38 @@ fn exec_leaves_the_new_image_alone() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "before exec 1000000\nafter exec\n1000\n");
 }
+
+/// The target dies of SIGKILL in the middle of a `-p` session (four
+/// threads calling a probed function): the tracer notices, runs its `end`
+/// probe on the counts so far and exits by itself; the `--chrome`
+/// trace it wrote is whole. Five times over, killed at a different count.
+#[test]
+fn a_killed_target_still_gets_its_end_probe() {
+    let exe = build("killed", &[]);
+    let d = common::scratch("killed-target");
+    for (i, at) in [1_000, 5_000, 20_000, 50_000, 100_000].into_iter().enumerate() {
+        let mut target = common::Running::start(&exe, &["busy"]);
+        // (Four threads: a count may pass `at` twice before `said` is set.)
+        let script = format!(
+            "global n, said probe begin {{ println(\"armed\") }} \
+             probe process.function(\"rec\") {{ n++; if (n >= {at} && !said) {{ said = 1; println(\"hit\") }} }} \
+             probe end {{ println(\"end \", n >= {at}) }}"
+        );
+        let trace = d.join(format!("trace{i}.json"));
+        let pid = target.pid().to_string();
+        let mut tracer = common::Tracer::start(
+            &["-p", &pid, "-e", &script, "--chrome", trace.to_str().expect("utf-8"), "--chrome-min-dur", "1ms"],
+            "armed",
+        );
+        let mut hit = String::new();
+        std::io::BufRead::read_line(&mut tracer.output, &mut hit).expect("the tracer's output");
+        assert_eq!(hit, "hit\n");
+        target.child.kill().expect("SIGKILL the target");
+        let (rest, err, code) = tracer.finish();
+        assert_eq!(code, Some(0), "killed at {at}: {err}");
+        let rest: Vec<&str> = rest.lines().filter(|l| *l != "hit").collect();
+        assert_eq!(rest, ["end 1"], "killed at {at}: {err}");
+        let text = std::fs::read_to_string(&trace).expect("the trace");
+        serde_json::from_str::<serde_json::Value>(&text).expect("the trace is JSON");
+    }
+}
