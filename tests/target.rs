@@ -190,7 +190,7 @@ fn detaching_from_a_busy_process_leaves_nothing_behind() {
     let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
     let before = maps();
     let script =
-        "global n probe process.function(\"rec\").return { n++; if (n == 20000) exit() } probe end { println(n > 0) }";
+        "global n probe process.function(\"rec\").return { n++; if (n >= 20000) exit() } probe end { println(n > 0) }";
     for _ in 0..5 {
         let (out, err, code) = run(&["-p", &pid.to_string(), "-e", script]);
         assert_eq!((out.as_str(), code), ("1\n", Some(0)), "{err}");
