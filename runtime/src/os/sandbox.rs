@@ -88,8 +88,11 @@ impl Sandbox {
     pub fn start<F: Fn(u32, &mut [u64])>(page_words: usize, peer: libc::pid_t, serve: F) -> io::Result<Sandbox> {
         use nix::fcntl::OFlag;
         use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
+        let (req_r, req_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let (rep_r, rep_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let page_len = (page_words.max(1) * 8).next_multiple_of(4096);
-        // SAFETY: a fresh anonymous shared mapping, unmapped in Drop.
+        // SAFETY: a fresh anonymous shared mapping, unmapped in Drop (or
+        // below if the fork fails).
         let page = unsafe {
             mmap_anonymous(
                 None,
@@ -100,8 +103,6 @@ impl Sandbox {
         }
         .as_ptr()
         .cast::<u64>();
-        let (req_r, req_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-        let (rep_r, rep_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: the child runs only `child`, which makes raw system calls
         // and the handler calls of `serve` (no allocation, no lock), then
