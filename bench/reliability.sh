@@ -21,6 +21,7 @@ trials=(
   "mutated_elf|a_mutated_binary_gets_an_answer_or_a_message|40 mutated binaries through pass 2's readers"
   "target|a_killed_target_still_gets_its_end_probe|5 -p sessions whose 4-thread target is SIGKILLed: end probe, clean exit, whole trace"
   "target|the_target_survives_a_killed_tracer|the tracer SIGKILLed after attach: 200,000 probed calls still right"
+  "target|sigint_during_the_attach_ends_the_session_cleanly|10 -p sessions sent SIGINT right after pass 4: clean exit, end probe, process unchanged"
   "target|attach_detach_cycles_leave_nothing_behind|attach/detach cycles: code, maps, fds and output unchanged"
   "target|detaching_from_a_busy_process_leaves_nothing_behind|detach from 4 threads recursing through return probes"
 )

@@ -206,6 +206,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
     // Pass 4.
     let t0 = Instant::now();
     let artifact = telco_compiler::codegen::codegen(translated, &program).map_err(anyhow::Error::msg)?;
+    if last >= 5 {
+        // From here on ^C ends the session cleanly, even during the
+        // attach (before, it ends the compilation at once).
+        telco_runtime::os::sys::catch_session_signals().context("cannot install signal handlers")?;
+    }
     if cli.verbose > 0 {
         eprintln!(
             "Pass 4: compiled and linked {} bytes of code, {} bytes of shared region in {:.3} ms.",

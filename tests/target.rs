@@ -563,3 +563,54 @@ fn a_killed_target_still_gets_its_end_probe() {
         serde_json::from_str::<serde_json::Value>(&text).expect("the trace is JSON");
     }
 }
+
+/// SIGINT while the tracer attaches and arms (sent as soon as `-v` says
+/// pass 4 is done, so it lands in pass 5's set-up): the tracer ends the
+/// session by itself, never killed by the signal, its end probe runs, and
+/// the target is left as it was: ten times on one process, which then
+/// works as if never traced (code, mappings, results).
+#[test]
+fn sigint_during_the_attach_ends_the_session_cleanly() {
+    use std::io::BufRead;
+    let exe = build("sigint", &[]);
+    let target = common::Running::start(&exe, &["wait", "1000"]);
+    let pid = target.pid();
+    let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let before = maps();
+    let script = "global n probe process.function(\"*\") { n++ } probe end { println(\"end\") }";
+    for _ in 0..10 {
+        let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(["-v", "-p", &pid.to_string(), "-e", script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start telco-stap");
+        let mut err = std::io::BufReader::new(tracer.stderr.take().expect("stderr"));
+        let mut said = String::new();
+        loop {
+            let mut line = String::new();
+            if err.read_line(&mut line).expect("telco-stap's stderr") == 0 {
+                break;
+            }
+            said.push_str(&line);
+            if line.starts_with("Pass 4:") {
+                break;
+            }
+        }
+        // SAFETY: signalling the tracer we started.
+        unsafe { libc_kill(tracer.id() as i32, 2) };
+        let o = tracer.wait_with_output().expect("wait for telco-stap");
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).expect("the rest of stderr");
+        assert_eq!(o.status.code(), Some(0), "{:?}\n{said}{rest}", o.status);
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "end\n", "{said}{rest}");
+        assert!(!rest.contains("stays mapped"), "{rest}");
+        assert_eq!(maps(), before);
+    }
+    wait_mode_works(target, 1000);
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

@@ -139,13 +139,34 @@ const SESSION_SIGNALS: [nix::sys::signal::Signal; 3] =
 /// The write end of the self-pipe SIGINT/SIGTERM write to.
 static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
 
+/// A session signal came before [`Signals::install`] (while a process was
+/// being attached to and armed).
+static EARLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 extern "C" fn on_signal(_: libc::c_int) {
     let fd = SIGNAL_FD.load(Ordering::Relaxed);
     if fd >= 0 {
         let b = 1u8;
         // SAFETY: write(2) is async-signal-safe; the buffer is valid.
         unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    } else {
+        EARLY.store(true, Ordering::Relaxed);
     }
+}
+
+/// Catch SIGINT, SIGTERM and SIGHUP from now on, before a process is
+/// attached to: one that comes while the tracer attaches and arms is kept
+/// and ends the session as soon as it runs ([`Signals::install`]), with a
+/// clean detach, instead of killing the tracer halfway through an
+/// injection. (Commands the tracer starts get the default dispositions
+/// back at their exec.)
+pub fn catch_session_signals() -> io::Result<()> {
+    use nix::sys::signal::{signal, SigHandler};
+    for sig in SESSION_SIGNALS {
+        // SAFETY: installing an async-signal-safe handler.
+        unsafe { signal(sig, SigHandler::Handler(on_signal))? };
+    }
+    Ok(())
 }
 
 /// SIGINT, SIGTERM and SIGHUP end the session: they become a readable byte
@@ -164,6 +185,9 @@ impl Signals {
         for sig in SESSION_SIGNALS {
             // SAFETY: installing an async-signal-safe handler.
             unsafe { signal(sig, SigHandler::Handler(on_signal))? };
+        }
+        if EARLY.swap(false, Ordering::Relaxed) {
+            nix::unistd::write(&write, &[1])?;
         }
         Ok(Signals { read, _write: write })
     }
