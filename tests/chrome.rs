@@ -445,7 +445,11 @@ fn a_long_trace_shows_its_progress_on_a_terminal() {
         exe.display(),
         out.display()
     );
-    let o = std::process::Command::new("script").args(["-qefc", &cmd, "/dev/null"]).output().expect("run script");
+    let o = std::process::Command::new("script")
+        .args(["-qefc", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run script");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
     assert!(text.contains("\r--chrome: ") && text.contains(" events/s"), "no status line: {text:?}");
