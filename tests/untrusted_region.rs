@@ -102,7 +102,7 @@ proptest! {
         let _ = local.region().damage(a);
         // SAFETY: the whole region, mapped for the Local's life.
         let bytes = unsafe { std::slice::from_raw_parts(base, a.region_size as usize) };
-        let _ = telco_runtime::render::display_globals(bytes, &a.display, &a.init);
+        let _ = telco_runtime::render::display_globals(bytes, a);
         // A whole session on it: the end probe runs in the sandbox.
         let sink = Sink::default();
         let cfg = telco_runtime::local::Config {

@@ -287,3 +287,19 @@ pub struct Artifact {
     /// Bytes the caller must provide for a [`crate::region::Ctx`] and its buffers.
     pub ctx_size: u32,
 }
+
+impl Artifact {
+    /// The region's initial bytes (`init`) from region offset `off` to the
+    /// end of the piece that holds it: what pass 3 put there, which the
+    /// tracer trusts where the region's copy is the target's to overwrite.
+    pub fn init_at(&self, off: u64) -> Option<&[u8]> {
+        self.init
+            .iter()
+            .find_map(|(o, b)| b.get(usize::try_from(off.checked_sub(*o)?).ok()?..).filter(|r| !r.is_empty()))
+    }
+
+    /// The little-endian `u32` pass 3 put at region offset `off`.
+    pub fn init_u32(&self, off: u64) -> Option<u32> {
+        self.init_at(off)?.get(..4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+    }
+}

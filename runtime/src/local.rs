@@ -292,7 +292,7 @@ impl Region {
 
     /// Which of the header's fixed fields (set once by the tracer) no
     /// longer hold what it wrote, if any.
-    pub fn header_damage(&self, a: &Artifact) -> Option<&'static str> {
+    fn header_damage(&self) -> Option<&'static str> {
         // SAFETY: the header is at offset 0 of a region at least
         // HEADER_SIZE long; a copy of plain integers, whatever their bytes.
         let h: Header = unsafe { std::ptr::read_volatile(self.base().cast::<Header>()) };
@@ -300,11 +300,7 @@ impl Region {
             Some("its magic")
         } else if h.version != abi::VERSION || h.header_size != abi::HEADER_SIZE as u32 {
             Some("its version")
-        } else if h.region_size != a.region_size
-            || h.ring_off != a.ring_off
-            || h.nthreads != a.nthreads
-            || layout_fields(&h) != layout_fields(&self.written)
-        {
+        } else if layout_fields(&h) != layout_fields(&self.written) {
             Some("its layout")
         } else {
             None
@@ -317,7 +313,7 @@ impl Region {
     /// compiled code trusts those parts to stay in bounds. None when all
     /// hold.
     pub fn damage(&self, a: &Artifact) -> Option<String> {
-        if let Some(what) = self.header_damage(a) {
+        if let Some(what) = self.header_damage() {
             return Some(format!(
                 "the target overwrote the shared region's header ({what}): its counts and totals are not to be trusted"
             ));
@@ -327,13 +323,10 @@ impl Region {
         // sealed against shrinking); the bytes may change while read,
         // which a comparison tolerates.
         let bytes = unsafe { std::slice::from_raw_parts(self.base(), size) };
-        let init = |off: u64, len: usize| {
-            a.init.iter().find_map(|(o, b)| {
-                let at = off.checked_sub(*o)? as usize;
-                b.get(at..at + len)
-            })
-        };
-        let differs = |off: u64, len: usize| match (init(off, len), bytes.get(off as usize..off as usize + len)) {
+        let differs = |off: u64, len: usize| match (
+            a.init_at(off).and_then(|b| b.get(..len)),
+            bytes.get(off as usize..off as usize + len),
+        ) {
             (Some(want), Some(have)) => want != have,
             _ => false,
         };
@@ -495,46 +488,41 @@ impl<'a> Consumer<'a> {
             // wraps; anything else is the target's doing. The padding to
             // the end of the data area is the exception: as short as 8
             // bytes (its size and kind).
-            let short_pad = len >= 8 && len < abi::EVENT_HEADER_SIZE && pos + len == size as usize && {
-                // SAFETY: pos is 8-aligned inside the data area, so the
-                // record's first 8 bytes are in it.
-                let kind = unsafe { std::ptr::read_unaligned(base.add(off + 4).cast::<u16>()) };
-                kind == abi::EV_PAD
-            };
-            if (len < abi::EVENT_HEADER_SIZE && !short_pad) || len % 8 != 0 || pos + len > size as usize {
+            let fits = len >= 8 && len.is_multiple_of(8) && pos + len <= size as usize;
+            // SAFETY: with `fits`, the record's first 8 bytes (size, kind)
+            // lie inside the data area.
+            let kind = if fits { unsafe { std::ptr::read_unaligned(base.add(off + 4).cast::<u16>()) } } else { 0 };
+            let pad = kind == abi::EV_PAD;
+            if !fits || (len < abi::EVENT_HEADER_SIZE && !(pad && pos + len == size as usize)) {
                 self.corrupt(format!(
                     "the target corrupted the event ring: a record of {len} bytes at region offset {off:#x}; the \
                      events from there on are discarded"
                 ))?;
                 break;
             }
-            // SAFETY: a committed record of `len` bytes lies inside the data
-            // area (producers never wrap a record); we own it until we
-            // advance the tail.
-            let rec = unsafe { std::slice::from_raw_parts(base.add(off), len) };
-            if short_pad {
-                // SAFETY: as below, for the padding's 8 to 16 bytes.
-                unsafe { std::ptr::write_bytes(base.add(off), 0, len) };
-                tail += len as u64;
-                any = true;
-                continue;
-            }
-            // SAFETY: every record starts with an EventHeader.
-            let h: EventHeader = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
-            if h.kind == abi::EV_SPANS {
-                // The bulk of a --chrome trace: no copy of the record.
-                if let Some(c) = &mut self.chrome {
-                    spans(c, rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]), h.aux as usize)?;
-                }
-            } else if h.kind == abi::EV_SPAN {
-                if let Some(c) = &mut self.chrome {
-                    c.span(h.tid, h.probe, h.ts, read_i64(rec, abi::EVENT_HEADER_SIZE).max(0) as u64)?;
-                }
-            } else if h.kind != abi::EV_PAD {
-                let payload = rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]).to_vec();
-                self.event(&h, &payload)?;
-                if self.corrupted.is_some() {
-                    break;
+            if !pad {
+                // SAFETY: a committed record of `len` bytes lies inside the
+                // data area (producers never wrap a record); we own it until
+                // we advance the tail.
+                let rec = unsafe { std::slice::from_raw_parts(base.add(off), len) };
+                // SAFETY: every record but padding starts with an
+                // EventHeader (len holds one, checked above).
+                let h: EventHeader = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
+                if h.kind == abi::EV_SPANS {
+                    // The bulk of a --chrome trace: no copy of the record.
+                    if let Some(c) = &mut self.chrome {
+                        spans(c, rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]), h.aux as usize)?;
+                    }
+                } else if h.kind == abi::EV_SPAN {
+                    if let Some(c) = &mut self.chrome {
+                        c.span(h.tid, h.probe, h.ts, read_i64(rec, abi::EVENT_HEADER_SIZE).max(0) as u64)?;
+                    }
+                } else {
+                    let payload = rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]).to_vec();
+                    self.event(&h, &payload)?;
+                    if self.corrupted.is_some() {
+                        break;
+                    }
                 }
             }
             // SAFETY: zero the consumed record so the next producer finds a
@@ -704,9 +692,7 @@ impl<'a> Consumer<'a> {
         self.buf.resize(cap, 0);
         // The format as the artifact encoded it, not the region's copy
         // (which the target can overwrite).
-        let Some(fmt) = self.artifact.init.iter().find_map(|(o, b)| {
-            (*o <= fmt_off && fmt_off < *o + b.len() as u64).then(|| b[(fmt_off - o) as usize..].as_ptr())
-        }) else {
+        let Some(fmt) = self.artifact.init_at(fmt_off).map(<[u8]>::as_ptr) else {
             return Ok(0);
         };
         // SAFETY: `fmt` is an encoded format in the artifact's own bytes
@@ -721,10 +707,7 @@ impl<'a> Consumer<'a> {
 
     /// Length of an encoded format's text, for sizing the output buffer.
     fn fmt_len(&self, off: u64) -> usize {
-        self.artifact.init.iter().find(|(o, b)| *o <= off && off < *o + b.len() as u64).map_or(0, |(o, b)| {
-            let start = (off - o) as usize;
-            b[start..].len().min(1 << 20)
-        })
+        self.artifact.init_at(off).map_or(0, |b| b.len().min(1 << 20))
     }
 }
 
@@ -829,6 +812,9 @@ impl<'a> Local<'a> {
 /// as process `pid`, thread `tid`.
 fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64], probe: usize, pid: u64, tid: u64) {
     let Some(p) = artifact.probes.get(probe) else { return };
+    if ctx.len() * 8 < core::mem::size_of::<abi::Ctx>() {
+        return;
+    }
     let interruptible = matches!(p.attach, Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. });
     ctx.iter_mut().for_each(|w| *w = 0);
     let c = abi::Ctx {
@@ -847,9 +833,6 @@ fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64]
         entry: 0,
         slot: 0,
     };
-    if ctx.len() * 8 < core::mem::size_of::<abi::Ctx>() {
-        return;
-    }
     // SAFETY: ctx has at least CTX_SIZE bytes (checked), 8-aligned.
     unsafe { std::ptr::write(ctx.as_mut_ptr().cast::<abi::Ctx>(), c) };
     // SAFETY: the artifact's handler offsets point at functions with
@@ -868,13 +851,8 @@ pub const SANDBOX_STALL: Duration = Duration::from_secs(5);
 
 /// [`SANDBOX_STALL`] plus 1 µs for each entry the script's arrays can hold.
 pub fn stall_limit(a: &Artifact) -> Duration {
-    let at = core::mem::offset_of!(abi::TableHeader, capacity);
-    let entries: u64 = a
-        .tables
-        .iter()
-        .filter_map(|(_, off)| a.init.iter().find(|(o, _)| o == off).and_then(|(_, b)| b.get(at..at + 4)))
-        .map(|w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
-        .sum();
+    let at = core::mem::offset_of!(abi::TableHeader, capacity) as u64;
+    let entries: u64 = a.tables.iter().filter_map(|(_, off)| a.init_u32(off + at)).map(u64::from).sum();
     SANDBOX_STALL + Duration::from_micros(entries)
 }
 
@@ -922,7 +900,7 @@ struct Runner<'x> {
 impl Runner<'_> {
     /// Run probe `p` in the sandbox; false once the sandbox is lost.
     fn run(&mut self, artifact: &Artifact, p: usize) -> bool {
-        if self.lost.is_some() || self.ring_broken.load(Ordering::Relaxed) {
+        if self.stopped || self.ring_broken.load(Ordering::Relaxed) {
             self.stopped = true;
             return false;
         }
@@ -957,7 +935,7 @@ impl Runner<'_> {
     }
 
     fn ok(&self) -> bool {
-        !self.stopped && self.lost.is_none()
+        !self.stopped
     }
 }
 
@@ -1118,8 +1096,8 @@ impl<'a> Local<'a> {
                 ring_broken: &ring_broken,
                 tick: 0,
                 stall: stall_limit(artifact),
+                stopped: lost.is_some(),
                 lost,
-                stopped: false,
             };
             let mut failed = false;
             let too_many_errors = || region.counter(errors_at) > maxerrors;
@@ -1275,7 +1253,7 @@ impl<'a> Local<'a> {
                 // SAFETY: no handler runs any more (enabled is 0 and this
                 // thread ran the last one); the region is ours to read.
                 let bytes = unsafe { std::slice::from_raw_parts(region.base(), artifact.region_size as usize) };
-                match render::display_globals(bytes, &artifact.display, &artifact.init) {
+                match render::display_globals(bytes, artifact) {
                     Ok(text) => output.write_all(text.as_bytes()).map_err(RunError::Output)?,
                     Err(what) => {
                         let _ = writeln!(messages, "ERROR: {what}");
@@ -1300,15 +1278,7 @@ impl<'a> Local<'a> {
                 messages,
             ))
         });
-        let (mut outcome, mut messages) = result?;
-        // The header's fixed fields are ours: changed, the target wrote
-        // over it, and its counters mean nothing.
-        if outcome.corrupted.is_none() {
-            if let Some(msg) = self.region.damage(artifact) {
-                let _ = writeln!(messages, "ERROR: {msg}");
-                outcome.corrupted = Some(msg);
-            }
-        }
+        let (outcome, mut messages) = result?;
         drop(self);
         for line in summary(&outcome, artifact) {
             let _ = writeln!(messages, "{line}");

@@ -147,15 +147,11 @@ value |-------------------------------------------------- count
 /// ties in insertion order.
 ///
 /// The region is the target's to write: every read is bounds-checked, an
-/// array's geometry (slots, keys, value) comes from `init` (the artifact's
-/// initial bytes), never from the region, and a statistic in an
+/// array's geometry (slots, keys, value) comes from the artifact's
+/// initial bytes (`Artifact::init_at`), never from the region, and a statistic in an
 /// impossible state (a negative count, a minimum above its maximum) is an
 /// `Err` naming it.
-pub fn display_globals(
-    region: &[u8],
-    display: &[telco_abi::artifact::Display],
-    init: &[(u64, Vec<u8>)],
-) -> Result<String, String> {
+pub fn display_globals(region: &[u8], a: &telco_abi::artifact::Artifact) -> Result<String, String> {
     use telco_abi::artifact::DisplayKind;
     use telco_abi::region::*;
     let u32_at = |o: usize| read_u32_le(region, o);
@@ -185,7 +181,7 @@ pub fn display_globals(
     // Rows of per-thread copies: the header's count, at most what fits.
     let rows = (read_u32_le(region, core::mem::offset_of!(Header, nthreads)) as usize).min(region.len() / 8);
     let mut out = String::new();
-    for d in display {
+    for d in &a.display {
         let off = d.offset as usize;
         match d.kind {
             DisplayKind::Long => out.push_str(&format!("{}={:#x}\n", d.name, i64_at(off) as u64)),
@@ -236,7 +232,7 @@ pub fn display_globals(
             }
             DisplayKind::Array => {
                 // The geometry as pass 3 wrote it.
-                let Some(h) = init.iter().find(|(o, _)| *o == d.offset).map(|(_, b)| b.as_slice()) else { continue };
+                let Some(h) = a.init_at(d.offset) else { continue };
                 let field = |f: usize| read_u32_le(h, f) as usize;
                 let nkeys = field(core::mem::offset_of!(TableHeader, nkeys)).min(10);
                 let kinds_at = core::mem::offset_of!(TableHeader, key_kinds);

@@ -1166,13 +1166,7 @@ unsafe fn publish_symbols(base: *mut u8, a: &Artifact, maps: &[Mapping], relocs:
     let field = |off: usize| std::sync::atomic::AtomicU32::from_ptr(tab.add(off).cast());
     // Where the entries go and how many fit: the artifact's word (the
     // region's copy is the target's to overwrite), within the region.
-    let fixed = |off: usize| {
-        let at = a.symtab_off + off as u64;
-        a.init.iter().find_map(|(o, b)| {
-            let i = at.checked_sub(*o)? as usize;
-            b.get(i..i + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
-        })
-    };
+    let fixed = |off: usize| a.init_u32(a.symtab_off + off as u64).map(|v| v as usize);
     let (Some(cap), Some(at)) =
         (fixed(core::mem::offset_of!(SymTable, relocs_cap)), fixed(core::mem::offset_of!(SymTable, relocs)))
     else {

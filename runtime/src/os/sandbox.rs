@@ -96,7 +96,7 @@ impl Sandbox {
         let page = unsafe {
             mmap_anonymous(
                 None,
-                std::num::NonZeroUsize::new(page_len).expect("non-zero"),
+                std::num::NonZeroUsize::new(page_len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?,
                 ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
                 MapFlags::MAP_SHARED,
             )?
@@ -206,21 +206,16 @@ impl Sandbox {
     /// that closed it and lives on is killed by `stop`).
     fn death(&mut self) -> Option<Failure> {
         for _ in 0..100 {
-            let mut st = 0;
-            // SAFETY: polling our own child.
-            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) };
-            if r == self.pid {
-                self.pid = 0;
-                return Some(if libc::WIFSIGNALED(st) {
-                    Failure::Signal(libc::WTERMSIG(st))
-                } else {
-                    Failure::Exited(libc::WEXITSTATUS(st))
-                });
+            match super::wait::wait(self.pid, false) {
+                Ok(Some((_, st))) if st.ended() => {
+                    self.pid = 0;
+                    return Some(
+                        st.killed_by().map_or_else(|| Failure::Exited(st.exit_code().unwrap_or(0)), Failure::Signal),
+                    );
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => return None,
             }
-            if r < 0 {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
         }
         None
     }
@@ -229,11 +224,8 @@ impl Sandbox {
     fn stop(&mut self) {
         self.to = None;
         if self.pid > 0 {
-            // SAFETY: signalling and reaping our own child.
-            unsafe {
-                libc::kill(self.pid, libc::SIGKILL);
-                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-            }
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = super::wait::wait(self.pid, true);
             self.pid = 0;
         }
     }
