@@ -1096,6 +1096,46 @@ EXPORT i64 rt_user_int(u8 *R, u64 addr, i64 size, i64 sign) {
     return (i64)v;
 }
 
+static void hex_message(char *dst, const char *text, u64 addr, i64 cap);
+
+/* user_int_error and friends, and what `$p->field` reads: as rt_user_int,
+ * but a fault is the probe's error ("read fault at 0x..."). */
+EXPORT i64 rt_user_int_error(u8 *R, u8 *ctx, u64 addr, i64 size, i64 sign, i64 loc, i64 cap) {
+    u64 v = 0;
+    if (size < 1 || size > 8 || rt_read_user(R, &v, addr, size) != size) {
+        if (!AT(ctx, C_ERROR, u32)) {
+            hex_message((char *)ctx + CTX_SIZE, "read fault at ", addr, cap);
+            AT(ctx, C_ERROR, u32) = ERR_FAULT;
+            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+        }
+        return 0;
+    }
+    if (sign && size < 8) {
+        int sh = 64 - 8 * (int)size;
+        return ((i64)(v << sh)) >> sh;
+    }
+    return (i64)v;
+}
+
+/* Guru mode: set_user_int and friends, and `$p->field = v`: write the low
+ * `size` bytes of v at addr in the served process, fault-safe (a fault is
+ * the probe's error, "write fault at 0x..."). */
+EXPORT void rt_set_user_int(u8 *R, u8 *ctx, u64 addr, i64 size, i64 v, i64 loc, i64 cap) {
+    struct {
+        u64 base, len;
+    } local = {(u64)&v, (u64)size}, remote = {addr, (u64)size};
+    i64 pid = sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+    u64 tracer = AT(R, H_TRACER, u64);
+    if ((u64)pid != AT(R, H_PID, u64) && ((u64)pid == tracer || (u64)sys6(SYS_getppid, 0, 0, 0, 0, 0, 0) == tracer))
+        pid = (i64)AT(R, H_PID, u64);
+    i64 r = size >= 1 && size <= 8 ? sys6(SYS_process_vm_writev, pid, (i64)&local, 1, (i64)&remote, 1, 0) : -1;
+    if (r != size && !AT(ctx, C_ERROR, u32)) {
+        hex_message((char *)ctx + CTX_SIZE, "write fault at ", addr, cap);
+        AT(ctx, C_ERROR, u32) = ERR_FAULT;
+        AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+    }
+}
+
 /* Append s (NUL-terminated) to dst at *o, within cap (NUL kept). */
 LOCAL void put_s(char *dst, usize *o, i64 cap, const char *s) {
     while (*s && *o + 1 < (usize)cap) dst[(*o)++] = *s++;
@@ -1280,6 +1320,15 @@ EXPORT void rt_set_arg(u8 *ctx, i64 n, i64 v) {
         } local = {(u64)&v, 8}, remote = {AT(regs, REG_SP, u64) + 8 * (u64)(n - NARG_REGS), 8};
         sys6(SYS_process_vm_writev, sys6(SYS_getpid, 0, 0, 0, 0, 0, 0), (i64)&local, 1, (i64)&remote, 1, 0);
     }
+}
+
+/* Guru mode: a register's saved copy, which the trampoline loads back
+ * (every general-purpose register but the stack pointer, on the full
+ * path that handlers using registers take). */
+EXPORT void rt_set_register(u8 *ctx, i64 index, i64 v) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    if (regs && index >= 0 && index < NREGS && index != (i64)(REG_SP / 8) && index != (i64)(REG_PC / 8))
+        AT(regs, 8 * index, i64) = v;
 }
 
 EXPORT i64 rt_register(u8 *ctx, i64 index) {

@@ -289,6 +289,10 @@ pub enum ExprKind {
     Var(Name),
     /// `$name`
     TargetVar(Name),
+    /// A path into a target variable's value: `$p->field`, `$s.field`,
+    /// `$a[i]`, `@cast(p, "struct foo")->field`, and `$p$`/`$p$$`
+    /// (pretty-printed).
+    TargetPath(Box<TargetPath>),
     /// `$N` (as a number) or `@N` (as a string).
     ScriptArg {
         index: u32,
@@ -333,6 +337,24 @@ pub enum ExprKind {
     In(Box<Index>),
     /// An expression the parser could not read; already reported.
     Error,
+}
+
+/// `base->a.b[i]$`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetPath {
+    /// A `TargetVar`, or an `AtOp` (`@cast`, `@var`).
+    pub base: Expr,
+    pub steps: Vec<PathStep>,
+    /// 0, or 1 for a trailing `$` and 2 for `$$`: the value as a string.
+    pub pretty: u8,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum PathStep {
+    /// `->name` or `.name` (pointers are followed either way, as in SystemTap).
+    Member(Ident),
+    /// `[i]`
+    Index(Expr),
 }
 
 /// `arr[k1, k2]`, or the keys and array of `[k1, k2] in arr`.

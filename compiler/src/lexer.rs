@@ -75,11 +75,17 @@ pub enum Tok<'a> {
 
     #[regex("[A-Za-z_][A-Za-z0-9_]*", |l| l.slice())]
     Ident(&'a str),
-    /// `$name`: a target variable (`$arg1`, `$return`, `$buf`).
-    #[regex(r"\$[A-Za-z_][A-Za-z0-9_]*", |l| &l.slice()[1..])]
+    /// `$name`: a target variable (`$arg1`, `$return`, `$buf`), with its
+    /// members written without spaces (`$s.field.sub`) and a trailing `$`
+    /// or `$$` (pretty-printed): `ParseCtx::target_var` splits them.
+    #[regex(r"\$[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\$\$?)?", |l| &l.slice()[1..])]
     /// `$$name`, `$$provider`, `$$parms` (markers): the name keeps one `$`.
-    #[regex(r"\$\$[A-Za-z_][A-Za-z0-9_]*", |l| &l.slice()[1..])]
+    #[regex(r"\$\$[A-Za-z_][A-Za-z0-9_]*(\$\$?)?", |l| &l.slice()[1..])]
     TargetVar(&'a str),
+    /// `->name` (then `.sub` members and a trailing `$`/`$$`, as for
+    /// `TargetVar`): a member of a target variable's value.
+    #[regex(r"->[ \t]*[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\$\$?)?", |l| l.slice()[2..].trim_start())]
+    Member(&'a str),
     /// `$N`: script argument N as an integer.
     #[regex(r"\$[0-9]+", |l| script_arg_index(l))]
     DollarArg(u32),
@@ -443,6 +449,7 @@ impl fmt::Display for Tok<'_> {
         match self {
             Tok::Ident(s) => write!(f, "identifier `{s}`"),
             Tok::TargetVar(s) => write!(f, "target variable `${s}`"),
+            Tok::Member(s) => write!(f, "member `->{s}`"),
             Tok::DollarArg(n) => write!(f, "`${n}`"),
             Tok::AtArg(n) => write!(f, "`@{n}`"),
             Tok::AtIdent(s) => write!(f, "`@{s}`"),
@@ -531,6 +538,7 @@ impl Tok<'_> {
             Tok::BlockComment => "/*",
             Tok::Ident(_)
             | Tok::TargetVar(_)
+            | Tok::Member(_)
             | Tok::DollarArg(_)
             | Tok::AtArg(_)
             | Tok::AtIdent(_)

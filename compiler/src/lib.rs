@@ -16,6 +16,7 @@ pub mod arch;
 pub mod ast;
 pub mod codegen;
 pub mod diag;
+pub mod dwarf;
 pub mod elaborate;
 pub mod elf;
 pub mod format;

@@ -75,6 +75,59 @@ impl ParseCtx<'_> {
         Expr::new(ExprKind::Error, span)
     }
 
+    /// A `TargetVar` token: `name`, `s.a.b`, `p$`, `$parms$$`.
+    pub(crate) fn target_var(&self, text: &str, l: usize, r: usize) -> Expr {
+        let span = self.span(l, r);
+        let (text, pretty) = split_pretty(text);
+        let mut parts = text.split('.');
+        let name = parts.next().unwrap_or_default();
+        let base_r = l + 1 + name.len();
+        let base = Expr::new(ExprKind::TargetVar(crate::ast::Name::new(name)), self.span(l, base_r));
+        let steps = self.members(parts, base_r);
+        if steps.is_empty() && pretty == 0 {
+            return base;
+        }
+        Expr::new(ExprKind::TargetPath(Box::new(crate::ast::TargetPath { base, steps, pretty })), span)
+    }
+
+    /// `base->a.b$` (a `Member` token after a target expression).
+    pub(crate) fn member(&self, base: Expr, text: &str, l: usize, r: usize) -> Expr {
+        let span = self.span(l, r);
+        let (text, pretty) = split_pretty(text);
+        // The names start where the token's text does, after `->` and blanks.
+        let start = r - text.len() - if pretty == 0 { 0 } else { pretty as usize };
+        let steps = self.members(text.split('.'), start.saturating_sub(1));
+        self.extend_path(base, steps, pretty, span)
+    }
+
+    /// `base[index]`.
+    pub(crate) fn target_index(&self, base: Expr, index: Expr, l: usize, r: usize) -> Expr {
+        self.extend_path(base, vec![crate::ast::PathStep::Index(index)], 0, self.span(l, r))
+    }
+
+    fn extend_path(&self, base: Expr, steps: Vec<crate::ast::PathStep>, pretty: u8, span: Span) -> Expr {
+        match base.kind {
+            ExprKind::TargetPath(mut p) if p.pretty == 0 => {
+                p.steps.extend(steps);
+                p.pretty = pretty;
+                Expr::new(ExprKind::TargetPath(p), span)
+            }
+            _ => Expr::new(ExprKind::TargetPath(Box::new(crate::ast::TargetPath { base, steps, pretty })), span),
+        }
+    }
+
+    /// Member names separated by dots, the first starting after byte `at`
+    /// (which holds the `.` or the end of `->`).
+    fn members<'n>(&self, names: impl Iterator<Item = &'n str>, mut at: usize) -> Vec<crate::ast::PathStep> {
+        let mut steps = Vec::new();
+        for n in names {
+            let span = self.span(at + 1, at + 1 + n.len());
+            steps.push(crate::ast::PathStep::Member(crate::ast::Ident { name: crate::ast::Name::new(n), span }));
+            at += 1 + n.len();
+        }
+        steps
+    }
+
     pub(crate) fn unary(&self, op: UnOp, e: Expr, l: usize, r: usize) -> Expr {
         Expr::new(ExprKind::Unary { op, operand: Box::new(e) }, self.span(l, r))
     }
@@ -570,6 +623,17 @@ fn lex_diagnostic(file: FileId, p: &lexer::LexProblem) -> Diagnostic {
                 .with_help("valid escapes are \\n \\t \\\" \\\\ \\r \\a \\b \\f \\v \\ooo (octal) and \\xHH (hex)")
         }
         LexProblemKind::BadNumber(m) => Diagnostic::error(Code::BadNumber, span, m.clone()).with_label("here"),
+    }
+}
+
+/// A trailing `$` (1) or `$$` (2) split off a target variable's text.
+fn split_pretty(text: &str) -> (&str, u8) {
+    if let Some(t) = text.strip_suffix("$$") {
+        (t, 2)
+    } else if let Some(t) = text.strip_suffix('$') {
+        (t, 1)
+    } else {
+        (text, 0)
     }
 }
 

@@ -378,6 +378,23 @@ impl Printer {
                 self.out.push('$');
                 self.out.push_str(v);
             }
+            ExprKind::TargetPath(p) => {
+                self.expr_inner(&p.base);
+                for s in &p.steps {
+                    match s {
+                        crate::ast::PathStep::Member(m) => {
+                            self.out.push_str("->");
+                            self.out.push_str(&m.name);
+                        }
+                        crate::ast::PathStep::Index(i) => {
+                            self.out.push('[');
+                            self.expr_inner(i);
+                            self.out.push(']');
+                        }
+                    }
+                }
+                self.out.push_str(&"$".repeat(p.pretty as usize));
+            }
             ExprKind::ScriptArg { index, as_string } => {
                 let _ = write!(self.out, "{}{index}", if *as_string { '@' } else { '$' });
             }
@@ -545,6 +562,17 @@ pub fn expr_tree(e: &Expr) -> String {
         }
         ExprKind::Var(v) => v.to_string(),
         ExprKind::TargetVar(v) => format!("${v}"),
+        ExprKind::TargetPath(p) => {
+            let steps: Vec<String> = p
+                .steps
+                .iter()
+                .map(|s| match s {
+                    crate::ast::PathStep::Member(m) => format!("->{}", m.name),
+                    crate::ast::PathStep::Index(i) => format!("[{}]", expr_tree(i)),
+                })
+                .collect();
+            format!("(path {}{}{})", expr_tree(&p.base), steps.concat(), "$".repeat(p.pretty as usize))
+        }
         ExprKind::ScriptArg { index, as_string } => format!("{}{index}", if *as_string { '@' } else { '$' }),
         ExprKind::ScriptArgCount { as_string } => (if *as_string { "@#" } else { "$#" }).to_string(),
         ExprKind::Index(ix) => format!("(index {} {})", ix.array.name, list(&ix.keys)),

@@ -82,6 +82,10 @@ pub const AT_OPERATORS: &[(&str, usize, usize)] = &[
     ("variance", 1, 2),
     ("hist_log", 1, 1),
     ("hist_linear", 4, 4),
+    // Debugging information (`elaborate::dwarf_vars`).
+    ("defined", 1, 1),
+    ("var", 1, 2),
+    ("cast", 2, 3),
 ];
 
 /// What may follow a component of a built-in probe point, and whether that
@@ -366,7 +370,9 @@ impl Validator<'_> {
     }
 
     fn lvalue(&mut self, e: &Expr, what: &str) {
-        if !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index(_) | ExprKind::TargetVar(_) | ExprKind::Error) {
+        let target = matches!(&e.kind, ExprKind::TargetPath(p) if p.pretty == 0)
+            || matches!(&e.kind, ExprKind::AtOp(c) if c.name.name == "var");
+        if !target && !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index(_) | ExprKind::TargetVar(_) | ExprKind::Error) {
             self.diags.push(
                 Diagnostic::error(Code::UnexpectedToken, e.span, format!("cannot {what} this expression"))
                     .with_label("not a variable, array element or target variable"),
@@ -394,6 +400,14 @@ impl Validator<'_> {
                 keys.iter().for_each(|k| self.expr(k));
             }
             ExprKind::Call(c) => c.args.iter().for_each(|a| self.expr(a)),
+            ExprKind::TargetPath(p) => {
+                self.expr(&p.base);
+                for s in &p.steps {
+                    if let crate::ast::PathStep::Index(i) = s {
+                        self.expr(i);
+                    }
+                }
+            }
             ExprKind::AtOp(c) => {
                 let (op, args) = (&c.name, &c.args);
                 match AT_OPERATORS.iter().find(|(n, _, _)| *n == op.name) {

@@ -80,6 +80,9 @@ pub struct ProbeBody<'a> {
     /// The marker of a `.mark` probe (one body per marker: `$argN` reads
     /// where that marker's specs say).
     pub mark: Option<crate::program::MarkPoint>,
+    /// The function or statement site of a body that reads target
+    /// variables by name (one body per site: each has its own locations).
+    pub site: Option<std::rc::Rc<super::dwarf_vars::Site>>,
 }
 
 pub struct Lowerer<'a> {
@@ -96,6 +99,7 @@ pub struct Lowerer<'a> {
     locals: Locals,
     kind: BodyKind,
     mark: Option<crate::program::MarkPoint>,
+    site: Option<std::rc::Rc<super::dwarf_vars::Site>>,
     in_function: Option<FuncId>,
     /// Slots already reported as untyped (one error per variable).
     untyped_reported: Vec<String>,
@@ -128,6 +132,7 @@ impl<'a> Lowerer<'a> {
             locals: Locals::default(),
             kind: BodyKind::Session,
             mark: None,
+            site: None,
             in_function: None,
             untyped_reported: Vec::new(),
             all_functions: Vec::new(),
@@ -330,11 +335,13 @@ impl<'a> Lowerer<'a> {
             self.locals = std::mem::take(&mut p.locals);
             self.kind = p.kind;
             self.mark = p.mark.clone();
+            self.site = p.site.clone();
             let mut body = Vec::new();
             for b in &p.blocks {
                 body.extend(self.block(b));
             }
             self.mark = None;
+            self.site = None;
             let locals = self.finish_locals();
             p.locals = std::mem::take(&mut self.locals);
             bodies.push((body, condition, locals));
@@ -796,6 +803,7 @@ impl<'a> Lowerer<'a> {
             A::ScriptArgCount { .. } => mk(ExprKind::Long(self.args.len() as i64), Some(Ty::Long)),
             A::Var(name) => self.var(name, span, want),
             A::TargetVar(name) => self.target_var(name, span),
+            A::TargetPath(p) => self.target_path(p, span),
             A::Index(ix) => {
                 let Some(array) = self.array(&ix.array, ix.keys.len()) else { return mk(ExprKind::Long(0), None) };
                 let keys = self.keys(array, &ix.keys);
@@ -997,6 +1005,25 @@ impl<'a> Lowerer<'a> {
             let kind = if ty == Ty::String { ExprKind::String(Vec::new()) } else { ExprKind::Long(0) };
             return (Expr { kind, ty, span }, None);
         }
+        if let Some(site) = self.debug_site() {
+            let special = arg.is_some() || name == "return";
+            if !special {
+                let r = match name.strip_prefix('$') {
+                    Some("return") if self.kind == BodyKind::FunctionReturn => site.return_string(0, span),
+                    Some(which @ ("parms" | "locals" | "vars")) => site.vars_string(which, 0, span),
+                    Some(_) => Err(Diagnostic::error(Code::Context, span, format!("unknown context variable `${name}`"))
+                        .with_label("function and statement probes have `$$parms`, `$$locals`, `$$vars` and `$$return`")),
+                    None => site.var(name, span).and_then(|v| site.read(&v, span)),
+                };
+                return match r {
+                    Ok(e) => {
+                        let t = e.ty;
+                        (e, Some(t))
+                    }
+                    Err(d) => bad(self, d),
+                };
+            }
+        }
         if name.starts_with('$') {
             return bad(
                 self,
@@ -1053,6 +1080,217 @@ impl<'a> Lowerer<'a> {
                         )
                     }),
             ),
+        }
+    }
+
+    /// The debug-information site of the body being lowered (none inside
+    /// script functions, which run for any probe).
+    fn debug_site(&self) -> Option<std::rc::Rc<super::dwarf_vars::Site>> {
+        self.site.clone().filter(|_| self.in_function.is_none())
+    }
+
+    /// A string literal argument of `@var`/`@cast`.
+    fn literal_arg(&mut self, e: Option<&ast::Expr>, what: &str, span: Span) -> Option<String> {
+        match e.map(|e| &e.kind) {
+            Some(A::Str(s)) => Some(String::from_utf8_lossy(s).into_owned()),
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::TypeMismatch, e.map_or(span, |e| e.span), format!("{what} must be a string literal"))
+                        .with_label("not a literal"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Where a target path starts: `$name`, `$return`, `@var(...)`,
+    /// `@cast(...)`. Errors are reported; None then.
+    fn path_base(&mut self, site: &super::dwarf_vars::Site, base: &ast::Expr) -> Option<super::dwarf_vars::Val> {
+        let span = base.span;
+        let r = match &base.kind {
+            A::TargetVar(n) if n.as_str() == "return" => {
+                if self.kind != BodyKind::FunctionReturn {
+                    Err(Diagnostic::error(Code::Context, span, "`$return` outside a return probe")
+                        .with_label("only `.return` probes see the return value"))
+                } else {
+                    site.return_value(span)
+                }
+            }
+            A::TargetVar(n) => site.var(n, span),
+            A::AtOp(c) if c.name.name.as_str() == "var" => {
+                let spec = self.literal_arg(c.args.first(), "the name in `@var`", span)?;
+                self.check_module_arg(site, c.args.get(1), span)?;
+                site.at_var(&spec, span)
+            }
+            A::AtOp(c) if c.name.name.as_str() == "cast" => {
+                let (addr, t) = self.expr(&c.args[0], Some(Ty::Long));
+                self.check_type(t, Ty::Long, c.args[0].span, "the address in `@cast`");
+                let ty = self.literal_arg(c.args.get(1), "the type in `@cast`", span)?;
+                self.check_module_arg(site, c.args.get(2), span)?;
+                site.cast(addr, &ty, span)
+            }
+            _ => Err(Diagnostic::error(Code::TypeMismatch, span, "`->` and `[...]` apply to target variables only")
+                .with_label("not a target variable, `@var` or `@cast`")),
+        };
+        match r {
+            Ok(v) => Some(v),
+            Err(d) => {
+                self.error(d);
+                None
+            }
+        }
+    }
+
+    /// `@var`'s and `@cast`'s module argument names the probe's own module
+    /// (the one whose debugging information is read).
+    fn check_module_arg(&mut self, site: &super::dwarf_vars::Site, arg: Option<&ast::Expr>, span: Span) -> Option<()> {
+        let Some(a) = arg else { return Some(()) };
+        let m = self.literal_arg(Some(a), "the module", span)?;
+        let path = site.module.to_string_lossy();
+        let base = site.module.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        if m == path || m == base || std::fs::canonicalize(&m).ok().as_deref() == Some(site.module.as_path()) {
+            return Some(());
+        }
+        self.error(
+            Diagnostic::error(Code::Unsupported, a.span, format!("module `{m}` is not the probe's module"))
+                .with_label(format!("types and globals are read from {path}"))
+                .with_help("leave the module out, or name the module the probe point is in"),
+        );
+        None
+    }
+
+    /// The value a target path names, before it is read.
+    fn path_value(&mut self, p: &ast::TargetPath, span: Span) -> Option<(std::rc::Rc<super::dwarf_vars::Site>, super::dwarf_vars::Val)> {
+        let Some(site) = self.debug_site() else {
+            self.error(
+                Diagnostic::error(Code::Context, span, "target variables by name need a function or statement probe")
+                    .with_label("no probed function here to read debugging information for")
+                    .with_help(r#"use them in `process("P").function("F")` or `.statement(...)` probes"#),
+            );
+            return None;
+        };
+        let mut v = self.path_base(&site, &p.base)?;
+        for step in &p.steps {
+            let r = match step {
+                ast::PathStep::Member(id) => site.member(v, id),
+                ast::PathStep::Index(e) => {
+                    let (x, t) = self.expr(e, Some(Ty::Long));
+                    self.check_type(t, Ty::Long, e.span, "an index");
+                    site.index(v, x, e.span)
+                }
+            };
+            v = match r {
+                Ok(v) => v,
+                Err(d) => {
+                    self.error(d);
+                    return None;
+                }
+            };
+        }
+        Some((site, v))
+    }
+
+    fn target_path(&mut self, p: &ast::TargetPath, span: Span) -> Typed {
+        let fail = |ty| (Expr { kind: ExprKind::Long(0), ty, span }, None);
+        let want = if p.pretty > 0 { Ty::String } else { Ty::Long };
+        // `$$parms$`, `$$vars$$`, `$$return$`.
+        if let (A::TargetVar(n), true) = (&p.base.kind, p.steps.is_empty()) {
+            if let Some(which) = n.strip_prefix('$') {
+                if let Some(m) = self.mark.clone().filter(|_| self.in_function.is_none() && which == "parms") {
+                    // A marker's arguments have no types to pretty-print.
+                    let _ = m;
+                    return self.target_var(n, span);
+                }
+                let Some(site) = self.debug_site() else { return self.target_var(n, span) };
+                let r = match which {
+                    "return" => site.return_string(p.pretty, span),
+                    "parms" | "locals" | "vars" => site.vars_string(which, p.pretty, span),
+                    _ => return self.target_var(n, span),
+                };
+                return match r {
+                    Ok(e) => (e, Some(Ty::String)),
+                    Err(d) => {
+                        self.error(d);
+                        fail(Ty::String)
+                    }
+                };
+            }
+        }
+        let Some((site, v)) = self.path_value(p, span) else { return fail(want) };
+        let r = if p.pretty > 0 { site.pretty(&v, p.pretty > 1, span) } else { site.read(&v, span) };
+        match r {
+            Ok(e) => (e, Some(want)),
+            Err(d) => {
+                self.error(d);
+                fail(want)
+            }
+        }
+    }
+
+    /// Whether an assignment's target is a target variable found by
+    /// debugging information (written through `dwarf_vars`).
+    fn is_debug_target(&self, e: &ast::Expr) -> bool {
+        match &e.kind {
+            A::TargetPath(p) => p.pretty == 0,
+            A::AtOp(c) => c.name.name.as_str() == "var",
+            A::TargetVar(n) => {
+                let n = n.as_str();
+                let arg = n.strip_prefix("arg").is_some_and(|d| d.parse::<u32>().is_ok());
+                self.debug_site().is_some() && !arg && n != "return" && !n.starts_with('$')
+            }
+            _ => false,
+        }
+    }
+
+    /// Guru mode: `$x = v`, `$p->f += v`, `@var("g") = v`.
+    fn debug_assign(&mut self, op: AssignOp, target: &ast::Expr, value: &ast::Expr, span: Span) -> Typed {
+        let fail = (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, None);
+        if !self.guru {
+            self.error(
+                Diagnostic::error(Code::Context, target.span, format!("writing `{}` needs guru mode", crate::print::print_expr(target)))
+                    .with_label("changes the target's state")
+                    .with_help("run with -g to allow probes to write target registers and memory"),
+            );
+        }
+        let path = match &target.kind {
+            A::TargetPath(p) => (**p).clone(),
+            _ => ast::TargetPath { base: target.clone(), steps: Vec::new(), pretty: 0 },
+        };
+        let (v, tv) = self.expr(value, Some(Ty::Long));
+        self.check_type(tv, Ty::Long, value.span, "a value written to the target");
+        let Some((site, place)) = self.path_value(&path, target.span) else { return fail };
+        let value = match op {
+            AssignOp::Assign => Ok(v),
+            AssignOp::Concat | AssignOp::Aggregate => Err(Diagnostic::error(
+                Code::TypeMismatch,
+                span,
+                format!("`{}` does not apply to a target variable", op.symbol()),
+            )),
+            _ => site.read(&place, target.span).map(|old| {
+                let bop = match op {
+                    AssignOp::Add => BinOp::Add,
+                    AssignOp::Sub => BinOp::Sub,
+                    AssignOp::Mul => BinOp::Mul,
+                    AssignOp::Div => BinOp::Div,
+                    AssignOp::Mod => BinOp::Mod,
+                    AssignOp::Shl => BinOp::Shl,
+                    AssignOp::Shr => BinOp::Shr,
+                    AssignOp::BitAnd => BinOp::BitAnd,
+                    AssignOp::BitOr => BinOp::BitOr,
+                    _ => BinOp::BitXor,
+                };
+                Expr { kind: ExprKind::Binary { op: bop, lhs: Box::new(old), rhs: Box::new(v) }, ty: Ty::Long, span }
+            }),
+        };
+        match value.and_then(|v| site.write(&place, v, span)) {
+            Ok(e) => {
+                let t = e.ty;
+                (e, Some(t))
+            }
+            Err(d) => {
+                self.error(d);
+                fail
+            }
         }
     }
 
@@ -1147,6 +1385,9 @@ impl<'a> Lowerer<'a> {
 
     fn assign(&mut self, op: AssignOp, target: &ast::Expr, value: &ast::Expr, span: Span) -> Typed {
         let mk = |kind, ty: Option<Ty>| (Expr { kind, ty: ty.unwrap_or(Ty::Long), span }, ty);
+        if self.is_debug_target(target) {
+            return self.debug_assign(op, target, value, span);
+        }
         if op != AssignOp::Aggregate && self.stat_written(target) {
             let (v, _) = self.expr(value, None);
             return mk(ExprKind::Assign { op, target: Box::new(v.clone()), value: Box::new(v) }, Some(Ty::Long));
@@ -1450,6 +1691,45 @@ impl<'a> Lowerer<'a> {
         let name = c.name.name.as_str();
         let zero = |ty| (Expr { kind: ExprKind::Long(0), ty, span }, Some(ty));
         match name {
+            "defined" => {
+                // `@defined($name)`: 1 where the variable can be read here.
+                let known = match c.args.first().map(|a| &a.kind) {
+                    Some(A::TargetVar(n)) => {
+                        let n = n.as_str();
+                        let arg = n.strip_prefix("arg").and_then(|d| d.parse::<u32>().ok());
+                        match self.debug_site() {
+                            _ if arg.is_some() => matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function) || self.mark.as_ref().is_some_and(|m| arg.is_some_and(|a| a as usize <= m.args.len())),
+                            _ if n == "return" => self.kind == BodyKind::FunctionReturn,
+                            Some(site) => site.defined(n),
+                            None => false,
+                        }
+                    }
+                    Some(A::TargetPath(p)) => {
+                        let before = self.diags.len();
+                        let reporting = self.reporting;
+                        let ok = self.path_value(p, span).is_some();
+                        self.diags.truncate(before);
+                        self.reporting = reporting;
+                        ok
+                    }
+                    _ => {
+                        self.error(
+                            Diagnostic::error(Code::TypeMismatch, span, "`@defined` takes a target variable")
+                                .with_label("not a `$name`"),
+                        );
+                        false
+                    }
+                };
+                (Expr { kind: ExprKind::Long(i64::from(known)), ty: Ty::Long, span }, Some(Ty::Long))
+            }
+            "var" | "cast" => {
+                let path = ast::TargetPath {
+                    base: ast::Expr::new(A::AtOp(Box::new(c.clone())), span),
+                    steps: Vec::new(),
+                    pretty: 0,
+                };
+                self.target_path(&path, span)
+            }
             "entry" => {
                 let Some(arg) = c.args.first() else { return zero(Ty::Long) };
                 if self.kind != BodyKind::FunctionReturn {

@@ -7,6 +7,7 @@
 //! running processes come through [`points::TargetQuery`].
 
 pub mod alias;
+pub mod dwarf_vars;
 pub mod lifecycle;
 pub mod lower;
 pub mod points;
@@ -160,12 +161,41 @@ pub fn elaborate(
                                 kind: r.kind,
                                 locals: Default::default(),
                                 mark,
+                                site: None,
                             });
                             shells.push((vec![pt], ex.written.clone(), p.span));
                         }
                         continue;
                     }
-                    bodies.push(ProbeBody { blocks, condition, kind: r.kind, locals: Default::default(), mark: None });
+                    let debug_points = matches!(
+                        r.kind,
+                        BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function
+                    );
+                    if debug_points && blocks.iter().any(|b| walk::uses_debug_info(b)) {
+                        // One body per site: each reads its variables where
+                        // that function's debugging information says.
+                        for pt in r.points {
+                            let site = debug_site(&mut resolver, &pt).map(std::rc::Rc::new);
+                            bodies.push(ProbeBody {
+                                blocks: blocks.clone(),
+                                condition: condition.clone(),
+                                kind: r.kind,
+                                locals: Default::default(),
+                                mark: None,
+                                site,
+                            });
+                            shells.push((vec![pt], ex.written.clone(), p.span));
+                        }
+                        continue;
+                    }
+                    bodies.push(ProbeBody {
+                        blocks,
+                        condition,
+                        kind: r.kind,
+                        locals: Default::default(),
+                        mark: None,
+                        site: None,
+                    });
                     shells.push((r.points, ex.written.clone(), p.span));
                 }
                 // `!`: once this point matches, the later ones are not tried.
@@ -214,6 +244,37 @@ pub fn elaborate(
     let program = Program { globals, functions, probes, files, span_min_ns: 0, symbols };
     diags.extend(warnings::variable_warnings(&program, sources));
     Some(program)
+}
+
+/// The debugging-information site of a function or statement point.
+pub fn debug_site(resolver: &mut points::Resolver<'_>, pt: &crate::program::Point) -> Option<dwarf_vars::Site> {
+    use crate::program::Point;
+    let (module, pc, entry, ret) = match pt {
+        Point::Function(f) => (f.module.clone(), f.addr, true, f.ret),
+        Point::Statement { module, addr, .. } => (module.clone(), *addr, false, false),
+        _ => return None,
+    };
+    let m = resolver.module(&module).ok()?;
+    let debug = match m.debug() {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err(format!("{} has no DWARF and no separate debug file was found", module.display())),
+        Err(e) => Err(format!("{}: {e}", module.display())),
+    };
+    let scope = match &debug {
+        Ok(d) => d.scope(pc),
+        Err(e) => Err(e.clone()),
+    };
+    let at_entry = entry || scope.as_ref().is_ok_and(|s| s.low_pc == pc);
+    Some(dwarf_vars::Site {
+        pie: m.kind == crate::elf::ModuleKind::PositionIndependent,
+        cfa: m.cfa_at(pc),
+        module,
+        debug,
+        scope,
+        pc,
+        at_entry,
+        ret,
+    })
 }
 
 /// Names of the functions reachable from probes, alias bodies and probe

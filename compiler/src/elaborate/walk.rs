@@ -56,6 +56,14 @@ pub fn calls_in_expr(e: &Expr, out: &mut BTreeSet<String>) {
             out.insert(c.name.name.to_string());
             c.args.iter().for_each(|a| calls_in_expr(a, out));
         }
+        ExprKind::TargetPath(p) => {
+            calls_in_expr(&p.base, out);
+            for s in &p.steps {
+                if let crate::ast::PathStep::Index(i) = s {
+                    calls_in_expr(i, out);
+                }
+            }
+        }
         ExprKind::AtOp(c) => c.args.iter().for_each(|a| calls_in_expr(a, out)),
         ExprKind::Index(ix) | ExprKind::In(ix) => ix.keys.iter().for_each(|k| calls_in_expr(k, out)),
         ExprKind::Unary { operand, .. } => calls_in_expr(operand, out),
@@ -111,5 +119,106 @@ pub fn assigned_locals(b: &Block, out: &mut BTreeSet<String>) {
                 out.insert(format!("{name}:{ty}"));
             }
         }
+    }
+}
+
+/// Whether a block reads target variables by name from debugging
+/// information: `$name` (not `$argN`, `$return`), `->` and `[...]` paths,
+/// `$var$`, `$$parms` and friends, `@var`, `@cast`, `@defined`.
+pub fn uses_debug_info(b: &Block) -> bool {
+    let mut found = false;
+    visit_exprs_in_block(b, &mut |e| {
+        found |= match &e.kind {
+            ExprKind::TargetPath(_) => true,
+            ExprKind::TargetVar(n) => {
+                let n = n.as_str();
+                let arg = n.strip_prefix("arg").is_some_and(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()));
+                !arg && n != "return" && (!n.starts_with('$') || matches!(n, "$parms" | "$locals" | "$vars" | "$return"))
+            }
+            ExprKind::AtOp(c) => matches!(c.name.name.as_str(), "var" | "cast" | "defined"),
+            _ => false,
+        }
+    });
+    found
+}
+
+/// Call `f` on every expression of a block (outer before inner).
+pub fn visit_exprs_in_block(b: &Block, f: &mut dyn FnMut(&Expr)) {
+    for s in &b.stmts {
+        visit_stmt(s, f);
+    }
+}
+
+fn visit_stmt(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
+    match &s.kind {
+        StmtKind::Block(b) => visit_exprs_in_block(b, f),
+        StmtKind::Expr(e) | StmtKind::Delete(e) | StmtKind::Return(Some(e)) => visit_expr(e, f),
+        StmtKind::If(i) => {
+            visit_expr(&i.cond, f);
+            visit_stmt(&i.then, f);
+            if let Some(e) = &i.els {
+                visit_stmt(e, f);
+            }
+        }
+        StmtKind::While(w) => {
+            visit_expr(&w.cond, f);
+            visit_stmt(&w.body, f);
+        }
+        StmtKind::For(x) => {
+            for e in [&x.init, &x.cond, &x.step].into_iter().flatten() {
+                visit_expr(e, f);
+            }
+            visit_stmt(&x.body, f);
+        }
+        StmtKind::Foreach(x) => {
+            if let Some(l) = &x.limit {
+                visit_expr(l, f);
+            }
+            visit_stmt(&x.body, f);
+        }
+        StmtKind::Try(t) => {
+            visit_exprs_in_block(&t.body, f);
+            visit_exprs_in_block(&t.handler, f);
+        }
+        StmtKind::Return(None)
+        | StmtKind::Empty
+        | StmtKind::Break
+        | StmtKind::Continue
+        | StmtKind::Next
+        | StmtKind::Error => {}
+    }
+}
+
+fn visit_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    f(e);
+    match &e.kind {
+        ExprKind::Call(c) | ExprKind::AtOp(c) => c.args.iter().for_each(|a| visit_expr(a, f)),
+        ExprKind::TargetPath(p) => {
+            visit_expr(&p.base, f);
+            for s in &p.steps {
+                if let PathStep::Index(i) = s {
+                    visit_expr(i, f);
+                }
+            }
+        }
+        ExprKind::Index(ix) | ExprKind::In(ix) => ix.keys.iter().for_each(|k| visit_expr(k, f)),
+        ExprKind::Unary { operand, .. } => visit_expr(operand, f),
+        ExprKind::Binary { lhs, rhs, .. } | ExprKind::Assign { target: lhs, value: rhs, .. } => {
+            visit_expr(lhs, f);
+            visit_expr(rhs, f);
+        }
+        ExprKind::Ternary { cond, then, els } => {
+            visit_expr(cond, f);
+            visit_expr(then, f);
+            visit_expr(els, f);
+        }
+        ExprKind::IncDec { target, .. } => visit_expr(target, f),
+        ExprKind::Int(_)
+        | ExprKind::Str(_)
+        | ExprKind::Var(_)
+        | ExprKind::TargetVar(_)
+        | ExprKind::ScriptArg { .. }
+        | ExprKind::ScriptArgCount { .. }
+        | ExprKind::Error => {}
     }
 }

@@ -169,6 +169,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         bytes: Default::default(),
         sites: Default::default(),
         lines: Default::default(),
+        debug: Default::default(),
         hops: Default::default(),
         class64: bytes.get(EI_CLASS) == Some(&ELFCLASS64),
         little_endian: elf.little_endian,

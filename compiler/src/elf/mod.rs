@@ -49,6 +49,12 @@ use std::path::{Path, PathBuf};
 
 pub use search::{find_module, find_on_path, load_closure, resolve_library};
 
+/// The bytes of a file named by a module (a separate debug file): as
+/// [`Module::load`] reads them (regular files only, bounded, never blocking).
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, ElfError> {
+    load::read(path)
+}
+
 /// A loaded ELF module (executable or shared library) and its function symbols.
 ///
 /// Built only by [`Module::load`] (and [`load_closure`]): a few private fields
@@ -93,6 +99,9 @@ pub struct Module {
     sites: std::sync::OnceLock<Result<sites::Sites, String>>,
     /// DWARF line rows, read on first need.
     lines: std::sync::OnceLock<Result<Vec<lines::Row>, String>>,
+    /// DWARF variables and types (`crate::dwarf`), read on first need:
+    /// None when the module has no debugging information.
+    debug: std::sync::OnceLock<Result<Option<std::sync::Arc<crate::dwarf::Debug>>, String>>,
     /// Hops planned for short functions (by address), and the slots
     /// taken in each host.
     pub(crate) hops: std::sync::Arc<std::sync::Mutex<Hops>>,
@@ -354,6 +363,23 @@ impl Module {
             None => Some(format!("sub_{:x}", self.file_offset_of(range.0).unwrap_or(range.0))),
         };
         Ok((sites.plan(&bytes, addr, range)?, name))
+    }
+
+    /// The module's DWARF (its own or a separate debug file's), read on
+    /// first need; None when there is none.
+    pub fn debug(&self) -> Result<Option<std::sync::Arc<crate::dwarf::Debug>>, String> {
+        self.debug
+            .get_or_init(|| {
+                self.with_elf(|elf, bytes| crate::dwarf::Debug::load(&self.path, elf, bytes))
+                    .map(|d| d.map(std::sync::Arc::new))
+            })
+            .clone()
+    }
+
+    /// The canonical frame address at `addr` (from `.eh_frame`): a DWARF
+    /// register and an offset.
+    pub fn cfa_at(&self, addr: u64) -> Option<(u16, i64)> {
+        self.with_elf(|elf, bytes| Ok(unwind::cfa_at(elf, bytes, addr))).ok().flatten()
     }
 
     /// The file's bytes (read once).

@@ -142,3 +142,17 @@ mod tests {
         assert_eq!(landing_pads(&lsda, 0x1000), [0x1040]);
     }
 }
+
+/// The CFA rule at `addr` (`.eh_frame`): a DWARF register and an offset;
+/// None where no FDE covers `addr` or the rule is an expression.
+pub fn cfa_at(elf: &Elf<'_>, bytes: &[u8], addr: u64) -> Option<(u16, i64)> {
+    use gimli::UnwindSection;
+    let (eh, bases) = eh_frame(elf, bytes)?;
+    let mut ctx = gimli::UnwindContext::new();
+    let fde = eh.fde_for_address(&bases, addr, gimli::EhFrame::cie_from_offset).ok()?;
+    let row = fde.unwind_info_for_address(&eh, &bases, &mut ctx, addr).ok()?;
+    match row.cfa() {
+        gimli::CfaRule::RegisterAndOffset { register, offset } => Some((register.0, *offset)),
+        _ => None,
+    }
+}

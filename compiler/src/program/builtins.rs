@@ -100,6 +100,29 @@ builtins! {
     UserUint16 = "user_uint16"(Long) -> Long,
     UserUint32 = "user_uint32"(Long) -> Long,
     UserUint64 = "user_uint64"(Long) -> Long,
+    // The same, but a fault is an error (what `$p->field` reads with).
+    UserCharError = "user_char_error"(Long) -> Long,
+    UserShortError = "user_short_error"(Long) -> Long,
+    UserIntError = "user_int_error"(Long) -> Long,
+    UserLongError = "user_long_error"(Long) -> Long,
+    UserInt8Error = "user_int8_error"(Long) -> Long,
+    UserInt16Error = "user_int16_error"(Long) -> Long,
+    UserInt32Error = "user_int32_error"(Long) -> Long,
+    UserInt64Error = "user_int64_error"(Long) -> Long,
+    UserUint8Error = "user_uint8_error"(Long) -> Long,
+    UserUint16Error = "user_uint16_error"(Long) -> Long,
+    UserUint32Error = "user_uint32_error"(Long) -> Long,
+    UserUint64Error = "user_uint64_error"(Long) -> Long,
+    // Guru mode: writes into the target's memory (a fault is an error).
+    SetUserChar = "set_user_char"(Long, Long) -> Void,
+    SetUserShort = "set_user_short"(Long, Long) -> Void,
+    SetUserInt = "set_user_int"(Long, Long) -> Void,
+    SetUserLong = "set_user_long"(Long, Long) -> Void,
+    SetUserInt8 = "set_user_int8"(Long, Long) -> Void,
+    SetUserInt16 = "set_user_int16"(Long, Long) -> Void,
+    SetUserInt32 = "set_user_int32"(Long, Long) -> Void,
+    SetUserInt64 = "set_user_int64"(Long, Long) -> Void,
+    SetUserPointer = "set_user_pointer"(Long, Long) -> Void,
     // Stacks and symbols.
     Ubacktrace = "ubacktrace"() -> String,
     PrintUbacktrace = "print_ubacktrace"() -> Void,
@@ -142,6 +165,33 @@ impl Builtin {
 
     pub fn name(self) -> &'static str {
         self.signature().name
+    }
+
+    /// A read that faults as an error: (size in bytes, signed).
+    pub fn user_read_error(self) -> Option<(i64, bool)> {
+        use Builtin as B;
+        Some(match self {
+            B::UserCharError | B::UserInt8Error => (1, true),
+            B::UserShortError | B::UserInt16Error => (2, true),
+            B::UserIntError | B::UserInt32Error => (4, true),
+            B::UserLongError | B::UserInt64Error | B::UserUint64Error => (8, true),
+            B::UserUint8Error => (1, false),
+            B::UserUint16Error => (2, false),
+            B::UserUint32Error => (4, false),
+            _ => return None,
+        })
+    }
+
+    /// A guru-mode write into the target's memory: its size in bytes.
+    pub fn user_write(self) -> Option<i64> {
+        use Builtin as B;
+        Some(match self {
+            B::SetUserChar | B::SetUserInt8 => 1,
+            B::SetUserShort | B::SetUserInt16 => 2,
+            B::SetUserInt | B::SetUserInt32 => 4,
+            B::SetUserLong | B::SetUserInt64 | B::SetUserPointer => 8,
+            _ => return None,
+        })
     }
 }
 

@@ -296,6 +296,9 @@ pub enum Target {
     Arg(u32),
     /// `$return`.
     Return,
+    /// A saved register (its index in the architecture's register file):
+    /// where DWARF says a variable lives.
+    Register(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

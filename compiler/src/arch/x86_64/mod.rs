@@ -61,3 +61,32 @@ fn disassemble(bytes: &[u8], offset: u32, names: &HashMap<u32, &str>, out: &mut 
 pub fn fresh_call_frame(register: gimli::Register, offset: i64) -> bool {
     register == gimli::X86_64::RSP && offset == 8
 }
+
+/// The register-file index (`telco_abi::arch::native::REGISTERS`) of DWARF
+/// register `n` (the System V psABI numbering); None for the return
+/// address column and vector registers, which probes cannot read.
+pub fn dwarf_register(n: u16) -> Option<u32> {
+    use telco_abi::arch::native as r;
+    let i = match n {
+        0 => r::RAX,
+        1 => r::RDX,
+        2 => r::RCX,
+        3 => r::RBX,
+        4 => r::RSI,
+        5 => r::RDI,
+        6 => r::RBP,
+        7 => r::RSP,
+        8..=15 => n as usize,
+        _ => return None,
+    };
+    Some(i as u32)
+}
+
+/// What DWARF register `n` is called, for messages (`xmm0`).
+pub fn dwarf_register_name(n: u16) -> String {
+    match dwarf_register(n) {
+        Some(i) => telco_abi::arch::native::REGISTERS[i as usize].name.to_string(),
+        None if (17..=32).contains(&n) => format!("xmm{}", n - 17),
+        None => format!("DWARF register {n}"),
+    }
+}

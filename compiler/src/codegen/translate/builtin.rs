@@ -296,6 +296,49 @@ impl Gen<'_, '_, '_> {
                 let sg = self.iconst(signed);
                 self.rt(Rt::UserInt, &[self.region, a, s, sg])
             }
+            Builtin::UserCharError
+            | Builtin::UserShortError
+            | Builtin::UserIntError
+            | Builtin::UserLongError
+            | Builtin::UserInt8Error
+            | Builtin::UserInt16Error
+            | Builtin::UserInt32Error
+            | Builtin::UserInt64Error
+            | Builtin::UserUint8Error
+            | Builtin::UserUint16Error
+            | Builtin::UserUint32Error
+            | Builtin::UserUint64Error => {
+                let (size, signed) = f.user_read_error().unwrap_or((8, true));
+                let a = self.expr(&args[0]);
+                let s = self.iconst(size);
+                let sg = self.iconst(i64::from(signed));
+                let l = self.sh.loc(span);
+                let l = self.iconst(i64::from(l));
+                let cap = self.cap_val();
+                let v = self.rt(Rt::UserIntError, &[self.region, self.ctx, a, s, sg, l, cap]);
+                self.check_error();
+                v
+            }
+            Builtin::SetUserChar
+            | Builtin::SetUserShort
+            | Builtin::SetUserInt
+            | Builtin::SetUserLong
+            | Builtin::SetUserInt8
+            | Builtin::SetUserInt16
+            | Builtin::SetUserInt32
+            | Builtin::SetUserInt64
+            | Builtin::SetUserPointer => {
+                let size = f.user_write().unwrap_or(8);
+                let a = self.expr(&args[0]);
+                let v = self.expr(&args[1]);
+                let s = self.iconst(size);
+                let l = self.sh.loc(span);
+                let l = self.iconst(i64::from(l));
+                let cap = self.cap_val();
+                self.rt(Rt::SetUserInt, &[self.region, self.ctx, a, s, v, l, cap]);
+                self.check_error();
+                zero
+            }
             Builtin::Ubacktrace => {
                 let t = self.temp();
                 let cap = self.cap_val();

@@ -37,10 +37,14 @@ impl Gen<'_, '_, '_> {
                     }
                 }
             }
+            ExprKind::Target(Target::Register(r)) => {
+                let idx = self.iconst(i64::from(*r));
+                self.rt(Rt::Register, &[self.ctx, idx])
+            }
             ExprKind::Target(t) => {
                 let n = match t {
                     Target::Arg(n) => i64::from(*n),
-                    Target::Return => 0,
+                    _ => 0,
                 };
                 if n == 0 {
                     let idx = self.iconst(0);

@@ -362,10 +362,6 @@ impl Gen<'_, '_, '_> {
             // `$return`) sees the new value.
             ExprKind::Target(t) => {
                 self.ctx_escapes = true;
-                let n = match t {
-                    Target::Arg(n) => i64::from(*n),
-                    Target::Return => 0,
-                };
                 let new = match bop {
                     Some(op) => {
                         let old = self.expr(target);
@@ -373,8 +369,13 @@ impl Gen<'_, '_, '_> {
                     }
                     None => v,
                 };
+                let (f, n) = match t {
+                    Target::Arg(n) => (Rt::SetArg, i64::from(*n)),
+                    Target::Return => (Rt::SetArg, 0),
+                    Target::Register(r) => (Rt::SetRegister, i64::from(*r)),
+                };
                 let nv = self.iconst(n);
-                self.rt(Rt::SetArg, &[self.ctx, nv, new]);
+                self.rt(f, &[self.ctx, nv, new]);
                 new
             }
             _ => v,

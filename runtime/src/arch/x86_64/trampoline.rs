@@ -29,8 +29,10 @@
 //! across a call, so they are recorded but not restored (no `popfq`, which
 //! costs tens of cycles); nothing lives below the stack pointer, so no red
 //! zone needs stepping over; the handler preserves the callee-saved
-//! registers itself, so only the caller-saved ones (and rbx, which the
-//! trampoline uses) are reloaded. Vector registers are not saved: the
+//! registers itself, so the lean path reloads only the caller-saved ones
+//! (and rbx, which the trampoline uses); the full path reloads every
+//! register but rsp, so that a guru-mode write to a variable that DWARF
+//! places in a callee-saved register takes effect. Vector registers are not saved: the
 //! handlers and the runtime library use general-purpose registers only
 //! (checked when the runtime library is built). Statement and marker sites
 //! are inside functions, where the flags and the red zone may be live
@@ -789,8 +791,12 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     }
     match e.lean {
         None => {
+            // Every register but rsp: the handlers preserved the
+            // callee-saved ones, so their saved copies differ only where a
+            // guru-mode write changed one (`$x = v` on a variable DWARF
+            // places in rbx or r12).
             a.mov(rsp, rbx)?;
-            for i in [0usize, 1, 2, 3, 4, 5, 8, 9, 10, 11] {
+            for i in [0usize, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15] {
                 a.mov(REGS[i], qword_ptr(rsp + (8 * i) as i32))?;
             }
         }

@@ -1,0 +1,612 @@
+//! DWARF debugging information (via gimli): the variables of the probed
+//! program by their source names, their types and where they live at a
+//! probe's address, for `$name`, `$p->field`, `$$parms`, `@var` and
+//! `@cast` (pass 2: `elaborate::dwarf_vars` turns what this module finds
+//! into expressions over the probe's saved registers and fault-safe
+//! memory reads).
+//!
+//! **Invariant:** reads files only (INTERNALS.md, invariant 4); every
+//! file is user input: malformed DWARF is an error string or a variable
+//! that is "not accessible", never a panic.
+//!
+//! Layout: [`Debug::load`] finds the DWARF of a module (its own
+//! `.debug_*` sections, or a separate debug file by build-id or
+//! `.gnu_debuglink`: [`file`]), decompressing `SHF_COMPRESSED` sections;
+//! nothing is parsed until a script asks (`elf::Module::debug` is a
+//! `OnceLock`). [`Debug::scope`] finds the function around an address
+//! (`.debug_aranges`, else every unit's ranges; each unit parsed once)
+//! and collects its parameters, the locals of the lexical blocks holding
+//! the address and the globals ([`Var`]); [`expr`] turns a location
+//! expression at that address into a [`expr::Location`] over registers,
+//! the CFA (computed from `.eh_frame`) and link-time addresses; [`types`]
+//! reads types on demand, by DIE offset.
+
+pub mod expr;
+mod file;
+pub mod types;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use gimli::{AttributeValue, DebugInfoOffset, Reader};
+
+pub use expr::{Location, Sym};
+pub use types::{Type, TypeRef};
+
+/// The reader every parsed piece of DWARF uses: owned bytes, so units and
+/// types can be cached without borrowing the file.
+pub type R = gimli::EndianArcSlice<gimli::LittleEndian>;
+
+/// A module's debugging information.
+pub struct Debug {
+    /// The file the DWARF was read from (the module or its debug file).
+    pub path: PathBuf,
+    dwarf: gimli::Dwarf<R>,
+    /// Every unit's header offset, in order; each unit parsed on first need.
+    units: Vec<(DebugInfoOffset, OnceLock<Option<Arc<gimli::Unit<R>>>>)>,
+    /// Address ranges to units (index into `units`), sorted by start.
+    ranges: OnceLock<Vec<(u64, u64, usize)>>,
+    /// Types read so far, by `.debug_info` offset.
+    types: Mutex<HashMap<u64, Arc<Type>>>,
+    /// Structure definitions by name, for declarations (`struct foo;`).
+    definitions: OnceLock<HashMap<String, TypeRef>>,
+    /// Global variables by name: their DIEs (unit index, offset).
+    globals: OnceLock<HashMap<String, Vec<(usize, gimli::UnitOffset)>>>,
+}
+
+impl std::fmt::Debug for Debug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Debug").field("path", &self.path).field("units", &self.units.len()).finish()
+    }
+}
+
+/// What a variable is to the function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VarKind {
+    Param,
+    Local,
+    Global,
+}
+
+/// A variable visible at an address.
+#[derive(Clone, Debug)]
+pub struct Var {
+    pub name: String,
+    pub kind: VarKind,
+    /// None: `void` (never for a real variable) or a type we could not read.
+    pub ty: Option<TypeRef>,
+    /// Where it is at the address.
+    pub loc: Location,
+    /// The location is one expression for the whole scope (not a list):
+    /// at -O0, a parameter's stack slot, which the prologue fills.
+    pub whole_scope: bool,
+}
+
+/// The function around an address and what it can see there.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    pub function: String,
+    /// Where the function starts (link-time).
+    pub low_pc: u64,
+    /// Its return type (None: `void`).
+    pub ret: Option<TypeRef>,
+    /// Parameters in order, then locals (innermost block first); names
+    /// shadowed by an inner block are left out.
+    pub vars: Vec<Var>,
+    /// Where the frame base is (`DW_AT_frame_base`), as a location.
+    pub frame_base: Option<Location>,
+    /// The unit's index (for globals of that unit first).
+    unit: usize,
+}
+
+impl Scope {
+    pub fn var(&self, name: &str) -> Option<&Var> {
+        self.vars.iter().find(|v| v.name == name)
+    }
+    pub fn params(&self) -> impl Iterator<Item = &Var> {
+        self.vars.iter().filter(|v| v.kind == VarKind::Param)
+    }
+    pub fn locals(&self) -> impl Iterator<Item = &Var> {
+        self.vars.iter().filter(|v| v.kind == VarKind::Local)
+    }
+}
+
+fn err(e: gimli::Error) -> String {
+    format!("malformed DWARF: {e}")
+}
+
+impl Debug {
+    /// The DWARF of the module whose bytes are `bytes` (parsed as `elf`),
+    /// at `path`: None if it has none and no separate debug file was found.
+    pub fn load(path: &std::path::Path, elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> Result<Option<Debug>, String> {
+        let own = file::sections(elf, bytes)?;
+        let (path, sections) = if own.contains_key(".debug_info") {
+            (path.to_path_buf(), own)
+        } else {
+            match file::separate(path, elf, bytes)? {
+                Some(found) => found,
+                None => return Ok(None),
+            }
+        };
+        Debug::from_sections(path, sections).map(Some)
+    }
+
+    fn from_sections(path: PathBuf, mut sections: HashMap<String, Vec<u8>>) -> Result<Debug, String> {
+        let mut take = |id: gimli::SectionId| -> Result<R, gimli::Error> {
+            let data: Arc<[u8]> = sections.remove(id.name()).unwrap_or_default().into();
+            Ok(R::new(data, gimli::LittleEndian))
+        };
+        let dwarf = gimli::Dwarf::load(&mut take).map_err(err)?;
+        let mut units = Vec::new();
+        let mut headers = dwarf.units();
+        while let Some(h) = headers.next().map_err(err)? {
+            if let Some(o) = h.debug_info_offset() {
+                units.push((o, OnceLock::new()));
+            }
+        }
+        Ok(Debug {
+            path,
+            dwarf,
+            units,
+            ranges: OnceLock::new(),
+            types: Mutex::new(HashMap::new()),
+            definitions: OnceLock::new(),
+            globals: OnceLock::new(),
+        })
+    }
+
+    fn unit(&self, i: usize) -> Option<Arc<gimli::Unit<R>>> {
+        let (off, cell) = self.units.get(i)?;
+        cell.get_or_init(|| {
+            let header = self.dwarf.debug_info.header_from_offset(*off).ok()?;
+            self.dwarf.unit(header).ok().map(Arc::new)
+        })
+        .clone()
+    }
+
+    /// The unit holding `.debug_info` offset `off`.
+    fn unit_of(&self, off: u64) -> Option<usize> {
+        let i = self.units.partition_point(|(o, _)| o.0 as u64 <= off);
+        i.checked_sub(1)
+    }
+
+    fn address_ranges(&self) -> &[(u64, u64, usize)] {
+        self.ranges.get_or_init(|| {
+            let mut out = Vec::new();
+            let mut headers = self.dwarf.debug_aranges.headers();
+            while let Ok(Some(h)) = headers.next() {
+                let Some(u) = self.units.iter().position(|(o, _)| *o == h.debug_info_offset()) else { continue };
+                let mut entries = h.entries();
+                while let Ok(Some(e)) = entries.next() {
+                    let r = e.range();
+                    if r.end > r.begin {
+                        out.push((r.begin, r.end, u));
+                    }
+                }
+            }
+            // Units aranges left out (clang emits none by default).
+            let covered: std::collections::HashSet<usize> = out.iter().map(|r| r.2).collect();
+            for i in 0..self.units.len() {
+                if covered.contains(&i) {
+                    continue;
+                }
+                let Some(unit) = self.unit(i) else { continue };
+                let Ok(mut rs) = self.dwarf.unit_ranges(&unit) else { continue };
+                while let Ok(Some(r)) = rs.next() {
+                    if r.end > r.begin {
+                        out.push((r.begin, r.end, i));
+                    }
+                }
+            }
+            out.sort_unstable();
+            out
+        })
+    }
+
+    /// The units whose code covers `pc`.
+    fn units_at(&self, pc: u64) -> Vec<usize> {
+        let mut v: Vec<usize> =
+            self.address_ranges().iter().filter(|&&(b, e, _)| pc >= b && pc < e).map(|r| r.2).collect();
+        v.dedup();
+        v
+    }
+
+    /// The function (not inlined) whose code holds `pc`, and what it sees
+    /// there. `Err` says why none was found.
+    pub fn scope(&self, pc: u64) -> Result<Scope, String> {
+        for u in self.units_at(pc) {
+            let Some(unit) = self.unit(u) else { continue };
+            let mut tree = unit.entries_tree(None).map_err(err)?;
+            let root = tree.root().map_err(err)?;
+            if let Some(s) = self.find_function(&unit, u, root, pc)? {
+                return Ok(s);
+            }
+        }
+        Err(format!("no DWARF function covers address {pc:#x}"))
+    }
+
+    fn covers(&self, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>, pc: u64) -> bool {
+        let Ok(mut rs) = self.dwarf.die_ranges(unit, e) else { return false };
+        while let Ok(Some(r)) = rs.next() {
+            if pc >= r.begin && pc < r.end {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn low_pc(&self, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Option<u64> {
+        match e.attr_value(gimli::DW_AT_low_pc)? {
+            AttributeValue::Addr(a) => Some(a),
+            AttributeValue::DebugAddrIndex(i) => self.dwarf.address(unit, i).ok(),
+            _ => {
+                let mut rs = self.dwarf.die_ranges(unit, e).ok()?;
+                let r = rs.next().ok()??;
+                Some(r.begin)
+            }
+        }
+    }
+
+    fn find_function(
+        &self,
+        unit: &gimli::Unit<R>,
+        u: usize,
+        node: gimli::EntriesTreeNode<'_, '_, R>,
+        pc: u64,
+    ) -> Result<Option<Scope>, String> {
+        let mut children = node.children();
+        while let Some(child) = children.next().map_err(err)? {
+            let e = child.entry();
+            match e.tag() {
+                gimli::DW_TAG_subprogram if self.covers(unit, e, pc) => {
+                    return self.function_scope(unit, u, child, pc).map(Some);
+                }
+                // C++ namespaces and classes hold member functions.
+                gimli::DW_TAG_namespace
+                | gimli::DW_TAG_structure_type
+                | gimli::DW_TAG_class_type
+                | gimli::DW_TAG_union_type
+                | gimli::DW_TAG_module => {
+                    if let Some(s) = self.find_function(unit, u, child, pc)? {
+                        return Ok(Some(s));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    fn function_scope(
+        &self,
+        unit: &gimli::Unit<R>,
+        u: usize,
+        node: gimli::EntriesTreeNode<'_, '_, R>,
+        pc: u64,
+    ) -> Result<Scope, String> {
+        let e = node.entry().clone();
+        let name = self.name(unit, &e).unwrap_or_else(|| "?".into());
+        let low_pc = self.low_pc(unit, &e).unwrap_or(pc);
+        let ret = self.type_of(unit, &e);
+        let frame_base = match e.attr_value(gimli::DW_AT_frame_base) {
+            Some(AttributeValue::Exprloc(x)) => Some(expr::evaluate(&x, unit.encoding(), None)),
+            _ => None,
+        };
+        let mut scope = Scope { function: name, low_pc, ret, vars: Vec::new(), frame_base, unit: u };
+        let mut blocks = Vec::new();
+        self.collect(unit, node, pc, &mut scope, 0, &mut blocks)?;
+        // Innermost first, parameters kept in order ahead of locals.
+        blocks.sort_by_key(|(depth, _)| std::cmp::Reverse(*depth));
+        for (_, v) in blocks {
+            if !scope.vars.iter().any(|w| w.name == v.name) {
+                scope.vars.push(v);
+            }
+        }
+        Ok(scope)
+    }
+
+    /// Parameters (depth 0) go straight into the scope; locals of blocks
+    /// holding `pc` into `locals` with their depth.
+    fn collect(
+        &self,
+        unit: &gimli::Unit<R>,
+        node: gimli::EntriesTreeNode<'_, '_, R>,
+        pc: u64,
+        scope: &mut Scope,
+        depth: u32,
+        locals: &mut Vec<(u32, Var)>,
+    ) -> Result<(), String> {
+        let mut children = node.children();
+        while let Some(child) = children.next().map_err(err)? {
+            let e = child.entry().clone();
+            match e.tag() {
+                gimli::DW_TAG_formal_parameter if depth == 0 => {
+                    if let Some(v) = self.var(unit, &e, VarKind::Param, pc, scope.frame_base.as_ref()) {
+                        scope.vars.push(v);
+                    }
+                }
+                gimli::DW_TAG_variable => {
+                    if let Some(v) = self.var(unit, &e, VarKind::Local, pc, scope.frame_base.as_ref()) {
+                        locals.push((depth, v));
+                    }
+                }
+                gimli::DW_TAG_lexical_block if self.covers(unit, &e, pc) || !has_ranges(&e) => {
+                    self.collect(unit, child, pc, scope, depth + 1, locals)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A variable or parameter DIE: its name (through its abstract
+    /// origin), type and location at `pc`.
+    fn var(
+        &self,
+        unit: &gimli::Unit<R>,
+        e: &gimli::DebuggingInformationEntry<R>,
+        kind: VarKind,
+        pc: u64,
+        frame_base: Option<&Location>,
+    ) -> Option<Var> {
+        let name = self.name(unit, e)?;
+        let ty = self.type_of(unit, e);
+        let encoding = unit.encoding();
+        let (loc, whole_scope) = match e.attr_value(gimli::DW_AT_location) {
+            Some(AttributeValue::Exprloc(x)) => (expr::evaluate(&x, encoding, frame_base), true),
+            Some(v @ (AttributeValue::LocationListsRef(_) | AttributeValue::SecOffset(_) | AttributeValue::DebugLocListsIndex(_))) => {
+                let mut found = Location::Unavailable;
+                if let Ok(Some(mut list)) = self.dwarf.attr_locations(unit, v) {
+                    while let Ok(Some(entry)) = list.next() {
+                        if pc >= entry.range.begin && pc < entry.range.end {
+                            found = expr::evaluate(&entry.data, encoding, frame_base);
+                            break;
+                        }
+                    }
+                }
+                (found, false)
+            }
+            _ => match self.origin_attr(unit, e, gimli::DW_AT_const_value) {
+                Some((_, c)) => (const_location(c), true),
+                None => (Location::Unavailable, false),
+            },
+        };
+        Some(Var { name, kind, ty, loc, whole_scope })
+    }
+
+    /// An attribute of a DIE or of what it completes (`DW_AT_abstract_origin`,
+    /// `DW_AT_specification`), a few levels deep.
+    fn origin_attr(
+        &self,
+        unit: &gimli::Unit<R>,
+        e: &gimli::DebuggingInformationEntry<R>,
+        at: gimli::DwAt,
+    ) -> Option<(Option<Arc<gimli::Unit<R>>>, AttributeValue<R>)> {
+        if let Some(v) = e.attr_value(at) {
+            return Some((None, v));
+        }
+        let mut cur = e.clone();
+        let mut unit_idx: Option<usize> = None;
+        for _ in 0..4 {
+            let next = cur
+                .attr_value(gimli::DW_AT_abstract_origin)
+                .or_else(|| cur.attr_value(gimli::DW_AT_specification))?;
+            let (u, die) = match unit_idx {
+                None => self.follow(unit, next)?,
+                Some(i) => self.follow(&*self.unit(i)?, next)?,
+            };
+            let owner = self.unit(u)?;
+            if let Some(v) = die.attr_value(at) {
+                // A value only meaningful in its own unit (a string
+                // offset, a type reference) is made global here.
+                return Some((Some(owner.clone()), globalize(&owner, v)));
+            }
+            cur = die;
+            unit_idx = Some(u);
+        }
+        None
+    }
+
+    /// The DIE a reference attribute points to, with its unit's index.
+    fn follow(
+        &self,
+        unit: &gimli::Unit<R>,
+        v: AttributeValue<R>,
+    ) -> Option<(usize, gimli::DebuggingInformationEntry<R>)> {
+        let global = match v {
+            AttributeValue::UnitRef(o) => o.to_debug_info_offset(&unit.header)?.0 as u64,
+            AttributeValue::DebugInfoRef(o) => o.0 as u64,
+            _ => return None,
+        };
+        let u = self.unit_of(global)?;
+        let owner = self.unit(u)?;
+        let local = DebugInfoOffset(global as usize).to_unit_offset(&owner.header)?;
+        owner.entry(local).ok().map(|d| (u, d))
+    }
+
+    /// A DIE's name (through its origin).
+    pub(crate) fn name(&self, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Option<String> {
+        let (owner, v) = self.origin_attr(unit, e, gimli::DW_AT_name)?;
+        let s = match v {
+            AttributeValue::String(s) => s,
+            other => self.dwarf.attr_string(owner.as_deref().unwrap_or(unit), other).ok()?,
+        };
+        Some(String::from_utf8_lossy(&s.to_slice().ok()?).into_owned())
+    }
+
+    /// A DIE's type (through its origin), as a global reference.
+    pub(crate) fn type_of(&self, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Option<TypeRef> {
+        match self.origin_attr(unit, e, gimli::DW_AT_type)?.1 {
+            AttributeValue::UnitRef(o) => Some(TypeRef(o.to_debug_info_offset(&unit.header)?.0 as u64)),
+            AttributeValue::DebugInfoRef(o) => Some(TypeRef(o.0 as u64)),
+            _ => None,
+        }
+    }
+
+    /// A global variable by name, the unit of `near` first; `file` (a path
+    /// suffix) restricts it to units of that source file.
+    pub fn global(&self, name: &str, near: Option<&Scope>, file: Option<&str>) -> Option<Var> {
+        let index = self.globals.get_or_init(|| self.index_globals());
+        let candidates = index.get(name)?;
+        let mut order: Vec<&(usize, gimli::UnitOffset)> = candidates.iter().collect();
+        if let Some(s) = near {
+            order.sort_by_key(|(u, _)| *u != s.unit);
+        }
+        for (u, off) in order {
+            let unit = self.unit(*u)?;
+            if let Some(f) = file {
+                let cu_name = self.unit_name(&unit).unwrap_or_default();
+                if !crate::elf::lines::file_matches(&cu_name, f) {
+                    continue;
+                }
+            }
+            let e = unit.entry(*off).ok()?;
+            let v = self.var(&unit, &e, VarKind::Global, 0, None)?;
+            if !matches!(v.loc, Location::Unavailable) {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn unit_name(&self, unit: &gimli::Unit<R>) -> Option<String> {
+        let n = unit.name.clone()?;
+        let n = String::from_utf8_lossy(&n.to_slice().ok()?).into_owned();
+        if n.starts_with('/') {
+            return Some(n);
+        }
+        let dir = unit.comp_dir.clone().and_then(|d| d.to_slice().ok().map(|s| String::from_utf8_lossy(&s[..]).into_owned()));
+        Some(match dir {
+            Some(d) => format!("{d}/{n}"),
+            None => n,
+        })
+    }
+
+    /// Globals: variables at a unit's top level (and in namespaces) that
+    /// have a location or a specification's definition.
+    fn index_globals(&self) -> HashMap<String, Vec<(usize, gimli::UnitOffset)>> {
+        let mut out: HashMap<String, Vec<(usize, gimli::UnitOffset)>> = HashMap::new();
+        for u in 0..self.units.len() {
+            let Some(unit) = self.unit(u) else { continue };
+            let mut cursor = unit.entries();
+            let mut ns_depth: Vec<isize> = Vec::new();
+            while let Ok(Some(e)) = cursor.next_dfs() {
+                let depth = e.depth();
+                while ns_depth.last().is_some_and(|&d| d >= depth) {
+                    ns_depth.pop();
+                }
+                let top = depth == 1 || ns_depth.last() == Some(&(depth - 1));
+                match e.tag() {
+                    gimli::DW_TAG_namespace => ns_depth.push(depth),
+                    gimli::DW_TAG_variable if top && e.attr_value(gimli::DW_AT_location).is_some() => {
+                        if let Some(n) = self.name(&unit, e) {
+                            out.entry(n).or_default().push((u, e.offset()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// The type at a reference (read once).
+    pub fn ty(&self, r: TypeRef) -> Option<Arc<Type>> {
+        if let Some(t) = self.types.lock().ok()?.get(&r.0) {
+            return Some(t.clone());
+        }
+        let u = self.unit_of(r.0)?;
+        let unit = self.unit(u)?;
+        let local = DebugInfoOffset(r.0 as usize).to_unit_offset(&unit.header)?;
+        let e = unit.entry(local).ok()?;
+        let t = Arc::new(types::read(self, &unit, &e));
+        self.types.lock().ok()?.insert(r.0, t.clone());
+        Some(t)
+    }
+
+    /// The full definition of a structure, union, class or enumeration
+    /// declared by name only.
+    pub fn definition(&self, kind: types::Aggregate, name: &str) -> Option<TypeRef> {
+        let defs = self.definitions.get_or_init(|| self.index_definitions());
+        defs.get(&format!("{} {name}", kind.keyword())).copied()
+    }
+
+    fn index_definitions(&self) -> HashMap<String, TypeRef> {
+        let mut out = HashMap::new();
+        for u in 0..self.units.len() {
+            let Some(unit) = self.unit(u) else { continue };
+            let mut cursor = unit.entries();
+            while let Ok(Some(e)) = cursor.next_dfs() {
+                let Some(kind) = types::Aggregate::of(e.tag()) else { continue };
+                if e.attr_value(gimli::DW_AT_declaration).is_some() {
+                    continue;
+                }
+                let Some(name) = self.name(&unit, e) else { continue };
+                let Some(off) = e.offset().to_debug_info_offset(&unit.header) else { continue };
+                out.entry(format!("{} {name}", kind.keyword())).or_insert(TypeRef(off.0 as u64));
+            }
+        }
+        out
+    }
+
+    /// A type by its C name (`struct foo`, `union u`, `enum e`, `class
+    /// c`, or a typedef's or base type's name), for `@cast`.
+    pub fn type_named(&self, text: &str) -> Option<TypeRef> {
+        let text = text.trim();
+        for kind in [types::Aggregate::Struct, types::Aggregate::Union, types::Aggregate::Class, types::Aggregate::Enum] {
+            if let Some(rest) = text.strip_prefix(kind.keyword()).and_then(|r| r.strip_prefix(' ')) {
+                return self.definition(kind, rest.trim());
+            }
+        }
+        // A typedef or base type: the first with that name. C++ classes
+        // are found by their bare name too.
+        for u in 0..self.units.len() {
+            let Some(unit) = self.unit(u) else { continue };
+            let mut cursor = unit.entries();
+            while let Ok(Some(e)) = cursor.next_dfs() {
+                let named = matches!(
+                    e.tag(),
+                    gimli::DW_TAG_typedef
+                        | gimli::DW_TAG_base_type
+                        | gimli::DW_TAG_structure_type
+                        | gimli::DW_TAG_class_type
+                        | gimli::DW_TAG_union_type
+                );
+                if named && e.attr_value(gimli::DW_AT_declaration).is_none() && self.name(&unit, e).as_deref() == Some(text)
+                {
+                    let off = e.offset().to_debug_info_offset(&unit.header)?;
+                    return Some(TypeRef(off.0 as u64));
+                }
+            }
+        }
+        None
+    }
+}
+
+fn has_ranges(e: &gimli::DebuggingInformationEntry<R>) -> bool {
+    e.attr_value(gimli::DW_AT_low_pc).is_some() || e.attr_value(gimli::DW_AT_ranges).is_some()
+}
+
+/// A reference or string offset valid in `unit`, made independent of it.
+fn globalize(unit: &gimli::Unit<R>, v: AttributeValue<R>) -> AttributeValue<R> {
+    match v {
+        AttributeValue::UnitRef(o) => match o.to_debug_info_offset(&unit.header) {
+            Some(g) => AttributeValue::DebugInfoRef(g),
+            None => AttributeValue::UnitRef(o),
+        },
+        other => other,
+    }
+}
+
+fn const_location(v: AttributeValue<R>) -> Location {
+    match v {
+        AttributeValue::Sdata(x) => Location::Value(Sym::Const(x)),
+        AttributeValue::Udata(x) => Location::Value(Sym::Const(x as i64)),
+        AttributeValue::Data1(x) => Location::Value(Sym::Const(i64::from(x))),
+        AttributeValue::Data2(x) => Location::Value(Sym::Const(i64::from(x))),
+        AttributeValue::Data4(x) => Location::Value(Sym::Const(i64::from(x))),
+        AttributeValue::Data8(x) => Location::Value(Sym::Const(x as i64)),
+        _ => Location::Unavailable,
+    }
+}

@@ -1,0 +1,766 @@
+//! Target variables by name (`$name`, `$p->field`, `$a[i]`, `$$parms`,
+//! `@var`, `@cast`): what `crate::dwarf` says about a probe's site, turned
+//! into expressions the rest of the compiler already has (saved registers,
+//! fault-checked memory reads and guru-mode writes, arithmetic), so no
+//! later pass knows about DWARF.
+//!
+//! How a variable is located: `Debug::scope` finds the function around
+//! the probe's address and the variable's location there (a register, an
+//! address computed from registers, the CFA and link-time addresses, or a
+//! value). An address is a [`Place::Mem`]; `->` follows pointers and adds
+//! member offsets to it; reading it is `user_<type>_error` of the right
+//! width and signedness. The CFA is the rule `.eh_frame` gives at the
+//! probe's address (a register plus an offset); a link-time address in a
+//! PIE or library gets the load bias, computed as the saved program
+//! counter minus the site's link-time address.
+//!
+//! At a function's first instruction (an entry probe, and the entry
+//! values a return probe keeps), a parameter whose DWARF location is its
+//! stack slot for the whole function (-O0 code, where the prologue has not
+//! stored it yet) is read where the System V ABI passes it instead: the
+//! n-th integer-class parameter is the n-th argument register. A return
+//! probe reads parameters as they were at entry, as SystemTap does.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::ast::{BinOp, Ident};
+use crate::diag::{Code, Diagnostic};
+use crate::dwarf::types::{self, Encoding, Type};
+use crate::dwarf::{Debug, Location, Scope, Sym, TypeRef, Var, VarKind};
+use crate::program::builtins::Builtin as B;
+use crate::program::{Expr, ExprKind, Target, Ty};
+use crate::span::Span;
+
+/// What a probe body with target variables by name sees: its site.
+#[derive(Debug)]
+pub struct Site {
+    pub module: PathBuf,
+    /// The module's DWARF, or why there is none.
+    pub debug: Result<Arc<Debug>, String>,
+    /// The function around the site, or why none was found.
+    pub scope: Result<Scope, String>,
+    /// The site's link-time address.
+    pub pc: u64,
+    /// The site is the function's first instruction.
+    pub at_entry: bool,
+    /// A return probe (parameters are read as they were at entry).
+    pub ret: bool,
+    /// Addresses are relative to a load base (PIE, shared library).
+    pub pie: bool,
+    /// The CFA rule at `pc`: a DWARF register and an offset.
+    pub cfa: Option<(u16, i64)>,
+}
+
+/// Where a value is.
+#[derive(Clone, Debug)]
+pub enum Place {
+    /// In a saved register (register-file index).
+    Reg(u32),
+    /// In memory at this address.
+    Mem(Expr),
+    /// Computed: this is the value.
+    Value(Expr),
+}
+
+/// A typed value somewhere: what `$name`, `->field` and `[i]` produce.
+#[derive(Clone, Debug)]
+pub struct Val {
+    pub place: Place,
+    pub ty: Option<TypeRef>,
+    /// A bitfield: (bit shift within the storage unit, width).
+    pub bits: Option<(u64, u64)>,
+    /// Read as it was at function entry (a parameter in a return probe).
+    pub at_entry: bool,
+    /// How the user wrote it, for messages.
+    pub text: String,
+}
+
+type Res<T> = Result<T, Diagnostic>;
+
+fn long(kind: ExprKind, span: Span) -> Expr {
+    Expr { kind, ty: Ty::Long, span }
+}
+fn num(v: i64, span: Span) -> Expr {
+    long(ExprKind::Long(v), span)
+}
+fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+    let span = a.span;
+    long(ExprKind::Binary { op, lhs: Box::new(a), rhs: Box::new(b) }, span)
+}
+fn call(func: B, args: Vec<Expr>, ty: Ty, span: Span) -> Expr {
+    Expr { kind: ExprKind::Builtin { func, args }, ty, span }
+}
+fn string(s: &str, span: Span) -> Expr {
+    Expr { kind: ExprKind::String(s.as_bytes().to_vec()), ty: Ty::String, span }
+}
+fn add(a: Expr, off: i64) -> Expr {
+    if off == 0 {
+        return a;
+    }
+    match a.kind {
+        ExprKind::Long(x) => num(x.wrapping_add(off), a.span),
+        _ => {
+            let span = a.span;
+            bin(BinOp::Add, a, num(off, span))
+        }
+    }
+}
+fn register(i: u32, span: Span) -> Expr {
+    long(ExprKind::Target(Target::Register(i)), span)
+}
+
+/// `v` as `size` bytes, sign- or zero-extended.
+fn extend(v: Expr, size: u64, signed: bool) -> Expr {
+    if size >= 8 {
+        return v;
+    }
+    let span = v.span;
+    let sh = 64 - 8 * size as i64;
+    let up = bin(BinOp::Shl, v, num(sh, span));
+    bin(if signed { BinOp::Shr } else { BinOp::UShr }, up, num(sh, span))
+}
+
+fn not_accessible(name: &str, span: Span, why: &str) -> Diagnostic {
+    Diagnostic::error(Code::Context, span, format!("target variable `${name}` is not accessible at this address"))
+        .with_label(why.to_string())
+}
+
+/// How a scalar is read: size in bytes and signedness; None for what is
+/// not a scalar.
+fn scalar(t: &Type) -> Option<(u64, bool)> {
+    match t {
+        Type::Base { size, encoding, .. } if *encoding != Encoding::Float && (1..=8).contains(size) => {
+            Some((*size, matches!(encoding, Encoding::Signed | Encoding::SignedChar)))
+        }
+        Type::Enum { size, signed, .. } => Some((*size, *signed)),
+        Type::Pointer { .. } => Some((8, false)),
+        _ => None,
+    }
+}
+
+fn read_fn(size: u64, signed: bool) -> B {
+    match (size, signed) {
+        (1, true) => B::UserInt8Error,
+        (1, false) => B::UserUint8Error,
+        (2, true) => B::UserInt16Error,
+        (2, false) => B::UserUint16Error,
+        (4, true) => B::UserInt32Error,
+        (4, false) => B::UserUint32Error,
+        _ => B::UserInt64Error,
+    }
+}
+
+fn write_fn(size: u64) -> B {
+    match size {
+        1 => B::SetUserInt8,
+        2 => B::SetUserInt16,
+        4 => B::SetUserInt32,
+        _ => B::SetUserInt64,
+    }
+}
+
+/// The storage unit a bitfield is read from: (bytes, shift).
+fn bit_storage(shift: u64, width: u64) -> u64 {
+    match shift + width {
+        0..=8 => 1,
+        9..=16 => 2,
+        17..=32 => 4,
+        _ => 8,
+    }
+}
+
+impl Site {
+    pub fn debug(&self, span: Span) -> Res<&Debug> {
+        match &self.debug {
+            Ok(d) => Ok(d),
+            Err(why) => Err(Diagnostic::error(Code::Unsupported, span, "no debugging information for target variables")
+                .with_label(why.clone())
+                .with_help("build the program with -g, or install its debug file (found by build-id under /usr/lib/debug)")),
+        }
+    }
+
+    fn scope(&self, span: Span) -> Res<&Scope> {
+        self.debug(span)?;
+        self.scope.as_ref().map_err(|why| {
+            Diagnostic::error(Code::Context, span, "no function's debugging information covers this probe")
+                .with_label(why.clone())
+        })
+    }
+
+    /// The module's load bias: the saved program counter less the site's
+    /// link-time address (0 for a fixed-address executable).
+    fn bias(&self, span: Span) -> Expr {
+        if !self.pie {
+            return num(0, span);
+        }
+        let pc = register(telco_abi::arch::native::PC as u32, span);
+        let pc = if self.ret { long(ExprKind::Entry(Box::new(pc)), span) } else { pc };
+        add(pc, -(self.pc as i64))
+    }
+
+    fn sym(&self, s: &Sym, name: &str, span: Span) -> Res<Expr> {
+        Ok(match s {
+            Sym::Const(c) => num(*c, span),
+            Sym::Link(a) => add(self.bias(span), *a as i64),
+            Sym::Reg(r) => match crate::arch::native::dwarf_register(*r) {
+                Some(i) => register(i, span),
+                None => {
+                    let why = format!("its location uses {}", crate::arch::native::dwarf_register_name(*r));
+                    return Err(not_accessible(name, span, &why));
+                }
+            },
+            Sym::Cfa => match self.cfa.and_then(|(r, off)| Some((crate::arch::native::dwarf_register(r)?, off))) {
+                Some((i, off)) => add(register(i, span), off),
+                None => return Err(not_accessible(name, span, "no call frame information at this address")),
+            },
+            Sym::Entry(r) if self.at_entry => self.sym(&Sym::Reg(*r), name, span)?,
+            Sym::Entry(_) => {
+                return Err(not_accessible(name, span, "only its value at the function's entry is known (entry value)"))
+            }
+            Sym::Bin(op, a, b) => {
+                use crate::dwarf::expr::Op;
+                let op = match op {
+                    Op::Add => BinOp::Add,
+                    Op::Sub => BinOp::Sub,
+                    Op::Mul => BinOp::Mul,
+                    Op::And => BinOp::BitAnd,
+                    Op::Or => BinOp::BitOr,
+                    Op::Xor => BinOp::BitXor,
+                    Op::Shl => BinOp::Shl,
+                    Op::Shr => BinOp::UShr,
+                    Op::Shra => BinOp::Shr,
+                };
+                bin(op, self.sym(a, name, span)?, self.sym(b, name, span)?)
+            }
+            Sym::Deref(a, size) => {
+                let a = self.sym(a, name, span)?;
+                call(read_fn(u64::from(*size), false), vec![a], Ty::Long, span)
+            }
+        })
+    }
+
+    fn place(&self, loc: &Location, name: &str, span: Span) -> Res<Place> {
+        Ok(match loc {
+            Location::Register(r) => match crate::arch::native::dwarf_register(*r) {
+                Some(i) => Place::Reg(i),
+                None => {
+                    let why = format!("it is in {}", crate::arch::native::dwarf_register_name(*r));
+                    return Err(not_accessible(name, span, &why));
+                }
+            },
+            Location::Memory(s) => Place::Mem(self.sym(s, name, span)?),
+            Location::Value(s) => Place::Value(self.sym(s, name, span)?),
+            Location::Pieces(_) => {
+                return Err(not_accessible(name, span, "it is split across registers and memory (DW_OP_piece)"))
+            }
+            Location::Unavailable => return Err(not_accessible(name, span, "optimised out here")),
+            Location::Unsupported(why) => return Err(not_accessible(name, span, why)),
+        })
+    }
+
+    /// Where the System V ABI passes parameter `var` at the function's
+    /// first instruction: integer-class parameters in the argument
+    /// registers, in order, then on the stack.
+    fn abi_param(&self, d: &Debug, scope: &Scope, var: &Var, span: Span) -> Res<Place> {
+        use telco_abi::arch::native::{ARG_REGS, SP};
+        // A large aggregate returned in memory takes the first register.
+        let (_, ret) = types::resolve(d, scope.ret);
+        let mut n = usize::from(matches!(&*ret, Type::Aggregate { size, .. } if *size > 16));
+        for p in scope.params() {
+            let (_, t) = types::resolve(d, p.ty);
+            let class = match &*t {
+                Type::Base { encoding: Encoding::Float, .. } => None,
+                t if scalar(t).is_some() => Some(true),
+                _ => Some(false),
+            };
+            if p.name == var.name {
+                if class != Some(true) {
+                    return Err(not_accessible(
+                        &var.name,
+                        span,
+                        "at the function's entry only integer and pointer parameters are located (by the calling convention)",
+                    ));
+                }
+                return Ok(match ARG_REGS.get(n) {
+                    Some(&r) => Place::Reg(r as u32),
+                    None => Place::Mem(add(register(SP as u32, span), 8 * (n - ARG_REGS.len() + 1) as i64)),
+                });
+            }
+            match class {
+                Some(true) => n += 1,
+                None => {}
+                Some(false) => {
+                    return Err(not_accessible(
+                        &var.name,
+                        span,
+                        "an earlier parameter is passed by value as an aggregate; its registers are not known at entry",
+                    ))
+                }
+            }
+        }
+        Err(not_accessible(&var.name, span, "not a parameter"))
+    }
+
+    fn from_var(&self, d: &Debug, scope: Option<&Scope>, var: &Var, span: Span) -> Res<Val> {
+        let name = &var.name;
+        if self.ret && var.kind == VarKind::Local {
+            return Err(not_accessible(name, span, "a return probe sees parameters (as at entry), not locals"));
+        }
+        let frame_slot = matches!(&var.loc, Location::Memory(s) if mentions_frame(s));
+        let place = match scope {
+            Some(s) if var.kind == VarKind::Param && self.at_entry && var.whole_scope && frame_slot => {
+                self.abi_param(d, s, var, span)?
+            }
+            _ => self.place(&var.loc, name, span)?,
+        };
+        Ok(Val { place, ty: var.ty, bits: None, at_entry: self.ret && var.kind == VarKind::Param, text: format!("${name}") })
+    }
+
+    /// `$name`: a parameter, a local or a global.
+    pub fn var(&self, name: &str, span: Span) -> Res<Val> {
+        let d = self.debug(span)?;
+        let scope = self.scope.as_ref().ok();
+        if let Some(v) = scope.and_then(|s| s.var(name)) {
+            return self.from_var(d, scope, v, span);
+        }
+        if let Some(v) = d.global(name, scope, None) {
+            return self.from_var(d, None, &v, span);
+        }
+        let mut err = Diagnostic::error(Code::Undefined, span, format!("unable to find target variable `${name}`"))
+            .with_label(match scope {
+                Some(s) => format!("not a parameter, local or global visible in `{}`", s.function),
+                None => "not a global of the module".to_string(),
+            });
+        if let Some(s) = scope {
+            let names: Vec<String> = s.vars.iter().map(|v| v.name.clone()).collect();
+            if let Some(c) = crate::suggest::closest(name, names.iter().map(String::as_str)) {
+                err = err.with_help(format!("did you mean `${c}`?"));
+            } else if !names.is_empty() {
+                err = err.with_help(format!("visible here: {}", names.iter().map(|n| format!("${n}")).collect::<Vec<_>>().join(" ")));
+            }
+        }
+        Err(err)
+    }
+
+    /// Whether `$name` exists here (`@defined`).
+    pub fn defined(&self, name: &str) -> bool {
+        let Ok(d) = &self.debug else { return false };
+        let scope = self.scope.as_ref().ok();
+        match scope.and_then(|s| s.var(name)) {
+            Some(v) => self.from_var(d, scope, v, Span::default()).is_ok(),
+            None => d.global(name, scope, None).is_some(),
+        }
+    }
+
+    /// `$return`, typed from the function's DWARF.
+    pub fn return_value(&self, span: Span) -> Res<Val> {
+        let s = self.scope(span)?;
+        let r = telco_abi::arch::native::RETURN_REG as u32;
+        Ok(Val { place: Place::Reg(r), ty: s.ret, bits: None, at_entry: false, text: "$return".into() })
+    }
+
+    /// `@var("name@file.c")` (a global of that source file) or `@var("name")`.
+    pub fn at_var(&self, spec: &str, span: Span) -> Res<Val> {
+        let d = self.debug(span)?;
+        let (name, file) = match spec.split_once('@') {
+            Some((n, f)) => (n, Some(f)),
+            None => (spec, None),
+        };
+        let scope = self.scope.as_ref().ok();
+        if file.is_none() {
+            if let Some(v) = scope.and_then(|s| s.var(name)) {
+                return self.from_var(d, scope, v, span);
+            }
+        }
+        match d.global(name, scope, file) {
+            Some(v) => self.from_var(d, None, &v, span),
+            None => Err(Diagnostic::error(Code::Undefined, span, format!("unable to find global `{spec}`"))
+                .with_label(format!("no global variable by that name in {}", d.path.display()))),
+        }
+    }
+
+    /// `@cast(addr, "struct foo")`: the object of that type at `addr`.
+    pub fn cast(&self, addr: Expr, type_name: &str, span: Span) -> Res<Val> {
+        let d = self.debug(span)?;
+        let t = d.type_named(type_name).ok_or_else(|| {
+            Diagnostic::error(Code::Undefined, span, format!("type `{type_name}` not found"))
+                .with_label(format!("no type by that name in the debugging information of {}", d.path.display()))
+        })?;
+        Ok(Val { place: Place::Mem(addr), ty: Some(t), bits: None, at_entry: false, text: format!("@cast(..., \"{type_name}\")") })
+    }
+
+    /// The value of a pointer, followed: the object it points to.
+    fn deref(&self, d: &Debug, v: &Val, span: Span) -> Res<Val> {
+        let (_, t) = types::resolve(d, v.ty);
+        let Type::Pointer { to, .. } = &*t else {
+            return Err(Diagnostic::error(Code::TypeMismatch, span, format!("`{}` is not a pointer", v.text)));
+        };
+        let addr = self.read_raw(d, v, span)?;
+        Ok(Val { place: Place::Mem(addr), ty: *to, bits: None, at_entry: v.at_entry, text: v.text.clone() })
+    }
+
+    /// `->field` (and `.field`): pointers are followed, then the member's
+    /// offset added (members of anonymous structs and unions included).
+    pub fn member(&self, v: Val, field: &Ident) -> Res<Val> {
+        let d = self.debug(field.span)?;
+        let mut v = v;
+        let (_, t) = types::resolve(d, v.ty);
+        if matches!(&*t, Type::Pointer { .. }) {
+            v = self.deref(d, &v, field.span)?;
+        }
+        let (_, t) = types::resolve(d, v.ty);
+        let Type::Aggregate { .. } = &*t else {
+            return Err(Diagnostic::error(
+                Code::TypeMismatch,
+                field.span,
+                format!("`{}` has no member `{}`", v.text, field.name),
+            )
+            .with_label(format!("it is a `{}`, not a struct, union or class", types::name(d, v.ty))));
+        };
+        let Some((off, m)) = find_member(d, &t, &field.name, 0) else {
+            let names = member_names(&t);
+            let mut e = Diagnostic::error(
+                Code::Undefined,
+                field.span,
+                format!("`{}` has no member `{}`", types::name(d, v.ty), field.name),
+            )
+            .with_label("no such member");
+            if let Some(c) = crate::suggest::closest(&field.name, names.iter().map(String::as_str)) {
+                e = e.with_help(format!("did you mean `{c}`?"));
+            } else if !names.is_empty() {
+                e = e.with_help(format!("its members: {}", names.join(", ")));
+            }
+            return Err(e);
+        };
+        let place = match v.place {
+            Place::Mem(a) => Place::Mem(add(a, off as i64)),
+            _ => {
+                return Err(Diagnostic::error(
+                    Code::Unsupported,
+                    field.span,
+                    format!("`{}` is held in a register here; its members cannot be read", v.text),
+                ))
+            }
+        };
+        Ok(Val { place, ty: m.ty, bits: m.bits, at_entry: v.at_entry, text: format!("{}->{}", v.text, field.name) })
+    }
+
+    /// `[i]` on an array or a pointer.
+    pub fn index(&self, v: Val, i: Expr, span: Span) -> Res<Val> {
+        let d = self.debug(span)?;
+        let (_, t) = types::resolve(d, v.ty);
+        let (base, elem) = match &*t {
+            Type::Array { of, .. } => match v.place {
+                Place::Mem(a) => (a, *of),
+                _ => return Err(Diagnostic::error(Code::Unsupported, span, format!("`{}` is not in memory", v.text))),
+            },
+            Type::Pointer { to, .. } => (self.read_raw(d, &v, span)?, *to),
+            _ => {
+                return Err(Diagnostic::error(Code::TypeMismatch, span, format!("`{}` cannot be indexed", v.text))
+                    .with_label(format!("it is a `{}`, not an array or a pointer", types::name(d, v.ty))))
+            }
+        };
+        let size = types::size_of(d, elem).filter(|s| *s > 0).ok_or_else(|| {
+            Diagnostic::error(Code::Unsupported, span, format!("the elements of `{}` have no known size", v.text))
+        })?;
+        let off = bin(BinOp::Mul, i, num(size as i64, span));
+        Ok(Val { place: Place::Mem(bin(BinOp::Add, base, off)), ty: elem, bits: None, at_entry: v.at_entry, text: format!("{}[...]", v.text) })
+    }
+
+    /// The raw scalar bits of a value (a pointer's address, an integer).
+    fn read_raw(&self, d: &Debug, v: &Val, span: Span) -> Res<Expr> {
+        let (_, t) = types::resolve(d, v.ty);
+        let Some((size, signed)) = scalar(&t) else {
+            return Err(self.not_scalar(d, v, span));
+        };
+        let e = match (&v.place, v.bits) {
+            (Place::Mem(a), Some((shift, width))) => {
+                let storage = bit_storage(shift, width);
+                let raw = call(read_fn(storage, false), vec![a.clone()], Ty::Long, span);
+                let up = bin(BinOp::Shl, raw, num(64 - (shift + width) as i64, span));
+                bin(if signed { BinOp::Shr } else { BinOp::UShr }, up, num(64 - width as i64, span))
+            }
+            (Place::Mem(a), None) => call(read_fn(size, signed), vec![a.clone()], Ty::Long, span),
+            (Place::Reg(r), _) => extend(register(*r, span), size, signed),
+            (Place::Value(e), _) => extend(e.clone(), size, signed),
+        };
+        Ok(if v.at_entry { long(ExprKind::Entry(Box::new(e)), span) } else { e })
+    }
+
+    fn not_scalar(&self, d: &Debug, v: &Val, span: Span) -> Diagnostic {
+        let tn = types::name(d, v.ty);
+        let (_, t) = types::resolve(d, v.ty);
+        let help = match &*t {
+            Type::Aggregate { .. } => format!("read a member (`{}->NAME`), or print it with `{}$`", v.text, v.text),
+            Type::Base { encoding: Encoding::Float, .. } => "floating-point values are not supported".to_string(),
+            _ => format!("print it with `{}$`", v.text),
+        };
+        Diagnostic::error(Code::TypeMismatch, span, format!("`{}` is a `{tn}`, not a number", v.text))
+            .with_label("only integers, enums and pointers are values")
+            .with_help(help)
+    }
+
+    /// The value as a long: integers, enums, pointers; an array is its
+    /// address (`user_string($buf)` reads a char array).
+    pub fn read(&self, v: &Val, span: Span) -> Res<Expr> {
+        let d = self.debug(span)?;
+        let (_, t) = types::resolve(d, v.ty);
+        if let (Type::Array { .. }, Place::Mem(a)) = (&*t, &v.place) {
+            return Ok(if v.at_entry { long(ExprKind::Entry(Box::new(a.clone())), span) } else { a.clone() });
+        }
+        self.read_raw(d, v, span)
+    }
+
+    /// Guru mode: `v = value`. A register's saved copy (the trampoline
+    /// loads it back), or the target's memory (a bitfield read, changed and
+    /// written back).
+    pub fn write(&self, v: &Val, value: Expr, span: Span) -> Res<Expr> {
+        let d = self.debug(span)?;
+        if v.at_entry {
+            return Err(Diagnostic::error(Code::Context, span, format!("writing `{}` in a return probe", v.text))
+                .with_label("the function has used its parameters already")
+                .with_help("write it in an entry probe (`.function(\"F\")`)"));
+        }
+        let (_, t) = types::resolve(d, v.ty);
+        let Some((size, _)) = scalar(&t) else { return Err(self.not_scalar(d, v, span)) };
+        Ok(match (&v.place, v.bits) {
+            (Place::Reg(r), _) => {
+                let target = long(ExprKind::Target(Target::Register(*r)), span);
+                long(
+                    ExprKind::Assign { op: crate::ast::AssignOp::Assign, target: Box::new(target), value: Box::new(value) },
+                    span,
+                )
+            }
+            (Place::Mem(a), Some((shift, width))) => {
+                let storage = bit_storage(shift, width);
+                let mask = if width >= 64 { -1i64 } else { ((1i64 << width) - 1) << shift };
+                let old = call(read_fn(storage, false), vec![a.clone()], Ty::Long, span);
+                let kept = bin(BinOp::BitAnd, old, num(!mask, span));
+                let new = bin(BinOp::BitAnd, bin(BinOp::Shl, value, num(shift as i64, span)), num(mask, span));
+                call(write_fn(storage), vec![a.clone(), bin(BinOp::BitOr, kept, new)], Ty::Void, span)
+            }
+            (Place::Mem(a), None) => call(write_fn(size), vec![a.clone(), value], Ty::Void, span),
+            (Place::Value(_), _) => {
+                return Err(Diagnostic::error(Code::Context, span, format!("`{}` cannot be written here", v.text))
+                    .with_label("the compiler computed it; it is stored nowhere at this address"))
+            }
+        })
+    }
+
+    /// `$v$` and `$v$$`: the value as SystemTap prints it (a struct's
+    /// members in `{.a=1, .b=2}`, strings quoted, nested structs expanded
+    /// with `$$`).
+    pub fn pretty(&self, v: &Val, deep: bool, span: Span) -> Res<Expr> {
+        let d = self.debug(span)?;
+        let mut fmt = String::new();
+        let mut args = Vec::new();
+        self.pretty_into(d, v, deep, true, 0, span, &mut fmt, &mut args)?;
+        let mut all = vec![string(&fmt, span)];
+        all.extend(args);
+        Ok(call(B::Sprintf, all, Ty::String, span))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pretty_into(
+        &self,
+        d: &Debug,
+        v: &Val,
+        deep: bool,
+        top: bool,
+        depth: u32,
+        span: Span,
+        fmt: &mut String,
+        args: &mut Vec<Expr>,
+    ) -> Res<()> {
+        let (_, t) = types::resolve(d, v.ty);
+        match &*t {
+            Type::Pointer { to, .. } => {
+                let (_, pointee) = types::resolve(d, *to);
+                match &*pointee {
+                    Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. } => {
+                        fmt.push_str("\"%s\"");
+                        let p = self.read(v, span)?;
+                        args.push(call(B::UserString, vec![p, string("<unknown>", span)], Ty::String, span));
+                    }
+                    Type::Aggregate { .. } if top => {
+                        let inner = self.deref(d, v, span)?;
+                        self.pretty_into(d, &inner, deep, false, depth, span, fmt, args)?;
+                    }
+                    _ => {
+                        fmt.push_str("%p");
+                        args.push(self.read(v, span)?);
+                    }
+                }
+            }
+            Type::Aggregate { members, .. } => {
+                if depth > 0 && !deep || depth > 4 {
+                    fmt.push_str("{...}");
+                    return Ok(());
+                }
+                fmt.push('{');
+                let mut first = true;
+                for m in members.iter().take(32) {
+                    let Some(name) = &m.name else { continue };
+                    if !first {
+                        fmt.push_str(", ");
+                    }
+                    first = false;
+                    fmt.push_str(&format!(".{name}="));
+                    let ident = Ident { name: crate::ast::Name::new(name), span };
+                    let mv = self.member(Val { ty: v.ty, ..v.clone() }, &ident)?;
+                    self.pretty_into(d, &mv, deep, false, depth + 1, span, fmt, args)?;
+                }
+                fmt.push('}');
+            }
+            Type::Array { of, count } => {
+                let (_, elem) = types::resolve(d, *of);
+                if matches!(&*elem, Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. }) {
+                    fmt.push_str("\"%s\"");
+                    let a = self.read(v, span)?;
+                    let n = count.unwrap_or(256) as i64;
+                    args.push(call(B::UserStringN, vec![a, num(n, span), string("<unknown>", span)], Ty::String, span));
+                    return Ok(());
+                }
+                fmt.push('[');
+                for i in 0..count.unwrap_or(0).min(8) {
+                    if i > 0 {
+                        fmt.push_str(", ");
+                    }
+                    let e = self.index(v.clone(), num(i as i64, span), span)?;
+                    self.pretty_into(d, &e, deep, false, depth + 1, span, fmt, args)?;
+                }
+                if count.unwrap_or(0) > 8 {
+                    fmt.push_str(", ...");
+                }
+                fmt.push(']');
+            }
+            Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. } => {
+                fmt.push_str("'%c'");
+                args.push(self.read(v, span)?);
+            }
+            Type::Base { encoding: Encoding::Unsigned | Encoding::Bool | Encoding::UnsignedChar, .. } => {
+                fmt.push_str("%u");
+                args.push(self.read(v, span)?);
+            }
+            t if scalar(t).is_some() => {
+                fmt.push_str("%d");
+                args.push(self.read(v, span)?);
+            }
+            _ => fmt.push('?'),
+        }
+        Ok(())
+    }
+
+    /// `$$parms`, `$$locals`, `$$vars` (and with `$`/`$$`): `name=value`
+    /// pairs, values as `%#x` (or pretty-printed); a variable not
+    /// accessible here prints `name=?`.
+    pub fn vars_string(&self, which: &str, pretty: u8, span: Span) -> Res<Expr> {
+        let d = self.debug(span)?;
+        let s = self.scope(span)?;
+        let vars: Vec<&Var> = s
+            .vars
+            .iter()
+            .filter(|v| match which {
+                "parms" => v.kind == VarKind::Param,
+                "locals" => v.kind == VarKind::Local,
+                _ => true,
+            })
+            .collect();
+        let mut fmt = String::new();
+        let mut args = Vec::new();
+        for (i, var) in vars.iter().enumerate() {
+            if i > 0 {
+                fmt.push(' ');
+            }
+            fmt.push_str(&format!("{}=", var.name));
+            let v = match self.from_var(d, Some(s), var, span) {
+                Ok(v) => v,
+                Err(_) => {
+                    fmt.push('?');
+                    continue;
+                }
+            };
+            if pretty > 0 {
+                if self.pretty_into(d, &v, pretty > 1, true, 0, span, &mut fmt, &mut args).is_err() {
+                    fmt.push('?');
+                }
+                continue;
+            }
+            let (_, t) = types::resolve(d, v.ty);
+            match self.read(&v, span) {
+                Ok(e) if scalar(&t).is_some() || matches!(&*t, Type::Array { .. }) => {
+                    fmt.push_str("%#x");
+                    args.push(e);
+                }
+                _ if matches!(&*t, Type::Aggregate { .. }) => fmt.push_str("{...}"),
+                _ => fmt.push('?'),
+            }
+        }
+        let mut all = vec![string(&fmt.replace("%%", "%%"), span)];
+        all.extend(args);
+        Ok(call(B::Sprintf, all, Ty::String, span))
+    }
+
+    /// `$$return` (`return=0x2a`), and `$$return$`.
+    pub fn return_string(&self, pretty: u8, span: Span) -> Res<Expr> {
+        let d = self.debug(span)?;
+        let v = self.return_value(span)?;
+        let mut fmt = String::from("return=");
+        let mut args = Vec::new();
+        if pretty > 0 {
+            self.pretty_into(d, &v, pretty > 1, true, 0, span, &mut fmt, &mut args)?;
+        } else {
+            fmt.push_str("%#x");
+            args.push(self.read(&v, span)?);
+        }
+        let mut all = vec![string(&fmt, span)];
+        all.extend(args);
+        Ok(call(B::Sprintf, all, Ty::String, span))
+    }
+
+    /// What `-L` lists: `$name:type` for each parameter and local here.
+    pub fn listing(&self) -> Vec<String> {
+        let (Ok(d), Ok(s)) = (&self.debug, &self.scope) else { return Vec::new() };
+        let mut out: Vec<String> = s.vars.iter().map(|v| format!("${}:{}", v.name, types::name(d, v.ty))).collect();
+        if self.ret {
+            out.push(format!("$return:{}", types::name(d, s.ret)));
+        }
+        out
+    }
+}
+
+fn mentions_frame(s: &Sym) -> bool {
+    match s {
+        Sym::Cfa => true,
+        Sym::Reg(r) => *r == 6 || *r == 7,
+        Sym::Bin(_, a, b) => mentions_frame(a) || mentions_frame(b),
+        Sym::Deref(a, _) => mentions_frame(a),
+        _ => false,
+    }
+}
+
+/// A member by name, looking into anonymous members: (offset, member).
+fn find_member(d: &Debug, t: &Type, name: &str, base: u64) -> Option<(u64, types::Member)> {
+    let Type::Aggregate { members, .. } = t else { return None };
+    for m in members {
+        match &m.name {
+            Some(n) if n == name => return Some((base + m.offset, m.clone())),
+            None => {
+                let (_, inner) = types::resolve(d, m.ty);
+                if let Some(found) = find_member(d, &inner, name, base + m.offset) {
+                    return Some(found);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn member_names(t: &Type) -> Vec<String> {
+    match t {
+        Type::Aggregate { members, .. } => members.iter().filter_map(|m| m.name.clone()).collect(),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,98 @@
+/* Target for tests/dwarf.rs: functions whose parameters, locals and the
+ * globals they see have the types `$name` must read (structs, pointers,
+ * arrays, unions, bitfields, enums, char *), built at -O0 and -O2. Each
+ * call prints what it was given, so a test compares the probe's values
+ * with the program's own. "ready" on stdout once; then each line of stdin
+ * runs one round (`q` ends the program). */
+#include <stdio.h>
+#include <string.h>
+
+enum color { RED = 1, GREEN = 2, BLUE = 4 };
+
+struct point {
+    int x;
+    int y;
+};
+
+struct flags {
+    unsigned a : 3;
+    signed b : 5;
+    unsigned c : 12;
+};
+
+union number {
+    int i;
+    unsigned char bytes[4];
+};
+
+struct shape {
+    const char *name;
+    struct point corners[3];
+    struct point *origin;
+    enum color color;
+    struct flags flags;
+    union number n;
+    long weights[4];
+    char tag[8];
+};
+
+typedef struct shape shape_t;
+
+struct point global_origin = {7, -9};
+int global_counter = 40;
+const char *global_label = "global label";
+
+__attribute__((noinline)) int area(struct point *p, int scale) {
+    int result = p->x * p->y * scale;
+    printf("area x=%d y=%d scale=%d result=%d\n", p->x, p->y, scale, result);
+    fflush(stdout);
+    return result;
+}
+
+__attribute__((noinline)) long describe(shape_t *s, const char *why, enum color c) {
+    long sum = 0;
+    for (int i = 0; i < 3; i++)
+        sum += s->corners[i].x + s->corners[i].y;
+    printf("describe name=%s why=%s color=%d c1x=%d origin=%d,%d a=%u b=%d c=%u n=%d w2=%ld tag=%s sum=%ld\n",
+           s->name, why, (int)c, s->corners[1].x, s->origin->x, s->origin->y, s->flags.a, s->flags.b, s->flags.c,
+           s->n.i, s->weights[2], s->tag, sum);
+    fflush(stdout);
+    return sum;
+}
+
+__attribute__((noinline)) int guarded(int x) {
+    /* A fault-injection target: `-g` writes change what it returns. */
+    return x > 0 ? x * 2 : -1;
+}
+
+int main(void) {
+    struct point o = {3, 4};
+    struct shape s;
+    memset(&s, 0, sizeof s);
+    s.name = "triangle";
+    for (int i = 0; i < 3; i++) {
+        s.corners[i].x = 10 * (i + 1);
+        s.corners[i].y = -(i + 1);
+    }
+    s.origin = &o;
+    s.color = GREEN;
+    s.flags.a = 5;
+    s.flags.b = -7;
+    s.flags.c = 3000;
+    s.n.i = 0x01020304;
+    for (int i = 0; i < 4; i++)
+        s.weights[i] = 100 + i;
+    strcpy(s.tag, "tagged");
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin) && line[0] != 'q') {
+        struct point p = {6, 7};
+        area(&p, 2);
+        describe(&s, "because", BLUE);
+        printf("guarded=%d\n", guarded(21));
+        fflush(stdout);
+        global_counter++;
+    }
+    return 0;
+}
