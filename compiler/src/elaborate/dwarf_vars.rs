@@ -506,6 +506,10 @@ impl Site {
     pub fn read(&self, v: &Val, span: Span) -> Res<Expr> {
         let d = self.debug(span)?;
         let (_, t) = types::resolve(d, v.ty);
+        if let Type::Pointer { reference: true, .. } = &*t {
+            // A C++ reference reads as what it refers to.
+            return self.read(&self.deref(d, v, span)?, span);
+        }
         if let (Type::Array { .. }, Place::Mem(a)) = (&*t, &v.place) {
             return Ok(if v.at_entry { long(ExprKind::Entry(Box::new(a.clone())), span) } else { a.clone() });
         }
@@ -523,6 +527,9 @@ impl Site {
                 .with_help("write it in an entry probe (`.function(\"F\")`)"));
         }
         let (_, t) = types::resolve(d, v.ty);
+        if let Type::Pointer { reference: true, .. } = &*t {
+            return self.write(&self.deref(d, v, span)?, value, span);
+        }
         let Some((size, _)) = scalar(&t) else { return Err(self.not_scalar(d, v, span)) };
         Ok(match (&v.place, v.bits) {
             (Place::Reg(r), _) => {

@@ -442,7 +442,11 @@ pub fn list(
                 for pt in &r.points {
                     let mut line = show::point_name(pt);
                     if with_vars {
-                        for v in show::point_variables(pt) {
+                        // Names and types from the debugging information
+                        // where there is some (as `stap -L`), else by position.
+                        let named = debug_site(&mut resolver, pt).map(|s| s.listing()).unwrap_or_default();
+                        let vars = if named.is_empty() { show::point_variables(pt) } else { named };
+                        for v in vars {
                             line.push(' ');
                             line.push_str(&v);
                         }

@@ -1,0 +1,228 @@
+//! Target variables by name from DWARF (`$name`, `->`, `[i]`, `$var$`,
+//! `$$parms`, `@var`, `@cast`, `@defined`, typed `$return`) and guru-mode
+//! writes, on programs gcc builds here at -O0 and -O2
+//! (tests/programs/dwarfvars.c, dwarfcxx.cc): every value is compared with
+//! what the program itself prints.
+
+mod common;
+
+use common::telco_run as telco;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn build(tag: &str, src: &str, flags: &[&str]) -> PathBuf {
+    let dir = common::scratch(tag);
+    let exe = dir.join(src.split('.').next().unwrap_or("prog"));
+    let mut all = vec!["-g"];
+    all.extend_from_slice(flags);
+    common::compile(&[&common::repo().join("tests/programs").join(src)], &exe, &all);
+    exe
+}
+
+fn cmd(exe: &Path) -> String {
+    exe.display().to_string()
+}
+
+/// The program's own line starting with `prefix`.
+fn own<'a>(out: &'a str, prefix: &str) -> &'a str {
+    out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no `{prefix}` line in:\n{out}"))
+}
+
+const READS: &str = r#"
+probe process.function("area") {
+    printf("P area x=%d y=%d scale=%d\n", $p->x, $p->y, $scale)
+}
+probe process.function("describe") {
+    printf("P describe name=%s why=%s color=%d c1x=%d origin=%d,%d a=%d b=%d c=%d n=%d w2=%d tag=%s\n",
+        user_string($s->name), user_string($why), $c, $s->corners[1]->x, $s->origin->x, $s.origin->y,
+        $s->flags->a, $s->flags->b, $s->flags->c, $s->n->i, $s->weights[2], user_string($s->tag))
+    printf("P globals counter=%d label=%s origin=%d,%d at=%d\n", $global_counter, user_string($global_label),
+        $global_origin->x, @var("global_origin@dwarfvars.c")->y, @var("global_counter"))
+}
+probe process.function("area").return {
+    printf("P return %d scale=%d\n", $return, $scale)
+}
+"#;
+
+/// Parameters, members through pointers and structs, arrays of structs,
+/// bitfields (signed and not), enums, unions, `char *` and char arrays,
+/// globals and `@var`: the values the program prints, at -O0 and -O2.
+#[test]
+fn variables_by_name_are_the_programs_own_values() {
+    for opt in ["-O0", "-O2"] {
+        let exe = build(&format!("reads{opt}"), "dwarfvars.c", &[opt]);
+        let (out, err, code) = telco(&["-e", READS, "-c", &format!("{} 2", cmd(&exe))]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        let area = own(&out, "area ");
+        let ours = own(&out, "P area ");
+        assert!(area.starts_with(&ours[2..]), "{opt}: {ours} vs {area}");
+        let describe = own(&out, "describe ");
+        let ours = own(&out, "P describe ");
+        assert!(describe.starts_with(&ours[2..]), "{opt}: {ours}\nvs\n{describe}");
+        // The first round sees the counter before main adds to it.
+        assert!(out.contains("P globals counter=40 label=global label origin=7,-9 at=40\n"), "{opt}: {out}");
+        assert!(out.contains("P globals counter=41 "), "{opt}: {out}");
+        assert!(out.contains("P return 84 scale=2\n"), "{opt}: {out}");
+        assert_eq!(out.matches("P area ").count(), 2, "{opt}: {out}");
+    }
+}
+
+/// `$p$`, `$$parms`, `$$parms$`, `$$return`, `$s$$` (nested structs
+/// expanded), `@defined`.
+#[test]
+fn pretty_printing_and_context_strings() {
+    let exe = build("pretty", "dwarfvars.c", &["-O0"]);
+    let script = r#"
+probe process.function("area") {
+    println("A ", $p$, " ", $$parms$, " ", @defined($scale), @defined($nope), @defined($p->x), @defined($p->nope))
+    println("B ", $$parms)
+}
+probe process.function("area").return { println("R ", $$return) }
+probe process.function("describe") { println("D ", $s->flags$, " ", $s->origin$, " ", $why$) }
+"#;
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("A {.x=6, .y=7} p={.x=6, .y=7} scale=2 1010\n"), "{out}");
+    assert!(own(&out, "B ").starts_with("B p=0x7f") && own(&out, "B ").ends_with(" scale=0x2"), "{out}");
+    assert!(out.contains("R return=0x54\n"), "{out}");
+    assert!(out.contains("D {.a=5, .b=-7, .c=3000} {.x=3, .y=4} \"because\"\n"), "{out}");
+}
+
+/// Guru mode: `$x = 0` on a parameter by name, `$return = 7`, a member
+/// through a pointer and a bitfield change what the program computes;
+/// without -g each write is refused at compile time, located.
+#[test]
+fn guru_writes_change_the_program() {
+    let script = r#"
+probe process.function("guarded") { $x = 0 }
+probe process.function("area") { $p->x = 100; $scale += 1 }
+probe process.function("describe") { $s->flags->b = 3 }
+"#;
+    for opt in ["-O0", "-O2"] {
+        let exe = build(&format!("guru{opt}"), "dwarfvars.c", &[opt]);
+        let plain = Command::new(&exe).output().expect("run");
+        let plain = String::from_utf8_lossy(&plain.stdout).into_owned();
+        assert!(plain.contains("guarded=42\n") && plain.contains("area x=6 y=7 scale=2 result=84\n"), "{plain}");
+        let (out, err, code) = telco(&["-g", "-e", script, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        assert!(out.contains("guarded=-1\n"), "{opt}: {out}");
+        assert!(out.contains("area x=100 y=7 scale=3 result=2100\n"), "{opt}: {out}");
+        assert!(out.contains(" a=5 b=3 c=3000 "), "{opt}: {out}");
+        let (out, err, code) = telco(&["-g", "-e", "probe process.function(\"guarded\").return { $return = 7 }", "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        assert!(out.contains("guarded=7\n"), "{opt}: {out}");
+        let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(1), "{out}");
+        assert!(err.contains("writing `$x` needs guru mode") && err.contains("<input>:2:"), "{err}");
+        assert!(err.contains("writing `$p->x` needs guru mode"), "{err}");
+    }
+}
+
+/// A variable optimised out at the probe's address, a name that does not
+/// exist, a member that does not exist: located compile-time errors; a
+/// bad pointer read at run time is the probe's error (the target lives).
+#[test]
+fn what_cannot_be_read_is_said_where_it_is_written() {
+    let exe = build("errors", "dwarfvars.c", &["-O2"]);
+    let (out, err, code) =
+        telco(&["-e", "probe process.function(\"area\") { println($result) println($scal) println($p->z) }", "-c", &cmd(&exe)]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(err.contains("target variable `$result` is not accessible at this address"), "{err}");
+    assert!(err.contains("<input>:1:42"), "{err}");
+    assert!(err.contains("unable to find target variable `$scal`") && err.contains("did you mean `$scale`?"), "{err}");
+    assert!(err.contains("`struct point*` has no member `z`") || err.contains("has no member `z`"), "{err}");
+    let (out, err, code) = telco(&[
+        "-e",
+        "probe process.function(\"area\") { println(@cast(0, \"struct point\")->y) }",
+        "-c",
+        &cmd(&exe),
+    ]);
+    assert!(err.contains("read fault at 0x4"), "{err}");
+    assert!(out.contains("area x=6 y=7 scale=2 result=84"), "the target lives on: {out}");
+    let _ = code;
+}
+
+/// `-L` lists parameters and locals by name with their C types, as
+/// `stap -L` does; `$return` with the function's return type.
+#[test]
+fn listing_shows_names_and_types() {
+    let exe = build("list", "dwarfvars.c", &["-O2"]);
+    let p = cmd(&exe);
+    let (out, err, code) = telco(&["-L", &format!("process(\"{p}\").function(\"area\").return")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("$p:struct point* $scale:int $result:int $return:int"), "{out}");
+    let (out, _, _) = telco(&["-L", &format!("process(\"{p}\").function(\"describe\")")]);
+    assert!(out.contains("$s:shape_t* $why:char const* $c:enum color"), "{out}");
+}
+
+/// C++: `$this->member` (inherited ones too) and references.
+#[test]
+fn cxx_members_and_references() {
+    let exe = build("cxx", "dwarfcxx.cc", &["-O2"]);
+    let script = r#"
+probe process.function("Widget::area") { printf("P area id=%d w=%d h=%d scale=%d\n", $this->id, $this->width, $this->height, $scale) }
+probe process.function("by_ref") { printf("P by_ref h=%d counter=%d\n", $w->height, $counter) }
+"#;
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(own(&out, "area ").starts_with(&own(&out, "P area ")[2..]), "{out}");
+    // The probe runs at entry, before the function adds to the counter.
+    assert!(out.contains("P by_ref h=5 counter=10\n") && out.contains("by_ref h=5 counter=13\n"), "{out}");
+}
+
+/// Debugging information in a separate file, found by build-id (under
+/// `TELCO_DEBUGINFO_PATH`) and by `.gnu_debuglink`; zlib-compressed
+/// sections.
+#[test]
+fn separate_and_compressed_debug_information() {
+    let dir = common::scratch("separate");
+    let src = common::repo().join("tests/programs/dwarfvars.c");
+    let script = "probe process.function(\"area\") { printf(\"P %d %d\\n\", $p->x, $scale) }";
+    let run = |exe: &Path, envs: &[(&str, &Path)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_telco-stap"));
+        c.args(["-e", script, "-c", &cmd(exe)]);
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let o = c.output().expect("run telco-stap");
+        (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // Compressed.
+    let z = dir.join("compressed");
+    common::compile(&[&src], &z, &["-g", "-O2", "-gz=zlib"]);
+    let (out, err) = run(&z, &[]);
+    assert!(out.contains("P 6 2\n"), "{out}{err}");
+    // Build-id: the debug file under ROOT/.build-id/xx/rest.debug.
+    let b = dir.join("buildid");
+    common::compile(&[&src], &b, &["-g", "-O2", "-Wl,--build-id"]);
+    let id = build_id(&b);
+    let root = dir.join("debugroot");
+    let target = root.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&target).expect("mkdir");
+    objcopy(&["--only-keep-debug", &cmd(&b), &cmd(&target.join(format!("{}.debug", &id[2..])))]);
+    objcopy(&["--strip-debug", &cmd(&b)]);
+    let (out, err) = run(&b, &[]);
+    assert!(err.contains("no debugging information for target variables"), "{out}{err}");
+    let (out, err) = run(&b, &[("TELCO_DEBUGINFO_PATH", &root)]);
+    assert!(out.contains("P 6 2\n"), "{out}{err}");
+    // Debuglink: NAME.debug beside the program.
+    let l = dir.join("linked");
+    common::compile(&[&src], &l, &["-g", "-O2", "-Wl,--build-id=none"]);
+    let dbg = dir.join("linked.debug");
+    objcopy(&["--only-keep-debug", &cmd(&l), &cmd(&dbg)]);
+    objcopy(&["--strip-debug", &format!("--add-gnu-debuglink={}", dbg.display()), &cmd(&l)]);
+    let (out, err) = run(&l, &[]);
+    assert!(out.contains("P 6 2\n"), "{out}{err}");
+}
+
+fn objcopy(args: &[&str]) {
+    let o = Command::new("objcopy").args(args).output().expect("objcopy runs");
+    assert!(o.status.success(), "objcopy {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn build_id(exe: &Path) -> String {
+    let o = Command::new("readelf").args(["-n", &cmd(exe)]).output().expect("readelf");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text.lines().find(|l| l.contains("Build ID:")).expect("a build id");
+    line.rsplit(' ').next().expect("id").trim().to_string()
+}
