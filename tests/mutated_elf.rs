@@ -5,7 +5,11 @@
 //! (functions, return-probe checks, markers, source lines, statements,
 //! stripped-file FDE functions). telco-stap answers or refuses with a
 //! message and exit 1, within the time `timeout` allows: never a panic
-//! (exit 101), a signal or a hang. A bounded property test.
+//! (exit 101), a signal or a hang. A bounded property test. The DWARF
+//! that target variables by name read (tests/programs/dwarfvars.c built
+//! with -g) gets its own: bytes changed inside its debug sections, then
+//! `-L` and a script reading variables, members, arrays, pretty-printing
+//! and globals.
 
 mod common;
 
@@ -63,6 +67,76 @@ proptest! {
         prop_assert!(matches!(o.status.code(), Some(0 | 1)), "{flag} {point}: {:?}\n{err}", o.status);
         if o.status.code() == Some(1) {
             prop_assert!(err.contains("error") || err.contains("ERROR"), "{flag} {point}: no message\n{err}");
+        }
+    }
+}
+
+/// The DWARF program and the file ranges of its `.debug_*` sections.
+fn dwarf_original() -> &'static (PathBuf, Vec<u8>, Vec<(usize, usize)>) {
+    static O: std::sync::OnceLock<(PathBuf, Vec<u8>, Vec<(usize, usize)>)> = std::sync::OnceLock::new();
+    O.get_or_init(|| {
+        let d = common::scratch("mutated-dwarf");
+        let exe = d.join("dwarfvars");
+        common::gcc("dwarfvars.c", &exe, &["-g"]);
+        let bytes = std::fs::read(&exe).expect("read the program");
+        let o = std::process::Command::new("readelf").args(["-W", "-S"]).arg(&exe).output().expect("readelf");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let mut ranges = Vec::new();
+        for line in text.lines() {
+            let Some(at) = line.find(".debug_") else { continue };
+            let fields: Vec<&str> = line[at..].split_whitespace().collect();
+            // name type address offset size ...
+            let (Some(off), Some(size)) = (fields.get(3), fields.get(4)) else { continue };
+            let (Ok(off), Ok(size)) = (usize::from_str_radix(off, 16), usize::from_str_radix(size, 16)) else { continue };
+            if size > 0 {
+                ranges.push((off, size));
+            }
+        }
+        assert!(ranges.len() >= 4, "debug sections of the program: {text}");
+        (d, bytes, ranges)
+    })
+}
+
+const DWARF_SCRIPT: &str = r#"probe process("P").function("describe") {
+    println($s->corners[1]->x, $s->flags->b, $$parms$$, $s$, $global_counter, @var("global_origin")->y)
+}
+probe process("P").function("area").return { println($return, $p->x, $$return$) }"#;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_debug_information_gets_an_answer_or_a_message(
+        // (section, offset in it, byte)
+        edits in prop::collection::vec((any::<u32>(), any::<u32>(), any::<u8>()), 1..16),
+        list in any::<bool>(),
+        case in any::<u32>(),
+    ) {
+        let (dir, bytes, ranges) = dwarf_original();
+        let mut b = bytes.clone();
+        for &(section, at, byte) in &edits {
+            let (off, size) = ranges[section as usize % ranges.len()];
+            b[off + at as usize % size] = byte;
+        }
+        let path = dir.join(format!("d{case}"));
+        std::fs::write(&path, &b).expect("write the mutated program");
+        let p = path.display().to_string();
+        let args: Vec<String> = if list {
+            vec!["-L".into(), format!("process(\"{p}\").function(\"*\")")]
+        } else {
+            vec!["--last-pass".into(), "2".into(), "-e".into(), DWARF_SCRIPT.replace('P', &p)]
+        };
+        let o = std::process::Command::new("timeout")
+            .args(["-s", "KILL", "60"])
+            .arg(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(&args)
+            .output()
+            .expect("run telco-stap");
+        let _ = std::fs::remove_file(&path);
+        let err = String::from_utf8_lossy(&o.stderr);
+        prop_assert!(matches!(o.status.code(), Some(0 | 1)), "{args:?}: {:?}\n{err}", o.status);
+        if o.status.code() == Some(1) {
+            prop_assert!(err.contains("error") || err.contains("ERROR"), "{args:?}: no message\n{err}");
         }
     }
 }

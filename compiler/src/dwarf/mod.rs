@@ -219,7 +219,7 @@ impl Debug {
             let Some(unit) = self.unit(u) else { continue };
             let mut tree = unit.entries_tree(None).map_err(err)?;
             let root = tree.root().map_err(err)?;
-            if let Some(s) = self.find_function(&unit, u, root, pc)? {
+            if let Some(s) = self.find_function(&unit, u, root, pc, 0)? {
                 return Ok(s);
             }
         }
@@ -254,7 +254,11 @@ impl Debug {
         u: usize,
         node: gimli::EntriesTreeNode<'_, '_, R>,
         pc: u64,
+        depth: u32,
     ) -> Result<Option<Scope>, String> {
+        if depth > 32 {
+            return Ok(None);
+        }
         let mut children = node.children();
         while let Some(child) = children.next().map_err(err)? {
             let e = child.entry();
@@ -268,7 +272,7 @@ impl Debug {
                 | gimli::DW_TAG_class_type
                 | gimli::DW_TAG_union_type
                 | gimli::DW_TAG_module => {
-                    if let Some(s) = self.find_function(unit, u, child, pc)? {
+                    if let Some(s) = self.find_function(unit, u, child, pc, depth + 1)? {
                         return Ok(Some(s));
                     }
                 }
@@ -317,6 +321,9 @@ impl Debug {
         depth: u32,
         locals: &mut Vec<(u32, Var)>,
     ) -> Result<(), String> {
+        if depth > 64 {
+            return Ok(());
+        }
         let mut children = node.children();
         while let Some(child) = children.next().map_err(err)? {
             let e = child.entry().clone();

@@ -266,11 +266,15 @@ pub fn resolve(d: &Debug, mut r: Option<TypeRef>) -> (Option<TypeRef>, Arc<Type>
 
 /// The size of a value of the type, in bytes.
 pub fn size_of(d: &Debug, r: Option<TypeRef>) -> Option<u64> {
+    size_depth(d, r, 0)
+}
+
+fn size_depth(d: &Debug, r: Option<TypeRef>, depth: u32) -> Option<u64> {
     let (_, t) = resolve(d, r);
     match &*t {
         Type::Base { size, .. } | Type::Aggregate { size, .. } | Type::Enum { size, .. } => Some(*size),
         Type::Pointer { .. } => Some(8),
-        Type::Array { of, count } => Some(size_of(d, *of)? * (*count)?),
+        Type::Array { of, count } if depth < 16 => size_depth(d, *of, depth + 1)?.checked_mul((*count)?),
         _ => None,
     }
 }

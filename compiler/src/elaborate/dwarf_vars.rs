@@ -747,15 +747,23 @@ fn mentions_frame(s: &Sym) -> bool {
     }
 }
 
-/// A member by name, looking into anonymous members: (offset, member).
+/// A member by name, looking into anonymous members (a few levels: the
+/// DWARF is the target's, and may be cyclic): (offset, member).
 fn find_member(d: &Debug, t: &Type, name: &str, base: u64) -> Option<(u64, types::Member)> {
+    find_member_depth(d, t, name, base, 0)
+}
+
+fn find_member_depth(d: &Debug, t: &Type, name: &str, base: u64, depth: u32) -> Option<(u64, types::Member)> {
     let Type::Aggregate { members, .. } = t else { return None };
+    if depth > 8 {
+        return None;
+    }
     for m in members {
         match &m.name {
             Some(n) if n == name => return Some((base + m.offset, m.clone())),
             None => {
                 let (_, inner) = types::resolve(d, m.ty);
-                if let Some(found) = find_member(d, &inner, name, base + m.offset) {
+                if let Some(found) = find_member_depth(d, &inner, name, base + m.offset, depth + 1) {
                     return Some(found);
                 }
             }
