@@ -5,7 +5,12 @@
 //!     cargo bench -p telco-compiler --bench passes
 //!
 //! Prints a markdown table: median and range over several runs. Goal:
-//! at most 30 ms for each shipped script. Scripts that probe "the target" get
+//! at most 30 ms for each shipped script. Target variables by name
+//! (DWARF) are timed on large binaries with full debugging information
+//! when they are here: Debian's debug build of libstdc++ (package
+//! `libstdc++6-12-dbg`) and telco-stap's own debug build
+//! (`target/debug/telco-stap`, a Rust binary), each against the same probe
+//! reading `$arg1` (no DWARF read). Scripts that probe "the target" get
 //! a small C program built with gcc as their `-c` program; one more row gives
 //! them this benchmark's own executable (a large Rust binary with a full
 //! symbol table).
@@ -158,4 +163,35 @@ fn main() {
     }
     let (med, lo, hi) = stats(times);
     println!("| process(\"libc.so.6\").function(\"*\") | {points} | {bytes} | {med:.2} | {lo:.2}–{hi:.2} |");
+
+    // Target variables by name on large debug binaries, against `$arg1`.
+    let debug_binaries = [
+        (
+            PathBuf::from("/usr/lib/x86_64-linux-gnu/debug/libstdc++.so.6.0.30"),
+            "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_append",
+            "printf(\"%d %s\\n\", $__n, $$parms$)",
+        ),
+        (repo.join("target/debug/telco-stap"), "telco_compiler::glob::glob_match", "println($$parms)"),
+    ];
+    for (file, func, body) in debug_binaries {
+        if !file.exists() {
+            println!("| `$name` in {} | (not here) | | | |", file.display());
+            continue;
+        }
+        let mb = std::fs::metadata(&file).map(|m| m.len() >> 20).unwrap_or(0);
+        for (what, body) in [("`$name`", body), ("`$arg1` (no DWARF)", "println($arg1)")] {
+            let text = format!("probe process(\"{}\").function(\"{func}\") {{ {body} }}", file.display());
+            let mut times = Vec::new();
+            let (mut points, mut bytes) = (0, 0);
+            for _ in 0..5 {
+                let (d, n, b) = passes_1_4("dwarf.tp", &text, &[], &TargetSpec::default()).expect("compiles");
+                times.push(d);
+                points = n;
+                bytes = b;
+            }
+            let (med, lo, hi) = stats(times);
+            let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+            println!("| {what} in {name} ({mb} MB) | {points} | {bytes} | {med:.2} | {lo:.2}–{hi:.2} |");
+        }
+    }
 }

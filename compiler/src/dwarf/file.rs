@@ -16,8 +16,14 @@ use goblin::elf::Elf;
 /// by this (a hostile file must not make pass 2 allocate without limit).
 const MAX_SECTION: u64 = 1 << 32;
 
+/// A section's bytes: a range of the file, or inflated.
+pub(super) enum Data {
+    Range(usize, usize),
+    Owned(Vec<u8>),
+}
+
 /// The `.debug_*` sections of a file, by name (`.zdebug_x` as `.debug_x`).
-pub(super) fn sections(elf: &Elf<'_>, bytes: &[u8]) -> Result<HashMap<String, Vec<u8>>, String> {
+pub(super) fn sections(elf: &Elf<'_>, bytes: &[u8]) -> Result<HashMap<String, Data>, String> {
     let mut out = HashMap::new();
     for sh in &elf.section_headers {
         let Some(name) = elf.shdr_strtab.get_at(sh.sh_name) else { continue };
@@ -28,11 +34,11 @@ pub(super) fn sections(elf: &Elf<'_>, bytes: &[u8]) -> Result<HashMap<String, Ve
             return Err(format!("section {name} lies outside the file"));
         };
         let (name, data) = if let Some(rest) = name.strip_prefix(".zdebug_") {
-            (format!(".debug_{rest}"), zdebug(data).map_err(|e| format!("section {name}: {e}"))?)
+            (format!(".debug_{rest}"), Data::Owned(zdebug(data).map_err(|e| format!("section {name}: {e}"))?))
         } else if sh.sh_flags & u64::from(SHF_COMPRESSED) != 0 {
-            (name.to_string(), compressed(data).map_err(|e| format!("section {name}: {e}"))?)
+            (name.to_string(), Data::Owned(compressed(data).map_err(|e| format!("section {name}: {e}"))?))
         } else {
-            (name.to_string(), data.to_vec())
+            (name.to_string(), Data::Range(sh.sh_offset as usize, data.len()))
         };
         out.insert(name, data);
     }
@@ -88,7 +94,7 @@ pub(super) fn separate(
     path: &Path,
     elf: &Elf<'_>,
     bytes: &[u8],
-) -> Result<Option<(PathBuf, HashMap<String, Vec<u8>>)>, String> {
+) -> Result<Option<(PathBuf, std::sync::Arc<[u8]>, HashMap<String, Data>)>, String> {
     let mut candidates = Vec::new();
     if let Some(id) = build_id(elf, bytes) {
         let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
@@ -120,7 +126,8 @@ pub(super) fn separate(
         };
         let s = sections(&parsed, &data)?;
         if s.contains_key(".debug_info") {
-            return Ok(Some((candidate, s)));
+            drop(parsed);
+            return Ok(Some((candidate, data.into(), s)));
         }
     }
     Ok(None)

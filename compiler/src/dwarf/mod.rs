@@ -119,23 +119,32 @@ fn err(e: gimli::Error) -> String {
 impl Debug {
     /// The DWARF of the module whose bytes are `bytes` (parsed as `elf`),
     /// at `path`: None if it has none and no separate debug file was found.
-    pub fn load(path: &std::path::Path, elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> Result<Option<Debug>, String> {
+    pub fn load(path: &std::path::Path, elf: &goblin::elf::Elf<'_>, bytes: &Arc<[u8]>) -> Result<Option<Debug>, String> {
         let own = file::sections(elf, bytes)?;
-        let (path, sections) = if own.contains_key(".debug_info") {
-            (path.to_path_buf(), own)
+        let (path, file, sections) = if own.contains_key(".debug_info") {
+            (path.to_path_buf(), bytes.clone(), own)
         } else {
             match file::separate(path, elf, bytes)? {
                 Some(found) => found,
                 None => return Ok(None),
             }
         };
-        Debug::from_sections(path, sections).map(Some)
+        Debug::from_sections(path, file, sections).map(Some)
     }
 
-    fn from_sections(path: PathBuf, mut sections: HashMap<String, Vec<u8>>) -> Result<Debug, String> {
+    /// The sections are slices of `file` (no copy) or inflated bytes.
+    fn from_sections(path: PathBuf, file: Arc<[u8]>, mut sections: HashMap<String, file::Data>) -> Result<Debug, String> {
         let mut take = |id: gimli::SectionId| -> Result<R, gimli::Error> {
-            let data: Arc<[u8]> = sections.remove(id.name()).unwrap_or_default().into();
-            Ok(R::new(data, gimli::LittleEndian))
+            Ok(match sections.remove(id.name()) {
+                Some(file::Data::Range(at, len)) => {
+                    let mut r = R::new(file.clone(), gimli::LittleEndian);
+                    r.skip(at)?;
+                    r.truncate(len)?;
+                    r
+                }
+                Some(file::Data::Owned(v)) => R::new(v.into(), gimli::LittleEndian),
+                None => R::new(Arc::from(&[][..]), gimli::LittleEndian),
+            })
         };
         let dwarf = gimli::Dwarf::load(&mut take).map_err(err)?;
         let mut units = Vec::new();

@@ -93,7 +93,7 @@ pub struct Module {
     pub file_offsets: Vec<(u64, u64, u64)>,
     /// The file's bytes, read again on first need by the patch-site,
     /// line and hop analyses (once for all of them).
-    bytes: std::sync::OnceLock<Result<std::sync::Arc<Vec<u8>>, String>>,
+    bytes: std::sync::OnceLock<Result<std::sync::Arc<[u8]>, String>>,
     /// Where patches inside functions are safe (`sites`), computed on
     /// first need.
     sites: std::sync::OnceLock<Result<sites::Sites, String>>,
@@ -370,7 +370,8 @@ impl Module {
     pub fn debug(&self) -> Result<Option<std::sync::Arc<crate::dwarf::Debug>>, String> {
         self.debug
             .get_or_init(|| {
-                self.with_elf(|elf, bytes| crate::dwarf::Debug::load(&self.path, elf, bytes))
+                let bytes = self.bytes()?;
+                self.with_elf(|elf, _| crate::dwarf::Debug::load(&self.path, elf, &bytes))
                     .map(|d| d.map(std::sync::Arc::new))
             })
             .clone()
@@ -383,8 +384,8 @@ impl Module {
     }
 
     /// The file's bytes (read once).
-    pub(crate) fn bytes(&self) -> Result<std::sync::Arc<Vec<u8>>, String> {
-        self.bytes.get_or_init(|| load::read(&self.path).map(std::sync::Arc::new).map_err(|e| e.to_string())).clone()
+    pub(crate) fn bytes(&self) -> Result<std::sync::Arc<[u8]>, String> {
+        self.bytes.get_or_init(|| load::read(&self.path).map(std::sync::Arc::from).map_err(|e| e.to_string())).clone()
     }
 
     /// The ELF file, parsed again from [`Module::bytes`], for `f`.

@@ -53,7 +53,7 @@ pub fn short_hop(m: &Module, f: &Function) -> Result<Option<telco_abi::artifact:
     // A module that cannot be analysed gets no hops (the runtime's
     // own plan decides, as before hops existed).
     let (Ok(bytes), Ok(sites)) = (m.bytes(), m.sites()) else { return Ok(None) };
-    let bytes = bytes.as_slice();
+    let bytes: &[u8] = &bytes;
     let starts_endbr = |addr: u64, size: u64| {
         size >= 4
             && m.file_offset_of(addr).and_then(|o| bytes.get(o as usize..o as usize + 4)).is_some_and(|b| b == ENDBR64)
