@@ -1,8 +1,8 @@
 //! Target variables by name from DWARF (`$name`, `->`, `[i]`, `$var$`,
 //! `$$parms`, `@var`, `@cast`, `@defined`, typed `$return`) and guru-mode
-//! writes, on programs gcc builds here at -O0 and -O2
-//! (tests/programs/dwarfvars.c, dwarfcxx.cc): every value is compared with
-//! what the program itself prints.
+//! writes, on programs gcc and rustc build here at -O0 and -O2
+//! (tests/programs/dwarfvars.c, dwarfcxx.cc, dwarfrust.rs): every value is
+//! compared with what the program itself prints.
 
 mod common;
 
@@ -64,6 +64,50 @@ fn variables_by_name_are_the_programs_own_values() {
         assert!(out.contains("P globals counter=41 "), "{opt}: {out}");
         assert!(out.contains("P return 84 scale=2\n"), "{opt}: {out}");
         assert_eq!(out.matches("P area ").count(), 2, "{opt}: {out}");
+    }
+}
+
+/// Structs passed by value (a small one in registers, a large one on the
+/// stack, parameters after them), at the function's entry where -O0 code
+/// has not yet stored them (the calling convention says where they are)
+/// and at -O2 (location lists).
+#[test]
+fn structs_passed_by_value() {
+    let script = r#"probe process.function("by_value") {
+    printf("P by_value a=%d,%d k=%d big.w3=%d tail=%d\n", $a->x, $a.y, $k, $big->weights[3], $tail)
+    println("Q ", $a$, " ", user_string($big->name))
+}"#;
+    for opt in ["-O0", "-O2"] {
+        let exe = build(&format!("byvalue{opt}"), "dwarfvars.c", &[opt]);
+        let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        assert_eq!(own(&out, "by_value "), &own(&out, "P by_value ")[2..], "{opt}: {out}");
+        assert!(out.contains("Q {.x=6, .y=7} triangle\n"), "{opt}: {out}");
+    }
+}
+
+/// Rust: a struct behind a reference and a `&str` (two words, in two
+/// registers at entry), with rustc at opt-level 0 and 2.
+#[test]
+fn rust_structs_and_str() {
+    let dir = common::scratch("rust");
+    let script = r#"probe process.function("dwarfrust::measure") {
+    printf("P measure name=%s x=%d y=%d scale=%d\n", user_string_n($name->data_ptr, $name->length), $p->x, $p->y, $scale)
+}"#;
+    for opt in ["0", "2"] {
+        let exe = dir.join(format!("dwarfrust{opt}"));
+        let o = Command::new("rustc")
+            .args(["-g", "-C", &format!("opt-level={opt}"), "-o"])
+            .arg(&exe)
+            .arg(common::repo().join("tests/programs/dwarfrust.rs"))
+            .output()
+            .expect("rustc runs");
+        assert!(o.status.success(), "rustc: {}", String::from_utf8_lossy(&o.stderr));
+        let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(0), "opt-level {opt}: {err}");
+        let own_line = own(&out, "measure ");
+        let ours = own(&out, "P measure ");
+        assert!(own_line.starts_with(&ours[2..]), "opt-level {opt}: {out}");
     }
 }
 

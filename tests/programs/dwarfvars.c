@@ -60,6 +60,15 @@ __attribute__((noinline)) long describe(shape_t *s, const char *why, enum color 
     return sum;
 }
 
+/* Structs passed by value: a small one in two registers, a large one on
+ * the stack (System V ABI), then more parameters after them. */
+__attribute__((noinline)) long by_value(struct point a, int k, struct shape big, long tail) {
+    long r = a.x * 1000 + a.y * 100 + k + big.weights[3] + tail;
+    printf("by_value a=%d,%d k=%d big.w3=%ld tail=%ld\n", a.x, a.y, k, big.weights[3], tail);
+    fflush(stdout);
+    return r;
+}
+
 __attribute__((noinline)) int guarded(int x) {
     /* A fault-injection target: `-g` writes change what it returns. */
     return x > 0 ? x * 2 : -1;
@@ -88,6 +97,7 @@ int main(int argc, char **argv) {
         struct point p = {6, 7};
         area(&p, 2);
         describe(&s, "because", BLUE);
+        by_value(p, 5, s, 77);
         printf("guarded=%d\n", guarded(21));
         fflush(stdout);
         global_counter++;

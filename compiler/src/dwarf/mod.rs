@@ -96,6 +96,10 @@ pub struct Scope {
     pub vars: Vec<Var>,
     /// Where the frame base is (`DW_AT_frame_base`), as a location.
     pub frame_base: Option<Location>,
+    /// The compiler gave the function a calling convention of its own
+    /// (`DW_CC_nocall`: parameters dropped or moved), so the platform ABI
+    /// does not say where its parameters arrive.
+    pub nocall: bool,
     /// The unit's index (for globals of that unit first).
     unit: usize,
 }
@@ -306,7 +310,8 @@ impl Debug {
             Some(AttributeValue::Exprloc(x)) => Some(expr::evaluate(&x, unit.encoding(), None)),
             _ => None,
         };
-        let mut scope = Scope { function: name, low_pc, ret, vars: Vec::new(), frame_base, unit: u };
+        let nocall = matches!(e.attr_value(gimli::DW_AT_calling_convention), Some(AttributeValue::CallingConvention(c)) if c == gimli::DW_CC_nocall);
+        let mut scope = Scope { function: name, low_pc, ret, vars: Vec::new(), frame_base, nocall, unit: u };
         let mut blocks = Vec::new();
         self.collect(unit, node, pc, &mut scope, 0, &mut blocks)?;
         // Innermost first, parameters kept in order ahead of locals.

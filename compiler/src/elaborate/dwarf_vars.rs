@@ -61,6 +61,10 @@ pub enum Place {
     Mem(Expr),
     /// Computed: this is the value.
     Value(Expr),
+    /// A small aggregate split over registers and memory (`DW_OP_piece`,
+    /// or two argument registers): (size in bytes, where; None where the
+    /// piece is optimised out). Only its members can be read.
+    Pieces(Vec<(u64, Option<Place>)>),
 }
 
 /// A typed value somewhere: what `$name`, `->field` and `[i]` produce.
@@ -160,6 +164,45 @@ fn write_fn(size: u64) -> B {
     }
 }
 
+/// How the System V ABI passes a parameter: in `n` integer registers, in
+/// `n` eightbytes of stack memory, or some other way (floating point,
+/// vectors, mixed aggregates) that probes do not read at entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AbiClass {
+    Integer(u64),
+    Memory(u64),
+    Other,
+}
+
+fn abi_class(d: &Debug, t: &Type, depth: u32) -> AbiClass {
+    if depth > 8 {
+        return AbiClass::Other;
+    }
+    match t {
+        Type::Base { encoding: Encoding::Float, .. } => AbiClass::Other,
+        t if scalar(t).is_some() => AbiClass::Integer(1),
+        Type::Aggregate { size, .. } if *size > 16 => AbiClass::Memory(size.div_ceil(8)),
+        Type::Aggregate { size, members, .. } => {
+            // Small: in registers if every member is of the integer class.
+            for m in members {
+                let (_, mt) = types::resolve(d, m.ty);
+                match (&*mt, abi_class(d, &mt, depth + 1)) {
+                    (Type::Array { of, .. }, _) => {
+                        let (_, e) = types::resolve(d, *of);
+                        if !matches!(abi_class(d, &e, depth + 1), AbiClass::Integer(_)) {
+                            return AbiClass::Other;
+                        }
+                    }
+                    (_, AbiClass::Integer(_)) => {}
+                    _ => return AbiClass::Other,
+                }
+            }
+            AbiClass::Integer(size.div_ceil(8).max(1))
+        }
+        _ => AbiClass::Other,
+    }
+}
+
 /// The storage unit a bitfield is read from: (bytes, shift).
 fn bit_storage(shift: u64, width: u64) -> u64 {
     match shift + width {
@@ -251,8 +294,12 @@ impl Site {
             },
             Location::Memory(s) => Place::Mem(self.sym(s, name, span)?),
             Location::Value(s) => Place::Value(self.sym(s, name, span)?),
-            Location::Pieces(_) => {
-                return Err(not_accessible(name, span, "it is split across registers and memory (DW_OP_piece)"))
+            Location::Pieces(ps) => {
+                let mut out = Vec::new();
+                for (size, loc) in ps {
+                    out.push((*size, self.place(loc, name, span).ok()));
+                }
+                Place::Pieces(out)
             }
             Location::Unavailable => return Err(not_accessible(name, span, "optimised out here")),
             Location::Unsupported(why) => return Err(not_accessible(name, span, why)),
@@ -264,37 +311,49 @@ impl Site {
     /// registers, in order, then on the stack.
     fn abi_param(&self, d: &Debug, scope: &Scope, var: &Var, span: Span) -> Res<Place> {
         use telco_abi::arch::native::{ARG_REGS, SP};
+        if scope.nocall {
+            return Err(not_accessible(
+                &var.name,
+                span,
+                "the compiler gave this function its own calling convention (DW_CC_nocall), so where its parameters arrive is not known at entry",
+            ));
+        }
         // A large aggregate returned in memory takes the first register.
         let (_, ret) = types::resolve(d, scope.ret);
         let mut n = usize::from(matches!(&*ret, Type::Aggregate { size, .. } if *size > 16));
+        // Bytes of stack arguments so far (above the return address).
+        let mut stack = 8u64;
+        let at_stack = |off: u64| Place::Mem(add(register(SP as u32, span), off as i64));
         for p in scope.params() {
             let (_, t) = types::resolve(d, p.ty);
-            let class = match &*t {
-                Type::Base { encoding: Encoding::Float, .. } => None,
-                t if scalar(t).is_some() => Some(true),
-                _ => Some(false),
-            };
-            if p.name == var.name {
-                if class != Some(true) {
-                    return Err(not_accessible(
-                        &var.name,
-                        span,
-                        "at the function's entry only integer and pointer parameters are located (by the calling convention)",
-                    ));
-                }
-                return Ok(match ARG_REGS.get(n) {
-                    Some(&r) => Place::Reg(r as u32),
-                    None => Place::Mem(add(register(SP as u32, span), 8 * (n - ARG_REGS.len() + 1) as i64)),
-                });
-            }
+            let class = abi_class(d, &t, 0);
+            let here = p.name == var.name;
             match class {
-                Some(true) => n += 1,
-                None => {}
-                Some(false) => {
+                AbiClass::Integer(words) if n + words as usize <= ARG_REGS.len() => {
+                    if here {
+                        let regs: Vec<Place> = (0..words as usize).map(|k| Place::Reg(ARG_REGS[n + k] as u32)).collect();
+                        return Ok(match regs.len() {
+                            1 => regs.into_iter().next().unwrap_or(Place::Reg(ARG_REGS[n] as u32)),
+                            _ => Place::Pieces(regs.into_iter().map(|r| (8, Some(r))).collect()),
+                        });
+                    }
+                    n += words as usize;
+                }
+                AbiClass::Integer(words) | AbiClass::Memory(words) => {
+                    if here {
+                        return Ok(at_stack(stack));
+                    }
+                    stack += 8 * words;
+                }
+                AbiClass::Other => {
                     return Err(not_accessible(
                         &var.name,
                         span,
-                        "an earlier parameter is passed by value as an aggregate; its registers are not known at entry",
+                        if here {
+                            "at the function's entry, a floating-point or vector parameter is not located"
+                        } else {
+                            "an earlier parameter is floating-point or a vector; where this one is passed is not known at entry"
+                        },
                     ))
                 }
             }
@@ -433,15 +492,20 @@ impl Site {
             }
             return Err(e);
         };
+        let member_size = types::size_of(d, m.ty).unwrap_or(8);
         let place = match v.place {
             Place::Mem(a) => Place::Mem(add(a, off as i64)),
-            _ => {
-                return Err(Diagnostic::error(
-                    Code::Unsupported,
-                    field.span,
-                    format!("`{}` is held in a register here; its members cannot be read", v.text),
-                ))
-            }
+            // A small struct in one register is one piece.
+            Place::Reg(r) => piece_at(vec![(8, Some(Place::Reg(r)))], off, member_size).ok_or_else(|| {
+                not_accessible(&v.text, field.span, "the member lies outside the register holding the value")
+            })?,
+            Place::Value(e) => piece_at(vec![(8, Some(Place::Value(e)))], off, member_size).ok_or_else(|| {
+                not_accessible(&v.text, field.span, "the member lies outside the value's 8 bytes")
+            })?,
+            Place::Pieces(ps) => piece_at(ps, off, member_size).ok_or_else(|| {
+                not_accessible(&format!("{}->{}", v.text.trim_start_matches('$'), field.name), field.span,
+                    "this member's piece of the value is optimised out here")
+            })?,
         };
         Ok(Val { place, ty: m.ty, bits: m.bits, at_entry: v.at_entry, text: format!("{}->{}", v.text, field.name) })
     }
@@ -484,6 +548,12 @@ impl Site {
             (Place::Mem(a), None) => call(read_fn(size, signed), vec![a.clone()], Ty::Long, span),
             (Place::Reg(r), _) => extend(register(*r, span), size, signed),
             (Place::Value(e), _) => extend(e.clone(), size, signed),
+            (Place::Pieces(ps), _) => match piece_at(ps.clone(), 0, size) {
+                Some(Place::Reg(r)) => extend(register(r, span), size, signed),
+                Some(Place::Value(e)) => extend(e, size, signed),
+                Some(Place::Mem(a)) => call(read_fn(size, signed), vec![a], Ty::Long, span),
+                _ => return Err(not_accessible(v.text.trim_start_matches('$'), span, "its pieces are optimised out here")),
+            },
         };
         Ok(if v.at_entry { long(ExprKind::Entry(Box::new(e)), span) } else { e })
     }
@@ -548,9 +618,9 @@ impl Site {
                 call(write_fn(storage), vec![a.clone(), bin(BinOp::BitOr, kept, new)], Ty::Void, span)
             }
             (Place::Mem(a), None) => call(write_fn(size), vec![a.clone(), value], Ty::Void, span),
-            (Place::Value(_), _) => {
+            (Place::Value(_) | Place::Pieces(_), _) => {
                 return Err(Diagnostic::error(Code::Context, span, format!("`{}` cannot be written here", v.text))
-                    .with_label("the compiler computed it; it is stored nowhere at this address"))
+                    .with_label("the compiler computed it or split it; it is not stored in one place at this address"))
             }
         })
     }
@@ -735,6 +805,34 @@ impl Site {
         }
         out
     }
+}
+
+/// The part of a value in pieces that holds bytes [off, off + size): a
+/// memory piece's address plus the offset, or a register's value shifted
+/// down.
+fn piece_at(pieces: Vec<(u64, Option<Place>)>, off: u64, size: u64) -> Option<Place> {
+    let mut start = 0;
+    for (len, place) in pieces {
+        if off >= start && off + size <= start + len {
+            let within = (off - start) as i64;
+            return match place? {
+                Place::Mem(a) => Some(Place::Mem(add(a, within))),
+                Place::Reg(r) if within == 0 => Some(Place::Reg(r)),
+                Place::Reg(r) => {
+                    let span = Span::default();
+                    Some(Place::Value(bin(BinOp::UShr, register(r, span), num(8 * within, span))))
+                }
+                Place::Value(e) if within == 0 => Some(Place::Value(e)),
+                Place::Value(e) => {
+                    let span = e.span;
+                    Some(Place::Value(bin(BinOp::UShr, e, num(8 * within, span))))
+                }
+                Place::Pieces(_) => None,
+            };
+        }
+        start += len;
+    }
+    None
 }
 
 fn mentions_frame(s: &Sym) -> bool {
