@@ -40,17 +40,21 @@ probe process.function("describe") {
         $global_origin->x, @var("global_origin@dwarfvars.c")->y, @var("global_counter"))
 }
 probe process.function("area").return {
-    printf("P return %d scale=%d\n", $return, $scale)
+    printf("P return %d scale=%d entry=%d\n", $return, $scale, @entry($p->y))
 }
+probe process.function("guarded").return { printf("P guarded %d\n", $return) }
 "#;
 
 /// Parameters, members through pointers and structs, arrays of structs,
 /// bitfields (signed and not), enums, unions, `char *` and char arrays,
-/// globals and `@var`: the values the program prints, at -O0 and -O2.
+/// globals and `@var`: the values the program prints, at -O0 and -O2,
+/// in DWARF 5 (gcc's default: `.debug_loclists`, `.debug_rnglists`) and
+/// DWARF 4 (`.debug_loc`, `.debug_ranges`).
 #[test]
 fn variables_by_name_are_the_programs_own_values() {
-    for opt in ["-O0", "-O2"] {
-        let exe = build(&format!("reads{opt}"), "dwarfvars.c", &[opt]);
+    for flags in [&["-O0"][..], &["-O2"], &["-O0", "-gdwarf-4"], &["-O2", "-gdwarf-4"]] {
+        let opt = flags.join(" ");
+        let exe = build(&format!("reads{}", flags.concat()), "dwarfvars.c", flags);
         let (out, err, code) = telco(&["-e", READS, "-c", &format!("{} 2", cmd(&exe))]);
         assert_eq!(code, Some(0), "{opt}: {err}");
         let area = own(&out, "area ");
@@ -62,7 +66,8 @@ fn variables_by_name_are_the_programs_own_values() {
         // The first round sees the counter before main adds to it.
         assert!(out.contains("P globals counter=40 label=global label origin=7,-9 at=40\n"), "{opt}: {out}");
         assert!(out.contains("P globals counter=41 "), "{opt}: {out}");
-        assert!(out.contains("P return 84 scale=2\n"), "{opt}: {out}");
+        assert!(out.contains("P return 84 scale=2 entry=7\n"), "{opt}: {out}");
+        assert!(out.contains("P guarded 42\n"), "{opt}: {out}");
         assert_eq!(out.matches("P area ").count(), 2, "{opt}: {out}");
     }
 }
@@ -155,6 +160,24 @@ probe process.function("describe") { $s->flags->b = 3 }
         let (out, err, code) = telco(&["-g", "-e", "probe process.function(\"guarded\").return { $return = 7 }", "-c", &cmd(&exe)]);
         assert_eq!(code, Some(0), "{opt}: {err}");
         assert!(out.contains("guarded=7\n"), "{opt}: {out}");
+        // An `int` return value is sign-extended from its DWARF type.
+        let (out, err, code) = telco(&[
+            "-g",
+            "-e",
+            "probe process.function(\"guarded\") { $x = -3 } probe process.function(\"guarded\").return { println(\"R \", $return) }",
+            "-c",
+            &cmd(&exe),
+        ]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        assert!(out.contains("R -1\n") && out.contains("guarded=-1\n"), "{opt}: {out}");
+        // set_user_int writes memory (guru mode only).
+        let write = "probe process.function(\"area\") { set_user_int($p + 4, 9) }";
+        let (out, err, code) = telco(&["-g", "-e", write, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        assert!(out.contains("area x=6 y=9 scale=2 result=108\n"), "{opt}: {out}");
+        let (_, err, code) = telco(&["-e", write, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("`set_user_int` needs guru mode"), "{err}");
         let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
         assert_eq!(code, Some(1), "{out}");
         assert!(err.contains("writing `$x` needs guru mode") && err.contains("<input>:2:"), "{err}");

@@ -1056,7 +1056,15 @@ impl<'a> Lowerer<'a> {
                 }
                 mk(t)
             }
-            ("return", _) if self.kind == BodyKind::FunctionReturn => mk(ExprKind::Target(Target::Return)),
+            ("return", _) if self.kind == BodyKind::FunctionReturn => {
+                // Typed from the function's DWARF where the body has a site
+                // (an `int` returning -1 is -1, not 4294967295).
+                let typed = self.debug_site().and_then(|s| s.return_value(span).and_then(|v| s.read(&v, span)).ok());
+                match typed {
+                    Some(e) => (e, Some(Ty::Long)),
+                    None => mk(ExprKind::Target(Target::Return)),
+                }
+            }
             ("return", _) => bad(
                 self,
                 Diagnostic::error(Code::Context, span, "`$return` outside a return probe")
@@ -1351,7 +1359,13 @@ impl<'a> Lowerer<'a> {
                             .with_help("run with -g to allow probes to write target registers and memory"),
                     );
                 }
-                let t = self.target_var(name, e.span);
+                // `$return` is written as the register (its typed reading
+                // is an expression, not a place).
+                let t = if name.as_str() == "return" && self.kind == BodyKind::FunctionReturn && self.in_function.is_none() {
+                    (Expr { kind: ExprKind::Target(Target::Return), ty: Ty::Long, span: e.span }, Some(Ty::Long))
+                } else {
+                    self.target_var(name, e.span)
+                };
                 if matches!(t.0.kind, ExprKind::Entry(_)) {
                     self.error(
                         Diagnostic::error(Code::Context, e.span, format!("writing `${name}` in a return probe"))
@@ -1562,6 +1576,13 @@ impl<'a> Lowerer<'a> {
 
     fn builtin(&mut self, sig: &'static builtins::Signature, c: &ast::Call, span: Span) -> Typed {
         let n = c.args.len();
+        if sig.builtin.user_write().is_some() && !self.guru {
+            self.error(
+                Diagnostic::error(Code::Context, span, format!("`{}` needs guru mode", sig.name))
+                    .with_label("writes the target's memory")
+                    .with_help("run with -g to allow probes to write target registers and memory"),
+            );
+        }
         // Registers and the probe address exist only where a target thread
         // hit a probe (or in functions, which such probes may call).
         if (matches!(sig.builtin, Builtin::Register | Builtin::Uaddr | Builtin::Returnval)

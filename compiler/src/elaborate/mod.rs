@@ -171,7 +171,12 @@ pub fn elaborate(
                         r.kind,
                         BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function
                     );
-                    if debug_points && blocks.iter().any(|b| walk::uses_debug_info(b)) {
+                    // `$return` alone is typed too where that costs no
+                    // extra handler (one point).
+                    let typed_return = r.points.len() == 1
+                        && r.kind == BodyKind::FunctionReturn
+                        && blocks.iter().any(|b| walk::uses_return(b));
+                    if debug_points && (typed_return || blocks.iter().any(|b| walk::uses_debug_info(b))) {
                         // One body per site: each reads its variables where
                         // that function's debugging information says.
                         for pt in r.points {

@@ -142,6 +142,13 @@ pub fn uses_debug_info(b: &Block) -> bool {
     found
 }
 
+/// Whether a block reads `$return`.
+pub fn uses_return(b: &Block) -> bool {
+    let mut found = false;
+    visit_exprs_in_block(b, &mut |e| found |= matches!(&e.kind, ExprKind::TargetVar(n) if n.as_str() == "return"));
+    found
+}
+
 /// Call `f` on every expression of a block (outer before inner).
 pub fn visit_exprs_in_block(b: &Block, f: &mut dyn FnMut(&Expr)) {
     for s in &b.stmts {
