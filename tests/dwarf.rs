@@ -91,6 +91,51 @@ fn structs_passed_by_value() {
     }
 }
 
+/// Structs returned in memory (`$return` is then their address) and in
+/// registers; multi-dimensional arrays; `@defined` choosing a branch at
+/// compile time; `++` on a member with -g.
+#[test]
+fn returns_arrays_and_defined() {
+    let script = r#"
+probe process.function("make_big").return { printf("P big %d %d %d\n", $return->a, $return->b, $return->c) }
+probe process.function("make_pair").return { printf("P pair %d %d %s\n", $return->lo, $return->hi, $return$) }
+probe process.function("area") {
+    printf("P grid %d %d %d %s\n", @var("grid")[1][2], $grid[1][0], $grid[0][1], $grid$)
+    printf("P defined %d %d\n", @defined($nope) ? $nope : 99, @defined($p->y) ? $p->y : -1)
+    if (!@defined($nope->x)) println("P not defined")
+    $p->x++
+}
+"#;
+    for opt in ["-O0", "-O2"] {
+        let exe = build(&format!("returns{opt}"), "dwarfvars.c", &[opt]);
+        let (out, err, code) = telco(&["-g", "-e", script, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        assert!(out.contains("P big 11 22 33\n") && out.contains("make_big a=11 b=22 c=33\n"), "{opt}: {out}");
+        assert!(out.contains("P pair -2 3 {.lo=-2, .hi=3}\n"), "{opt}: {out}");
+        assert!(out.contains("P grid 6 4 2 [[1, 2, 3], [4, 5, 6]]\n"), "{opt}: {out}");
+        assert!(out.contains("P defined 99 7\n") && out.contains("P not defined\n"), "{opt}: {out}");
+        assert!(out.contains("area x=7 y=7 scale=2 result=98\n"), "{opt}: {out}");
+    }
+}
+
+/// The C library's own variables by name, from its separate debug file
+/// (Debian's libc6-dbg, found by build-id under /usr/lib/debug): malloc's
+/// `bytes` at entry of an -O2 library, as the program passes it.
+#[test]
+fn libc_parameters_from_its_debug_file() {
+    let dir = common::scratch("libc");
+    let exe = common::compile_text(
+        &dir,
+        "mallocs",
+        "#include <stdio.h>\n#include <stdlib.h>\nint main(void) { void *p = malloc(12345); printf(\"%p\\n\", p != 0 ? (void *)1 : 0); free(p); return 0; }\n",
+        &["-O0"],
+    );
+    let script = r#"probe process("libc.so.6").function("malloc") { if ($bytes == 12345) printf("P malloc %d %s\n", $bytes, $$parms) }"#;
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("P malloc 12345 bytes=0x3039\n"), "{out}{err}");
+}
+
 /// Rust: a struct behind a reference and a `&str` (two words, in two
 /// registers at entry), with rustc at opt-level 0 and 2.
 #[test]
@@ -222,19 +267,29 @@ fn listing_shows_names_and_types() {
     assert!(out.contains("$s:shape_t* $why:char const* $c:enum color"), "{out}");
 }
 
-/// C++: `$this->member` (inherited ones too) and references.
+/// C++: `$this->member` (inherited ones too; a derived class's member
+/// hides its base's), references, an unnamed parameter (it still takes its
+/// register), a `std::string` passed by invisible reference.
 #[test]
 fn cxx_members_and_references() {
-    let exe = build("cxx", "dwarfcxx.cc", &["-O2"]);
     let script = r#"
 probe process.function("Widget::area") { printf("P area id=%d w=%d h=%d scale=%d\n", $this->id, $this->width, $this->height, $scale) }
 probe process.function("by_ref") { printf("P by_ref h=%d counter=%d\n", $w->height, $counter) }
+probe process.function("hidden") { printf("P hidden id=%d\n", $h->id) }
+probe process.function("skip") { printf("P skip y=%d\n", $y) }
+probe process.function("by_string") { printf("P by_string len=%d n=%d\n", $s->_M_string_length, $n) }
 "#;
-    let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(own(&out, "area ").starts_with(&own(&out, "P area ")[2..]), "{out}");
-    // The probe runs at entry, before the function adds to the counter.
-    assert!(out.contains("P by_ref h=5 counter=10\n") && out.contains("by_ref h=5 counter=13\n"), "{out}");
+    for opt in ["-O0", "-O2"] {
+        let exe = build(&format!("cxx{opt}"), "dwarfcxx.cc", &[opt]);
+        let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        assert!(own(&out, "area ").starts_with(&own(&out, "P area ")[2..]), "{opt}: {out}");
+        // The probe runs at entry, before the function adds to the counter.
+        assert!(out.contains("P by_ref h=5 counter=10\n") && out.contains("by_ref h=5 counter=13\n"), "{opt}: {out}");
+        assert!(out.contains("P hidden id=4\n"), "{opt}: {out}");
+        assert!(out.contains("P skip y=2\n"), "{opt}: {out}");
+        assert!(out.contains("P by_string len=12 n=6\n"), "{opt}: {out}");
+    }
 }
 
 /// Debugging information in a separate file, found by build-id (under

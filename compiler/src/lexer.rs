@@ -84,7 +84,7 @@ pub enum Tok<'a> {
     TargetVar(&'a str),
     /// `->name` (then `.sub` members and a trailing `$`/`$$`, as for
     /// `TargetVar`): a member of a target variable's value.
-    #[regex(r"->[ \t]*[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\$\$?)?", |l| l.slice()[2..].trim_start())]
+    #[regex(r"->[ \t\r\n]*[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\$\$?)?", |l| l.slice()[2..].trim_start())]
     Member(&'a str),
     /// `$N`: script argument N as an integer.
     #[regex(r"\$[0-9]+", |l| script_arg_index(l))]

@@ -38,7 +38,17 @@ struct shape {
 
 typedef struct shape shape_t;
 
+struct big {
+    long a, b, c;
+};
+
+struct pair {
+    int lo;
+    int hi;
+};
+
 struct point global_origin = {7, -9};
+int grid[2][3] = {{1, 2, 3}, {4, 5, 6}};
 int global_counter = 40;
 const char *global_label = "global label";
 
@@ -67,6 +77,22 @@ __attribute__((noinline)) long by_value(struct point a, int k, struct shape big,
     printf("by_value a=%d,%d k=%d big.w3=%ld tail=%ld\n", a.x, a.y, k, big.weights[3], tail);
     fflush(stdout);
     return r;
+}
+
+/* Returned in memory (the caller's buffer, its address in rax) and in a
+ * register. */
+__attribute__((noinline)) struct big make_big(long seed) {
+    struct big b = {seed, seed * 2, seed * 3};
+    printf("make_big a=%ld b=%ld c=%ld\n", b.a, b.b, b.c);
+    fflush(stdout);
+    return b;
+}
+
+__attribute__((noinline)) struct pair make_pair(int lo, int hi) {
+    struct pair p = {lo, hi};
+    printf("make_pair lo=%d hi=%d\n", p.lo, p.hi);
+    fflush(stdout);
+    return p;
 }
 
 __attribute__((noinline)) int guarded(int x) {
@@ -98,6 +124,9 @@ int main(int argc, char **argv) {
         area(&p, 2);
         describe(&s, "because", BLUE);
         by_value(p, 5, s, 77);
+        struct big b = make_big(11 + r);
+        struct pair q = make_pair(-2, 3);
+        printf("got %ld %d\n", b.c, q.hi);
         printf("guarded=%d\n", guarded(21));
         fflush(stdout);
         global_counter++;

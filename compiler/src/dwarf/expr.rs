@@ -68,18 +68,39 @@ fn add(a: Sym, b: Sym) -> Sym {
 
 /// The location `expr` describes. `frame_base` is the function's
 /// `DW_AT_frame_base` (for `DW_OP_fbreg`).
-pub fn evaluate(expr: &gimli::Expression<R>, encoding: gimli::Encoding, frame_base: Option<&Location>) -> Location {
+/// Expressions are the target's: at most this many operations, and no
+/// value built of more than this many nodes (`DW_OP_dup` doubles one).
+const MAX_OPS: usize = 256;
+const MAX_NODES: usize = 256;
+
+fn nodes(s: &Sym) -> usize {
+    match s {
+        Sym::Bin(_, a, b) => 1 + nodes(a) + nodes(b),
+        Sym::Deref(a, _) => 1 + nodes(a),
+        _ => 1,
+    }
+}
+
+pub fn evaluate(
+    expr: &gimli::Expression<R>,
+    encoding: gimli::Encoding,
+    frame_base: Option<&Location>,
+    address: &dyn Fn(gimli::DebugAddrIndex<usize>) -> Option<u64>,
+) -> Location {
     let mut stack: Vec<Sym> = Vec::new();
     let mut pieces: Vec<(u64, Location)> = Vec::new();
     let mut result: Option<Location> = None;
     let unsupported = |what: &str| Location::Unsupported(what.to_string());
     let mut ops = expr.clone().operations(encoding);
-    loop {
+    for count in 0.. {
         let op = match ops.next() {
             Ok(Some(op)) => op,
             Ok(None) => break,
             Err(e) => return Location::Unsupported(format!("malformed location expression ({e})")),
         };
+        if count >= MAX_OPS || stack.last().is_some_and(|s| nodes(s) > MAX_NODES) {
+            return unsupported("a location expression too large to evaluate");
+        }
         macro_rules! pop {
             () => {
                 match stack.pop() {
@@ -101,6 +122,14 @@ pub fn evaluate(expr: &gimli::Expression<R>, encoding: gimli::Encoding, frame_ba
             }
             Operation::CallFrameCFA => stack.push(Sym::Cfa),
             Operation::Address { address } => stack.push(Sym::Link(address)),
+            Operation::AddressIndex { index } => match address(index) {
+                Some(a) => stack.push(Sym::Link(a)),
+                None => return unsupported("an address index outside .debug_addr"),
+            },
+            Operation::ConstantIndex { index } => match address(index) {
+                Some(a) => stack.push(Sym::Const(a as i64)),
+                None => return unsupported("a constant index outside .debug_addr"),
+            },
             Operation::UnsignedConstant { value } => stack.push(Sym::Const(value as i64)),
             Operation::SignedConstant { value } => stack.push(Sym::Const(value)),
             Operation::PlusConstant { value } => {
@@ -153,6 +182,9 @@ pub fn evaluate(expr: &gimli::Expression<R>, encoding: gimli::Encoding, frame_ba
                 let Some(v) = stack.len().checked_sub(1 + index as usize).map(|i| stack[i].clone()) else {
                     return unsupported("a location expression that picks past its stack");
                 };
+                if nodes(&v) > MAX_NODES / 2 {
+                    return unsupported("a location expression too large to evaluate");
+                }
                 stack.push(v);
             }
             Operation::Swap => {

@@ -14,7 +14,7 @@ use goblin::elf::Elf;
 
 /// Inflated sections are bounded by what their headers claim, and that
 /// by this (a hostile file must not make pass 2 allocate without limit).
-const MAX_SECTION: u64 = 1 << 32;
+const MAX_SECTION: u64 = 1 << 30;
 
 /// A section's bytes: a range of the file, or inflated.
 pub(super) enum Data {
@@ -46,8 +46,9 @@ pub(super) fn sections(elf: &Elf<'_>, bytes: &[u8]) -> Result<HashMap<String, Da
 }
 
 fn inflate(data: &[u8], size: u64) -> Result<Vec<u8>, String> {
-    if size > MAX_SECTION {
-        return Err(format!("claims {size} bytes uncompressed"));
+    // zlib compresses at most about 1032:1: a larger claim is a lie.
+    if size > MAX_SECTION || size > (data.len() as u64).saturating_mul(1032).max(1 << 16) {
+        return Err(format!("claims {size} bytes uncompressed from {}", data.len()));
     }
     let out = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(data, size as usize)
         .map_err(|e| format!("zlib data does not inflate ({:?})", e.status))?;
@@ -70,7 +71,7 @@ fn compressed(data: &[u8]) -> Result<Vec<u8>, String> {
     if kind != 1 {
         return Err(format!("compression type {kind} (only zlib, 1, is read)"));
     }
-    inflate(&data[24..], size)
+    inflate(data.get(24..).ok_or("truncated header")?, size)
 }
 
 /// `.zdebug_*`: "ZLIB", the size as 8 big-endian bytes, then the stream.
@@ -79,7 +80,7 @@ fn zdebug(data: &[u8]) -> Result<Vec<u8>, String> {
         return Err("no ZLIB header".into());
     };
     let size = u64::from_be_bytes(size.try_into().map_err(|_| "truncated header")?);
-    inflate(&data[12..], size)
+    inflate(data.get(12..).ok_or("truncated header")?, size)
 }
 
 fn roots() -> Vec<PathBuf> {
@@ -124,7 +125,8 @@ pub(super) fn separate(
             Ok(Ok(e)) => e,
             _ => continue,
         };
-        let s = sections(&parsed, &data)?;
+        // A candidate that does not read is passed over for the next.
+        let Ok(s) = sections(&parsed, &data) else { continue };
         if s.contains_key(".debug_info") {
             drop(parsed);
             return Ok(Some((candidate, data.into(), s)));

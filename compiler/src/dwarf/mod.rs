@@ -53,6 +53,8 @@ pub struct Debug {
     definitions: OnceLock<HashMap<String, TypeRef>>,
     /// Global variables by name: their DIEs (unit index, offset).
     globals: OnceLock<HashMap<String, Vec<(usize, gimli::UnitOffset)>>>,
+    /// `@cast` type names already looked up.
+    named: Mutex<HashMap<String, Option<TypeRef>>>,
 }
 
 impl std::fmt::Debug for Debug {
@@ -91,9 +93,14 @@ pub struct Scope {
     pub low_pc: u64,
     /// Its return type (None: `void`).
     pub ret: Option<TypeRef>,
-    /// Parameters in order, then locals (innermost block first); names
-    /// shadowed by an inner block are left out.
+    /// What a name finds here: locals (innermost block first), then
+    /// parameters; a name an inner block shadows is left out.
     pub vars: Vec<Var>,
+    /// Every parameter in order, unnamed ones too (named ""): where the
+    /// calling convention passes each depends on those before it.
+    pub all_params: Vec<Var>,
+    /// The unit is Rust's (its own calling convention for aggregates).
+    pub rust: bool,
     /// Where the frame base is (`DW_AT_frame_base`), as a location.
     pub frame_base: Option<Location>,
     /// The compiler gave the function a calling convention of its own
@@ -109,10 +116,18 @@ impl Scope {
         self.vars.iter().find(|v| v.name == name)
     }
     pub fn params(&self) -> impl Iterator<Item = &Var> {
-        self.vars.iter().filter(|v| v.kind == VarKind::Param)
+        self.all_params.iter()
     }
     pub fn locals(&self) -> impl Iterator<Item = &Var> {
         self.vars.iter().filter(|v| v.kind == VarKind::Local)
+    }
+    /// What `$$vars` and `-L` show: the visible parameters in order, then
+    /// the locals.
+    pub fn in_order(&self) -> Vec<&Var> {
+        let mut out: Vec<&Var> = self.vars.iter().filter(|v| v.kind == VarKind::Param).collect();
+        out.sort_by_key(|v| self.all_params.iter().position(|p| p.name == v.name));
+        out.extend(self.locals());
+        out
     }
 }
 
@@ -166,6 +181,7 @@ impl Debug {
             types: Mutex::new(HashMap::new()),
             definitions: OnceLock::new(),
             globals: OnceLock::new(),
+            named: Mutex::new(HashMap::new()),
         })
     }
 
@@ -307,16 +323,31 @@ impl Debug {
         let low_pc = self.low_pc(unit, &e).unwrap_or(pc);
         let ret = self.type_of(unit, &e);
         let frame_base = match e.attr_value(gimli::DW_AT_frame_base) {
-            Some(AttributeValue::Exprloc(x)) => Some(expr::evaluate(&x, unit.encoding(), None)),
+            Some(AttributeValue::Exprloc(x)) => Some(expr::evaluate(&x, unit.encoding(), None, &|i| self.dwarf.address(unit, i).ok())),
             _ => None,
         };
         let nocall = matches!(e.attr_value(gimli::DW_AT_calling_convention), Some(AttributeValue::CallingConvention(c)) if c == gimli::DW_CC_nocall);
-        let mut scope = Scope { function: name, low_pc, ret, vars: Vec::new(), frame_base, nocall, unit: u };
+        let rust = unit.entry(gimli::UnitOffset(unit.header.header_size()))
+            .ok()
+            .and_then(|root| root.attr_value(gimli::DW_AT_language))
+            .is_some_and(|l| matches!(l, AttributeValue::Language(gimli::DW_LANG_Rust)));
+        let mut scope = Scope {
+            function: name,
+            low_pc,
+            ret,
+            vars: Vec::new(),
+            all_params: Vec::new(),
+            rust,
+            frame_base,
+            nocall,
+            unit: u,
+        };
         let mut blocks = Vec::new();
         self.collect(unit, node, pc, &mut scope, 0, &mut blocks)?;
-        // Innermost first, parameters kept in order ahead of locals.
+        // Innermost first; a parameter only where no local hides it.
         blocks.sort_by_key(|(depth, _)| std::cmp::Reverse(*depth));
-        for (_, v) in blocks {
+        let params: Vec<Var> = scope.all_params.iter().filter(|p| !p.name.is_empty()).cloned().collect();
+        for v in blocks.into_iter().map(|(_, v)| v).chain(params) {
             if !scope.vars.iter().any(|w| w.name == v.name) {
                 scope.vars.push(v);
             }
@@ -344,9 +375,11 @@ impl Debug {
             match e.tag() {
                 gimli::DW_TAG_formal_parameter if depth == 0 => {
                     if let Some(v) = self.var(unit, &e, VarKind::Param, pc, scope.frame_base.as_ref()) {
-                        scope.vars.push(v);
+                        scope.all_params.push(v);
                     }
                 }
+                // A block's `extern int g;` names a global elsewhere.
+                gimli::DW_TAG_variable if e.attr_value(gimli::DW_AT_declaration).is_some() => {}
                 gimli::DW_TAG_variable => {
                     if let Some(v) = self.var(unit, &e, VarKind::Local, pc, scope.frame_base.as_ref()) {
                         locals.push((depth, v));
@@ -371,22 +404,40 @@ impl Debug {
         pc: u64,
         frame_base: Option<&Location>,
     ) -> Option<Var> {
-        let name = self.name(unit, e)?;
+        // An unnamed parameter still takes its place in the calling
+        // convention.
+        let name = match self.name(unit, e) {
+            Some(n) => n,
+            None if kind == VarKind::Param => String::new(),
+            None => return None,
+        };
         let ty = self.type_of(unit, e);
         let encoding = unit.encoding();
+        let address = |i| self.dwarf.address(unit, i).ok();
         let (loc, whole_scope) = match e.attr_value(gimli::DW_AT_location) {
-            Some(AttributeValue::Exprloc(x)) => (expr::evaluate(&x, encoding, frame_base), true),
+            Some(AttributeValue::Exprloc(x)) => (expr::evaluate(&x, encoding, frame_base, &address), true),
             Some(v @ (AttributeValue::LocationListsRef(_) | AttributeValue::SecOffset(_) | AttributeValue::DebugLocListsIndex(_))) => {
-                let mut found = Location::Unavailable;
+                // The entry covering pc; a default location (DWARF 5's
+                // DW_LLE_default_location, read as the whole address
+                // space) only where no other entry does.
+                let (mut found, mut default) = (None, None);
                 if let Ok(Some(mut list)) = self.dwarf.attr_locations(unit, v) {
-                    while let Ok(Some(entry)) = list.next() {
+                    for _ in 0..100_000 {
+                        let Ok(Some(entry)) = list.next() else { break };
                         if pc >= entry.range.begin && pc < entry.range.end {
-                            found = expr::evaluate(&entry.data, encoding, frame_base);
-                            break;
+                            if entry.range.begin == 0 && entry.range.end == u64::MAX {
+                                default.get_or_insert(entry.data);
+                            } else {
+                                found = Some(entry.data);
+                                break;
+                            }
                         }
                     }
                 }
-                (found, false)
+                match found.or(default) {
+                    Some(x) => (expr::evaluate(&x, encoding, frame_base, &address), false),
+                    None => (Location::Unavailable, false),
+                }
             }
             _ => match self.origin_attr(unit, e, gimli::DW_AT_const_value) {
                 Some((_, c)) => (const_location(c), true),
@@ -574,6 +625,17 @@ impl Debug {
     /// A type by its C name (`struct foo`, `union u`, `enum e`, `class
     /// c`, or a typedef's or base type's name), for `@cast`.
     pub fn type_named(&self, text: &str) -> Option<TypeRef> {
+        if let Some(r) = self.named.lock().ok().and_then(|m| m.get(text).copied()) {
+            return r;
+        }
+        let r = self.find_type_named(text);
+        if let Ok(mut m) = self.named.lock() {
+            m.insert(text.to_string(), r);
+        }
+        r
+    }
+
+    fn find_type_named(&self, text: &str) -> Option<TypeRef> {
         let text = text.trim();
         for kind in [types::Aggregate::Struct, types::Aggregate::Union, types::Aggregate::Class, types::Aggregate::Enum] {
             if let Some(rest) = text.strip_prefix(kind.keyword()).and_then(|r| r.strip_prefix(' ')) {

@@ -86,6 +86,9 @@ pub enum Type {
         members: Vec<Member>,
         /// Declared only (`struct foo;`): [`Debug::definition`] finds the body.
         declaration: bool,
+        /// Passed by invisible reference (a C++ type with a non-trivial
+        /// copy constructor or destructor).
+        by_reference: bool,
     },
     Enum {
         name: Option<String>,
@@ -149,7 +152,11 @@ pub(super) fn read(d: &Debug, unit: &gimli::Unit<R>, e: &gimli::DebuggingInforma
         gimli::DW_TAG_structure_type | gimli::DW_TAG_union_type | gimli::DW_TAG_class_type => {
             let kind = Aggregate::of(e.tag()).unwrap_or(Aggregate::Struct);
             let declaration = e.attr_value(gimli::DW_AT_declaration).is_some();
-            Type::Aggregate { kind, name, size: size.unwrap_or(0), members: members(d, unit, e), declaration }
+            // C++ types that are not trivially copyable are passed by an
+            // invisible reference (DWARF 5's DW_CC_pass_by_reference).
+            let by_reference = matches!(e.attr_value(gimli::DW_AT_calling_convention),
+                Some(AttributeValue::CallingConvention(c)) if c == gimli::DW_CC_pass_by_reference);
+            Type::Aggregate { kind, name, size: size.unwrap_or(0), members: members(d, unit, e), declaration, by_reference }
         }
         gimli::DW_TAG_enumeration_type => {
             let mut values = Vec::new();
@@ -172,18 +179,33 @@ pub(super) fn read(d: &Debug, unit: &gimli::Unit<R>, e: &gimli::DebuggingInforma
             Type::Enum { name, size: size.unwrap_or(4), signed, values }
         }
         gimli::DW_TAG_array_type => {
-            // One dimension per array level: `int a[2][3]` is an array of 2
-            // arrays of 3; later dimensions become nested arrays of the
-            // element's type only in the count we keep (the first).
+            // One level per dimension: `int a[2][3]` is an array of 2
+            // arrays of 3. The inner levels have no DIE of their own: they
+            // are made here, under references no DIE offset can have (the
+            // top bit set), and put in the type cache.
             let mut counts = Vec::new();
             for_children(unit, e, |c| {
-                if c.tag() == gimli::DW_TAG_subrange_type {
+                if c.tag() == gimli::DW_TAG_subrange_type && counts.len() < 8 {
                     let count = udata(c.attr_value(gimli::DW_AT_count))
-                        .or_else(|| udata(c.attr_value(gimli::DW_AT_upper_bound)).map(|u| u + 1));
+                        .or_else(|| udata(c.attr_value(gimli::DW_AT_upper_bound)).and_then(|u| u.checked_add(1)));
                     counts.push(count);
                 }
             });
-            Type::Array { of: to, count: counts.first().copied().flatten() }
+            let mut of = to;
+            if counts.len() > 1 {
+                if let Some(off) = e.offset().to_debug_info_offset(&unit.header) {
+                    let base = (1u64 << 63) | ((off.0 as u64) & ((1 << 59) - 1)) << 3;
+                    let mut cache = d.types.lock().ok();
+                    for (k, count) in counts.iter().enumerate().skip(1).rev() {
+                        let r = TypeRef(base | k as u64);
+                        if let Some(c) = cache.as_mut() {
+                            c.insert(r.0, Arc::new(Type::Array { of, count: *count }));
+                        }
+                        of = Some(r);
+                    }
+                }
+            }
+            Type::Array { of, count: counts.first().copied().flatten() }
         }
         t => Type::Other(t.static_string().unwrap_or("?").to_string()),
     }
@@ -215,11 +237,13 @@ fn members(d: &Debug, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntr
         }
         let offset = match c.attr_value(gimli::DW_AT_data_member_location) {
             Some(AttributeValue::Exprloc(x)) => {
-                // DW_OP_plus_uconst N (DWARF 2 style).
+                // DW_OP_plus_uconst N (DWARF 2 style). Anything else (a
+                // virtual base's offset, read from the object at run
+                // time) has no fixed offset: the member is left out.
                 let mut ops = x.operations(unit.encoding());
-                match ops.next() {
-                    Ok(Some(gimli::Operation::PlusConstant { value })) => value,
-                    _ => 0,
+                match (ops.next(), ops.next()) {
+                    (Ok(Some(gimli::Operation::PlusConstant { value })), Ok(None)) => value,
+                    _ => return,
                 }
             }
             Some(v) => v.udata_value().unwrap_or(0),
@@ -227,17 +251,22 @@ fn members(d: &Debug, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntr
         };
         let bit_size = udata(c.attr_value(gimli::DW_AT_bit_size));
         let (offset, bits) = match bit_size {
+            // A bitfield: at most 64 bits, in at most 8 bytes from the
+            // offset; anything else is left out.
             Some(n) => {
                 // DWARF 4+: DW_AT_data_bit_offset from the struct's start;
                 // DWARF 2/3: DW_AT_bit_offset from the storage unit's MSB.
-                if let Some(dbo) = udata(c.attr_value(gimli::DW_AT_data_bit_offset)) {
-                    (dbo / 8, Some((dbo % 8, n)))
+                let placed = if let Some(dbo) = udata(c.attr_value(gimli::DW_AT_data_bit_offset)) {
+                    (dbo / 8, dbo % 8)
                 } else {
-                    let storage = udata(c.attr_value(gimli::DW_AT_byte_size)).unwrap_or(4);
+                    let storage = udata(c.attr_value(gimli::DW_AT_byte_size)).unwrap_or(4).min(8);
                     let msb = udata(c.attr_value(gimli::DW_AT_bit_offset)).unwrap_or(0);
-                    let shift = (storage * 8).saturating_sub(msb + n);
-                    (offset, Some((shift, n)))
+                    (offset, (storage * 8).saturating_sub(msb.saturating_add(n)))
+                };
+                if n == 0 || placed.1.saturating_add(n) > 64 {
+                    return;
                 }
+                (placed.0, Some((placed.1, n)))
             }
             None => (offset, None),
         };

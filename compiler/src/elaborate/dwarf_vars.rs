@@ -82,6 +82,9 @@ pub struct Val {
 
 type Res<T> = Result<T, Diagnostic>;
 
+/// At most this many parts in one pretty-printed value (`$v$$`).
+const PRETTY_BUDGET: u32 = 96;
+
 fn long(kind: ExprKind, span: Span) -> Expr {
     Expr { kind, ty: Ty::Long, span }
 }
@@ -112,6 +115,12 @@ fn add(a: Expr, off: i64) -> Expr {
 }
 fn register(i: u32, span: Span) -> Expr {
     long(ExprKind::Target(Target::Register(i)), span)
+}
+
+/// The address of a stack argument `off` bytes above the entry's stack
+/// pointer.
+fn at_stack_expr(off: u64, span: Span) -> Expr {
+    add(register(telco_abi::arch::native::SP as u32, span), off as i64)
 }
 
 /// `v` as `size` bytes, sign- or zero-extended.
@@ -165,31 +174,41 @@ fn write_fn(size: u64) -> B {
 }
 
 /// How the System V ABI passes a parameter: in `n` integer registers, in
-/// `n` eightbytes of stack memory, or some other way (floating point,
-/// vectors, mixed aggregates) that probes do not read at entry.
+/// `n` eightbytes of stack memory, by an invisible reference (a pointer in
+/// one integer register), in one vector register (a float or double:
+/// counted, not read), not at all (an empty C++ class), or some other way
+/// (mixed aggregates, long double, vectors) that probes do not follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AbiClass {
     Integer(u64),
     Memory(u64),
+    Reference,
+    Sse,
+    Nothing,
     Other,
 }
 
-fn abi_class(d: &Debug, t: &Type, depth: u32) -> AbiClass {
+fn abi_class(d: &Debug, t: &Type, rust: bool, depth: u32) -> AbiClass {
     if depth > 8 {
         return AbiClass::Other;
     }
     match t {
+        Type::Base { encoding: Encoding::Float, size: 4 | 8, .. } if depth == 0 => AbiClass::Sse,
         Type::Base { encoding: Encoding::Float, .. } => AbiClass::Other,
         t if scalar(t).is_some() => AbiClass::Integer(1),
+        Type::Aggregate { by_reference: true, .. } => AbiClass::Reference,
+        Type::Aggregate { members, .. } if depth == 0 && members.is_empty() => AbiClass::Nothing,
+        // Rust passes what is larger than two registers by pointer.
+        Type::Aggregate { size, .. } if *size > 16 && rust => AbiClass::Reference,
         Type::Aggregate { size, .. } if *size > 16 => AbiClass::Memory(size.div_ceil(8)),
         Type::Aggregate { size, members, .. } => {
             // Small: in registers if every member is of the integer class.
             for m in members {
                 let (_, mt) = types::resolve(d, m.ty);
-                match (&*mt, abi_class(d, &mt, depth + 1)) {
+                match (&*mt, abi_class(d, &mt, rust, depth + 1)) {
                     (Type::Array { of, .. }, _) => {
                         let (_, e) = types::resolve(d, *of);
-                        if !matches!(abi_class(d, &e, depth + 1), AbiClass::Integer(_)) {
+                        if !matches!(abi_class(d, &e, rust, depth + 1), AbiClass::Integer(_)) {
                             return AbiClass::Other;
                         }
                     }
@@ -203,9 +222,10 @@ fn abi_class(d: &Debug, t: &Type, depth: u32) -> AbiClass {
     }
 }
 
-/// The storage unit a bitfield is read from: (bytes, shift).
+/// The storage unit a bitfield is read from, in bytes (`types` keeps
+/// shift + width within 64).
 fn bit_storage(shift: u64, width: u64) -> u64 {
-    match shift + width {
+    match shift.saturating_add(width) {
         0..=8 => 1,
         9..=16 => 2,
         17..=32 => 4,
@@ -239,7 +259,7 @@ impl Site {
         }
         let pc = register(telco_abi::arch::native::PC as u32, span);
         let pc = if self.ret { long(ExprKind::Entry(Box::new(pc)), span) } else { pc };
-        add(pc, -(self.pc as i64))
+        add(pc, (self.pc as i64).wrapping_neg())
     }
 
     fn sym(&self, s: &Sym, name: &str, span: Span) -> Res<Expr> {
@@ -320,15 +340,53 @@ impl Site {
         }
         // A large aggregate returned in memory takes the first register.
         let (_, ret) = types::resolve(d, scope.ret);
-        let mut n = usize::from(matches!(&*ret, Type::Aggregate { size, .. } if *size > 16));
-        // Bytes of stack arguments so far (above the return address).
+        let mut n = usize::from(matches!(
+            abi_class(d, &ret, scope.rust, 0),
+            AbiClass::Memory(_) | AbiClass::Reference
+        ));
+        // Bytes of stack arguments so far (above the return address), and
+        // vector registers taken (eight, xmm0-7).
         let mut stack = 8u64;
+        let mut sse = 0;
         let at_stack = |off: u64| Place::Mem(add(register(SP as u32, span), off as i64));
         for p in scope.params() {
             let (_, t) = types::resolve(d, p.ty);
-            let class = abi_class(d, &t, 0);
-            let here = p.name == var.name;
+            // A location that loads the object's address from the frame
+            // (`DW_OP_fbreg N; DW_OP_deref`) is an invisible reference,
+            // whether or not the type says so (gcc does not).
+            let indirect = matches!(&p.loc, Location::Memory(Sym::Deref(a, 8)) if mentions_frame(a));
+            let class = if indirect { AbiClass::Reference } else { abi_class(d, &t, scope.rust, 0) };
+            let here = !var.name.is_empty() && p.name == var.name;
             match class {
+                AbiClass::Nothing => {
+                    if here {
+                        return Err(not_accessible(&var.name, span, "an empty class is not passed"));
+                    }
+                }
+                AbiClass::Sse if sse < 8 => {
+                    if here {
+                        return Err(not_accessible(&var.name, span, "floating-point values are not read"));
+                    }
+                    sse += 1;
+                }
+                AbiClass::Sse => {
+                    if here {
+                        return Err(not_accessible(&var.name, span, "floating-point values are not read"));
+                    }
+                    stack = stack.saturating_add(8);
+                }
+                AbiClass::Reference if n < ARG_REGS.len() => {
+                    if here {
+                        return Ok(Place::Mem(register(ARG_REGS[n] as u32, span)));
+                    }
+                    n += 1;
+                }
+                AbiClass::Reference => {
+                    if here {
+                        return Ok(Place::Mem(call(read_fn(8, false), vec![at_stack_expr(stack, span)], Ty::Long, span)));
+                    }
+                    stack = stack.saturating_add(8);
+                }
                 AbiClass::Integer(words) if n + words as usize <= ARG_REGS.len() => {
                     if here {
                         let regs: Vec<Place> = (0..words as usize).map(|k| Place::Reg(ARG_REGS[n + k] as u32)).collect();
@@ -343,16 +401,16 @@ impl Site {
                     if here {
                         return Ok(at_stack(stack));
                     }
-                    stack += 8 * words;
+                    stack = stack.saturating_add(words.saturating_mul(8));
                 }
                 AbiClass::Other => {
                     return Err(not_accessible(
                         &var.name,
                         span,
                         if here {
-                            "at the function's entry, a floating-point or vector parameter is not located"
+                            "at the function's entry, a parameter of this kind (long double, vector, mixed struct) is not located"
                         } else {
-                            "an earlier parameter is floating-point or a vector; where this one is passed is not known at entry"
+                            "an earlier parameter is a long double, a vector or a struct mixing floating point and integers; where this one is passed is not known at entry"
                         },
                     ))
                 }
@@ -413,10 +471,26 @@ impl Site {
     }
 
     /// `$return`, typed from the function's DWARF.
+    /// (System V: integers and small integer structs in rax and rdx, a
+    /// large or non-trivial struct in memory whose address is in rax.)
     pub fn return_value(&self, span: Span) -> Res<Val> {
         let s = self.scope(span)?;
-        let r = telco_abi::arch::native::RETURN_REG as u32;
-        Ok(Val { place: Place::Reg(r), ty: s.ret, bits: None, at_entry: false, text: "$return".into() })
+        let d = self.debug(span)?;
+        let rax = telco_abi::arch::native::RETURN_REG as u32;
+        let (_, t) = types::resolve(d, s.ret);
+        let place = match abi_class(d, &t, s.rust, 0) {
+            AbiClass::Integer(1) | AbiClass::Nothing => Place::Reg(rax),
+            AbiClass::Integer(2) => {
+                let rdx = telco_abi::arch::native::RDX as u32;
+                Place::Pieces(vec![(8, Some(Place::Reg(rax))), (8, Some(Place::Reg(rdx)))])
+            }
+            AbiClass::Memory(_) | AbiClass::Reference => Place::Mem(register(rax, span)),
+            _ if matches!(&*t, Type::Void) => Place::Reg(rax),
+            _ => {
+                return Err(not_accessible("return", span, "the function returns it in vector registers (floating point)"))
+            }
+        };
+        Ok(Val { place, ty: s.ret, bits: None, at_entry: false, text: "$return".into() })
     }
 
     /// `@var("name@file.c")` (a global of that source file) or `@var("name")`.
@@ -513,6 +587,13 @@ impl Site {
     /// `[i]` on an array or a pointer.
     pub fn index(&self, v: Val, i: Expr, span: Span) -> Res<Val> {
         let d = self.debug(span)?;
+        if v.at_entry && !matches!(i.kind, ExprKind::Long(_)) {
+            // The whole path is read when the function is entered, where
+            // the probe's own variables and `$return` have no values yet.
+            return Err(Diagnostic::error(Code::Context, span, format!("`{}` indexed by a computed value in a return probe", v.text))
+                .with_label("a parameter's elements are read as they were at entry")
+                .with_help("index it with a constant, or read it in an entry probe"));
+        }
         let (_, t) = types::resolve(d, v.ty);
         let (base, elem) = match &*t {
             Type::Array { of, .. } => match v.place {
@@ -538,22 +619,27 @@ impl Site {
         let Some((size, signed)) = scalar(&t) else {
             return Err(self.not_scalar(d, v, span));
         };
-        let e = match (&v.place, v.bits) {
-            (Place::Mem(a), Some((shift, width))) => {
-                let storage = bit_storage(shift, width);
-                let raw = call(read_fn(storage, false), vec![a.clone()], Ty::Long, span);
-                let up = bin(BinOp::Shl, raw, num(64 - (shift + width) as i64, span));
+        // The raw bits: a bitfield's storage unit, or the value's.
+        let place = match &v.place {
+            Place::Pieces(ps) => match piece_at(ps.clone(), 0, size) {
+                Some(p) => p,
+                None => return Err(not_accessible(v.text.trim_start_matches('$'), span, "its pieces are optimised out here")),
+            },
+            p => p.clone(),
+        };
+        let raw = match (place, v.bits) {
+            (Place::Mem(a), Some((shift, width))) => call(read_fn(bit_storage(shift, width), false), vec![a], Ty::Long, span),
+            (Place::Mem(a), None) => call(read_fn(size, signed), vec![a], Ty::Long, span),
+            (Place::Reg(r), _) => register(r, span),
+            (Place::Value(e), _) => e,
+            (Place::Pieces(_), _) => return Err(not_accessible(v.text.trim_start_matches('$'), span, "split in nested pieces")),
+        };
+        let e = match v.bits {
+            Some((shift, width)) => {
+                let up = bin(BinOp::Shl, raw, num(64i64.saturating_sub((shift + width) as i64), span));
                 bin(if signed { BinOp::Shr } else { BinOp::UShr }, up, num(64 - width as i64, span))
             }
-            (Place::Mem(a), None) => call(read_fn(size, signed), vec![a.clone()], Ty::Long, span),
-            (Place::Reg(r), _) => extend(register(*r, span), size, signed),
-            (Place::Value(e), _) => extend(e.clone(), size, signed),
-            (Place::Pieces(ps), _) => match piece_at(ps.clone(), 0, size) {
-                Some(Place::Reg(r)) => extend(register(r, span), size, signed),
-                Some(Place::Value(e)) => extend(e, size, signed),
-                Some(Place::Mem(a)) => call(read_fn(size, signed), vec![a], Ty::Long, span),
-                _ => return Err(not_accessible(v.text.trim_start_matches('$'), span, "its pieces are optimised out here")),
-            },
+            None => extend(raw, size, signed),
         };
         Ok(if v.at_entry { long(ExprKind::Entry(Box::new(e)), span) } else { e })
     }
@@ -577,8 +663,14 @@ impl Site {
         let d = self.debug(span)?;
         let (_, t) = types::resolve(d, v.ty);
         if let Type::Pointer { reference: true, .. } = &*t {
-            // A C++ reference reads as what it refers to.
-            return self.read(&self.deref(d, v, span)?, span);
+            // A C++ reference reads as what it refers to (one level: a
+            // reference to a reference is the target's nonsense).
+            let inner = self.deref(d, v, span)?;
+            let (_, it) = types::resolve(d, inner.ty);
+            if let (Type::Array { .. }, Place::Mem(a)) = (&*it, &inner.place) {
+                return Ok(a.clone());
+            }
+            return self.read_raw(d, &inner, span);
         }
         if let (Type::Array { .. }, Place::Mem(a)) = (&*t, &v.place) {
             return Ok(if v.at_entry { long(ExprKind::Entry(Box::new(a.clone())), span) } else { a.clone() });
@@ -597,9 +689,15 @@ impl Site {
                 .with_help("write it in an entry probe (`.function(\"F\")`)"));
         }
         let (_, t) = types::resolve(d, v.ty);
-        if let Type::Pointer { reference: true, .. } = &*t {
-            return self.write(&self.deref(d, v, span)?, value, span);
-        }
+        let deref;
+        let (v, t) = match &*t {
+            Type::Pointer { reference: true, .. } => {
+                deref = self.deref(d, v, span)?;
+                let (_, it) = types::resolve(d, deref.ty);
+                (&deref, it)
+            }
+            _ => (v, t),
+        };
         let Some((size, _)) = scalar(&t) else { return Err(self.not_scalar(d, v, span)) };
         Ok(match (&v.place, v.bits) {
             (Place::Reg(r), _) => {
@@ -611,7 +709,8 @@ impl Site {
             }
             (Place::Mem(a), Some((shift, width))) => {
                 let storage = bit_storage(shift, width);
-                let mask = if width >= 64 { -1i64 } else { ((1i64 << width) - 1) << shift };
+                let ones = if width >= 64 { u64::MAX } else { (1u64 << width) - 1 };
+                let mask = (ones << shift.min(63)) as i64;
                 let old = call(read_fn(storage, false), vec![a.clone()], Ty::Long, span);
                 let kept = bin(BinOp::BitAnd, old, num(!mask, span));
                 let new = bin(BinOp::BitAnd, bin(BinOp::Shl, value, num(shift as i64, span)), num(mask, span));
@@ -632,12 +731,16 @@ impl Site {
         let d = self.debug(span)?;
         let mut fmt = String::new();
         let mut args = Vec::new();
-        self.pretty_into(d, v, deep, true, 0, span, &mut fmt, &mut args)?;
+        self.pretty_into(d, v, deep, true, 0, span, &mut fmt, &mut args, &mut PRETTY_BUDGET.clone());
         let mut all = vec![string(&fmt, span)];
         all.extend(args);
         Ok(call(B::Sprintf, all, Ty::String, span))
     }
 
+    /// Appends the value's text to `fmt` and its conversions' arguments to
+    /// `args`, always in step: a part that cannot be read prints `?`.
+    /// `budget` bounds the parts (the DWARF may describe huge or cyclic
+    /// structures).
     #[allow(clippy::too_many_arguments)]
     fn pretty_into(
         &self,
@@ -649,31 +752,40 @@ impl Site {
         span: Span,
         fmt: &mut String,
         args: &mut Vec<Expr>,
-    ) -> Res<()> {
+        budget: &mut u32,
+    ) {
+        if *budget == 0 {
+            fmt.push_str("...");
+            return;
+        }
+        *budget -= 1;
+        let mut leaf = |fmt: &mut String, conv: &str, e: Res<Expr>| match e {
+            Ok(e) => {
+                fmt.push_str(conv);
+                args.push(e);
+            }
+            Err(_) => fmt.push('?'),
+        };
         let (_, t) = types::resolve(d, v.ty);
         match &*t {
             Type::Pointer { to, .. } => {
                 let (_, pointee) = types::resolve(d, *to);
                 match &*pointee {
                     Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. } => {
-                        fmt.push_str("\"%s\"");
-                        let p = self.read(v, span)?;
-                        args.push(call(B::UserString, vec![p, string("<unknown>", span)], Ty::String, span));
+                        let s = self.read(v, span).map(|p| call(B::UserString, vec![p, string("<unknown>", span)], Ty::String, span));
+                        leaf(fmt, "\"%s\"", s);
                     }
-                    Type::Aggregate { .. } if top => {
-                        let inner = self.deref(d, v, span)?;
-                        self.pretty_into(d, &inner, deep, false, depth, span, fmt, args)?;
-                    }
-                    _ => {
-                        fmt.push_str("%p");
-                        args.push(self.read(v, span)?);
-                    }
+                    Type::Aggregate { .. } if top => match self.deref(d, v, span) {
+                        Ok(inner) => self.pretty_into(d, &inner, deep, false, depth, span, fmt, args, budget),
+                        Err(_) => fmt.push('?'),
+                    },
+                    _ => leaf(fmt, "%p", self.read(v, span)),
                 }
             }
             Type::Aggregate { members, .. } => {
                 if depth > 0 && !deep || depth > 4 {
                     fmt.push_str("{...}");
-                    return Ok(());
+                    return;
                 }
                 fmt.push('{');
                 let mut first = true;
@@ -683,29 +795,34 @@ impl Site {
                         fmt.push_str(", ");
                     }
                     first = false;
-                    fmt.push_str(&format!(".{name}="));
+                    fmt.push_str(&format!(".{}=", name.replace('%', "%%")));
                     let ident = Ident { name: crate::ast::Name::new(name), span };
-                    let mv = self.member(Val { ty: v.ty, ..v.clone() }, &ident)?;
-                    self.pretty_into(d, &mv, deep, false, depth + 1, span, fmt, args)?;
+                    match self.member(Val { ty: v.ty, ..v.clone() }, &ident) {
+                        Ok(mv) => self.pretty_into(d, &mv, deep, false, depth + 1, span, fmt, args, budget),
+                        Err(_) => fmt.push('?'),
+                    }
                 }
                 fmt.push('}');
             }
             Type::Array { of, count } => {
                 let (_, elem) = types::resolve(d, *of);
                 if matches!(&*elem, Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. }) {
-                    fmt.push_str("\"%s\"");
-                    let a = self.read(v, span)?;
-                    let n = count.unwrap_or(256) as i64;
-                    args.push(call(B::UserStringN, vec![a, num(n, span), string("<unknown>", span)], Ty::String, span));
-                    return Ok(());
+                    let n = count.unwrap_or(256).min(4096) as i64;
+                    let s = self.read(v, span).map(|a| {
+                        call(B::UserStringN, vec![a, num(n, span), string("<unknown>", span)], Ty::String, span)
+                    });
+                    leaf(fmt, "\"%s\"", s);
+                    return;
                 }
                 fmt.push('[');
                 for i in 0..count.unwrap_or(0).min(8) {
                     if i > 0 {
                         fmt.push_str(", ");
                     }
-                    let e = self.index(v.clone(), num(i as i64, span), span)?;
-                    self.pretty_into(d, &e, deep, false, depth + 1, span, fmt, args)?;
+                    match self.index(v.clone(), num(i as i64, span), span) {
+                        Ok(e) => self.pretty_into(d, &e, deep, false, depth + 1, span, fmt, args, budget),
+                        Err(_) => fmt.push('?'),
+                    }
                 }
                 if count.unwrap_or(0) > 8 {
                     fmt.push_str(", ...");
@@ -713,20 +830,14 @@ impl Site {
                 fmt.push(']');
             }
             Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. } => {
-                fmt.push_str("'%c'");
-                args.push(self.read(v, span)?);
+                leaf(fmt, "'%c'", self.read(v, span))
             }
             Type::Base { encoding: Encoding::Unsigned | Encoding::Bool | Encoding::UnsignedChar, .. } => {
-                fmt.push_str("%u");
-                args.push(self.read(v, span)?);
+                leaf(fmt, "%u", self.read(v, span))
             }
-            t if scalar(t).is_some() => {
-                fmt.push_str("%d");
-                args.push(self.read(v, span)?);
-            }
+            t if scalar(t).is_some() => leaf(fmt, "%d", self.read(v, span)),
             _ => fmt.push('?'),
         }
-        Ok(())
     }
 
     /// `$$parms`, `$$locals`, `$$vars` (and with `$`/`$$`): `name=value`
@@ -736,8 +847,8 @@ impl Site {
         let d = self.debug(span)?;
         let s = self.scope(span)?;
         let vars: Vec<&Var> = s
-            .vars
-            .iter()
+            .in_order()
+            .into_iter()
             .filter(|v| match which {
                 "parms" => v.kind == VarKind::Param,
                 "locals" => v.kind == VarKind::Local,
@@ -746,11 +857,12 @@ impl Site {
             .collect();
         let mut fmt = String::new();
         let mut args = Vec::new();
+        let mut budget = PRETTY_BUDGET;
         for (i, var) in vars.iter().enumerate() {
             if i > 0 {
                 fmt.push(' ');
             }
-            fmt.push_str(&format!("{}=", var.name));
+            fmt.push_str(&format!("{}=", var.name.replace('%', "%%")));
             let v = match self.from_var(d, Some(s), var, span) {
                 Ok(v) => v,
                 Err(_) => {
@@ -759,9 +871,7 @@ impl Site {
                 }
             };
             if pretty > 0 {
-                if self.pretty_into(d, &v, pretty > 1, true, 0, span, &mut fmt, &mut args).is_err() {
-                    fmt.push('?');
-                }
+                self.pretty_into(d, &v, pretty > 1, true, 0, span, &mut fmt, &mut args, &mut budget);
                 continue;
             }
             let (_, t) = types::resolve(d, v.ty);
@@ -774,7 +884,7 @@ impl Site {
                 _ => fmt.push('?'),
             }
         }
-        let mut all = vec![string(&fmt.replace("%%", "%%"), span)];
+        let mut all = vec![string(&fmt, span)];
         all.extend(args);
         Ok(call(B::Sprintf, all, Ty::String, span))
     }
@@ -786,7 +896,7 @@ impl Site {
         let mut fmt = String::from("return=");
         let mut args = Vec::new();
         if pretty > 0 {
-            self.pretty_into(d, &v, pretty > 1, true, 0, span, &mut fmt, &mut args)?;
+            self.pretty_into(d, &v, pretty > 1, true, 0, span, &mut fmt, &mut args, &mut PRETTY_BUDGET.clone());
         } else {
             fmt.push_str("%#x");
             args.push(self.read(&v, span)?);
@@ -799,7 +909,7 @@ impl Site {
     /// What `-L` lists: `$name:type` for each parameter and local here.
     pub fn listing(&self) -> Vec<String> {
         let (Ok(d), Ok(s)) = (&self.debug, &self.scope) else { return Vec::new() };
-        let mut out: Vec<String> = s.vars.iter().map(|v| format!("${}:{}", v.name, types::name(d, v.ty))).collect();
+        let mut out: Vec<String> = s.in_order().iter().map(|v| format!("${}:{}", v.name, types::name(d, v.ty))).collect();
         if self.ret {
             out.push(format!("$return:{}", types::name(d, s.ret)));
         }
@@ -811,13 +921,18 @@ impl Site {
 /// memory piece's address plus the offset, or a register's value shifted
 /// down.
 fn piece_at(pieces: Vec<(u64, Option<Place>)>, off: u64, size: u64) -> Option<Place> {
-    let mut start = 0;
+    let mut start = 0u64;
+    let end = off.checked_add(size)?;
     for (len, place) in pieces {
-        if off >= start && off + size <= start + len {
+        let piece_end = start.checked_add(len)?;
+        if off >= start && end <= piece_end {
             let within = (off - start) as i64;
             return match place? {
                 Place::Mem(a) => Some(Place::Mem(add(a, within))),
-                Place::Reg(r) if within == 0 => Some(Place::Reg(r)),
+                // The whole register: a place (writable); part of one is a
+                // value (shifted down; its reader keeps its width).
+                Place::Reg(r) if within == 0 && size == 8 => Some(Place::Reg(r)),
+                Place::Reg(r) if within == 0 => Some(Place::Value(register(r, Span::default()))),
                 Place::Reg(r) => {
                     let span = Span::default();
                     Some(Place::Value(bin(BinOp::UShr, register(r, span), num(8 * within, span))))
@@ -830,7 +945,7 @@ fn piece_at(pieces: Vec<(u64, Option<Place>)>, off: u64, size: u64) -> Option<Pl
                 Place::Pieces(_) => None,
             };
         }
-        start += len;
+        start = piece_end;
     }
     None
 }
@@ -845,27 +960,35 @@ fn mentions_frame(s: &Sym) -> bool {
     }
 }
 
-/// A member by name, looking into anonymous members (a few levels: the
-/// DWARF is the target's, and may be cyclic): (offset, member).
+/// A member by name: the aggregate's own first (a derived class's member
+/// hides its base's), then inside anonymous members and base classes, a
+/// few levels and a bounded number of aggregates deep (the DWARF is the
+/// target's, and may be cyclic or huge): (offset, member).
 fn find_member(d: &Debug, t: &Type, name: &str, base: u64) -> Option<(u64, types::Member)> {
-    find_member_depth(d, t, name, base, 0)
+    let mut budget = 256u32;
+    find_member_depth(d, t, name, base, 0, &mut budget)
 }
 
-fn find_member_depth(d: &Debug, t: &Type, name: &str, base: u64, depth: u32) -> Option<(u64, types::Member)> {
+fn find_member_depth(
+    d: &Debug,
+    t: &Type,
+    name: &str,
+    base: u64,
+    depth: u32,
+    budget: &mut u32,
+) -> Option<(u64, types::Member)> {
     let Type::Aggregate { members, .. } = t else { return None };
-    if depth > 8 {
+    if depth > 8 || *budget == 0 {
         return None;
     }
-    for m in members {
-        match &m.name {
-            Some(n) if n == name => return Some((base + m.offset, m.clone())),
-            None => {
-                let (_, inner) = types::resolve(d, m.ty);
-                if let Some(found) = find_member_depth(d, &inner, name, base + m.offset, depth + 1) {
-                    return Some(found);
-                }
-            }
-            _ => {}
+    *budget -= 1;
+    if let Some(m) = members.iter().find(|m| m.name.as_deref() == Some(name)) {
+        return Some((base.checked_add(m.offset)?, m.clone()));
+    }
+    for m in members.iter().filter(|m| m.name.is_none()) {
+        let (_, inner) = types::resolve(d, m.ty);
+        if let Some(found) = find_member_depth(d, &inner, name, base.checked_add(m.offset)?, depth + 1, budget) {
+            return Some(found);
         }
     }
     None

@@ -506,6 +506,49 @@ impl<'a> Lowerer<'a> {
         Box::new(self.stmt(s).unwrap_or(Stmt { kind: StmtKind::Block(Vec::new()), span: s.span }))
     }
 
+    /// `@defined(...)` or `!@defined(...)` as a condition: its value,
+    /// known at compile time.
+    fn defined_const(&mut self, e: &ast::Expr) -> Option<bool> {
+        match &e.kind {
+            A::AtOp(c) if c.name.name.as_str() == "defined" => Some(self.is_defined(c.args.first(), e.span)),
+            A::Unary { op: ast::UnOp::Not, operand } => self.defined_const(operand).map(|b| !b),
+            _ => None,
+        }
+    }
+
+    /// `@defined(arg)`: whether the target variable (or path) can be read
+    /// here.
+    fn is_defined(&mut self, arg: Option<&ast::Expr>, span: Span) -> bool {
+        match arg.map(|a| &a.kind) {
+            Some(A::TargetVar(n)) => {
+                let n = n.as_str();
+                let arg = n.strip_prefix("arg").and_then(|d| d.parse::<u32>().ok());
+                match self.debug_site() {
+                    _ if arg.is_some() => {
+                        matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function)
+                            || self.mark.as_ref().is_some_and(|m| arg.is_some_and(|a| a as usize <= m.args.len()))
+                    }
+                    _ if n == "return" => self.kind == BodyKind::FunctionReturn,
+                    Some(site) => site.defined(n),
+                    None => false,
+                }
+            }
+            Some(A::TargetPath(p)) => {
+                let before = self.diags.len();
+                let ok = self.path_value(p, span).is_some();
+                self.diags.truncate(before);
+                ok
+            }
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::TypeMismatch, span, "`@defined` takes a target variable")
+                        .with_label("not a `$name`"),
+                );
+                false
+            }
+        }
+    }
+
     fn cond(&mut self, e: &ast::Expr) -> Expr {
         let (x, t) = self.expr(e, Some(Ty::Long));
         self.check_type(t, Ty::Long, e.span, "a condition");
@@ -522,6 +565,18 @@ impl<'a> Lowerer<'a> {
                 StmtKind::Expr(x)
             }
             S::If(i) => {
+                // `if (@defined($x)) ... else ...`: only the branch taken is
+                // lowered (the other may name what does not exist here).
+                if let Some(known) = self.defined_const(&i.cond) {
+                    let cond = Expr { kind: ExprKind::Long(i64::from(known)), ty: Ty::Long, span: i.cond.span };
+                    let empty = |s: &ast::Stmt| Box::new(Stmt { kind: StmtKind::Block(Vec::new()), span: s.span });
+                    let (then, els) = if known {
+                        (self.boxed(&i.then), None)
+                    } else {
+                        (empty(&i.then), i.els.as_ref().map(|e| self.boxed(e)))
+                    };
+                    return Some(Stmt { kind: StmtKind::If { cond, then, els }, span });
+                }
                 let cond = self.cond(&i.cond);
                 let then = self.boxed(&i.then);
                 let els = i.els.as_ref().map(|e| self.boxed(e));
@@ -841,6 +896,12 @@ impl<'a> Lowerer<'a> {
             }
             A::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, span),
             A::Assign { op, target, value } => self.assign(*op, target, value, span),
+            A::IncDec { op, target, .. } if self.is_debug_target(target) => {
+                // `$p->refs++`: a guru write of the value plus or minus one.
+                let one = ast::Expr::new(A::Int(1), target.span);
+                let aop = if *op == IncDec::Inc { AssignOp::Add } else { AssignOp::Sub };
+                self.debug_assign(aop, target, &one, span)
+            }
             A::IncDec { op, prefix, target } => {
                 if self.stat_written(target) {
                     return mk(ExprKind::Long(0), Some(Ty::Long));
@@ -853,6 +914,11 @@ impl<'a> Lowerer<'a> {
                     if *op == IncDec::Inc { "what `++` changes" } else { "what `--` changes" },
                 );
                 mk(ExprKind::IncDec { op: *op, prefix: *prefix, target: Box::new(t) }, Some(Ty::Long))
+            }
+            A::Ternary { cond, then, els } if self.defined_const(cond).is_some() => {
+                // `@defined($x) ? $x : 0`: only the branch taken.
+                let known = self.defined_const(cond).unwrap_or(false);
+                self.expr(if known { then } else { els }, want)
             }
             A::Ternary { cond, then, els } => {
                 let c = self.cond(cond);
@@ -1714,33 +1780,7 @@ impl<'a> Lowerer<'a> {
         match name {
             "defined" => {
                 // `@defined($name)`: 1 where the variable can be read here.
-                let known = match c.args.first().map(|a| &a.kind) {
-                    Some(A::TargetVar(n)) => {
-                        let n = n.as_str();
-                        let arg = n.strip_prefix("arg").and_then(|d| d.parse::<u32>().ok());
-                        match self.debug_site() {
-                            _ if arg.is_some() => matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function) || self.mark.as_ref().is_some_and(|m| arg.is_some_and(|a| a as usize <= m.args.len())),
-                            _ if n == "return" => self.kind == BodyKind::FunctionReturn,
-                            Some(site) => site.defined(n),
-                            None => false,
-                        }
-                    }
-                    Some(A::TargetPath(p)) => {
-                        let before = self.diags.len();
-                        let reporting = self.reporting;
-                        let ok = self.path_value(p, span).is_some();
-                        self.diags.truncate(before);
-                        self.reporting = reporting;
-                        ok
-                    }
-                    _ => {
-                        self.error(
-                            Diagnostic::error(Code::TypeMismatch, span, "`@defined` takes a target variable")
-                                .with_label("not a `$name`"),
-                        );
-                        false
-                    }
-                };
+                let known = self.is_defined(c.args.first(), span);
                 (Expr { kind: ExprKind::Long(i64::from(known)), ty: Ty::Long, span }, Some(Ty::Long))
             }
             "var" | "cast" => {
