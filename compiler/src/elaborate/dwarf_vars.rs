@@ -17,9 +17,23 @@
 //! At a function's first instruction (an entry probe, and the entry
 //! values a return probe keeps), a parameter whose DWARF location is its
 //! stack slot for the whole function (-O0 code, where the prologue has not
-//! stored it yet) is read where the System V ABI passes it instead: the
-//! n-th integer-class parameter is the n-th argument register. A return
-//! probe reads parameters as they were at entry, as SystemTap does.
+//! stored it yet) is read where the System V ABI passes it instead
+//! (`abi_class`): integer-class eightbytes in the argument registers in
+//! order (a small struct in one or two: [`Place::Pieces`]), larger
+//! structs on the stack above the return address, objects passed by
+//! invisible reference (DW_CC_pass_by_reference, or a location that loads
+//! the object's address from the frame, as gcc writes it) through the
+//! address in their register; floating-point parameters take vector
+//! registers and are not read; a function the compiler gave its own
+//! convention (DW_CC_nocall) is refused. A return probe reads parameters
+//! as they were at entry, as SystemTap does. `$return` is rax, rax:rdx
+//! for a two-eightbyte struct, or the memory rax points to for one
+//! returned in memory.
+//!
+//! The DWARF is the target's: expressions, types and members are walked
+//! with bounds (operations, nodes, depth, a budget of aggregates), and
+//! pretty-printing keeps its format and arguments in step whatever fails
+//! (a part that cannot be read prints `?`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
