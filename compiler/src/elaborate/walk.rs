@@ -5,85 +5,16 @@ use std::collections::BTreeSet;
 
 /// Names of every function called in a block.
 pub fn calls_in_block(b: &Block, out: &mut BTreeSet<String>) {
-    for s in &b.stmts {
-        calls_in_stmt(s, out);
-    }
-}
-
-fn calls_in_stmt(s: &Stmt, out: &mut BTreeSet<String>) {
-    match &s.kind {
-        StmtKind::Block(b) => calls_in_block(b, out),
-        StmtKind::Expr(e) | StmtKind::Delete(e) | StmtKind::Return(Some(e)) => calls_in_expr(e, out),
-        StmtKind::If(i) => {
-            calls_in_expr(&i.cond, out);
-            calls_in_stmt(&i.then, out);
-            if let Some(e) = &i.els {
-                calls_in_stmt(e, out);
-            }
-        }
-        StmtKind::While(w) => {
-            calls_in_expr(&w.cond, out);
-            calls_in_stmt(&w.body, out);
-        }
-        StmtKind::For(f) => {
-            for e in [&f.init, &f.cond, &f.step].into_iter().flatten() {
-                calls_in_expr(e, out);
-            }
-            calls_in_stmt(&f.body, out);
-        }
-        StmtKind::Foreach(f) => {
-            if let Some(l) = &f.limit {
-                calls_in_expr(l, out);
-            }
-            calls_in_stmt(&f.body, out);
-        }
-        StmtKind::Try(t) => {
-            calls_in_block(&t.body, out);
-            calls_in_block(&t.handler, out);
-        }
-        StmtKind::Return(None)
-        | StmtKind::Empty
-        | StmtKind::Break
-        | StmtKind::Continue
-        | StmtKind::Next
-        | StmtKind::Error => {}
-    }
+    visit_exprs_in_block(b, &mut |e| note_call(e, out));
 }
 
 pub fn calls_in_expr(e: &Expr, out: &mut BTreeSet<String>) {
-    match &e.kind {
-        ExprKind::Call(c) => {
-            out.insert(c.name.name.to_string());
-            c.args.iter().for_each(|a| calls_in_expr(a, out));
-        }
-        ExprKind::TargetPath(p) => {
-            calls_in_expr(&p.base, out);
-            for s in &p.steps {
-                if let crate::ast::PathStep::Index(i) = s {
-                    calls_in_expr(i, out);
-                }
-            }
-        }
-        ExprKind::AtOp(c) => c.args.iter().for_each(|a| calls_in_expr(a, out)),
-        ExprKind::Index(ix) | ExprKind::In(ix) => ix.keys.iter().for_each(|k| calls_in_expr(k, out)),
-        ExprKind::Unary { operand, .. } => calls_in_expr(operand, out),
-        ExprKind::Binary { lhs, rhs, .. } | ExprKind::Assign { target: lhs, value: rhs, .. } => {
-            calls_in_expr(lhs, out);
-            calls_in_expr(rhs, out);
-        }
-        ExprKind::Ternary { cond, then, els } => {
-            calls_in_expr(cond, out);
-            calls_in_expr(then, out);
-            calls_in_expr(els, out);
-        }
-        ExprKind::IncDec { target, .. } => calls_in_expr(target, out),
-        ExprKind::Int(_)
-        | ExprKind::Str(_)
-        | ExprKind::Var(_)
-        | ExprKind::TargetVar(_)
-        | ExprKind::ScriptArg { .. }
-        | ExprKind::ScriptArgCount { .. }
-        | ExprKind::Error => {}
+    visit_expr(e, &mut |e| note_call(e, out));
+}
+
+fn note_call(e: &Expr, out: &mut BTreeSet<String>) {
+    if let ExprKind::Call(c) = &e.kind {
+        out.insert(c.name.name.to_string());
     }
 }
 
