@@ -610,6 +610,50 @@ fn sigint_during_the_attach_ends_the_session_cleanly() {
     wait_mode_works(target, 1000);
 }
 
+/// The tracer SIGKILLed at a different instant of the attach each time
+/// (from the end of pass 4 to well after the probes are placed): every
+/// system call and call it makes in the target goes through a stub that
+/// restores the thread by itself (`arch::native::stub`), so the target
+/// (four threads recursing through entry and return probes, the main
+/// thread blocked in a read, `--chrome` on) finishes with every result
+/// right, never killed by a signal.
+#[test]
+fn the_target_survives_a_tracer_killed_while_attaching() {
+    use std::io::BufRead;
+    let exe = build("killattach", &[]);
+    let trace = common::scratch("killattach").join("trace.json");
+    let script = "probe process.function(\"rec\"), process.function(\"rec\").return, process.function(\"work\") {}";
+    for i in 0..16u64 {
+        let mut target = common::Running::start(&exe, &["busy"]);
+        let pid = target.pid();
+        let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(["-v", "-p", &pid.to_string(), "--chrome", &trace.to_string_lossy(), "-e", script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start telco-stap");
+        let mut err = std::io::BufReader::new(tracer.stderr.take().expect("stderr"));
+        loop {
+            let mut line = String::new();
+            if err.read_line(&mut line).expect("telco-stap's stderr") == 0 || line.starts_with("Pass 4:") {
+                break;
+            }
+        }
+        // Not a wait for readiness: the instant of the fault, spread over
+        // the attach (0 to 45 ms after pass 4; arming takes about 40).
+        let until = std::time::Instant::now() + std::time::Duration::from_micros(i * 3000);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        tracer.kill().expect("SIGKILL the tracer");
+        tracer.wait().expect("reap the tracer");
+        target.say("stop");
+        let (last, status) = target.finish();
+        assert!(status.success(), "run {i}: the target ended with {status:?} ({last:?})");
+        assert_eq!(last, "busy 0\n", "run {i}: wrong results in the target");
+    }
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

@@ -90,6 +90,45 @@ fn check(call: &'static str, pid: i32, r: i64) -> Result<i64, InjectError> {
     Ok(r)
 }
 
+/// Bytes for the remote-operation stub that the program never uses: past
+/// the end of its main executable's code segment, in that segment's last
+/// page (mapped executable with it, beyond every section). Found from the
+/// program headers the auxiliary vector points at (`AT_PHDR`, read from
+/// the target's memory: untrusted, bounded); None when there is no such
+/// room (the stub then gets a page of its own).
+pub fn slack(s: &Stopped) -> Option<u64> {
+    const PT_LOAD: u32 = 1;
+    const PT_PHDR: u32 = 6;
+    const PF_X: u32 = 1;
+    let auxv = crate::os::proc::auxv(s.pid()).ok()?;
+    let phdr = crate::os::proc::aux_value(&auxv, libc::AT_PHDR)?;
+    let phnum = crate::os::proc::aux_value(&auxv, libc::AT_PHNUM)?.min(64) as usize;
+    let bytes = s.read(phdr, 56 * phnum).ok()?;
+    let u32_at = |b: &[u8], o: usize| b.get(o..o + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    let u64_at = |b: &[u8], o: usize| b.get(o..o + 8).and_then(|w| w.try_into().ok()).map(u64::from_le_bytes);
+    let headers: Vec<&[u8]> = bytes.chunks_exact(56).collect();
+    // The load bias: where PT_PHDR's address really is.
+    let bias = headers.iter().find(|h| u32_at(h, 0) == Some(PT_PHDR)).and_then(|h| Some(phdr.wrapping_sub(u64_at(h, 16)?)))?;
+    let maps = crate::os::proc::maps(s.pid()).ok()?;
+    let size = crate::arch::native::stub::SIZE;
+    for h in headers {
+        let (Some(PT_LOAD), Some(flags)) = (u32_at(h, 0), u32_at(h, 4)) else { continue };
+        let (Some(vaddr), Some(filesz), Some(memsz)) = (u64_at(h, 16), u64_at(h, 32), u64_at(h, 40)) else { continue };
+        if flags & PF_X == 0 || filesz != memsz {
+            continue;
+        }
+        let end = bias.wrapping_add(vaddr).checked_add(filesz)?;
+        let start = end.checked_next_multiple_of(16)?;
+        let page_end = end.checked_next_multiple_of(4096)?;
+        // Inside one mapping that covers the whole page.
+        let mapped = maps.iter().any(|m| m.start <= start && page_end <= m.end);
+        if page_end.saturating_sub(start) >= size && mapped {
+            return Some(start);
+        }
+    }
+    None
+}
+
 /// Create the shared region in the target and map it here too.
 pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected, InjectError> {
     let pid = s.pid();

@@ -215,6 +215,8 @@ pub struct Armed {
     region_remote: u64,
     /// SDT semaphores raised in the target (lowered at the end).
     semaphores: Vec<u64>,
+    /// The remote-operation stub (`Stopped::install_stub`).
+    stub: Option<crate::os::ptrace::StubPlace>,
     _code: Vec<CodeRegion>,
 }
 
@@ -870,9 +872,30 @@ fn place(
 }
 
 /// Write the patches, every thread stopped and none inside the bytes that
-/// change (a thread there is stepped out first).
-fn apply(s: &mut Stopped, plans: Vec<Plan>, patches: &mut Vec<Patch>) -> Result<(), TargetError> {
+/// change. A thread there goes on in the trampoline's relocated copy of
+/// those instructions instead (`relocs`: copy, its length, original, its
+/// length), at the copy of the instruction it was at: no single step, so
+/// no trap a dying tracer could leave behind. One where there is no copy
+/// (a hop's bytes) is stepped out.
+fn apply(
+    s: &mut Stopped,
+    plans: Vec<Plan>,
+    patches: &mut Vec<Patch>,
+    relocs: &[(u64, u32, u64, u32)],
+) -> Result<(), TargetError> {
     let ranges: Vec<(u64, u64)> = plans.iter().map(|(at, orig, _)| (*at, orig.len() as u64)).collect();
+    for tid in s.threads().collect::<Vec<_>>() {
+        let mut r = s.regs(tid)?;
+        let pc = arch::pc(&r);
+        let Some((at, orig, _)) = plans.iter().find(|(at, orig, _)| pc > *at && pc < at + orig.len() as u64) else {
+            continue;
+        };
+        let copy = relocs.iter().find(|&&(_, _, o, n)| o == *at && n as usize == orig.len()).map(|r| r.0);
+        if let Some(to) = copy.and_then(|c| arch::patch::relocated_pc(orig, *at, orig.len(), c, pc)) {
+            arch::set_pc(&mut r, to);
+            s.set_regs(tid, &r)?;
+        }
+    }
     step_out(s, &ranges)?;
     for (at, original, patch) in plans {
         s.write(at, &patch)?;
@@ -962,6 +985,10 @@ fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(PathBuf, Vec<(u64, u64
 pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed), TargetError> {
     let pid = s.pid();
     check_machine(pid)?;
+    // First of all, the stub every later system call and call goes
+    // through: from here on, a tracer that dies at any instant leaves
+    // every thread able to go on (`os::ptrace`, `arch::native::stub`).
+    let stub = s.install_stub(inject::slack(&s))?;
     let execname = crate::os::proc::comm(pid).trim().to_string();
     let injected = inject::region(&mut s, a, &execname)?;
     let threads_at = inject::threads(&mut s, a)?;
@@ -1111,7 +1138,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         }
         _ => None,
     };
-    apply(&mut s, plans, &mut patches)?;
+    apply(&mut s, plans, &mut patches, &hooker.relocs.borrow())?;
     let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
     // SAFETY: the region's own base.
     unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
@@ -1145,6 +1172,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         exes: [(pid, exe)].into_iter().collect(),
         region_remote: injected.region_remote,
         semaphores,
+        stub,
         _code: codes,
     };
     Ok((injected.region, armed))
@@ -1377,7 +1405,10 @@ impl Armed {
         // Put the original bytes back, with every thread stopped.
         let s = match self.stopped.take() {
             Some(s) => Ok(s),
-            None => Stopped::attach(self.pid),
+            None => Stopped::attach(self.pid).map(|mut s| {
+                s.use_stub(self.stub.as_ref());
+                s
+            }),
         };
         match s {
             Ok(mut s) => {
@@ -1429,7 +1460,10 @@ impl Armed {
         if let Some(f) = &self.follow {
             regions.extend(f._codes.iter().map(|c| (c.remote, c.size)));
         }
-        let code = regions.clone();
+        let mut code = regions.clone();
+        if let Some(p) = &self.stub {
+            code.push((p.at, crate::arch::native::stub::SIZE));
+        }
         regions.push((self.region_remote, page(a.region_size)));
         let threads_at = self.hooker.threads_at;
         if threads_at != 0 {
@@ -1510,12 +1544,17 @@ impl Armed {
                 return Err(format!("munmap({at:#x}, {len}): {}", std::io::Error::from_raw_os_error(-r as i32)));
             }
         }
+        // The stub last.
+        if let Some(p) = &self.stub {
+            s.remove_stub(p).map_err(|e| e.to_string())?;
+        }
         Ok(())
     }
 
     /// Stop the target and hook the pending libraries that are mapped now.
     fn place_pending(&mut self) -> Result<(), TargetError> {
         let mut s = Stopped::attach(self.pid)?;
+        s.use_stub(self.stub.as_ref());
         let maps = mappings(self.pid)?;
         let ready: Vec<PathBuf> = self
             .pending
@@ -1532,7 +1571,7 @@ impl Armed {
                 self._code.push(code);
             }
         }
-        apply(&mut s, plans, &mut self.patches)?;
+        apply(&mut s, plans, &mut self.patches, &self.hooker.relocs.borrow())?;
         let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.semaphores, &self.patches);
         self.semaphores.extend(raised);
         // SAFETY: the header pointer is the live region's base.
@@ -1840,7 +1879,7 @@ impl Armed {
         let region_remote = f.region_remote;
         hook_execs(&self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
         let mut patches = Vec::new();
-        apply(&mut s, plans, &mut patches)?;
+        apply(&mut s, plans, &mut patches, &self.hooker.relocs.borrow())?;
         let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
         if codes.is_empty() {
             let near = arch::pc(&s.regs(pid)?);

@@ -60,6 +60,14 @@ pub enum PtraceError {
 
 pub use crate::arch::native::Regs;
 
+/// Where a session's remote-operation stub is: in slack bytes of the
+/// program (their original bytes kept), or a page of its own.
+#[derive(Clone, Debug)]
+pub struct StubPlace {
+    pub at: u64,
+    pub original: Option<Vec<u8>>,
+}
+
 /// A process with every thread stopped under ptrace.
 pub struct Stopped {
     pid: i32,
@@ -67,6 +75,10 @@ pub struct Stopped {
     /// dropped.
     threads: BTreeMap<i32, Thread>,
     mem: std::fs::File,
+    /// The session's remote-operation stub in the target
+    /// (`arch::native::stub`), once mapped: system calls and calls then
+    /// survive the tracer's death.
+    stub: Option<u64>,
 }
 
 use super::proc::{tasks, tracer_of};
@@ -163,6 +175,12 @@ pub(crate) mod req {
         raw("PTRACE_CONT", libc::PTRACE_CONT, tid, sig)
     }
 
+    /// Resume until the next system-call entry or exit, delivering `sig`
+    /// (0: none).
+    pub fn syscall(tid: i32, sig: i32) -> Result<(), PtraceError> {
+        raw("PTRACE_SYSCALL", libc::PTRACE_SYSCALL, tid, sig)
+    }
+
     /// Run one instruction, delivering `sig` (0: none) first.
     pub fn step(tid: i32, sig: i32) -> Result<(), PtraceError> {
         raw("PTRACE_SINGLESTEP", libc::PTRACE_SINGLESTEP, tid, sig)
@@ -188,7 +206,7 @@ impl Stopped {
             io::ErrorKind::PermissionDenied => PtraceError::Permission { pid },
             _ => PtraceError::Memory { op: "open /proc/PID/mem", pid, addr: 0, len: 0, source: e },
         })?;
-        let mut s = Stopped { pid, threads: BTreeMap::new(), mem };
+        let mut s = Stopped { pid, threads: BTreeMap::new(), mem, stub: None };
         // Threads may be created while we stop the others: repeat until a
         // scan finds no new one (a stopped thread cannot create any).
         loop {
@@ -232,7 +250,7 @@ impl Stopped {
         })?;
         let mut threads = BTreeMap::new();
         threads.insert(pid, Thread { tid: pid, pending: 0, detached: false });
-        Ok(Stopped { pid, threads, mem })
+        Ok(Stopped { pid, threads, mem, stub: None })
     }
 
     /// Let thread `tid` run until it executes the `int3` placed at `at`
@@ -317,9 +335,61 @@ impl Stopped {
         })
     }
 
+    /// Put the session's remote-operation stub (`arch::native::stub`) into
+    /// the target and make every later system call and call go through
+    /// it. `slack`: executable bytes the program never uses (past the end
+    /// of its code segment, in that segment's last page: `inject::slack`),
+    /// kept to be put back; without, a page of its own is mapped, that
+    /// `mmap` being made the old way (the one moment the tracer's death
+    /// could still hurt the thread). None when neither is possible (calls
+    /// go on the old way).
+    pub fn install_stub(&mut self, slack: Option<u64>) -> Result<Option<StubPlace>, PtraceError> {
+        use crate::arch::native::stub;
+        let code = stub::code();
+        if let Some(at) = slack {
+            let original = self.read(at, stub::SIZE as usize)?;
+            self.write(at, &code)?;
+            self.stub = Some(at);
+            return Ok(Some(StubPlace { at, original: Some(original) }));
+        }
+        let tid = self.main_thread();
+        let page = stub::SIZE.next_multiple_of(4096);
+        let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+        let at = self.syscall(tid, libc::SYS_mmap, [0, page, prot, flags, u64::MAX, 0])?;
+        if (-4095..0).contains(&at) {
+            return Ok(None);
+        }
+        self.write(at as u64, &code)?;
+        self.stub = Some(at as u64);
+        Ok(Some(StubPlace { at: at as u64, original: None }))
+    }
+
+    /// Use the stub another `Stopped` of the same session installed.
+    pub fn use_stub(&mut self, place: Option<&StubPlace>) {
+        self.stub = place.map(|p| p.at);
+    }
+
+    /// Take the stub out (last of all): its bytes put back, or its page
+    /// unmapped (the old way: its `munmap` cannot run in it).
+    pub fn remove_stub(&mut self, place: &StubPlace) -> Result<(), PtraceError> {
+        self.stub = None;
+        match &place.original {
+            Some(bytes) => self.write(place.at, bytes),
+            None => {
+                let page = crate::arch::native::stub::SIZE.next_multiple_of(4096);
+                let tid = self.main_thread();
+                self.syscall(tid, libc::SYS_munmap, [place.at, page, 0, 0, 0, 0]).map(|_| ())
+            }
+        }
+    }
+
     /// Execute system call `nr` with `args` in thread `tid`; returns the
     /// raw result (a negative errno on failure).
     pub fn syscall(&mut self, tid: i32, nr: i64, args: [u64; 6]) -> Result<i64, PtraceError> {
+        if let Some(stub) = self.stub {
+            return self.syscall_by_stub(tid, stub, nr, args);
+        }
         let saved = self.regs(tid)?;
         let ip = arch::pc(&saved);
         let bytes = self.read(ip, arch::SYSCALL_LEN)?;
@@ -351,54 +421,95 @@ impl Stopped {
         Ok(v)
     }
 
+    /// The system call run by the stub: the resume block written first, so
+    /// that from the moment the registers point at the stub the thread can
+    /// finish alone; the tracer follows it with `PTRACE_SYSCALL` to the
+    /// call's exit stop (the second stop past the `syscall`), reads the
+    /// result and puts the saved registers back itself (the kernel then
+    /// restarts what the thread was interrupted in, as usual).
+    fn syscall_by_stub(&mut self, tid: i32, stub_at: u64, nr: i64, args: [u64; 6]) -> Result<i64, PtraceError> {
+        use crate::arch::native::stub;
+        let saved = self.regs(tid)?;
+        self.write(stub_at + stub::BLOCK, &stub::resume_block(&saved))?;
+        let r = stub::syscall_regs(&saved, stub_at, nr, args);
+        let after = stub_at + stub::AFTER_SYSCALL;
+        let result = (|| {
+            self.set_regs(tid, &r)?;
+            let mut stops = 0;
+            loop {
+                req::syscall(tid, 0)?;
+                match wait(tid)? {
+                    Stop::Trap => {
+                        let now = self.regs(tid)?;
+                        if arch::pc(&now) == after {
+                            stops += 1;
+                            if stops == 2 {
+                                return Ok(arch::syscall_result(&now));
+                            }
+                        }
+                    }
+                    Stop::Signal(sig) => self.keep_signal(tid, sig),
+                    Stop::Exited => return Err(PtraceError::Exited { tid }),
+                }
+            }
+        })();
+        let restore = self.set_regs(tid, &saved);
+        let v = result?;
+        restore?;
+        Ok(v)
+    }
+
     /// Call the function at `func` in thread `tid` with up to six integer
-    /// arguments (the platform's calling convention), below the thread's stack pointer and its red
-    /// zone, with the return address set to `trap` (an `int3` byte in the
-    /// target): returns `rax`. Every register is restored afterwards.
+    /// arguments (the platform's calling convention), below the thread's
+    /// stack pointer and its red zone: returns its result. Every register
+    /// is restored afterwards. With the stub, the function returns into it
+    /// (which marks the return with a `getpid` the tracer stops at, and
+    /// would restore the thread by itself were the tracer gone); without,
+    /// to `trap` (an `int3` byte in the target).
     pub fn call(&mut self, tid: i32, func: u64, args: &[u64], trap: u64) -> Result<u64, PtraceError> {
+        use crate::arch::native::stub;
         let saved = self.regs(tid)?;
         let mut r = saved;
         let ret_at = arch::set_call(&mut r, func, args);
-        self.write(ret_at, &trap.to_le_bytes())?;
+        let via = self.stub;
+        if let Some(at) = via {
+            self.write(at + stub::BLOCK, &stub::resume_block(&saved))?;
+            self.write(ret_at, &(at + stub::CALL_RETURN).to_le_bytes())?;
+        } else {
+            self.write(ret_at, &trap.to_le_bytes())?;
+        }
         // Bounded: code that never returns (a bug, a target that changed
         // under us) must not hang the tracer.
         const CALL_SECS: u64 = 5;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CALL_SECS);
+        let mut marker: Option<u64> = None;
         let result = (|| {
             self.set_regs(tid, &r)?;
             loop {
-                req::cont(tid, 0)?;
+                match via {
+                    Some(_) => req::syscall(tid, 0)?,
+                    None => req::cont(tid, 0)?,
+                }
                 let Some(stop) = wait_until(tid, Some(deadline))? else {
-                    // Stop it again, then undo the call below: a seized
-                    // thread with PTRACE_INTERRUPT, one traced since its
-                    // start (PTRACE_TRACEME, `-c`) with a SIGSTOP of ours.
-                    let seized = req::interrupt(tid).is_ok();
-                    if !seized {
-                        // tgkill (one thread): not in nix.
-                        // SAFETY: a signal to our own tracee's thread.
-                        unsafe { libc::syscall(libc::SYS_tgkill, self.pid, tid, libc::SIGSTOP) };
-                    }
-                    loop {
-                        match wait(tid)? {
-                            Stop::Exited => return Err(PtraceError::Exited { tid }),
-                            Stop::Trap => break,
-                            Stop::Signal(libc::SIGSTOP) if !seized => break,
-                            Stop::Signal(sig) => {
-                                // Not ours: kept for detach; on to our stop.
-                                self.keep_signal(tid, sig);
-                                req::cont(tid, 0)?;
-                            }
-                        }
-                    }
+                    self.stop_overrunning_call(tid)?;
                     return Err(PtraceError::CallTimedOut { tid, secs: CALL_SECS });
                 };
                 match stop {
                     Stop::Trap => {
                         let now = self.regs(tid)?;
-                        if arch::pc(&now) == arch::pc_after_trap(trap) {
-                            return Ok(arch::call_result(&now));
+                        match via {
+                            // The marker's entry stop (the result is in
+                            // hand), then its exit stop: only then may the
+                            // registers be put back.
+                            Some(at) if arch::pc(&now) == at + stub::AFTER_SYSCALL => match marker {
+                                None => marker = Some(stub::call_result(&now)),
+                                Some(v) => return Ok(v),
+                            },
+                            Some(_) => {}
+                            None if arch::pc(&now) == arch::pc_after_trap(trap) => return Ok(arch::call_result(&now)),
+                            // Another stop (an event): keep going.
+                            None => {}
                         }
-                        // Another stop (an event): keep going.
                     }
                     // The called code faulted (a synchronous signal, not one
                     // sent): going on would fault again, forever.
@@ -420,6 +531,42 @@ impl Stopped {
         let v = result?;
         restore?;
         Ok(v)
+    }
+
+    /// A called function ran past its time: stop the thread again so the
+    /// call can be undone. A seized thread gets `PTRACE_INTERRUPT`, one
+    /// traced since its start (`PTRACE_TRACEME`, `-c`) a SIGSTOP of ours;
+    /// the stop awaited is that one, never a system-call stop (putting the
+    /// registers back at a system call's entry would run the wrong call).
+    fn stop_overrunning_call(&mut self, tid: i32) -> Result<(), PtraceError> {
+        let seized = req::interrupt(tid).is_ok();
+        if !seized {
+            // tgkill (one thread): not in nix.
+            // SAFETY: a signal to our own tracee's thread.
+            unsafe { libc::syscall(libc::SYS_tgkill, self.pid, tid, libc::SIGSTOP) };
+        }
+        loop {
+            let status = match super::wait::wait(tid, true) {
+                Ok(Some((_, st))) => st,
+                Ok(None) => continue,
+                Err(source) => return Err(PtraceError::Wait { tid, source }),
+            };
+            if status.ended() {
+                return Err(PtraceError::Exited { tid });
+            }
+            let interrupted = status.event() == libc::PTRACE_EVENT_STOP;
+            match status.delivering() {
+                Some(libc::SIGSTOP) if !seized => return Ok(()),
+                Some(sig) => {
+                    // Not ours: kept for detach; on to our stop.
+                    self.keep_signal(tid, sig);
+                    req::cont(tid, 0)?;
+                }
+                None if interrupted || !seized && status.stop_signal() == Some(libc::SIGSTOP) => return Ok(()),
+                // A system-call stop (or another trap) before ours.
+                None => req::cont(tid, 0)?,
+            }
+        }
     }
 
     /// The `si_code` of the signal thread `tid` is stopped for.
@@ -479,7 +626,10 @@ pub enum Step {
 impl Thread {
     /// Seize thread `tid` and stop it (PTRACE_SEIZE + PTRACE_INTERRUPT).
     pub fn seize(tid: i32) -> Result<Thread, PtraceError> {
-        req::seize(tid, nix::sys::ptrace::Options::empty()).map_err(PtraceError::Seize)?;
+        // TRACESYSGOOD: a thread in a system-call stop whose tracer dies
+        // resumes with an invalid signal number (ignored), where without
+        // it the kernel would send itself SIGTRAP and die.
+        req::seize(tid, nix::sys::ptrace::Options::PTRACE_O_TRACESYSGOOD).map_err(PtraceError::Seize)?;
         let mut t = Thread { tid, pending: 0, detached: false };
         req::interrupt(tid)?;
         match wait(tid)? {
@@ -570,7 +720,8 @@ pub enum ExecWait {
 /// Attach to a thread about to `exec` without stopping it, so that the
 /// new program stops before its first instruction (`PTRACE_O_TRACEEXEC`).
 pub fn seize_for_exec(tid: i32) -> Result<(), PtraceError> {
-    req::seize(tid, nix::sys::ptrace::Options::PTRACE_O_TRACEEXEC).map_err(PtraceError::Seize)
+    use nix::sys::ptrace::Options;
+    req::seize(tid, Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACESYSGOOD).map_err(PtraceError::Seize)
 }
 
 /// Poll a thread attached by [`seize_for_exec`] (process `pid`), without

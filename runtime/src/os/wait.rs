@@ -45,7 +45,12 @@ impl Status {
     /// A signal-delivery stop: the signal the thread is about to get,
     /// which the tracer must pass on. None for event stops and traps.
     pub fn delivering(self) -> Option<i32> {
-        self.stop_signal().filter(|&s| self.event() == 0 && s != libc::SIGTRAP)
+        self.stop_signal().filter(|&s| self.event() == 0 && s != libc::SIGTRAP && s != libc::SIGTRAP | 0x80)
+    }
+
+    /// A system-call stop (`PTRACE_SYSCALL` with `PTRACE_O_TRACESYSGOOD`).
+    pub fn is_syscall_stop(self) -> bool {
+        self.stop_signal() == Some(libc::SIGTRAP | 0x80)
     }
 
     /// Stopped at the start of a new program (`PTRACE_EVENT_EXEC`).

@@ -431,6 +431,21 @@ pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarg
 ///
 /// Returns the bytes.
 pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u8>, Refusal> {
+    relocate_mapped(original, from, len, to).map(|(bytes, _)| bytes)
+}
+
+/// Where the copy [`relocate`] makes at `to` has the instruction that
+/// starts at `pc` in the original (`from..from+len`): a thread stopped
+/// there can go on in the copy instead, the same instructions in the same
+/// order, without a single step. None for a `pc` that starts no
+/// instruction there.
+pub fn relocated_pc(original: &[u8], from: u64, len: usize, to: u64, pc: u64) -> Option<u64> {
+    let (_, map) = relocate_mapped(original, from, len, to).ok()?;
+    map.into_iter().find(|&(ip, _)| ip == pc).map(|(_, at)| at)
+}
+
+/// [`relocate`], with each instruction's original address and its copy's.
+fn relocate_mapped(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, Vec<(u64, u64)>), Refusal> {
     let bad = |why: String| Refusal::BadRange { from, len, why };
     if len == 0 {
         return Err(bad("the range is empty".to_string()));
@@ -455,8 +470,15 @@ pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u
     check_displaced(&instrs, from, len, from)?;
     let instrs = call_from_the_original(instrs, from.wrapping_add(len as u64));
 
-    let encoded = BlockEncoder::encode(64, InstructionBlock::new(&instrs, to), BlockEncoderOptions::NONE)
-        .map_err(|e| classify_encode_error(&instrs, from, to, e.to_string()))?;
+    let encoded =
+        BlockEncoder::encode(64, InstructionBlock::new(&instrs, to), BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+            .map_err(|e| classify_encode_error(&instrs, from, to, e.to_string()))?;
+    let map: Vec<(u64, u64)> = instrs
+        .iter()
+        .zip(&encoded.new_instruction_offsets)
+        .filter(|&(_, &off)| off != u32::MAX)
+        .map(|(i, &off)| (i.ip(), to.wrapping_add(u64::from(off))))
+        .collect();
     let mut bytes = encoded.code_buffer;
 
     // The jump back is appended by hand rather than given to the block
@@ -472,7 +494,7 @@ pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u
             bytes.extend_from_slice(&back.to_le_bytes());
         }
     }
-    Ok(bytes)
+    Ok((bytes, map))
 }
 
 /// A call that ends the displaced instructions (`push rbx; call f` is a
