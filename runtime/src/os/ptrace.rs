@@ -8,19 +8,34 @@
 //! while a thread was stopped is delivered again at detach, so the target
 //! loses nothing.
 //!
-//! Remote system calls follow the usual recipe: with every thread stopped,
-//! save one thread's registers, put `syscall` (0f 05) at its instruction
-//! pointer, load the call's registers with `orig_rax = -1` (so the kernel does
-//! not treat our call as the restart of a syscall the thread was blocked
-//! in), single-step, read `rax`, then restore the two bytes and every
-//! register. Restoring the saved `orig_rax`/`rax` lets the kernel restart an
-//! interrupted syscall (`-ERESTARTSYS` and friends) correctly on resume.
+//! Remote system calls and calls must leave the target whole whatever
+//! instant the tracer dies at (it may be SIGKILLed mid-attach). Once the
+//! session's stub is in place ([`Stopped::install_stub`]:
+//! `arch::native::stub`, in slack bytes past the program's code or a page
+//! of its own), a system call runs there: the thread's registers are
+//! saved, the state it must resume in is written into the stub's block
+//! first (with a system call it was interrupted in set to restart, as the
+//! kernel would), then its registers point at the stub's `syscall`; the
+//! tracer follows with `PTRACE_SYSCALL` to the call's exit stop, reads
+//! `rax` and puts the saved registers back itself (so the kernel restarts
+//! an interrupted call as usual). A dead tracer leaves the thread to run
+//! the stub on: the call, then every register back and a jump to where it
+//! was. A called function ([`Stopped::call`]: the crash handler's
+//! installation, lifecycle probes) returns into the stub the same way.
+//! Threads are seized with `PTRACE_O_TRACESYSGOOD`: without it, a thread
+//! in a system-call stop whose tracer dies sends itself SIGTRAP. No trap
+//! flag and no `int3` is left for a dead tracer's thread to hit.
 //!
-//! Remote function calls ([`Stopped::call`]: the crash handler's
-//! installation, lifecycle probes) return to an `int3` in the session's
-//! code region and are bounded: a call that has not returned after 5 s is
-//! stopped and undone ([`PtraceError::CallTimedOut`]), so target code that
-//! never returns cannot hang the tracer. [`Thread`] guards one thread
+//! Before the stub exists, and for its own removal when it has a page of
+//! its own, the old recipe: put `syscall` (0f 05) at the thread's
+//! instruction pointer, load the call's registers with `orig_rax = -1`
+//! (so the kernel does not treat our call as the restart of a syscall the
+//! thread was blocked in), single-step, read `rax`, restore the two bytes
+//! and every register; calls return to an `int3` in the session's code.
+//!
+//! Calls are bounded: one that has not returned after 5 s is stopped and
+//! undone ([`PtraceError::CallTimedOut`]), so target code that never
+//! returns cannot hang the tracer. [`Thread`] guards one thread
 //! alone (`.itrace` single-steps it while the others run);
 //! [`seize_for_exec`], [`poll_exec`] and [`release`] follow a thread into
 //! the program it execs.

@@ -149,7 +149,7 @@ mod tests {
             "mov eax,27h",
             "syscall",
             "push qword <slot 17>",
-            "popfq",
+            "popf",
             "mov rax, <slot 0>",
             "mov rbx, <slot 1>",
             "mov rcx, <slot 2>",
