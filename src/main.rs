@@ -430,11 +430,37 @@ fn render(sink: &telco_compiler::Diagnostics, sources: &SourceMap, color: bool) 
 /// The program `-c CMD` runs, found on `$PATH` like a shell would.
 fn command_program(cli: &Cli) -> Result<Option<std::path::PathBuf>> {
     let Some(cmd) = &cli.command else { return Ok(None) };
-    let prog = cmd.split_whitespace().next().unwrap_or("");
+    let prog = first_word(cmd);
+    let prog = prog.as_str();
     match telco_compiler::elf::find_on_path(prog) {
         Some(p) => Ok(Some(p)),
         None => bail!("-c {cmd:?}: program `{prog}` not found"),
     }
+}
+
+/// The first word of a shell command, its quotes taken off as the shell
+/// does (`'/bin/ls' -l` runs `/bin/ls`; `"my prog" x` runs `my prog`).
+fn first_word(cmd: &str) -> String {
+    let mut word = String::new();
+    let mut chars = cmd.trim_start().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => break,
+            '\'' => word.extend(chars.by_ref().take_while(|&c| c != '\'')),
+            '"' => {
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => word.extend(chars.next()),
+                        c => word.push(c),
+                    }
+                }
+            }
+            '\\' => word.extend(chars.next()),
+            c => word.push(c),
+        }
+    }
+    word
 }
 
 /// Facts about running processes come from the runtime's `/proc` reader.

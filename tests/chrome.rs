@@ -429,6 +429,46 @@ fn every_python_function_traced_opens_in_perfetto() {
     std::fs::remove_file(&out).ok();
 }
 
+/// Every function of real libraries at once (issue 17), entry and return
+/// probes with `--chrome`: the C library under `ls`, libstdc++ under a C++
+/// program (strings, maps, streams, an exception unwinding through return
+/// probes), libsqlite3 under Debian's sqlite3 shell. Each program prints
+/// what it prints untraced, nothing is dropped, and the trace opens in
+/// Perfetto's trace processor with every span.
+#[test]
+fn every_function_of_libc_libstdcxx_and_libsqlite3() {
+    let d = common::scratch("chrome-libraries");
+    let cxx = d.join("cxxreal");
+    common::compile(&[&common::repo().join("tests/programs/cxxreal.cc")], &cxx, &["-O2"]);
+    let sql = "create table t(a integer, b text); with recursive c(x) as (select 1 union all select x+1 from c where x < 300) insert into t select x, 'v'||x from c; select count(*), sum(a), max(b) from t;";
+    let sqlite = "/usr/bin/sqlite3";
+    if !std::path::Path::new(sqlite).exists() {
+        panic!("{sqlite} is missing: the test command (.ci/run) installs Debian's sqlite3");
+    }
+    let cases: [(&str, Vec<String>, usize); 3] = [
+        ("libc.so.6", vec!["/bin/ls".into(), "-la".into(), "/usr/lib".into()], 5_000),
+        ("libstdc++.so.6", vec![cxx.display().to_string()], 2_000),
+        ("libsqlite3.so.0", vec![sqlite.into(), ":memory:".into(), sql.into()], 20_000),
+    ];
+    for (lib, argv, at_least) in cases {
+        let plain = Command::new(&argv[0]).args(&argv[1..]).output().expect("run untraced");
+        let out = d.join(format!("{lib}.json"));
+        let script = format!("probe process(\"{lib}\").function(\"*\"), process(\"{lib}\").function(\"*\").return {{}}");
+        // Quoted for the shell `-c` hands a command with quotes to.
+        let cmd = argv.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect::<Vec<_>>().join(" ");
+        let (stdout, stderr, code) = telco(&["-w", "-e", &script, "--chrome", out.to_str().unwrap(), "-c", &cmd]);
+        assert_eq!(code, Some(0), "{lib}: {stderr}");
+        assert_eq!(stdout, String::from_utf8_lossy(&plain.stdout), "{lib}: the program's own output");
+        assert!(stderr.contains("; none dropped"), "{lib}: {stderr}");
+        let spans = ph(&events(&out), "X").len() as u64;
+        assert!(spans as usize >= at_least, "{lib}: only {spans} calls recorded");
+        if let Some(report) = viewer_check(&out) {
+            assert_eq!(report["slice_count"], spans, "{lib}: {report}");
+        }
+        std::fs::remove_file(&out).ok();
+    }
+}
+
 /// On a terminal, a long `--chrome` session draws a status line every
 /// second, as `perf record` does (events, size, rate), which the summary
 /// line replaces at the end. (`script` gives the session a terminal; the
