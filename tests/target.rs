@@ -654,6 +654,41 @@ fn the_target_survives_a_tracer_killed_while_attaching() {
     }
 }
 
+/// ^C pressed again and again while the session ends (the end probes,
+/// the detach): SIGINT, SIGTERM and SIGHUP are the session's own from pass
+/// 4 on, so a burst of them during the detach neither kills the tracer
+/// halfway through restoring the process nor cuts the end probe short:
+/// exit 0, the end probe's output, the process's mappings as they were,
+/// and the process then works.
+#[test]
+fn signals_during_the_detach_leave_nothing_behind() {
+    let exe = build("sigdetach", &[]);
+    let target = common::Running::start(&exe, &["wait", "1000"]);
+    let pid = target.pid();
+    let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let before = maps();
+    let script = "probe begin { println(\"armed\") } probe process.function(\"*\") {} probe end { println(\"end\") }";
+    for (i, sig) in [2, 15, 1, 2, 2].into_iter().enumerate() {
+        let tracer = common::Tracer::start(&["-p", &pid.to_string(), "-e", script], "armed");
+        // A burst over about 20 ms: the first ends the session, the rest
+        // land in the end probe and the detach.
+        for k in 0..40u64 {
+            // SAFETY: signalling the tracer we started.
+            unsafe { libc_kill(tracer.child.id() as i32, if k == 0 { 2 } else { sig }) };
+            let until = std::time::Instant::now() + std::time::Duration::from_micros(500);
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+        let (out, err, code) = tracer.finish();
+        assert_eq!(code, Some(0), "run {i} (signal {sig}): {err}");
+        assert_eq!(out, "end\n", "run {i}: {err}");
+        assert!(!err.contains("stays mapped"), "run {i}: {err}");
+        assert_eq!(maps(), before, "run {i}");
+    }
+    wait_mode_works(target, 1000);
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

@@ -208,14 +208,13 @@ impl Signals {
     }
 }
 
+/// The pipe goes; the handler stays: a signal after the session's waits
+/// (^C pressed again while the end probes run and the process is
+/// detached and restored) is noted and changes nothing, where the default
+/// action would kill the tracer halfway through putting the process back.
 impl Drop for Signals {
     fn drop(&mut self) {
-        use nix::sys::signal::{signal, SigHandler};
         SIGNAL_FD.store(-1, Ordering::Relaxed);
-        for sig in SESSION_SIGNALS {
-            // SAFETY: restoring the default disposition.
-            let _ = unsafe { signal(sig, SigHandler::SigDfl) };
-        }
     }
 }
 
