@@ -348,3 +348,61 @@ fn build_id(exe: &Path) -> String {
     let line = text.lines().find(|l| l.contains("Build ID:")).expect("a build id");
     line.rsplit(' ').next().expect("id").trim().to_string()
 }
+
+mod generated {
+    //! Generated scripts of target paths (bases, members, indexes,
+    //! pretty-printing, writes, `@defined`) through passes 1–4 against a
+    //! real -g program: an answer or a located message, never a panic.
+    use proptest::prelude::*;
+
+    const BASES: &[&str] = &[
+        "$p", "$s", "$scale", "$why", "$c", "$global_counter", "$global_origin", "$grid", "$return", "$nope",
+        "@cast(0, \"struct point\")", "@cast($p, \"struct shape\")", "@var(\"grid\")", "@var(\"nope@x.c\")",
+    ];
+    const STEPS: &[&str] = &[
+        "->x", "->y", "->corners", "->name", "->origin", "->flags", "->b", "->n", "->bytes", "->nope", "[1]", "[0]",
+        "[$scale]", "[-1]", "[99999999999]", ".x", "->tag",
+    ];
+    const USES: &[&str] = &["println(E)", "E = 1", "E++", "E += 2", "println(@defined(E))", "x = E . \"s\"", "println(E$)"];
+
+    fn path() -> impl Strategy<Value = String> {
+        (prop::sample::select(BASES), prop::collection::vec(prop::sample::select(STEPS), 0..4), 0u8..3).prop_map(
+            |(b, steps, pretty)| format!("{b}{}{}", steps.concat(), "$".repeat(pretty as usize)),
+        )
+    }
+
+    fn exe() -> &'static std::path::PathBuf {
+        static E: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+        E.get_or_init(|| super::build("generated", "dwarfvars.c", &["-O2"]))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn generated_target_paths_get_an_answer_or_a_message(
+            p in path(),
+            use_ in prop::sample::select(USES),
+            point in prop::sample::select(&["function(\"area\")", "function(\"describe\").return", "function(\"by_value\")"][..]),
+            guru in any::<bool>(),
+        ) {
+            let body = use_.replace('E', &p);
+            let script = format!("probe process(\"{}\").{point} {{ {body} }}", exe().display());
+            let mut args = vec!["--last-pass", "4", "-e", &script];
+            if guru {
+                args.push("-g");
+            }
+            let o = std::process::Command::new("timeout")
+                .args(["-s", "KILL", "60"])
+                .arg(env!("CARGO_BIN_EXE_telco-stap"))
+                .args(&args)
+                .output()
+                .expect("run telco-stap");
+            let err = String::from_utf8_lossy(&o.stderr);
+            prop_assert!(matches!(o.status.code(), Some(0 | 1)), "{script}: {:?}\n{err}", o.status);
+            if o.status.code() == Some(1) {
+                prop_assert!(err.contains("error"), "{script}: no message\n{err}");
+            }
+        }
+    }
+}

@@ -515,6 +515,48 @@ fn target_side_errors_end_the_session() {
     assert_eq!(err, "ERROR: division by 0 near <input>:1:55\nWARNING: Number of errors: 1, skipped probes: 0\n");
 }
 
+/// Probe bodies that run away in the target (a loop past MAXACTION, an
+/// array past its declared size): the session ends with one located ERROR
+/// (SystemTap's wording) and exit 1; the target is not harmed (it prints
+/// its own result, or is ended with the session).
+#[test]
+fn runaway_and_overflowing_probes_end_the_session_and_the_target_lives() {
+    let exe = build("runaway", &[]);
+    let cmd = format!("{} work 100000", exe.display());
+    let own = untraced(&exe, &["work", "100000"]);
+    for (script, error) in [
+        ("probe process.function(\"work\") { while (1) { x++ } }", "ERROR: MAXACTION exceeded near <input>:1:"),
+        (
+            "global a[10] probe process.function(\"work\") { a[$arg1] = 1 }",
+            "ERROR: Array overflow, check size limit (10) near <input>:1:47",
+        ),
+    ] {
+        let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+        assert_eq!(code, Some(1), "{script}: {err}");
+        assert!(err.starts_with(error), "{script}: {err}");
+        assert!(out.is_empty() || out == own, "the target's own output: {out}");
+    }
+}
+
+/// A target that ptraces its own child (the child asks with
+/// PTRACE_TRACEME): both sides work and are counted (the child inherits
+/// the probes at its fork); a child its parent traces cannot be followed
+/// into the program it execs, which is said, and the session goes on.
+#[test]
+fn a_target_that_ptraces_its_own_child() {
+    let exe = common::scratch("target").join("selftrace");
+    common::gcc("selftrace.c", &exe, &[]);
+    let script = "global n probe process.function(\"work\") { n++ } probe end { println(n) }";
+    let (out, err, code) = run(&["-e", script, "-c", &format!("{} 1000", exe.display())]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("child 1000000\n") && out.contains("parent 1000000 stops 1 exited 1\n"), "{out}");
+    assert!(out.ends_with("2000\n"), "{out}");
+    let (out, err, code) = run(&["-e", script, "-c", &format!("{} 1000 exec", exe.display())]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("parent 1000000 stops 2 exited 1\n") && out.ends_with("2000\n"), "{out}");
+    assert!(err.contains("cannot follow pid") && err.contains("into the program it runs"), "{err}");
+}
+
 /// `exec` ends the tracing of the old image cleanly: the counts of the old
 /// image are kept, the new program (which has no probed module: it only
 /// gets the exec hook that follows what it runs in turn) runs normally,

@@ -111,6 +111,16 @@ const VOCABULARY: &[&str] = &[
     "\\",
     "\"",
     "9999999999999999999999",
+    // Target variables by name and paths into them.
+    "$p",
+    "$p$",
+    "$$parms$$",
+    "$s.a.b",
+    "->x",
+    "->y$",
+    "@cast",
+    "@var",
+    "@defined",
 ];
 
 fn token_soup() -> impl Strategy<Value = String> {
