@@ -731,6 +731,37 @@ fn signals_during_the_detach_leave_nothing_behind() {
     wait_mode_works(target, 1000);
 }
 
+/// A process the traced one forked while the session ran carries copies
+/// of the patches and the session's mappings: the detach cleans it too
+/// (the patches it still holds, its mappings), and it goes on working.
+#[test]
+fn forked_children_are_cleaned_at_detach() {
+    let exe = build("forkclean", &[]);
+    let mut target = common::Running::start(&exe, &["forkwait", "1000"]);
+    let script = "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++ } probe end { println(n) }";
+    let tracer = common::Tracer::start(&["-p", &target.pid().to_string(), "-e", script], "armed");
+    target.say("fork");
+    let child: i32 = target.line().trim().strip_prefix("child ").expect("the child's pid").parse().expect("a pid");
+    let expect: i64 = (0..1000).map(|i| 2 * i + 1).sum();
+    target.say("work");
+    assert_eq!(target.line(), format!("worked {expect}\n"));
+    let mapped = || std::fs::read_to_string(format!("/proc/{child}/maps")).expect("the child's maps");
+    assert!(mapped().contains("memfd:telco-stap"), "the child shares the session's region");
+    // SAFETY: signalling the tracer we started.
+    unsafe { libc_kill(tracer.child.id() as i32, 2) };
+    let (out, err, code) = tracer.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "1000\n", "{err}");
+    assert!(!err.contains("stays mapped"), "{err}");
+    assert!(!mapped().contains("memfd:telco-stap"), "left in the child:\n{}", mapped());
+    target.say("work");
+    assert_eq!(target.line(), format!("worked {expect}\n"));
+    target.say("end");
+    let (last, status) = target.finish();
+    assert!(status.success());
+    assert_eq!(last, "forkwait 0\n");
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

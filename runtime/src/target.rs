@@ -176,6 +176,9 @@ fn check_machine(pid: i32) -> Result<(), TargetError> {
 struct Patch {
     at: u64,
     original: Vec<u8>,
+    /// What was written there (a forked child's copy is restored only
+    /// where it still holds these bytes).
+    patched: Vec<u8>,
 }
 
 /// A target with its probes armed.
@@ -899,7 +902,7 @@ fn apply(
     step_out(s, &ranges)?;
     for (at, original, patch) in plans {
         s.write(at, &patch)?;
-        patches.push(Patch { at, original });
+        patches.push(Patch { at, original, patched: patch });
     }
     Ok(())
 }
@@ -1387,8 +1390,85 @@ impl Hooks for Armed {
 }
 
 impl Armed {
-    /// Put the original bytes back (the end of a session).
+    /// Put the original bytes back (the end of a session): in the traced
+    /// process, then in the processes it forked that still run its image
+    /// (they share the region and carry copies of the patches).
     fn restore(&mut self) {
+        let forks = self.forked_children();
+        let (crash, semaphores) = (self.crash, self.semaphores.clone());
+        self.restore_main();
+        for pid in forks {
+            self.restore_fork(pid, crash.as_ref(), &semaphores);
+        }
+        self.patches.clear();
+    }
+
+    /// The descendants of the traced process (a few levels, a bounded
+    /// number) that still run its image: they map the session's region
+    /// (its memfd's inode), do not share its memory (a vfork child) and are
+    /// not programs it exec'd (followed apart).
+    fn forked_children(&self) -> Vec<i32> {
+        let followed: Vec<i32> = self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
+        let mut out = Vec::new();
+        let mut work = vec![self.pid];
+        while let Some(p) = work.pop() {
+            for c in crate::os::proc::children(p) {
+                if out.len() >= 256 || out.contains(&c) || c == self.pid {
+                    continue;
+                }
+                work.push(c);
+                let ours = crate::os::proc::maps_file(c, "/memfd:telco-stap", self.region_ino);
+                if ours && !followed.contains(&c) && !crate::os::process::same_vm(c, self.pid) {
+                    out.push(c);
+                }
+            }
+        }
+        out
+    }
+
+    /// A forked child: the patches it still holds (its own bytes checked:
+    /// the traced process may have placed others after the fork, where the
+    /// child has something else), the crash handler and semaphores it
+    /// inherited, then what the session mapped, as in the traced process.
+    fn restore_fork(&mut self, pid: i32, crash: Option<&crate::crash::Hook>, semaphores: &[u64]) {
+        let mut s = match Stopped::attach(pid) {
+            Ok(s) => s,
+            Err(PtraceError::NoProcess(_)) => return,
+            Err(e) => {
+                eprintln!("warning: cannot stop pid {pid}, forked from {}, to remove the probes: {e}", self.pid);
+                return;
+            }
+        };
+        s.use_stub(self.stub.as_ref());
+        if let Some(hook) = crash {
+            crate::crash::uninstall(&mut s, hook);
+        }
+        lower_semaphores(&s, semaphores);
+        let held: Vec<&Patch> =
+            self.patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).collect();
+        let ranges: Vec<(u64, u64)> = held.iter().map(|p| (p.at, p.original.len() as u64)).collect();
+        if let Err(e) = step_out(&mut s, &ranges) {
+            eprintln!("warning: {e}");
+        }
+        for p in held {
+            if let Err(e) = s.write(p.at, &p.original) {
+                eprintln!("warning: cannot restore the code at {:#x} in pid {pid}: {e}", p.at);
+            }
+        }
+        if let Err(why) = self.unmap_injected(&mut s) {
+            let w = format!("the session's memory stays mapped in pid {pid} (forked from {}): {why}", self.pid);
+            if !self.quiet {
+                eprintln!("WARNING: {w}");
+            }
+            self.warnings.push(w);
+        }
+        if let Err(e) = s.detach() {
+            eprintln!("warning: {e}");
+        }
+    }
+
+    /// The traced process's part of [`Armed::restore`].
+    fn restore_main(&mut self) {
         if !self.alive() || (self.patches.is_empty() && self.crash.is_none() && self.semaphores.is_empty()) {
             return;
         }
@@ -1397,7 +1477,7 @@ impl Armed {
         // tells which image this is.
         let ours = crate::os::proc::maps_file(self.pid, "/memfd:telco-stap", 0);
         if !ours {
-            self.patches.clear();
+            // (The patches stay for the processes it forked before.)
             self.crash = None;
             self.semaphores.clear();
             return;
@@ -1442,7 +1522,6 @@ impl Armed {
             Err(PtraceError::NoProcess(_)) => {}
             Err(e) => eprintln!("warning: cannot stop pid {} to remove the probes: {e}", self.pid),
         }
-        self.patches.clear();
     }
 
     /// After the patches are restored (every thread stopped): unmap what the
@@ -1500,7 +1579,7 @@ impl Armed {
             // back only over one of our trampolines' addresses, and only
             // in memory the program itself could write (a /proc/PID/mem
             // write would also go through read-only pages).
-            let writable: Vec<(u64, u64)> = crate::os::proc::maps(self.pid)
+            let writable: Vec<(u64, u64)> = crate::os::proc::maps(s.pid())
                 .map_err(|e| e.to_string())?
                 .into_iter()
                 .filter(|m| m.writable)
@@ -1509,7 +1588,7 @@ impl Armed {
             let may_write = |at: u64| writable.iter().any(|&(lo, hi)| at >= lo && at.saturating_add(8) <= hi);
             for b in slots.chunks_exact(size) {
                 let depth = u32_at(b, core::mem::offset_of!(ThreadSlot, depth)).min(a.shadow_depth);
-                if u32_at(b, core::mem::offset_of!(ThreadSlot, pid)) != self.pid as u32 || depth == 0 {
+                if u32_at(b, core::mem::offset_of!(ThreadSlot, pid)) != s.pid() as u32 || depth == 0 {
                     continue;
                 }
                 // The whole stack in one read (up to MAXRETURNDEPTH frames).
@@ -1533,7 +1612,7 @@ impl Armed {
         }
         // A vfork child runs in this memory, and is not stopped.
         if let Some(c) =
-            crate::os::proc::children(self.pid).into_iter().find(|&c| crate::os::process::same_vm(c, self.pid))
+            crate::os::proc::children(s.pid()).into_iter().find(|&c| crate::os::process::same_vm(c, s.pid()))
         {
             return Err(format!("its vfork child {c} shares its memory"));
         }

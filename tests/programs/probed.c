@@ -338,6 +338,29 @@ int main(int argc, char **argv) {
             s += r[i][0];
         }
         /* s: results that were wrong (0). */
+    } else if (!strcmp(mode, "forkwait")) {
+        /* For -p: say ready; on "fork", fork a child that takes over stdin:
+         * "work" runs work() n times and prints the sum, "end" ends it;
+         * the parent waits for it. */
+        printf("ready\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 2;
+        pid_t c = fork();
+        if (c == 0) {
+            printf("child %d\n", (int)getpid());
+            fflush(stdout);
+            while (fgets(line, sizeof line, stdin) && strncmp(line, "end", 3)) {
+                long w = 0;
+                for (long i = 0; i < n_calls; i++) w += work(i);
+                printf("worked %ld\n", w);
+                fflush(stdout);
+            }
+            _exit(0);
+        }
+        int st;
+        waitpid(c, &st, 0);
+        s = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     } else if (!strcmp(mode, "wait")) {
         /* For -p: say where work is, then wait for a line on stdin, work. */
         printf("ready %p\n", (void *)work);
