@@ -401,3 +401,41 @@ fn functions_and_aliases_are_listed_with_their_documentation() {
     }
     assert!(aliases.lines().count() >= 15, "{aliases}");
 }
+
+mod generated {
+    //! Generated command lines (options, values, scripts, in any order):
+    //! an answer or a message and exit status 0, 1 or 2 (a usage error),
+    //! never a panic (101) or a signal, within the time `timeout` allows.
+    //! (No `-p` or `-c`: a generated line must not attach to this
+    //! machine's processes or run its programs.)
+    use proptest::prelude::*;
+
+    const WORDS: &[&str] = &[
+        "-e", "-o", "-s", "-D", "-T", "-g", "-w", "-v", "-l", "-L", "-I", "--chrome", "--chrome-min-dur",
+        "--itrc", "--last-pass", "--dump-functions", "--dump-probe-aliases", "-V", "--bogus", "itrc-dump", "man",
+        "completions", "0", "1", "-1", "99999999999999999999", "5", "0.001", "MAXACTION=1", "MAXACTION", "=", "",
+        "probe begin { exit() }", "probe end {", "process(\"/bin/true\").function(\"*\")", "libc.*", "/bin/true",
+        "/nonexistent", "true", "bash", "zsh", "/dev/null", "x.json", "NAME=1", "%", "@1", "$1",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn generated_command_lines_get_an_answer_or_a_message(
+            args in prop::collection::vec(prop::sample::select(WORDS), 0..7),
+        ) {
+            let dir = super::common::scratch("cli-generated");
+            let o = std::process::Command::new("timeout")
+                .args(["-s", "KILL", "30"])
+                .arg(env!("CARGO_BIN_EXE_telco-stap"))
+                .args(&args)
+                .current_dir(&dir)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run telco-stap");
+            let err = String::from_utf8_lossy(&o.stderr);
+            prop_assert!(matches!(o.status.code(), Some(0 | 1 | 2)), "{args:?}: {:?}\n{err}", o.status);
+        }
+    }
+}
