@@ -697,6 +697,34 @@ fn the_target_survives_a_tracer_killed_while_attaching() {
     }
 }
 
+/// The tracer SIGKILLed while it detaches (ended by SIGINT, killed 0 to
+/// 15 ms later): threads inside trampolines run out of them instead of
+/// being single-stepped, and every system call and call goes through the
+/// stub, so the target (four threads recursing through return probes)
+/// finishes with every result right whatever step the detach was at.
+#[test]
+fn the_target_survives_a_tracer_killed_while_detaching() {
+    let exe = build("killdetach", &[]);
+    let script = "probe begin { println(\"armed\") } probe process.function(\"rec\"), process.function(\"rec\").return {}";
+    for i in 0..16u64 {
+        let mut target = common::Running::start(&exe, &["busy"]);
+        let mut tracer = common::Tracer::start(&["-p", &target.pid().to_string(), "-e", script], "armed");
+        // SAFETY: signalling the tracer we started.
+        unsafe { libc_kill(tracer.child.id() as i32, 2) };
+        // Not a wait for readiness: the instant of the fault.
+        let until = std::time::Instant::now() + std::time::Duration::from_micros(i * 1000);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let _ = tracer.child.kill();
+        let _ = tracer.child.wait();
+        target.say("stop");
+        let (last, status) = target.finish();
+        assert!(status.success(), "run {i}: the target ended with {status:?} ({last:?})");
+        assert_eq!(last, "busy 0\n", "run {i}: wrong results in the target");
+    }
+}
+
 /// ^C pressed again and again while the session ends (the end probes,
 /// the detach): SIGINT, SIGTERM and SIGHUP are the session's own from pass
 /// 4 on, so a burst of them during the detach neither kills the tracer

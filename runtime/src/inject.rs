@@ -97,19 +97,51 @@ fn check(call: &'static str, pid: i32, r: i64) -> Result<i64, InjectError> {
 /// the target's memory: untrusted, bounded); None when there is no such
 /// room (the stub then gets a page of its own).
 pub fn slack(s: &Stopped) -> Option<u64> {
+    let auxv = crate::os::proc::auxv(s.pid()).ok()?;
+    let maps = crate::os::proc::maps(s.pid()).ok()?;
+    // The program's own headers, then the dynamic loader's (its ELF
+    // header is at AT_BASE, its program headers in the same page).
+    if let (Some(phdr), Some(phnum)) =
+        (crate::os::proc::aux_value(&auxv, libc::AT_PHDR), crate::os::proc::aux_value(&auxv, libc::AT_PHNUM))
+    {
+        if let Some(at) = slack_in(s, &maps, phdr, phnum as usize, None) {
+            return Some(at);
+        }
+    }
+    let base = crate::os::proc::aux_value(&auxv, libc::AT_BASE).filter(|&b| b != 0)?;
+    let eh = s.read(base, 64).ok()?;
+    if !eh.starts_with(b"\x7fELF") {
+        return None;
+    }
+    let phoff = u64::from_le_bytes(eh.get(0x20..0x28)?.try_into().ok()?);
+    let phnum = u16::from_le_bytes(eh.get(0x38..0x3a)?.try_into().ok()?);
+    slack_in(s, &maps, base.checked_add(phoff)?, usize::from(phnum), Some(base))
+}
+
+/// [`slack`] in one module: its program headers at `phdr` (`phnum` of
+/// them), its load bias (None: from its PT_PHDR).
+fn slack_in(
+    s: &Stopped,
+    maps: &[crate::os::proc::Mapping],
+    phdr: u64,
+    phnum: usize,
+    bias: Option<u64>,
+) -> Option<u64> {
     const PT_LOAD: u32 = 1;
     const PT_PHDR: u32 = 6;
     const PF_X: u32 = 1;
-    let auxv = crate::os::proc::auxv(s.pid()).ok()?;
-    let phdr = crate::os::proc::aux_value(&auxv, libc::AT_PHDR)?;
-    let phnum = crate::os::proc::aux_value(&auxv, libc::AT_PHNUM)?.min(64) as usize;
-    let bytes = s.read(phdr, 56 * phnum).ok()?;
+    let bytes = s.read(phdr, 56 * phnum.min(64)).ok()?;
     let u32_at = |b: &[u8], o: usize| b.get(o..o + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
     let u64_at = |b: &[u8], o: usize| b.get(o..o + 8).and_then(|w| w.try_into().ok()).map(u64::from_le_bytes);
     let headers: Vec<&[u8]> = bytes.chunks_exact(56).collect();
-    // The load bias: where PT_PHDR's address really is.
-    let bias = headers.iter().find(|h| u32_at(h, 0) == Some(PT_PHDR)).and_then(|h| Some(phdr.wrapping_sub(u64_at(h, 16)?)))?;
-    let maps = crate::os::proc::maps(s.pid()).ok()?;
+    // The load bias: given, or where PT_PHDR's address really is.
+    let bias = match bias {
+        Some(b) => b,
+        None => headers
+            .iter()
+            .find(|h| u32_at(h, 0) == Some(PT_PHDR))
+            .and_then(|h| Some(phdr.wrapping_sub(u64_at(h, 16)?)))?,
+    };
     let size = crate::arch::native::stub::SIZE;
     for h in headers {
         let (Some(PT_LOAD), Some(flags)) = (u32_at(h, 0), u32_at(h, 4)) else { continue };

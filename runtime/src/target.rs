@@ -907,6 +907,18 @@ fn apply(
     Ok(())
 }
 
+/// At the end of a session: let every thread whose program counter is
+/// strictly inside one of `ranges` (start, length) run on until it has
+/// left (`Stopped::run_out`: no single steps a dying tracer could leave
+/// armed), before those bytes change back.
+fn run_out_of(s: &mut Stopped, ranges: &[(u64, u64)]) -> Result<(), String> {
+    let inside = |pc: u64| ranges.iter().any(|&(at, n)| pc > at && pc < at + n);
+    match s.run_out(&inside, 200).map_err(|e| e.to_string())?.first() {
+        Some(tid) => Err(format!("thread {tid} stays inside bytes that must change back")),
+        None => Ok(()),
+    }
+}
+
 /// Single-step every thread whose program counter is strictly inside one
 /// of `ranges` (start, length) out of it: bytes about to change under it.
 /// A thread that does not leave (a tight loop inside) fails the write.
@@ -1447,7 +1459,7 @@ impl Armed {
         let held: Vec<&Patch> =
             self.patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).collect();
         let ranges: Vec<(u64, u64)> = held.iter().map(|p| (p.at, p.original.len() as u64)).collect();
-        if let Err(e) = step_out(&mut s, &ranges) {
+        if let Err(e) = run_out_of(&mut s, &ranges) {
             eprintln!("warning: {e}");
         }
         for p in held {
@@ -1499,7 +1511,7 @@ impl Armed {
                 // A thread on a hop's or a loop's second jump sits inside
                 // a patch: out of it first.
                 let ranges: Vec<(u64, u64)> = self.patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
-                if let Err(e) = step_out(&mut s, &ranges) {
+                if let Err(e) = run_out_of(&mut s, &ranges) {
                     eprintln!("warning: {e}");
                 }
                 for p in &self.patches {
@@ -1549,20 +1561,14 @@ impl Armed {
             regions.push((threads_at, inject::threads_size(a)));
         }
         // A thread inside our code (a trampoline, a disabled handler)
-        // finishes that pass one instruction at a time: with the patches
+        // runs on, alone, until it has left (`Stopped::run_out`: no single
+        // steps, which a dying tracer would leave armed): with the patches
         // gone it does not come back (but through a return address, given
         // back below).
-        const STEPS: u32 = 100_000;
         let inside = |pc: u64| code.iter().any(|&(at, n)| pc >= at && pc < at + n);
-        for tid in s.threads().collect::<Vec<_>>() {
-            let mut steps = 0;
-            while inside(arch::pc(&s.regs(tid).map_err(|e| e.to_string())?)) {
-                if steps == STEPS {
-                    return Err(format!("thread {tid} stayed inside a probe for {STEPS} instructions"));
-                }
-                s.step(tid).map_err(|e| e.to_string())?;
-                steps += 1;
-            }
+        let stuck = s.run_out(&inside, 200).map_err(|e| e.to_string())?;
+        if let Some(tid) = stuck.first() {
+            return Err(format!("thread {tid} stayed inside a probe for 200 ms"));
         }
         // Calls still running whose return address is a trampoline's: the
         // return address goes back to the caller (as `rt_unwind` does for
@@ -2117,7 +2123,7 @@ fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hoo
             }
             lower_semaphores(&s, semaphores);
             let ranges: Vec<(u64, u64)> = patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
-            if let Err(e) = step_out(&mut s, &ranges) {
+            if let Err(e) = run_out_of(&mut s, &ranges) {
                 eprintln!("warning: {e}");
             }
             for p in patches {

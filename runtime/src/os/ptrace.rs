@@ -548,6 +548,44 @@ impl Stopped {
         Ok(v)
     }
 
+    /// Let the threads whose program counter `inside` accepts run on (the
+    /// others stay stopped) until they have left, then stop them again:
+    /// up to `rounds` short runs (about a millisecond each). No single
+    /// steps: a tracer that dies in the middle of one leaves the trap flag
+    /// set, and the thread dies of SIGTRAP. Returns the threads still
+    /// inside.
+    pub fn run_out(&mut self, inside: &dyn Fn(u64) -> bool, rounds: u32) -> Result<Vec<i32>, PtraceError> {
+        let mut left: Vec<i32> = Vec::new();
+        for round in 0..=rounds {
+            left.clear();
+            for tid in self.threads().collect::<Vec<_>>() {
+                if inside(arch::pc(&self.regs(tid)?)) {
+                    left.push(tid);
+                }
+            }
+            if left.is_empty() || round == rounds {
+                break;
+            }
+            for &tid in &left {
+                req::cont(tid, 0)?;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            for &tid in &left {
+                match self.stop_overrunning_call(tid) {
+                    Ok(()) => {}
+                    Err(PtraceError::Exited { .. }) => {
+                        if let Some(t) = self.threads.get_mut(&tid) {
+                            t.detached = true;
+                        }
+                        self.threads.remove(&tid);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(left)
+    }
+
     /// A called function ran past its time: stop the thread again so the
     /// call can be undone. A seized thread gets `PTRACE_INTERRUPT`, one
     /// traced since its start (`PTRACE_TRACEME`, `-c`) a SIGSTOP of ours;
