@@ -697,6 +697,55 @@ fn the_target_survives_a_tracer_killed_while_attaching() {
     }
 }
 
+/// `-c`: the tracer SIGKILLed while the command starts (run to its entry
+/// point through the entry marker, no `int3`) and is armed: the command,
+/// orphaned, runs on and prints its own result every time.
+#[test]
+fn a_command_survives_a_tracer_killed_while_it_starts() {
+    use std::io::{BufRead, Read};
+    let exe = build("killstart", &[]);
+    let cmd = format!("{} work 20000", exe.display());
+    let own = untraced(&exe, &["work", "20000"]);
+    let script = "probe process.function(\"work\"), process.function(\"work\").return {}";
+    for i in 0..16u64 {
+        let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(["-v", "-c", &cmd, "-e", script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start telco-stap");
+        let mut err = std::io::BufReader::new(tracer.stderr.take().expect("stderr"));
+        loop {
+            let mut line = String::new();
+            if err.read_line(&mut line).expect("telco-stap's stderr") == 0 || line.starts_with("Pass 4:") {
+                break;
+            }
+        }
+        // Not a wait for readiness: the instant of the fault (0 to 8 ms
+        // after pass 4: the start and the arming).
+        let until = std::time::Instant::now() + std::time::Duration::from_micros(i * 500);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        // Whether the command had been started when the tracer died (a
+        // command started just after this read still counts as right if
+        // it prints its result).
+        let started = std::fs::read_dir(format!("/proc/{}/task", tracer.id())).is_ok_and(|tasks| {
+            tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("children")).is_ok_and(|c| !c.trim().is_empty()))
+        });
+        tracer.kill().expect("SIGKILL the tracer");
+        tracer.wait().expect("reap the tracer");
+        // The command holds the pipe until it ends.
+        let mut out = String::new();
+        tracer.stdout.take().expect("stdout").read_to_string(&mut out).expect("the command's output");
+        if started {
+            assert_eq!(out, own, "run {i}: the command did not finish right");
+        } else {
+            assert!(out.is_empty() || out == own, "run {i}: {out}");
+        }
+    }
+}
+
 /// The tracer SIGKILLed while it detaches (ended by SIGINT, killed 0 to
 /// 15 ms later): threads inside trampolines run out of them instead of
 /// being single-stepped, and every system call and call goes through the

@@ -303,16 +303,85 @@ pub fn spawn(argv: &[String]) -> Result<Stopped, TargetError> {
 
 /// Run a process stopped at its `exec` (one thread, ours) to its ELF entry
 /// point (`AT_ENTRY`): the libraries are mapped, `main` has not run.
+/// Through the entry marker where it can be placed (no trap for a dying
+/// tracer to leave behind: [`entry_by_marker`]), else with an `int3`.
 fn run_to_entry(s: &mut Stopped) -> Result<(), TargetError> {
     let pid = s.pid();
     let auxv = crate::os::proc::auxv(pid).map_err(|err| TargetError::Proc { pid, file: "auxv", err })?;
     let entry = crate::os::proc::aux_value(&auxv, libc::AT_ENTRY)
         .ok_or_else(|| TargetError::Unsupported(format!("pid {pid} has no AT_ENTRY")))?;
+    if entry_by_marker(s, entry)? {
+        return Ok(());
+    }
     let saved = s.read(entry, 1)?;
     s.write(entry, &[arch::TRAP])?;
     let r = s.run_to_trap(pid, entry);
     s.write(entry, &saved)?;
     Ok(r?)
+}
+
+/// [`run_to_entry`] without a trap: the entry's first instructions jump to
+/// the entry marker (`arch::native::stub::entry_marker_head`, then their
+/// relocated copy) in slack bytes of the program (`inject::slack`); the
+/// process runs under `PTRACE_SYSCALL` to the marker's `getpid`, where the
+/// tracer puts every byte back and the thread at its entry. If the tracer
+/// dies meanwhile, the program goes through the copy and starts as usual.
+/// False (nothing changed) where no slack or no relocatable entry is found.
+fn entry_by_marker(s: &mut Stopped, entry: u64) -> Result<bool, TargetError> {
+    use crate::arch::native::stub;
+    let pid = s.pid();
+    let Some(at) = inject::slack(s) else { return Ok(false) };
+    let code = s.read(entry, 64)?;
+    let Ok(hook) = arch::patch::plan(&code, entry, 48) else { return Ok(false) };
+    let start = (hook.patch_at - entry) as usize;
+    let Some(displaced) = code.get(start..start + hook.displaced) else { return Ok(false) };
+    let head = stub::entry_marker_head();
+    let Ok(copy) = arch::patch::relocate(displaced, hook.patch_at, hook.displaced, at + head.len() as u64) else {
+        return Ok(false);
+    };
+    let Some(jmp) = arch::patch::jmp_rel32(hook.patch_at, at) else { return Ok(false) };
+    let marker: Vec<u8> = head.into_iter().chain(copy).collect();
+    let slack_bytes = s.read(at, marker.len())?;
+    let entry_bytes = s.read(hook.patch_at, jmp.len())?;
+    s.write(at, &marker)?;
+    s.write(hook.patch_at, &jmp)?;
+    let after = at + stub::ENTRY_MARKER_AFTER;
+    let result = (|| -> Result<(), TargetError> {
+        let (mut sig, mut stops) = (0, 0);
+        loop {
+            crate::os::ptrace::req::syscall(pid, sig)?;
+            sig = 0;
+            let status = match crate::os::wait::wait(pid, true) {
+                Ok(Some((_, st))) => st,
+                Ok(None) => continue,
+                Err(err) => return Err(TargetError::Proc { pid, file: "wait", err }),
+            };
+            if status.ended() {
+                return Err(TargetError::Unsupported(format!("pid {pid} ended before its entry point")));
+            }
+            if let Some(d) = status.delivering() {
+                // Delivered with the next resume (the program is starting).
+                sig = d;
+                continue;
+            }
+            // The marker's entry stop, then its exit stop: only then may
+            // the registers change.
+            if arch::pc(&s.regs(pid)?) == after {
+                stops += 1;
+                if stops == 2 {
+                    return Ok(());
+                }
+            }
+        }
+    })();
+    // Every byte back, then the thread where the program starts.
+    s.write(hook.patch_at, &entry_bytes)?;
+    s.write(at, &slack_bytes)?;
+    result?;
+    let now = s.regs(pid)?;
+    let kept = s.read(arch::sp(&now).wrapping_sub(24), 24)?;
+    s.set_regs(pid, &stub::entry_regs(&now, &kept, hook.patch_at))?;
+    Ok(true)
 }
 
 /// Function probes by module, then by file offset (an entry and a return

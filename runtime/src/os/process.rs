@@ -8,24 +8,59 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::io;
 
-/// Start `argv` with `PTRACE_TRACEME`: the child stops at its exec
-/// (SIGTRAP). Returns its pid and that first wait status; a child that
-/// did not stop (the exec failed, it was killed) gives its status.
+/// Start `argv` traced from its first instruction: forked, the child
+/// waits on a pipe until the tracer has seized it (`PTRACE_SEIZE` with
+/// `PTRACE_O_TRACEEXEC` and `PTRACE_O_TRACESYSGOOD`), then execs; it stops
+/// at the exec in an event stop. Unlike `PTRACE_TRACEME`, whose exec stop
+/// is a SIGTRAP the kernel delivers if the tracer dies before handling it,
+/// no instant leaves the command a signal away from its death: a tracer
+/// that dies before seizing closes the pipe, and the command runs
+/// untraced. Returns its pid and that first wait status; a child that did
+/// not stop (the exec failed, it was killed) gives its status.
 pub fn spawn_traced(argv: &[String]) -> io::Result<(i32, Status)> {
-    use std::os::unix::process::CommandExt;
-    let mut c = std::process::Command::new(&argv[0]);
-    c.args(&argv[1..]);
-    // SAFETY: pre_exec runs in the forked child before exec;
-    // ptrace(TRACEME) is async-signal-safe.
-    unsafe {
-        c.pre_exec(|| nix::sys::ptrace::traceme().map_err(io::Error::from));
+    use nix::fcntl::OFlag;
+    use nix::sys::ptrace::Options;
+    use nix::unistd::{fork, ForkResult};
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).map_err(|_| io::Error::other(format!("a NUL byte in `{a}`"))))
+        .collect::<io::Result<_>>()?;
+    let Some(prog) = args.first().cloned() else { return Err(io::Error::other("no command")) };
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let (rfd, wfd) = (read.as_raw_fd(), write.as_raw_fd());
+    // SAFETY: the child calls only async-signal-safe functions (close,
+    // read, execvp with arguments made before the fork, _exit).
+    match unsafe { fork() }? {
+        ForkResult::Child => unsafe {
+            libc::close(wfd);
+            let mut b = 0u8;
+            while libc::read(rfd, (&mut b as *mut u8).cast(), 1) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
+            libc::close(rfd);
+            let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+            ptrs.push(std::ptr::null());
+            libc::execvp(prog.as_ptr(), ptrs.as_ptr());
+            libc::_exit(127)
+        },
+        ForkResult::Parent { child } => {
+            drop(read);
+            let pid = child.as_raw();
+            let seized = nix::sys::ptrace::seize(child, Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACESYSGOOD);
+            // Go (or, if the seize failed, go untraced and say why below).
+            let _ = nix::unistd::write(&write, &[1]);
+            drop(write);
+            if let Err(e) = seized {
+                let _ = kill(child, Signal::SIGKILL);
+                let _ = wait::wait(pid, true);
+                return Err(io::Error::other(format!("ptrace(PTRACE_SEIZE) of the command failed: {e}")));
+            }
+            let (_, status) = wait::wait(pid, true)?.ok_or_else(|| io::Error::other("waitpid returned nothing"))?;
+            Ok((pid, status))
+        }
     }
-    let child = c.spawn()?;
-    let pid = child.id() as i32;
-    // The child is ours to reap; std's Child is dropped without waiting.
-    std::mem::forget(child);
-    let (_, status) = wait::wait(pid, true)?.ok_or_else(|| io::Error::other("waitpid returned nothing"))?;
-    Ok((pid, status))
 }
 
 /// End our child `pid`: SIGTERM, then SIGKILL if it is still there after

@@ -116,6 +116,43 @@ pub fn syscall_regs(saved: &Regs, stub: u64, nr: i64, args: [u64; 6]) -> Regs {
     r
 }
 
+/// The entry marker (`-c`: a program run to its entry point with no
+/// `int3`): the entry jumps here; rax, rcx and r11 are kept below the
+/// stack pointer (free at a program's entry), a `getpid` marks the
+/// arrival (the tracer stops there with `PTRACE_SYSCALL`), the three come
+/// back, and the relocated first instructions of the entry follow (then a
+/// jump back past them): a tracer that dies leaves the program to start
+/// normally.
+pub fn entry_marker_head() -> Vec<u8> {
+    let mut c = Vec::new();
+    c.extend([0x48, 0x89, 0x44, 0x24, 0xf8]); // mov [rsp-8], rax
+    c.extend([0x48, 0x89, 0x4c, 0x24, 0xf0]); // mov [rsp-16], rcx
+    c.extend([0x4c, 0x89, 0x5c, 0x24, 0xe8]); // mov [rsp-24], r11
+    c.push(0xb8);
+    c.extend((RETURN_MARKER as u32).to_le_bytes()); // mov eax, SYS_getpid
+    c.extend([0x0f, 0x05]); // syscall
+    assert_eq!(c.len() as u64, ENTRY_MARKER_AFTER);
+    c.extend([0x48, 0x8b, 0x44, 0x24, 0xf8]); // mov rax, [rsp-8]
+    c.extend([0x48, 0x8b, 0x4c, 0x24, 0xf0]); // mov rcx, [rsp-16]
+    c.extend([0x4c, 0x8b, 0x5c, 0x24, 0xe8]); // mov r11, [rsp-24]
+    c
+}
+
+/// Where the thread stops in the entry marker (after its `syscall`).
+pub const ENTRY_MARKER_AFTER: u64 = 22;
+
+/// At the entry marker's stop: the registers as they were at the entry
+/// (rax, rcx and r11 from below the stack pointer), at `pc`.
+pub fn entry_regs(now: &Regs, kept: &[u8], pc: u64) -> Regs {
+    let word = |i: usize| kept.get(8 * i..8 * i + 8).and_then(|w| w.try_into().ok()).map_or(0, u64::from_le_bytes);
+    let mut r = *now;
+    // kept: [rsp-24, rsp-16, rsp-8) = r11, rcx, rax.
+    (r.r11, r.rcx, r.rax) = (word(0), word(1), word(2));
+    r.rip = pc;
+    super::forget_syscall(&mut r);
+    r
+}
+
 /// A called function's result, read at the marker's system-call stop.
 pub fn call_result(r: &Regs) -> u64 {
     r.rdi
