@@ -24,6 +24,7 @@ trials=(
   "target|the_target_survives_a_killed_tracer|the tracer SIGKILLed after attach: 200,000 probed calls still right"
   "target|the_target_survives_a_tracer_killed_while_attaching|16 -p --chrome sessions SIGKILLed 0-45 ms after pass 4 (through the attach): target exits 0, every result right"
   "target|sigint_during_the_attach_ends_the_session_cleanly|10 -p sessions sent SIGINT right after pass 4: clean exit, end probe, process unchanged"
+  "target|a_command_survives_a_tracer_killed_while_it_starts|16 -c sessions SIGKILLed 0-8 ms after pass 4 (the start and the arming): the command runs on and prints its own result"
   "target|the_target_survives_a_tracer_killed_while_detaching|16 -p sessions ended by SIGINT and SIGKILLed 0-15 ms later, during the detach: target exits 0, every result right"
   "target|signals_during_the_detach_leave_nothing_behind|5 -p sessions hit by bursts of 40 SIGINT/SIGTERM/SIGHUP through their end and detach: exit 0, end probe, maps unchanged"
   "target|attach_detach_cycles_leave_nothing_behind|attach/detach cycles: code, maps, fds and output unchanged"

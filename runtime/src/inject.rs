@@ -91,11 +91,13 @@ fn check(call: &'static str, pid: i32, r: i64) -> Result<i64, InjectError> {
 }
 
 /// Bytes for the remote-operation stub that the program never uses: past
-/// the end of its main executable's code segment, in that segment's last
-/// page (mapped executable with it, beyond every section). Found from the
-/// program headers the auxiliary vector points at (`AT_PHDR`, read from
-/// the target's memory: untrusted, bounded); None when there is no such
-/// room (the stub then gets a page of its own).
+/// the end of a code segment, in that segment's last page (mapped
+/// executable with it, beyond every section): the main executable's, else
+/// the dynamic loader's, else the vDSO's. Found from the program headers
+/// the auxiliary vector points at (`AT_PHDR`, `AT_BASE`,
+/// `AT_SYSINFO_EHDR`; read from the target's memory: untrusted, bounded);
+/// None when there is no such room (the stub then gets a page of its
+/// own).
 pub fn slack(s: &Stopped) -> Option<u64> {
     let auxv = crate::os::proc::auxv(s.pid()).ok()?;
     let maps = crate::os::proc::maps(s.pid()).ok()?;
@@ -108,14 +110,21 @@ pub fn slack(s: &Stopped) -> Option<u64> {
             return Some(at);
         }
     }
-    let base = crate::os::proc::aux_value(&auxv, libc::AT_BASE).filter(|&b| b != 0)?;
-    let eh = s.read(base, 64).ok()?;
-    if !eh.starts_with(b"\x7fELF") {
-        return None;
+    // Then the dynamic loader's and the vDSO's, from their ELF headers.
+    for kind in [libc::AT_BASE, libc::AT_SYSINFO_EHDR] {
+        let Some(base) = crate::os::proc::aux_value(&auxv, kind).filter(|&b| b != 0) else { continue };
+        let Ok(eh) = s.read(base, 64) else { continue };
+        if !eh.starts_with(b"\x7fELF") {
+            continue;
+        }
+        let (Some(phoff), Some(phnum)) = (eh.get(0x20..0x28), eh.get(0x38..0x3a)) else { continue };
+        let phoff = u64::from_le_bytes(phoff.try_into().unwrap_or([0; 8]));
+        let phnum = u16::from_le_bytes(phnum.try_into().unwrap_or([0; 2]));
+        if let Some(at) = base.checked_add(phoff).and_then(|ph| slack_in(s, &maps, ph, usize::from(phnum), Some(base))) {
+            return Some(at);
+        }
     }
-    let phoff = u64::from_le_bytes(eh.get(0x20..0x28)?.try_into().ok()?);
-    let phnum = u16::from_le_bytes(eh.get(0x38..0x3a)?.try_into().ok()?);
-    slack_in(s, &maps, base.checked_add(phoff)?, usize::from(phnum), Some(base))
+    None
 }
 
 /// [`slack`] in one module: its program headers at `phdr` (`phnum` of

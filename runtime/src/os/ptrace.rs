@@ -26,6 +26,11 @@
 //! in a system-call stop whose tracer dies sends itself SIGTRAP. No trap
 //! flag and no `int3` is left for a dead tracer's thread to hit.
 //!
+//! A command (`-c`) is started by `os::process::spawn_traced`, seized
+//! before its exec (not `PTRACE_TRACEME`, whose exec stop is a SIGTRAP a
+//! dead tracer leaves to be delivered), and run to its entry point
+//! through an entry marker (`target::entry_by_marker`), not an `int3`.
+//!
 //! Before the stub exists, and for its own removal when it has a page of
 //! its own, the old recipe: put `syscall` (0f 05) at the thread's
 //! instruction pointer, load the call's registers with `orig_rax = -1`
@@ -362,10 +367,13 @@ impl Stopped {
         use crate::arch::native::stub;
         let code = stub::code();
         if let Some(at) = slack {
-            let original = self.read(at, stub::SIZE as usize)?;
-            self.write(at, &code)?;
-            self.stub = Some(at);
-            return Ok(Some(StubPlace { at, original: Some(original) }));
+            // (A page the kernel will not let us write: a page of its own.)
+            if let Ok(original) = self.read(at, stub::SIZE as usize) {
+                if self.write(at, &code).is_ok() {
+                    self.stub = Some(at);
+                    return Ok(Some(StubPlace { at, original: Some(original) }));
+                }
+            }
         }
         let tid = self.main_thread();
         let page = stub::SIZE.next_multiple_of(4096);
