@@ -334,12 +334,25 @@ fn entry_by_marker(s: &mut Stopped, entry: u64) -> Result<bool, TargetError> {
     let code = s.read(entry, 64)?;
     let Ok(hook) = arch::patch::plan(&code, entry, 48) else { return Ok(false) };
     let start = (hook.patch_at - entry) as usize;
-    let Some(displaced) = code.get(start..start + hook.displaced) else { return Ok(false) };
+    // A jump within ±2 GiB moves the planned bytes; farther (slack in the
+    // dynamic loader or the vDSO), an absolute jump moves the whole
+    // instructions its 14 bytes cover.
+    let (jmp, len): (Vec<u8>, usize) = match arch::patch::jmp_rel32(hook.patch_at, at) {
+        Some(j) => (j.to_vec(), hook.displaced),
+        None => {
+            let starts = arch::instruction_starts(code.get(start..).unwrap_or_default(), hook.patch_at);
+            let jmp = arch::patch::jmp_abs(at);
+            match starts.into_iter().find(|&s| s >= hook.patch_at + jmp.len() as u64) {
+                Some(end) => (jmp.to_vec(), (end - hook.patch_at) as usize),
+                None => return Ok(false),
+            }
+        }
+    };
+    let Some(displaced) = code.get(start..start + len) else { return Ok(false) };
     let head = stub::entry_marker_head();
-    let Ok(copy) = arch::patch::relocate(displaced, hook.patch_at, hook.displaced, at + head.len() as u64) else {
+    let Ok(copy) = arch::patch::relocate(displaced, hook.patch_at, len, at + head.len() as u64) else {
         return Ok(false);
     };
-    let Some(jmp) = arch::patch::jmp_rel32(hook.patch_at, at) else { return Ok(false) };
     let marker: Vec<u8> = head.into_iter().chain(copy).collect();
     let slack_bytes = s.read(at, marker.len())?;
     let entry_bytes = s.read(hook.patch_at, jmp.len())?;

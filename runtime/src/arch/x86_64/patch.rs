@@ -545,6 +545,14 @@ fn call_from_the_original(mut instrs: Vec<Instruction>, back: u64) -> Vec<Instru
     instrs
 }
 
+/// `jmp qword ptr [rip+0]` and `target`: a jump anywhere (14 bytes).
+pub fn jmp_abs(target: u64) -> [u8; 14] {
+    let mut b = [0u8; 14];
+    b[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    b[6..].copy_from_slice(&target.to_le_bytes());
+    b
+}
+
 /// `jmp rel32` from `at` to `target` (5 bytes), or None if out of ±2 GiB range.
 pub fn jmp_rel32(at: u64, target: u64) -> Option<[u8; 5]> {
     let next = i128::from(at) + JMP_REL32_LEN as i128;
