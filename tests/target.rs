@@ -662,32 +662,17 @@ fn sigint_during_the_attach_ends_the_session_cleanly() {
 /// right, never killed by a signal.
 #[test]
 fn the_target_survives_a_tracer_killed_while_attaching() {
-    use std::io::BufRead;
     let exe = build("killattach", &[]);
     let trace = common::scratch("killattach").join("trace.json");
     let script = "probe process.function(\"rec\"), process.function(\"rec\").return, process.function(\"work\") {}";
     for i in 0..16u64 {
         let mut target = common::Running::start(&exe, &["busy"]);
         let pid = target.pid();
-        let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-            .args(["-v", "-p", &pid.to_string(), "--chrome", &trace.to_string_lossy(), "-e", script])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start telco-stap");
-        let mut err = std::io::BufReader::new(tracer.stderr.take().expect("stderr"));
-        loop {
-            let mut line = String::new();
-            if err.read_line(&mut line).expect("telco-stap's stderr") == 0 || line.starts_with("Pass 4:") {
-                break;
-            }
-        }
-        // Not a wait for readiness: the instant of the fault, spread over
-        // the attach (0 to 45 ms after pass 4; arming takes about 40).
-        let until = std::time::Instant::now() + std::time::Duration::from_micros(i * 3000);
-        while std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
+        let (mut tracer, _err) =
+            after_pass4(&["-v", "-p", &pid.to_string(), "--chrome", &trace.to_string_lossy(), "-e", script]);
+        // Spread over the attach: 0 to 45 ms after pass 4 (arming takes
+        // about 40).
+        spin(i * 3000);
         tracer.kill().expect("SIGKILL the tracer");
         tracer.wait().expect("reap the tracer");
         target.say("stop");
@@ -702,31 +687,15 @@ fn the_target_survives_a_tracer_killed_while_attaching() {
 /// orphaned, runs on and prints its own result every time.
 #[test]
 fn a_command_survives_a_tracer_killed_while_it_starts() {
-    use std::io::{BufRead, Read};
+    use std::io::Read;
     let exe = build("killstart", &[]);
     let cmd = format!("{} work 20000", exe.display());
     let own = untraced(&exe, &["work", "20000"]);
     let script = "probe process.function(\"work\"), process.function(\"work\").return {}";
     for i in 0..16u64 {
-        let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-            .args(["-v", "-c", &cmd, "-e", script])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start telco-stap");
-        let mut err = std::io::BufReader::new(tracer.stderr.take().expect("stderr"));
-        loop {
-            let mut line = String::new();
-            if err.read_line(&mut line).expect("telco-stap's stderr") == 0 || line.starts_with("Pass 4:") {
-                break;
-            }
-        }
-        // Not a wait for readiness: the instant of the fault (0 to 8 ms
-        // after pass 4: the start and the arming).
-        let until = std::time::Instant::now() + std::time::Duration::from_micros(i * 500);
-        while std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
+        let (mut tracer, _err) = after_pass4(&["-v", "-c", &cmd, "-e", script]);
+        // 0 to 8 ms after pass 4: the start and the arming.
+        spin(i * 500);
         // Whether the command had been started when the tracer died (a
         // command started just after this read still counts as right if
         // it prints its result).
@@ -760,11 +729,7 @@ fn the_target_survives_a_tracer_killed_while_detaching() {
         let mut tracer = common::Tracer::start(&["-p", &target.pid().to_string(), "-e", script], "armed");
         // SAFETY: signalling the tracer we started.
         unsafe { libc_kill(tracer.child.id() as i32, 2) };
-        // Not a wait for readiness: the instant of the fault.
-        let until = std::time::Instant::now() + std::time::Duration::from_micros(i * 1000);
-        while std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
+        spin(i * 1000);
         let _ = tracer.child.kill();
         let _ = tracer.child.wait();
         target.say("stop");
@@ -795,10 +760,7 @@ fn signals_during_the_detach_leave_nothing_behind() {
         for k in 0..40u64 {
             // SAFETY: signalling the tracer we started.
             unsafe { libc_kill(tracer.child.id() as i32, if k == 0 { 2 } else { sig }) };
-            let until = std::time::Instant::now() + std::time::Duration::from_micros(500);
-            while std::time::Instant::now() < until {
-                std::hint::spin_loop();
-            }
+            spin(500);
         }
         let (out, err, code) = tracer.finish();
         assert_eq!(code, Some(0), "run {i} (signal {sig}): {err}");
@@ -838,6 +800,36 @@ fn forked_children_are_cleaned_at_detach() {
     let (last, status) = target.finish();
     assert!(status.success());
     assert_eq!(last, "forkwait 0\n");
+}
+
+/// telco-stap started with `args` (`-v` among them), once it has said that
+/// pass 4 is done: the moment the fault tests count from. Its error output
+/// comes too, to be kept open (the tracer must not die of a closed pipe).
+fn after_pass4(args: &[&str]) -> (std::process::Child, std::io::BufReader<std::process::ChildStderr>) {
+    use std::io::BufRead;
+    let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start telco-stap");
+    let mut err = std::io::BufReader::new(tracer.stderr.take().expect("stderr"));
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).expect("telco-stap's stderr") == 0 || line.starts_with("Pass 4:") {
+            break;
+        }
+    }
+    (tracer, err)
+}
+
+/// Spin for `us` microseconds: the instant of an injected fault, spread
+/// over what it interrupts (not a wait for readiness).
+fn spin(us: u64) {
+    let until = std::time::Instant::now() + std::time::Duration::from_micros(us);
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
+    }
 }
 
 extern "C" {

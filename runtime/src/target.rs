@@ -173,6 +173,7 @@ fn check_machine(pid: i32) -> Result<(), TargetError> {
 }
 
 /// One placed hook: where, and the bytes to put back.
+#[derive(Clone)]
 struct Patch {
     at: u64,
     original: Vec<u8>,
@@ -1534,23 +1535,33 @@ impl Armed {
             }
         };
         s.use_stub(self.stub.as_ref());
+        let held: Vec<Patch> =
+            self.patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).cloned().collect();
+        self.clean(s, &held, crash, semaphores, &format!("pid {pid} (forked from {})", self.pid));
+    }
+
+    /// Take the session out of a stopped process of it: the crash handler,
+    /// the semaphores, the `patches` (threads inside them run out first),
+    /// then what the session mapped; detach. `what` names the process in
+    /// warnings.
+    fn clean(&mut self, mut s: Stopped, patches: &[Patch], crash: Option<&crate::crash::Hook>, semaphores: &[u64], what: &str) {
         if let Some(hook) = crash {
             crate::crash::uninstall(&mut s, hook);
         }
         lower_semaphores(&s, semaphores);
-        let held: Vec<&Patch> =
-            self.patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).collect();
-        let ranges: Vec<(u64, u64)> = held.iter().map(|p| (p.at, p.original.len() as u64)).collect();
+        // A thread on a hop's or a loop's second jump sits inside a patch:
+        // out of it first.
+        let ranges: Vec<(u64, u64)> = patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
         if let Err(e) = run_out_of(&mut s, &ranges) {
             eprintln!("warning: {e}");
         }
-        for p in held {
+        for p in patches {
             if let Err(e) = s.write(p.at, &p.original) {
-                eprintln!("warning: cannot restore the code at {:#x} in pid {pid}: {e}", p.at);
+                eprintln!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
             }
         }
         if let Err(why) = self.unmap_injected(&mut s) {
-            let w = format!("the session's memory stays mapped in pid {pid} (forked from {}): {why}", self.pid);
+            let w = format!("the session's memory stays mapped in {what}: {why}");
             if !self.quiet {
                 eprintln!("WARNING: {w}");
             }
@@ -1585,32 +1596,11 @@ impl Armed {
             }),
         };
         match s {
-            Ok(mut s) => {
-                if let Some(hook) = self.crash.take() {
-                    crate::crash::uninstall(&mut s, &hook);
-                }
-                lower_semaphores(&s, &std::mem::take(&mut self.semaphores));
-                // A thread on a hop's or a loop's second jump sits inside
-                // a patch: out of it first.
-                let ranges: Vec<(u64, u64)> = self.patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
-                if let Err(e) = run_out_of(&mut s, &ranges) {
-                    eprintln!("warning: {e}");
-                }
-                for p in &self.patches {
-                    if let Err(e) = s.write(p.at, &p.original) {
-                        eprintln!("warning: cannot restore the code at {:#x} in pid {}: {e}", p.at, self.pid);
-                    }
-                }
-                if let Err(why) = self.unmap_injected(&mut s) {
-                    let w = format!("the session's memory stays mapped in pid {}: {why}", self.pid);
-                    if !self.quiet {
-                        eprintln!("WARNING: {w}");
-                    }
-                    self.warnings.push(w);
-                }
-                if let Err(e) = s.detach() {
-                    eprintln!("warning: {e}");
-                }
+            Ok(s) => {
+                let crash = self.crash.take();
+                let semaphores = std::mem::take(&mut self.semaphores);
+                let patches = self.patches.clone();
+                self.clean(s, &patches, crash.as_ref(), &semaphores, &format!("pid {}", self.pid));
             }
             // It exited meanwhile: nothing left to restore.
             Err(PtraceError::NoProcess(_)) => {}
