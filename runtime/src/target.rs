@@ -1545,21 +1545,7 @@ impl Armed {
     /// then what the session mapped; detach. `what` names the process in
     /// warnings.
     fn clean(&mut self, mut s: Stopped, patches: &[Patch], crash: Option<&crate::crash::Hook>, semaphores: &[u64], what: &str) {
-        if let Some(hook) = crash {
-            crate::crash::uninstall(&mut s, hook);
-        }
-        lower_semaphores(&s, semaphores);
-        // A thread on a hop's or a loop's second jump sits inside a patch:
-        // out of it first.
-        let ranges: Vec<(u64, u64)> = patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
-        if let Err(e) = run_out_of(&mut s, &ranges) {
-            eprintln!("warning: {e}");
-        }
-        for p in patches {
-            if let Err(e) = s.write(p.at, &p.original) {
-                eprintln!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
-            }
-        }
+        put_back(&mut s, patches, crash, semaphores, what);
         if let Err(why) = self.unmap_injected(&mut s) {
             let w = format!("the session's memory stays mapped in {what}: {why}");
             if !self.quiet {
@@ -2178,6 +2164,27 @@ fn lower_semaphores(s: &Stopped, semaphores: &[u64]) {
     }
 }
 
+/// In a stopped process of the session: the crash handler out, the
+/// semaphores lowered, the `patches`' original bytes back (threads inside
+/// them run out first). `what` names the process in warnings.
+fn put_back(s: &mut Stopped, patches: &[Patch], crash: Option<&crate::crash::Hook>, semaphores: &[u64], what: &str) {
+    if let Some(hook) = crash {
+        crate::crash::uninstall(s, hook);
+    }
+    lower_semaphores(s, semaphores);
+    // A thread on a hop's or a loop's second jump sits inside a patch: out
+    // of it first.
+    let ranges: Vec<(u64, u64)> = patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
+    if let Err(e) = run_out_of(s, &ranges) {
+        eprintln!("warning: {e}");
+    }
+    for p in patches {
+        if let Err(e) = s.write(p.at, &p.original) {
+            eprintln!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
+        }
+    }
+}
+
 /// Put `patches` back in process `pid` if it still runs the image they
 /// were made in (our region is mapped there), every thread stopped.
 fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hook>, semaphores: &[u64]) {
@@ -2190,19 +2197,7 @@ fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hoo
     }
     match Stopped::attach(pid) {
         Ok(mut s) => {
-            if let Some(hook) = crash {
-                crate::crash::uninstall(&mut s, hook);
-            }
-            lower_semaphores(&s, semaphores);
-            let ranges: Vec<(u64, u64)> = patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
-            if let Err(e) = run_out_of(&mut s, &ranges) {
-                eprintln!("warning: {e}");
-            }
-            for p in patches {
-                if let Err(e) = s.write(p.at, &p.original) {
-                    eprintln!("warning: cannot restore the code at {:#x} in pid {pid}: {e}", p.at);
-                }
-            }
+            put_back(&mut s, patches, crash, semaphores, &format!("pid {pid}"));
             if let Err(e) = s.detach() {
                 eprintln!("warning: {e}");
             }
