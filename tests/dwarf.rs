@@ -223,6 +223,12 @@ probe process.function("describe") { $s->flags->b = 3 }
         let (_, err, code) = telco(&["-e", write, "-c", &cmd(&exe)]);
         assert_eq!(code, Some(1), "{err}");
         assert!(err.contains("`set_user_int` needs guru mode"), "{err}");
+        // A compound write whose index has side effects would compute its
+        // place twice: refused, located.
+        let twice = "probe process.function(\"describe\") { i = 0; $s->weights[i++] += 1 }";
+        let (_, err, code) = telco(&["-g", "-e", twice, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("`+=` changes the index it is written at") && err.contains("<input>:1:45"), "{err}");
         let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
         assert_eq!(code, Some(1), "{out}");
         assert!(err.contains("writing `$x` needs guru mode") && err.contains("<input>:2:"), "{err}");

@@ -109,6 +109,28 @@ pub struct Lowerer<'a> {
 
 type Typed = (Expr, Option<Ty>);
 
+/// Whether computing a target place runs side effects (assignments,
+/// `++`, function calls): it must then be computed once.
+fn place_has_effects(place: &super::dwarf_vars::Place) -> bool {
+    use super::dwarf_vars::Place;
+    let exprs: Vec<&Expr> = match place {
+        Place::Mem(e) | Place::Value(e) => vec![e],
+        Place::Reg(_) => Vec::new(),
+        Place::Pieces(ps) => ps.iter().filter_map(|(_, p)| p.as_ref()).filter_map(|p| match p {
+            Place::Mem(e) | Place::Value(e) => Some(e),
+            _ => None,
+        }).collect(),
+    };
+    let mut effects = false;
+    for e in exprs {
+        crate::program::visit::visit_expr(e, &mut |x| {
+            effects |= matches!(x.kind, ExprKind::Assign { .. } | ExprKind::IncDec { .. } | ExprKind::Call { .. });
+            !effects
+        });
+    }
+    effects
+}
+
 /// A lowered probe handler: its body, its condition and its locals.
 pub type LoweredProbe = (Vec<Stmt>, Option<Expr>, Vec<Local>);
 
@@ -1333,6 +1355,15 @@ impl<'a> Lowerer<'a> {
         let (v, tv) = self.expr(value, Some(Ty::Long));
         self.check_type(tv, Ty::Long, value.span, "a value written to the target");
         let Some((site, place)) = self.path_value(&path, target.span) else { return fail };
+        if op != AssignOp::Assign && place_has_effects(&place.place) {
+            // Read and written, the place would be computed twice.
+            self.error(
+                Diagnostic::error(Code::Context, target.span, format!("`{}` changes the index it is written at", op.symbol()))
+                    .with_label("this target's address has side effects (an assignment, `++`, a call)")
+                    .with_help("compute the index into a variable first"),
+            );
+            return fail;
+        }
         let value = match op {
             AssignOp::Assign => Ok(v),
             AssignOp::Concat | AssignOp::Aggregate => Err(Diagnostic::error(
