@@ -204,8 +204,9 @@ fn main() {
     println!("|---|---|");
     let trace_arg = trace.to_string_lossy().into_owned();
     let by_handlers = "global lat probe process.function(\"work\").return { lat <<< gettimeofday_ns() - @entry(gettimeofday_ns()) + 0 } probe end { print(@hist_log(lat)) }";
-    let variants: [(&str, Vec<&str>); 8] = [
+    let variants: [(&str, Vec<&str>); 9] = [
         ("entry counter `n++` (a)", vec!["-e", counter]),
+        ("entry `x = $arg1`: the full context (every register saved and reloaded)", vec!["-e", "global x probe process.function(\"work\") { x = $arg1 }"]),
         ("empty return probe: entry and return trampolines, shadow stack", vec!["-e", "probe process.function(\"work\").return {}"]),
         ("return: `lat <<< n` with `@hist_log` (n a global)", vec!["-e", "global n, lat probe process.function(\"work\").return { lat <<< n } probe end { print(@hist_log(lat)) }"]),
         ("return: `lat <<< n - @entry(n)` (an entry handler too)", vec!["-e", "global n, lat probe process.function(\"work\").return { lat <<< n - @entry(n) } probe end { print(@hist_log(lat)) }"]),
