@@ -1766,6 +1766,18 @@ impl<'a> Lowerer<'a> {
                 }
             }
         }
+        if matches!(sig.builtin, Builtin::Printd | Builtin::Printdln) {
+            if let Some(d) = c.args.first().filter(|d| !matches!(d.kind, A::Str(_))) {
+                self.error(
+                    Diagnostic::error(
+                        Code::BadFormat,
+                        d.span,
+                        format!("the delimiter of `{}` must be a string literal", sig.name),
+                    )
+                    .with_label("not a literal"),
+                );
+            }
+        }
         let bad_format = matches!(sig.builtin, Builtin::Printf | Builtin::Sprintf)
             && !matches!(c.args.first().map(|a| &a.kind), Some(A::Str(_)));
         for (i, a) in c.args.iter().enumerate() {

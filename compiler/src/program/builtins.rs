@@ -45,6 +45,11 @@ builtins! {
     Sprintf = "sprintf"(String; any) -> String,
     Print = "print"(; any) -> Void,
     Println = "println"(; any) -> Void,
+    // `printd(delimiter, ...)`: the values with the (literal) delimiter
+    // between them; `printdln` ends the line.
+    Printd = "printd"(String; any) -> Void,
+    Printdln = "printdln"(String; any) -> Void,
+    PrintChar = "print_char"(Long) -> Void,
     Sprint = "sprint"(; any) -> String,
     Sprintln = "sprintln"(; any) -> String,
     // Context.

@@ -136,6 +136,36 @@ impl Gen<'_, '_, '_> {
                 self.printf(&pieces, &vals);
                 zero
             }
+            Builtin::Printd | Builtin::Printdln => {
+                let delim = match &args[0].kind {
+                    ExprKind::String(d) => d.clone(),
+                    _ => Vec::new(),
+                };
+                let mut pieces = Vec::new();
+                for (i, p) in Self::print_pieces(&args[1..], false).into_iter().enumerate() {
+                    if i > 0 && !delim.is_empty() {
+                        pieces.push(Piece::Text(delim.clone()));
+                    }
+                    pieces.push(p);
+                }
+                if f == Builtin::Printdln {
+                    pieces.push(Piece::Text(b"\n".to_vec()));
+                }
+                let vals = self.args(&args[1..]);
+                self.printf(&pieces, &vals);
+                zero
+            }
+            Builtin::PrintChar => {
+                let piece = Piece::Conv {
+                    kind: fmt::CONV_CHAR,
+                    flags: 0,
+                    width: fmt::COUNT_NONE,
+                    precision: fmt::COUNT_NONE,
+                };
+                let vals = self.args(args);
+                self.printf(&[piece], &vals);
+                zero
+            }
             Builtin::Sprint | Builtin::Sprintln => {
                 let pieces = Self::print_pieces(args, f == Builtin::Sprintln);
                 let vals = self.args(args);
