@@ -161,6 +161,27 @@ fn rust_structs_and_str() {
     }
 }
 
+/// A statement probe on a line inside a loop sees the loop's own locals
+/// (a lexical block's variables) as they are at each pass, and `$$locals`
+/// and `$$vars` list them.
+#[test]
+fn statement_probes_see_block_locals() {
+    let exe = build("stmt", "dwarfvars.c", &["-O0"]);
+    let src = std::fs::read_to_string(common::repo().join("tests/programs/dwarfvars.c")).expect("source");
+    let line = src.lines().position(|l| l.contains("sum += s->corners[i].x")).expect("the loop's line") + 1;
+    let script = format!(
+        "probe process.statement(\"describe@dwarfvars.c:{line}\") {{ printf(\"P i=%d sum=%d [%s] [%s]\\n\", $i, $sum, $$locals, $$vars) }}"
+    );
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd(&exe)]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("P ")).collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].starts_with("P i=0 sum=0 [i=0x0 sum=0x0] [s=0x"), "{out}");
+    assert!(lines[1].starts_with("P i=1 sum=9 "), "{out}");
+    assert!(lines[2].starts_with("P i=2 sum=27 [i=0x2 sum=0x1b] [s=0x"), "{out}");
+    assert!(lines[2].contains(" c=0x4 i=0x2 sum=0x1b]"), "{out}");
+}
+
 /// `$p$`, `$$parms`, `$$parms$`, `$$return`, `$s$$` (nested structs
 /// expanded), `@defined`.
 #[test]
