@@ -136,6 +136,24 @@ fn libc_parameters_from_its_debug_file() {
     assert!(out.contains("P malloc 12345 bytes=0x3039\n"), "{out}{err}");
 }
 
+/// Floating-point parameters between integer ones: at entry the integers
+/// are where the calling convention puts them (the floats take vector
+/// registers of their own), and a float itself is refused, located.
+#[test]
+fn floats_between_integer_parameters() {
+    for opt in ["-O0", "-O2"] {
+        let exe = build(&format!("mixed{opt}"), "dwarfvars.c", &[opt]);
+        let script = "probe process.function(\"mixed\") { printf(\"P x=%d y=%d\\n\", $x, $y) }";
+        let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+        assert_eq!(code, Some(0), "{opt}: {err}");
+        assert!(out.contains("P x=17 y=-40\n") && out.contains("mixed d=1.5 x=17 f=2.5 y=-40\n"), "{opt}: {out}");
+    }
+    let exe = build("mixedf", "dwarfvars.c", &["-O0"]);
+    let (_, err, code) = telco(&["-e", "probe process.function(\"mixed\") { println($d) }", "-c", &cmd(&exe)]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("target variable `$d` is not accessible at this address"), "{err}");
+}
+
 /// Rust: a struct behind a reference and a `&str` (two words, in two
 /// registers at entry), with rustc at opt-level 0 and 2.
 #[test]

@@ -95,6 +95,14 @@ __attribute__((noinline)) struct pair make_pair(int lo, int hi) {
     return p;
 }
 
+/* Floating point and integers mixed: the integers take the integer
+ * registers in order whatever the floats between them take. */
+__attribute__((noinline)) long mixed(double d, int x, float f, long y) {
+    printf("mixed d=%.1f x=%d f=%.1f y=%ld\n", d, x, f, y);
+    fflush(stdout);
+    return (long)d + x + (long)f + y;
+}
+
 __attribute__((noinline)) int guarded(int x) {
     /* A fault-injection target: `-g` writes change what it returns. */
     return x > 0 ? x * 2 : -1;
@@ -126,6 +134,7 @@ int main(int argc, char **argv) {
         by_value(p, 5, s, 77);
         struct big b = make_big(11 + r);
         struct pair q = make_pair(-2, 3);
+        mixed(1.5, 17, 2.5, -40);
         printf("got %ld %d\n", b.c, q.hi);
         printf("guarded=%d\n", guarded(21));
         fflush(stdout);
