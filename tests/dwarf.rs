@@ -118,6 +118,31 @@ probe process.function("area") {
     }
 }
 
+/// `@cast(p, "type", "module")` with another module's types (libc's, from
+/// libc6-dbg); `@var` of another module's global is refused, located (its
+/// load address is not known in the probe); an unknown module is said.
+#[test]
+fn cast_to_another_modules_type() {
+    let exe = build("castlibc", "dwarfvars.c", &["-O2"]);
+    let script = "probe process.function(\"area\") { printf(\"P %d\\n\", @cast($p, \"struct timespec\", \"libc.so.6\")->tv_sec) }";
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd(&exe)]);
+    assert_eq!(code, Some(0), "{err}");
+    // The point {6, 7} read as a timespec: tv_sec is its 8 bytes.
+    assert!(out.contains(&format!("P {}\n", (7i64 << 32) | 6)), "{out}");
+    let (_, err, code) = telco(&[
+        "-e",
+        "probe process.function(\"area\") { println(@var(\"__libc_single_threaded\", \"libc.so.6\")) }",
+        "-c",
+        &cmd(&exe),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("of another module") && err.contains("<input>:1:42"), "{err}");
+    let (_, err, code) =
+        telco(&["-e", "probe process.function(\"area\") { println(@cast($p, \"struct x\", \"libnope.so\")->a) }", "-c", &cmd(&exe)]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no module of the target is called `libnope.so`"), "{err}");
+}
+
 /// The C library's own variables by name, from its separate debug file
 /// (Debian's libc6-dbg, found by build-id under /usr/lib/debug): malloc's
 /// `bytes` at entry of an -O2 library, as the program passes it.

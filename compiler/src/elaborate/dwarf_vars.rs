@@ -64,6 +64,9 @@ pub struct Site {
     pub pie: bool,
     /// The CFA rule at `pc`: a DWARF register and an offset.
     pub cfa: Option<(u16, i64)>,
+    /// Other modules' debugging information, by the name the script gives
+    /// them in `@cast` and `@var` (or why there is none).
+    pub others: std::collections::HashMap<String, Result<Arc<Debug>, String>>,
 }
 
 /// Where a value is.
@@ -84,6 +87,9 @@ pub enum Place {
 /// A typed value somewhere: what `$name`, `->field` and `[i]` produce.
 #[derive(Clone, Debug)]
 pub struct Val {
+    /// The debugging information its type is in (the probe's module's,
+    /// or another's for `@cast(..., "module")`).
+    pub debug: Arc<Debug>,
     pub place: Place,
     pub ty: Option<TypeRef>,
     /// A bitfield: (bit shift within the storage unit, width).
@@ -248,12 +254,25 @@ fn bit_storage(shift: u64, width: u64) -> u64 {
 }
 
 impl Site {
-    pub fn debug(&self, span: Span) -> Res<&Debug> {
+    pub fn debug(&self, span: Span) -> Res<&Arc<Debug>> {
         match &self.debug {
             Ok(d) => Ok(d),
             Err(why) => Err(Diagnostic::error(Code::Unsupported, span, "no debugging information for target variables")
                 .with_label(why.clone())
                 .with_help("build the program with -g, or install its debug file (found by build-id under /usr/lib/debug)")),
+        }
+    }
+
+    /// The debugging information `@cast`/`@var` name: the probe's module's
+    /// (None), or another module's.
+    fn debug_of(&self, module: Option<&str>, span: Span) -> Res<Arc<Debug>> {
+        let Some(m) = module else { return self.debug(span).cloned() };
+        match self.others.get(m) {
+            Some(Ok(d)) => Ok(d.clone()),
+            Some(Err(why)) => Err(Diagnostic::error(Code::Unsupported, span, format!("no debugging information for module `{m}`"))
+                .with_label(why.clone())),
+            None => Err(Diagnostic::error(Code::Unsupported, span, format!("module `{m}` was not loaded"))
+                .with_label("name modules with string literals")),
         }
     }
 
@@ -433,7 +452,7 @@ impl Site {
         Err(not_accessible(&var.name, span, "not a parameter"))
     }
 
-    fn from_var(&self, d: &Debug, scope: Option<&Scope>, var: &Var, span: Span) -> Res<Val> {
+    fn from_var(&self, d: &Arc<Debug>, scope: Option<&Scope>, var: &Var, span: Span) -> Res<Val> {
         let name = &var.name;
         if self.ret && var.kind == VarKind::Local {
             return Err(not_accessible(name, span, "a return probe sees parameters (as at entry), not locals"));
@@ -445,7 +464,14 @@ impl Site {
             }
             _ => self.place(&var.loc, name, span)?,
         };
-        Ok(Val { place, ty: var.ty, bits: None, at_entry: self.ret && var.kind == VarKind::Param, text: format!("${name}") })
+        Ok(Val {
+            debug: d.clone(),
+            place,
+            ty: var.ty,
+            bits: None,
+            at_entry: self.ret && var.kind == VarKind::Param,
+            text: format!("${name}"),
+        })
     }
 
     /// `$name`: a parameter, a local or a global.
@@ -504,37 +530,47 @@ impl Site {
                 return Err(not_accessible("return", span, "the function returns it in vector registers (floating point)"))
             }
         };
-        Ok(Val { place, ty: s.ret, bits: None, at_entry: false, text: "$return".into() })
+        Ok(Val { debug: d.clone(), place, ty: s.ret, bits: None, at_entry: false, text: "$return".into() })
     }
 
-    /// `@var("name@file.c")` (a global of that source file) or `@var("name")`.
-    pub fn at_var(&self, spec: &str, span: Span) -> Res<Val> {
-        let d = self.debug(span)?;
+    /// `@var("name@file.c")` (a global of that source file) or `@var("name")`;
+    /// `module`: a global of another module.
+    pub fn at_var(&self, spec: &str, module: Option<&str>, span: Span) -> Res<Val> {
+        let d = &self.debug_of(module, span)?;
         let (name, file) = match spec.split_once('@') {
             Some((n, f)) => (n, Some(f)),
             None => (spec, None),
         };
-        let scope = self.scope.as_ref().ok();
+        let scope = self.scope.as_ref().ok().filter(|_| module.is_none());
         if file.is_none() {
             if let Some(v) = scope.and_then(|s| s.var(name)) {
                 return self.from_var(d, scope, v, span);
             }
         }
         match d.global(name, scope, file) {
+            // Its address is relative to where that module is loaded,
+            // which the probe's registers do not tell.
+            Some(v) if module.is_some() && matches!(&v.loc, Location::Memory(s) | Location::Value(s) if mentions_link(s)) => {
+                Err(Diagnostic::error(Code::Unsupported, span, format!("`@var(\"{spec}\", ...)` of another module"))
+                    .with_label("a global of another module: its load address is not known in this probe")
+                    .with_help("probe a function of that module, where `@var(\"name\")` reads its globals"))
+            }
             Some(v) => self.from_var(d, None, &v, span),
             None => Err(Diagnostic::error(Code::Undefined, span, format!("unable to find global `{spec}`"))
                 .with_label(format!("no global variable by that name in {}", d.path.display()))),
         }
     }
 
-    /// `@cast(addr, "struct foo")`: the object of that type at `addr`.
-    pub fn cast(&self, addr: Expr, type_name: &str, span: Span) -> Res<Val> {
-        let d = self.debug(span)?;
+    /// `@cast(addr, "struct foo"[, "module"])`: the object of that type at
+    /// `addr`.
+    pub fn cast(&self, addr: Expr, type_name: &str, module: Option<&str>, span: Span) -> Res<Val> {
+        let d = self.debug_of(module, span)?;
         let t = d.type_named(type_name).ok_or_else(|| {
             Diagnostic::error(Code::Undefined, span, format!("type `{type_name}` not found"))
                 .with_label(format!("no type by that name in the debugging information of {}", d.path.display()))
         })?;
-        Ok(Val { place: Place::Mem(addr), ty: Some(t), bits: None, at_entry: false, text: format!("@cast(..., \"{type_name}\")") })
+        let text = format!("@cast(..., \"{type_name}\")");
+        Ok(Val { debug: d, place: Place::Mem(addr), ty: Some(t), bits: None, at_entry: false, text })
     }
 
     /// The value of a pointer, followed: the object it points to.
@@ -544,13 +580,14 @@ impl Site {
             return Err(Diagnostic::error(Code::TypeMismatch, span, format!("`{}` is not a pointer", v.text)));
         };
         let addr = self.read_raw(d, v, span)?;
-        Ok(Val { place: Place::Mem(addr), ty: *to, bits: None, at_entry: v.at_entry, text: v.text.clone() })
+        Ok(Val { debug: v.debug.clone(), place: Place::Mem(addr), ty: *to, bits: None, at_entry: v.at_entry, text: v.text.clone() })
     }
 
     /// `->field` (and `.field`): pointers are followed, then the member's
     /// offset added (members of anonymous structs and unions included).
     pub fn member(&self, v: Val, field: &Ident) -> Res<Val> {
-        let d = self.debug(field.span)?;
+        let debug = v.debug.clone();
+        let d: &Debug = &debug;
         let mut v = v;
         let (_, t) = types::resolve(d, v.ty);
         if matches!(&*t, Type::Pointer { .. }) {
@@ -595,12 +632,13 @@ impl Site {
                     "this member's piece of the value is optimised out here")
             })?,
         };
-        Ok(Val { place, ty: m.ty, bits: m.bits, at_entry: v.at_entry, text: format!("{}->{}", v.text, field.name) })
+        Ok(Val { debug, place, ty: m.ty, bits: m.bits, at_entry: v.at_entry, text: format!("{}->{}", v.text, field.name) })
     }
 
     /// `[i]` on an array or a pointer.
     pub fn index(&self, v: Val, i: Expr, span: Span) -> Res<Val> {
-        let d = self.debug(span)?;
+        let debug = v.debug.clone();
+        let d: &Debug = &debug;
         if v.at_entry && !matches!(i.kind, ExprKind::Long(_)) {
             // The whole path is read when the function is entered, where
             // the probe's own variables and `$return` have no values yet.
@@ -624,7 +662,8 @@ impl Site {
             Diagnostic::error(Code::Unsupported, span, format!("the elements of `{}` have no known size", v.text))
         })?;
         let off = bin(BinOp::Mul, i, num(size as i64, span));
-        Ok(Val { place: Place::Mem(bin(BinOp::Add, base, off)), ty: elem, bits: None, at_entry: v.at_entry, text: format!("{}[...]", v.text) })
+        let text = format!("{}[...]", v.text);
+        Ok(Val { debug, place: Place::Mem(bin(BinOp::Add, base, off)), ty: elem, bits: None, at_entry: v.at_entry, text })
     }
 
     /// The raw scalar bits of a value (a pointer's address, an integer).
@@ -674,7 +713,7 @@ impl Site {
     /// The value as a long: integers, enums, pointers; an array is its
     /// address (`user_string($buf)` reads a char array).
     pub fn read(&self, v: &Val, span: Span) -> Res<Expr> {
-        let d = self.debug(span)?;
+        let d: &Debug = &v.debug;
         let (_, t) = types::resolve(d, v.ty);
         if let Type::Pointer { reference: true, .. } = &*t {
             // A C++ reference reads as what it refers to (one level: a
@@ -696,7 +735,7 @@ impl Site {
     /// loads it back), or the target's memory (a bitfield read, changed and
     /// written back).
     pub fn write(&self, v: &Val, value: Expr, span: Span) -> Res<Expr> {
-        let d = self.debug(span)?;
+        let d: &Debug = &v.debug;
         if v.at_entry {
             return Err(Diagnostic::error(Code::Context, span, format!("writing `{}` in a return probe", v.text))
                 .with_label("the function has used its parameters already")
@@ -742,7 +781,7 @@ impl Site {
     /// members in `{.a=1, .b=2}`, strings quoted, nested structs expanded
     /// with `$$`).
     pub fn pretty(&self, v: &Val, deep: bool, span: Span) -> Res<Expr> {
-        let d = self.debug(span)?;
+        let d: &Debug = &v.debug;
         let mut fmt = String::new();
         let mut args = Vec::new();
         self.pretty_into(d, v, deep, true, 0, span, &mut fmt, &mut args, &mut PRETTY_BUDGET.clone());
@@ -962,6 +1001,15 @@ fn piece_at(pieces: Vec<(u64, Option<Place>)>, off: u64, size: u64) -> Option<Pl
         start = piece_end;
     }
     None
+}
+
+fn mentions_link(s: &Sym) -> bool {
+    match s {
+        Sym::Link(_) => true,
+        Sym::Bin(_, a, b) => mentions_link(a) || mentions_link(b),
+        Sym::Deref(a, _) => mentions_link(a),
+        _ => false,
+    }
 }
 
 fn mentions_frame(s: &Sym) -> bool {

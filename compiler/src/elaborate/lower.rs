@@ -1215,15 +1215,15 @@ impl<'a> Lowerer<'a> {
             A::TargetVar(n) => site.var(n, span),
             A::AtOp(c) if c.name.name.as_str() == "var" => {
                 let spec = self.literal_arg(c.args.first(), "the name in `@var`", span)?;
-                self.check_module_arg(site, c.args.get(1), span)?;
-                site.at_var(&spec, span)
+                let module = self.module_arg(site, c.args.get(1), span)?;
+                site.at_var(&spec, module.as_deref(), span)
             }
             A::AtOp(c) if c.name.name.as_str() == "cast" => {
                 let (addr, t) = self.expr(&c.args[0], Some(Ty::Long));
                 self.check_type(t, Ty::Long, c.args[0].span, "the address in `@cast`");
                 let ty = self.literal_arg(c.args.get(1), "the type in `@cast`", span)?;
-                self.check_module_arg(site, c.args.get(2), span)?;
-                site.cast(addr, &ty, span)
+                let module = self.module_arg(site, c.args.get(2), span)?;
+                site.cast(addr, &ty, module.as_deref(), span)
             }
             _ => Err(Diagnostic::error(Code::TypeMismatch, span, "`->` and `[...]` apply to target variables only")
                 .with_label("not a target variable, `@var` or `@cast`")),
@@ -1237,22 +1237,24 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// `@var`'s and `@cast`'s module argument names the probe's own module
-    /// (the one whose debugging information is read).
-    fn check_module_arg(&mut self, site: &super::dwarf_vars::Site, arg: Option<&ast::Expr>, span: Span) -> Option<()> {
-        let Some(a) = arg else { return Some(()) };
+    /// `@var`'s and `@cast`'s module argument: None for the probe's own
+    /// module (left out, or named), else the name (a literal) whose
+    /// debugging information the site loaded (`elaborate::debug_site`).
+    /// The outer None: an error, reported.
+    fn module_arg(
+        &mut self,
+        site: &super::dwarf_vars::Site,
+        arg: Option<&ast::Expr>,
+        span: Span,
+    ) -> Option<Option<String>> {
+        let Some(a) = arg else { return Some(None) };
         let m = self.literal_arg(Some(a), "the module", span)?;
         let path = site.module.to_string_lossy();
         let base = site.module.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         if m == path || m == base || std::fs::canonicalize(&m).ok().as_deref() == Some(site.module.as_path()) {
-            return Some(());
+            return Some(None);
         }
-        self.error(
-            Diagnostic::error(Code::Unsupported, a.span, format!("module `{m}` is not the probe's module"))
-                .with_label(format!("types and globals are read from {path}"))
-                .with_help("leave the module out, or name the module the probe point is in"),
-        );
-        None
+        Some(Some(m))
     }
 
     /// The value a target path names, before it is read.

@@ -179,8 +179,9 @@ pub fn elaborate(
                     if debug_points && (typed_return || blocks.iter().any(|b| walk::uses_debug_info(b))) {
                         // One body per site: each reads its variables where
                         // that function's debugging information says.
+                        let named = walk::modules_named(&blocks);
                         for pt in r.points {
-                            let site = debug_site(&mut resolver, &pt).map(std::rc::Rc::new);
+                            let site = debug_site(&mut resolver, &pt, &named).map(std::rc::Rc::new);
                             bodies.push(ProbeBody {
                                 blocks: blocks.clone(),
                                 condition: condition.clone(),
@@ -252,7 +253,11 @@ pub fn elaborate(
 }
 
 /// The debugging-information site of a function or statement point.
-pub fn debug_site(resolver: &mut points::Resolver<'_>, pt: &crate::program::Point) -> Option<dwarf_vars::Site> {
+pub fn debug_site(
+    resolver: &mut points::Resolver<'_>,
+    pt: &crate::program::Point,
+    modules: &[String],
+) -> Option<dwarf_vars::Site> {
     use crate::program::Point;
     let (module, pc, entry, ret) = match pt {
         Point::Function(f) => (f.module.clone(), f.addr, true, f.ret),
@@ -270,6 +275,18 @@ pub fn debug_site(resolver: &mut points::Resolver<'_>, pt: &crate::program::Poin
         Err(e) => Err(e.clone()),
     };
     let at_entry = entry || scope.as_ref().is_ok_and(|s| s.low_pc == pc);
+    // Modules `@cast` and `@var` name, with their debugging information.
+    let others = modules
+        .iter()
+        .map(|name| {
+            let d = resolver.module_named(name).and_then(|m| match m.debug() {
+                Ok(Some(d)) => Ok(d),
+                Ok(None) => Err(format!("{} has no DWARF and no separate debug file was found", m.path.display())),
+                Err(e) => Err(format!("{}: {e}", m.path.display())),
+            });
+            (name.clone(), d)
+        })
+        .collect();
     Some(dwarf_vars::Site {
         pie: m.kind == crate::elf::ModuleKind::PositionIndependent,
         cfa: m.cfa_at(pc),
@@ -279,6 +296,7 @@ pub fn debug_site(resolver: &mut points::Resolver<'_>, pt: &crate::program::Poin
         pc,
         at_entry,
         ret,
+        others,
     })
 }
 
@@ -449,7 +467,7 @@ pub fn list(
                     if with_vars {
                         // Names and types from the debugging information
                         // where there is some (as `stap -L`), else by position.
-                        let named = debug_site(&mut resolver, pt).map(|s| s.listing()).unwrap_or_default();
+                        let named = debug_site(&mut resolver, pt, &[]).map(|s| s.listing()).unwrap_or_default();
                         let vars = if named.is_empty() { show::point_variables(pt) } else { named };
                         for v in vars {
                             line.push(' ');

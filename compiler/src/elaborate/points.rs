@@ -86,6 +86,19 @@ impl<'q> Resolver<'q> {
         self.spec.command.clone().map(Ok)
     }
 
+    /// A module named in a script (`@cast(..., "libfoo.so")`): a path, or
+    /// the file or SONAME of one of the target's modules.
+    pub fn module_named(&mut self, name: &str) -> Result<Rc<Module>, String> {
+        if name.contains('/') {
+            return self.module(std::path::Path::new(name));
+        }
+        let file = |m: &Module| m.path.file_name().and_then(|f| f.to_str()).map(str::to_string);
+        self.target_modules()?
+            .into_iter()
+            .find(|m| m.soname.as_deref() == Some(name) || file(m).as_deref() == Some(name))
+            .ok_or_else(|| format!("no module of the target is called `{name}` (name it by its path)"))
+    }
+
     fn target_modules(&mut self) -> Result<Vec<Rc<Module>>, String> {
         if self.target.is_none() {
             let r = self.load_target();

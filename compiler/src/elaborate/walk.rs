@@ -73,6 +73,29 @@ pub fn uses_debug_info(b: &Block) -> bool {
     found
 }
 
+/// The modules `@cast(p, "type", "MODULE")` and `@var("name", "MODULE")`
+/// name with string literals in the blocks, each once.
+pub fn modules_named(blocks: &[&Block]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for b in blocks {
+        visit_exprs_in_block(b, &mut |e| {
+            let ExprKind::AtOp(c) = &e.kind else { return };
+            let at = match c.name.name.as_str() {
+                "cast" => 2,
+                "var" => 1,
+                _ => return,
+            };
+            if let Some(ExprKind::Str(s)) = c.args.get(at).map(|a| &a.kind) {
+                let name = String::from_utf8_lossy(s).into_owned();
+                if !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+        });
+    }
+    out
+}
+
 /// Whether a block reads `$return`.
 pub fn uses_return(b: &Block) -> bool {
     let mut found = false;
