@@ -462,12 +462,7 @@ mod generated {
             if guru {
                 args.push("-g");
             }
-            let o = std::process::Command::new("timeout")
-                .args(["-s", "KILL", "60"])
-                .arg(env!("CARGO_BIN_EXE_telco-stap"))
-                .args(&args)
-                .output()
-                .expect("run telco-stap");
+            let o = super::common::telco_bounded(&args, 60);
             let err = String::from_utf8_lossy(&o.stderr);
             prop_assert!(matches!(o.status.code(), Some(0 | 1)), "{script}: {:?}\n{err}", o.status);
             if o.status.code() == Some(1) {

@@ -56,12 +56,7 @@ proptest! {
         std::fs::write(&path, &b).expect("write the mutated program");
         let (flag, point) = QUERIES[query];
         let point = point.replace('P', &path.display().to_string());
-        let o = std::process::Command::new("timeout")
-            .args(["-s", "KILL", "60"])
-            .arg(env!("CARGO_BIN_EXE_telco-stap"))
-            .args([flag, &point])
-            .output()
-            .expect("run telco-stap");
+        let o = common::telco_bounded(&[flag, &point], 60);
         let _ = std::fs::remove_file(&path);
         let err = String::from_utf8_lossy(&o.stderr);
         prop_assert!(matches!(o.status.code(), Some(0 | 1)), "{flag} {point}: {:?}\n{err}", o.status);
@@ -126,12 +121,8 @@ proptest! {
         } else {
             vec!["--last-pass".into(), "2".into(), "-e".into(), DWARF_SCRIPT.replace('P', &p)]
         };
-        let o = std::process::Command::new("timeout")
-            .args(["-s", "KILL", "60"])
-            .arg(env!("CARGO_BIN_EXE_telco-stap"))
-            .args(&args)
-            .output()
-            .expect("run telco-stap");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = common::telco_bounded(&args, 60);
         let _ = std::fs::remove_file(&path);
         let err = String::from_utf8_lossy(&o.stderr);
         prop_assert!(matches!(o.status.code(), Some(0 | 1)), "{args:?}: {:?}\n{err}", o.status);

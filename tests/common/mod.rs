@@ -234,6 +234,18 @@ pub fn telco_run(args: &[&str]) -> (String, String, Option<i32>) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
 }
 
+/// Run telco-stap with `args` under `timeout -s KILL SECS` (a hang is a
+/// failure, not a stuck test), stdin empty: its whole output.
+pub fn telco_bounded(args: &[&str], secs: u32) -> std::process::Output {
+    std::process::Command::new("timeout")
+        .args(["-s", "KILL", &secs.to_string()])
+        .arg(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run telco-stap under timeout")
+}
+
 /// Run telco-stap in directory `dir`: (stdout, stderr, exit code).
 pub fn telco_in(dir: &Path, args: &[&str]) -> (String, String, Option<i32>) {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
