@@ -453,7 +453,8 @@ fn every_function_of_libc_libstdcxx_and_libsqlite3() {
     for (lib, argv, at_least) in cases {
         let plain = Command::new(&argv[0]).args(&argv[1..]).output().expect("run untraced");
         let out = d.join(format!("{lib}.json"));
-        let script = format!("probe process(\"{lib}\").function(\"*\"), process(\"{lib}\").function(\"*\").return {{}}");
+        let script =
+            format!("probe process(\"{lib}\").function(\"*\"), process(\"{lib}\").function(\"*\").return {{}}");
         // Quoted for the shell `-c` hands a command with quotes to.
         let cmd = argv.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect::<Vec<_>>().join(" ");
         let (stdout, stderr, code) = telco(&["-w", "-e", &script, "--chrome", out.to_str().unwrap(), "-c", &cmd]);

@@ -137,8 +137,12 @@ fn cast_to_another_modules_type() {
     ]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("of another module") && err.contains("<input>:1:42"), "{err}");
-    let (_, err, code) =
-        telco(&["-e", "probe process.function(\"area\") { println(@cast($p, \"struct x\", \"libnope.so\")->a) }", "-c", &cmd(&exe)]);
+    let (_, err, code) = telco(&[
+        "-e",
+        "probe process.function(\"area\") { println(@cast($p, \"struct x\", \"libnope.so\")->a) }",
+        "-c",
+        &cmd(&exe),
+    ]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("no module of the target is called `libnope.so`"), "{err}");
 }
@@ -266,7 +270,8 @@ probe process.function("describe") { $s->flags->b = 3 }
         assert!(out.contains("guarded=-1\n"), "{opt}: {out}");
         assert!(out.contains("area x=100 y=7 scale=3 result=2100\n"), "{opt}: {out}");
         assert!(out.contains(" a=5 b=3 c=3000 "), "{opt}: {out}");
-        let (out, err, code) = telco(&["-g", "-e", "probe process.function(\"guarded\").return { $return = 7 }", "-c", &cmd(&exe)]);
+        let (out, err, code) =
+            telco(&["-g", "-e", "probe process.function(\"guarded\").return { $return = 7 }", "-c", &cmd(&exe)]);
         assert_eq!(code, Some(0), "{opt}: {err}");
         assert!(out.contains("guarded=7\n"), "{opt}: {out}");
         // An `int` return value is sign-extended from its DWARF type.
@@ -306,19 +311,19 @@ probe process.function("describe") { $s->flags->b = 3 }
 #[test]
 fn what_cannot_be_read_is_said_where_it_is_written() {
     let exe = build("errors", "dwarfvars.c", &["-O2"]);
-    let (out, err, code) =
-        telco(&["-e", "probe process.function(\"area\") { println($result) println($scal) println($p->z) }", "-c", &cmd(&exe)]);
+    let (out, err, code) = telco(&[
+        "-e",
+        "probe process.function(\"area\") { println($result) println($scal) println($p->z) }",
+        "-c",
+        &cmd(&exe),
+    ]);
     assert_eq!(code, Some(1), "{out}");
     assert!(err.contains("target variable `$result` is not accessible at this address"), "{err}");
     assert!(err.contains("<input>:1:42"), "{err}");
     assert!(err.contains("unable to find target variable `$scal`") && err.contains("did you mean `$scale`?"), "{err}");
     assert!(err.contains("`struct point*` has no member `z`") || err.contains("has no member `z`"), "{err}");
-    let (out, err, code) = telco(&[
-        "-e",
-        "probe process.function(\"area\") { println(@cast(0, \"struct point\")->y) }",
-        "-c",
-        &cmd(&exe),
-    ]);
+    let (out, err, code) =
+        telco(&["-e", "probe process.function(\"area\") { println(@cast(0, \"struct point\")->y) }", "-c", &cmd(&exe)]);
     assert!(err.contains("read fault at 0x4"), "{err}");
     assert!(out.contains("area x=6 y=7 scale=2 result=84"), "the target lives on: {out}");
     let _ = code;
@@ -426,19 +431,46 @@ mod generated {
     use proptest::prelude::*;
 
     const BASES: &[&str] = &[
-        "$p", "$s", "$scale", "$why", "$c", "$global_counter", "$global_origin", "$grid", "$return", "$nope",
-        "@cast(0, \"struct point\")", "@cast($p, \"struct shape\")", "@var(\"grid\")", "@var(\"nope@x.c\")",
+        "$p",
+        "$s",
+        "$scale",
+        "$why",
+        "$c",
+        "$global_counter",
+        "$global_origin",
+        "$grid",
+        "$return",
+        "$nope",
+        "@cast(0, \"struct point\")",
+        "@cast($p, \"struct shape\")",
+        "@var(\"grid\")",
+        "@var(\"nope@x.c\")",
     ];
     const STEPS: &[&str] = &[
-        "->x", "->y", "->corners", "->name", "->origin", "->flags", "->b", "->n", "->bytes", "->nope", "[1]", "[0]",
-        "[$scale]", "[-1]", "[99999999999]", ".x", "->tag",
+        "->x",
+        "->y",
+        "->corners",
+        "->name",
+        "->origin",
+        "->flags",
+        "->b",
+        "->n",
+        "->bytes",
+        "->nope",
+        "[1]",
+        "[0]",
+        "[$scale]",
+        "[-1]",
+        "[99999999999]",
+        ".x",
+        "->tag",
     ];
-    const USES: &[&str] = &["println(E)", "E = 1", "E++", "E += 2", "println(@defined(E))", "x = E . \"s\"", "println(E$)"];
+    const USES: &[&str] =
+        &["println(E)", "E = 1", "E++", "E += 2", "println(@defined(E))", "x = E . \"s\"", "println(E$)"];
 
     fn path() -> impl Strategy<Value = String> {
-        (prop::sample::select(BASES), prop::collection::vec(prop::sample::select(STEPS), 0..4), 0u8..3).prop_map(
-            |(b, steps, pretty)| format!("{b}{}{}", steps.concat(), "$".repeat(pretty as usize)),
-        )
+        (prop::sample::select(BASES), prop::collection::vec(prop::sample::select(STEPS), 0..4), 0u8..3)
+            .prop_map(|(b, steps, pretty)| format!("{b}{}{}", steps.concat(), "$".repeat(pretty as usize)))
     }
 
     fn exe() -> &'static std::path::PathBuf {

@@ -82,7 +82,9 @@ fn dwarf_original() -> &'static (PathBuf, Vec<u8>, Vec<(usize, usize)>) {
             let fields: Vec<&str> = line[at..].split_whitespace().collect();
             // name type address offset size ...
             let (Some(off), Some(size)) = (fields.get(3), fields.get(4)) else { continue };
-            let (Ok(off), Ok(size)) = (usize::from_str_radix(off, 16), usize::from_str_radix(size, 16)) else { continue };
+            let (Ok(off), Ok(size)) = (usize::from_str_radix(off, 16), usize::from_str_radix(size, 16)) else {
+                continue;
+            };
             if size > 0 {
                 ranges.push((off, size));
             }

@@ -700,7 +700,9 @@ fn a_command_survives_a_tracer_killed_while_it_starts() {
         // command started just after this read still counts as right if
         // it prints its result).
         let started = std::fs::read_dir(format!("/proc/{}/task", tracer.id())).is_ok_and(|tasks| {
-            tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("children")).is_ok_and(|c| !c.trim().is_empty()))
+            tasks
+                .flatten()
+                .any(|t| std::fs::read_to_string(t.path().join("children")).is_ok_and(|c| !c.trim().is_empty()))
         });
         tracer.kill().expect("SIGKILL the tracer");
         tracer.wait().expect("reap the tracer");
@@ -723,7 +725,8 @@ fn a_command_survives_a_tracer_killed_while_it_starts() {
 #[test]
 fn the_target_survives_a_tracer_killed_while_detaching() {
     let exe = build("killdetach", &[]);
-    let script = "probe begin { println(\"armed\") } probe process.function(\"rec\"), process.function(\"rec\").return {}";
+    let script =
+        "probe begin { println(\"armed\") } probe process.function(\"rec\"), process.function(\"rec\").return {}";
     for i in 0..16u64 {
         let mut target = common::Running::start(&exe, &["busy"]);
         let mut tracer = common::Tracer::start(&["-p", &target.pid().to_string(), "-e", script], "armed");
@@ -778,7 +781,8 @@ fn signals_during_the_detach_leave_nothing_behind() {
 fn forked_children_are_cleaned_at_detach() {
     let exe = build("forkclean", &[]);
     let mut target = common::Running::start(&exe, &["forkwait", "1000"]);
-    let script = "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++ } probe end { println(n) }";
+    let script =
+        "global n probe begin { println(\"armed\") } probe process.function(\"work\") { n++ } probe end { println(n) }";
     let tracer = common::Tracer::start(&["-p", &target.pid().to_string(), "-e", script], "armed");
     target.say("fork");
     let child: i32 = target.line().trim().strip_prefix("child ").expect("the child's pid").parse().expect("a pid");

@@ -372,7 +372,9 @@ impl Validator<'_> {
     fn lvalue(&mut self, e: &Expr, what: &str) {
         let target = matches!(&e.kind, ExprKind::TargetPath(p) if p.pretty == 0)
             || matches!(&e.kind, ExprKind::AtOp(c) if c.name.name == "var");
-        if !target && !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index(_) | ExprKind::TargetVar(_) | ExprKind::Error) {
+        if !target
+            && !matches!(e.kind, ExprKind::Var(_) | ExprKind::Index(_) | ExprKind::TargetVar(_) | ExprKind::Error)
+        {
             self.diags.push(
                 Diagnostic::error(Code::UnexpectedToken, e.span, format!("cannot {what} this expression"))
                     .with_label("not a variable, array element or target variable"),

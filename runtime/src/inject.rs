@@ -120,7 +120,8 @@ pub fn slack(s: &Stopped) -> Option<u64> {
         let (Some(phoff), Some(phnum)) = (eh.get(0x20..0x28), eh.get(0x38..0x3a)) else { continue };
         let phoff = u64::from_le_bytes(phoff.try_into().unwrap_or([0; 8]));
         let phnum = u16::from_le_bytes(phnum.try_into().unwrap_or([0; 2]));
-        if let Some(at) = base.checked_add(phoff).and_then(|ph| slack_in(s, &maps, ph, usize::from(phnum), Some(base))) {
+        if let Some(at) = base.checked_add(phoff).and_then(|ph| slack_in(s, &maps, ph, usize::from(phnum), Some(base)))
+        {
             return Some(at);
         }
     }
@@ -129,13 +130,7 @@ pub fn slack(s: &Stopped) -> Option<u64> {
 
 /// [`slack`] in one module: its program headers at `phdr` (`phnum` of
 /// them), its load bias (None: from its PT_PHDR).
-fn slack_in(
-    s: &Stopped,
-    maps: &[crate::os::proc::Mapping],
-    phdr: u64,
-    phnum: usize,
-    bias: Option<u64>,
-) -> Option<u64> {
+fn slack_in(s: &Stopped, maps: &[crate::os::proc::Mapping], phdr: u64, phnum: usize, bias: Option<u64>) -> Option<u64> {
     const PT_LOAD: u32 = 1;
     const PT_PHDR: u32 = 6;
     const PF_X: u32 = 1;

@@ -1503,7 +1503,8 @@ impl Armed {
     /// (its memfd's inode), do not share its memory (a vfork child) and are
     /// not programs it exec'd (followed apart).
     fn forked_children(&self) -> Vec<i32> {
-        let followed: Vec<i32> = self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
+        let followed: Vec<i32> =
+            self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
         let mut out = Vec::new();
         let mut work = vec![self.pid];
         while let Some(p) = work.pop() {
@@ -1535,8 +1536,12 @@ impl Armed {
             }
         };
         s.use_stub(self.stub.as_ref());
-        let held: Vec<Patch> =
-            self.patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).cloned().collect();
+        let held: Vec<Patch> = self
+            .patches
+            .iter()
+            .filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched))
+            .cloned()
+            .collect();
         self.clean(s, &held, crash, semaphores, &format!("pid {pid} (forked from {})", self.pid));
     }
 
@@ -1544,7 +1549,14 @@ impl Armed {
     /// the semaphores, the `patches` (threads inside them run out first),
     /// then what the session mapped; detach. `what` names the process in
     /// warnings.
-    fn clean(&mut self, mut s: Stopped, patches: &[Patch], crash: Option<&crate::crash::Hook>, semaphores: &[u64], what: &str) {
+    fn clean(
+        &mut self,
+        mut s: Stopped,
+        patches: &[Patch],
+        crash: Option<&crate::crash::Hook>,
+        semaphores: &[u64],
+        what: &str,
+    ) {
         put_back(&mut s, patches, crash, semaphores, what);
         if let Err(why) = self.unmap_injected(&mut s) {
             let w = format!("the session's memory stays mapped in {what}: {why}");

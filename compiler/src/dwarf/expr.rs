@@ -111,7 +111,9 @@ pub fn evaluate(
         }
         match op {
             Operation::Register { register } => result = Some(Location::Register(register.0)),
-            Operation::RegisterOffset { register, offset, .. } => stack.push(add(Sym::Reg(register.0), Sym::Const(offset))),
+            Operation::RegisterOffset { register, offset, .. } => {
+                stack.push(add(Sym::Reg(register.0), Sym::Const(offset)))
+            }
             Operation::FrameOffset { offset } => {
                 let base = match frame_base {
                     Some(Location::Register(r)) => Sym::Reg(*r),

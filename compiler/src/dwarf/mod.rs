@@ -138,7 +138,11 @@ fn err(e: gimli::Error) -> String {
 impl Debug {
     /// The DWARF of the module whose bytes are `bytes` (parsed as `elf`),
     /// at `path`: None if it has none and no separate debug file was found.
-    pub fn load(path: &std::path::Path, elf: &goblin::elf::Elf<'_>, bytes: &Arc<[u8]>) -> Result<Option<Debug>, String> {
+    pub fn load(
+        path: &std::path::Path,
+        elf: &goblin::elf::Elf<'_>,
+        bytes: &Arc<[u8]>,
+    ) -> Result<Option<Debug>, String> {
         let own = file::sections(elf, bytes)?;
         let (path, file, sections) = if own.contains_key(".debug_info") {
             (path.to_path_buf(), bytes.clone(), own)
@@ -152,7 +156,11 @@ impl Debug {
     }
 
     /// The sections are slices of `file` (no copy) or inflated bytes.
-    fn from_sections(path: PathBuf, file: Arc<[u8]>, mut sections: HashMap<String, file::Data>) -> Result<Debug, String> {
+    fn from_sections(
+        path: PathBuf,
+        file: Arc<[u8]>,
+        mut sections: HashMap<String, file::Data>,
+    ) -> Result<Debug, String> {
         let mut take = |id: gimli::SectionId| -> Result<R, gimli::Error> {
             Ok(match sections.remove(id.name()) {
                 Some(file::Data::Range(at, len)) => {
@@ -323,11 +331,14 @@ impl Debug {
         let low_pc = self.low_pc(unit, &e).unwrap_or(pc);
         let ret = self.type_of(unit, &e);
         let frame_base = match e.attr_value(gimli::DW_AT_frame_base) {
-            Some(AttributeValue::Exprloc(x)) => Some(expr::evaluate(&x, unit.encoding(), None, &|i| self.dwarf.address(unit, i).ok())),
+            Some(AttributeValue::Exprloc(x)) => {
+                Some(expr::evaluate(&x, unit.encoding(), None, &|i| self.dwarf.address(unit, i).ok()))
+            }
             _ => None,
         };
         let nocall = matches!(e.attr_value(gimli::DW_AT_calling_convention), Some(AttributeValue::CallingConvention(c)) if c == gimli::DW_CC_nocall);
-        let rust = unit.entry(gimli::UnitOffset(unit.header.header_size()))
+        let rust = unit
+            .entry(gimli::UnitOffset(unit.header.header_size()))
             .ok()
             .and_then(|root| root.attr_value(gimli::DW_AT_language))
             .is_some_and(|l| matches!(l, AttributeValue::Language(gimli::DW_LANG_Rust)));
@@ -416,7 +427,11 @@ impl Debug {
         let address = |i| self.dwarf.address(unit, i).ok();
         let (loc, whole_scope) = match e.attr_value(gimli::DW_AT_location) {
             Some(AttributeValue::Exprloc(x)) => (expr::evaluate(&x, encoding, frame_base, &address), true),
-            Some(v @ (AttributeValue::LocationListsRef(_) | AttributeValue::SecOffset(_) | AttributeValue::DebugLocListsIndex(_))) => {
+            Some(
+                v @ (AttributeValue::LocationListsRef(_)
+                | AttributeValue::SecOffset(_)
+                | AttributeValue::DebugLocListsIndex(_)),
+            ) => {
                 // The entry covering pc; a default location (DWARF 5's
                 // DW_LLE_default_location, read as the whole address
                 // space) only where no other entry does.
@@ -461,9 +476,8 @@ impl Debug {
         let mut cur = e.clone();
         let mut unit_idx: Option<usize> = None;
         for _ in 0..4 {
-            let next = cur
-                .attr_value(gimli::DW_AT_abstract_origin)
-                .or_else(|| cur.attr_value(gimli::DW_AT_specification))?;
+            let next =
+                cur.attr_value(gimli::DW_AT_abstract_origin).or_else(|| cur.attr_value(gimli::DW_AT_specification))?;
             let (u, die) = match unit_idx {
                 None => self.follow(unit, next)?,
                 Some(i) => self.follow(&*self.unit(i)?, next)?,
@@ -548,7 +562,8 @@ impl Debug {
         if n.starts_with('/') {
             return Some(n);
         }
-        let dir = unit.comp_dir.clone().and_then(|d| d.to_slice().ok().map(|s| String::from_utf8_lossy(&s[..]).into_owned()));
+        let dir =
+            unit.comp_dir.clone().and_then(|d| d.to_slice().ok().map(|s| String::from_utf8_lossy(&s[..]).into_owned()));
         Some(match dir {
             Some(d) => format!("{d}/{n}"),
             None => n,
@@ -637,7 +652,8 @@ impl Debug {
 
     fn find_type_named(&self, text: &str) -> Option<TypeRef> {
         let text = text.trim();
-        for kind in [types::Aggregate::Struct, types::Aggregate::Union, types::Aggregate::Class, types::Aggregate::Enum] {
+        for kind in [types::Aggregate::Struct, types::Aggregate::Union, types::Aggregate::Class, types::Aggregate::Enum]
+        {
             if let Some(rest) = text.strip_prefix(kind.keyword()).and_then(|r| r.strip_prefix(' ')) {
                 return self.definition(kind, rest.trim());
             }
@@ -656,7 +672,9 @@ impl Debug {
                         | gimli::DW_TAG_class_type
                         | gimli::DW_TAG_union_type
                 );
-                if named && e.attr_value(gimli::DW_AT_declaration).is_none() && self.name(&unit, e).as_deref() == Some(text)
+                if named
+                    && e.attr_value(gimli::DW_AT_declaration).is_none()
+                    && self.name(&unit, e).as_deref() == Some(text)
                 {
                     let off = e.offset().to_debug_info_offset(&unit.header)?;
                     return Some(TypeRef(off.0 as u64));

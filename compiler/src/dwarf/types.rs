@@ -156,7 +156,14 @@ pub(super) fn read(d: &Debug, unit: &gimli::Unit<R>, e: &gimli::DebuggingInforma
             // invisible reference (DWARF 5's DW_CC_pass_by_reference).
             let by_reference = matches!(e.attr_value(gimli::DW_AT_calling_convention),
                 Some(AttributeValue::CallingConvention(c)) if c == gimli::DW_CC_pass_by_reference);
-            Type::Aggregate { kind, name, size: size.unwrap_or(0), members: members(d, unit, e), declaration, by_reference }
+            Type::Aggregate {
+                kind,
+                name,
+                size: size.unwrap_or(0),
+                members: members(d, unit, e),
+                declaration,
+                by_reference,
+            }
         }
         gimli::DW_TAG_enumeration_type => {
             let mut values = Vec::new();
@@ -232,7 +239,8 @@ fn members(d: &Debug, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntr
             return;
         }
         // Static members have no offset (C++ DW_AT_external/declaration).
-        if c.attr_value(gimli::DW_AT_declaration).is_some() && c.attr_value(gimli::DW_AT_data_member_location).is_none() {
+        if c.attr_value(gimli::DW_AT_declaration).is_some() && c.attr_value(gimli::DW_AT_data_member_location).is_none()
+        {
             return;
         }
         let offset = match c.attr_value(gimli::DW_AT_data_member_location) {

@@ -257,9 +257,13 @@ impl Site {
     pub fn debug(&self, span: Span) -> Res<&Arc<Debug>> {
         match &self.debug {
             Ok(d) => Ok(d),
-            Err(why) => Err(Diagnostic::error(Code::Unsupported, span, "no debugging information for target variables")
-                .with_label(why.clone())
-                .with_help("build the program with -g, or install its debug file (found by build-id under /usr/lib/debug)")),
+            Err(why) => {
+                Err(Diagnostic::error(Code::Unsupported, span, "no debugging information for target variables")
+                    .with_label(why.clone())
+                    .with_help(
+                        "build the program with -g, or install its debug file (found by build-id under /usr/lib/debug)",
+                    ))
+            }
         }
     }
 
@@ -269,8 +273,10 @@ impl Site {
         let Some(m) = module else { return self.debug(span).cloned() };
         match self.others.get(m) {
             Some(Ok(d)) => Ok(d.clone()),
-            Some(Err(why)) => Err(Diagnostic::error(Code::Unsupported, span, format!("no debugging information for module `{m}`"))
-                .with_label(why.clone())),
+            Some(Err(why)) => {
+                Err(Diagnostic::error(Code::Unsupported, span, format!("no debugging information for module `{m}`"))
+                    .with_label(why.clone()))
+            }
             None => Err(Diagnostic::error(Code::Unsupported, span, format!("module `{m}` was not loaded"))
                 .with_label("name modules with string literals")),
         }
@@ -373,10 +379,7 @@ impl Site {
         }
         // A large aggregate returned in memory takes the first register.
         let (_, ret) = types::resolve(d, scope.ret);
-        let mut n = usize::from(matches!(
-            abi_class(d, &ret, scope.rust, 0),
-            AbiClass::Memory(_) | AbiClass::Reference
-        ));
+        let mut n = usize::from(matches!(abi_class(d, &ret, scope.rust, 0), AbiClass::Memory(_) | AbiClass::Reference));
         // Bytes of stack arguments so far (above the return address), and
         // vector registers taken (eight, xmm0-7).
         let mut stack = 8u64;
@@ -416,13 +419,19 @@ impl Site {
                 }
                 AbiClass::Reference => {
                     if here {
-                        return Ok(Place::Mem(call(read_fn(8, false), vec![at_stack_expr(stack, span)], Ty::Long, span)));
+                        return Ok(Place::Mem(call(
+                            read_fn(8, false),
+                            vec![at_stack_expr(stack, span)],
+                            Ty::Long,
+                            span,
+                        )));
                     }
                     stack = stack.saturating_add(8);
                 }
                 AbiClass::Integer(words) if n + words as usize <= ARG_REGS.len() => {
                     if here {
-                        let regs: Vec<Place> = (0..words as usize).map(|k| Place::Reg(ARG_REGS[n + k] as u32)).collect();
+                        let regs: Vec<Place> =
+                            (0..words as usize).map(|k| Place::Reg(ARG_REGS[n + k] as u32)).collect();
                         return Ok(match regs.len() {
                             1 => regs.into_iter().next().unwrap_or(Place::Reg(ARG_REGS[n] as u32)),
                             _ => Place::Pieces(regs.into_iter().map(|r| (8, Some(r))).collect()),
@@ -494,7 +503,10 @@ impl Site {
             if let Some(c) = crate::suggest::closest(name, names.iter().map(String::as_str)) {
                 err = err.with_help(format!("did you mean `${c}`?"));
             } else if !names.is_empty() {
-                err = err.with_help(format!("visible here: {}", names.iter().map(|n| format!("${n}")).collect::<Vec<_>>().join(" ")));
+                err = err.with_help(format!(
+                    "visible here: {}",
+                    names.iter().map(|n| format!("${n}")).collect::<Vec<_>>().join(" ")
+                ));
             }
         }
         Err(err)
@@ -527,7 +539,11 @@ impl Site {
             AbiClass::Memory(_) | AbiClass::Reference => Place::Mem(register(rax, span)),
             _ if matches!(&*t, Type::Void) => Place::Reg(rax),
             _ => {
-                return Err(not_accessible("return", span, "the function returns it in vector registers (floating point)"))
+                return Err(not_accessible(
+                    "return",
+                    span,
+                    "the function returns it in vector registers (floating point)",
+                ))
             }
         };
         Ok(Val { debug: d.clone(), place, ty: s.ret, bits: None, at_entry: false, text: "$return".into() })
@@ -550,7 +566,10 @@ impl Site {
         match d.global(name, scope, file) {
             // Its address is relative to where that module is loaded,
             // which the probe's registers do not tell.
-            Some(v) if module.is_some() && matches!(&v.loc, Location::Memory(s) | Location::Value(s) if mentions_link(s)) => {
+            Some(v)
+                if module.is_some()
+                    && matches!(&v.loc, Location::Memory(s) | Location::Value(s) if mentions_link(s)) =>
+            {
                 Err(Diagnostic::error(Code::Unsupported, span, format!("`@var(\"{spec}\", ...)` of another module"))
                     .with_label("a global of another module: its load address is not known in this probe")
                     .with_help("probe a function of that module, where `@var(\"name\")` reads its globals"))
@@ -580,7 +599,14 @@ impl Site {
             return Err(Diagnostic::error(Code::TypeMismatch, span, format!("`{}` is not a pointer", v.text)));
         };
         let addr = self.read_raw(d, v, span)?;
-        Ok(Val { debug: v.debug.clone(), place: Place::Mem(addr), ty: *to, bits: None, at_entry: v.at_entry, text: v.text.clone() })
+        Ok(Val {
+            debug: v.debug.clone(),
+            place: Place::Mem(addr),
+            ty: *to,
+            bits: None,
+            at_entry: v.at_entry,
+            text: v.text.clone(),
+        })
     }
 
     /// `->field` (and `.field`): pointers are followed, then the member's
@@ -624,15 +650,24 @@ impl Site {
             Place::Reg(r) => piece_at(vec![(8, Some(Place::Reg(r)))], off, member_size).ok_or_else(|| {
                 not_accessible(&v.text, field.span, "the member lies outside the register holding the value")
             })?,
-            Place::Value(e) => piece_at(vec![(8, Some(Place::Value(e)))], off, member_size).ok_or_else(|| {
-                not_accessible(&v.text, field.span, "the member lies outside the value's 8 bytes")
-            })?,
+            Place::Value(e) => piece_at(vec![(8, Some(Place::Value(e)))], off, member_size)
+                .ok_or_else(|| not_accessible(&v.text, field.span, "the member lies outside the value's 8 bytes"))?,
             Place::Pieces(ps) => piece_at(ps, off, member_size).ok_or_else(|| {
-                not_accessible(&format!("{}->{}", v.text.trim_start_matches('$'), field.name), field.span,
-                    "this member's piece of the value is optimised out here")
+                not_accessible(
+                    &format!("{}->{}", v.text.trim_start_matches('$'), field.name),
+                    field.span,
+                    "this member's piece of the value is optimised out here",
+                )
             })?,
         };
-        Ok(Val { debug, place, ty: m.ty, bits: m.bits, at_entry: v.at_entry, text: format!("{}->{}", v.text, field.name) })
+        Ok(Val {
+            debug,
+            place,
+            ty: m.ty,
+            bits: m.bits,
+            at_entry: v.at_entry,
+            text: format!("{}->{}", v.text, field.name),
+        })
     }
 
     /// `[i]` on an array or a pointer.
@@ -642,9 +677,13 @@ impl Site {
         if v.at_entry && !matches!(i.kind, ExprKind::Long(_)) {
             // The whole path is read when the function is entered, where
             // the probe's own variables and `$return` have no values yet.
-            return Err(Diagnostic::error(Code::Context, span, format!("`{}` indexed by a computed value in a return probe", v.text))
-                .with_label("a parameter's elements are read as they were at entry")
-                .with_help("index it with a constant, or read it in an entry probe"));
+            return Err(Diagnostic::error(
+                Code::Context,
+                span,
+                format!("`{}` indexed by a computed value in a return probe", v.text),
+            )
+            .with_label("a parameter's elements are read as they were at entry")
+            .with_help("index it with a constant, or read it in an entry probe"));
         }
         let (_, t) = types::resolve(d, v.ty);
         let (base, elem) = match &*t {
@@ -663,7 +702,14 @@ impl Site {
         })?;
         let off = bin(BinOp::Mul, i, num(size as i64, span));
         let text = format!("{}[...]", v.text);
-        Ok(Val { debug, place: Place::Mem(bin(BinOp::Add, base, off)), ty: elem, bits: None, at_entry: v.at_entry, text })
+        Ok(Val {
+            debug,
+            place: Place::Mem(bin(BinOp::Add, base, off)),
+            ty: elem,
+            bits: None,
+            at_entry: v.at_entry,
+            text,
+        })
     }
 
     /// The raw scalar bits of a value (a pointer's address, an integer).
@@ -676,16 +722,26 @@ impl Site {
         let place = match &v.place {
             Place::Pieces(ps) => match piece_at(ps.clone(), 0, size) {
                 Some(p) => p,
-                None => return Err(not_accessible(v.text.trim_start_matches('$'), span, "its pieces are optimised out here")),
+                None => {
+                    return Err(not_accessible(
+                        v.text.trim_start_matches('$'),
+                        span,
+                        "its pieces are optimised out here",
+                    ))
+                }
             },
             p => p.clone(),
         };
         let raw = match (place, v.bits) {
-            (Place::Mem(a), Some((shift, width))) => call(read_fn(bit_storage(shift, width), false), vec![a], Ty::Long, span),
+            (Place::Mem(a), Some((shift, width))) => {
+                call(read_fn(bit_storage(shift, width), false), vec![a], Ty::Long, span)
+            }
             (Place::Mem(a), None) => call(read_fn(size, signed), vec![a], Ty::Long, span),
             (Place::Reg(r), _) => register(r, span),
             (Place::Value(e), _) => e,
-            (Place::Pieces(_), _) => return Err(not_accessible(v.text.trim_start_matches('$'), span, "split in nested pieces")),
+            (Place::Pieces(_), _) => {
+                return Err(not_accessible(v.text.trim_start_matches('$'), span, "split in nested pieces"))
+            }
         };
         let e = match v.bits {
             Some((shift, width)) => {
@@ -756,7 +812,11 @@ impl Site {
             (Place::Reg(r), _) => {
                 let target = long(ExprKind::Target(Target::Register(*r)), span);
                 long(
-                    ExprKind::Assign { op: crate::ast::AssignOp::Assign, target: Box::new(target), value: Box::new(value) },
+                    ExprKind::Assign {
+                        op: crate::ast::AssignOp::Assign,
+                        target: Box::new(target),
+                        value: Box::new(value),
+                    },
                     span,
                 )
             }
@@ -825,7 +885,9 @@ impl Site {
                 let (_, pointee) = types::resolve(d, *to);
                 match &*pointee {
                     Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. } => {
-                        let s = self.read(v, span).map(|p| call(B::UserString, vec![p, string("<unknown>", span)], Ty::String, span));
+                        let s = self
+                            .read(v, span)
+                            .map(|p| call(B::UserString, vec![p, string("<unknown>", span)], Ty::String, span));
                         leaf(fmt, "\"%s\"", s);
                     }
                     Type::Aggregate { .. } if top => match self.deref(d, v, span) {
@@ -859,7 +921,8 @@ impl Site {
             }
             Type::Array { of, count } => {
                 let (_, elem) = types::resolve(d, *of);
-                if matches!(&*elem, Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. }) {
+                if matches!(&*elem, Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. })
+                {
                     let n = count.unwrap_or(256).min(4096) as i64;
                     let s = self.read(v, span).map(|a| {
                         call(B::UserStringN, vec![a, num(n, span), string("<unknown>", span)], Ty::String, span)
@@ -962,7 +1025,8 @@ impl Site {
     /// What `-L` lists: `$name:type` for each parameter and local here.
     pub fn listing(&self) -> Vec<String> {
         let (Ok(d), Ok(s)) = (&self.debug, &self.scope) else { return Vec::new() };
-        let mut out: Vec<String> = s.in_order().iter().map(|v| format!("${}:{}", v.name, types::name(d, v.ty))).collect();
+        let mut out: Vec<String> =
+            s.in_order().iter().map(|v| format!("${}:{}", v.name, types::name(d, v.ty))).collect();
         if self.ret {
             out.push(format!("$return:{}", types::name(d, s.ret)));
         }

@@ -116,10 +116,14 @@ fn place_has_effects(place: &super::dwarf_vars::Place) -> bool {
     let exprs: Vec<&Expr> = match place {
         Place::Mem(e) | Place::Value(e) => vec![e],
         Place::Reg(_) => Vec::new(),
-        Place::Pieces(ps) => ps.iter().filter_map(|(_, p)| p.as_ref()).filter_map(|p| match p {
-            Place::Mem(e) | Place::Value(e) => Some(e),
-            _ => None,
-        }).collect(),
+        Place::Pieces(ps) => ps
+            .iter()
+            .filter_map(|(_, p)| p.as_ref())
+            .filter_map(|p| match p {
+                Place::Mem(e) | Place::Value(e) => Some(e),
+                _ => None,
+            })
+            .collect(),
     };
     let mut effects = false;
     for e in exprs {
@@ -1099,8 +1103,12 @@ impl<'a> Lowerer<'a> {
                 let r = match name.strip_prefix('$') {
                     Some("return") if self.kind == BodyKind::FunctionReturn => site.return_string(0, span),
                     Some(which @ ("parms" | "locals" | "vars")) => site.vars_string(which, 0, span),
-                    Some(_) => Err(Diagnostic::error(Code::Context, span, format!("unknown context variable `${name}`"))
-                        .with_label("function and statement probes have `$$parms`, `$$locals`, `$$vars` and `$$return`")),
+                    Some(_) => {
+                        Err(Diagnostic::error(Code::Context, span, format!("unknown context variable `${name}`"))
+                            .with_label(
+                                "function and statement probes have `$$parms`, `$$locals`, `$$vars` and `$$return`",
+                            ))
+                    }
                     None => site.var(name, span).and_then(|v| site.read(&v, span)),
                 };
                 return match r {
@@ -1191,8 +1199,12 @@ impl<'a> Lowerer<'a> {
             Some(A::Str(s)) => Some(String::from_utf8_lossy(s).into_owned()),
             _ => {
                 self.error(
-                    Diagnostic::error(Code::TypeMismatch, e.map_or(span, |e| e.span), format!("{what} must be a string literal"))
-                        .with_label("not a literal"),
+                    Diagnostic::error(
+                        Code::TypeMismatch,
+                        e.map_or(span, |e| e.span),
+                        format!("{what} must be a string literal"),
+                    )
+                    .with_label("not a literal"),
                 );
                 None
             }
@@ -1258,7 +1270,11 @@ impl<'a> Lowerer<'a> {
     }
 
     /// The value a target path names, before it is read.
-    fn path_value(&mut self, p: &ast::TargetPath, span: Span) -> Option<(std::rc::Rc<super::dwarf_vars::Site>, super::dwarf_vars::Val)> {
+    fn path_value(
+        &mut self,
+        p: &ast::TargetPath,
+        span: Span,
+    ) -> Option<(std::rc::Rc<super::dwarf_vars::Site>, super::dwarf_vars::Val)> {
         let Some(site) = self.debug_site() else {
             self.error(
                 Diagnostic::error(Code::Context, span, "target variables by name need a function or statement probe")
@@ -1345,9 +1361,13 @@ impl<'a> Lowerer<'a> {
         let fail = (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, None);
         if !self.guru {
             self.error(
-                Diagnostic::error(Code::Context, target.span, format!("writing `{}` needs guru mode", crate::print::print_expr(target)))
-                    .with_label("changes the target's state")
-                    .with_help("run with -g to allow probes to write target registers and memory"),
+                Diagnostic::error(
+                    Code::Context,
+                    target.span,
+                    format!("writing `{}` needs guru mode", crate::print::print_expr(target)),
+                )
+                .with_label("changes the target's state")
+                .with_help("run with -g to allow probes to write target registers and memory"),
             );
         }
         let path = match &target.kind {
@@ -1360,9 +1380,13 @@ impl<'a> Lowerer<'a> {
         if op != AssignOp::Assign && place_has_effects(&place.place) {
             // Read and written, the place would be computed twice.
             self.error(
-                Diagnostic::error(Code::Context, target.span, format!("`{}` changes the index it is written at", op.symbol()))
-                    .with_label("this target's address has side effects (an assignment, `++`, a call)")
-                    .with_help("compute the index into a variable first"),
+                Diagnostic::error(
+                    Code::Context,
+                    target.span,
+                    format!("`{}` changes the index it is written at", op.symbol()),
+                )
+                .with_label("this target's address has side effects (an assignment, `++`, a call)")
+                .with_help("compute the index into a variable first"),
             );
             return fail;
         }
@@ -1460,11 +1484,13 @@ impl<'a> Lowerer<'a> {
                 }
                 // `$return` is written as the register (its typed reading
                 // is an expression, not a place).
-                let t = if name.as_str() == "return" && self.kind == BodyKind::FunctionReturn && self.in_function.is_none() {
-                    (Expr { kind: ExprKind::Target(Target::Return), ty: Ty::Long, span: e.span }, Some(Ty::Long))
-                } else {
-                    self.target_var(name, e.span)
-                };
+                let t =
+                    if name.as_str() == "return" && self.kind == BodyKind::FunctionReturn && self.in_function.is_none()
+                    {
+                        (Expr { kind: ExprKind::Target(Target::Return), ty: Ty::Long, span: e.span }, Some(Ty::Long))
+                    } else {
+                        self.target_var(name, e.span)
+                    };
                 if matches!(t.0.kind, ExprKind::Entry(_)) {
                     self.error(
                         Diagnostic::error(Code::Context, e.span, format!("writing `${name}` in a return probe"))

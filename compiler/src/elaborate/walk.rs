@@ -64,7 +64,8 @@ pub fn uses_debug_info(b: &Block) -> bool {
             ExprKind::TargetVar(n) => {
                 let n = n.as_str();
                 let arg = n.strip_prefix("arg").is_some_and(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()));
-                !arg && n != "return" && (!n.starts_with('$') || matches!(n, "$parms" | "$locals" | "$vars" | "$return"))
+                !arg && n != "return"
+                    && (!n.starts_with('$') || matches!(n, "$parms" | "$locals" | "$vars" | "$return"))
             }
             ExprKind::AtOp(c) => matches!(c.name.name.as_str(), "var" | "cast" | "defined"),
             _ => false,

@@ -36,9 +36,7 @@ pub fn spawn_traced(argv: &[String]) -> io::Result<(i32, Status)> {
         ForkResult::Child => unsafe {
             libc::close(wfd);
             let mut b = 0u8;
-            while libc::read(rfd, (&mut b as *mut u8).cast(), 1) < 0
-                && *libc::__errno_location() == libc::EINTR
-            {}
+            while libc::read(rfd, (&mut b as *mut u8).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}
             libc::close(rfd);
             let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
             ptrs.push(std::ptr::null());

@@ -156,12 +156,8 @@ impl Gen<'_, '_, '_> {
                 zero
             }
             Builtin::PrintChar => {
-                let piece = Piece::Conv {
-                    kind: fmt::CONV_CHAR,
-                    flags: 0,
-                    width: fmt::COUNT_NONE,
-                    precision: fmt::COUNT_NONE,
-                };
+                let piece =
+                    Piece::Conv { kind: fmt::CONV_CHAR, flags: 0, width: fmt::COUNT_NONE, precision: fmt::COUNT_NONE };
                 let vals = self.args(args);
                 self.printf(&[piece], &vals);
                 zero

@@ -470,9 +470,12 @@ fn relocate_mapped(original: &[u8], from: u64, len: usize, to: u64) -> Result<(V
     check_displaced(&instrs, from, len, from)?;
     let instrs = call_from_the_original(instrs, from.wrapping_add(len as u64));
 
-    let encoded =
-        BlockEncoder::encode(64, InstructionBlock::new(&instrs, to), BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
-            .map_err(|e| classify_encode_error(&instrs, from, to, e.to_string()))?;
+    let encoded = BlockEncoder::encode(
+        64,
+        InstructionBlock::new(&instrs, to),
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )
+    .map_err(|e| classify_encode_error(&instrs, from, to, e.to_string()))?;
     let map: Vec<(u64, u64)> = instrs
         .iter()
         .zip(&encoded.new_instruction_offsets)

@@ -49,7 +49,7 @@ pub fn code() -> Vec<u8> {
     c.extend((RETURN_MARKER as u32).to_le_bytes()); // mov eax, SYS_getpid
     assert_eq!(c.len() as u64, SYSCALL_AT);
     c.extend([0x0f, 0x05]); // syscall
-    // `op [rip + disp32]` reaching the block slot `slot`.
+                            // `op [rip + disp32]` reaching the block slot `slot`.
     let rip_rel = |c: &mut Vec<u8>, prefix: &[u8], slot: u64| {
         c.extend_from_slice(prefix);
         let next = c.len() as u64 + 4;
@@ -92,8 +92,8 @@ pub fn resume_block(saved: &Regs) -> Vec<u8> {
         }
     }
     let words = [
-        r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rip,
-        r.eflags,
+        r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15,
+        r.rip, r.eflags,
     ];
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
