@@ -1066,74 +1066,80 @@ EXPORT u8 *rt_map_slot(u8 *tab, i64 i) {
 
 /* ---- target memory, fault-safe ---- */
 
-/* Copy n bytes of the served process's memory; returns the number copied
- * (process_vm_readv returns EFAULT instead of raising SIGSEGV). */
-EXPORT i64 rt_read_user(u8 *R, void *dst, u64 addr, i64 n) {
-    struct {
-        u64 base, len;
-    } local = {(u64)dst, (u64)n}, remote = {addr, (u64)n};
-    /* In a target thread, its own process (a child the target forked or
-     * exec'd is not the region's); in the tracer's probes, which run in its
-     * sandbox (a child of the tracer), the region's. The sandbox's seccomp
-     * filter lets it name only the process the tracer serves, whatever
-     * the region says. */
+/* The process whose memory probes read and write. In a target thread,
+ * its own process (a child the target forked or exec'd is not the
+ * region's); in the tracer's probes, which run in its sandbox (a child of
+ * the tracer), the region's. The sandbox's seccomp filter lets it name
+ * only the process the tracer serves, whatever the region says. */
+LOCAL i64 served_pid(u8 *R) {
     i64 pid = sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
     u64 tracer = AT(R, H_TRACER, u64);
     if ((u64)pid != AT(R, H_PID, u64) && ((u64)pid == tracer || (u64)sys6(SYS_getppid, 0, 0, 0, 0, 0, 0) == tracer))
         pid = (i64)AT(R, H_PID, u64);
-    i64 r = sys6(SYS_process_vm_readv, pid, (i64)&local, 1, (i64)&remote, 1, 0);
+    return pid;
+}
+
+/* Copy n bytes between here and the served process (process_vm_readv or
+ * _writev: EFAULT instead of SIGSEGV); returns the number copied. */
+LOCAL i64 user_copy(u8 *R, i64 nr, void *here, u64 there, i64 n) {
+    struct {
+        u64 base, len;
+    } local = {(u64)here, (u64)n}, remote = {there, (u64)n};
+    i64 r = sys6(nr, served_pid(R), (i64)&local, 1, (i64)&remote, 1, 0);
     return r < 0 ? 0 : r;
+}
+
+/* Copy n bytes of the served process's memory; returns the number copied. */
+EXPORT i64 rt_read_user(u8 *R, void *dst, u64 addr, i64 n) {
+    return user_copy(R, SYS_process_vm_readv, dst, addr, n);
+}
+
+/* `size` bytes at addr (1 to 8), sign-extended when `sign`, into *out;
+ * false on a fault. */
+LOCAL int user_sized(u8 *R, u64 addr, i64 size, i64 sign, i64 *out) {
+    u64 v = 0;
+    if (size < 1 || size > 8 || rt_read_user(R, &v, addr, size) != size) return 0;
+    if (sign && size < 8) {
+        int sh = 64 - 8 * (int)size;
+        *out = ((i64)(v << sh)) >> sh;
+    } else {
+        *out = (i64)v;
+    }
+    return 1;
 }
 
 /* user_int and friends: size in bytes, sign-extended when `sign`; 0 on fault. */
 EXPORT i64 rt_user_int(u8 *R, u64 addr, i64 size, i64 sign) {
-    u64 v = 0;
-    if (rt_read_user(R, &v, addr, size) != size) return 0;
-    if (sign && size < 8) {
-        int sh = 64 - 8 * (int)size;
-        return ((i64)(v << sh)) >> sh;
-    }
-    return (i64)v;
+    i64 v = 0;
+    return user_sized(R, addr, size, sign, &v) ? v : 0;
 }
 
 static void hex_message(char *dst, const char *text, u64 addr, i64 cap);
 
+/* A fault at addr is the probe's error ("read fault at 0x..."), unless
+ * one is already set. */
+static void fault_error(u8 *ctx, const char *what, u64 addr, i64 loc, i64 cap) {
+    if (AT(ctx, C_ERROR, u32)) return;
+    hex_message((char *)ctx + CTX_SIZE, what, addr, cap);
+    AT(ctx, C_ERROR, u32) = ERR_FAULT;
+    AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+}
+
 /* user_int_error and friends, and what `$p->field` reads: as rt_user_int,
  * but a fault is the probe's error ("read fault at 0x..."). */
 EXPORT i64 rt_user_int_error(u8 *R, u8 *ctx, u64 addr, i64 size, i64 sign, i64 loc, i64 cap) {
-    u64 v = 0;
-    if (size < 1 || size > 8 || rt_read_user(R, &v, addr, size) != size) {
-        if (!AT(ctx, C_ERROR, u32)) {
-            hex_message((char *)ctx + CTX_SIZE, "read fault at ", addr, cap);
-            AT(ctx, C_ERROR, u32) = ERR_FAULT;
-            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
-        }
-        return 0;
-    }
-    if (sign && size < 8) {
-        int sh = 64 - 8 * (int)size;
-        return ((i64)(v << sh)) >> sh;
-    }
-    return (i64)v;
+    i64 v = 0;
+    if (user_sized(R, addr, size, sign, &v)) return v;
+    fault_error(ctx, "read fault at ", addr, loc, cap);
+    return 0;
 }
 
 /* Guru mode: set_user_int and friends, and `$p->field = v`: write the low
  * `size` bytes of v at addr in the served process, fault-safe (a fault is
  * the probe's error, "write fault at 0x..."). */
 EXPORT void rt_set_user_int(u8 *R, u8 *ctx, u64 addr, i64 size, i64 v, i64 loc, i64 cap) {
-    struct {
-        u64 base, len;
-    } local = {(u64)&v, (u64)size}, remote = {addr, (u64)size};
-    i64 pid = sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
-    u64 tracer = AT(R, H_TRACER, u64);
-    if ((u64)pid != AT(R, H_PID, u64) && ((u64)pid == tracer || (u64)sys6(SYS_getppid, 0, 0, 0, 0, 0, 0) == tracer))
-        pid = (i64)AT(R, H_PID, u64);
-    i64 r = size >= 1 && size <= 8 ? sys6(SYS_process_vm_writev, pid, (i64)&local, 1, (i64)&remote, 1, 0) : -1;
-    if (r != size && !AT(ctx, C_ERROR, u32)) {
-        hex_message((char *)ctx + CTX_SIZE, "write fault at ", addr, cap);
-        AT(ctx, C_ERROR, u32) = ERR_FAULT;
-        AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
-    }
+    if (size < 1 || size > 8 || user_copy(R, SYS_process_vm_writev, &v, addr, size) != size)
+        fault_error(ctx, "write fault at ", addr, loc, cap);
 }
 
 /* Append s (NUL-terminated) to dst at *o, within cap (NUL kept). */
@@ -1191,11 +1197,7 @@ EXPORT void rt_user_string(u8 *R, u8 *ctx, char *dst, u64 addr, i64 n, const cha
             rt_strcpy(dst, err, cap);
         } else {
             dst[0] = 0;
-            if (!AT(ctx, C_ERROR, u32)) {
-                hex_message((char *)ctx + CTX_SIZE, "user string copy fault at ", addr, cap);
-                AT(ctx, C_ERROR, u32) = ERR_FAULT;
-                AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
-            }
+            fault_error(ctx, "user string copy fault at ", addr, loc, cap);
         }
         return;
     }

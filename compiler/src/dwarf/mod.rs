@@ -193,6 +193,16 @@ impl Debug {
         })
     }
 
+    /// The DWARF sections, for readers of other parts (`elf::lines`).
+    pub(crate) fn dwarf(&self) -> &gimli::Dwarf<R> {
+        &self.dwarf
+    }
+
+    /// Every unit that parses, in order (each parsed once).
+    pub(crate) fn units(&self) -> impl Iterator<Item = Arc<gimli::Unit<R>>> + '_ {
+        (0..self.units.len()).filter_map(|u| self.unit(u))
+    }
+
     fn unit(&self, i: usize) -> Option<Arc<gimli::Unit<R>>> {
         let (off, cell) = self.units.get(i)?;
         cell.get_or_init(|| {

@@ -143,15 +143,23 @@ fn at_stack_expr(off: u64, span: Span) -> Expr {
     add(register(telco_abi::arch::native::SP as u32, span), off as i64)
 }
 
-/// `v` as `size` bytes, sign- or zero-extended.
-fn extend(v: Expr, size: u64, signed: bool) -> Expr {
-    if size >= 8 {
-        return v;
-    }
+/// `v` as `size` bytes, sign- or zero-extended; a size of 0 (a damaged
+/// DWARF enum's) leaves it whole. Also how a marker's argument of that
+/// size is read (`lower::mark_arg`).
+pub(super) fn extend(v: Expr, size: u64, signed: bool) -> Expr {
     let span = v.span;
-    let sh = 64 - 8 * size as i64;
-    let up = bin(BinOp::Shl, v, num(sh, span));
-    bin(if signed { BinOp::Shr } else { BinOp::UShr }, up, num(sh, span))
+    match (size, signed) {
+        (0 | 8.., _) => v,
+        (4, true) => call(B::Int32, vec![v], Ty::Long, span),
+        (4, false) => call(B::Uint32, vec![v], Ty::Long, span),
+        (2, true) => call(B::Short, vec![v], Ty::Long, span),
+        (2, false) => call(B::Ushort, vec![v], Ty::Long, span),
+        (_, false) => bin(BinOp::BitAnd, v, num((1i64 << (8 * size)) - 1, span)),
+        (_, true) => {
+            let sh = 64 - 8 * size as i64;
+            bin(BinOp::Shr, bin(BinOp::Shl, v, num(sh, span)), num(sh, span))
+        }
+    }
 }
 
 fn not_accessible(name: &str, span: Span, why: &str) -> Diagnostic {

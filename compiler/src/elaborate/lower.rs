@@ -2024,15 +2024,7 @@ fn mark_arg(a: &crate::elf::sdt::MarkArg, span: Span) -> Expr {
         call(B::Register, vec![Expr { kind: ExprKind::String(name.as_bytes().to_vec()), ty: Ty::String, span }])
     };
     // A value of `size` bytes, sign- or zero-extended.
-    let extend = |v: Expr| match (a.size, a.signed) {
-        (8, _) => v,
-        (4, true) => call(B::Int32, vec![v]),
-        (4, false) => call(B::Uint32, vec![v]),
-        (2, true) => call(B::Short, vec![v]),
-        (2, false) => call(B::Ushort, vec![v]),
-        (_, true) => bin(BinOp::Shr, bin(BinOp::Shl, v, num(56)), num(56)),
-        (_, false) => bin(BinOp::BitAnd, v, num(0xff)),
-    };
+    let extend = |v: Expr| super::dwarf_vars::extend(v, u64::from(a.size), a.signed);
     match &a.loc {
         ArgLoc::Const(v) => extend(num(*v)),
         ArgLoc::Reg { index, shift } => {

@@ -8,7 +8,7 @@
 //! next that has some (`Module::line_addresses`); pass 2 then proves the
 //! site safe as any statement's.
 
-use gimli::{EndianSlice, LittleEndian};
+use gimli::Reader;
 
 /// One row: an address where a statement of `line` in file `file` (as the
 /// line table names it, directory joined) starts.
@@ -19,17 +19,14 @@ pub struct Row {
     pub line: u64,
 }
 
-/// Every statement row of the file's line tables; empty when it has none.
-pub fn rows(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> Result<Vec<Row>, String> {
-    let load = |id: gimli::SectionId| -> Result<EndianSlice<'_, LittleEndian>, gimli::Error> {
-        let data = super::unwind::section(elf, bytes, id.name()).map_or(&[][..], |(_, d)| d);
-        Ok(EndianSlice::new(data, LittleEndian))
-    };
-    let dwarf = gimli::Dwarf::load(load).map_err(|e| format!("reading DWARF: {e}"))?;
+/// Every statement row of the module's line tables (its DWARF as
+/// `crate::dwarf::Debug` finds it: its own sections, compressed or not,
+/// or a separate debug file); empty when it has none.
+pub fn rows(debug: &crate::dwarf::Debug) -> Result<Vec<Row>, String> {
+    let dwarf = debug.dwarf();
+    let text = |r: crate::dwarf::R| r.to_string_lossy().map(|s| s.into_owned()).unwrap_or_default();
     let mut out = Vec::new();
-    let mut units = dwarf.units();
-    while let Some(header) = units.next().map_err(|e| format!("reading DWARF units: {e}"))? {
-        let Ok(unit) = dwarf.unit(header) else { continue };
+    for unit in debug.units() {
         let Some(program) = unit.line_program.clone() else { continue };
         let mut rows = program.rows();
         while let Ok(Some((header, row))) = rows.next_row() {
@@ -38,18 +35,12 @@ pub fn rows(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> Result<Vec<Row>, String
             }
             let Some(line) = row.line() else { continue };
             let Some(file) = row.file(header) else { continue };
-            let name = dwarf
-                .attr_string(&unit, file.path_name())
-                .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
-                .unwrap_or_default();
+            let name = dwarf.attr_string(&unit, file.path_name()).map(text).unwrap_or_default();
             let path = if name.starts_with('/') {
                 name
             } else {
-                let dir = file
-                    .directory(header)
-                    .and_then(|d| dwarf.attr_string(&unit, d).ok())
-                    .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
-                    .unwrap_or_default();
+                let dir =
+                    file.directory(header).and_then(|d| dwarf.attr_string(&unit, d).ok()).map(text).unwrap_or_default();
                 if dir.is_empty() {
                     name
                 } else {

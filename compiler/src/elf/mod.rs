@@ -412,7 +412,14 @@ impl Module {
         line: u64,
         nearest: bool,
     ) -> Result<(u64, Vec<(u64, String)>), String> {
-        let rows = self.lines.get_or_init(|| self.with_elf(lines::rows)).as_ref().map_err(Clone::clone)?;
+        let rows = self
+            .lines
+            .get_or_init(|| match self.debug()? {
+                Some(d) => lines::rows(&d),
+                None => Ok(Vec::new()),
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
         if rows.is_empty() {
             return Err(format!("{} has no DWARF line tables (build it with -g)", self.path.display()));
         }
