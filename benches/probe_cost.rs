@@ -167,7 +167,7 @@ fn main() {
             text.split_whitespace().next().and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("no timing: {err}")),
         );
         let events: f64 =
-            err.lines().find_map(|l| l.strip_prefix("Chrome trace: ")?.split(' ').next()?.parse().ok()).unwrap_or(0.0);
+            err.lines().find_map(|l| l.strip_prefix("--chrome: ")?.split(' ').next()?.parse().ok()).unwrap_or(0.0);
         c_rate.push(events / secs);
         c_drops.push(
             err.lines()
@@ -212,7 +212,7 @@ fn main() {
         ("return: `lat <<< n - @entry(n)` (an entry handler too)", vec!["-e", "global n, lat probe process.function(\"work\").return { lat <<< n - @entry(n) } probe end { print(@hist_log(lat)) }"]),
         ("(b) through the handlers (`+ 0` after the duration: not the idiom the trampolines do)", vec!["-e", by_handlers]),
         ("(b): the duration alone, timed by the trampolines", vec!["-e", latency]),
-        ("`--chrome --chrome-min-dur 1s` (every call timed, none kept)", vec!["--chrome", &trace_arg, "--chrome-min-dur", "1s", "-e", "probe process.function(\"work\") {}"]),
+        ("`--chrome --min-dur 1s` (every call timed, none kept)", vec!["--chrome", &trace_arg, "--min-dur", "1s", "-e", "probe process.function(\"work\") {}"]),
         ("`--chrome` (c)", vec!["--chrome", &trace_arg, "-e", "probe process.function(\"work\") {}"]),
     ];
     for (name, args) in variants {

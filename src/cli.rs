@@ -9,6 +9,7 @@ Examples:
   telco-stap script.tp -p 4242                      attach to a running process
   telco-stap -e 'probe process.function(\"work\") { n++ } probe end { println(n) }' -c ./prog
   telco-stap -l 'process(\"libc.so.6\").function(\"mem*\")' -p 4242
+  telco-stap trace.tp -c ./prog --perfetto out.pftrace   open in ui.perfetto.dev
   telco-stap trace.tp -c ./prog --chrome out.json   open in Perfetto or chrome://tracing
   telco-stap itrace.tp -p 4242 --itrc out.itrc      instruction trace (Frida ITRC)
   telco-stap itrc-dump out.itrc --chrome out.json   read an ITRC file back
@@ -24,7 +25,8 @@ Examples:
     after_help = EXAMPLES,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    disable_version_flag = true
+    disable_version_flag = true,
+    group(clap::ArgGroup::new("trace_file").multiple(true).args(["chrome", "perfetto"]))
 )]
 pub struct Cli {
     /// The script file, or with -e, the first script argument; then the
@@ -54,11 +56,17 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
 
-    /// With --chrome, leave out calls shorter than DURATION (e.g. 500ns, 10us, 2ms, 1s).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns, requires = "chrome")]
-    pub chrome_min_dur: Option<u64>,
+    /// Write a Perfetto trace (protobuf, compressed: a few bytes per call; ui.perfetto.dev opens it
+    /// whatever its size). Can be written in the same run as --chrome.
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
 
-    /// Event buffer size in megabytes (default 1; 16 with --chrome).
+    /// With --perfetto or --chrome, leave out calls shorter than DURATION (e.g. 500ns, 10us, 2ms,
+    /// 1s). --chrome-min-dur is the same.
+    #[arg(long, alias = "chrome-min-dur", value_name = "DURATION", value_parser = parse_duration_ns, requires = "trace_file")]
+    pub min_dur: Option<u64>,
+
+    /// Event buffer size in megabytes (default 1; 16 with --chrome or --perfetto).
     #[arg(short = 's', value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub buffer_mb: Option<u64>,
 

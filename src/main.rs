@@ -152,8 +152,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let Some(mut program) = program.filter(|_| !sink.has_errors()) else {
         return Ok(fail_pass(&sink, &sources, color, 2, "elaboration"));
     };
-    if cli.chrome.is_some() {
-        // Every probed function's calls become spans.
+    if cli.chrome.is_some() || cli.perfetto.is_some() {
         // Every probed function's calls become spans; a function not
         // entered by a call (the ELF entry point, vfork, setjmp) cannot
         // be timed by a return trampoline.
@@ -165,10 +164,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let m = m.as_ref()?;
             m.no_return_address(m.function_at(f.addr)?).map(|why| why.to_string())
         };
-        let refused = program.add_chrome_spans(cli.chrome_min_dur.unwrap_or(0), &mut returns);
+        let refused = program.add_chrome_spans(cli.min_dur.unwrap_or(0), &mut returns);
+        let flag = if cli.perfetto.is_some() { "--perfetto" } else { "--chrome" };
         for (name, why) in refused.iter().filter(|(_, why)| !cli.no_warnings && !why.contains("ELF entry point")) {
             // (The entry point never returns: its span is missed by nobody.)
-            eprintln!("WARNING: --chrome: calls of {name} are not timed: {why}");
+            eprintln!("WARNING: {flag}: calls of {name} are not timed: {why}");
         }
     }
     render(&sink, &sources, color);
@@ -247,11 +247,11 @@ fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
         }
     }
     l.maxaction_interruptible = interruptible.unwrap_or(l.maxaction.saturating_mul(10));
-    // The ring is a power of two. With --chrome, 16 MB: 25 ms of calls
+    // The ring is a power of two. With a trace file, 16 MB: 25 ms of calls
     // at full speed while the consumer is away, and small enough to stay
     // in the last-level cache, so the target's copies into it do not wait
     // for memory (64 MB cost about 3 ns more per call).
-    let mb = cli.buffer_mb.unwrap_or(if cli.chrome.is_some() { 16 } else { 1 });
+    let mb = cli.buffer_mb.unwrap_or(if cli.chrome.is_some() || cli.perfetto.is_some() { 16 } else { 1 });
     l.ring_size = (mb << 20).next_power_of_two();
     l
 }
@@ -275,14 +275,14 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         timeout: cli.timeout.map(std::time::Duration::from_secs_f64),
         output,
         messages: Box::new(std::io::stderr()),
-        chrome: None,
+        traces: None,
         suppress_warnings: cli.no_warnings,
     };
     let t0 = Instant::now();
     if cli.pid.is_none() && cli.command.is_none() {
-        cfg.chrome = chrome(cli, artifact, std::process::id())?;
+        cfg.traces = traces(cli, artifact, std::process::id())?;
         let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
-        report_chrome(cli, &outcome);
+        report_traces(cli, &outcome);
         if cli.verbose > 0 {
             eprintln!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
         }
@@ -306,7 +306,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     };
     let pid = stopped.pid() as u32;
     let (region, mut armed) = telco_runtime::target::arm(stopped, artifact, child)?;
-    cfg.chrome = chrome(cli, artifact, pid)?;
+    cfg.traces = traces(cli, artifact, pid)?;
     if let (true, Some(path)) = (armed.has_itrace(), &cli.itrc) {
         armed.itrace_to(path, max_itrace(cli)).with_context(|| format!("cannot trace pid {pid}"))?;
     }
@@ -360,7 +360,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
             ),
         }
     }
-    report_chrome(cli, &outcome);
+    report_traces(cli, &outcome);
     if outcome.errors > 0 || outcome.too_many_skipped || outcome.corrupted.is_some() {
         return Ok(ExitCode::from(1));
     }
@@ -376,40 +376,69 @@ fn max_itrace(cli: &Cli) -> u64 {
     cli.defines.iter().rev().find(|(n, _)| n == "MAXITRACE").map_or(16, |(_, v)| (*v).max(1))
 }
 
-/// `--chrome FILE`, started for process `pid`: spans are named by their
-/// probe's function.
-fn chrome(
-    cli: &Cli,
-    artifact: &telco_abi::artifact::Artifact,
-    pid: u32,
-) -> Result<Option<telco_runtime::chrome::Feed>> {
-    let Some(path) = &cli.chrome else { return Ok(None) };
+/// `--chrome FILE` and `--perfetto FILE`, started for process `pid`:
+/// calls are named by their probe's function.
+fn traces(cli: &Cli, artifact: &telco_abi::artifact::Artifact, pid: u32) -> Result<Option<telco_runtime::feed::Feed>> {
+    if cli.chrome.is_none() && cli.perfetto.is_none() {
+        return Ok(None);
+    }
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
-    let c = telco_runtime::chrome::Chrome::create(path, pid, comm.trim_end(), &names)
-        .with_context(|| format!("cannot create `{}`", path.display()))?
-        .quiet(cli.no_warnings)
-        .status(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let feed = telco_runtime::chrome::Feed::start(c, path)
-        .with_context(|| format!("cannot create a spool file beside `{}`", path.display()))?;
+    let mut writers = telco_runtime::feed::Writers { chrome: None, perfetto: None };
+    if let Some(path) = &cli.chrome {
+        let c = telco_runtime::chrome::Chrome::create(path, pid, comm.trim_end(), &names)
+            .with_context(|| format!("cannot create `{}`", path.display()))?
+            .quiet(cli.no_warnings)
+            // One status line: --chrome's, which is the slower to write.
+            .status(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        writers.chrome = Some(c);
+    }
+    if let Some(path) = &cli.perfetto {
+        let p = telco_runtime::perfetto::Perfetto::create(path, pid, comm.trim_end(), &names)
+            .with_context(|| format!("cannot create `{}`", path.display()))?;
+        writers.perfetto = Some(p);
+    }
+    let first = cli.chrome.as_ref().or(cli.perfetto.as_ref()).map(|p| p.as_path()).unwrap_or(Path::new("."));
+    let dir = first.parent().unwrap_or(Path::new("."));
+    let feed = telco_runtime::feed::Feed::start(writers, dir)
+        .with_context(|| format!("cannot create a spool file beside `{}`", first.display()))?;
     Ok(Some(feed))
 }
 
-fn report_chrome(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
+fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
     // Always said, as perf record does: how much the trace holds and
     // whether anything is missing from it.
-    if let (Some(path), Some(w)) = (&cli.chrome, outcome.chrome) {
+    let Some(t) = outcome.traces else { return };
+    let dropped = match (outcome.dropped, t.dropped) {
+        (0, 0) => "none dropped".to_string(),
+        (n, 0) => format!("{n} dropped (see the warning)"),
+        (n, k) => format!(
+            "{} dropped ({k} printf lines, instants or counters the trace writer had no room for{})",
+            n + k,
+            if n > 0 { "; see the warning for the rest" } else { "" }
+        ),
+    };
+    if let (Some(path), Some(w)) = (&cli.chrome, t.chrome) {
         let size = telco_runtime::chrome::size_text(w.bytes);
-        let dropped = match (outcome.dropped, w.dropped) {
-            (0, 0) => "none dropped".to_string(),
-            (n, 0) => format!("{n} dropped (see the warning)"),
-            (n, k) => format!(
-                "{} dropped ({k} printf lines, instants or counters the trace writer had no room for{})",
-                n + k,
-                if n > 0 { "; see the warning for the rest" } else { "" }
-            ),
-        };
         eprintln!("--chrome: {} events, {size}, written to {}; {dropped}", w.events, path.display());
+    }
+    if let (Some(path), Some(w)) = (&cli.perfetto, t.perfetto) {
+        let size = telco_runtime::chrome::size_text(w.bytes);
+        let per_call =
+            if w.calls > 0 { format!(" ({:.1} bytes a call)", w.bytes as f64 / w.calls as f64) } else { String::new() };
+        eprintln!(
+            "--perfetto: {} calls, {} events, {size}{per_call}, written to {}; {dropped}",
+            w.calls,
+            w.events,
+            path.display()
+        );
+        if w.misplaced > 0 && !cli.no_warnings {
+            eprintln!(
+                "WARNING: --perfetto: {} calls began in the same nanosecond as calls they hold that were written \
+                 before they returned; they may be drawn one level too deep",
+                w.misplaced
+            );
+        }
     }
 }
 
@@ -509,7 +538,9 @@ fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
 
 /// Output files must be creatable before any tracing starts.
 fn check_outputs(cli: &Cli) -> Result<()> {
-    for (flag, path) in [("-o", &cli.output), ("--chrome", &cli.chrome), ("--itrc", &cli.itrc)] {
+    for (flag, path) in
+        [("-o", &cli.output), ("--chrome", &cli.chrome), ("--perfetto", &cli.perfetto), ("--itrc", &cli.itrc)]
+    {
         if let Some(p) = path {
             let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {

@@ -36,12 +36,13 @@
 //! * Times are TSC ticks there; the tracer converts them with the one
 //!   calibration of the process (`os::sys::clock`).
 //! * The consumer thread (`local`) appends `EV_SPANS` payloads to a binary
-//!   spool as they are ([`Feed`]) and takes what is left in the stages when
-//!   the session ends; the writer thread turns the spool into JSON at
-//!   `SCHED_IDLE`, on CPU time the target does not want, and frees the
-//!   spool's disk space behind it.
+//!   spool as they are (`crate::feed::Feed`) and takes what is left in the
+//!   stages when the session ends; the trace writer thread turns the spool
+//!   into JSON (and `--perfetto`'s packets) at `SCHED_IDLE`, on CPU time
+//!   the target does not want, and frees the spool's disk space behind it.
 
 use std::collections::HashSet;
+
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -85,14 +86,9 @@ pub struct Written {
     /// How many times the growing trace was reported (1 GiB, 2, 4, ...).
     pub size_warnings: u64,
     /// printf lines, instants and counters left out because the writer
-    /// fell behind by more than [`OTHERS_QUEUED`] of them.
+    /// fell behind by more than `feed::OTHERS_QUEUED` of them.
     pub dropped: u64,
 }
-
-/// printf lines, instants and counters waiting for the writer, at most:
-/// the consumer never waits for the writer (which runs when nothing else
-/// wants the CPU), and memory stays bounded whatever the target prints.
-pub const OTHERS_QUEUED: usize = 1 << 16;
 
 /// Threads named in the trace, at most (the tids come from the target).
 const MAX_THREADS: usize = 1 << 17;
@@ -171,8 +167,9 @@ impl Chrome {
             self.size_warnings += 1;
             if !self.quiet {
                 eprintln!(
-                    "WARNING: --chrome: {} holds {} GiB so far ({} events); --chrome-min-dur, fewer probes or a \
-                     shorter session (-T) make it smaller",
+                    "WARNING: --chrome: {} holds {} GiB so far ({} events), more than JSON viewers open; \
+                     --perfetto FILE writes the same calls in a fraction of the bytes, in a file Perfetto opens \
+                     whatever its size (--min-dur, fewer probes or -T make either smaller)",
                     self.path.display(),
                     self.written >> 30,
                     self.events
@@ -345,191 +342,6 @@ pub fn size_text(bytes: u64) -> String {
         format!("{:.1} MB", bytes as f64 / f64::from(1 << 20))
     } else {
         format!("{:.1} KB", bytes as f64 / 1024.0)
-    }
-}
-
-/// Events other than calls, sent to the writer thread as they come.
-enum Other {
-    Instant { tid: u32, ts: u64, cat: &'static str, name: Vec<u8>, text: Option<Vec<u8>> },
-    Counter { ts: u64, name: Vec<u8>, value: i64 },
-}
-
-/// Bytes of one spooled call: tid u32, probe u16, 2 spare, ts u64, dur u64.
-const SPAN_REC: usize = 24;
-// The spool's records are the region's span entries, byte for byte.
-const _: () = assert!(SPAN_REC == telco_abi::region::SPAN_ENTRY_SIZE);
-
-/// The consumer's side of `--chrome`: calls arrive at up to tens of
-/// millions per second, faster than JSON can be formatted and written, so
-/// the consumer only appends them in binary (24 bytes each) to an
-/// unlinked spool file next to the trace, which keeps the ring drained;
-/// a writer thread turns the spool into JSON as it grows (and frees the
-/// disk space behind it). Memory stays bounded: the spool is on disk.
-pub struct Feed {
-    spool: BufWriter<File>,
-    len: u64,
-    shared: std::sync::Arc<Shared>,
-    others: std::sync::mpsc::SyncSender<Other>,
-    writer: Option<std::thread::JoinHandle<std::io::Result<Written>>>,
-}
-
-struct Shared {
-    /// Spool bytes flushed (Release by the consumer, Acquire by the writer).
-    flushed: std::sync::atomic::AtomicU64,
-    done: std::sync::atomic::AtomicBool,
-    /// Others the queue had no room for.
-    dropped: std::sync::atomic::AtomicU64,
-}
-
-impl Feed {
-    /// Start the writer thread for `chrome`, spooling next to `path`.
-    pub fn start(chrome: Chrome, path: &Path) -> std::io::Result<Feed> {
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = dir.join(format!(".telco-stap-spool-{}-{}", std::process::id(), crate::os::sys::monotonic_ns()));
-        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&name)?;
-        // Unlinked at once: nothing is left behind, whatever happens.
-        std::fs::remove_file(&name)?;
-        let reader = file.try_clone()?;
-        let shared = std::sync::Arc::new(Shared {
-            flushed: std::sync::atomic::AtomicU64::new(0),
-            done: std::sync::atomic::AtomicBool::new(false),
-            dropped: std::sync::atomic::AtomicU64::new(0),
-        });
-        let (tx, rx) = std::sync::mpsc::sync_channel(OTHERS_QUEUED);
-        let sh = shared.clone();
-        let writer = std::thread::Builder::new()
-            .name("chrome-writer".into())
-            .spawn(move || write_loop(chrome, reader, &sh, rx))?;
-        Ok(Feed { spool: BufWriter::with_capacity(1 << 20, file), len: 0, shared, others: tx, writer: Some(writer) })
-    }
-
-    /// One call, `ts` and `dur` in TSC ticks (as `SpanEntry`).
-    pub fn span(&mut self, tid: u32, probe: u16, ts: u64, dur: u64) -> std::io::Result<()> {
-        let mut r = [0u8; SPAN_REC];
-        r[0..4].copy_from_slice(&tid.to_le_bytes());
-        r[4..6].copy_from_slice(&probe.to_le_bytes());
-        r[8..16].copy_from_slice(&ts.to_le_bytes());
-        r[16..24].copy_from_slice(&dur.to_le_bytes());
-        self.len += SPAN_REC as u64;
-        self.spool.write_all(&r)
-    }
-
-    /// Calls as the target staged them (`SpanEntry`s, an `EV_SPANS`
-    /// payload): spooled as they are.
-    pub fn spans(&mut self, entries: &[u8]) -> std::io::Result<()> {
-        let n = entries.len() / SPAN_REC * SPAN_REC;
-        self.len += n as u64;
-        self.spool.write_all(&entries[..n])
-    }
-
-    pub fn instant(&mut self, tid: u32, ts: u64, cat: &'static str, name: &[u8], text: Option<&[u8]>) {
-        let o = Other::Instant { tid, ts, cat, name: name.to_vec(), text: text.map(<[u8]>::to_vec) };
-        self.other(o);
-    }
-
-    pub fn counter(&mut self, ts: u64, name: &[u8], value: i64) {
-        self.other(Other::Counter { ts, name: name.to_vec(), value });
-    }
-
-    fn other(&mut self, o: Other) {
-        if let Err(std::sync::mpsc::TrySendError::Full(_)) = self.others.try_send(o) {
-            self.shared.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    /// Hand what was spooled to the writer.
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        self.spool.flush()?;
-        self.shared.flushed.store(self.len, std::sync::atomic::Ordering::Release);
-        if let Some(w) = &self.writer {
-            w.thread().unpark();
-        }
-        Ok(())
-    }
-
-    /// Everything written: close the JSON.
-    pub fn finish(mut self) -> std::io::Result<Written> {
-        self.flush()?;
-        self.shared.done.store(true, std::sync::atomic::Ordering::Release);
-        let w = self.writer.take().ok_or_else(|| std::io::Error::other("the chrome writer is gone"))?;
-        w.thread().unpark();
-        let mut written = w.join().map_err(|_| std::io::Error::other("the chrome writer panicked"))??;
-        written.dropped = self.shared.dropped.load(std::sync::atomic::Ordering::Relaxed);
-        Ok(written)
-    }
-}
-
-impl Drop for Feed {
-    fn drop(&mut self) {
-        // An error path: let the writer close what it has.
-        if let Some(w) = self.writer.take() {
-            let _ = self.spool.flush();
-            self.shared.flushed.store(self.len, std::sync::atomic::Ordering::Release);
-            self.shared.done.store(true, std::sync::atomic::Ordering::Release);
-            w.thread().unpark();
-            let _ = w.join();
-        }
-    }
-}
-
-fn write_loop(
-    mut chrome: Chrome,
-    spool: File,
-    shared: &Shared,
-    others: std::sync::mpsc::Receiver<Other>,
-) -> std::io::Result<Written> {
-    use std::os::unix::fs::FileExt;
-    use std::sync::atomic::Ordering;
-    // The JSON can wait, the target cannot: this thread runs on CPU time
-    // nothing else wants (the spool on disk absorbs the lag; at the end
-    // the session waits for it). Linux schedules threads one by one.
-    crate::os::process::run_when_idle();
-    // Spooled calls are in TSC ticks.
-    let clock = crate::os::sys::clock();
-    let mut buf = vec![0u8; (1 << 20) / SPAN_REC * SPAN_REC];
-    let mut pos = 0u64;
-    let mut freed = 0u64;
-    loop {
-        // Acquire before the flushed length: `done` then means all of it.
-        let done = shared.done.load(Ordering::Acquire);
-        let flushed = shared.flushed.load(Ordering::Acquire);
-        let mut any = false;
-        while pos < flushed {
-            let want = ((flushed - pos) as usize).min(buf.len());
-            let n = spool.read_at(&mut buf[..want], pos)?;
-            if n < SPAN_REC {
-                break;
-            }
-            let n = n / SPAN_REC * SPAN_REC;
-            for r in buf[..n].chunks_exact(SPAN_REC) {
-                let tid = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
-                let probe = u16::from_le_bytes([r[4], r[5]]);
-                let ts = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
-                let dur = i64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(0) as u64;
-                chrome.span(tid, probe, clock.ns(ts), clock.ns(ts.saturating_add(dur)))?;
-            }
-            pos += n as u64;
-            any = true;
-            // Give the disk back behind us, 64 MiB at a time.
-            if pos - freed >= 64 << 20 {
-                crate::os::process::punch_hole(&spool, pos);
-                freed = pos;
-            }
-        }
-        while let Ok(o) = others.try_recv() {
-            any = true;
-            match o {
-                Other::Instant { tid, ts, cat, name, text } => chrome.instant(tid, ts, cat, &name, text.as_deref())?,
-                Other::Counter { ts, name, value } => chrome.counter(ts, &name, value)?,
-            }
-        }
-        if done && pos >= flushed {
-            return chrome.finish();
-        }
-        if !any {
-            chrome.flush()?;
-            std::thread::park_timeout(std::time::Duration::from_millis(5));
-        }
     }
 }
 

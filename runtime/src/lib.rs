@@ -14,15 +14,19 @@
 //!   the read-only view of running processes ([`os::proc`]) that pass 2 uses
 //!   through the compiler's `TargetQuery`;
 //! * outputs: [`render`] (histograms and the globals display, as SystemTap
-//!   prints them), [`chrome`] (`--chrome`), [`itrace`] (`.itrace` into ITRC
-//!   files), [`crash`] (where a process of the session died).
+//!   prints them), [`chrome`] (`--chrome`) and [`perfetto`] (`--perfetto`),
+//!   both fed by [`feed`] (the spool and the trace writer thread),
+//!   [`itrace`] (`.itrace` into ITRC files), [`crash`] (where a process of
+//!   the session died).
 
 pub mod arch;
 pub mod chrome;
 pub mod crash;
+pub mod feed;
 pub mod inject;
 pub mod itrace;
 pub mod local;
 pub mod os;
+pub mod perfetto;
 pub mod render;
 pub mod target;

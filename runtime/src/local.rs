@@ -32,7 +32,8 @@
 //!   `printf` events by calling the blob's own `rt_format` with formats from
 //!   the artifact, and publishes the ring's tail in steps (1/8 of the ring,
 //!   at most 256 KB), not per record: each store takes the cache line away
-//!   from the producers. With `--chrome` it feeds `chrome`.
+//!   from the producers. With `--chrome` or `--perfetto` it feeds the trace
+//!   writer (`crate::feed`).
 
 use crate::os::sandbox::Sandbox;
 use crate::os::sys::{self, ExecMemory, SharedMemory, Signals};
@@ -65,8 +66,9 @@ pub struct Config {
     pub output: Box<dyn Write + Send>,
     /// Where ERROR and WARNING lines go.
     pub messages: Box<dyn Write + Send>,
-    /// `--chrome FILE`: calls, printf lines, trace_instant/trace_counter.
-    pub chrome: Option<crate::chrome::Feed>,
+    /// `--chrome FILE`, `--perfetto FILE`: calls, printf lines,
+    /// trace_instant/trace_counter.
+    pub traces: Option<crate::feed::Feed>,
     /// `-w`: no WARNING lines, except those that say the output is
     /// incomplete (errors, skipped probes, dropped events, return probes
     /// that did not run).
@@ -87,8 +89,8 @@ pub struct Outcome {
     pub dropped: u64,
     /// Calls left by longjmp or an exception (`Header::unreturned`).
     pub unreturned: u64,
-    /// What `--chrome` wrote.
-    pub chrome: Option<crate::chrome::Written>,
+    /// What `--chrome` and `--perfetto` wrote.
+    pub traces: Option<crate::feed::Finished>,
     /// The target corrupted the event ring (said when found; the session
     /// fails).
     pub corrupted: Option<String>,
@@ -388,7 +390,7 @@ struct Consumer<'a> {
     messages: Box<dyn Write + Send>,
     warned: HashSet<Vec<u8>>,
     buf: Vec<u8>,
-    chrome: Option<crate::chrome::Feed>,
+    traces: Option<crate::feed::Feed>,
     /// `-w`: the script's `warn()` messages are not printed.
     suppress_warnings: bool,
     /// The ring's next record: the consumer's own count (the ring header
@@ -415,7 +417,7 @@ fn read_str(b: &[u8], at: usize) -> (&[u8], usize) {
 }
 
 /// `n` [`abi::SpanEntry`]s (an `EV_SPANS` payload, or a thread's stage).
-fn spans(c: &mut crate::chrome::Feed, b: &[u8], n: usize) -> Result<(), std::io::Error> {
+fn spans(c: &mut crate::feed::Feed, b: &[u8], n: usize) -> Result<(), std::io::Error> {
     c.spans(&b[..(n * abi::SPAN_ENTRY_SIZE).min(b.len())])
 }
 
@@ -427,7 +429,7 @@ impl<'a> Consumer<'a> {
     /// this: that call is not in the trace.
     fn take_stages(&mut self) -> Result<(), std::io::Error> {
         let a = self.artifact;
-        let Some(c) = &mut self.chrome else { return Ok(()) };
+        let Some(c) = &mut self.traces else { return Ok(()) };
         if a.span_batch == 0 {
             return Ok(());
         }
@@ -510,11 +512,11 @@ impl<'a> Consumer<'a> {
                 let h: EventHeader = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast()) };
                 if h.kind == abi::EV_SPANS {
                     // The bulk of a --chrome trace: no copy of the record.
-                    if let Some(c) = &mut self.chrome {
+                    if let Some(c) = &mut self.traces {
                         spans(c, rec.get(abi::EVENT_HEADER_SIZE..).unwrap_or(&[]), h.aux as usize)?;
                     }
                 } else if h.kind == abi::EV_SPAN {
-                    if let Some(c) = &mut self.chrome {
+                    if let Some(c) = &mut self.traces {
                         c.span(h.tid, h.probe, h.ts, read_i64(rec, abi::EVENT_HEADER_SIZE).max(0) as u64)?;
                     }
                 } else {
@@ -542,7 +544,7 @@ impl<'a> Consumer<'a> {
         }
         if any {
             self.out.flush()?;
-            if let Some(c) = &mut self.chrome {
+            if let Some(c) = &mut self.traces {
                 c.flush()?;
             }
         }
@@ -567,7 +569,7 @@ impl<'a> Consumer<'a> {
                 if self.corrupted.is_some() {
                     return Ok(());
                 }
-                if let Some(c) = &mut self.chrome {
+                if let Some(c) = &mut self.traces {
                     // One instant per printf, named by its first line.
                     let text = &self.buf[..n];
                     let name = text.split(|&b| b == b'\n').find(|l| !l.is_empty()).unwrap_or(b"");
@@ -577,13 +579,13 @@ impl<'a> Consumer<'a> {
                 Ok(())
             }
             abi::EV_INSTANT => {
-                if let Some(c) = &mut self.chrome {
+                if let Some(c) = &mut self.traces {
                     c.instant(h.tid, h.ts, "instant", read_str(p, 0).0, None);
                 }
                 Ok(())
             }
             abi::EV_COUNTER => {
-                if let Some(c) = &mut self.chrome {
+                if let Some(c) = &mut self.traces {
                     c.counter(h.ts, read_str(p, 8).0, read_i64(p, 0));
                 }
                 Ok(())
@@ -725,7 +727,7 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
         messages: Box::new(buf.clone()),
         warned: HashSet::new(),
         buf: Vec::new(),
-        chrome: None,
+        traces: None,
         suppress_warnings: false,
         tail: region
             .u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail))
@@ -766,8 +768,8 @@ pub struct NoTarget;
 
 impl Hooks for NoTarget {}
 /// What the consumer thread hands back: the output, the message stream,
-/// and what `--chrome` wrote.
-type Drained = (Box<dyn Write + Send>, Box<dyn Write + Send>, Option<crate::chrome::Written>, Option<String>);
+/// and what `--chrome` and `--perfetto` wrote.
+type Drained = (Box<dyn Write + Send>, Box<dyn Write + Send>, Option<crate::feed::Finished>, Option<String>);
 type FormatFn = extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
 
 /// A writer into shared memory of the process, for [`Local::drain_text`].
@@ -1021,7 +1023,7 @@ impl<'a> Local<'a> {
         let skipped_at = core::mem::offset_of!(Header, skipped);
         let dropped_at = core::mem::offset_of!(Header, dropped);
         let maxskipped = artifact.limits.maxskipped;
-        let Config { output, messages, chrome, suppress_warnings, .. } = cfg;
+        let Config { output, messages, traces, suppress_warnings, .. } = cfg;
         let region = &self.region;
         let code = &self.code;
         // Every tracer-side handler runs in the sandbox (os::sandbox),
@@ -1049,7 +1051,7 @@ impl<'a> Local<'a> {
                     messages,
                     warned: HashSet::new(),
                     buf: Vec::new(),
-                    chrome,
+                    traces,
                     suppress_warnings,
                     tail: region
                         .u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail))
@@ -1069,16 +1071,23 @@ impl<'a> Local<'a> {
                         if stop.load(Ordering::Acquire) {
                             c.drain()?;
                             c.take_stages()?;
-                            let written = match c.chrome.take() {
-                                Some(ch) => Some(ch.finish()?),
+                            // No handler runs any more: the counters are final.
+                            let summary = crate::perfetto::Summary {
+                                errors: region.counter(errors_at),
+                                dropped: region.counter(dropped_at),
+                                skipped: region.counter(skipped_at),
+                                writer_dropped: 0,
+                            };
+                            let written = match c.traces.take() {
+                                Some(f) => Some(f.finish(summary)?),
                                 None => None,
                             };
                             let out = c.out.into_inner().map_err(|e| e.into_error())?;
                             return Ok((out, c.messages, written, c.corrupted));
                         }
-                        // With --chrome every call is an event: come back
-                        // sooner, before the ring fills.
-                        let nap = if c.chrome.is_some() { 1 } else { 20 };
+                        // With a trace file every call is an event: come
+                        // back sooner, before the ring fills.
+                        let nap = if c.traces.is_some() { 1 } else { 20 };
                         std::thread::park_timeout(Duration::from_millis(nap));
                     }
                 }
@@ -1231,7 +1240,7 @@ impl<'a> Local<'a> {
             region.set_enabled(false);
             stop.store(true, Ordering::Release);
             consumer.thread().unpark();
-            let (mut output, mut messages, chrome, mut corrupted) = match consumer.join() {
+            let (mut output, mut messages, traces, mut corrupted) = match consumer.join() {
                 Ok(r) => r.map_err(RunError::Output)?,
                 Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
             };
@@ -1272,7 +1281,7 @@ impl<'a> Local<'a> {
                     too_many_skipped: skipped_out,
                     dropped: region.counter(dropped_at),
                     unreturned: region.counter(core::mem::offset_of!(Header, unreturned)),
-                    chrome,
+                    traces,
                     corrupted,
                 },
                 messages,

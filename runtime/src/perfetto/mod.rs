@@ -1,0 +1,487 @@
+//! `--perfetto FILE`: a Perfetto trace (protobuf `TracePacket`s), streamed.
+//!
+//! What the file holds, in the terms of Perfetto's trace format
+//! (`protos/perfetto/trace/` in google/perfetto):
+//!
+//! * Sequence 1, the writer's own: a `ClockSnapshot` tying telco-stap's
+//!   clock (CLOCK_REALTIME nanoseconds, the time line the TSC is
+//!   calibrated against, `os::sys::clock`) to CLOCK_BOOTTIME and
+//!   CLOCK_MONOTONIC, read back to back; the process's track; counter
+//!   tracks and their values (`trace_counter`); instants (`trace_instant`,
+//!   and one per printf with its text as the `text` argument) with
+//!   absolute times; at the end, the session's summary as metadata
+//!   (`ChromeEventBundle.metadata`, listed by the trace processor as
+//!   `cr-telco_stap_*` in its `metadata` table).
+//! * One sequence per thread: a thread track (`ThreadDescriptor`, named by
+//!   the thread's `comm`, described again when the thread renames itself),
+//!   then a `TYPE_SLICE_BEGIN`/`TYPE_SLICE_END` pair per call. Those are
+//!   most of the file, so each is as small as the format allows: the
+//!   sequence's defaults give the track and the clock, a sequence-scoped
+//!   incremental clock makes the time a delta from the packet before,
+//!   and function names are interned once per sequence (`name_iid`). A
+//!   packet whose time is before its predecessor's (see [`order`]) carries
+//!   an absolute CLOCK_REALTIME time instead.
+//! * Packets are gathered into batches written as `compressed_packets`
+//!   (zlib, which the trace processor and the Perfetto UI inflate), one
+//!   per megabyte of packets or whenever the writer catches up: a call
+//!   costs a few bytes in the file, and the file is valid up to its last
+//!   batch whenever it is read.
+//!
+//! Calls arrive when they return; [`order::Order`] holds them until
+//! their begin and end events can be written in order. The writer runs on
+//! the trace writer thread (`crate::feed`), never on the consumer.
+
+pub mod order;
+pub mod proto;
+
+use prost::Message;
+use proto::*;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Packets gathered before a batch is compressed and written.
+const BATCH: usize = 1 << 20;
+
+/// The clock of slice times on a thread's sequence: CLOCK_REALTIME ns,
+/// as deltas (sequence-scoped ids are 64–127).
+const CLOCK_DELTA: u32 = 64;
+
+/// Threads given a track, at most (the tids come from the target).
+const MAX_THREADS: usize = 1 << 17;
+
+/// Counter tracks, at most (their names come from the target's script).
+const MAX_COUNTERS: usize = 1 << 12;
+
+/// Thread names looked at again per [`Perfetto::refresh_names`].
+const NAMES_PER_REFRESH: usize = 4096;
+
+const PROCESS_UUID: u64 = 1;
+/// Thread track uuids are `THREAD_UUID + tid`, counters `COUNTER_UUID + n`.
+const THREAD_UUID: u64 = 1 << 32;
+const COUNTER_UUID: u64 = 2 << 32;
+
+/// What a finished trace holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Begin and end events, instants and counter values.
+    pub events: u64,
+    pub calls: u64,
+    /// The file's size, and the packets' size before compression.
+    pub bytes: u64,
+    pub raw_bytes: u64,
+    /// Times calls were written before their parent returned, and calls
+    /// whose begin could then not be placed exactly (see [`order`]).
+    pub early: u64,
+    pub misplaced: u64,
+}
+
+/// The session's summary, written into the trace as metadata.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Summary {
+    pub errors: u64,
+    pub dropped: u64,
+    pub skipped: u64,
+    /// printf lines, instants and counters the writer had no room for.
+    pub writer_dropped: u64,
+}
+
+struct Seq {
+    id: u32,
+    /// The time of the last packet on the incremental clock.
+    last: u64,
+    /// Probe names interned on this sequence, a bit per probe.
+    interned: Vec<u64>,
+    comm: Vec<u8>,
+}
+
+pub struct Perfetto {
+    out: BufWriter<File>,
+    path: PathBuf,
+    pid: u32,
+    process: Vec<u8>,
+    names: Vec<String>,
+    threads: order::ByTid<Seq>,
+    /// Round-robin position of [`Perfetto::refresh_names`].
+    refresh_at: usize,
+    counters: HashMap<Vec<u8>, u64>,
+    /// Taken while it calls back into `self` (always there otherwise).
+    order: Option<Box<order::Order>>,
+    /// Calls come in TSC ticks.
+    clock: crate::os::sys::Clock,
+    /// Packets not yet compressed, each framed as `Trace.packet`.
+    batch: Vec<u8>,
+    /// The slice packet being written (reused).
+    packet: SlicePacket,
+    written: Written,
+    file_bytes: u64,
+}
+
+impl Perfetto {
+    /// Start the file for process `pid` (named `process`); `names` gives
+    /// each probe's slice name (the probed function).
+    pub fn create(path: &Path, pid: u32, process: &str, names: &[String]) -> std::io::Result<Perfetto> {
+        let file = File::create(path)?;
+        let mut p = Perfetto {
+            out: BufWriter::with_capacity(1 << 20, file),
+            path: path.to_path_buf(),
+            pid,
+            process: process.as_bytes().to_vec(),
+            names: names.to_vec(),
+            threads: order::ByTid::default(),
+            refresh_at: 0,
+            counters: HashMap::new(),
+            order: Some(Box::default()),
+            clock: crate::os::sys::clock(),
+            batch: Vec::with_capacity(BATCH + 4096),
+            packet: SlicePacket::default(),
+            written: Written::default(),
+            file_bytes: 0,
+        };
+        // The clocks, read as close together as they can be.
+        let real = crate::os::sys::realtime_ns();
+        let boot = clock_ns(nix::time::ClockId::CLOCK_BOOTTIME);
+        let mono = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC);
+        let clock = |id, t| Clock { clock_id: Some(id), timestamp: Some(t), is_incremental: None };
+        p.push(&TracePacket {
+            trusted_packet_sequence_id: Some(1),
+            timestamp: Some(boot),
+            timestamp_clock_id: Some(CLOCK_BOOTTIME),
+            clock_snapshot: Some(ClockSnapshot {
+                clocks: vec![clock(CLOCK_BOOTTIME, boot), clock(CLOCK_REALTIME, real), clock(CLOCK_MONOTONIC, mono)],
+            }),
+            ..Default::default()
+        });
+        p.push(&TracePacket {
+            trusted_packet_sequence_id: Some(1),
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(PROCESS_UUID),
+                process: Some(ProcessDescriptor {
+                    pid: Some(pid as i32),
+                    process_name: Some(String::from_utf8_lossy(&p.process).into_owned()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        // The file starts valid at once.
+        p.write_batch()?;
+        p.out.flush()?;
+        Ok(p)
+    }
+
+    /// Frame `packet` as a `Trace.packet` into the batch.
+    fn push(&mut self, packet: &TracePacket) {
+        self.batch.push(0x0a);
+        packet.encode_length_delimited(&mut self.batch).expect("a Vec grows");
+    }
+
+    /// Frame `self.packet` (the event being written) into the batch.
+    fn push_own(&mut self) {
+        self.batch.push(0x0a);
+        self.packet.encode_length_delimited(&mut self.batch).expect("a Vec grows");
+        self.written.events += 1;
+    }
+
+    /// The batch, compressed into one packet, to the file.
+    fn write_batch(&mut self) -> std::io::Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.written.raw_bytes += self.batch.len() as u64;
+        let mut z =
+            flate2::write::ZlibEncoder::new(Vec::with_capacity(self.batch.len() / 4 + 64), flate2::Compression::fast());
+        z.write_all(&self.batch)?;
+        let wrapped = TracePacket { compressed_packets: Some(z.finish()?), ..Default::default() };
+        let mut framed = Vec::with_capacity(wrapped.encoded_len() + 8);
+        framed.push(0x0a);
+        wrapped.encode_length_delimited(&mut framed).expect("a Vec grows");
+        self.out.write_all(&framed)?;
+        self.file_bytes += framed.len() as u64;
+        self.batch.clear();
+        Ok(())
+    }
+
+    fn maybe_write_batch(&mut self) -> std::io::Result<()> {
+        if self.batch.len() >= BATCH {
+            self.write_batch()?;
+        }
+        Ok(())
+    }
+
+    /// The sequence of thread `tid`, started (its clock, defaults and
+    /// track) when the thread is first seen. None past [`MAX_THREADS`].
+    fn seq(&mut self, tid: u32, ts: u64) -> Option<usize> {
+        if let Some(i) = self.threads.position(tid) {
+            return Some(i);
+        }
+        if self.threads.len() >= MAX_THREADS {
+            return None;
+        }
+        let id = 2 + self.threads.len() as u32;
+        let comm = self.comm(tid);
+        // The incremental clock starts at `ts`: the snapshot ties it to
+        // CLOCK_REALTIME, and this packet's own time is a zero delta.
+        let start = ts;
+        self.push(&TracePacket {
+            trusted_packet_sequence_id: Some(id),
+            first_packet_on_sequence: Some(true),
+            incremental_state_cleared: Some(true),
+            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+            timestamp: Some(0),
+            clock_snapshot: Some(ClockSnapshot {
+                clocks: vec![
+                    Clock { clock_id: Some(CLOCK_DELTA), timestamp: Some(start), is_incremental: Some(true) },
+                    Clock { clock_id: Some(CLOCK_REALTIME), timestamp: Some(start), is_incremental: None },
+                ],
+            }),
+            trace_packet_defaults: Some(TracePacketDefaults {
+                timestamp_clock_id: Some(CLOCK_DELTA),
+                track_event_defaults: Some(TrackEventDefaults { track_uuid: Some(THREAD_UUID + u64::from(tid)) }),
+            }),
+            ..Default::default()
+        });
+        let i =
+            self.threads.insert(tid, Seq { id, last: start, interned: vec![0; self.names.len().div_ceil(64)], comm });
+        self.describe(tid);
+        Some(i)
+    }
+
+    /// The thread's `comm`, or a name for a thread already gone.
+    fn comm(&self, tid: u32) -> Vec<u8> {
+        let comm = crate::os::proc::thread_comm(self.pid as i32, tid as i32).unwrap_or_else(|| {
+            if tid == self.pid {
+                self.process.clone()
+            } else {
+                format!("thread {tid}").into_bytes()
+            }
+        });
+        comm.strip_suffix(b"\n").unwrap_or(&comm).to_vec()
+    }
+
+    /// The thread's track, with its current name.
+    fn describe(&mut self, tid: u32) {
+        let Some(s) = self.threads.get(tid) else { return };
+        let packet = TracePacket {
+            trusted_packet_sequence_id: Some(s.id),
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(THREAD_UUID + u64::from(tid)),
+                parent_uuid: Some(PROCESS_UUID),
+                thread: Some(ThreadDescriptor {
+                    pid: Some(self.pid as i32),
+                    tid: Some(tid as i32),
+                    thread_name: Some(String::from_utf8_lossy(&s.comm).into_owned()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.push(&packet);
+    }
+
+    /// Look again at the names of up to [`NAMES_PER_REFRESH`] threads
+    /// (round robin): a thread that renamed itself is described again.
+    pub fn refresh_names(&mut self) {
+        let len = self.threads.len();
+        if len == 0 {
+            return;
+        }
+        let n = len.min(NAMES_PER_REFRESH);
+        for k in 0..n {
+            let i = (self.refresh_at + k) % len;
+            let tid = self.threads.tid(i);
+            let Some(comm) = crate::os::proc::thread_comm(self.pid as i32, tid as i32) else { continue };
+            let comm = comm.strip_suffix(b"\n").unwrap_or(&comm).to_vec();
+            let s = self.threads.at(i);
+            if s.comm != comm {
+                s.comm = comm;
+                self.describe(tid);
+            }
+        }
+        self.refresh_at = (self.refresh_at + n) % len;
+    }
+
+    /// One call of `probe` on `tid`, from TSC tick `start` to `end`,
+    /// reported when it returned. Calls are ordered in ticks (two calls
+    /// of a thread never share one) and written in ns.
+    pub fn call(&mut self, tid: u32, probe: u16, start: u64, end: u64) -> std::io::Result<()> {
+        self.written.calls += 1;
+        let Some(mut order) = self.order.take() else { return Ok(()) };
+        let clock = self.clock;
+        order.call(tid, probe, start, end, &|t| clock.ns(t), &mut |ev| self.slice_event(ev));
+        self.order = Some(order);
+        self.maybe_write_batch()
+    }
+
+    /// One begin or end, on its thread's sequence.
+    fn slice_event(&mut self, ev: order::Ev) {
+        let (tid, ts, probe) = match ev {
+            order::Ev::Begin { tid, ts, probe } => (tid, ts, Some(probe)),
+            order::Ev::End { tid, ts } => (tid, ts, None),
+        };
+        let Some(i) = self.seq(tid, ts) else { return };
+        let s = self.threads.at(i);
+        let id = s.id;
+        let p = &mut self.packet;
+        p.trusted_packet_sequence_id = Some(id);
+        p.interned_data = None;
+        if ts >= s.last {
+            p.timestamp = Some(ts - s.last);
+            p.timestamp_clock_id = None;
+            s.last = ts;
+        } else {
+            // Before the packet before: an absolute time.
+            p.timestamp = Some(ts);
+            p.timestamp_clock_id = Some(CLOCK_REALTIME);
+        }
+        let te = p.track_event.get_or_insert_with(SliceEvent::default);
+        match probe {
+            Some(probe) => {
+                te.r#type = Some(TrackEventType::SliceBegin as i32);
+                te.name_iid = Some(u64::from(probe) + 1);
+                let (w, bit) = (usize::from(probe) / 64, 1u64 << (probe % 64));
+                if let Some(word) = s.interned.get_mut(w) {
+                    if *word & bit == 0 {
+                        *word |= bit;
+                        let name = self.names.get(usize::from(probe)).cloned().unwrap_or_else(|| "?".into());
+                        p.interned_data = Some(InternedData {
+                            event_names: vec![EventName { iid: Some(u64::from(probe) + 1), name: Some(name) }],
+                        });
+                    }
+                }
+            }
+            None => {
+                te.r#type = Some(TrackEventType::SliceEnd as i32);
+                te.name_iid = None;
+            }
+        }
+        self.push_own();
+    }
+
+    /// An instant on a thread: `trace_instant(name)`, or a printf's
+    /// output (category "printf", the text as argument `text`).
+    pub fn instant(
+        &mut self,
+        tid: u32,
+        ts_ns: u64,
+        cat: &str,
+        name: &[u8],
+        text: Option<&[u8]>,
+    ) -> std::io::Result<()> {
+        if self.seq(tid, ts_ns).is_none() {
+            return Ok(());
+        }
+        let packet = TracePacket {
+            trusted_packet_sequence_id: Some(1),
+            timestamp: Some(ts_ns),
+            timestamp_clock_id: Some(CLOCK_REALTIME),
+            track_event: Some(TrackEvent {
+                r#type: Some(TrackEventType::Instant as i32),
+                track_uuid: Some(THREAD_UUID + u64::from(tid)),
+                name: Some(String::from_utf8_lossy(name).into_owned()),
+                categories: vec![cat.to_string()],
+                debug_annotations: text
+                    .map(|t| DebugAnnotation {
+                        name: Some("text".into()),
+                        string_value: Some(String::from_utf8_lossy(t).into_owned()),
+                        int_value: None,
+                    })
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.push(&packet);
+        self.written.events += 1;
+        self.maybe_write_batch()
+    }
+
+    /// `trace_counter(name, value)`: a counter track of the process.
+    pub fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()> {
+        let uuid = match self.counters.get(name) {
+            Some(&u) => u,
+            None if self.counters.len() >= MAX_COUNTERS => return Ok(()),
+            None => {
+                let u = COUNTER_UUID + self.counters.len() as u64;
+                self.counters.insert(name.to_vec(), u);
+                self.push(&TracePacket {
+                    trusted_packet_sequence_id: Some(1),
+                    track_descriptor: Some(TrackDescriptor {
+                        uuid: Some(u),
+                        parent_uuid: Some(PROCESS_UUID),
+                        name: Some(String::from_utf8_lossy(name).into_owned()),
+                        counter: Some(CounterDescriptor {}),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+                u
+            }
+        };
+        self.push(&TracePacket {
+            trusted_packet_sequence_id: Some(1),
+            timestamp: Some(ts_ns),
+            timestamp_clock_id: Some(CLOCK_REALTIME),
+            track_event: Some(TrackEvent {
+                r#type: Some(TrackEventType::Counter as i32),
+                track_uuid: Some(uuid),
+                counter_value: Some(value),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        self.written.events += 1;
+        self.maybe_write_batch()
+    }
+
+    /// What is gathered, compressed and written to the file (the writer
+    /// has caught up).
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.write_batch()?;
+        self.out.flush()
+    }
+
+    /// Every call held written, the threads' last names, the summary;
+    /// then the file is complete.
+    pub fn finish(mut self, summary: &Summary) -> std::io::Result<Written> {
+        if let Some(mut order) = self.order.take() {
+            let clock = self.clock;
+            order.finish(&|t| clock.ns(t), &mut |ev| self.slice_event(ev));
+            self.written.early = order.early;
+            self.written.misplaced = order.misplaced;
+        }
+        self.refresh_names();
+        let meta = |name: &str, v: u64| ChromeMetadata {
+            name: Some(format!("telco_stap_{name}")),
+            int_value: Some(v.min(i64::MAX as u64) as i64),
+            string_value: None,
+        };
+        self.push(&TracePacket {
+            trusted_packet_sequence_id: Some(1),
+            chrome_events: Some(ChromeEventBundle {
+                metadata: vec![
+                    meta("calls", self.written.calls),
+                    meta("errors", summary.errors),
+                    meta("dropped", summary.dropped + summary.writer_dropped),
+                    meta("skipped", summary.skipped),
+                ],
+            }),
+            ..Default::default()
+        });
+        self.write_batch()?;
+        self.out.flush()?;
+        self.written.bytes = self.file_bytes;
+        Ok(self.written)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn clock_ns(id: nix::time::ClockId) -> u64 {
+    let t = nix::time::clock_gettime(id).unwrap_or_else(|_| nix::sys::time::TimeSpec::new(0, 0));
+    (t.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec() as u64)
+}

@@ -1,0 +1,216 @@
+//! The few messages of Perfetto's trace format that `--perfetto` writes,
+//! as `prost` messages. Field numbers and types are Perfetto's own
+//! (`protos/perfetto/trace/trace_packet.proto` and the files it imports,
+//! in google/perfetto); only the fields telco-stap sets are declared, and
+//! every scalar is `optional` as in those proto2 files, so a zero (a
+//! timestamp delta of 0, pid 0) is written rather than left out.
+
+/// `TracePacket`: one event, descriptor, snapshot or batch of them. A
+/// trace file is these, each as field 1 (`Trace.packet`) of the file.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TracePacket {
+    #[prost(message, optional, tag = "5")]
+    pub chrome_events: Option<ChromeEventBundle>,
+    #[prost(message, optional, tag = "6")]
+    pub clock_snapshot: Option<ClockSnapshot>,
+    #[prost(uint64, optional, tag = "8")]
+    pub timestamp: Option<u64>,
+    #[prost(uint32, optional, tag = "10")]
+    pub trusted_packet_sequence_id: Option<u32>,
+    #[prost(message, optional, tag = "11")]
+    pub track_event: Option<TrackEvent>,
+    #[prost(message, optional, tag = "12")]
+    pub interned_data: Option<InternedData>,
+    #[prost(uint32, optional, tag = "13")]
+    pub sequence_flags: Option<u32>,
+    #[prost(bool, optional, tag = "41")]
+    pub incremental_state_cleared: Option<bool>,
+    /// Deflate-compressed (zlib) bytes of a `Trace`: packets read as if
+    /// they stood here.
+    #[prost(bytes = "vec", optional, tag = "50")]
+    pub compressed_packets: Option<Vec<u8>>,
+    #[prost(uint32, optional, tag = "58")]
+    pub timestamp_clock_id: Option<u32>,
+    #[prost(message, optional, tag = "59")]
+    pub trace_packet_defaults: Option<TracePacketDefaults>,
+    #[prost(message, optional, tag = "60")]
+    pub track_descriptor: Option<TrackDescriptor>,
+    #[prost(bool, optional, tag = "87")]
+    pub first_packet_on_sequence: Option<bool>,
+}
+
+/// `TracePacket.sequence_flags`.
+pub const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+pub const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrackEvent {
+    #[prost(message, repeated, tag = "4")]
+    pub debug_annotations: Vec<DebugAnnotation>,
+    #[prost(enumeration = "TrackEventType", optional, tag = "9")]
+    pub r#type: Option<i32>,
+    #[prost(uint64, optional, tag = "10")]
+    pub name_iid: Option<u64>,
+    #[prost(uint64, optional, tag = "11")]
+    pub track_uuid: Option<u64>,
+    #[prost(string, repeated, tag = "22")]
+    pub categories: Vec<String>,
+    #[prost(string, optional, tag = "23")]
+    pub name: Option<String>,
+    #[prost(int64, optional, tag = "30")]
+    pub counter_value: Option<i64>,
+}
+
+/// `TrackEvent.Type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum TrackEventType {
+    Unspecified = 0,
+    SliceBegin = 1,
+    SliceEnd = 2,
+    Instant = 3,
+    Counter = 4,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DebugAnnotation {
+    #[prost(int64, optional, tag = "4")]
+    pub int_value: Option<i64>,
+    #[prost(string, optional, tag = "6")]
+    pub string_value: Option<String>,
+    #[prost(string, optional, tag = "10")]
+    pub name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InternedData {
+    #[prost(message, repeated, tag = "2")]
+    pub event_names: Vec<EventName>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EventName {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(string, optional, tag = "2")]
+    pub name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TracePacketDefaults {
+    #[prost(message, optional, tag = "11")]
+    pub track_event_defaults: Option<TrackEventDefaults>,
+    #[prost(uint32, optional, tag = "58")]
+    pub timestamp_clock_id: Option<u32>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrackEventDefaults {
+    #[prost(uint64, optional, tag = "11")]
+    pub track_uuid: Option<u64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ClockSnapshot {
+    #[prost(message, repeated, tag = "1")]
+    pub clocks: Vec<Clock>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Clock {
+    #[prost(uint32, optional, tag = "1")]
+    pub clock_id: Option<u32>,
+    #[prost(uint64, optional, tag = "2")]
+    pub timestamp: Option<u64>,
+    #[prost(bool, optional, tag = "3")]
+    pub is_incremental: Option<bool>,
+}
+
+/// `BuiltinClock`s.
+pub const CLOCK_REALTIME: u32 = 1;
+pub const CLOCK_MONOTONIC: u32 = 3;
+pub const CLOCK_BOOTTIME: u32 = 6;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrackDescriptor {
+    #[prost(uint64, optional, tag = "1")]
+    pub uuid: Option<u64>,
+    #[prost(string, optional, tag = "2")]
+    pub name: Option<String>,
+    #[prost(message, optional, tag = "3")]
+    pub process: Option<ProcessDescriptor>,
+    #[prost(message, optional, tag = "4")]
+    pub thread: Option<ThreadDescriptor>,
+    #[prost(uint64, optional, tag = "5")]
+    pub parent_uuid: Option<u64>,
+    #[prost(message, optional, tag = "8")]
+    pub counter: Option<CounterDescriptor>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ProcessDescriptor {
+    #[prost(int32, optional, tag = "1")]
+    pub pid: Option<i32>,
+    #[prost(string, optional, tag = "6")]
+    pub process_name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ThreadDescriptor {
+    #[prost(int32, optional, tag = "1")]
+    pub pid: Option<i32>,
+    #[prost(int32, optional, tag = "2")]
+    pub tid: Option<i32>,
+    #[prost(string, optional, tag = "5")]
+    pub thread_name: Option<String>,
+}
+
+/// An empty `CounterDescriptor` makes a track a counter track.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CounterDescriptor {}
+
+/// `ChromeEventBundle` (TracePacket field 5), for its `metadata`: name and
+/// value pairs the trace processor lists in its `metadata` table (as
+/// `cr-NAME`), where the session's summary goes.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ChromeEventBundle {
+    #[prost(message, repeated, tag = "2")]
+    pub metadata: Vec<ChromeMetadata>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ChromeMetadata {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub string_value: Option<String>,
+    #[prost(int64, optional, tag = "4")]
+    pub int_value: Option<i64>,
+}
+
+/// A `TracePacket` with only what a slice's begin or end carries (the
+/// same field numbers, so it is that packet on the wire): most of a trace
+/// is these, and a message of five fields encodes several times faster
+/// than the whole `TracePacket`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SlicePacket {
+    #[prost(uint64, optional, tag = "8")]
+    pub timestamp: Option<u64>,
+    #[prost(uint32, optional, tag = "10")]
+    pub trusted_packet_sequence_id: Option<u32>,
+    #[prost(message, optional, tag = "11")]
+    pub track_event: Option<SliceEvent>,
+    #[prost(message, optional, tag = "12")]
+    pub interned_data: Option<InternedData>,
+    #[prost(uint32, optional, tag = "58")]
+    pub timestamp_clock_id: Option<u32>,
+}
+
+/// The `TrackEvent` of a [`SlicePacket`]: its type and interned name.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SliceEvent {
+    #[prost(enumeration = "TrackEventType", optional, tag = "9")]
+    pub r#type: Option<i32>,
+    #[prost(uint64, optional, tag = "10")]
+    pub name_iid: Option<u64>,
+}
