@@ -432,6 +432,16 @@ fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
             w.events,
             path.display()
         );
+        if w.too_deep > 0 {
+            // Said even with -w: the file lacks calls.
+            eprintln!(
+                "WARNING: --perfetto: {} calls nested more than {} deep were left out (Perfetto keeps {} levels \
+                 on a thread; --chrome shows them)",
+                w.too_deep,
+                telco_runtime::perfetto::order::MAX_DEPTH,
+                telco_runtime::perfetto::order::MAX_DEPTH
+            );
+        }
         if w.misplaced > 0 && !cli.no_warnings {
             eprintln!(
                 "WARNING: --perfetto: {} calls began in the same nanosecond as calls they hold that were written \

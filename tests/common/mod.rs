@@ -255,3 +255,26 @@ pub fn telco_in(dir: &Path, args: &[&str]) -> (String, String, Option<i32>) {
         .expect("run telco-stap");
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
 }
+
+/// The real viewer's check (Perfetto's trace processor, the engine of
+/// ui.perfetto.dev), where installed (`tests/chrome/install.sh`): it must
+/// accept the file (Chrome JSON or Perfetto protobuf); its summary
+/// (`tests/chrome/chrome_check.py`).
+pub fn viewer_check(path: &Path) -> Option<serde_json::Value> {
+    let script = repo().join("tests/chrome/check.sh");
+    if !script.exists() {
+        return None;
+    }
+    let o = std::process::Command::new(&script).arg(path).output().expect("check runs");
+    if o.status.code() == Some(77) {
+        return None; // not installed
+    }
+    assert!(
+        o.status.success(),
+        "the viewer rejected {}: {}{}",
+        path.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(serde_json::from_slice(&o.stdout).expect("the checker prints JSON"))
+}

@@ -1,5 +1,6 @@
 /* A target for --chrome tests: nested calls on two threads, a crash, a
  * program that runs until stopped, slow and fast calls, and many calls. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -47,6 +48,20 @@ static void *worker(void *arg) {
     return (void *)s;
 }
 
+/* "named": calls, a new name, more calls, then idle until killed. */
+static void *named_worker(void *arg) {
+    for (long i = 0; i < 1000; i++) sink += top(i);
+    pthread_setname_np(pthread_self(), "renamed-worker");
+    for (long i = 0; i < 1000; i++) sink += top(i);
+    printf("renamed\n");
+    fflush(stdout);
+    for (;;) {
+        struct timespec t = {1, 0};
+        nanosleep(&t, 0);
+    }
+    return arg;
+}
+
 static void *reuse_worker(void *arg) {
     printf("thread %ld\n", (long)syscall(SYS_gettid));
     fflush(stdout);
@@ -70,6 +85,14 @@ int main(int argc, char **argv) {
         printf("%ld\n", s);
         fflush(stdout);
         raise(SIGSEGV);
+    } else if (!strcmp(mode, "named")) {
+        printf("ready\n");
+        fflush(stdout);
+        char line[8];
+        if (!fgets(line, sizeof line, stdin)) return 1;
+        pthread_t t;
+        pthread_create(&t, 0, named_worker, 0);
+        pthread_join(t, 0);
     } else if (!strcmp(mode, "forever")) {
         printf("ready\n");
         fflush(stdout);

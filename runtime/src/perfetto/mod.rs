@@ -75,6 +75,9 @@ pub struct Written {
     /// whose begin could then not be placed exactly (see [`order`]).
     pub early: u64,
     pub misplaced: u64,
+    /// Calls nested deeper than Perfetto keeps ([`order::MAX_DEPTH`]),
+    /// left out.
+    pub too_deep: u64,
 }
 
 /// The session's summary, written into the trace as metadata.
@@ -307,8 +310,11 @@ impl Perfetto {
     /// of a thread never share one) and written in ns.
     pub fn call(&mut self, tid: u32, probe: u16, start: u64, end: u64) -> std::io::Result<()> {
         self.written.calls += 1;
-        let Some(mut order) = self.order.take() else { return Ok(()) };
         let clock = self.clock;
+        // A thread is named when its first call arrives (its calls may be
+        // held a while before they are written).
+        self.seq(tid, clock.ns(start));
+        let Some(mut order) = self.order.take() else { return Ok(()) };
         order.call(tid, probe, start, end, &|t| clock.ns(t), &mut |ev| self.slice_event(ev));
         self.order = Some(order);
         self.maybe_write_batch()
@@ -451,6 +457,7 @@ impl Perfetto {
             order.finish(&|t| clock.ns(t), &mut |ev| self.slice_event(ev));
             self.written.early = order.early;
             self.written.misplaced = order.misplaced;
+            self.written.too_deep = order.too_deep;
         }
         self.refresh_names();
         let meta = |name: &str, v: u64| ChromeMetadata {
@@ -484,4 +491,89 @@ impl Perfetto {
 fn clock_ns(id: nix::time::ClockId) -> u64 {
     let t = nix::time::clock_gettime(id).unwrap_or_else(|_| nix::sys::time::TimeSpec::new(0, 0));
     (t.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    /// The packets of a file: each `Trace.packet`, batches inflated.
+    fn packets(path: &Path) -> Vec<TracePacket> {
+        fn read(mut b: &[u8], out: &mut Vec<TracePacket>) {
+            while !b.is_empty() {
+                assert_eq!(b[0], 0x0a, "Trace.packet");
+                b = &b[1..];
+                let p = TracePacket::decode_length_delimited(&mut b).expect("a packet");
+                if let Some(z) = &p.compressed_packets {
+                    let mut raw = Vec::new();
+                    std::io::Read::read_to_end(&mut flate2::read::ZlibDecoder::new(&z[..]), &mut raw).expect("zlib");
+                    read(&raw, out);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        let bytes = std::fs::read(path).unwrap();
+        let mut out = Vec::new();
+        read(&bytes, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_renamed_thread_is_described_again() {
+        let dir = std::env::temp_dir().join(format!("telco-perfetto-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.pftrace");
+        let (to_thread, rx) = std::sync::mpsc::channel::<()>();
+        let (tx, from_thread) = std::sync::mpsc::channel::<u32>();
+        let worker = std::thread::Builder::new()
+            .name("before".into())
+            .spawn(move || {
+                tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+                rx.recv().unwrap();
+                let name = std::ffi::CString::new("after").unwrap();
+                // SAFETY: PR_SET_NAME with a NUL-terminated name.
+                unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+                tx.send(0).unwrap();
+                rx.recv().unwrap();
+            })
+            .unwrap();
+        let tid = from_thread.recv().unwrap();
+        let mut p = Perfetto::create(&path, std::process::id(), "me", &["work".into()]).unwrap();
+        let clock = crate::os::sys::clock();
+        p.call(tid, 0, clock.tsc_base + 100, clock.tsc_base + 200).unwrap();
+        to_thread.send(()).unwrap();
+        from_thread.recv().unwrap();
+        p.refresh_names();
+        let w = p.finish(&Summary { errors: 1, dropped: 2, skipped: 3, writer_dropped: 4 }).unwrap();
+        to_thread.send(()).unwrap();
+        worker.join().unwrap();
+        assert_eq!((w.calls, w.events), (1, 2));
+        let all = packets(&path);
+        let names: Vec<String> = all
+            .iter()
+            .filter_map(|p| p.track_descriptor.as_ref()?.thread.as_ref())
+            .filter(|t| t.tid == Some(tid as i32))
+            .filter_map(|t| t.thread_name.clone())
+            .collect();
+        assert_eq!(names, ["before", "after"]);
+        // One begin (its name interned with it) and one end, on the
+        // thread's sequence, 100 ticks apart.
+        let slices: Vec<&TracePacket> = all.iter().filter(|p| p.track_event.is_some()).collect();
+        assert_eq!(slices.len(), 2);
+        let begin = slices[0].track_event.as_ref().unwrap();
+        assert_eq!(begin.r#type, Some(TrackEventType::SliceBegin as i32));
+        assert_eq!(slices[0].interned_data.as_ref().unwrap().event_names[0].name.as_deref(), Some("work"));
+        assert_eq!(slices[1].timestamp, Some(clock.ns(clock.tsc_base + 200) - clock.ns(clock.tsc_base + 100)));
+        // The summary, as metadata.
+        let meta: Vec<(String, i64)> = all
+            .iter()
+            .filter_map(|p| p.chrome_events.as_ref())
+            .flat_map(|b| b.metadata.iter().map(|m| (m.name.clone().unwrap(), m.int_value.unwrap())))
+            .collect();
+        assert!(meta.contains(&("telco_stap_dropped".into(), 6)), "{meta:?}");
+        assert!(meta.contains(&("telco_stap_errors".into(), 1)), "{meta:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
