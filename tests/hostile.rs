@@ -6,7 +6,7 @@
 //! unknown format, a histogram of 2^31 buckets); breaks an array's geometry
 //! or holds its lock; puts a statistic into an impossible state. Scripts:
 //! printf, a counter printed in `end`, a map walked in `end` and by a timer,
-//! a statistic, `--chrome`, `.itrace`. In every case the tracer exits by
+//! a statistic, `--chrome` and `--perfetto`, `.itrace`. In every case the tracer exits by
 //! itself (never by a signal: `timeout` would say 137) with status 1 and an
 //! ERROR naming what the target did, within the time `timeout` allows and
 //! the address space `prlimit` allows, and its output files are valid.
@@ -100,6 +100,12 @@ fn check_files(d: &Path, label: &str) {
         }
         std::fs::remove_file(&chrome).expect("remove the trace");
     }
+    let perfetto = d.join("trace.pftrace");
+    if perfetto.exists() {
+        let bytes = std::fs::read(&perfetto).expect("read the trace");
+        assert!(whole_packets(&bytes), "{label}: the Perfetto trace is not whole packets");
+        std::fs::remove_file(&perfetto).expect("remove the trace");
+    }
     for e in std::fs::read_dir(d).expect("scratch dir") {
         let p = e.expect("entry").path();
         if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("calls.itrc")) {
@@ -108,6 +114,29 @@ fn check_files(d: &Path, label: &str) {
             std::fs::remove_file(&p).expect("remove the ITRC file");
         }
     }
+}
+
+/// A Perfetto trace file: `Trace.packet` fields (tag 0x0a, a varint
+/// length, that many bytes) to its very end.
+fn whole_packets(mut b: &[u8]) -> bool {
+    while !b.is_empty() {
+        if b[0] != 0x0a {
+            return false;
+        }
+        let (mut len, mut shift, mut i) = (0u64, 0, 1);
+        loop {
+            let Some(&byte) = b.get(i) else { return false };
+            len |= u64::from(byte & 0x7f) << shift;
+            shift += 7;
+            i += 1;
+            if byte & 0x80 == 0 || shift > 63 {
+                break;
+            }
+        }
+        let Some(rest) = b.get(i + len as usize..) else { return false };
+        b = rest;
+    }
+    true
 }
 
 fn run(d: &Path, c: &Case) {
@@ -120,6 +149,7 @@ fn run(d: &Path, c: &Case) {
     }
     if c.script == SPANS {
         args.extend(["--chrome".into(), d.join("trace.json").display().to_string()]);
+        args.extend(["--perfetto".into(), d.join("trace.pftrace").display().to_string()]);
     }
     if c.script == ITRACE {
         args.extend(["--itrc".into(), d.join("calls.itrc").display().to_string(), "-D".into(), "MAXITRACE=2".into()]);
@@ -189,6 +219,7 @@ fn scribbling_through_attach_run_and_detach() {
         let mut args: Vec<String> = ["-e", script, "-p", &pid, "-T", "1"].iter().map(|s| s.to_string()).collect();
         if script == SPANS {
             args.extend(["--chrome".into(), d.join("trace.json").display().to_string()]);
+            args.extend(["--perfetto".into(), d.join("trace.pftrace").display().to_string()]);
         }
         let label = format!("-p {what} `{script}`");
         let (_, err, code) = bounded(&args);

@@ -109,7 +109,7 @@ proptest! {
             timeout: Some(std::time::Duration::from_millis(1)),
             output: Box::new(sink.clone()),
             messages: Box::new(sink.clone()),
-            chrome: None,
+            traces: None,
             suppress_warnings: false,
         };
         prop_assert!(local.run(cfg).is_ok());

@@ -245,8 +245,10 @@ impl Perfetto {
             }),
             ..Default::default()
         });
-        let i =
-            self.threads.insert(tid, Seq { id, last: start, interned: vec![0; self.names.len().div_ceil(64)], comm });
+        // A bit per probe, and one for the name of probe numbers the
+        // artifact does not have.
+        let interned = vec![0; (self.names.len() + 1).div_ceil(64)];
+        let i = self.threads.insert(tid, Seq { id, last: start, interned, comm });
         self.describe(tid);
         Some(i)
     }
@@ -344,16 +346,19 @@ impl Perfetto {
         let te = p.track_event.get_or_insert_with(SliceEvent::default);
         match probe {
             Some(probe) => {
+                // A probe number the artifact does not have (the target
+                // wrote it): named "?", one name for all of them.
+                let k = usize::from(probe).min(self.names.len());
+                let iid = k as u64 + 1;
                 te.r#type = Some(TrackEventType::SliceBegin as i32);
-                te.name_iid = Some(u64::from(probe) + 1);
-                let (w, bit) = (usize::from(probe) / 64, 1u64 << (probe % 64));
+                te.name_iid = Some(iid);
+                let (w, bit) = (k / 64, 1u64 << (k % 64));
                 if let Some(word) = s.interned.get_mut(w) {
                     if *word & bit == 0 {
                         *word |= bit;
-                        let name = self.names.get(usize::from(probe)).cloned().unwrap_or_else(|| "?".into());
-                        p.interned_data = Some(InternedData {
-                            event_names: vec![EventName { iid: Some(u64::from(probe) + 1), name: Some(name) }],
-                        });
+                        let name = self.names.get(k).cloned().unwrap_or_else(|| "?".into());
+                        p.interned_data =
+                            Some(InternedData { event_names: vec![EventName { iid: Some(iid), name: Some(name) }] });
                     }
                 }
             }
