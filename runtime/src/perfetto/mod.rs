@@ -182,8 +182,7 @@ impl Perfetto {
 
     /// Frame `self.packet` (the event being written) into the batch.
     fn push_own(&mut self) {
-        self.batch.push(0x0a);
-        self.packet.encode_length_delimited(&mut self.batch).expect("a Vec grows");
+        self.packet.encode_framed(&mut self.batch);
         self.written.events += 1;
     }
 

@@ -214,3 +214,93 @@ pub struct SliceEvent {
     #[prost(uint64, optional, tag = "10")]
     pub name_iid: Option<u64>,
 }
+
+use prost::Message;
+
+impl SlicePacket {
+    /// This packet framed as `Trace.packet`, appended to `out`: the bytes
+    /// prost writes (the tests compare them), written directly. A trace is
+    /// mostly these, and prost's general encoder (sizes computed, then the
+    /// fields walked again) took a quarter of the writer's time. Packets
+    /// with interned data go through prost.
+    pub fn encode_framed(&self, out: &mut Vec<u8>) {
+        if self.interned_data.is_some() {
+            out.push(0x0a);
+            self.encode_length_delimited(out).expect("a Vec grows");
+            return;
+        }
+        // The packet is at most 2 + 10 + 1 + 5 + 2 + (2 + 10 + 1 + 10)
+        // + 2 + 5 = 50 bytes, its event at most 23: each length is one
+        // byte, written once the contents are.
+        out.reserve(64);
+        out.push(0x0a);
+        let packet_at = out.len();
+        out.push(0);
+        if let Some(t) = self.timestamp {
+            field(out, &[8 << 3], t);
+        }
+        if let Some(s) = self.trusted_packet_sequence_id {
+            field(out, &[10 << 3], u64::from(s));
+        }
+        if let Some(e) = &self.track_event {
+            out.push((11 << 3) | 2);
+            let event_at = out.len();
+            out.push(0);
+            if let Some(t) = e.r#type {
+                // An enum is an int32: a negative one takes ten bytes.
+                field(out, &[9 << 3], i64::from(t) as u64);
+            }
+            if let Some(i) = e.name_iid {
+                field(out, &[10 << 3], i);
+            }
+            out[event_at] = (out.len() - event_at - 1) as u8;
+        }
+        if let Some(c) = self.timestamp_clock_id {
+            // Field 58: a two-byte tag.
+            field(out, &[0xd0, 0x03], u64::from(c));
+        }
+        out[packet_at] = (out.len() - packet_at - 1) as u8;
+    }
+}
+
+/// A tag (already encoded) and a varint.
+fn field(out: &mut Vec<u8>, tag: &[u8], mut v: u64) {
+    out.extend_from_slice(tag);
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn slice_packets_are_the_bytes_prost_writes(
+            timestamp in proptest::option::of(any::<u64>()),
+            seq in proptest::option::of(any::<u32>()),
+            event in proptest::option::of((proptest::option::of(any::<i32>()), proptest::option::of(any::<u64>()))),
+            clock in proptest::option::of(any::<u32>()),
+            interned in any::<bool>(),
+        ) {
+            let p = SlicePacket {
+                timestamp,
+                trusted_packet_sequence_id: seq,
+                track_event: event.map(|(t, i)| SliceEvent { r#type: t, name_iid: i }),
+                interned_data: interned.then(|| InternedData {
+                    event_names: vec![EventName { iid: Some(1), name: Some("work".into()) }],
+                }),
+                timestamp_clock_id: clock,
+            };
+            let mut ours = Vec::new();
+            p.encode_framed(&mut ours);
+            let mut theirs = vec![0x0a];
+            p.encode_length_delimited(&mut theirs).unwrap();
+            prop_assert_eq!(ours, theirs);
+        }
+    }
+}
