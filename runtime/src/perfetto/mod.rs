@@ -18,7 +18,9 @@
 //!   most of the file, so each is as small as the format allows: the
 //!   sequence's defaults give the track and the clock, a sequence-scoped
 //!   incremental clock makes the time a delta from the packet before,
-//!   and function names are interned once per sequence (`name_iid`). A
+//!   and function names are interned once per sequence (`name_iid`; the
+//!   sequence's first packet clears its incremental state, every slice
+//!   packet says it needs it). A
 //!   packet whose time is before its predecessor's (see [`order`]) carries
 //!   an absolute CLOCK_REALTIME time instead.
 //! * Packets are gathered into batches written as `compressed_packets`
@@ -333,6 +335,8 @@ impl Perfetto {
         let p = &mut self.packet;
         p.trusted_packet_sequence_id = Some(id);
         p.interned_data = None;
+        // Its name and time depend on the sequence's state.
+        p.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
         if ts >= s.last {
             p.timestamp = Some(ts - s.last);
             p.timestamp_clock_id = None;

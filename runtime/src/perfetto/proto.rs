@@ -202,6 +202,8 @@ pub struct SlicePacket {
     pub track_event: Option<SliceEvent>,
     #[prost(message, optional, tag = "12")]
     pub interned_data: Option<InternedData>,
+    #[prost(uint32, optional, tag = "13")]
+    pub sequence_flags: Option<u32>,
     #[prost(uint32, optional, tag = "58")]
     pub timestamp_clock_id: Option<u32>,
 }
@@ -230,8 +232,8 @@ impl SlicePacket {
             return;
         }
         // The packet is at most 2 + 10 + 1 + 5 + 2 + (2 + 10 + 1 + 10)
-        // + 2 + 5 = 50 bytes, its event at most 23: each length is one
-        // byte, written once the contents are.
+        // + 1 + 5 + 2 + 5 = 56 bytes, its event at most 23: each length
+        // is one byte, written once the contents are.
         out.reserve(64);
         out.push(0x0a);
         let packet_at = out.len();
@@ -254,6 +256,9 @@ impl SlicePacket {
                 field(out, &[10 << 3], i);
             }
             out[event_at] = (out.len() - event_at - 1) as u8;
+        }
+        if let Some(f) = self.sequence_flags {
+            field(out, &[13 << 3], u64::from(f));
         }
         if let Some(c) = self.timestamp_clock_id {
             // Field 58: a two-byte tag.
@@ -285,6 +290,7 @@ mod tests {
             seq in proptest::option::of(any::<u32>()),
             event in proptest::option::of((proptest::option::of(any::<i32>()), proptest::option::of(any::<u64>()))),
             clock in proptest::option::of(any::<u32>()),
+            flags in proptest::option::of(any::<u32>()),
             interned in any::<bool>(),
         ) {
             let p = SlicePacket {
@@ -294,6 +300,7 @@ mod tests {
                 interned_data: interned.then(|| InternedData {
                     event_names: vec![EventName { iid: Some(1), name: Some("work".into()) }],
                 }),
+                sequence_flags: flags,
                 timestamp_clock_id: clock,
             };
             let mut ours = Vec::new();
