@@ -530,9 +530,16 @@ mod tests {
 
     #[test]
     fn a_renamed_thread_is_described_again() {
-        let dir = std::env::temp_dir().join(format!("telco-perfetto-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.pftrace");
+        // Removed however the test ends.
+        struct Dir(std::path::PathBuf);
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let dir = Dir(std::env::temp_dir().join(format!("telco-perfetto-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let path = dir.0.join("t.pftrace");
         let (to_thread, rx) = std::sync::mpsc::channel::<()>();
         let (tx, from_thread) = std::sync::mpsc::channel::<u32>();
         let worker = std::thread::Builder::new()
@@ -582,6 +589,5 @@ mod tests {
             .collect();
         assert!(meta.contains(&("telco_stap_dropped".into(), 6)), "{meta:?}");
         assert!(meta.contains(&("telco_stap_errors".into(), 1)), "{meta:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
