@@ -1,5 +1,7 @@
-//! Prologue planning and relocation never panic, whatever the bytes:
-//! `plan` refuses or plans; `relocate` of a plan refuses or re-encodes.
+//! Prologue planning and relocation never panic, whatever the bytes, on
+//! both architectures: `plan` refuses or plans; `relocate` of a plan
+//! refuses or re-encodes (x86_64's, and aarch64's with and without the
+//! scratch register).
 //!
 //!     RUSTC_BOOTSTRAP=1 cargo fuzz run relocate
 #![no_main]
@@ -20,5 +22,18 @@ fuzz_target!(|data: &[u8]| {
         if let Some(bytes) = code.get(start..start + hook.displaced) {
             let _ = telco_runtime::arch::native::patch::relocate(bytes, hook.patch_at, hook.displaced, entry.wrapping_sub(to_delta));
         }
+    }
+    use telco_runtime::arch::aarch64::patch as a64;
+    let entry = entry & !3;
+    if let Ok(hook) = a64::plan(code, entry, size) {
+        let site = entry + hook.patch_offset;
+        for scratch in [true, false] {
+            let _ = a64::relocate(hook.displaced, site, site.wrapping_sub(to_delta & !3), scratch);
+        }
+    }
+    // Any word at all, near and far.
+    for w in code.chunks_exact(4).take(64) {
+        let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        let _ = a64::relocate(w, entry, entry.wrapping_add(to_delta & !3), to_delta & 1 == 1);
     }
 });

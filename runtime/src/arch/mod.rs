@@ -16,12 +16,17 @@
 //!   cycle counter (`clock`), the instruction boundaries of a byte range.
 //!
 //! Pure parts (decode, plan, relocate, trampolines, clobbers) are plain
-//! functions of bytes and addresses, tested on every host. The register
+//! functions of bytes and addresses, tested on every host; aarch64's so far
+//! (`aarch64::patch`) are built on x86_64 too. The register
 //! file itself (which register is which word) comes from telco-abi's
 //! table (`telco_abi::arch`).
 
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;
+
+/// aarch64's pure parts (decode, plan, relocate), built and tested on
+/// every host until the port runs on aarch64 (issue 18).
+pub mod aarch64;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64 as native;
 
