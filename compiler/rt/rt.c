@@ -239,39 +239,139 @@ LOCAL int put(char *dst, usize *o, usize max, const char *s, usize n) {
     return 1;
 }
 
-/* text_str(s): C escapes for control characters, `"` and `\`; other
- * non-printable bytes as \ooo. An escape that does not fit ends the string. */
-EXPORT void rt_text_str(char *dst, const char *s, i64 cap) {
-    usize o = 0, max = (usize)cap - 1;
-    for (; *s; s++) {
-        u8 c = (u8)*s;
-        char e[4];
-        usize n = 2;
-        e[0] = '\\';
-        switch (c) {
-        case '\a': e[1] = 'a'; break;
-        case '\b': e[1] = 'b'; break;
-        case '\f': e[1] = 'f'; break;
-        case '\n': e[1] = 'n'; break;
-        case '\r': e[1] = 'r'; break;
-        case '\t': e[1] = 't'; break;
-        case '\v': e[1] = 'v'; break;
-        case '"': e[1] = '"'; break;
-        case '\\': e[1] = '\\'; break;
-        default:
-            if (c >= 32 && c < 127) {
-                e[0] = (char)c;
-                n = 1;
-            } else {
-                e[1] = (char)('0' + (c >> 6));
-                e[2] = (char)('0' + ((c >> 3) & 7));
-                e[3] = (char)('0' + (c & 7));
-                n = 4;
+/* One character of UTF-8 at s (at most `left` bytes): its code point and
+ * length. A sequence that is not well-formed (overlong, a surrogate, past
+ * U+10FFFF, a bad continuation, cut short) is its first byte alone. */
+LOCAL usize utf8_char(const u8 *s, usize left, u32 *code) {
+    u8 b = s[0];
+    usize n;
+    u32 c;
+    if ((b & 0xe0) == 0xc0 && left >= 2) {
+        n = 2;
+        c = b & 0x1f;
+    } else if ((b & 0xf0) == 0xe0 && left >= 3) {
+        n = 3;
+        c = b & 0x0f;
+    } else if ((b & 0xf8) == 0xf0 && left >= 4) {
+        n = 4;
+        c = b & 0x07;
+    } else {
+        *code = b;
+        return 1;
+    }
+    for (usize i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) {
+            *code = b;
+            return 1;
+        }
+        c = (c << 6) | (s[i] & 0x3f);
+    }
+    if ((c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff || c < 0x80 || (n == 3 && c < 0x800) ||
+        (n == 4 && c < 0x10000)) {
+        *code = b;
+        return 1;
+    }
+    *code = c;
+    return n;
+}
+
+/* text_strn(s, len, quoted), and text_str(s) as text_strn(s, 0, 0), as
+ * SystemTap writes them: printable ASCII as it is; `"`, `\` and \a \b \f
+ * \n \r \t \v as C escapes; UTF-8 as \uXXXX or \UXXXXXXXX; any other
+ * byte as \ooo. At most `len` bytes (0 or out of range: the string size);
+ * an escape that does not fit is left out whole. `quoted`: in double
+ * quotes, and a string cut short ends `"...` (the cut moved back over an
+ * escape it would split). */
+EXPORT void rt_text_strn(char *dst, const char *src, i64 len, i64 quoted, i64 cap) {
+    static const char hex[] = "0123456789abcdef";
+    const u8 *s = (const u8 *)src;
+    i64 max = cap - 1;
+    i64 room = (len <= 0 || len > max) ? max : len;
+    usize left = strnlen_(src, (usize)max);
+    char *out = dst;
+    char *esc = 0; /* the first escape a cut could split */
+    i64 esc_len = 0;
+    u32 c = 0;
+    if (quoted) {
+        room = (room < 5 ? 5 : room) - 2;
+        *out++ = '"';
+    }
+    while (left > 0) {
+        usize n = utf8_char(s, left, &c);
+        i64 num = 1;
+        if (c == 0 || room <= 0) break;
+        if (n > 1) {
+            num = c <= 0xffff ? 6 : 10;
+        } else if (c >= 32 && c < 127 && c != '"' && c != '\\') {
+            num = 1;
+        } else {
+            switch (c) {
+            case '\a': case '\b': case '\f': case '\n': case '\r': case '\t': case '\v': case '"': case '\\':
+                num = 2;
+                break;
+            default:
+                num = 4;
             }
         }
-        if (!put(dst, &o, max, e, n)) break;
+        if (num > 1 && !esc && room - 3 < num) {
+            esc = out;
+            esc_len = num;
+        }
+        if (room < num) break;
+        s += n;
+        left -= n;
+        if (n > 1) {
+            *out++ = '\\';
+            *out++ = c <= 0xffff ? 'u' : 'U';
+            for (i64 i = num - 3; i >= 0; i--) *out++ = hex[(c >> (i * 4)) & 0xf];
+        } else if (num == 1) {
+            *out++ = (char)c;
+        } else {
+            *out++ = '\\';
+            switch (c) {
+            case '\a': *out++ = 'a'; break;
+            case '\b': *out++ = 'b'; break;
+            case '\f': *out++ = 'f'; break;
+            case '\n': *out++ = 'n'; break;
+            case '\r': *out++ = 'r'; break;
+            case '\t': *out++ = 't'; break;
+            case '\v': *out++ = 'v'; break;
+            case '"': *out++ = '"'; break;
+            case '\\': *out++ = '\\'; break;
+            default:
+                *out++ = (char)('0' + ((c >> 6) & 3));
+                *out++ = (char)('0' + ((c >> 3) & 7));
+                *out++ = (char)('0' + (c & 7));
+            }
+        }
+        room -= num;
     }
-    dst[o] = 0;
+    if (quoted) {
+        if (c && left > 0) {
+            char *cut = out - 3 + room;
+            out = (esc && esc < cut && cut < esc + esc_len) ? esc : cut;
+            *out++ = '"';
+            *out++ = '.';
+            *out++ = '.';
+            *out++ = '.';
+        } else {
+            *out++ = '"';
+        }
+    }
+    *out = 0;
+}
+
+/* randint(n): a number in [0, n), n at most 2^20 (else -1: the caller
+ * raises SystemTap's "range too wide"). Not for cryptography: the clock
+ * and the thread's context mixed (splitmix64). */
+EXPORT i64 rt_randint(i64 n, i64 salt) {
+    if ((u64)n > (1u << 20)) return -1;
+    if (n == 0) return 0;
+    u64 z = read_clock() + (u64)salt * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (i64)(z % (u64)n);
 }
 
 /* ---- formatting (printf, sprintf): SystemTap's conversions ---- */

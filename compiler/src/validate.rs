@@ -413,6 +413,24 @@ impl Validator<'_> {
             ExprKind::AtOp(c) => {
                 let (op, args) = (&c.name, &c.args);
                 match AT_OPERATORS.iter().find(|(n, _, _)| *n == op.name) {
+                    // SystemTap's operators that need its kernel-side C.
+                    None if matches!(op.name.as_str(), "const" | "kregister" | "uregister") => {
+                        let what = if op.name == "const" {
+                            "`@const` takes the value of a C macro or constant from the kernel's headers, \
+                             compiled into SystemTap's kernel module; telco-stap compiles no C"
+                        } else {
+                            "this operator reads registers through SystemTap's kernel-side C"
+                        };
+                        self.diags.push(
+                            Diagnostic::error(Code::Unsupported, op.span, format!("`@{}` is not supported", op.name))
+                                .with_label(what)
+                                .with_help(if op.name == "const" {
+                                    "write the value in the script, or `@define NAME %( value %)` once and use `@NAME`"
+                                } else {
+                                    "use register(\"name\")"
+                                }),
+                        );
+                    }
                     None => {
                         let mut d = Diagnostic::error(
                             Code::UnknownOperator,

@@ -141,6 +141,9 @@ builtins! {
     Strtol = "strtol"(String, Long) -> Long,
     Tokenize = "tokenize"(String, String) -> String,
     TextStr = "text_str"(String) -> String,
+    TextStrn = "text_strn"(String, Long, Long) -> String,
+    Stringat = "stringat"(String, Long) -> Long,
+    Randint = "randint"(Long) -> Long,
     // Control.
     Exit = "exit"() -> Void,
     Error = "error"(String) -> Void,

@@ -441,12 +441,47 @@ impl Gen<'_, '_, '_> {
                 self.rt(Rt::Tokenize, &[t, v[0], v[1], self.ctx, cap]);
                 t
             }
-            Builtin::TextStr => {
-                let s = self.expr(&args[0]);
+            Builtin::TextStr | Builtin::TextStrn => {
+                let v = self.args(args);
+                let (len, quoted) = if f == Builtin::TextStrn { (v[1], v[2]) } else { (zero, zero) };
                 let t = self.temp();
                 let cap = self.cap_val();
-                self.rt(Rt::TextStr, &[t, s, cap]);
+                self.rt(Rt::TextStrn, &[t, v[0], len, quoted, cap]);
                 t
+            }
+            Builtin::Stringat => {
+                // The byte at pos (signed, as C's char here), or an error.
+                let v = self.args(args);
+                let len = self.rt(Rt::Strlen, &[v[0]]);
+                let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, v[1], len);
+                let ok = self.b.create_block();
+                let bad = self.b.create_block();
+                self.b.ins().brif(inside, ok, &[], bad, &[]);
+                self.b.switch_to_block(bad);
+                self.b.seal_block(bad);
+                let off = self.sh.layout.string(b"Position out of bounds");
+                let m = self.region_addr(off);
+                self.user_error(m, span);
+                self.b.switch_to_block(ok);
+                self.b.seal_block(ok);
+                let at = self.b.ins().iadd(v[0], v[1]);
+                self.b.ins().sload8(I64, flags(), at, 0)
+            }
+            Builtin::Randint => {
+                let n = self.expr(&args[0]);
+                let r = self.rt(Rt::Randint, &[n, self.ctx]);
+                let wide = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, r, 0);
+                let ok = self.b.create_block();
+                let bad = self.b.create_block();
+                self.b.ins().brif(wide, bad, &[], ok, &[]);
+                self.b.switch_to_block(bad);
+                self.b.seal_block(bad);
+                let off = self.sh.layout.string(b"range too wide");
+                let m = self.region_addr(off);
+                self.user_error(m, span);
+                self.b.switch_to_block(ok);
+                self.b.seal_block(ok);
+                r
             }
             Builtin::Exit => {
                 self.rt(Rt::Exit, &[self.region, self.ctx]);
