@@ -141,7 +141,7 @@ value |-------------------------------------------------- count
 }
 
 /// SystemTap's end-of-session display of globals the script wrote and never
-/// read (elaborate.cxx `add_global_var_display`): scalars as `name=0x4`,
+/// read (elaborate.cxx `add_global_var_display`): scalars as `name=4`,
 /// strings as `name="text"`, statistics with their extractors, arrays one
 /// line per element sorted by value (statistics by @count), descending,
 /// ties in insertion order.
@@ -184,14 +184,14 @@ pub fn display_globals(region: &[u8], a: &telco_abi::artifact::Artifact) -> Resu
     for d in &a.display {
         let off = d.offset as usize;
         match d.kind {
-            DisplayKind::Long => out.push_str(&format!("{}={:#x}\n", d.name, i64_at(off) as u64)),
+            DisplayKind::Long => out.push_str(&format!("{}={}\n", d.name, i64_at(off))),
             DisplayKind::ShardedLong(k) => {
                 let shards = read_i64_le(region, core::mem::offset_of!(Header, shards_off)) as usize;
                 let n = read_u32_le(region, core::mem::offset_of!(Header, nshards)) as usize;
                 let at =
                     |r: usize| shards.saturating_add(r.saturating_mul(n).saturating_add(k as usize).saturating_mul(8));
                 let sum = (0..rows).map(|r| i64_at(at(r))).fold(i64_at(off), i64::wrapping_add);
-                out.push_str(&format!("{}={:#x}\n", d.name, sum as u64));
+                out.push_str(&format!("{}={}\n", d.name, sum));
             }
             DisplayKind::String => {
                 out.push_str(&format!("{}=\"{}\"\n", d.name, cstr(off + LOCKED_STR_HEADER, 1 << 20)))
@@ -271,7 +271,7 @@ pub fn display_globals(region: &[u8], a: &telco_abi::artifact::Artifact) -> Resu
                         KIND_STAT => {
                             (i64_at(vo), String::new(), stat_text(&format!("{}[{}]", d.name, keys.join(",")), vo)?)
                         }
-                        _ => (i64_at(vo), String::new(), format!("={:#x}", i64_at(vo) as u64)),
+                        _ => (i64_at(vo), String::new(), format!("={}", i64_at(vo))),
                     };
                     rows.push((sort_key, sort_str, order, format!("{}[{}]{}\n", d.name, keys.join(","), text)));
                 }
