@@ -496,11 +496,19 @@ pub struct Stat {
     pub sum: i64,
     pub min: i64,
     pub max: i64,
-    /// Sum of squares (wrapping), for `@variance`.
-    pub sumsq: i64,
-    pub _pad: i64,
+    /// For `@variance` (kept only when the statistic's [`StatDesc`] says
+    /// `variance`), SystemTap's per-copy running state
+    /// (`runtime/stat-common.c`, Welford's algorithm with a 32-bit
+    /// difference): the running mean, truncated, and the sum of squared
+    /// differences, wrapping.
+    pub avg_s: i64,
+    pub m2: i64,
+    /// Taken (1) while a value is added to a statistic that keeps the
+    /// running state and many threads share; a bounded spin.
+    pub lock: u32,
+    pub _pad: u32,
 }
-pub const STAT_HEADER: usize = 48;
+pub const STAT_HEADER: usize = 56;
 const _: () = assert!(core::mem::size_of::<Stat>() == STAT_HEADER);
 
 /// Up to this many histograms (one log, several linear) per statistic.
@@ -528,8 +536,12 @@ pub struct StatDesc {
     /// Size of one statistic including its buckets.
     pub size: u32,
     pub hists: [HistSpec; MAX_HISTS],
+    /// 1: the script reads `@variance`, so adds keep the running state,
+    /// with values shifted left by `shift` (`@variance(s, shift)`).
+    pub variance: u32,
+    pub shift: u32,
 }
-const _: () = assert!(core::mem::size_of::<StatDesc>() == 168);
+const _: () = assert!(core::mem::size_of::<StatDesc>() == 176);
 
 /// Key and value kinds of arrays.
 pub const KIND_LONG: u8 = 1;

@@ -830,11 +830,62 @@ LOCAL i64 hist_bucket(const u8 *h, i64 v) {
     return q >= (u64)(nb - 1) ? nb - 1 : (i64)q;
 }
 
+/* @variance as SystemTap computes it (runtime/stat-common.c): each copy
+ * of a statistic (here: the shared one and each thread's; there: each
+ * CPU's) keeps a running mean, truncated, and a sum of squared
+ * differences, updated by Welford's algorithm with the difference in a
+ * 32-bit int; a read combines the copies (rt_stat_merge, rt_stat_get).
+ * `n` is the count before v. Wrapping arithmetic: the target may have
+ * written anything here. */
+LOCAL void welford(u8 *st, i64 n, i64 v, const u8 *desc) {
+    u64 vs = (u64)v << (AT(desc, SD_SHIFT, u32) & 63);
+    if (n <= 0) {
+        AT(st, S_AVG_S, i64) = (i64)vs;
+        AT(st, S_M2, i64) = 0;
+        return;
+    }
+    i64 cnt = n + 1, avg = AT(st, S_AVG_S, i64);
+    i64 delta = (i64)(int)(u32)(vs - (u64)avg);
+    avg = (i64)((u64)avg + (u64)(delta / cnt));
+    AT(st, S_AVG_S, i64) = avg;
+    AT(st, S_M2, i64) = (i64)((u64)AT(st, S_M2, i64) + (u64)delta * (vs - (u64)avg));
+}
+
+/* The lock of a statistic that keeps the running state. Bounded: if the
+ * target wrote the word, the add goes on without it after a while rather
+ * than spin forever. */
+LOCAL int stat_lock(u8 *st) {
+    u32 *l = &AT(st, S_LOCK, u32);
+    for (u32 i = 0; i < (1u << 20); i++) {
+        u32 z = 0;
+        if (__atomic_compare_exchange_n(l, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 1;
+        cpu_relax();
+    }
+    return 0;
+}
+
 EXPORT void rt_stat_add(u8 *st, i64 v, const u8 *desc) {
+    if (AT(desc, SD_VARIANCE, u32)) {
+        /* The running state is one read-modify-write: under the lock. */
+        int locked = stat_lock(st);
+        i64 n = AT(st, S_COUNT, i64);
+        __atomic_store_n(&AT(st, S_COUNT, i64), n + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&AT(st, S_SUM, i64), (i64)((u64)AT(st, S_SUM, i64) + (u64)v), __ATOMIC_RELAXED);
+        if (n <= 0 || v < AT(st, S_MIN, i64)) __atomic_store_n(&AT(st, S_MIN, i64), v, __ATOMIC_RELAXED);
+        if (n <= 0 || v > AT(st, S_MAX, i64)) __atomic_store_n(&AT(st, S_MAX, i64), v, __ATOMIC_RELAXED);
+        welford(st, n, v, desc);
+        u32 nh = AT(desc, SD_NHISTS, u32);
+        for (u32 i = 0; i < nh; i++) {
+            const u8 *h = desc + SD_HISTS + i * HS_SIZE;
+            i64 b = hist_bucket(h, v);
+            __atomic_fetch_add(&AT(st, AT(h, HS_OFFSET, u32) + 8 * b, i64), 1, __ATOMIC_RELAXED);
+        }
+        if (locked) __atomic_store_n(&AT(st, S_LOCK, u32), 0, __ATOMIC_RELEASE);
+        return;
+    }
     /* Relaxed everywhere: totals and extremes, read after the fact. */
     i64 n = __atomic_fetch_add(&AT(st, S_COUNT, i64), 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&AT(st, S_SUM, i64), v, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&AT(st, S_SUMSQ, i64), (i64)((u64)v * (u64)v), __ATOMIC_RELAXED);
     i64 *minp = &AT(st, S_MIN, i64), *maxp = &AT(st, S_MAX, i64);
     if (n == 0) {
         /* The first value: min and max start from it. A concurrent second
@@ -889,11 +940,23 @@ EXPORT i64 rt_stat_get(u8 *ctx, const u8 *st, i64 op, i64 loc) {
     case 2: return AT(st, S_MIN, i64);
     case 3: return AT(st, S_MAX, i64);
     case 4: return sum / n;
-    default:
+    default: {
+        /* @variance, op 5 | shift << 8 (a scalar) or 6 | shift << 8 (an
+         * array's element), from the running state. SystemTap combines
+         * a scalar's copies (_stp_stat_get): each copy's running mean
+         * against the mean of the sums, plus its squares; an element's
+         * one copy (map.c) is its own variance as it stands. */
         if (n < 2) return 0;
-        /* Integer sample variance from the sums (SystemTap's own integer
-         * algorithm differs in the last digits; see docs/notes). */
-        return (i64)((u64)AT(st, S_SUMSQ, i64) - (u64)(sum / n) * (u64)sum) / (n - 1);
+        u32 shift = (u32)(op >> 8) & 63;
+        i64 var_s = AT(st, S_M2, i64) / (n - 1);
+        if ((op & 0xff) == 5) {
+            i64 mean = (i64)((u64)sum << shift) / n;
+            u64 d = (u64)AT(st, S_AVG_S, i64) - (u64)mean;
+            u64 s12 = (u64)n * d * d + (u64)(n - 1) * (u64)var_s;
+            var_s = (i64)s12 / (n - 1);
+        }
+        return var_s >> (2 * shift > 63 ? 63 : 2 * shift);
+    }
     }
 }
 
@@ -2129,10 +2192,10 @@ EXPORT void rt_shard_set(u8 *R, i64 base_off, i64 k, i64 v) {
 EXPORT void rt_stat_add_local(u8 *st, i64 v, const u8 *desc) {
     i64 n = AT(st, S_COUNT, i64);
     AT(st, S_COUNT, i64) = n + 1;
-    AT(st, S_SUM, i64) += v;
-    AT(st, S_SUMSQ, i64) = (i64)((u64)AT(st, S_SUMSQ, i64) + (u64)v * (u64)v);
-    if (n == 0 || v < AT(st, S_MIN, i64)) AT(st, S_MIN, i64) = v;
-    if (n == 0 || v > AT(st, S_MAX, i64)) AT(st, S_MAX, i64) = v;
+    AT(st, S_SUM, i64) = (i64)((u64)AT(st, S_SUM, i64) + (u64)v);
+    if (n <= 0 || v < AT(st, S_MIN, i64)) AT(st, S_MIN, i64) = v;
+    if (n <= 0 || v > AT(st, S_MAX, i64)) AT(st, S_MAX, i64) = v;
+    if (AT(desc, SD_VARIANCE, u32)) welford(st, n, v, desc);
     u32 nh = AT(desc, SD_NHISTS, u32);
     for (u32 i = 0; i < nh; i++) {
         const u8 *h = desc + SD_HISTS + i * HS_SIZE;
@@ -2158,10 +2221,29 @@ EXPORT void rt_stat_merge(u8 *R, u8 *dst, const u8 *base, i64 shards, i64 row, c
         if (!had || mn < AT(dst, S_MIN, i64)) AT(dst, S_MIN, i64) = mn;
         if (!had || mx > AT(dst, S_MAX, i64)) AT(dst, S_MAX, i64) = mx;
         for (u32 i = 0; i < size; i += 8) {
-            if (i == S_MIN || i == S_MAX) continue;
+            if (i == S_MIN || i == S_MAX || i == S_AVG_S || i == S_M2 || i == S_LOCK) continue;
             AT(dst, i, i64) += __atomic_load_n(&AT(s, i, i64), __ATOMIC_RELAXED);
         }
     }
+    AT(dst, S_LOCK, i64) = 0;
+    if (!AT(desc, SD_VARIANCE, u32)) return;
+    /* The copies' running states combined as SystemTap combines its CPUs'
+     * (the total variance): dst gets the mean of the sums and the m2 whose
+     * variance over count - 1 is theirs. */
+    i64 total = AT(dst, S_COUNT, i64);
+    if (total <= 0) return;
+    i64 mean = (i64)((u64)AT(dst, S_SUM, i64) << (AT(desc, SD_SHIFT, u32) & 63)) / total;
+    u64 s12 = 0;
+    for (u64 r = 0; r <= n; r++) {
+        const u8 *s = r == n ? base : R + shards + r * (u64)row;
+        i64 c = __atomic_load_n(&AT(s, S_COUNT, i64), __ATOMIC_RELAXED);
+        if (c <= 0) continue;
+        u64 d = (u64)__atomic_load_n(&AT(s, S_AVG_S, i64), __ATOMIC_RELAXED) - (u64)mean;
+        s12 += (u64)c * d * d;
+        if (c >= 2) s12 += (u64)(c - 1) * (u64)(__atomic_load_n(&AT(s, S_M2, i64), __ATOMIC_RELAXED) / (c - 1));
+    }
+    AT(dst, S_AVG_S, i64) = mean;
+    AT(dst, S_M2, i64) = (i64)s12;
 }
 
 /* delete s: the statistic and every thread's copy. */

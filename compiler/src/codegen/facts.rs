@@ -170,6 +170,9 @@ pub fn collect_hists(program: &Program) -> HashMap<u32, Vec<HistKey>> {
         let (stat, key) = match &e.kind {
             ExprKind::HistLog { stat } => (stat, HistKey::Log),
             ExprKind::HistLinear { stat, lo, hi, step } => (stat, HistKey::Linear { lo: *lo, hi: *hi, step: *step }),
+            ExprKind::Aggregate { op: crate::program::AggOp::Variance, stat, shift } => {
+                (stat, HistKey::Variance(*shift))
+            }
             _ => return true,
         };
         let g = match &stat.kind {
@@ -177,7 +180,12 @@ pub fn collect_hists(program: &Program) -> HashMap<u32, Vec<HistKey>> {
             _ => return true,
         };
         let v = out.entry(g).or_default();
-        if !v.contains(&key) {
+        // One bit shift per statistic: the first given (SystemTap refuses
+        // two different ones).
+        let shifted =
+            matches!(key, HistKey::Variance(_)) && v.iter().any(|k| matches!(k, HistKey::Variance(s) if *s != 0));
+        if !v.contains(&key) && !shifted {
+            v.retain(|k| !matches!((k, key), (HistKey::Variance(0), HistKey::Variance(_))));
             v.push(key);
         }
         true
@@ -187,6 +195,10 @@ pub fn collect_hists(program: &Program) -> HashMap<u32, Vec<HistKey>> {
         for s in body {
             visit_stmt(s, &mut add);
         }
+    }
+    // `Variance` after the histograms: their positions are their indices.
+    for v in out.values_mut() {
+        v.sort_by_key(|k| matches!(k, HistKey::Variance(_)));
     }
     out
 }

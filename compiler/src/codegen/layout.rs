@@ -24,7 +24,14 @@ use telco_abi::region::*;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HistKey {
     Log,
-    Linear { lo: i64, hi: i64, step: i64 },
+    Linear {
+        lo: i64,
+        hi: i64,
+        step: i64,
+    },
+    /// Not a histogram: the script reads `@variance` of the statistic,
+    /// with this bit shift (always after the histograms in a list).
+    Variance(u8),
 }
 
 #[derive(Clone, Debug)]
@@ -478,15 +485,21 @@ fn table_slot_size(t: &Table, cap: u64) -> u32 {
 pub fn stat_desc(hists: &[HistKey]) -> StatDesc {
     let mut d = StatDesc::default();
     let mut off = STAT_HEADER as u32;
-    for (i, h) in hists.iter().take(MAX_HISTS).enumerate() {
-        let (kind, nb, lo, hi, step) = match *h {
+    let real: Vec<&HistKey> = hists.iter().filter(|h| !matches!(h, HistKey::Variance(_))).collect();
+    for (i, h) in real.iter().take(MAX_HISTS).enumerate() {
+        let (kind, nb, lo, hi, step) = match **h {
             HistKey::Log => (HIST_LOG, HIST_LOG_BUCKETS, 0, 0, 0),
             HistKey::Linear { lo, hi, step } => (HIST_LINEAR, linear_buckets(lo, hi, step), lo, hi, step),
+            HistKey::Variance(_) => continue,
         };
         d.hists[i] = HistSpec { kind, nbuckets: nb, lo, hi, step, offset: off, _pad: 0 };
         off += 8 * nb;
     }
-    d.nhists = hists.len().min(MAX_HISTS) as u32;
+    d.nhists = real.len().min(MAX_HISTS) as u32;
+    if let Some(HistKey::Variance(shift)) = hists.iter().find(|h| matches!(h, HistKey::Variance(_))) {
+        d.variance = 1;
+        d.shift = u32::from(*shift);
+    }
     d.size = off;
     d
 }
@@ -508,6 +521,8 @@ fn desc_bytes(d: &StatDesc) -> Vec<u8> {
         b.extend_from_slice(&h.offset.to_le_bytes());
         b.extend_from_slice(&0u32.to_le_bytes());
     }
+    b.extend_from_slice(&d.variance.to_le_bytes());
+    b.extend_from_slice(&d.shift.to_le_bytes());
     debug_assert_eq!(b.len(), core::mem::size_of::<StatDesc>());
     b
 }

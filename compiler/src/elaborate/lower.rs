@@ -1884,21 +1884,27 @@ impl<'a> Lowerer<'a> {
                     _ => AggOp::Variance,
                 };
                 let Some(arg) = c.args.first() else { return zero(Ty::Long) };
-                if let Some(shift) = c.args.get(1) {
-                    // Said, not silently dropped: SystemTap's integer
-                    // algorithm keeps values shifted left by it.
-                    self.error(
-                        Diagnostic::warning(
-                            Code::Unsupported,
-                            shift.span,
-                            "the bit shift of `@variance` has no effect in telco-stap",
-                        )
-                        .with_label("ignored")
-                        .with_help("telco-stap computes the variance from exact 64-bit sums; remove the argument"),
-                    );
+                let mut shift = 0u8;
+                if let Some(e) = c.args.get(1) {
+                    // SystemTap's bit shift: the running state keeps
+                    // values shifted left by it (more precision).
+                    match self.constant(e) {
+                        Some(n) if (0..=62).contains(&n) => shift = n as u8,
+                        Some(n) => self.error(
+                            Diagnostic::error(Code::BadValue, e.span, format!("bit shift ({n}) out of range <0..62>"))
+                                .with_label("the bit shift of `@variance`"),
+                        ),
+                        None => self.error(
+                            Diagnostic::error(Code::BadValue, e.span, "the bit shift of `@variance` must be a number")
+                                .with_label("not a constant"),
+                        ),
+                    }
                 }
                 let stat = self.stat_operand(arg);
-                (Expr { kind: ExprKind::Aggregate { op, stat: Box::new(stat) }, ty: Ty::Long, span }, Some(Ty::Long))
+                (
+                    Expr { kind: ExprKind::Aggregate { op, stat: Box::new(stat), shift }, ty: Ty::Long, span },
+                    Some(Ty::Long),
+                )
             }
             "hist_log" => {
                 let Some(arg) = c.args.first() else { return zero(Ty::Hist) };

@@ -366,6 +366,9 @@ pub enum ExprKind {
     Aggregate {
         op: AggOp,
         stat: Box<Expr>,
+        /// `@variance(s, N)`: SystemTap's bit shift N (0 to 62): the
+        /// running state keeps values shifted left by it.
+        shift: u8,
     },
     HistLog {
         stat: Box<Expr>,

@@ -135,15 +135,21 @@ impl Gen<'_, '_, '_> {
                     self.load(p, 0)
                 }
             }
-            ExprKind::Aggregate { op, stat } => {
+            ExprKind::Aggregate { op, stat, shift } => {
                 let p = self.expr(stat);
+                // @variance: 5 for a scalar statistic, 6 for an array's
+                // element (SystemTap combines those differently), the bit
+                // shift above.
                 let opn = match op {
                     AggOp::Count => 0,
                     AggOp::Sum => 1,
                     AggOp::Min => 2,
                     AggOp::Max => 3,
                     AggOp::Avg => 4,
-                    AggOp::Variance => 5,
+                    AggOp::Variance => {
+                        let element = matches!(stat.kind, ExprKind::Index { .. });
+                        (if element { 6 } else { 5 }) | (i64::from(*shift) << 8)
+                    }
                 };
                 let opv = self.iconst(opn);
                 let loc = self.sh.loc(e.span);

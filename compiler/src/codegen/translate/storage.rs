@@ -153,9 +153,9 @@ impl Gen<'_, '_, '_> {
         let n = self.b.ins().load(I64, flags(), p, core::mem::offset_of!(Stat, count) as i32);
         let n1 = self.b.ins().iadd_imm_s(n, 1);
         self.b.ins().store(flags(), n1, p, core::mem::offset_of!(Stat, count) as i32);
+        // (No running state for @variance: a statistic whose @variance is
+        // read is never added to inline.)
         add(self, core::mem::offset_of!(Stat, sum), v);
-        let sq = self.b.ins().imul(v, v);
-        add(self, core::mem::offset_of!(Stat, sumsq), sq);
         let first = self.b.ins().icmp_imm_s(IntCC::Equal, n, 0);
         for (field, cc) in [
             (core::mem::offset_of!(Stat, min), IntCC::SignedLessThan),

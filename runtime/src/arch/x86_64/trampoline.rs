@@ -279,9 +279,6 @@ fn stat_add(a: &mut CodeAssembler, st: &StatInline, leave: CodeLabel) -> Result<
     a.set_label(&mut max_ok)?;
     a.add(f(offset_of!(Stat, count)), 1)?;
     a.add(f(offset_of!(Stat, sum)), rax)?;
-    a.mov(rdx, rax)?;
-    a.imul_2(rdx, rax)?;
-    a.add(f(offset_of!(Stat, sumsq)), rdx)?;
     if let Some(h) = st.hist {
         // log_bucket (rt.c): B0 + 1 + bsr(|v|) (B0 for 0), mirrored below
         // B0 for a negative v.
