@@ -32,6 +32,8 @@ pub enum Item {
 #[derive(Clone, Debug, PartialEq)]
 pub struct GlobalDecl {
     pub vars: Vec<GlobalVar>,
+    /// `private global …` (or `private NAME`): seen only in its file.
+    pub private: bool,
     pub span: Span,
 }
 
@@ -110,6 +112,8 @@ pub struct Function {
     pub ret: Option<TypeAnn>,
     pub params: Vec<Param>,
     pub body: Block,
+    /// `private function …`: callable only in its file.
+    pub private: bool,
     pub span: Span,
 }
 

@@ -44,6 +44,8 @@ pub enum Tok<'a> {
     Global,
     #[token("function")]
     Function,
+    #[token("private")]
+    Private,
     #[token("if")]
     If,
     #[token("else")]
@@ -467,6 +469,7 @@ impl Tok<'_> {
         match self {
             Tok::Probe => "probe",
             Tok::Global => "global",
+            Tok::Private => "private",
             Tok::Function => "function",
             Tok::If => "if",
             Tok::Else => "else",

@@ -73,6 +73,9 @@ impl Printer {
     fn item(&mut self, item: &Item) {
         match item {
             Item::Global(g) => {
+                if g.private {
+                    self.out.push_str("private ");
+                }
                 self.out.push_str("global ");
                 for (i, v) in g.vars.iter().enumerate() {
                     if i > 0 {
@@ -108,6 +111,9 @@ impl Printer {
                 self.out.push('\n');
             }
             Item::Function(f) => {
+                if f.private {
+                    self.out.push_str("private ");
+                }
                 self.out.push_str("function ");
                 self.out.push_str(&f.name.name);
                 if let Some(t) = &f.ret {

@@ -11,6 +11,7 @@ pub mod dwarf_vars;
 pub mod lifecycle;
 pub mod lower;
 pub mod points;
+mod private;
 pub mod show;
 pub mod tapsets;
 pub mod walk;
@@ -59,7 +60,13 @@ pub fn elaborate(
     cfg: &Config<'_>,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Program> {
-    let tapset_scripts = parse_tapsets(sources, cfg, diags);
+    // Each file's private names renamed apart first.
+    let tapset_scripts: Vec<(FileId, Script)> = parse_tapsets(sources, cfg, diags)
+        .into_iter()
+        .map(|(id, s)| (id, private::privatize(&s, id).unwrap_or(s)))
+        .collect();
+    let own = private::privatize(script, script_file);
+    let script = own.as_ref().unwrap_or(script);
     let mut all: Vec<(FileId, &Script)> = vec![(script_file, script)];
     all.extend(tapset_scripts.iter().map(|(id, s)| (*id, s)));
     let chosen: Vec<(FileId, &Script)> = tapsets::select(&all).into_iter().map(|i| all[i]).collect();
