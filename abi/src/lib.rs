@@ -170,6 +170,7 @@ pub fn c_header() -> String {
         ("T_NKEYS", offset_of!(TableHeader, nkeys)),
         ("T_KEY_KINDS", offset_of!(TableHeader, key_kinds)),
         ("T_VALUE_KIND", offset_of!(TableHeader, value_kind)),
+        ("T_WRAP", offset_of!(TableHeader, wrap)),
         ("T_CAPACITY", offset_of!(TableHeader, capacity)),
         ("T_NSLOTS", offset_of!(TableHeader, nslots)),
         ("T_SLOT_SIZE", offset_of!(TableHeader, slot_size)),

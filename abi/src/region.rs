@@ -576,7 +576,9 @@ pub struct TableHeader {
     pub nkeys: u32,
     pub key_kinds: [u8; 12],
     pub value_kind: u8,
-    pub _pad0: [u8; 3],
+    /// 1: full, an insertion drops the oldest element (`global a%`).
+    pub wrap: u8,
+    pub _pad0: [u8; 2],
     pub capacity: u32,
     /// Number of slots, a power of two, at least twice `capacity`.
     pub nslots: u32,

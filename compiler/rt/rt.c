@@ -1093,6 +1093,22 @@ retry:
         if (!free) free = slot;
         if (st == SLOT_EMPTY) break;
     }
+    if (free && AT(tab, T_COUNT, u32) >= AT(tab, T_CAPACITY, u32) && AT(tab, T_WRAP, u8)) {
+        /* `global a%`: full, the oldest element makes room (SystemTap's
+         * wrapping arrays). */
+        u8 *oldest = 0;
+        for (u64 i = 0; i < nslots; i++) {
+            u8 *slot = slot_at(tab, i);
+            if (AT(slot, SL_STATE, u32) == SLOT_LIVE && (!oldest || AT(slot, SL_ORDER, u64) < AT(oldest, SL_ORDER, u64)))
+                oldest = slot;
+        }
+        if (oldest) {
+            u32 s = slot_write_begin(oldest);
+            AT(oldest, SL_STATE, u32) = SLOT_DEAD;
+            slot_write_end(oldest, s);
+            AT(tab, T_COUNT, u32)--;
+        }
+    }
     if (!free || AT(tab, T_COUNT, u32) >= AT(tab, T_CAPACITY, u32)) {
         tab_unlock(tab);
         return (u8 *)1;

@@ -40,6 +40,9 @@ pub struct GlobalDecl {
 #[derive(Clone, Debug, PartialEq)]
 pub struct GlobalVar {
     pub name: Ident,
+    /// `name%`: an array that, when full, makes room by dropping its
+    /// oldest element (SystemTap's wrapping arrays).
+    pub wrap: bool,
     /// `[N]`: an array with this capacity.
     pub size: Option<Box<Expr>>,
     /// `= literal`

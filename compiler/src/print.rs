@@ -82,6 +82,9 @@ impl Printer {
                         self.out.push_str(", ");
                     }
                     self.out.push_str(&v.name.name);
+                    if v.wrap {
+                        self.out.push('%');
+                    }
                     if let Some(sz) = &v.size {
                         self.out.push('[');
                         self.literal(sz);

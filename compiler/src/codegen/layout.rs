@@ -50,6 +50,8 @@ pub struct Table {
     pub key_off: Vec<u32>,
     pub value_off: u32,
     pub capacity: u32,
+    /// `name%`: full, an insertion drops the oldest element.
+    pub wrap: bool,
     pub desc: u64,
     pub hists: Vec<HistKey>,
 }
@@ -299,7 +301,7 @@ impl Layout {
                     }
                     Slot::Long { off: o }
                 }
-                GlobalKind::Array { keys, value, capacity } => {
+                GlobalKind::Array { keys, value, capacity, wrap } => {
                     let capacity = capacity.map_or(limits.maxmapentries, |c| c.min(u64::from(u32::MAX / 4)) as u32);
                     let capacity = capacity.max(1);
                     let mut so = SLOT_HEADER_SIZE as u32;
@@ -329,6 +331,7 @@ impl Layout {
                         key_off,
                         value_off,
                         capacity,
+                        wrap: *wrap,
                         desc: 0,
                         hists: hs,
                     })
@@ -362,7 +365,8 @@ impl Layout {
                 }
                 h.extend_from_slice(&kinds);
                 h.push(kind_of(t.value));
-                h.extend_from_slice(&[0; 3]);
+                h.push(u8::from(t.wrap));
+                h.extend_from_slice(&[0; 2]);
                 let slot_size = table_slot_size(t, cap);
                 for v in [t.capacity, nslots as u32, slot_size, t.value_off] {
                     h.extend_from_slice(&v.to_le_bytes());

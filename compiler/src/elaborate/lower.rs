@@ -49,6 +49,7 @@ struct GlobalState {
     name: String,
     span: Span,
     capacity: Option<u64>,
+    wrap: bool,
     init: Option<Const>,
     shape: Shape,
     shape_decided: Option<Span>,
@@ -219,7 +220,7 @@ impl<'a> Lowerer<'a> {
             }
             _ => Slot::default(),
         };
-        let (shape, shape_decided) = if capacity.is_some() {
+        let (shape, shape_decided) = if capacity.is_some() || v.wrap {
             (Shape::Array, Some(v.span))
         } else if init.is_some() {
             (Shape::Scalar, Some(v.span))
@@ -232,6 +233,7 @@ impl<'a> Lowerer<'a> {
             name: v.name.name.to_string(),
             span: v.name.span,
             capacity,
+            wrap: v.wrap,
             init,
             shape,
             shape_decided,
@@ -317,6 +319,7 @@ impl<'a> Lowerer<'a> {
                         keys: g.keys.iter().map(|k| k.ty.unwrap_or(Ty::Long)).collect(),
                         value: g.value.ty.unwrap_or(Ty::Long),
                         capacity: g.capacity,
+                        wrap: g.wrap,
                     },
                     _ => GlobalKind::Scalar(g.value.ty.unwrap_or(Ty::Long)),
                 },

@@ -76,10 +76,11 @@ fn locals(o: &mut String, ls: &[Local]) {
 fn kind_name(k: &GlobalKind) -> String {
     match k {
         GlobalKind::Scalar(t) => t.name().to_string(),
-        GlobalKind::Array { keys, value, capacity } => {
+        GlobalKind::Array { keys, value, capacity, wrap } => {
             let ks: Vec<&str> = keys.iter().map(|t| t.name()).collect();
             let cap = capacity.map(|c| format!(" capacity {c}")).unwrap_or_default();
-            format!("[{}] -> {}{cap}", ks.join(", "), value.name())
+            let wrap = if *wrap { ", wrapping" } else { "" };
+            format!("[{}] -> {}{cap}{wrap}", ks.join(", "), value.name())
         }
     }
 }

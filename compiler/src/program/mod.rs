@@ -78,6 +78,8 @@ pub enum GlobalKind {
         keys: Vec<Ty>,
         value: Ty,
         capacity: Option<u64>,
+        /// Declared `name%`: full, it drops its oldest element for a new one.
+        wrap: bool,
     },
 }
 
