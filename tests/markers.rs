@@ -191,6 +191,43 @@ probe end { printf("fib %d/%d square %d/%d\n", e["fib"], r["fib"], e["square"], 
     assert_eq!(out, "144 328350\nfib 465/465 square 100/100\n");
 }
 
+/// The python tapset (tapsets/python.tp) on Debian's python3.11: each
+/// call of a function with its file and line, returns, an explicit
+/// collection (generation 2), an import, an audit event. (The script
+/// prints nothing itself: its output would interleave with ours.)
+#[test]
+fn python_tapset_names_calls_collections_imports_and_audits() {
+    let d = common::scratch("python-tapset");
+    let py = d.join("app.py");
+    std::fs::write(
+        &py,
+        "import sys, gc\n\
+         def f(x):\n    return x + 1\n\
+         sys.setprofile(lambda *a: None)\n\
+         f(1); f(2)\n\
+         sys.setprofile(None)\n\
+         gc.collect()\n\
+         import json\n\
+         sys.audit(\"telco.test\", 1)\n",
+    )
+    .expect("write script");
+    let script = r#"global returns, full
+probe python.function.entry { if (funcname == "f") printf("%s %s:%d\n", funcname, filename, lineno) }
+probe python.function.return { if (funcname == "f") returns++ }
+probe python.gc.start { if (generation == 2) full++ }
+probe python.import.done { if (modulename == "json") printf("import %s %d\n", modulename, found) }
+probe python.audit { if (event == "telco.test") println("audit ", event) }
+probe end { printf("%d returns, full collections: %d\n", returns, full > 0) }"#;
+    let cmd = format!("{PYTHON} {}", py.display());
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let file = py.display();
+    assert_eq!(
+        out,
+        format!("f {file}:2\nf {file}:2\nimport json 1\naudit telco.test\n2 returns, full collections: 1\n")
+    );
+}
+
 /// The system libstdc++'s markers count C++ throws and catches exactly.
 #[test]
 fn libstdcxx_markers_count_throws() {
