@@ -253,6 +253,40 @@ probe end { println(t, " ", c) }"#;
     assert_eq!(out, "caught 7\n7 7\n");
 }
 
+/// The libstdcxx tapset: throws and catches with the thrown type's name,
+/// for a standard exception, a program's own class in a namespace, and an
+/// int (rethrown: caught twice). Debian's libstdc++ `rethrow` marker sits
+/// where the jump cannot go: `libstdcxx.rethrow` is refused, with the
+/// reason.
+#[test]
+fn libstdcxx_tapset_names_thrown_types() {
+    let d = common::scratch("throw-types");
+    let src = d.join("types.cc");
+    std::fs::write(
+        &src,
+        "#include <stdexcept>\nnamespace app { struct Oops { int code; }; }\n\
+         static int f(int k) {\n  switch (k) {\n  case 0: throw std::runtime_error(\"x\");\n\
+           case 1: throw app::Oops{7};\n  default: throw 42;\n  }\n}\n\
+         int main() {\n  int n = 0;\n  for (int k = 0; k < 3; k++) {\n\
+             try { try { f(k); } catch (...) { throw; } } catch (...) { n++; }\n  }\n  return n == 3 ? 0 : 1;\n}\n",
+    )
+    .expect("write");
+    let exe = d.join("types");
+    common::compile(&[&src], &exe, &["-O2"]);
+    let script = r#"probe libstdcxx.throw { println("throw ", type) }
+probe libstdcxx.catch { println("catch ", type) }"#;
+    let (out, err, code) = telco(&["-e", script, "-c", exe.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let mut want = String::new();
+    for t in ["std::runtime_error", "app::Oops", "int"] {
+        want.push_str(&format!("throw {t}\ncatch {t}\ncatch {t}\n"));
+    }
+    assert_eq!(out, want);
+    let (_, err, code) = telco(&["-e", "probe libstdcxx.rethrow { println(type) }", "-c", exe.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot probe marker `rethrow`"), "{err}");
+}
+
 /// `.statement("func@file.c:LINE")` from DWARF line tables, at -O0 and
 /// -O2: the line's first instruction in the function fires once per pass
 /// through the loop; a line without code says which lines near it have
