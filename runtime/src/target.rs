@@ -420,6 +420,10 @@ struct Hooker {
     timed: std::cell::RefCell<Vec<String>>,
     /// `rt_span_flush` (`--chrome` calls recorded inline).
     span_flush: Option<u32>,
+    /// `rt_execnotify` when execs are followed: a probe on the C library's
+    /// `execve` or `execveat` calls it too (its trampoline is the exec
+    /// hook there; `hook_execs` leaves the site to it).
+    exec_notify: Option<u32>,
     /// `Header::threads_at` and `Header::tcb_tid_off`.
     threads_at: u64,
     tid_off: u32,
@@ -651,6 +655,15 @@ impl Hooker {
             if handlers.is_empty() && returns.is_empty() && itrace.is_none() {
                 // Nothing to run here: the function is left as it is.
                 continue;
+            }
+            // The C library's exec: this trampoline is the exec hook too.
+            if let Some(f) = self.exec_notify.filter(|_| {
+                size.is_some()
+                    && matches!(p0.function.as_str(), "execve" | "execveat")
+                    && module.to_string_lossy().contains("/libc.so")
+            }) {
+                handlers.push((code.at(f), 0));
+                calls.push(f);
             }
             for f in calls {
                 lean = lean.zip(clobbers.of(f)).map(|(m, c)| m | c);
@@ -1137,6 +1150,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         itraced: Default::default(),
         timed: Default::default(),
         span_flush: symbol("rt_span_flush"),
+        exec_notify: symbol("rt_execnotify")
+            .filter(|_| !a.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. }))),
         threads_at,
         tid_off,
         relocs: Default::default(),
@@ -1813,6 +1828,12 @@ fn hook_execs(
     refused: &mut Vec<String>,
 ) -> Result<(), TargetError> {
     for (_, entries) in symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"]) {
+        // A probe of the script's there already calls rt_execnotify.
+        let probed = |addr: u64| plans.iter().any(|(at, _, _)| (addr..addr + 16).contains(at));
+        let entries: Vec<_> = entries.into_iter().filter(|&(addr, _, _)| !probed(addr)).collect();
+        if entries.is_empty() {
+            continue;
+        }
         let mut code = inject::code(s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
         let handler = code.at(execnotify);
         for (addr, size, _) in entries {

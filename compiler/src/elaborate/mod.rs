@@ -416,6 +416,19 @@ pub fn list(
         .filter_map(|i| if let Item::Alias(a) = i { Some(a.as_ref()) } else { None })
         .collect();
     let aliases = alias::Aliases::new(all_aliases.iter().copied());
+    // Script and tapset functions declared to return a string.
+    let string_functions: std::collections::BTreeSet<String> = tapset_scripts
+        .iter()
+        .map(|(_, s)| s)
+        .chain(std::iter::once(script))
+        .flat_map(|s| s.items.iter())
+        .filter_map(|i| match i {
+            Item::Function(f) if f.ret.as_ref().is_some_and(|t| t.ty == crate::ast::Type::String) => {
+                Some(f.name.name.to_string())
+            }
+            _ => None,
+        })
+        .collect();
     let mut resolver = points::Resolver::new(cfg.target.clone(), cfg.query);
     let mut lines = std::collections::BTreeSet::new();
     for item in &script.items {
@@ -447,7 +460,7 @@ pub fn list(
                     let mut line = a.name.shape();
                     if with_vars {
                         let mut vars = std::collections::BTreeSet::new();
-                        walk::assigned_locals(&a.body, &mut vars);
+                        walk::assigned_locals(&a.body, &string_functions, &mut vars);
                         for v in vars {
                             line.push(' ');
                             line.push_str(&v);

@@ -38,18 +38,33 @@ fn stmt_returns_value(s: &Stmt) -> bool {
 
 /// Names assigned (`name = ...`) at the top level of a block, with the kind
 /// of value when it is evident (`name:long`, `name:string`), for `-L`.
-pub fn assigned_locals(b: &Block, out: &mut BTreeSet<String>) {
+pub fn assigned_locals(b: &Block, string_functions: &BTreeSet<String>, out: &mut BTreeSet<String>) {
     for s in &b.stmts {
         if let StmtKind::Expr(Expr { kind: ExprKind::Assign { op: AssignOp::Assign, target, value }, .. }) = &s.kind {
             if let ExprKind::Var(name) = &target.kind {
-                let ty = match &value.kind {
-                    ExprKind::Str(_) | ExprKind::Binary { op: BinOp::Concat, .. } => "string",
-                    ExprKind::Call(c) if c.name.name.starts_with("user_string") || c.name.name == "sprintf" => "string",
-                    _ => "long",
-                };
+                let ty = if evidently_string(value, string_functions) { "string" } else { "long" };
                 out.insert(format!("{name}:{ty}"));
             }
         }
+    }
+}
+
+/// Whether an expression is evidently a string: a literal, a
+/// concatenation, a built-in that returns one, a choice between such.
+fn evidently_string(e: &Expr, string_functions: &BTreeSet<String>) -> bool {
+    match &e.kind {
+        ExprKind::Str(_) | ExprKind::Binary { op: BinOp::Concat, .. } => true,
+        ExprKind::Call(c) => {
+            string_functions.contains(c.name.name.as_str())
+                || crate::program::builtins::lookup(&c.name.name).is_some_and(|s| s.ret == crate::program::Ty::String)
+        }
+        ExprKind::AtOp(c) if c.name.name == "entry" => {
+            c.args.first().is_some_and(|a| evidently_string(a, string_functions))
+        }
+        ExprKind::Ternary { then, els, .. } => {
+            evidently_string(then, string_functions) || evidently_string(els, string_functions)
+        }
+        _ => false,
     }
 }
 
