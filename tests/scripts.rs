@@ -226,3 +226,45 @@ fn trace_calls() {
     let calls = ev.as_array().expect("array").iter().filter(|e| e["ph"] == "X" && e["name"] == "work").count();
     assert_eq!(calls, 1000);
 }
+
+#[test]
+fn python_calls() {
+    let (d, cmds) = script("python-calls.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    // calendar's output (under cProfile, with its own report), then ours.
+    let (_, ours) = r.stdout.split_once("FUNCTION (FILE)").expect("the report's header");
+    let rows: Vec<&str> = ours.lines().skip(1).collect();
+    assert_eq!(rows.len(), 10, "{ours}");
+    // Time includes the callees': the calendar module and the calls that
+    // run it come first, one call each.
+    let first: Vec<(&str, &str)> = rows[..3]
+        .iter()
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (l.split(" (").next().unwrap_or(""), cols[cols.len() - 2])
+        })
+        .collect();
+    assert_eq!(first, [("run_module", "1"), ("_run_code", "1"), ("<module>", "1")], "{ours}");
+    assert!(rows[2].contains("(/usr/lib/python3.11/calendar.py)"), "{ours}");
+}
+
+#[test]
+fn libc_calls() {
+    let (d, cmds) = script("libc-calls.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    // cat's status (a file missing) is the session's.
+    let r = run_status(&d.0, c[0], 1);
+    let log: Vec<(&str, &str)> =
+        r.stdout.lines().filter_map(|l| l.split_once(' ')).filter(|(p, _)| p.parse::<u32>().is_ok()).collect();
+    let calls: Vec<&str> = log.iter().map(|(_, c)| *c).collect();
+    for want in ["open(\"/etc/hostname\") = 3", "close(3) = 0", "open(\"/nonexistent\") = -1", "exit(1)"] {
+        assert!(calls.contains(&want), "{want} in {}", r.stdout);
+    }
+    // Its error message, written to standard error.
+    assert!(calls.iter().any(|c| c.starts_with("write(2) = ")), "{}", r.stdout);
+    // All from one process.
+    assert!(log.iter().all(|(p, _)| *p == log[0].0), "{}", r.stdout);
+}
