@@ -268,3 +268,20 @@ fn libc_calls() {
     // All from one process.
     assert!(log.iter().all(|(p, _)| *p == log[0].0), "{}", r.stdout);
 }
+
+#[test]
+fn malloc_leaks() {
+    let (d, cmds) = script("malloc-leaks.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    // 30 blocks of 32..61 bytes kept by keeper(); borrower()'s freed. The
+    // allocating function is named though only libc is probed.
+    assert_eq!(
+        r.stdout,
+        format!(
+            "leak 30\n{:<32} {:>8} {:>10}\n{:<32} {:>8} {:>10}\n",
+            "ALLOCATED IN", "BLOCKS", "BYTES", "keeper", 30, 1395
+        )
+    );
+}

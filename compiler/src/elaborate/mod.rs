@@ -521,16 +521,24 @@ fn symbols_for(
     if !wanted {
         return Vec::new();
     }
-    let mut paths: Vec<&std::path::Path> = Vec::new();
+    let mut paths: Vec<std::path::PathBuf> = Vec::new();
     for pt in probes.iter().flat_map(|p| &p.points) {
         if let Point::Function(f) = pt {
-            if !paths.contains(&f.module.as_path()) {
-                paths.push(&f.module);
+            if !paths.contains(&f.module) {
+                paths.push(f.module.clone());
             }
+        }
+    }
+    // And the target's program, probed or not: where a probe in a library
+    // is called from (a leak's allocating function, a backtrace's frames).
+    if let Some(Ok(exe)) = resolver.target_executable() {
+        if !paths.contains(&exe) {
+            paths.push(exe);
         }
     }
     let mut out = Vec::new();
     for path in paths {
+        let path = path.as_path();
         // Resolution loaded it already; one that cannot be read now simply
         // has no names.
         let Ok(m) = resolver.module(path) else { continue };

@@ -79,7 +79,7 @@ impl<'q> Resolver<'q> {
     }
 
     /// The target's executable path, from `-p` or `-c`.
-    fn target_executable(&self) -> Option<Result<PathBuf, String>> {
+    pub(crate) fn target_executable(&self) -> Option<Result<PathBuf, String>> {
         if let Some(pid) = self.spec.pid {
             return Some(self.query.executable(pid));
         }
