@@ -67,3 +67,36 @@ probe end {
         "{out}"
     );
 }
+
+/// The pthread tapset on tests/programs/locks.c: two threads take a
+/// mutex 1000 times each (main and a consumer once more), a reader and a
+/// writer share a rwlock, five threads are created and joined; the
+/// `.return` probes' wait times are never negative.
+#[test]
+fn pthread_tapset_counts_locks_threads_and_waits() {
+    let d = common::scratch("tapset-pthread");
+    let exe = d.join("locks");
+    common::gcc("locks.c", &exe, &[]);
+    let script = r#"global per_mutex, n, waits, bad
+probe pthread.mutex_lock { per_mutex[mutex]++ }
+probe pthread.rwlock_rdlock, pthread.rwlock_wrlock, pthread.rwlock_unlock, pthread.create, pthread.join { n[name]++ }
+probe pthread.mutex_lock.return, pthread.rwlock_rdlock.return, pthread.rwlock_wrlock.return,
+      pthread.join.return, pthread.cond_wait.return {
+    waits[name]++
+    if (wait_ns < 0 || ret != 0) bad++
+}
+probe pthread.create.return { if (thread == 0 || ret != 0) bad++ }
+probe end {
+    foreach (m in per_mutex- limit 1) printf("busiest mutex %d\n", per_mutex[m])
+    foreach (k+ in n) printf("%s %d\n", k, n[k])
+    printf("rwlock waits %d %d, joins %d, bad %d\n", waits["pthread_rwlock_rdlock"], waits["pthread_rwlock_wrlock"],
+           waits["pthread_join"], bad)
+}"#;
+    let (out, err, code) = telco(&["-e", script, "-c", exe.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        "busiest mutex 2002\npthread_create 5\npthread_join 5\npthread_rwlock_rdlock 100\npthread_rwlock_unlock 150\n\
+         pthread_rwlock_wrlock 50\nrwlock waits 100 50, joins 5, bad 0\n"
+    );
+}
