@@ -285,3 +285,18 @@ fn malloc_leaks() {
         )
     );
 }
+
+#[test]
+fn exceptions() {
+    let (d, cmds) = script("exceptions.tp");
+    common::compile(&[&common::repo().join("tests/programs/exceptions.cc")], &d.0.join("prog-cxx"), &["-O2"]);
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    // Each of 10 rounds throws three ints (one of them caught, thrown
+    // again with `throw;` and caught again): 30 thrown, 40 caught.
+    assert_eq!(
+        r.stdout.lines().skip(1).collect::<Vec<_>>(),
+        [format!("{:<40} {:>8} {:>8}", "TYPE", "THROWN", "CAUGHT"), format!("{:<40} {:>8} {:>8}", "int", 30, 40)]
+    );
+}
