@@ -106,16 +106,24 @@ fn every_shipped_script_compiles_to_pass_4() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
     let prog = target_program();
     let prog = prog.to_string_lossy().into_owned();
+    let cxx = prog.clone() + "-cxx";
+    common::compile(&[&common::repo().join("tests/programs/exceptions.cc")], std::path::Path::new(&cxx), &["-O2"]);
     let mut n = 0;
     for e in std::fs::read_dir(&dir).expect("scripts/") {
         let p = e.expect("entry").path();
         if p.extension().is_none_or(|x| x != "tp") {
             continue;
         }
-        // Scripts about a target get the small program and its `work`.
+        // Scripts about a target get the small program and its `work`;
+        // those of the python and libstdcxx tapsets, a program that has
+        // their markers.
         let text = std::fs::read_to_string(&p).expect("read");
         let mut args = vec!["--last-pass", "4"];
-        if text.contains("process.") {
+        if text.contains("python.") {
+            args.extend(["-c", "/usr/bin/python3.11"]);
+        } else if text.contains("libstdcxx.") {
+            args.extend(["-c", &cxx]);
+        } else if text.contains("process.") || text.contains("libc.") || text.contains("pthread.") {
             args.extend(["-c", &prog]);
         }
         let ps = p.to_string_lossy().into_owned();

@@ -453,17 +453,8 @@ impl Gen<'_, '_, '_> {
                 // The byte at pos (signed, as C's char here), or an error.
                 let v = self.args(args);
                 let len = self.rt(Rt::Strlen, &[v[0]]);
-                let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, v[1], len);
-                let ok = self.b.create_block();
-                let bad = self.b.create_block();
-                self.b.ins().brif(inside, ok, &[], bad, &[]);
-                self.b.switch_to_block(bad);
-                self.b.seal_block(bad);
-                let off = self.sh.layout.string(b"Position out of bounds");
-                let m = self.region_addr(off);
-                self.user_error(m, span);
-                self.b.switch_to_block(ok);
-                self.b.seal_block(ok);
+                let outside = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, v[1], len);
+                self.user_error_if(outside, b"Position out of bounds", span);
                 let at = self.b.ins().iadd(v[0], v[1]);
                 self.b.ins().sload8(I64, flags(), at, 0)
             }
@@ -471,16 +462,7 @@ impl Gen<'_, '_, '_> {
                 let n = self.expr(&args[0]);
                 let r = self.rt(Rt::Randint, &[n, self.ctx]);
                 let wide = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, r, 0);
-                let ok = self.b.create_block();
-                let bad = self.b.create_block();
-                self.b.ins().brif(wide, bad, &[], ok, &[]);
-                self.b.switch_to_block(bad);
-                self.b.seal_block(bad);
-                let off = self.sh.layout.string(b"range too wide");
-                let m = self.region_addr(off);
-                self.user_error(m, span);
-                self.b.switch_to_block(ok);
-                self.b.seal_block(ok);
+                self.user_error_if(wide, b"range too wide", span);
                 r
             }
             Builtin::Exit => {

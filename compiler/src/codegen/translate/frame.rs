@@ -268,6 +268,21 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.b.ins().jump(target, &[]);
     }
 
+    /// Raise a user error with the constant message `m` at `span` when
+    /// `cond` holds; go on after it otherwise.
+    pub(super) fn user_error_if(&mut self, cond: Value, m: &[u8], span: Span) {
+        let ok = self.b.create_block();
+        let bad = self.b.create_block();
+        self.b.ins().brif(cond, bad, &[], ok, &[]);
+        self.b.switch_to_block(bad);
+        self.b.seal_block(bad);
+        let off = self.sh.layout.string(m);
+        let msg = self.region_addr(off);
+        self.user_error(msg, span);
+        self.b.switch_to_block(ok);
+        self.b.seal_block(ok);
+    }
+
     /// After a call that can fail: leave if the context holds an error.
     pub(super) fn check_error(&mut self) {
         self.may_error = true;
