@@ -1169,7 +1169,21 @@ EXPORT void rt_map_clear(u8 *tab) {
  * it (SystemTap's sort is stable over its insertion-ordered list). */
 static i64 cmp_slots(u8 *tab, u8 *a, u8 *b, i64 col, i64 desc) {
     i64 c = 0;
-    if (col != -2) {
+    if (col <= -3) {
+        /* A statistic's aggregate: -3 @sum, -4 @min, -5 @max, -6 @avg. */
+        u32 off = AT(tab, T_VALUE_OFF, u32);
+        i64 na = AT(a + off, S_COUNT, i64), nb = AT(b + off, S_COUNT, i64), x, y;
+        switch (col) {
+        case -3: x = AT(a + off, S_SUM, i64), y = AT(b + off, S_SUM, i64); break;
+        case -4: x = AT(a + off, S_MIN, i64), y = AT(b + off, S_MIN, i64); break;
+        case -5: x = AT(a + off, S_MAX, i64), y = AT(b + off, S_MAX, i64); break;
+        default:
+            x = na > 0 ? AT(a + off, S_SUM, i64) / na : 0;
+            y = nb > 0 ? AT(b + off, S_SUM, i64) / nb : 0;
+        }
+        c = x < y ? -1 : x > y;
+        if (desc) c = -c;
+    } else if (col != -2) {
         u8 kind;
         u32 off;
         if (col >= 0) {

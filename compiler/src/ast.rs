@@ -214,6 +214,9 @@ pub struct Foreach {
     pub array: Ident,
     /// `a+` / `a-` (or `v+ = ...`): sort by value.
     pub value_sort: Option<Sort>,
+    /// `a @count+`, `a @sum-`, ...: an array of statistics sorted by that
+    /// aggregate of each element.
+    pub value_agg: Option<Ident>,
     /// The sort mark was written on the value variable (`v- = [k] in a`).
     pub value_mark: Option<Sort>,
     pub limit: Option<Expr>,

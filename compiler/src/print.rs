@@ -319,6 +319,10 @@ impl Printer {
                 }
                 self.out.push_str(" in ");
                 self.out.push_str(&f.array.name);
+                if let Some(a) = &f.value_agg {
+                    self.out.push_str(" @");
+                    self.out.push_str(&a.name);
+                }
                 if f.value_mark.is_none() {
                     self.out.push_str(sort_mark(f.value_sort));
                 }

@@ -702,6 +702,62 @@ impl<'a> Lowerer<'a> {
             .enumerate()
             .find_map(|(i, k)| k.sort.map(|s| (SortBy::Key(i), s.dir)))
             .or(f.value_sort.map(|s| (SortBy::Value, s.dir)));
+        // `a @sum-`: by an aggregate, for an array of statistics.
+        let sort = match (&f.value_agg, sort) {
+            (None, sort) => sort,
+            (Some(agg), sort) => {
+                let op = match agg.name.as_str() {
+                    "count" => Some(AggOp::Count),
+                    "sum" => Some(AggOp::Sum),
+                    "min" => Some(AggOp::Min),
+                    "max" => Some(AggOp::Max),
+                    "avg" => Some(AggOp::Avg),
+                    _ => None,
+                };
+                let is_stat = self.globals[array.0 as usize].value.ty == Some(Ty::Stat);
+                match (op, sort) {
+                    (None, _) => {
+                        self.error(
+                            Diagnostic::error(
+                                Code::BadValue,
+                                agg.span,
+                                format!("`@{}` cannot order a `foreach`", agg.name),
+                            )
+                            .with_label("use @count, @sum, @min, @max or @avg"),
+                        );
+                        sort
+                    }
+                    (Some(_), _) if !is_stat => {
+                        self.error(
+                            Diagnostic::error(
+                                Code::TypeMismatch,
+                                agg.span,
+                                format!("`@{}` orders an array of statistics; this one holds values", agg.name),
+                            )
+                            .with_label("not an array of statistics"),
+                        );
+                        sort
+                    }
+                    (Some(op), Some((SortBy::Value, dir))) if f.value_mark.is_none() => {
+                        Some((SortBy::Aggregate(op), dir))
+                    }
+                    (Some(_), _) => {
+                        self.error(
+                            Diagnostic::error(
+                                Code::BadValue,
+                                agg.span,
+                                format!("`@{}` needs `+` or `-` after it, and no other sort", agg.name),
+                            )
+                            .with_label(format!(
+                                "write `{} @{}+` or `{} @{}-`",
+                                f.array.name, agg.name, f.array.name, agg.name
+                            )),
+                        );
+                        sort
+                    }
+                }
+            }
+        };
         let limit = f.limit.as_ref().map(|l| {
             let (x, t) = self.expr(l, Some(Ty::Long));
             self.check_type(t, Ty::Long, l.span, "a `limit`");

@@ -237,6 +237,8 @@ pub enum SortBy {
     /// Sort by the key at this index.
     Key(usize),
     Value,
+    /// An array of statistics by this aggregate of each element.
+    Aggregate(AggOp),
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -208,6 +208,17 @@ impl Gen<'_, '_, '_> {
             None => (-2, 0),
             Some((SortBy::Key(i), d)) => (i as i64, i64::from(d == SortDir::Desc)),
             Some((SortBy::Value, d)) => (-1, i64::from(d == SortDir::Desc)),
+            // rt_map_collect's columns for a statistic's aggregates.
+            Some((SortBy::Aggregate(op), d)) => {
+                let col = match op {
+                    AggOp::Count => -1,
+                    AggOp::Sum => -3,
+                    AggOp::Min => -4,
+                    AggOp::Max => -5,
+                    AggOp::Avg | AggOp::Variance => -6,
+                };
+                (col, i64::from(d == SortDir::Desc))
+            }
         };
         let tab = self.region_addr(t.off);
         let buf = self.buffer(t.capacity.saturating_mul(4));
