@@ -300,22 +300,14 @@ impl Chrome {
             return Ok(());
         }
         self.threads.insert(tid);
-        let comm = crate::os::proc::thread_comm(self.pid as i32, tid as i32).unwrap_or_else(|| {
-            // Gone already: the main thread has the process's name.
-            if tid == self.pid {
-                self.process.clone()
-            } else {
-                format!("thread {tid}").into_bytes()
-            }
-        });
-        let comm = comm.strip_suffix(b"\n").unwrap_or(&comm);
+        let comm = crate::os::proc::thread_label(self.pid, tid, &self.process);
         let mut l = Vec::with_capacity(96);
         l.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":");
         push_u64(&mut l, u64::from(self.pid));
         l.extend_from_slice(b",\"tid\":");
         push_u64(&mut l, u64::from(tid));
         l.extend_from_slice(b",\"args\":{\"name\":\"");
-        l.extend_from_slice(&escape(comm));
+        l.extend_from_slice(&escape(&comm));
         l.extend_from_slice(b"\"}}");
         std::mem::swap(&mut l, &mut self.line);
         let r = self.emit();

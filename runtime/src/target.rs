@@ -533,6 +533,17 @@ impl Hooker {
     ) -> Result<(CodeRegion, Vec<Plan>), TargetError> {
         let a = &self.artifact;
         let pid = s.pid();
+        // The C library's exec entries (`hook_execs`): a probe there gets
+        // the exec hook in its own trampoline.
+        let exec_sites: Vec<u64> = match self.exec_notify {
+            Some(_) if module.to_string_lossy().contains("/libc.so") => {
+                symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"])
+                    .into_iter()
+                    .flat_map(|(_, entries)| entries.into_iter().map(|(addr, _, _)| addr))
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         let first = *functions.keys().next().unwrap_or(&0);
         let base = runtime_addr(maps, module, first)
             .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
@@ -657,11 +668,7 @@ impl Hooker {
                 continue;
             }
             // The C library's exec: this trampoline is the exec hook too.
-            if let Some(f) = self.exec_notify.filter(|_| {
-                size.is_some()
-                    && matches!(p0.function.as_str(), "execve" | "execveat")
-                    && module.to_string_lossy().contains("/libc.so")
-            }) {
+            if let Some(f) = self.exec_notify.filter(|_| size.is_some() && exec_sites.contains(&addr)) {
                 handlers.push((code.at(f), 0));
                 calls.push(f);
             }

@@ -55,10 +55,7 @@ static void *named_worker(void *arg) {
     for (long i = 0; i < 1000; i++) sink += top(i);
     printf("renamed\n");
     fflush(stdout);
-    for (;;) {
-        struct timespec t = {1, 0};
-        nanosleep(&t, 0);
-    }
+    for (;;) pause();
     return arg;
 }
 

@@ -128,6 +128,19 @@ pub fn thread_comm(pid: i32, tid: i32) -> Option<Vec<u8>> {
     Some(comm.strip_suffix(b"\n").unwrap_or(&comm).to_vec())
 }
 
+/// What trace files call a thread: its `comm`; for a thread already gone,
+/// the process's name (`process`) if it was the main thread, else
+/// `thread TID`.
+pub fn thread_label(pid: u32, tid: u32, process: &[u8]) -> Vec<u8> {
+    thread_comm(pid as i32, tid as i32).unwrap_or_else(|| {
+        if tid == pid {
+            process.to_vec()
+        } else {
+            format!("thread {tid}").into_bytes()
+        }
+    })
+}
+
 /// Whether process `pid` exists and is not a zombie (`/proc/PID/stat`).
 pub fn running(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -179,7 +179,7 @@ impl Perfetto {
     /// Frame `packet` as a `Trace.packet` into the batch.
     fn push(&mut self, packet: &TracePacket) {
         self.batch.push(0x0a);
-        packet.encode_length_delimited(&mut self.batch).expect("a Vec grows");
+        self.batch.extend_from_slice(&packet.encode_length_delimited_to_vec());
     }
 
     /// Frame `self.packet` (the event being written) into the batch.
@@ -198,9 +198,8 @@ impl Perfetto {
             flate2::write::ZlibEncoder::new(Vec::with_capacity(self.batch.len() / 4 + 64), flate2::Compression::fast());
         z.write_all(&self.batch)?;
         let wrapped = TracePacket { compressed_packets: Some(z.finish()?), ..Default::default() };
-        let mut framed = Vec::with_capacity(wrapped.encoded_len() + 8);
-        framed.push(0x0a);
-        wrapped.encode_length_delimited(&mut framed).expect("a Vec grows");
+        let mut framed = vec![0x0a];
+        framed.extend_from_slice(&wrapped.encode_length_delimited_to_vec());
         self.out.write_all(&framed)?;
         self.file_bytes += framed.len() as u64;
         self.batch.clear();
@@ -256,14 +255,7 @@ impl Perfetto {
 
     /// The thread's `comm`, or a name for a thread already gone.
     fn comm(&self, tid: u32) -> Vec<u8> {
-        let comm = crate::os::proc::thread_comm(self.pid as i32, tid as i32).unwrap_or_else(|| {
-            if tid == self.pid {
-                self.process.clone()
-            } else {
-                format!("thread {tid}").into_bytes()
-            }
-        });
-        comm.strip_suffix(b"\n").unwrap_or(&comm).to_vec()
+        crate::os::proc::thread_label(self.pid, tid, &self.process)
     }
 
     /// The thread's track, with its current name.
@@ -298,7 +290,6 @@ impl Perfetto {
             let i = (self.refresh_at + k) % len;
             let tid = self.threads.tid(i);
             let Some(comm) = crate::os::proc::thread_comm(self.pid as i32, tid as i32) else { continue };
-            let comm = comm.strip_suffix(b"\n").unwrap_or(&comm).to_vec();
             let s = self.threads.at(i);
             if s.comm != comm {
                 s.comm = comm;
@@ -316,7 +307,9 @@ impl Perfetto {
         let clock = self.clock;
         // A thread is named when its first call arrives (its calls may be
         // held a while before they are written).
-        self.seq(tid, clock.ns(start));
+        if self.threads.position(tid).is_none() {
+            self.seq(tid, clock.ns(start));
+        }
         let Some(mut order) = self.order.take() else { return Ok(()) };
         order.call(tid, probe, start, end, &|t| clock.ns(t), &mut |ev| self.slice_event(ev));
         self.order = Some(order);

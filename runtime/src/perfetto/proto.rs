@@ -228,7 +228,7 @@ impl SlicePacket {
     pub fn encode_framed(&self, out: &mut Vec<u8>) {
         if self.interned_data.is_some() {
             out.push(0x0a);
-            self.encode_length_delimited(out).expect("a Vec grows");
+            out.extend_from_slice(&self.encode_length_delimited_to_vec());
             return;
         }
         // The packet is at most 2 + 10 + 1 + 5 + 2 + (2 + 10 + 1 + 10)
