@@ -388,13 +388,25 @@ fn entry_by_marker(s: &mut Stopped, entry: u64) -> Result<bool, TargetError> {
             }
         }
     })();
-    // Every byte back, then the thread where the program starts.
-    s.write(hook.patch_at, &entry_bytes)?;
+    // The entry's bytes back, then the thread where the program starts,
+    // and only then the slack: a tracer killed between any two of these
+    // steps leaves a thread that still runs on, through the marker's copy
+    // (its pc is in the slack until the registers are set) or from the
+    // entry. Putting the slack back first left a killed tracer's command
+    // at a pc in bytes that were no longer the marker (CI saw one die so).
+    let restored = s.write(hook.patch_at, &entry_bytes);
+    let moved = match (&result, restored) {
+        (Ok(()), Ok(())) => (|| -> Result<(), TargetError> {
+            let now = s.regs(pid)?;
+            let kept = s.read(arch::sp(&now).wrapping_sub(24), 24)?;
+            s.set_regs(pid, &stub::entry_regs(&now, &kept, hook.patch_at))?;
+            Ok(())
+        })(),
+        (_, restored) => restored.map_err(TargetError::from),
+    };
     s.write(at, &slack_bytes)?;
     result?;
-    let now = s.regs(pid)?;
-    let kept = s.read(arch::sp(&now).wrapping_sub(24), 24)?;
-    s.set_regs(pid, &stub::entry_regs(&now, &kept, hook.patch_at))?;
+    moved?;
     Ok(true)
 }
 
