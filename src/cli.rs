@@ -120,6 +120,17 @@ pub struct Cli {
     #[arg(short = 'w')]
     pub no_warnings: bool,
 
+    /// Behave as SystemTap VERSION did where the language changed: the
+    /// value of `systemtap_v` in `%( %)` conditionals, and `%p` as it
+    /// printed before 1.3 (zero-filled to 16 digits).
+    #[arg(long, value_name = "VERSION", value_parser = parse_version)]
+    pub compatible: Option<String>,
+
+    /// A context variable (`$name`) that cannot be found or read at a
+    /// probe point is 0, with a warning, instead of an error.
+    #[arg(long = "skip-badvars")]
+    pub skip_badvars: bool,
+
     /// Print the version.
     #[arg(short = 'V', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
@@ -198,6 +209,15 @@ fn existing_dir(s: &str) -> Result<PathBuf, String> {
         Err(format!("`{s}` is not a directory"))
     } else {
         Err(format!("directory `{s}` does not exist"))
+    }
+}
+
+fn parse_version(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty() && s.split('.').all(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("expected a version such as 1.3 or 4.0, got `{s}`"))
     }
 }
 

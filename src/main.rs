@@ -82,6 +82,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         pp: telco_compiler::preprocess::PpConfig {
             guru_mode: cli.guru,
             script_args: args.clone(),
+            systemtap_v: cli
+                .compatible
+                .clone()
+                .unwrap_or_else(|| telco_compiler::preprocess::PpConfig::default().systemtap_v),
             ..Default::default()
         },
     };
@@ -116,7 +120,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
     tapsets.extend(elaborate::tapsets::from_dirs(&cli.include).map_err(anyhow::Error::msg)?);
     let query = ProcQuery;
     let target = TargetSpec { pid: cli.pid, command: command_program(&cli)? };
-    let ecfg = elaborate::Config { parse: &cfg, tapsets, target, query: &query, args: &args, guru: cli.guru };
+    let ecfg = elaborate::Config {
+        parse: &cfg,
+        tapsets,
+        target,
+        query: &query,
+        args: &args,
+        guru: cli.guru,
+        skip_badvars: cli.skip_badvars,
+    };
     let mut diags = Vec::new();
     let t0 = Instant::now();
     if cli.list.is_some() || cli.list_vars.is_some() {

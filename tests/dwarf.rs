@@ -329,6 +329,32 @@ fn what_cannot_be_read_is_said_where_it_is_written() {
     let _ = code;
 }
 
+/// `--skip-badvars`: what cannot be found or read is 0, with a warning
+/// that says why, and the rest of the probe reads the real values.
+#[test]
+fn skip_badvars_reads_zero_for_what_cannot_be_read() {
+    let exe = build("skipbad", "dwarfvars.c", &["-O2"]);
+    let (out, err, code) = telco(&[
+        "--skip-badvars",
+        "-e",
+        "probe process.function(\"area\") { printf(\"P %d %d %d scale=%d\\n\", $result, $scal, $p->z, $scale) }",
+        "-c",
+        &cmd(&exe),
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        err.contains("warning")
+            && err.contains("`$result` is not accessible at this address (0 instead: --skip-badvars)"),
+        "{err}"
+    );
+    assert!(err.contains("unable to find target variable `$scal`"), "{err}");
+    assert!(err.contains("has no member `z`"), "{err}");
+    assert!(!err.contains("error"), "{err}");
+    let area = own(&out, "area x=");
+    let scale = area.split("scale=").nth(1).and_then(|s| s.split_whitespace().next()).expect("scale");
+    assert_eq!(own(&out, "P "), format!("P 0 0 0 scale={scale}"), "{out}");
+}
+
 /// `-L` lists parameters and locals by name with their C types, as
 /// `stap -L` does; `$return` with the function's return type.
 #[test]

@@ -52,6 +52,7 @@ fn elaborate_named(name: &str, text: &str) -> Outcome {
         query: &NoProcesses,
         args: &args,
         guru: false,
+        skip_badvars: false,
     };
     let mut ds = Vec::new();
     let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds);

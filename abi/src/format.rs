@@ -21,6 +21,10 @@ pub const CONV_OCTAL: u8 = 5;
 pub const CONV_CHAR: u8 = 6;
 pub const CONV_POINTER: u8 = 7;
 pub const CONV_STRING: u8 = 8;
+/// `%p` as SystemTap printed it before 1.3 (`--compatible=1.2`): the
+/// width defaults to 2 + 16 and the precision is the width less 2 (at
+/// most 16 unless left-justified); the written precision is ignored.
+pub const CONV_POINTER_LEGACY: u8 = 9;
 
 pub const FLAG_LEFT: u8 = 1;
 pub const FLAG_PLUS: u8 = 2;

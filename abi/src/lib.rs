@@ -240,6 +240,7 @@ pub fn c_header() -> String {
         ("CONV_OCTAL", u64::from(format::CONV_OCTAL)),
         ("CONV_CHAR", u64::from(format::CONV_CHAR)),
         ("CONV_POINTER", u64::from(format::CONV_POINTER)),
+        ("CONV_POINTER_LEGACY", u64::from(format::CONV_POINTER_LEGACY)),
         ("CONV_STRING", u64::from(format::CONV_STRING)),
         ("FLAG_LEFT", u64::from(format::FLAG_LEFT)),
         ("FLAG_PLUS", u64::from(format::FLAG_PLUS)),

@@ -44,6 +44,7 @@ fn passes_1_4(
         query: &NoProcesses,
         args,
         guru: false,
+        skip_badvars: false,
     };
     let mut ds = Vec::new();
     let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds);

@@ -396,6 +396,12 @@ static void fmt_number(struct out *o, i64 value, u8 kind, u8 flags, i64 width, i
     char sign = 0;
     const char *prefix = "";
     u64 v = (u64)value;
+    if (kind == CONV_POINTER_LEGACY) {
+        if (width < 0) width = 18;
+        prec = width - 2;
+        if (!(flags & FLAG_LEFT) && prec > 16) prec = 16;
+        kind = CONV_POINTER;
+    }
     if (kind == CONV_POINTER) {
         kind = CONV_HEX;
         flags |= FLAG_ALT;

@@ -29,6 +29,14 @@ pub struct PpConfig {
     pub script_args: Vec<String>,
 }
 
+impl PpConfig {
+    /// `%p` as SystemTap printed it before 1.3 (`--compatible` below 1.3):
+    /// the field width defaults to 18 and the digits fill it.
+    pub fn legacy_pointer_format(&self) -> bool {
+        compare_versions(&self.systemtap_v, "1.3") == std::cmp::Ordering::Less
+    }
+}
+
 impl Default for PpConfig {
     fn default() -> PpConfig {
         PpConfig {
@@ -554,7 +562,7 @@ impl CondParser<'_, '_, '_> {
 }
 
 /// Compare dotted versions numerically where both components are numbers.
-fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+pub fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
     let split = |s: &str| -> Vec<String> { s.split(['.', '-', '+']).map(str::to_string).collect() };
     let (va, vb) = (split(a), split(b));
     for k in 0..va.len().max(vb.len()) {

@@ -116,6 +116,7 @@ pub fn compile_text(name: &str, text: &str) -> Result<telco_abi::artifact::Artif
         query: &NoProcesses,
         args: &[],
         guru: false,
+        skip_badvars: false,
     };
     let mut ds = Vec::new();
     let program =

@@ -93,6 +93,9 @@ pub struct Lowerer<'a> {
     func_index: HashMap<ast::Name, FuncId>,
     args: &'a [String],
     guru: bool,
+    /// `--skip-badvars`: a context variable that cannot be found or read
+    /// here is 0, with a warning, instead of an error.
+    pub skip_badvars: bool,
     // The walk's state.
     reporting: bool,
     changed: bool,
@@ -153,6 +156,7 @@ impl<'a> Lowerer<'a> {
             func_index: HashMap::new(),
             args,
             guru,
+            skip_badvars: false,
             reporting: false,
             changed: false,
             diags: Vec::new(),
@@ -1102,6 +1106,13 @@ impl<'a> Lowerer<'a> {
             this.error(d);
             (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, None)
         };
+        // `--skip-badvars`: 0 where the variable cannot be found or read.
+        let skipped = |this: &mut Self, d: Diagnostic| {
+            let mut w = Diagnostic::warning(d.code, span, format!("{} (0 instead: --skip-badvars)", d.message));
+            w.label = d.label.clone();
+            this.error(w);
+            (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, Some(Ty::Long))
+        };
         let arg = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok());
         if let Some(m) = self.mark.clone().filter(|_| self.in_function.is_none()) {
             let string = |v: &str| {
@@ -1175,6 +1186,7 @@ impl<'a> Lowerer<'a> {
                         let t = e.ty;
                         (e, Some(t))
                     }
+                    Err(d) if self.skip_badvars && !name.starts_with('$') => skipped(self, d),
                     Err(d) => bad(self, d),
                 };
             }
@@ -1230,6 +1242,10 @@ impl<'a> Lowerer<'a> {
                 self,
                 Diagnostic::error(Code::Context, span, format!("`${name}` outside a function probe"))
                     .with_label("there is no function call here to read arguments from"),
+            ),
+            _ if self.skip_badvars => skipped(
+                self,
+                Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available")),
             ),
             _ => bad(
                 self,
@@ -1389,14 +1405,26 @@ impl<'a> Lowerer<'a> {
                 };
             }
         }
-        let Some((site, v)) = self.path_value(p, span) else { return fail(want) };
-        let r = if p.pretty > 0 { site.pretty(&v, p.pretty > 1, span) } else { site.read(&v, span) };
+        let reported = self.diags.len();
+        let r = match self.path_value(p, span) {
+            Some((site, v)) => {
+                let r = if p.pretty > 0 { site.pretty(&v, p.pretty > 1, span) } else { site.read(&v, span) };
+                r.map_err(|d| self.error(d))
+            }
+            None => Err(()),
+        };
         match r {
             Ok(e) => (e, Some(want)),
-            Err(d) => {
-                self.error(d);
-                fail(want)
+            // `--skip-badvars`: a number read is 0, and what went wrong a
+            // warning.
+            Err(()) if self.skip_badvars && p.pretty == 0 => {
+                for d in &mut self.diags[reported..] {
+                    d.severity = crate::diag::Severity::Warning;
+                    d.message.push_str(" (0 instead: --skip-badvars)");
+                }
+                (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, Some(Ty::Long))
             }
+            Err(()) => fail(want),
         }
     }
 
@@ -1989,9 +2017,11 @@ impl<'a> Lowerer<'a> {
                 }
                 let [lo_v, hi_v, step_v] = consts;
                 let buckets = (i128::from(hi_v) - i128::from(lo_v)) / i128::from(step_v.max(1));
-                if step_v <= 0 || hi_v <= lo_v {
+                // SystemTap's buckets: (hi - lo) / step, plus the underflow
+                // and overflow ones; lo == hi is one bucket.
+                if step_v <= 0 || hi_v < lo_v {
                     self.error(
-                        Diagnostic::error(Code::BadValue, span, "`@hist_linear` needs lo < hi and a positive step")
+                        Diagnostic::error(Code::BadValue, span, "`@hist_linear` needs lo <= hi and a positive step")
                             .with_label(format!("lo {lo_v}, hi {hi_v}, step {step_v}")),
                     );
                 } else if buckets > 10_000 {

@@ -37,6 +37,9 @@ pub struct Config<'a> {
     pub args: &'a [String],
     /// `-g`: probes may write target state.
     pub guru: bool,
+    /// `--skip-badvars`: context variables that cannot be found or read
+    /// are 0 (with a warning).
+    pub skip_badvars: bool,
 }
 
 /// Parse every tapset; a broken tapset is reported like a broken script.
@@ -79,6 +82,7 @@ pub fn elaborate(
 
     // Declarations.
     let mut lowerer = Lowerer::new(cfg.args, cfg.guru);
+    lowerer.skip_badvars = cfg.skip_badvars;
     let mut alias_defs = Vec::new();
     for (file, s) in &chosen {
         for item in &s.items {
@@ -252,7 +256,8 @@ pub fn elaborate(
     }
     let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
     let symbols = symbols_for(&probes, &functions, &mut resolver);
-    let program = Program { globals, functions, probes, files, span_min_ns: 0, symbols };
+    let legacy_pointer_format = cfg.parse.pp.legacy_pointer_format();
+    let program = Program { globals, functions, probes, files, span_min_ns: 0, symbols, legacy_pointer_format };
     diags.extend(warnings::variable_warnings(&program, sources));
     Some(program)
 }

@@ -57,6 +57,8 @@ pub struct Program {
     /// `usymname()` and `print_ubacktrace()`; empty when the program uses
     /// neither.
     pub symbols: Vec<ModuleSymbols>,
+    /// `--compatible` below 1.3: `%p` as SystemTap printed it then.
+    pub legacy_pointer_format: bool,
 }
 
 /// A module's function symbols (pass 2 read them; pass 3 builds the

@@ -48,7 +48,20 @@ impl Gen<'_, '_, '_> {
             return None;
         };
         match crate::format::parse(s) {
-            Ok(segs) => Some(segs.iter().map(piece_of).collect()),
+            Ok(segs) => {
+                let legacy = self.sh.program.legacy_pointer_format;
+                Some(
+                    segs.iter()
+                        .map(piece_of)
+                        .map(|p| match p {
+                            Piece::Conv { kind: fmt::CONV_POINTER, flags, width, precision } if legacy => {
+                                Piece::Conv { kind: fmt::CONV_POINTER_LEGACY, flags, width, precision }
+                            }
+                            p => p,
+                        })
+                        .collect(),
+                )
+            }
             Err(err) => {
                 self.sh.diags.push(Diagnostic::error(Code::BadFormat, fmt_expr.span, err.message));
                 None
