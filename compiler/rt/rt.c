@@ -994,6 +994,158 @@ EXPORT void rt_hist_print(u8 *R, u8 *ctx, const u8 *st, const u8 *desc, i64 whic
     ring_commit(rec, event_len(payload));
 }
 
+/* @hist_*(s)[i]: the count in bucket i (log buckets 0..127 with 64 for
+   0; linear ones with the underflow bucket first and the overflow one
+   last). An empty statistic and an index out of range are errors, as in
+   SystemTap. */
+EXPORT i64 rt_hist_bucket(u8 *ctx, const u8 *st, const u8 *desc, i64 which, i64 i, i64 loc) {
+    i64 n = st ? AT(st, S_COUNT, i64) : 0;
+    if (AT(ctx, C_ERROR, u32)) return 0;
+    if (n == 0) {
+        AT(ctx, C_ERROR, u32) = ERR_EMPTY_AGG;
+        AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+        return 0;
+    }
+    const u8 *h = desc + SD_HISTS + (u64)which * HS_SIZE;
+    u32 nb = AT(h, HS_NBUCKETS, u32);
+    if (i < 0 || i >= (i64)nb) {
+        rt_strcpy((char *)ctx + CTX_SIZE, "histogram index out of range", 64);
+        AT(ctx, C_ERROR, u32) = ERR_USER;
+        AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+        return 0;
+    }
+    return __atomic_load_n(&AT(st, AT(h, HS_OFFSET, u32) + 8 * (u64)i, i64), __ATOMIC_RELAXED);
+}
+
+/* A signed 128-bit number in decimal into d (at least 41 bytes); its length. */
+LOCAL int dec128(char *d, __int128 v) {
+    char t[41];
+    int n = 0, len = 0;
+    unsigned __int128 u = v < 0 ? (unsigned __int128)0 - (unsigned __int128)v : (unsigned __int128)v;
+    do {
+        t[n++] = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    if (v < 0) d[len++] = '-';
+    while (n) d[len++] = t[--n];
+    return len;
+}
+
+/* The row label of bucket i: its lowest value (log), or the linear
+   bucket's lowest value with "<" and ">" on the underflow and overflow
+   buckets. */
+LOCAL int hist_label(char *d, u32 kind, i64 lo, i64 step, u32 nb, u32 i) {
+    if (kind == HIST_LOG) {
+        if (i == HIST_LOG_BUCKET0) return dec128(d, 0);
+        if (i > HIST_LOG_BUCKET0) return dec128(d, (__int128)1 << (i - HIST_LOG_BUCKET0 - 1));
+        return dec128(d, -((__int128)1 << (HIST_LOG_BUCKET0 - 1 - i)));
+    }
+    if (i == 0) {
+        d[0] = '<';
+        return 1 + dec128(d + 1, lo);
+    }
+    if (i == nb - 1) {
+        d[0] = '>';
+        return 1 + dec128(d + 1, (__int128)lo + (__int128)((i64)nb - 3) * step);
+    }
+    return dec128(d, (__int128)lo + (__int128)((i64)i - 1) * step);
+}
+
+/* sprint(@hist_*(s)): the text print() writes (runtime/src/render.rs,
+   SystemTap's _stp_stat_print_histogram), into buf (cap bytes with the
+   NUL), cut at the string limit as every string is. The two are compared
+   by tests/run/hist_sprint.tp. */
+EXPORT void rt_hist_sprint(char *buf, i64 cap, u8 *ctx, const u8 *st, const u8 *desc, i64 which, i64 loc) {
+    struct out o = {buf, 0, (usize)cap - 1};
+    buf[0] = 0;
+    i64 total = st ? AT(st, S_COUNT, i64) : 0;
+    if (total == 0) {
+        if (!AT(ctx, C_ERROR, u32)) {
+            AT(ctx, C_ERROR, u32) = ERR_EMPTY_AGG;
+            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+        }
+        return;
+    }
+    const u8 *h = desc + SD_HISTS + (u64)which * HS_SIZE;
+    u32 nb = AT(h, HS_NBUCKETS, u32), kind = AT(h, HS_KIND, u32);
+    i64 lo = AT(h, HS_LO, i64), step = AT(h, HS_STEP, i64);
+    const i64 *c = (const i64 *)(st + AT(h, HS_OFFSET, u32));
+#define CNT(i) __atomic_load_n(&c[i], __ATOMIC_RELAXED)
+    i64 first = -1, last = -1;
+    for (u32 i = 0; i < nb; i++)
+        if (CNT(i) != 0) {
+            if (first < 0) first = i;
+            last = i;
+        }
+    if (first < 0) {
+        buf[0] = 0;
+        return;
+    }
+    i64 low = first, high = last;
+    for (int k = 0; k < 2; k++) {
+        if (kind == HIST_LOG) {
+            if (low != HIST_LOG_BUCKET0 && low > 0) low--;
+        } else if (low > 0) {
+            low--;
+        }
+        if (high + 1 < (i64)nb) high++;
+    }
+    if (kind != HIST_LOG) {
+        if (low == 0 && CNT(0) == 0) low = 1;
+        if (high == (i64)nb - 1 && CNT(nb - 1) == 0 && high > 0) high--;
+    }
+    char lab[48];
+    i64 valmax = 0, val_space = 5;
+    for (i64 i = low; i <= high; i++) {
+        if (CNT(i) > valmax) valmax = CNT(i);
+        i64 n = hist_label(lab, kind, lo, step, nb, (u32)i);
+        if (n > val_space) val_space = n;
+    }
+    if (kind != HIST_LOG) {
+        i64 n = dec128(lab, (__int128)lo + (__int128)step * high);
+        if (n > val_space) val_space = n;
+    }
+    i64 cnt_space = dec128(lab, valmax);
+    i64 scale = valmax <= 50 ? 1 : (valmax + 49) / 50;
+    out_pad(&o, ' ', val_space - 5);
+    for (const char *s = "value |"; *s; s++) out_c(&o, *s);
+    out_pad(&o, '-', 50);
+    for (const char *s = " count\n"; *s; s++) out_c(&o, *s);
+    int skipped = 0;
+    for (i64 i = low; i <= high; i++) {
+        i64 a = i - 2 < low ? low : i - 2, b = i + 2 > high ? high : i + 2, any = 0;
+        for (i64 k = a; k <= b; k++) any |= CNT(k) != 0;
+        if (!any) {
+            skipped = 1;
+            continue;
+        }
+        if (skipped) {
+            out_pad(&o, ' ', val_space);
+            out_c(&o, ' ');
+            out_c(&o, '~');
+            out_c(&o, '\n');
+            skipped = 0;
+        }
+        i64 n = hist_label(lab, kind, lo, step, nb, (u32)i);
+        out_pad(&o, ' ', val_space - n);
+        for (i64 k = 0; k < n; k++) out_c(&o, lab[k]);
+        out_c(&o, ' ');
+        out_c(&o, '|');
+        i64 v = CNT(i) / scale;
+        if (v < 0) v = 0;
+        if (v > 50) v = 50;
+        out_pad(&o, '@', v);
+        n = dec128(lab, CNT(i));
+        out_pad(&o, ' ', 50 - v + 1 + cnt_space - n);
+        for (i64 k = 0; k < n; k++) out_c(&o, lab[k]);
+        out_c(&o, '\n');
+    }
+    out_c(&o, '\n');
+#undef CNT
+    usize n = o.len < o.max ? o.len : o.max;
+    buf[n] = 0;
+}
+
 /* ---- associative arrays (protocol: abi/src/region.rs, TableHeader) ---- */
 
 LOCAL u8 *slot_at(u8 *tab, u64 i) { return tab + TABLE_HEADER_SIZE + i * AT(tab, T_SLOT_SIZE, u32); }

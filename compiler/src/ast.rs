@@ -211,7 +211,14 @@ pub struct Foreach {
     pub keys: Vec<ForeachKey>,
     /// The keys were written in brackets: `[k1, k2]`.
     pub bracketed: bool,
+    /// The array iterated over (for a histogram: its statistic's name,
+    /// as written inside `hist`).
     pub array: Ident,
+    /// `foreach (k in a[1, *])`: only the elements whose keys equal the
+    /// given ones (`*`, None: any); empty without brackets.
+    pub slice: Vec<Option<Expr>>,
+    /// `foreach (b in @hist_log(s))`: the buckets of a histogram.
+    pub hist: Option<Expr>,
     /// `a+` / `a-` (or `v+ = ...`): sort by value.
     pub value_sort: Option<Sort>,
     /// `a @count+`, `a @sum-`, ...: an array of statistics sorted by that

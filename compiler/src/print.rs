@@ -318,7 +318,23 @@ impl Printer {
                     self.out.push(']');
                 }
                 self.out.push_str(" in ");
-                self.out.push_str(&f.array.name);
+                match &f.hist {
+                    Some(h) => self.expr(h, 0),
+                    None => self.out.push_str(&f.array.name),
+                }
+                if !f.slice.is_empty() {
+                    self.out.push('[');
+                    for (i, k) in f.slice.iter().enumerate() {
+                        if i > 0 {
+                            self.out.push_str(", ");
+                        }
+                        match k {
+                            Some(e) => self.expr(e, 0),
+                            None => self.out.push('*'),
+                        }
+                    }
+                    self.out.push(']');
+                }
                 if let Some(a) = &f.value_agg {
                     self.out.push_str(" @");
                     self.out.push_str(&a.name);

@@ -319,6 +319,29 @@ impl Validator<'_> {
                             .with_help("put `+` or `-` on one key, or on the array (to sort by value)"),
                     );
                 }
+                if !f.slice.is_empty() && f.slice.len() != f.keys.len() {
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::UnexpectedToken,
+                            s.span,
+                            "the array slice and the keys differ in number",
+                        )
+                        .with_label(format!(
+                            "{} keys, {} in the slice",
+                            f.keys.len(),
+                            f.slice.len()
+                        )),
+                    );
+                }
+                if f.hist.is_some() && f.keys.len() != 1 {
+                    self.diags.push(
+                        Diagnostic::error(Code::UnexpectedToken, s.span, "Invalid indexing of histogram")
+                            .with_label("a histogram's buckets take one key: `foreach (b in @hist_log(s))`"),
+                    );
+                }
+                for e in f.slice.iter().flatten().chain(&f.hist) {
+                    self.expr(e);
+                }
                 if let Some(l) = &f.limit {
                     self.expr(l);
                 }

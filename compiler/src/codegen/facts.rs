@@ -99,9 +99,9 @@ pub fn sharded_globals(program: &Program) -> (Vec<u32>, Vec<u32>) {
                     }
                     walk(std::slice::from_ref(body), bad, used);
                 }
-                StmtKind::Foreach { limit, body, .. } => {
-                    if let Some(l) = limit {
-                        mark(l, bad);
+                StmtKind::Foreach { limit, slice, body, .. } => {
+                    for e in limit.iter().chain(slice.iter().flatten()) {
+                        mark(e, bad);
                     }
                     walk(std::slice::from_ref(body), bad, used);
                 }

@@ -55,6 +55,8 @@ rt_fns! {
     StatClear = "rt_stat_clear"(2) false,
     StatGet = "rt_stat_get"(4) true,
     HistPrint = "rt_hist_print"(6) false,
+    HistSprint = "rt_hist_sprint"(7) false,
+    HistBucket = "rt_hist_bucket"(6) true,
     MapFind = "rt_map_find"(3) true,
     MapDelete = "rt_map_delete"(2) false,
     MapClear = "rt_map_clear"(1) false,

@@ -674,7 +674,97 @@ impl<'a> Lowerer<'a> {
         Some(Stmt { kind, span })
     }
 
+    /// `foreach (b in @hist_log(s) limit N)`: the buckets' indices, as
+    /// SystemTap iterates them (0 to the number of buckets, less than N),
+    /// lowered to a `for` loop; the value variable gets the bucket's count.
+    fn foreach_hist(&mut self, f: &ast::Foreach, h: &ast::Expr, span: Span) -> Option<Stmt> {
+        let c = match &h.kind {
+            A::AtOp(c) if matches!(c.name.name.as_str(), "hist_log" | "hist_linear") => c,
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::TypeMismatch, h.span, "`foreach` goes over an array or a histogram")
+                        .with_label("not `@hist_log(s)` or `@hist_linear(s, LO, HI, STEP)`"),
+                );
+                return None;
+            }
+        };
+        let (hist, _) = self.at_op(c, h.span);
+        let buckets = match &hist.kind {
+            ExprKind::HistLinear { lo, hi, step, .. } => crate::codegen::layout::linear_buckets(*lo, *hi, *step),
+            _ => telco_abi::region::HIST_LOG_BUCKETS,
+        };
+        let key = f.keys.first()?;
+        self.not_a_global(&key.name, "a `foreach` variable");
+        let long = |kind| Expr { kind, ty: Ty::Long, span };
+        let b = self.local(&key.name.name, key.name.span);
+        self.unify(SlotRef::Local(b), Ty::Long, key.name.span);
+        let mut out = Vec::new();
+        let mut cond = long(ExprKind::Binary {
+            op: ast::BinOp::Lt,
+            lhs: Box::new(long(ExprKind::Local(b))),
+            rhs: Box::new(long(ExprKind::Long(i64::from(buckets)))),
+        });
+        if let Some(l) = &f.limit {
+            // Evaluated once, before the loop.
+            let (x, t) = self.expr(l, Some(Ty::Long));
+            self.check_type(t, Ty::Long, l.span, "a `limit`");
+            let lim = self.local(&format!("#limit@{span:?}"), l.span);
+            self.unify(SlotRef::Local(lim), Ty::Long, l.span);
+            out.push(Stmt {
+                kind: StmtKind::Expr(long(ExprKind::Assign {
+                    op: ast::AssignOp::Assign,
+                    target: Box::new(long(ExprKind::Local(lim))),
+                    value: Box::new(x),
+                })),
+                span,
+            });
+            let within = long(ExprKind::Binary {
+                op: ast::BinOp::Lt,
+                lhs: Box::new(long(ExprKind::Local(b))),
+                rhs: Box::new(long(ExprKind::Local(lim))),
+            });
+            cond = long(ExprKind::Binary { op: ast::BinOp::And, lhs: Box::new(cond), rhs: Box::new(within) });
+        }
+        let mut body = Vec::new();
+        if let Some(v) = &f.value {
+            self.not_a_global(v, "a `foreach` variable");
+            let id = self.local(&v.name, v.span);
+            self.unify(SlotRef::Local(id), Ty::Long, v.span);
+            let count = ExprKind::HistBucket { hist: Box::new(hist), index: Box::new(long(ExprKind::Local(b))) };
+            body.push(Stmt {
+                kind: StmtKind::Expr(long(ExprKind::Assign {
+                    op: ast::AssignOp::Assign,
+                    target: Box::new(long(ExprKind::Local(id))),
+                    value: Box::new(long(count)),
+                })),
+                span,
+            });
+        }
+        body.push(*self.boxed(&f.body));
+        out.push(Stmt {
+            kind: StmtKind::For {
+                init: Some(long(ExprKind::Assign {
+                    op: ast::AssignOp::Assign,
+                    target: Box::new(long(ExprKind::Local(b))),
+                    value: Box::new(long(ExprKind::Long(0))),
+                })),
+                cond: Some(cond),
+                step: Some(long(ExprKind::IncDec {
+                    op: ast::IncDec::Inc,
+                    prefix: true,
+                    target: Box::new(long(ExprKind::Local(b))),
+                })),
+                body: Box::new(Stmt { kind: StmtKind::Block(body), span }),
+            },
+            span,
+        });
+        Some(Stmt { kind: StmtKind::Block(out), span })
+    }
+
     fn foreach(&mut self, f: &ast::Foreach, span: Span) -> Option<Stmt> {
+        if let Some(h) = &f.hist {
+            return self.foreach_hist(f, h, span);
+        }
         let array = self.array(&f.array, f.keys.len())?;
         let mut keys = Vec::new();
         for v in f.keys.iter().map(|k| &k.name).chain(f.value.as_ref()) {
@@ -767,8 +857,13 @@ impl<'a> Lowerer<'a> {
             self.check_type(t, Ty::Long, l.span, "a `limit`");
             x
         });
+        // `a[k, *]`: after the limit, as SystemTap evaluates them.
+        let mut slice = Vec::with_capacity(f.slice.len());
+        for (i, k) in f.slice.iter().enumerate() {
+            slice.push(k.as_ref().map(|e| self.keys_at(array, i, e)));
+        }
         let body = self.boxed(&f.body);
-        Some(Stmt { kind: StmtKind::Foreach { array, keys, value, sort, limit, body }, span })
+        Some(Stmt { kind: StmtKind::Foreach { array, keys, value, sort, limit, slice, body }, span })
     }
 
     fn delete(&mut self, e: &ast::Expr, span: Span) -> Option<Stmt> {
@@ -902,23 +997,24 @@ impl<'a> Lowerer<'a> {
     }
 
     fn keys(&mut self, array: GlobalId, keys: &[ast::Expr]) -> Vec<Expr> {
-        let mut out = Vec::with_capacity(keys.len());
-        for (i, k) in keys.iter().enumerate() {
-            let want = self.globals[array.0 as usize].keys.get(i).and_then(|s| s.ty);
-            let (x, t) = self.expr(k, want);
-            match t {
-                Some(Ty::Long | Ty::String) if i < self.globals[array.0 as usize].keys.len() => {
-                    self.unify(SlotRef::GlobalKey(array, i), t.unwrap_or(Ty::Long), k.span)
-                }
-                Some(other @ (Ty::Stat | Ty::Hist | Ty::Void)) => self.error(
-                    Diagnostic::error(Code::TypeMismatch, k.span, format!("an array key cannot be a {}", other.name()))
-                        .with_label("keys are longs or strings"),
-                ),
-                _ => {}
+        keys.iter().enumerate().map(|(i, k)| self.keys_at(array, i, k)).collect()
+    }
+
+    /// Key `i` of `array`, typed with it.
+    fn keys_at(&mut self, array: GlobalId, i: usize, k: &ast::Expr) -> Expr {
+        let want = self.globals[array.0 as usize].keys.get(i).and_then(|s| s.ty);
+        let (x, t) = self.expr(k, want);
+        match t {
+            Some(Ty::Long | Ty::String) if i < self.globals[array.0 as usize].keys.len() => {
+                self.unify(SlotRef::GlobalKey(array, i), t.unwrap_or(Ty::Long), k.span)
             }
-            out.push(x);
+            Some(other @ (Ty::Stat | Ty::Hist | Ty::Void)) => self.error(
+                Diagnostic::error(Code::TypeMismatch, k.span, format!("an array key cannot be a {}", other.name()))
+                    .with_label("keys are longs or strings"),
+            ),
+            _ => {}
         }
-        out
+        x
     }
 
     // ------------------------------------------------------------ expressions
@@ -1381,6 +1477,16 @@ impl<'a> Lowerer<'a> {
 
     fn target_path(&mut self, p: &ast::TargetPath, span: Span) -> Typed {
         let fail = |ty| (Expr { kind: ExprKind::Long(0), ty, span }, None);
+        // `@hist_log(s)[i]`: a bucket's count.
+        if let (A::AtOp(c), [ast::PathStep::Index(i)], 0) = (&p.base.kind, &p.steps[..], p.pretty) {
+            if matches!(c.name.name.as_str(), "hist_log" | "hist_linear") {
+                let (hist, _) = self.at_op(c, p.base.span);
+                let (index, t) = self.expr(i, Some(Ty::Long));
+                self.check_type(t, Ty::Long, i.span, "a histogram's bucket index");
+                let kind = ExprKind::HistBucket { hist: Box::new(hist), index: Box::new(index) };
+                return (Expr { kind, ty: Ty::Long, span }, Some(Ty::Long));
+            }
+        }
         let want = if p.pretty > 0 { Ty::String } else { Ty::Long };
         // `$$parms$`, `$$vars$$`, `$$return$`.
         if let (A::TargetVar(n), true) = (&p.base.kind, p.steps.is_empty()) {
@@ -1446,6 +1552,17 @@ impl<'a> Lowerer<'a> {
     /// Guru mode: `$x = v`, `$p->f += v`, `@var("g") = v`.
     fn debug_assign(&mut self, op: AssignOp, target: &ast::Expr, value: &ast::Expr, span: Span) -> Typed {
         let fail = (Expr { kind: ExprKind::Long(0), ty: Ty::Long, span }, None);
+        if let A::TargetPath(p) = &target.kind {
+            if let A::AtOp(c) = &p.base.kind {
+                if matches!(c.name.name.as_str(), "hist_log" | "hist_linear") {
+                    self.error(
+                        Diagnostic::error(Code::TypeMismatch, target.span, "cannot assign to histogram buckets")
+                            .with_label("a histogram is read-only: its counts come from `<<<`"),
+                    );
+                    return fail;
+                }
+            }
+        }
         if !self.guru {
             self.error(
                 Diagnostic::error(
@@ -1918,11 +2035,16 @@ impl<'a> Lowerer<'a> {
                     };
                     self.check_type(Some(t), w, a.span, &what);
                 }
-                (None, Some(Ty::Hist)) if matches!(sig.builtin, Builtin::Print | Builtin::Println) => {}
+                (None, Some(Ty::Hist))
+                    if c.args.len() == 1
+                        && matches!(
+                            sig.builtin,
+                            Builtin::Print | Builtin::Println | Builtin::Sprint | Builtin::Sprintln
+                        ) => {}
                 (None, Some(t @ (Ty::Hist | Ty::Stat | Ty::Void))) => self.error(
                     Diagnostic::error(Code::TypeMismatch, a.span, format!("a {} cannot be printed here", t.name()))
                         .with_label("not a long or a string")
-                        .with_help("print a histogram on its own: `print(@hist_log(s))`"),
+                        .with_help("print a histogram on its own: `print(@hist_log(s))` or `sprint(@hist_log(s))`"),
                 ),
                 _ => {}
             }

@@ -114,6 +114,9 @@ impl Renamer<'_> {
             }
             StmtKind::Foreach(x) => {
                 self.global(&mut x.array);
+                for e in x.slice.iter_mut().flatten().chain(&mut x.hist) {
+                    self.expr(e);
+                }
                 if let Some(l) = &mut x.limit {
                     self.expr(l);
                 }

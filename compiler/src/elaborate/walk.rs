@@ -148,6 +148,9 @@ fn visit_stmt(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
             visit_stmt(&x.body, f);
         }
         StmtKind::Foreach(x) => {
+            for e in x.slice.iter().flatten().chain(&x.hist) {
+                visit_expr(e, f);
+            }
             if let Some(l) = &x.limit {
                 visit_expr(l, f);
             }

@@ -269,6 +269,8 @@ pub enum StmtKind {
         value: Option<LocalId>,
         sort: Option<(SortBy, crate::ast::SortDir)>,
         limit: Option<Expr>,
+        /// `a[k, *]`: the keys an element must have (None: any), by key.
+        slice: Vec<Option<Expr>>,
         body: Box<Stmt>,
     },
     Break,
@@ -384,6 +386,12 @@ pub enum ExprKind {
         lo: i64,
         hi: i64,
         step: i64,
+    },
+    /// `@hist_*(s)[i]`: the count in bucket `i` of the histogram (a
+    /// `HistLog` or `HistLinear`).
+    HistBucket {
+        hist: Box<Expr>,
+        index: Box<Expr>,
     },
 }
 

@@ -27,9 +27,9 @@ pub fn visit_stmt<'e>(s: &'e Stmt, f: &mut dyn FnMut(&'e Expr) -> bool) {
             }
             visit_stmt(body, f);
         }
-        StmtKind::Foreach { limit, body, .. } => {
-            if let Some(l) = limit {
-                visit_expr(l, f);
+        StmtKind::Foreach { limit, slice, body, .. } => {
+            for e in limit.iter().chain(slice.iter().flatten()) {
+                visit_expr(e, f);
             }
             visit_stmt(body, f);
         }
@@ -69,6 +69,10 @@ pub fn visit_expr<'e>(e: &'e Expr, f: &mut dyn FnMut(&'e Expr) -> bool) {
         ExprKind::Aggregate { stat, .. } | ExprKind::HistLog { stat } | ExprKind::HistLinear { stat, .. } => {
             visit_expr(stat, f)
         }
+        ExprKind::HistBucket { hist, index } => {
+            visit_expr(hist, f);
+            visit_expr(index, f);
+        }
         _ => {}
     }
 }
@@ -96,9 +100,9 @@ pub fn stmt_exprs_mut(s: &mut Stmt, f: &mut dyn FnMut(&mut Expr)) {
             }
             stmt_exprs_mut(body, f);
         }
-        StmtKind::Foreach { limit, body, .. } => {
-            if let Some(l) = limit {
-                f(l);
+        StmtKind::Foreach { limit, slice, body, .. } => {
+            for e in limit.iter_mut().chain(slice.iter_mut().flatten()) {
+                f(e);
             }
             stmt_exprs_mut(body, f);
         }
@@ -121,7 +125,9 @@ pub fn children_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
         | ExprKind::Aggregate { stat: x, .. }
         | ExprKind::HistLog { stat: x }
         | ExprKind::HistLinear { stat: x, .. } => f(x),
-        ExprKind::Binary { lhs: a, rhs: b, .. } | ExprKind::Assign { target: a, value: b, .. } => {
+        ExprKind::Binary { lhs: a, rhs: b, .. }
+        | ExprKind::Assign { target: a, value: b, .. }
+        | ExprKind::HistBucket { hist: a, index: b } => {
             f(a);
             f(b);
         }

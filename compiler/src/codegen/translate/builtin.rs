@@ -86,34 +86,71 @@ impl Gen<'_, '_, '_> {
         p
     }
 
+    /// `print(@hist_*(s))`, or with `into` (a string and its capacity)
+    /// `sprint(@hist_*(s))`: the same text.
     pub(super) fn hist_print(&mut self, h: &Expr, at: Span) {
+        self.hist_text(h, at, None)
+    }
+
+    /// A histogram's statistic (its address), its descriptor and which of
+    /// its histograms it is, and how many buckets that one has; None where
+    /// the layout has no such histogram (reported).
+    pub(super) fn hist_operand(&mut self, h: &Expr) -> Option<(Value, Value, Value, u32)> {
         let (stat, key) = match &h.kind {
             ExprKind::HistLog { stat } => (stat, HistKey::Log),
             ExprKind::HistLinear { stat, lo, hi, step } => (stat, HistKey::Linear { lo: *lo, hi: *hi, step: *step }),
-            _ => return,
+            _ => return None,
         };
         let (desc, hists) = match &stat.kind {
             ExprKind::Global(g) | ExprKind::Index { array: g, .. } => match self.sh.layout.storage(g.0).stat_desc() {
                 Some((desc, hists)) => (desc, hists.to_vec()),
-                None => return,
+                None => return None,
             },
-            _ => return,
+            _ => return None,
         };
-        let Some(which) = hists.iter().position(|k| *k == key) else { return };
+        let which = hists.iter().position(|k| *k == key)?;
         if which >= abi::MAX_HISTS {
             self.sh.diags.push(Diagnostic::error(
                 Code::Unsupported,
                 h.span,
                 format!("a statistic can collect at most {} different histograms", abi::MAX_HISTS),
             ));
-            return;
+            return None;
         }
+        let buckets = match key {
+            HistKey::Linear { lo, hi, step } => crate::codegen::layout::linear_buckets(lo, hi, step),
+            _ => abi::HIST_LOG_BUCKETS,
+        };
         let p = self.expr(stat);
         let d = self.region_addr(desc);
         let w = self.iconst(which as i64);
+        Some((p, d, w, buckets))
+    }
+
+    /// `@hist_*(s)[i]`.
+    pub(super) fn hist_bucket(&mut self, h: &Expr, index: &Expr, at: Span) -> Value {
+        let Some((p, d, w, _)) = self.hist_operand(h) else { return self.iconst(0) };
+        let i = self.expr(index);
         let loc = self.sh.loc(at);
         let l = self.iconst(i64::from(loc));
-        self.rt(Rt::HistPrint, &[self.region, self.ctx, p, d, w, l]);
+        let v = self.rt(Rt::HistBucket, &[self.ctx, p, d, w, i, l]);
+        self.check_error();
+        v
+    }
+
+    fn hist_text(&mut self, h: &Expr, at: Span, into: Option<Value>) {
+        let Some((p, d, w, _)) = self.hist_operand(h) else { return };
+        let loc = self.sh.loc(at);
+        let l = self.iconst(i64::from(loc));
+        match into {
+            Some(t) => {
+                let cap = self.cap_val();
+                self.rt(Rt::HistSprint, &[t, cap, self.ctx, p, d, w, l]);
+            }
+            None => {
+                self.rt(Rt::HistPrint, &[self.region, self.ctx, p, d, w, l]);
+            }
+        }
         self.check_error();
     }
 
@@ -174,6 +211,26 @@ impl Gen<'_, '_, '_> {
                 let vals = self.args(args);
                 self.printf(&[piece], &vals);
                 zero
+            }
+            Builtin::Sprint | Builtin::Sprintln
+                if args.len() == 1
+                    && matches!(args[0].kind, ExprKind::HistLog { .. } | ExprKind::HistLinear { .. }) =>
+            {
+                let t = self.temp();
+                self.hist_text(&args[0], span, Some(t));
+                if f == Builtin::Sprintln {
+                    let pieces = [
+                        Piece::Conv {
+                            kind: fmt::CONV_STRING,
+                            flags: 0,
+                            width: fmt::COUNT_NONE,
+                            precision: fmt::COUNT_NONE,
+                        },
+                        Piece::Text(b"\n".to_vec()),
+                    ];
+                    return self.sprintf(&pieces, &[t]);
+                }
+                t
             }
             Builtin::Sprint | Builtin::Sprintln => {
                 let pieces = Self::print_pieces(args, f == Builtin::Sprintln);

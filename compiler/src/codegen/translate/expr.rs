@@ -160,6 +160,7 @@ impl Gen<'_, '_, '_> {
                 }
                 v
             }
+            ExprKind::HistBucket { hist, index } => self.hist_bucket(hist, index, e.span),
             ExprKind::HistLog { .. } | ExprKind::HistLinear { .. } => {
                 // Only printable; `print` handles it. Anywhere else it has no value.
                 self.iconst(0)

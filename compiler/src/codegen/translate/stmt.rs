@@ -40,8 +40,8 @@ impl Gen<'_, '_, '_> {
             StmtKind::For { init, cond, step, body } => {
                 self.gen_loop(init.as_ref(), cond.as_ref(), step.as_ref(), body, s.span)
             }
-            StmtKind::Foreach { array, keys, value, sort, limit, body } => {
-                self.gen_foreach(*array, keys, *value, *sort, limit.as_ref(), body, s.span)
+            StmtKind::Foreach { array, keys, value, sort, limit, slice, body } => {
+                self.gen_foreach(*array, keys, *value, *sort, limit.as_ref(), slice, body, s.span)
             }
             StmtKind::Break | StmtKind::Continue => {
                 self.charge(s.span);
@@ -190,6 +190,7 @@ impl Gen<'_, '_, '_> {
         value: Option<LocalId>,
         sort: Option<(SortBy, SortDir)>,
         limit: Option<&Expr>,
+        slice: &[Option<Expr>],
         body: &Stmt,
         span: Span,
     ) {
@@ -204,6 +205,24 @@ impl Gen<'_, '_, '_> {
             }
             None => self.iconst(-1),
         };
+        // `a[k, *]`: each given key, evaluated once (a string copied: the
+        // body may change what it was read from).
+        let wanted: Vec<Option<(Value, bool)>> = slice
+            .iter()
+            .map(|k| {
+                k.as_ref().map(|e| {
+                    let v = self.expr(e);
+                    if e.ty == Ty::String {
+                        let copy = self.temp();
+                        let cap = self.cap_val();
+                        self.rt(Rt::Strcpy, &[copy, v, cap]);
+                        (copy, true)
+                    } else {
+                        (v, false)
+                    }
+                })
+            })
+            .collect();
         let (col, desc) = match sort {
             None => (-2, 0),
             Some((SortBy::Key(i), d)) => (i as i64, i64::from(d == SortDir::Desc)),
@@ -249,6 +268,23 @@ impl Gen<'_, '_, '_> {
         self.b.ins().brif(slot, body_b, &[], step_b, &[]);
         self.b.switch_to_block(body_b);
         self.b.seal_block(body_b);
+        // An element of another slice: on to the next (it counted toward
+        // the limit, as in SystemTap).
+        for (k, w) in wanted.iter().enumerate() {
+            let (Some((want, is_str)), Some(&off)) = (w, t.key_off.get(k)) else { continue };
+            let here = self.b.ins().iadd_imm_s(slot, off as i64);
+            let differs = if *is_str {
+                let c = self.rt(Rt::Strcmp, &[here, *want]);
+                self.b.ins().icmp_imm_s(IntCC::NotEqual, c, 0)
+            } else {
+                let have = self.load(slot, off as i32);
+                self.b.ins().icmp(IntCC::NotEqual, have, *want)
+            };
+            let same = self.b.create_block();
+            self.b.ins().brif(differs, step_b, &[], same, &[]);
+            self.b.switch_to_block(same);
+            self.b.seal_block(same);
+        }
         for (k, l) in keys.iter().enumerate() {
             let off = t.key_off[k] as i64;
             match self.locals[l.0 as usize] {
