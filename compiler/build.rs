@@ -25,21 +25,27 @@ fn embed_tapsets() {
     let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
     let dir = Path::new(&manifest).join("../tapsets");
     println!("cargo:rerun-if-changed={}", dir.display());
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "tp")).collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    let mut out =
-        String::from("/// Built-in tapsets: (file name, text).\npub const BUILTIN_TAPSETS: &[(&str, &str)] = &[\n");
-    for f in &files {
-        println!("cargo:rerun-if-changed={}", f.display());
-        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("tapset.tp");
-        let abs = f.canonicalize().unwrap_or_else(|_| f.clone());
-        let _ = writeln!(out, "    ({name:?}, include_str!({:?})),", abs.display().to_string());
+    let mut out = String::new();
+    for (ext, what, table) in
+        [("tp", "Built-in tapsets", "BUILTIN_TAPSETS"), ("stpm", "Built-in macro libraries", "BUILTIN_MACRO_LIBRARIES")]
+    {
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == ext))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        let _ = writeln!(out, "/// {what}: (file name, text).\npub const {table}: &[(&str, &str)] = &[");
+        for f in &files {
+            println!("cargo:rerun-if-changed={}", f.display());
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("tapset");
+            let abs = f.canonicalize().unwrap_or_else(|_| f.clone());
+            let _ = writeln!(out, "    ({name:?}, include_str!({:?})),", abs.display().to_string());
+        }
+        out.push_str("];\n");
     }
-    out.push_str("];\n");
     let out_dir = std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into());
     if let Err(e) = std::fs::write(Path::new(&out_dir).join("tapsets.rs"), out) {
         eprintln!("cannot write the tapset table: {e}");

@@ -86,6 +86,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .compatible
                 .clone()
                 .unwrap_or_else(|| telco_compiler::preprocess::PpConfig::default().systemtap_v),
+            library: elaborate::tapsets::macro_libraries(&cli.include).map_err(anyhow::Error::msg)?,
             ..Default::default()
         },
     };

@@ -139,6 +139,23 @@ fn every_shipped_script_compiles_to_pass_4() {
     assert!(n >= 5, "only {n} scripts found");
 }
 
+/// A `.stpm` macro library below an `-I` directory: its `@define`s are
+/// every script's (and a broken one is named in the message).
+#[test]
+fn macro_libraries_below_include_directories() {
+    let dir = common::scratch("stpm");
+    let lib = dir.join("lib").join("deeper");
+    std::fs::create_dir_all(&lib).expect("mkdir");
+    std::fs::write(lib.join("twice.stpm"), "// doubles\n@define twice(x) %( (2 * (@x)) %)\n").expect("write");
+    let inc = dir.join("lib");
+    let o = telco(&["-I", &inc.to_string_lossy(), "-e", "probe begin { println(@twice(21)) exit() }"]);
+    assert_eq!(stdout(&o), "42\n", "{}", stderr(&o));
+    std::fs::write(lib.join("twice.stpm"), "@define twice(x) %( (2 * (@x))\n").expect("write");
+    let o = telco(&["-I", &inc.to_string_lossy(), "-e", "probe begin { println(@twice(21)) exit() }"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("macro library") && stderr(&o).contains("twice.stpm"), "{}", stderr(&o));
+}
+
 #[test]
 fn output_file_receives_printf_output() {
     let dir = common::scratch("o");
@@ -432,6 +449,9 @@ mod generated {
         "-I",
         "--chrome",
         "--chrome-min-dur",
+        "--compatible",
+        "--compatible=1.2",
+        "--skip-badvars",
         "--itrc",
         "--last-pass",
         "--dump-functions",

@@ -200,6 +200,9 @@ impl Diagnostic {
 #[derive(Debug, Default)]
 pub struct Diagnostics {
     list: Vec<Diagnostic>,
+    /// What was said already (a macro or an alias expanded at several
+    /// places reports the same problem at the same place once).
+    said: std::collections::HashSet<(Severity, Span, String)>,
     /// `-w`: warnings are dropped.
     pub suppress_warnings: bool,
 }
@@ -211,6 +214,9 @@ impl Diagnostics {
 
     pub fn push(&mut self, d: Diagnostic) {
         if d.severity == Severity::Warning && self.suppress_warnings {
+            return;
+        }
+        if !self.said.insert((d.severity, d.span, d.message.clone())) {
             return;
         }
         self.list.push(d);

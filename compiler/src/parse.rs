@@ -215,7 +215,7 @@ pub fn parse(sources: &SourceMap, file: FileId, cfg: &ParseConfig) -> (Script, V
 
     // Tokens stream from the lexer into the parser, unless the text uses
     // the preprocessor, which needs them all first.
-    let (result, delim) = if preprocess::needed(text) {
+    let (result, delim) = if preprocess::needed(text) || preprocess::uses_library(text, &cfg.pp) {
         let (tokens, problems) = lexer::lex(text);
         diags.extend(problems.iter().map(|p| lex_diagnostic(file, p)));
         let (tokens, pp_diags) = preprocess::preprocess(file, tokens, &cfg.pp, eof);

@@ -27,6 +27,10 @@ pub struct PpConfig {
     pub guru_mode: bool,
     /// Number of script arguments, for `$#` / `@#`.
     pub script_args: Vec<String>,
+    /// Macro libraries (`.stpm` files, as SystemTap's tapset directory
+    /// has them): their `@define`s are visible to every script and
+    /// tapset. (name, text).
+    pub library: Vec<(String, &'static str)>,
 }
 
 impl PpConfig {
@@ -46,6 +50,7 @@ impl Default for PpConfig {
             systemtap_v: "5.0".into(),
             guru_mode: false,
             script_args: Vec::new(),
+            library: crate::elaborate::tapsets::builtin_macro_libraries(),
         }
     }
 }
@@ -60,12 +65,17 @@ const MAX_EXPANSION_DEPTH: usize = 64;
 struct Macro<'a> {
     params: Vec<&'a str>,
     body: Vec<Spanned<'a>>,
+    /// From a macro library (`.stpm`): its tokens are in another file, so
+    /// an expansion puts them at the use.
+    library: bool,
 }
 
 struct Pp<'a, 'c> {
     file: FileId,
     cfg: &'c PpConfig,
     macros: HashMap<&'a str, Macro<'a>>,
+    /// Reading a macro library: what it defines is `Macro::library`.
+    in_library: bool,
     diags: Vec<Diagnostic>,
     /// End of the input, for errors at end of file.
     eof: usize,
@@ -77,6 +87,28 @@ pub fn needed(text: &str) -> bool {
     ["%(", "%?", "%:", "%)", "@define"].iter().any(|p| text.contains(p))
 }
 
+/// The names the macro libraries of `cfg` define (`@define NAME`).
+fn library_names(cfg: &PpConfig) -> impl Iterator<Item = &str> {
+    cfg.library.iter().flat_map(|(_, text)| {
+        text.split("@define").skip(1).filter_map(|rest| {
+            let rest = rest.trim_start();
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            (end > 0).then(|| &rest[..end])
+        })
+    })
+}
+
+/// Whether `text` may use a macro of `cfg`'s macro libraries.
+pub fn uses_library(text: &str, cfg: &PpConfig) -> bool {
+    text.contains('@')
+        && library_names(cfg).any(|n| {
+            text.match_indices('@').any(|(i, _)| {
+                let rest = &text[i + 1..];
+                rest.starts_with(n) && !rest[n.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            })
+        })
+}
+
 /// Run the preprocessor over a file's tokens.
 pub fn preprocess<'a>(
     file: FileId,
@@ -85,13 +117,33 @@ pub fn preprocess<'a>(
     eof: usize,
 ) -> (Vec<Spanned<'a>>, Vec<Diagnostic>) {
     // Fast path: most scripts use neither conditionals nor macros.
-    if !tokens
-        .iter()
-        .any(|(_, t, _)| matches!(t, Tok::PpOpen | Tok::PpThen | Tok::PpElse | Tok::PpClose | Tok::AtIdent("define")))
-    {
+    let library: std::collections::HashSet<&str> = library_names(cfg).collect();
+    if !tokens.iter().any(|(_, t, _)| {
+        matches!(t, Tok::PpOpen | Tok::PpThen | Tok::PpElse | Tok::PpClose | Tok::AtIdent("define"))
+            || matches!(t, Tok::AtIdent(n) if library.contains(n))
+    }) {
         return (tokens, Vec::new());
     }
-    let mut pp = Pp { file, cfg, macros: HashMap::new(), diags: Vec::new(), eof };
+    let mut pp = Pp { file, cfg, macros: HashMap::new(), in_library: true, diags: Vec::new(), eof };
+    // The macro libraries first: their definitions (and conditionals
+    // around them) only; what else they hold is not the script's.
+    for (name, text) in &cfg.library {
+        let text: &'a str = text;
+        let (toks, problems) = crate::lexer::lex(text);
+        let before = pp.diags.len();
+        pp.run(&toks, &mut Vec::new(), 0);
+        // Their positions are in another file: said by name.
+        let first = problems.first().map(|p| format!("{:?} at byte {}", p.kind, p.start));
+        let found: Vec<String> = pp.diags.drain(before..).map(|d| d.message).chain(first).collect();
+        if let Some(m) = found.first() {
+            pp.diags.push(Diagnostic::error(
+                Code::Preprocessor,
+                Span::new(file, 0, 0),
+                format!("macro library `{name}`: {m}"),
+            ));
+        }
+    }
+    pp.in_library = false;
     let mut out = Vec::with_capacity(tokens.len());
     pp.run(&tokens, &mut out, 0);
     (out, pp.diags)
@@ -275,7 +327,9 @@ impl<'a> Pp<'a, '_> {
             return toks.len();
         };
         let body = toks[i + 1..close].to_vec();
-        if self.macros.insert(name, Macro { params, body }).is_some() {
+        let library = self.in_library;
+        // A script's own macro may stand in for a library's.
+        if self.macros.insert(name, Macro { params, body, library }).is_some_and(|m| !m.library || library) {
             self.error(Code::Preprocessor, dl, toks[at + 1].2, format!("macro `@{name}` is defined twice")).label =
                 "redefined here".into();
         }
@@ -368,7 +422,12 @@ impl<'a> Pp<'a, '_> {
                     continue;
                 }
             }
-            substituted.push(t.clone());
+            if mac.library {
+                // Written in the library: shown at the use.
+                substituted.push((ul, t.1.clone(), ur));
+            } else {
+                substituted.push(t.clone());
+            }
         }
         self.run(&substituted, out, depth + 1);
         i
