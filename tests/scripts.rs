@@ -300,3 +300,55 @@ fn exceptions() {
         [format!("{:<40} {:>8} {:>8}", "TYPE", "THROWN", "CAUGHT"), format!("{:<40} {:>8} {:>8}", "int", 30, 40)]
     );
 }
+
+#[test]
+fn ssl_sniffer() {
+    use std::io::Write;
+    let (d, cmds) = script("ssl-sniffer.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    // Its client asks `openssl s_server -www` (one connection) for its page.
+    let srv = common::tls_server(&d.0, &["-www"]);
+    let words: Vec<String> = c[0]
+        .iter()
+        .map(|w| {
+            let w = w.replace("/tmp/tls.sock", "tls.sock");
+            if w.starts_with("scripts/") {
+                common::repo().join(&w).display().to_string()
+            } else {
+                w
+            }
+        })
+        .collect();
+    let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(&words)
+        .current_dir(&d.0)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("telco-stap");
+    tracer.stdin.take().expect("stdin").write_all(b"GET / HTTP/1.0\r\n\r\n").expect("the request");
+    let o = tracer.wait_with_output().expect("telco-stap");
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    // The client prints the page to the same output: our lines are those
+    // starting with the program's name.
+    let ours: Vec<&str> = out.lines().filter(|l| l.starts_with("openssl[")).collect();
+    let conn = ours[0].split_whitespace().nth(2).expect("the connection");
+    assert!(ours[0].ends_with(&format!("> {conn} 18 bytes: \"GET / HTTP/1.0\\r\\n\\r\\n\"")), "{out}");
+    assert!(ours[1].contains(&format!("< {conn} ")) && ours[1].contains(": \"HTTP/1.0 200 ok\\r\\n"), "{out}");
+    let received: u64 = ours[1..]
+        .iter()
+        .map(|l| {
+            assert!(l.contains(&format!("< {conn} ")), "{l}");
+            l.split_whitespace().nth(3).and_then(|n| n.parse::<u64>().ok()).expect("a byte count")
+        })
+        .sum();
+    // The status page lists every cipher: several kB.
+    assert!(received > 2000, "{out}");
+    let table: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("CONNECTION")).collect();
+    assert_eq!(table.len(), 2, "{out}");
+    assert_eq!(table[1].split_whitespace().collect::<Vec<_>>(), [conn, "18", &received.to_string()], "{out}");
+    drop(srv);
+}

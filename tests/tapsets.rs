@@ -100,3 +100,77 @@ probe end {
          pthread_rwlock_wrlock 50\nrwlock waits 100 50, joins 5, bad 0\n"
     );
 }
+
+/// The openssl tapset on Debian's openssl over a Unix socket: the server
+/// (traced with -p) accepts, handshakes and reads the client's plaintext;
+/// the client (traced with -c, asking `s_server -www` for its page) writes
+/// the request and reads the answer, as SSL_write and SSL_read see them.
+#[test]
+fn openssl_tapset_sees_plaintext_and_handshakes() {
+    use std::io::Write;
+    let d = common::scratch("tapset-openssl");
+    // The server side: echo mode, what the client sends arrives as plaintext.
+    let srv = common::tls_server(&d, &[]);
+    let pid = srv.pid().to_string();
+    let script = r#"probe begin { println("armed") }
+probe openssl.accept.return, openssl.handshake.return { printf("%s = %d\n", name, ret) }
+probe openssl.read { printf("%s at most %d\n", name, num) }
+probe openssl.read.return { printf("%s = %d %s\n", name, bytes, string_quoted(data)) }
+probe openssl.shutdown { println(name) }"#;
+    let tracer = common::Tracer::start(&["-p", &pid, "-e", script], "armed");
+    let mut client = std::process::Command::new("openssl")
+        .args(["s_client", "-unix", "tls.sock"])
+        .current_dir(&d)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_client");
+    client.stdin.take().expect("stdin").write_all(b"hello from client\n").expect("to the client");
+    assert!(client.wait().expect("the client").success());
+    // One connection served: the server ends, and so does the session.
+    let (out, err, code) = tracer.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let (_, status) = srv.finish();
+    assert!(status.success(), "{status:?}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "SSL_do_handshake = 1",
+            "SSL_accept = 1",
+            "SSL_read at most 16384",
+            "SSL_read = 18 \"hello from client\\n\"",
+            "SSL_read at most 16384",
+            "SSL_read = 0 \"\"",
+            "SSL_shutdown",
+        ],
+        "{out}"
+    );
+    // The client side, against a server answering GET with its page.
+    let srv = common::tls_server(&d, &["-www"]);
+    // (s_client also calls SSL_write with 0 bytes, to drive the handshake.)
+    let script = r#"probe openssl.write { if (num > 0) printf("%s %d %s\n", name, num, string_quoted(data)) }
+probe openssl.write.return { if (bytes > 0) printf("%s = %d\n", name, bytes) }
+probe openssl.read.return { if (bytes > 0 && !seen++) printf("%s %s\n", name, substr(data, 0, 15)) }
+global seen"#;
+    let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(["-e", script, "-c", "openssl s_client -unix tls.sock -ign_eof -quiet"])
+        .current_dir(&d)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("telco-stap");
+    tracer.stdin.take().expect("stdin").write_all(b"GET / HTTP/1.0\r\n\r\n").expect("the request");
+    let o = tracer.wait_with_output().expect("telco-stap");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let ours: Vec<&str> = out.lines().filter(|l| l.starts_with("SSL_")).collect();
+    assert_eq!(
+        ours,
+        ["SSL_write 18 \"GET / HTTP/1.0\\r\\n\\r\\n\"", "SSL_write = 18", "SSL_read HTTP/1.0 200 ok"],
+        "{out}"
+    );
+    drop(srv);
+}

@@ -278,3 +278,44 @@ pub fn viewer_check(path: &Path) -> Option<serde_json::Value> {
     );
     Some(serde_json::from_slice(&o.stdout).expect("the checker prints JSON"))
 }
+
+/// `openssl s_server` on a Unix socket in `dir` (`tls.sock`, named
+/// relative to `dir`, its working directory: s_server fails on socket
+/// paths longer than about 32 bytes; with a fresh self-signed key and
+/// certificate there), serving one connection (`-naccept 1`) then
+/// exiting; `extra` adds options (`-www`: answer a GET with a status
+/// page). Returned once it listens (its `ACCEPT` line); its stdin stays
+/// open (at its end s_server would stop).
+#[allow(dead_code)]
+pub fn tls_server(dir: &Path, extra: &[&str]) -> Running {
+    let (key, cert, sock) = (dir.join("key.pem"), dir.join("cert.pem"), dir.join("tls.sock"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-subj", "/CN=localhost", "-days", "1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run openssl req");
+    assert!(made.success(), "openssl req: {made:?}");
+    let _ = std::fs::remove_file(&sock);
+    let mut args = vec!["s_server", "-unix", "tls.sock", "-cert", "cert.pem", "-key", "key.pem", "-naccept", "1"];
+    args.extend_from_slice(extra);
+    let mut child = std::process::Command::new("openssl")
+        .args(&args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start openssl s_server");
+    let input = child.stdin.take().expect("stdin");
+    let output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut srv = Running { child, input: Some(input), output, ready: String::new() };
+    let mut line = srv.line();
+    while !line.starts_with("ACCEPT") {
+        line = srv.line();
+        assert!(!line.is_empty(), "openssl s_server ended before listening");
+    }
+    srv
+}
