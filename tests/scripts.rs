@@ -352,3 +352,123 @@ fn ssl_sniffer() {
     assert_eq!(table[1].split_whitespace().collect::<Vec<_>>(), [conn, "18", &received.to_string()], "{out}");
     drop(srv);
 }
+
+#[test]
+fn mutex_contention() {
+    let (d, cmds) = script("mutex-contention.tp");
+    let text = std::fs::read_to_string(common::repo().join("scripts/mutex-contention.tp")).expect("script");
+    // Built as its comment says.
+    let gcc = text.lines().find_map(|l| l.strip_prefix("//   gcc ")).expect("the build line");
+    assert!(gcc.contains("-fno-omit-frame-pointer") && gcc.ends_with("tests/programs/locks.c"), "{gcc}");
+    common::gcc("locks.c", &d.0.join("locks"), &["-fno-omit-frame-pointer"]);
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let words: Vec<String> =
+        c[0].iter().map(|w| w.replace("/tmp/locks", &d.0.join("locks").display().to_string())).collect();
+    let r = run(&d.0, &words);
+    let rows: Vec<Vec<&str>> = r.stdout.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    // The program's one mutex: 2000 locks in the two adders, one in the
+    // consumer, one in main; each row with its count and waits.
+    let ours: Vec<(&str, &str)> =
+        rows.iter().filter(|r| ["adder", "consumer", "main"].contains(&r[4])).map(|r| (r[4], r[1])).collect();
+    let mut sorted = ours.clone();
+    sorted.sort();
+    assert_eq!(sorted, [("adder", "2000"), ("consumer", "1"), ("main", "1")], "{}", r.stdout);
+    let mutexes: std::collections::BTreeSet<&str> =
+        rows.iter().filter(|r| ["adder", "consumer", "main"].contains(&r[4])).map(|r| r[0]).collect();
+    assert_eq!(mutexes.len(), 1, "{}", r.stdout);
+    for r in &rows {
+        assert!(r[2].ends_with("us") && r[3].ends_with("us"), "{r:?}");
+    }
+}
+
+#[test]
+fn call_graph() {
+    let (d, cmds) = script("call-graph.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    // Per thread (its tid in the prefix), calls nest: each `->` one level
+    // deeper than the last open call, each `<-` closing it at its level.
+    let mut stacks: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    let mut calls: std::collections::BTreeMap<String, usize> = Default::default();
+    for l in r.stdout.lines().filter(|l| l.contains(" prog(")) {
+        let (_, rest) = l.split_once(" prog(").expect("the thread");
+        let (tid, rest) = rest.split_once("):").expect("the tid");
+        let tid: u32 = tid.parse().expect("a tid");
+        assert!(tid > 0, "{l}");
+        let depth = rest.len() - rest.trim_start().len();
+        let mut words = rest.split_whitespace();
+        let (arrow, func) = (words.next().expect("arrow"), words.next().expect("function").to_string());
+        let stack = stacks.entry(tid).or_default();
+        if arrow == "->" {
+            assert_eq!(depth, stack.len(), "{l}");
+            stack.push(func.clone());
+            *calls.entry(func).or_default() += 1;
+        } else {
+            assert_eq!(stack.pop().as_deref(), Some(func.as_str()), "{l}");
+            assert_eq!(depth, stack.len(), "{l}");
+            assert!(words.next().is_some_and(|t| t.ends_with("ns")), "{l}");
+        }
+    }
+    // Eight threads, two calls of work each; _start and main in the first.
+    assert_eq!(stacks.len(), 9, "{}", r.stdout);
+    assert_eq!(calls.get("thread_main"), Some(&8), "{}", r.stdout);
+    assert_eq!(calls.get("work"), Some(&16), "{}", r.stdout);
+    assert_eq!(calls.get("main"), Some(&1), "{}", r.stdout);
+}
+
+#[test]
+fn python_flame() {
+    let (d, cmds) = script("python-flame.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    // The same run's --chrome file: the same slices.
+    let chrome: Vec<String> = c[0]
+        .iter()
+        .map(|w| if w == "--perfetto" { "--chrome".into() } else { w.replace("/tmp/out.pftrace", "/tmp/out.json") })
+        .collect();
+    let rc = run(&d.0, &chrome);
+    // calendar's output and cProfile's, then ours: the calls per function.
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    let report: std::collections::BTreeMap<String, u64> = lines[lines.len().saturating_sub(10)..]
+        .iter()
+        .filter_map(|l| l.trim_start().split_once("  "))
+        .filter_map(|(n, f)| Some((f.to_string(), n.parse().ok()?)))
+        .collect();
+    assert_eq!(report.len(), 10, "{}", r.stdout);
+    let mut per_file = Vec::new();
+    for f in ["out.pftrace", "out.json"] {
+        let v = common::viewer_check(&d.0.join(f)).expect("the Perfetto check (tests/chrome/install.sh)");
+        assert_eq!(v["accepted"], true, "{v}");
+        // The interpreter's main thread: every call a slice, nested.
+        let t = v["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| t["thread_name"] == "python3.11")
+            .unwrap_or_else(|| panic!("no python3.11 thread in {f}: {v}"))
+            .clone();
+        let depths: std::collections::BTreeMap<String, u64> = t["depth_counts"]
+            .as_object()
+            .expect("depth counts")
+            .iter()
+            .map(|(k, n)| (k.clone(), n.as_u64().expect("a count")))
+            .collect();
+        let cal = "/usr/lib/python3.11/calendar.py";
+        // formatweek joins a generator whose items call formatday.
+        assert_eq!(depths.get(&format!("formatweek ({cal}:317)@6")), Some(&63), "{f}: {depths:?}");
+        assert_eq!(depths.get(&format!("<genexpr> ({cal}:321)@7")), Some(&504), "{f}: {depths:?}");
+        assert_eq!(depths.get(&format!("formatday ({cal}:307)@8")), Some(&441), "{f}: {depths:?}");
+        // The report's counts are the slices'.
+        for (name, n) in &report {
+            let slices: u64 =
+                depths.iter().filter(|(k, _)| k.rsplit_once('@').map(|x| x.0) == Some(name)).map(|(_, n)| n).sum();
+            assert_eq!(slices, *n, "{f}: {name}");
+        }
+        per_file.push(depths);
+    }
+    assert_eq!(per_file[0], per_file[1], "--perfetto and --chrome differ");
+    let _ = rc;
+}

@@ -241,6 +241,7 @@ pub fn c_header() -> String {
         ("CONV_CHAR", u64::from(format::CONV_CHAR)),
         ("CONV_POINTER", u64::from(format::CONV_POINTER)),
         ("CONV_POINTER_LEGACY", u64::from(format::CONV_POINTER_LEGACY)),
+        ("EV_NAMED_SPAN", u64::from(region::EV_NAMED_SPAN)),
         ("CONV_STRING", u64::from(format::CONV_STRING)),
         ("FLAG_LEFT", u64::from(format::FLAG_LEFT)),
         ("FLAG_PLUS", u64::from(format::FLAG_PLUS)),

@@ -282,6 +282,10 @@ pub const EV_SPAN: u16 = 9;
 /// Calls of probed functions, for `--chrome`, moved from a thread's
 /// [`SpanStage`]: aux = how many; payload = that many [`SpanEntry`]s.
 pub const EV_SPANS: u16 = 10;
+/// `trace_span(name, start_ns)`, for `--chrome` and `--perfetto`: a slice
+/// with a name of the script's, ts = its end (ns, as every event's), aux =
+/// 0; payload = i64 start ns, `u32` length, name.
+pub const EV_NAMED_SPAN: u16 = 11;
 
 /// A thread slot's staged `--chrome` calls: the count, then the entries.
 #[repr(C)]

@@ -645,6 +645,25 @@ EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
     ring_commit(rec, event_len(payload));
 }
 
+/* trace_span(name, start_ns): a slice named by the script on the
+ * thread's track, from start_ns (a gettimeofday_ns() value) to now,
+ * unless shorter than --min-dur; the tracer turns the times into the
+ * ticks calls are in. */
+EXPORT void rt_trace_span(u8 *R, u8 *ctx, const char *name, i64 start_ns) {
+    i64 now = rt_now_ns(R);
+    if (start_ns > now) start_ns = now;
+    unsigned __int128 min = (unsigned __int128)AT(R, H_SPAN_MIN_TICKS, u64) * AT(R, H_TSC_MULT, u64);
+    if ((unsigned __int128)(now - start_ns) < (min >> AT(R, H_TSC_SHIFT, u32))) return;
+    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    u32 payload = 8 + str_payload(name, cap);
+    u8 *rec = event_begin(R, ctx, EV_NAMED_SPAN, 0, payload);
+    if (!rec) return;
+    AT(rec, E_TS, u64) = (u64)now;
+    AT(rec, EV_HEADER_SIZE, i64) = start_ns;
+    put_str(rec + EV_HEADER_SIZE + 8, name, cap);
+    ring_commit(rec, event_len(payload));
+}
+
 /* The TSC (--chrome spans are in ticks; the tracer converts). */
 EXPORT i64 rt_ticks(void) { return (i64)read_clock(); }
 
@@ -1575,7 +1594,10 @@ EXPORT void rt_execname(u8 *R, u8 *slot, char *dst, i64 cap) {
  * microseconds since the thread's depth was 0, the process name and tid,
  * and the depth in spaces. */
 EXPORT void rt_thread_indent(u8 *R, u8 *ctx, char *dst, i64 delta, i64 cap) {
-    u64 tid = AT(ctx, C_TID, u64);
+    /* The thread's slot has its tid (a lean trampoline fills no context
+     * tid); in the tracer, the system call's. */
+    u8 *ts = (u8 *)AT(ctx, C_SLOT, u64);
+    u64 tid = ts && AT(ts, TS_TID, u32) ? (u64)AT(ts, TS_TID, u32) : (u64)rt_tid(ctx);
     u8 *tabp = R + AT(R, H_INDENT_OFF, u64);
     u8 *slot = 0;
     for (u64 i = 0; i < INDENT_SLOTS; i++) {

@@ -193,6 +193,16 @@ impl Chrome {
         self.emit()
     }
 
+    /// The slice names so far (the probes', then `trace_span`'s).
+    pub fn names(&self) -> usize {
+        self.names.len()
+    }
+
+    /// A slice name for the next id (a `trace_span` name).
+    pub fn add_name(&mut self, name: &str) {
+        self.names.push(escape(name.as_bytes()));
+    }
+
     /// One call, from `start_ns` to `end_ns` (CLOCK_REALTIME ns).
     pub fn span(&mut self, tid: u32, probe: u16, start_ns: u64, end_ns: u64) -> std::io::Result<()> {
         if tid != self.last_tid {

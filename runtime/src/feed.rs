@@ -53,6 +53,11 @@ enum Other {
 pub struct Feed {
     spool: BufWriter<File>,
     len: u64,
+    /// `trace_span` names and their slice ids (after the probes').
+    span_names: std::collections::HashMap<Vec<u8>, u16>,
+    /// The first id of a `trace_span` name.
+    first_name: usize,
+    clock: crate::os::sys::Clock,
     shared: std::sync::Arc<Shared>,
     others: std::sync::mpsc::SyncSender<Other>,
     writer: Option<std::thread::JoinHandle<std::io::Result<Finished>>>,
@@ -67,6 +72,9 @@ struct Shared {
     /// The session's summary for `--perfetto`'s metadata, set before
     /// `done`.
     summary: std::sync::Mutex<crate::perfetto::Summary>,
+    /// `trace_span` names by id from the first after the probes': added
+    /// before the first call with the id is spooled.
+    span_names: std::sync::Mutex<Vec<String>>,
 }
 
 impl Feed {
@@ -84,13 +92,24 @@ impl Feed {
             done: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             summary: Default::default(),
+            span_names: Default::default(),
         });
+        let first_name = writers.names();
         let (tx, rx) = std::sync::mpsc::sync_channel(OTHERS_QUEUED);
         let sh = shared.clone();
         let writer = std::thread::Builder::new()
             .name("trace-writer".into())
             .spawn(move || write_loop(writers, reader, &sh, rx))?;
-        Ok(Feed { spool: BufWriter::with_capacity(1 << 20, file), len: 0, shared, others: tx, writer: Some(writer) })
+        Ok(Feed {
+            spool: BufWriter::with_capacity(1 << 20, file),
+            len: 0,
+            span_names: Default::default(),
+            first_name,
+            clock: crate::os::sys::clock(),
+            shared,
+            others: tx,
+            writer: Some(writer),
+        })
     }
 
     /// One call, `ts` and `dur` in TSC ticks (as `SpanEntry`).
@@ -110,6 +129,29 @@ impl Feed {
         let n = entries.len() / SPAN_REC * SPAN_REC;
         self.len += n as u64;
         self.spool.write_all(&entries[..n])
+    }
+
+    /// `trace_span(name, start)`: a slice named by the script, from
+    /// `start_ns` to `end_ns` (CLOCK_REALTIME), spooled as a call whose
+    /// id is the name's. Past 65536 slice names in all, it is left out
+    /// (counted with what the writer had no room for).
+    pub fn named_span(&mut self, tid: u32, name: &[u8], start_ns: u64, end_ns: u64) -> std::io::Result<()> {
+        let id = match self.span_names.get(name) {
+            Some(&id) => id,
+            None => {
+                let Ok(mut names) = self.shared.span_names.lock() else { return Ok(()) };
+                let Ok(id) = u16::try_from(self.first_name + names.len()) else {
+                    self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                };
+                names.push(String::from_utf8_lossy(name).into_owned());
+                self.span_names.insert(name.to_vec(), id);
+                id
+            }
+        };
+        let start = self.clock.tsc(start_ns.min(end_ns));
+        let end = self.clock.tsc(end_ns).max(start);
+        self.span(tid, id, start, end - start)
     }
 
     pub fn instant(&mut self, tid: u32, ts: u64, cat: &'static str, name: &[u8], text: Option<&[u8]>) {
@@ -171,6 +213,28 @@ impl Drop for Feed {
 }
 
 impl Writers {
+    /// The slice names the writers have (the probes', to start with).
+    fn names(&self) -> usize {
+        match (&self.chrome, &self.perfetto) {
+            (Some(c), _) => c.names(),
+            (None, Some(p)) => p.names(),
+            (None, None) => 0,
+        }
+    }
+
+    /// The `trace_span` names added since the writers last looked.
+    fn learn(&mut self, first: usize, names: &std::sync::Mutex<Vec<String>>) {
+        let Ok(names) = names.lock() else { return };
+        for n in names.iter().skip(self.names().saturating_sub(first)) {
+            if let Some(c) = &mut self.chrome {
+                c.add_name(n);
+            }
+            if let Some(p) = &mut self.perfetto {
+                p.add_name(n);
+            }
+        }
+    }
+
     /// A call from TSC tick `start` to `end`.
     fn call(
         &mut self,
@@ -246,6 +310,8 @@ fn write_loop(
     let mut freed = 0u64;
     // Thread names are looked at again about once a second.
     let mut names_at = std::time::Instant::now();
+    // Probe ids below this; `trace_span` names from here.
+    let first_name = out.names();
     loop {
         // Acquire before the flushed length: `done` then means all of it.
         let done = shared.done.load(Ordering::Acquire);
@@ -263,6 +329,9 @@ fn write_loop(
                 let probe = u16::from_le_bytes([r[4], r[5]]);
                 let ts = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
                 let dur = i64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(0) as u64;
+                if usize::from(probe) >= out.names() && usize::from(probe) >= first_name {
+                    out.learn(first_name, &shared.span_names);
+                }
                 out.call(tid, probe, ts, ts.saturating_add(dur), &clock)?;
             }
             pos += n as u64;

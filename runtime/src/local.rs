@@ -584,6 +584,12 @@ impl<'a> Consumer<'a> {
                 }
                 Ok(())
             }
+            abi::EV_NAMED_SPAN => {
+                if let Some(c) = &mut self.traces {
+                    c.named_span(h.tid, read_str(p, 8).0, read_i64(p, 0).max(0) as u64, h.ts)?;
+                }
+                Ok(())
+            }
             abi::EV_COUNTER => {
                 if let Some(c) = &mut self.traces {
                     c.counter(h.ts, read_str(p, 8).0, read_i64(p, 0));

@@ -42,6 +42,7 @@ rt_fns! {
     Warn = "rt_warn"(3) false,
     Instant = "rt_instant"(3) false,
     Counter = "rt_counter"(4) false,
+    NamedSpan = "rt_trace_span"(4) false,
     Span = "rt_span"(4) false,
     Ticks = "rt_ticks"(0) true,
     ItraceWait = "rt_itrace_wait"(3) false,

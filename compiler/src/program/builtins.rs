@@ -153,6 +153,7 @@ builtins! {
     // Chrome trace output.
     TraceInstant = "trace_instant"(String) -> Void,
     TraceCounter = "trace_counter"(String, Long) -> Void,
+    TraceSpanNamed = "trace_span"(String, Long) -> Void,
     // Internal (not callable by name): the return side `--chrome` adds to
     // every probed function, span(entry clock), and its clock (TSC ticks).
     TraceSpan = "__telco_span"(Long) -> Void,

@@ -53,6 +53,10 @@ const CLOCK_DELTA: u32 = 64;
 /// Threads given a track, at most (the tids come from the target).
 const MAX_THREADS: usize = 1 << 17;
 
+/// The name index of probe numbers the artifact does not have ("?"): past
+/// every u16 id.
+const UNKNOWN_NAME: usize = 1 << 16;
+
 /// Counter tracks, at most (their names come from the target's script).
 const MAX_COUNTERS: usize = 1 << 12;
 
@@ -245,9 +249,8 @@ impl Perfetto {
             }),
             ..Default::default()
         });
-        // A bit per probe, and one for the name of probe numbers the
-        // artifact does not have.
-        let interned = vec![0; (self.names.len() + 1).div_ceil(64)];
+        // A bit per name (more as names are added or "?" is needed).
+        let interned = vec![0; self.names.len().div_ceil(64)];
         let i = self.threads.insert(tid, Seq { id, last: start, interned, comm });
         self.describe(tid);
         Some(i)
@@ -299,6 +302,16 @@ impl Perfetto {
         self.refresh_at = (self.refresh_at + n) % len;
     }
 
+    /// The slice names so far (the probes', then `trace_span`'s).
+    pub fn names(&self) -> usize {
+        self.names.len()
+    }
+
+    /// A slice name for the next id (a `trace_span` name).
+    pub fn add_name(&mut self, name: &str) {
+        self.names.push(name.to_string());
+    }
+
     /// One call of `probe` on `tid`, from TSC tick `start` to `end`,
     /// reported when it returned. Calls are ordered in ticks (two calls
     /// of a thread never share one) and written in ns.
@@ -343,12 +356,17 @@ impl Perfetto {
         match probe {
             Some(probe) => {
                 // A probe number the artifact does not have (the target
-                // wrote it): named "?", one name for all of them.
-                let k = usize::from(probe).min(self.names.len());
+                // wrote it): named "?", one name for all of them, past
+                // every id a name can have (the names grow with
+                // `trace_span`'s).
+                let k = if usize::from(probe) < self.names.len() { usize::from(probe) } else { UNKNOWN_NAME };
                 let iid = k as u64 + 1;
                 te.r#type = Some(TrackEventType::SliceBegin as i32);
                 te.name_iid = Some(iid);
                 let (w, bit) = (k / 64, 1u64 << (k % 64));
+                if w >= s.interned.len() {
+                    s.interned.resize(w + 1, 0);
+                }
                 if let Some(word) = s.interned.get_mut(w) {
                     if *word & bit == 0 {
                         *word |= bit;

@@ -581,6 +581,11 @@ impl Gen<'_, '_, '_> {
                 self.rt(Rt::Instant, &[self.region, self.ctx, m]);
                 zero
             }
+            Builtin::TraceSpanNamed => {
+                let v = self.args(args);
+                self.rt(Rt::NamedSpan, &[self.region, self.ctx, v[0], v[1]]);
+                zero
+            }
             Builtin::TraceCounter => {
                 let v = self.args(args);
                 self.rt(Rt::Counter, &[self.region, self.ctx, v[0], v[1]]);
