@@ -120,6 +120,12 @@ pub struct Cli {
     #[arg(short = 'w')]
     pub no_warnings: bool,
 
+    /// Unoptimized: compile every function of the script, called or not
+    /// (its errors are reported), and keep unused globals (no "Eliding"
+    /// warning), as SystemTap's -u.
+    #[arg(short = 'u')]
+    pub unoptimized: bool,
+
     /// Behave as SystemTap VERSION did where the language changed: the
     /// value of `systemtap_v` in `%( %)` conditionals, and `%p` as it
     /// printed before 1.3 (zero-filled to 16 digits).

@@ -129,6 +129,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         args: &args,
         guru: cli.guru,
         skip_badvars: cli.skip_badvars,
+        unoptimized: cli.unoptimized,
     };
     let mut diags = Vec::new();
     let t0 = Instant::now();

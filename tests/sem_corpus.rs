@@ -53,6 +53,7 @@ fn elaborate_named(name: &str, text: &str) -> Outcome {
         args: &args,
         guru: false,
         skip_badvars: false,
+        unoptimized: false,
     };
     let mut ds = Vec::new();
     let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds);

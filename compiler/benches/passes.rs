@@ -45,6 +45,7 @@ fn passes_1_4(
         args,
         guru: false,
         skip_badvars: false,
+        unoptimized: false,
     };
     let mut ds = Vec::new();
     let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds);

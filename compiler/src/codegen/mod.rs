@@ -117,6 +117,7 @@ pub fn compile_text(name: &str, text: &str) -> Result<telco_abi::artifact::Artif
         args: &[],
         guru: false,
         skip_badvars: false,
+        unoptimized: false,
     };
     let mut ds = Vec::new();
     let program =

@@ -1860,11 +1860,13 @@ impl<'a> Lowerer<'a> {
             }
             let ret = SlotRef::Return(fid);
             let mut ty = self.slot_ty(ret);
-            // A function without `return EXPR` returns nothing, whatever the
-            // call site would like.
+            // A function without `return EXPR` returns nothing where its
+            // result is not used; where it is, as in SystemTap, the use
+            // types it and it gives 0 or "" (`0 * f()` of a function that
+            // only raises an error).
             let gives_value = super::walk::returns_value(&self.functions[fid.0 as usize].ast.body)
                 || self.functions[fid.0 as usize].ast.ret.is_some();
-            if !gives_value {
+            if !gives_value && !matches!(want, Some(Ty::Long | Ty::String)) && ty.is_none() {
                 ty = Some(Ty::Void);
             }
             if ty.is_none() {

@@ -40,6 +40,9 @@ pub struct Config<'a> {
     /// `--skip-badvars`: context variables that cannot be found or read
     /// are 0 (with a warning).
     pub skip_badvars: bool,
+    /// `-u`: every function of the script is compiled, called or not, and
+    /// nothing is said elided.
+    pub unoptimized: bool,
 }
 
 /// Parse every tapset; a broken tapset is reported like a broken script.
@@ -88,7 +91,9 @@ pub fn elaborate(
         for item in &s.items {
             match item {
                 Item::Global(g) => g.vars.iter().for_each(|v| lowerer.declare_global(v, diags)),
-                Item::Function(f) if used.contains(f.name.name.as_str()) => {
+                Item::Function(f)
+                    if used.contains(f.name.name.as_str()) || (cfg.unoptimized && *file == script_file) =>
+                {
                     lowerer.know_function(&f.name.name);
                     lowerer.declare_function(f, diags)
                 }
@@ -258,7 +263,7 @@ pub fn elaborate(
     let symbols = symbols_for(&probes, &functions, &mut resolver);
     let legacy_pointer_format = cfg.parse.pp.legacy_pointer_format();
     let program = Program { globals, functions, probes, files, span_min_ns: 0, symbols, legacy_pointer_format };
-    diags.extend(warnings::variable_warnings(&program, sources));
+    diags.extend(warnings::variable_warnings(&program, sources, cfg.unoptimized));
     Some(program)
 }
 

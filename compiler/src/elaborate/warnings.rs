@@ -8,7 +8,7 @@ use crate::span::SourceMap;
 /// SystemTap's warnings about the script's own variables (not the
 /// tapsets'): a variable read but never assigned (always 0 or ""), and a
 /// global never used at all.
-pub fn variable_warnings(program: &Program, sources: &SourceMap) -> Vec<Diagnostic> {
+pub fn variable_warnings(program: &Program, sources: &SourceMap, unoptimized: bool) -> Vec<Diagnostic> {
     use crate::diag::Code;
     use crate::program::{ExprKind, Stmt, StmtKind};
     let script = program.files.first().cloned().unwrap_or_default();
@@ -19,7 +19,7 @@ pub fn variable_warnings(program: &Program, sources: &SourceMap) -> Vec<Diagnost
         if !in_script(g.span) {
             continue;
         }
-        if !read[i] && !written[i] {
+        if !read[i] && !written[i] && !unoptimized {
             out.push(
                 Diagnostic::warning(Code::Undefined, g.span, format!("Eliding unused variable '{}'", g.name))
                     .with_label("never used"),
