@@ -529,3 +529,28 @@ mod generated {
         }
     }
 }
+
+/// Variables by name at a marker (as SystemTap reads them there), inside a
+/// function inlined into main: the inlined function's parameter and
+/// locals, and a constant struct that only the debugging information
+/// holds (a DW_AT_const_value block of its abstract instance); `-L` lists
+/// them for the marker.
+#[test]
+fn markers_see_inlined_variables_and_constants() {
+    let exe = build("inline", "dwarfinline.c", &["-O2"]);
+    let (out, err, code) = telco(&[
+        "-e",
+        "probe process.mark(\"inside\") { printf(\"P i %d j %d n %d r %d arg %d\\n\", $p->i, $p->j, $n, $r, $arg1) }",
+        "-c",
+        &cmd(&exe),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    // The program's own line says what the values are.
+    assert_eq!(own(&out, "r "), "r 107 i 2 j 21", "{out}");
+    assert_eq!(own(&out, "P "), "P i 2 j 21 n 5 r 107 arg 107", "{out}");
+    let (out, err, code) = telco(&["-L", &format!("process(\"{}\").mark(\"inside\")", exe.display())]);
+    assert_eq!(code, Some(0), "{err}");
+    for v in ["$n:long int", "$r:long int", "$p:struct pair const", "$argc:int"] {
+        assert!(out.contains(v), "{v} in {out}");
+    }
+}

@@ -364,7 +364,7 @@ impl Debug {
             unit: u,
         };
         let mut blocks = Vec::new();
-        self.collect(unit, node, pc, &mut scope, 0, &mut blocks)?;
+        self.collect(unit, node, pc, &mut scope, 0, false, &mut blocks)?;
         // Innermost first; a parameter only where no local hides it.
         blocks.sort_by_key(|(depth, _)| std::cmp::Reverse(*depth));
         let params: Vec<Var> = scope.all_params.iter().filter(|p| !p.name.is_empty()).cloned().collect();
@@ -377,7 +377,10 @@ impl Debug {
     }
 
     /// Parameters (depth 0) go straight into the scope; locals of blocks
-    /// holding `pc` into `locals` with their depth.
+    /// holding `pc` into `locals` with their depth. The parameters and
+    /// locals of a function inlined at `pc` (`inlined`) are locals there,
+    /// deeper than the caller's, as SystemTap sees them.
+    #[allow(clippy::too_many_arguments)]
     fn collect(
         &self,
         unit: &gimli::Unit<R>,
@@ -385,6 +388,7 @@ impl Debug {
         pc: u64,
         scope: &mut Scope,
         depth: u32,
+        inlined: bool,
         locals: &mut Vec<(u32, Var)>,
     ) -> Result<(), String> {
         if depth > 64 {
@@ -399,6 +403,13 @@ impl Debug {
                         scope.all_params.push(v);
                     }
                 }
+                gimli::DW_TAG_formal_parameter if inlined => {
+                    if let Some(v) = self.var(unit, &e, VarKind::Param, pc, scope.frame_base.as_ref()) {
+                        if !v.name.is_empty() {
+                            locals.push((depth, v));
+                        }
+                    }
+                }
                 // A block's `extern int g;` names a global elsewhere.
                 gimli::DW_TAG_variable if e.attr_value(gimli::DW_AT_declaration).is_some() => {}
                 gimli::DW_TAG_variable => {
@@ -407,7 +418,33 @@ impl Debug {
                     }
                 }
                 gimli::DW_TAG_lexical_block if self.covers(unit, &e, pc) || !has_ranges(&e) => {
-                    self.collect(unit, child, pc, scope, depth + 1, locals)?;
+                    self.collect(unit, child, pc, scope, depth + 1, false, locals)?;
+                }
+                // A function inlined here: its parameters and locals, and
+                // those only its abstract instance describes (a constant,
+                // DW_AT_const_value, or a variable optimised out).
+                gimli::DW_TAG_inlined_subroutine if self.covers(unit, &e, pc) => {
+                    let before = locals.len();
+                    self.collect(unit, child, pc, scope, depth + 1, true, locals)?;
+                    if let Some(AttributeValue::UnitRef(origin)) = e.attr_value(gimli::DW_AT_abstract_origin) {
+                        let mut tree = unit.entries_tree(Some(origin)).map_err(err)?;
+                        let root = tree.root().map_err(err)?;
+                        let mut kids = root.children();
+                        while let Some(k) = kids.next().map_err(err)? {
+                            let a = k.entry();
+                            let kind = match a.tag() {
+                                gimli::DW_TAG_variable if a.attr_value(gimli::DW_AT_declaration).is_none() => {
+                                    VarKind::Local
+                                }
+                                gimli::DW_TAG_formal_parameter => VarKind::Param,
+                                _ => continue,
+                            };
+                            let Some(v) = self.var(unit, a, kind, pc, scope.frame_base.as_ref()) else { continue };
+                            if !v.name.is_empty() && !locals[before..].iter().any(|(_, w)| w.name == v.name) {
+                                locals.push((depth + 1, v));
+                            }
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -718,6 +755,23 @@ fn const_location(v: AttributeValue<R>) -> Location {
         AttributeValue::Data2(x) => Location::Value(Sym::Const(i64::from(x))),
         AttributeValue::Data4(x) => Location::Value(Sym::Const(i64::from(x))),
         AttributeValue::Data8(x) => Location::Value(Sym::Const(x as i64)),
+        // A block (a struct's or an array's bytes, target order): pieces
+        // of up to 8 bytes, each its value.
+        AttributeValue::Block(b) => {
+            let bytes = b.to_slice().map(|s| s.to_vec()).unwrap_or_default();
+            if bytes.is_empty() || bytes.len() > 4096 {
+                return Location::Unavailable;
+            }
+            let pieces = bytes
+                .chunks(8)
+                .map(|c| {
+                    let mut w = [0u8; 8];
+                    w[..c.len()].copy_from_slice(c);
+                    (c.len() as u64, Location::Value(Sym::Const(i64::from_le_bytes(w))))
+                })
+                .collect();
+            Location::Pieces(pieces)
+        }
         _ => Location::Unavailable,
     }
 }

@@ -165,19 +165,26 @@ pub fn elaborate(
                     // The alias's own conditions are merged into the point.
                     let condition = ex.point.condition.as_deref().cloned();
                     if r.kind == BodyKind::Mark && !r.points.is_empty() {
-                        // One body per marker: each reads its own arguments.
+                        // One body per marker: each reads its own arguments,
+                        // and the variables the debugging information says
+                        // are visible at the marker (`$name`, as a
+                        // statement probe there would).
+                        let debug = blocks.iter().any(|b| walk::uses_debug_info(b));
+                        let named = if debug { walk::modules_named(&blocks) } else { Vec::new() };
                         for pt in r.points {
                             let mark = match &pt {
                                 crate::program::Point::Mark(m) => Some(m.clone()),
                                 _ => None,
                             };
+                            let site =
+                                if debug { debug_site(&mut resolver, &pt, &named).map(std::rc::Rc::new) } else { None };
                             bodies.push(ProbeBody {
                                 blocks: blocks.clone(),
                                 condition: condition.clone(),
                                 kind: r.kind,
                                 locals: Default::default(),
                                 mark,
-                                site: None,
+                                site,
                             });
                             shells.push((vec![pt], ex.written.clone(), p.span));
                         }
@@ -277,6 +284,7 @@ pub fn debug_site(
     let (module, pc, entry, ret) = match pt {
         Point::Function(f) => (f.module.clone(), f.addr, true, f.ret),
         Point::Statement { module, addr, .. } => (module.clone(), *addr, false, false),
+        Point::Mark(m) => (m.module.clone(), m.addr, false, false),
         _ => return None,
     };
     let m = resolver.module(&module).ok()?;
