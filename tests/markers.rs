@@ -342,3 +342,31 @@ fn timer_probes_read_the_targets_memory() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(rest, "wait\n");
 }
+
+/// Arguments given as symbols (`STAP_SDT_ARG_CONSTRAINT=m`: gas writes
+/// `4@total(%rip)`, `4@4+parts(%rip)`): found in the module's symbol
+/// tables, globals and statics, in a PIE, a fixed-address program and a
+/// shared library, each moved by its load bias.
+#[test]
+fn symbolic_marker_arguments_are_the_variables() {
+    let d = common::scratch("sdtsyms");
+    let src = common::repo().join("tests/programs/sdtsyms.c");
+    let lib = d.join("libsdtsyms.so");
+    common::compile(&[&src], &lib, &["-O2", "-shared", "-fPIC", "-DLIB", "-DSTAP_SDT_ARG_CONSTRAINT=m"]);
+    let script = r#"probe process.mark("main"), process.library("libsdtsyms.so").mark("lib") {
+    printf("P %s %d %d %d %d\n", $$name, $arg1, $arg2, $arg3, $arg4)
+}"#;
+    for (tag, pie) in [("pie", "-pie"), ("fixed", "-no-pie")] {
+        let exe = d.join(format!("sdtsyms-{tag}"));
+        let rpath = format!("-Wl,-rpath,{}", d.display());
+        let libdir = format!("-L{}", d.display());
+        common::compile(&[&src], &exe, &["-O2", pie, "-DSTAP_SDT_ARG_CONSTRAINT=m", &libdir, "-lsdtsyms", &rpath]);
+        let (out, err, code) = telco(&["-e", script, "-c", &exe.display().to_string()]);
+        assert_eq!(code, Some(0), "{tag}: {err}");
+        // What the program says it passed, then what the probes read.
+        let (ours, its): (Vec<&str>, Vec<&str>) = out.lines().partition(|l| l.starts_with("P "));
+        assert_eq!(its, ["main 40 5 6 3", "lib 70 8 9 1"], "{tag}: {out}");
+        let ours: Vec<String> = ours.iter().map(|l| l[2..].to_string()).collect();
+        assert_eq!(ours, its, "{tag}: {out}");
+    }
+}

@@ -1221,12 +1221,12 @@ impl<'a> Lowerer<'a> {
                     let fmt: Vec<String> = (1..=m.args.len()).map(|i| format!("arg{i}=0x%x")).collect();
                     let mut args =
                         vec![Expr { kind: ExprKind::String(fmt.join(" ").into_bytes()), ty: Ty::String, span }];
-                    args.extend(m.args.iter().map(|a| mark_arg(a, span)));
+                    args.extend(m.args.iter().map(|a| mark_arg(a, &m, span)));
                     let kind = ExprKind::Builtin { func: builtins::Builtin::Sprintf, args };
                     return (Expr { kind, ty: Ty::String, span }, Some(Ty::String));
                 }
                 (_, Some(n)) if n >= 1 && n as usize <= m.args.len() => {
-                    return (mark_arg(&m.args[n as usize - 1], span), Some(Ty::Long));
+                    return (mark_arg(&m.args[n as usize - 1], &m, span), Some(Ty::Long));
                 }
                 (_, Some(n)) if n >= 1 => {
                     return bad(
@@ -2231,7 +2231,7 @@ fn ast_type(t: ast::Type) -> Ty {
 
 /// The value of an SDT marker argument: its register, constant or memory
 /// word, of its size and signedness.
-fn mark_arg(a: &crate::elf::sdt::MarkArg, span: Span) -> Expr {
+fn mark_arg(a: &crate::elf::sdt::MarkArg, m: &crate::program::MarkPoint, span: Span) -> Expr {
     use crate::elf::sdt::ArgLoc;
     use builtins::Builtin as B;
     let long = |kind| Expr { kind, ty: Ty::Long, span };
@@ -2250,14 +2250,29 @@ fn mark_arg(a: &crate::elf::sdt::MarkArg, span: Span) -> Expr {
             let r = reg(*index);
             extend(if *shift > 0 { bin(BinOp::UShr, r, num(i64::from(*shift))) } else { r })
         }
-        ArgLoc::Mem { base, index, disp } => {
-            let mut addr = num(*disp);
-            if let Some(b) = base {
-                addr = bin(BinOp::Add, reg(*b), addr);
-            }
-            if let Some((i, scale)) = index {
-                addr = bin(BinOp::Add, addr, bin(BinOp::Mul, reg(*i), num(i64::from(*scale))));
-            }
+        ArgLoc::Mem { .. } | ArgLoc::Link(_) | ArgLoc::Symbol { .. } => {
+            let addr = match &a.loc {
+                ArgLoc::Mem { base, index, disp } => {
+                    let mut addr = num(*disp);
+                    if let Some(b) = base {
+                        addr = bin(BinOp::Add, reg(*b), addr);
+                    }
+                    if let Some((i, scale)) = index {
+                        addr = bin(BinOp::Add, addr, bin(BinOp::Mul, reg(*i), num(i64::from(*scale))));
+                    }
+                    addr
+                }
+                // A symbol of the marker's module: its link-time address,
+                // moved by the load bias (the pc at the marker less the
+                // marker's link-time address).
+                ArgLoc::Link(at) if m.pie => {
+                    let pc = reg(telco_abi::arch::native::PC as u32);
+                    bin(BinOp::Add, pc, num((*at).wrapping_sub(m.addr) as i64))
+                }
+                ArgLoc::Link(at) => num(*at as i64),
+                // Resolved in pass 2 before any body is lowered.
+                _ => num(0),
+            };
             let func = match (a.size, a.signed) {
                 (1, true) => B::UserInt8,
                 (1, false) => B::UserUint8,

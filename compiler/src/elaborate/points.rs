@@ -770,13 +770,27 @@ impl<'q> Resolver<'q> {
                 };
                 diags.push(d.with_label(format!("{}:{} at {:#x}", m.provider, m.name, m.addr)));
             };
-            let args = match crate::elf::sdt::parse_args(&m.args) {
+            let mut args = match crate::elf::sdt::parse_args(&m.args) {
                 Ok(a) => a,
                 Err(why) => {
                     refuse(diags, format!("its argument {why}"));
                     continue;
                 }
             };
+            // Symbolic operands: the symbols of the marker's module.
+            let mut unknown = None;
+            for a in &mut args {
+                if let crate::elf::sdt::ArgLoc::Symbol { name, offset } = &a.loc {
+                    match module.symbol_address(name) {
+                        Some(at) => a.loc = crate::elf::sdt::ArgLoc::Link(at.wrapping_add(*offset as u64)),
+                        None => unknown = Some(name.clone()),
+                    }
+                }
+            }
+            if let Some(name) = unknown {
+                refuse(diags, format!("its argument names `{name}`, which is not in the module's symbol tables"));
+                continue;
+            }
             let (patch, function) = match module.plan_site(m.addr) {
                 Ok(p) => p,
                 Err(why) => {
@@ -792,6 +806,7 @@ impl<'q> Resolver<'q> {
                 semaphore: (m.semaphore != 0).then_some(m.semaphore),
                 args,
                 args_text: m.args.clone(),
+                pie: module.kind == crate::elf::ModuleKind::PositionIndependent,
                 function,
                 site: crate::program::Site { file_offset: patch.file_offset, displaced: patch.displaced },
             }));

@@ -383,6 +383,26 @@ impl Module {
         self.with_elf(|elf, bytes| Ok(unwind::cfa_at(elf, bytes, addr))).ok().flatten()
     }
 
+    /// The link-time address of the symbol `name` (a global or a file's
+    /// static, data or code, `.symtab` then `.dynsym`), for the symbolic
+    /// operands of SDT marker arguments (`4@counter(%rip)`).
+    pub fn symbol_address(&self, name: &str) -> Option<u64> {
+        self.with_elf(|elf, _| {
+            let find = |syms: &goblin::elf::Symtab<'_>, strs: &goblin::strtab::Strtab<'_>| {
+                syms.iter()
+                    .find(|s| {
+                        s.st_shndx != 0
+                            && s.st_type() != goblin::elf::sym::STT_FILE
+                            && strs.get_at(s.st_name) == Some(name)
+                    })
+                    .map(|s| s.st_value)
+            };
+            Ok(find(&elf.syms, &elf.strtab).or_else(|| find(&elf.dynsyms, &elf.dynstrtab)))
+        })
+        .ok()
+        .flatten()
+    }
+
     /// The file's bytes (read once).
     pub(crate) fn bytes(&self) -> Result<std::sync::Arc<[u8]>, String> {
         self.bytes.get_or_init(|| load::read(&self.path).map(std::sync::Arc::from).map_err(|e| e.to_string())).clone()

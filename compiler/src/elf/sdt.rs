@@ -40,6 +40,13 @@ pub enum ArgLoc {
     Reg { index: u32, shift: u8 },
     /// `disp(%base,%index,scale)`: memory.
     Mem { base: Option<u32>, index: Option<(u32, u8)>, disp: i64 },
+    /// `name+off(%rip)` or `name+off`: memory at a symbol of the module
+    /// (what `STAP_SDT_ARG_CONSTRAINT=m` gives for globals and statics),
+    /// until pass 2 finds the symbol ([`ArgLoc::Link`]).
+    Symbol { name: String, offset: i64 },
+    /// Memory at this link-time address of the marker's module (moved by
+    /// the module's load bias).
+    Link(u64),
 }
 
 /// One argument: its size in bytes, signedness and place.

@@ -181,6 +181,9 @@ pub struct MarkPoint {
     /// Its arguments, and their specs as written (`$$parms`, messages).
     pub args: Vec<crate::elf::sdt::MarkArg>,
     pub args_text: String,
+    /// The module is a PIE or a library: link-time addresses move by its
+    /// load bias.
+    pub pie: bool,
     pub function: Option<String>,
     pub site: Site,
 }

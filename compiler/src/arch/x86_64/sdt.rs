@@ -27,6 +27,8 @@ fn parse_arg(spec: &str) -> Result<MarkArg, String> {
     } else if operand.starts_with('%') {
         let (index, shift) = reg(operand).ok_or_else(|| format!("`{spec}`: unknown register `{operand}`"))?;
         ArgLoc::Reg { index, shift }
+    } else if let Some((name, offset)) = symbol_operand(operand) {
+        ArgLoc::Symbol { name, offset }
     } else if let Some(open) = operand.find('(') {
         let disp_text = &operand[..open];
         let inner = operand[open + 1..].strip_suffix(')').ok_or_else(|| format!("`{spec}`: missing `)`"))?;
@@ -34,7 +36,7 @@ fn parse_arg(spec: &str) -> Result<MarkArg, String> {
             0
         } else {
             parse_num(disp_text).ok_or_else(|| {
-                format!("`{spec}`: the displacement `{disp_text}` is a symbol, which telco-stap does not resolve here")
+                format!("`{spec}`: the displacement `{disp_text}` is a symbol with a base register other than %rip")
             })?
         };
         let mut parts = inner.split(',').map(str::trim);
@@ -68,6 +70,44 @@ fn parse_arg(spec: &str) -> Result<MarkArg, String> {
         return Err(format!("`{spec}`: cannot read the operand `{operand}`"));
     };
     Ok(MarkArg { size, signed, loc })
+}
+
+/// `name`, `name+8`, `4+name`, `name-4`, alone or `(%rip)`-relative:
+/// memory at a symbol plus numbers (an operand gas resolves to that
+/// address). One symbol, added; None for anything else.
+fn symbol_operand(operand: &str) -> Option<(String, i64)> {
+    let text = operand.strip_suffix("(%rip)").unwrap_or(operand);
+    if text.contains('(') || text.is_empty() {
+        return None;
+    }
+    let (mut name, mut offset) = (None, 0i64);
+    let mut rest = text;
+    let mut sign = 1i64;
+    while !rest.is_empty() {
+        let end = rest[1..].find(['+', '-']).map_or(rest.len(), |i| i + 1);
+        let (term, next) = rest.split_at(end);
+        let t = match term.as_bytes()[0] {
+            b'+' => &term[1..],
+            b'-' => {
+                sign = -1;
+                &term[1..]
+            }
+            _ => term,
+        };
+        let symbolic = t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_' || c == '.');
+        if symbolic {
+            let ok = t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '$');
+            if !ok || sign < 0 || name.is_some() {
+                return None;
+            }
+            name = Some(t.to_string());
+        } else {
+            offset = offset.wrapping_add(sign.wrapping_mul(parse_num(t)?));
+        }
+        sign = 1;
+        rest = next;
+    }
+    Some((name?, offset))
 }
 
 fn parse_num(s: &str) -> Option<i64> {
@@ -146,11 +186,26 @@ mod tests {
         assert!(parse_args("").unwrap().is_empty());
     }
 
+    /// Symbolic operands (`STAP_SDT_ARG_CONSTRAINT=m` on globals and
+    /// statics): the symbol and what is added to it.
+    #[test]
+    fn symbol_operands() {
+        let a = parse_args("-4@globalvar(%rip) 8@4+localstruct(%rip) 2@x.1234-2(%rip) 4@plain 4@table+16").unwrap();
+        let sym = |n: &str, o: i64| ArgLoc::Symbol { name: n.into(), offset: o };
+        let locs: Vec<ArgLoc> = a.into_iter().map(|a| a.loc).collect();
+        assert_eq!(
+            locs,
+            [sym("globalvar", 0), sym("localstruct", 4), sym("x.1234", -2), sym("plain", 0), sym("table", 16)]
+        );
+    }
+
     #[test]
     fn bad_specs_say_why() {
         assert!(parse_args("3@%eax").unwrap_err().contains("not 1, 2, 4 or 8"));
         assert!(parse_args("8@%xyz").unwrap_err().contains("unknown register"));
-        assert!(parse_args("8@counter(%rip)").unwrap_err().contains("symbol"));
+        assert!(parse_args("8@counter(%rbx)").unwrap_err().contains("symbol"));
+        assert!(parse_args("8@a+b(%rip)").is_err());
+        assert!(parse_args("8@-sym(%rip)").is_err());
         assert!(parse_args("8@8(%rax,%rbx,3)").unwrap_err().contains("scale"));
     }
 }
