@@ -41,6 +41,38 @@ pub struct Case {
     /// `-e TEXT`) and its arguments, as `stap_run2` gives them.
     pub args: Vec<String>,
     pub expected: String,
+    /// Programs the `.exp` compiles first (`target_compile`), built in a
+    /// fresh directory where the case then runs.
+    pub builds: Vec<Build>,
+}
+
+/// One `target_compile SRC OUT executable FLAGS`: gcc SRC -o OUT and the
+/// `additional_flags=` of FLAGS ([`PWD`] stands for the build directory).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Build {
+    pub src: PathBuf,
+    pub out: String,
+    pub flags: Vec<String>,
+}
+
+/// `[pwd]` in an `.exp`: the directory the case is built and run in.
+const PWD: &str = "\u{0}PWD\u{0}";
+
+/// The `.exp`'s own variables (`set NAME VALUE`) as far as this reader
+/// follows them: `$test`, paths under `$srcdir/$subdir` (made absolute),
+/// `[pwd]`, and flags built up word by word. None for a value it does
+/// not follow.
+fn tcl_subst(text: &str, vars: &std::collections::HashMap<String, String>, dir: &Path) -> Option<String> {
+    let mut s = text.replace("[pwd]", PWD).replace("[sdt_includes]", "");
+    let d = dir.display().to_string();
+    s = s.replace("$srcdir/$subdir", &d);
+    // Longest names first (`$testpath` before `$test`).
+    let mut names: Vec<&String> = vars.keys().collect();
+    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    for n in names {
+        s = s.replace(&format!("${{{n}}}"), &vars[n]).replace(&format!("${n}"), &vars[n]);
+    }
+    (!s.contains('$') && !s.contains('[')).then_some(s)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +154,8 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
     // The result_string in force at each stap_run2: the last one set
     // before it.
     let mut expected: Option<String> = None;
+    let mut vars: std::collections::HashMap<String, String> = Default::default();
+    let mut builds: Vec<Build> = Vec::new();
     // `if {$::tcl_platform(wordSize) == 8} { ... } else { ... }`: the
     // results of a 32-bit machine (the else branch) are not ours.
     let (mut word_size_if, mut in_32_bit_branch) = (false, false);
@@ -144,6 +178,33 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
         let line = trimmed;
         if let Some(v) = line.strip_prefix("set test ") {
             test = v.trim().trim_matches('"').to_string();
+            vars.insert("test".into(), test.clone());
+        } else if let Some(rest) = line.strip_prefix("set ") {
+            // `set NAME VALUE`: a variable this reader may need later.
+            if let Some((name, value)) = rest.split_once(' ') {
+                let value = value.trim();
+                if !name.contains(':') && !value.starts_with("[target_compile") && !value.starts_with('{') {
+                    let value = value.trim_matches('"');
+                    if let Some(v) = tcl_subst(value, &vars, dir) {
+                        vars.insert(name.to_string(), v);
+                    }
+                }
+            }
+        }
+        // `[target_compile SRC OUT executable FLAGS]`, bare or in a `set`.
+        if let Some(at) = line.find("target_compile ") {
+            let inner = line[at + "target_compile ".len()..].trim_end_matches(']');
+            if let Some(w) = tcl_words(inner).filter(|w| w.len() >= 4) {
+                let parts: Option<Vec<String>> = w.iter().map(|x| tcl_subst(x, &vars, dir)).collect();
+                if let Some(p) = parts {
+                    let flags = p[3]
+                        .split_whitespace()
+                        .filter_map(|f| f.strip_prefix("additional_flags="))
+                        .map(str::to_string)
+                        .collect();
+                    builds.push(Build { src: PathBuf::from(&p[0]), out: p[1].clone(), flags });
+                }
+            }
         }
         let Some(rest) = line.strip_prefix("stap_run2 ") else { continue };
         let Some(expected) = expected.clone() else { continue };
@@ -153,17 +214,30 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
             if w.starts_with("--runtime") || w.starts_with("-DSTP_") || w.starts_with("-DMAPHASHBIAS") {
                 continue;
             }
+            // The .exp's own variables (`$exepath`, `$testpath`), where it
+            // builds programs; a path under the .exp's directory made
+            // absolute (the case runs where its programs are built).
+            let w = if builds.is_empty() { w } else { tcl_subst(&w, &vars, dir).unwrap_or(w) };
             let w = w.replace("$srcdir/$subdir/", "").replace("${test}", &test).replace("$test", &test);
             if w.contains("$srcdir") || w.contains("$subdir") || w.starts_with('[') {
                 args.clear();
                 break;
             }
+            let w = if !builds.is_empty() && w.ends_with(".stp") && !w.starts_with('/') {
+                dir.join(&w).display().to_string()
+            } else {
+                w
+            };
             args.push(w);
         }
         if args.is_empty() || out.iter().any(|c| c.args == args && c.expected == expected) {
             continue;
         }
-        let shown: Vec<&str> = args.iter().map(String::as_str).filter(|a| !a.ends_with(".stp")).collect();
+        let shown: Vec<String> = args
+            .iter()
+            .filter(|a| !a.ends_with(".stp"))
+            .map(|a| a.replace(&format!("{}/", dir.display()), ""))
+            .collect();
         let name = if shown.is_empty() {
             format!("{suite}/{test}")
         } else {
@@ -171,7 +245,7 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
             let s: String = s.chars().take(60).collect();
             format!("{suite}/{test} {s}")
         };
-        out.push(Case { name, dir: dir.to_path_buf(), args, expected });
+        out.push(Case { name, dir: dir.to_path_buf(), args, expected, builds: builds.clone() });
     }
     out
 }
@@ -268,6 +342,46 @@ fn run(dir: &Path, args: &[String]) -> (String, Option<i32>) {
     }
 }
 
+/// A directory removed when dropped.
+struct BuildDir(PathBuf);
+
+impl Drop for BuildDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Build the programs a case's `.exp` compiles, with gcc, in a fresh
+/// directory.
+fn build(case: &Case) -> Result<BuildDir, String> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "stap-conformance-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
+    let d = BuildDir(d);
+    for b in &case.builds {
+        let here = d.0.display().to_string();
+        let flags: Vec<String> = b.flags.iter().map(|f| f.replace(PWD, &here)).collect();
+        let o = Command::new("gcc")
+            .arg(&b.src)
+            .arg("-o")
+            .arg(d.0.join(&b.out))
+            .args(&flags)
+            .current_dir(&d.0)
+            .output()
+            .map_err(|e| format!("cannot run gcc: {e}"))?;
+        if !o.status.success() {
+            let err = String::from_utf8_lossy(&o.stderr);
+            return Err(format!("building `{}` failed: {}", b.out, err.lines().next().unwrap_or("")));
+        }
+    }
+    Ok(d)
+}
+
 /// Whether the case is in scope; if it is, run it.
 pub fn check(case: &Case) -> Outcome {
     if let Some((_, why)) = UPSTREAM_WRONG.iter().find(|(n, _)| *n == case.name) {
@@ -279,7 +393,7 @@ pub fn check(case: &Case) -> Outcome {
     if let Some(a) = case.args.iter().find(|a| a.contains('$')) {
         return Outcome::OutOfScope(format!("`{a}`: set by the .exp's own setup, which this runner does not run"));
     }
-    if let Some(w) = case.args.windows(2).find(|w| w[0] == "-c") {
+    if let Some(w) = case.args.windows(2).find(|w| w[0] == "-c").filter(|_| case.builds.is_empty()) {
         let prog = w[1].split_whitespace().next().unwrap_or_default();
         if prog.starts_with("./") && !case.dir.join(prog).exists() {
             return Outcome::OutOfScope(format!(
@@ -304,10 +418,20 @@ pub fn check(case: &Case) -> Outcome {
     if text.contains("task_current()") || text.contains("\"kernel\"") || text.contains("\"kernel<") {
         return Outcome::OutOfScope("the kernel's data structures (`task_current()`, `@cast` to kernel types)".into());
     }
+    // Where it runs: beside its .exp, or where its programs were built.
+    let built = if case.builds.is_empty() {
+        None
+    } else {
+        match build(case) {
+            Ok(d) => Some(d),
+            Err(why) => return Outcome::Fail(why),
+        }
+    };
+    let here = built.as_ref().map_or(case.dir.as_path(), |d| d.0.as_path());
     // Pass 2 alone: a probe point we do not have is a kernel one.
     let mut p2: Vec<String> = vec!["--last-pass".into(), "2".into()];
     p2.extend(case.args.iter().cloned());
-    let (out, code) = run(&case.dir, &p2);
+    let (out, code) = run(here, &p2);
     if code != Some(0) {
         if let Some(l) = out.lines().find(|l| l.contains("is neither built in nor a tapset alias")) {
             let point = l.split('`').nth(1).unwrap_or("?");
@@ -317,11 +441,59 @@ pub fn check(case: &Case) -> Outcome {
             return Outcome::OutOfScope("`@const`: a C macro of SystemTap's kernel-side runtime".into());
         }
     }
-    let (mut got, _) = run(&case.dir, &case.args);
+    let (mut got, _) = run(here, &case.args);
     if got.ends_with('\n') {
         got.pop();
     }
-    compare(&case.expected, &got)
+    let outcome = compare(&case.expected, &got);
+    // A variable the compiler left without a place: nothing can read it.
+    if let (Outcome::Fail(_), Some(d)) = (&outcome, &built) {
+        for l in got.lines() {
+            let Some(name) = l.split("target variable `$").nth(1).and_then(|r| r.split('`').next()) else { continue };
+            if !l.contains("is not accessible at this address") {
+                continue;
+            }
+            // The program the case runs (`-c ./prog`).
+            let runs = |b: &&Build| {
+                case.args.iter().any(|a| a.split_whitespace().any(|w| w.trim_start_matches("./") == b.out))
+            };
+            if let Some(prog) = case.builds.iter().filter(runs).map(|b| d.0.join(&b.out)).find(|p| !has_place(p, name))
+            {
+                return Outcome::OutOfScope(format!(
+                    "this gcc gives `{name}` neither a location nor a constant value in `{}`'s DWARF: no tracer can read it",
+                    prog.file_name().unwrap_or_default().to_string_lossy()
+                ));
+            }
+        }
+    }
+    outcome
+}
+
+/// Whether any DIE named `name` in `prog`'s DWARF, or any DIE whose
+/// abstract origin is one, has a location or a constant value (readelf's
+/// dump: ` <2><11d>: Abbrev Number: ...` starts a DIE).
+fn has_place(prog: &Path, name: &str) -> bool {
+    let Ok(o) = Command::new("readelf").arg("--debug-dump=info").arg(prog).output() else { return true };
+    let text = String::from_utf8_lossy(&o.stdout);
+    // Each DIE: its offset, name, abstract origin, and whether it has a place.
+    let mut dies: Vec<(String, bool, Option<String>, bool)> = Vec::new();
+    for l in text.lines() {
+        let t = l.trim_start();
+        if t.starts_with('<') && t.contains("Abbrev Number") {
+            let off = t.split('>').nth(1).map(|s| s.trim_start_matches('<').to_string()).unwrap_or_default();
+            dies.push((off, false, None, false));
+        } else if let Some(d) = dies.last_mut() {
+            if l.contains("DW_AT_name") && l.trim_end().ends_with(&format!(": {name}")) {
+                d.1 = true;
+            } else if l.contains("DW_AT_abstract_origin") {
+                d.2 = l.rsplit("<0x").next().map(|s| s.trim_end_matches('>').to_string());
+            } else if l.contains("DW_AT_location") || l.contains("DW_AT_const_value") {
+                d.3 = true;
+            }
+        }
+    }
+    let named: Vec<&str> = dies.iter().filter(|d| d.1).map(|d| d.0.as_str()).collect();
+    dies.iter().any(|d| d.3 && (d.1 || d.2.as_deref().is_some_and(|o| named.contains(&o))))
 }
 
 fn main() {
@@ -443,6 +615,48 @@ foreach runtime [get_runtime_list] {
         assert_eq!(cs.len(), 1, "{cs:?}");
         assert_eq!(cs[0].args, ["-e", "global l probe oneshot {l<<<1}", "-c", "echo x > /dev/null"]);
         assert!(cases("s", Path::new("x.exp"), "spawn stap $script\nexpect {}").is_empty());
+    }
+
+    /// Programs the .exp builds (its flags variables followed, `[pwd]`
+    /// kept for the build directory), and the case's arguments with the
+    /// .exp's variables: the case runs where they are built.
+    #[test]
+    fn programs_the_exp_builds() {
+        let exp = r#"set test "sv"
+set testpath "$srcdir/$subdir"
+set sopath "lib$test.so"
+set exepath "$test"
+set libflags [sdt_includes]
+set libflags "$libflags additional_flags=-shared"
+set libflags "$libflags additional_flags=-fPIC"
+set res [target_compile $testpath/$test.c $sopath executable $libflags]
+set exeflags [sdt_includes]
+set exeflags "$exeflags additional_flags=-l$test"
+set exeflags "$exeflags additional_flags=-Wl,-rpath,[pwd]"
+set res [target_compile $testpath/$test.c $exepath executable $exeflags]
+set ::result_string {x}
+stap_run2 $testpath/$test.stp $exepath $sopath -c "./$exepath"
+"#;
+        let cs = cases("systemtap.base", Path::new("/s/systemtap.base/sv.exp"), exp);
+        assert_eq!(cs.len(), 1, "{cs:?}");
+        let c = &cs[0];
+        assert_eq!(c.args, ["/s/systemtap.base/sv.stp", "sv", "libsv.so", "-c", "./sv"]);
+        assert_eq!(
+            c.builds,
+            [
+                Build {
+                    src: "/s/systemtap.base/sv.c".into(),
+                    out: "libsv.so".into(),
+                    flags: vec!["-shared".into(), "-fPIC".into()]
+                },
+                Build {
+                    src: "/s/systemtap.base/sv.c".into(),
+                    out: "sv".into(),
+                    flags: vec!["-lsv".into(), format!("-Wl,-rpath,{PWD}")]
+                },
+            ]
+        );
+        assert_eq!(c.name, "systemtap.base/sv sv libsv.so -c ./sv");
     }
 
     #[test]
