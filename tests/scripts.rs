@@ -303,7 +303,6 @@ fn exceptions() {
 
 #[test]
 fn ssl_sniffer() {
-    use std::io::Write;
     let (d, cmds) = script("ssl-sniffer.tp");
     let c = runnable(&cmds);
     assert_eq!(c.len(), 1);
@@ -320,16 +319,8 @@ fn ssl_sniffer() {
             }
         })
         .collect();
-    let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-        .args(&words)
-        .current_dir(&d.0)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("telco-stap");
-    tracer.stdin.take().expect("stdin").write_all(b"GET / HTTP/1.0\r\n\r\n").expect("the request");
-    let o = tracer.wait_with_output().expect("telco-stap");
+    let args: Vec<&str> = words.iter().map(String::as_str).collect();
+    let o = common::telco_with_input(&d.0, &args, b"GET / HTTP/1.0\r\n\r\n");
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
     // The client prints the page to the same output: our lines are those

@@ -154,16 +154,8 @@ probe openssl.shutdown { println(name) }"#;
 probe openssl.write.return { if (bytes > 0) printf("%s = %d\n", name, bytes) }
 probe openssl.read.return { if (bytes > 0 && !seen++) printf("%s %s\n", name, substr(data, 0, 15)) }
 global seen"#;
-    let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-        .args(["-e", script, "-c", "openssl s_client -unix tls.sock -ign_eof -quiet"])
-        .current_dir(&d)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("telco-stap");
-    tracer.stdin.take().expect("stdin").write_all(b"GET / HTTP/1.0\r\n\r\n").expect("the request");
-    let o = tracer.wait_with_output().expect("telco-stap");
+    let client = ["-e", script, "-c", "openssl s_client -unix tls.sock -ign_eof -quiet"];
+    let o = common::telco_with_input(&d, &client, b"GET / HTTP/1.0\r\n\r\n");
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let ours: Vec<&str> = out.lines().filter(|l| l.starts_with("SSL_")).collect();

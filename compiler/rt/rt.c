@@ -985,17 +985,22 @@ EXPORT i64 rt_stat_get(u8 *ctx, const u8 *st, i64 op, i64 loc) {
     }
 }
 
+/* Histogram `which` of a statistic's descriptor; 0 with the error `empty
+   aggregate` (as SystemTap) when the statistic holds nothing. */
+LOCAL const u8 *hist_of(u8 *ctx, const u8 *st, const u8 *desc, i64 which, i64 loc) {
+    if (st && AT(st, S_COUNT, i64) != 0) return desc + SD_HISTS + (u64)which * HS_SIZE;
+    if (!AT(ctx, C_ERROR, u32)) {
+        AT(ctx, C_ERROR, u32) = ERR_EMPTY_AGG;
+        AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+    }
+    return 0;
+}
+
 /* print(@hist_*(s)): a snapshot of one histogram, formatted by the tracer. */
 EXPORT void rt_hist_print(u8 *R, u8 *ctx, const u8 *st, const u8 *desc, i64 which, i64 loc) {
-    i64 n = st ? AT(st, S_COUNT, i64) : 0;
-    if (n == 0) {
-        if (!AT(ctx, C_ERROR, u32)) {
-            AT(ctx, C_ERROR, u32) = ERR_EMPTY_AGG;
-            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
-        }
-        return;
-    }
-    const u8 *h = desc + SD_HISTS + (u64)which * HS_SIZE;
+    const u8 *h = hist_of(ctx, st, desc, which, loc);
+    if (!h) return;
+    i64 n = AT(st, S_COUNT, i64);
     u32 nb = AT(h, HS_NBUCKETS, u32), kind = AT(h, HS_KIND, u32);
     u32 payload = (u32)HIST_EVENT_SIZE + 8 * nb;
     u8 *rec = event_begin(R, ctx, EV_HIST, kind, payload);
@@ -1018,14 +1023,9 @@ EXPORT void rt_hist_print(u8 *R, u8 *ctx, const u8 *st, const u8 *desc, i64 whic
    last). An empty statistic and an index out of range are errors, as in
    SystemTap. */
 EXPORT i64 rt_hist_bucket(u8 *ctx, const u8 *st, const u8 *desc, i64 which, i64 i, i64 loc) {
-    i64 n = st ? AT(st, S_COUNT, i64) : 0;
     if (AT(ctx, C_ERROR, u32)) return 0;
-    if (n == 0) {
-        AT(ctx, C_ERROR, u32) = ERR_EMPTY_AGG;
-        AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
-        return 0;
-    }
-    const u8 *h = desc + SD_HISTS + (u64)which * HS_SIZE;
+    const u8 *h = hist_of(ctx, st, desc, which, loc);
+    if (!h) return 0;
     u32 nb = AT(h, HS_NBUCKETS, u32);
     if (i < 0 || i >= (i64)nb) {
         rt_strcpy((char *)ctx + CTX_SIZE, "histogram index out of range", 64);
@@ -1077,15 +1077,8 @@ LOCAL int hist_label(char *d, u32 kind, i64 lo, i64 step, u32 nb, u32 i) {
 EXPORT void rt_hist_sprint(char *buf, i64 cap, u8 *ctx, const u8 *st, const u8 *desc, i64 which, i64 loc) {
     struct out o = {buf, 0, (usize)cap - 1};
     buf[0] = 0;
-    i64 total = st ? AT(st, S_COUNT, i64) : 0;
-    if (total == 0) {
-        if (!AT(ctx, C_ERROR, u32)) {
-            AT(ctx, C_ERROR, u32) = ERR_EMPTY_AGG;
-            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
-        }
-        return;
-    }
-    const u8 *h = desc + SD_HISTS + (u64)which * HS_SIZE;
+    const u8 *h = hist_of(ctx, st, desc, which, loc);
+    if (!h) return;
     u32 nb = AT(h, HS_NBUCKETS, u32), kind = AT(h, HS_KIND, u32);
     i64 lo = AT(h, HS_LO, i64), step = AT(h, HS_STEP, i64);
     const i64 *c = (const i64 *)(st + AT(h, HS_OFFSET, u32));

@@ -319,3 +319,21 @@ pub fn tls_server(dir: &Path, extra: &[&str]) -> Running {
     }
     srv
 }
+
+/// Run telco-stap in `dir` with `input` on its standard input (which the
+/// command of `-c` inherits): its whole output.
+#[allow(dead_code)]
+pub fn telco_with_input(dir: &Path, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut t = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start telco-stap");
+    t.stdin.take().expect("stdin").write_all(input).expect("telco-stap's input");
+    t.wait_with_output().expect("wait for telco-stap")
+}
