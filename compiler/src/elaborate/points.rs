@@ -291,6 +291,16 @@ impl<'q> Resolver<'q> {
             }
             _ => {}
         }
+        // `process.library("libfoo*")`: every library of the target whose
+        // soname or file name matches, as SystemTap's library globs.
+        if let ["process", "library", ..] = names.as_slice() {
+            if let Some(A::Str(g)) = comps[1].arg.as_deref().map(|a| &a.kind) {
+                let glob = String::from_utf8_lossy(g).into_owned();
+                if glob.contains(['*', '?', '[']) {
+                    return self.resolve_library_glob(ex, &glob, diags);
+                }
+            }
+        }
         // process[(X)][.library(L)] ...
         let (module_comp, rest) = match names.as_slice() {
             ["process", "library", ..] => (&comps[1], &comps[2..]),
@@ -832,6 +842,61 @@ impl<'q> Resolver<'q> {
             );
         }
         points
+    }
+}
+
+impl Resolver<'_> {
+    /// [`Resolver::resolve`] once per library of the target matching
+    /// `glob` (its soname or file name), the points together.
+    fn resolve_library_glob(&mut self, ex: &Expanded<'_>, glob: &str, diags: &mut Vec<Diagnostic>) -> Resolved {
+        let span = ex.point.components[1].span;
+        let libs: Vec<Rc<Module>> = match self.target_modules() {
+            Ok(t) => t.into_iter().skip(1).collect(),
+            Err(e) => {
+                diags.push(
+                    Diagnostic::error(Code::ModuleNotFound, span, format!("cannot load the target's modules: {e}"))
+                        .with_label("needed to match this library glob"),
+                );
+                return Resolved { points: Vec::new(), kind: BodyKind::Session };
+            }
+        };
+        let matching: Vec<Rc<Module>> = libs
+            .iter()
+            .filter(|m| {
+                let file = m.path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+                crate::glob::glob_match(glob, file)
+                    || m.soname.as_deref().is_some_and(|s| crate::glob::glob_match(glob, s))
+            })
+            .cloned()
+            .collect();
+        let mut all = Resolved { points: Vec::new(), kind: BodyKind::Session };
+        for m in &matching {
+            let mut one = ex.clone();
+            let path = m.path.display().to_string();
+            if let Some(arg) = one.point.components[1].arg.as_mut() {
+                arg.kind = A::Str(path.into_bytes());
+            }
+            // Each library without the point (no such function) is quiet:
+            // the glob as a whole must match somewhere.
+            one.point.optional = true;
+            let r = self.resolve(&one, diags);
+            all.kind = r.kind;
+            all.points.extend(r.points);
+        }
+        if all.points.is_empty() && !ex.point.optional {
+            let names: Vec<&str> = libs.iter().filter_map(|m| m.path.file_name().and_then(|f| f.to_str())).collect();
+            let what = if matching.is_empty() {
+                format!("no library of the target matches `{glob}`")
+            } else {
+                format!("the {} libraries matching `{glob}` have no such point", matching.len())
+            };
+            diags.push(
+                Diagnostic::error(Code::ModuleNotFound, span, what)
+                    .with_label("library glob")
+                    .with_help(format!("the target's libraries: {}", list_names(&names))),
+            );
+        }
+        all
     }
 }
 
