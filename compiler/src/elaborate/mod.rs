@@ -153,8 +153,16 @@ pub fn elaborate(
                             continue;
                         }
                     }
+                    let errors = diags.iter().filter(|d| d.severity == crate::diag::Severity::Error).count();
                     let mut r = resolver.resolve(&ex, diags);
                     resolved_any |= !r.points.is_empty();
+                    // A point that failed to resolve: its body, lowered for
+                    // no kind of point, would only add follow-on errors
+                    // (`@entry` outside a return probe, ...).
+                    let failed = diags.iter().filter(|d| d.severity == crate::diag::Severity::Error).count() > errors;
+                    if r.points.is_empty() && failed {
+                        continue;
+                    }
                     r.points.retain(|pt| match pt {
                         crate::program::Point::Function(f) => seen.insert((f.module.clone(), f.addr, f.ret, f.itrace)),
                         _ => true,
