@@ -436,6 +436,31 @@ fn libraries_loaded_later_get_their_probes() {
     assert_eq!(out, format!("{own}1000 1498500\n"));
 }
 
+/// A library unloaded (dlclose) and loaded again, three times: each new
+/// mapping gets its probes again, and nothing is written back into
+/// memory the library no longer has.
+#[test]
+fn libraries_reloaded_get_their_probes_again() {
+    let dir = common::scratch("reload");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
+    let lib = dir.join("libplugin.so");
+    let host = dir.join("reload");
+    common::compile(&[&src.join("plugin.c")], &lib, &["-O2", "-shared", "-fPIC"]);
+    common::compile(&[&src.join("reload.c")], &host, &["-O2", "-ldl"]);
+    let script = format!(
+        "global n, r probe process(\"{0}\").function(\"plugin\") {{ n++ }} probe process(\"{0}\").function(\"plugin\").return {{ r += $return }} probe end {{ println(n, \" \", r) }}",
+        lib.display()
+    );
+    let cmd = format!("{} {} 100 3", host.display(), lib.display());
+    let (out, err, code) = run(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err, "");
+    let own = untraced(&host, &[&lib.to_string_lossy(), "100", "3"]);
+    // Each round: 100 calls of plugin(i), which returns 3i.
+    let per_round: i64 = (0..100).map(|i| 3 * i).sum();
+    assert_eq!(out, format!("{own}300 {}\n", 3 * per_round));
+}
+
 /// A C++ exception thrown through frames with return probes: the unwinder
 /// must see real return addresses (its entry points put them back), the
 /// program's own output is unchanged, and the left frames' returns do not
@@ -468,6 +493,38 @@ probe end { foreach (k+ in e) printf("%s %d %d\n", k, e[k], r[k]) }"#;
     );
     // The 1,000 calls the exceptions left are reported, not lost silently.
     assert_eq!(err, "WARNING: 1000 call(s) left by longjmp or an exception: their return probes did not run\n");
+}
+
+/// The script's own probes on the functions the runtime hooks for return
+/// probes (the unwinder's `_Unwind_RaiseException`, the C++ runtime's
+/// `__cxa_begin_catch`): one trampoline does both, so the script's probes
+/// fire and the exceptions still unwind through the return-probed frames.
+#[test]
+fn probes_on_the_unwinder_and_the_catch_share_the_runtime_hooks() {
+    let dir = common::scratch("cxxhooks");
+    let exe = dir.join("exceptions");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/exceptions.cc");
+    common::compile(&[&src], &exe, &["-O2"]);
+    let script = r#"global thrown, caught, r
+probe process.library("libgcc_s*").function("_Unwind_RaiseException") { thrown++ }
+probe process.library("libstdc++*").function("__cxa_begin_catch") { caught++ }
+probe process.function("catcher").return, process.function("leaf").return { r[ppfunc()]++ }
+probe end { printf("thrown %d caught %d\n", thrown, caught) foreach (k+ in r) printf("%s %d\n", k, r[k]) }"#;
+    let cmd = format!("{} 100", exe.display());
+    let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let own = untraced(&exe, &["100"]);
+    // Per iteration three exceptions are thrown and one rethrown with
+    // `throw;` (which raises it again), and four catch blocks start: the
+    // counts without return probes (each probe alone is its function's
+    // only hook).
+    let alone = r#"global thrown, caught
+probe process.library("libgcc_s*").function("_Unwind_RaiseException") { thrown++ }
+probe process.library("libstdc++*").function("__cxa_begin_catch") { caught++ }
+probe end { printf("thrown %d caught %d\n", thrown, caught) }"#;
+    let (plain, err2, _) = run(&["-e", alone, "-c", &cmd]);
+    assert_eq!(plain, format!("{own}thrown 400 caught 400\n"), "{err2}");
+    assert_eq!(out, format!("{own}thrown 400 caught 400\ncatcher(long) 100\nleaf(long) 200\n"));
 }
 
 /// printf output from a target's probe appears while the target still runs

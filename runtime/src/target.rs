@@ -195,6 +195,9 @@ pub struct Armed {
     hooker: Hooker,
     /// Probes in libraries not loaded yet.
     pending: ByModule,
+    /// Libraries armed once loaded: if one is unloaded (`dlclose`), its
+    /// probes wait for it again, and nothing is written back where it was.
+    late: BTreeMap<PathBuf, Late>,
     pub exit_status: Option<i32>,
     /// The signal that killed the command (`-c`), if one did.
     pub killed_by: Option<i32>,
@@ -222,6 +225,22 @@ pub struct Armed {
     /// The remote-operation stub (`Stopped::install_stub`).
     stub: Option<crate::os::ptrace::StubPlace>,
     _code: Vec<CodeRegion>,
+}
+
+/// A library armed once loaded: its probes, and where it was mapped.
+struct Late {
+    functions: BTreeMap<u64, Vec<usize>>,
+    /// The run-time address of its first probed function.
+    at: u64,
+    /// The address range of its mappings.
+    range: (u64, u64),
+}
+
+/// The address range `module`'s mappings cover.
+fn mapped_range(maps: &[Mapping], module: &Path) -> Option<(u64, u64)> {
+    let ms = maps.iter().filter(|m| same_file(&m.path, module));
+    let (lo, hi) = ms.fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
+    (lo < hi).then_some((lo, hi))
 }
 
 /// A process armed after an exec: what to undo at the end.
@@ -436,6 +455,14 @@ struct Hooker {
     /// `execve` or `execveat` calls it too (its trampoline is the exec
     /// hook there; `hook_execs` leaves the site to it).
     exec_notify: Option<u32>,
+    /// The runtime's own entry hooks by run-time address (the unwinder's
+    /// entry points and the C++ catch, `rt_unwind`/`rt_caught`, when
+    /// return probes are armed): a probe of the script's on one of those
+    /// functions calls the hook too (its trampoline is the hook there;
+    /// `arm` leaves the site to it), instead of the two patching one
+    /// entry and the second winning. Addresses of the armed process: a
+    /// program it execs starts without them.
+    entry_hooks: std::cell::RefCell<BTreeMap<u64, u32>>,
     /// `Header::threads_at` and `Header::tcb_tid_off`.
     threads_at: u64,
     tid_off: u32,
@@ -683,6 +710,15 @@ impl Hooker {
             if let Some(f) = self.exec_notify.filter(|_| size.is_some() && exec_sites.contains(&addr)) {
                 handlers.push((code.at(f), 0));
                 calls.push(f);
+            }
+            // The unwinder's entries and the C++ catch: this trampoline is
+            // that hook too.
+            // They read the saved registers and the thread's slot: the
+            // whole context.
+            if let Some(&f) = self.entry_hooks.borrow().get(&addr).filter(|_| size.is_some()) {
+                handlers.push((code.at(f), 0));
+                calls.push(f);
+                lean = None;
             }
             for f in calls {
                 lean = lean.zip(clobbers.of(f)).map(|(m, c)| m | c);
@@ -1158,7 +1194,28 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     else {
         return Err(TargetError::Unsupported("the runtime library lacks a trampoline helper".into()));
     };
+    // Return probes replace return addresses: before an exception walks a
+    // stack, the unwinder's entry points put them back (`rt_unwind`), and
+    // where a catch block starts, the calls still running get them again
+    // (`rt_caught`).
+    let returns = a.probes.iter().any(|p| matches!(p.attach, Attach::Function { ret: true, .. }));
+    let unwinders = if returns { unwinder_entries(&maps, &exe) } else { Vec::new() };
+    let (unwind, caught) = (symbol("rt_unwind"), symbol("rt_caught"));
+    let mut entry_hooks: BTreeMap<u64, u32> = unwinders
+        .iter()
+        .flat_map(|(_, entries)| entries.iter())
+        .filter_map(|&(addr, _, catch)| Some((addr, if catch { caught? } else { unwind? })))
+        .collect();
+    // Libraries not loaded yet: the loader's r_brk is hooked (rt_dlnotify),
+    // by a probe of the script's there if it has one.
+    let waits =
+        by_module.iter().any(|(m, f)| f.keys().next().is_some_and(|&off| runtime_addr(&maps, m, off).is_none()));
+    let brk = if waits { r_brk(&s) } else { None };
+    if let Some(b) = brk {
+        entry_hooks.insert(b, dlnotify);
+    }
     let hooker = Hooker {
+        entry_hooks: std::cell::RefCell::new(entry_hooks),
         artifact: a.clone(),
         region: injected.region_remote,
         ret_push,
@@ -1191,37 +1248,39 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         codes.push(code);
     }
     if !pending.is_empty() {
-        // Wait for the libraries: hook the loader's notification function.
-        let Some(brk) = r_brk(&s) else {
+        // Wait for the libraries: hook the loader's notification function
+        // (unless a probe of the script's there does it already).
+        let Some(brk) = brk else {
             let names: Vec<String> = pending.keys().map(|m| m.display().to_string()).collect();
             return Err(TargetError::NotMapped { module: names.join(", "), pid });
         };
-        let mut code = inject::code(&mut s, a, brk, 4096)?;
-        let bytes = s.read(brk, 32)?;
-        let size = patch::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
-        let notify = code.at(hooker.dlnotify);
-        match hooker.function(&mut s, &mut code, brk, size, None, Tramp::call(notify))? {
-            Ok(p) => plans.extend(p.into_plans()),
-            Err(why) => {
-                return Err(TargetError::Unsupported(format!(
-                    "cannot watch for libraries loaded later (hooking the loader's r_brk: {why})"
-                )))
+        if !plans.iter().any(|(at, _, _)| (brk..brk + 16).contains(at)) {
+            let mut code = inject::code(&mut s, a, brk, 4096)?;
+            let bytes = s.read(brk, 32)?;
+            let size = patch::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
+            let notify = code.at(hooker.dlnotify);
+            match hooker.function(&mut s, &mut code, brk, size, None, Tramp::call(notify))? {
+                Ok(p) => plans.extend(p.into_plans()),
+                Err(why) => {
+                    return Err(TargetError::Unsupported(format!(
+                        "cannot watch for libraries loaded later (hooking the loader's r_brk: {why})"
+                    )))
+                }
             }
+            codes.push(code);
         }
-        codes.push(code);
         // SAFETY: the header is at offset 0 of the live region.
         unsafe { header_u32(&injected.region, core::mem::offset_of!(telco_abi::region::Header, dl_wait)) }
             .store(1, std::sync::atomic::Ordering::Release);
     }
-    // Return probes replace return addresses: before an exception walks a
-    // stack, the unwinder's entry points put them back (`rt_unwind`), and
-    // where a catch block starts, the calls still running get them again
-    // (`rt_caught`).
-    let returns = a.probes.iter().any(|p| matches!(p.attach, Attach::Function { ret: true, .. }));
     if returns {
-        let exe = crate::os::proc::exe_path(pid);
-        let (unwind, caught) = (symbol("rt_unwind"), symbol("rt_caught"));
-        for (_, entries) in unwinder_entries(&maps, &exe) {
+        for (_, entries) in unwinders {
+            // A probe of the script's there calls the hook already.
+            let probed = |addr: u64| plans.iter().any(|(at, _, _)| (addr..addr + 16).contains(at));
+            let entries: Vec<_> = entries.into_iter().filter(|&(addr, _, _)| !probed(addr)).collect();
+            if entries.is_empty() {
+                continue;
+            }
             // One code region per library for its entry points.
             let mut code = inject::code(&mut s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
             for (addr, size, catch) in entries {
@@ -1292,6 +1351,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         header,
         hooker,
         pending,
+        late: BTreeMap::new(),
         exit_status: None,
         follow,
         killed_by: None,
@@ -1471,7 +1531,7 @@ impl Hooks for Armed {
         self.follow_execs();
         self.reclaim_rows();
         self.take_crash();
-        if self.pending.is_empty() || self.header.is_null() {
+        if (self.pending.is_empty() && self.late.is_empty()) || self.header.is_null() {
             return;
         }
         use std::sync::atomic::{AtomicU64, Ordering};
@@ -1740,11 +1800,30 @@ impl Armed {
         Ok(())
     }
 
-    /// Stop the target and hook the pending libraries that are mapped now.
+    /// Stop the target and hook the pending libraries that are mapped now;
+    /// libraries armed earlier and unloaded since wait again.
     fn place_pending(&mut self) -> Result<(), TargetError> {
         let mut s = Stopped::attach(self.pid)?;
         s.use_stub(self.stub.as_ref());
         let maps = mappings(self.pid)?;
+        let gone: Vec<PathBuf> = self
+            .late
+            .iter()
+            .filter(|(m, l)| {
+                let first = *l.functions.keys().next().unwrap_or(&0);
+                runtime_addr(&maps, m, first) != Some(l.at)
+            })
+            .map(|(m, _)| m.clone())
+            .collect();
+        for m in gone {
+            if let Some(l) = self.late.remove(&m) {
+                // Its code went with it: nothing of ours to put back there.
+                let (lo, hi) = l.range;
+                self.patches.retain(|p| !(lo..hi).contains(&p.at));
+                self.semaphores.retain(|a| !(lo..hi).contains(a));
+                self.pending.entry(m).or_default().extend(l.functions);
+            }
+        }
         let ready: Vec<PathBuf> = self
             .pending
             .iter()
@@ -1758,6 +1837,10 @@ impl Armed {
                 let (code, p) = self.hooker.module(&mut s, &maps, &m, &functions, &mut refused)?;
                 plans.extend(p);
                 self._code.push(code);
+                let first = *functions.keys().next().unwrap_or(&0);
+                if let (Some(at), Some(range)) = (runtime_addr(&maps, &m, first), mapped_range(&maps, &m)) {
+                    self.late.insert(m, Late { functions, at, range });
+                }
             }
         }
         apply(&mut s, plans, &mut self.patches, &self.hooker.relocs.borrow())?;
@@ -1771,7 +1854,7 @@ impl Armed {
             }
             self.warnings.push(format!("cannot probe {r}"));
         }
-        if self.pending.is_empty() {
+        if self.pending.is_empty() && self.late.is_empty() {
             // SAFETY: the header's dl_wait field, as in arm().
             unsafe {
                 std::sync::atomic::AtomicU32::from_ptr(
@@ -2036,6 +2119,8 @@ impl Armed {
         let mut s = Stopped::adopt(pid)?;
         run_to_entry(&mut s)?;
         check_machine(pid)?;
+        // Another program: the runtime's entry hooks were the old image's.
+        self.hooker.entry_hooks.borrow_mut().clear();
         let a = &self.hooker.artifact;
         let maps = mappings(pid)?;
         let exe = crate::os::proc::exe_path(pid);
@@ -2231,6 +2316,11 @@ fn put_back(s: &mut Stopped, patches: &[Patch], crash: Option<&crate::crash::Hoo
         eprintln!("warning: {e}");
     }
     for p in patches {
+        // Only where our bytes still are: a library unloaded since (and
+        // whatever was mapped there after it) is left alone.
+        if s.read(p.at, p.patched.len()).is_ok_and(|now| now != p.patched) {
+            continue;
+        }
         if let Err(e) = s.write(p.at, &p.original) {
             eprintln!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
         }
