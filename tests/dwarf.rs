@@ -554,3 +554,23 @@ fn markers_see_inlined_variables_and_constants() {
         assert!(out.contains(v), "{v} in {out}");
     }
 }
+
+/// Parameters that after a call are known only as their values at entry
+/// (`DW_OP_entry_value`, gcc -Og): read from the caller's call site, the
+/// one the return address names, as SystemTap does; each caller passes
+/// its own values.
+#[test]
+fn entry_values_come_from_the_call_sites() {
+    let exe = build("entry", "dwarfentry.c", &["-Og"]);
+    let (out, err, code) = telco(&[
+        "-e",
+        "probe process.statement(\"mid@dwarfentry.c:15\") { printf(\"P b %d c %d\\n\", $b, $c) }",
+        "-c",
+        &cmd(&exe),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let theirs: Vec<&str> = out.lines().filter(|l| l.starts_with("mid ")).collect();
+    let ours: Vec<String> = out.lines().filter(|l| l.starts_with("P ")).map(|l| format!("mid {}", &l[2..])).collect();
+    assert_eq!(theirs, ["mid b 3 c 2", "mid b 7 c 5"], "{out}");
+    assert_eq!(ours, theirs, "{out}");
+}

@@ -55,6 +55,18 @@ pub struct Debug {
     globals: OnceLock<HashMap<String, Vec<(usize, gimli::UnitOffset)>>>,
     /// `@cast` type names already looked up.
     named: Mutex<HashMap<String, Option<TypeRef>>>,
+    /// Call sites by the name of the function they call.
+    call_sites: OnceLock<HashMap<String, Vec<CallSite>>>,
+}
+
+/// A direct, not tail, call of a named function (`DW_TAG_call_site`, or
+/// GNU's before DWARF 5): its return address (link-time) and, per
+/// argument register (DWARF numbering), where its value was at the call
+/// (`DW_AT_call_value`, evaluated in the caller's frame).
+#[derive(Clone, Debug)]
+pub struct CallSite {
+    pub return_pc: u64,
+    pub params: Vec<(u16, Location)>,
 }
 
 impl std::fmt::Debug for Debug {
@@ -189,6 +201,7 @@ impl Debug {
             types: Mutex::new(HashMap::new()),
             definitions: OnceLock::new(),
             globals: OnceLock::new(),
+            call_sites: OnceLock::new(),
             named: Mutex::new(HashMap::new()),
         })
     }
@@ -615,6 +628,81 @@ impl Debug {
             Some(d) => format!("{d}/{n}"),
             None => n,
         })
+    }
+
+    /// The direct calls of function `name` (not tail calls) the DWARF
+    /// describes, with their argument values where it gives them.
+    pub fn call_sites(&self, name: &str) -> &[CallSite] {
+        self.call_sites.get_or_init(|| self.index_call_sites()).get(name).map_or(&[], Vec::as_slice)
+    }
+
+    fn index_call_sites(&self) -> HashMap<String, Vec<CallSite>> {
+        const DW_AT_GNU_CALL_SITE_VALUE: gimli::DwAt = gimli::DwAt(0x2111);
+        const DW_AT_GNU_TAIL_CALL: gimli::DwAt = gimli::DwAt(0x2115);
+        let mut out: HashMap<String, Vec<CallSite>> = HashMap::new();
+        for u in 0..self.units.len() {
+            let Some(unit) = self.unit(u) else { continue };
+            let encoding = unit.encoding();
+            let address = |i| self.dwarf.address(&unit, i).ok();
+            let mut cursor = unit.entries();
+            // The call site being read: its callee's name and itself.
+            let mut open: Option<(isize, String, CallSite)> = None;
+            while let Ok(Some(e)) = cursor.next_dfs() {
+                let depth = e.depth();
+                if open.as_ref().is_some_and(|(d, _, _)| depth <= *d) {
+                    if let Some((_, name, site)) = open.take() {
+                        out.entry(name).or_default().push(site);
+                    }
+                }
+                match e.tag() {
+                    gimli::DW_TAG_call_site | gimli::DW_TAG_GNU_call_site => {
+                        let tail = e.attr_value(gimli::DW_AT_call_tail_call).is_some()
+                            || e.attr_value(DW_AT_GNU_TAIL_CALL).is_some();
+                        let ret = match e
+                            .attr_value(gimli::DW_AT_call_return_pc)
+                            .or_else(|| e.attr_value(gimli::DW_AT_low_pc))
+                        {
+                            Some(AttributeValue::Addr(a)) => Some(a),
+                            Some(AttributeValue::DebugAddrIndex(i)) => address(i),
+                            _ => None,
+                        };
+                        let origin = e
+                            .attr_value(gimli::DW_AT_call_origin)
+                            .or_else(|| e.attr_value(gimli::DW_AT_abstract_origin));
+                        let callee = match origin {
+                            Some(AttributeValue::UnitRef(o)) => unit.entry(o).ok().and_then(|c| self.name(&unit, &c)),
+                            _ => None,
+                        };
+                        if let (false, Some(return_pc), Some(callee)) = (tail, ret, callee) {
+                            open = Some((depth, callee, CallSite { return_pc, params: Vec::new() }));
+                        }
+                    }
+                    gimli::DW_TAG_call_site_parameter | gimli::DW_TAG_GNU_call_site_parameter => {
+                        let Some((_, _, site)) = open.as_mut() else { continue };
+                        let reg = match e.attr_value(gimli::DW_AT_location) {
+                            Some(AttributeValue::Exprloc(x)) => {
+                                let mut ops = x.operations(encoding);
+                                match (ops.next(), ops.next()) {
+                                    (Ok(Some(gimli::Operation::Register { register })), Ok(None)) => Some(register.0),
+                                    _ => None,
+                                }
+                            }
+                            _ => None,
+                        };
+                        let value =
+                            e.attr_value(gimli::DW_AT_call_value).or_else(|| e.attr_value(DW_AT_GNU_CALL_SITE_VALUE));
+                        if let (Some(reg), Some(AttributeValue::Exprloc(x))) = (reg, value) {
+                            site.params.push((reg, expr::evaluate(&x, encoding, None, &address)));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some((_, name, site)) = open.take() {
+                out.entry(name).or_default().push(site);
+            }
+        }
+        out
     }
 
     /// Globals: variables at a unit's top level (and in namespaces) that

@@ -309,6 +309,47 @@ impl Site {
         add(pc, (self.pc as i64).wrapping_neg())
     }
 
+    /// The value DWARF register `r` had when the function was entered
+    /// (`DW_OP_entry_value`), as SystemTap finds it: from the function's
+    /// call sites. The return address (at the CFA less 8) says which call
+    /// this is; that site's value for the register (a constant or an
+    /// address the DWARF gives) is the value. A call from elsewhere is the
+    /// runtime error that says so.
+    fn entry_from_callers(&self, r: u16, name: &str, span: Span) -> Res<Expr> {
+        use crate::dwarf::expr::Location;
+        let unknown = "only its value at the function's entry is known (entry value), and no call of the function \
+                       in the debugging information gives it";
+        let (Ok(debug), Ok(scope)) = (&self.debug, &self.scope) else {
+            return Err(not_accessible(name, span, unknown));
+        };
+        let mut arms: Vec<(u64, Expr)> = Vec::new();
+        for site in debug.call_sites(&scope.function) {
+            let Some((_, loc)) = site.params.iter().find(|(reg, _)| *reg == r) else { continue };
+            // DW_AT_call_value computes the value itself.
+            let v = match loc {
+                Location::Memory(Sym::Const(c)) | Location::Value(Sym::Const(c)) => num(*c, span),
+                Location::Memory(Sym::Link(a)) | Location::Value(Sym::Link(a)) => add(self.bias(span), *a as i64),
+                _ => continue,
+            };
+            arms.push((site.return_pc, v));
+        }
+        if arms.is_empty() || self.cfa.is_none() {
+            return Err(not_accessible(name, span, unknown));
+        }
+        let ra_at = add(self.sym(&Sym::Cfa, name, span)?, -8);
+        let ra = call(B::UserInt64Error, vec![ra_at], Ty::Long, span);
+        let msg = format!(
+            "`${name}`: this call of `{}` is not one whose argument the debugging information gives",
+            scope.function
+        );
+        let mut value = call(B::ErrorValue, vec![string(&msg, span)], Ty::Long, span);
+        for (ret, v) in arms.into_iter().rev() {
+            let here = bin(BinOp::Eq, ra.clone(), add(self.bias(span), ret as i64));
+            value = long(ExprKind::Ternary { cond: Box::new(here), then: Box::new(v), els: Box::new(value) }, span);
+        }
+        Ok(value)
+    }
+
     fn sym(&self, s: &Sym, name: &str, span: Span) -> Res<Expr> {
         Ok(match s {
             Sym::Const(c) => num(*c, span),
@@ -325,9 +366,7 @@ impl Site {
                 None => return Err(not_accessible(name, span, "no call frame information at this address")),
             },
             Sym::Entry(r) if self.at_entry => self.sym(&Sym::Reg(*r), name, span)?,
-            Sym::Entry(_) => {
-                return Err(not_accessible(name, span, "only its value at the function's entry is known (entry value)"))
-            }
+            Sym::Entry(r) => self.entry_from_callers(*r, name, span)?,
             Sym::Bin(op, a, b) => {
                 use crate::dwarf::expr::Op;
                 let op = match op {

@@ -160,6 +160,9 @@ builtins! {
     TraceTicks = "__telco_ticks"() -> Long,
     // A duration in TSC ticks in ns (`codegen::durations_in_ticks`).
     TicksNs = "__telco_ticks_ns"(Long) -> Long,
+    // The runtime error `msg` where a value is wanted (a variable's value
+    // that none of the cases known gives).
+    ErrorValue = "__telco_error_value"(String) -> Long,
 }
 
 pub fn lookup(name: &str) -> Option<&'static Signature> {

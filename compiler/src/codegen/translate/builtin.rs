@@ -539,7 +539,7 @@ impl Gen<'_, '_, '_> {
                 self.rt(Rt::Exit, &[self.region, self.ctx]);
                 zero
             }
-            Builtin::Error => {
+            Builtin::Error | Builtin::ErrorValue => {
                 let m = self.expr(&args[0]);
                 self.user_error(m, span);
                 self.fresh_block();
