@@ -209,7 +209,7 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
             s.syscall(
                 tid,
                 libc::SYS_mmap,
-                [0, size, (libc::PROT_READ | libc::PROT_WRITE) as u64, libc::MAP_SHARED as u64, fd as u64, 0],
+                [far_hint(), size, (libc::PROT_READ | libc::PROT_WRITE) as u64, libc::MAP_SHARED as u64, fd as u64, 0],
             )?,
         )? as u64;
         let mem = SharedMemory::from_fd(OwnedFd::from(file), size as usize).map_err(InjectError::MapRegion)?;
@@ -219,6 +219,21 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
     // The target needs no descriptor: the mapping keeps the memory.
     let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
     result
+}
+
+/// Where to ask for the region and the thread slots (a hint: the kernel
+/// picks another place if that one is taken): a random page between 16
+/// and 48 TiB, far from where the kernel puts programs, heaps and shared
+/// libraries (near 0x55.., 0x7f..). A program the target execs gets them
+/// at the same addresses (`map_region_at`, `threads_at`), and its own
+/// randomised libraries would otherwise land on them now and then (the
+/// thread slots reserve hundreds of MB), leaving that program unarmed.
+fn far_hint() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(crate::os::sys::monotonic_ns());
+    let pages = (32u64 << 40) >> 12;
+    (16u64 << 40) + (h.finish() % pages << 12)
 }
 
 /// Map the thread slots and their shadow stacks privately in the target
@@ -258,7 +273,7 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
             tid,
             libc::SYS_mmap,
             [
-                fixed.unwrap_or(0),
+                fixed.unwrap_or_else(far_hint),
                 size,
                 (libc::PROT_READ | libc::PROT_WRITE) as u64,
                 // Reserved, not committed: the shadow stacks are touched
