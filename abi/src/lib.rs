@@ -30,6 +30,7 @@ pub fn c_header() -> String {
         ("H_SKIPPED_BUSY", offset_of!(Header, skipped_busy)),
         ("H_SKIPPED_NOSLOT", offset_of!(Header, skipped_noslot)),
         ("H_SKIPPED_DEEP", offset_of!(Header, skipped_deep)),
+        ("H_UNFOLLOWED_EXECS", offset_of!(Header, unfollowed_execs)),
         ("H_EXEC_REQ", offset_of!(Header, exec_req)),
         ("H_EXEC_ACK", offset_of!(Header, exec_ack)),
         ("H_TRACER", offset_of!(Header, tracer)),

@@ -168,6 +168,9 @@ pub struct Header {
     /// `exec_ack` with the same value; the thread then clears both.
     pub exec_req: u64,
     pub exec_ack: u64,
+    /// Execs the tracer did not answer in time (10 s): their programs ran
+    /// without probes. Reported at the end.
+    pub unfollowed_execs: u64,
     /// The tracer's pid (`rt_read_user` reads the region's process from
     /// the tracer, its own process from a target thread).
     pub tracer: u64,
@@ -198,7 +201,7 @@ pub struct Header {
     /// 1 when a probe handler was running on that thread.
     pub crash_in_probe: u32,
     pub _pad: u32,
-    pub _reserved: [u64; 7],
+    pub _reserved: [u64; 6],
 }
 
 pub const HEADER_SIZE: usize = 448;

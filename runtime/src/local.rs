@@ -89,6 +89,8 @@ pub struct Outcome {
     pub dropped: u64,
     /// Calls left by longjmp or an exception (`Header::unreturned`).
     pub unreturned: u64,
+    /// Execs the tracer did not answer in time (`Header::unfollowed_execs`).
+    pub unfollowed_execs: u64,
     /// What `--chrome` and `--perfetto` wrote.
     pub traces: Option<crate::feed::Finished>,
     /// The target corrupted the event ring (said when found; the session
@@ -128,6 +130,12 @@ pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
             "WARNING: Skipped due to call depth: {} (return probes on calls nested more than {} deep in one thread: \
              -D MAXRETURNDEPTH=N for more)",
             o.skipped_deep, a.shadow_depth
+        ));
+    }
+    if o.unfollowed_execs > 0 {
+        v.push(format!(
+            "WARNING: {} program(s) the target exec'd ran without probes: the tracer did not answer their exec in 10 s",
+            o.unfollowed_execs
         ));
     }
     if o.unreturned > 0 {
@@ -270,6 +278,7 @@ impl Region {
             target: if pid == u64::from(std::process::id()) { 0 } else { pid },
             exec_req: 0,
             exec_ack: 0,
+            unfollowed_execs: 0,
             tracer: u64::from(std::process::id()),
             crash_who: 0,
             crash_req: 0,
@@ -281,7 +290,7 @@ impl Region {
             crash_sp: 0,
             crash_in_probe: 0,
             _pad: 0,
-            _reserved: [0; 7],
+            _reserved: [0; 6],
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
         unsafe { std::ptr::write(base.cast::<Header>(), h) };
@@ -1287,6 +1296,7 @@ impl<'a> Local<'a> {
                     too_many_skipped: skipped_out,
                     dropped: region.counter(dropped_at),
                     unreturned: region.counter(core::mem::offset_of!(Header, unreturned)),
+                    unfollowed_execs: region.counter(core::mem::offset_of!(Header, unfollowed_execs)),
                     traces,
                     corrupted,
                 },
