@@ -1652,7 +1652,11 @@ impl Armed {
         what: &str,
     ) {
         put_back(&mut s, patches, crash, semaphores, what);
-        if let Err(why) = self.unmap_injected(&mut s) {
+        // A process on its way out (the session ended it) loses the
+        // mappings with the rest of its memory.
+        if let Err(why) =
+            self.unmap_injected(&mut s).or_else(|e| if crate::os::proc::ending(s.pid()) { Ok(()) } else { Err(e) })
+        {
             let w = format!("the session's memory stays mapped in {what}: {why}");
             if !self.quiet {
                 eprintln!("WARNING: {w}");

@@ -149,6 +149,18 @@ pub fn running(pid: i32) -> bool {
     }
 }
 
+/// Whether process `pid` is gone, a zombie, or on its way out (its main
+/// thread's `PF_EXITING` flag, field 9 of `/proc/PID/stat`): its memory
+/// goes with it.
+pub fn ending(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    let Some((_, rest)) = s.rsplit_once(')') else { return true };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields.first().is_some_and(|st| *st == "Z" || *st == "X")
+        || fields.get(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_EXITING != 0)
+}
+
 /// The process a thread belongs to (`Tgid:` of `/proc/TID/status`).
 pub fn tgid(tid: i32) -> Option<i32> {
     let [tgid] = status_fields(i64::from(tid), ["Tgid:"])?;
@@ -223,6 +235,14 @@ pub fn aux_value(auxv: &[(u64, u64)], kind: u64) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    /// This process runs; a pid that does not exist has ended.
+    #[test]
+    fn ending_processes() {
+        assert!(!ending(std::process::id() as i32));
+        assert!(ending(i32::MAX));
+    }
+
     use super::*;
 
     #[test]
