@@ -310,8 +310,10 @@ fn write_loop(
     let mut freed = 0u64;
     // Thread names are looked at again about once a second.
     let mut names_at = std::time::Instant::now();
-    // Probe ids below this; `trace_span` names from here.
+    // Probe ids below this; `trace_span` names from here. `known`: the
+    // names the writers have (one compare a call).
     let first_name = out.names();
+    let mut known = first_name;
     loop {
         // Acquire before the flushed length: `done` then means all of it.
         let done = shared.done.load(Ordering::Acquire);
@@ -329,8 +331,9 @@ fn write_loop(
                 let probe = u16::from_le_bytes([r[4], r[5]]);
                 let ts = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
                 let dur = i64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(0) as u64;
-                if usize::from(probe) >= out.names() && usize::from(probe) >= first_name {
+                if usize::from(probe) >= known {
                     out.learn(first_name, &shared.span_names);
+                    known = out.names();
                 }
                 out.call(tid, probe, ts, ts.saturating_add(dur), &clock)?;
             }
