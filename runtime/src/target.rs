@@ -451,18 +451,19 @@ struct Hooker {
     timed: std::cell::RefCell<Vec<String>>,
     /// `rt_span_flush` (`--chrome` calls recorded inline).
     span_flush: Option<u32>,
-    /// `rt_execnotify` when execs are followed: a probe on the C library's
-    /// `execve` or `execveat` calls it too (its trampoline is the exec
-    /// hook there; `hook_execs` leaves the site to it).
+    /// `rt_execnotify` when execs are followed (`hook_execs`).
     exec_notify: Option<u32>,
-    /// The runtime's own entry hooks by run-time address (the unwinder's
-    /// entry points and the C++ catch, `rt_unwind`/`rt_caught`, when
-    /// return probes are armed): a probe of the script's on one of those
-    /// functions calls the hook too (its trampoline is the hook there;
-    /// `arm` leaves the site to it), instead of the two patching one
-    /// entry and the second winning. Addresses of the armed process: a
-    /// program it execs starts without them.
-    entry_hooks: std::cell::RefCell<BTreeMap<u64, u32>>,
+    /// The runtime's own entry hooks by run-time address, and whether the
+    /// hook needs the whole context: the C library's `execve`/`execveat`
+    /// (`rt_execnotify`), the unwinder's entry points and the C++ catch
+    /// when return probes are armed (`rt_unwind`/`rt_caught`), the
+    /// loader's `r_brk` while libraries are awaited (`rt_dlnotify`). A
+    /// probe of the script's on one of those functions calls the hook too
+    /// (its trampoline is the hook there; `arm` and `hook_execs` leave the
+    /// site to it), instead of the two patching one entry and the second
+    /// winning. Addresses of the armed process: a program it execs gets
+    /// its own exec entries only.
+    entry_hooks: std::cell::RefCell<BTreeMap<u64, (u32, bool)>>,
     /// `Header::threads_at` and `Header::tcb_tid_off`.
     threads_at: u64,
     tid_off: u32,
@@ -572,17 +573,6 @@ impl Hooker {
     ) -> Result<(CodeRegion, Vec<Plan>), TargetError> {
         let a = &self.artifact;
         let pid = s.pid();
-        // The C library's exec entries (`hook_execs`): a probe there gets
-        // the exec hook in its own trampoline.
-        let exec_sites: Vec<u64> = match self.exec_notify {
-            Some(_) if module.to_string_lossy().contains("/libc.so") => {
-                symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"])
-                    .into_iter()
-                    .flat_map(|(_, entries)| entries.into_iter().map(|(addr, _, _)| addr))
-                    .collect()
-            }
-            _ => Vec::new(),
-        };
         let first = *functions.keys().next().unwrap_or(&0);
         let base = runtime_addr(maps, module, first)
             .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
@@ -706,19 +696,14 @@ impl Hooker {
                 // Nothing to run here: the function is left as it is.
                 continue;
             }
-            // The C library's exec: this trampoline is the exec hook too.
-            if let Some(f) = self.exec_notify.filter(|_| size.is_some() && exec_sites.contains(&addr)) {
+            // A function the runtime hooks itself: this trampoline is that
+            // hook too.
+            if let Some(&(f, whole)) = self.entry_hooks.borrow().get(&addr).filter(|_| size.is_some()) {
                 handlers.push((code.at(f), 0));
                 calls.push(f);
-            }
-            // The unwinder's entries and the C++ catch: this trampoline is
-            // that hook too.
-            // They read the saved registers and the thread's slot: the
-            // whole context.
-            if let Some(&f) = self.entry_hooks.borrow().get(&addr).filter(|_| size.is_some()) {
-                handlers.push((code.at(f), 0));
-                calls.push(f);
-                lean = None;
+                if whole {
+                    lean = None;
+                }
             }
             for f in calls {
                 lean = lean.zip(clobbers.of(f)).map(|(m, c)| m | c);
@@ -1201,10 +1186,12 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     let returns = a.probes.iter().any(|p| matches!(p.attach, Attach::Function { ret: true, .. }));
     let unwinders = if returns { unwinder_entries(&maps, &exe) } else { Vec::new() };
     let (unwind, caught) = (symbol("rt_unwind"), symbol("rt_caught"));
-    let mut entry_hooks: BTreeMap<u64, u32> = unwinders
+    // rt_unwind and rt_caught read the saved registers and the thread's
+    // slot: the whole context.
+    let mut entry_hooks: BTreeMap<u64, (u32, bool)> = unwinders
         .iter()
         .flat_map(|(_, entries)| entries.iter())
-        .filter_map(|&(addr, _, catch)| Some((addr, if catch { caught? } else { unwind? })))
+        .filter_map(|&(addr, _, catch)| Some((addr, (if catch { caught? } else { unwind? }, true))))
         .collect();
     // Libraries not loaded yet: the loader's r_brk is hooked (rt_dlnotify),
     // by a probe of the script's there if it has one.
@@ -1212,7 +1199,12 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         by_module.iter().any(|(m, f)| f.keys().next().is_some_and(|&off| runtime_addr(&maps, m, off).is_none()));
     let brk = if waits { r_brk(&s) } else { None };
     if let Some(b) = brk {
-        entry_hooks.insert(b, dlnotify);
+        entry_hooks.insert(b, (dlnotify, false));
+    }
+    let exec_notify = symbol("rt_execnotify")
+        .filter(|_| !a.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })));
+    if let Some(f) = exec_notify {
+        entry_hooks.extend(exec_entries(&maps).into_iter().map(|addr| (addr, (f, false))));
     }
     let hooker = Hooker {
         entry_hooks: std::cell::RefCell::new(entry_hooks),
@@ -1226,8 +1218,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         itraced: Default::default(),
         timed: Default::default(),
         span_flush: symbol("rt_span_flush"),
-        exec_notify: symbol("rt_execnotify")
-            .filter(|_| !a.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. }))),
+        exec_notify,
         threads_at,
         tid_off,
         relocs: Default::default(),
@@ -1254,7 +1245,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             let names: Vec<String> = pending.keys().map(|m| m.display().to_string()).collect();
             return Err(TargetError::NotMapped { module: names.join(", "), pid });
         };
-        if !plans.iter().any(|(at, _, _)| (brk..brk + 16).contains(at)) {
+        if !hooked(&plans, brk) {
             let mut code = inject::code(&mut s, a, brk, 4096)?;
             let bytes = s.read(brk, 32)?;
             let size = patch::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
@@ -1276,8 +1267,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     if returns {
         for (_, entries) in unwinders {
             // A probe of the script's there calls the hook already.
-            let probed = |addr: u64| plans.iter().any(|(at, _, _)| (addr..addr + 16).contains(at));
-            let entries: Vec<_> = entries.into_iter().filter(|&(addr, _, _)| !probed(addr)).collect();
+            let entries: Vec<_> = entries.into_iter().filter(|&(addr, _, _)| !hooked(&plans, addr)).collect();
             if entries.is_empty() {
                 continue;
             }
@@ -1935,8 +1925,7 @@ fn hook_execs(
 ) -> Result<(), TargetError> {
     for (_, entries) in symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"]) {
         // A probe of the script's there already calls rt_execnotify.
-        let probed = |addr: u64| plans.iter().any(|(at, _, _)| (addr..addr + 16).contains(at));
-        let entries: Vec<_> = entries.into_iter().filter(|&(addr, _, _)| !probed(addr)).collect();
+        let entries: Vec<_> = entries.into_iter().filter(|&(addr, _, _)| !hooked(plans, addr)).collect();
         if entries.is_empty() {
             continue;
         }
@@ -1953,6 +1942,20 @@ fn hook_execs(
         codes.push(code);
     }
     Ok(())
+}
+
+/// Whether a patch planned so far is at function entry `addr` (a probe of
+/// the script's there, whose trampoline calls the runtime's hook too).
+fn hooked(plans: &[Plan], addr: u64) -> bool {
+    plans.iter().any(|(at, _, _)| (addr..addr + 16).contains(at))
+}
+
+/// The C library's exec entries (`execve`, `execveat`): run-time addresses.
+fn exec_entries(maps: &[Mapping]) -> Vec<u64> {
+    symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"])
+        .into_iter()
+        .flat_map(|(_, entries)| entries.into_iter().map(|(addr, _, _)| addr))
+        .collect()
 }
 
 /// Run-time addresses and sizes of the function symbols `names` in the
@@ -2123,10 +2126,17 @@ impl Armed {
         let mut s = Stopped::adopt(pid)?;
         run_to_entry(&mut s)?;
         check_machine(pid)?;
-        // Another program: the runtime's entry hooks were the old image's.
-        self.hooker.entry_hooks.borrow_mut().clear();
         let a = &self.hooker.artifact;
         let maps = mappings(pid)?;
+        // Another program: the runtime's entry hooks were the old image's;
+        // its own exec entries.
+        {
+            let mut hooks = self.hooker.entry_hooks.borrow_mut();
+            hooks.clear();
+            if let Some(f) = self.hooker.exec_notify {
+                hooks.extend(exec_entries(&maps).into_iter().map(|addr| (addr, (f, false))));
+            }
+        }
         let exe = crate::os::proc::exe_path(pid);
         let mut by_module: ByModule = BTreeMap::new();
         for (i, p) in a.probes.iter().enumerate() {
