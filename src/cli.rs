@@ -61,6 +61,25 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
 
+    /// Write the timer.profile samples as collapsed stacks (`main;run;hot 42` a line: FlameGraph,
+    /// inferno and speedscope read them). Without a timer.profile probe in the script (or without a
+    /// script), one sampling at 99 Hz is added.
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Write the timer.profile samples as an interactive flame graph (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub flamegraph: Option<PathBuf>,
+
+    /// Write the timer.profile samples in speedscope's format (one profile per thread).
+    #[arg(long, value_name = "FILE")]
+    pub speedscope: Option<PathBuf>,
+
+    /// Write the timer.profile samples as a gzip'd pprof profile (go tool pprof, Pyroscope, Parca,
+    /// Grafana).
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
     /// With --perfetto or --chrome, leave out calls shorter than DURATION (e.g. 500ns, 10us, 2ms,
     /// 1s). --chrome-min-dur is the same.
     #[arg(long, alias = "chrome-min-dur", value_name = "DURATION", value_parser = parse_duration_ns, requires = "trace_file")]

@@ -3,6 +3,7 @@
 
 mod cli;
 mod itrc_dump;
+mod profile;
 
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser};
@@ -185,6 +186,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             eprintln!("WARNING: {flag}: calls of {name} are not timed: {why}");
         }
     }
+    if profile_files(&cli).any() {
+        program.add_profile();
+    }
     render(&sink, &sources, color);
     if last == 2 {
         let mut out = std::io::stdout().lock();
@@ -291,7 +295,14 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         messages: Box::new(std::io::stderr()),
         traces: None,
         suppress_warnings: cli.no_warnings,
+        profile: None,
     };
+    if artifact.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })) {
+        let files = profile_files(cli);
+        if files.any() {
+            cfg.profile = Some(Box::new(profile::Profile::new(files)));
+        }
+    }
     let t0 = Instant::now();
     if cli.pid.is_none() && cli.command.is_none() {
         cfg.traces = traces(cli, artifact, std::process::id())?;
@@ -539,6 +550,10 @@ fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
     if let Some(text) = &cli.script_text {
         return Ok(("<input>".into(), text.clone(), cli.positional.clone()));
     }
+    if cli.positional.is_empty() && profile_files(cli).any() {
+        // `telco-stap -p PID --flamegraph cpu.svg`: a profile needs no script.
+        return Ok(("<profile>".into(), "probe timer.profile {}".into(), Vec::new()));
+    }
     let Some((path, args)) = cli.positional.split_first() else {
         let mut cmd = Cli::command();
         let usage = cmd.render_usage();
@@ -561,10 +576,27 @@ fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
 }
 
 /// Output files must be creatable before any tracing starts.
+/// The profile files asked for.
+fn profile_files(cli: &Cli) -> profile::Files {
+    profile::Files {
+        folded: cli.folded.clone(),
+        flamegraph: cli.flamegraph.clone(),
+        speedscope: cli.speedscope.clone(),
+        pprof: cli.pprof.clone(),
+    }
+}
+
 fn check_outputs(cli: &Cli) -> Result<()> {
-    for (flag, path) in
-        [("-o", &cli.output), ("--chrome", &cli.chrome), ("--perfetto", &cli.perfetto), ("--itrc", &cli.itrc)]
-    {
+    for (flag, path) in [
+        ("-o", &cli.output),
+        ("--chrome", &cli.chrome),
+        ("--perfetto", &cli.perfetto),
+        ("--itrc", &cli.itrc),
+        ("--folded", &cli.folded),
+        ("--flamegraph", &cli.flamegraph),
+        ("--speedscope", &cli.speedscope),
+        ("--pprof", &cli.pprof),
+    ] {
         if let Some(p) = path {
             let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {

@@ -19,6 +19,12 @@ pub enum Attach {
         period_ns: u64,
         randomize_ns: u64,
     },
+    /// `timer.profile`: samples of the target's threads, one every
+    /// `period_ns` of a thread's CPU time (run in the tracer, with the
+    /// sampled thread's registers and stack).
+    Profile {
+        period_ns: u64,
+    },
     /// Entry or return of a function: module, link-time address and size,
     /// and the offset of its first byte in the module's file (which finds it
     /// in the target's mappings).

@@ -195,6 +195,9 @@ pub fn c_header() -> String {
         ("C_PID", offset_of!(Ctx, pid)),
         ("C_TOK_POS", offset_of!(Ctx, tok_pos)),
         ("CTX_SIZE", CTX_SIZE),
+        ("SAMPLE_FRAMES_AT", offset_of!(Sample, frames)),
+        ("SAMPLE_PCS_AT", offset_of!(Sample, pcs)),
+        ("SAMPLE_FRAMES", SAMPLE_FRAMES),
     ] {
         def(n, v as u64);
     }
@@ -223,6 +226,7 @@ pub fn c_header() -> String {
         ("SLOT_DEAD", u64::from(SLOT_DEAD)),
         ("CTX_MAY_WAIT", u64::from(CTX_MAY_WAIT)),
         ("CTX_INTERRUPTIBLE", u64::from(CTX_INTERRUPTIBLE)),
+        ("CTX_SAMPLE", u64::from(CTX_SAMPLE)),
         ("ERR_DIV0", u64::from(ERR_DIV0)),
         ("ERR_MAXACTION", u64::from(ERR_MAXACTION)),
         ("ERR_OVERFLOW", u64::from(ERR_OVERFLOW)),

@@ -661,6 +661,25 @@ pub use crate::arch::native::SavedRegs;
 pub const CTX_MAY_WAIT: u32 = 1;
 /// The handler is a begin/end/error probe (MAXACTION × 10).
 pub const CTX_INTERRUPTIBLE: u32 = 2;
+/// A `timer.profile` handler: `regs` points at a [`Sample`], the sampled
+/// thread's registers followed by its stack as the tracer unwound it
+/// (`ubacktrace()` reads those frames: the thread has moved on).
+pub const CTX_SAMPLE: u32 = 4;
+
+/// The most frames a sample's stack keeps (deeper stacks are cut at the
+/// root end and counted as truncated).
+pub const SAMPLE_FRAMES: usize = 128;
+
+/// What a `timer.profile` handler's context points at ([`CTX_SAMPLE`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub regs: SavedRegs,
+    /// How many of `pcs` hold frames, the sampled pc first, then return
+    /// addresses outwards.
+    pub frames: u64,
+    pub pcs: [u64; SAMPLE_FRAMES],
+}
 
 pub const ERR_DIV0: u32 = 1;
 pub const ERR_MAXACTION: u32 = 2;

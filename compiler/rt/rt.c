@@ -1744,9 +1744,17 @@ LOCAL u64 unrelocate(const u8 *tab, u64 pc) {
 LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs) return 0;
+    u32 n = 0;
+    if (AT(ctx, C_FLAGS, u32) & CTX_SAMPLE) {
+        /* A sample: the tracer unwound the stack with the modules' CFI
+         * when it was taken (the thread has moved on since). */
+        u64 k = AT(regs, SAMPLE_FRAMES_AT, u64);
+        if (k > SAMPLE_FRAMES) k = SAMPLE_FRAMES;
+        for (; n < max && n < k; n++) pcs[n] = AT(regs, SAMPLE_PCS_AT + 8 * (u64)n, u64);
+        return n;
+    }
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
     u64 pc = AT(regs, REG_PC, u64), fp = AT(regs, REG_FP, u64);
-    u32 n = 0;
     if (pc && pc == AT(ctx, C_ADDR, u64) && n < max) {
         /* At a function's entry (before its prologue): its caller's
          * return address is on top of the stack, and rbp is still the

@@ -149,7 +149,11 @@ const TIMER_NEXT: &[Shape] = &[
     s("nsec", Arg::Number, true, TIMER_RANDOMIZE),
     s("hz", Arg::Number, true, &[]),
     s("jiffies", Arg::Number, true, TIMER_RANDOMIZE),
+    s("profile", Arg::None, true, TIMER_PROFILE),
 ];
+/// `timer.profile[.hz(N)]`: samples of the target's threads (N per second
+/// of each thread's CPU time; 99 without `.hz`).
+const TIMER_PROFILE: &[Shape] = &[s("hz", Arg::Number, true, &[])];
 const FAMILIES: &[Shape] = &[
     s("begin", Arg::Optional, true, &[]),
     s("end", Arg::Optional, true, &[]),

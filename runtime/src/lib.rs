@@ -28,5 +28,6 @@ pub mod itrace;
 pub mod local;
 pub mod os;
 pub mod perfetto;
+pub mod profile;
 pub mod render;
 pub mod target;

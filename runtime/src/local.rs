@@ -73,6 +73,9 @@ pub struct Config {
     /// incomplete (errors, skipped probes, dropped events, return probes
     /// that did not run).
     pub suppress_warnings: bool,
+    /// `--folded`, `--flamegraph`, `--speedscope`, `--pprof`: where the
+    /// `timer.profile` samples go (besides the script's handlers).
+    pub profile: Option<Box<dyn crate::profile::Sink>>,
 }
 
 /// How the session went.
@@ -96,6 +99,8 @@ pub struct Outcome {
     /// The target corrupted the event ring (said when found; the session
     /// fails).
     pub corrupted: Option<String>,
+    /// `timer.profile`: what the sampler counted.
+    pub profile: Option<crate::profile::Summary>,
 }
 
 /// The end-of-session WARNING (and ERROR) lines: what the output lacks and
@@ -143,6 +148,26 @@ pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
             "WARNING: {} call(s) left by longjmp or an exception: their return probes did not run",
             o.unreturned
         ));
+    }
+    if let Some(p) = &o.profile {
+        if p.lost > 0 {
+            v.push(format!(
+                "WARNING: {} sample(s) of timer.profile were lost: the tracer did not drain the kernel's buffer in time",
+                p.lost
+            ));
+        }
+        if p.samples > 0 && p.truncated * 10 > p.samples {
+            v.push(format!(
+                "WARNING: {} of {} sampled stack(s) could not be unwound to their root (no unwind information, or \
+                 deeper than the {} KiB of stack each sample copies)",
+                p.truncated,
+                p.samples,
+                crate::profile::STACK_BYTES / 1024
+            ));
+        }
+        if p.malformed > 0 {
+            v.push(format!("WARNING: {} sample record(s) did not parse and were skipped", p.malformed));
+        }
     }
     if o.dropped > 0 {
         let mb = (a.ring_size >> 20).max(1);
@@ -828,16 +853,46 @@ impl<'a> Local<'a> {
 /// Call probe `probe`'s handler on this thread with `ctx` (zeroed here),
 /// as process `pid`, thread `tid`.
 fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64], probe: usize, pid: u64, tid: u64) {
+    call_with(artifact, region, code, ctx, probe, pid, tid, None)
+}
+
+/// Words of the sandbox's page after the context: a `timer.profile`
+/// sample's thread id, then its [`abi::Sample`].
+const SAMPLE_WORDS: usize = 1 + core::mem::size_of::<abi::Sample>() / 8;
+
+/// [`call`], for a `timer.profile` handler with `sample` (the sampled
+/// thread's id and [`abi::Sample`], as [`Runner::run_sample`] wrote them).
+#[allow(clippy::too_many_arguments)]
+fn call_with(
+    artifact: &Artifact,
+    region: &Region,
+    code: &ExecMemory,
+    ctx: &mut [u64],
+    probe: usize,
+    pid: u64,
+    tid: u64,
+    sample: Option<&mut [u64]>,
+) {
     let Some(p) = artifact.probes.get(probe) else { return };
     if ctx.len() * 8 < core::mem::size_of::<abi::Ctx>() {
         return;
     }
+    let sample = sample.filter(|s| s.len() >= SAMPLE_WORDS && matches!(p.attach, Attach::Profile { .. }));
     let interruptible = matches!(p.attach, Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. });
     ctx.iter_mut().for_each(|w| *w = 0);
+    // A sample: its thread, registers (pc: `uaddr()`) and unwound frames.
+    let (regs, tid, addr, sampled) = match sample {
+        Some(s) => {
+            let t = s[0];
+            let regs = s[1..].as_mut_ptr();
+            (regs as u64, t, s[1 + telco_abi::arch::native::PC], abi::CTX_SAMPLE)
+        }
+        None => (0, tid, 0, 0),
+    };
     let c = abi::Ctx {
-        regs: 0,
+        regs,
         probe: probe as u32,
-        flags: abi::CTX_MAY_WAIT | if interruptible { abi::CTX_INTERRUPTIBLE } else { 0 },
+        flags: abi::CTX_MAY_WAIT | sampled | if interruptible { abi::CTX_INTERRUPTIBLE } else { 0 },
         actions: 0,
         nesting: 0,
         error: 0,
@@ -846,7 +901,7 @@ fn call(artifact: &Artifact, region: &Region, code: &ExecMemory, ctx: &mut [u64]
         tid,
         pid,
         tok_pos: 0,
-        addr: 0,
+        addr,
         entry: 0,
         slot: 0,
     };
@@ -954,6 +1009,26 @@ impl Runner<'_> {
     fn ok(&self) -> bool {
         !self.stopped
     }
+
+    /// Run `timer.profile` probe `p` on sample `s`: its thread, registers
+    /// and frames go into the sandbox's page after the context's `words`.
+    fn run_sample(&mut self, artifact: &Artifact, p: usize, words: usize, s: &crate::profile::Stack<'_>) -> bool {
+        let Some(sandbox) = &self.sandbox else {
+            self.stopped = true;
+            return false;
+        };
+        sandbox.put(words, u64::from(s.tid));
+        for (i, w) in s.regs.words.iter().enumerate() {
+            sandbox.put(words + 1 + i, *w);
+        }
+        let at = words + 1 + telco_abi::arch::native::NREGS;
+        let n = s.frames.len().min(abi::SAMPLE_FRAMES);
+        sandbox.put(at, n as u64);
+        for (i, f) in s.frames[..n].iter().enumerate() {
+            sandbox.put(at + 1 + i, f.pc);
+        }
+        self.run(artifact, p)
+    }
 }
 
 impl<'a> Local<'a> {
@@ -1033,12 +1108,24 @@ impl<'a> Local<'a> {
             let off = (seed % (2 * spread + 1)) as i128 - spread as i128;
             Duration::from_nanos((period.as_nanos() as i128 + off).max(1) as u64)
         };
+        // `timer.profile` probes: (probe, period); the sampler runs at the
+        // shortest period and each probe runs once its own period of CPU
+        // time has been sampled.
+        let profiles: Vec<(usize, u64)> = artifact
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p.attach {
+                Attach::Profile { period_ns } => Some((i, period_ns.max(1))),
+                _ => None,
+            })
+            .collect();
         let maxerrors = artifact.limits.maxerrors;
         let errors_at = core::mem::offset_of!(Header, errors);
         let skipped_at = core::mem::offset_of!(Header, skipped);
         let dropped_at = core::mem::offset_of!(Header, dropped);
         let maxskipped = artifact.limits.maxskipped;
-        let Config { output, messages, traces, suppress_warnings, .. } = cfg;
+        let Config { output, messages, traces, suppress_warnings, profile: mut sink, .. } = cfg;
         let region = &self.region;
         let code = &self.code;
         // Every tracer-side handler runs in the sandbox (os::sandbox),
@@ -1049,8 +1136,9 @@ impl<'a> Local<'a> {
         // serves, as the tracer knows it (none other, whatever the region
         // says). A sandbox that cannot start ends the tracer's probes like
         // one that failed: the target, armed already, is still let go.
-        let sandbox = Sandbox::start(words, self.region.written.pid as libc::pid_t, |probe, page| {
-            call(artifact, region, code, page, probe as usize, pid, tid)
+        let sandbox = Sandbox::start_with_input(words, SAMPLE_WORDS, self.region.written.pid as libc::pid_t, |probe, page| {
+            let (ctx, sample) = page.split_at_mut(words);
+            call_with(artifact, region, code, ctx, probe as usize, pid, tid, Some(sample))
         })
         .map_err(|e| format!("cannot start the sandbox for the tracer's probes: {e}"));
         let draining = AtomicBool::new(false);
@@ -1142,6 +1230,42 @@ impl<'a> Local<'a> {
                     break;
                 }
             }
+            // Sampling starts before the target runs on (a command still
+            // at its entry point is sampled from its first instruction).
+            let mut profiler = None;
+            let mut due = vec![0u64; profiles.len()];
+            if !failed && !region.exit_requested() && runner.ok() && !profiles.is_empty() {
+                let period = profiles.iter().map(|p| p.1).min().unwrap_or(1);
+                let target = self.region.written.pid as i32;
+                match crate::profile::Profiler::start(target, period) {
+                    Ok(p) => profiler = Some(p),
+                    Err(e) => {
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "ERROR: timer.profile: cannot sample process {target}: perf_event_open: {e} (the kernel \
+                             must allow perf events: as root, or with CAP_PERFMON; in a container, a seccomp policy \
+                             that permits perf_event_open)"
+                        );
+                        failed = true;
+                    }
+                }
+            }
+            let mut sampled = |runner: &mut Runner<'_>, profiler: &mut crate::profile::Profiler| {
+                profiler.poll(&mut |st| {
+                    if let Some(k) = sink.as_mut() {
+                        k.sample(st);
+                    }
+                    for (k, (probe, period)) in profiles.iter().enumerate() {
+                        due[k] += st.period;
+                        if due[k] >= *period {
+                            due[k] = (due[k] - period).min(*period);
+                            if !runner.run_sample(artifact, *probe, words, st) {
+                                return;
+                            }
+                        }
+                    }
+                });
+            };
             if !failed && !region.exit_requested() && runner.ok() {
                 if let Err(e) = hooks.started() {
                     let _ = writeln!(std::io::stderr(), "ERROR: {e}");
@@ -1181,10 +1305,15 @@ impl<'a> Local<'a> {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
-                    if hooks.watching() {
-                        // Notice the target's exit within 10 ms.
+                    if hooks.watching() || profiler.is_some() {
+                        // Notice the target's exit (and drain the samples)
+                        // within 10 ms.
                         let soon = now + Duration::from_millis(10);
                         wake_at = Some(wake_at.map_or(soon, |w| w.min(soon)));
+                    }
+                    if let Some(p) = profiler.as_mut() {
+                        sampled(&mut runner, p);
+                        wake();
                     }
                     if let Some(t) = wake_at.filter(|t| *t > now) {
                         if signals.wait(Some(t - now)) {
@@ -1219,6 +1348,23 @@ impl<'a> Local<'a> {
                         failed = true;
                         break;
                     }
+                }
+            }
+            // The samples taken until now (a target that exited leaves
+            // its last ones in the rings).
+            let profiled = match profiler.as_mut() {
+                Some(p) => {
+                    p.stop();
+                    sampled(&mut runner, p);
+                    wake();
+                    Some(p.summary)
+                }
+                None => None,
+            };
+            if let (Some(k), Some(summary)) = (sink.as_mut(), profiled.as_ref()) {
+                if let Err(e) = k.finish(summary) {
+                    let _ = writeln!(std::io::stderr(), "ERROR: writing the profile failed: {e}");
+                    failed = true;
                 }
             }
             hooks.stopping();
@@ -1299,6 +1445,7 @@ impl<'a> Local<'a> {
                     unfollowed_execs: region.counter(core::mem::offset_of!(Header, unfollowed_execs)),
                     traces,
                     corrupted,
+                    profile: profiled,
                 },
                 messages,
             ))

@@ -122,7 +122,10 @@ pub fn sharded_globals(program: &Program) -> (Vec<u32>, Vec<u32>) {
     let mut used = BTreeSet::new();
     for p in &program.probes {
         let in_target = p.points.iter().any(|pt| {
-            !matches!(pt, Point::Begin { .. } | Point::End { .. } | Point::Error { .. } | Point::Timer { .. })
+            !matches!(
+                pt,
+                Point::Begin { .. } | Point::End { .. } | Point::Error { .. } | Point::Timer { .. } | Point::Profile { .. }
+            )
         });
         if !in_target {
             continue;

@@ -203,6 +203,7 @@ fn attach_of(p: &Point) -> Attach {
         Point::Timer { period_ns, randomize_ns } => {
             Attach::Timer { period_ns: *period_ns, randomize_ns: *randomize_ns }
         }
+        Point::Profile { period_ns } => Attach::Profile { period_ns: *period_ns },
         Point::Function(f) => Attach::Function {
             module: f.module.clone(),
             symbol: f.symbol.clone(),

@@ -90,6 +90,20 @@ fn roots() -> Vec<PathBuf> {
     }
 }
 
+/// The separate debug file with GNU build id `id`, if one is installed
+/// (`<root>/.build-id/xx/rest.debug`, below the same roots as
+/// [`separate`]): its `.symtab` names what a stripped module's leaves out.
+pub fn by_build_id(id: &[u8]) -> Option<PathBuf> {
+    if id.len() < 2 {
+        return None;
+    }
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    roots()
+        .into_iter()
+        .map(|root| root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..])))
+        .find(|p| p.is_file())
+}
+
 /// The separate debug file of the module at `path`, with its sections.
 pub(super) fn separate(
     path: &Path,

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use gimli::{AttributeValue, DebugInfoOffset, Reader};
 
 pub use expr::{Location, Sym};
+pub use file::by_build_id as debug_file_by_build_id;
 pub use types::{Type, TypeRef};
 
 /// The reader every parsed piece of DWARF uses: owned bytes, so units and

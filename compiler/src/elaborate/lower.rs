@@ -29,6 +29,9 @@ pub enum BodyKind {
     ProcessEnd,
     /// A probe condition: globals only.
     Condition,
+    /// `timer.profile`: in the tracer, with a sampled thread's registers
+    /// and stack (`uaddr()`, `register()`, `ubacktrace()`), no DWARF.
+    Sample,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -1925,6 +1928,18 @@ impl<'a> Lowerer<'a> {
                 Diagnostic::error(Code::Context, span, format!("`{}` outside a probe in the target", sig.name))
                     .with_label("begin, end, error and timer probes run in the tracer: there are no target registers")
                     .with_help("use it in a `process(...)` probe"),
+            );
+        }
+        // A sample interrupts a thread anywhere: its registers are there,
+        // but no function's arguments or return value.
+        if (matches!(sig.builtin, Builtin::Returnval) || sig.name.ends_with("_arg"))
+            && self.kind == BodyKind::Sample
+            && self.in_function.is_none()
+        {
+            self.error(
+                Diagnostic::error(Code::Context, span, format!("`{}` in a `timer.profile` probe", sig.name))
+                    .with_label("a sample stops a thread anywhere, not at a function's entry or return")
+                    .with_help("use `uaddr()`, `register(\"rsp\")` or `ubacktrace()`"),
             );
         }
         let (lo, hi) = (sig.args.len(), sig.args.len() + sig.optional.len());

@@ -252,6 +252,21 @@ impl<'q> Resolver<'q> {
             ["begin"] => return session(vec![Point::Begin { order }]),
             ["end"] => return session(vec![Point::End { order }]),
             ["error"] => return session(vec![Point::Error { order }]),
+            ["timer", "profile", rest @ ..] => {
+                let hz = match rest {
+                    ["hz"] => num(&comps[2]).unwrap_or(0),
+                    _ => 99,
+                };
+                if !(1..=10_000).contains(&hz) {
+                    diags.push(
+                        Diagnostic::error(Code::BadValue, ex.point.span, "profiling rate is out of range")
+                            .with_label(format!("{hz} samples a second"))
+                            .with_help("sample between 1 and 10000 times a second, e.g. timer.profile.hz(999)"),
+                    );
+                }
+                let period_ns = 1_000_000_000 / hz.clamp(1, 10_000) as u64;
+                return Resolved { points: vec![Point::Profile { period_ns }], kind: BodyKind::Sample };
+            }
             ["timer", unit, rest @ ..] => {
                 let n = num(&comps[1]).unwrap_or(0).max(0) as u64;
                 let ns_per = match *unit {

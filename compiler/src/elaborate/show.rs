@@ -96,6 +96,8 @@ pub fn point_name(p: &Point) -> String {
         Point::Begin { order: n } => order("begin", *n),
         Point::End { order: n } => order("end", *n),
         Point::Error { order: n } => order("error", *n),
+        Point::Profile { period_ns } if *period_ns == 1_000_000_000 / 99 => "timer.profile".to_string(),
+        Point::Profile { period_ns } => format!("timer.profile.hz({})", 1_000_000_000 / period_ns.max(&1)),
         Point::Timer { period_ns, randomize_ns } => {
             let base = if period_ns % 1_000_000_000 == 0 {
                 format!("timer.s({})", period_ns / 1_000_000_000)

@@ -59,6 +59,17 @@ struct Candidate<'a> {
 }
 
 pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
+    parse_with(path, bytes, false)
+}
+
+/// A separate debug file's functions, whose code has no bytes there
+/// (`SHT_NOBITS`): for naming addresses only, every file offset 0.
+pub(super) fn load_names(path: &Path) -> Result<Module, ElfError> {
+    let bytes = read(path)?;
+    parse_with(path, &bytes, true)
+}
+
+fn parse_with(path: &Path, bytes: &[u8], names_only: bool) -> Result<Module, ElfError> {
     if !bytes.starts_with(b"\x7fELF") {
         if let Some(line) = bytes.strip_prefix(b"#!") {
             // `#!/usr/bin/env python3` names the program after env.
@@ -118,7 +129,7 @@ pub(super) fn parse(path: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
         &mut skipped,
     );
 
-    let mut functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped)?;
+    let mut functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped, names_only)?;
     if stripped && machine == crate::arch::native::MACHINE {
         add_unnamed_functions(&elf, bytes, &mut functions);
     }
@@ -314,6 +325,7 @@ fn group_functions<'a>(
     elf: &Elf,
     mut candidates: Vec<Candidate<'a>>,
     skipped: &mut Vec<(&'a str, SkipReason)>,
+    names_only: bool,
 ) -> Result<Vec<Function>, ElfError> {
     candidates.sort_unstable_by_key(|c| c.addr);
     let mut functions = Vec::with_capacity(candidates.len());
@@ -332,7 +344,8 @@ fn group_functions<'a>(
         let first = &group[0];
         let addr = first.addr;
         let size = group.iter().map(|c| c.size).max().unwrap_or(first.size);
-        let Some(file_offset) = file_offset(elf, addr, first.shndx) else {
+        let file_offset = if names_only { Some(0) } else { file_offset(elf, addr, first.shndx) };
+        let Some(file_offset) = file_offset else {
             // No bytes in the file (an absolute symbol, or one in .bss): there
             // is nothing to patch. Rare enough not to need its own reason.
             skipped.extend(names.iter().map(|&(_, name)| (name, SkipReason::NotAFunction)));

@@ -313,6 +313,13 @@ impl Module {
         load::load(path)
     }
 
+    /// The functions a separate debug file names (its code has no bytes
+    /// there): for naming addresses, as profiles do; nothing to patch
+    /// (every file offset is 0).
+    pub fn load_names(path: &Path) -> Result<Module, ElfError> {
+        load::load_names(path)
+    }
+
     /// Why `f` cannot take a return probe, if it cannot: it is the entry
     /// point, or its first instructions use the return address as data
     /// ([`entry::return_address_use`]). Reads the function's first bytes

@@ -134,6 +134,12 @@ pub enum Point {
         period_ns: u64,
         randomize_ns: u64,
     },
+    /// `timer.profile`: a sample of a target thread, taken every
+    /// `period_ns` of that thread's CPU time; the handler runs in the
+    /// tracer with the sampled thread's registers and unwound stack.
+    Profile {
+        period_ns: u64,
+    },
     /// Entry (or return) of a function in a module.
     Function(FunctionPoint),
     /// An instruction at a module-relative address.
@@ -222,6 +228,27 @@ pub struct Probe {
     /// library, with the lifecycle point's name (its `pp()`; no `--chrome`
     /// span of its own).
     pub lifecycle: Option<String>,
+}
+
+impl Program {
+    /// `--folded`, `--flamegraph`, `--speedscope`, `--pprof` without a
+    /// `timer.profile` probe in the script: sample at 99 Hz, as
+    /// `probe timer.profile {}` would. False if the script has its own.
+    pub fn add_profile(&mut self) -> bool {
+        if self.probes.iter().any(|p| p.points.iter().any(|pt| matches!(pt, Point::Profile { .. }))) {
+            return false;
+        }
+        self.probes.push(Probe {
+            points: vec![Point::Profile { period_ns: 1_000_000_000 / 99 }],
+            written: "timer.profile".into(),
+            condition: None,
+            locals: Vec::new(),
+            body: Vec::new(),
+            span: crate::span::Span::default(),
+            lifecycle: None,
+        });
+        true
+    }
 }
 
 impl Probe {

@@ -65,6 +65,8 @@ pub struct Mapping {
     pub path: PathBuf,
     /// The permissions say `w`.
     pub writable: bool,
+    /// The permissions say `x`.
+    pub executable: bool,
 }
 
 /// One line of `/proc/PID/maps`: `start-end perms offset dev inode path`
@@ -84,7 +86,8 @@ pub fn parse_mapping(line: &str) -> Option<Mapping> {
     let offset = u64::from_str_radix(off, 16).ok()?;
     let inode = inode.parse().ok()?;
     let writable = perms.as_bytes().get(1) == Some(&b'w');
-    Some(Mapping { start, end, offset, inode, path: PathBuf::from(rest.trim()), writable })
+    let executable = perms.as_bytes().get(2) == Some(&b'x');
+    Some(Mapping { start, end, offset, inode, path: PathBuf::from(rest.trim()), writable, executable })
 }
 
 /// Every mapping of process `pid`.

@@ -86,6 +86,20 @@ impl Sandbox {
     /// is the only process whose memory it may read or write
     /// (`process_vm_readv`/`writev`).
     pub fn start<F: Fn(u32, &mut [u64])>(page_words: usize, peer: libc::pid_t, serve: F) -> io::Result<Sandbox> {
+        Sandbox::start_with_input(page_words, 0, peer, serve)
+    }
+
+    /// [`Sandbox::start`], with `input_words` more words after the
+    /// zeroed ones: the parent sets them ([`Sandbox::put`]) before a
+    /// request and `serve` reads them (not zeroed between requests).
+    pub fn start_with_input<F: Fn(u32, &mut [u64])>(
+        page_words: usize,
+        input_words: usize,
+        peer: libc::pid_t,
+        serve: F,
+    ) -> io::Result<Sandbox> {
+        let zeroed = page_words.max(1);
+        let page_words = zeroed + input_words;
         use nix::fcntl::OFlag;
         use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
         let (req_r, req_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
@@ -116,8 +130,8 @@ impl Sandbox {
         }
         if pid == 0 {
             // SAFETY: the shared page is mapped, page_words words long.
-            let ctx = unsafe { std::slice::from_raw_parts_mut(page, page_words.max(1)) };
-            child(parent, peer, req_r.as_raw_fd(), rep_w.as_raw_fd(), ctx, &serve);
+            let ctx = unsafe { std::slice::from_raw_parts_mut(page, page_words) };
+            child(parent, peer, req_r.as_raw_fd(), rep_w.as_raw_fd(), ctx, zeroed, &serve);
         }
         drop(req_r);
         drop(rep_w);
@@ -132,6 +146,16 @@ impl Sandbox {
         // SAFETY: inside the mapping; the child may be writing it: a
         // volatile load of an aligned word.
         unsafe { std::ptr::read_volatile(self.page.add(i)) }
+    }
+
+    /// Set word `i` of the shared context page (before a request: the
+    /// child reads it when it runs the request).
+    pub fn put(&self, i: usize, w: u64) {
+        if i * 8 < self.page_len {
+            // SAFETY: inside the mapping; the child is idle between
+            // requests: a volatile store of an aligned word.
+            unsafe { std::ptr::write_volatile(self.page.add(i), w) };
+        }
     }
 
     /// Why the sandbox stopped, once it has.
@@ -248,6 +272,7 @@ fn child(
     req: i32,
     rep: i32,
     ctx: &mut [u64],
+    zeroed: usize,
     serve: &dyn Fn(u32, &mut [u64]),
 ) -> ! {
     // SAFETY: raw system calls on our own process; no allocation.
@@ -288,7 +313,7 @@ fn child(
             if libc::read(req, b.as_mut_ptr().cast(), 4) != 4 {
                 libc::_exit(0);
             }
-            ctx.iter_mut().for_each(|w| *w = 0);
+            ctx.iter_mut().take(zeroed).for_each(|w| *w = 0);
             serve(u32::from_ne_bytes(b), ctx);
             if libc::write(rep, b.as_ptr().cast(), 4) != 4 {
                 libc::_exit(0);

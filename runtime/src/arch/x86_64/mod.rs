@@ -5,6 +5,7 @@
 pub mod clobber;
 pub mod patch;
 pub mod stub;
+pub mod sample;
 pub mod trampoline;
 
 use telco_abi::arch::x86_64 as abi;

@@ -1,0 +1,46 @@
+//! x86_64's part of `timer.profile`: which user registers a perf sample
+//! carries and where each goes in our register file, and the CFI unwinder
+//! (framehop's) with the registers it starts from.
+
+use telco_abi::arch::x86_64 as r;
+use telco_abi::region::SavedRegs;
+
+/// (perf's register number, our word), in perf's order (the order a
+/// sample lists them in; `arch/x86/include/uapi/asm/perf_regs.h`).
+pub const PERF_USER_REGS: [(u32, usize); 18] = [
+    (0, r::RAX),
+    (1, r::RBX),
+    (2, r::RCX),
+    (3, r::RDX),
+    (4, r::RSI),
+    (5, r::RDI),
+    (6, r::RBP),
+    (7, r::RSP),
+    (8, r::RIP),
+    (9, r::RFLAGS),
+    (16, r::R8),
+    (17, r::R9),
+    (18, r::R10),
+    (19, r::R11),
+    (20, 12),
+    (21, 13),
+    (22, 14),
+    (23, 15),
+];
+
+/// framehop's unwinder for this architecture, over section bytes `D`.
+pub type Unwinder<D> = framehop::x86_64::UnwinderX86_64<D>;
+/// Its rule cache.
+pub type Cache = framehop::x86_64::CacheX86_64;
+
+/// The pc, the stack pointer and the registers the unwinder starts from.
+pub fn unwind_start(regs: &SavedRegs) -> (u64, u64, framehop::x86_64::UnwindRegsX86_64) {
+    let (pc, sp, fp) = (regs.words[r::RIP], regs.words[r::RSP], regs.words[r::RBP]);
+    (pc, sp, framehop::x86_64::UnwindRegsX86_64::new(pc, sp, fp))
+}
+
+/// Kernel addresses (the upper half): a sample's pc there was taken in
+/// the kernel.
+pub fn is_kernel_address(a: u64) -> bool {
+    a >> 63 == 1
+}

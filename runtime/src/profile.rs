@@ -1,0 +1,440 @@
+//! `timer.profile`: the target's threads sampled by CPU time
+//! ([`crate::os::perf`]) and their stacks unwound in the tracer with the
+//! modules' CFI (`.eh_frame`, `.debug_frame`) by framehop, the unwinder
+//! samply uses, falling back to frame pointers only where a module has no
+//! unwind information.
+//!
+//! Each sample carries the thread's user registers and the top 16 KiB of
+//! its stack; the tracer knows the process's modules from
+//! `/proc/PID/maps` (re-read when a frame lands outside every known module,
+//! at most every 100 ms: a library loaded since) and reads their unwind
+//! sections from the files (the vDSO's from the process's memory). A stack
+//! is a list of [`Frame`]s, the sampled pc first; each frame says which
+//! module it is in so that the writers can name it by the module's
+//! symbols. Frames no module holds are kept, as unknown, and counted.
+//!
+//! A [`Sink`] receives every unwound sample (the `--folded`,
+//! `--flamegraph`, `--speedscope` and `--pprof` writers), and the session
+//! runs the script's `timer.profile` handlers on it, in the sandbox, with
+//! the registers and these frames (`ubacktrace()`).
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use telco_abi::region::{SavedRegs, SAMPLE_FRAMES};
+
+use crate::arch::native::sample::{self as arch, Cache, Unwinder};
+use crate::os::perf::{RawSample, Sampler};
+use crate::os::proc::{self, Mapping};
+
+/// How much user stack each sample copies (as `perf record --call-graph
+/// dwarf` does by default: 8 KiB; twice that here for deep interpreters).
+pub const STACK_BYTES: u32 = 16 * 1024;
+
+/// A module (an ELF file, or the vDSO) mapped in a sampled process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// The file as the process maps it (`[vdso]` for the vDSO).
+    pub path: PathBuf,
+    /// Load bias: address in the process minus link-time address.
+    pub bias: u64,
+    /// Where it is mapped (all its mappings' span).
+    pub start: u64,
+    pub end: u64,
+    /// The file offset `start` maps.
+    pub file_offset: u64,
+    /// Its GNU build id, when it has one.
+    pub build_id: Vec<u8>,
+}
+
+/// One frame of a sampled stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// The sampled pc (first frame) or a return address.
+    pub pc: u64,
+    /// Where to look the frame's function up: the pc, or the return
+    /// address minus one (inside the call).
+    pub lookup: u64,
+    /// Index into [`Profiler::modules`], `None` when no module holds it.
+    pub module: Option<u32>,
+}
+
+/// An unwound sample.
+#[derive(Debug)]
+pub struct Stack<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    /// CLOCK_MONOTONIC, ns.
+    pub time: u64,
+    /// CPU time this sample stands for, ns.
+    pub period: u64,
+    /// Taken in the kernel (a system call): the frames start where the
+    /// thread entered it.
+    pub in_kernel: bool,
+    pub regs: &'a SavedRegs,
+    /// The sampled pc first, then return addresses outwards.
+    pub frames: &'a [Frame],
+    /// The unwinder reached the stack's root (else the stack is cut: its
+    /// outermost frames are missing).
+    pub complete: bool,
+    pub modules: &'a [ModuleInfo],
+}
+
+/// Where unwound samples go (the profile files).
+pub trait Sink: Send {
+    fn sample(&mut self, s: &Stack<'_>);
+    /// The session ended: write everything out.
+    fn finish(&mut self, summary: &Summary) -> std::io::Result<()>;
+}
+
+/// What the profiler counted, for the session's summary.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub samples: u64,
+    /// Samples the kernel could not store (its ring full).
+    pub lost: u64,
+    /// Stacks the unwinder could not follow to their root.
+    pub truncated: u64,
+    /// Frames in no known module.
+    pub unknown_frames: u64,
+    /// Records that did not parse.
+    pub malformed: u64,
+}
+
+/// Section bytes shared between the unwinders of processes that map the
+/// same file.
+#[derive(Clone, Default)]
+pub struct Bytes(Arc<Vec<u8>>);
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A module's unwind sections, as read from its file.
+#[derive(Clone, Default)]
+struct Sections {
+    text: Option<(std::ops::Range<u64>, Bytes)>,
+    got: Option<std::ops::Range<u64>>,
+    eh_frame: Option<(std::ops::Range<u64>, Bytes)>,
+    eh_frame_hdr: Option<(std::ops::Range<u64>, Bytes)>,
+    debug_frame: Option<Bytes>,
+    /// (p_vaddr, p_offset, p_filesz) of each PT_LOAD.
+    loads: Vec<(u64, u64, u64)>,
+    build_id: Vec<u8>,
+}
+
+struct Proc {
+    unwinder: Unwinder<Bytes>,
+    cache: Box<Cache>,
+    /// (start, end, module index), sorted.
+    ranges: Vec<(u64, u64, u32)>,
+    loaded: Instant,
+}
+
+/// Samples a process and unwinds them.
+pub struct Profiler {
+    sampler: Sampler,
+    procs: HashMap<u32, Proc>,
+    /// Every module seen, in any sampled process (indices are stable).
+    pub modules: Vec<ModuleInfo>,
+    known: HashMap<(PathBuf, u64), u32>,
+    files: HashMap<(PathBuf, u64), Option<Sections>>,
+    pub summary: Summary,
+    frames: Vec<Frame>,
+}
+
+const RELOAD_EVERY: Duration = Duration::from_millis(100);
+
+impl Profiler {
+    /// Sample every thread of `pid`, now and later, every `period_ns` of
+    /// its CPU time.
+    pub fn start(pid: i32, period_ns: u64) -> std::io::Result<Profiler> {
+        let sampler = Sampler::open(pid, period_ns, STACK_BYTES)?;
+        Ok(Profiler {
+            sampler,
+            procs: HashMap::new(),
+            modules: Vec::new(),
+            known: HashMap::new(),
+            files: HashMap::new(),
+            summary: Summary::default(),
+            frames: Vec::new(),
+        })
+    }
+
+    /// The perf descriptors that become readable when samples arrive.
+    pub fn fds(&self) -> Vec<i32> {
+        self.sampler.fds()
+    }
+
+    /// Stop sampling; the samples taken so far can still be polled.
+    pub fn stop(&self) {
+        self.sampler.disable();
+    }
+
+    /// Unwind every sample taken since the last poll and give each to `f`.
+    pub fn poll(&mut self, f: &mut dyn FnMut(&Stack<'_>)) {
+        let mut raw = Vec::new();
+        self.sampler.drain(&mut |s| raw.push(s));
+        self.summary.lost = self.sampler.lost;
+        self.summary.malformed = self.sampler.malformed;
+        for s in raw {
+            self.unwind(&s, f);
+        }
+    }
+
+    fn unwind(&mut self, s: &RawSample, f: &mut dyn FnMut(&Stack<'_>)) {
+        self.summary.samples += 1;
+        let now = Instant::now();
+        let (pc, _, _) = arch::unwind_start(&s.regs);
+        let fresh = match self.procs.get(&s.pid) {
+            None => true,
+            Some(p) => find(&p.ranges, pc).is_none() && now.duration_since(p.loaded) >= RELOAD_EVERY,
+        };
+        if fresh {
+            self.load(s.pid, now);
+        }
+        let mut complete = self.walk(s);
+        if complete.is_none() {
+            // A return address in no known module: a library loaded since
+            // the last look, perhaps.
+            let reload = self.procs.get(&s.pid).is_some_and(|p| now.duration_since(p.loaded) >= RELOAD_EVERY);
+            if reload {
+                self.load(s.pid, now);
+                complete = self.walk(s);
+            }
+        }
+        let complete = complete.unwrap_or(false);
+        if !complete {
+            self.summary.truncated += 1;
+        }
+        self.summary.unknown_frames += self.frames.iter().filter(|fr| fr.module.is_none()).count() as u64;
+        let stack = Stack {
+            pid: s.pid,
+            tid: s.tid,
+            time: s.time,
+            period: s.period,
+            in_kernel: s.in_kernel,
+            regs: &s.regs,
+            frames: &self.frames,
+            complete,
+            modules: &self.modules,
+        };
+        f(&stack);
+    }
+
+    /// Unwind `s` into `self.frames`: `Some(reached the root)`, or `None`
+    /// when a frame fell outside every known module.
+    fn walk(&mut self, s: &RawSample) -> Option<bool> {
+        use framehop::Unwinder as _;
+        self.frames.clear();
+        let Some(p) = self.procs.get_mut(&s.pid) else { return Some(false) };
+        let (pc, sp, regs) = arch::unwind_start(&s.regs);
+        let stack = &s.stack;
+        let mut read = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(sp).ok_or(())? as usize;
+            let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_ne_bytes(b.try_into().map_err(|_| ())?))
+        };
+        let mut it = p.unwinder.iter_frames(pc, regs, &mut p.cache, &mut read);
+        let mut complete = false;
+        let mut outside = false;
+        while self.frames.len() < SAMPLE_FRAMES {
+            match it.next() {
+                Ok(Some(fa)) => {
+                    let (a, lookup) = (fa.address(), fa.address_for_lookup());
+                    if arch::is_kernel_address(a) {
+                        break;
+                    }
+                    let module = find(&p.ranges, lookup);
+                    outside |= module.is_none() && !self.frames.is_empty();
+                    self.frames.push(Frame { pc: a, lookup, module });
+                }
+                Ok(None) => {
+                    complete = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if outside && !complete {
+            return None;
+        }
+        Some(complete)
+    }
+
+    /// (Re)build process `pid`'s unwinder from its maps.
+    fn load(&mut self, pid: u32, now: Instant) {
+        use framehop::Unwinder as _;
+        let maps = proc::maps(pid as i32).unwrap_or_default();
+        let mut unwinder = Unwinder::<Bytes>::new();
+        let mut ranges = Vec::new();
+        // Mappings of one file, in address order (maps is sorted).
+        let mut groups: Vec<(PathBuf, u64, Vec<&Mapping>)> = Vec::new();
+        for m in &maps {
+            let p = m.path.to_string_lossy();
+            if !(p.starts_with('/') || p == "[vdso]") || p.ends_with(" (deleted)") {
+                continue;
+            }
+            match groups.last_mut() {
+                Some((path, inode, ms)) if *path == m.path && *inode == m.inode => ms.push(m),
+                _ => groups.push((m.path.clone(), m.inode, vec![m])),
+            }
+        }
+        for (path, inode, ms) in groups {
+            if !ms.iter().any(|m| m.executable) {
+                continue;
+            }
+            let sections = self
+                .files
+                .entry((path.clone(), inode))
+                .or_insert_with(|| read_sections(pid, &path, ms[0]))
+                .clone();
+            let Some(sec) = sections else { continue };
+            let first = ms[0];
+            let Some(bias) = bias_of(&sec.loads, first.start, first.offset) else { continue };
+            let (start, end) = (first.start, ms.iter().map(|m| m.end).max().unwrap_or(first.end));
+            let key = (path.clone(), bias);
+            let idx = *self.known.entry(key).or_insert_with(|| {
+                self.modules.push(ModuleInfo {
+                    path: path.clone(),
+                    bias,
+                    start,
+                    end,
+                    file_offset: first.offset,
+                    build_id: sec.build_id.clone(),
+                });
+                (self.modules.len() - 1) as u32
+            });
+            ranges.push((start, end, idx));
+            let info = framehop::ExplicitModuleSectionInfo {
+                base_svma: 0,
+                text_svma: sec.text.as_ref().map(|t| t.0.clone()),
+                text: sec.text.as_ref().map(|t| t.1.clone()),
+                got_svma: sec.got.clone(),
+                eh_frame_svma: sec.eh_frame.as_ref().map(|t| t.0.clone()),
+                eh_frame: sec.eh_frame.as_ref().map(|t| t.1.clone()),
+                eh_frame_hdr_svma: sec.eh_frame_hdr.as_ref().map(|t| t.0.clone()),
+                eh_frame_hdr: sec.eh_frame_hdr.as_ref().map(|t| t.1.clone()),
+                debug_frame: sec.debug_frame.clone(),
+                ..Default::default()
+            };
+            unwinder.add_module(framehop::Module::new(path.to_string_lossy().into_owned(), start..end, bias, info));
+        }
+        ranges.sort_unstable();
+        self.procs.insert(pid, Proc { unwinder, cache: Box::new(Cache::new()), ranges, loaded: now });
+    }
+}
+
+/// The module holding `a`.
+fn find(ranges: &[(u64, u64, u32)], a: u64) -> Option<u32> {
+    let i = ranges.partition_point(|r| r.0 <= a);
+    let r = ranges.get(i.checked_sub(1)?)?;
+    (a < r.1).then_some(r.2)
+}
+
+/// Load bias of a module whose file offset `offset` is mapped at `start`.
+fn bias_of(loads: &[(u64, u64, u64)], start: u64, offset: u64) -> Option<u64> {
+    let page = 4096;
+    let &(vaddr, off, _) =
+        loads.iter().find(|(_, o, sz)| offset >= o / page * page && offset < o + sz.max(&1)).or(loads.first())?;
+    // vaddr(fileoff) = p_vaddr + fileoff - p_offset (page-congruent).
+    Some(start.wrapping_sub(vaddr.wrapping_add(offset).wrapping_sub(off)))
+}
+
+/// A module's unwind sections and load segments: from its file, or (the
+/// vDSO) from the process's memory.
+fn read_sections(pid: u32, path: &std::path::Path, first: &Mapping) -> Option<Sections> {
+    let bytes = if path.as_os_str() == "[vdso]" {
+        let len = (first.end - first.start).min(1 << 20) as usize;
+        let mut buf = vec![0u8; len];
+        let f = proc::mem(pid as i32, false).ok()?;
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, first.start).ok()?;
+        buf
+    } else {
+        crate::os::sys::read_module(path).ok()?
+    };
+    parse_sections(&bytes)
+}
+
+fn parse_sections(bytes: &[u8]) -> Option<Sections> {
+    use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, Elf};
+    let elf = Elf::parse(bytes).ok()?;
+    let mut s = Sections {
+        loads: elf
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .map(|p| (p.p_vaddr, p.p_offset, p.p_filesz))
+            .collect(),
+        ..Default::default()
+    };
+    for sh in &elf.section_headers {
+        let name = elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("");
+        let range = sh.sh_addr..sh.sh_addr.saturating_add(sh.sh_size);
+        let data = || -> Option<Bytes> {
+            if sh.sh_type == SHT_NOBITS {
+                return None;
+            }
+            let start = usize::try_from(sh.sh_offset).ok()?;
+            let b = bytes.get(start..start.checked_add(usize::try_from(sh.sh_size).ok()?)?)?;
+            Some(Bytes(Arc::new(b.to_vec())))
+        };
+        match name {
+            ".text" => s.text = data().map(|d| (range, d)),
+            ".got" => s.got = Some(range),
+            ".eh_frame" => s.eh_frame = data().map(|d| (range, d)),
+            ".eh_frame_hdr" => s.eh_frame_hdr = data().map(|d| (range, d)),
+            ".debug_frame" => s.debug_frame = data(),
+            _ => {}
+        }
+    }
+    if let Some(notes) = elf.iter_note_sections(bytes, Some(".note.gnu.build-id")) {
+        for n in notes.flatten() {
+            if n.n_type == goblin::elf::note::NT_GNU_BUILD_ID {
+                s.build_id = n.desc.to_vec();
+            }
+        }
+    }
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_module_of_an_address_is_found() {
+        let r = [(0x1000, 0x2000, 0), (0x5000, 0x6000, 1)];
+        assert_eq!(find(&r, 0x1000), Some(0));
+        assert_eq!(find(&r, 0x1fff), Some(0));
+        assert_eq!(find(&r, 0x2000), None);
+        assert_eq!(find(&r, 0x5800), Some(1));
+        assert_eq!(find(&r, 0x10), None);
+    }
+
+    #[test]
+    fn the_load_bias_follows_the_segment() {
+        // A PIE: text at vaddr 0x1000, file offset 0x1000, mapped at
+        // 0x5555_5555_5000 from offset 0x1000.
+        let loads = [(0, 0, 0x800), (0x1000, 0x1000, 0x2000)];
+        assert_eq!(bias_of(&loads, 0x5555_5555_5000, 0x1000), Some(0x5555_5555_4000));
+        // A non-PIE executable mapped where it was linked.
+        let loads = [(0x400000, 0, 0x1000)];
+        assert_eq!(bias_of(&loads, 0x400000, 0), Some(0));
+    }
+
+    #[test]
+    fn this_test_binary_has_unwind_sections() {
+        let me = std::env::current_exe().expect("exe");
+        let bytes = std::fs::read(me).expect("read");
+        let s = parse_sections(&bytes).expect("an ELF file");
+        assert!(s.eh_frame.is_some() && s.eh_frame_hdr.is_some() && s.text.is_some());
+        assert!(!s.build_id.is_empty());
+    }
+}
