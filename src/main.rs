@@ -55,6 +55,46 @@ fn run(cli: Cli) -> Result<ExitCode> {
     if let Some(cmd) = &cli.subcommand {
         return subcommand(cmd);
     }
+    if let Some(pattern) = cli.list.as_deref().filter(|p| p.starts_with("timer")) {
+        // `-l 'timer.*'`: the timer family's points, as SystemTap lists them.
+        const TIMERS: &[&str] = &[
+            "timer.hz(number)",
+            "timer.jiffies(number)",
+            "timer.jiffies(number).randomize(number)",
+            "timer.ms(number)",
+            "timer.ms(number).randomize(number)",
+            "timer.msec(number)",
+            "timer.msec(number).randomize(number)",
+            "timer.ns(number)",
+            "timer.ns(number).randomize(number)",
+            "timer.nsec(number)",
+            "timer.nsec(number).randomize(number)",
+            "timer.profile",
+            "timer.profile.hz(number)",
+            "timer.s(number)",
+            "timer.s(number).randomize(number)",
+            "timer.sec(number)",
+            "timer.sec(number).randomize(number)",
+            "timer.us(number)",
+            "timer.us(number).randomize(number)",
+            "timer.usec(number)",
+            "timer.usec(number).randomize(number)",
+        ];
+        let strip = |t: &str| t.replace("(number)", "");
+        let hits: Vec<&str> = TIMERS
+            .iter()
+            .copied()
+            .filter(|t| telco_compiler::glob::glob_match(pattern, t) || telco_compiler::glob::glob_match(pattern, &strip(t)))
+            .collect();
+        if !hits.is_empty() {
+            let mut out = std::io::stdout().lock();
+            for t in hits {
+                writeln!(out, "{t}")?;
+            }
+            out.flush()?;
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     if cli.dump_functions || cli.dump_probe_aliases {
         let mut tapsets = elaborate::tapsets::builtin();
         tapsets.extend(elaborate::tapsets::from_dirs(&cli.include).map_err(anyhow::Error::msg)?);

@@ -1832,6 +1832,39 @@ EXPORT void rt_usymname(const u8 *tab, i64 addr, char *dst, i64 cap) {
         put_hex(dst, &o, cap, (u64)addr, 1);
 }
 
+/* sprint_ubacktrace(): one line per frame, as SystemTap's string form
+ * (_STP_SYM_SIMPLE): "sym+0xoff [module]\n" with the module's base name,
+ * or the address in hex; whole lines only. */
+EXPORT void rt_sprint_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, char *dst, i64 cap) {
+    u64 pcs[64];
+    u32 n = backtrace(R, ctx, tab, pcs, 64);
+    usize o = 0;
+    dst[0] = 0;
+    for (u32 i = 0; i < n; i++) {
+        char line[320];
+        usize k = 0;
+        line[0] = 0;
+        const u8 *md;
+        const u8 *f = sym_find(tab, pcs[i], &md);
+        if (f) {
+            put_s(line, &k, sizeof line, (const char *)tab + AT(f, SY_NAME, u32));
+            put_s(line, &k, sizeof line, "+");
+            put_hex(line, &k, sizeof line, pcs[i] - AT(md, SM_BIAS, u64) - AT(f, SY_ADDR, u64), 1);
+            put_s(line, &k, sizeof line, " [");
+            const char *path = (const char *)tab + AT(md, SM_PATH, u32), *base = path;
+            for (const char *p = path; *p; p++)
+                if (*p == '/') base = p + 1;
+            put_s(line, &k, sizeof line, base);
+            put_s(line, &k, sizeof line, "]");
+        } else {
+            put_hex(line, &k, sizeof line, pcs[i], 1);
+        }
+        put_s(line, &k, sizeof line, "\n");
+        if (o + k > (usize)cap - 1) break;
+        put_s(dst, &o, cap, line);
+    }
+}
+
 /* print_ubacktrace(): one line per frame, as SystemTap prints them:
  * " 0x000055d0c0a0f149 : leaf+0x9/0x10 [/path/to/program]", each a printf
  * of format `id` ("%s%s%s\n", argument kinds `kinds`). */

@@ -77,6 +77,7 @@ rt_fns! {
     SetUserInt = "rt_set_user_int"(7) false,
     Ubacktrace = "rt_ubacktrace"(4) false,
     PrintUbacktrace = "rt_print_ubacktrace"(5) false,
+    SprintUbacktrace = "rt_sprint_ubacktrace"(5) false,
     Usymname = "rt_usymname"(4) false,
     Tid = "rt_tid"(1) true,
     Ppid = "rt_ppid"(2) true,

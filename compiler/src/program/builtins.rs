@@ -131,6 +131,7 @@ builtins! {
     // Stacks and symbols.
     Ubacktrace = "ubacktrace"() -> String,
     PrintUbacktrace = "print_ubacktrace"() -> Void,
+    SprintUbacktrace = "sprint_ubacktrace"() -> String,
     Usymname = "usymname"(Long) -> String,
     // Strings.
     Strlen = "strlen"(String) -> Long,

@@ -441,6 +441,14 @@ impl Gen<'_, '_, '_> {
                 self.rt(Rt::Ubacktrace, &[self.region, self.ctx, t, cap]);
                 t
             }
+            Builtin::SprintUbacktrace => {
+                let off = self.sh.symtab();
+                let tab = self.region_addr(off);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::SprintUbacktrace, &[self.region, self.ctx, tab, t, cap]);
+                t
+            }
             Builtin::PrintUbacktrace => {
                 // One printf per frame, as SystemTap prints them: address,
                 // symbol+offset/size, module (each within MAXSTRINGLEN).

@@ -1,0 +1,303 @@
+//! `timer.profile` and the profile files, on programs with a known CPU
+//! split (tests/programs/profile.c: `hot` three quarters, `cold` one
+//! quarter), built with and without frame pointers, with threads, with the
+//! program's own SIGPROF timer, with every signal blocked, attached with
+//! -p, and Debian's python3.11. Every file is read back by independent
+//! code: the folded text here, the SVG's own percentages, the speedscope
+//! file against speedscope's schema and the pprof file by Datadog's
+//! decoder (tests/profile/check.js; `tests/profile/install.sh`).
+//!
+//! Samples are taken every millisecond of a thread's CPU time (999 Hz),
+//! so a 0.6 s run gives about 600 samples and the split is measured, not
+//! guessed: the loops alternate every 30 µs, far below the period, and
+//! the bounds (5 points) are many samples wide.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+const ROUNDS: &str = "45000";
+
+fn build(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let exe = dir.join(name);
+    gcc("profile.c", &exe, flags);
+    exe
+}
+
+/// `node tests/profile/check.js KIND FILE`, parsed.
+fn check(kind: &str, file: &Path) -> serde_json::Value {
+    let script = repo().join("tests/profile/check.js");
+    assert!(
+        repo().join("tests/profile/node/.ready").exists(),
+        "the profile readers are not installed: run tests/profile/install.sh (the README's test command does)"
+    );
+    let o = std::process::Command::new("node").arg(script).arg(kind).arg(file).output().expect("run node");
+    assert!(o.status.success(), "check.js {kind} failed: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("check.js prints JSON")
+}
+
+/// Folded lines: (stack, count).
+fn folded(path: &Path) -> Vec<(Vec<String>, u64)> {
+    let text = std::fs::read_to_string(path).expect("read the folded file");
+    text.lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("`stack count`");
+            (stack.split(';').map(str::to_string).collect(), n.parse().expect("a count"))
+        })
+        .collect()
+}
+
+/// Percent of `a` among the samples whose leaf is `a` or `b`.
+fn share(samples: &[(Vec<String>, u64)], a: &str, b: &str) -> f64 {
+    let count = |f: &str| samples.iter().filter(|(s, _)| s.last().is_some_and(|l| l == f)).map(|x| x.1).sum::<u64>();
+    let (x, y) = (count(a), count(b));
+    assert!(x + y >= 200, "too few samples of {a} and {b}: {x} + {y}");
+    100.0 * x as f64 / (x + y) as f64
+}
+
+fn around_75(what: &str, pct: f64) {
+    assert!((70.0..=80.0).contains(&pct), "{what}: hot has {pct:.1}% of hot+cold, not 75 ± 5");
+}
+
+/// The SVG's own numbers: the percentage inferno gives `name`.
+fn svg_percent(svg: &str, name: &str) -> f64 {
+    let key = format!("<title>{name} (");
+    let at = svg.find(&key).unwrap_or_else(|| panic!("{name} is not in the flame graph"));
+    let rest = &svg[at + key.len()..];
+    let end = rest.find("%)").expect("a percentage");
+    let num = rest[..end].rsplit(", ").next().expect("samples, percent");
+    num.trim().parse().expect("a number")
+}
+
+/// Run a profile of `args` (a -c command) with every file written, and
+/// check the split in each.
+fn profile_all(dir: &Path, cmd: &str) -> (String, Vec<(Vec<String>, u64)>) {
+    let f = dir.join("p.folded");
+    let svg = dir.join("p.svg");
+    let ss = dir.join("p.speedscope.json");
+    let pp = dir.join("p.pb.gz");
+    let (out, err, code) = telco_run(&[
+        "-e",
+        "probe timer.profile.hz(999) {}",
+        "-c",
+        cmd,
+        "--folded",
+        f.to_str().unwrap(),
+        "--flamegraph",
+        svg.to_str().unwrap(),
+        "--speedscope",
+        ss.to_str().unwrap(),
+        "--pprof",
+        pp.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "telco-stap failed:\n{err}");
+    assert!(out.contains("done"), "the program did not finish: {out}\n{err}");
+    let stacks = folded(&f);
+    around_75("folded", share(&stacks, "hot", "cold"));
+    // Every sample of the loops reaches main through run.
+    for (s, n) in stacks.iter().filter(|(s, _)| s.last().is_some_and(|l| l == "hot" || l == "cold")) {
+        let joined = s.join(";");
+        assert!(joined.contains(";main;run;"), "a stack ({n} samples) does not reach main: {joined}");
+        assert!(joined.contains("_start"), "not rooted at _start: {joined}");
+    }
+    // The SVG's own percentages.
+    let text = std::fs::read_to_string(&svg).expect("the SVG");
+    assert!(text.contains("<svg") && text.contains("</svg>"));
+    let (h, c) = (svg_percent(&text, "hot"), svg_percent(&text, "cold"));
+    around_75("flame graph", 100.0 * h / (h + c));
+    // speedscope: valid against its schema; the split by weight.
+    let v = check("speedscope", &ss);
+    assert_eq!(v["valid"], true, "the speedscope file is not valid: {}", v["errors"]);
+    let mut weighted = Vec::new();
+    for p in v["profiles"].as_array().expect("profiles") {
+        for (s, w) in p["samples"].as_array().unwrap().iter().zip(p["weights"].as_array().unwrap()) {
+            let names: Vec<String> = s.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+            weighted.push((names, w.as_u64().unwrap() / 1000));
+        }
+    }
+    let pct = {
+        let count = |f: &str| weighted.iter().filter(|(s, _)| s.last().is_some_and(|l| l == f)).map(|x| x.1).sum::<u64>();
+        100.0 * count("hot") as f64 / (count("hot") + count("cold")) as f64
+    };
+    around_75("speedscope", pct);
+    // pprof: decoded by Datadog's reader; cpu nanoseconds by leaf.
+    let v = check("pprof", &pp);
+    assert_eq!(v["sampleTypes"], serde_json::json!([["samples", "count"], ["cpu", "nanoseconds"]]));
+    let mut cpu: HashMap<String, u64> = HashMap::new();
+    for s in v["samples"].as_array().expect("samples") {
+        let leaf = s["stack"][0].as_str().unwrap_or("").to_string();
+        *cpu.entry(leaf).or_default() += s["values"][1].as_u64().unwrap();
+        assert!(s["labels"]["tid"].as_u64().is_some(), "a sample without its thread: {s}");
+    }
+    let (h, c) = (cpu.get("hot").copied().unwrap_or(0), cpu.get("cold").copied().unwrap_or(0));
+    around_75("pprof", 100.0 * h as f64 / (h + c) as f64);
+    let exe = cmd.split_whitespace().next().unwrap();
+    assert!(
+        v["mappings"].as_array().unwrap().iter().any(|m| m["file"] == exe && m["buildId"].as_str().is_some_and(|b| b.len() == 40)),
+        "the program's mapping with its build id is missing: {}",
+        v["mappings"]
+    );
+    (out, stacks)
+}
+
+#[test]
+fn a_cpu_split_is_profiled_with_and_without_frame_pointers() {
+    let dir = scratch("profile-split");
+    for (name, flag) in [("nofp", "-fomit-frame-pointer"), ("fp", "-fno-omit-frame-pointer")] {
+        let exe = build(&dir, name, &[flag]);
+        profile_all(&dir, &format!("{} split {ROUNDS}", exe.display()));
+    }
+}
+
+#[test]
+fn the_programs_own_sigprof_and_blocked_signals_are_untouched() {
+    let dir = scratch("profile-signals");
+    let exe = build(&dir, "profile", &[]);
+    let (out, _) = profile_all(&dir, &format!("{} sigprof {ROUNDS}", exe.display()));
+    let ticks: u64 = out.lines().find_map(|l| l.strip_prefix("done ")).and_then(|n| n.parse().ok()).expect("done N");
+    assert!(ticks > 10, "the program's own SIGPROF timer stopped: {ticks} ticks");
+    profile_all(&dir, &format!("{} blocked {ROUNDS}", exe.display()));
+}
+
+#[test]
+fn threads_are_sampled_apart() {
+    let dir = scratch("profile-threads");
+    let exe = build(&dir, "profile", &[]);
+    let f = dir.join("t.folded");
+    let ss = dir.join("t.json");
+    let cmd = format!("{} threads 15000", exe.display());
+    let (_, err, code) = telco_run(&[
+        "-e",
+        "probe timer.profile.hz(999) {}",
+        "-c",
+        &cmd,
+        "--folded",
+        f.to_str().unwrap(),
+        "--speedscope",
+        ss.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let stacks = folded(&f);
+    for (thread, mine, other) in [("alpha", "alpha_work", "beta_work"), ("beta", "beta_work", "alpha_work")] {
+        let of: Vec<_> = stacks.iter().filter(|(s, _)| s[0] == thread).collect();
+        let total: u64 = of.iter().map(|x| x.1).sum();
+        let in_mine: u64 = of.iter().filter(|(s, _)| s.last().is_some_and(|l| l == mine)).map(|x| x.1).sum();
+        assert!(total >= 200, "{thread}: only {total} samples:\n{stacks:?}");
+        assert!(in_mine * 10 >= total * 9, "{thread}: {in_mine} of {total} samples in {mine}");
+        assert!(!of.iter().any(|(s, _)| s.iter().any(|x| x == other)), "{thread} has {other}'s frames");
+    }
+    let v = check("speedscope", &ss);
+    assert_eq!(v["valid"], true, "{}", v["errors"]);
+    let names: Vec<&str> = v["profiles"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert!(names.iter().any(|n| n.starts_with("alpha")) && names.iter().any(|n| n.starts_with("beta")), "{names:?}");
+}
+
+#[test]
+fn the_probe_body_sees_the_sampled_thread() {
+    let dir = scratch("profile-body");
+    let exe = build(&dir, "profile", &[]);
+    let cmd = format!("{} split {ROUNDS}", exe.display());
+    let script = r#"
+global where, who, stacks, sps
+probe timer.profile.hz(999) {
+    where[usymname(uaddr())] <<< 1
+    who[tid() == target()] <<< 1
+    stacks[sprint_ubacktrace()] <<< 1
+    sps <<< (register("rsp") != 0)
+}
+probe end {
+    printf("hot %d cold %d\n", @count(where["hot"]), @count(where["cold"]))
+    printf("target %d other %d\n", @count(who[1]), @count(who[0]))
+    printf("rsp %d of %d\n", @sum(sps), @count(sps))
+    foreach (s in stacks- limit 1) print(s)
+}
+"#;
+    let (out, err, code) = telco_run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let num = |line: &str, key: &str| -> u64 {
+        let l = out.lines().find(|l| l.starts_with(line)).unwrap_or_else(|| panic!("no `{line}` in {out}"));
+        let w: Vec<&str> = l.split_whitespace().collect();
+        w[w.iter().position(|x| *x == key).unwrap() + 1].parse().unwrap()
+    };
+    let (h, c) = (num("hot", "hot"), num("hot", "cold"));
+    around_75("usymname(uaddr())", 100.0 * h as f64 / (h + c) as f64);
+    assert_eq!(num("target", "other"), 0, "a sample with another tid: {out}");
+    assert!(num("rsp", "rsp") > 0 && num("rsp", "rsp") == num("rsp", "of"), "{out}");
+    assert!(out.contains("\nhot+0x") && out.contains("\nrun+0x") && out.contains("main+0x"), "{out}");
+    assert!(out.contains(" [nofp]") || out.contains(" [profile]"), "frames name their module: {out}");
+}
+
+#[test]
+fn a_running_process_is_profiled_without_a_script() {
+    let dir = scratch("profile-attach");
+    let exe = build(&dir, "profile", &[]);
+    let mut target = Running::start(&exe, &["serve", "0"]);
+    let f = dir.join("a.folded");
+    let pid = target.pid().to_string();
+    let (_, err, code) = telco_run(&["-p", &pid, "-T", "2", "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    target.say("stop");
+    let (out, _) = target.finish();
+    assert!(out.contains("done"), "the target did not live on: {out}");
+    // 99 Hz for 2 s: about 200 samples.
+    let stacks = folded(&f);
+    let total: u64 = stacks.iter().map(|x| x.1).sum();
+    assert!((100..=260).contains(&total), "{total} samples in 2 s at 99 Hz");
+    let pct = {
+        let count = |f: &str| stacks.iter().filter(|(s, _)| s.last().is_some_and(|l| l == f)).map(|x| x.1).sum::<u64>();
+        100.0 * count("hot") as f64 / (count("hot") + count("cold")).max(1) as f64
+    };
+    // Fewer samples: a wider bound (±10 points is over 3 standard
+    // deviations of 200 samples even if they were random).
+    assert!((65.0..=85.0).contains(&pct), "hot has {pct:.1}%");
+}
+
+#[test]
+fn python_stacks_go_through_the_interpreter() {
+    let dir = scratch("profile-python");
+    let py = dir.join("work.py");
+    std::fs::write(
+        &py,
+        "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nfor _ in range(30):\n    fib(25)\nprint('done')\n",
+    )
+    .unwrap();
+    let f = dir.join("py.folded");
+    let cmd = format!("/usr/bin/python3.11 {}", py.display());
+    let (out, err, code) =
+        telco_run(&["-e", "probe timer.profile.hz(999) {}", "-c", &cmd, "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("done"), "{out}");
+    let stacks = folded(&f);
+    let total: u64 = stacks.iter().map(|x| x.1).sum();
+    assert!(total >= 200, "{total} samples");
+    let rooted: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s.len() > 3 && s[1] == "_start" && s[2] == "__libc_start_main")
+        .map(|x| x.1)
+        .sum();
+    let eval: u64 =
+        stacks.iter().filter(|(s, _)| s.iter().any(|x| x == "_PyEval_EvalFrameDefault")).map(|x| x.1).sum();
+    assert!(rooted * 10 >= total * 9, "{rooted} of {total} samples rooted at _start");
+    assert!(eval * 10 >= total * 8, "{eval} of {total} samples in the interpreter's loop");
+}
+
+#[test]
+fn profile_points_are_listed_and_checked() {
+    let (out, _, code) = telco_run(&["-l", "timer.*"]);
+    assert_eq!(code, Some(0));
+    assert!(out.lines().any(|l| l == "timer.profile") && out.lines().any(|l| l == "timer.profile.hz(number)"), "{out}");
+    let (_, err, code) = telco_run(&["-e", "probe timer.profile.hz(0) {}", "-p", "1", "--last-pass", "2"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("profiling rate is out of range"), "{err}");
+    let (_, err, code) = telco_run(&["-e", "probe timer.profile { println($arg1) }", "-p", "1", "--last-pass", "2"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("timer.profile"), "{err}");
+    // A profile needs a process.
+    let dir = scratch("profile-cli");
+    let f = dir.join("x.folded");
+    let (_, err, code) = telco_run(&["-e", "probe begin { exit() }", "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("-p PID or -c CMD"), "{err}");
+}
