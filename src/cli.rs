@@ -11,6 +11,7 @@ Examples:
   telco-stap -l 'process(\"libc.so.6\").function(\"mem*\")' -p 4242
   telco-stap trace.tp -c ./prog --perfetto out.pftrace   open in ui.perfetto.dev
   telco-stap trace.tp -c ./prog --chrome out.json   open in Perfetto or chrome://tracing
+  telco-stap -p 4242 -T 10 --flamegraph cpu.svg    CPU profile as a flame graph
   telco-stap itrace.tp -p 4242 --itrc out.itrc      instruction trace (Frida ITRC)
   telco-stap itrc-dump out.itrc --chrome out.json   read an ITRC file back
   telco-stap --last-pass 1 script.tp                print the parsed script

@@ -463,3 +463,20 @@ fn python_flame() {
     assert_eq!(per_file[0], per_file[1], "--perfetto and --chrome differ");
     let _ = rc;
 }
+
+#[test]
+fn profile() {
+    let (d, cmds) = script("profile.tp");
+    let c = runnable(&cmds);
+    assert_eq!(c.len(), 1);
+    let r = run(&d.0, c[0]);
+    // `spin` (and the clock it reads) has all the CPU time: the top stack
+    // goes through spin to main, whatever the leaf (the vDSO's clock).
+    let n: u64 = r.stdout.lines().find_map(|l| l.strip_suffix(" samples")).and_then(|x| x.parse().ok()).expect("N samples");
+    assert!(n >= 200, "{}", r.stdout);
+    let top = r.stdout.split("\n\n").nth(1).expect("the top stack");
+    assert!(top.contains("spin+0x") && top.contains("main+0x"), "{}", r.stdout);
+    assert!(r.stdout.lines().any(|l| l.starts_with("spin ")), "{}", r.stdout);
+    let svg = std::fs::read_to_string(d.0.join("out.svg")).expect("the flame graph");
+    assert!(svg.contains("<title>spin (") && svg.contains("<title>main ("), "the flame graph lacks spin/main");
+}

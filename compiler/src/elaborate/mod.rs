@@ -562,6 +562,16 @@ fn symbols_for(
             paths.push(exe);
         }
     }
+    // A sample lands anywhere: every library the target loads at start.
+    if probes.iter().flat_map(|p| &p.points).any(|pt| matches!(pt, Point::Profile { .. })) {
+        if let Ok(ms) = resolver.target_modules() {
+            for m in ms {
+                if !paths.contains(&m.path) {
+                    paths.push(m.path.clone());
+                }
+            }
+        }
+    }
     let mut out = Vec::new();
     for path in paths {
         let path = path.as_path();

@@ -99,7 +99,7 @@ impl<'q> Resolver<'q> {
             .ok_or_else(|| format!("no module of the target is called `{name}` (name it by its path)"))
     }
 
-    fn target_modules(&mut self) -> Result<Vec<Rc<Module>>, String> {
+    pub(crate) fn target_modules(&mut self) -> Result<Vec<Rc<Module>>, String> {
         if self.target.is_none() {
             let r = self.load_target();
             self.target = Some(r);
