@@ -22,6 +22,10 @@
 //! ends the drain of that ring instead of reading past it. Samples the
 //! kernel could not store (the ring full) arrive as `PERF_RECORD_LOST`
 //! counts, reported in the session's summary.
+//!
+//! `nix` has no `perf_event_open`: the system call, the ring's `mmap` and
+//! the two ioctls are raw `libc`, with the attribute block laid out here
+//! (`struct perf_event_attr`, its 136-byte version).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
