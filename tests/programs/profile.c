@@ -10,7 +10,8 @@
  *   profile serve 0          split until a line (or EOF) comes on stdin,
  *                            for -p
  *
- * It prints "ready" first and "done" (with the SIGPROF count) last. */
+ * It prints "ready" first, then how long the work took ("ns N") and
+ * "done" (with the SIGPROF count) last. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 static volatile long sink;
 
@@ -82,6 +84,9 @@ int main(int argc, char **argv) {
     rounds = atol(argv[2]);
     printf("ready\n");
     fflush(stdout);
+    struct timespec t0, t1, c0, c1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     if (!strcmp(argv[1], "threads")) {
         pthread_t a, b;
         pthread_create(&a, NULL, alpha, NULL);
@@ -108,6 +113,11 @@ int main(int argc, char **argv) {
     } else {
         run(rounds);
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    /* How long the work took, and its CPU time (benches/profile_cost.rs). */
+    printf("ns %ld\n", (long)((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec)));
+    printf("cpu %ld\n", (long)((c1.tv_sec - c0.tv_sec) * 1000000000L + (c1.tv_nsec - c0.tv_nsec)));
     printf("done %d\n", (int)ticks);
     return 0;
 }
