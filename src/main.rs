@@ -84,7 +84,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let hits: Vec<&str> = TIMERS
             .iter()
             .copied()
-            .filter(|t| telco_compiler::glob::glob_match(pattern, t) || telco_compiler::glob::glob_match(pattern, &strip(t)))
+            .filter(|t| {
+                telco_compiler::glob::glob_match(pattern, t) || telco_compiler::glob::glob_match(pattern, &strip(t))
+            })
             .collect();
         if !hits.is_empty() {
             let mut out = std::io::stdout().lock();

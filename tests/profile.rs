@@ -118,7 +118,8 @@ fn profile_all(dir: &Path, cmd: &str) -> (String, Vec<(Vec<String>, u64)>) {
         }
     }
     let pct = {
-        let count = |f: &str| weighted.iter().filter(|(s, _)| s.last().is_some_and(|l| l == f)).map(|x| x.1).sum::<u64>();
+        let count =
+            |f: &str| weighted.iter().filter(|(s, _)| s.last().is_some_and(|l| l == f)).map(|x| x.1).sum::<u64>();
         100.0 * count("hot") as f64 / (count("hot") + count("cold")) as f64
     };
     around_75("speedscope", pct);
@@ -135,7 +136,11 @@ fn profile_all(dir: &Path, cmd: &str) -> (String, Vec<(Vec<String>, u64)>) {
     around_75("pprof", 100.0 * h as f64 / (h + c) as f64);
     let exe = cmd.split_whitespace().next().unwrap();
     assert!(
-        v["mappings"].as_array().unwrap().iter().any(|m| m["file"] == exe && m["buildId"].as_str().is_some_and(|b| b.len() == 40)),
+        v["mappings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["file"] == exe && m["buildId"].as_str().is_some_and(|b| b.len() == 40)),
         "the program's mapping with its build id is missing: {}",
         v["mappings"]
     );
@@ -277,8 +282,7 @@ fn python_stacks_go_through_the_interpreter() {
         .filter(|(s, _)| s.len() > 3 && s[1] == "_start" && s[2] == "__libc_start_main")
         .map(|x| x.1)
         .sum();
-    let eval: u64 =
-        stacks.iter().filter(|(s, _)| s.iter().any(|x| x == "_PyEval_EvalFrameDefault")).map(|x| x.1).sum();
+    let eval: u64 = stacks.iter().filter(|(s, _)| s.iter().any(|x| x == "_PyEval_EvalFrameDefault")).map(|x| x.1).sum();
     assert!(rooted * 10 >= total * 9, "{rooted} of {total} samples rooted at _start");
     assert!(eval * 10 >= total * 8, "{eval} of {total} samples in the interpreter's loop");
 }

@@ -472,7 +472,8 @@ fn profile() {
     let r = run(&d.0, c[0]);
     // `spin` (and the clock it reads) has all the CPU time: the top stack
     // goes through spin to main, whatever the leaf (the vDSO's clock).
-    let n: u64 = r.stdout.lines().find_map(|l| l.strip_suffix(" samples")).and_then(|x| x.parse().ok()).expect("N samples");
+    let n: u64 =
+        r.stdout.lines().find_map(|l| l.strip_suffix(" samples")).and_then(|x| x.parse().ok()).expect("N samples");
     assert!(n >= 200, "{}", r.stdout);
     let top = r.stdout.split("\n\n").nth(1).expect("the top stack");
     assert!(top.contains("spin+0x") && top.contains("main+0x"), "{}", r.stdout);

@@ -1136,11 +1136,12 @@ impl<'a> Local<'a> {
         // serves, as the tracer knows it (none other, whatever the region
         // says). A sandbox that cannot start ends the tracer's probes like
         // one that failed: the target, armed already, is still let go.
-        let sandbox = Sandbox::start_with_input(words, SAMPLE_WORDS, self.region.written.pid as libc::pid_t, |probe, page| {
-            let (ctx, sample) = page.split_at_mut(words);
-            call_with(artifact, region, code, ctx, probe as usize, pid, tid, Some(sample))
-        })
-        .map_err(|e| format!("cannot start the sandbox for the tracer's probes: {e}"));
+        let sandbox =
+            Sandbox::start_with_input(words, SAMPLE_WORDS, self.region.written.pid as libc::pid_t, |probe, page| {
+                let (ctx, sample) = page.split_at_mut(words);
+                call_with(artifact, region, code, ctx, probe as usize, pid, tid, Some(sample))
+            })
+            .map_err(|e| format!("cannot start the sandbox for the tracer's probes: {e}"));
         let draining = AtomicBool::new(false);
         let ring_broken = AtomicBool::new(false);
         let consumed = AtomicU64::new(0);

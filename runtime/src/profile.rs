@@ -290,11 +290,8 @@ impl Profiler {
             if !ms.iter().any(|m| m.executable) {
                 continue;
             }
-            let sections = self
-                .files
-                .entry((path.clone(), inode))
-                .or_insert_with(|| read_sections(pid, &path, ms[0]))
-                .clone();
+            let sections =
+                self.files.entry((path.clone(), inode)).or_insert_with(|| read_sections(pid, &path, ms[0])).clone();
             let Some(sec) = sections else { continue };
             let first = ms[0];
             let Some(bias) = bias_of(&sec.loads, first.start, first.offset) else { continue };

@@ -138,7 +138,8 @@ impl Profile {
         // A module, and its separate debug file's symbols when installed
         // (a stripped library's local functions).
         let mut loaded: HashMap<u32, (Option<Module>, Option<Module>)> = HashMap::new();
-        let base = |p: &Path| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let base =
+            |p: &Path| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
         let frames = self
             .keys
             .iter()
@@ -163,9 +164,7 @@ impl Profile {
                             .map(|f| f.display_name().to_string())
                             .filter(|n| !n.starts_with("sub_"))
                     };
-                    let name = named(m)
-                        .or_else(|| named(debug))
-                        .unwrap_or_else(|| format!("[{}]", base(&info.path)));
+                    let name = named(m).or_else(|| named(debug)).unwrap_or_else(|| format!("[{}]", base(&info.path)));
                     NamedFrame { name, module: Some(module), addr }
                 }
             })
@@ -248,9 +247,9 @@ impl Sink for Profile {
         let named = self.named();
         let folded = folded_lines(&named);
         let create = |p: &Path| {
-            std::fs::File::create(p).map(std::io::BufWriter::new).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot create `{}`: {e}", p.display()))
-            })
+            std::fs::File::create(p)
+                .map(std::io::BufWriter::new)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create `{}`: {e}", p.display())))
         };
         if let Some(p) = &self.files.folded {
             let mut w = create(p)?;

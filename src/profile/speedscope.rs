@@ -22,7 +22,10 @@ pub fn write(n: &Named<'_>, w: &mut dyn Write) -> std::io::Result<()> {
     for (t, (pid, tid, name)) in n.threads.iter().enumerate() {
         let mut mine: Vec<&(u32, u32, u64, u64)> = n.samples.iter().filter(|s| s.0 as usize == t).collect();
         mine.sort_by_key(|s| s.2);
-        let samples: Vec<Vec<u32>> = mine.iter().map(|s| n.stacks[s.1 as usize].iter().rev().map(|&f| n.function_of[f as usize]).collect()).collect();
+        let samples: Vec<Vec<u32>> = mine
+            .iter()
+            .map(|s| n.stacks[s.1 as usize].iter().rev().map(|&f| n.function_of[f as usize]).collect())
+            .collect();
         let weights: Vec<u64> = mine.iter().map(|s| s.3).collect();
         let total: u64 = weights.iter().sum();
         profiles.push(json!({

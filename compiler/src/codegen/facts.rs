@@ -124,7 +124,11 @@ pub fn sharded_globals(program: &Program) -> (Vec<u32>, Vec<u32>) {
         let in_target = p.points.iter().any(|pt| {
             !matches!(
                 pt,
-                Point::Begin { .. } | Point::End { .. } | Point::Error { .. } | Point::Timer { .. } | Point::Profile { .. }
+                Point::Begin { .. }
+                    | Point::End { .. }
+                    | Point::Error { .. }
+                    | Point::Timer { .. }
+                    | Point::Profile { .. }
             )
         });
         if !in_target {

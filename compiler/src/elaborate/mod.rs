@@ -540,7 +540,13 @@ fn symbols_for(
     let bodies = probes.iter().map(|p| &p.body).chain(functions.iter().map(|f| &f.body));
     for s in bodies.flatten() {
         visit_stmt(s, &mut |e| {
-            wanted |= matches!(e.kind, ExprKind::Builtin { func: Builtin::Usymname | Builtin::PrintUbacktrace | Builtin::SprintUbacktrace, .. });
+            wanted |= matches!(
+                e.kind,
+                ExprKind::Builtin {
+                    func: Builtin::Usymname | Builtin::PrintUbacktrace | Builtin::SprintUbacktrace,
+                    ..
+                }
+            );
             !wanted
         });
     }

@@ -127,7 +127,11 @@ fn attr(period_ns: u64, stack_bytes: u32, exclude_kernel: bool) -> [u64; 17] {
     a[1] = PERF_COUNT_SW_TASK_CLOCK;
     a[2] = period_ns;
     a[3] = SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_REGS_USER | SAMPLE_STACK_USER;
-    a[5] = ATTR_INHERIT | ATTR_EXCLUDE_HV | ATTR_SAMPLE_ID_ALL | ATTR_USE_CLOCKID | if exclude_kernel { 1 << 5 } else { 0 };
+    a[5] = ATTR_INHERIT
+        | ATTR_EXCLUDE_HV
+        | ATTR_SAMPLE_ID_ALL
+        | ATTR_USE_CLOCKID
+        | if exclude_kernel { 1 << 5 } else { 0 };
     // wakeup_events: 0; sample_regs_user at byte 80, sample_stack_user and
     // clockid at 88.
     a[10] = PERF_USER_REGS.iter().fold(0u64, |m, (p, _)| m | 1 << p);
@@ -213,7 +217,14 @@ impl Sampler {
                 // SAFETY: mapping a perf event's ring (read-write: we
                 // write data_tail), unmapped by Ring's Drop.
                 let base = unsafe {
-                    libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        fd.as_raw_fd(),
+                        0,
+                    )
                 };
                 if base == libc::MAP_FAILED {
                     return Err(io::Error::last_os_error());

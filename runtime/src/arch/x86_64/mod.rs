@@ -4,8 +4,8 @@
 
 pub mod clobber;
 pub mod patch;
-pub mod stub;
 pub mod sample;
+pub mod stub;
 pub mod trampoline;
 
 use telco_abi::arch::x86_64 as abi;
