@@ -111,6 +111,7 @@ proptest! {
             messages: Box::new(sink.clone()),
             traces: None,
             suppress_warnings: false,
+            profile: None,
         };
         prop_assert!(local.run(cfg).is_ok());
     }

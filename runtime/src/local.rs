@@ -1241,12 +1241,13 @@ impl<'a> Local<'a> {
                 match crate::profile::Profiler::start(target, period) {
                     Ok(p) => profiler = Some(p),
                     Err(e) => {
-                        let _ = writeln!(
-                            std::io::stderr(),
-                            "ERROR: timer.profile: cannot sample process {target}: perf_event_open: {e} (the kernel \
+                        // One ERROR at the end, and the session fails (exit 1).
+                        runner.lost = Some(format!(
+                            "timer.profile: cannot sample process {target}: perf_event_open: {e} (the kernel \
                              must allow perf events: as root, or with CAP_PERFMON; in a container, a seccomp policy \
                              that permits perf_event_open)"
-                        );
+                        ));
+                        runner.stopped = true;
                         failed = true;
                     }
                 }
