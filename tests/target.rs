@@ -380,35 +380,41 @@ fn fork_inside_a_return_probed_function() {
 /// print_ubacktrace() prints SystemTap's frame lines, symbolized from the
 /// probed module: the probed function, its caller (whose call to it sits in
 /// the relocated copy of its first bytes, and whose return address a
-/// return probe took over), and on to main; usymname() names a function
-/// and gives unknown addresses in hex.
+/// return probe took over), and on to main and through the C library to
+/// `_start`, with frame pointers or without them (the modules' CFI);
+/// usymname() names a function and gives unknown addresses in hex.
 #[test]
 fn backtraces_are_symbolized() {
-    let exe = common::scratch("target").join("backtrace");
-    common::gcc("backtrace.c", &exe, &["-fno-omit-frame-pointer"]);
-    let script =
-        "probe process.function(\"leaf\") { print_ubacktrace(); println(usymname(uaddr()), \" \", usymname(0x1234)) }
+    for flag in ["-fno-omit-frame-pointer", "-fomit-frame-pointer"] {
+        let exe = common::scratch("target").join(format!("backtrace{flag}"));
+        common::gcc("backtrace.c", &exe, &[flag]);
+        let script = "probe process.function(\"leaf\") { print_ubacktrace(); println(usymname(uaddr()), \" \", usymname(0x1234)) }
                   probe process.function(\"mid\"), process.function(\"mid\").return {}";
-    let (out, err, code) = run(&["-e", script, "-c", &exe.to_string_lossy()]);
-    assert_eq!(code, Some(0), "{err}");
-    // The program's own line ("8") may come before or after ours.
-    assert_eq!(out.lines().filter(|l| *l == "8").count(), 1, "{out}");
-    let lines: Vec<&str> = out.lines().filter(|l| *l != "8").collect();
-    assert_eq!(lines.len(), 2 * 5, "{out}");
-    for call in 0..2 {
-        let frames = &lines[5 * call..4 + 5 * call];
-        let names: Vec<&str> = frames
-            .iter()
-            .map(|l| {
-                let (addr, rest) = l.trim_start().split_once(" : ").unwrap_or_else(|| panic!("{l}"));
-                assert!(addr.starts_with("0x") && addr.len() == 18, "{l}");
-                assert!(rest.ends_with(&format!(" [{}]", exe.display())), "{l}");
-                rest.split('+').next().unwrap()
-            })
-            .collect();
-        assert_eq!(names, ["leaf", "mid", "top", "main"], "{out}");
-        assert!(frames[0].contains("leaf+0x0/"), "{out}");
-        assert_eq!(lines[4 + 5 * call], "leaf 0x1234");
+        let (out, err, code) = run(&["-e", script, "-c", &exe.to_string_lossy()]);
+        assert_eq!(code, Some(0), "{err}");
+        // The program's own line ("8") may come before or after ours.
+        assert_eq!(out.lines().filter(|l| *l == "8").count(), 1, "{out}");
+        let text: String = out.lines().filter(|l| *l != "8").map(|l| format!("{l}\n")).collect();
+        let calls: Vec<&str> = text.split_terminator("leaf 0x1234\n").collect();
+        assert_eq!(calls.len(), 2, "{flag}: {out}");
+        for call in calls {
+            let frames: Vec<&str> = call.lines().collect();
+            let names: Vec<&str> = frames
+                .iter()
+                .map(|l| {
+                    let (addr, rest) = l.trim_start().split_once(" : ").unwrap_or_else(|| panic!("{l}"));
+                    assert!(addr.starts_with("0x") && addr.len() == 18, "{l}");
+                    rest.split('+').next().unwrap()
+                })
+                .collect();
+            assert_eq!(names[..4], ["leaf", "mid", "top", "main"], "{flag}: {out}");
+            assert_eq!(names.last(), Some(&"_start"), "{flag}: {out}");
+            assert!(names.contains(&"__libc_start_main"), "{flag}: {out}");
+            for l in &frames[..4] {
+                assert!(l.ends_with(&format!(" [{}]", exe.display())), "{l}");
+            }
+            assert!(frames[0].contains("leaf+0x0/"), "{out}");
+        }
     }
 }
 

@@ -341,7 +341,10 @@ pub struct SymTableModule {
     pub path: u32,
     /// Nonzero once `bias` is known (Release by the tracer).
     pub mapped: u32,
-    pub _pad: u64,
+    /// The module's unwind rows ([`UnwindRow`], by address; table offset),
+    /// from its CFI: how `ubacktrace()` steps from a frame to its caller.
+    pub unwind: u32,
+    pub unwind_count: u32,
 }
 pub const SYM_MODULE_SIZE: usize = 32;
 const _: () = assert!(core::mem::size_of::<SymTableModule>() == SYM_MODULE_SIZE);
@@ -355,6 +358,54 @@ pub struct SymEntry {
 }
 pub const SYM_ENTRY_SIZE: usize = 16;
 const _: () = assert!(core::mem::size_of::<SymEntry>() == SYM_ENTRY_SIZE);
+
+/// From `addr` (link-time) up to the next row's, how a frame finds its
+/// caller ([`unwind_rule`]): the module's `.eh_frame` compacted to what a
+/// backtrace needs (the canonical frame address, where the frame pointer
+/// was saved; the return address is just below the CFA).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UnwindRow {
+    pub addr: u64,
+    pub rule: u32,
+    pub _pad: u32,
+}
+pub const UNWIND_ROW_SIZE: usize = 16;
+const _: () = assert!(core::mem::size_of::<UnwindRow>() == UNWIND_ROW_SIZE);
+
+/// CFA = stack pointer + offset.
+pub const UNW_CFA_SP: u32 = 0;
+/// CFA = frame pointer + offset.
+pub const UNW_CFA_FP: u32 = 1;
+/// No rule here (a gap between functions, an expression): walk the frame
+/// pointer.
+pub const UNW_NONE: u32 = 2;
+/// The outermost frame (its return address is undefined: `_start`).
+pub const UNW_END: u32 = 3;
+
+/// A row's rule: `kind` (2 bits), whether the caller's frame pointer is
+/// saved (bit 2) at CFA + `fp_off` (bits 16–31, in words, signed), the
+/// CFA's offset from its register in words (bits 3–15). None when the
+/// offsets do not fit (the caller then treats the row as [`UNW_NONE`]).
+pub fn unwind_rule(kind: u32, cfa_off: i64, fp_off: Option<i64>) -> Option<u32> {
+    if kind > UNW_END {
+        return None;
+    }
+    if kind >= UNW_NONE {
+        return Some(kind);
+    }
+    if cfa_off < 0 || cfa_off % 8 != 0 || cfa_off / 8 >= 1 << 13 {
+        return None;
+    }
+    let fp = match fp_off {
+        None => 0,
+        Some(o) if o % 8 == 0 && (i16::MIN as i64..=i16::MAX as i64).contains(&(o / 8)) => {
+            (1u32 << 2) | (((o / 8) as i16 as u16 as u32) << 16)
+        }
+        Some(_) => return None,
+    };
+    Some(kind | fp | ((cfa_off / 8) as u32) << 3)
+}
 
 /// One call of a probed function: its thread, probe, start and duration,
 /// in TSC ticks (`rdtsc`: the trampolines read the clock inline; the

@@ -1738,9 +1738,42 @@ LOCAL u64 unrelocate(const u8 *tab, u64 pc) {
     return pc;
 }
 
-/* The probed thread's frame-pointer chain: up to `max` program counters,
- * the probe point's first (relocated copies mapped back with `tab`, when
- * given). */
+/* The unwind rule for `pc` (a lookup address: a return address minus
+ * one) from its module's rows in symbol table `tab`; UNW_NONE when no
+ * module with rows holds it. */
+LOCAL u32 unwind_rule_at(const u8 *tab, u64 pc) {
+    if (!tab) return UNW_NONE;
+    u32 nm = AT(tab, ST_NMODULES, u32);
+    for (u32 m = 0; m < nm; m++) {
+        const u8 *md = tab + SYM_TABLE_HEADER + (u64)m * SYM_MODULE_SIZE;
+        /* Acquire: pairs with the tracer's Release store after the bias. */
+        if (!__atomic_load_n(&AT(md, SM_MAPPED, u32), __ATOMIC_ACQUIRE)) continue;
+        u32 count = AT(md, SM_UNWIND_COUNT, u32);
+        if (!count) continue;
+        const u8 *rows = tab + AT(md, SM_UNWIND, u32);
+        u64 v = pc - AT(md, SM_BIAS, u64);
+        /* Inside the module's rows: from the first to the last (a gap
+         * marker at the end of its last function). */
+        if (v < AT(rows, UW_ADDR, u64) || v >= AT(rows + (u64)(count - 1) * UNWIND_ROW_SIZE, UW_ADDR, u64)) continue;
+        u32 lo = 0, hi = count;
+        while (lo < hi) {
+            u32 mid = lo + (hi - lo) / 2;
+            if (AT(rows + (u64)mid * UNWIND_ROW_SIZE, UW_ADDR, u64) <= v)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        return AT(rows + (u64)(lo - 1) * UNWIND_ROW_SIZE, UW_RULE, u32);
+    }
+    return UNW_NONE;
+}
+
+/* The probed thread's stack: up to `max` program counters, the probe
+ * point's first. Each frame steps to its caller by its module's CFI rows
+ * (the CFA from the stack or frame pointer, the return address below it,
+ * the caller's frame pointer where the frame saved it), or where there is
+ * no row, by the frame-pointer chain. Return addresses our return probes
+ * replaced and relocated copies map back (with `tab`, when given). */
 LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs) return 0;
@@ -1754,29 +1787,48 @@ LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
         return n;
     }
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
-    u64 pc = AT(regs, REG_PC, u64), fp = AT(regs, REG_FP, u64);
-    if (pc && pc == AT(ctx, C_ADDR, u64) && n < max) {
-        /* At a function's entry (before its prologue): its caller's
-         * return address is on top of the stack, and rbp is still the
-         * caller's frame. */
+    u64 pc = AT(regs, REG_PC, u64), fp = AT(regs, REG_FP, u64), sp = AT(regs, REG_SP, u64);
+    int first = 1;
+    if (pc && pc == AT(ctx, C_ADDR, u64) && n < max && unwind_rule_at(tab, pc) == UNW_NONE) {
+        /* At a function's entry (before its prologue) with no CFI: its
+         * caller's return address is on top of the stack, and rbp is still
+         * the caller's frame. */
         pcs[n++] = pc;
-        u64 sp = AT(regs, REG_SP, u64), ret;
+        u64 ret;
         if (rt_read_user(R, &ret, sp, 8) != 8) return n;
         pc = unrelocate(tab, real_return(R, slot, sp, ret));
+        sp += 8;
+        first = 0;
     }
     while (n < max && pc) {
         pcs[n++] = pc;
-        u64 frame[2];
-        if (!fp || rt_read_user(R, frame, fp, 16) != 16 || frame[0] <= fp) break;
-        pc = unrelocate(tab, real_return(R, slot, fp + 8, frame[1]));
-        fp = frame[0];
+        u32 rule = unwind_rule_at(tab, first ? pc : pc - 1);
+        u32 kind = rule & 3;
+        first = 0;
+        if (kind == UNW_END) break;
+        if (kind == UNW_NONE) {
+            u64 frame[2];
+            if (!fp || rt_read_user(R, frame, fp, 16) != 16 || frame[0] <= fp) break;
+            pc = unrelocate(tab, real_return(R, slot, fp + 8, frame[1]));
+            sp = fp + 16;
+            fp = frame[0];
+            continue;
+        }
+        u64 cfa = (kind == UNW_CFA_SP ? sp : fp) + 8 * (u64)((rule >> 3) & 0x1fff), ret;
+        if (cfa <= sp || rt_read_user(R, &ret, cfa - 8, 8) != 8) break;
+        if (rule & 4) {
+            i64 off = 8 * (i64)(short)(rule >> 16);
+            if (rt_read_user(R, &fp, cfa + (u64)off, 8) != 8) break;
+        }
+        pc = unrelocate(tab, real_return(R, slot, cfa - 8, ret));
+        sp = cfa;
     }
     return n;
 }
 
-EXPORT void rt_ubacktrace(u8 *R, u8 *ctx, char *dst, i64 cap) {
+EXPORT void rt_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, char *dst, i64 cap) {
     u64 pcs[64];
-    u32 n = backtrace(R, ctx, 0, pcs, 64);
+    u32 n = backtrace(R, ctx, tab, pcs, 64);
     usize o = 0;
     dst[0] = 0;
     for (u32 i = 0; i < n; i++) {

@@ -75,7 +75,7 @@ rt_fns! {
     SetRegister = "rt_set_register"(3) false,
     UserIntError = "rt_user_int_error"(7) true,
     SetUserInt = "rt_set_user_int"(7) false,
-    Ubacktrace = "rt_ubacktrace"(4) false,
+    Ubacktrace = "rt_ubacktrace"(5) false,
     PrintUbacktrace = "rt_print_ubacktrace"(5) false,
     SprintUbacktrace = "rt_sprint_ubacktrace"(5) false,
     Usymname = "rt_usymname"(4) false,

@@ -526,9 +526,10 @@ pub fn list(
     lines.into_iter().collect()
 }
 
-/// The function symbols `usymname()` and `print_ubacktrace()` name
-/// addresses with: every module a function probe point is in, when some
-/// probe or function calls one of them.
+/// The function symbols `usymname()` and the backtraces name addresses
+/// with, and the unwind rows `ubacktrace()` walks with: every module a
+/// function probe point is in, the target's program and the libraries it
+/// loads at start, when some probe or function calls one of them.
 fn symbols_for(
     probes: &[crate::program::Probe],
     functions: &[crate::program::Function],
@@ -543,7 +544,10 @@ fn symbols_for(
             wanted |= matches!(
                 e.kind,
                 ExprKind::Builtin {
-                    func: Builtin::Usymname | Builtin::PrintUbacktrace | Builtin::SprintUbacktrace,
+                    func: Builtin::Usymname
+                        | Builtin::Ubacktrace
+                        | Builtin::PrintUbacktrace
+                        | Builtin::SprintUbacktrace,
                     ..
                 }
             );
@@ -568,8 +572,10 @@ fn symbols_for(
             paths.push(exe);
         }
     }
-    // A sample lands anywhere: every library the target loads at start.
-    if probes.iter().flat_map(|p| &p.points).any(|pt| matches!(pt, Point::Profile { .. })) {
+    // A stack goes through any of them, and a sample lands anywhere: every
+    // library the target loads at start (names, and the CFI to unwind
+    // through them).
+    {
         if let Ok(ms) = resolver.target_modules() {
             for m in ms {
                 if !paths.contains(&m.path) {
@@ -588,7 +594,9 @@ fn symbols_for(
         let mut functions: Vec<(u64, u64, String)> =
             m.functions.iter().map(|f| (f.addr, f.size, f.display_name().to_string())).collect();
         functions.sort_by_key(|f| f.0);
+        let unwind = m.unwind_rows();
         out.push(crate::program::ModuleSymbols {
+            unwind,
             module: telco_abi::artifact::SymModule {
                 path: path.to_path_buf(),
                 anchor_addr: anchor.addr,

@@ -384,6 +384,11 @@ impl Module {
             .clone()
     }
 
+    /// `ubacktrace()`'s unwind rows of this module (`unwind::unwind_rows`).
+    pub fn unwind_rows(&self) -> Vec<(u64, u32)> {
+        self.with_elf(|elf, bytes| Ok(unwind::unwind_rows(elf, bytes))).unwrap_or_default()
+    }
+
     /// The canonical frame address at `addr` (from `.eh_frame`): a DWARF
     /// register and an offset.
     pub fn cfa_at(&self, addr: u64) -> Option<(u16, i64)> {

@@ -143,6 +143,55 @@ mod tests {
     }
 }
 
+/// The file's `.eh_frame` as `ubacktrace()`'s rows: (link-time address,
+/// compact rule) by address, each rule holding up to the next row; a gap
+/// after a function's last row is `UNW_NONE`.
+pub fn unwind_rows(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u32)> {
+    use gimli::UnwindSection;
+    use telco_abi::region::UNW_NONE;
+    let Some((eh, bases)) = eh_frame(elf, bytes) else { return Vec::new() };
+    let mut ctx = gimli::UnwindContext::new();
+    // Per FDE: its range and rows.
+    let mut fdes: Vec<(u64, u64, Vec<(u64, u32)>)> = Vec::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
+        if fde.len() == 0 {
+            continue;
+        }
+        let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else { continue };
+        let mut rows = Vec::new();
+        while let Ok(Some(row)) = table.next_row() {
+            let rule = crate::arch::native::compact_unwind_rule(
+                row.cfa(),
+                // No rule: the register keeps its value.
+                &row.register(gimli::X86_64::RBP).unwrap_or(gimli::RegisterRule::SameValue),
+                &row.register(gimli::X86_64::RA).unwrap_or(gimli::RegisterRule::SameValue),
+            );
+            rows.push((row.start_address(), rule));
+        }
+        fdes.push((fde.initial_address(), fde.initial_address().saturating_add(fde.len()), rows));
+    }
+    fdes.sort_unstable_by_key(|f| f.0);
+    let mut out: Vec<(u64, u32)> = Vec::new();
+    for (i, (_, end, rows)) in fdes.iter().enumerate() {
+        for &(a, r) in rows {
+            if out.last().is_some_and(|l| l.0 >= a) {
+                continue; // overlapping FDEs: the first wins
+            }
+            if out.last().map(|l| l.1) != Some(r) {
+                out.push((a, r));
+            }
+        }
+        let next = fdes.get(i + 1).map_or(u64::MAX, |f| f.0);
+        if next > *end && out.last().is_some_and(|l| l.0 < *end) {
+            out.push((*end, UNW_NONE));
+        }
+    }
+    out
+}
+
 /// The CFA rule at `addr` (`.eh_frame`): a DWARF register and an offset;
 /// None where no FDE covers `addr` or the rule is an expression.
 pub fn cfa_at(elf: &Elf<'_>, bytes: &[u8], addr: u64) -> Option<(u16, i64)> {

@@ -70,6 +70,9 @@ pub struct ModuleSymbols {
     pub module: telco_abi::artifact::SymModule,
     /// (address, size, name), by address.
     pub functions: Vec<(u64, u64, String)>,
+    /// `ubacktrace()`'s unwind rows from the module's CFI (address,
+    /// compact rule), by address.
+    pub unwind: Vec<(u64, u32)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

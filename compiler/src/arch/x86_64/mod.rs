@@ -62,6 +62,30 @@ pub fn fresh_call_frame(register: gimli::Register, offset: i64) -> bool {
     register == gimli::X86_64::RSP && offset == 8
 }
 
+/// A CFI row as `ubacktrace()`'s compact rule (`telco_abi::region::
+/// unwind_rule`): the CFA from rsp or rbp plus an offset, the return
+/// address just below the CFA (the psABI's only shape: anything else is
+/// `UNW_NONE`), rbp saved at an offset from the CFA or left as it is.
+pub fn compact_unwind_rule(cfa: &gimli::CfaRule<usize>, rbp: &gimli::RegisterRule<usize>, ra: &gimli::RegisterRule<usize>) -> u32 {
+    use telco_abi::region::{unwind_rule, UNW_CFA_FP, UNW_CFA_SP, UNW_END, UNW_NONE};
+    match ra {
+        gimli::RegisterRule::Undefined => return UNW_END,
+        gimli::RegisterRule::Offset(-8) => {}
+        _ => return UNW_NONE,
+    }
+    let (kind, off) = match cfa {
+        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RSP => (UNW_CFA_SP, *offset),
+        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RBP => (UNW_CFA_FP, *offset),
+        _ => return UNW_NONE,
+    };
+    let fp = match rbp {
+        gimli::RegisterRule::Offset(o) => Some(*o),
+        gimli::RegisterRule::SameValue | gimli::RegisterRule::Undefined => None,
+        _ => return UNW_NONE,
+    };
+    unwind_rule(kind, off, fp).unwrap_or(UNW_NONE)
+}
+
 /// The register-file index (`telco_abi::arch::native::REGISTERS`) of DWARF
 /// register `n` (the System V psABI numbering); None for the return
 /// address column and vector registers, which probes cannot read.

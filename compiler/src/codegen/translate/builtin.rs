@@ -436,9 +436,11 @@ impl Gen<'_, '_, '_> {
                 zero
             }
             Builtin::Ubacktrace => {
+                let off = self.sh.symtab();
+                let tab = self.region_addr(off);
                 let t = self.temp();
                 let cap = self.cap_val();
-                self.rt(Rt::Ubacktrace, &[self.region, self.ctx, t, cap]);
+                self.rt(Rt::Ubacktrace, &[self.region, self.ctx, tab, t, cap]);
                 t
             }
             Builtin::SprintUbacktrace => {

@@ -121,7 +121,9 @@ impl Shared<'_> {
             .flat_map(|p| p.points.iter())
             .filter(|pt| matches!(pt, Point::Function(_)))
             .count();
-        let relocs = head + mods.len() * SYM_MODULE_SIZE + n_entries * SYM_ENTRY_SIZE;
+        let n_rows: usize = mods.iter().map(|m| m.unwind.len()).sum();
+        let rows_at = head + mods.len() * SYM_MODULE_SIZE + n_entries * SYM_ENTRY_SIZE;
+        let relocs = rows_at + n_rows * telco_abi::region::UNWIND_ROW_SIZE;
         let mut blob = vec![0u8; relocs + relocs_cap * telco_abi::region::SYM_RELOC_SIZE];
         blob[..4].copy_from_slice(&(mods.len() as u32).to_le_bytes());
         let field = |f: usize| f..f + 4;
@@ -139,7 +141,19 @@ impl Shared<'_> {
             })
         };
         let mut at = head + mods.len() * SYM_MODULE_SIZE;
+        let mut row_at = rows_at;
         for (i, m) in mods.iter().enumerate() {
+            // The unwind rows (the table is 8-aligned: 16-byte rows after
+            // 32-byte modules and 16-byte entries).
+            let md = head + i * SYM_MODULE_SIZE;
+            blob[md + core::mem::offset_of!(SymTableModule, unwind)..][..4].copy_from_slice(&(row_at as u32).to_le_bytes());
+            blob[md + core::mem::offset_of!(SymTableModule, unwind_count)..][..4]
+                .copy_from_slice(&(m.unwind.len() as u32).to_le_bytes());
+            for (a, r) in &m.unwind {
+                blob[row_at..row_at + 8].copy_from_slice(&a.to_le_bytes());
+                blob[row_at + 8..row_at + 12].copy_from_slice(&r.to_le_bytes());
+                row_at += telco_abi::region::UNWIND_ROW_SIZE;
+            }
             let md = head + i * SYM_MODULE_SIZE;
             let put32 = |b: &mut Vec<u8>, o: usize, v: u32| b[o..o + 4].copy_from_slice(&v.to_le_bytes());
             put32(&mut blob, md + core::mem::offset_of!(SymTableModule, entries), at as u32);
