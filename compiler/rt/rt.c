@@ -1884,6 +1884,13 @@ EXPORT void rt_usymname(const u8 *tab, i64 addr, char *dst, i64 cap) {
         put_hex(dst, &o, cap, (u64)addr, 1);
 }
 
+/* "name+0xoff": `pc` in function `f` of module `md` (symbol table `tab`). */
+LOCAL void put_sym_off(char *dst, usize *o, i64 cap, const u8 *tab, const u8 *md, const u8 *f, u64 pc) {
+    put_s(dst, o, cap, (const char *)tab + AT(f, SY_NAME, u32));
+    put_s(dst, o, cap, "+");
+    put_hex(dst, o, cap, pc - AT(md, SM_BIAS, u64) - AT(f, SY_ADDR, u64), 1);
+}
+
 /* sprint_ubacktrace(): one line per frame, as SystemTap's string form
  * (_STP_SYM_SIMPLE): "sym+0xoff [module]\n" with the module's base name,
  * or the address in hex; whole lines only. */
@@ -1899,9 +1906,7 @@ EXPORT void rt_sprint_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, char *dst, i64 c
         const u8 *md;
         const u8 *f = sym_find(tab, pcs[i], &md);
         if (f) {
-            put_s(line, &k, sizeof line, (const char *)tab + AT(f, SY_NAME, u32));
-            put_s(line, &k, sizeof line, "+");
-            put_hex(line, &k, sizeof line, pcs[i] - AT(md, SM_BIAS, u64) - AT(f, SY_ADDR, u64), 1);
+            put_sym_off(line, &k, sizeof line, tab, md, f, pcs[i]);
             put_s(line, &k, sizeof line, " [");
             const char *path = (const char *)tab + AT(md, SM_PATH, u32), *base = path;
             for (const char *p = path; *p; p++)
@@ -1933,9 +1938,7 @@ EXPORT void rt_print_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, i64 id, const u8 
         const u8 *md;
         const u8 *f = sym_find(tab, pcs[i], &md);
         if (f) {
-            put_s(sym, &s, sizeof sym, (const char *)tab + AT(f, SY_NAME, u32));
-            put_s(sym, &s, sizeof sym, "+");
-            put_hex(sym, &s, sizeof sym, pcs[i] - AT(md, SM_BIAS, u64) - AT(f, SY_ADDR, u64), 1);
+            put_sym_off(sym, &s, sizeof sym, tab, md, f, pcs[i]);
             put_s(sym, &s, sizeof sym, "/");
             put_hex(sym, &s, sizeof sym, AT(f, SY_SIZE, u32), 1);
             put_s(mod, &m, sizeof mod, " [");

@@ -1346,6 +1346,18 @@ impl<'a> Lowerer<'a> {
                 self,
                 Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available")),
             ),
+            _ if self.kind == BodyKind::Sample => bad(
+                self,
+                Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
+                    .with_label("a `timer.profile` sample stops a thread anywhere: it has no variables by name")
+                    .with_help("use `uaddr()`, `register(\"rsp\")` or `ubacktrace()`"),
+            ),
+            _ if self.kind == BodyKind::Session => bad(
+                self,
+                Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
+                    .with_label("begin, end, error and timer probes run in the tracer, in no target function")
+                    .with_help("read it in a `process(...).function(...)` or `.statement(...)` probe"),
+            ),
             _ => bad(
                 self,
                 Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
