@@ -305,3 +305,49 @@ fn profile_points_are_listed_and_checked() {
     assert_eq!(code, Some(1));
     assert!(err.contains("-p PID or -c CMD"), "{err}");
 }
+
+#[test]
+fn cxx_frames_are_demangled() {
+    let dir = scratch("profile-cxx");
+    let src = dir.join("shapes.cc");
+    std::fs::write(
+        &src,
+        r#"#include <cstdio>
+namespace geo {
+struct Widget {
+    long n;
+    __attribute__((noinline)) long draw(long k) {
+        long x = 0;
+        for (long i = 0; i < k; i++) { x += i * n; __asm__ volatile("" : "+r"(x)); }
+        return x;
+    }
+};
+}
+int main() {
+    geo::Widget w{3};
+    long s = 0;
+    for (int r = 0; r < 2000; r++) s += w.draw(200000);
+    std::printf("done %ld\n", s & 1);
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("shapes");
+    compile(&[&src], &exe, &["-O2"]);
+    let f = dir.join("c.folded");
+    let (out, err, code) = telco_run(&[
+        "-e",
+        "probe timer.profile.hz(999) {}",
+        "-c",
+        exe.to_str().unwrap(),
+        "--folded",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("done"), "{out}");
+    let stacks = folded(&f);
+    let total: u64 = stacks.iter().map(|x| x.1).sum();
+    let in_draw: u64 =
+        stacks.iter().filter(|(s, _)| s.last().is_some_and(|l| l == "geo::Widget::draw(long)")).map(|x| x.1).sum();
+    assert!(total >= 100 && in_draw * 10 >= total * 8, "{in_draw} of {total} in geo::Widget::draw(long):\n{stacks:?}");
+}
