@@ -339,9 +339,17 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         suppress_warnings: cli.no_warnings,
         profile: None,
     };
+    // timer.profile's samples go to the profile files, and to the
+    // --perfetto trace once its writer has finished it.
+    let mut perfetto_samples = None;
     if artifact.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })) {
-        let files = profile_files(cli);
-        if files.any() {
+        let mut files = profile_files(cli);
+        if cli.perfetto.is_some() {
+            let slot = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            files.perfetto = Some(slot.clone());
+            perfetto_samples = Some(slot);
+        }
+        if files.any() || files.perfetto.is_some() {
             cfg.profile = Some(Box::new(profile::Profile::new(files)));
         }
     }
@@ -427,6 +435,10 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
             ),
         }
     }
+    if let (Some(path), Some(samples)) = (&cli.perfetto, &perfetto_samples) {
+        profile::append_to_perfetto(path, samples)
+            .with_context(|| format!("cannot add the samples to `{}`", path.display()))?;
+    }
     report_traces(cli, &outcome);
     if outcome.errors > 0 || outcome.too_many_skipped || outcome.corrupted.is_some() {
         return Ok(ExitCode::from(1));
@@ -475,6 +487,30 @@ fn traces(cli: &Cli, artifact: &telco_abi::artifact::Artifact, pid: u32) -> Resu
 fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
     // Always said, as perf record does: how much the trace holds and
     // whether anything is missing from it.
+    if let Some(p) = &outcome.profile {
+        let files = profile_files(cli);
+        let written: Vec<String> = [
+            ("--folded", &files.folded),
+            ("--flamegraph", &files.flamegraph),
+            ("--speedscope", &files.speedscope),
+            ("--pprof", &files.pprof),
+            ("--perfetto", &cli.perfetto),
+        ]
+        .iter()
+        .filter_map(|(flag, path)| path.as_ref().map(|p| format!("{flag} {}", p.display())))
+        .collect();
+        if !written.is_empty() {
+            eprintln!(
+                "timer.profile: {} samples ({} lost, {} stacks not unwound to their root, {} unknown frames), \
+                 written to {}",
+                p.samples,
+                p.lost,
+                p.truncated,
+                p.unknown_frames,
+                written.join(", ")
+            );
+        }
+    }
     let Some(t) = outcome.traces else { return };
     let dropped = match (outcome.dropped, t.dropped) {
         (0, 0) => "none dropped".to_string(),
@@ -625,6 +661,7 @@ fn profile_files(cli: &Cli) -> profile::Files {
         flamegraph: cli.flamegraph.clone(),
         speedscope: cli.speedscope.clone(),
         pprof: cli.pprof.clone(),
+        perfetto: None,
     }
 }
 

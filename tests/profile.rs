@@ -351,3 +351,32 @@ int main() {
         stacks.iter().filter(|(s, _)| s.last().is_some_and(|l| l == "geo::Widget::draw(long)")).map(|x| x.1).sum();
     assert!(total >= 100 && in_draw * 10 >= total * 8, "{in_draw} of {total} in geo::Widget::draw(long):\n{stacks:?}");
 }
+
+#[test]
+fn samples_go_into_the_perfetto_trace() {
+    let dir = scratch("profile-perfetto");
+    let exe = build(&dir, "profile", &[]);
+    let trace = dir.join("p.pftrace");
+    let cmd = format!("{} threads 15000", exe.display());
+    let (_, err, code) =
+        telco_run(&["-e", "probe timer.profile.hz(999) {}", "-c", &cmd, "--perfetto", trace.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("timer.profile: ") && err.contains("--perfetto"), "{err}");
+    let v = viewer_check(&trace).expect("Perfetto's trace processor loads the trace");
+    assert_eq!(v["errors"], serde_json::json!([]), "{v}");
+    let rows = v["perf_samples"].as_array().expect("perf_samples");
+    for (thread, work) in [("alpha", "alpha_work"), ("beta", "beta_work")] {
+        let of = |leaf: Option<&str>| -> u64 {
+            rows.iter()
+                .filter(|r| r["thread_name"] == thread && leaf.is_none_or(|l| r["leaf"] == l))
+                .map(|r| r["n"].as_u64().unwrap())
+                .sum()
+        };
+        let (mine, all) = (of(Some(work)), of(None));
+        assert!(all >= 200 && mine * 10 >= all * 9, "{thread}: {mine} of {all} samples in {work}: {rows:?}");
+    }
+    // Thread stacks are rooted where threads start.
+    let roots: Vec<&str> =
+        v["perf_sample_roots"].as_array().unwrap().iter().map(|r| r["root"].as_str().unwrap()).collect();
+    assert!(roots.iter().all(|r| ["clone3", "clone", "_start"].contains(r)), "{roots:?}");
+}

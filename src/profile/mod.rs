@@ -10,6 +10,7 @@
 //! as its leaf. Stacks are rooted at the thread's name, as perf's
 //! `stackcollapse` roots them, so one file keeps threads apart.
 
+mod perfetto;
 mod pprof;
 mod speedscope;
 
@@ -27,6 +28,20 @@ pub struct Files {
     pub flamegraph: Option<PathBuf>,
     pub speedscope: Option<PathBuf>,
     pub pprof: Option<PathBuf>,
+    /// `--perfetto`: the samples' packets, to append to that file once the
+    /// session's writer has finished it ([`append_to_perfetto`]).
+    pub perfetto: Option<std::sync::Arc<std::sync::Mutex<Vec<u8>>>>,
+}
+
+/// Append the samples' packets (if any) to the `--perfetto` file at `path`.
+pub fn append_to_perfetto(path: &Path, packets: &std::sync::Mutex<Vec<u8>>) -> std::io::Result<()> {
+    let bytes = packets.lock().map(|b| b.clone()).unwrap_or_default();
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    f.write_all(&bytes)?;
+    f.flush()
 }
 
 impl Files {
@@ -282,6 +297,11 @@ impl Sink for Profile {
             let mut w = create(p)?;
             w.write_all(&pprof::encode(&named))?;
             w.flush()?;
+        }
+        if let Some(slot) = &self.files.perfetto {
+            if let Ok(mut b) = slot.lock() {
+                *b = perfetto::packets(&named);
+            }
         }
         Ok(())
     }

@@ -221,6 +221,22 @@ def summarize(tp, with_slices=True):
                               OR name LIKE 'json%')
         ORDER BY name""")
 
+    # timer.profile's samples (PerfSample packets): per thread and leaf
+    # function, with the deepest stack and the root frames seen.
+    perf_samples = rows(tp, """
+        SELECT t.tid, t.name AS thread_name, f.name AS leaf, COUNT(*) AS n,
+               MAX(c.depth) AS max_depth
+        FROM perf_sample ps
+        JOIN thread t USING (utid)
+        LEFT JOIN stack_profile_callsite c ON c.id = ps.callsite_id
+        LEFT JOIN stack_profile_frame f ON f.id = c.frame_id
+        GROUP BY t.tid, leaf ORDER BY t.tid, leaf""")
+    perf_roots = rows(tp, """
+        SELECT f.name AS root, COUNT(*) AS n
+        FROM stack_profile_callsite c
+        JOIN stack_profile_frame f ON f.id = c.frame_id
+        WHERE c.depth = 0 GROUP BY root""")
+
     threads = {}
     for s in slices:
         key = (s["pid"], s["tid"])
@@ -258,6 +274,8 @@ def summarize(tp, with_slices=True):
         # thread-scoped instants ("ph":"i","s":"t") are imported as 0-duration
         # slices, indistinguishable from "X" events with "dur":0
         "zero_duration_slice_count": sum(t["zero_duration_slices"] for t in threads.values()),
+        "perf_samples": perf_samples,
+        "perf_sample_roots": perf_roots,
         "counters": list(counters.values()),
         "counter_value_count": all_counter_values,
         "stats": stats,

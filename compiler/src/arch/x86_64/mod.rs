@@ -66,7 +66,11 @@ pub fn fresh_call_frame(register: gimli::Register, offset: i64) -> bool {
 /// unwind_rule`): the CFA from rsp or rbp plus an offset, the return
 /// address just below the CFA (the psABI's only shape: anything else is
 /// `UNW_NONE`), rbp saved at an offset from the CFA or left as it is.
-pub fn compact_unwind_rule(cfa: &gimli::CfaRule<usize>, rbp: &gimli::RegisterRule<usize>, ra: &gimli::RegisterRule<usize>) -> u32 {
+pub fn compact_unwind_rule(
+    cfa: &gimli::CfaRule<usize>,
+    rbp: &gimli::RegisterRule<usize>,
+    ra: &gimli::RegisterRule<usize>,
+) -> u32 {
     use telco_abi::region::{unwind_rule, UNW_CFA_FP, UNW_CFA_SP, UNW_END, UNW_NONE};
     match ra {
         gimli::RegisterRule::Undefined => return UNW_END,
@@ -74,8 +78,12 @@ pub fn compact_unwind_rule(cfa: &gimli::CfaRule<usize>, rbp: &gimli::RegisterRul
         _ => return UNW_NONE,
     }
     let (kind, off) = match cfa {
-        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RSP => (UNW_CFA_SP, *offset),
-        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RBP => (UNW_CFA_FP, *offset),
+        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RSP => {
+            (UNW_CFA_SP, *offset)
+        }
+        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RBP => {
+            (UNW_CFA_FP, *offset)
+        }
         _ => return UNW_NONE,
     };
     let fp = match rbp {

@@ -146,7 +146,8 @@ impl Shared<'_> {
             // The unwind rows (the table is 8-aligned: 16-byte rows after
             // 32-byte modules and 16-byte entries).
             let md = head + i * SYM_MODULE_SIZE;
-            blob[md + core::mem::offset_of!(SymTableModule, unwind)..][..4].copy_from_slice(&(row_at as u32).to_le_bytes());
+            blob[md + core::mem::offset_of!(SymTableModule, unwind)..][..4]
+                .copy_from_slice(&(row_at as u32).to_le_bytes());
             blob[md + core::mem::offset_of!(SymTableModule, unwind_count)..][..4]
                 .copy_from_slice(&(m.unwind.len() as u32).to_le_bytes());
             for (a, r) in &m.unwind {
