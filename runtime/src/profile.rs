@@ -48,6 +48,9 @@ pub struct ModuleInfo {
     pub file_offset: u64,
     /// Its GNU build id, when it has one.
     pub build_id: Vec<u8>,
+    /// The image itself when it is no file (the vDSO, read from the
+    /// process's memory): its symbols name its frames.
+    pub image: Option<Arc<Vec<u8>>>,
 }
 
 /// One frame of a sampled stack.
@@ -127,6 +130,8 @@ struct Sections {
     /// (p_vaddr, p_offset, p_filesz) of each PT_LOAD.
     loads: Vec<(u64, u64, u64)>,
     build_id: Vec<u8>,
+    /// The vDSO's whole image.
+    image: Option<Arc<Vec<u8>>>,
 }
 
 struct Proc {
@@ -305,6 +310,7 @@ impl Profiler {
                     end,
                     file_offset: first.offset,
                     build_id: sec.build_id.clone(),
+                    image: sec.image.clone(),
                 });
                 (self.modules.len() - 1) as u32
             });
@@ -347,16 +353,16 @@ fn bias_of(loads: &[(u64, u64, u64)], start: u64, offset: u64) -> Option<u64> {
 /// A module's unwind sections and load segments: from its file, or (the
 /// vDSO) from the process's memory.
 fn read_sections(pid: u32, path: &std::path::Path, first: &Mapping) -> Option<Sections> {
-    let bytes = if path.as_os_str() == "[vdso]" {
+    if path.as_os_str() == "[vdso]" {
         let len = (first.end - first.start).min(1 << 20) as usize;
         let mut buf = vec![0u8; len];
         let f = proc::mem(pid as i32, false).ok()?;
         std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, first.start).ok()?;
-        buf
-    } else {
-        crate::os::sys::read_module(path).ok()?
-    };
-    parse_sections(&bytes)
+        let mut s = parse_sections(&buf)?;
+        s.image = Some(Arc::new(buf));
+        return Some(s);
+    }
+    parse_sections(&crate::os::sys::read_module(path).ok()?)
 }
 
 fn parse_sections(bytes: &[u8]) -> Option<Sections> {

@@ -164,8 +164,8 @@ impl Profile {
                 Key::Module { module, addr } => {
                     let info = &self.modules[module as usize];
                     let (m, debug) = loaded.entry(module).or_insert_with(|| {
-                        if info.path.as_os_str() == "[vdso]" {
-                            return (None, None);
+                        if let Some(image) = &info.image {
+                            return (Module::from_bytes(&info.path, image).ok(), None);
                         }
                         let debug = telco_compiler::dwarf::debug_file_by_build_id(&info.build_id)
                             .and_then(|p| Module::load_names(&p).ok());

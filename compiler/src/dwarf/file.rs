@@ -154,7 +154,7 @@ fn section<'a>(elf: &Elf<'_>, bytes: &'a [u8], name: &str) -> Option<&'a [u8]> {
 }
 
 /// The GNU build-id note's bytes.
-fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<Vec<u8>> {
     let n = section(elf, bytes, ".note.gnu.build-id")?;
     let word = |at: usize| n.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
     let (namesz, descsz, kind) = (word(0)?, word(4)?, word(8)?);

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use gimli::{AttributeValue, DebugInfoOffset, Reader};
 
 pub use expr::{Location, Sym};
+pub(crate) use file::build_id as file_build_id;
 pub use file::by_build_id as debug_file_by_build_id;
 pub use types::{Type, TypeRef};
 

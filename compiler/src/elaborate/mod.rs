@@ -591,8 +591,15 @@ fn symbols_for(
         // has no names.
         let Ok(m) = resolver.module(path) else { continue };
         let Some(anchor) = m.functions.first() else { continue };
-        let mut functions: Vec<(u64, u64, String)> =
-            m.functions.iter().map(|f| (f.addr, f.size, f.display_name().to_string())).collect();
+        // A stripped library's unnamed functions take their names from its
+        // debug file, when installed (`__libc_start_call_main`, not
+        // `sub_271d0`).
+        let better: std::collections::HashMap<u64, String> = m.debug_names().into_iter().collect();
+        let mut functions: Vec<(u64, u64, String)> = m
+            .functions
+            .iter()
+            .map(|f| (f.addr, f.size, better.get(&f.addr).cloned().unwrap_or_else(|| f.display_name().to_string())))
+            .collect();
         functions.sort_by_key(|f| f.0);
         let unwind = m.unwind_rows();
         out.push(crate::program::ModuleSymbols {

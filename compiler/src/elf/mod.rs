@@ -313,6 +313,13 @@ impl Module {
         load::load(path)
     }
 
+    /// An ELF image already in memory (the vDSO, read from a process),
+    /// named `name`: for naming addresses (nothing re-reads it from a
+    /// file, so no patch-site analysis or DWARF).
+    pub fn from_bytes(name: &Path, bytes: &[u8]) -> Result<Module, ElfError> {
+        load::parse(name, bytes)
+    }
+
     /// The functions a separate debug file names (its code has no bytes
     /// there): for naming addresses, as profiles do; nothing to patch
     /// (every file offset is 0).
@@ -382,6 +389,29 @@ impl Module {
                     .map(|d| d.map(std::sync::Arc::new))
             })
             .clone()
+    }
+
+    /// The names of the functions a stripped module's own symbols do not
+    /// name (`sub_…`, found from `.eh_frame`), from its separate debug file
+    /// when one is installed (found by build id): (address, name).
+    pub fn debug_names(&self) -> Vec<(u64, String)> {
+        if !self.functions.iter().any(|f| f.names.first().is_some_and(|n| n.starts_with("sub_"))) {
+            return Vec::new();
+        }
+        let Ok(Some(id)) = self.with_elf(|elf, bytes| Ok(crate::dwarf::file_build_id(elf, bytes))) else {
+            return Vec::new();
+        };
+        let Some(debug) = crate::dwarf::debug_file_by_build_id(&id).and_then(|p| Module::load_names(&p).ok()) else {
+            return Vec::new();
+        };
+        self.functions
+            .iter()
+            .filter(|f| f.names.first().is_some_and(|n| n.starts_with("sub_")))
+            .filter_map(|f| {
+                let d = debug.function_at(f.addr).filter(|d| d.addr == f.addr)?;
+                Some((f.addr, d.display_name().to_string()))
+            })
+            .collect()
     }
 
     /// `ubacktrace()`'s unwind rows of this module (`unwind::unwind_rows`).
