@@ -410,6 +410,8 @@ fn backtraces_are_symbolized() {
             assert_eq!(names[..4], ["leaf", "mid", "top", "main"], "{flag}: {out}");
             assert_eq!(names.last(), Some(&"_start"), "{flag}: {out}");
             assert!(names.contains(&"__libc_start_main"), "{flag}: {out}");
+            // Named from libc's debug file (libc6-dbg), not `sub_…`.
+            assert!(names.contains(&"__libc_start_call_main"), "{flag}: {out}");
             for l in &frames[..4] {
                 assert!(l.ends_with(&format!(" [{}]", exe.display())), "{l}");
             }

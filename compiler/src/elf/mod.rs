@@ -408,7 +408,9 @@ impl Module {
             .iter()
             .filter(|f| f.names.first().is_some_and(|n| n.starts_with("sub_")))
             .filter_map(|f| {
-                let d = debug.function_at(f.addr).filter(|d| d.addr == f.addr)?;
+                // The debug file's function holding it (an FDE may start
+                // inside a function: clone3's child part).
+                let d = debug.function_at(f.addr)?;
                 Some((f.addr, d.display_name().to_string()))
             })
             .collect()
