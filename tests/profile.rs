@@ -380,3 +380,48 @@ fn samples_go_into_the_perfetto_trace() {
         v["perf_sample_roots"].as_array().unwrap().iter().map(|r| r["root"].as_str().unwrap()).collect();
     assert!(roots.iter().all(|r| ["clone3", "clone", "_start"].contains(r)), "{roots:?}");
 }
+
+/// Where perf events are refused, threads are sampled by stopping them
+/// with ptrace (forced here with TELCO_PROFILE_SAMPLER=ptrace): coarser
+/// (at most 100 samples a second a thread, each weighted by the CPU time
+/// since the last), said with a warning, and the stacks the same.
+#[test]
+fn the_fallback_sampler_works_without_perf_events() {
+    let dir = scratch("profile-fallback");
+    let exe = build(&dir, "profile", &[]);
+    let f = dir.join("f.folded");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(args)
+            .env("TELCO_PROFILE_SAMPLER", "ptrace")
+            .output()
+            .expect("run telco-stap");
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+            o.status.code(),
+        )
+    };
+    let cmd = format!("{} split 150000", exe.display());
+    let (out, err, code) = run(&["-c", &cmd, "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("done"), "{out}");
+    assert!(err.contains("sampling by stopping threads with ptrace"), "{err}");
+    let stacks = folded(&f);
+    let count =
+        |leaf: &str| stacks.iter().filter(|(s, _)| s.last().is_some_and(|l| l == leaf)).map(|x| x.1).sum::<u64>();
+    let (h, c) = (count("hot"), count("cold"));
+    // About 50 samples a second for 2 s: a loose bound (the split itself
+    // is checked above, with perf events).
+    assert!(h + c >= 40 && h > c && h * 100 >= (h + c) * 55, "hot {h}, cold {c}: {stacks:?}");
+    assert!(stacks.iter().all(|(s, _)| s.join(";").contains("_start;__libc_start_main")), "{stacks:?}");
+    let cmd = format!("{} threads 40000", exe.display());
+    let (_, err, code) = run(&["-c", &cmd, "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let stacks = folded(&f);
+    for (thread, work) in [("alpha", "alpha_work"), ("beta", "beta_work")] {
+        let n: u64 =
+            stacks.iter().filter(|(s, _)| s[0] == thread && s.last().is_some_and(|l| l == work)).map(|x| x.1).sum();
+        assert!(n >= 10, "{thread}: {n} samples in {work}: {stacks:?}");
+    }
+}

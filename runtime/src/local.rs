@@ -1239,7 +1239,13 @@ impl<'a> Local<'a> {
                 let period = profiles.iter().map(|p| p.1).min().unwrap_or(1);
                 let target = self.region.written.pid as i32;
                 match crate::profile::Profiler::start(target, period) {
-                    Ok(p) => profiler = Some(p),
+                    Ok(p) => {
+                        if let Some(why) = &p.fallback {
+                            // Said even with -w: the profile is coarser.
+                            let _ = writeln!(std::io::stderr(), "WARNING: {why}");
+                        }
+                        profiler = Some(p);
+                    }
                     Err(e) => {
                         // One ERROR at the end, and the session fails (exit 1).
                         runner.lost = Some(format!(

@@ -142,9 +142,81 @@ struct Proc {
     loaded: Instant,
 }
 
+/// Where the samples come from.
+enum Source {
+    /// The kernel's perf events ([`crate::os::perf`]).
+    Perf(Sampler),
+    /// The fallback where perf events are refused: [`Interrupter`].
+    Ptrace(Interrupter),
+}
+
+/// The fallback sampler, for kernels or containers that refuse
+/// `perf_event_open`: at each poll (every 10 ms) it reads each thread's
+/// CPU time (`schedstat`) and, for a thread that ran a period or more
+/// since its last sample, stops it for a moment (`PTRACE_SEIZE` and
+/// `PTRACE_INTERRUPT`, as `.itrace` does), reads its registers and the top
+/// of its stack, and lets it go. The sample stands for the CPU time since
+/// the last one (its weight). At most one sample a thread per poll, so at
+/// most 100 a second; an idle thread is never stopped. A thread stopped
+/// inside a blocking call has it restarted by the kernel, but the calls
+/// signal(7) lists as failing with EINTR after a stop (`epoll_wait`,
+/// `sigtimedwait`, …) can: said when the fallback is chosen.
+struct Interrupter {
+    pid: i32,
+    period: u64,
+    /// CPU time at each thread's last sample (or first sight).
+    last: HashMap<i32, u64>,
+    /// Threads that could not be stopped (already traced, gone).
+    lost: u64,
+}
+
+impl Interrupter {
+    fn drain(&mut self, f: &mut dyn FnMut(RawSample)) {
+        let Ok(tasks) = proc::tasks(self.pid) else { return };
+        self.last.retain(|t, _| tasks.contains(t));
+        for tid in tasks {
+            let Some(cpu) = proc::thread_cpu_ns(self.pid, tid) else { continue };
+            let last = *self.last.entry(tid).or_insert(cpu);
+            if cpu.saturating_sub(last) < self.period {
+                continue;
+            }
+            let Ok(t) = crate::os::ptrace::Thread::seize(tid) else {
+                self.lost += 1;
+                continue;
+            };
+            let Ok(r) = t.regs() else {
+                self.lost += 1;
+                continue;
+            };
+            let regs = arch::saved_from(&r);
+            let (_, sp, _) = arch::unwind_start(&regs);
+            let mut stack = vec![0u8; STACK_BYTES as usize];
+            let n = proc::mem(self.pid, false)
+                .ok()
+                .and_then(|m| std::os::unix::fs::FileExt::read_at(&m, &mut stack, sp).ok())
+                .unwrap_or(0);
+            stack.truncate(n);
+            let in_kernel = arch::in_syscall(&r);
+            drop(t);
+            self.last.insert(tid, cpu);
+            f(RawSample {
+                pid: self.pid as u32,
+                tid: tid as u32,
+                time: crate::os::sys::monotonic_ns(),
+                period: cpu - last,
+                in_kernel,
+                regs,
+                stack,
+            });
+        }
+    }
+}
+
 /// Samples a process and unwinds them.
 pub struct Profiler {
-    sampler: Sampler,
+    sampler: Source,
+    /// Set when the fallback sampler runs: why, and what it changes.
+    pub fallback: Option<String>,
     procs: HashMap<u32, Proc>,
     /// Every module seen, in any sampled process (indices are stable).
     pub modules: Vec<ModuleInfo>,
@@ -159,10 +231,36 @@ const RELOAD_EVERY: Duration = Duration::from_millis(100);
 impl Profiler {
     /// Sample every thread of `pid`, now and later, every `period_ns` of
     /// its CPU time.
+    ///
+    /// Where the kernel refuses perf events (or `TELCO_PROFILE_SAMPLER=
+    /// ptrace` asks for it), the fallback [`Interrupter`] samples instead,
+    /// and [`Profiler::fallback`] says so.
     pub fn start(pid: i32, period_ns: u64) -> std::io::Result<Profiler> {
-        let sampler = Sampler::open(pid, period_ns, STACK_BYTES)?;
+        let forced = std::env::var("TELCO_PROFILE_SAMPLER").is_ok_and(|v| v == "ptrace");
+        let perf = if forced {
+            Err(std::io::Error::other("TELCO_PROFILE_SAMPLER=ptrace"))
+        } else {
+            Sampler::open(pid, period_ns, STACK_BYTES)
+        };
+        let (sampler, fallback) = match perf {
+            Ok(s) => (Source::Perf(s), None),
+            Err(e) => {
+                // Not a missing process: the same error either way.
+                if e.raw_os_error() == Some(libc::ESRCH) {
+                    return Err(e);
+                }
+                let why = format!(
+                    "timer.profile: perf events are not available ({e}): sampling by stopping threads with ptrace \
+                     instead, at most 100 samples a second a thread; a blocking call of the target stopped this way \
+                     may fail with EINTR where signal(7) says a stopped process's calls can"
+                );
+                let i = Interrupter { pid, period: period_ns.max(10_000_000), last: HashMap::new(), lost: 0 };
+                (Source::Ptrace(i), Some(why))
+            }
+        };
         Ok(Profiler {
             sampler,
+            fallback,
             procs: HashMap::new(),
             modules: Vec::new(),
             known: HashMap::new(),
@@ -174,20 +272,35 @@ impl Profiler {
 
     /// The perf descriptors that become readable when samples arrive.
     pub fn fds(&self) -> Vec<i32> {
-        self.sampler.fds()
+        match &self.sampler {
+            Source::Perf(s) => s.fds(),
+            Source::Ptrace(_) => Vec::new(),
+        }
     }
 
     /// Stop sampling; the samples taken so far can still be polled.
-    pub fn stop(&self) {
-        self.sampler.disable();
+    pub fn stop(&mut self) {
+        match &mut self.sampler {
+            Source::Perf(s) => s.disable(),
+            // No sample after this (a last poll would stop threads).
+            Source::Ptrace(i) => i.period = u64::MAX,
+        }
     }
 
     /// Unwind every sample taken since the last poll and give each to `f`.
     pub fn poll(&mut self, f: &mut dyn FnMut(&Stack<'_>)) {
         let mut raw = Vec::new();
-        self.sampler.drain(&mut |s| raw.push(s));
-        self.summary.lost = self.sampler.lost;
-        self.summary.malformed = self.sampler.malformed;
+        match &mut self.sampler {
+            Source::Perf(s) => {
+                s.drain(&mut |x| raw.push(x));
+                self.summary.lost = s.lost;
+                self.summary.malformed = s.malformed;
+            }
+            Source::Ptrace(i) => {
+                i.drain(&mut |x| raw.push(x));
+                self.summary.lost = i.lost;
+            }
+        }
         for s in raw {
             self.unwind(&s, f);
         }

@@ -203,6 +203,13 @@ pub fn tasks(pid: i32) -> std::io::Result<std::collections::BTreeSet<i32>> {
     Ok(out)
 }
 
+/// Thread `tid`'s CPU time so far in ns (`/proc/PID/task/TID/schedstat`,
+/// its first field).
+pub fn thread_cpu_ns(pid: i32, tid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
 /// The children of process `pid` (every thread's `children` file).
 pub fn children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();

@@ -39,6 +39,24 @@ pub fn unwind_start(regs: &SavedRegs) -> (u64, u64, framehop::x86_64::UnwindRegs
     (pc, sp, framehop::x86_64::UnwindRegsX86_64::new(pc, sp, fp))
 }
 
+/// A ptrace register file as our register file (the fallback sampler's
+/// samples).
+pub fn saved_from(r: &super::Regs) -> SavedRegs {
+    let mut w = [0u64; r::NREGS];
+    (w[r::RAX], w[r::RBX], w[r::RCX], w[r::RDX]) = (r.rax, r.rbx, r.rcx, r.rdx);
+    (w[r::RSI], w[r::RDI], w[r::RBP], w[r::RSP]) = (r.rsi, r.rdi, r.rbp, r.rsp);
+    (w[r::R8], w[r::R9], w[r::R10], w[r::R11]) = (r.r8, r.r9, r.r10, r.r11);
+    (w[12], w[13], w[14], w[15]) = (r.r12, r.r13, r.r14, r.r15);
+    (w[r::RIP], w[r::RFLAGS]) = (r.rip, r.eflags);
+    SavedRegs { words: w }
+}
+
+/// The thread was stopped in a system call (it entered the kernel by
+/// one: `orig_rax` holds its number, -1 otherwise).
+pub fn in_syscall(r: &super::Regs) -> bool {
+    (r.orig_rax as i64) >= 0
+}
+
 /// Kernel addresses (the upper half): a sample's pc there was taken in
 /// the kernel.
 pub fn is_kernel_address(a: u64) -> bool {
