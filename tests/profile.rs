@@ -425,3 +425,33 @@ fn the_fallback_sampler_works_without_perf_events() {
         assert!(n >= 10, "{thread}: {n} samples in {work}: {stacks:?}");
     }
 }
+
+/// A sample in a signal handler unwinds through the signal frame into
+/// the code the signal interrupted, down to `_start`.
+#[test]
+fn samples_in_a_signal_handler_reach_the_interrupted_code() {
+    let dir = scratch("profile-handler");
+    let exe = build(&dir, "profile", &[]);
+    let f = dir.join("h.folded");
+    let cmd = format!("{} handler {ROUNDS}", exe.display());
+    let (out, err, code) =
+        telco_run(&["-e", "probe timer.profile.hz(999) {}", "-c", &cmd, "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("done"), "{out}");
+    let stacks = folded(&f);
+    let in_handler: Vec<String> = stacks
+        .iter()
+        .filter(|(s, _)| s.last().is_some_and(|l| l == "handler_work"))
+        .map(|(s, n)| format!("{} {n}", s.join(";")))
+        .collect();
+    let n: u64 = in_handler.iter().filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok()).sum();
+    assert!(n >= 20, "{n} samples in the handler: {stacks:?}");
+    for l in &in_handler {
+        assert!(
+            l.starts_with("profile;_start;__libc_start_main;")
+                && l.contains(";main;run;")
+                && l.contains(";[signal handler called];"),
+            "not unwound through the signal frame: {l}"
+        );
+    }
+}

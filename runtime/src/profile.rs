@@ -63,6 +63,9 @@ pub struct Frame {
     pub lookup: u64,
     /// Index into [`Profiler::modules`], `None` when no module holds it.
     pub module: Option<u32>,
+    /// The signal trampoline a handler returns to: the frames after it
+    /// are the code the signal interrupted.
+    pub signal: bool,
 }
 
 /// An unwound sample.
@@ -136,6 +139,8 @@ struct Sections {
 
 struct Proc {
     unwinder: Unwinder<Bytes>,
+    /// Return addresses known to be (or not) the signal trampoline.
+    sigreturns: HashMap<u64, bool>,
     cache: Box<Cache>,
     /// (start, end, module index), sorted.
     ranges: Vec<(u64, u64, u32)>,
@@ -347,32 +352,50 @@ impl Profiler {
     }
 
     /// Unwind `s` into `self.frames`: `Some(reached the root)`, or `None`
-    /// when a frame fell outside every known module.
+    /// when a frame fell outside every known module. A return into the
+    /// signal trampoline (a sample in a signal handler) continues from the
+    /// registers the kernel saved on the stack, in the interrupted code.
     fn walk(&mut self, s: &RawSample) -> Option<bool> {
-        use framehop::Unwinder as _;
+        use framehop::{FrameAddress, Unwinder as _};
         self.frames.clear();
-        let Some(p) = self.procs.get_mut(&s.pid) else { return Some(false) };
-        let (pc, sp, regs) = arch::unwind_start(&s.regs);
+        let pid = s.pid;
+        let Some(p) = self.procs.get_mut(&pid) else { return Some(false) };
+        let (pc, sp, mut regs) = arch::unwind_start(&s.regs);
         let stack = &s.stack;
         let mut read = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
             let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_ne_bytes(b.try_into().map_err(|_| ())?))
         };
-        let mut it = p.unwinder.iter_frames(pc, regs, &mut p.cache, &mut read);
+        let mut at = FrameAddress::from_instruction_pointer(pc);
         let mut complete = false;
         let mut outside = false;
         while self.frames.len() < SAMPLE_FRAMES {
-            match it.next() {
-                Ok(Some(fa)) => {
-                    let (a, lookup) = (fa.address(), fa.address_for_lookup());
-                    if arch::is_kernel_address(a) {
+            let (a, lookup) = (at.address(), at.address_for_lookup());
+            if arch::is_kernel_address(a) {
+                break;
+            }
+            let module = find(&p.ranges, lookup);
+            outside |= module.is_none() && !self.frames.is_empty();
+            let signal = at.is_return_address() && is_sigreturn(pid, &mut p.sigreturns, a);
+            self.frames.push(Frame { pc: a, lookup, module, signal });
+            if signal {
+                // The ucontext is where the trampoline's stack pointer is.
+                let uc = arch::unwind_sp(&regs);
+                let [bp, isp, ip] = arch::SIGFRAME_REGS.map(|o| read(uc.wrapping_add(o)));
+                let (Ok(bp), Ok(isp), Ok(ip)) = (bp, isp, ip) else { break };
+                regs = arch::unwind_regs(ip, isp, bp);
+                at = FrameAddress::from_instruction_pointer(ip);
+                continue;
+            }
+            match p.unwinder.unwind_frame(at, &mut regs, &mut p.cache, &mut read) {
+                Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
+                    Some(next) => at = next,
+                    None => {
+                        complete = true;
                         break;
                     }
-                    let module = find(&p.ranges, lookup);
-                    outside |= module.is_none() && !self.frames.is_empty();
-                    self.frames.push(Frame { pc: a, lookup, module });
-                }
+                },
                 Ok(None) => {
                     complete = true;
                     break;
@@ -443,8 +466,25 @@ impl Profiler {
             unwinder.add_module(framehop::Module::new(path.to_string_lossy().into_owned(), start..end, bias, info));
         }
         ranges.sort_unstable();
-        self.procs.insert(pid, Proc { unwinder, cache: Box::new(Cache::new()), ranges, loaded: now });
+        let sigreturns = self.procs.remove(&pid).map(|p| p.sigreturns).unwrap_or_default();
+        self.procs.insert(pid, Proc { unwinder, sigreturns, cache: Box::new(Cache::new()), ranges, loaded: now });
     }
+}
+
+/// Whether return address `a` in process `pid` is the signal trampoline
+/// (its code read once, then remembered; at most 4096 addresses).
+fn is_sigreturn(pid: u32, known: &mut HashMap<u64, bool>, a: u64) -> bool {
+    if let Some(&k) = known.get(&a) {
+        return k;
+    }
+    let mut code = [0u8; arch::SIGRETURN.len()];
+    let yes = proc::mem(pid as i32, false)
+        .and_then(|m| std::os::unix::fs::FileExt::read_exact_at(&m, &mut code, a))
+        .is_ok_and(|()| code == arch::SIGRETURN);
+    if known.len() < 4096 {
+        known.insert(a, yes);
+    }
+    yes
 }
 
 /// The module holding `a`.

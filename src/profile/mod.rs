@@ -7,7 +7,8 @@
 //! A frame no module holds is `[unknown]`; one in a module without a
 //! symbol for it is `[module]`, so that its samples still add up under
 //! one name; a sample taken in the kernel (a system call) has `[kernel]`
-//! as its leaf. Stacks are rooted at the thread's name, as perf's
+//! as its leaf, and the return into a signal handler's trampoline is
+//! `[signal handler called]` (as gdb shows it). Stacks are rooted at the thread's name, as perf's
 //! `stackcollapse` roots them, so one file keeps threads apart.
 
 mod perfetto;
@@ -54,9 +55,17 @@ impl Files {
 /// look up (link-time in the module; the raw address otherwise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Key {
-    Module { module: u32, addr: u64 },
-    Unknown { addr: u64 },
+    Module {
+        module: u32,
+        addr: u64,
+    },
+    Unknown {
+        addr: u64,
+    },
     Kernel,
+    /// The signal trampoline: a handler's frames above, the interrupted
+    /// code's below.
+    Signal,
 }
 
 /// One sample: its thread, its stack (leaf first), when and how much CPU
@@ -160,6 +169,7 @@ impl Profile {
             .iter()
             .map(|k| match *k {
                 Key::Kernel => NamedFrame { name: "[kernel]".into(), module: None, addr: 0 },
+                Key::Signal => NamedFrame { name: "[signal handler called]".into(), module: None, addr: 0 },
                 Key::Unknown { addr } => NamedFrame { name: "[unknown]".into(), module: None, addr },
                 Key::Module { module, addr } => {
                     let info = &self.modules[module as usize];
@@ -226,6 +236,7 @@ impl Sink for Profile {
         }
         for f in s.frames {
             let k = match f.module {
+                _ if f.signal => Key::Signal,
                 Some(m) => Key::Module { module: m, addr: f.lookup.wrapping_sub(s.modules[m as usize].bias) },
                 None => Key::Unknown { addr: f.lookup },
             };

@@ -7,6 +7,8 @@
  *   profile sigprof ROUNDS   split, while the program's own SIGPROF timer
  *                            (setitimer ITIMER_PROF, 1 ms) counts ticks
  *   profile blocked ROUNDS   split with every signal blocked
+ *   profile handler ROUNDS   split, with a SIGPROF handler that works
+ *                            (handler_work) on every tick
  *   profile serve 0          split until a line (or EOF) comes on stdin,
  *                            for -p
  *
@@ -38,6 +40,7 @@ __attribute__((noinline)) void hot(long n) { SPIN(n); }
 __attribute__((noinline)) void cold(long n) { SPIN(n); }
 __attribute__((noinline)) void alpha_work(long n) { SPIN(n); }
 __attribute__((noinline)) void beta_work(long n) { SPIN(n); }
+__attribute__((noinline)) void handler_work(long n) { SPIN(n); }
 
 __attribute__((noinline)) void run(long rounds) {
     for (long r = 0; r < rounds; r++) {
@@ -75,6 +78,11 @@ static void *watch_stdin(void *arg) {
 }
 
 static void on_prof(int sig) { (void)sig; ticks++; }
+static void on_prof_work(int sig) {
+    (void)sig;
+    handler_work(600000);
+    ticks++;
+}
 
 int main(int argc, char **argv) {
     if (argc < 3) {
@@ -96,6 +104,13 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[1], "sigprof")) {
         signal(SIGPROF, on_prof);
         struct itimerval t = {{0, 1000}, {0, 1000}};
+        setitimer(ITIMER_PROF, &t, NULL);
+        run(rounds);
+        struct itimerval off = {{0, 0}, {0, 0}};
+        setitimer(ITIMER_PROF, &off, NULL);
+    } else if (!strcmp(argv[1], "handler")) {
+        signal(SIGPROF, on_prof_work);
+        struct itimerval t = {{0, 2000}, {0, 2000}};
         setitimer(ITIMER_PROF, &t, NULL);
         run(rounds);
         struct itimerval off = {{0, 0}, {0, 0}};

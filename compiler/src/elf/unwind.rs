@@ -10,28 +10,39 @@ use goblin::elf::Elf;
 /// of a function (`foo.cold`, jumped to with the frame already built) is
 /// not one.
 pub fn fde_functions(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u64)> {
-    use gimli::UnwindSection;
     let Some((eh, bases)) = eh_frame(elf, bytes) else { return Vec::new() };
     let mut ctx = gimli::UnwindContext::new();
     let mut out = Vec::new();
-    let mut entries = eh.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        let gimli::CieOrFde::Fde(partial) = entry else { continue };
-        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
-        if fde.len() == 0 {
-            continue;
-        }
+    each_fde(&eh, &bases, |fde| {
         let start = fde.initial_address();
-        let Ok(row) = fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) else { continue };
+        let Ok(row) = fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) else { return };
         let fresh = matches!(row.cfa(), gimli::CfaRule::RegisterAndOffset { register, offset }
             if crate::arch::native::fresh_call_frame(*register, *offset));
         if fresh {
             out.push((start, fde.len()));
         }
-    }
+    });
     out.sort_unstable();
     out.dedup_by_key(|f| f.0);
     out
+}
+
+/// Every FDE of `.eh_frame` that covers any bytes (one that does not
+/// parse is skipped).
+fn each_fde<'a>(
+    eh: &EhFrame<'a>,
+    bases: &gimli::BaseAddresses,
+    mut f: impl FnMut(&gimli::FrameDescriptionEntry<gimli::EndianSlice<'a, gimli::LittleEndian>>),
+) {
+    use gimli::UnwindSection;
+    let mut entries = eh.entries(bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
+        if fde.len() > 0 {
+            f(&fde);
+        }
+    }
 }
 
 /// Section `name` of the file: its address and bytes (None for one that
@@ -147,20 +158,13 @@ mod tests {
 /// compact rule) by address, each rule holding up to the next row; a gap
 /// after a function's last row is `UNW_NONE`.
 pub fn unwind_rows(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u32)> {
-    use gimli::UnwindSection;
     use telco_abi::region::UNW_NONE;
     let Some((eh, bases)) = eh_frame(elf, bytes) else { return Vec::new() };
     let mut ctx = gimli::UnwindContext::new();
     // Per FDE: its range and rows.
     let mut fdes: Vec<(u64, u64, Vec<(u64, u32)>)> = Vec::new();
-    let mut entries = eh.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        let gimli::CieOrFde::Fde(partial) = entry else { continue };
-        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
-        if fde.len() == 0 {
-            continue;
-        }
-        let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else { continue };
+    each_fde(&eh, &bases, |fde| {
+        let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else { return };
         let mut rows = Vec::new();
         while let Ok(Some(row)) = table.next_row() {
             let rule = crate::arch::native::compact_unwind_rule(
@@ -172,7 +176,7 @@ pub fn unwind_rows(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u32)> {
             rows.push((row.start_address(), rule));
         }
         fdes.push((fde.initial_address(), fde.initial_address().saturating_add(fde.len()), rows));
-    }
+    });
     fdes.sort_unstable_by_key(|f| f.0);
     let mut out: Vec<(u64, u32)> = Vec::new();
     for (i, (_, end, rows)) in fdes.iter().enumerate() {

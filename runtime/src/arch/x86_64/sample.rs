@@ -39,6 +39,25 @@ pub fn unwind_start(regs: &SavedRegs) -> (u64, u64, framehop::x86_64::UnwindRegs
     (pc, sp, framehop::x86_64::UnwindRegsX86_64::new(pc, sp, fp))
 }
 
+/// The signal-return trampoline a handler returns to (glibc's
+/// `__restore_rt`: `mov $15, %rax; syscall`, rt_sigreturn).
+pub const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+/// Where the interrupted thread's rbp, rsp and rip are saved, from the
+/// stack pointer at the signal trampoline: the `ucontext_t` there
+/// (`uc_mcontext.gregs` at 40; REG_RBP 10, REG_RSP 15, REG_RIP 16).
+pub const SIGFRAME_REGS: [u64; 3] = [40 + 8 * 10, 40 + 8 * 15, 40 + 8 * 16];
+
+/// The registers the unwinder starts from at (pc, sp, fp).
+pub fn unwind_regs(pc: u64, sp: u64, fp: u64) -> framehop::x86_64::UnwindRegsX86_64 {
+    framehop::x86_64::UnwindRegsX86_64::new(pc, sp, fp)
+}
+
+/// The unwinder's stack pointer.
+pub fn unwind_sp(r: &framehop::x86_64::UnwindRegsX86_64) -> u64 {
+    r.sp()
+}
+
 /// A ptrace register file as our register file (the fallback sampler's
 /// samples).
 pub fn saved_from(r: &super::Regs) -> SavedRegs {
