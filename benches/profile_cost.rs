@@ -79,7 +79,12 @@ fn run(dir: &Path, exe: &Path, mode: &str, rounds: &str, how: How) -> Run {
             .sum(),
         _ => 0,
     };
-    Run { ns, cpu, samples, lost: err.contains("lost") }
+    // "timer.profile: N samples (L lost, ...)", or perf's own warning.
+    let lost = err.lines().any(|l| {
+        l.split_once(" samples (").and_then(|(_, r)| r.split_whitespace().next()).is_some_and(|n| n != "0")
+            || l.contains("lost") && !l.starts_with("timer.profile: ")
+    });
+    Run { ns, cpu, samples, lost }
 }
 
 fn median(v: &mut [u64]) -> u64 {
