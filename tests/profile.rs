@@ -455,3 +455,28 @@ fn samples_in_a_signal_handler_reach_the_interrupted_code() {
         );
     }
 }
+
+/// With a return probe on `run`, its return address on the stack is a
+/// trampoline's: samples below it go on to main through the thread's
+/// shadow stack (frame pointers or not).
+#[test]
+fn samples_unwind_through_return_probes() {
+    let dir = scratch("profile-returns");
+    let exe = build(&dir, "profile", &["-fomit-frame-pointer"]);
+    let f = dir.join("r.folded");
+    let cmd = format!("{} split {ROUNDS}", exe.display());
+    let script = "global n probe process.function(\"run\").return { n++ } probe timer.profile.hz(999) {} probe end { println(n) }";
+    let (out, err, code) = telco_run(&["-e", script, "-c", &cmd, "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.lines().any(|l| l == "1"), "the return probe ran once: {out}");
+    let stacks = folded(&f);
+    let leaf = |s: &Vec<String>| s.last().is_some_and(|l| l == "hot" || l == "cold");
+    let all: u64 = stacks.iter().filter(|(s, _)| leaf(s)).map(|x| x.1).sum();
+    let rooted: u64 = stacks
+        .iter()
+        .filter(|(s, _)| leaf(s) && s.join(";").contains("_start;__libc_start_main;__libc_start_call_main;main;run;"))
+        .map(|x| x.1)
+        .sum();
+    assert!(all >= 200 && rooted * 100 >= all * 95, "{rooted} of {all} samples reach main: {stacks:?}");
+    around_75("with a return probe", share(&stacks, "hot", "cold"));
+}

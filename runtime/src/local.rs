@@ -1242,7 +1242,17 @@ impl<'a> Local<'a> {
                 let period = profiles.iter().map(|p| p.1).min().unwrap_or(1);
                 let target = self.region.written.pid as i32;
                 match crate::profile::Profiler::start(target, period) {
-                    Ok(p) => {
+                    Ok(mut p) => {
+                        if artifact.shadow_depth > 0 {
+                            p.set_shadow_stacks(crate::profile::ShadowStacks {
+                                // Set at injection (the target's word, but
+                                // only read back from its own memory).
+                                threads_at: self.region.counter(core::mem::offset_of!(Header, threads_at)),
+                                nthreads: self.region.written.nthreads,
+                                frame_size: artifact.frame_size,
+                                depth: artifact.shadow_depth,
+                            });
+                        }
                         if let Some(why) = &p.fallback {
                             // Said even with -w: the profile is coarser.
                             let _ = writeln!(std::io::stderr(), "WARNING: {why}");

@@ -217,9 +217,61 @@ impl Interrupter {
     }
 }
 
+/// Where a process's return probes keep their shadow stacks (the thread
+/// slots at `Header::threads_at`, each slot's frames): a sampled stack
+/// holds a return trampoline's address where a probed function was called,
+/// and the thread's shadow stack says which return address it replaced.
+#[derive(Clone, Copy, Debug)]
+pub struct ShadowStacks {
+    pub threads_at: u64,
+    pub nthreads: u32,
+    pub frame_size: u32,
+    pub depth: u32,
+}
+
+/// Thread `tid`'s shadow stack in process `pid`, innermost first:
+/// (trampoline address, the return address it replaced). Read from the
+/// target's memory when a sample needs it (the target's word: only used
+/// to name and continue a frame, never followed as a pointer here).
+fn shadow_frames(pid: u32, tid: u32, s: &ShadowStacks) -> Vec<(u64, u64)> {
+    use telco_abi::region::{ShadowFrame, ThreadSlot};
+    let Ok(m) = proc::mem(pid as i32, false) else { return Vec::new() };
+    let read = |at: u64, len: usize| -> Option<Vec<u8>> {
+        let mut b = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&m, &mut b, at).ok().map(|()| b)
+    };
+    let u32_at = |b: &[u8], o: usize| b.get(o..o + 4).map_or(0, |x| u32::from_le_bytes(x.try_into().unwrap_or([0; 4])));
+    let u64_at = |b: &[u8], o: usize| b.get(o..o + 8).map_or(0, |x| u64::from_le_bytes(x.try_into().unwrap_or([0; 8])));
+    let size = core::mem::size_of::<ThreadSlot>();
+    let stride = s.frame_size as usize;
+    if stride < core::mem::size_of::<ShadowFrame>() || s.nthreads == 0 {
+        return Vec::new();
+    }
+    let Some(slots) = read(s.threads_at, size * s.nthreads.min(1 << 16) as usize) else { return Vec::new() };
+    let Some(b) = slots.chunks_exact(size).find(|b| {
+        u32_at(b, core::mem::offset_of!(ThreadSlot, tid)) == tid
+            && u32_at(b, core::mem::offset_of!(ThreadSlot, pid)) == pid
+    }) else {
+        return Vec::new();
+    };
+    let depth = u32_at(b, core::mem::offset_of!(ThreadSlot, depth)).min(s.depth).min(4096) as usize;
+    let Some(frames) = read(u64_at(b, core::mem::offset_of!(ThreadSlot, frames)), stride * depth) else {
+        return Vec::new();
+    };
+    frames
+        .chunks_exact(stride)
+        .rev()
+        .map(|f| {
+            (u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)), u64_at(f, core::mem::offset_of!(ShadowFrame, ret)))
+        })
+        .collect()
+}
+
 /// Samples a process and unwinds them.
 pub struct Profiler {
     sampler: Source,
+    /// The session's return probes' shadow stacks, when it has any.
+    shadow: Option<ShadowStacks>,
     /// Set when the fallback sampler runs: why, and what it changes.
     pub fallback: Option<String>,
     procs: HashMap<u32, Proc>,
@@ -265,6 +317,7 @@ impl Profiler {
         };
         Ok(Profiler {
             sampler,
+            shadow: None,
             fallback,
             procs: HashMap::new(),
             modules: Vec::new(),
@@ -273,6 +326,12 @@ impl Profiler {
             summary: Summary::default(),
             frames: Vec::new(),
         })
+    }
+
+    /// The session has return probes: their trampolines' addresses in a
+    /// stack are the return addresses they replaced.
+    pub fn set_shadow_stacks(&mut self, s: ShadowStacks) {
+        self.shadow = Some(s);
     }
 
     /// The perf descriptors that become readable when samples arrive.
@@ -359,6 +418,10 @@ impl Profiler {
         use framehop::{FrameAddress, Unwinder as _};
         self.frames.clear();
         let pid = s.pid;
+        let shadow = self.shadow;
+        // The thread's shadow stack, read at its first trampoline address.
+        let mut returns: Option<Vec<(u64, u64)>> = None;
+        let mut next_return = 0;
         let Some(p) = self.procs.get_mut(&pid) else { return Some(false) };
         let (pc, sp, mut regs) = arch::unwind_start(&s.regs);
         let stack = &s.stack;
@@ -371,6 +434,19 @@ impl Profiler {
         let mut complete = false;
         let mut outside = false;
         while self.frames.len() < SAMPLE_FRAMES {
+            if let (true, None, Some(sh)) = (at.is_return_address(), find(&p.ranges, at.address_for_lookup()), &shadow)
+            {
+                // A return trampoline where a probed function was called:
+                // the caller is where it would have returned.
+                let list = returns.get_or_insert_with(|| shadow_frames(pid, s.tid, sh));
+                if let Some(i) = list.iter().skip(next_return).position(|f| f.0 == at.address()) {
+                    let ret = list[next_return + i].1;
+                    next_return += i + 1;
+                    if let Some(r) = FrameAddress::from_return_address(ret) {
+                        at = r;
+                    }
+                }
+            }
             let (a, lookup) = (at.address(), at.address_for_lookup());
             if arch::is_kernel_address(a) {
                 break;
