@@ -477,6 +477,6 @@ fn samples_unwind_through_return_probes() {
         .filter(|(s, _)| leaf(s) && s.join(";").contains("_start;__libc_start_main;__libc_start_call_main;main;run;"))
         .map(|x| x.1)
         .sum();
-    assert!(all >= 200 && rooted * 100 >= all * 95, "{rooted} of {all} samples reach main: {stacks:?}");
+    assert!(all >= 200 && rooted * 100 >= all * 99, "{rooted} of {all} samples reach main: {stacks:?}");
     around_75("with a return probe", share(&stacks, "hot", "cold"));
 }

@@ -272,6 +272,9 @@ pub struct Profiler {
     sampler: Source,
     /// The session's return probes' shadow stacks, when it has any.
     shadow: Option<ShadowStacks>,
+    /// The last shadow stack read for each thread (forgotten all at once
+    /// past 4096 threads).
+    shadow_seen: HashMap<u32, Vec<(u64, u64)>>,
     /// Set when the fallback sampler runs: why, and what it changes.
     pub fallback: Option<String>,
     procs: HashMap<u32, Proc>,
@@ -318,6 +321,7 @@ impl Profiler {
         Ok(Profiler {
             sampler,
             shadow: None,
+            shadow_seen: HashMap::new(),
             fallback,
             procs: HashMap::new(),
             modules: Vec::new(),
@@ -419,6 +423,7 @@ impl Profiler {
         self.frames.clear();
         let pid = s.pid;
         let shadow = self.shadow;
+        let shadow_seen = &mut self.shadow_seen;
         // The thread's shadow stack, read at its first trampoline address.
         let mut returns: Option<Vec<(u64, u64)>> = None;
         let mut next_return = 0;
@@ -438,7 +443,22 @@ impl Profiler {
             {
                 // A return trampoline where a probed function was called:
                 // the caller is where it would have returned.
-                let list = returns.get_or_insert_with(|| shadow_frames(pid, s.tid, sh));
+                // Read when the sample is drained, up to 10 ms after it was
+                // taken: a thread that has returned since (or a process that
+                // has ended) is matched against the last stack read for it.
+                let list = returns.get_or_insert_with(|| {
+                    let fresh = shadow_frames(pid, s.tid, sh);
+                    if shadow_seen.len() >= 4096 && !shadow_seen.contains_key(&s.tid) {
+                        shadow_seen.clear();
+                    }
+                    let known = shadow_seen.entry(s.tid).or_default();
+                    if fresh.is_empty() {
+                        known.clone()
+                    } else {
+                        *known = fresh.clone();
+                        fresh
+                    }
+                });
                 if let Some(i) = list.iter().skip(next_return).position(|f| f.0 == at.address()) {
                     let ret = list[next_return + i].1;
                     next_return += i + 1;
