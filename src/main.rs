@@ -57,33 +57,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
     if let Some(pattern) = cli.list.as_deref().filter(|p| p.starts_with("timer")) {
         // `-l 'timer.*'`: the timer family's points, as SystemTap lists them.
-        const TIMERS: &[&str] = &[
-            "timer.hz(number)",
-            "timer.jiffies(number)",
-            "timer.jiffies(number).randomize(number)",
-            "timer.ms(number)",
-            "timer.ms(number).randomize(number)",
-            "timer.msec(number)",
-            "timer.msec(number).randomize(number)",
-            "timer.ns(number)",
-            "timer.ns(number).randomize(number)",
-            "timer.nsec(number)",
-            "timer.nsec(number).randomize(number)",
-            "timer.profile",
-            "timer.profile.hz(number)",
-            "timer.s(number)",
-            "timer.s(number).randomize(number)",
-            "timer.sec(number)",
-            "timer.sec(number).randomize(number)",
-            "timer.us(number)",
-            "timer.us(number).randomize(number)",
-            "timer.usec(number)",
-            "timer.usec(number).randomize(number)",
-        ];
         let strip = |t: &str| t.replace("(number)", "");
-        let hits: Vec<&str> = TIMERS
-            .iter()
-            .copied()
+        let hits: Vec<String> = telco_compiler::validate::timer_points()
+            .into_iter()
             .filter(|t| {
                 telco_compiler::glob::glob_match(pattern, t) || telco_compiler::glob::glob_match(pattern, &strip(t))
             })

@@ -162,6 +162,30 @@ const FAMILIES: &[Shape] = &[
     s("process", Arg::Optional, false, PROCESS_NEXT),
 ];
 
+/// Every point of the `timer` family, spelled as `-l` lists them
+/// (`timer.ms(number).randomize(number)`), sorted.
+pub fn timer_points() -> Vec<String> {
+    fn walk(prefix: &str, shapes: &[Shape], out: &mut Vec<String>) {
+        for sh in shapes {
+            let arg = match sh.arg {
+                Arg::Number => "(number)",
+                Arg::String => "(string)",
+                Arg::NumberOrString => "(number|string)",
+                Arg::None | Arg::Optional => "",
+            };
+            let p = format!("{prefix}.{}{arg}", sh.name);
+            if sh.complete {
+                out.push(p.clone());
+            }
+            walk(&p, sh.next, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk("timer", TIMER_NEXT, &mut out);
+    out.sort();
+    out
+}
+
 impl Validator<'_> {
     /// Is there a line break between two offsets?
     fn newline_between(&self, a: u32, b: u32) -> bool {

@@ -22,6 +22,25 @@ use std::path::{Path, PathBuf};
 use telco_compiler::elf::Module;
 use telco_runtime::profile::{ModuleInfo, Sink, Stack, Summary};
 
+/// Strings numbered in the order first seen (the string tables of the
+/// pprof and Perfetto writers).
+#[derive(Default)]
+struct Interner {
+    list: Vec<Vec<u8>>,
+    ids: HashMap<Vec<u8>, usize>,
+}
+
+impl Interner {
+    fn id(&mut self, s: &[u8]) -> usize {
+        if let Some(&i) = self.ids.get(s) {
+            return i;
+        }
+        self.list.push(s.to_vec());
+        self.ids.insert(s.to_vec(), self.list.len() - 1);
+        self.list.len() - 1
+    }
+}
+
 /// Which files to write.
 #[derive(Debug, Default, Clone)]
 pub struct Files {

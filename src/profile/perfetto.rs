@@ -9,8 +9,6 @@
 //! process. The packets are appended to the file after the session's
 //! writer has finished it (a trace is a sequence of packets in any order).
 
-use std::collections::HashMap;
-
 use super::Named;
 
 /// A sequence id of its own (the writer's are 1 and 2 + a thread's index).
@@ -147,20 +145,20 @@ struct PerfSample {
 
 /// Interned strings: iids from 1.
 #[derive(Default)]
-struct Strings {
-    list: Vec<InternedString>,
-    ids: HashMap<Vec<u8>, u64>,
-}
+struct Strings(super::Interner);
 
 impl Strings {
     fn id(&mut self, s: &[u8]) -> u64 {
-        if let Some(&i) = self.ids.get(s) {
-            return i;
-        }
-        let i = self.list.len() as u64 + 1;
-        self.list.push(InternedString { iid: Some(i), str: Some(s.to_vec()) });
-        self.ids.insert(s.to_vec(), i);
-        i
+        self.0.id(s) as u64 + 1
+    }
+
+    fn list(self) -> Vec<InternedString> {
+        self.0
+            .list
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| InternedString { iid: Some(i as u64 + 1), str: Some(s) })
+            .collect()
     }
 }
 
@@ -238,11 +236,11 @@ pub fn packets(n: &Named<'_>) -> Vec<u8> {
         incremental_state_cleared: Some(true),
         sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
         interned_data: Some(InternedData {
-            function_names: names.list,
+            function_names: names.list(),
             frames,
             callstacks,
-            build_ids: builds.list,
-            mapping_paths: paths.list,
+            build_ids: builds.list(),
+            mapping_paths: paths.list(),
             mappings,
         }),
         perf_sample: None,

@@ -114,31 +114,17 @@ pub struct Function {
 }
 
 /// The string table: index 0 is "", as pprof requires.
-#[derive(Default)]
-struct Strings {
-    table: Vec<String>,
-    ids: HashMap<String, i64>,
-}
+struct Strings(super::Interner);
 
 impl Strings {
     fn id(&mut self, s: &str) -> i64 {
-        if self.table.is_empty() {
-            self.table.push(String::new());
-            self.ids.insert(String::new(), 0);
-        }
-        if let Some(&i) = self.ids.get(s) {
-            return i;
-        }
-        self.table.push(s.to_string());
-        let i = (self.table.len() - 1) as i64;
-        self.ids.insert(s.to_string(), i);
-        i
+        self.0.id(s.as_bytes()) as i64
     }
 }
 
 /// The gzip'd profile.
 pub fn encode(n: &Named<'_>) -> Vec<u8> {
-    let mut s = Strings::default();
+    let mut s = Strings(super::Interner::default());
     s.id("");
     let sample_type = vec![
         ValueType { r#type: s.id("samples"), unit: s.id("count") },
@@ -220,7 +206,7 @@ pub fn encode(n: &Named<'_>) -> Vec<u8> {
         mapping,
         location,
         function: functions,
-        string_table: s.table,
+        string_table: s.0.list.into_iter().map(|b| String::from_utf8_lossy(&b).into_owned()).collect(),
         time_nanos: wall_start as i64,
         duration_nanos: (n.end - n.start) as i64,
         period_type,

@@ -277,16 +277,20 @@ fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u6
     let head = head_w.load(Ordering::Acquire);
     let mut tail = tail_w.load(Ordering::Relaxed);
     let data = ring.base.wrapping_add(off);
+    // A record may wrap around the data area's end: at most two slices.
     let copy = |from: u64, n: usize, out: &mut Vec<u8>| {
         out.clear();
-        out.reserve(n);
-        for k in 0..n {
-            // SAFETY: inside the data area (index modulo its size).
-            out.push(unsafe { *data.add((from as usize + k) % size) });
+        let start = from as usize % size;
+        let first = n.min(size - start);
+        // SAFETY: [start, start + first) and [0, n - first) lie inside the
+        // data area (n <= size: a record is at most 64 KiB, the area 2 MiB).
+        unsafe {
+            out.extend_from_slice(std::slice::from_raw_parts(data.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(data, n.saturating_sub(first).min(size)));
         }
     };
+    let mut h = Vec::with_capacity(8);
     while tail + 8 <= head {
-        let mut h = Vec::with_capacity(8);
         copy(tail, 8, &mut h);
         let kind = u32::from_ne_bytes(h[0..4].try_into().unwrap_or_default());
         let misc = u16::from_ne_bytes(h[4..6].try_into().unwrap_or_default());
