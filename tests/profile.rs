@@ -428,6 +428,12 @@ fn the_fallback_sampler_works_without_perf_events() {
 
 /// A sample in a signal handler unwinds through the signal frame into
 /// the code the signal interrupted, down to `_start`.
+///
+/// The program's SIGPROF timer and the samples both count CPU time, and
+/// the handler runs right after each tick of the timer: at 999 Hz (a
+/// period of 1.001 ms against the kernel's tick) the samples kept the same
+/// phase against the handler for a whole run, and landed in it 0 to 55
+/// times by chance. 773 Hz is no fraction of the tick: the phase sweeps.
 #[test]
 fn samples_in_a_signal_handler_reach_the_interrupted_code() {
     let dir = scratch("profile-handler");
@@ -435,7 +441,7 @@ fn samples_in_a_signal_handler_reach_the_interrupted_code() {
     let f = dir.join("h.folded");
     let cmd = format!("{} handler {ROUNDS}", exe.display());
     let (out, err, code) =
-        telco_run(&["-e", "probe timer.profile.hz(999) {}", "-c", &cmd, "--folded", f.to_str().unwrap()]);
+        telco_run(&["-e", "probe timer.profile.hz(773) {}", "-c", &cmd, "--folded", f.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("done"), "{out}");
     let stacks = folded(&f);
@@ -445,7 +451,7 @@ fn samples_in_a_signal_handler_reach_the_interrupted_code() {
         .map(|(s, n)| format!("{} {n}", s.join(";")))
         .collect();
     let n: u64 = in_handler.iter().filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok()).sum();
-    assert!(n >= 20, "{n} samples in the handler: {stacks:?}");
+    assert!(n >= 8, "{n} samples in the handler: {stacks:?}");
     for l in &in_handler {
         assert!(
             l.starts_with("profile;_start;__libc_start_main;")
@@ -479,4 +485,59 @@ fn samples_unwind_through_return_probes() {
         .sum();
     assert!(all >= 200 && rooted * 100 >= all * 99, "{rooted} of {all} samples reach main: {stacks:?}");
     around_75("with a return probe", share(&stacks, "hot", "cold"));
+}
+
+/// Samples taken in the probes' own code — an entry or return trampoline
+/// (lean, or saving every register for `uaddr()`), a statement's, the
+/// relocated first instructions, a compiled handler, the runtime library —
+/// go on to main like any other: that time is `[telco-stap]`, right under
+/// the probed function (or, after a return, its caller), never `[unknown]`.
+/// Built without frame pointers; tiny() is called millions of times, so a
+/// good part of the samples land in our code.
+#[test]
+fn samples_in_trampolines_and_handlers_reach_main() {
+    let dir = scratch("profile-own");
+    let exe = build(&dir, "profile", &["-fomit-frame-pointer", "-g"]);
+    let source = std::fs::read_to_string(repo().join("tests/programs/profile.c")).expect("the source");
+    let line = source.lines().position(|l| l.contains("/* statement probe */")).expect("the marked line") + 1;
+    let cmd = format!("{} calls 15000000", exe.display());
+    let scripts = [
+        ("lean", r#"global n probe process.function("tiny") { n++ } probe process.function("tiny").return { n++ }"#.to_string()),
+        (
+            "full",
+            r#"global n probe process.function("tiny") { if (uaddr()) n++ } probe process.function("tiny").return { if ($return) n++ }"#
+                .to_string(),
+        ),
+        ("statement", format!(r#"global n probe process.statement("calls@profile.c:{line}") {{ n++ }}"#)),
+    ];
+    for (what, probes) in scripts {
+        let f = dir.join(format!("{what}.folded"));
+        let script = format!("{probes} probe timer.profile.hz(999) {{}} probe end {{ println(n > 0) }}");
+        let (out, err, code) = telco_run(&["-e", &script, "-c", &cmd, "--folded", f.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{what}: {err}");
+        assert!(out.lines().any(|l| l == "1"), "{what}: the probes ran: {out}");
+        let stacks = folded(&f);
+        let in_calls: Vec<&(Vec<String>, u64)> =
+            stacks.iter().filter(|(s, _)| s.iter().any(|x| x == "calls")).collect();
+        let all: u64 = in_calls.iter().map(|x| x.1).sum();
+        let rooted: u64 = in_calls
+            .iter()
+            .filter(|(s, _)| s.join(";").contains("_start;__libc_start_main;__libc_start_call_main;main;calls"))
+            .map(|x| x.1)
+            .sum();
+        let own: u64 = in_calls.iter().filter(|(s, _)| s.iter().any(|x| x == "[telco-stap]")).map(|x| x.1).sum();
+        assert!(all >= 200 && rooted * 100 >= all * 99, "{what}: {rooted} of {all} samples reach main: {stacks:?}");
+        assert!(own * 10 >= all, "{what}: only {own} of {all} samples in the probes' code: {stacks:?}");
+        for (s, n) in &stacks {
+            assert!(!s.iter().any(|x| x == "[unknown]"), "{what}: {n} samples with an unknown frame: {}", s.join(";"));
+            if let Some(i) = s.iter().position(|x| x == "[telco-stap]") {
+                assert!(
+                    i > 0 && ["calls", "tiny"].contains(&s[i - 1].as_str()),
+                    "{what}: the probes' time is not under the probed function: {}",
+                    s.join(";")
+                );
+            }
+        }
+        assert!(!err.contains("unknown frames") || err.contains(" 0 unknown frames"), "{what}: {err}");
+    }
 }

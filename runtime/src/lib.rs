@@ -27,6 +27,7 @@ pub mod inject;
 pub mod itrace;
 pub mod local;
 pub mod os;
+pub mod owncode;
 pub mod perfetto;
 pub mod profile;
 pub mod render;

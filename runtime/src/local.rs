@@ -801,6 +801,11 @@ pub trait Hooks {
     fn poll(&mut self) {}
     /// Before the end probes: take the probes out of the target.
     fn stopping(&mut self) {}
+    /// The code the session wrote into the target, for unwinding samples
+    /// taken in it.
+    fn own_code(&self) -> Option<crate::owncode::Shared> {
+        None
+    }
 }
 
 /// A session without a target.
@@ -1022,11 +1027,14 @@ impl Runner<'_> {
             sandbox.put(words + 1 + i, *w);
         }
         let at = words + 1 + telco_abi::arch::native::NREGS;
-        let n = s.frames.len().min(abi::SAMPLE_FRAMES);
-        sandbox.put(at, n as u64);
-        for (i, f) in s.frames[..n].iter().enumerate() {
-            sandbox.put(at + 1 + i, f.pc);
+        // The probes' own frames (`[telco-stap]` in the profile files)
+        // are not the program's: its backtrace goes without them.
+        let mut n = 0;
+        for f in s.frames.iter().filter(|f| !f.own).take(abi::SAMPLE_FRAMES) {
+            sandbox.put(at + 1 + n, f.pc);
+            n += 1;
         }
+        sandbox.put(at, n as u64);
         self.run(artifact, p)
     }
 }
@@ -1252,6 +1260,9 @@ impl<'a> Local<'a> {
                                 frame_size: artifact.frame_size,
                                 depth: artifact.shadow_depth,
                             });
+                        }
+                        if let Some(own) = hooks.own_code() {
+                            p.set_own_code(own);
                         }
                         if let Some(why) = &p.fallback {
                             // Said even with -w: the profile is coarser.

@@ -66,6 +66,9 @@ pub struct Frame {
     /// The signal trampoline a handler returns to: the frames after it
     /// are the code the signal interrupted.
     pub signal: bool,
+    /// Our own code (a trampoline, a handler: `[telco-stap]`), under the
+    /// probed function (`crate::owncode`).
+    pub own: bool,
 }
 
 /// An unwound sample.
@@ -229,13 +232,24 @@ pub struct ShadowStacks {
     pub depth: u32,
 }
 
-/// Thread `tid`'s shadow stack in process `pid`, innermost first:
-/// (trampoline address, the return address it replaced). Read from the
-/// target's memory when a sample needs it (the target's word: only used
-/// to name and continue a frame, never followed as a pointer here).
-fn shadow_frames(pid: u32, tid: u32, s: &ShadowStacks) -> Vec<(u64, u64)> {
+/// A thread's shadow stack, innermost first: (trampoline address, the
+/// return address it replaced) of each call still running (`live`), and of
+/// the last two popped (`popped`, the frames just above the stack's top,
+/// not yet overwritten by a later call: a sample taken before a probed
+/// call returned, drained after).
+#[derive(Clone, Debug, Default)]
+struct ShadowRead {
+    live: Vec<(u64, u64)>,
+    popped: Vec<(u64, u64)>,
+}
+
+/// Thread `tid`'s shadow stack in process `pid`. Read from the target's
+/// memory when a sample needs it (the target's word: only used to name and
+/// continue a frame, never followed as a pointer here).
+fn shadow_frames(pid: u32, tid: u32, s: &ShadowStacks) -> ShadowRead {
     use telco_abi::region::{ShadowFrame, ThreadSlot};
-    let Ok(m) = proc::mem(pid as i32, false) else { return Vec::new() };
+    let none = ShadowRead::default();
+    let Ok(m) = proc::mem(pid as i32, false) else { return none };
     let read = |at: u64, len: usize| -> Option<Vec<u8>> {
         let mut b = vec![0u8; len];
         std::os::unix::fs::FileExt::read_exact_at(&m, &mut b, at).ok().map(|()| b)
@@ -245,26 +259,29 @@ fn shadow_frames(pid: u32, tid: u32, s: &ShadowStacks) -> Vec<(u64, u64)> {
     let size = core::mem::size_of::<ThreadSlot>();
     let stride = s.frame_size as usize;
     if stride < core::mem::size_of::<ShadowFrame>() || s.nthreads == 0 {
-        return Vec::new();
+        return none;
     }
-    let Some(slots) = read(s.threads_at, size * s.nthreads.min(1 << 16) as usize) else { return Vec::new() };
+    let Some(slots) = read(s.threads_at, size * s.nthreads.min(1 << 16) as usize) else { return none };
     let Some(b) = slots.chunks_exact(size).find(|b| {
         u32_at(b, core::mem::offset_of!(ThreadSlot, tid)) == tid
             && u32_at(b, core::mem::offset_of!(ThreadSlot, pid)) == pid
     }) else {
-        return Vec::new();
+        return none;
     };
-    let depth = u32_at(b, core::mem::offset_of!(ThreadSlot, depth)).min(s.depth).min(4096) as usize;
-    let Some(frames) = read(u64_at(b, core::mem::offset_of!(ThreadSlot, frames)), stride * depth) else {
-        return Vec::new();
+    let cap = s.depth.min(4096) as usize;
+    let depth = (u32_at(b, core::mem::offset_of!(ThreadSlot, depth)) as usize).min(cap);
+    let upto = (depth + 2).min(cap);
+    let Some(frames) = read(u64_at(b, core::mem::offset_of!(ThreadSlot, frames)), stride * upto) else {
+        return none;
     };
-    frames
-        .chunks_exact(stride)
-        .rev()
-        .map(|f| {
-            (u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)), u64_at(f, core::mem::offset_of!(ShadowFrame, ret)))
-        })
-        .collect()
+    let frame = |f: &[u8]| {
+        (u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)), u64_at(f, core::mem::offset_of!(ShadowFrame, ret)))
+    };
+    let all: Vec<(u64, u64)> = frames.chunks_exact(stride).map(frame).collect();
+    ShadowRead {
+        live: all[..depth].iter().rev().copied().collect(),
+        popped: all[depth..].iter().copied().filter(|f| f.0 != 0).collect(),
+    }
 }
 
 /// Samples a process and unwinds them.
@@ -272,6 +289,8 @@ pub struct Profiler {
     sampler: Source,
     /// The session's return probes' shadow stacks, when it has any.
     shadow: Option<ShadowStacks>,
+    /// The code the session wrote into the target.
+    own: Option<crate::owncode::Shared>,
     /// The last shadow stack read for each thread (forgotten all at once
     /// past 4096 threads).
     shadow_seen: HashMap<u32, Vec<(u64, u64)>>,
@@ -321,6 +340,7 @@ impl Profiler {
         Ok(Profiler {
             sampler,
             shadow: None,
+            own: None,
             shadow_seen: HashMap::new(),
             fallback,
             procs: HashMap::new(),
@@ -336,6 +356,12 @@ impl Profiler {
     /// stack are the return addresses they replaced.
     pub fn set_shadow_stacks(&mut self, s: ShadowStacks) {
         self.shadow = Some(s);
+    }
+
+    /// The session's trampolines and handlers in the target: samples
+    /// taken there are unwound out of them.
+    pub fn set_own_code(&mut self, own: crate::owncode::Shared) {
+        self.own = Some(own);
     }
 
     /// The perf descriptors that become readable when samples arrive.
@@ -378,9 +404,10 @@ impl Profiler {
         self.summary.samples += 1;
         let now = Instant::now();
         let (pc, _, _) = arch::unwind_start(&s.regs);
+        let ours = self.own.as_ref().and_then(|o| o.read().ok()).is_some_and(|o| o.holds(s.pid, pc).is_some());
         let fresh = match self.procs.get(&s.pid) {
             None => true,
-            Some(p) => find(&p.ranges, pc).is_none() && now.duration_since(p.loaded) >= RELOAD_EVERY,
+            Some(p) => !ours && find(&p.ranges, pc).is_none() && now.duration_since(p.loaded) >= RELOAD_EVERY,
         };
         if fresh {
             self.load(s.pid, now);
@@ -399,7 +426,7 @@ impl Profiler {
         if !complete {
             self.summary.truncated += 1;
         }
-        self.summary.unknown_frames += self.frames.iter().filter(|fr| fr.module.is_none()).count() as u64;
+        self.summary.unknown_frames += self.frames.iter().filter(|fr| fr.module.is_none() && !fr.own).count() as u64;
         let stack = Stack {
             pid: s.pid,
             tid: s.tid,
@@ -425,9 +452,15 @@ impl Profiler {
         let shadow = self.shadow;
         let shadow_seen = &mut self.shadow_seen;
         // The thread's shadow stack, read at its first trampoline address.
-        let mut returns: Option<Vec<(u64, u64)>> = None;
+        let mut returns: Option<ShadowRead> = None;
+        // The live frames matched so far; the popped ones used.
         let mut next_return = 0;
+        let mut next_popped = 0;
         let Some(p) = self.procs.get_mut(&pid) else { return Some(false) };
+        let own = self.own.as_ref().and_then(|o| o.read().ok());
+        // The sample's own registers, while the walk is in its first frame.
+        let mut first: Option<&[u64]> = Some(&s.regs.words);
+        let mut own_steps = 0;
         let (pc, sp, mut regs) = arch::unwind_start(&s.regs);
         let stack = &s.stack;
         let mut read = |addr: u64| -> Result<u64, ()> {
@@ -439,42 +472,108 @@ impl Profiler {
         let mut complete = false;
         let mut outside = false;
         while self.frames.len() < SAMPLE_FRAMES {
+            // The thread's shadow stack, read at its first use.
+            // Read when the sample is drained, up to 10 ms after it was
+            // taken: a thread that has returned since (or a process that
+            // has ended) is matched against the last stack read for it.
+            let mut shadow_list = |sh: &ShadowStacks| -> ShadowRead {
+                returns
+                    .get_or_insert_with(|| {
+                        let mut fresh = shadow_frames(pid, s.tid, sh);
+                        if shadow_seen.len() >= 4096 && !shadow_seen.contains_key(&s.tid) {
+                            shadow_seen.clear();
+                        }
+                        let known = shadow_seen.entry(s.tid).or_default();
+                        if fresh.live.is_empty() {
+                            fresh.live = known.clone();
+                        } else {
+                            *known = fresh.live.clone();
+                        }
+                        fresh
+                    })
+                    .clone()
+            };
             if let (true, None, Some(sh)) = (at.is_return_address(), find(&p.ranges, at.address_for_lookup()), &shadow)
             {
                 // A return trampoline where a probed function was called:
-                // the caller is where it would have returned.
-                // Read when the sample is drained, up to 10 ms after it was
-                // taken: a thread that has returned since (or a process that
-                // has ended) is matched against the last stack read for it.
-                let list = returns.get_or_insert_with(|| {
-                    let fresh = shadow_frames(pid, s.tid, sh);
-                    if shadow_seen.len() >= 4096 && !shadow_seen.contains_key(&s.tid) {
-                        shadow_seen.clear();
+                // the caller is where it would have returned; failing a
+                // call still running, one just popped.
+                let list = shadow_list(sh);
+                let live = list.live.iter().skip(next_return).position(|f| f.0 == at.address());
+                let ret = match live {
+                    Some(i) => {
+                        next_return += i + 1;
+                        Some(list.live[next_return - 1].1)
                     }
-                    let known = shadow_seen.entry(s.tid).or_default();
-                    if fresh.is_empty() {
-                        known.clone()
-                    } else {
-                        *known = fresh.clone();
-                        fresh
-                    }
-                });
-                if let Some(i) = list.iter().skip(next_return).position(|f| f.0 == at.address()) {
-                    let ret = list[next_return + i].1;
-                    next_return += i + 1;
-                    if let Some(r) = FrameAddress::from_return_address(ret) {
-                        at = r;
-                    }
+                    None => list.popped.get(next_popped).filter(|f| f.0 == at.address()).map(|f| {
+                        next_popped += 1;
+                        f.1
+                    }),
+                };
+                if let Some(r) = ret.and_then(FrameAddress::from_return_address) {
+                    at = r;
                 }
             }
             let (a, lookup) = (at.address(), at.address_for_lookup());
             if arch::is_kernel_address(a) {
                 break;
             }
+            // Our code: a trampoline or handler (one `[telco-stap]` frame
+            // for a run of them), or a probed function's relocated first
+            // instructions (its own, at their original addresses).
+            if let Some(ours) = own.as_deref().and_then(|o| o.holds(pid, a).map(|x| (o, x))) {
+                let (o, called) = ours;
+                own_steps += 1;
+                if own_steps > 64 {
+                    break;
+                }
+                if called && !self.frames.last().is_some_and(|f| f.own) {
+                    self.frames.push(Frame { pc: a, lookup: a, module: None, signal: false, own: true });
+                }
+                let here = crate::owncode::Here {
+                    pc: a,
+                    is_return: at.is_return_address(),
+                    sp: arch::unwind_sp(&regs),
+                    fp: arch::unwind_fp(&regs),
+                    regs: first,
+                };
+                if called {
+                    first = None;
+                }
+                let (pc, sp, fp, ret) = match o.step(pid, &here, &mut |x| read(x).ok()) {
+                    Some(crate::owncode::Next::At { pc, sp, fp }) => (pc, sp, fp, false),
+                    Some(crate::owncode::Next::Return { pc, sp, fp }) => (pc, sp, fp, true),
+                    // The return address is below the stack (a trampoline
+                    // about to call, or just returned into): the innermost
+                    // call the shadow stack has not matched yet.
+                    Some(crate::owncode::Next::Root) => {
+                        complete = true;
+                        break;
+                    }
+                    Some(crate::owncode::Next::Shadow { sp, fp }) => {
+                        let Some(sh) = &shadow else { break };
+                        let Some(&(_, ret)) = shadow_list(sh).live.get(next_return) else { break };
+                        next_return += 1;
+                        (ret, sp, fp, true)
+                    }
+                    None => break,
+                };
+                regs = arch::unwind_regs(pc, sp, fp);
+                at = if ret {
+                    match FrameAddress::from_return_address(pc) {
+                        Some(n) => n,
+                        None => break,
+                    }
+                } else {
+                    FrameAddress::from_instruction_pointer(pc)
+                };
+                continue;
+            }
+            first = None;
             let module = find(&p.ranges, lookup);
             outside |= module.is_none() && !self.frames.is_empty();
             let signal = at.is_return_address() && is_sigreturn(pid, &mut p.sigreturns, a);
-            self.frames.push(Frame { pc: a, lookup, module, signal });
+            self.frames.push(Frame { pc: a, lookup, module, signal, own: false });
             if signal {
                 // The ucontext is where the trampoline's stack pointer is.
                 let uc = arch::unwind_sp(&regs);
@@ -509,6 +608,14 @@ impl Profiler {
     fn load(&mut self, pid: u32, now: Instant) {
         use framehop::Unwinder as _;
         let maps = proc::maps(pid as i32).unwrap_or_default();
+        if maps.is_empty() {
+            // Gone (samples drained after the process ended): what was
+            // known of it still names them.
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.loaded = now;
+                return;
+            }
+        }
         let mut unwinder = Unwinder::<Bytes>::new();
         let mut ranges = Vec::new();
         // Mappings of one file, in address order (maps is sorted).

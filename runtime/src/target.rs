@@ -470,6 +470,10 @@ struct Hooker {
     /// Every trampoline's copy of its function's first instructions
     /// (`SymReloc`: copy, its length, original, its length).
     relocs: std::cell::RefCell<Vec<(u64, u32, u64, u32)>>,
+    /// Our code in the target's processes, for the profiler's unwinder;
+    /// the blob's rows (the same in every code region) made once.
+    own: crate::owncode::Shared,
+    blob_rows: std::cell::OnceCell<std::sync::Arc<[crate::owncode::Row]>>,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -549,6 +553,48 @@ impl Placed {
 }
 
 impl Hooker {
+    /// A code region's blob (compiled handlers, runtime library) into the
+    /// unwinders' map of our code.
+    fn own_blob(&self, pid: u32, code: &CodeRegion) {
+        let rows = self.blob_rows.get_or_init(|| {
+            let a = &self.artifact;
+            let mut rows = Vec::new();
+            for sym in &a.symbols {
+                let (lo, hi) = (sym.offset as usize, sym.offset as usize + sym.size as usize);
+                let Some(bytes) = a.code.get(lo..hi) else { continue };
+                let at = |r: crate::owncode::Row| crate::owncode::Row { off: r.off + lo as u32, ..r };
+                rows.extend(arch::frames::rows(bytes, lo as u64, -8, None).into_iter().map(at));
+                rows.push(crate::owncode::Row {
+                    off: hi as u32,
+                    cfa: crate::owncode::Cfa::Unknown,
+                    fp: crate::owncode::Fp::Same,
+                });
+            }
+            rows.sort_by_key(|r| r.off);
+            rows.into()
+        });
+        let kind = crate::owncode::Kind::Called;
+        if let Ok(mut o) = self.own.write() {
+            o.add(pid, code.blob, code.blob + self.artifact.code.len() as u64, kind, rows.clone());
+            o.add(pid, code.trap(), code.blob, crate::owncode::Kind::Root, Vec::new().into());
+        }
+    }
+
+    /// A trampoline (`kind`: entry or return) at `at` into the unwinders'
+    /// map; `intra`: what a call in it to itself or past its end reaches
+    /// (an entry trampoline calling the probed function's copy).
+    fn own_trampoline(&self, pid: u32, at: u64, bytes: &[u8], kind: crate::owncode::Kind) {
+        if bytes.is_empty() {
+            return;
+        }
+        let end = at + bytes.len() as u64;
+        let intra = matches!(kind, crate::owncode::Kind::Entry { .. }).then_some(at..end);
+        let rows = arch::frames::rows(bytes, at, 0, intra);
+        if let Ok(mut o) = self.own.write() {
+            o.add(pid, at, end, kind, rows.into());
+        }
+    }
+
     /// The shadow stacks in the target.
     fn shadow(&self) -> trampoline::Shadow {
         let a = &self.artifact;
@@ -579,6 +625,7 @@ impl Hooker {
         // Per function: its entry trampoline (at most 1 KiB) and, for lean
         // return probes, a return trampoline of its own (under 1 KiB).
         let mut code = inject::code(s, a, base, 8192 + 2048 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
+        self.own_blob(pid as u32, &code);
         // The handler table (by probe index) and the return trampoline.
         let table: Vec<u8> = a.probes.iter().flat_map(|p| code.at(p.handler).to_le_bytes()).collect();
         let small = || {
@@ -606,6 +653,7 @@ impl Hooker {
             return Err(TargetError::Unsupported("the return trampoline is larger than its room".into()));
         }
         s.write(ret_tramp, &rt_bytes)?;
+        self.own_trampoline(pid as u32, ret_tramp, &rt_bytes, crate::owncode::Kind::Return);
         let mut plans: Vec<Plan> = Vec::new();
         let mut clobbers = clobber::Clobbers::new(&a.code, &a.symbols);
         // Functions too short for the jump (`Hop`): those whose 5-byte plan
@@ -748,7 +796,7 @@ impl Hooker {
             if let Some(so) = &clock_only {
                 self.timed.borrow_mut().push(fname.clone());
                 let ret_pop = code.at(self.ret_pop);
-                own_ret = Some(place(s, &mut code, |at| {
+                own_ret = Some(place(self, s, &mut code, |at| {
                     trampoline::clock_return_trampoline(at, self.region, a.ctx_size, ret_pop, &self.shadow(), so)
                 })?);
             } else if lean.is_some() && !returns.is_empty() {
@@ -765,7 +813,7 @@ impl Hooker {
                 if let Some(m) = m {
                     let direct: Vec<(u32, u64)> = rets.iter().map(|&(i, h)| (i, code.at(h))).collect();
                     let ret_pop = code.at(self.ret_pop);
-                    own_ret = Some(place(s, &mut code, |at| {
+                    own_ret = Some(place(self, s, &mut code, |at| {
                         trampoline::return_trampoline(
                             at,
                             self.region,
@@ -943,10 +991,11 @@ impl Hooker {
         .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
         let start = (hook.patch_at - addr) as usize;
         let displaced = &bytes[start..start + hook.displaced];
-        let relocated = match patch::relocate(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
-            Ok(r) => r,
-            Err(why) => return Ok(Err(why.to_string())),
-        };
+        let (relocated, map) =
+            match patch::relocate_with_map(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
+                Ok(r) => r,
+                Err(why) => return Ok(Err(why.to_string())),
+            };
         let Some(jmp) = patch::jmp_rel32(hook.patch_at, at) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
@@ -973,6 +1022,12 @@ impl Hooker {
             return Ok(Err("trampoline too large".into()));
         }
         s.write(at, &tramp)?;
+        let pid = s.pid() as u32;
+        self.own_trampoline(pid, at, &tramp[..prefix_len], crate::owncode::Kind::Entry { site: hook.patch_at });
+        if let Ok(mut o) = self.own.write() {
+            let end = at + tramp.len() as u64;
+            o.add(pid, at + prefix_len as u64, end, crate::owncode::Kind::Relocated { map }, Vec::new().into());
+        }
         let mut patch = jmp.to_vec();
         if !retargets.is_empty() {
             // The loops' way in: a second jump, past the probe, to the
@@ -995,6 +1050,7 @@ impl Hooker {
 /// A function's own return trampoline: assembled where the code region's
 /// next allocation starts, given exactly its length, written.
 fn place(
+    h: &Hooker,
     s: &mut Stopped,
     code: &mut CodeRegion,
     assemble: impl FnOnce(u64) -> Result<Vec<u8>, trampoline::AsmError>,
@@ -1007,6 +1063,7 @@ fn place(
         ));
     }
     s.write(at, &bytes)?;
+    h.own_trampoline(s.pid() as u32, at, &bytes, crate::owncode::Kind::Return);
     Ok(at)
 }
 
@@ -1222,6 +1279,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         threads_at,
         tid_off,
         relocs: Default::default(),
+        own: Default::default(),
+        blob_rows: Default::default(),
     };
     let mut patches = Vec::new();
     let mut codes = Vec::new();
@@ -1247,6 +1306,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         };
         if !hooked(&plans, brk) {
             let mut code = inject::code(&mut s, a, brk, 4096)?;
+            hooker.own_blob(pid as u32, &code);
             let bytes = s.read(brk, 32)?;
             let size = patch::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
             let notify = code.at(hooker.dlnotify);
@@ -1273,6 +1333,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             }
             // One code region per library for its entry points.
             let mut code = inject::code(&mut s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
+            hooker.own_blob(s.pid() as u32, &code);
             for (addr, size, catch) in entries {
                 let Some(f) = (if catch { caught } else { unwind }) else { continue };
                 let handler = code.at(f);
@@ -1326,7 +1387,9 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     if codes.is_empty() {
         // Room for the crash handler's stub and the lifecycle calls.
         let near = arch::pc(&s.regs(s.main_thread())?);
-        codes.push(inject::code(&mut s, a, near, 4096)?);
+        let code = inject::code(&mut s, a, near, 4096)?;
+        hooker.own_blob(s.pid() as u32, &code);
+        codes.push(code);
     }
     let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, injected.region_remote));
     let region_ino = crate::os::proc::fd_inode(injected.region.fd());
@@ -1504,6 +1567,10 @@ impl Hooks for Armed {
             s.detach().map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    fn own_code(&self) -> Option<crate::owncode::Shared> {
+        Some(self.hooker.own.clone())
     }
 
     fn watching(&self) -> bool {
@@ -1930,6 +1997,7 @@ fn hook_execs(
             continue;
         }
         let mut code = inject::code(s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
+        hooker.own_blob(s.pid() as u32, &code);
         let handler = code.at(execnotify);
         for (addr, size, _) in entries {
             match hooker.function(s, &mut code, addr, size, None, Tramp::call(handler))? {
@@ -2177,7 +2245,9 @@ impl Armed {
         let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
         if codes.is_empty() {
             let near = arch::pc(&s.regs(pid)?);
-            codes.push(inject::code(&mut s, a, near, 4096)?);
+            let code = inject::code(&mut s, a, near, 4096)?;
+            self.hooker.own_blob(pid as u32, &code);
+            codes.push(code);
         }
         let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, region_remote));
         // The old program ended (process.end, for the program this process

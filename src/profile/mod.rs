@@ -8,7 +8,9 @@
 //! symbol for it is `[module]`, so that its samples still add up under
 //! one name; a sample taken in the kernel (a system call) has `[kernel]`
 //! as its leaf, and the return into a signal handler's trampoline is
-//! `[signal handler called]` (as gdb shows it). Stacks are rooted at the thread's name, as perf's
+//! `[signal handler called]` (as gdb shows it). Time in the probes' own
+//! code (trampolines, handlers) is `[telco-stap]`, under the probed
+//! function. Stacks are rooted at the thread's name, as perf's
 //! `stackcollapse` roots them, so one file keeps threads apart.
 
 mod perfetto;
@@ -85,6 +87,8 @@ enum Key {
     /// The signal trampoline: a handler's frames above, the interrupted
     /// code's below.
     Signal,
+    /// Our own code in the target: the probes' trampolines and handlers.
+    Own,
 }
 
 /// One sample: its thread, its stack (leaf first), when and how much CPU
@@ -189,6 +193,7 @@ impl Profile {
             .map(|k| match *k {
                 Key::Kernel => NamedFrame { name: "[kernel]".into(), module: None, addr: 0 },
                 Key::Signal => NamedFrame { name: "[signal handler called]".into(), module: None, addr: 0 },
+                Key::Own => NamedFrame { name: "[telco-stap]".into(), module: None, addr: 0 },
                 Key::Unknown { addr } => NamedFrame { name: "[unknown]".into(), module: None, addr },
                 Key::Module { module, addr } => {
                     let info = &self.modules[module as usize];
@@ -256,6 +261,7 @@ impl Sink for Profile {
         for f in s.frames {
             let k = match f.module {
                 _ if f.signal => Key::Signal,
+                _ if f.own => Key::Own,
                 Some(m) => Key::Module { module: m, addr: f.lookup.wrapping_sub(s.modules[m as usize].bias) },
                 None => Key::Unknown { addr: f.lookup },
             };

@@ -11,6 +11,9 @@
  *                            (handler_work) on every tick
  *   profile serve 0          split until a line (or EOF) comes on stdin,
  *                            for -p
+ *   profile calls ROUNDS     calls(): ROUNDS calls of tiny(), a short
+ *                            spin after each (probed by tests/profile.rs:
+ *                            samples in trampolines and handlers)
  *
  * It prints "ready" first, then how long the work took ("ns N") and
  * "done" (with the SIGPROF count) last. */
@@ -41,6 +44,16 @@ __attribute__((noinline)) void cold(long n) { SPIN(n); }
 __attribute__((noinline)) void alpha_work(long n) { SPIN(n); }
 __attribute__((noinline)) void beta_work(long n) { SPIN(n); }
 __attribute__((noinline)) void handler_work(long n) { SPIN(n); }
+
+__attribute__((noinline)) long tiny(long x) { return x * 3 + 1; }
+
+__attribute__((noinline)) void calls(long rounds) {
+    for (long r = 0; r < rounds; r++) {
+        long v = tiny(r);
+        sink += v; /* statement probe */
+        SPIN(20);
+    }
+}
 
 __attribute__((noinline)) void run(long rounds) {
     for (long r = 0; r < rounds; r++) {
@@ -120,6 +133,8 @@ int main(int argc, char **argv) {
         sigfillset(&all);
         sigprocmask(SIG_BLOCK, &all, NULL);
         run(rounds);
+    } else if (!strcmp(argv[1], "calls")) {
+        calls(rounds);
     } else if (!strcmp(argv[1], "serve")) {
         pthread_t w;
         pthread_create(&w, NULL, watch_stdin, NULL);

@@ -3,6 +3,7 @@
 //! program counter, how an injected system call or call is set up).
 
 pub mod clobber;
+pub mod frames;
 pub mod patch;
 pub mod sample;
 pub mod stub;

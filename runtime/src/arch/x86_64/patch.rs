@@ -431,7 +431,7 @@ pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarg
 ///
 /// Returns the bytes.
 pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u8>, Refusal> {
-    relocate_mapped(original, from, len, to).map(|(bytes, _)| bytes)
+    relocate_mapped(original, from, len, to).map(|(bytes, _, _)| bytes)
 }
 
 /// Where the copy [`relocate`] makes at `to` has the instruction that
@@ -440,12 +440,34 @@ pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u
 /// order, without a single step. None for a `pc` that starts no
 /// instruction there.
 pub fn relocated_pc(original: &[u8], from: u64, len: usize, to: u64, pc: u64) -> Option<u64> {
-    let (_, map) = relocate_mapped(original, from, len, to).ok()?;
+    let (_, map, _) = relocate_mapped(original, from, len, to).ok()?;
     map.into_iter().find(|&(ip, _)| ip == pc).map(|(_, at)| at)
 }
 
-/// [`relocate`], with each instruction's original address and its copy's.
-fn relocate_mapped(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, Vec<(u64, u64)>), Refusal> {
+/// (copy, original) address of each instruction of a relocated copy.
+pub type CopyMap = Vec<(u64, u64)>;
+
+/// [`relocate`], with where each instruction of the copy came from:
+/// (copy, original) addresses in order, the jump back last (its original
+/// is `from + len`, where it goes). An unwinder in the copy takes each
+/// instruction for its original (`crate::owncode`).
+pub fn relocate_with_map(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, CopyMap), Refusal> {
+    let (bytes, map, jmp) = relocate_mapped(original, from, len, to)?;
+    let back = from.wrapping_add(len as u64);
+    let mut list: Vec<(u64, u64)> = map.iter().map(|&(ip, at)| (at, ip)).chain([(jmp, back)]).collect();
+    list.sort_by_key(|m| m.0);
+    Ok((bytes, list))
+}
+
+/// [`relocate`], with each instruction's original address and its copy's,
+/// and where the jump back is.
+#[allow(clippy::type_complexity)]
+fn relocate_mapped(
+    original: &[u8],
+    from: u64,
+    len: usize,
+    to: u64,
+) -> Result<(Vec<u8>, Vec<(u64, u64)>, u64), Refusal> {
     let bad = |why: String| Refusal::BadRange { from, len, why };
     if len == 0 {
         return Err(bad("the range is empty".to_string()));
@@ -497,7 +519,7 @@ fn relocate_mapped(original: &[u8], from: u64, len: usize, to: u64) -> Result<(V
             bytes.extend_from_slice(&back.to_le_bytes());
         }
     }
-    Ok((bytes, map))
+    Ok((bytes, map, at))
 }
 
 /// A call that ends the displaced instructions (`push rbx; call f` is a

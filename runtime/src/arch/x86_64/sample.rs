@@ -58,6 +58,11 @@ pub fn unwind_sp(r: &framehop::x86_64::UnwindRegsX86_64) -> u64 {
     r.sp()
 }
 
+/// The unwinder's frame pointer.
+pub fn unwind_fp(r: &framehop::x86_64::UnwindRegsX86_64) -> u64 {
+    r.bp()
+}
+
 /// A ptrace register file as our register file (the fallback sampler's
 /// samples).
 pub fn saved_from(r: &super::Regs) -> SavedRegs {

@@ -693,9 +693,13 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
         a.mov(rax, e.addr)?;
         a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, addr))), rax)?;
         // Handlers run on a 16-byte aligned stack; rbx (saved above, and
-        // callee-saved in them) keeps the frame.
+        // callee-saved in them) keeps the frame, and so does the word at
+        // the aligned stack's top (pushed twice: still aligned), where an
+        // unwinder inside a handler finds it (arch::x86_64::frames).
         a.mov(rbx, rsp)?;
         a.and(rsp, -16)?;
+        a.push(rbx)?;
+        a.push(rbx)?;
     } else {
         store_mask(&mut a, rsp, saved)?;
         if !e.returns.is_empty() {
@@ -927,8 +931,11 @@ pub fn return_trampoline(
             a.mov(qword_ptr(rsp + 8 * 7), rax)?;
             init_ctx(&mut a, ctx_at)?;
             a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, addr))), rax)?;
+            // Aligned as in `entry_prefix`, the frame findable from rsp.
             a.mov(rbx, rsp)?;
             a.and(rsp, -16)?;
+            a.push(rbx)?;
+            a.push(rbx)?;
             (rbx, CALLER_SAVED | 1 << 1)
         }
         Some(m) => {
@@ -1321,6 +1328,58 @@ mod tests {
             assert!(text[n - 2].starts_with("lea rsp,[rsp+"), "{text:#?}");
             assert_eq!(text[n - 1], "ret", "{text:#?}");
             assert!(!text.iter().any(|l| l.starts_with("jmp qword")), "{text:#?}");
+        }
+    }
+
+    /// Every instruction of every kind of trampoline has an unwind row
+    /// (`frames::rows`): a sample taken anywhere in one finds the probed
+    /// site's frame, or its caller's. The stack pointer at the site (entry)
+    /// or after the return (return trampolines) is where the rows say.
+    #[test]
+    fn every_trampoline_instruction_has_an_unwind_row() {
+        use crate::owncode::Cfa;
+        for lean in [None, Some(CALLER_SAVED), Some(0)] {
+            for returns in [false, true] {
+                for inside in [false, true] {
+                    let mut e = entry(lean, returns);
+                    e.inside = inside;
+                    let code = entry_prefix(&e).unwrap();
+                    let end = e.at + code.len() as u64;
+                    let rows = super::super::frames::rows(&code, e.at, 0, Some(e.at..end));
+                    let text = listing(&code, e.at);
+                    for (r, t) in rows.iter().zip(&text) {
+                        assert_ne!(
+                            r.cfa,
+                            Cfa::Unknown,
+                            "lean {lean:?} returns {returns} inside {inside}: {t}\n{text:#?}"
+                        );
+                    }
+                    assert_eq!(rows[0].cfa, Cfa::Sp(0));
+                    // The call of the function drops the return address: the
+                    // caller's frame after it returns is rsp's own.
+                    if returns {
+                        assert!(rows.iter().any(|r| r.cfa == Cfa::Returned(0)), "{text:#?}");
+                    }
+                }
+            }
+            let code = return_trampoline(
+                0x30000,
+                0x7000_0000,
+                CTX_SIZE as u32,
+                0x20500,
+                &Returns::Direct(vec![(0, 0x20000)]),
+                lean,
+                &entry(lean, true).shadow,
+                None,
+            )
+            .unwrap();
+            let rows = super::super::frames::rows(&code, 0x30000, 0, None);
+            let text = listing(&code, 0x30000);
+            for (r, t) in rows.iter().zip(&text) {
+                assert_ne!(r.cfa, Cfa::Unknown, "return, lean {lean:?}: {t}\n{text:#?}");
+            }
+            // At the `ret`, rsp is the slot just below the caller's frame.
+            assert_eq!(rows.last().unwrap().cfa, Cfa::Sp(8), "{text:#?}");
         }
     }
 
