@@ -160,6 +160,42 @@ fn statements_fire_where_the_jump_is_safe() {
     assert!(err.contains("<input>:1:15"), "{err}");
 }
 
+/// A one-byte `ret` ending a function, with the next function right after
+/// it, takes no jump of its own: the probe's jump goes on the instructions
+/// before it. After a call (`call triple; ret`), the call is probed at its
+/// return (a shadow frame, as a return probe's); after `lea; pop rbx`,
+/// those two run in the trampoline first. Each fires once per call with
+/// the registers as at the `ret` (rax: the result), lean or full.
+#[test]
+fn a_one_byte_site_at_a_functions_end_takes_the_jump_before_it() {
+    let exe = build("tails");
+    let n = 30i64;
+    let cmd = format!("{} tails {n}", exe.display());
+    let own = untraced(&exe, &["tails", &n.to_string()]);
+    let calls: i64 = (0..n).map(|i| 3 * (i + 1)).sum();
+    let pops: i64 = (0..n).map(|i| 3 * i).sum();
+    assert_eq!(own, format!("tails {}\n", calls + 1000 * pops));
+    let (c, p) = (nm(&exe, "call_tail_site"), nm(&exe, "pop_tail_site"));
+    for (site, sum, f) in [(c, calls, "call_tail"), (p, pops, "pop_tail")] {
+        // rbx at the site is the caller's again (pop_tail restored it).
+        let entry =
+            if f == "pop_tail" { "probe process.function(\"pop_tail\") { e[tid()] = register(\"rbx\") }" } else { "" };
+        let check = if f == "pop_tail" { "|| register(\"rbx\") != e[tid()]" } else { "" };
+        let script = format!(
+            "global n, r, e, bad {entry} probe process.statement({site:#x}) {{ n++; r += register(\"rax\") \
+             if (usymname(uaddr()) != \"{f}\" {check}) bad++ }} probe end {{ printf(\"%d %d %d\\n\", n, r, bad) }}"
+        );
+        let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{f}: {err}");
+        assert_eq!(out, format!("{own}{n} {sum} 0\n"), "{f}: {err}");
+        // Lean: only a count.
+        let script = format!("global n probe process.statement({site:#x}) {{ n++ }} probe end {{ println(n) }}");
+        let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{f}: {err}");
+        assert_eq!(out, format!("{own}{n}\n"), "{f}: {err}");
+    }
+}
+
 const PYTHON: &str = "/usr/bin/python3.11";
 
 /// Debian's python3.11 (stripped, non-PIE; markers guarded by semaphores):

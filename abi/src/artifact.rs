@@ -53,6 +53,13 @@ pub enum Attach {
         addr: u64,
         file_offset: u64,
         displaced: u32,
+        /// Bytes of whole instructions just before `addr` that take the
+        /// jump instead (`displaced` is then 0): the trampoline runs them,
+        /// then the probe, then jumps to `addr`.
+        lead: u32,
+        /// The lead is one `call rel32`: the call is probed at its return,
+        /// through a return trampoline (shadow stacks are allocated).
+        lead_call: bool,
         semaphore: Option<u64>,
     },
     /// A process or thread lifecycle event, run by a remote call where

@@ -691,6 +691,13 @@ impl Hooker {
                 Attach::Statement { displaced, .. } => Some(*displaced as usize),
                 _ => None,
             });
+            // A statement whose jump goes on the instructions before it
+            // (a call probed at its return: `true`).
+            let lead = probes.iter().find_map(|&i| match &a.probes[i].attach {
+                Attach::Statement { lead, lead_call, .. } if *lead > 0 => Some((u64::from(*lead), *lead_call)),
+                _ => None,
+            });
+            let (lead, lead_call) = (lead.map(|l| l.0), lead.is_some_and(|l| l.1));
             let fname = match (&p0.attach, size) {
                 (Attach::Statement { addr, .. }, None) => format!("{} ({addr:#x})", p0.name),
                 _ => p0.function.clone(),
@@ -845,9 +852,12 @@ impl Hooker {
             };
             // Two patches never share a byte (a statement right after
             // another, or inside a function's entry jump).
-            let reach = site.unwrap_or(16) as u64;
+            let (from, reach) = match lead {
+                Some(n) => (addr - n, n),
+                None => (addr, site.unwrap_or(16) as u64),
+            };
             if let Some((at, _, _)) =
-                plans.iter().find(|(at, orig, _)| addr < at + orig.len() as u64 && *at < addr + reach)
+                plans.iter().find(|(at, orig, _)| from < at + orig.len() as u64 && *at < from + reach)
             {
                 refused.push(format!("{fname}: its jump would overlap the probe patched at {at:#x}"));
                 continue;
@@ -861,6 +871,10 @@ impl Hooker {
             };
             let host = hosts.remove(&(file_offset + skip));
             let placed = match (size, site, hop, host) {
+                (None, Some(_), _, None) if lead_call => self.call_site(s, &mut code, addr, tramp)?,
+                (None, Some(_), _, None) if lead.is_some() => {
+                    self.lead_in(s, &mut code, addr, lead.unwrap_or(0) as usize, tramp)?
+                }
                 // A hop's host: its jump, then the hop's, in what it displaces.
                 (_, _, _, Some(displaced)) => {
                     self.function(s, &mut code, addr + skip, 0, Some(displaced as usize), tramp)?
@@ -938,6 +952,151 @@ impl Hooker {
             }
         }
         Ok((code, plans))
+    }
+
+    /// A statement at `addr`, the return point of the `call rel32` just
+    /// before it (`Attach::Statement::lead_call`): the call goes to a
+    /// trampoline that pushes a shadow frame for it as a return probe's
+    /// entry does and jumps to the callee, whose return comes through a
+    /// return trampoline of its own that runs the statement's handlers
+    /// with the registers as at `addr` (rip there, rsp after the return)
+    /// and returns to `addr`. Every register saved (the full kinds).
+    fn call_site(
+        &self,
+        s: &mut Stopped,
+        code: &mut CodeRegion,
+        addr: u64,
+        t: Tramp,
+    ) -> Result<Result<Placed, String>, TargetError> {
+        let from = addr - 5;
+        let bytes = s.read(from, 5)?;
+        if bytes[0] != 0xe8 {
+            return Ok(Err("the instruction before it is not the call pass 2 found".into()));
+        }
+        let callee = addr.wrapping_add(i32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as i64 as u64);
+        let direct: Vec<(u32, u64)> = t.handlers.iter().map(|&(h, i)| (i, h)).collect();
+        let ret_pop = code.at(self.ret_pop);
+        let a = &self.artifact;
+        let ret_tramp = place(self, s, code, |at| {
+            trampoline::return_trampoline(
+                at,
+                self.region,
+                a.ctx_size,
+                ret_pop,
+                &trampoline::Returns::Direct(direct),
+                None,
+                &self.shadow(),
+                None,
+            )
+        })?;
+        let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
+        let entry = trampoline::Entry {
+            at,
+            region: self.region,
+            addr: callee,
+            ctx_size: a.ctx_size,
+            handlers: Vec::new(),
+            returns: t.handlers.iter().map(|&(_, i)| (i, None)).collect(),
+            ret_push: code.at(self.ret_push),
+            enter: code.at(self.enter),
+            ret_tramp,
+            shadow: self.shadow(),
+            lean: None,
+            itrace: None,
+            span: None,
+            inside: false,
+        };
+        let prefix = trampoline::entry_prefix(&entry)
+            .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+        let reloc = at + prefix.len() as u64;
+        let (Some(go), Some(call)) = (patch::jmp_rel32(reloc, callee), patch::jmp_rel32(from, at)) else {
+            return Ok(Err("trampoline out of jump range".into()));
+        };
+        let mut tramp = prefix.clone();
+        tramp.extend_from_slice(&go);
+        s.write(at, &tramp)?;
+        let pid = s.pid() as u32;
+        self.own_trampoline(pid, at, &prefix, crate::owncode::Kind::Entry { site: callee });
+        if let Ok(mut o) = self.own.write() {
+            let map = vec![(reloc, callee)];
+            o.add(pid, reloc, reloc + go.len() as u64, crate::owncode::Kind::Relocated { map }, Vec::new().into());
+        }
+        // `call` in place of the call: e8 and the new displacement.
+        let mut patch = call.to_vec();
+        patch[0] = 0xe8;
+        Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new() }))
+    }
+
+    /// The trampoline of a statement at `addr` whose jump goes on the
+    /// `lead` bytes of instructions before it (`Attach::Statement::lead`):
+    /// those instructions relocated (a call among them returns here), the
+    /// probe's prefix with the registers as at `addr`, and a jump to
+    /// `addr`, whose bytes stay as they are.
+    fn lead_in(
+        &self,
+        s: &mut Stopped,
+        code: &mut CodeRegion,
+        addr: u64,
+        lead: usize,
+        t: Tramp,
+    ) -> Result<Result<Placed, String>, TargetError> {
+        let from = addr - lead as u64;
+        let bytes = s.read(from, lead)?;
+        let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
+        let (relocated, mut map) = match patch::relocate_with_map(&bytes, from, lead, at) {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why.to_string())),
+        };
+        // Without the copy's own jump back (to `addr`): the probe comes
+        // first.
+        let Some((jump_back, _)) = map.pop() else { return Ok(Err("nothing to relocate".into())) };
+        let body = (jump_back - at) as usize;
+        let prefix_at = jump_back;
+        let entry = trampoline::Entry {
+            at: prefix_at,
+            region: self.region,
+            addr,
+            ctx_size: self.artifact.ctx_size,
+            handlers: t.handlers,
+            returns: Vec::new(),
+            ret_push: code.at(self.ret_push),
+            enter: code.at(self.enter),
+            ret_tramp: t.ret_tramp,
+            shadow: self.shadow(),
+            lean: t.lean,
+            itrace: None,
+            span: None,
+            inside: true,
+        };
+        let prefix = trampoline::entry_prefix(&entry)
+            .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+        let end = prefix_at + prefix.len() as u64;
+        let (Some(back), Some(jmp)) = (patch::jmp_rel32(end, addr), patch::jmp_rel32(from, at)) else {
+            return Ok(Err("trampoline out of jump range".into()));
+        };
+        let mut tramp = relocated[..body].to_vec();
+        tramp.extend_from_slice(&prefix);
+        tramp.extend_from_slice(&back);
+        if tramp.len() > 1024 {
+            return Ok(Err("trampoline too large".into()));
+        }
+        s.write(at, &tramp)?;
+        self.relocs.borrow_mut().push((at, body as u32, from, lead as u32));
+        let pid = s.pid() as u32;
+        if let Ok(mut o) = self.own.write() {
+            o.add(pid, at, prefix_at, crate::owncode::Kind::Relocated { map }, Vec::new().into());
+            o.add(
+                pid,
+                end,
+                end + back.len() as u64,
+                crate::owncode::Kind::Relocated { map: vec![(end, addr)] },
+                Vec::new().into(),
+            );
+        }
+        self.own_trampoline(pid, prefix_at, &prefix, crate::owncode::Kind::Entry { site: addr });
+        let mut patch = jmp.to_vec();
+        patch.resize(lead, arch::TRAP);
+        Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new() }))
     }
 
     /// The trampoline of one function (or of an instruction inside one

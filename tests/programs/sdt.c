@@ -8,7 +8,10 @@
  * `loop N`: a loop whose head is the global label `loop_head` (a
  * statement site) runs N times. `live N`: N calls of live_state, a leaf
  * function that keeps its values in the red zone and its flags across the
- * statement site `live_site`. */
+ * statement site `live_site`. `tails N`: N calls each of call_tail and
+ * pop_tail, whose last instruction, a one-byte `ret` with the next
+ * function right after it, is a statement site (`call_tail_site`, just
+ * after a call; `pop_tail_site`, after `lea; pop`). */
 #define _SDT_HAS_SEMAPHORES 1
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +64,19 @@ __asm__(".text\n.globl live_state\n.type live_state,@function\n.p2align 4\nlive_
         "1:\n  movq -8(%rsp), %rax\n  adcq $0, %rax\n  subq -16(%rsp), %rax\n  ret\n.size live_state, .-live_state\n");
 long live_state(long x);
 
+/* No alignment between these functions: nothing pads their `ret`s. */
+__asm__(".text\n.globl triple\n.type triple,@function\n.p2align 4\ntriple:\n  lea (%rdi,%rdi,2), %rax\n  ret\n"
+        ".size triple, .-triple\n"
+        ".globl call_tail\n.type call_tail,@function\ncall_tail:\n  add $1, %rdi\n  call triple\n"
+        ".globl call_tail_site\ncall_tail_site:\n  ret\n.size call_tail, .-call_tail\n"
+        ".globl pop_tail\n.type pop_tail,@function\npop_tail:\n  push %rbx\n  mov %rdi, %rbx\n  add $7, %rdi\n  sub $7, %rdi\n"
+        "  lea (%rbx,%rbx,2), %rax\n  pop %rbx\n.globl pop_tail_site\npop_tail_site:\n  ret\n.size pop_tail, .-pop_tail\n"
+        ".globl after_tails\n.type after_tails,@function\nafter_tails:\n  xor %eax, %eax\n  ret\n"
+        ".size after_tails, .-after_tails\n");
+long call_tail(long x);
+long pop_tail(long x);
+long after_tails(void);
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "work";
     long n = argc > 2 ? atol(argv[2]) : 5, s = 0;
@@ -70,6 +86,8 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++) s += live_state(i);
     } else if (!strcmp(mode, "loop")) {
         s = looping(n) + refuse_me(3) + after_step(0);
+    } else if (!strcmp(mode, "tails")) {
+        for (long i = 0; i < n; i++) s += call_tail(i) + 1000 * pop_tail(i) + after_tails();
     } else if (!strcmp(mode, "wait")) {
         char line[16];
         printf("ready\n");

@@ -220,6 +220,8 @@ fn attach_of(p: &Point) -> Attach {
             addr: *addr,
             file_offset: site.file_offset,
             displaced: site.displaced,
+            lead: site.lead,
+            lead_call: site.call,
             semaphore: None,
         },
         Point::Mark(m) => Attach::Statement {
@@ -227,6 +229,8 @@ fn attach_of(p: &Point) -> Attach {
             addr: m.addr,
             file_offset: m.site.file_offset,
             displaced: m.site.displaced,
+            lead: m.site.lead,
+            lead_call: m.site.call,
             semaphore: m.semaphore,
         },
         Point::ProcessBegin { module } => {

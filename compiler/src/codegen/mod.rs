@@ -66,7 +66,16 @@ pub fn isa() -> Result<OwnedTargetIsa, String> {
 pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Result<Translated, Vec<Diagnostic>> {
     let hists = facts::collect_hists(program);
     let nprobes: u64 = program.probes.iter().map(|p| p.points.len() as u64).sum();
-    let returns = program.probes.iter().any(|p| p.points.iter().any(|pt| matches!(pt, Point::Function(f) if f.ret)));
+    // Return probes, and statements probed at a call's return
+    // (`Site::call`), use the shadow stacks.
+    let returns = program.probes.iter().any(|p| {
+        p.points.iter().any(|pt| match pt {
+            Point::Function(f) => f.ret,
+            Point::Statement { site, .. } => site.call,
+            Point::Mark(m) => m.site.call,
+            _ => false,
+        })
+    });
     let entry_save = program.probes.iter().map(|p| facts::entry_save_size(p, limits.maxstringlen)).max().unwrap_or(0);
     let (sharded, stats) = facts::sharded_globals(program);
     let mut layout = layout::Layout::new(program, limits, &hists, nprobes, returns, entry_save, &sharded);

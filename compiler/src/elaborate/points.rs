@@ -667,7 +667,12 @@ impl<'q> Resolver<'q> {
                             module: module.path.clone(),
                             addr,
                             function: Some(name),
-                            site: crate::program::Site { file_offset: patch.file_offset, displaced: patch.displaced },
+                            site: crate::program::Site {
+                                file_offset: patch.file_offset,
+                                displaced: patch.displaced,
+                                lead: patch.lead,
+                                call: patch.call,
+                            },
                         }),
                         Err(why) => diags.push(
                             Diagnostic::error(
@@ -748,7 +753,12 @@ impl<'q> Resolver<'q> {
                 return Vec::new();
             }
         };
-        let site = crate::program::Site { file_offset: patch.file_offset, displaced: patch.displaced };
+        let site = crate::program::Site {
+            file_offset: patch.file_offset,
+            displaced: patch.displaced,
+            lead: patch.lead,
+            call: patch.call,
+        };
         vec![Point::Statement { module: module.path.clone(), addr, function: function.or(name), site }]
     }
 
@@ -833,7 +843,12 @@ impl<'q> Resolver<'q> {
                 args_text: m.args.clone(),
                 pie: module.kind == crate::elf::ModuleKind::PositionIndependent,
                 function,
-                site: crate::program::Site { file_offset: patch.file_offset, displaced: patch.displaced },
+                site: crate::program::Site {
+                    file_offset: patch.file_offset,
+                    displaced: patch.displaced,
+                    lead: patch.lead,
+                    call: patch.call,
+                },
             }));
         }
         if points.is_empty() && !ex.point.optional && !diags.iter().any(|d| d.span == name_comp.span) {

@@ -175,6 +175,11 @@ pub enum Point {
 pub struct Site {
     pub file_offset: u64,
     pub displaced: u32,
+    /// Bytes of instructions before the site that take the jump instead
+    /// (`sites::Patch::lead`).
+    pub lead: u32,
+    /// The lead is a call probed at its return (`sites::Patch::call`).
+    pub call: bool,
 }
 
 /// An SDT marker of a module.

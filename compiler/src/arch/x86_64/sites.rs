@@ -70,11 +70,18 @@ pub struct Sites {
 }
 
 /// A safe patch: the instruction's file offset and how many bytes the jump
-/// displaces (whole instructions).
+/// displaces (whole instructions); or, with `lead` set, the jump goes on
+/// the `lead` bytes of whole instructions just before the site instead
+/// (`displaced` 0): the trampoline runs them, then the probe, then jumps
+/// to the site, whose own bytes stay as they are ([`Sites::plan_lead`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Patch {
     pub file_offset: u64,
     pub displaced: u32,
+    pub lead: u32,
+    /// The lead is one `call rel32` (5 bytes): its callee returns through a
+    /// return trampoline, which runs the probe and goes on at the site.
+    pub call: bool,
 }
 
 impl Sites {
@@ -253,7 +260,91 @@ impl Sites {
     /// Plan a patch at `addr` in the function `range` (start, end), from
     /// the file's `bytes`; or say why it is not safe.
     pub fn plan(&self, bytes: &[u8], addr: u64, range: (u64, u64)) -> Result<Patch, String> {
-        self.plan_len(bytes, addr, range, 5, true)
+        self.plan_len(bytes, addr, range, 5, true).or_else(|e| {
+            self.plan_lead(bytes, addr, range)
+                .map_err(|lead| format!("{e}; nor can the instructions before it take the jump: {lead}"))
+        })
+    }
+
+    /// A jump on the instructions right before `addr` (at least 5 bytes of
+    /// them) when none fits at `addr` itself: a one-byte `ret` ending a
+    /// function (`pop rbx; pop rbp; ret`), a site a branch lands just
+    /// after. The trampoline runs those instructions (relocated), then the
+    /// probe with the registers as at `addr`, then jumps to `addr`. So
+    /// control must reach `addr` only by falling through them: nothing may
+    /// arrive inside them or at `addr`, and they hold no `jmp`, `ret` or
+    /// call (a callee would return into the trampoline, where an exception
+    /// unwinding through it finds no frame description).
+    ///
+    /// When the instruction before `addr` is a `call rel32` (`call f;
+    /// ret`), that call is the lead by itself, and `addr` is reached by
+    /// its return: it becomes a call of a trampoline that probes that one
+    /// call's return the way a return probe does (the shadow stack, whose
+    /// frames exceptions and `longjmp` already handle), and the probe runs
+    /// there with the registers as at `addr`. A thread inside that callee
+    /// when the call is rewritten returns to `addr` as before, unprobed.
+    pub fn plan_lead(&self, bytes: &[u8], addr: u64, range: (u64, u64)) -> Result<Patch, String> {
+        const NEED: u64 = 5;
+        let Some(&(s, _, off)) = self.exec.iter().find(|&&(s, n, _)| addr >= s && addr < s + n) else {
+            return Err(format!("{addr:#x} is not in an executable section"));
+        };
+        if range.0 >= addr || range.0 < s {
+            return Err("it is the function's first instruction".into());
+        }
+        let code = bytes.get((range.0 - s + off) as usize..(addr - s + off) as usize).unwrap_or_default();
+        let list: Vec<Instruction> = Decoder::with_ip(64, code, range.0, DecoderOptions::NONE).into_iter().collect();
+        if list.last().is_none_or(|i| i.is_invalid() || i.next_ip() != addr) {
+            return Err("the instructions before it do not decode up to it".into());
+        }
+        let before = list[list.len() - 1];
+        let call = before.code() == Code::Call_rel32_64;
+        let mut first = list.len();
+        while first > 0 && addr - list[first - 1].ip() < NEED {
+            first -= 1;
+        }
+        let start = if call {
+            list.len() - 1
+        } else {
+            first.checked_sub(1).ok_or("the function has fewer than 5 bytes before it")?
+        };
+        let lead = &list[start..];
+        let from = lead[0].ip();
+        if let Some(i) = lead.iter().find(|i| {
+            matches!(
+                i.flow_control(),
+                FlowControl::Return
+                    | FlowControl::UnconditionalBranch
+                    | FlowControl::IndirectBranch
+                    | FlowControl::Interrupt
+            ) || i.is_invalid()
+        }) {
+            return Err(format!("the instruction at {:#x} does not fall through to it", i.ip()));
+        }
+        if let Some(i) =
+            lead.iter().find(|i| !call && matches!(i.flow_control(), FlowControl::Call | FlowControl::IndirectCall))
+        {
+            return Err(format!(
+                "the call at {:#x} among them would return into the trampoline (only a `call rel32` right before it \
+                 can be probed at its return)",
+                i.ip()
+            ));
+        }
+        let last = lead[lead.len() - 1];
+        let ok_at_site = |how: Arrival| matches!(how, Arrival::Return(at) if at == last.ip() && last.flow_control() == FlowControl::Call);
+        let real =
+            |to: u64, how: Arrival| !matches!(how, Arrival::Data(_)) || lead.iter().any(|i| i.ip() == to) || to == addr;
+        if let Some((&to, &how)) =
+            self.arrivals.range(from + 1..=addr).find(|(&to, &how)| real(to, how) && !(to == addr && ok_at_site(how)))
+        {
+            let why = match how {
+                Arrival::Branch(b) => format!("a branch at {b:#x} jumps to {to:#x}"),
+                Arrival::Return(c) => format!("the call at {c:#x} returns to {to:#x}"),
+                Arrival::Data(at) => format!("a table (or pointer) at {at:#x} holds {to:#x}"),
+                Arrival::LandingPad => format!("an exception landing pad is at {to:#x}"),
+            };
+            return Err(format!("{why}, and control must reach the site only through them"));
+        }
+        Ok(Patch { file_offset: addr - s + off, displaced: 0, lead: (addr - from) as u32, call })
     }
 
     /// [`Sites::plan`] for a jump of `need` bytes (2 for a `jmp rel8`, 10
@@ -326,7 +417,7 @@ impl Sites {
                  least 5 bytes there could be probed)"
             ));
         }
-        Ok(Patch { file_offset, displaced: len as u32 })
+        Ok(Patch { file_offset, displaced: len as u32, lead: 0, call: false })
     }
 }
 
@@ -347,7 +438,10 @@ mod tests {
         // nop; pop rbx; pop rbp; pop r12; ret
         let mut bytes = vec![0xccu8; 0x100];
         bytes[0x10..0x16].copy_from_slice(&[0x90, 0x5b, 0x5d, 0x41, 0x5c, 0xc3]);
-        assert_eq!(s.plan(&bytes, 0x1010, (0x1000, 0x1100)), Ok(Patch { file_offset: 0x10, displaced: 5 }));
+        assert_eq!(
+            s.plan(&bytes, 0x1010, (0x1000, 0x1100)),
+            Ok(Patch { file_offset: 0x10, displaced: 5, lead: 0, call: false })
+        );
         s.arrivals.insert(0x1012, Arrival::Branch(0x1080));
         let e = s.plan(&bytes, 0x1010, (0x1000, 0x1100)).unwrap_err();
         assert!(e.contains("a branch at 0x1080 jumps to 0x1012"), "{e}");
@@ -357,8 +451,46 @@ mod tests {
         assert!(s.plan(&bytes, 0x1010, (0x1000, 0x1100)).is_ok());
         // At the end, padding (int3) completes the jump; a next function
         // right there does not.
-        assert_eq!(s.plan(&bytes, 0x1014, (0x1000, 0x1016)), Ok(Patch { file_offset: 0x14, displaced: 5 }));
+        assert_eq!(
+            s.plan(&bytes, 0x1014, (0x1000, 0x1016)),
+            Ok(Patch { file_offset: 0x14, displaced: 5, lead: 0, call: false })
+        );
         bytes[0x16..0x20].fill(0x55);
-        assert!(s.plan(&bytes, 0x1014, (0x1000, 0x1016)).unwrap_err().contains("ends"));
+        let e = s.plan(&bytes, 0x1014, (0x1000, 0x1016)).unwrap_err();
+        assert!(e.contains("ends") && e.contains("nor can the instructions before it"), "{e}");
+    }
+
+    /// `mov edi, esi; call f; ret` ending a function: the jump goes on the
+    /// call (and what precedes it up to 5 bytes), not on the `ret`.
+    #[test]
+    fn a_site_too_short_takes_the_jump_on_the_instructions_before_it() {
+        let mut s = Sites { exec: vec![(0x1000, 0x100, 0)], ..Default::default() };
+        let mut bytes = vec![0x55u8; 0x100];
+        // 0x1010: mov edi, esi; 0x1012: call 0x1080; 0x1017: ret
+        bytes[0x10..0x18].copy_from_slice(&[0x89, 0xf7, 0xe8, 0x69, 0x00, 0x00, 0x00, 0xc3]);
+        s.arrivals.insert(0x1017, Arrival::Return(0x1012));
+        s.arrivals.insert(0x1080, Arrival::Branch(0x1012));
+        let p = s.plan(&bytes, 0x1017, (0x1010, 0x1018)).unwrap();
+        assert_eq!(p, Patch { file_offset: 0x17, displaced: 0, lead: 5, call: true });
+        // Another way to the site: refused.
+        s.arrivals.insert(0x1017, Arrival::Branch(0x1040));
+        let e = s.plan(&bytes, 0x1017, (0x1010, 0x1018)).unwrap_err();
+        assert!(e.contains("a branch at 0x1040 jumps to 0x1017"), "{e}");
+        // Fewer than 5 bytes before it.
+        s.arrivals.insert(0x1017, Arrival::Return(0x1012));
+        assert!(s.plan(&bytes, 0x1017, (0x1014, 0x1018)).is_err());
+        // `add rsp, 8; pop rbx; pop rbp; ret`: the three before the `ret`.
+        bytes[0x10..0x17].copy_from_slice(&[0x48, 0x83, 0xc4, 0x08, 0x5b, 0x5d, 0xc3]);
+        s.arrivals.clear();
+        let p = s.plan(&bytes, 0x1016, (0x1010, 0x1017)).unwrap();
+        assert_eq!(p, Patch { file_offset: 0x16, displaced: 0, lead: 6, call: false });
+        // A jump among them: the site is not reached through them.
+        bytes[0x10..0x16].copy_from_slice(&[0x90, 0x90, 0x90, 0x90, 0xeb, 0x00]);
+        let e = s.plan(&bytes, 0x1016, (0x1010, 0x1017)).unwrap_err();
+        assert!(e.contains("does not fall through"), "{e}");
+        // A call among them that is not the last.
+        bytes[0x10..0x16].copy_from_slice(&[0xff, 0xd0, 0x90, 0x90, 0x90, 0x90]);
+        let e = s.plan(&bytes, 0x1016, (0x1010, 0x1017)).unwrap_err();
+        assert!(e.contains("would return into the trampoline"), "{e}");
     }
 }

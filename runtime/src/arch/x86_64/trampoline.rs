@@ -973,6 +973,10 @@ pub fn return_trampoline(
     // Where to return: in the slot the return address was taken from.
     a.mov(qword_ptr(fb + (frame - 8)), rax)?;
     a.mov(qword_ptr(fb + 8 * 16), rax)?;
+    if lean.is_none() {
+        // `uaddr()`: where the call returns (the pc, as SystemTap's).
+        a.mov(qword_ptr(fb + c(core::mem::offset_of!(Ctx, addr))), rax)?;
+    }
     // rt_ret_pop also marked the thread busy (ctx.slot), or says skip (0).
     let mut done = a.create_label();
     let slot = qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot)));
