@@ -60,6 +60,9 @@ pub enum Attach {
         /// The lead is one `call rel32`: the call is probed at its return,
         /// through a return trampoline (shadow stacks are allocated).
         lead_call: bool,
+        /// A `jmp rel8` at `addr` to the dead padding `pad` bytes on, where
+        /// the jump to the trampoline goes (0: the jump is at `addr`).
+        pad: u32,
         semaphore: Option<u64>,
     },
     /// A process or thread lifecycle event, run by a remote call where

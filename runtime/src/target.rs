@@ -698,6 +698,12 @@ impl Hooker {
                 _ => None,
             });
             let (lead, lead_call) = (lead.map(|l| l.0), lead.is_some_and(|l| l.1));
+            // A statement reached by a short jump to the padding after its
+            // function, where the jump to the trampoline goes.
+            let pad = probes.iter().find_map(|&i| match &a.probes[i].attach {
+                Attach::Statement { pad, .. } if *pad > 0 => Some(u64::from(*pad)),
+                _ => None,
+            });
             let fname = match (&p0.attach, size) {
                 (Attach::Statement { addr, .. }, None) => format!("{} ({addr:#x})", p0.name),
                 _ => p0.function.clone(),
@@ -898,7 +904,10 @@ impl Hooker {
                     None => Err("the host of its hop is not mapped".into()),
                 },
                 (Some(size), _, None, None) => self.function(s, &mut code, addr, size, None, tramp)?,
-                (None, Some(displaced), _, None) => self.function(s, &mut code, addr, 0, Some(displaced), tramp)?,
+                (None, Some(displaced), _, None) => match pad {
+                    Some(pad) => self.padded(s, &mut code, addr, displaced, addr + pad, tramp)?,
+                    None => self.function(s, &mut code, addr, 0, Some(displaced), tramp)?,
+                },
                 (None, None, _, None) => continue,
             };
             match placed {
@@ -952,6 +961,37 @@ impl Hooker {
             }
         }
         Ok((code, plans))
+    }
+
+    /// A statement at `addr` with room for a 2-byte jump only
+    /// (`Attach::Statement::pad`): its trampoline as any statement's, and
+    /// a `jmp rel8` at `addr` to `slot`, dead padding after the function,
+    /// where a `jmp rel32` to the trampoline goes (both put back at
+    /// detach, as every patch).
+    fn padded(
+        &self,
+        s: &mut Stopped,
+        code: &mut CodeRegion,
+        addr: u64,
+        displaced: usize,
+        slot: u64,
+        t: Tramp,
+    ) -> Result<Result<Placed, String>, TargetError> {
+        let mut placed = match self.function(s, code, addr, 0, Some(displaced), t)? {
+            Ok(p) => p,
+            Err(why) => return Ok(Err(why)),
+        };
+        let original = s.read(slot, 5)?;
+        let (Some(far), Ok(rel)) =
+            (patch::jmp_rel32(slot, placed.tramp), i8::try_from(slot as i64 - (addr as i64 + 2)))
+        else {
+            return Ok(Err("the padding or the trampoline is out of reach".into()));
+        };
+        let mut short = vec![0xeb, rel as u8];
+        short.resize(displaced, arch::TRAP);
+        placed.plan.2 = short;
+        placed.retargets.push((slot, original, far.to_vec()));
+        Ok(Ok(placed))
     }
 
     /// A statement at `addr`, the return point of the `call rel32` just

@@ -47,10 +47,11 @@ __attribute__((noinline)) long looping(long n) {
     return s;
 }
 
-/* A site the jump cannot take: the loop's head is 2 bytes after the
- * function's start, inside the 5 bytes a jump there would replace. */
+/* A site no jump can take: the loop's head is 1 byte after the
+ * function's start, inside even a 2-byte jump there, and nothing comes
+ * before it. */
 __asm__(".text\n.globl refuse_me\n.type refuse_me,@function\n.p2align 4\nrefuse_me:\n"
-        "  xor %eax, %eax\n1:\n  add $1, %eax\n  cmp %edi, %eax\n  jl 1b\n  ret\n.size refuse_me, .-refuse_me\n");
+        "  nop\n1:\n  sub $1, %rdi\n  jg 1b\n  mov %rdi, %rax\n  ret\n.size refuse_me, .-refuse_me\n");
 long refuse_me(long n);
 
 /* A leaf function whose state at `live_site` is below the stack pointer

@@ -222,6 +222,7 @@ fn attach_of(p: &Point) -> Attach {
             displaced: site.displaced,
             lead: site.lead,
             lead_call: site.call,
+            pad: site.pad,
             semaphore: None,
         },
         Point::Mark(m) => Attach::Statement {
@@ -231,6 +232,7 @@ fn attach_of(p: &Point) -> Attach {
             displaced: m.site.displaced,
             lead: m.site.lead,
             lead_call: m.site.call,
+            pad: m.site.pad,
             semaphore: m.semaphore,
         },
         Point::ProcessBegin { module } => {

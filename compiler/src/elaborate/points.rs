@@ -672,6 +672,7 @@ impl<'q> Resolver<'q> {
                                 displaced: patch.displaced,
                                 lead: patch.lead,
                                 call: patch.call,
+                                pad: patch.pad,
                             },
                         }),
                         Err(why) => diags.push(
@@ -758,6 +759,7 @@ impl<'q> Resolver<'q> {
             displaced: patch.displaced,
             lead: patch.lead,
             call: patch.call,
+            pad: patch.pad,
         };
         vec![Point::Statement { module: module.path.clone(), addr, function: function.or(name), site }]
     }
@@ -848,6 +850,7 @@ impl<'q> Resolver<'q> {
                     displaced: patch.displaced,
                     lead: patch.lead,
                     call: patch.call,
+                    pad: patch.pad,
                 },
             }));
         }

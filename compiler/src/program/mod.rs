@@ -180,6 +180,8 @@ pub struct Site {
     pub lead: u32,
     /// The lead is a call probed at its return (`sites::Patch::call`).
     pub call: bool,
+    /// A short jump to the padding `pad` bytes on (`sites::Patch::pad`).
+    pub pad: u32,
 }
 
 /// An SDT marker of a module.

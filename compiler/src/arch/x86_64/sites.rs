@@ -82,6 +82,11 @@ pub struct Patch {
     /// The lead is one `call rel32` (5 bytes): its callee returns through a
     /// return trampoline, which runs the probe and goes on at the site.
     pub call: bool,
+    /// A `jmp rel8` at the site (`displaced` at least 2 bytes) to the
+    /// padding after the function, `pad` bytes on from the site, where
+    /// five dead bytes take the jump to the trampoline
+    /// ([`Sites::plan_pad`]); 0 when the jump is at the site.
+    pub pad: u32,
 }
 
 impl Sites {
@@ -261,9 +266,43 @@ impl Sites {
     /// the file's `bytes`; or say why it is not safe.
     pub fn plan(&self, bytes: &[u8], addr: u64, range: (u64, u64)) -> Result<Patch, String> {
         self.plan_len(bytes, addr, range, 5, true).or_else(|e| {
-            self.plan_lead(bytes, addr, range)
-                .map_err(|lead| format!("{e}; nor can the instructions before it take the jump: {lead}"))
+            self.plan_lead(bytes, addr, range).or_else(|lead| {
+                self.plan_pad(bytes, addr, range).map_err(|pad| {
+                    format!("{e}; nor can the instructions before it take the jump ({lead}), nor a short jump ({pad})")
+                })
+            })
         })
+    }
+
+    /// A 2-byte `jmp rel8` at `addr` to the padding after its function
+    /// (`nop`s and `int3`s up to the next 16-byte boundary, which nothing
+    /// runs and no arrival names), within its reach, where a 5-byte jump
+    /// to the trampoline fits: for a site with room for two bytes only
+    /// before a branch target (Debian's libstdc++ `rethrow` marker).
+    pub fn plan_pad(&self, bytes: &[u8], addr: u64, range: (u64, u64)) -> Result<Patch, String> {
+        let short = self.plan_len(bytes, addr, range, 2, false)?;
+        let Some(&(s, n, off)) = self.exec.iter().find(|&&(s, n, _)| addr >= s && addr < s + n) else {
+            return Err(format!("{addr:#x} is not in an executable section"));
+        };
+        let end = range.1.min(s + n);
+        let padded = end.next_multiple_of(16).min(s + n);
+        let slot = end;
+        if slot + 5 > padded {
+            return Err("no padding after the function has room for a jump".into());
+        }
+        let code = bytes.get((slot - s + off) as usize..(padded - s + off) as usize).unwrap_or_default();
+        let dead = Decoder::with_ip(64, code, slot, DecoderOptions::NONE).into_iter().all(|i| {
+            matches!(i.mnemonic(), iced_x86::Mnemonic::Nop | iced_x86::Mnemonic::Int3) && i.next_ip() <= padded
+        });
+        let named = self.arrivals.range(slot..slot + 5).next().is_some()
+            || self.fdes.iter().any(|&(a, b)| a < slot + 5 && b > slot);
+        if !dead || named {
+            return Err("the bytes after the function are not padding".into());
+        }
+        if slot - (addr + 2) > 127 {
+            return Err("the padding after the function is out of a short jump's reach".into());
+        }
+        Ok(Patch { pad: (slot - addr) as u32, ..short })
     }
 
     /// A jump on the instructions right before `addr` (at least 5 bytes of
@@ -344,7 +383,7 @@ impl Sites {
             };
             return Err(format!("{why}, and control must reach the site only through them"));
         }
-        Ok(Patch { file_offset: addr - s + off, displaced: 0, lead: (addr - from) as u32, call })
+        Ok(Patch { file_offset: addr - s + off, displaced: 0, lead: (addr - from) as u32, call, pad: 0 })
     }
 
     /// [`Sites::plan`] for a jump of `need` bytes (2 for a `jmp rel8`, 10
@@ -417,7 +456,7 @@ impl Sites {
                  least 5 bytes there could be probed)"
             ));
         }
-        Ok(Patch { file_offset, displaced: len as u32, lead: 0, call: false })
+        Ok(Patch { file_offset, displaced: len as u32, lead: 0, call: false, pad: 0 })
     }
 }
 
@@ -440,7 +479,7 @@ mod tests {
         bytes[0x10..0x16].copy_from_slice(&[0x90, 0x5b, 0x5d, 0x41, 0x5c, 0xc3]);
         assert_eq!(
             s.plan(&bytes, 0x1010, (0x1000, 0x1100)),
-            Ok(Patch { file_offset: 0x10, displaced: 5, lead: 0, call: false })
+            Ok(Patch { file_offset: 0x10, displaced: 5, lead: 0, call: false, pad: 0 })
         );
         s.arrivals.insert(0x1012, Arrival::Branch(0x1080));
         let e = s.plan(&bytes, 0x1010, (0x1000, 0x1100)).unwrap_err();
@@ -453,11 +492,31 @@ mod tests {
         // right there does not.
         assert_eq!(
             s.plan(&bytes, 0x1014, (0x1000, 0x1016)),
-            Ok(Patch { file_offset: 0x14, displaced: 5, lead: 0, call: false })
+            Ok(Patch { file_offset: 0x14, displaced: 5, lead: 0, call: false, pad: 0 })
         );
         bytes[0x16..0x20].fill(0x55);
         let e = s.plan(&bytes, 0x1014, (0x1000, 0x1016)).unwrap_err();
         assert!(e.contains("ends") && e.contains("nor can the instructions before it"), "{e}");
+    }
+
+    /// Two bytes before a branch target, padding after the function: a
+    /// short jump to the padding, and the jump to the trampoline there.
+    #[test]
+    fn a_two_byte_site_jumps_short_to_the_padding() {
+        let mut s = Sites { exec: vec![(0x1000, 0x100, 0)], fdes: vec![(0x1000, 0x1016)], ..Default::default() };
+        let mut bytes = vec![0x90u8; 0x100];
+        // 0x1010: nop; jmp 0x1002; 0x1013: lea rdx, [rdi+0x70] (a target)
+        bytes[0x10..0x16].copy_from_slice(&[0x90, 0xeb, 0xef, 0x48, 0x8d, 0x57]);
+        bytes[0x16] = 0x70;
+        s.fdes = vec![(0x1000, 0x1017)];
+        s.arrivals.insert(0x1013, Arrival::Branch(0x1008));
+        s.arrivals.insert(0x1010, Arrival::Branch(0x1015));
+        let p = s.plan(&bytes, 0x1010, (0x1000, 0x1017)).unwrap();
+        assert_eq!(p, Patch { file_offset: 0x10, displaced: 3, lead: 0, call: false, pad: 7 });
+        // Not padding after it: refused.
+        bytes[0x17] = 0x55;
+        let e = s.plan(&bytes, 0x1010, (0x1000, 0x1017)).unwrap_err();
+        assert!(e.contains("not padding"), "{e}");
     }
 
     /// `mov edi, esi; call f; ret` ending a function: the jump goes on the
@@ -471,7 +530,7 @@ mod tests {
         s.arrivals.insert(0x1017, Arrival::Return(0x1012));
         s.arrivals.insert(0x1080, Arrival::Branch(0x1012));
         let p = s.plan(&bytes, 0x1017, (0x1010, 0x1018)).unwrap();
-        assert_eq!(p, Patch { file_offset: 0x17, displaced: 0, lead: 5, call: true });
+        assert_eq!(p, Patch { file_offset: 0x17, displaced: 0, lead: 5, call: true, pad: 0 });
         // Another way to the site: refused.
         s.arrivals.insert(0x1017, Arrival::Branch(0x1040));
         let e = s.plan(&bytes, 0x1017, (0x1010, 0x1018)).unwrap_err();
@@ -483,7 +542,7 @@ mod tests {
         bytes[0x10..0x17].copy_from_slice(&[0x48, 0x83, 0xc4, 0x08, 0x5b, 0x5d, 0xc3]);
         s.arrivals.clear();
         let p = s.plan(&bytes, 0x1016, (0x1010, 0x1017)).unwrap();
-        assert_eq!(p, Patch { file_offset: 0x16, displaced: 0, lead: 6, call: false });
+        assert_eq!(p, Patch { file_offset: 0x16, displaced: 0, lead: 6, call: false, pad: 0 });
         // A jump among them: the site is not reached through them.
         bytes[0x10..0x16].copy_from_slice(&[0x90, 0x90, 0x90, 0x90, 0xeb, 0x00]);
         let e = s.plan(&bytes, 0x1016, (0x1010, 0x1017)).unwrap_err();
