@@ -166,3 +166,49 @@ global seen"#;
     );
     drop(srv);
 }
+
+/// `openssl s_server -www` (traced with -p) reads the request and writes
+/// its page through an SSL BIO (BIO_f_ssl, under a buffering BIO), never
+/// calling SSL_read or SSL_write: `openssl.bio_read` and `.bio_write` see
+/// that plaintext, with the connection (the SSL the server's own
+/// SSL_get_current_cipher call is given), and no other BIO's traffic.
+#[test]
+fn openssl_tapset_sees_ssl_bio_plaintext() {
+    use std::io::Write;
+    let d = common::scratch("tapset-openssl-bio");
+    let srv = common::tls_server(&d, &["-www"]);
+    let pid = srv.pid().to_string();
+    let script = r#"probe begin { println("armed") }
+probe process("libssl.so.3").function("SSL_get_current_cipher") { conn = pointer_arg(1) }
+probe openssl.bio_read.return { if (bytes > 0) printf("%s = %d %s\n", name, bytes, string_quoted(data)); reads[ssl]++ }
+probe openssl.bio_write { printf("%s %s\n", name, substr(data, 0, 15)); writes[ssl] += num }
+probe openssl.bio_write.return { if (bytes > 0) total += bytes }
+global conn, reads, writes, total
+probe end { printf("the server's connection %d, all written %d\n", conn in reads && conn in writes, writes[conn] == total) }"#;
+    let tracer = common::Tracer::start(&["-p", &pid, "-e", script], "armed");
+    let mut client = std::process::Command::new("openssl")
+        .args(["s_client", "-unix", "tls.sock", "-ign_eof", "-quiet"])
+        .current_dir(&d)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_client");
+    client.stdin.take().expect("stdin").write_all(b"GET / HTTP/1.0\r\n\r\n").expect("to the client");
+    let o = client.wait_with_output().expect("the client");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("HTTP/1.0 200 ok"), "{o:?}");
+    let (out, err, code) = tracer.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let (_, status) = srv.finish();
+    assert!(status.success(), "{status:?}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "BIO_read = 18 \"GET / HTTP/1.0\\r\\n\\r\\n\"",
+            "BIO_write HTTP/1.0 200 ok",
+            "the server's connection 1, all written 1"
+        ],
+        "{out}"
+    );
+}

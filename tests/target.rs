@@ -258,6 +258,32 @@ probe end { printf("%d %d %d\n", n, bad, @count(lat)) }"#;
     assert_eq!(out, format!("{}800000 0 800000\n", untraced(&exe, &["threads", "100000"])));
 }
 
+/// `@entry` of a script function with statements of its own (a loop, a
+/// `try`): the entry handler sets up the MAXACTION budget the function
+/// charges (it was left unset, and the first hit failed with "MAXACTION
+/// exceeded").
+#[test]
+fn entry_values_may_call_script_functions() {
+    let exe = build("entry-fn", &[]);
+    let cmd = format!("{} threads 1000", exe.display());
+    let script = r#"global n, bad
+function twice:long (x:long) {
+    s = 0
+    for (i = 0; i < 2; i++) s += x
+    try { s += 1 / x - 1 / x } catch { s += 0 }
+    return s
+}
+probe process.function("work").return {
+    n++
+    if ($return != @entry(twice($arg1)) + 1) bad++
+}
+probe end { printf("%d %d\n", n, bad) }"#;
+    let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("MAXACTION"), "{err}");
+    assert_eq!(out, format!("{}8000 0\n", untraced(&exe, &["threads", "1000"])));
+}
+
 /// The duration idiom `S <<< gettimeofday_ns() - @entry(gettimeofday_ns())`
 /// alone in a return probe is done by the trampolines (no handler call):
 /// it measures what the handlers measure (the same body with `+ 0` runs

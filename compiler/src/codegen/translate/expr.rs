@@ -174,6 +174,11 @@ impl Gen<'_, '_, '_> {
         self.calls_functions = true;
         self.ctx_escapes = true;
         self.may_error = true;
+        // The callee charges the MAXACTION budget: this handler sets it up
+        // (an `@entry` handler has no statement of its own that would).
+        if !self.static_actions {
+            self.uses_actions = true;
+        }
         let mut vals = vec![self.region, self.ctx];
         for a in args {
             let v = self.expr(a);
