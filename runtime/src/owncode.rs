@@ -12,9 +12,10 @@
 //! * a **handler or runtime function** (called): its caller, with the
 //!   return address at `E - 8`;
 //! * a **return trampoline** (returned into): the caller of the probed
-//!   function, its return address at `E - 8` too (the trampoline's own
-//!   address until the trampoline writes the original back there, which
-//!   the shadow stack then names);
+//!   function, its return address at `E - 8` too (the address the probed
+//!   function returned to, in its entry trampoline, until the return
+//!   trampoline writes the original back there; the shadow stack names
+//!   it);
 //! * an **entry trampoline**: the probed site itself, with rsp = `E` (the
 //!   function has not started; for a statement or marker, the instruction
 //!   the patch replaced);
@@ -78,8 +79,10 @@ pub enum Kind {
     /// region's traps): the stack's root for code it called.
     Root,
     /// Relocated instructions: (copy, original) address of each, in order,
-    /// the jump back last (its original: the instruction after them).
-    Relocated { map: Vec<(u64, u64)> },
+    /// the jump back last (its original: the instruction after them); and
+    /// where a call they end with is under way (`patch::CopyMap::calling`,
+    /// with the call's return address).
+    Relocated { map: Vec<(u64, u64)>, calling: Option<(u64, u64, u64)> },
 }
 
 #[derive(Clone, Debug)]
@@ -140,6 +143,12 @@ impl OwnCode {
         list.insert(at, Piece { start, end, kind, rows });
     }
 
+    /// Process `pid` runs another program now (it exec'd): what was
+    /// written into the old one is gone.
+    pub fn forget(&mut self, pid: u32) {
+        self.pieces.remove(&pid);
+    }
+
     /// Whether `pc` of process `pid` is in our code: relocated
     /// instructions (`Some(false)`) or anything else of ours
     /// (`Some(true)`).
@@ -147,17 +156,18 @@ impl OwnCode {
         self.find(pid, pc).map(|p| !matches!(p.kind, Kind::Relocated { .. }))
     }
 
-    /// The piece holding `pc`: the process's own, else (a forked child
-    /// runs its parent's copy) any process's.
+    /// The piece holding `pc`: the process's own; a process with none (a
+    /// forked child, running its parent's copy until it execs) looks among
+    /// every process's.
     fn find(&self, pid: u32, pc: u64) -> Option<&Piece> {
         fn within(list: &[Piece], pc: u64) -> Option<&Piece> {
             let i = list.partition_point(|p| p.start <= pc);
             list.get(i.checked_sub(1)?).filter(|p| pc < p.end)
         }
-        if let Some(p) = self.pieces.get(&pid).and_then(|l| within(l, pc)) {
-            return Some(p);
+        match self.pieces.get(&pid) {
+            Some(own) => within(own, pc),
+            None => self.pieces.values().find_map(|l| within(l, pc)),
         }
-        self.pieces.iter().filter(|(k, _)| **k != pid).find_map(|(_, l)| within(l, pc))
     }
 
     /// Step out of the frame `h` (in our code of process `pid`), reading
@@ -165,7 +175,12 @@ impl OwnCode {
     /// cannot (the rows do not know; the stack was not copied that far).
     pub fn step(&self, pid: u32, h: &Here<'_>, read: &mut dyn FnMut(u64) -> Option<u64>) -> Option<Next> {
         let p = self.find(pid, h.pc)?;
-        if let Kind::Relocated { map } = &p.kind {
+        if let Kind::Relocated { map, calling } = &p.kind {
+            if let Some((lo, hi, back)) = calling {
+                if (*lo..*hi).contains(&h.pc) && !h.is_return {
+                    return Some(Next::Return { pc: *back, sp: h.sp.wrapping_add(8), fp: h.fp });
+                }
+            }
             // The original of this copy's instruction: the last that starts
             // at or before it (one the copy widened is still one).
             let i = map.partition_point(|m| m.0 <= h.pc);
@@ -240,7 +255,7 @@ mod tests {
             7,
             0x2040,
             0x2050,
-            Kind::Relocated { map: vec![(0x2040, 0x5000), (0x2041, 0x5001), (0x2046, 0x5005)] },
+            Kind::Relocated { map: vec![(0x2040, 0x5000), (0x2041, 0x5001), (0x2046, 0x5005)], calling: None },
             rows(&[]),
         );
         let stack: std::collections::HashMap<u64, u64> = [(0x7fe8, 0x4444), (0x7ff0, 0x2010)].into_iter().collect();
@@ -262,6 +277,11 @@ mod tests {
         // A forked child (pid 8) runs the same copy.
         assert_eq!(own.holds(8, 0x1004), Some(true));
         assert_eq!(own.holds(7, 0x3000), None);
+        // Once it has code of its own (it exec'd), only that.
+        own.add(8, 0x9000, 0x9100, Kind::Called, rows(&[]));
+        assert_eq!(own.holds(8, 0x1004), None);
+        own.forget(7);
+        assert_eq!(own.holds(7, 0x1004), None);
     }
 
     #[test]

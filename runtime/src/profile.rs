@@ -233,14 +233,35 @@ pub struct ShadowStacks {
 }
 
 /// A thread's shadow stack, innermost first: (trampoline address, the
-/// return address it replaced) of each call still running (`live`), and of
-/// the last two popped (`popped`, the frames just above the stack's top,
-/// not yet overwritten by a later call: a sample taken before a probed
-/// call returned, drained after).
+/// return address it replaced, the stack slot that held it) of each call
+/// still running (`live`), and of the last two popped (`popped`, the frames
+/// just above the stack's top, not yet overwritten by a later call: a
+/// sample taken before a probed call returned, drained after).
 #[derive(Clone, Debug, Default)]
 struct ShadowRead {
-    live: Vec<(u64, u64)>,
-    popped: Vec<(u64, u64)>,
+    live: Vec<(u64, u64, u64)>,
+    popped: Vec<(u64, u64, u64)>,
+}
+
+impl ShadowRead {
+    /// The return address trampoline `tramp`'s address stands for, read
+    /// from stack slot `slot`: the frame with that slot (live, then
+    /// popped), else the next live frame with that trampoline after the
+    /// ones matched (`next`), else the innermost popped one with it.
+    fn find(&self, tramp: u64, slot: u64, next: &mut usize) -> Option<u64> {
+        if let Some(i) = self.live.iter().position(|f| f.0 == tramp && f.2 == slot) {
+            *next = (*next).max(i + 1);
+            return Some(self.live[i].1);
+        }
+        if let Some(f) = self.popped.iter().find(|f| f.0 == tramp && f.2 == slot) {
+            return Some(f.1);
+        }
+        if let Some(i) = self.live.iter().skip(*next).position(|f| f.0 == tramp) {
+            *next += i + 1;
+            return Some(self.live[*next - 1].1);
+        }
+        self.popped.iter().find(|f| f.0 == tramp).map(|f| f.1)
+    }
 }
 
 /// Thread `tid`'s shadow stack in process `pid`. Read from the target's
@@ -275,12 +296,16 @@ fn shadow_frames(pid: u32, tid: u32, s: &ShadowStacks) -> ShadowRead {
         return none;
     };
     let frame = |f: &[u8]| {
-        (u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)), u64_at(f, core::mem::offset_of!(ShadowFrame, ret)))
+        (
+            u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)),
+            u64_at(f, core::mem::offset_of!(ShadowFrame, ret)),
+            u64_at(f, core::mem::offset_of!(ShadowFrame, sp)),
+        )
     };
-    let all: Vec<(u64, u64)> = frames.chunks_exact(stride).map(frame).collect();
+    let all: Vec<(u64, u64, u64)> = frames.chunks_exact(stride).map(frame).collect();
     ShadowRead {
         live: all[..depth].iter().rev().copied().collect(),
-        popped: all[depth..].iter().copied().filter(|f| f.0 != 0).collect(),
+        popped: all[depth..].iter().rev().copied().filter(|f| f.0 != 0).collect(),
     }
 }
 
@@ -293,7 +318,7 @@ pub struct Profiler {
     own: Option<crate::owncode::Shared>,
     /// The last shadow stack read for each thread (forgotten all at once
     /// past 4096 threads).
-    shadow_seen: HashMap<u32, Vec<(u64, u64)>>,
+    shadow_seen: HashMap<u32, Vec<(u64, u64, u64)>>,
     /// Set when the fallback sampler runs: why, and what it changes.
     pub fallback: Option<String>,
     procs: HashMap<u32, Proc>,
@@ -453,9 +478,8 @@ impl Profiler {
         let shadow_seen = &mut self.shadow_seen;
         // The thread's shadow stack, read at its first trampoline address.
         let mut returns: Option<ShadowRead> = None;
-        // The live frames matched so far; the popped ones used.
+        // The live frames matched so far.
         let mut next_return = 0;
-        let mut next_popped = 0;
         let Some(p) = self.procs.get_mut(&pid) else { return Some(false) };
         let own = self.own.as_ref().and_then(|o| o.read().ok());
         // The sample's own registers, while the walk is in its first frame.
@@ -498,18 +522,10 @@ impl Profiler {
                 // A return trampoline where a probed function was called:
                 // the caller is where it would have returned; failing a
                 // call still running, one just popped.
-                let list = shadow_list(sh);
-                let live = list.live.iter().skip(next_return).position(|f| f.0 == at.address());
-                let ret = match live {
-                    Some(i) => {
-                        next_return += i + 1;
-                        Some(list.live[next_return - 1].1)
-                    }
-                    None => list.popped.get(next_popped).filter(|f| f.0 == at.address()).map(|f| {
-                        next_popped += 1;
-                        f.1
-                    }),
-                };
+                // The return address was read from just below the
+                // caller's stack pointer.
+                let slot = arch::unwind_sp(&regs).wrapping_sub(8);
+                let ret = shadow_list(sh).find(at.address(), slot, &mut next_return);
                 if let Some(r) = ret.and_then(FrameAddress::from_return_address) {
                     at = r;
                 }
@@ -552,7 +568,7 @@ impl Profiler {
                     }
                     Some(crate::owncode::Next::Shadow { sp, fp }) => {
                         let Some(sh) = &shadow else { break };
-                        let Some(&(_, ret)) = shadow_list(sh).live.get(next_return) else { break };
+                        let Some(&(_, ret, _)) = shadow_list(sh).live.get(next_return) else { break };
                         next_return += 1;
                         (ret, sp, fp, true)
                     }

@@ -910,11 +910,20 @@ impl Hooker {
                 },
                 (None, None, _, None) => continue,
             };
-            match placed {
-                // A loop's retargeted branches too: the overlap check of
-                // what comes next sees them.
-                Ok(p) => plans.extend(p.into_plans()),
-                Err(why) => refused.push(format!("{fname}: {why}")),
+            // Its other patches (a loop's retargeted branches, a short
+            // jump's slot in the padding) must not touch another probe's
+            // either; then the overlap checks of what comes next see them.
+            let clash = placed.as_ref().ok().and_then(|p| {
+                p.retargets.iter().find_map(|(at, orig, _)| {
+                    plans.iter().find(|(b, o, _)| *at < b + o.len() as u64 && *b < at + orig.len() as u64).map(|_| *at)
+                })
+            });
+            match (placed, clash) {
+                (Ok(_), Some(at)) => {
+                    refused.push(format!("{fname}: its patch at {at:#x} would overlap another probe's"))
+                }
+                (Ok(p), None) => plans.extend(p.into_plans()),
+                (Err(why), _) => refused.push(format!("{fname}: {why}")),
             }
         }
         // Hosts with no probe of their own: a trampoline that only runs
@@ -1059,7 +1068,13 @@ impl Hooker {
         self.own_trampoline(pid, at, &prefix, crate::owncode::Kind::Entry { site: callee });
         if let Ok(mut o) = self.own.write() {
             let map = vec![(reloc, callee)];
-            o.add(pid, reloc, reloc + go.len() as u64, crate::owncode::Kind::Relocated { map }, Vec::new().into());
+            o.add(
+                pid,
+                reloc,
+                reloc + go.len() as u64,
+                crate::owncode::Kind::Relocated { map, calling: None },
+                Vec::new().into(),
+            );
         }
         // `call` in place of the call: e8 and the new displacement.
         let mut patch = call.to_vec();
@@ -1083,12 +1098,13 @@ impl Hooker {
         let from = addr - lead as u64;
         let bytes = s.read(from, lead)?;
         let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
-        let (relocated, mut map) = match patch::relocate_with_map(&bytes, from, lead, at) {
+        let (relocated, copy) = match patch::relocate_with_map(&bytes, from, lead, at) {
             Ok(r) => r,
             Err(why) => return Ok(Err(why.to_string())),
         };
         // Without the copy's own jump back (to `addr`): the probe comes
         // first.
+        let mut map = copy.map;
         let Some((jump_back, _)) = map.pop() else { return Ok(Err("nothing to relocate".into())) };
         let body = (jump_back - at) as usize;
         let prefix_at = jump_back;
@@ -1124,12 +1140,12 @@ impl Hooker {
         self.relocs.borrow_mut().push((at, body as u32, from, lead as u32));
         let pid = s.pid() as u32;
         if let Ok(mut o) = self.own.write() {
-            o.add(pid, at, prefix_at, crate::owncode::Kind::Relocated { map }, Vec::new().into());
+            o.add(pid, at, prefix_at, crate::owncode::Kind::Relocated { map, calling: None }, Vec::new().into());
             o.add(
                 pid,
                 end,
                 end + back.len() as u64,
-                crate::owncode::Kind::Relocated { map: vec![(end, addr)] },
+                crate::owncode::Kind::Relocated { map: vec![(end, addr)], calling: None },
                 Vec::new().into(),
             );
         }
@@ -1225,7 +1241,15 @@ impl Hooker {
         self.own_trampoline(pid, at, &tramp[..prefix_len], crate::owncode::Kind::Entry { site: hook.patch_at });
         if let Ok(mut o) = self.own.write() {
             let end = at + tramp.len() as u64;
-            o.add(pid, at + prefix_len as u64, end, crate::owncode::Kind::Relocated { map }, Vec::new().into());
+            let back = hook.patch_at + hook.displaced as u64;
+            let calling = map.calling.map(|(lo, hi)| (lo, hi, back));
+            o.add(
+                pid,
+                at + prefix_len as u64,
+                end,
+                crate::owncode::Kind::Relocated { map: map.map, calling },
+                Vec::new().into(),
+            );
         }
         let mut patch = jmp.to_vec();
         if !retargets.is_empty() {
@@ -2395,6 +2419,10 @@ impl Armed {
         check_machine(pid)?;
         let a = &self.hooker.artifact;
         let maps = mappings(pid)?;
+        // Another program: the old image's code of ours is gone.
+        if let Ok(mut o) = self.hooker.own.write() {
+            o.forget(pid as u32);
+        }
         // Another program: the runtime's entry hooks were the old image's;
         // its own exec entries.
         {

@@ -113,7 +113,7 @@ impl Sites {
                 match ins.flow_control() {
                     FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call => {
                         if let Some(t) = near_target(&ins) {
-                            s.arrivals.entry(t).or_insert(Arrival::Branch(ins.ip()));
+                            arrive(&mut s.arrivals, t, Arrival::Branch(ins.ip()));
                         }
                         if ins.flow_control() == FlowControl::Call {
                             s.arrivals.entry(ins.next_ip()).or_insert(Arrival::Return(ins.ip()));
@@ -163,7 +163,7 @@ impl Sites {
             for (k, w) in data.get(skew as usize..).unwrap_or_default().chunks_exact(8).enumerate() {
                 let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
                 if in_exec(v, &exec) {
-                    s.arrivals.entry(v).or_insert(Arrival::Data(sh.sh_addr + skew + 8 * k as u64));
+                    arrive(&mut s.arrivals, v, Arrival::Data(sh.sh_addr + skew + 8 * k as u64));
                 }
             }
         }
@@ -178,7 +178,7 @@ impl Sites {
                 _ => continue,
             };
             if in_exec(value, &exec) {
-                s.arrivals.entry(value).or_insert(Arrival::Data(r.r_offset));
+                arrive(&mut s.arrivals, value, Arrival::Data(r.r_offset));
             }
         }
         // 32-bit relative tables.
@@ -194,7 +194,7 @@ impl Sites {
                 if !in_exec(target, &exec) {
                     break;
                 }
-                s.arrivals.entry(target).or_insert(Arrival::Data(t + 4 * k));
+                arrive(&mut s.arrivals, target, Arrival::Data(t + 4 * k));
             }
         }
         s.eh_frame(elf, bytes)?;
@@ -363,8 +363,9 @@ impl Sites {
             lead.iter().find(|i| !call && matches!(i.flow_control(), FlowControl::Call | FlowControl::IndirectCall))
         {
             return Err(format!(
-                "the call at {:#x} among them would return into the trampoline (only a `call rel32` right before it \
+                "the {} at {:#x} among them would return into the trampoline (only a `call rel32` right before it \
                  can be probed at its return)",
+                if i.mnemonic() == iced_x86::Mnemonic::Call { "call" } else { "system call" },
                 i.ip()
             ));
         }
@@ -457,6 +458,23 @@ impl Sites {
             ));
         }
         Ok(Patch { file_offset, displaced: len as u32, lead: 0, call: false, pad: 0 })
+    }
+}
+
+/// Record that control can arrive at `to`: one way per address, a branch,
+/// a table or a landing pad rather than a call's return (a site reached by
+/// its call's return and by nothing else may take the jump on that call:
+/// `plan_lead`), else the first found.
+fn arrive(map: &mut BTreeMap<u64, Arrival>, to: u64, how: Arrival) {
+    match map.entry(to) {
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert(how);
+        }
+        std::collections::btree_map::Entry::Occupied(mut o) => {
+            if matches!(o.get(), Arrival::Return(_)) && !matches!(how, Arrival::Return(_)) {
+                o.insert(how);
+            }
+        }
     }
 }
 

@@ -444,19 +444,40 @@ pub fn relocated_pc(original: &[u8], from: u64, len: usize, to: u64, pc: u64) ->
     map.into_iter().find(|&(ip, _)| ip == pc).map(|(_, at)| at)
 }
 
-/// (copy, original) address of each instruction of a relocated copy.
-pub type CopyMap = Vec<(u64, u64)>;
+/// Where each instruction of a relocated copy came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyMap {
+    /// (copy, original) address of each instruction, in order, the jump
+    /// back last (its original is `from + len`, where it goes).
+    pub map: Vec<(u64, u64)>,
+    /// The copy's range where a call that ended the displaced instructions
+    /// is under way (`call_from_the_original`: the return address pushed,
+    /// the jump to the callee not yet taken): the frame is the caller's, at
+    /// the return address, with the stack pointer 8 higher.
+    pub calling: Option<(u64, u64)>,
+}
 
-/// [`relocate`], with where each instruction of the copy came from:
-/// (copy, original) addresses in order, the jump back last (its original
-/// is `from + len`, where it goes). An unwinder in the copy takes each
-/// instruction for its original (`crate::owncode`).
+/// [`relocate`], with where each instruction of the copy came from. An
+/// unwinder in the copy takes each instruction for its original
+/// (`crate::owncode`).
 pub fn relocate_with_map(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, CopyMap), Refusal> {
     let (bytes, map, jmp) = relocate_mapped(original, from, len, to)?;
     let back = from.wrapping_add(len as u64);
-    let mut list: Vec<(u64, u64)> = map.iter().map(|&(ip, at)| (at, ip)).chain([(jmp, back)]).collect();
-    list.sort_by_key(|m| m.0);
-    Ok((bytes, list))
+    let starts: std::collections::HashSet<u64> =
+        Decoder::with_ip(64, &original[..len], from, DecoderOptions::NONE).into_iter().map(|i| i.ip()).collect();
+    let mut out = CopyMap::default();
+    for &(ip, at) in &map {
+        if starts.contains(&ip) {
+            out.map.push((at, ip));
+        } else {
+            // The emulated call's instructions after its first.
+            let (lo, _) = out.calling.get_or_insert((at, jmp));
+            *lo = (*lo).min(at);
+        }
+    }
+    out.map.push((jmp, back));
+    out.map.sort_by_key(|m| m.0);
+    Ok((bytes, out))
 }
 
 /// [`relocate`], with each instruction's original address and its copy's,
@@ -692,6 +713,27 @@ fn mnemonic_name(mnemonic: Mnemonic) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// A call that ends the displaced instructions is emulated (push the
+    /// return address, jump): its first instruction stands for the call,
+    /// the rest are "under way", the jump back for the instruction after.
+    #[test]
+    fn a_final_call_is_mapped_as_under_way() {
+        // push rbx; call +0x100
+        let code = [0x53, 0xe8, 0x00, 0x01, 0x00, 0x00];
+        let (_, m) = relocate_with_map(&code, 0x1000, 6, 0x9000).unwrap();
+        assert_eq!(m.map[0], (0x9000, 0x1000));
+        assert_eq!(m.map[1], (0x9001, 0x1001));
+        let (lo, hi) = m.calling.expect("a call under way");
+        let last = *m.map.last().unwrap();
+        assert!(lo > 0x9001 && lo < hi && hi == last.0, "{m:?}");
+        assert_eq!(last.1, 0x1006);
+        // Without a call: nothing under way.
+        let (_, m) = relocate_with_map(&[0x53, 0x48, 0x89, 0xe5, 0x90], 0x1000, 5, 0x9000).unwrap();
+        assert_eq!(m.calling, None);
+        assert_eq!(m.map.len(), 4);
+    }
+
     use super::*;
     use iced_x86::{Code, FlowControl, Register};
 
