@@ -667,13 +667,7 @@ impl<'q> Resolver<'q> {
                             module: module.path.clone(),
                             addr,
                             function: Some(name),
-                            site: crate::program::Site {
-                                file_offset: patch.file_offset,
-                                displaced: patch.displaced,
-                                lead: patch.lead,
-                                call: patch.call,
-                                pad: patch.pad,
-                            },
+                            site: site_of(&patch),
                         }),
                         Err(why) => diags.push(
                             Diagnostic::error(
@@ -754,13 +748,7 @@ impl<'q> Resolver<'q> {
                 return Vec::new();
             }
         };
-        let site = crate::program::Site {
-            file_offset: patch.file_offset,
-            displaced: patch.displaced,
-            lead: patch.lead,
-            call: patch.call,
-            pad: patch.pad,
-        };
+        let site = site_of(&patch);
         vec![Point::Statement { module: module.path.clone(), addr, function: function.or(name), site }]
     }
 
@@ -845,13 +833,7 @@ impl<'q> Resolver<'q> {
                 args_text: m.args.clone(),
                 pie: module.kind == crate::elf::ModuleKind::PositionIndependent,
                 function,
-                site: crate::program::Site {
-                    file_offset: patch.file_offset,
-                    displaced: patch.displaced,
-                    lead: patch.lead,
-                    call: patch.call,
-                    pad: patch.pad,
-                },
+                site: site_of(&patch),
             }));
         }
         if points.is_empty() && !ex.point.optional && !diags.iter().any(|d| d.span == name_comp.span) {
@@ -948,4 +930,9 @@ fn list_names(names: &[&str]) -> String {
     } else {
         shown.join(", ")
     }
+}
+
+/// Where pass 2 planned a site's jump, as the program keeps it.
+fn site_of(p: &crate::arch::native::sites::Patch) -> crate::program::Site {
+    crate::program::Site { file_offset: p.file_offset, displaced: p.displaced, lead: p.lead, call: p.call, pad: p.pad }
 }
