@@ -543,3 +543,35 @@ fn samples_in_trampolines_and_handlers_reach_main() {
         }
     }
 }
+
+/// A sample taken in a system call carries the kernel's own frames on top
+/// of the user stack (named from /proc/kallsyms, `_[k]` as FlameGraph marks
+/// them), as `perf record -g` shows them: reads of /dev/zero spend their
+/// time in the kernel, under the program's `read`.
+#[test]
+fn samples_in_system_calls_show_the_kernels_frames() {
+    let dir = scratch("profile-kernel");
+    let exe = build(&dir, "profile", &[]);
+    let f = dir.join("k.folded");
+    let cmd = format!("{} syscalls 200000", exe.display());
+    let (_, err, code) =
+        telco_run(&["-e", "probe timer.profile.hz(999) {}", "-c", &cmd, "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let stacks = folded(&f);
+    let under: Vec<&(Vec<String>, u64)> = stacks.iter().filter(|(s, _)| s.iter().any(|x| x == "zeroes")).collect();
+    let all: u64 = under.iter().map(|x| x.1).sum();
+    let kernel: u64 = under
+        .iter()
+        .filter(|(s, _)| {
+            let user = s.iter().position(|x| x == "zeroes").unwrap_or(0);
+            let k = s.iter().position(|x| x.ends_with("_[k]"));
+            // Kernel frames above the user stack's, a system call's entry
+            // among them, the program's stack below reaching _start.
+            k.is_some_and(|k| k > user)
+                && s.iter().any(|x| x.ends_with("_[k]") && x.to_lowercase().contains("syscall"))
+                && s.join(";").contains("_start;__libc_start_main;__libc_start_call_main;main;zeroes;")
+        })
+        .map(|x| x.1)
+        .sum();
+    assert!(all >= 100 && kernel * 10 >= all * 8, "{kernel} of {all} samples with the kernel's frames: {stacks:?}");
+}

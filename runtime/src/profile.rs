@@ -83,6 +83,9 @@ pub struct Stack<'a> {
     /// Taken in the kernel (a system call): the frames start where the
     /// thread entered it.
     pub in_kernel: bool,
+    /// The kernel's frames then, innermost first (kernel addresses; empty
+    /// where the kernel does not give them: `[kernel]`).
+    pub kernel: &'a [u64],
     pub regs: &'a SavedRegs,
     /// The sampled pc first, then return addresses outwards.
     pub frames: &'a [Frame],
@@ -215,6 +218,8 @@ impl Interrupter {
                 in_kernel,
                 regs,
                 stack,
+                // (ptrace does not see the kernel's stack.)
+                kernel: Vec::new(),
             });
         }
     }
@@ -458,6 +463,7 @@ impl Profiler {
             time: s.time,
             period: s.period,
             in_kernel: s.in_kernel,
+            kernel: &s.kernel,
             regs: &s.regs,
             frames: &self.frames,
             complete,

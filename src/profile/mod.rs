@@ -6,8 +6,10 @@
 //!
 //! A frame no module holds is `[unknown]`; one in a module without a
 //! symbol for it is `[module]`, so that its samples still add up under
-//! one name; a sample taken in the kernel (a system call) has `[kernel]`
-//! as its leaf, and the return into a signal handler's trampoline is
+//! one name; a sample taken in the kernel (a system call, a page fault)
+//! has the kernel's frames on top, named from /proc/kallsyms with `_[k]`
+//! as FlameGraph marks them (`[kernel]` where the kernel gives no call
+//! chain or its symbols are hidden), and the return into a signal handler's trampoline is
 //! `[signal handler called]` (as gdb shows it). Time in the probes' own
 //! code (trampolines, handlers) is `[telco-stap]`, under the probed
 //! function. Stacks are rooted at the thread's name, as perf's
@@ -84,6 +86,11 @@ enum Key {
         addr: u64,
     },
     Kernel,
+    /// A kernel address of the kernel's call chain (named from
+    /// /proc/kallsyms, `name_[k]` as FlameGraph marks kernel frames).
+    KernelAt {
+        addr: u64,
+    },
     /// The signal trampoline: a handler's frames above, the interrupted
     /// code's below.
     Signal,
@@ -187,11 +194,21 @@ impl Profile {
         let mut loaded: HashMap<u32, (Option<Module>, Option<Module>)> = HashMap::new();
         let base =
             |p: &Path| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let kallsyms =
+            if self.keys.iter().any(|k| matches!(k, Key::KernelAt { .. })) { kallsyms() } else { Vec::new() };
         let frames = self
             .keys
             .iter()
             .map(|k| match *k {
                 Key::Kernel => NamedFrame { name: "[kernel]".into(), module: None, addr: 0 },
+                Key::KernelAt { addr } => {
+                    let i = kallsyms.partition_point(|(a, _)| *a <= addr);
+                    let name = match i.checked_sub(1).map(|i| &kallsyms[i].1) {
+                        Some(n) => format!("{n}_[k]"),
+                        None => "[kernel]".into(),
+                    };
+                    NamedFrame { name, module: None, addr }
+                }
                 Key::Signal => NamedFrame { name: "[signal handler called]".into(), module: None, addr: 0 },
                 Key::Own => NamedFrame { name: "[telco-stap]".into(), module: None, addr: 0 },
                 Key::Unknown { addr } => NamedFrame { name: "[unknown]".into(), module: None, addr },
@@ -255,8 +272,11 @@ impl Sink for Profile {
         }
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
-        if s.in_kernel {
+        if s.in_kernel && s.kernel.is_empty() {
             ids.push(self.key(Key::Kernel));
+        }
+        for &addr in s.kernel {
+            ids.push(self.key(Key::KernelAt { addr }));
         }
         for f in s.frames {
             let k = match f.module {
@@ -363,4 +383,22 @@ fn folded_lines(n: &Named<'_>) -> Vec<String> {
         *counts.entry(l).or_default() += c;
     }
     counts.into_iter().map(|(l, c)| format!("{l} {c}")).collect()
+}
+
+/// The kernel's function symbols (/proc/kallsyms), by address; empty where
+/// they cannot be read or are hidden (`kptr_restrict`: all zero).
+fn kallsyms() -> Vec<(u64, String)> {
+    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let mut v: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let kind = f.next()?;
+            let name = f.next()?;
+            (addr != 0 && matches!(kind, "t" | "T" | "w" | "W")).then(|| (addr, name.to_string()))
+        })
+        .collect();
+    v.sort_unstable();
+    v
 }

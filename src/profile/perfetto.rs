@@ -226,7 +226,7 @@ pub fn packets(n: &Named<'_>) -> Vec<u8> {
             frame_ids: s.iter().rev().map(|&f| u64::from(f) + 1).collect(),
         })
         .collect();
-    let kernel = n.frames.iter().position(|f| f.name == "[kernel]");
+    let kernel: Vec<bool> = n.frames.iter().map(|f| f.name == "[kernel]" || f.name.ends_with("_[k]")).collect();
     let mut trace = Trace { packet: Vec::with_capacity(n.samples.len() + 1) };
     trace.packet.push(Packet {
         timestamp: Some(n.origin),
@@ -265,7 +265,7 @@ pub fn packets(n: &Named<'_>) -> Vec<u8> {
     }
     for &(thread, stack, time, _) in &n.samples {
         let (pid, tid, _) = &n.threads[thread as usize];
-        let in_kernel = kernel.is_some_and(|k| n.stacks[stack as usize].first() == Some(&(k as u32)));
+        let in_kernel = n.stacks[stack as usize].first().is_some_and(|&f| kernel[f as usize]);
         trace.packet.push(Packet {
             timestamp: Some(n.origin + time),
             timestamp_clock_id: Some(CLOCK_MONOTONIC),

@@ -11,6 +11,8 @@
  *                            (handler_work) on every tick
  *   profile serve 0          split until a line (or EOF) comes on stdin,
  *                            for -p
+ *   profile syscalls ROUNDS  zeroes(): ROUNDS reads of 64 KiB from
+ *                            /dev/zero (time in the kernel)
  *   profile calls ROUNDS     calls(): ROUNDS calls of tiny(), a short
  *                            spin after each (probed by tests/profile.rs:
  *                            samples in trampolines and handlers)
@@ -25,6 +27,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 static volatile long sink;
 
@@ -53,6 +56,14 @@ __attribute__((noinline)) void calls(long rounds) {
         sink += v; /* statement probe */
         SPIN(20);
     }
+}
+
+__attribute__((noinline)) void zeroes(long rounds) {
+    static char buf[65536];
+    FILE *f = fopen("/dev/zero", "r");
+    if (!f) return;
+    for (long r = 0; r < rounds; r++) sink += read(fileno(f), buf, sizeof buf);
+    fclose(f);
 }
 
 __attribute__((noinline)) void run(long rounds) {
@@ -133,6 +144,8 @@ int main(int argc, char **argv) {
         sigfillset(&all);
         sigprocmask(SIG_BLOCK, &all, NULL);
         run(rounds);
+    } else if (!strcmp(argv[1], "syscalls")) {
+        zeroes(rounds);
     } else if (!strcmp(argv[1], "calls")) {
         calls(rounds);
     } else if (!strcmp(argv[1], "serve")) {

@@ -38,6 +38,7 @@ const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 const SAMPLE_IP: u64 = 1 << 0;
 const SAMPLE_TID: u64 = 1 << 1;
 const SAMPLE_TIME: u64 = 1 << 2;
+const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 const SAMPLE_CPU: u64 = 1 << 7;
 const SAMPLE_PERIOD: u64 = 1 << 8;
 const SAMPLE_REGS_USER: u64 = 1 << 12;
@@ -84,6 +85,9 @@ pub struct RawSample {
     pub regs: telco_abi::region::SavedRegs,
     /// The user stack from `regs`' stack pointer upwards.
     pub stack: Vec<u8>,
+    /// Taken in the kernel: its call chain, innermost first (kernel
+    /// addresses), when kernel samples are allowed.
+    pub kernel: Vec<u64>,
 }
 
 struct Ring {
@@ -126,12 +130,25 @@ fn attr(period_ns: u64, stack_bytes: u32, exclude_kernel: bool) -> [u64; 17] {
     a[0] = u64::from(PERF_TYPE_SOFTWARE) | (136u64 << 32);
     a[1] = PERF_COUNT_SW_TASK_CLOCK;
     a[2] = period_ns;
-    a[3] = SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_REGS_USER | SAMPLE_STACK_USER;
+    a[3] = SAMPLE_IP
+        | SAMPLE_TID
+        | SAMPLE_TIME
+        | SAMPLE_CPU
+        | SAMPLE_PERIOD
+        | SAMPLE_CALLCHAIN
+        | SAMPLE_REGS_USER
+        | SAMPLE_STACK_USER;
+    // The call chain is the kernel's part only (exclude_callchain_user,
+    // bit 22: the user stack is unwound from the copy); none at all where
+    // kernel samples are not allowed (exclude_kernel, bit 5, and
+    // exclude_callchain_kernel, bit 21: every event of a ring has the same
+    // record layout).
     a[5] = ATTR_INHERIT
         | ATTR_EXCLUDE_HV
         | ATTR_SAMPLE_ID_ALL
         | ATTR_USE_CLOCKID
-        | if exclude_kernel { 1 << 5 } else { 0 };
+        | 1 << 22
+        | if exclude_kernel { 1 << 5 | 1 << 21 } else { 0 };
     // wakeup_events: 0; sample_regs_user at byte 80, sample_stack_user and
     // clockid at 88.
     a[10] = PERF_USER_REGS.iter().fold(0u64, |m, (p, _)| m | 1 << p);
@@ -330,6 +347,16 @@ fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample> {
     let time = word()?;
     let _cpu = word()?;
     let period = word()?;
+    // The kernel's call chain, less its context markers (PERF_CONTEXT_*,
+    // the top 4095 values).
+    let nr = word()?;
+    let mut kernel = Vec::new();
+    for _ in 0..nr.min(1024) {
+        let ip = word()?;
+        if ip < (-4095i64) as u64 {
+            kernel.push(ip);
+        }
+    }
     let abi = word()?;
     let mut regs = telco_abi::region::SavedRegs::default();
     if abi != 0 {
@@ -353,6 +380,7 @@ fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample> {
         in_kernel: misc & MISC_CPUMODE_MASK != MISC_USER,
         regs,
         stack,
+        kernel,
     })
 }
 
@@ -389,6 +417,10 @@ mod tests {
         push(1000); // time
         push(1); // cpu
         push(10_101_010); // period
+        push(3); // callchain: the kernel context marker, two addresses
+        push((-128i64) as u64);
+        push(0xffff_ffff_8100_0010);
+        push(0xffff_ffff_8100_0020);
         push(2); // abi 64
         for i in 0..18 {
             push(100 + i);
@@ -403,6 +435,7 @@ mod tests {
         assert_eq!(s.regs.words[telco_abi::arch::native::PC], 108);
         assert_eq!(s.regs.words[telco_abi::arch::native::SP], 107);
         assert_eq!(s.stack, 0xaaaau64.to_ne_bytes());
+        assert_eq!(s.kernel, [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0020]);
         assert!(parse_sample(&r[..r.len() - 9], MISC_USER).is_none());
     }
 
