@@ -8,9 +8,11 @@
 //! decoder (tests/profile/check.js; `tests/profile/install.sh`).
 //!
 //! Samples are taken every millisecond of a thread's CPU time (999 Hz),
-//! so a 0.6 s run gives about 600 samples and the split is measured, not
+//! so a 1.2 s run gives about 1,200 samples and the split is measured, not
 //! guessed: the loops alternate every 30 µs, far below the period, and
-//! the bounds (5 points) are many samples wide.
+//! the bounds (5 points) are four standard deviations of a 3:1 split over
+//! that many samples wide (at 600 samples they were under three, and one
+//! run in a few hundred fell outside).
 
 mod common;
 
@@ -18,7 +20,7 @@ use common::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-const ROUNDS: &str = "45000";
+const ROUNDS: &str = "90000";
 
 fn build(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let exe = dir.join(name);
