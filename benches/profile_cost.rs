@@ -6,6 +6,10 @@
 //!
 //!     cargo bench --bench profile_cost
 //!     TELCO_STAP=path/to/older/telco-stap cargo bench --bench profile_cost
+//!     TELCO_STAP_OLD=path/to/older/telco-stap cargo bench --bench profile_cost
+//!
+//! (`TELCO_STAP_OLD` adds rows for that binary at both rates, in the same
+//! interleaved runs: a change against the code before it.)
 //!
 //! Prints a markdown table: the work's time (median, min–max), the
 //! overhead against the untraced median, the samples written and lost.
@@ -27,7 +31,13 @@ fn telco() -> PathBuf {
 enum How {
     Untraced,
     Telco(u32),
+    /// `TELCO_STAP_OLD`'s binary.
+    Old(u32),
     Perf(u32),
+}
+
+fn old_telco() -> Option<PathBuf> {
+    std::env::var_os("TELCO_STAP_OLD").map(PathBuf::from)
 }
 
 impl How {
@@ -35,6 +45,7 @@ impl How {
         match self {
             How::Untraced => "untraced".into(),
             How::Telco(hz) => format!("telco-stap timer.profile.hz({hz}) --folded"),
+            How::Old(hz) => format!("older telco-stap (TELCO_STAP_OLD) timer.profile.hz({hz}) --folded"),
             How::Perf(hz) => format!("perf record -F {hz} --call-graph dwarf"),
         }
     }
@@ -55,10 +66,12 @@ fn run(dir: &Path, exe: &Path, mode: &str, rounds: &str, how: How) -> Run {
     let target = format!("{} {mode} {rounds}", exe.display());
     let out = match how {
         How::Untraced => Command::new(exe).args([mode, rounds]).output(),
-        How::Telco(hz) => Command::new(telco())
-            .args(["-e", &format!("probe timer.profile.hz({hz}) {{}}"), "-c", &target, "--folded"])
-            .arg(&folded)
-            .output(),
+        How::Telco(hz) | How::Old(hz) => {
+            Command::new(if let How::Old(_) = how { old_telco().expect("TELCO_STAP_OLD") } else { telco() })
+                .args(["-e", &format!("probe timer.profile.hz({hz}) {{}}"), "-c", &target, "--folded"])
+                .arg(&folded)
+                .output()
+        }
         How::Perf(hz) => Command::new("perf")
             .args(["record", "-q", "-F", &hz.to_string(), "--call-graph", "dwarf", "-o"])
             .arg(&data)
@@ -72,7 +85,7 @@ fn run(dir: &Path, exe: &Path, mode: &str, rounds: &str, how: How) -> Run {
     let ns = text.lines().find_map(|l| l.strip_prefix("ns ")).and_then(|n| n.parse().ok()).expect("ns N");
     let cpu = text.lines().find_map(|l| l.strip_prefix("cpu ")).and_then(|n| n.parse().ok()).expect("cpu N");
     let samples = match how {
-        How::Telco(_) => std::fs::read_to_string(&folded)
+        How::Telco(_) | How::Old(_) => std::fs::read_to_string(&folded)
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
@@ -104,7 +117,10 @@ fn main() {
         .status()
         .expect("gcc");
     assert!(ok.success());
-    let hows = [How::Untraced, How::Telco(99), How::Telco(999), How::Perf(99), How::Perf(999)];
+    let mut hows = vec![How::Untraced, How::Telco(99), How::Telco(999), How::Perf(99), How::Perf(999)];
+    if old_telco().is_some() {
+        hows.extend([How::Old(99), How::Old(999)]);
+    }
     let reps = 7;
     let mut wall: Vec<Vec<u64>> = vec![Vec::new(); hows.len()];
     let mut cpu: Vec<Vec<u64>> = vec![Vec::new(); hows.len()];
@@ -140,7 +156,7 @@ fn main() {
             pct(c[0] as f64, cmin),
             w / 1e6,
             pct(w, wbase),
-            if matches!(h, How::Telco(_)) { samples[i].to_string() } else { "—".into() },
+            if matches!(h, How::Telco(_) | How::Old(_)) { samples[i].to_string() } else { "—".into() },
             if lost[i] { "yes" } else { "0" }
         );
     }
