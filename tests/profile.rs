@@ -577,3 +577,28 @@ fn samples_in_system_calls_show_the_kernels_frames() {
         .sum();
     assert!(all >= 100 && kernel * 10 >= all * 8, "{kernel} of {all} samples with the kernel's frames: {stacks:?}");
 }
+
+/// In a `timer.profile` probe, `usymname()` names the vDSO's functions
+/// (the kernel's one image, read in pass 2 from the tracer's own), where a
+/// program calling clock_gettime spends its time: no sample's function is
+/// a bare address.
+#[test]
+fn the_vdso_is_named_in_the_probe() {
+    let dir = scratch("profile-vdso");
+    let exe = build(&dir, "profile", &[]);
+    let cmd = format!("{} clock 20000000", exe.display());
+    let script = "global n probe timer.profile.hz(999) { n[usymname(uaddr())]++ } \
+                  probe end { foreach (k in n-) printf(\"fn %s %d\\n\", k, n[k]) }";
+    let (out, err, code) = telco_run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let counts: Vec<(&str, u64)> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("fn ")?.rsplit_once(' '))
+        .filter_map(|(k, n)| Some((k, n.parse().ok()?)))
+        .collect();
+    let all: u64 = counts.iter().map(|c| c.1).sum();
+    let vdso: u64 = counts.iter().filter(|c| c.0.contains("vdso")).map(|c| c.1).sum();
+    let bare: u64 = counts.iter().filter(|c| c.0.starts_with("0x")).map(|c| c.1).sum();
+    assert!(all >= 100 && vdso * 2 >= all, "{vdso} of {all} samples in the vDSO: {out}");
+    assert!(bare * 100 <= all, "{bare} of {all} samples unnamed: {out}");
+}

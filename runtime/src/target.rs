@@ -1606,7 +1606,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     apply(&mut s, plans, &mut patches, &hooker.relocs.borrow())?;
     let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
     // SAFETY: the region's own base.
-    unsafe { publish_symbols(injected.region.base(), a, &maps, &hooker.relocs.borrow()) };
+    unsafe { publish_symbols(injected.region.base(), s.pid(), a, &maps, &hooker.relocs.borrow()) };
     if codes.is_empty() {
         // Room for the crash handler's stub and the lifecycle calls.
         let near = arch::pc(&s.regs(s.main_thread())?);
@@ -1653,7 +1653,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
 ///
 /// # Safety
 /// `base` is the live region of `a`.
-unsafe fn publish_symbols(base: *mut u8, a: &Artifact, maps: &[Mapping], relocs: &[(u64, u32, u64, u32)]) {
+unsafe fn publish_symbols(base: *mut u8, pid: i32, a: &Artifact, maps: &[Mapping], relocs: &[(u64, u32, u64, u32)]) {
     use telco_abi::region::{SymReloc, SymTable, SymTableModule, SYM_MODULE_SIZE, SYM_RELOC_SIZE};
     if a.symtab_off == 0 {
         return;
@@ -1676,8 +1676,18 @@ unsafe fn publish_symbols(base: *mut u8, a: &Artifact, maps: &[Mapping], relocs:
     }
     // Release: a handler that sees the count sees the entries.
     field(core::mem::offset_of!(SymTable, nrelocs)).store(n as u32, std::sync::atomic::Ordering::Release);
+    // The vDSO (pass 2's own image, the same in every process): where this
+    // process maps it.
+    let vdso = || {
+        let maps = crate::os::proc::maps(pid).ok()?;
+        maps.iter().find(|m| m.path.as_os_str() == "[vdso]").map(|m| m.start)
+    };
     for (i, m) in a.symtab_modules.iter().enumerate() {
-        let Some(at) = runtime_addr(maps, &m.path, m.anchor_offset) else { continue };
+        let at = match m.path.as_os_str() == "[vdso]" {
+            true => vdso().map(|v| v + m.anchor_offset),
+            false => runtime_addr(maps, &m.path, m.anchor_offset),
+        };
+        let Some(at) = at else { continue };
         let md = base.add(a.symtab_off as usize + core::mem::size_of::<SymTable>() + i * SYM_MODULE_SIZE);
         std::sync::atomic::AtomicU64::from_ptr(md.add(core::mem::offset_of!(SymTableModule, bias)).cast())
             .store(at.wrapping_sub(m.anchor_addr), std::sync::atomic::Ordering::Relaxed);
@@ -2131,7 +2141,9 @@ impl Armed {
         let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.semaphores, &self.patches);
         self.semaphores.extend(raised);
         // SAFETY: the header pointer is the live region's base.
-        unsafe { publish_symbols(self.header as *mut u8, &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
+        unsafe {
+            publish_symbols(self.header as *mut u8, s.pid(), &self.hooker.artifact, &maps, &self.hooker.relocs.borrow())
+        };
         for r in refused {
             if !self.quiet {
                 eprintln!("WARNING: cannot probe {r}");

@@ -13,6 +13,7 @@
  *                            for -p
  *   profile syscalls ROUNDS  zeroes(): ROUNDS reads of 64 KiB from
  *                            /dev/zero (time in the kernel)
+ *   profile clock ROUNDS     ROUNDS calls of clock_gettime (the vDSO's)
  *   profile calls ROUNDS     calls(): ROUNDS calls of tiny(), a short
  *                            spin after each (probed by tests/profile.rs:
  *                            samples in trampolines and handlers)
@@ -144,6 +145,12 @@ int main(int argc, char **argv) {
         sigfillset(&all);
         sigprocmask(SIG_BLOCK, &all, NULL);
         run(rounds);
+    } else if (!strcmp(argv[1], "clock")) {
+        struct timespec t;
+        for (long r = 0; r < rounds; r++) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            sink += t.tv_nsec;
+        }
     } else if (!strcmp(argv[1], "syscalls")) {
         zeroes(rounds);
     } else if (!strcmp(argv[1], "calls")) {

@@ -612,5 +612,40 @@ fn symbols_for(
             functions,
         });
     }
+    // The vDSO: the kernel maps one image into every process (the
+    // tracer's own is the target's), where a sample often lands
+    // (`__vdso_clock_gettime`); its names, for `usymname()` and
+    // backtraces (its rows: the image is not a file pass 2 can re-read).
+    if let Some(bytes) = own_vdso() {
+        let path = std::path::Path::new("[vdso]");
+        if let Ok(m) = crate::elf::Module::from_bytes(path, &bytes) {
+            if let Some(anchor) = m.functions.first() {
+                let mut functions: Vec<(u64, u64, String)> =
+                    m.functions.iter().map(|f| (f.addr, f.size, f.display_name().to_string())).collect();
+                functions.sort_by_key(|f| f.0);
+                out.push(crate::program::ModuleSymbols {
+                    unwind: Vec::new(),
+                    module: telco_abi::artifact::SymModule {
+                        path: path.to_path_buf(),
+                        anchor_addr: anchor.addr,
+                        anchor_offset: anchor.file_offset,
+                    },
+                    functions,
+                });
+            }
+        }
+    }
     out
+}
+
+/// This process's vDSO image (/proc/self/maps and /proc/self/mem).
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (lo, hi) = line.split_whitespace().next()?.split_once('-')?;
+    let (lo, hi) = (u64::from_str_radix(lo, 16).ok()?, u64::from_str_radix(hi, 16).ok()?);
+    let mut bytes = vec![0u8; usize::try_from(hi.checked_sub(lo)?).ok()?.min(1 << 20)];
+    std::fs::File::open("/proc/self/mem").ok()?.read_exact_at(&mut bytes, lo).ok()?;
+    Some(bytes)
 }
