@@ -474,6 +474,9 @@ struct Hooker {
     /// the blob's rows (the same in every code region) made once.
     own: crate::owncode::Shared,
     blob_rows: std::cell::OnceCell<std::sync::Arc<[crate::owncode::Row]>>,
+    /// The session samples (`timer.profile`): only then is our code
+    /// registered, its rows read (work at every attach otherwise).
+    profiling: bool,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -553,9 +556,22 @@ impl Placed {
 }
 
 impl Hooker {
+    /// A piece of our code into the unwinders' map (when profiling).
+    fn own_add(&self, pid: u32, start: u64, end: u64, kind: crate::owncode::Kind) {
+        if !self.profiling {
+            return;
+        }
+        if let Ok(mut o) = self.own.write() {
+            o.add(pid, start, end, kind, Vec::new().into());
+        }
+    }
+
     /// A code region's blob (compiled handlers, runtime library) into the
     /// unwinders' map of our code.
     fn own_blob(&self, pid: u32, code: &CodeRegion) {
+        if !self.profiling {
+            return;
+        }
         let rows = self.blob_rows.get_or_init(|| {
             let a = &self.artifact;
             let mut rows = Vec::new();
@@ -584,7 +600,7 @@ impl Hooker {
     /// map; `intra`: what a call in it to itself or past its end reaches
     /// (an entry trampoline calling the probed function's copy).
     fn own_trampoline(&self, pid: u32, at: u64, bytes: &[u8], kind: crate::owncode::Kind) {
-        if bytes.is_empty() {
+        if bytes.is_empty() || !self.profiling {
             return;
         }
         let end = at + bytes.len() as u64;
@@ -1066,16 +1082,12 @@ impl Hooker {
         s.write(at, &tramp)?;
         let pid = s.pid() as u32;
         self.own_trampoline(pid, at, &prefix, crate::owncode::Kind::Entry { site: callee });
-        if let Ok(mut o) = self.own.write() {
-            let map = vec![(reloc, callee)];
-            o.add(
-                pid,
-                reloc,
-                reloc + go.len() as u64,
-                crate::owncode::Kind::Relocated { map, calling: None },
-                Vec::new().into(),
-            );
-        }
+        self.own_add(
+            pid,
+            reloc,
+            reloc + go.len() as u64,
+            crate::owncode::Kind::Relocated { map: vec![(reloc, callee)], calling: None },
+        );
         // `call` in place of the call: e8 and the new displacement.
         let mut patch = call.to_vec();
         patch[0] = 0xe8;
@@ -1139,16 +1151,13 @@ impl Hooker {
         s.write(at, &tramp)?;
         self.relocs.borrow_mut().push((at, body as u32, from, lead as u32));
         let pid = s.pid() as u32;
-        if let Ok(mut o) = self.own.write() {
-            o.add(pid, at, prefix_at, crate::owncode::Kind::Relocated { map, calling: None }, Vec::new().into());
-            o.add(
-                pid,
-                end,
-                end + back.len() as u64,
-                crate::owncode::Kind::Relocated { map: vec![(end, addr)], calling: None },
-                Vec::new().into(),
-            );
-        }
+        self.own_add(pid, at, prefix_at, crate::owncode::Kind::Relocated { map, calling: None });
+        self.own_add(
+            pid,
+            end,
+            end + back.len() as u64,
+            crate::owncode::Kind::Relocated { map: vec![(end, addr)], calling: None },
+        );
         self.own_trampoline(pid, prefix_at, &prefix, crate::owncode::Kind::Entry { site: addr });
         let mut patch = jmp.to_vec();
         patch.resize(lead, arch::TRAP);
@@ -1239,18 +1248,10 @@ impl Hooker {
         s.write(at, &tramp)?;
         let pid = s.pid() as u32;
         self.own_trampoline(pid, at, &tramp[..prefix_len], crate::owncode::Kind::Entry { site: hook.patch_at });
-        if let Ok(mut o) = self.own.write() {
-            let end = at + tramp.len() as u64;
-            let back = hook.patch_at + hook.displaced as u64;
-            let calling = map.calling.map(|(lo, hi)| (lo, hi, back));
-            o.add(
-                pid,
-                at + prefix_len as u64,
-                end,
-                crate::owncode::Kind::Relocated { map: map.map, calling },
-                Vec::new().into(),
-            );
-        }
+        let back = hook.patch_at + hook.displaced as u64;
+        let calling = map.calling.map(|(lo, hi)| (lo, hi, back));
+        let end = at + tramp.len() as u64;
+        self.own_add(pid, at + prefix_len as u64, end, crate::owncode::Kind::Relocated { map: map.map, calling });
         let mut patch = jmp.to_vec();
         if !retargets.is_empty() {
             // The loops' way in: a second jump, past the probe, to the
@@ -1504,6 +1505,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         relocs: Default::default(),
         own: Default::default(),
         blob_rows: Default::default(),
+        profiling: a.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })),
     };
     let mut patches = Vec::new();
     let mut codes = Vec::new();

@@ -83,6 +83,7 @@ pub fn rows(code: &[u8], at: u64, entry: i64, intra: Option<std::ops::Range<u64>
         index.insert(ins.ip(), list.len());
         list.push(ins);
     }
+    let mut info = iced_x86::InstructionInfoFactory::new();
     let mut states: Vec<Option<State>> = vec![None; list.len()];
     let start = State { sp: Sp::At(entry), rbx: None, rbp: None, fp: Fp::Same };
     let mut todo = vec![(0usize, start)];
@@ -92,7 +93,7 @@ pub fn rows(code: &[u8], at: u64, entry: i64, intra: Option<std::ops::Range<u64>
         }
         states[i] = Some(s);
         let ins = &list[i];
-        let next = step(ins, s, &intra);
+        let next = step(ins, s, &intra, &mut info);
         let fallthrough = i + 1;
         let target = || index.get(&ins.near_branch_target()).copied();
         match ins.flow_control() {
@@ -125,7 +126,12 @@ pub fn rows(code: &[u8], at: u64, entry: i64, intra: Option<std::ops::Range<u64>
 }
 
 /// The state after `ins` (on the path that goes on).
-fn step(ins: &Instruction, mut s: State, intra: &Option<std::ops::Range<u64>>) -> State {
+fn step(
+    ins: &Instruction,
+    mut s: State,
+    intra: &Option<std::ops::Range<u64>>,
+    info: &mut iced_x86::InstructionInfoFactory,
+) -> State {
     let op0 =
         if ins.op_count() > 0 && ins.op0_kind() == OpKind::Register { ins.op0_register() } else { Register::None };
     let op1 =
@@ -227,7 +233,7 @@ fn step(ins: &Instruction, mut s: State, intra: &Option<std::ops::Range<u64>>) -
     };
     let copy = ins.mnemonic() == Mnemonic::Mov && op1 == Register::RSP;
     for (reg, value) in [(Register::RBX, &mut s.rbx), (Register::RBP, &mut s.rbp)] {
-        if writes(ins, reg) {
+        if writes(info, ins, reg) {
             *value = if copy && op0 == reg { sp_now } else { None };
         }
     }
@@ -249,9 +255,8 @@ fn is_immediate(k: OpKind) -> bool {
 }
 
 /// Whether `ins` writes (any part of) `reg`.
-fn writes(ins: &Instruction, reg: Register) -> bool {
-    use iced_x86::{InstructionInfoFactory, OpAccess};
-    let mut f = InstructionInfoFactory::new();
+fn writes(f: &mut iced_x86::InstructionInfoFactory, ins: &Instruction, reg: Register) -> bool {
+    use iced_x86::OpAccess;
     f.info(ins).used_registers().iter().any(|u| {
         u.register().full_register() == reg
             && !matches!(u.access(), OpAccess::Read | OpAccess::CondRead | OpAccess::NoMemAccess)
