@@ -269,6 +269,33 @@ impl ShadowRead {
     }
 }
 
+/// Thread `tid`'s shadow stack for one walk, read at its first use (into
+/// `read`). Read when the sample is drained, up to 10 ms after it was
+/// taken: a thread that has returned since (or a process that has ended)
+/// is matched against the last live stack read for it (`seen`, forgotten
+/// all at once past 4096 threads).
+fn shadow_read<'r>(
+    read: &'r mut Option<ShadowRead>,
+    seen: &mut HashMap<u32, Vec<(u64, u64, u64)>>,
+    pid: u32,
+    tid: u32,
+    sh: &ShadowStacks,
+) -> &'r ShadowRead {
+    read.get_or_insert_with(|| {
+        let mut fresh = shadow_frames(pid, tid, sh);
+        if seen.len() >= 4096 && !seen.contains_key(&tid) {
+            seen.clear();
+        }
+        let known = seen.entry(tid).or_default();
+        if fresh.live.is_empty() {
+            fresh.live = known.clone();
+        } else {
+            *known = fresh.live.clone();
+        }
+        fresh
+    })
+}
+
 /// Thread `tid`'s shadow stack in process `pid`. Read from the target's
 /// memory when a sample needs it (the target's word: only used to name and
 /// continue a frame, never followed as a pointer here).
@@ -502,27 +529,6 @@ impl Profiler {
         let mut complete = false;
         let mut outside = false;
         while self.frames.len() < SAMPLE_FRAMES {
-            // The thread's shadow stack, read at its first use.
-            // Read when the sample is drained, up to 10 ms after it was
-            // taken: a thread that has returned since (or a process that
-            // has ended) is matched against the last stack read for it.
-            let mut shadow_list = |sh: &ShadowStacks| -> ShadowRead {
-                returns
-                    .get_or_insert_with(|| {
-                        let mut fresh = shadow_frames(pid, s.tid, sh);
-                        if shadow_seen.len() >= 4096 && !shadow_seen.contains_key(&s.tid) {
-                            shadow_seen.clear();
-                        }
-                        let known = shadow_seen.entry(s.tid).or_default();
-                        if fresh.live.is_empty() {
-                            fresh.live = known.clone();
-                        } else {
-                            *known = fresh.live.clone();
-                        }
-                        fresh
-                    })
-                    .clone()
-            };
             if let (true, None, Some(sh)) = (at.is_return_address(), find(&p.ranges, at.address_for_lookup()), &shadow)
             {
                 // A return trampoline where a probed function was called:
@@ -531,7 +537,8 @@ impl Profiler {
                 // The return address was read from just below the
                 // caller's stack pointer.
                 let slot = arch::unwind_sp(&regs).wrapping_sub(8);
-                let ret = shadow_list(sh).find(at.address(), slot, &mut next_return);
+                let ret =
+                    shadow_read(&mut returns, shadow_seen, pid, s.tid, sh).find(at.address(), slot, &mut next_return);
                 if let Some(r) = ret.and_then(FrameAddress::from_return_address) {
                     at = r;
                 }
@@ -574,7 +581,8 @@ impl Profiler {
                     }
                     Some(crate::owncode::Next::Shadow { sp, fp }) => {
                         let Some(sh) = &shadow else { break };
-                        let Some(&(_, ret, _)) = shadow_list(sh).live.get(next_return) else { break };
+                        let read = shadow_read(&mut returns, shadow_seen, pid, s.tid, sh);
+                        let Some(&(_, ret, _)) = read.live.get(next_return) else { break };
                         next_return += 1;
                         (ret, sp, fp, true)
                     }

@@ -611,6 +611,27 @@ impl Hooker {
         }
     }
 
+    /// An entry trampoline at `at` for the site `addr` that calls nothing
+    /// yet, full (every register saved): what the kinds fill in.
+    fn entry(&self, code: &CodeRegion, at: u64, addr: u64) -> trampoline::Entry {
+        trampoline::Entry {
+            at,
+            region: self.region,
+            addr,
+            ctx_size: self.artifact.ctx_size,
+            handlers: Vec::new(),
+            returns: Vec::new(),
+            ret_push: code.at(self.ret_push),
+            enter: code.at(self.enter),
+            ret_tramp: 0,
+            shadow: self.shadow(),
+            lean: None,
+            itrace: None,
+            span: None,
+            inside: false,
+        }
+    }
+
     /// The shadow stacks in the target.
     fn shadow(&self) -> trampoline::Shadow {
         let a = &self.artifact;
@@ -1056,20 +1077,9 @@ impl Hooker {
         })?;
         let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
         let entry = trampoline::Entry {
-            at,
-            region: self.region,
-            addr: callee,
-            ctx_size: a.ctx_size,
-            handlers: Vec::new(),
             returns: t.handlers.iter().map(|&(_, i)| (i, None)).collect(),
-            ret_push: code.at(self.ret_push),
-            enter: code.at(self.enter),
             ret_tramp,
-            shadow: self.shadow(),
-            lean: None,
-            itrace: None,
-            span: None,
-            inside: false,
+            ..self.entry(code, at, callee)
         };
         let prefix = trampoline::entry_prefix(&entry)
             .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
@@ -1121,20 +1131,11 @@ impl Hooker {
         let body = (jump_back - at) as usize;
         let prefix_at = jump_back;
         let entry = trampoline::Entry {
-            at: prefix_at,
-            region: self.region,
-            addr,
-            ctx_size: self.artifact.ctx_size,
             handlers: t.handlers,
-            returns: Vec::new(),
-            ret_push: code.at(self.ret_push),
-            enter: code.at(self.enter),
             ret_tramp: t.ret_tramp,
-            shadow: self.shadow(),
             lean: t.lean,
-            itrace: None,
-            span: None,
             inside: true,
+            ..self.entry(code, prefix_at, addr)
         };
         let prefix = trampoline::entry_prefix(&entry)
             .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
@@ -1191,20 +1192,14 @@ impl Hooker {
             _ => None,
         };
         let entry = trampoline::Entry {
-            at,
-            region: self.region,
-            addr,
-            ctx_size: self.artifact.ctx_size,
             handlers: t.handlers,
             returns: t.returns,
-            ret_push: code.at(self.ret_push),
-            enter: code.at(self.enter),
             ret_tramp: t.ret_tramp,
-            shadow: self.shadow(),
             lean: t.lean,
             itrace,
             span: t.span,
             inside: t.inside,
+            ..self.entry(code, at, addr)
         };
         let nothing = entry.handlers.is_empty() && entry.returns.is_empty() && entry.itrace.is_none();
         let prefix = match &t.clock_only {

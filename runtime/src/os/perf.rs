@@ -350,8 +350,13 @@ fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample> {
     // The kernel's call chain, less its context markers (PERF_CONTEXT_*,
     // the top 4095 values).
     let nr = word()?;
+    // (At most the kernel's sample_max_stack, 127 by default: more is no
+    // record of ours.)
+    if nr > 4096 {
+        return None;
+    }
     let mut kernel = Vec::new();
-    for _ in 0..nr.min(1024) {
+    for _ in 0..nr {
         let ip = word()?;
         if ip < (-4095i64) as u64 {
             kernel.push(ip);
