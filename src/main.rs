@@ -357,6 +357,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     };
     let pid = stopped.pid() as u32;
     let (region, mut armed) = telco_runtime::target::arm(stopped, artifact, child)?;
+    armed.symbols_from(Box::new(ElfSymbols));
     cfg.traces = traces(cli, artifact, pid)?;
     if let (true, Some(path)) = (armed.has_itrace(), &cli.itrc) {
         armed.itrace_to(path, max_itrace(cli)).with_context(|| format!("cannot trace pid {pid}"))?;
@@ -742,5 +743,22 @@ fn subcommand(cmd: &Command) -> Result<ExitCode> {
             itrc_dump::run(file, *disasm, chrome.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// The symbols of a library the target loads later, read as pass 2 reads
+/// the modules it knows (names, a debug file's names, CFI rows).
+struct ElfSymbols;
+
+impl telco_runtime::symtab::SymbolSource for ElfSymbols {
+    fn symbols(&self, path: &std::path::Path, bytes: &[u8]) -> Option<telco_runtime::symtab::ModuleSymbols> {
+        let m = telco_compiler::elf::Module::from_bytes(path, bytes).ok()?;
+        let s = telco_compiler::elaborate::module_symbols(&m, path)?;
+        Some(telco_runtime::symtab::ModuleSymbols {
+            anchor_addr: s.module.anchor_addr,
+            anchor_offset: s.module.anchor_offset,
+            functions: s.functions,
+            unwind: s.unwind,
+        })
     }
 }

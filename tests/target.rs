@@ -470,6 +470,40 @@ fn libraries_loaded_later_get_their_probes() {
     assert_eq!(out, format!("{own}1000 1498500\n"));
 }
 
+/// A backtrace in a function probe goes through a library the program
+/// loaded with dlopen after start (built without frame pointers): its
+/// functions are named and their CFI steps to the host's main, from the
+/// first call on (the loader's r_brk hook waits while the tracer adds the
+/// library to the symbol table).
+#[test]
+fn backtraces_name_libraries_loaded_later() {
+    let dir = common::scratch("latesyms");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
+    let lib = dir.join("libcallback.so");
+    let host = dir.join("callback_host");
+    let no_fp = ["-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-calls"];
+    common::compile(&[&src.join("callback_plugin.c")], &lib, &[&no_fp[..], &["-shared", "-fPIC"]].concat());
+    common::compile(&[&src.join("callback_host.c")], &host, &[&no_fp[..], &["-ldl"]].concat());
+    let script = "probe process.function(\"callback\") { println(sprint_ubacktrace()) }";
+    let cmd = format!("{} {} 20", host.display(), lib.display());
+    let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err, "");
+    let own = untraced(&host, &[&lib.to_string_lossy(), "20"]);
+    let stacks: Vec<&str> = out.split("\n\n").filter(|s| !s.trim().is_empty() && s.trim() != own.trim()).collect();
+    assert_eq!(stacks.len(), 20, "{out}");
+    for s in stacks {
+        let frames: Vec<&str> = s.lines().filter(|l| *l != own.trim()).collect();
+        let names: Vec<&str> = frames.iter().map(|l| l.split('+').next().unwrap_or(l)).collect();
+        assert_eq!(
+            names.iter().take(4).copied().collect::<Vec<_>>(),
+            ["callback", "plugin_inner", "plugin_outer", "main"],
+            "{out}"
+        );
+        assert!(frames[1].ends_with(" [libcallback.so]"), "{out}");
+    }
+}
+
 /// A library unloaded (dlclose) and loaded again, three times: each new
 /// mapping gets its probes again, and nothing is written back into
 /// memory the library no longer has.

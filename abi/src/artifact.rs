@@ -287,6 +287,10 @@ pub struct Artifact {
     /// bias into it.
     pub symtab_off: u64,
     pub symtab_modules: Vec<SymModule>,
+    /// The region's late-symbols area (offset, bytes; 0 bytes: none): where
+    /// the tracer writes the entries, unwind rows and names of libraries
+    /// the target loads later, for the symbol table's late slots.
+    pub symtab_late: (u64, u64),
     pub init: Vec<(u64, Vec<u8>)>,
     /// Region offset of each format (by format id).
     pub formats: Vec<u64>,

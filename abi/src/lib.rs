@@ -109,6 +109,8 @@ pub fn c_header() -> String {
         ("ST_NMODULES", offset_of!(SymTable, nmodules)),
         ("ST_NRELOCS", offset_of!(SymTable, nrelocs)),
         ("ST_RELOCS", offset_of!(SymTable, relocs)),
+        ("ST_LATE_CAP", offset_of!(SymTable, late_cap)),
+        ("ST_LATE_USED", offset_of!(SymTable, late_used)),
         ("SYM_RELOC_SIZE", SYM_RELOC_SIZE),
         ("SR_COPY", offset_of!(SymReloc, copy)),
         ("SR_ORIG", offset_of!(SymReloc, orig)),

@@ -16,6 +16,7 @@
 //! | per-thread rows | counter shards, statistic copies, [`SpanStage`]s | each by its own thread, read by the tracer |
 //! | globals | scalars, [`LockedStr`], [`Stat`], [`TableHeader`] + slots | handlers, read by the tracer |
 //! | constants | string literals, formats, statistic descriptors, [`SymTable`] | tracer, before handlers run (load biases also later) |
+//! | late symbols | [`SymEntry`]s, [`UnwindRow`]s and names of libraries loaded later (`Artifact::symtab_late`) | tracer, while the loading thread waits |
 //!
 //! The thread slots ([`ThreadSlot`]) and their shadow stacks are not in
 //! the region: each target maps them privately (`Header::threads_at`).
@@ -38,7 +39,7 @@ pub const TSC_SHIFT: u32 = 32;
 /// `TELCOSTP`
 pub const MAGIC: [u8; 8] = *b"TELCOSTP";
 /// Bumped whenever any layout in this module changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Alignment of every part of the region.
 pub const PART_ALIGN: u64 = 64;
@@ -96,7 +97,8 @@ pub struct Header {
     /// `dlopen` handshake: a thread in the dynamic loader's notification
     /// function (`r_brk`) increments `dl_gen` (AcqRel) and, while
     /// `dl_wait` is set, waits (bounded) until the tracer has hooked the new
-    /// libraries and stored `dl_ack >= ` its generation (Release / Acquire).
+    /// libraries (and added their symbols to the symbol table) and stored
+    /// `dl_ack >= ` its generation (Release / Acquire).
     pub dl_gen: u64,
     pub dl_ack: u64,
     pub dl_wait: u32,
@@ -301,12 +303,16 @@ pub const SPAN_STAGE_HEADER: usize = 8;
 const _: () = assert!(core::mem::size_of::<SpanStage>() == SPAN_STAGE_HEADER);
 
 /// The function symbols of the probed modules, for `usymname()` and
-/// `print_ubacktrace()`: this header, `nmodules` [`SymTableModule`]s, then
-/// each module's [`SymEntry`]s sorted by address, room for `relocs_cap`
-/// [`SymReloc`]s, then the names (NUL terminated). Offsets are from the
-/// table's start. A constant, but for the modules' `bias` and `mapped`,
-/// which the tracer writes when it finds the module in the target (before
-/// handlers run, or when it is loaded later), and the relocations.
+/// `print_ubacktrace()`: this header, `nmodules` [`SymTableModule`]s and
+/// `late_cap` more, then each module's [`SymEntry`]s sorted by address, room
+/// for `relocs_cap` [`SymReloc`]s, then the names (NUL terminated). Offsets
+/// are from the table's start. A constant, but for the modules' `bias` and
+/// `mapped`, which the tracer writes when it finds the module in the target
+/// (before handlers run, or when it is loaded later), the relocations, and
+/// the late modules: libraries the target loads after pass 2 read its
+/// modules, which the tracer adds (slot, then entries, rows and names in the
+/// region's late-symbols area, `Artifact::symtab_late`) before it raises
+/// `late_used` (Release).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SymTable {
@@ -315,6 +321,10 @@ pub struct SymTable {
     pub nrelocs: u32,
     pub relocs: u32,
     pub relocs_cap: u32,
+    /// Module slots after the first `nmodules` for libraries loaded later.
+    pub late_cap: u32,
+    /// Late slots written so far (Release by the tracer, after them).
+    pub late_used: u32,
 }
 
 /// A probed function's first instructions, relocated into its trampoline:

@@ -1738,12 +1738,22 @@ LOCAL u64 unrelocate(const u8 *tab, u64 pc) {
     return pc;
 }
 
+/* The module slots of symbol table `tab` in use: pass 2's modules, then
+ * the libraries loaded later that the tracer has added so far. */
+LOCAL u32 sym_modules(const u8 *tab) {
+    /* Acquire: pairs with the tracer's Release store of the count, after
+     * the slots and their entries, rows and names. */
+    u32 late = __atomic_load_n(&AT(tab, ST_LATE_USED, u32), __ATOMIC_ACQUIRE);
+    u32 cap = AT(tab, ST_LATE_CAP, u32);
+    return AT(tab, ST_NMODULES, u32) + (late < cap ? late : cap);
+}
+
 /* The unwind rule for `pc` (a lookup address: a return address minus
  * one) from its module's rows in symbol table `tab`; UNW_NONE when no
  * module with rows holds it. */
 LOCAL u32 unwind_rule_at(const u8 *tab, u64 pc) {
     if (!tab) return UNW_NONE;
-    u32 nm = AT(tab, ST_NMODULES, u32);
+    u32 nm = sym_modules(tab);
     for (u32 m = 0; m < nm; m++) {
         const u8 *md = tab + SYM_TABLE_HEADER + (u64)m * SYM_MODULE_SIZE;
         /* Acquire: pairs with the tracer's Release store after the bias. */
@@ -1845,7 +1855,7 @@ EXPORT void rt_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, char *dst, i64 cap) {
 /* The function containing `addr` in symbol table `tab` (SymTable) and its
  * module, or 0. */
 LOCAL const u8 *sym_find(const u8 *tab, u64 addr, const u8 **mod) {
-    u32 nm = AT(tab, ST_NMODULES, u32);
+    u32 nm = sym_modules(tab);
     for (u32 m = 0; m < nm; m++) {
         const u8 *md = tab + SYM_TABLE_HEADER + (u64)m * SYM_MODULE_SIZE;
         /* Acquire: pairs with the tracer's Release store after the bias. */
@@ -2187,8 +2197,10 @@ LOCAL int wait_step(u8 *R, u64 i, i64 deadline) {
 }
 
 /* Hooked on the dynamic loader's r_brk (called around every dlopen and
- * dlclose): when probes wait for a library, let the tracer hook it before
- * this thread goes on, so no call into it is missed. Bounded: after 2 s,
+ * dlclose): when probes wait for a library, or the symbol table takes the
+ * libraries loaded later, let the tracer hook it and add its symbols
+ * before this thread goes on, so no call into it is missed and no
+ * backtrace through it goes unnamed. Bounded: after 2 s,
  * or when the session ends, the thread continues regardless. */
 EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
     (void)ctx;

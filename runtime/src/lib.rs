@@ -31,4 +31,5 @@ pub mod owncode;
 pub mod perfetto;
 pub mod profile;
 pub mod render;
+pub mod symtab;
 pub mod target;

@@ -143,7 +143,7 @@ fn mappings(pid: i32) -> Result<Vec<Mapping>, TargetError> {
     Ok(maps.into_iter().filter(|m| m.path.starts_with("/")).collect())
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
@@ -224,6 +224,10 @@ pub struct Armed {
     semaphores: Vec<u64>,
     /// The remote-operation stub (`Stopped::install_stub`).
     stub: Option<crate::os::ptrace::StubPlace>,
+    /// The symbol table's libraries loaded later (`symtab.rs`), and how
+    /// many of those left out for want of room were warned about.
+    late_syms: crate::symtab::LateSymbols,
+    late_syms_said: usize,
     _code: Vec<CodeRegion>,
 }
 
@@ -1473,7 +1477,9 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     // by a probe of the script's there if it has one.
     let waits =
         by_module.iter().any(|(m, f)| f.keys().next().is_some_and(|&off| runtime_addr(&maps, m, off).is_none()));
-    let brk = if waits { r_brk(&s) } else { None };
+    // And when the symbol table takes libraries loaded later.
+    let late_syms = crate::symtab::LateSymbols::wanted(a);
+    let brk = if waits || late_syms { r_brk(&s) } else { None };
     if let Some(b) = brk {
         entry_hooks.insert(b, (dlnotify, false));
     }
@@ -1517,13 +1523,15 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         plans.extend(p);
         codes.push(code);
     }
-    if !pending.is_empty() {
-        // Wait for the libraries: hook the loader's notification function
-        // (unless a probe of the script's there does it already).
-        let Some(brk) = brk else {
-            let names: Vec<String> = pending.keys().map(|m| m.display().to_string()).collect();
-            return Err(TargetError::NotMapped { module: names.join(", "), pid });
-        };
+    let mut warnings: Vec<String> = Vec::new();
+    if !pending.is_empty() && brk.is_none() {
+        let names: Vec<String> = pending.keys().map(|m| m.display().to_string()).collect();
+        return Err(TargetError::NotMapped { module: names.join(", "), pid });
+    }
+    if let Some(brk) = brk {
+        // Wait for the libraries, or hear of them: hook the loader's
+        // notification function (unless a probe of the script's there does
+        // it already).
         if !hooked(&plans, brk) {
             let mut code = inject::code(&mut s, a, brk, 4096)?;
             hooker.own_blob(pid as u32, &code);
@@ -1531,18 +1539,25 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             let size = patch::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
             let notify = code.at(hooker.dlnotify);
             match hooker.function(&mut s, &mut code, brk, size, None, Tramp::call(notify))? {
-                Ok(p) => plans.extend(p.into_plans()),
+                Ok(p) => {
+                    plans.extend(p.into_plans());
+                    codes.push(code);
+                }
+                Err(why) if pending.is_empty() => warnings.push(format!(
+                    "backtraces will not name libraries loaded later (hooking the loader's r_brk: {why})"
+                )),
                 Err(why) => {
                     return Err(TargetError::Unsupported(format!(
                         "cannot watch for libraries loaded later (hooking the loader's r_brk: {why})"
                     )))
                 }
             }
-            codes.push(code);
         }
-        // SAFETY: the header is at offset 0 of the live region.
-        unsafe { header_u32(&injected.region, core::mem::offset_of!(telco_abi::region::Header, dl_wait)) }
-            .store(1, std::sync::atomic::Ordering::Release);
+        if !pending.is_empty() {
+            // SAFETY: the header is at offset 0 of the live region.
+            unsafe { header_u32(&injected.region, core::mem::offset_of!(telco_abi::region::Header, dl_wait)) }
+                .store(1, std::sync::atomic::Ordering::Release);
+        }
     }
     if returns {
         for (_, entries) in unwinders {
@@ -1629,7 +1644,9 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         follow,
         killed_by: None,
         quiet: false,
-        warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).collect(),
+        warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).chain(warnings).collect(),
+        late_syms: Default::default(),
+        late_syms_said: 0,
         itracer: None,
         crash,
         crashes: Vec::new(),
@@ -1739,6 +1756,51 @@ fn unsafe_enabled_ptr(r: &Region) -> *const u32 {
 }
 
 impl Armed {
+    /// Where the symbol table finds the symbols of libraries the target
+    /// loads later (`symtab.rs`); those it maps already but pass 2 did not
+    /// read (preloaded ones) are added now.
+    pub fn symbols_from(&mut self, source: Box<dyn crate::symtab::SymbolSource>) {
+        if crate::symtab::LateSymbols::wanted(&self.hooker.artifact) {
+            self.late_syms.set_source(source);
+            self.publish_late_symbols();
+            self.set_dl_wait();
+        }
+    }
+
+    /// Threads in the loader's `r_brk` wait for the tracer while probes
+    /// wait for a library or the symbol table takes new ones (the hook is
+    /// there when either was wanted at arm time).
+    fn set_dl_wait(&self) {
+        if self.header.is_null() {
+            return;
+        }
+        let wait = !(self.pending.is_empty() && self.late.is_empty()) || self.late_syms.active();
+        let at = core::mem::offset_of!(telco_abi::region::Header, dl_wait);
+        // SAFETY: the live region's header's dl_wait field.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.header.add(at) as *mut u32) }
+            .store(u32::from(wait), std::sync::atomic::Ordering::Release);
+    }
+
+    /// Add the libraries mapped now to the symbol table's late slots; say
+    /// once which ones found no room.
+    fn publish_late_symbols(&mut self) {
+        if !self.late_syms.active() || self.header.is_null() {
+            return;
+        }
+        let Ok(maps) = mappings(self.pid) else { return };
+        // SAFETY: the header pointer is the live region's base, mapped for
+        // the artifact's region_size.
+        unsafe { self.late_syms.publish(self.header as *mut u8, &self.hooker.artifact, &maps) };
+        for p in &self.late_syms.no_room[self.late_syms_said..] {
+            let w = format!("no room in the symbol table for {}: backtraces will not name it", p.display());
+            if !self.quiet {
+                eprintln!("WARNING: {w}");
+            }
+            self.warnings.push(w);
+        }
+        self.late_syms_said = self.late_syms.no_room.len();
+    }
+
     /// The command ended with wait status `status`: its exit status as a
     /// shell gives it (128 + the signal that killed it), and the signal.
     fn ended(&mut self, status: Status) {
@@ -1818,7 +1880,8 @@ impl Hooks for Armed {
         self.follow_execs();
         self.reclaim_rows();
         self.take_crash();
-        if (self.pending.is_empty() && self.late.is_empty()) || self.header.is_null() {
+        let probes_wait = !(self.pending.is_empty() && self.late.is_empty());
+        if !(probes_wait || self.late_syms.active()) || self.header.is_null() {
             return;
         }
         use std::sync::atomic::{AtomicU64, Ordering};
@@ -1834,12 +1897,15 @@ impl Hooks for Armed {
         if gen <= field(ack_at).load(Ordering::Relaxed) {
             return;
         }
-        if let Err(e) = self.place_pending() {
-            self.warnings.push(format!("cannot probe a library loaded later: {e}"));
-            if !self.quiet {
-                eprintln!("WARNING: cannot probe a library loaded later: {e}");
+        if probes_wait {
+            if let Err(e) = self.place_pending() {
+                self.warnings.push(format!("cannot probe a library loaded later: {e}"));
+                if !self.quiet {
+                    eprintln!("WARNING: cannot probe a library loaded later: {e}");
+                }
             }
         }
+        self.publish_late_symbols();
         // Release: the hooks are written before the waiting thread goes on.
         field(ack_at).store(gen, Ordering::Release);
     }
@@ -2147,15 +2213,7 @@ impl Armed {
             }
             self.warnings.push(format!("cannot probe {r}"));
         }
-        if self.pending.is_empty() && self.late.is_empty() {
-            // SAFETY: the header's dl_wait field, as in arm().
-            unsafe {
-                std::sync::atomic::AtomicU32::from_ptr(
-                    self.header.add(core::mem::offset_of!(telco_abi::region::Header, dl_wait)) as *mut u32,
-                )
-            }
-            .store(0, std::sync::atomic::Ordering::Release);
-        }
+        self.set_dl_wait();
         s.detach()?;
         Ok(())
     }
@@ -2392,14 +2450,11 @@ impl Armed {
                         self.patches.clear();
                         self.semaphores.clear();
                         self.crash = None;
-                        if !self.pending.is_empty() {
-                            // No library of the old image will load now.
-                            self.pending.clear();
-                            let at = core::mem::offset_of!(telco_abi::region::Header, dl_wait);
-                            // SAFETY: the live region's header's dl_wait field.
-                            unsafe { std::sync::atomic::AtomicU32::from_ptr(self.header.add(at) as *mut u32) }
-                                .store(0, Ordering::Release);
-                        }
+                        // No library of the old image will load now; the
+                        // symbol table's libraries were the old image's.
+                        self.pending.clear();
+                        self.late_syms.stop();
+                        self.set_dl_wait();
                         self.refresh_execname();
                     }
                     if let Some(f) = &mut self.follow {

@@ -6,7 +6,8 @@
 //! request slots and the `--chrome` span stages (when used), the globals,
 //! the per-thread statistic copies (`Layout::shard_stats`), then the
 //! constants (string literals, formats, statistic descriptors, the symbol
-//! table), which grow while pass 3 runs. Thread slots and shadow stacks are
+//! table), which grow while pass 3 runs, and last (with a symbol table) the
+//! late-symbols area the tracer fills for libraries loaded later. Thread slots and shadow stacks are
 //! not in the region: the runtime maps them privately in each target.
 //!
 //! [`Layout::storage`] is the one answer to "where does this global live"
@@ -119,6 +120,9 @@ pub struct Layout {
     /// modules.
     pub symtab_off: u64,
     pub symtab_modules: Vec<telco_abi::artifact::SymModule>,
+    /// Bytes reserved after the constants for the symbols of libraries
+    /// loaded later (`Artifact::symtab_late`; 0 without a symbol table).
+    pub late_syms_size: u64,
     pub ring_size: u64,
     /// Thread slots and shadow stacks are mapped privately in the target
     /// (`Header::threads_at`), not laid out here.
@@ -259,6 +263,7 @@ impl Layout {
             span_stride,
             symtab_off: 0,
             symtab_modules: Vec::new(),
+            late_syms_size: 0,
             globals: Vec::new(),
             consts_off: 0,
             consts: Vec::new(),
@@ -464,8 +469,14 @@ impl Layout {
         self.constant(&b)
     }
 
-    pub fn region_size(&self) -> u64 {
+    /// Where the late-symbols area starts: the page after the constants
+    /// (untouched pages of the region cost no memory).
+    pub fn late_syms_off(&self) -> u64 {
         align_up(self.consts_off + self.consts.len() as u64, 4096)
+    }
+
+    pub fn region_size(&self) -> u64 {
+        self.late_syms_off() + align_up(self.late_syms_size, 4096)
     }
 }
 

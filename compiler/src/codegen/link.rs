@@ -148,6 +148,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         span_min_ns: program.span_min_ns,
         symtab_off: layout.symtab_off,
         symtab_modules: layout.symtab_modules.clone(),
+        symtab_late: if layout.late_syms_size > 0 { (layout.late_syms_off(), layout.late_syms_size) } else { (0, 0) },
         init,
         formats: t.formats.iter().map(|f| f.0).collect(),
         format_args: t.formats.iter().map(|f| f.1.clone()).collect(),

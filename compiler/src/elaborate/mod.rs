@@ -590,27 +590,7 @@ fn symbols_for(
         // Resolution loaded it already; one that cannot be read now simply
         // has no names.
         let Ok(m) = resolver.module(path) else { continue };
-        let Some(anchor) = m.functions.first() else { continue };
-        // A stripped library's unnamed functions take their names from its
-        // debug file, when installed (`__libc_start_call_main`, not
-        // `sub_271d0`).
-        let better: std::collections::HashMap<u64, String> = m.debug_names().into_iter().collect();
-        let mut functions: Vec<(u64, u64, String)> = m
-            .functions
-            .iter()
-            .map(|f| (f.addr, f.size, better.get(&f.addr).cloned().unwrap_or_else(|| f.display_name().to_string())))
-            .collect();
-        functions.sort_by_key(|f| f.0);
-        let unwind = m.unwind_rows();
-        out.push(crate::program::ModuleSymbols {
-            unwind,
-            module: telco_abi::artifact::SymModule {
-                path: path.to_path_buf(),
-                anchor_addr: anchor.addr,
-                anchor_offset: anchor.file_offset,
-            },
-            functions,
-        });
+        out.extend(module_symbols(&m, path));
     }
     // The vDSO: the kernel maps one image into every process (the
     // tracer's own is the target's), where a sample often lands
@@ -636,6 +616,32 @@ fn symbols_for(
         }
     }
     out
+}
+
+/// A module's names and unwind rows for the symbol table (`path` as the
+/// target names it); None without functions. Also what the tracer adds for
+/// a library loaded later (`telco_runtime::symtab`).
+pub fn module_symbols(m: &crate::elf::Module, path: &std::path::Path) -> Option<crate::program::ModuleSymbols> {
+    let anchor = m.functions.first()?;
+    // A stripped library's unnamed functions take their names from its
+    // debug file, when installed (`__libc_start_call_main`, not
+    // `sub_271d0`).
+    let better: std::collections::HashMap<u64, String> = m.debug_names().into_iter().collect();
+    let mut functions: Vec<(u64, u64, String)> = m
+        .functions
+        .iter()
+        .map(|f| (f.addr, f.size, better.get(&f.addr).cloned().unwrap_or_else(|| f.display_name().to_string())))
+        .collect();
+    functions.sort_by_key(|f| f.0);
+    Some(crate::program::ModuleSymbols {
+        unwind: m.unwind_rows(),
+        module: telco_abi::artifact::SymModule {
+            path: path.to_path_buf(),
+            anchor_addr: anchor.addr,
+            anchor_offset: anchor.file_offset,
+        },
+        functions,
+    })
 }
 
 /// This process's vDSO image (/proc/self/maps and /proc/self/mem).

@@ -101,6 +101,14 @@ pub struct Shared<'a> {
     frontend: cranelift_codegen::isa::TargetFrontendConfig,
 }
 
+/// Symbol-table slots for libraries loaded after pass 2 read the target's
+/// modules (dlopen), and the bytes of the region's area for their entries,
+/// rows and names: a plugin or an interpreter's extension modules fit many
+/// times over; past either, a library has no names or rows in probes, and
+/// the session says which.
+const LATE_MODULES: usize = 64;
+const LATE_SYMS_BYTES: u64 = 8 << 20;
+
 impl Shared<'_> {
     /// The region offset of the symbol table of the probed modules
     /// (`telco_abi::region::SymTable`), built on first use from the symbols
@@ -122,13 +130,18 @@ impl Shared<'_> {
             .filter(|pt| matches!(pt, Point::Function(_)))
             .count();
         let n_rows: usize = mods.iter().map(|m| m.unwind.len()).sum();
-        let rows_at = head + mods.len() * SYM_MODULE_SIZE + n_entries * SYM_ENTRY_SIZE;
+        // Slots for libraries the target loads later, whose symbols the
+        // tracer writes into the late-symbols area.
+        let late_cap = LATE_MODULES;
+        let slots = mods.len() + late_cap;
+        let rows_at = head + slots * SYM_MODULE_SIZE + n_entries * SYM_ENTRY_SIZE;
         let relocs = rows_at + n_rows * telco_abi::region::UNWIND_ROW_SIZE;
         let mut blob = vec![0u8; relocs + relocs_cap * telco_abi::region::SYM_RELOC_SIZE];
         blob[..4].copy_from_slice(&(mods.len() as u32).to_le_bytes());
         let field = |f: usize| f..f + 4;
         blob[field(core::mem::offset_of!(SymTable, relocs))].copy_from_slice(&(relocs as u32).to_le_bytes());
         blob[field(core::mem::offset_of!(SymTable, relocs_cap))].copy_from_slice(&(relocs_cap as u32).to_le_bytes());
+        blob[field(core::mem::offset_of!(SymTable, late_cap))].copy_from_slice(&(late_cap as u32).to_le_bytes());
         let mut names: HashMap<String, u32> = HashMap::new();
         let mut strings: Vec<u8> = Vec::new();
         let base = blob.len();
@@ -140,7 +153,7 @@ impl Shared<'_> {
                 o
             })
         };
-        let mut at = head + mods.len() * SYM_MODULE_SIZE;
+        let mut at = head + slots * SYM_MODULE_SIZE;
         let mut row_at = rows_at;
         for (i, m) in mods.iter().enumerate() {
             // The unwind rows (the table is 8-aligned: 16-byte rows after
@@ -172,6 +185,7 @@ impl Shared<'_> {
         blob.extend_from_slice(&strings);
         self.layout.symtab_off = self.layout.constant_aligned(&blob);
         self.layout.symtab_modules = mods.iter().map(|m| m.module.clone()).collect();
+        self.layout.late_syms_size = LATE_SYMS_BYTES;
         self.layout.symtab_off
     }
 }
