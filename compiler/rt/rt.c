@@ -2208,6 +2208,10 @@ EXPORT void rt_dlnotify(u8 *R, u8 *ctx) {
     /* AcqRel: the tracer's Acquire load of dl_gen sees this thread's
      * notification. */
     u64 g = __atomic_add_fetch(&AT(R, H_DL_GEN, u64), 1, __ATOMIC_ACQ_REL);
+    /* Wake the tracer's watcher, which waits on the counter's low word (a
+     * futex shared through the memfd: FUTEX_WAKE, not private), so the
+     * answer comes at once rather than at the session's next 10 ms poll. */
+    sys6(SYS_futex, (i64)&AT(R, H_DL_GEN, u64), 1 /* FUTEX_WAKE */, 1, 0, 0, 0);
     i64 deadline = rt_now_ns(R) + 2000000000LL;
     /* Acquire: pairs with the tracer's Release store of dl_ack, after it
      * has written the new hooks. */

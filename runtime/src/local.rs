@@ -806,6 +806,11 @@ pub trait Hooks {
     fn own_code(&self) -> Option<crate::owncode::Shared> {
         None
     }
+    /// A descriptor that becomes readable when `poll` has work at once (a
+    /// thread waits in the loader for the tracer), besides the 10 ms polls.
+    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 /// A session without a target.
@@ -1348,7 +1353,7 @@ impl<'a> Local<'a> {
                         wake();
                     }
                     if let Some(t) = wake_at.filter(|t| *t > now) {
-                        if signals.wait(Some(t - now)) {
+                        if signals.wait_or(Some(t - now), hooks.wake_fd()) {
                             break;
                         }
                         continue;

@@ -29,9 +29,12 @@
 //!
 //! Probes whose module is not mapped at arm time wait: the dynamic loader's
 //! `r_brk` (found through `DT_DEBUG`) gets a hook calling `rt_dlnotify`,
-//! which bumps `Header::dl_gen` and waits (bounded) for `dl_ack`; the
-//! session's poll (every 10 ms) stops the target, hooks what is mapped now
-//! and acknowledges, so no call into the new library is missed.
+//! which bumps `Header::dl_gen`, wakes the tracer's watcher (a futex on
+//! that word, `os::sys::Watch`, which makes the session's poll run at
+//! once) and waits (bounded) for `dl_ack`; the poll stops the target, hooks
+//! what is mapped now and acknowledges, so no call into the new library is
+//! missed. The same hook serves the symbol table's libraries loaded later
+//! (`symtab.rs`) when a script symbolizes.
 //!
 //! # Thread slots and rows
 //!
@@ -228,6 +231,8 @@ pub struct Armed {
     /// many of those left out for want of room were warned about.
     late_syms: crate::symtab::LateSymbols,
     late_syms_said: usize,
+    /// Wakes the session when a thread waits in the loader's r_brk.
+    dl_watch: Option<crate::os::sys::Watch>,
     _code: Vec<CodeRegion>,
 }
 
@@ -1524,6 +1529,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         codes.push(code);
     }
     let mut warnings: Vec<String> = Vec::new();
+    let mut dl_watch = None;
     if !pending.is_empty() && brk.is_none() {
         let names: Vec<String> = pending.keys().map(|m| m.display().to_string()).collect();
         return Err(TargetError::NotMapped { module: names.join(", "), pid });
@@ -1552,6 +1558,13 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
                     )))
                 }
             }
+        }
+        // The tracer hears of a thread waiting in r_brk at once, not at its
+        // next poll.
+        let at = core::mem::offset_of!(telco_abi::region::Header, dl_gen);
+        match crate::os::sys::Watch::start(injected.region.fd(), 4096.min(a.region_size as usize), at) {
+            Ok(w) => dl_watch = Some(w),
+            Err(e) => warnings.push(format!("libraries loaded later wait for the 10 ms poll (no watcher: {e})")),
         }
         if !pending.is_empty() {
             // SAFETY: the header is at offset 0 of the live region.
@@ -1647,6 +1660,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).chain(warnings).collect(),
         late_syms: Default::default(),
         late_syms_said: 0,
+        dl_watch,
         itracer: None,
         crash,
         crashes: Vec::new(),
@@ -1865,6 +1879,10 @@ impl Hooks for Armed {
         Some(self.hooker.own.clone())
     }
 
+    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.dl_watch.as_ref().map(|w| w.fd())
+    }
+
     fn watching(&self) -> bool {
         true
     }
@@ -1892,6 +1910,9 @@ impl Hooks for Armed {
         };
         let gen_at = core::mem::offset_of!(telco_abi::region::Header, dl_gen);
         let ack_at = core::mem::offset_of!(telco_abi::region::Header, dl_ack);
+        if let Some(w) = &self.dl_watch {
+            w.drain();
+        }
         // Acquire: pairs with rt_dlnotify's AcqRel increment.
         let gen = field(gen_at).load(Ordering::Acquire);
         if gen <= field(ack_at).load(Ordering::Relaxed) {

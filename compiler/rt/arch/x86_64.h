@@ -58,6 +58,7 @@ LOCAL i64 sys6(i64 nr, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f) {
 /* System call numbers. */
 #define SYS_rt_sigaction 13
 #define SYS_sched_yield 24
+#define SYS_futex 202
 #define SYS_getpid 39
 #define SYS_getuid 102
 #define SYS_getppid 110

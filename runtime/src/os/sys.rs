@@ -1,8 +1,9 @@
 //! The tracer's own memory, signals and clocks: the region's memfd and its
 //! mapping, executable memory for compiled handlers run in the tracer, the
-//! session's signal pipe, CLOCK_REALTIME/MONOTONIC and the cycle counter's
-//! calibration. Every mapping is a value whose `Drop` unmaps it. nix for
-//! every call but the signal handler's `write` (async-signal-safe, raw).
+//! session's signal pipe, the dlopen handshake's watcher ([`Watch`]),
+//! CLOCK_REALTIME/MONOTONIC and the cycle counter's calibration. Every
+//! mapping is a value whose `Drop` unmaps it. nix for every call but the
+//! signal handler's `write` (async-signal-safe, raw) and the futex.
 
 use nix::sys::mman::{MapFlags, ProtFlags};
 use std::io;
@@ -195,9 +196,16 @@ impl Signals {
     /// Wait until a signal arrives or `timeout` passes (None: forever).
     /// Returns whether a signal arrived.
     pub fn wait(&self, timeout: Option<std::time::Duration>) -> bool {
+        self.wait_or(timeout, None)
+    }
+
+    /// [`Signals::wait`], returning early (false) also when `also` becomes
+    /// readable (a [`Watch`]).
+    pub fn wait_or(&self, timeout: Option<std::time::Duration>, also: Option<std::os::fd::BorrowedFd<'_>>) -> bool {
         use nix::poll::{ppoll, PollFd, PollFlags};
         use std::os::fd::AsFd;
-        let mut fds = [PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
+        fds.extend(also.map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
         let ts = timeout.map(nix::sys::time::TimeSpec::from_duration);
         ppoll(&mut fds, ts, None).is_ok_and(|n| n > 0)
             && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN))
@@ -343,6 +351,89 @@ mod tests {
             // A ns is 2.5 ticks: within 3 ticks, and the same ns give or take one.
             assert!(back.abs_diff(t) <= 3, "{t} -> {} -> {back}", c.ns(t));
             assert!(c.ns(back).abs_diff(c.ns(t)) <= 1, "{t}");
+        }
+    }
+}
+
+/// A thread that waits on a word of a memfd (a futex shared with the
+/// processes that map it: `FUTEX_WAIT`, not private) and makes a pipe
+/// readable each time the word changes, so a `poll` on the pipe wakes
+/// at once (the dlopen handshake: `Header::dl_gen`, which `rt_dlnotify`
+/// wakes). At most one wake per 250 µs, and one per 10 ms once a target
+/// changes the word more than 200 times in 100 ms (no loader does). Raw
+/// `libc::syscall`: nix has no futex call.
+pub struct Watch {
+    read: OwnedFd,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watch {
+    /// Watch the 4-aligned u32 at `offset` of the memfd `fd` (its first
+    /// `len` bytes mapped by the thread itself, so the watch outlives any
+    /// other mapping of it).
+    pub fn start(fd: i32, len: usize, offset: usize) -> io::Result<Watch> {
+        use nix::fcntl::OFlag;
+        if !offset.is_multiple_of(4) || offset + 4 > len {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        // SAFETY: `fd` is an open memfd of the caller's; dup gives the
+        // mapping its own descriptor.
+        let own = nix::unistd::dup(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })?;
+        let map = SharedMemory::from_fd(own, len)?;
+        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::Builder::new().name("telco-dl-watch".into()).spawn(move || {
+            // SAFETY: a 4-aligned word inside the thread's own mapping.
+            let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(map.as_ptr().add(offset).cast()) };
+            let mut seen = word.load(Ordering::Acquire);
+            // Wakes in the current 100 ms: past 200 (a target that spins on
+            // the word, not a loader), one per 10 ms.
+            let (mut window, mut wakes) = (std::time::Instant::now(), 0u32);
+            while !halt.load(Ordering::Relaxed) {
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
+                // SAFETY: FUTEX_WAIT on a word of a live shared mapping,
+                // with a relative timeout; returns at a wake, a change, a
+                // signal or the timeout.
+                unsafe {
+                    libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, seen, &ts as *const libc::timespec)
+                };
+                let now = word.load(Ordering::Acquire);
+                if now != seen {
+                    seen = now;
+                    let _ = nix::unistd::write(&write, &[1]);
+                    if window.elapsed() > std::time::Duration::from_millis(100) {
+                        (window, wakes) = (std::time::Instant::now(), 0);
+                    }
+                    wakes += 1;
+                    let gap = if wakes > 200 { 10_000 } else { 250 };
+                    std::thread::sleep(std::time::Duration::from_micros(gap));
+                }
+            }
+        })?;
+        Ok(Watch { read, stop, thread: Some(thread) })
+    }
+
+    /// The pipe a poll waits on.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.read.as_fd()
+    }
+
+    /// Empty the pipe (the change is being answered).
+    pub fn drain(&self) {
+        let mut buf = [0u8; 64];
+        while nix::unistd::read(&self.read, &mut buf).is_ok_and(|n| n > 0) {}
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // The thread sees the flag within one wait's timeout (50 ms).
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
