@@ -94,6 +94,13 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub itrc: Option<PathBuf>,
 
+    /// Record .itrace calls by single-stepping them with ptrace (about
+    /// 60,000 instructions a second) instead of running them translated in
+    /// the target: the reference recorder, and a way through code the
+    /// translator refuses.
+    #[arg(long = "itrace-step", requires = "itrc")]
+    pub itrace_step: bool,
+
     /// Also look for tapsets in DIR (repeatable).
     #[arg(short = 'I', value_name = "DIR", action = ArgAction::Append, value_parser = existing_dir)]
     pub include: Vec<PathBuf>,

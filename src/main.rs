@@ -360,7 +360,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     armed.symbols_from(Box::new(ElfSymbols));
     cfg.traces = traces(cli, artifact, pid)?;
     if let (true, Some(path)) = (armed.has_itrace(), &cli.itrc) {
-        armed.itrace_to(path, max_itrace(cli)).with_context(|| format!("cannot trace pid {pid}"))?;
+        armed.itrace_to(path, max_itrace(cli), cli.itrace_step).with_context(|| format!("cannot trace pid {pid}"))?;
     }
     armed.quiet = cli.no_warnings;
     for w in armed.warnings.iter().filter(|_| !cli.no_warnings) {
@@ -389,10 +389,14 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         }
         if cli.verbose > 0 {
             let rate = steps as f64 / time.as_secs_f64().max(1e-9);
-            eprintln!(
-                "itrace: {calls} call(s), {steps} instructions single-stepped in {:.3} s ({rate:.0} per second).",
-                time.as_secs_f64()
-            );
+            if cli.itrace_step {
+                eprintln!(
+                    "itrace: {calls} call(s), {steps} instructions single-stepped in {:.3} s ({rate:.0} per second).",
+                    time.as_secs_f64()
+                );
+            } else {
+                eprintln!("itrace: {calls} call(s), {steps} instructions recorded in the target.");
+            }
         }
     }
     let outcome = outcome?;

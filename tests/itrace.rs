@@ -2,7 +2,8 @@
 //! a function in a real target, into ITRC files that an independent reader
 //! (tests/itrc_reader.py, written from the format's description) parses,
 //! with register values that replay to what the function computes; and a
-//! round trip through `itrc-dump`.
+//! round trip through `itrc-dump`. The block tracer (the default) and the
+//! single-stepper (`--itrace-step`) write the same files.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -142,4 +143,127 @@ fn calls_after_maxitrace_are_counted_not_traced() {
     let (_, stderr, code) = telco(&["-e", r#"probe process.function("sum").itrace {}"#, "-c", &cmd]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("--itrc FILE"), "{stderr}");
+}
+
+fn shapes() -> PathBuf {
+    let exe = dir().join("shapes");
+    if !exe.exists() {
+        common::gcc("itrace_shapes.c", &exe, &[]);
+    }
+    exe
+}
+
+/// `telco-stap ARGS` with the address space's randomisation off (as `setarch
+/// -R`): two runs of the same program see the same addresses.
+fn telco_fixed(args: &[&str]) -> (String, String, Option<i32>) {
+    let o = Command::new("setarch")
+        .arg("-R")
+        .arg(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(args)
+        .output()
+        .expect("setarch runs");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
+}
+
+/// Trace one call of `shapes NAME N` into `out`, by the block tracer or
+/// (`step`) the single-stepper; the program's output.
+fn trace_shape(name: &str, n: u64, out: &Path, step: bool) -> String {
+    let exe = shapes();
+    let cmd = format!("{} {name} {n}", exe.display());
+    let probe = format!("probe process.function(\"{name}\").itrace {{}}");
+    let mut args = vec!["-e", &probe, "-c", &cmd, "--itrc", out.to_str().unwrap()];
+    if step {
+        args.push("--itrace-step");
+    }
+    let (stdout, stderr, code) = telco_fixed(&args);
+    assert_eq!(code, Some(0), "{name}: {stderr}");
+    assert!(!stderr.contains("WARNING"), "{name}: {stderr}");
+    stdout
+}
+
+/// The two recorders on the same calls (loops, recursion, a jump table
+/// reading global data RIP-relative, `rep stosb` and `syscall`, indirect
+/// calls; PLT calls resolved by the dynamic loader on the way): the files
+/// are byte for byte the same (same blocks, same records, same values), and
+/// the independent reader replays them to the function's result.
+#[test]
+fn both_recorders_write_the_same_file() {
+    for (name, n) in [("loops", 20), ("fib", 12), ("table", 40), ("strings", 30), ("indirect", 20)] {
+        let fast = dir().join(format!("{name}.fast.itrc"));
+        let step = dir().join(format!("{name}.step.itrc"));
+        let printed = trace_shape(name, n, &fast, false);
+        assert_eq!(trace_shape(name, n, &step, true), printed);
+        let (a, b) = (std::fs::read(&fast).expect("fast file"), std::fs::read(&step).expect("step file"));
+        assert!(a == b, "{name}: the block tracer's file differs from the single-stepper's");
+        let t = python(&fast);
+        assert_eq!(t["end"], true, "{name}");
+        let result: u64 = printed.trim().parse::<i64>().expect("result") as u64;
+        assert_eq!(replay(&t)["rax"], result, "{name}: rax at the return");
+    }
+}
+
+/// A signal delivered inside the traced call: its handler runs natively
+/// (untraced) and returns into the translated code; the trace goes on to
+/// the return and replays to the function's result, which counted the
+/// handler's run.
+#[test]
+fn a_signal_inside_the_traced_call_keeps_the_trace_right() {
+    let out = dir().join("signalled.itrc");
+    let printed = trace_shape("signalled", 20, &out, false);
+    assert_eq!(printed.trim(), (190 + 1).to_string(), "the handler ran once");
+    let t = python(&out);
+    assert_eq!(t["end"], true);
+    assert_eq!(replay(&t)["rax"], 191);
+}
+
+/// A long call: its records pass through the buffer's halves many times
+/// (the tracer drains one while the thread fills the other); every block
+/// is there: the instruction count grows by the loop's length per
+/// iteration, exactly, and the values replay to the result.
+#[test]
+fn long_calls_are_recorded_whole() {
+    let mut counts = Vec::new();
+    for n in [100_000u64, 200_000, 300_000] {
+        let exe = shapes();
+        let out = dir().join(format!("spin{n}.itrc"));
+        let cmd = format!("{} spin {n}", exe.display());
+        let (stdout, stderr, code) = telco(&[
+            "-v",
+            "-e",
+            r#"probe process.function("spin").itrace {}"#,
+            "-c",
+            &cmd,
+            "--itrc",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(!stderr.contains("WARNING"), "{stderr}");
+        let line = stderr.lines().find(|l| l.starts_with("itrace: 1 call(s), ")).expect("the -v line");
+        let count: u64 = line.split_whitespace().nth(3).and_then(|c| c.parse().ok()).expect("count");
+        counts.push(count);
+        // The values, replayed with the format's own reader.
+        let file = std::fs::File::open(&out).expect("file");
+        let mut reader = telco_itrc::Reader::new(std::io::BufReader::new(file)).expect("ITRC");
+        let (mut rax, mut records, mut ended) = (0u64, 0u64, false);
+        while let Some(e) = reader.next_event().expect("readable") {
+            match e {
+                telco_itrc::Event::Record(r) => {
+                    records += 1;
+                    for w in r.writes() {
+                        if w.name == "rax" {
+                            rax = w.value.as_u64().unwrap_or(0);
+                        }
+                    }
+                }
+                telco_itrc::Event::End => ended = true,
+                _ => {}
+            }
+        }
+        assert!(ended);
+        assert!(records > n, "{records} records for {n} iterations");
+        assert_eq!(rax.to_string(), stdout.trim(), "rax at the return");
+        let _ = std::fs::remove_file(&out);
+    }
+    assert_eq!(counts[2] - counts[1], counts[1] - counts[0], "{counts:?}");
+    assert_eq!((counts[1] - counts[0]) % 100_000, 0, "{counts:?}");
 }

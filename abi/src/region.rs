@@ -202,7 +202,9 @@ pub struct Header {
     pub crash_sp: u64,
     /// 1 when a probe handler was running on that thread.
     pub crash_in_probe: u32,
-    pub _pad: u32,
+    /// Rung (atomic add, then a shared FUTEX_WAKE) by a thread asking the
+    /// block tracer for something: a traced call, a block, a drain.
+    pub itrace_bell: u32,
     pub _reserved: [u64; 6],
 }
 
@@ -498,12 +500,16 @@ pub const SHADOW_FRAME_HEADER: usize = 32;
 
 /// A thread's request to be instruction-traced (`.itrace`): it claims a
 /// free slot (CAS `state` FREE -> CLAIMED), fills it, publishes it
-/// (Release store of WAITING) and waits, bounded. The tracer seizes the
-/// thread, and only once it is stopped takes the request (CAS WAITING ->
-/// TAKEN): from the saved registers it restarts the thread at the
-/// function's relocated first instructions and single-steps it to the
-/// return. A thread that gives up first (CAS WAITING -> FREE) runs on
-/// untraced and counts `Header::itrace_missed`.
+/// (Release store of WAITING), rings `Header::itrace_bell` and waits,
+/// bounded. The block tracer (runtime/src/blocktrace.rs) takes the request
+/// (CAS WAITING -> TAKEN), translates the function's first block, puts its
+/// address in `resume` and stores RUN (Release): the thread frees the slot
+/// and its gate jumps there. The single-stepper (`--itrace-step`) instead
+/// seizes the thread, and only once it is stopped takes the request: from
+/// the saved registers it restarts the thread at the function's relocated
+/// first instructions and single-steps it to the return. A thread that
+/// gives up first (CAS WAITING -> FREE) runs on untraced and counts
+/// `Header::itrace_missed`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ItraceSlot {
@@ -515,6 +521,8 @@ pub struct ItraceSlot {
     pub func: u64,
     /// The requesting process (a forked child shares the region).
     pub pid: u64,
+    /// With RUN: where the thread goes on (0: untraced).
+    pub resume: u64,
 }
 pub const ITRACE_FREE: u32 = 0;
 pub const ITRACE_CLAIMED: u32 = 1;
@@ -523,7 +531,9 @@ pub const ITRACE_TAKEN: u32 = 3;
 /// The tracer will not take this request (another process's thread): the
 /// owner frees the slot and runs on.
 pub const ITRACE_DECLINED: u32 = 4;
-const _: () = assert!(core::mem::size_of::<ItraceSlot>() == 32);
+/// The block tracer took the request: go on at `resume`.
+pub const ITRACE_RUN: u32 = 5;
+const _: () = assert!(core::mem::size_of::<ItraceSlot>() == 40);
 const _: () = assert!(core::mem::size_of::<ShadowFrame>() == SHADOW_FRAME_HEADER);
 const _: () = assert!(core::mem::size_of::<ThreadSlot>() == 64);
 

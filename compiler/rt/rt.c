@@ -2383,14 +2383,16 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
 }
 
 /* An `.itrace` function's entry (its trampoline, after the probe
- * handlers): ask the tracer to take this thread over and single-step the
- * call. `regs` holds every register as at the entry (the trampoline saved
- * them); the tracer restarts the thread from them at the function's
- * relocated first instructions, so a taken request never returns here.
- * Bounded like rt_dlnotify: after 2 s, or when the session ends or no
- * slot is free, the call runs untraced and is counted. */
-EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
-    if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return;
+ * handlers): ask the tracer to take this call over. `regs` holds every
+ * register as at the entry (the trampoline saved them). The block tracer
+ * answers with the address of the function's first translated block, which
+ * this returns: the gate restores the registers and jumps there. The
+ * single-stepper (--itrace-step) restarts the thread from `regs` at the
+ * function's relocated first instructions, so its taken request never
+ * returns here. Bounded like rt_dlnotify: after 2 s, or when the session
+ * ends or no slot is free, the call runs untraced (0) and is counted. */
+EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
+    if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return 0;
     /* Zero slots: the tracer has traced as many calls as it was asked to. */
     u32 n = __atomic_load_n(&AT(R, H_ITRACE_SLOTS, u32), __ATOMIC_RELAXED);
     u8 *slots = R + AT(R, H_ITRACE_OFF, u64), *s = 0;
@@ -2404,7 +2406,7 @@ EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
     }
     if (!s) {
         __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
-        return;
+        return 0;
     }
     AT(s, IT_TID, u32) = (u32)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
     AT(s, IT_REGS, u64) = (u64)regs;
@@ -2412,14 +2414,25 @@ EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
     AT(s, IT_PID, u64) = (u64)sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
     /* Release: the tracer's Acquire load of WAITING sees the fields. */
     __atomic_store_n(&AT(s, IT_STATE, u32), ITRACE_WAITING, __ATOMIC_RELEASE);
-    i64 deadline = rt_now_ns(R) + 2000000000LL;
+    /* Ring the block tracer's bell (a shared futex). */
+    __atomic_fetch_add(&AT(R, H_ITRACE_BELL, u32), 1, __ATOMIC_RELEASE);
+    sys6(SYS_futex, (i64)&AT(R, H_ITRACE_BELL, u32), 1 /* FUTEX_WAKE */, 1, 0, 0, 0);
+    i64 start = rt_now_ns(R), deadline = start + 2000000000LL;
     for (u64 i = 0;; i++) {
+        /* The block tracer translated the function's first block: go on
+         * there (the gate restores the registers and jumps). */
+        if (__atomic_load_n(&AT(s, IT_STATE, u32), __ATOMIC_ACQUIRE) == ITRACE_RUN) {
+            u64 at = AT(s, IT_RESUME, u64);
+            __atomic_store_n(&AT(s, IT_STATE, u32), ITRACE_FREE, __ATOMIC_RELEASE);
+            if (!at) __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
+            return at;
+        }
         /* The tracer declined (not its process): free the slot, run on
          * untraced. */
         if (__atomic_load_n(&AT(s, IT_STATE, u32), __ATOMIC_ACQUIRE) == ITRACE_DECLINED) {
             __atomic_store_n(&AT(s, IT_STATE, u32), ITRACE_FREE, __ATOMIC_RELEASE);
             __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
-            return;
+            return 0;
         }
         if ((i & 63) == 63) {
             if (rt_now_ns(R) > deadline || !__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) {
@@ -2430,7 +2443,13 @@ EXPORT void rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
                 if (__atomic_compare_exchange_n(&AT(s, IT_STATE, u32), &w, ITRACE_FREE, 0, __ATOMIC_ACQ_REL,
                                                 __ATOMIC_RELAXED)) {
                     __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
-                    return;
+                    return 0;
+                }
+                /* Taken by the block tracer, which never answered (it
+                 * died): run on untraced (the slot stays taken). */
+                if (rt_now_ns(R) > start + 10000000000LL) {
+                    __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
+                    return 0;
                 }
             }
             sys6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);

@@ -194,6 +194,22 @@ pub struct Recorder<W: Write> {
     lost_written: u64,
     stats: RecorderStats,
     record: Vec<u8>,
+    /// [`Recorder::replay`]: the last block ended in `ret`; what it knew of
+    /// the last block it was given.
+    returned: bool,
+    replayed: Option<Replayed>,
+}
+
+/// A replayed block's facts, kept for the next record of the same block.
+#[derive(Clone, Copy)]
+struct Replayed {
+    address: u64,
+    values: usize,
+    written: bool,
+    flow: Flow,
+    /// The address after its last instruction.
+    after: u64,
+    insns: u64,
 }
 
 impl<W: Write> Recorder<W> {
@@ -213,6 +229,8 @@ impl<W: Write> Recorder<W> {
             lost_written: 0,
             stats: RecorderStats::default(),
             record: Vec::new(),
+            returned: false,
+            replayed: None,
         })
     }
 
@@ -363,6 +381,16 @@ impl<W: Write> Recorder<W> {
             slot.insert(Known { block, values, written: false });
             self.stats.blocks += 1;
         }
+        self.compile(pc)?;
+        let values_len = self.blocks[&pc].values;
+        let mut values = Vec::with_capacity(values_len);
+        values.push(self.ra.last().copied().unwrap_or(0));
+        self.open = Some(Open { address: pc, next: 0, values });
+        Ok(())
+    }
+
+    /// The known block at `pc`'s `itrace:compile`, once.
+    fn compile(&mut self, pc: u64) -> Result<(), RecordError> {
         let known = &self.blocks[&pc];
         if !known.written && !self.exhausted {
             let spec = self.spec(&known.block);
@@ -378,10 +406,95 @@ impl<W: Write> Recorder<W> {
             }
             self.stats.bytes = self.writer.len();
         }
-        let values_len = self.blocks[&pc].values;
-        let mut values = Vec::with_capacity(values_len);
-        values.push(self.ra.last().copied().unwrap_or(0));
-        self.open = Some(Open { address: pc, next: 0, values });
+        Ok(())
+    }
+
+    /// One whole execution of `block`, recorded elsewhere (the in-target
+    /// block tracer): `values` are its writes' values in
+    /// [`X64Block::writes`] order without the first (`ra`, which the
+    /// recorder keeps as in [`step`](Recorder::step): a block ending in a
+    /// call pushes its return address, one ending in `ret` pops down to the
+    /// next block's address). Missing values are 0, extra ones ignored.
+    pub fn replay(&mut self, block: &X64Block, values: &[u64]) -> Result<(), RecordError> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.replay_raw(block, &bytes)
+    }
+
+    /// [`Recorder::replay`] with the values as they lie in memory (`u64`s,
+    /// little-endian), copied into the record as they are.
+    pub fn replay_raw(&mut self, block: &X64Block, values: &[u8]) -> Result<(), RecordError> {
+        if !self.started {
+            return Err(RecordError::NotStarted("replay"));
+        }
+        if self.open.is_some() {
+            self.close_early()?;
+        }
+        let pc = block.address;
+        if std::mem::take(&mut self.returned) {
+            match self.ra.iter().rposition(|&a| a == pc) {
+                Some(i) => self.ra.truncate(i),
+                None => {
+                    self.ra.pop();
+                }
+            }
+        }
+        // The same block again (a loop): what the last one found.
+        let last = match self.replayed {
+            Some(r) if r.address == pc => r,
+            _ => {
+                if let std::collections::hash_map::Entry::Vacant(slot) = self.blocks.entry(pc) {
+                    let values = block.writes().len();
+                    slot.insert(Known { block: block.clone(), values, written: false });
+                    self.stats.blocks += 1;
+                }
+                self.compile(pc)?;
+                let k = &self.blocks[&pc];
+                let (flow, after) = k
+                    .block
+                    .insns
+                    .last()
+                    .map_or((Flow::Other, pc), |l| (l.flow, pc.wrapping_add(u64::from(l.offset + l.len))));
+                let r = Replayed {
+                    address: pc,
+                    values: k.values,
+                    written: k.written,
+                    flow,
+                    after,
+                    insns: k.block.insns.len() as u64,
+                };
+                self.replayed = Some(r);
+                r
+            }
+        };
+        self.stats.steps += last.insns;
+        let len = 8 * (1 + last.values);
+        if self.exhausted || !last.written || !self.fits(self.writer.record_cost(len)) {
+            self.exhausted = true;
+            self.stats.lost += 1;
+        } else {
+            let mut head = [0u8; 16];
+            head[..8].copy_from_slice(&pc.to_le_bytes());
+            head[8..].copy_from_slice(&self.ra.last().copied().unwrap_or(0).to_le_bytes());
+            let want = 8 * last.values.saturating_sub(1);
+            if values.len() >= want {
+                self.writer.record_parts(&[&head, &values[..want]])?;
+            } else {
+                let pad = vec![0u8; want - values.len()];
+                self.writer.record_parts(&[&head, values, &pad])?;
+            }
+            self.stats.records += 1;
+            self.stats.bytes = self.writer.len();
+        }
+        match last.flow {
+            Flow::Call => {
+                if self.ra.len() == MAX_RA_DEPTH {
+                    self.ra.remove(0);
+                }
+                self.ra.push(last.after);
+            }
+            Flow::Return => self.returned = true,
+            _ => {}
+        }
         Ok(())
     }
 

@@ -181,6 +181,19 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// [`Writer::record`] of the concatenation of `parts` (no copy made
+    /// first).
+    pub fn record_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        if self.chunk.len() + n <= self.chunk_size {
+            for p in parts {
+                self.chunk.extend_from_slice(p);
+            }
+            return Ok(());
+        }
+        self.record(&parts.concat())
+    }
+
     /// Writes the pending records as one CHUNK (nothing if there are none).
     pub fn flush_chunk(&mut self) -> io::Result<()> {
         if self.chunk.is_empty() {

@@ -221,6 +221,66 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
     result
 }
 
+/// The block tracer's pool (`blocktrace.rs`): a memfd of `size` bytes made
+/// in the target, mapped there (read and write, then each range of `code`
+/// — offsets and lengths — read and execute only) and here. Returns the
+/// tracer's mapping and the target's address.
+pub fn itrace_pool(s: &mut Stopped, size: u64, code: &[(u64, u64)]) -> Result<(SharedMemory, u64), InjectError> {
+    let pid = s.pid();
+    let tid = s.main_thread();
+    let sp = crate::arch::native::sp(&s.regs(tid)?);
+    let name_at = sp.wrapping_sub(512) & !15;
+    s.write(name_at, b"telco-itrace\0")?;
+    let fd = check(
+        "memfd_create",
+        pid,
+        s.syscall(
+            tid,
+            libc::SYS_memfd_create,
+            [name_at, (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64, 0, 0, 0, 0],
+        )?,
+    )?;
+    let result = (|| {
+        check("ftruncate", pid, s.syscall(tid, libc::SYS_ftruncate, [fd as u64, size, 0, 0, 0, 0])?)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(crate::os::proc::fd_path(pid, fd))
+            .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
+        // As the region: sealed against resizing, and still our size.
+        crate::os::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
+        if file.metadata().map_err(InjectError::MapRegion)?.len() < size {
+            return Err(InjectError::MapRegion(std::io::Error::other(format!(
+                "descriptor {fd} of process {pid} is no longer the pool it created"
+            ))));
+        }
+        let remote = check(
+            "mmap (itrace pool)",
+            pid,
+            s.syscall(
+                tid,
+                libc::SYS_mmap,
+                [far_hint(), size, (libc::PROT_READ | libc::PROT_WRITE) as u64, libc::MAP_SHARED as u64, fd as u64, 0],
+            )?,
+        )? as u64;
+        for &(off, len) in code {
+            check(
+                "mprotect (itrace pool)",
+                pid,
+                s.syscall(
+                    tid,
+                    libc::SYS_mprotect,
+                    [remote + off, len, (libc::PROT_READ | libc::PROT_EXEC) as u64, 0, 0, 0],
+                )?,
+            )?;
+        }
+        let mem = SharedMemory::from_fd(OwnedFd::from(file), size as usize).map_err(InjectError::MapRegion)?;
+        Ok((mem, remote))
+    })();
+    let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+    result
+}
+
 /// Where to ask for the region and the thread slots (a hint: the kernel
 /// picks another place if that one is taken): a random page between 16
 /// and 48 TiB, far from where the kernel puts programs, heaps and shared

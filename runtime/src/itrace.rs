@@ -268,7 +268,7 @@ impl Itracer {
         let ret = u64::from_le_bytes(ret);
         let path = self.file(self.calls);
         let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
-        let cfg = RecorderConfig { max_bytes: Some(1 << 30), ..RecorderConfig::default() };
+        let cfg = RecorderConfig { max_bytes: Some(1 << 30), chunk_size: 1 << 20, ..RecorderConfig::default() };
         let mut rec = Recorder::new(BufWriter::with_capacity(1 << 20, out), cfg).map_err(|e| e.to_string())?;
         let mut shown = r;
         arch::set_pc(&mut shown, f.patch_at);
@@ -296,6 +296,8 @@ impl Itracer {
             if !ours {
                 let mut shown = r;
                 arch::set_pc(&mut shown, map(arch::pc(&r)));
+                // A system call saved the flags with our trap flag set.
+                arch::hide_step_flag_after_syscall(&mut shown, &|a, b| self.read(a, b, traced), before);
                 let mut read = |a: u64, buf: &mut [u8]| self.read(a, buf, traced);
                 rec.step(map(before), &arch::itrc_regs(&shown), &mut read).map_err(|e| e.to_string())?;
             }

@@ -20,6 +20,7 @@
 //!   the session died).
 
 pub mod arch;
+pub mod blocktrace;
 pub mod chrome;
 pub mod crash;
 pub mod feed;

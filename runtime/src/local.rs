@@ -314,7 +314,7 @@ impl Region {
             crash_pc: 0,
             crash_sp: 0,
             crash_in_probe: 0,
-            _pad: 0,
+            itrace_bell: 0,
             _reserved: [0; 6],
         };
         // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.

@@ -208,8 +208,10 @@ pub struct Armed {
     /// `-w`: warnings found while the session runs (libraries loaded
     /// later) are kept in `warnings` but not printed.
     pub quiet: bool,
-    /// `.itrace` probes: the single-stepper (with `--itrc FILE`).
+    /// `.itrace` probes: the single-stepper (with `--itrc FILE
+    /// --itrace-step`), or the block tracer's thread (`blocktrace.rs`).
     itracer: Option<crate::itrace::Itracer>,
+    blocktracer: Option<BlockTracing>,
     /// Programs the target's processes exec: they get their probes too.
     follow: Option<Follow>,
     /// The handler of fatal signals installed in the target (`crash`).
@@ -223,6 +225,8 @@ pub struct Armed {
     exes: HashMap<i32, PathBuf>,
     /// The region's address in the target's processes.
     region_remote: u64,
+    /// The region's memfd in the tracer (open while the session runs).
+    region_fd: i32,
     /// SDT semaphores raised in the target (lowered at the end).
     semaphores: Vec<u64>,
     /// The remote-operation stub (`Stopped::install_stub`).
@@ -234,6 +238,47 @@ pub struct Armed {
     /// Wakes the session when a thread waits in the loader's r_brk.
     dl_watch: Option<crate::os::sys::Watch>,
     _code: Vec<CodeRegion>,
+}
+
+/// The block tracer's thread (`blocktrace.rs`) and its pool.
+struct BlockTracing {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<crate::blocktrace::Server>>,
+    traced: std::sync::Arc<std::sync::Mutex<Vec<crate::itrace::Traced>>>,
+    /// The pool in the target (address, size) and its code ranges.
+    pool: (u64, u64),
+    code: Vec<(u64, u64)>,
+    /// What it reported, and the calls that went untraced.
+    done: Option<(crate::blocktrace::Report, u64)>,
+}
+
+impl BlockTracing {
+    /// Stop the thread (it serves what is pending, then sends every
+    /// thread still tracing out of the pool) and keep its report.
+    fn finish(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok(server) => {
+                    let missed = server.missed();
+                    self.done = Some((server.report.clone(), missed));
+                }
+                Err(_) => {
+                    let r = crate::blocktrace::Report {
+                        warnings: vec!["internal error: the .itrace thread panicked".into()],
+                        ..Default::default()
+                    };
+                    self.done = Some((r, 0));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for BlockTracing {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 /// A library armed once loaded: its probes, and where it was mapped.
@@ -1662,11 +1707,13 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         late_syms_said: 0,
         dl_watch,
         itracer: None,
+        blocktracer: None,
         crash,
         crashes: Vec::new(),
         region_ino,
         exes: [(pid, exe)].into_iter().collect(),
         region_remote: injected.region_remote,
+        region_fd: injected.region.fd(),
         semaphores,
         stub,
         _code: codes,
@@ -1895,6 +1942,15 @@ impl Hooks for Armed {
         if let Some(it) = &mut self.itracer {
             it.poll(&self.hooker.itraced.borrow());
         }
+        if let Some(b) = &self.blocktracer {
+            // Functions of libraries loaded later join the traced ones.
+            let now = self.hooker.itraced.borrow();
+            if let Ok(mut t) = b.traced.lock() {
+                if t.len() != now.len() {
+                    *t = now.clone();
+                }
+            }
+        }
         self.follow_execs();
         self.reclaim_rows();
         self.take_crash();
@@ -1935,6 +1991,11 @@ impl Hooks for Armed {
         if let Some(it) = &mut self.itracer {
             // Requests made until now are served; then the gates give up.
             it.poll(&self.hooker.itraced.borrow());
+        }
+        if let Some(b) = &mut self.blocktracer {
+            // Requests made until now are served; threads still tracing
+            // leave the pool at their next block.
+            b.finish();
         }
         if let Some(p) = self.region_enabled.take() {
             // SAFETY: see unsafe_enabled_ptr; Release pairs with the
@@ -2096,6 +2157,12 @@ impl Armed {
         let mut code = regions.clone();
         if let Some(p) = &self.stub {
             code.push((p.at, crate::arch::native::stub::SIZE));
+        }
+        // The block tracer's pool: threads in its code caches leave at
+        // their next block (`BlockTracing::finish` sent them out).
+        if let Some(b) = &self.blocktracer {
+            code.extend(b.code.iter().copied());
+            regions.push(b.pool);
         }
         regions.push((self.region_remote, page(a.region_size)));
         let threads_at = self.hooker.threads_at;
@@ -2263,16 +2330,57 @@ impl Armed {
 
     /// Trace `.itrace` calls into `path` (then `path.2`, …), at most
     /// `max_calls` of them.
-    pub fn itrace_to(&mut self, path: &std::path::Path, max_calls: u64) -> std::io::Result<()> {
+    /// Trace the `.itrace` calls into `path` (`FILE`, `FILE.2`, …): in the
+    /// target by the block tracer, or with `step` by the single-stepper.
+    /// Before the target starts (the pool is mapped while it is stopped).
+    pub fn itrace_to(&mut self, path: &std::path::Path, max_calls: u64, step: bool) -> std::io::Result<()> {
         let a = &self.hooker.artifact;
-        let slots = (a.itrace_off, a.itrace_slots, a.region_size);
-        self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, slots, path, max_calls)?);
+        if step {
+            let slots = (a.itrace_off, a.itrace_slots, a.region_size);
+            self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, slots, path, max_calls)?);
+            return Ok(());
+        }
+        use crate::blocktrace as bt;
+        let Some(s) = self.stopped.as_mut() else {
+            return Err(std::io::Error::other("internal error: the target runs already"));
+        };
+        let code: Vec<(u64, u64)> = (0..bt::ARENAS as u64).map(|i| (i * bt::ARENA_SIZE, bt::CODE_SIZE)).collect();
+        let (local, remote) =
+            inject::itrace_pool(s, bt::POOL_SIZE, &code).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let traced = std::sync::Arc::new(std::sync::Mutex::new(self.hooker.itraced.borrow().clone()));
+        let region = (self.region_fd, a.region_size);
+        let mut server = bt::Server::new(
+            self.pid,
+            bt::Pool { local, remote },
+            region,
+            self.region_remote,
+            (a.itrace_off, a.itrace_slots),
+            traced.clone(),
+            path.to_path_buf(),
+            max_calls,
+        )?;
+        let code = server.code_ranges();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::Builder::new().name("telco-itrace".into()).spawn(move || {
+            let t0 = std::time::Instant::now();
+            server.run(&halt);
+            server.stop_all();
+            server.report.time = t0.elapsed();
+            server
+        })?;
+        self.blocktracer =
+            Some(BlockTracing { stop, thread: Some(thread), traced, pool: (remote, bt::POOL_SIZE), code, done: None });
         Ok(())
     }
 
     /// After the session: what `.itrace` did (calls, instructions, time
     /// stepping), its warnings, and the calls that went untraced.
     pub fn itrace_report(&mut self) -> Option<(u64, u64, std::time::Duration, u64, Vec<String>)> {
+        if let Some(b) = &mut self.blocktracer {
+            let (r, missed) = b.done.take()?;
+            return Some((r.calls, r.instructions, r.time, missed, r.warnings));
+        }
         let it = self.itracer.as_mut()?;
         Some((it.calls, it.steps, it.stepping, it.missed, std::mem::take(&mut it.warnings)))
     }

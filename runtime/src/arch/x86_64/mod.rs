@@ -2,6 +2,7 @@
 //! register-level side of ptrace (which `user_regs_struct` field is the
 //! program counter, how an injected system call or call is set up).
 
+pub mod blocks;
 pub mod clobber;
 pub mod frames;
 pub mod patch;
@@ -155,5 +156,15 @@ mod tests {
             assert_eq!(v, 100 + abi::register_index(name).unwrap() as u64, "{name}");
         }
         assert_eq!(r.eflags, 100 + abi::RFLAGS as u64);
+    }
+}
+
+/// After a single-stepped `syscall` at `pc`, r11 holds the flags the
+/// kernel saved, with the trap flag the single-stepping set: the program
+/// running freely would have it clear.
+pub fn hide_step_flag_after_syscall(r: &mut Regs, read: &dyn Fn(u64, &mut [u8]) -> usize, pc: u64) {
+    let mut b = [0u8; 2];
+    if read(pc, &mut b) == 2 && b == SYSCALL {
+        r.r11 &= !0x100;
     }
 }

@@ -848,9 +848,11 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
 /// The `.itrace` gate: every register as at the entry into a `SavedRegs`
 /// block (rsp as the caller left it, rip = where the relocated
 /// instructions start, just after the gate), then
-/// `rt_itrace_wait(region, regs, func)`. When the tracer takes the thread
-/// it restarts it from that block at rip and never returns here; otherwise
-/// everything is put back and the call runs untraced.
+/// `rt_itrace_wait(region, regs, func)`. Everything is put back, and the
+/// thread goes on at the block's rip, which is the translated first block
+/// when `rt_itrace_wait` returns one (the block tracer), or the relocated
+/// instructions (untraced). The single-stepper restarts the thread from
+/// the block itself and never returns here.
 fn itrace_gate(a: &mut CodeAssembler, region: u64, wait: u64, func: u32) -> Result<(), IcedError> {
     // 144 bytes of registers + 8: rsp = 0 mod 16 at the call (entry
     // rsp = 8 mod 16).
@@ -869,6 +871,11 @@ fn itrace_gate(a: &mut CodeAssembler, region: u64, wait: u64, func: u32) -> Resu
     a.mov(rsi, rsp)?;
     a.mov(edx, func)?;
     a.call(wait)?;
+    let mut untraced = a.create_label();
+    a.test(rax, rax)?;
+    a.jz(untraced)?;
+    a.mov(qword_ptr(rsp + 8 * 16), rax)?;
+    a.set_label(&mut untraced)?;
     a.push(qword_ptr(rsp + 8 * 17))?;
     a.popfq()?;
     for (i, r) in REGS.iter().enumerate() {
@@ -877,6 +884,8 @@ fn itrace_gate(a: &mut CodeAssembler, region: u64, wait: u64, func: u32) -> Resu
         }
     }
     a.lea(rsp, ptr(rsp + frame))?;
+    // The saved rip, now in the red zone (which a signal frame skips).
+    a.jmp(qword_ptr(rsp - (frame - 8 * 16)))?;
     a.set_label(&mut resume)?;
     a.zero_bytes()?;
     Ok(())

@@ -1,0 +1,660 @@
+//! `.itrace` at block speed: the tracer's side of the in-target block
+//! tracer (`arch::x86_64::blocks` writes its code).
+//!
+//! A pool of arenas (code cache, data, buffer), one memfd mapped in the
+//! target (code parts read and execute only) and here, is created at the
+//! first traced call. A thread entering a traced function posts a request
+//! (`ItraceSlot`, as for the single-stepper) and rings `Header::itrace_bell`;
+//! the server thread here (woken by a futex on the bell) takes a free arena,
+//! translates the function's first block, puts the address in the slot's
+//! `resume` and marks it `ITRACE_RUN`: the thread's gate jumps there with
+//! its registers as at the entry. From then on the thread runs in the
+//! arena; its requests (a block to translate, a full buffer, the call's
+//! return) ring the same bell. Records are drained into a
+//! `telco_itrc::Recorder` (`Recorder::replay`), one ITRC file per traced
+//! call, as the single-stepper names them.
+//!
+//! Everything the target can write is input: a record's block address must
+//! be a block this arena translated (the first that is not ends the file's
+//! records, with a warning), and counts come from our own bookkeeping.
+
+use crate::arch::native::blocks::{self, ctl, ArenaAddrs, SlotAlloc, Stubs};
+use crate::itrace::Traced;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use telco_abi::region::{self as abi, ItraceSlot};
+use telco_itrc::x64::X64Block;
+use telco_itrc::{Recorder, RecorderConfig};
+
+pub const ARENAS: usize = 8;
+pub const CODE_SIZE: u64 = 8 << 20;
+pub const DATA_SIZE: u64 = 2 << 20;
+pub const BUF_SIZE: u64 = 16 << 20;
+pub const ARENA_SIZE: u64 = CODE_SIZE + DATA_SIZE + BUF_SIZE;
+pub const POOL_SIZE: u64 = ARENA_SIZE * ARENAS as u64;
+
+/// The pool as both sides see it.
+pub struct Pool {
+    /// The tracer's mapping.
+    pub local: crate::os::sys::SharedMemory,
+    /// Where the target maps it.
+    pub remote: u64,
+}
+
+impl Pool {
+    fn arena_addrs(&self, i: usize, bell: u64) -> ArenaAddrs {
+        let base = self.remote + i as u64 * ARENA_SIZE;
+        let data = base + CODE_SIZE;
+        ArenaAddrs {
+            code: base,
+            code_size: CODE_SIZE,
+            data,
+            data_size: DATA_SIZE,
+            table: data + DATA_SIZE - blocks::TABLE_ENTRIES * 16,
+            buf: data + DATA_SIZE,
+            buf_size: BUF_SIZE,
+            bell,
+        }
+    }
+
+    /// The tracer's pointer to target address `at` inside the pool.
+    fn local(&self, at: u64) -> *mut u8 {
+        self.view().at(at)
+    }
+
+    fn view(&self) -> View {
+        View { base: self.local.as_ptr(), remote: self.remote }
+    }
+}
+
+/// The pool's addresses as the tracer reaches them (no borrow).
+#[derive(Clone, Copy)]
+struct View {
+    base: *mut u8,
+    remote: u64,
+}
+
+impl View {
+    fn at(self, x: u64) -> *mut u8 {
+        self.base.wrapping_add(x.wrapping_sub(self.remote) as usize)
+    }
+}
+
+/// The single-stepper's reading of target memory: the traced functions'
+/// own bytes where our jumps are.
+fn read_code(mem: &File, traced: &[Traced], addr: u64, buf: &mut [u8]) -> usize {
+    let n = mem.read_at(buf, addr).unwrap_or(0);
+    for t in traced {
+        for (i, &b) in t.original.iter().enumerate() {
+            let a = t.patch_at + i as u64;
+            if a >= addr && a < addr + n as u64 {
+                buf[(a - addr) as usize] = b;
+            }
+        }
+    }
+    n
+}
+
+enum ArenaState {
+    Free,
+    /// A traced call runs in it.
+    Busy,
+    /// Left for good (abandoned, refused code): never reused.
+    Dead,
+}
+
+struct Arena {
+    addrs: ArenaAddrs,
+    stubs: Stubs,
+    state: ArenaState,
+    code_next: u64,
+    slot_next: u64,
+    /// Real address → translation.
+    done: HashMap<u64, u64>,
+    /// Real address → exit slots waiting for it.
+    waiting: HashMap<u64, Vec<u64>>,
+    blocks: HashMap<u64, X64Block>,
+    /// Every exit slot and its thunk (to unchain them all).
+    thunks: Vec<(u64, u64)>,
+    acked: u32,
+    rec: Option<Recorder<BufWriter<File>>>,
+    path: PathBuf,
+    name: String,
+}
+
+struct Slots<'a> {
+    next: &'a mut u64,
+    end: u64,
+}
+
+impl SlotAlloc for Slots<'_> {
+    fn slot(&mut self, _target: u64) -> Option<u64> {
+        (*self.next + 8 <= self.end).then(|| {
+            let s = *self.next;
+            *self.next += 8;
+            s
+        })
+    }
+}
+
+/// What the server reports at the end.
+#[derive(Default, Debug, Clone)]
+pub struct Report {
+    pub calls: u64,
+    pub instructions: u64,
+    pub records: u64,
+    pub time: std::time::Duration,
+    pub warnings: Vec<String>,
+}
+
+/// The server: owns the pool's arenas and the ITRC files.
+pub struct Server {
+    pid: i32,
+    pool: Pool,
+    mem: File,
+    /// The server's own mapping of the region (it outlives the session's).
+    _region: crate::os::sys::SharedMemory,
+    header: *mut u8,
+    slots_off: u64,
+    nslots: u32,
+    arenas: Vec<Arena>,
+    pub traced: Arc<Mutex<Vec<Traced>>>,
+    path: PathBuf,
+    max_calls: u64,
+    pub report: Report,
+}
+
+// SAFETY: the header pointer is the session's region, mapped for as long
+// as the server runs (the session joins it before unmapping).
+unsafe impl Send for Server {}
+
+fn u32_at(p: *mut u8) -> &'static AtomicU32 {
+    // SAFETY: callers pass 4-aligned words of live shared memory.
+    unsafe { AtomicU32::from_ptr(p.cast()) }
+}
+
+fn u64_at(p: *mut u8) -> &'static AtomicU64 {
+    // SAFETY: as u32_at, 8-aligned.
+    unsafe { AtomicU64::from_ptr(p.cast()) }
+}
+
+impl Server {
+    /// `region`: the region's memfd and size (mapped again here);
+    /// `slots`: the artifact's request slots.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        pid: i32,
+        pool: Pool,
+        region: (i32, u64),
+        region_remote: u64,
+        slots: (u64, u32),
+        traced: Arc<Mutex<Vec<Traced>>>,
+        path: PathBuf,
+        max_calls: u64,
+    ) -> std::io::Result<Server> {
+        let end = slots.0 + u64::from(slots.1) * core::mem::size_of::<ItraceSlot>() as u64;
+        if end > region.1 || (region.1 as usize) < core::mem::size_of::<abi::Header>() {
+            return Err(std::io::Error::other("internal error: the artifact's .itrace slots lie outside its region"));
+        }
+        // SAFETY: the session's region memfd, open for as long as this runs.
+        let fd = nix::unistd::dup(unsafe { std::os::fd::BorrowedFd::borrow_raw(region.0) })?;
+        let own = crate::os::sys::SharedMemory::from_fd(fd, region.1 as usize)?;
+        let bell_remote = region_remote + core::mem::offset_of!(abi::Header, itrace_bell) as u64;
+        let mut arenas = Vec::new();
+        for i in 0..ARENAS {
+            let addrs = pool.arena_addrs(i, bell_remote);
+            let (code, stubs) = blocks::stubs(&addrs).map_err(|e| std::io::Error::other(e.to_string()))?;
+            // SAFETY: the arena's code part is ours to write, CODE_SIZE long.
+            unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), pool.local(addrs.code), code.len()) };
+            arenas.push(Arena {
+                addrs,
+                stubs,
+                state: ArenaState::Free,
+                code_next: (addrs.code + code.len() as u64).next_multiple_of(16),
+                slot_next: addrs.at(ctl::SLOTS),
+                done: HashMap::new(),
+                waiting: HashMap::new(),
+                blocks: HashMap::new(),
+                thunks: Vec::new(),
+                acked: 0,
+                rec: None,
+                path: PathBuf::new(),
+                name: String::new(),
+            });
+        }
+        Ok(Server {
+            pid,
+            mem: crate::os::proc::mem(pid, false)?,
+            pool,
+            header: own.as_ptr(),
+            _region: own,
+            slots_off: slots.0,
+            nslots: slots.1,
+            arenas,
+            traced,
+            path,
+            max_calls,
+            report: Report::default(),
+        })
+    }
+
+    /// Calls that went untraced (no slot, no arena, waited too long).
+    pub fn missed(&self) -> u64 {
+        u64_at(self.header.wrapping_add(core::mem::offset_of!(abi::Header, itrace_missed))).load(Ordering::Relaxed)
+    }
+
+    /// The bell's word in the tracer's mapping of the region.
+    pub fn bell(&self) -> &'static AtomicU32 {
+        u32_at(self.header.wrapping_add(core::mem::offset_of!(abi::Header, itrace_bell)))
+    }
+
+    fn file(&self, k: u64) -> PathBuf {
+        if k == 1 {
+            return self.path.clone();
+        }
+        let mut name = self.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        name.push(format!(".{k}"));
+        self.path.with_file_name(name)
+    }
+
+    /// Serve until `stop`: new calls and the arenas' requests.
+    pub fn run(&mut self, stop: &std::sync::atomic::AtomicBool) {
+        let mut seen = self.bell().load(Ordering::Acquire);
+        loop {
+            self.serve();
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            let ts = libc::timespec { tv_sec: 0, tv_nsec: 20_000_000 };
+            // SAFETY: FUTEX_WAIT on the live bell word, relative timeout.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.bell().as_ptr(),
+                    libc::FUTEX_WAIT,
+                    seen,
+                    &ts as *const libc::timespec,
+                )
+            };
+            seen = self.bell().load(Ordering::Acquire);
+        }
+        self.serve();
+    }
+
+    fn serve(&mut self) {
+        self.take_calls();
+        for i in 0..self.arenas.len() {
+            if matches!(self.arenas[i].state, ArenaState::Busy) {
+                self.answer(i);
+            }
+        }
+    }
+
+    /// New traced calls waiting in their gates.
+    fn take_calls(&mut self) {
+        if self.report.calls >= self.max_calls {
+            return;
+        }
+        for k in 0..self.nslots as usize {
+            let base = self.header.wrapping_add(self.slots_off as usize + k * core::mem::size_of::<ItraceSlot>());
+            let state = u32_at(base.wrapping_add(core::mem::offset_of!(ItraceSlot, state)));
+            if state.load(Ordering::Acquire) != abi::ITRACE_WAITING {
+                continue;
+            }
+            // SAFETY: fields of a published request (plain words).
+            let (regs_at, func, pid) = unsafe {
+                (
+                    *base.add(core::mem::offset_of!(ItraceSlot, regs)).cast::<u64>(),
+                    *base.add(core::mem::offset_of!(ItraceSlot, func)).cast::<u64>(),
+                    *base.add(core::mem::offset_of!(ItraceSlot, pid)).cast::<u64>(),
+                )
+            };
+            let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
+            let free = self.arenas.iter().position(|a| matches!(a.state, ArenaState::Free));
+            let f = traced.get(func as usize);
+            let (Some(i), Some(f), true) = (free, f, pid == self.pid as u64) else {
+                let _ = state.compare_exchange(
+                    abi::ITRACE_WAITING,
+                    abi::ITRACE_DECLINED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+                continue;
+            };
+            if state
+                .compare_exchange(abi::ITRACE_WAITING, abi::ITRACE_TAKEN, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            let resume = match self.start(i, regs_at, f, &traced) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.report.warnings.push(format!(".itrace of {}: {e}", f.name));
+                    0
+                }
+            };
+            // SAFETY: the slot's resume word.
+            u64_at(base.wrapping_add(core::mem::offset_of!(ItraceSlot, resume))).store(resume, Ordering::Relaxed);
+            // Release: the thread sees the code and `resume` with RUN.
+            state.store(abi::ITRACE_RUN, Ordering::Release);
+            if self.report.calls >= self.max_calls {
+                u32_at(self.header.wrapping_add(core::mem::offset_of!(abi::Header, itrace_slots)))
+                    .store(0, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+
+    /// Set arena `i` up for a call of `f` (registers saved at `regs_at`)
+    /// and translate its first block: the address the thread goes to.
+    fn start(&mut self, i: usize, regs_at: u64, f: &Traced, traced: &[Traced]) -> Result<u64, String> {
+        let mut saved = [0u8; core::mem::size_of::<abi::SavedRegs>()];
+        self.mem.read_exact_at(&mut saved, regs_at).map_err(|e| format!("reading the saved registers: {e}"))?;
+        let mut words = abi::SavedRegs::default().words;
+        for (w, b) in words.iter_mut().zip(saved.chunks_exact(8)) {
+            *w = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        }
+        // SAFETY: a plain struct of integers; all zeros is a value.
+        let mut regs: crate::arch::native::Regs = unsafe { std::mem::zeroed() };
+        crate::arch::native::load_saved(&mut regs, &words);
+        crate::arch::native::set_pc(&mut regs, f.patch_at);
+        let sp = crate::arch::native::sp(&regs);
+        let mut ret = [0u8; 8];
+        self.mem.read_exact_at(&mut ret, sp).map_err(|e| format!("reading the return address: {e}"))?;
+        let ret = u64::from_le_bytes(ret);
+        self.report.calls += 1;
+        let path = self.file(self.report.calls);
+        let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
+        // Chunks of 1 MiB go to the file as they are (past the writer's
+        // buffer, which gathers the small messages).
+        let cfg = RecorderConfig { max_bytes: Some(1 << 30), chunk_size: 1 << 20, ..RecorderConfig::default() };
+        let mut rec = Recorder::new(BufWriter::with_capacity(64 << 10, out), cfg).map_err(|e| e.to_string())?;
+        rec.start(&crate::arch::native::itrc_regs(&regs), ret).map_err(|e| e.to_string())?;
+        let v = self.pool.view();
+        let pool_local = move |at: u64| v.at(at);
+        let a = &mut self.arenas[i];
+        // A fresh arena: empty table, no blocks, the buffer empty.
+        // SAFETY: the table lies in the arena's data part.
+        unsafe { std::ptr::write_bytes(pool_local(a.addrs.table), 0, (blocks::TABLE_ENTRIES * 16) as usize) };
+        a.code_next = a.stubs.leave.next_multiple_of(16) + 16;
+        a.slot_next = a.addrs.at(ctl::SLOTS);
+        a.done.clear();
+        a.waiting.clear();
+        a.blocks.clear();
+        a.thunks.clear();
+        let put64 = |off: u64, v: u64| u64_at(pool_local(a.addrs.at(off))).store(v, Ordering::Relaxed);
+        put64(ctl::END_RET, ret);
+        put64(ctl::END_SP, crate::arch::native::sp_after_return(sp));
+        let half = a.addrs.buf_size / 2;
+        put64(ctl::CURSOR, a.addrs.buf);
+        put64(ctl::LIMIT, a.addrs.buf + half);
+        put64(ctl::HALF, 0);
+        put64(ctl::FILLED, 0);
+        put64(ctl::FILLED + 8, 0);
+        put64(ctl::HALF_START, a.addrs.buf);
+        put64(ctl::HALF_START + 8, a.addrs.buf + half);
+        put64(ctl::HALF_END, a.addrs.buf + half);
+        put64(ctl::HALF_END + 8, a.addrs.buf + a.addrs.buf_size);
+        put64(ctl::TIMESPEC, 0);
+        put64(ctl::TIMESPEC + 8, 10_000_000);
+        put64(ctl::TABLE, a.addrs.table);
+        put64(ctl::BUF_START, a.addrs.buf);
+        put64(ctl::LOST, 0);
+        let put32 = |off: u64, v: u32| u32_at(pool_local(a.addrs.at(off))).store(v, Ordering::Relaxed);
+        put32(ctl::REQ_GEN, 0);
+        put32(ctl::ACK_GEN, 0);
+        put32(ctl::ABANDONED, 0);
+        put32(ctl::LEFT, 0);
+        a.acked = 0;
+        a.rec = Some(rec);
+        a.path = path;
+        a.name = f.name.clone();
+        a.state = ArenaState::Busy;
+        match self.translate(i, f.patch_at, traced) {
+            Ok(t) => Ok(t),
+            Err(e) => {
+                self.finish(i, false, Some(e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Translate the block at `addr` into arena `i` (if not yet), enter it
+    /// in the table and chain the exits waiting for it.
+    fn translate(&mut self, i: usize, addr: u64, traced: &[Traced]) -> Result<u64, String> {
+        if let Some(&t) = self.arenas[i].done.get(&addr) {
+            return Ok(t);
+        }
+        let block = telco_itrc::x64::read_block(addr, &mut |a, buf| read_code(&self.mem, traced, a, buf));
+        if block.insns.is_empty() {
+            return Err(format!("no instruction decodes at {addr:#x}"));
+        }
+        let a = &mut self.arenas[i];
+        let end = a.addrs.data + a.addrs.data_size - blocks::TABLE_ENTRIES * 16;
+        let at = a.code_next;
+        let (tr, initial) = {
+            let mut slots = Slots { next: &mut a.slot_next, end };
+            blocks::translate(&block, at, &a.addrs, &a.stubs, &mut slots).map_err(|r| r.0)?
+        };
+        if at + tr.code.len() as u64 > a.addrs.code + a.addrs.code_size {
+            return Err("the code cache is full".into());
+        }
+        let v = self.pool.view();
+        let local = move |x: u64| v.at(x);
+        // SAFETY: inside the arena's code part (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(tr.code.as_ptr(), local(at), tr.code.len()) };
+        a.code_next = (at + tr.code.len() as u64).next_multiple_of(16);
+        // Exit slots: the translation when there is one, else the thunk.
+        a.thunks.extend(initial.iter().copied());
+        for ((slot, target), (_, thunk)) in tr.exits.iter().zip(&initial) {
+            let v = a.done.get(target).copied().unwrap_or(*thunk);
+            u64_at(local(*slot)).store(v, Ordering::Release);
+            if !a.done.contains_key(target) {
+                a.waiting.entry(*target).or_default().push(*slot);
+            }
+        }
+        a.done.insert(addr, at);
+        a.blocks.insert(addr, block);
+        // The table: the value, then the key (Release).
+        let mut k = ((addr >> 2) & (blocks::TABLE_ENTRIES - 1)) as usize;
+        let mut placed = false;
+        for _ in 0..blocks::TABLE_ENTRIES {
+            let e = a.addrs.table + 16 * k as u64;
+            let key = u64_at(local(e));
+            if key.load(Ordering::Relaxed) == 0 {
+                u64_at(local(e + 8)).store(at, Ordering::Relaxed);
+                key.store(addr, Ordering::Release);
+                placed = true;
+                break;
+            }
+            k = (k + 1) % blocks::TABLE_ENTRIES as usize;
+        }
+        if !placed {
+            return Err("the code cache's table is full".into());
+        }
+        for slot in a.waiting.remove(&addr).unwrap_or_default() {
+            u64_at(local(slot)).store(at, Ordering::Release);
+        }
+        Ok(at)
+    }
+
+    /// Arena `i`'s pending request, if any.
+    fn answer(&mut self, i: usize) {
+        let v = self.pool.view();
+        let local = move |x: u64| v.at(x);
+        let addrs = self.arenas[i].addrs;
+        self.drain_filled(i);
+        let gen = u32_at(local(addrs.at(ctl::REQ_GEN))).load(Ordering::Acquire);
+        if gen == self.arenas[i].acked {
+            if u32_at(local(addrs.at(ctl::ABANDONED))).load(Ordering::Acquire) != 0 {
+                self.finish(i, false, Some("the thread stopped waiting for the tracer".into()));
+            }
+            return;
+        }
+        let kind = u32_at(local(addrs.at(ctl::REQ_KIND))).load(Ordering::Relaxed);
+        let mut ended = None;
+        match kind {
+            blocks::REQ_TRANSLATE => {
+                let want = u64_at(local(addrs.at(ctl::REQ_ADDR))).load(Ordering::Relaxed);
+                let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
+                if let Err(e) = self.translate(i, want, &traced) {
+                    // Leave for the real code there: the trace ends.
+                    ended = Some(format!("stopped at {want:#x}: {e}"));
+                    let a = &self.arenas[i];
+                    u32_at(local(a.addrs.at(ctl::ABANDONED))).store(1, Ordering::Release);
+                }
+            }
+            blocks::REQ_DONE => {
+                self.arenas[i].acked = gen;
+                u32_at(local(addrs.at(ctl::ACK_GEN))).store(gen, Ordering::Release);
+                wake(local(addrs.at(ctl::ACK_GEN)));
+                self.finish(i, true, None);
+                return;
+            }
+            _ => {}
+        }
+        self.arenas[i].acked = gen;
+        u32_at(local(addrs.at(ctl::ACK_GEN))).store(gen, Ordering::Release);
+        wake(local(addrs.at(ctl::ACK_GEN)));
+        if let Some(why) = ended {
+            self.finish(i, false, Some(why));
+        }
+    }
+
+    /// The halves the thread handed over, older first (both are full
+    /// only while the thread waits, the one it is on being the newer);
+    /// each empty again after.
+    fn drain_filled(&mut self, i: usize) {
+        let v = self.pool.view();
+        let addrs = self.arenas[i].addrs;
+        let on = u64_at(v.at(addrs.at(ctl::HALF))).load(Ordering::Acquire) & 1;
+        for h in [on ^ 1, on] {
+            let filled = u64_at(v.at(addrs.at(ctl::FILLED + 8 * h)));
+            let end = filled.load(Ordering::Acquire);
+            if end != 0 {
+                let start = addrs.buf + h * (addrs.buf_size / 2);
+                self.drain_range(i, start, end.clamp(start, start + addrs.buf_size / 2));
+                filled.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// The records in `[start, end)` of arena `i`'s buffer into its
+    /// recorder.
+    fn drain_range(&mut self, i: usize, start: u64, end: u64) {
+        let v = self.pool.view();
+        let a = &mut self.arenas[i];
+        if end <= start || start < a.addrs.buf || end > a.addrs.buf + a.addrs.buf_size {
+            return;
+        }
+        // SAFETY: inside the arena's buffer (checked above).
+        let bytes = unsafe { std::slice::from_raw_parts(v.at(start), (end - start) as usize) };
+        let Some(rec) = a.rec.as_mut() else { return };
+        let word = |k: usize| bytes.get(k..k + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+        let mut at = 0usize;
+        let mut last: Option<(u64, &X64Block, usize)> = None;
+        let mut bad = None;
+        while at + 8 <= bytes.len() {
+            let Some(addr) = word(at) else { break };
+            let (block, n) = match last {
+                Some((la, b, n)) if la == addr => (b, n),
+                _ => {
+                    let Some(block) = a.blocks.get(&addr) else {
+                        bad =
+                            Some(format!("a record names {addr:#x}, not a block of this trace: the rest was dropped"));
+                        break;
+                    };
+                    let n: usize = block.insns.iter().map(|i| i.writes.len()).sum();
+                    last = Some((addr, block, n));
+                    (block, n)
+                }
+            };
+            let Some(values) = bytes.get(at + 8..at + 8 + 8 * n) else {
+                bad = Some(format!("the last record of block {addr:#x} is cut short: dropped"));
+                break;
+            };
+            at += 8 * (1 + n);
+            self.report.instructions += block.insns.len() as u64;
+            self.report.records += 1;
+            if let Err(e) = rec.replay_raw(block, values) {
+                bad = Some(e.to_string());
+                break;
+            }
+        }
+        if let Some(b) = bad {
+            self.report.warnings.push(format!("{}: {b}", a.path.display()));
+        }
+    }
+
+    /// Everything left: the halves handed over, then the one being filled.
+    fn drain(&mut self, i: usize) {
+        self.drain_filled(i);
+        let v = self.pool.view();
+        let addrs = self.arenas[i].addrs;
+        let on = u64_at(v.at(addrs.at(ctl::HALF))).load(Ordering::Acquire) & 1;
+        let start = addrs.buf + on * (addrs.buf_size / 2);
+        let cursor = u64_at(v.at(addrs.at(ctl::CURSOR)));
+        let end = cursor.load(Ordering::Acquire).clamp(start, start + addrs.buf_size / 2);
+        self.drain_range(i, start, end);
+        cursor.store(start, Ordering::Release);
+    }
+
+    /// The trace of arena `i` is over: its file ends (with `itrace:end`
+    /// when the call returned).
+    fn finish(&mut self, i: usize, returned: bool, why: Option<String>) {
+        self.drain(i);
+        let a = &mut self.arenas[i];
+        if let Some(rec) = a.rec.take() {
+            let r = if returned { rec.end() } else { rec.finish() };
+            if let Err(e) = r {
+                self.report.warnings.push(format!("{}: {e}", a.path.display()));
+            }
+        }
+        if let Some(w) = why {
+            self.report.warnings.push(format!(".itrace of {}: {w}; {} is incomplete", a.name, a.path.display()));
+        }
+        a.state = if returned { ArenaState::Free } else { ArenaState::Dead };
+    }
+
+    /// The session ends: threads still in an arena leave it at their next
+    /// block (every exit back to its thunk, the table empty, the arena
+    /// abandoned, a pending request answered); the files of calls still
+    /// running end without `itrace:end`.
+    pub fn stop_all(&mut self) {
+        let v = self.pool.view();
+        for i in 0..self.arenas.len() {
+            if matches!(self.arenas[i].state, ArenaState::Free) {
+                continue;
+            }
+            let a = &self.arenas[i];
+            u32_at(v.at(a.addrs.at(ctl::ABANDONED))).store(1, Ordering::Release);
+            for &(slot, thunk) in &a.thunks {
+                u64_at(v.at(slot)).store(thunk, Ordering::Release);
+            }
+            // SAFETY: the table lies in the arena's data part.
+            unsafe { std::ptr::write_bytes(v.at(a.addrs.table), 0, (blocks::TABLE_ENTRIES * 16) as usize) };
+            let gen = u32_at(v.at(a.addrs.at(ctl::REQ_GEN))).load(Ordering::Acquire);
+            u32_at(v.at(a.addrs.at(ctl::ACK_GEN))).store(gen, Ordering::Release);
+            wake(v.at(a.addrs.at(ctl::ACK_GEN)));
+            if matches!(a.state, ArenaState::Busy) {
+                self.finish(i, false, Some("the session ended during the call".into()));
+            }
+        }
+    }
+
+    /// The pool's code ranges in the target (a thread there is inside).
+    pub fn code_ranges(&self) -> Vec<(u64, u64)> {
+        self.arenas.iter().map(|a| (a.addrs.code, a.addrs.code_size)).collect()
+    }
+}
+
+fn wake(word: *mut u8) {
+    // SAFETY: FUTEX_WAKE on a live shared word.
+    unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX) };
+}

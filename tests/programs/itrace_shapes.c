@@ -1,0 +1,105 @@
+/* Targets for the .itrace recorders: each function a shape of code the
+ * block tracer translates (loops, recursion, a jump table with global
+ * data, `rep` and `syscall` instructions, indirect calls, a signal inside
+ * the call, a long loop). `./itrace_shapes NAME N` calls NAME(N) once and prints the
+ * result. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+long table_data[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+volatile long ticks;
+
+__attribute__((noinline)) long loops(long n) {
+    long s = 0;
+    for (long i = 0; i < n; i++)
+        for (long j = 0; j < i; j++) s += (i ^ j) & 7;
+    return s;
+}
+
+__attribute__((noinline)) long fib(long n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+
+__attribute__((noinline)) long table(long n) {
+    long s = 0;
+    for (long i = 0; i < n; i++) {
+        switch (i % 7) {
+        case 0: s += table_data[i & 7]; break;
+        case 1: s -= 3; break;
+        case 2: s ^= 0x55; break;
+        case 3: s += i * 5; break;
+        case 4: s = s * 3 + 1; break;
+        case 5: s -= table_data[(i + 3) & 7]; break;
+        default: s += 11; break;
+        }
+    }
+    return s;
+}
+
+__attribute__((noinline)) long strings(long n) {
+    char buf[256];
+    long s = 0;
+    for (long i = 0; i < n; i++) {
+        long len = 16 + i % 64;
+        void *d = buf;
+        long c = len;
+        __asm__ volatile("rep stosb" : "+D"(d), "+c"(c) : "a"(i) : "memory");
+        s += buf[len - 1];
+        long r;
+        __asm__ volatile("syscall" : "=a"(r) : "a"(SYS_sched_yield) : "rcx", "r11", "memory");
+        s += r == 0;
+    }
+    return s;
+}
+
+__attribute__((noinline)) long twice(long x) { return 2 * x; }
+__attribute__((noinline)) long thrice(long x) { return 3 * x; }
+long (*volatile ops[2])(long) = {twice, thrice};
+
+__attribute__((noinline)) long indirect(long n) {
+    long s = 0;
+    for (long i = 0; i < n; i++) s += ops[i & 1](i);
+    return s;
+}
+
+static void on_usr1(int sig) {
+    (void)sig;
+    ticks++;
+}
+
+__attribute__((noinline)) long signalled(long n) {
+    long s = 0;
+    for (long i = 0; i < n; i++) {
+        s += i;
+        if (i == n / 2) kill(getpid(), SIGUSR1);
+    }
+    return s + ticks;
+}
+
+__attribute__((noinline)) long spin(long n) {
+    long a = 0, b = 1;
+    for (long i = 0; i < n; i++) {
+        a += i;
+        b ^= a;
+    }
+    return a + b;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    long n = atol(argv[2]);
+    signal(SIGUSR1, on_usr1);
+    long r;
+    if (!strcmp(argv[1], "loops")) r = loops(n);
+    else if (!strcmp(argv[1], "fib")) r = fib(n);
+    else if (!strcmp(argv[1], "table")) r = table(n);
+    else if (!strcmp(argv[1], "strings")) r = strings(n);
+    else if (!strcmp(argv[1], "indirect")) r = indirect(n);
+    else if (!strcmp(argv[1], "signalled")) r = signalled(n);
+    else if (!strcmp(argv[1], "spin")) r = spin(n);
+    else return 2;
+    printf("%ld\n", r);
+    return 0;
+}
