@@ -505,7 +505,7 @@ impl Server {
                 let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
                 if let Err(e) = self.translate(i, want, &traced) {
                     // Leave for the real code there: the trace ends.
-                    ended = Some(format!("stopped at {want:#x}: {e}"));
+                    ended = Some(format!("stopped at {want:#x}: {e} (--itrace-step single-steps such code)"));
                     let a = &self.arenas[i];
                     u32_at(local(a.addrs.at(ctl::ABANDONED))).store(1, Ordering::Release);
                 }
@@ -609,7 +609,29 @@ impl Server {
     /// when the call returned).
     fn finish(&mut self, i: usize, returned: bool, why: Option<String>) {
         self.drain(i);
+        // Self-modifying code: a block whose bytes changed since it was
+        // translated ran as it was (the translation), perhaps not as the
+        // program meant; said, with where.
+        let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
+        let changed: Vec<u64> = self.arenas[i]
+            .blocks
+            .values()
+            .filter(|b| {
+                let mut now = vec![0u8; b.code.len()];
+                read_code(&self.mem, &traced, b.address, &mut now) == now.len() && now != b.code
+            })
+            .map(|b| b.address)
+            .collect();
         let a = &mut self.arenas[i];
+        if let Some(first) = changed.iter().min() {
+            self.report.warnings.push(format!(
+                ".itrace of {}: the code of {} block(s) changed while it was traced (self-modifying code, first at \
+                 {first:#x}): {} records what the blocks were when first run; --itrace-step follows the changes",
+                a.name,
+                changed.len(),
+                a.path.display()
+            ));
+        }
         if let Some(rec) = a.rec.take() {
             let r = if returned { rec.end() } else { rec.finish() };
             if let Err(e) = r {
