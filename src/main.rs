@@ -389,7 +389,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         }
         if cli.verbose > 0 {
             let rate = steps as f64 / time.as_secs_f64().max(1e-9);
-            if cli.itrace_step {
+            if armed.itrace_stepped() {
                 eprintln!(
                     "itrace: {calls} call(s), {steps} instructions single-stepped in {:.3} s ({rate:.0} per second).",
                     time.as_secs_f64()

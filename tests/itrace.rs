@@ -145,12 +145,17 @@ fn calls_after_maxitrace_are_counted_not_traced() {
     assert!(stderr.contains("--itrc FILE"), "{stderr}");
 }
 
+/// tests/programs/itrace_shapes.c, built once for all the tests (which
+/// run at the same time).
 fn shapes() -> PathBuf {
-    let exe = dir().join("shapes");
-    if !exe.exists() {
-        common::gcc("itrace_shapes.c", &exe, &[]);
-    }
-    exe
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = dir().join("shapes");
+            common::gcc("itrace_shapes.c", &exe, &[]);
+            exe
+        })
+        .clone()
 }
 
 /// `telco-stap ARGS` with the address space's randomisation off (as `setarch
@@ -183,12 +188,13 @@ fn trace_shape(name: &str, n: u64, out: &Path, step: bool) -> String {
 
 /// The two recorders on the same calls (loops, recursion, a jump table
 /// reading global data RIP-relative, `rep stosb` and `syscall`, indirect
-/// calls; PLT calls resolved by the dynamic loader on the way): the files
+/// calls, a loop back to the entry, whose branch our patch retargets; PLT
+/// calls resolved by the dynamic loader on the way): the files
 /// are byte for byte the same (same blocks, same records, same values), and
 /// the independent reader replays them to the function's result.
 #[test]
 fn both_recorders_write_the_same_file() {
-    for (name, n) in [("loops", 20), ("fib", 12), ("table", 40), ("strings", 30), ("indirect", 20)] {
+    for (name, n) in [("loops", 20), ("fib", 12), ("table", 40), ("strings", 30), ("indirect", 20), ("entry_loop", 5)] {
         let fast = dir().join(format!("{name}.fast.itrc"));
         let step = dir().join(format!("{name}.step.itrc"));
         let printed = trace_shape(name, n, &fast, false);

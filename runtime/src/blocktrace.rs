@@ -90,12 +90,7 @@ impl View {
 fn read_code(mem: &File, traced: &[Traced], addr: u64, buf: &mut [u8]) -> usize {
     let n = mem.read_at(buf, addr).unwrap_or(0);
     for t in traced {
-        for (i, &b) in t.original.iter().enumerate() {
-            let a = t.patch_at + i as u64;
-            if a >= addr && a < addr + n as u64 {
-                buf[(a - addr) as usize] = b;
-            }
-        }
+        t.unpatch(addr, buf, n);
     }
     n
 }
@@ -121,6 +116,11 @@ struct Arena {
     blocks: HashMap<u64, X64Block>,
     /// Every exit slot and its thunk (to unchain them all).
     thunks: Vec<(u64, u64)>,
+    /// Entries in its lookup table.
+    entries: u64,
+    /// The half the thread fills next after the last one drained (they
+    /// are filled 0, 1, 0, 1…: the tracer's count, not the target's word).
+    next_half: u64,
     acked: u32,
     rec: Option<Recorder<BufWriter<File>>>,
     path: PathBuf,
@@ -221,6 +221,8 @@ impl Server {
                 waiting: HashMap::new(),
                 blocks: HashMap::new(),
                 thunks: Vec::new(),
+                entries: 0,
+                next_half: 0,
                 acked: 0,
                 rec: None,
                 path: PathBuf::new(),
@@ -297,9 +299,7 @@ impl Server {
 
     /// New traced calls waiting in their gates.
     fn take_calls(&mut self) {
-        if self.report.calls >= self.max_calls {
-            return;
-        }
+        let enough = self.report.calls >= self.max_calls;
         for k in 0..self.nslots as usize {
             let base = self.header.wrapping_add(self.slots_off as usize + k * core::mem::size_of::<ItraceSlot>());
             let state = u32_at(base.wrapping_add(core::mem::offset_of!(ItraceSlot, state)));
@@ -317,7 +317,7 @@ impl Server {
             let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
             let free = self.arenas.iter().position(|a| matches!(a.state, ArenaState::Free));
             let f = traced.get(func as usize);
-            let (Some(i), Some(f), true) = (free, f, pid == self.pid as u64) else {
+            let (Some(i), Some(f), true, false) = (free, f, pid == self.pid as u64, enough) else {
                 let _ = state.compare_exchange(
                     abi::ITRACE_WAITING,
                     abi::ITRACE_DECLINED,
@@ -388,6 +388,8 @@ impl Server {
         a.waiting.clear();
         a.blocks.clear();
         a.thunks.clear();
+        a.entries = 0;
+        a.next_half = 0;
         let put64 = |off: u64, v: u64| u64_at(pool_local(a.addrs.at(off))).store(v, Ordering::Relaxed);
         put64(ctl::END_RET, ret);
         put64(ctl::END_SP, crate::arch::native::sp_after_return(sp));
@@ -406,12 +408,29 @@ impl Server {
         put64(ctl::TABLE, a.addrs.table);
         put64(ctl::BUF_START, a.addrs.buf);
         put64(ctl::LOST, 0);
+        // The traced functions' displaced first bytes: where a thread that
+        // leaves the cache goes instead.
+        let redirects: Vec<(u64, u64)> = traced
+            .iter()
+            .flat_map(|t| {
+                let end = t.patch_at + t.original.len() as u64;
+                t.map.iter().filter(move |(_, o)| *o < end).map(|&(r, o)| (o, r))
+            })
+            .take(ctl::REDIRECTS_MAX as usize)
+            .collect();
+        for (k, &(o, r)) in redirects.iter().enumerate() {
+            put64(ctl::REDIRECTS + 8 + 16 * k as u64, o);
+            put64(ctl::REDIRECTS + 16 + 16 * k as u64, r);
+        }
+        put64(ctl::REDIRECTS, redirects.len() as u64);
         let put32 = |off: u64, v: u32| u32_at(pool_local(a.addrs.at(off))).store(v, Ordering::Relaxed);
-        put32(ctl::REQ_GEN, 0);
-        put32(ctl::ACK_GEN, 0);
+        // The generations go on from the last call's (a thread leaving the
+        // arena may still read them): nothing pending.
+        let gen = u32_at(pool_local(a.addrs.at(ctl::REQ_GEN))).load(Ordering::Acquire);
+        put32(ctl::ACK_GEN, gen);
         put32(ctl::ABANDONED, 0);
         put32(ctl::LEFT, 0);
-        a.acked = 0;
+        a.acked = gen;
         a.rec = Some(rec);
         a.path = path;
         a.name = f.name.clone();
@@ -420,6 +439,8 @@ impl Server {
             Ok(t) => Ok(t),
             Err(e) => {
                 self.finish(i, false, Some(e.clone()));
+                // No thread entered it: free again.
+                self.arenas[i].state = ArenaState::Free;
                 Err(e)
             }
         }
@@ -436,6 +457,11 @@ impl Server {
             return Err(format!("no instruction decodes at {addr:#x}"));
         }
         let a = &mut self.arenas[i];
+        // Three quarters full at most: a lookup that misses always finds
+        // an empty entry soon.
+        if a.entries >= blocks::TABLE_ENTRIES / 4 * 3 {
+            return Err("the code cache's table is full".into());
+        }
         let end = a.addrs.data + a.addrs.data_size - blocks::TABLE_ENTRIES * 16;
         let at = a.code_next;
         let (tr, initial) = {
@@ -470,6 +496,7 @@ impl Server {
             if key.load(Ordering::Relaxed) == 0 {
                 u64_at(local(e + 8)).store(at, Ordering::Relaxed);
                 key.store(addr, Ordering::Release);
+                a.entries += 1;
                 placed = true;
                 break;
             }
@@ -510,6 +537,17 @@ impl Server {
                     u32_at(local(a.addrs.at(ctl::ABANDONED))).store(1, Ordering::Release);
                 }
             }
+            blocks::REQ_UNWOUND => {
+                self.arenas[i].acked = gen;
+                u32_at(local(addrs.at(ctl::ACK_GEN))).store(gen, Ordering::Release);
+                wake(local(addrs.at(ctl::ACK_GEN)));
+                self.finish(
+                    i,
+                    false,
+                    Some("the call's frame was left other than by its return (longjmp, an exception)".into()),
+                );
+                return;
+            }
             blocks::REQ_DONE => {
                 self.arenas[i].acked = gen;
                 u32_at(local(addrs.at(ctl::ACK_GEN))).store(gen, Ordering::Release);
@@ -527,21 +565,22 @@ impl Server {
         }
     }
 
-    /// The halves the thread handed over, older first (both are full
-    /// only while the thread waits, the one it is on being the newer);
-    /// each empty again after.
+    /// The halves the thread handed over, in the order it filled them
+    /// (0, 1, 0, 1…); each empty again after.
     fn drain_filled(&mut self, i: usize) {
         let v = self.pool.view();
         let addrs = self.arenas[i].addrs;
-        let on = u64_at(v.at(addrs.at(ctl::HALF))).load(Ordering::Acquire) & 1;
-        for h in [on ^ 1, on] {
+        for _ in 0..2 {
+            let h = self.arenas[i].next_half;
             let filled = u64_at(v.at(addrs.at(ctl::FILLED + 8 * h)));
             let end = filled.load(Ordering::Acquire);
-            if end != 0 {
-                let start = addrs.buf + h * (addrs.buf_size / 2);
-                self.drain_range(i, start, end.clamp(start, start + addrs.buf_size / 2));
-                filled.store(0, Ordering::Release);
+            if end == 0 {
+                break;
             }
+            let start = addrs.buf + h * (addrs.buf_size / 2);
+            self.drain_range(i, start, end.clamp(start, start + addrs.buf_size / 2));
+            filled.store(0, Ordering::Release);
+            self.arenas[i].next_half ^= 1;
         }
     }
 
@@ -597,7 +636,7 @@ impl Server {
         self.drain_filled(i);
         let v = self.pool.view();
         let addrs = self.arenas[i].addrs;
-        let on = u64_at(v.at(addrs.at(ctl::HALF))).load(Ordering::Acquire) & 1;
+        let on = self.arenas[i].next_half;
         let start = addrs.buf + on * (addrs.buf_size / 2);
         let cursor = u64_at(v.at(addrs.at(ctl::CURSOR)));
         let end = cursor.load(Ordering::Acquire).clamp(start, start + addrs.buf_size / 2);
@@ -659,8 +698,10 @@ impl Server {
             for &(slot, thunk) in &a.thunks {
                 u64_at(v.at(slot)).store(thunk, Ordering::Release);
             }
-            // SAFETY: the table lies in the arena's data part.
-            unsafe { std::ptr::write_bytes(v.at(a.addrs.table), 0, (blocks::TABLE_ENTRIES * 16) as usize) };
+            // The keys only: a thread that matched one still finds its value.
+            for k in 0..blocks::TABLE_ENTRIES {
+                u64_at(v.at(a.addrs.table + 16 * k)).store(0, Ordering::Release);
+            }
             let gen = u32_at(v.at(a.addrs.at(ctl::REQ_GEN))).load(Ordering::Acquire);
             u32_at(v.at(a.addrs.at(ctl::ACK_GEN))).store(gen, Ordering::Release);
             wake(v.at(a.addrs.at(ctl::ACK_GEN)));

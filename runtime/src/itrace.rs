@@ -49,6 +49,11 @@ pub struct Traced {
     /// the last entry is the jump back, mapped to the first byte after the
     /// replaced ones.
     pub map: Vec<(u64, u64)>,
+    /// The function's other patched bytes (a loop's branches back to the
+    /// entry, retargeted to `loop_entry`) and what they were.
+    pub extra: Vec<(u64, Vec<u8>)>,
+    /// Where those branches now go: a second jump to `resume`.
+    pub loop_entry: Option<u64>,
 }
 
 impl Traced {
@@ -63,7 +68,21 @@ impl Traced {
             // with today's relocator): report the copy as the entry.
             reloc.iter().map(|&r| (r, patch_at)).collect()
         };
-        Traced { name, patch_at, original, resume, map }
+        Traced { name, patch_at, original, resume, map, extra: Vec::new(), loop_entry: None }
+    }
+
+    /// The function's own bytes at `addr` into `buf` (`n` read there):
+    /// where our jumps are, what they replaced.
+    pub fn unpatch(&self, addr: u64, buf: &mut [u8], n: usize) {
+        let patches = std::iter::once((self.patch_at, &self.original)).chain(self.extra.iter().map(|(a, b)| (*a, b)));
+        for (at, bytes) in patches {
+            for (i, &b) in bytes.iter().enumerate() {
+                let a = at + i as u64;
+                if a >= addr && a < addr + n as u64 {
+                    buf[(a - addr) as usize] = b;
+                }
+            }
+        }
     }
 
     /// The function's address for a trampoline address, if it is one of
@@ -237,12 +256,7 @@ impl Itracer {
         let n = self.mem.read_at(buf, addr).unwrap_or(0);
         // The functions' own bytes where our jumps are.
         for t in traced {
-            for (i, &b) in t.original.iter().enumerate() {
-                let a = t.patch_at + i as u64;
-                if a >= addr && a < addr + n as u64 {
-                    buf[(a - addr) as usize] = b;
-                }
-            }
+            t.unpatch(addr, buf, n);
         }
         n
     }
@@ -286,7 +300,8 @@ impl Itracer {
             r = thread.regs().map_err(err)?;
             // Entering the hook of a traced function again: run its
             // relocated first instructions directly (no handlers, no gate).
-            if let Some(g) = traced.iter().find(|g| g.patch_at == arch::pc(&r)) {
+            // (Or its loops' way back in, the second jump.)
+            if let Some(g) = traced.iter().find(|g| g.patch_at == arch::pc(&r) || g.loop_entry == Some(arch::pc(&r))) {
                 arch::set_pc(&mut r, g.resume);
                 thread.set_regs(&r).map_err(err)?;
             }

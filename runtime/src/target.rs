@@ -1274,13 +1274,10 @@ impl Hooker {
         };
         if let Some(name) = t.itrace {
             let resume = at + prefix.len() as u64;
-            self.itraced.borrow_mut().push(crate::itrace::Traced::new(
-                name,
-                hook.patch_at,
-                displaced.to_vec(),
-                resume,
-                &relocated,
-            ));
+            let mut traced = crate::itrace::Traced::new(name, hook.patch_at, displaced.to_vec(), resume, &relocated);
+            traced.extra = retargets.iter().map(|r| (r.at, r.original.clone())).collect();
+            traced.loop_entry = (!retargets.is_empty()).then_some(hook.patch_at + patch::JMP_REL32_LEN as u64);
+            self.itraced.borrow_mut().push(traced);
         }
         self.relocs.borrow_mut().push((
             at + prefix.len() as u64,
@@ -2335,6 +2332,16 @@ impl Armed {
     /// Before the target starts (the pool is mapped while it is stopped).
     pub fn itrace_to(&mut self, path: &std::path::Path, max_calls: u64, step: bool) -> std::io::Result<()> {
         let a = &self.hooker.artifact;
+        // With a hardware shadow stack, calls and returns emulated in the
+        // code cache would not match it: single-step instead.
+        let step = step || {
+            let shstk = crate::os::proc::shadow_stack(self.pid);
+            if shstk {
+                self.warnings
+                    .push("the target uses a hardware shadow stack (CET): .itrace calls are single-stepped".into());
+            }
+            shstk
+        };
         if step {
             let slots = (a.itrace_off, a.itrace_slots, a.region_size);
             self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, slots, path, max_calls)?);
@@ -2376,6 +2383,11 @@ impl Armed {
 
     /// After the session: what `.itrace` did (calls, instructions, time
     /// stepping), its warnings, and the calls that went untraced.
+    /// Whether `.itrace` calls are single-stepped (asked for, or forced).
+    pub fn itrace_stepped(&self) -> bool {
+        self.itracer.is_some()
+    }
+
     pub fn itrace_report(&mut self) -> Option<(u64, u64, std::time::Duration, u64, Vec<String>)> {
         if let Some(b) = &mut self.blocktracer {
             let (r, missed) = b.done.take()?;

@@ -1,7 +1,7 @@
 /* Targets for the .itrace recorders: each function a shape of code the
  * block tracer translates (loops, recursion, a jump table with global
- * data, `rep` and `syscall` instructions, indirect calls, a signal inside
- * the call, a long loop). `./itrace_shapes NAME N` calls NAME(N) once and prints the
+ * data, `rep` and `syscall` instructions, indirect calls, a loop back to
+ * the entry, a signal inside the call, a long loop). `./itrace_shapes NAME N` calls NAME(N) once and prints the
  * result. */
 #include <signal.h>
 #include <stdio.h>
@@ -78,6 +78,12 @@ __attribute__((noinline)) long signalled(long n) {
     return s + ticks;
 }
 
+/* A loop back to the function's first instruction (its probe's jump is
+ * then followed by a second one, and the loop's branch retargeted). */
+__asm__(".text\n.globl entry_loop\n.type entry_loop,@function\n.p2align 4\nentry_loop:\n"
+        "  sub $1, %rdi\n  jnz entry_loop\n  mov $42, %eax\n  ret\n.size entry_loop, .-entry_loop\n");
+long entry_loop(long n);
+
 __attribute__((noinline)) long spin(long n) {
     long a = 0, b = 1;
     for (long i = 0; i < n; i++) {
@@ -99,6 +105,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "indirect")) r = indirect(n);
     else if (!strcmp(argv[1], "signalled")) r = signalled(n);
     else if (!strcmp(argv[1], "spin")) r = spin(n);
+    else if (!strcmp(argv[1], "entry_loop")) r = entry_loop(n);
     else return 2;
     printf("%ld\n", r);
     return 0;

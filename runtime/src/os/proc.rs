@@ -170,6 +170,13 @@ pub fn tgid(tid: i32) -> Option<i32> {
     tgid.parse().ok()
 }
 
+/// Whether thread `tid` runs with a hardware shadow stack (x86's CET
+/// `shstk`: `x86_Thread_features` in `/proc/PID/status`, Linux 6.6 on).
+pub fn shadow_stack(tid: i32) -> bool {
+    status_fields(i64::from(tid), ["x86_Thread_features:"])
+        .is_some_and(|[f]| f.split_whitespace().any(|w| w == "shstk"))
+}
+
 /// Whether process `pid` sees the pids we see (one pid namespace).
 pub fn same_pid_namespace(pid: i32) -> bool {
     let ns = |p: &str| std::fs::metadata(p).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();

@@ -22,16 +22,24 @@
 //!   program's stack holds only its own addresses (and the `rsp` values in
 //!   the trace are the program's).
 //!
-//! Only a miss (a block not translated yet) and a full buffer wait for the
-//! tracer (the request stub: futex wake, then futex waits bounded to 2 s;
-//! past that the arena is abandoned: records are dropped and counted, and
-//! every exit leaves for the real code, so the program runs on whatever the
-//! tracer does). Original instructions are copied unchanged but for
-//! RIP-relative operands (`lea` becomes a `mov` of the address; any other
-//! gets a scratch register holding the absolute address); `syscall` runs in
-//! the cache, and a `fork`, `vfork` or `clone` child leaves it at once (the
-//! arena is the parent's). A signal's handler runs natively (untraced) and
-//! returns into the cache.
+//! Only a miss (a block not translated yet) and a full buffer (both halves:
+//! the tracer drains one while the thread fills the other) wait for the
+//! tracer (the request stub: futex wake, then futex waits of 10 ms, 200
+//! timeouts at most; past that the arena is abandoned: its records are
+//! dropped, the trace file ends incomplete with a warning, and every exit
+//! leaves for the real code, so the program runs on whatever the tracer
+//! does). The traced call ends at the return to its caller (the return
+//! address and stack pointer its gate saw), or when the stack pointer goes
+//! above its frame (a `longjmp`, an exception): the thread leaves for the
+//! real code there (an address in a traced function's displaced first
+//! bytes is redirected to their relocated copy). Original instructions are
+//! copied unchanged but for RIP-relative operands (`lea` becomes a `mov` of
+//! the address; any other gets a scratch register holding the absolute
+//! address); `syscall` runs in the cache (rcx then holds the real address
+//! after it), and for `fork`, `vfork`, `clone` and `clone3` (decided by
+//! rax before the call, the arena being shared with the child) the child
+//! leaves the cache at once. A signal's handler runs natively (untraced)
+//! and returns into the cache.
 
 use iced_x86::code_asm::*;
 use iced_x86::{
@@ -82,6 +90,12 @@ pub mod ctl {
     pub const FILLED: u64 = 144;
     pub const HALF_START: u64 = 160;
     pub const HALF_END: u64 = 176;
+    /// u64 count, then (real address, where to go instead) pairs: the
+    /// instructions of traced functions' displaced first bytes, which in
+    /// memory are our jump: a thread leaving the cache for one of them
+    /// goes to its relocated copy.
+    pub const REDIRECTS: u64 = 1024;
+    pub const REDIRECTS_MAX: u64 = 190;
     /// The staging record (the block's values; up to [`STAGE_BYTES`]).
     pub const STAGE: u64 = 4096;
     pub const STAGE_BYTES: u64 = 64 << 10;
@@ -93,6 +107,8 @@ pub mod ctl {
 pub const REQ_TRANSLATE: u32 = 1;
 pub const REQ_FLUSH: u32 = 2;
 pub const REQ_DONE: u32 = 3;
+/// The thread left the traced call's frame other than by its return.
+pub const REQ_UNWOUND: u32 = 4;
 
 /// Lookup table entries (16 bytes: real address, translation).
 pub const TABLE_ENTRIES: u64 = 1 << 14;
@@ -184,10 +200,12 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     let mut hit = a.create_label();
     let mut miss = a.create_label();
     let mut done = a.create_label();
+    let mut not_ret = a.create_label();
     let mut gone = a.create_label();
     let mut wait = a.create_label();
     let mut answered = a.create_label();
     let mut give_up = a.create_label();
+    let mut recheck = a.create_label();
     let mut wrap = a.create_label();
 
     // dispatch: WANT holds the real target; the registers are the
@@ -196,20 +214,35 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     enter(&mut a)?;
     load(&mut a, Register::RAX, ar.at(ctl::WANT))?;
     // The traced call returns: leave, and tell the tracer.
-    add(&mut a, Instruction::with2(Code::Cmp_r64_rm64, Register::RAX, rip(ar.at(ctl::END_RET))))?;
-    a.jne(lookup)?;
     a.lea(rcx, ptr(rsp + 128 + 24))?;
+    add(&mut a, Instruction::with2(Code::Cmp_r64_rm64, Register::RAX, rip(ar.at(ctl::END_RET))))?;
+    a.jne(not_ret)?;
     add(&mut a, Instruction::with2(Code::Cmp_r64_rm64, Register::RCX, rip(ar.at(ctl::END_SP))))?;
-    a.jne(lookup)?;
+    a.je(done)?;
+    // The stack above the traced call's frame: a longjmp or an exception
+    // left it. The trace ends; the thread goes on natively.
+    a.set_label(&mut not_ret)?;
+    add(&mut a, Instruction::with2(Code::Cmp_r64_rm64, Register::RCX, rip(ar.at(ctl::END_SP))))?;
+    a.jbe(lookup)?;
+    a.mov(eax, REQ_UNWOUND)?;
+    add(&mut a, Instruction::with2(Code::Mov_rm32_r32, rip(ar.at(ctl::REQ_KIND)), Register::EAX))?;
+    a.call(request)?;
+    a.jmp(gone)?;
     a.set_label(&mut done)?;
     a.mov(eax, super::blocks::REQ_DONE)?;
     add(&mut a, Instruction::with2(Code::Mov_rm32_r32, rip(ar.at(ctl::REQ_KIND)), Register::EAX))?;
     a.call(request)?;
     leave(&mut a)?;
-    jmp_via(&mut a, ar.at(ctl::WANT))?;
-    // Abandoned: leave for the real code.
+    // The arena may serve another call as soon as the tracer answered:
+    // leave without reading it. The emulated `ret` left the return
+    // address where it was, just below the stack pointer.
+    a.lea(rsp, ptr(rsp - 8))?;
+    a.ret()?;
+    // Abandoned: leave for the real code (an address inside a traced
+    // function's displaced first bytes goes to their relocated copy).
     a.set_label(&mut gone)?;
     add(&mut a, Instruction::with2(Code::Mov_rm32_imm32, rip(ar.at(ctl::LEFT)), 1u32))?;
+    redirect(&mut a, ar)?;
     leave(&mut a)?;
     jmp_via(&mut a, ar.at(ctl::WANT))?;
 
@@ -283,18 +316,22 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     a.mov(esi, 1)?; // FUTEX_WAKE (shared)
     a.mov(edx, 1)?;
     a.syscall()?;
-    a.mov(r9d, 200)?;
+    a.mov(r9d, 201)?;
     a.set_label(&mut wait)?;
+    a.dec(r9d)?;
+    a.jz(give_up)?;
+    a.set_label(&mut recheck)?;
     add(&mut a, Instruction::with2(Code::Mov_r32_rm32, Register::EDX, rip(ar.at(ctl::ACK_GEN))))?;
     a.cmp(edx, r8d)?;
     a.je(answered)?;
-    a.dec(r9d)?;
-    a.jz(give_up)?;
     a.mov(eax, 202)?;
     a.mov(rdi, ar.at(ctl::ACK_GEN))?;
     a.xor(esi, esi)?; // FUTEX_WAIT (shared), expected = edx
     a.mov(r10, ar.at(ctl::TIMESPEC))?;
     a.syscall()?;
+    // Only a timeout counts (a signal interrupts the wait early).
+    a.cmp(rax, -110)?; // -ETIMEDOUT
+    a.jne(recheck)?;
     a.jmp(wait)?;
     a.set_label(&mut give_up)?;
     add(&mut a, Instruction::with2(Code::Mov_rm32_imm32, rip(ar.at(ctl::ABANDONED)), 1u32))?;
@@ -494,36 +531,51 @@ fn translate_inner(
                 }
             }
             Flow::Syscall => {
-                store(&mut a, ar.at(ctl::SYSNO), Register::RAX)?;
+                if ins.mnemonic() != Mnemonic::Syscall {
+                    return refuse(format!("`{ins}` at {:#x}", ins.ip()));
+                }
+                // fork, vfork, clone, clone3: decided before the call (the
+                // arena is shared with the child, which must not touch it):
+                // their child leaves the cache at once.
+                let mut plain = a.create_label();
+                let mut forking = a.create_label();
+                let mut after = a.create_label();
+                a.lea(rsp, ptr(rsp - 128))?;
+                a.pushfq()?;
+                for nr in FORK_LIKE {
+                    a.cmp(rax, nr)?;
+                    a.je(forking)?;
+                }
+                a.jmp(plain)?;
+                a.set_label(&mut forking)?;
+                a.popfq()?;
+                a.lea(rsp, ptr(rsp + 128))?;
+                a.syscall()?;
+                a.lea(rsp, ptr(rsp - 128))?;
+                a.pushfq()?;
+                a.test(rax, rax)?;
+                let mut parent = a.create_label();
+                a.jne(parent)?;
+                // The child: to the real next instruction, its address
+                // pushed past the red zone and returned to.
+                a.popfq()?;
+                a.lea(rsp, ptr(rsp + 128 - 136))?;
+                a.mov(dword_ptr(rsp), next as u32)?;
+                a.mov(dword_ptr(rsp + 4), (next >> 32) as u32)?;
+                a.ret_1(128)?;
+                a.set_label(&mut parent)?;
+                a.popfq()?;
+                a.lea(rsp, ptr(rsp + 128))?;
+                a.mov(rcx, next)?;
+                a.jmp(after)?;
+                a.set_label(&mut plain)?;
+                a.popfq()?;
+                a.lea(rsp, ptr(rsp + 128))?;
                 a.syscall()?;
                 // The kernel put the address after the `syscall` in rcx:
                 // the program's, not ours.
                 a.mov(rcx, next)?;
-                // A child of fork, vfork or clone leaves the cache at once
-                // (before touching the arena: its memory is shared).
-                let mut parent = a.create_label();
-                a.lea(rsp, ptr(rsp - 128))?;
-                a.pushfq()?;
-                a.test(rax, rax)?;
-                a.jne(parent)?;
-                for nr in FORK_LIKE {
-                    let mut not = a.create_label();
-                    add(&mut a, Instruction::with2(Code::Cmp_rm64_imm32, rip(ar.at(ctl::SYSNO)), nr))?;
-                    a.jne(not)?;
-                    a.popfq()?;
-                    a.lea(rsp, ptr(rsp + 128))?;
-                    // The real next instruction, without a register: a
-                    // push of its address and a ret.
-                    a.lea(rsp, ptr(rsp - 8))?;
-                    a.mov(dword_ptr(rsp), next as u32)?;
-                    a.mov(dword_ptr(rsp + 4), (next >> 32) as u32)?;
-                    a.ret()?;
-                    a.set_label(&mut not)?;
-                    a.zero_bytes()?;
-                }
-                a.set_label(&mut parent)?;
-                a.popfq()?;
-                a.lea(rsp, ptr(rsp + 128))?;
+                a.set_label(&mut after)?;
                 stage_writes(&mut a, &mut stage)?;
                 copy_out(&mut a, block.address, values, ar, stubs)?;
                 exit(&mut a, next)?;
@@ -567,6 +619,35 @@ fn translate_inner(
 fn full_reg(w: u32) -> Register {
     use Register::*;
     [RIP, R15, R14, R13, R12, R11, R10, R9, R8, RDI, RSI, RBP, RSP, RBX, RDX, RCX, RAX][w as usize]
+}
+
+/// WANT inside a traced function's displaced first bytes becomes its
+/// relocated copy (the `REDIRECTS` table). rax, rcx and the flags are
+/// saved by the caller.
+fn redirect(a: &mut CodeAssembler, ar: &ArenaAddrs) -> Result<(), IcedError> {
+    let mut next = a.create_label();
+    let mut found = a.create_label();
+    let mut end = a.create_label();
+    load(a, Register::RAX, ar.at(ctl::WANT))?;
+    a.mov(rcx, ar.at(ctl::REDIRECTS))?;
+    a.push(rdx)?;
+    a.mov(rdx, qword_ptr(rcx))?;
+    a.cmp(rdx, ctl::REDIRECTS_MAX as i32)?;
+    a.jbe(next)?;
+    a.mov(edx, ctl::REDIRECTS_MAX as u32)?;
+    a.set_label(&mut next)?;
+    a.test(rdx, rdx)?;
+    a.jz(end)?;
+    a.add(rcx, 16)?;
+    a.dec(rdx)?;
+    a.cmp(qword_ptr(rcx - 8), rax)?;
+    a.je(found)?;
+    a.jmp(next)?;
+    a.set_label(&mut found)?;
+    a.mov(rax, qword_ptr(rcx))?;
+    store(a, ar.at(ctl::WANT), Register::RAX)?;
+    a.set_label(&mut end)?;
+    a.pop(rdx)
 }
 
 /// Copy one original (non-control-flow) instruction, its RIP-relative
@@ -790,6 +871,11 @@ fn want_from_operand(a: &mut CodeAssembler, ins: &Instruction, ar: &ArenaAddrs) 
                 false,
                 ins.segment_prefix(),
             );
+            if ins.memory_base() == Register::ESP
+                || (ins.is_ip_rel_memory_operand() && ins.segment_prefix() != Register::None)
+            {
+                return refuse(format!("`{ins}` at {:#x}", ins.ip()));
+            }
             if ins.is_ip_rel_memory_operand() {
                 a.mov(rax, ins.ip_rel_memory_address())?;
                 m = MemoryOperand::with_base(Register::RAX);
