@@ -256,12 +256,7 @@ impl Server {
     }
 
     fn file(&self, k: u64) -> PathBuf {
-        if k == 1 {
-            return self.path.clone();
-        }
-        let mut name = self.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-        name.push(format!(".{k}"));
-        self.path.with_file_name(name)
+        crate::itrace::call_file(&self.path, k)
     }
 
     /// Serve until `stop`: new calls and the arenas' requests.

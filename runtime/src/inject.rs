@@ -167,58 +167,10 @@ fn slack_in(s: &Stopped, maps: &[crate::os::proc::Mapping], phdr: u64, phnum: us
 
 /// Create the shared region in the target and map it here too.
 pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected, InjectError> {
-    let pid = s.pid();
-    let tid = s.main_thread();
-    // The name for memfd_create goes just below the red zone of the thread.
-    let sp = crate::arch::native::sp(&s.regs(tid)?);
-    let name_at = sp.wrapping_sub(512) & !15;
-    s.write(name_at, b"telco-stap\0")?;
-    let fd = check(
-        "memfd_create",
-        pid,
-        s.syscall(
-            tid,
-            libc::SYS_memfd_create,
-            [name_at, (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64, 0, 0, 0, 0],
-        )?,
-    )?;
-    let size = a.region_size;
-    let result = (|| {
-        check("ftruncate", pid, s.syscall(tid, libc::SYS_ftruncate, [fd as u64, size, 0, 0, 0, 0])?)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(crate::os::proc::fd_path(pid, fd))
-            .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
-        // The target may not shrink or grow the region under the tracer's
-        // mapping (a read past the end would be SIGBUS here), nor remove
-        // the seals: the region is the target's word, its size is ours.
-        crate::os::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
-        // Sealed, and still the size it was given: the file opened is the
-        // one made above, or one that can do the tracer's mapping no harm
-        // (another thread of the target may have put a file of its own at
-        // that descriptor meanwhile).
-        if file.metadata().map_err(InjectError::MapRegion)?.len() < size {
-            return Err(InjectError::MapRegion(std::io::Error::other(format!(
-                "descriptor {fd} of process {pid} is no longer the region it created"
-            ))));
-        }
-        let remote = check(
-            "mmap (region)",
-            pid,
-            s.syscall(
-                tid,
-                libc::SYS_mmap,
-                [far_hint(), size, (libc::PROT_READ | libc::PROT_WRITE) as u64, libc::MAP_SHARED as u64, fd as u64, 0],
-            )?,
-        )? as u64;
-        let mem = SharedMemory::from_fd(OwnedFd::from(file), size as usize).map_err(InjectError::MapRegion)?;
-        let region = Region::init(mem, a, pid as u64, execname)?;
-        Ok(Injected { region, region_remote: remote })
-    })();
-    // The target needs no descriptor: the mapping keeps the memory.
-    let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-    result
+    let pid = s.pid() as u64;
+    let (mem, remote) = shared_memory(s, b"telco-stap\0", a.region_size, &[])?;
+    let region = Region::init(mem, a, pid, execname)?;
+    Ok(Injected { region, region_remote: remote })
 }
 
 /// The block tracer's pool (`blocktrace.rs`): a memfd of `size` bytes made
@@ -226,11 +178,24 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
 /// — offsets and lengths — read and execute only) and here. Returns the
 /// tracer's mapping and the target's address.
 pub fn itrace_pool(s: &mut Stopped, size: u64, code: &[(u64, u64)]) -> Result<(SharedMemory, u64), InjectError> {
+    shared_memory(s, b"telco-itrace\0", size, code)
+}
+
+/// A memfd named `name` (NUL-terminated) of `size` bytes made in the
+/// target, sealed against resizing, mapped there (read and write, the
+/// `code` ranges then read and execute only) and here.
+fn shared_memory(
+    s: &mut Stopped,
+    name: &[u8],
+    size: u64,
+    code: &[(u64, u64)],
+) -> Result<(SharedMemory, u64), InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
+    // The name for memfd_create goes just below the red zone of the thread.
     let sp = crate::arch::native::sp(&s.regs(tid)?);
     let name_at = sp.wrapping_sub(512) & !15;
-    s.write(name_at, b"telco-itrace\0")?;
+    s.write(name_at, name)?;
     let fd = check(
         "memfd_create",
         pid,
@@ -247,15 +212,21 @@ pub fn itrace_pool(s: &mut Stopped, size: u64, code: &[(u64, u64)]) -> Result<(S
             .write(true)
             .open(crate::os::proc::fd_path(pid, fd))
             .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
-        // As the region: sealed against resizing, and still our size.
+        // The target may not shrink or grow the memory under the tracer's
+        // mapping (a read past the end would be SIGBUS here), nor remove
+        // the seals: the contents are the target's word, the size is ours.
         crate::os::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
+        // Sealed, and still the size it was given: the file opened is the
+        // one made above, or one that can do the tracer's mapping no harm
+        // (another thread of the target may have put a file of its own at
+        // that descriptor meanwhile).
         if file.metadata().map_err(InjectError::MapRegion)?.len() < size {
             return Err(InjectError::MapRegion(std::io::Error::other(format!(
-                "descriptor {fd} of process {pid} is no longer the pool it created"
+                "descriptor {fd} of process {pid} is no longer the memory it created"
             ))));
         }
         let remote = check(
-            "mmap (itrace pool)",
+            "mmap (shared memory)",
             pid,
             s.syscall(
                 tid,
@@ -264,19 +235,13 @@ pub fn itrace_pool(s: &mut Stopped, size: u64, code: &[(u64, u64)]) -> Result<(S
             )?,
         )? as u64;
         for &(off, len) in code {
-            check(
-                "mprotect (itrace pool)",
-                pid,
-                s.syscall(
-                    tid,
-                    libc::SYS_mprotect,
-                    [remote + off, len, (libc::PROT_READ | libc::PROT_EXEC) as u64, 0, 0, 0],
-                )?,
-            )?;
+            let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+            check("mprotect (code)", pid, s.syscall(tid, libc::SYS_mprotect, [remote + off, len, prot, 0, 0, 0])?)?;
         }
         let mem = SharedMemory::from_fd(OwnedFd::from(file), size as usize).map_err(InjectError::MapRegion)?;
         Ok((mem, remote))
     })();
+    // The target needs no descriptor: the mapping keeps the memory.
     let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
     result
 }

@@ -36,6 +36,16 @@ use std::path::{Path, PathBuf};
 use telco_abi::region::{self as abi, ItraceSlot, SavedRegs};
 use telco_itrc::{Recorder, RecorderConfig};
 
+/// The file of the `k`-th traced call (1-based): `path`, `path.2`, …
+pub fn call_file(path: &Path, k: u64) -> PathBuf {
+    if k == 1 {
+        return path.to_path_buf();
+    }
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(format!(".{k}"));
+    path.with_file_name(name)
+}
+
 /// A traced function as hooked in the target.
 #[derive(Clone, Debug)]
 pub struct Traced {
@@ -242,14 +252,8 @@ impl Itracer {
         }
     }
 
-    /// The file of the `k`-th traced call (1-based).
     fn file(&self, k: u64) -> PathBuf {
-        if k == 1 {
-            return self.path.clone();
-        }
-        let mut name = self.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-        name.push(format!(".{k}"));
-        self.path.with_file_name(name)
+        call_file(&self.path, k)
     }
 
     fn read(&self, addr: u64, buf: &mut [u8], traced: &[Traced]) -> usize {
