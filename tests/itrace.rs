@@ -273,3 +273,24 @@ fn long_calls_are_recorded_whole() {
     assert_eq!(counts[2] - counts[1], counts[1] - counts[0], "{counts:?}");
     assert_eq!((counts[1] - counts[0]) % 100_000, 0, "{counts:?}");
 }
+
+/// Code that modifies itself: a function written into a page, called,
+/// changed, called again. The block tracer sees the change when the code
+/// is reached again (the dispatcher compares each block's bytes with the
+/// ones translated), translates it anew and says so in the file (a second
+/// `itrace:compile` for the address): the program computes what it does
+/// untraced, and the trace replays to it.
+#[test]
+fn code_that_modifies_itself_runs_as_changed() {
+    let out = dir().join("rewrite.itrc");
+    let printed = trace_shape("rewrite", 3, &out, false);
+    assert_eq!(printed.trim(), "121212");
+    let t = python(&out);
+    assert_eq!(t["end"], true);
+    assert_eq!(replay(&t)["rax"], 121212);
+    let (dump, err, code) = telco(&["itrc-dump", out.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let page_blocks: Vec<&str> =
+        dump.lines().filter(|l| l.starts_with("compile 0x7f") && l.contains(": 6 bytes")).collect();
+    assert!(page_blocks.len() >= 2, "{dump}");
+}

@@ -498,6 +498,15 @@ impl<W: Write> Recorder<W> {
         Ok(())
     }
 
+    /// The code at `address` changed (self-modifying code): the next
+    /// block recorded there is decoded and compiled anew.
+    pub fn forget_block(&mut self, address: u64) {
+        self.blocks.remove(&address);
+        if self.replayed.is_some_and(|r| r.address == address) {
+            self.replayed = None;
+        }
+    }
+
     /// Execution left the open block before its last instruction: fill the
     /// writes that did not happen with the registers' current values.
     fn close_early(&mut self) -> Result<(), RecordError> {

@@ -55,7 +55,7 @@ impl Pool {
             code_size: CODE_SIZE,
             data,
             data_size: DATA_SIZE,
-            table: data + DATA_SIZE - blocks::TABLE_ENTRIES * 16,
+            table: data + DATA_SIZE - blocks::TABLE_ENTRIES * blocks::TABLE_ENTRY,
             buf: data + DATA_SIZE,
             buf_size: BUF_SIZE,
             bell,
@@ -146,6 +146,8 @@ impl SlotAlloc for Slots<'_> {
 #[derive(Default, Debug, Clone)]
 pub struct Report {
     pub calls: u64,
+    /// Blocks translated again because their code changed.
+    pub retranslated: u64,
     pub instructions: u64,
     pub records: u64,
     pub time: std::time::Duration,
@@ -376,7 +378,9 @@ impl Server {
         let a = &mut self.arenas[i];
         // A fresh arena: empty table, no blocks, the buffer empty.
         // SAFETY: the table lies in the arena's data part.
-        unsafe { std::ptr::write_bytes(pool_local(a.addrs.table), 0, (blocks::TABLE_ENTRIES * 16) as usize) };
+        unsafe {
+            std::ptr::write_bytes(pool_local(a.addrs.table), 0, (blocks::TABLE_ENTRIES * blocks::TABLE_ENTRY) as usize)
+        };
         a.code_next = a.stubs.leave.next_multiple_of(16) + 16;
         a.slot_next = a.addrs.at(ctl::SLOTS);
         a.done.clear();
@@ -447,6 +451,12 @@ impl Server {
         if let Some(&t) = self.arenas[i].done.get(&addr) {
             return Ok(t);
         }
+        self.translate_new(i, addr, traced)
+    }
+
+    /// Translate the block at `addr` (again, if its code changed: the table
+    /// entry then takes the new translation).
+    fn translate_new(&mut self, i: usize, addr: u64, traced: &[Traced]) -> Result<u64, String> {
         let block = telco_itrc::x64::read_block(addr, &mut |a, buf| read_code(&self.mem, traced, a, buf));
         if block.insns.is_empty() {
             return Err(format!("no instruction decodes at {addr:#x}"));
@@ -457,7 +467,7 @@ impl Server {
         if a.entries >= blocks::TABLE_ENTRIES / 4 * 3 {
             return Err("the code cache's table is full".into());
         }
-        let end = a.addrs.data + a.addrs.data_size - blocks::TABLE_ENTRIES * 16;
+        let end = a.addrs.data + a.addrs.data_size - blocks::TABLE_ENTRIES * blocks::TABLE_ENTRY;
         let at = a.code_next;
         let (tr, initial) = {
             let mut slots = Slots { next: &mut a.slot_next, end };
@@ -480,18 +490,35 @@ impl Server {
                 a.waiting.entry(*target).or_default().push(*slot);
             }
         }
+        // The block's bytes as they are in memory now (our jumps
+        // included): the dispatcher compares them before each use.
+        let size = block.size() as u64;
+        let snap = a.slot_next.next_multiple_of(8);
+        let mut raw = vec![0u8; size as usize];
+        if snap + size > end || self.mem.read_at(&mut raw, addr).ok() != Some(raw.len()) {
+            return Err("no room for the block's copy in the code cache".into());
+        }
+        a.slot_next = snap + size;
+        // SAFETY: inside the arena's data part (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), local(snap), raw.len()) };
         a.done.insert(addr, at);
         a.blocks.insert(addr, block);
-        // The table: the value, then the key (Release).
+        // The table: the value and the copy, then the key (Release); a
+        // block translated again takes its entry over.
         let mut k = ((addr >> 2) & (blocks::TABLE_ENTRIES - 1)) as usize;
         let mut placed = false;
         for _ in 0..blocks::TABLE_ENTRIES {
-            let e = a.addrs.table + 16 * k as u64;
+            let e = a.addrs.table + blocks::TABLE_ENTRY * k as u64;
             let key = u64_at(local(e));
-            if key.load(Ordering::Relaxed) == 0 {
+            let was = key.load(Ordering::Relaxed);
+            if was == 0 || was == addr {
                 u64_at(local(e + 8)).store(at, Ordering::Relaxed);
+                u64_at(local(e + 16)).store(snap, Ordering::Relaxed);
+                u64_at(local(e + 24)).store(size, Ordering::Relaxed);
                 key.store(addr, Ordering::Release);
-                a.entries += 1;
+                if was == 0 {
+                    a.entries += 1;
+                }
                 placed = true;
                 break;
             }
@@ -530,6 +557,22 @@ impl Server {
                     ended = Some(format!("stopped at {want:#x}: {e} (--itrace-step single-steps such code)"));
                     let a = &self.arenas[i];
                     u32_at(local(a.addrs.at(ctl::ABANDONED))).store(1, Ordering::Release);
+                }
+            }
+            blocks::REQ_CHANGED => {
+                let want = u64_at(local(addrs.at(ctl::REQ_ADDR))).load(Ordering::Relaxed);
+                let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
+                // Its records so far go out with the block as it was (the
+                // thread waits: the half it fills is still).
+                self.drain(i);
+                if let Some(rec) = self.arenas[i].rec.as_mut() {
+                    rec.forget_block(want);
+                }
+                self.arenas[i].done.remove(&want);
+                self.report.retranslated += 1;
+                if let Err(e) = self.translate_new(i, want, &traced) {
+                    ended = Some(format!("stopped at {want:#x}: {e} (--itrace-step single-steps such code)"));
+                    u32_at(local(addrs.at(ctl::ABANDONED))).store(1, Ordering::Release);
                 }
             }
             blocks::REQ_UNWOUND => {
@@ -695,7 +738,7 @@ impl Server {
             }
             // The keys only: a thread that matched one still finds its value.
             for k in 0..blocks::TABLE_ENTRIES {
-                u64_at(v.at(a.addrs.table + 16 * k)).store(0, Ordering::Release);
+                u64_at(v.at(a.addrs.table + blocks::TABLE_ENTRY * k)).store(0, Ordering::Release);
             }
             let gen = u32_at(v.at(a.addrs.at(ctl::REQ_GEN))).load(Ordering::Acquire);
             u32_at(v.at(a.addrs.at(ctl::ACK_GEN))).store(gen, Ordering::Release);

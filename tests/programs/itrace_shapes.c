@@ -1,12 +1,14 @@
 /* Targets for the .itrace recorders: each function a shape of code the
  * block tracer translates (loops, recursion, a jump table with global
  * data, `rep` and `syscall` instructions, indirect calls, a loop back to
- * the entry, a signal inside the call, a long loop). `./itrace_shapes NAME N` calls NAME(N) once and prints the
+ * the entry, code that modifies itself, a signal inside the call, a long
+ * loop). `./itrace_shapes NAME N` calls NAME(N) once and prints the
  * result. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -93,6 +95,24 @@ __attribute__((noinline)) long spin(long n) {
     return a + b;
 }
 
+/* Code that modifies itself: a function in a fresh page (`mov eax, 1;
+ * ret`) called, changed (`mov eax, 2`), and called again, n times. */
+__attribute__((noinline)) long rewrite(long n) {
+    unsigned char *page = mmap(0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) return -1;
+    long s = 0;
+    for (long i = 0; i < n; i++) {
+        unsigned char code[] = {0xb8, 1, 0, 0, 0, 0xc3};
+        memcpy(page, code, sizeof code);
+        long (*volatile f)(void) = (long (*)(void))page;
+        s = s * 10 + f();
+        page[1] = 2;
+        s = s * 10 + f();
+    }
+    munmap(page, 4096);
+    return s;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     long n = atol(argv[2]);
@@ -106,6 +126,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "signalled")) r = signalled(n);
     else if (!strcmp(argv[1], "spin")) r = spin(n);
     else if (!strcmp(argv[1], "entry_loop")) r = entry_loop(n);
+    else if (!strcmp(argv[1], "rewrite")) r = rewrite(n);
     else return 2;
     printf("%ld\n", r);
     return 0;

@@ -39,7 +39,11 @@
 //! after it), and for `fork`, `vfork`, `clone` and `clone3` (decided by
 //! rax before the call, the arena being shared with the child) the child
 //! leaves the cache at once. A signal's handler runs natively (untraced)
-//! and returns into the cache.
+//! and returns into the cache. Code that modifies itself: the dispatcher
+//! compares a block's bytes with a copy of those it translated before
+//! using the translation (`REQ_CHANGED`: translated anew); blocks chained
+//! by direct jumps are not compared (the tracer reports their changes at
+//! the end of the call).
 
 use iced_x86::code_asm::*;
 use iced_x86::{
@@ -109,9 +113,14 @@ pub const REQ_FLUSH: u32 = 2;
 pub const REQ_DONE: u32 = 3;
 /// The thread left the traced call's frame other than by its return.
 pub const REQ_UNWOUND: u32 = 4;
+/// The block at `REQ_ADDR` changed since it was translated.
+pub const REQ_CHANGED: u32 = 5;
 
-/// Lookup table entries (16 bytes: real address, translation).
+/// Lookup table entries: real address, translation, and the address and
+/// length of a copy of the block's bytes as translated (a block whose code
+/// changed since is translated again when reached through the table).
 pub const TABLE_ENTRIES: u64 = 1 << 14;
+pub const TABLE_ENTRY: u64 = 32;
 
 /// Where an arena is in the target, and the one word shared by all arenas
 /// that wakes the tracer.
@@ -201,6 +210,7 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     let mut miss = a.create_label();
     let mut done = a.create_label();
     let mut not_ret = a.create_label();
+    let mut changed = a.create_label();
     let mut gone = a.create_label();
     let mut wait = a.create_label();
     let mut answered = a.create_label();
@@ -253,18 +263,18 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     a.mov(rcx, rax)?;
     a.shr(rcx, 2)?;
     a.and(ecx, (TABLE_ENTRIES - 1) as u32)?;
-    a.shl(rcx, 4)?;
+    a.shl(rcx, TABLE_ENTRY.trailing_zeros())?;
     add(&mut a, Instruction::with2(Code::Add_r64_rm64, Register::RCX, rip(ar.at(ctl::TABLE))))?;
     a.set_label(&mut probe)?;
     a.cmp(qword_ptr(rcx), rax)?;
     a.je(hit)?;
     a.cmp(qword_ptr(rcx), 0)?;
     a.je(miss)?;
-    a.add(rcx, 16)?;
+    a.add(rcx, TABLE_ENTRY as i32)?;
     // Past the table's end: back to its start.
     a.lea(rax, ptr(rcx))?;
     add(&mut a, Instruction::with2(Code::Sub_r64_rm64, Register::RAX, rip(ar.at(ctl::TABLE))))?;
-    a.cmp(rax, (TABLE_ENTRIES * 16) as i32)?;
+    a.cmp(rax, (TABLE_ENTRIES * TABLE_ENTRY) as i32)?;
     a.jae(wrap)?;
     load(&mut a, Register::RAX, ar.at(ctl::WANT))?;
     a.jmp(probe)?;
@@ -275,8 +285,28 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     a.set_label(&mut hit)?;
     a.mov(rax, qword_ptr(rcx + 8))?;
     store(&mut a, ar.at(ctl::TARGET), Register::RAX)?;
+    // The block's bytes as they were translated? (Code that modifies
+    // itself, reached through a return or an indirect branch.)
+    a.push(rsi)?;
+    a.push(rdi)?;
+    load(&mut a, Register::RSI, ar.at(ctl::WANT))?;
+    a.mov(rdi, qword_ptr(rcx + 16))?;
+    a.mov(rcx, qword_ptr(rcx + 24))?;
+    a.cld()?;
+    a.repe().cmpsb()?;
+    a.pop(rdi)?;
+    a.pop(rsi)?;
+    a.jne(changed)?;
     leave(&mut a)?;
     jmp_via(&mut a, ar.at(ctl::TARGET))?;
+    a.set_label(&mut changed)?;
+    load(&mut a, Register::RAX, ar.at(ctl::WANT))?;
+    store(&mut a, ar.at(ctl::REQ_ADDR), Register::RAX)?;
+    a.mov(eax, REQ_CHANGED)?;
+    add(&mut a, Instruction::with2(Code::Mov_rm32_r32, rip(ar.at(ctl::REQ_KIND)), Register::EAX))?;
+    a.call(request)?;
+    load(&mut a, Register::RAX, ar.at(ctl::WANT))?;
+    a.jmp(lookup)?;
     a.set_label(&mut miss)?;
     store(&mut a, ar.at(ctl::REQ_ADDR), Register::RAX)?;
     a.mov(eax, REQ_TRANSLATE)?;
