@@ -12,7 +12,7 @@ use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use telco_itrc::x64::{gpr_index, X64Regs, REGISTERS};
+use telco_itrc::x64::{gpr_index, X64Regs, REGISTERS, VECTORS};
 use telco_itrc::{ModuleInfo, Recorder, RecorderConfig, RecorderStats};
 
 mod common;
@@ -219,8 +219,11 @@ fn recorded_x86_64_trace_reads_back_in_python_with_the_simulated_values() {
     let Some(py) = python_json(&path) else { return };
 
     let names: Vec<&str> = py["registers"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap()).collect();
-    assert_eq!(names, REGISTERS);
-    assert!(py["registers"].as_array().unwrap().iter().all(|r| r[1] == 8));
+    let ours: Vec<&str> = REGISTERS.iter().chain(VECTORS.iter()).copied().collect();
+    assert_eq!(names, ours);
+    let sizes: Vec<u64> = py["registers"].as_array().unwrap().iter().map(|r| r[1].as_u64().unwrap()).collect();
+    assert!(sizes[..REGISTERS.len()].iter().all(|&s| s == 8), "{sizes:?}");
+    assert!(sizes[REGISTERS.len()..].iter().all(|&s| s == 32), "{sizes:?}");
     assert_eq!(hex(&py["start"]["rip"]), BASE);
     assert_eq!(hex(&py["start"]["rbx"]), 0x1234);
     assert_eq!(hex(&py["start"]["ra"]), RETURN_TO);
@@ -270,11 +273,11 @@ fn hex_bytes(s: &str) -> Vec<u8> {
 #[test]
 fn over_budget_traces_say_how_many_records_were_lost() {
     let path = scratch("budget.itrc");
-    let (truth, stats) = record(&path, RecorderConfig { max_bytes: Some(1500), ..Default::default() });
+    let (truth, stats) = record(&path, RecorderConfig { max_bytes: Some(2400), ..Default::default() });
     assert!(stats.lost > 0 && stats.records > 0, "{stats:?}");
     assert_eq!(stats.records + stats.lost, truth.block_ends.len() as u64);
     let len = std::fs::metadata(&path).unwrap().len();
-    assert!(len <= 1500 + 100, "{len}");
+    assert!(len <= 2400 + 100, "{len}");
     if let Some(py) = python_json(&path) {
         assert_eq!(py["python_json"], true, "itrace:lost as Frida writes it");
         assert_eq!(py["lost"].as_u64(), Some(stats.lost));
@@ -294,7 +297,7 @@ fn itrc_dump_prints_disassembles_and_converts_our_x86_64_files() {
 
     let out = ok_stdout(&telco(&["itrc-dump", file]));
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "itrc: x86_64, 19 registers");
+    assert_eq!(lines[0], "itrc: x86_64, 35 registers");
     assert_eq!(lines[1], "start:");
     assert!(lines[2].starts_with("    rip=0x401000 "), "{}", lines[2]);
     assert!(out.contains(" rbx=0x1234 "), "{out}");

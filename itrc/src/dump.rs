@@ -2,7 +2,7 @@
 //! message and per executed block.
 //!
 //! ```text
-//! itrc: x86_64, 19 registers
+//! itrc: x86_64, 35 registers
 //! start:
 //!     rip=0x1000              r15=0x0                 r14=0x0               …
 //! compile 0x1000 prog!0x0: 11 bytes, writes +0 ra, +1 rsp, +6 rax, +11 rsp
@@ -94,8 +94,18 @@ impl<W: Write> TextDump<W> {
                 self.names = registers.iter().map(|r| r.name.clone()).collect();
                 writeln!(out, "itrc: {arch}, {} registers", registers.len())?;
                 writeln!(out, "start:")?;
-                let cells: Vec<String> = registers.iter().zip(values).map(|(r, v)| format!("{}={v}", r.name)).collect();
+                // The 8-byte registers in columns, the wider ones (vector
+                // registers) a line each.
+                let cells: Vec<String> = registers
+                    .iter()
+                    .zip(values.iter())
+                    .filter(|(r, _)| r.size <= 8)
+                    .map(|(r, v)| format!("{}={v}", r.name))
+                    .collect();
                 print_cells(out, &cells)?;
+                for (r, v) in registers.iter().zip(values.iter()).filter(|(r, _)| r.size > 8) {
+                    writeln!(out, "    {}={v}", r.name)?;
+                }
             }
             Event::Compile(b) => {
                 self.summary.blocks += 1;

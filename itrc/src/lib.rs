@@ -40,13 +40,17 @@
 //!
 //! * Registers ([`x64::REGISTERS`]): Frida's x64 `GumCpuContext` order `rip,
 //!   r15 … r8, rdi, rsi, rbp, rsp, rbx, rdx, rcx, rax`, then `rflags`, then
-//!   one pseudo-register `ra` (index [`x64::RA`]), all 8 bytes. x86_64 has no
+//!   one pseudo-register `ra` (index [`x64::RA`]), all 8 bytes, then the
+//!   vector registers `ymm0` … `ymm15` ([`x64::VECTORS`], 32 bytes each, as
+//!   Frida's arm64 list ends with `q0` … `q31`). x86_64 has no
 //!   link register; `ra` is its stand-in: the return address of the function
 //!   the block belongs to (see [`Recorder`]). Every block's first write is
 //!   `[0, 18]` (`ra` at block entry), as Frida's is `[0, 33]` (`lr`).
 //! * A write of `eax`, `ax`, `al` or `ah` is a write of `rax`; an instruction
 //!   that modifies any flag writes `rflags` (Frida's arm64 backend records
-//!   `nzcv` the same way). Vector and segment registers are not in the list.
+//!   `nzcv` the same way). A write of `xmmN`, `ymmN` or `zmmN` (N < 16) is a
+//!   write of `ymmN`, recorded whole (without AVX its upper half is 0);
+//!   `xmm16` up, mask and segment registers are not in the list.
 //! * Unlike Frida, the block's last instruction's writes are recorded too
 //!   (`rsp` after `call`/`ret`, `rax`/`rcx`/`r11` after `syscall`): we
 //!   record after the instruction ran, so the values exist, and without

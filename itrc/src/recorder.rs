@@ -88,7 +88,7 @@ pub enum RecordError {
 
 struct Known {
     block: X64Block,
-    /// Number of values in the block's records (writes incl. `ra`).
+    /// Bytes of the values in the block's records (writes incl. `ra`).
     values: usize,
     /// Whether its `itrace:compile` is in the file.
     written: bool,
@@ -101,7 +101,7 @@ struct Open {
     next: usize,
     /// Values so far: `ra` at entry, then one per write of each executed
     /// instruction.
-    values: Vec<u64>,
+    values: Vec<u8>,
 }
 
 /// Deepest return-address stack kept (deeper calls forget their oldest
@@ -193,7 +193,6 @@ pub struct Recorder<W: Write> {
     exhausted: bool,
     lost_written: u64,
     stats: RecorderStats,
-    record: Vec<u8>,
     /// [`Recorder::replay`]: the last block ended in `ret`; what it knew of
     /// the last block it was given.
     returned: bool,
@@ -228,7 +227,6 @@ impl<W: Write> Recorder<W> {
             exhausted: false,
             lost_written: 0,
             stats: RecorderStats::default(),
-            record: Vec::new(),
             returned: false,
             replayed: None,
         })
@@ -254,6 +252,9 @@ impl<W: Write> Recorder<W> {
         let mut values = Vec::with_capacity(8 * x64::REGISTERS.len());
         for v in regs.to_array().into_iter().chain([return_address]) {
             values.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in &regs.ymm {
+            values.extend_from_slice(v);
         }
         self.writer.start(&x64::register_specs(), &values)?;
         self.stats.bytes = self.writer.len();
@@ -290,7 +291,7 @@ impl<W: Write> Recorder<W> {
             return Ok(());
         }
         for &w in &insn.writes {
-            open.values.push(regs_after.get(w).unwrap_or(0));
+            regs_after.put(w, &mut open.values);
         }
         match insn.flow {
             Flow::Call => {
@@ -377,14 +378,14 @@ impl<W: Write> Recorder<W> {
             if block.insns.is_empty() {
                 block = opaque_block(pc, regs_after, block.code);
             }
-            let values = block.writes().len();
+            let values = record_bytes(&block);
             slot.insert(Known { block, values, written: false });
             self.stats.blocks += 1;
         }
         self.compile(pc)?;
         let values_len = self.blocks[&pc].values;
         let mut values = Vec::with_capacity(values_len);
-        values.push(self.ra.last().copied().unwrap_or(0));
+        values.extend_from_slice(&self.ra.last().copied().unwrap_or(0).to_le_bytes());
         self.open = Some(Open { address: pc, next: 0, values });
         Ok(())
     }
@@ -443,7 +444,7 @@ impl<W: Write> Recorder<W> {
             Some(r) if r.address == pc => r,
             _ => {
                 if let std::collections::hash_map::Entry::Vacant(slot) = self.blocks.entry(pc) {
-                    let values = block.writes().len();
+                    let values = record_bytes(block);
                     slot.insert(Known { block: block.clone(), values, written: false });
                     self.stats.blocks += 1;
                 }
@@ -467,7 +468,7 @@ impl<W: Write> Recorder<W> {
             }
         };
         self.stats.steps += last.insns;
-        let len = 8 * (1 + last.values);
+        let len = 8 + last.values;
         if self.exhausted || !last.written || !self.fits(self.writer.record_cost(len)) {
             self.exhausted = true;
             self.stats.lost += 1;
@@ -475,7 +476,7 @@ impl<W: Write> Recorder<W> {
             let mut head = [0u8; 16];
             head[..8].copy_from_slice(&pc.to_le_bytes());
             head[8..].copy_from_slice(&self.ra.last().copied().unwrap_or(0).to_le_bytes());
-            let want = 8 * last.values.saturating_sub(1);
+            let want = last.values.saturating_sub(8);
             if values.len() >= want {
                 self.writer.record_parts(&[&head, &values[..want]])?;
             } else {
@@ -514,28 +515,23 @@ impl<W: Write> Recorder<W> {
         let known = &self.blocks[&open.address];
         for insn in &known.block.insns[open.next..] {
             for &w in &insn.writes {
-                open.values.push(self.last.get(w).unwrap_or(0));
+                self.last.put(w, &mut open.values);
             }
         }
         self.stats.partial += 1;
         self.emit(open.address, &open.values)
     }
 
-    fn emit(&mut self, address: u64, values: &[u64]) -> Result<(), RecordError> {
+    fn emit(&mut self, address: u64, values: &[u8]) -> Result<(), RecordError> {
         let known = &self.blocks[&address];
         debug_assert_eq!(values.len(), known.values);
-        let len = 8 * (1 + values.len());
+        let len = 8 + values.len();
         if self.exhausted || !known.written || !self.fits(self.writer.record_cost(len)) {
             self.exhausted = true;
             self.stats.lost += 1;
             return Ok(());
         }
-        self.record.clear();
-        self.record.extend_from_slice(&address.to_le_bytes());
-        for v in values {
-            self.record.extend_from_slice(&v.to_le_bytes());
-        }
-        self.writer.record(&self.record)?;
+        self.writer.record_parts(&[&address.to_le_bytes(), values])?;
         self.stats.records += 1;
         self.stats.bytes = self.writer.len();
         Ok(())
@@ -568,6 +564,11 @@ impl<W: Write> Recorder<W> {
             module: module.map(|m| (m.path.clone(), m.base)),
         }
     }
+}
+
+/// Bytes of a block's record values (`ra` and its writes).
+fn record_bytes(block: &X64Block) -> usize {
+    block.writes().iter().map(|&(_, r)| x64::value_size(r)).sum()
 }
 
 /// A block for code that could not be decoded: one instruction, as long as

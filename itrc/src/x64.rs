@@ -38,13 +38,38 @@ pub const RA: u32 = 18;
 /// blocks of at most this many bytes.
 pub const MAX_BLOCK_BYTES: usize = 4096;
 
-/// The `itrace:start` register list.
+/// The vector registers after `ra` in the list, 32 bytes each (their
+/// `xmm` halves for SSE, whole for AVX; indices [`YMM0`]…).
+pub const VECTORS: [&str; 16] = [
+    "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11", "ymm12", "ymm13",
+    "ymm14", "ymm15",
+];
+/// Index of `ymm0`.
+pub const YMM0: u32 = 19;
+/// Bytes of a vector register's value.
+pub const VECTOR_SIZE: usize = 32;
+
+/// The size of the value of register `index` in a record.
+pub fn value_size(index: u32) -> usize {
+    if index >= YMM0 {
+        VECTOR_SIZE
+    } else {
+        8
+    }
+}
+
+/// The `itrace:start` register list: [`REGISTERS`], then [`VECTORS`].
 pub fn register_specs() -> Vec<RegisterSpec> {
-    REGISTERS.iter().map(|n| RegisterSpec { name: (*n).to_string(), size: 8 }).collect()
+    REGISTERS
+        .iter()
+        .map(|n| RegisterSpec { name: (*n).to_string(), size: 8 })
+        .chain(VECTORS.iter().map(|n| RegisterSpec { name: (*n).to_string(), size: VECTOR_SIZE as u32 }))
+        .collect()
 }
 
 /// The 18 machine registers of a thread, in Frida's order (`ra` is not a
-/// machine register; the [`crate::Recorder`] tracks it).
+/// machine register; the [`crate::Recorder`] tracks it), and its vector
+/// registers (`ymm`, zero where unknown).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct X64Regs {
     pub rip: u64,
@@ -65,13 +90,47 @@ pub struct X64Regs {
     pub rcx: u64,
     pub rax: u64,
     pub rflags: u64,
+    pub ymm: [[u8; VECTOR_SIZE]; 16],
 }
 
 impl X64Regs {
     /// From the values in [`REGISTERS`] order (without `ra`).
     pub fn from_array(v: [u64; 18]) -> Self {
         let [rip, r15, r14, r13, r12, r11, r10, r9, r8, rdi, rsi, rbp, rsp, rbx, rdx, rcx, rax, rflags] = v;
-        X64Regs { rip, r15, r14, r13, r12, r11, r10, r9, r8, rdi, rsi, rbp, rsp, rbx, rdx, rcx, rax, rflags }
+        X64Regs {
+            rip,
+            r15,
+            r14,
+            r13,
+            r12,
+            r11,
+            r10,
+            r9,
+            r8,
+            rdi,
+            rsi,
+            rbp,
+            rsp,
+            rbx,
+            rdx,
+            rcx,
+            rax,
+            rflags,
+            ymm: Default::default(),
+        }
+    }
+
+    /// Append register `index`'s value as a record holds it (little-endian,
+    /// [`value_size`] bytes; `ra` and unknown indices as 0).
+    pub fn put(&self, index: u32, out: &mut Vec<u8>) {
+        if index >= YMM0 {
+            match self.ymm.get((index - YMM0) as usize) {
+                Some(v) => out.extend_from_slice(v),
+                None => out.extend_from_slice(&[0; VECTOR_SIZE]),
+            }
+        } else {
+            out.extend_from_slice(&self.get(index).unwrap_or(0).to_le_bytes());
+        }
     }
 
     /// The values in [`REGISTERS`] order (without `ra`).
@@ -94,7 +153,9 @@ impl X64Regs {
         let mut a = self.to_array();
         if let Some(slot) = a.get_mut(index as usize) {
             *slot = value;
+            let ymm = self.ymm;
             *self = X64Regs::from_array(a);
+            self.ymm = ymm;
         }
     }
 }
@@ -122,6 +183,27 @@ impl From<&libc::user_regs_struct> for X64Regs {
             rcx: r.rcx,
             rax: r.rax,
             rflags: r.eflags,
+            ymm: Default::default(),
+        }
+    }
+}
+
+impl X64Regs {
+    /// The vector registers from an `NT_X86_XSTATE` register set (XSAVE's
+    /// standard layout: `xmm` in the legacy area at 160, the upper halves of
+    /// `ymm` at 576 when the AVX component is not in its initial state).
+    pub fn set_xstate(&mut self, xsave: &[u8]) {
+        let avx = xsave.get(512).is_some_and(|bv| bv & 4 != 0);
+        for (n, v) in self.ymm.iter_mut().enumerate() {
+            *v = [0; VECTOR_SIZE];
+            if let Some(lo) = xsave.get(160 + 16 * n..176 + 16 * n) {
+                v[..16].copy_from_slice(lo);
+            }
+            if avx {
+                if let Some(hi) = xsave.get(576 + 16 * n..592 + 16 * n) {
+                    v[16..].copy_from_slice(hi);
+                }
+            }
         }
     }
 }
@@ -222,6 +304,22 @@ pub fn gpr_index(reg: Register) -> Option<u32> {
     })
 }
 
+/// Index in the register list of a vector register (`xmm0`…`xmm15`,
+/// `ymm0`…`ymm15`, and the low halves of `zmm0`…`zmm15`); `None` for the
+/// others (`xmm16` up, mask registers, x87).
+pub fn vector_index(reg: Register) -> Option<u32> {
+    let n = if reg.is_xmm() {
+        reg.number()
+    } else if reg.is_ymm() {
+        reg.number()
+    } else if reg.is_zmm() {
+        reg.number()
+    } else {
+        return None;
+    };
+    (n < 16).then_some(YMM0 + n as u32)
+}
+
 fn flow_of(instr: &Instruction) -> Flow {
     match instr.flow_control() {
         FlowControl::Next => Flow::Next,
@@ -252,7 +350,7 @@ pub fn instruction_writes(factory: &mut InstructionInfoFactory, instr: &Instruct
             used.access(),
             OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
         );
-        if let Some(i) = gpr_index(used.register()).filter(|_| writes) {
+        if let Some(i) = gpr_index(used.register()).or_else(|| vector_index(used.register())).filter(|_| writes) {
             if !out.contains(&i) {
                 out.push(i);
             }

@@ -59,6 +59,7 @@ impl Pool {
             buf: data + DATA_SIZE,
             buf_size: BUF_SIZE,
             bell,
+            avx: blocks::has_avx(),
         }
     }
 
@@ -123,6 +124,9 @@ struct Arena {
     next_half: u64,
     acked: u32,
     rec: Option<Recorder<BufWriter<File>>>,
+    /// The registers at the call's entry and its return address, for
+    /// `itrace:start` once the prologue has stored the vector registers.
+    pending_start: Option<(telco_itrc::x64::X64Regs, u64)>,
     path: PathBuf,
     name: String,
 }
@@ -227,6 +231,7 @@ impl Server {
                 next_half: 0,
                 acked: 0,
                 rec: None,
+                pending_start: None,
                 path: PathBuf::new(),
                 name: String::new(),
             });
@@ -371,8 +376,7 @@ impl Server {
         // Chunks of 1 MiB go to the file as they are (past the writer's
         // buffer, which gathers the small messages).
         let cfg = RecorderConfig { max_bytes: Some(1 << 30), chunk_size: 1 << 20, ..RecorderConfig::default() };
-        let mut rec = Recorder::new(BufWriter::with_capacity(64 << 10, out), cfg).map_err(|e| e.to_string())?;
-        rec.start(&crate::arch::native::itrc_regs(&regs), ret).map_err(|e| e.to_string())?;
+        let rec = Recorder::new(BufWriter::with_capacity(64 << 10, out), cfg).map_err(|e| e.to_string())?;
         let v = self.pool.view();
         let pool_local = move |at: u64| v.at(at);
         let a = &mut self.arenas[i];
@@ -431,11 +435,17 @@ impl Server {
         put32(ctl::LEFT, 0);
         a.acked = gen;
         a.rec = Some(rec);
+        a.pending_start = Some((crate::arch::native::itrc_regs(&regs), ret));
         a.path = path;
         a.name = f.name.clone();
         a.state = ArenaState::Busy;
         match self.translate(i, f.patch_at, traced) {
-            Ok(t) => Ok(t),
+            Ok(t) => {
+                // The thread starts in the prologue, which goes on there.
+                let a = &self.arenas[i];
+                u64_at(self.pool.local(a.addrs.at(ctl::FIRST))).store(t, Ordering::Release);
+                Ok(a.stubs.prologue)
+            }
             Err(e) => {
                 self.finish(i, false, Some(e.clone()));
                 // No thread entered it: free again.
@@ -622,9 +632,28 @@ impl Server {
         }
     }
 
+    /// `itrace:start`, once: the registers at the entry, the vector ones
+    /// as the prologue stored them.
+    fn ensure_started(&mut self, i: usize) {
+        let v = self.pool.view();
+        let a = &mut self.arenas[i];
+        let Some((mut regs, ret)) = a.pending_start.take() else { return };
+        for (n, y) in regs.ymm.iter_mut().enumerate() {
+            // SAFETY: inside the arena's data part.
+            let at = unsafe { std::slice::from_raw_parts(v.at(a.addrs.at(ctl::START_VEC + 32 * n as u64)), 32) };
+            y.copy_from_slice(at);
+        }
+        if let Some(rec) = a.rec.as_mut() {
+            if let Err(e) = rec.start(&regs, ret) {
+                self.report.warnings.push(format!("{}: {e}", a.path.display()));
+            }
+        }
+    }
+
     /// The records in `[start, end)` of arena `i`'s buffer into its
     /// recorder.
     fn drain_range(&mut self, i: usize, start: u64, end: u64) {
+        self.ensure_started(i);
         let v = self.pool.view();
         let a = &mut self.arenas[i];
         if end <= start || start < a.addrs.buf || end > a.addrs.buf + a.addrs.buf_size {
@@ -647,16 +676,17 @@ impl Server {
                             Some(format!("a record names {addr:#x}, not a block of this trace: the rest was dropped"));
                         break;
                     };
-                    let n: usize = block.insns.iter().map(|i| i.writes.len()).sum();
+                    let n: usize =
+                        block.insns.iter().flat_map(|i| i.writes.iter()).map(|&w| telco_itrc::x64::value_size(w)).sum();
                     last = Some((addr, block, n));
                     (block, n)
                 }
             };
-            let Some(values) = bytes.get(at + 8..at + 8 + 8 * n) else {
+            let Some(values) = bytes.get(at + 8..at + 8 + n) else {
                 bad = Some(format!("the last record of block {addr:#x} is cut short: dropped"));
                 break;
             };
-            at += 8 * (1 + n);
+            at += 8 + n;
             self.report.instructions += block.insns.len() as u64;
             self.report.records += 1;
             if let Err(e) = rec.replay_raw(block, values) {
@@ -685,6 +715,7 @@ impl Server {
     /// The trace of arena `i` is over: its file ends (with `itrace:end`
     /// when the call returned).
     fn finish(&mut self, i: usize, returned: bool, why: Option<String>) {
+        self.ensure_started(i);
         self.drain(i);
         // Self-modifying code: a block whose bytes changed since it was
         // translated ran as it was (the translation), perhaps not as the

@@ -290,7 +290,8 @@ impl Itracer {
         let mut rec = Recorder::new(BufWriter::with_capacity(1 << 20, out), cfg).map_err(|e| e.to_string())?;
         let mut shown = r;
         arch::set_pc(&mut shown, f.patch_at);
-        rec.start(&arch::itrc_regs(&shown), ret).map_err(|e| e.to_string())?;
+        let vectors = thread.vector_regs().map_err(err)?;
+        rec.start(&arch::itrc_regs_with(&shown, &vectors), ret).map_err(|e| e.to_string())?;
         let mut done = false;
         let mut steps = 0u64;
         while steps < self.max_steps {
@@ -318,7 +319,8 @@ impl Itracer {
                 // A system call saved the flags with our trap flag set.
                 arch::hide_step_flag_after_syscall(&mut shown, &|a, b| self.read(a, b, traced), before);
                 let mut read = |a: u64, buf: &mut [u8]| self.read(a, buf, traced);
-                rec.step(map(before), &arch::itrc_regs(&shown), &mut read).map_err(|e| e.to_string())?;
+                let vectors = thread.vector_regs().map_err(err)?;
+                rec.step(map(before), &arch::itrc_regs_with(&shown, &vectors), &mut read).map_err(|e| e.to_string())?;
             }
             // Returned: at the return address, the stack popped.
             if arch::pc(&r) == ret && arch::sp(&r) == arch::sp_after_return(entry_sp) {

@@ -1,7 +1,7 @@
 /* Targets for the .itrace recorders: each function a shape of code the
  * block tracer translates (loops, recursion, a jump table with global
  * data, `rep` and `syscall` instructions, indirect calls, a loop back to
- * the entry, code that modifies itself, a signal inside the call, a long
+ * the entry, vector registers, code that modifies itself, a signal inside the call, a long
  * loop). `./itrace_shapes NAME N` calls NAME(N) once and prints the
  * result. */
 #include <signal.h>
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <emmintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -95,6 +96,16 @@ __attribute__((noinline)) long spin(long n) {
     return a + b;
 }
 
+/* Vector registers (SSE2, which every x86_64 has): their writes are
+ * recorded as `ymm` values. */
+__attribute__((noinline)) long vectors(long n) {
+    __m128i acc = _mm_set1_epi32(1);
+    for (long i = 0; i < n; i++) acc = _mm_add_epi32(_mm_mullo_epi16(acc, _mm_set1_epi32(3)), _mm_set1_epi32((int)i));
+    int out[4];
+    _mm_storeu_si128((__m128i *)out, acc);
+    return (long)out[0] + out[1] + out[2] + out[3];
+}
+
 /* Code that modifies itself: a function in a fresh page (`mov eax, 1;
  * ret`) called, changed (`mov eax, 2`), and called again, n times. */
 __attribute__((noinline)) long rewrite(long n) {
@@ -127,6 +138,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "spin")) r = spin(n);
     else if (!strcmp(argv[1], "entry_loop")) r = entry_loop(n);
     else if (!strcmp(argv[1], "rewrite")) r = rewrite(n);
+    else if (!strcmp(argv[1], "vectors")) r = vectors(n);
     else return 2;
     printf("%ld\n", r);
     return 0;

@@ -177,6 +177,20 @@ pub(crate) mod req {
         call("PTRACE_SETREGS", tid, ptrace::setregs(Pid::from_raw(tid), *r))
     }
 
+    /// The register set `nt` (an `NT_*` note type) into `buf`: the bytes
+    /// the kernel gave. Raw `libc::ptrace`: nix reads only `NT_PRSTATUS`
+    /// and `NT_PRFPREG` sets.
+    pub fn get_regset(tid: i32, nt: i32, buf: &mut [u8]) -> Result<usize, PtraceError> {
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        // SAFETY: the kernel writes at most iov_len bytes into buf and
+        // updates iov_len.
+        let r = unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, nt as usize, &mut iov as *mut libc::iovec) };
+        if r < 0 {
+            return Err(PtraceError::Call { op: "PTRACE_GETREGSET", tid, source: std::io::Error::last_os_error() });
+        }
+        Ok(iov.iov_len)
+    }
+
     /// The `si_code` of the signal the thread is stopped for.
     pub fn signal_code(tid: i32) -> Option<i32> {
         ptrace::getsiginfo(Pid::from_raw(tid)).ok().map(|i| i.si_code)
@@ -714,6 +728,16 @@ impl Thread {
 
     pub fn set_regs(&self, r: &Regs) -> Result<(), PtraceError> {
         req::set_regs(self.tid, r)
+    }
+
+    /// The thread's vector registers as the architecture's register set
+    /// holds them (`arch::VECTOR_REGSET`); empty where it has none.
+    pub fn vector_regs(&self) -> Result<Vec<u8>, PtraceError> {
+        let Some(nt) = arch::VECTOR_REGSET else { return Ok(Vec::new()) };
+        let mut buf = vec![0u8; 4096];
+        let n = req::get_regset(self.tid, nt, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
     }
 
     /// Execute one instruction.

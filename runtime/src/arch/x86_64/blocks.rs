@@ -103,8 +103,13 @@ pub mod ctl {
     /// The staging record (the block's values; up to [`STAGE_BYTES`]).
     pub const STAGE: u64 = 4096;
     pub const STAGE_BYTES: u64 = 64 << 10;
-    /// Exit slots, bump-allocated after the stage.
-    pub const SLOTS: u64 = STAGE + STAGE_BYTES;
+    /// The vector registers at the call's entry (16 × 32 bytes), stored
+    /// by the prologue.
+    pub const START_VEC: u64 = STAGE + STAGE_BYTES;
+    /// u64: the first block's translation (the prologue goes there).
+    pub const FIRST: u64 = START_VEC + 512;
+    /// Exit slots and copies of blocks, bump-allocated after those.
+    pub const SLOTS: u64 = FIRST + 8;
 }
 
 /// Request kinds.
@@ -136,6 +141,9 @@ pub struct ArenaAddrs {
     pub buf_size: u64,
     /// A u32 the tracer futex-waits on (`Header::itrace_bell`).
     pub bell: u64,
+    /// The CPU has AVX: vector registers are stored whole (`ymm`), else
+    /// their SSE half (`xmm`), the upper half recorded as zero.
+    pub avx: bool,
 }
 
 impl ArenaAddrs {
@@ -157,6 +165,31 @@ pub struct Stubs {
     /// to the tracer and go on in the other (waiting only while that one
     /// is not drained yet).
     pub switch: u64,
+    /// Where a traced call starts: store the vector registers (the
+    /// `itrace:start` values), go to the first block (`FIRST`).
+    pub prologue: u64,
+}
+
+/// Whether this CPU has AVX (the target's, on the same machine).
+pub fn has_avx() -> bool {
+    std::arch::is_x86_feature_detected!("avx")
+}
+
+/// Store vector register `n` (0..16) at `at` (32 bytes), flags untouched.
+fn store_vector(a: &mut CodeAssembler, ar: &ArenaAddrs, n: u32, at: u64) -> Result<(), IcedError> {
+    use Register::*;
+    const YMM: [Register; 16] =
+        [YMM0, YMM1, YMM2, YMM3, YMM4, YMM5, YMM6, YMM7, YMM8, YMM9, YMM10, YMM11, YMM12, YMM13, YMM14, YMM15];
+    const XMM: [Register; 16] =
+        [XMM0, XMM1, XMM2, XMM3, XMM4, XMM5, XMM6, XMM7, XMM8, XMM9, XMM10, XMM11, XMM12, XMM13, XMM14, XMM15];
+    let n = (n as usize).min(15);
+    if ar.avx {
+        add(a, Instruction::with2(Code::VEX_Vmovdqu_ymmm256_ymm, rip(at), YMM[n]))
+    } else {
+        add(a, Instruction::with2(Code::Movdqu_xmmm128_xmm, rip(at), XMM[n]))?;
+        add(a, Instruction::with2(Code::Mov_rm64_imm32, rip(at + 16), 0i32))?;
+        add(a, Instruction::with2(Code::Mov_rm64_imm32, rip(at + 24), 0i32))
+    }
 }
 
 fn rip(addr: u64) -> MemoryOperand {
@@ -439,13 +472,27 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     store(&mut a, ar.at(ctl::CURSOR), Register::RAX)?;
     a.ret()?;
 
+    // prologue: the vector registers at the call's entry.
+    let mut prologue = a.create_label();
+    a.set_label(&mut prologue)?;
+    for n in 0..16 {
+        store_vector(&mut a, ar, n, ar.at(ctl::START_VEC + 32 * u64::from(n)))?;
+    }
+    jmp_via(&mut a, ar.at(ctl::FIRST))?;
+
     // leave: to the real address in WANT.
     a.set_label(&mut leave_l)?;
     jmp_via(&mut a, ar.at(ctl::WANT))?;
 
     let r = a.assemble_options(ar.code, iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let at = |l: CodeLabel| r.label_ip(&l);
-    let s = Stubs { dispatch: at(dispatch)?, request: at(request)?, leave: at(leave_l)?, switch: at(switch)? };
+    let s = Stubs {
+        dispatch: at(dispatch)?,
+        request: at(request)?,
+        leave: at(leave_l)?,
+        switch: at(switch)?,
+        prologue: at(prologue)?,
+    };
     Ok((r.inner.code_buffer, s))
 }
 
@@ -517,8 +564,10 @@ fn translate_inner(
     let mut decoder = Decoder::with_ip(64, &block.code, block.address, DecoderOptions::NONE);
     let mut info = InstructionInfoFactory::new();
     let mut stage = ctl::STAGE;
-    let values: usize = block.insns.iter().map(|i| i.writes.len()).sum();
-    if 8 * values as u64 > ctl::STAGE_BYTES {
+    // The record's values, in 8-byte words.
+    let bytes: usize = block.insns.iter().flat_map(|i| i.writes.iter()).map(|&w| telco_itrc::x64::value_size(w)).sum();
+    let values = bytes / 8;
+    if bytes as u64 > ctl::STAGE_BYTES {
         return refuse(format!("the block at {:#x} writes more registers than the record holds", block.address));
     }
     // Exits: (label of its thunk, slot, target).
@@ -538,7 +587,9 @@ fn translate_inner(
         let last = k + 1 == n;
         let stage_writes = |a: &mut CodeAssembler, stage: &mut u64| -> Result<(), Fail> {
             for &w in &insn.writes {
-                if w == telco_itrc::x64::RFLAGS {
+                if w >= telco_itrc::x64::YMM0 {
+                    store_vector(a, ar, w - telco_itrc::x64::YMM0, ar.at(*stage))?;
+                } else if w == telco_itrc::x64::RFLAGS {
                     a.lea(rsp, ptr(rsp - 128))?;
                     a.pushfq()?;
                     add(a, Instruction::with1(Code::Pop_rm64, rip(ar.at(*stage))))?;
@@ -546,7 +597,7 @@ fn translate_inner(
                 } else {
                     store(a, ar.at(*stage), full_reg(w))?;
                 }
-                *stage += 8;
+                *stage += telco_itrc::x64::value_size(w) as u64;
             }
             Ok(())
         };

@@ -15,6 +15,10 @@ use telco_abi::arch::x86_64 as abi;
 /// A stopped thread's registers as ptrace gives them.
 pub type Regs = libc::user_regs_struct;
 
+/// The register set of the vector registers (`NT_X86_XSTATE`: XSAVE's
+/// layout), for `.itrace`'s single-stepper.
+pub const VECTOR_REGSET: Option<i32> = Some(0x202);
+
 /// The architecture's name, as users read it.
 pub const NAME: &str = "x86_64";
 /// The ELF header's `e_machine` of its programs (64-bit).
@@ -132,6 +136,13 @@ pub fn instruction_starts(code: &[u8], ip: u64) -> Vec<u64> {
 }
 
 /// The ITRC file format's x86_64 register record of `r`.
+/// [`itrc_regs`] with the vector registers from `VECTOR_REGSET`'s bytes.
+pub fn itrc_regs_with(r: &Regs, vectors: &[u8]) -> telco_itrc::x64::X64Regs {
+    let mut x = itrc_regs(r);
+    x.set_xstate(vectors);
+    x
+}
+
 pub fn itrc_regs(r: &Regs) -> telco_itrc::x64::X64Regs {
     telco_itrc::x64::X64Regs::from(r)
 }
