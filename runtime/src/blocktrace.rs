@@ -320,12 +320,7 @@ impl Server {
             let free = self.arenas.iter().position(|a| matches!(a.state, ArenaState::Free));
             let f = traced.get(func as usize);
             let (Some(i), Some(f), true, false) = (free, f, pid == self.pid as u64, enough) else {
-                let _ = state.compare_exchange(
-                    abi::ITRACE_WAITING,
-                    abi::ITRACE_DECLINED,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
+                crate::itrace::decline(state);
                 continue;
             };
             if state

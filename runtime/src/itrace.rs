@@ -36,6 +36,13 @@ use std::path::{Path, PathBuf};
 use telco_abi::region::{self as abi, ItraceSlot, SavedRegs};
 use telco_itrc::{Recorder, RecorderConfig};
 
+/// A waiting request the tracer will not take: its thread frees the slot
+/// and runs on untraced (counted).
+pub(crate) fn decline(state: &std::sync::atomic::AtomicU32) {
+    use std::sync::atomic::Ordering;
+    let _ = state.compare_exchange(abi::ITRACE_WAITING, abi::ITRACE_DECLINED, Ordering::AcqRel, Ordering::Relaxed);
+}
+
 /// The file of the `k`-th traced call (1-based): `path`, `path.2`, …
 pub fn call_file(path: &Path, k: u64) -> PathBuf {
     if k == 1 {
@@ -212,12 +219,7 @@ impl Itracer {
             let ours = |tid: u32| i32::try_from(tid).ok().filter(|&t| crate::os::proc::tgid(t) == Some(self.pid));
             let asked = pid == self.pid as u64 && (func as usize) < traced.len();
             let Some(tid) = asked.then(|| ours(tid)).flatten() else {
-                let _ = state.compare_exchange(
-                    abi::ITRACE_WAITING,
-                    abi::ITRACE_DECLINED,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
+                decline(state);
                 continue;
             };
             let Ok(thread) = Thread::seize(tid) else { continue };
