@@ -32,8 +32,8 @@ use telco_itrc::x64::X64Block;
 use telco_itrc::{Recorder, RecorderConfig};
 
 pub const ARENAS: usize = 8;
-pub const CODE_SIZE: u64 = 8 << 20;
-pub const DATA_SIZE: u64 = 2 << 20;
+pub const CODE_SIZE: u64 = 32 << 20;
+pub const DATA_SIZE: u64 = 8 << 20;
 pub const BUF_SIZE: u64 = 16 << 20;
 pub const ARENA_SIZE: u64 = CODE_SIZE + DATA_SIZE + BUF_SIZE;
 pub const POOL_SIZE: u64 = ARENA_SIZE * ARENAS as u64;

@@ -124,7 +124,7 @@ pub const REQ_CHANGED: u32 = 5;
 /// Lookup table entries: real address, translation, and the address and
 /// length of a copy of the block's bytes as translated (a block whose code
 /// changed since is translated again when reached through the table).
-pub const TABLE_ENTRIES: u64 = 1 << 14;
+pub const TABLE_ENTRIES: u64 = 1 << 16;
 pub const TABLE_ENTRY: u64 = 32;
 
 /// Where an arena is in the target, and the one word shared by all arenas
