@@ -352,3 +352,36 @@ fn the_python_interpreter_runs_translated() {
     assert!(blocks > 1000, "{summary}");
     let _ = std::fs::remove_file(&out);
 }
+
+/// A target that writes over the block tracer's arenas inside its traced
+/// call (with 0xff, which makes its own code cache fault, and with zeros,
+/// which make it loop): the tracer names what the target did, ends the
+/// file, and the session ends (at -T) with a clear message, never a hang or
+/// a panic.
+#[test]
+fn a_target_that_overwrites_its_code_cache_is_named() {
+    let exe = dir().join("scribble");
+    common::gcc("itrace_scribble.c", &exe, &[]);
+    for fill in ["255", "0"] {
+        let out = dir().join(format!("scribble{fill}.itrc"));
+        let cmd = format!("{} {fill}", exe.display());
+        let o = common::telco_bounded(
+            &[
+                "-T",
+                "5",
+                "-e",
+                r#"probe process.function("victim").itrace {}"#,
+                "-c",
+                &cmd,
+                "--itrc",
+                out.to_str().unwrap(),
+            ],
+            60,
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.code().is_some(), "fill {fill}: killed ({:?}): {err}", o.status);
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(err.contains("the target overwrote the code cache's arena"), "fill {fill}: {err}");
+        assert!(err.matches("not a block of this trace").count() <= 1, "{err}");
+    }
+}

@@ -119,6 +119,8 @@ struct Arena {
     thunks: Vec<(u64, u64)>,
     /// Entries in its lookup table.
     entries: u64,
+    /// A record was not one of ours: nothing more is read from its buffer.
+    garbled: bool,
     /// The half the thread fills next after the last one drained (they
     /// are filled 0, 1, 0, 1…: the tracer's count, not the target's word).
     next_half: u64,
@@ -228,6 +230,7 @@ impl Server {
                 blocks: HashMap::new(),
                 thunks: Vec::new(),
                 entries: 0,
+                garbled: false,
                 next_half: 0,
                 acked: 0,
                 rec: None,
@@ -387,6 +390,7 @@ impl Server {
         a.blocks.clear();
         a.thunks.clear();
         a.entries = 0;
+        a.garbled = false;
         a.next_half = 0;
         let put64 = |off: u64, v: u64| u64_at(pool_local(a.addrs.at(off))).store(v, Ordering::Relaxed);
         put64(ctl::END_RET, ret);
@@ -538,11 +542,38 @@ impl Server {
         Ok(at)
     }
 
+    /// What the target overwrote of arena `i`'s constants (the code
+    /// trusts them), if anything.
+    fn damage(&self, i: usize) -> Option<&'static str> {
+        let v = self.pool.view();
+        let a = &self.arenas[i].addrs;
+        let half = a.buf_size / 2;
+        let word = |off: u64| u64_at(v.at(a.at(off))).load(Ordering::Relaxed);
+        let fixed = [
+            (ctl::TABLE, a.table),
+            (ctl::BUF_START, a.buf),
+            (ctl::HALF_START, a.buf),
+            (ctl::HALF_START + 8, a.buf + half),
+            (ctl::HALF_END, a.buf + half),
+            (ctl::HALF_END + 8, a.buf + a.buf_size),
+            (ctl::TIMESPEC + 8, 10_000_000),
+        ];
+        fixed.iter().any(|&(off, want)| word(off) != want).then_some("its control block")
+    }
+
     /// Arena `i`'s pending request, if any.
     fn answer(&mut self, i: usize) {
         let v = self.pool.view();
         let local = move |x: u64| v.at(x);
         let addrs = self.arenas[i].addrs;
+        if let Some(what) = self.damage(i) {
+            // The code there may loop or fault now: the program's doing.
+            // Abandoned (its thread leaves at its next transfer, if it
+            // can), the file ends here.
+            u32_at(local(addrs.at(ctl::ABANDONED))).store(1, Ordering::Release);
+            self.finish(i, false, Some(format!("the target overwrote the code cache's arena ({what})")));
+            return;
+        }
         self.drain_filled(i);
         let gen = u32_at(local(addrs.at(ctl::REQ_GEN))).load(Ordering::Acquire);
         if gen == self.arenas[i].acked {
@@ -651,7 +682,7 @@ impl Server {
         self.ensure_started(i);
         let v = self.pool.view();
         let a = &mut self.arenas[i];
-        if end <= start || start < a.addrs.buf || end > a.addrs.buf + a.addrs.buf_size {
+        if a.garbled || end <= start || start < a.addrs.buf || end > a.addrs.buf + a.addrs.buf_size {
             return;
         }
         // SAFETY: inside the arena's buffer (checked above).
@@ -690,6 +721,7 @@ impl Server {
             }
         }
         if let Some(b) = bad {
+            a.garbled = true;
             self.report.warnings.push(format!("{}: {b}", a.path.display()));
         }
     }
