@@ -2446,8 +2446,13 @@ EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
                     return 0;
                 }
                 /* Taken by the block tracer, which never answered (it
-                 * died): run on untraced (the slot stays taken). */
-                if (rt_now_ns(R) > start + 10000000000LL) {
+                 * died, or is stuck): free the slot and run on untraced,
+                 * unless the answer came meanwhile (then it is taken up at
+                 * the next turn). */
+                u32 t = ITRACE_TAKEN;
+                if (rt_now_ns(R) > start + 10000000000LL &&
+                    __atomic_compare_exchange_n(&AT(s, IT_STATE, u32), &t, ITRACE_FREE, 0, __ATOMIC_ACQ_REL,
+                                                __ATOMIC_RELAXED)) {
                     __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
                     return 0;
                 }

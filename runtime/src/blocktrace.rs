@@ -341,8 +341,15 @@ impl Server {
             };
             // SAFETY: the slot's resume word.
             u64_at(base.wrapping_add(core::mem::offset_of!(ItraceSlot, resume))).store(resume, Ordering::Relaxed);
-            // Release: the thread sees the code and `resume` with RUN.
-            state.store(abi::ITRACE_RUN, Ordering::Release);
+            // Release: the thread sees the code and `resume` with RUN. A
+            // thread that gave up meanwhile (10 s) freed the slot: its
+            // arena is set up for nobody.
+            if state.compare_exchange(abi::ITRACE_TAKEN, abi::ITRACE_RUN, Ordering::AcqRel, Ordering::Relaxed).is_err()
+                && resume != 0
+            {
+                self.finish(i, false, Some("the thread stopped waiting before its first block".into()));
+                self.arenas[i].state = ArenaState::Free;
+            }
             if self.report.calls >= self.max_calls {
                 u32_at(self.header.wrapping_add(core::mem::offset_of!(abi::Header, itrace_slots)))
                     .store(0, Ordering::Relaxed);
