@@ -86,15 +86,7 @@ impl View {
     }
 }
 
-/// The single-stepper's reading of target memory: the traced functions'
-/// own bytes where our jumps are.
-fn read_code(mem: &File, traced: &[Traced], addr: u64, buf: &mut [u8]) -> usize {
-    let n = mem.read_at(buf, addr).unwrap_or(0);
-    for t in traced {
-        t.unpatch(addr, buf, n);
-    }
-    n
-}
+use crate::itrace::read_code;
 
 enum ArenaState {
     Free,
@@ -277,17 +269,7 @@ impl Server {
             if stop.load(Ordering::Acquire) {
                 break;
             }
-            let ts = libc::timespec { tv_sec: 0, tv_nsec: 20_000_000 };
-            // SAFETY: FUTEX_WAIT on the live bell word, relative timeout.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.bell().as_ptr(),
-                    libc::FUTEX_WAIT,
-                    seen,
-                    &ts as *const libc::timespec,
-                )
-            };
+            crate::os::sys::futex_wait(self.bell(), seen, std::time::Duration::from_millis(20));
             seen = self.bell().load(Ordering::Acquire);
         }
         self.serve();
@@ -361,12 +343,7 @@ impl Server {
     /// Set arena `i` up for a call of `f` (registers saved at `regs_at`)
     /// and translate its first block: the address the thread goes to.
     fn start(&mut self, i: usize, regs_at: u64, f: &Traced, traced: &[Traced]) -> Result<u64, String> {
-        let mut saved = [0u8; core::mem::size_of::<abi::SavedRegs>()];
-        self.mem.read_exact_at(&mut saved, regs_at).map_err(|e| format!("reading the saved registers: {e}"))?;
-        let mut words = abi::SavedRegs::default().words;
-        for (w, b) in words.iter_mut().zip(saved.chunks_exact(8)) {
-            *w = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
-        }
+        let words = crate::itrace::saved_regs(&self.mem, regs_at)?;
         // SAFETY: a plain struct of integers; all zeros is a value.
         let mut regs: crate::arch::native::Regs = unsafe { std::mem::zeroed() };
         crate::arch::native::load_saved(&mut regs, &words);
@@ -821,6 +798,5 @@ impl Server {
 }
 
 fn wake(word: *mut u8) {
-    // SAFETY: FUTEX_WAKE on a live shared word.
-    unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX) };
+    crate::os::sys::futex_wake(u32_at(word));
 }

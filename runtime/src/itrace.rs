@@ -36,6 +36,28 @@ use std::path::{Path, PathBuf};
 use telco_abi::region::{self as abi, ItraceSlot, SavedRegs};
 use telco_itrc::{Recorder, RecorderConfig};
 
+/// Target memory at `addr` into `buf` (how many bytes were read), with the
+/// traced functions' own bytes where our jumps are: the code both recorders
+/// decode.
+pub(crate) fn read_code(mem: &File, traced: &[Traced], addr: u64, buf: &mut [u8]) -> usize {
+    let n = mem.read_at(buf, addr).unwrap_or(0);
+    for t in traced {
+        t.unpatch(addr, buf, n);
+    }
+    n
+}
+
+/// The registers a gate saved at `regs_at` (a `SavedRegs` block).
+pub(crate) fn saved_regs(mem: &File, regs_at: u64) -> Result<[u64; telco_abi::arch::native::NREGS], String> {
+    let mut saved = [0u8; core::mem::size_of::<SavedRegs>()];
+    mem.read_exact_at(&mut saved, regs_at).map_err(|e| format!("reading the saved registers: {e}"))?;
+    let mut words = SavedRegs::default().words;
+    for (w, b) in words.iter_mut().zip(saved.chunks_exact(8)) {
+        *w = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+    }
+    Ok(words)
+}
+
 /// A waiting request the tracer will not take: its thread frees the slot
 /// and runs on untraced (counted).
 pub(crate) fn decline(state: &std::sync::atomic::AtomicU32) {
@@ -259,22 +281,12 @@ impl Itracer {
     }
 
     fn read(&self, addr: u64, buf: &mut [u8], traced: &[Traced]) -> usize {
-        let n = self.mem.read_at(buf, addr).unwrap_or(0);
-        // The functions' own bytes where our jumps are.
-        for t in traced {
-            t.unpatch(addr, buf, n);
-        }
-        n
+        read_code(&self.mem, traced, addr, buf)
     }
 
     fn trace(&mut self, mut thread: Thread, regs_at: u64, f: &Traced, traced: &[Traced]) -> Result<(), String> {
         let t0 = std::time::Instant::now();
-        let mut saved = [0u8; core::mem::size_of::<SavedRegs>()];
-        self.mem.read_exact_at(&mut saved, regs_at).map_err(|e| format!("reading the saved registers: {e}"))?;
-        let mut words = SavedRegs::default().words;
-        for (w, b) in words.iter_mut().zip(saved.chunks_exact(8)) {
-            *w = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
-        }
+        let words = saved_regs(&self.mem, regs_at)?;
         let mut r = thread.regs().map_err(err)?;
         arch::load_saved(&mut r, &words);
         arch::set_pc(&mut r, f.resume);

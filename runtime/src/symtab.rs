@@ -9,10 +9,9 @@
 //! module slots and the region an area for their data
 //! (`Artifact::symtab_late`); the dynamic loader's `r_brk` is hooked and
 //! the loading thread waits (`Header::dl_wait`, as for probes in libraries
-//! not loaded yet: at most one poll, 10 ms, per call of `r_brk`, twice per
-//! `dlopen`), so no backtrace through the new library runs before its
-//! symbols are there. At the session's poll the tracer reads the target's
-//! maps, asks a [`SymbolSource`] (the driver's ELF
+//! not loaded yet; the tracer is woken at once, `os::sys::Watch`), so no
+//! backtrace through the new library runs before its symbols are there.
+//! At the session's poll the tracer reads the target's maps, asks a [`SymbolSource`] (the driver's ELF
 //! reader: the runtime parses no ELF symbols or CFI itself) for each new
 //! library's symbols, writes them into the area and raises `late_used`
 //! (Release), after the slot's bias and `mapped`. A library unloaded is
@@ -81,13 +80,7 @@ fn file_modules(maps: &[Mapping]) -> Vec<&Path> {
         .collect()
 }
 
-/// Where file offset `off` of module `path` is mapped.
-fn mapped_at(maps: &[Mapping], path: &Path, off: u64) -> Option<u64> {
-    maps.iter()
-        .filter(|m| m.path == path)
-        .find(|m| off >= m.offset && off - m.offset < m.end - m.start)
-        .map(|m| m.start + (off - m.offset))
-}
+use crate::target::runtime_addr as mapped_at;
 
 impl LateSymbols {
     /// Whether the artifact has late slots (the session then hooks the

@@ -155,7 +155,7 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// The run-time address of a byte at `file_offset` of `module`.
-fn runtime_addr(maps: &[Mapping], module: &Path, file_offset: u64) -> Option<u64> {
+pub(crate) fn runtime_addr(maps: &[Mapping], module: &Path, file_offset: u64) -> Option<u64> {
     maps.iter()
         .filter(|m| same_file(&m.path, module))
         .find(|m| file_offset >= m.offset && file_offset < m.offset + (m.end - m.start))
@@ -288,6 +288,11 @@ struct Late {
     at: u64,
     /// The address range of its mappings.
     range: (u64, u64),
+}
+
+/// The first planned patch that shares a byte with `[lo, hi)`: where it is.
+fn overlapping(plans: &[Plan], lo: u64, hi: u64) -> Option<u64> {
+    plans.iter().find(|(at, orig, _)| lo < at + orig.len() as u64 && *at < hi).map(|(at, _, _)| *at)
 }
 
 /// The address range `module`'s mappings cover.
@@ -953,9 +958,7 @@ impl Hooker {
                 Some(n) => (addr - n, n),
                 None => (addr, site.unwrap_or(16) as u64),
             };
-            if let Some((at, _, _)) =
-                plans.iter().find(|(at, orig, _)| from < at + orig.len() as u64 && *at < from + reach)
-            {
+            if let Some(at) = overlapping(&plans, from, from + reach) {
                 refused.push(format!("{fname}: its jump would overlap the probe patched at {at:#x}"));
                 continue;
             }
@@ -1005,9 +1008,9 @@ impl Hooker {
             // jump's slot in the padding) must not touch another probe's
             // either; then the overlap checks of what comes next see them.
             let clash = placed.as_ref().ok().and_then(|p| {
-                p.retargets.iter().find_map(|(at, orig, _)| {
-                    plans.iter().find(|(b, o, _)| *at < b + o.len() as u64 && *b < at + orig.len() as u64).map(|_| *at)
-                })
+                p.retargets
+                    .iter()
+                    .find_map(|(at, orig, _)| overlapping(&plans, *at, at + orig.len() as u64).map(|_| *at))
             });
             match (placed, clash) {
                 (Ok(_), Some(at)) => {
@@ -1022,7 +1025,7 @@ impl Hooker {
         for (file_offset, displaced) in hosts {
             let Some(addr) = runtime_addr(maps, module, file_offset) else { continue };
             let end = addr + u64::from(displaced);
-            let clash = plans.iter().any(|(at, orig, _)| addr < at + orig.len() as u64 && *at < end);
+            let clash = overlapping(&plans, addr, end).is_some();
             let placed = if clash {
                 Err("another probe's jump is there".to_string())
             } else {

@@ -599,20 +599,7 @@ fn symbols_for(
     if let Some(bytes) = own_vdso() {
         let path = std::path::Path::new("[vdso]");
         if let Ok(m) = crate::elf::Module::from_bytes(path, &bytes) {
-            if let Some(anchor) = m.functions.first() {
-                let mut functions: Vec<(u64, u64, String)> =
-                    m.functions.iter().map(|f| (f.addr, f.size, f.display_name().to_string())).collect();
-                functions.sort_by_key(|f| f.0);
-                out.push(crate::program::ModuleSymbols {
-                    unwind: Vec::new(),
-                    module: telco_abi::artifact::SymModule {
-                        path: path.to_path_buf(),
-                        anchor_addr: anchor.addr,
-                        anchor_offset: anchor.file_offset,
-                    },
-                    functions,
-                });
-            }
+            out.extend(symbols_of(&m, path, &Default::default(), Vec::new()));
         }
     }
     out
@@ -622,11 +609,22 @@ fn symbols_for(
 /// target names it); None without functions. Also what the tracer adds for
 /// a library loaded later (`telco_runtime::symtab`).
 pub fn module_symbols(m: &crate::elf::Module, path: &std::path::Path) -> Option<crate::program::ModuleSymbols> {
-    let anchor = m.functions.first()?;
     // A stripped library's unnamed functions take their names from its
     // debug file, when installed (`__libc_start_call_main`, not
     // `sub_271d0`).
     let better: std::collections::HashMap<u64, String> = m.debug_names().into_iter().collect();
+    symbols_of(m, path, &better, m.unwind_rows())
+}
+
+/// A module's functions (named from `better` where it names them) with
+/// `unwind`, anchored at its first function; None without functions.
+fn symbols_of(
+    m: &crate::elf::Module,
+    path: &std::path::Path,
+    better: &std::collections::HashMap<u64, String>,
+    unwind: Vec<(u64, u32)>,
+) -> Option<crate::program::ModuleSymbols> {
+    let anchor = m.functions.first()?;
     let mut functions: Vec<(u64, u64, String)> = m
         .functions
         .iter()
@@ -634,7 +632,7 @@ pub fn module_symbols(m: &crate::elf::Module, path: &std::path::Path) -> Option<
         .collect();
     functions.sort_by_key(|f| f.0);
     Some(crate::program::ModuleSymbols {
-        unwind: m.unwind_rows(),
+        unwind,
         module: telco_abi::artifact::SymModule {
             path: path.to_path_buf(),
             anchor_addr: anchor.addr,

@@ -355,7 +355,7 @@ fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample> {
     if nr > 4096 {
         return None;
     }
-    let mut kernel = Vec::new();
+    let mut kernel = Vec::with_capacity(nr as usize);
     for _ in 0..nr {
         let ip = word()?;
         if ip < (-4095i64) as u64 {

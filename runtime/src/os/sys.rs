@@ -355,13 +355,28 @@ mod tests {
     }
 }
 
+/// Wait (at most `timeout`) while the shared word `word` holds `seen`
+/// (`FUTEX_WAIT`, not private: the word may be in memory other processes
+/// map). Returns at a wake, a change, a signal or the timeout. Raw
+/// `libc::syscall`: nix has no futex call.
+pub fn futex_wait(word: &std::sync::atomic::AtomicU32, seen: u32, timeout: std::time::Duration) {
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    // SAFETY: FUTEX_WAIT on a live word, with a relative timeout.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, seen, &ts as *const libc::timespec) };
+}
+
+/// Wake every waiter on the shared word `word` (`FUTEX_WAKE`).
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live word.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
 /// A thread that waits on a word of a memfd (a futex shared with the
 /// processes that map it: `FUTEX_WAIT`, not private) and makes a pipe
 /// readable each time the word changes, so a `poll` on the pipe wakes
 /// at once (the dlopen handshake: `Header::dl_gen`, which `rt_dlnotify`
 /// wakes). At most one wake per 250 µs, and one per 10 ms once a target
-/// changes the word more than 200 times in 100 ms (no loader does). Raw
-/// `libc::syscall`: nix has no futex call.
+/// changes the word more than 200 times in 100 ms (no loader does).
 pub struct Watch {
     read: OwnedFd,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -392,13 +407,7 @@ impl Watch {
             // the word, not a loader), one per 10 ms.
             let (mut window, mut wakes) = (std::time::Instant::now(), 0u32);
             while !halt.load(Ordering::Relaxed) {
-                let ts = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
-                // SAFETY: FUTEX_WAIT on a word of a live shared mapping,
-                // with a relative timeout; returns at a wake, a change, a
-                // signal or the timeout.
-                unsafe {
-                    libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, seen, &ts as *const libc::timespec)
-                };
+                futex_wait(word, seen, std::time::Duration::from_millis(50));
                 let now = word.load(Ordering::Acquire);
                 if now != seen {
                     seen = now;
