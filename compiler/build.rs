@@ -1,10 +1,29 @@
 use std::fmt::Write;
 use std::path::Path;
 
-/// The runtime library's architecture description (one per architecture).
-#[cfg(target_arch = "x86_64")]
+/// The runtime library's architecture descriptions, one per architecture;
+/// the build picks the target's (`CARGO_CFG_TARGET_ARCH`: a build script
+/// runs on the host, which may be another architecture).
+#[path = "rt/arch/aarch64.rs"]
+mod rt_aarch64;
 #[path = "rt/arch/x86_64.rs"]
-mod rt_arch;
+mod rt_x86_64;
+
+/// What build.rs needs to know about an architecture's runtime library.
+struct RtArch {
+    /// Compiler flags beyond the common ones.
+    cflags: &'static [&'static str],
+    /// The relocations the linked library may have used.
+    pc_relative: &'static [u32],
+}
+
+fn rt_arch(arch: &str) -> Option<RtArch> {
+    match arch {
+        "x86_64" => Some(RtArch { cflags: rt_x86_64::CFLAGS, pc_relative: rt_x86_64::PC_RELATIVE }),
+        "aarch64" => Some(RtArch { cflags: rt_aarch64::CFLAGS, pc_relative: rt_aarch64::PC_RELATIVE }),
+        _ => None,
+    }
+}
 
 fn main() {
     // Generates src/grammar.rs into OUT_DIR from src/grammar.lalrpop. Once a
@@ -64,13 +83,22 @@ fn build_runtime_library() {
     println!("cargo:rerun-if-changed={}", rt.join("rt.ld").display());
     println!("cargo:rerun-if-changed={}", rt.join("arch").display());
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    if arch != "x86_64" {
-        die(&format!("no runtime library for {arch} yet: it needs compiler/rt/arch/{arch}.h and .rs"));
-    }
+    let (Some(rt_arch), Some(header)) = (rt_arch(&arch), telco_abi::c_header(&arch)) else {
+        die(&format!("no runtime library for {arch} yet: it needs compiler/rt/arch/{arch}.h and .rs"))
+    };
     println!("cargo:rerun-if-changed=../abi/src");
     let out = Path::new(&out_dir);
-    fail_on(std::fs::write(out.join("abi.h"), telco_abi::c_header()), "cannot write abi.h");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
+    fail_on(std::fs::write(out.join("abi.h"), header), "cannot write abi.h");
+    // The C compiler for the target: $CC_<target> or $CC as cargo's cc
+    // crate reads them, else gcc, or the Debian cross compiler
+    // (`aarch64-linux-gnu-gcc`) when building for another architecture.
+    let target = std::env::var("TARGET").unwrap_or_default();
+    let host = std::env::var("HOST").unwrap_or_default();
+    println!("cargo:rerun-if-env-changed=CC");
+    println!("cargo:rerun-if-env-changed=CC_{}", target.replace('-', "_"));
+    let cc = std::env::var(format!("CC_{}", target.replace('-', "_")))
+        .or_else(|_| std::env::var("CC"))
+        .unwrap_or_else(|_| if target == host { "gcc".into() } else { format!("{arch}-linux-gnu-gcc") });
     let elf = out.join("rt.elf");
     let status = std::process::Command::new(&cc)
         .args([
@@ -96,7 +124,7 @@ fn build_runtime_library() {
             "-Wl,--build-id=none",
             "-Wl,-z,noexecstack",
         ])
-        .args(rt_arch::CFLAGS)
+        .args(rt_arch.cflags)
         .arg(format!("-DARCH_HEADER=\"arch/{arch}.h\""))
         .arg(format!("-I{}", rt.display()))
         .arg(format!("-I{}", out.display()))
@@ -142,7 +170,7 @@ fn build_runtime_library() {
             continue;
         }
         for r in relocs.iter() {
-            if !rt_arch::PC_RELATIVE.contains(&r.r_type) {
+            if !rt_arch.pc_relative.contains(&r.r_type) {
                 die(&format!(
                     "rt/rt.c needs a relocation of type {} at {:#x}: the runtime library must be position independent",
                     r.r_type, r.r_offset

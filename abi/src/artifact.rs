@@ -115,7 +115,7 @@ pub enum LifeEvent {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbeEntry {
-    /// Offset of the handler in the code: `extern "sysv64" fn(region, ctx)`.
+    /// Offset of the handler in the code: `extern "C" fn(region, ctx)`.
     pub handler: u32,
     pub attach: Attach,
     /// The probe point as written, for messages.

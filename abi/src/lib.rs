@@ -12,8 +12,12 @@ pub mod region;
 use std::fmt::Write;
 
 /// A C header with every constant and offset of [`region`] and [`format`],
-/// generated from the Rust definitions so the two cannot drift apart.
-pub fn c_header() -> String {
+/// generated from the Rust definitions so the two cannot drift apart, for
+/// the runtime library of `arch` (Rust's name, `CARGO_CFG_TARGET_ARCH`: a
+/// build script may run on another architecture than it builds for). None
+/// for an architecture telco-stap does not run on.
+pub fn c_header(arch: &str) -> Option<String> {
+    let regs = arch::layout(arch)?;
     use core::mem::offset_of;
     use region::*;
     let mut h = String::from("/* Generated from telco-abi (abi/src/lib.rs). Do not edit. */\n#pragma once\n");
@@ -142,9 +146,10 @@ pub fn c_header() -> String {
         ("C_ADDR", offset_of!(Ctx, addr)),
         ("C_ENTRY", offset_of!(Ctx, entry)),
         ("C_REGS", offset_of!(Ctx, regs)),
-        ("REG_SP", 8 * crate::arch::native::SP),
-        ("REG_FP", 8 * crate::arch::native::FP),
-        ("REG_PC", 8 * crate::arch::native::PC),
+        ("REG_SP", 8 * regs.sp),
+        ("REG_FP", 8 * regs.fp),
+        ("REG_PC", 8 * regs.pc),
+        ("STACK_ARGS_AT", regs.stack_args_at as usize),
         ("R_HEAD", offset_of!(RingHeader, head)),
         ("R_TAIL", offset_of!(RingHeader, tail)),
         ("R_SIZE", offset_of!(RingHeader, size)),
@@ -205,8 +210,9 @@ pub fn c_header() -> String {
         ("C_PID", offset_of!(Ctx, pid)),
         ("C_TOK_POS", offset_of!(Ctx, tok_pos)),
         ("CTX_SIZE", CTX_SIZE),
-        ("SAMPLE_FRAMES_AT", offset_of!(Sample, frames)),
-        ("SAMPLE_PCS_AT", offset_of!(Sample, pcs)),
+        // A sample's register file has the target architecture's size.
+        ("SAMPLE_FRAMES_AT", 8 * regs.nregs),
+        ("SAMPLE_PCS_AT", 8 * regs.nregs + 8),
         ("SAMPLE_FRAMES", SAMPLE_FRAMES),
     ] {
         def(n, v as u64);
@@ -274,10 +280,14 @@ pub fn c_header() -> String {
     let _ = writeln!(h, "#define COUNT_ARG ({})", format::COUNT_ARG);
     // The argument registers' offsets in the saved register file, an
     // initializer for `static const u8 x[] = ARG_REG_OFFSETS;`.
-    let args: Vec<String> = crate::arch::native::ARG_REGS.iter().map(|r| (8 * r).to_string()).collect();
+    let args: Vec<String> = regs.arg_regs.iter().map(|r| (8 * r).to_string()).collect();
     let _ = writeln!(h, "#define NARG_REGS {}", args.len());
     let _ = writeln!(h, "#define ARG_REG_OFFSETS {{{}}}", args.join(", "));
-    let _ = writeln!(h, "#define REG_RETURN {}ULL", 8 * crate::arch::native::RETURN_REG);
-    let _ = writeln!(h, "#define NREGS {}", crate::arch::native::NREGS);
-    h
+    let _ = writeln!(h, "#define REG_RETURN {}ULL", 8 * regs.return_reg);
+    let _ = writeln!(h, "#define NREGS {}", regs.nregs);
+    if let Some(ra) = regs.ra_reg {
+        let _ = writeln!(h, "#define REG_RA {}ULL", 8 * ra);
+    }
+    let _ = writeln!(h, "#define PC_MASK {:#x}ULL", regs.pc_mask);
+    Some(h)
 }

@@ -751,6 +751,9 @@ pub struct Sample {
     pub frames: u64,
     pub pcs: [u64; SAMPLE_FRAMES],
 }
+// `c_header` places these by the register file's size alone.
+const _: () = assert!(core::mem::offset_of!(Sample, frames) == 8 * crate::arch::native::NREGS);
+const _: () = assert!(core::mem::offset_of!(Sample, pcs) == 8 * crate::arch::native::NREGS + 8);
 
 pub const ERR_DIV0: u32 = 1;
 pub const ERR_MAXACTION: u32 = 2;

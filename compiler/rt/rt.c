@@ -1659,14 +1659,16 @@ LOCAL i64 *arg_reg(u8 *regs, i64 n) {
     return &AT(regs, arg_regs[n - 1], i64);
 }
 
-/* $argN (1-based: the ABI's argument registers, then the stack above the
- * return address), $return and register("...") of a function probe; 0 elsewhere. */
+/* $argN (1-based: the ABI's argument registers, then the stack from the
+ * entry's stack pointer, past the return address on x86_64:
+ * STACK_ARGS_AT), $return and register("...") of a function probe; 0
+ * elsewhere. */
 EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs || n < 1) return 0;
     if (n <= NARG_REGS) return *arg_reg(regs, n);
     i64 v = 0;
-    rt_read_user(R, &v, AT(regs, REG_SP, u64) + 8 * (u64)(n - NARG_REGS), 8);
+    rt_read_user(R, &v, AT(regs, REG_SP, u64) + STACK_ARGS_AT + 8 * (u64)(n - NARG_REGS - 1), 8);
     return v;
 }
 
@@ -1685,7 +1687,7 @@ EXPORT void rt_set_arg(u8 *ctx, i64 n, i64 v) {
         /* Fault-safe: a write into this process that cannot fault it. */
         struct {
             u64 base, len;
-        } local = {(u64)&v, 8}, remote = {AT(regs, REG_SP, u64) + 8 * (u64)(n - NARG_REGS), 8};
+        } local = {(u64)&v, 8}, remote = {AT(regs, REG_SP, u64) + STACK_ARGS_AT + 8 * (u64)(n - NARG_REGS - 1), 8};
         sys6(SYS_process_vm_writev, sys6(SYS_getpid, 0, 0, 0, 0, 0, 0), (i64)&local, 1, (i64)&remote, 1, 0);
     }
 }
@@ -1801,13 +1803,19 @@ LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
     int first = 1;
     if (pc && pc == AT(ctx, C_ADDR, u64) && n < max && unwind_rule_at(tab, pc) == UNW_NONE) {
         /* At a function's entry (before its prologue) with no CFI: its
-         * caller's return address is on top of the stack, and rbp is still
-         * the caller's frame. */
+         * caller's return address is on top of the stack (x86_64) or in
+         * the link register (aarch64, whose trampolines name entry sp - 8
+         * its slot), and the frame pointer is still the caller's. */
         pcs[n++] = pc;
         u64 ret;
+#ifdef REG_RA
+        ret = AT(regs, REG_RA, u64) & PC_MASK;
+        pc = unrelocate(tab, real_return(R, slot, sp - 8, ret));
+#else
         if (rt_read_user(R, &ret, sp, 8) != 8) return n;
         pc = unrelocate(tab, real_return(R, slot, sp, ret));
         sp += 8;
+#endif
         first = 0;
     }
     while (n < max && pc) {
@@ -1819,7 +1827,7 @@ LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
         if (kind == UNW_NONE) {
             u64 frame[2];
             if (!fp || rt_read_user(R, frame, fp, 16) != 16 || frame[0] <= fp) break;
-            pc = unrelocate(tab, real_return(R, slot, fp + 8, frame[1]));
+            pc = unrelocate(tab, real_return(R, slot, fp + 8, frame[1] & PC_MASK));
             sp = fp + 16;
             fp = frame[0];
             continue;
@@ -1830,7 +1838,7 @@ LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
             i64 off = 8 * (i64)(short)(rule >> 16);
             if (rt_read_user(R, &fp, cfa + (u64)off, 8) != 8) break;
         }
-        pc = unrelocate(tab, real_return(R, slot, cfa - 8, ret));
+        pc = unrelocate(tab, real_return(R, slot, cfa - 8, ret & PC_MASK));
         sp = cfa;
     }
     return n;
@@ -2032,7 +2040,8 @@ static u8 *thread_slot(u8 *R) {
     /* The thread's id as its C library keeps it (no system call), when
      * the tracer found where. */
     u32 off = AT(R, H_TCB_TID_OFF, u32);
-    u32 me = off ? *(u32 *)(tp + off) : 0;
+    /* Signed: below the thread pointer on aarch64. */
+    u32 me = off ? *(u32 *)(tp + (u64)(i64)(int)off) : 0;
     u64 h = slot_home(tp, n);
     for (u64 i = 0; i < n; i++) {
         u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;

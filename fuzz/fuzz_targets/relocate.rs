@@ -26,14 +26,18 @@ fuzz_target!(|data: &[u8]| {
     use telco_runtime::arch::aarch64::patch as a64;
     let entry = entry & !3;
     if let Ok(hook) = a64::plan(code, entry, size) {
-        let site = entry + hook.patch_offset;
-        for scratch in [true, false] {
-            let _ = a64::relocate(hook.displaced, site, site.wrapping_sub(to_delta & !3), scratch);
+        let start = (hook.patch_at - entry) as usize;
+        if let Some(bytes) = code.get(start..start + hook.displaced) {
+            let word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            for scratch in [true, false] {
+                let _ = a64::relocate_word(word, hook.patch_at, hook.patch_at.wrapping_sub(to_delta & !3), scratch);
+            }
+            let _ = a64::relocate_with_map(bytes, hook.patch_at, hook.displaced, hook.patch_at.wrapping_sub(to_delta & !3));
         }
     }
     // Any word at all, near and far.
     for w in code.chunks_exact(4).take(64) {
         let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-        let _ = a64::relocate(w, entry, entry.wrapping_add(to_delta & !3), to_delta & 1 == 1);
+        let _ = a64::relocate_word(w, entry, entry.wrapping_add(to_delta & !3), to_delta & 1 == 1);
     }
 });

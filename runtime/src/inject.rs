@@ -34,7 +34,10 @@ pub enum InjectError {
     MapRegion(std::io::Error),
     #[error(transparent)]
     Region(#[from] RunError),
-    #[error("no free address range for code within 2 GiB of {near:#x} in pid {pid}")]
+    #[error(
+        "no free address range for code within {} MiB of {near:#x} in pid {pid} (the reach of a patched jump)",
+        crate::arch::native::patch::REACH >> 20
+    )]
     NoCodeRange { pid: i32, near: u64 },
 }
 
@@ -338,7 +341,11 @@ pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(),
     let path_at = sp.wrapping_sub(1024) & !15;
     let path = format!("{}\0", crate::os::proc::fd_path(std::process::id() as i32, i64::from(fd)));
     s.write(path_at, path.as_bytes())?;
-    let rfd = check("open (region)", pid, s.syscall(tid, libc::SYS_open, [path_at, libc::O_RDWR as u64, 0, 0, 0, 0])?)?;
+    let rfd = check(
+        "open (region)",
+        pid,
+        s.syscall(tid, libc::SYS_openat, [libc::AT_FDCWD as u64, path_at, libc::O_RDWR as u64, 0, 0, 0])?,
+    )?;
     let r = s.syscall(
         tid,
         libc::SYS_mmap,
@@ -364,19 +371,21 @@ pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(),
     Ok(())
 }
 
-/// Map `size` bytes of executable memory within ±2 GiB of `near` and put
-/// the trap bytes and the blob in it.
+/// Map `size` bytes of executable memory within a patch jump's reach of
+/// `near` (`patch::REACH`: ±1.5 GiB on x86_64, ±112 MiB on aarch64) and
+/// put the trap bytes and the blob in it.
 pub fn code(s: &mut Stopped, a: &Artifact, near: u64, size: u64) -> Result<CodeRegion, InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
     let size = (size + TRAP_BYTES as u64 + a.code.len() as u64).next_multiple_of(4096);
-    const STEP: u64 = 32 << 20;
+    let reach = crate::arch::native::patch::REACH;
+    let step = (reach / 48) & !0xfff;
     let base = near & !0xfff;
     // Below the module first (programs sit low, the heap grows above them),
-    // then above, never further than 1.5 GiB.
-    let candidates = (1..48u64).map(|i| base.wrapping_sub(i * STEP)).chain((1..48u64).map(|i| base + i * STEP));
+    // then above, never further than the reach.
+    let candidates = (1..48u64).map(|i| base.wrapping_sub(i * step)).chain((1..48u64).map(|i| base + i * step));
     for addr in candidates {
-        if addr < 0x10000 || addr > 0x7fff_ffff_0000 {
+        if addr < 0x10000 || addr > crate::arch::native::USER_TOP - size {
             continue;
         }
         let r = s.syscall(
@@ -398,12 +407,12 @@ pub fn code(s: &mut Stopped, a: &Artifact, near: u64, size: u64) -> Result<CodeR
         if remote != addr {
             // An old kernel ignored MAP_FIXED_NOREPLACE: accept it only if it
             // is still in reach.
-            if remote.abs_diff(near) > (1 << 31) - size {
+            if remote.abs_diff(near) > reach - size {
                 let _ = s.syscall(tid, libc::SYS_munmap, [remote, size, 0, 0, 0, 0]);
                 continue;
             }
         }
-        let mut head = vec![crate::arch::native::TRAP; TRAP_BYTES];
+        let mut head = crate::arch::native::trap_fill(TRAP_BYTES);
         head.extend_from_slice(&a.code);
         s.write(remote, &head)?;
         let blob = remote + TRAP_BYTES as u64;

@@ -781,7 +781,7 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
     Ok(String::from_utf8_lossy(&v).into_owned())
 }
 
-type Handler = extern "sysv64" fn(*mut u8, *mut u8);
+type Handler = extern "C" fn(*mut u8, *mut u8);
 
 /// How a session with a target process drives it.
 pub trait Hooks {
@@ -820,7 +820,7 @@ impl Hooks for NoTarget {}
 /// What the consumer thread hands back: the output, the message stream,
 /// and what `--chrome` and `--perfetto` wrote.
 type Drained = (Box<dyn Write + Send>, Box<dyn Write + Send>, Option<crate::feed::Finished>, Option<String>);
-type FormatFn = extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
+type FormatFn = extern "C" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
 
 /// A writer into shared memory of the process, for [`Local::drain_text`].
 #[derive(Clone, Default)]
@@ -1061,7 +1061,7 @@ impl<'a> Local<'a> {
     /// The handler of probe `probe` and the region base it takes, for
     /// benchmarks that call it in a loop with their own context (as a
     /// trampoline would).
-    pub fn handler(&self, probe: usize) -> (extern "sysv64" fn(*mut u8, *mut u8), *mut u8) {
+    pub fn handler(&self, probe: usize) -> (extern "C" fn(*mut u8, *mut u8), *mut u8) {
         // SAFETY: as in `call`: a handler offset from the artifact.
         let f: Handler = unsafe { std::mem::transmute(self.code.addr(self.artifact.probes[probe].handler)) };
         (f, self.region.base())
@@ -1085,7 +1085,7 @@ impl<'a> Local<'a> {
         let stop = AtomicBool::new(false);
         // SAFETY: artifact.format_fn is rt_format's offset in the blob,
         // with this signature.
-        let format: extern "sysv64" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64 =
+        let format: extern "C" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64 =
             unsafe { std::mem::transmute(self.code.addr(self.artifact.format_fn)) };
         let artifact = self.artifact;
         let by_order = |pred: &dyn Fn(&Attach) -> Option<i64>| -> Vec<usize> {

@@ -226,6 +226,7 @@ pub struct Armed {
     /// The region's address in the target's processes.
     region_remote: u64,
     /// The region's memfd in the tracer (open while the session runs).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the block tracer maps it
     region_fd: i32,
     /// SDT semaphores raised in the target (lowered at the end).
     semaphores: Vec<u64>,
@@ -241,6 +242,7 @@ pub struct Armed {
 }
 
 /// The block tracer's thread (`blocktrace.rs`) and its pool.
+#[cfg(target_arch = "x86_64")]
 struct BlockTracing {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<crate::blocktrace::Server>>,
@@ -252,7 +254,48 @@ struct BlockTracing {
     done: Option<(crate::blocktrace::Report, u64)>,
 }
 
+/// No block tracer on this architecture yet (issue 18): never made.
+#[cfg(not(target_arch = "x86_64"))]
+enum BlockTracing {}
+
+#[cfg(not(target_arch = "x86_64"))]
 impl BlockTracing {
+    fn finish(&mut self) {
+        match *self {}
+    }
+
+    fn traced(&self) -> &std::sync::Mutex<Vec<crate::itrace::Traced>> {
+        match *self {}
+    }
+
+    fn ranges(&self) -> (&[(u64, u64)], (u64, u64)) {
+        match *self {}
+    }
+
+    fn take_report(&mut self) -> Option<(u64, u64, std::time::Duration, u64, Vec<String>)> {
+        match *self {}
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl BlockTracing {
+    /// The traced functions the thread translates.
+    fn traced(&self) -> &std::sync::Mutex<Vec<crate::itrace::Traced>> {
+        &self.traced
+    }
+
+    /// Its code ranges in the target, and its pool (address, size).
+    fn ranges(&self) -> (&[(u64, u64)], (u64, u64)) {
+        (&self.code, self.pool)
+    }
+
+    /// What it reported: calls, instructions, time, calls missed,
+    /// warnings.
+    fn take_report(&mut self) -> Option<(u64, u64, std::time::Duration, u64, Vec<String>)> {
+        let (r, missed) = self.done.take()?;
+        Some((r.calls, r.instructions, r.time, missed, r.warnings))
+    }
+
     /// Stop the thread (it serves what is pending, then sends every
     /// thread still tracing out of the pool) and keep its report.
     fn finish(&mut self) {
@@ -275,6 +318,7 @@ impl BlockTracing {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Drop for BlockTracing {
     fn drop(&mut self) {
         self.finish();
@@ -392,8 +436,8 @@ fn run_to_entry(s: &mut Stopped) -> Result<(), TargetError> {
     if entry_by_marker(s, entry)? {
         return Ok(());
     }
-    let saved = s.read(entry, 1)?;
-    s.write(entry, &[arch::TRAP])?;
+    let saved = s.read(entry, arch::TRAP_INSN.len())?;
+    s.write(entry, &arch::TRAP_INSN)?;
     let r = s.run_to_trap(pid, entry);
     s.write(entry, &saved)?;
     Ok(r?)
@@ -1773,26 +1817,32 @@ unsafe fn publish_symbols(base: *mut u8, pid: i32, a: &Artifact, maps: &[Mapping
 }
 
 /// Where the C library keeps a thread's id in its thread control block, as
-/// an offset from the thread pointer (`%fs` base): the first 4-aligned word
-/// of the block's first 4 KB equal to the thread's id, the same for every
-/// stopped thread (glibc: 0x2d0; musl: 0x30). None when a thread has no
+/// an offset from the thread pointer (a u32 that the runtime library
+/// sign-extends): the first 4-aligned word of the 4 KB after it (x86_64)
+/// or before it (aarch64, `arch::TCB_WINDOW`) equal to the thread's id, the
+/// same for every stopped thread (glibc on x86_64: 0x2d0; musl: 0x30). None when a thread has no
 /// thread pointer yet (a static program before its C library set one up)
 /// or no offset fits all of them; then `thread_slot` cannot tell a thread
 /// from a later one with the same control block.
 fn tcb_tid_offset(s: &Stopped) -> Option<u32> {
     let mut found: Option<Vec<u32>> = None;
     for tid in s.threads() {
-        let fs = arch::thread_pointer(&s.regs(tid).ok()?);
-        if fs == 0 {
+        let tls = arch::TLS_REGSET.and_then(|nt| s.regset(tid, nt, 8).ok());
+        let tp = arch::thread_pointer(&s.regs(tid).ok()?, tls.as_deref());
+        if tp == 0 {
             return None;
         }
-        let block = s.read(fs, 4096).or_else(|_| s.read(fs, 1024)).ok()?;
+        // The window: after the thread pointer (x86_64) or before it (aarch64).
+        let from = tp.wrapping_add_signed(arch::TCB_WINDOW);
+        let block = s.read(from, 4096).ok()?;
         let here: Vec<u32> = (0..block.len() / 4)
-            .map(|i| i as u32 * 4)
+            .map(|i| arch::TCB_WINDOW + 4 * i as i64)
             .filter(|&o| {
-                let o = o as usize;
-                o >= 8 && u32::from_le_bytes([block[o], block[o + 1], block[o + 2], block[o + 3]]) == tid as u32
+                let i = (o - arch::TCB_WINDOW) as usize;
+                o.unsigned_abs() >= 8
+                    && u32::from_le_bytes([block[i], block[i + 1], block[i + 2], block[i + 3]]) == tid as u32
             })
+            .map(|o| o as i32 as u32)
             .collect();
         found = Some(match found {
             None => here,
@@ -1945,7 +1995,7 @@ impl Hooks for Armed {
         if let Some(b) = &self.blocktracer {
             // Functions of libraries loaded later join the traced ones.
             let now = self.hooker.itraced.borrow();
-            if let Ok(mut t) = b.traced.lock() {
+            if let Ok(mut t) = b.traced().lock() {
                 if t.len() != now.len() {
                     *t = now.clone();
                 }
@@ -2161,8 +2211,9 @@ impl Armed {
         // The block tracer's pool: threads in its code caches leave at
         // their next block (`BlockTracing::finish` sent them out).
         if let Some(b) = &self.blocktracer {
-            code.extend(b.code.iter().copied());
-            regions.push(b.pool);
+            let (ranges, pool) = b.ranges();
+            code.extend(ranges.iter().copied());
+            regions.push(pool);
         }
         regions.push((self.region_remote, page(a.region_size)));
         let threads_at = self.hooker.threads_at;
@@ -2345,11 +2396,29 @@ impl Armed {
             }
             shstk
         };
+        if !cfg!(target_arch = "x86_64") {
+            return Err(std::io::Error::other(format!(
+                "`.itrace` is not available on {} yet: neither recorder is ported",
+                arch::NAME
+            )));
+        }
         if step {
             let slots = (a.itrace_off, a.itrace_slots, a.region_size);
             self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, slots, path, max_calls)?);
             return Ok(());
         }
+        self.block_tracer(path, max_calls)
+    }
+
+    /// `.itrace` by the block tracer (`itrace_to`).
+    #[cfg(not(target_arch = "x86_64"))]
+    fn block_tracer(&mut self, _path: &std::path::Path, _max_calls: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other("internal error: no block tracer on this architecture"))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn block_tracer(&mut self, path: &std::path::Path, max_calls: u64) -> std::io::Result<()> {
+        let a = &self.hooker.artifact;
         use crate::blocktrace as bt;
         let Some(s) = self.stopped.as_mut() else {
             return Err(std::io::Error::other("internal error: the target runs already"));
@@ -2393,8 +2462,7 @@ impl Armed {
 
     pub fn itrace_report(&mut self) -> Option<(u64, u64, std::time::Duration, u64, Vec<String>)> {
         if let Some(b) = &mut self.blocktracer {
-            let (r, missed) = b.done.take()?;
-            return Some((r.calls, r.instructions, r.time, missed, r.warnings));
+            return b.take_report();
         }
         let it = self.itracer.as_mut()?;
         Some((it.calls, it.steps, it.stepping, it.missed, std::mem::take(&mut it.warnings)))

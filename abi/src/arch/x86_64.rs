@@ -68,6 +68,8 @@ pub const PC: usize = RIP;
 pub const ARG_REGS: [usize; 6] = [RDI, RSI, RDX, RCX, R8, R9];
 /// Where an integer result is returned (`$return`).
 pub const RETURN_REG: usize = RAX;
+/// A 16-byte integer result's high half.
+pub const RETURN_REG2: usize = RDX;
 
 /// Bit `i` stands for word `i` of [`SavedRegs`].
 pub type RegMask = u32;

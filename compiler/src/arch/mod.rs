@@ -4,7 +4,8 @@
 //! the one this build targets, and the rest of the compiler names only
 //! `native::…`.
 //!
-//! What each architecture provides (x86_64's, in `x86_64/`):
+//! What each architecture provides (x86_64's, in `x86_64/`; aarch64's, in
+//! `aarch64/`):
 //! * [`Target`] (`native::TARGET`): the code generator's target triple and
 //!   flags, the one relocation kind a linked blob may contain (a call
 //!   within the blob) and how to patch it, the byte that pads between
@@ -13,7 +14,12 @@
 //! * `entry`: whether a function's first instructions use its return
 //!   address as data (`.return` refusals) or only jump elsewhere;
 //! * `sites`: decoding a whole module for where control can arrive (patch
-//!   sites of statements, markers and hops).
+//!   sites of statements, markers and hops);
+//! * `hop`: a jump through a neighbour for functions shorter than the
+//!   jump (x86_64 only: aarch64's `B` always fits);
+//! * the CFI the unwinders read: a fresh call's frame, the compact unwind
+//!   rule, DWARF register numbers (`DWARF_FP`, `DWARF_RA`, the `.eh_frame`
+//!   vendor extensions `CFI_VENDOR`).
 //!
 //! The register file is telco-abi's (`telco_abi::arch`); the runtime
 //! library's architecture lines are in `compiler/rt/arch/`.
@@ -23,9 +29,15 @@ pub mod x86_64;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64 as native;
 
-#[cfg(not(target_arch = "x86_64"))]
+/// aarch64's layer, built and tested on every host (its analyses are pure
+/// functions of bytes) while the port is written (issue 18).
+pub mod aarch64;
+#[cfg(target_arch = "aarch64")]
+pub use self::aarch64 as native;
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!(
-    "telco-stap runs on x86_64 so far: another architecture needs its folder beside compiler/src/arch/x86_64/"
+    "telco-stap runs on x86_64 and aarch64: another architecture needs its folder beside compiler/src/arch/x86_64/"
 );
 
 /// What the code generator needs to know about an architecture.

@@ -580,7 +580,7 @@ impl Site {
         let place = match abi_class(d, &t, s.rust, 0) {
             AbiClass::Integer(1) | AbiClass::Nothing => Place::Reg(rax),
             AbiClass::Integer(2) => {
-                let rdx = telco_abi::arch::native::RDX as u32;
+                let rdx = telco_abi::arch::native::RETURN_REG2 as u32;
                 Place::Pieces(vec![(8, Some(Place::Reg(rax))), (8, Some(Place::Reg(rdx)))])
             }
             AbiClass::Memory(_) | AbiClass::Reference => Place::Mem(register(rax, span)),

@@ -104,6 +104,7 @@ pub struct Module {
     debug: std::sync::OnceLock<Result<Option<std::sync::Arc<crate::dwarf::Debug>>, String>>,
     /// Hops planned for short functions (by address), and the slots
     /// taken in each host.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // aarch64 plans no hops
     pub(crate) hops: std::sync::Arc<std::sync::Mutex<Hops>>,
     /// The file, opened again on first need by `no_return_address`.
     reopened: std::sync::OnceLock<Option<std::sync::Arc<std::fs::File>>>,
@@ -150,6 +151,7 @@ impl Machine {
 /// What `Module::short_hop` decided, by function address, and how many
 /// slots each host has given.
 #[derive(Debug, Default)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct Hops {
     pub(crate) planned: std::collections::HashMap<u64, Result<Option<telco_abi::artifact::Hop>, String>>,
     pub(crate) hosts: std::collections::HashMap<u64, u32>,
@@ -343,19 +345,21 @@ impl Module {
         if self.machine != crate::arch::native::MACHINE {
             return None;
         }
-        // A tail jump at the start (`_setjmp` to `__sigsetjmp`): the code
-        // it reaches, a few hops at most, with the same return address.
-        let mut f = f;
+        // A tail jump at the start (`_setjmp` to `__sigsetjmp`, or to a
+        // point inside it as on aarch64): the code it reaches, a few hops
+        // at most, with the same return address.
+        let (mut addr, mut len, mut offset) = (f.addr, f.size, f.file_offset);
         for _ in 0..4 {
-            let mut code = vec![0u8; f.size.min(128) as usize];
+            let mut code = vec![0u8; len.min(128) as usize];
             let file = self.reopened.get_or_init(|| std::fs::File::open(&self.path).ok().map(std::sync::Arc::new));
-            let n = file.as_ref()?.read_at(&mut code, f.file_offset).ok()?;
+            let n = file.as_ref()?.read_at(&mut code, offset).ok()?;
             code.truncate(n);
-            if let Some(why) = entry::return_address_use(&code, f.addr) {
+            if let Some(why) = entry::return_address_use(&code, addr) {
                 return Some(why);
             }
-            let to = entry::tail_jump(&code, f.addr)?;
-            f = self.function_at(to).filter(|g| g.addr == to)?;
+            let to = entry::tail_jump(&code, addr)?;
+            let g = self.function_at(to).filter(|g| to >= g.addr && to < g.addr + g.size.max(1))?;
+            (addr, len, offset) = (to, g.addr + g.size.max(1) - to, g.file_offset + (to - g.addr));
         }
         None
     }

@@ -68,7 +68,10 @@ pub(crate) fn eh_frame<'a>(elf: &Elf<'_>, bytes: &'a [u8]) -> Option<(EhFrame<'a
     if let Some((got, _)) = section(elf, bytes, ".got") {
         bases = bases.set_got(got);
     }
-    Some((gimli::EhFrame::new(eh_data, gimli::LittleEndian), bases))
+    let mut eh = gimli::EhFrame::new(eh_data, gimli::LittleEndian);
+    // aarch64's CFI (`negate_ra_state` after each `paciasp`) needs its vendor.
+    eh.set_vendor(crate::arch::native::CFI_VENDOR);
+    Some((eh, bases))
 }
 
 /// The landing pads of an LSDA (`.gcc_except_table`) whose function starts
@@ -170,8 +173,8 @@ pub fn unwind_rows(elf: &Elf<'_>, bytes: &[u8]) -> Vec<(u64, u32)> {
             let rule = crate::arch::native::compact_unwind_rule(
                 row.cfa(),
                 // No rule: the register keeps its value.
-                &row.register(gimli::X86_64::RBP).unwrap_or(gimli::RegisterRule::SameValue),
-                &row.register(gimli::X86_64::RA).unwrap_or(gimli::RegisterRule::SameValue),
+                &row.register(crate::arch::native::DWARF_FP).unwrap_or(gimli::RegisterRule::SameValue),
+                &row.register(crate::arch::native::DWARF_RA).unwrap_or(gimli::RegisterRule::SameValue),
             );
             rows.push((row.start_address(), rule));
         }

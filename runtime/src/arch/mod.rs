@@ -24,13 +24,15 @@
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;
 
-/// aarch64's pure parts (decode, plan, relocate), built and tested on
-/// every host until the port runs on aarch64 (issue 18).
+/// aarch64: its pure parts (`patch`: decode, plan, relocate) are built and
+/// tested on every host; the rest only for aarch64.
 pub mod aarch64;
+#[cfg(target_arch = "aarch64")]
+pub use self::aarch64 as native;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64 as native;
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!(
-    "telco-stap runs on x86_64 so far: another architecture needs its folder beside runtime/src/arch/x86_64/"
+    "telco-stap runs on x86_64 and aarch64: another architecture needs its folder beside runtime/src/arch/x86_64/"
 );

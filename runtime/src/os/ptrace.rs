@@ -339,6 +339,27 @@ impl Stopped {
         req::set_regs(tid, r)
     }
 
+    /// Up to `len` bytes of thread `tid`'s register set `nt` (an `NT_*`
+    /// note type), as the kernel gave them.
+    pub fn regset(&self, tid: i32, nt: i32, len: usize) -> Result<Vec<u8>, PtraceError> {
+        let mut buf = vec![0u8; len];
+        let n = req::get_regset(tid, nt, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Thread `tid`'s blocked signals (`PTRACE_GETSIGMASK`): raw
+    /// `libc::ptrace`, which nix does not wrap.
+    pub fn sigmask(&self, tid: i32) -> Result<u64, PtraceError> {
+        let mut mask = 0u64;
+        // SAFETY: the kernel writes 8 bytes (the size passed) into `mask`.
+        let r = unsafe { libc::ptrace(libc::PTRACE_GETSIGMASK, tid, 8usize, &mut mask as *mut u64) };
+        if r < 0 {
+            return Err(PtraceError::Call { op: "PTRACE_GETSIGMASK", tid, source: std::io::Error::last_os_error() });
+        }
+        Ok(mask)
+    }
+
     /// A signal thread `tid` was about to get: delivered at detach.
     fn keep_signal(&mut self, tid: i32, sig: i32) {
         if let Some(t) = self.threads.get_mut(&tid) {
@@ -467,7 +488,8 @@ impl Stopped {
     fn syscall_by_stub(&mut self, tid: i32, stub_at: u64, nr: i64, args: [u64; 6]) -> Result<i64, PtraceError> {
         use crate::arch::native::stub;
         let saved = self.regs(tid)?;
-        self.write(stub_at + stub::BLOCK, &stub::resume_block(&saved))?;
+        let block = self.resume_block(tid, &saved)?;
+        self.write(stub_at + stub::BLOCK, &block)?;
         let r = stub::syscall_regs(&saved, stub_at, nr, args);
         let after = stub_at + stub::AFTER_SYSCALL;
         let result = (|| {
@@ -496,6 +518,18 @@ impl Stopped {
         Ok(v)
     }
 
+    /// The stub's resume block for thread `tid` stopped with `saved`
+    /// (`stub::resume_block`): with the floating-point registers and the
+    /// signal mask where the architecture restores those too.
+    fn resume_block(&self, tid: i32, saved: &Regs) -> Result<Vec<u8>, PtraceError> {
+        use crate::arch::native::stub;
+        let (fp, mask) = match stub::FP_REGSET {
+            Some(nt) => (self.regset(tid, nt, 1024)?, self.sigmask(tid)?),
+            None => (Vec::new(), 0),
+        };
+        Ok(stub::resume_block(saved, &fp, mask))
+    }
+
     /// Call the function at `func` in thread `tid` with up to six integer
     /// arguments (the platform's calling convention), below the thread's
     /// stack pointer and its red zone: returns its result. Every register
@@ -507,13 +541,14 @@ impl Stopped {
         use crate::arch::native::stub;
         let saved = self.regs(tid)?;
         let mut r = saved;
-        let ret_at = arch::set_call(&mut r, func, args);
         let via = self.stub;
+        let ret = via.map_or(trap, |at| at + stub::CALL_RETURN);
         if let Some(at) = via {
-            self.write(at + stub::BLOCK, &stub::resume_block(&saved))?;
-            self.write(ret_at, &(at + stub::CALL_RETURN).to_le_bytes())?;
-        } else {
-            self.write(ret_at, &trap.to_le_bytes())?;
+            let block = self.resume_block(tid, &saved)?;
+            self.write(at + stub::BLOCK, &block)?;
+        }
+        if let Some(ret_at) = arch::set_call(&mut r, func, args, ret) {
+            self.write(ret_at, &ret.to_le_bytes())?;
         }
         // Bounded: code that never returns (a bug, a target that changed
         // under us) must not hang the tracer.

@@ -24,6 +24,15 @@ pub const TARGET: Target = Target {
     disassemble,
 };
 
+/// The DWARF register numbers (the psABI's) of the frame pointer (rbp) and
+/// the return-address column, whose CFI rules [`compact_unwind_rule`]
+/// takes.
+pub const DWARF_FP: gimli::Register = gimli::X86_64::RBP;
+pub const DWARF_RA: gimli::Register = gimli::X86_64::RA;
+
+/// The CFI vendor extensions `.eh_frame` uses here: none.
+pub const CFI_VENDOR: gimli::Vendor = gimli::Vendor::Default;
+
 /// A `call rel32`'s field at `at`: the distance to `dest` from the end of
 /// the field (Cranelift's addend says where that is).
 fn patch_call(code: &mut [u8], at: usize, dest: u32, addend: i64) -> Result<(), String> {

@@ -6,7 +6,7 @@
 //! indirect calls of BTI-guarded code still land on one. The `B` reaches a
 //! trampoline placed near the module, or a veneer ([`veneer`]) that reaches
 //! it from anywhere. The one instruction the `B` displaces is re-encoded to
-//! run at the trampoline ([`relocate`]), followed by a branch back.
+//! run at the trampoline ([`relocate_word`]), followed by a branch back.
 //!
 //! **Invariant:** everything here is a pure function of words and
 //! addresses: no I/O, no `unsafe`, no `#[cfg]`. It is compiled and tested on
@@ -84,14 +84,21 @@ pub enum Refusal {
     PcRelative { at: u64, text: String },
 }
 
-/// Where a function's probe goes.
+/// Where a function's probe goes (the same shape as x86_64's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hook {
-    /// From the function's entry: after its landing pad.
-    pub patch_offset: u64,
-    /// The instruction the `B` replaces.
-    pub displaced: u32,
+    /// Where the `B` goes: the entry, or after its landing pad.
+    pub patch_at: u64,
+    /// Bytes the `B` displaces: one instruction.
+    pub displaced: usize,
 }
+
+/// The length of the branch written at a patch site (the name x86_64's
+/// jump has, for the code both share).
+pub const JMP_REL32_LEN: usize = B_LEN;
+
+/// The longest landing pad (`bti c`, `paciasp`): one instruction.
+pub const LANDING_PAD_LEN: usize = 4;
 
 /// The length of the landing pad `code` starts with, 0 for none.
 pub fn landing_pad_len(code: &[u8]) -> usize {
@@ -133,9 +140,10 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
         return Err(Refusal::ShortFunction { size, pad });
     }
     let displaced = word_at(code, pad as usize).ok_or(Refusal::Truncated { have: code.len(), size })?;
-    // The displaced instruction must relocate (anywhere: the check uses a
-    // copy far away, with the scratch register a function entry has).
-    relocate(displaced, entry + pad, entry.wrapping_add(1 << 40), true)?;
+    // The displaced instruction must relocate (near: a code region is in
+    // a `B`'s reach, and the copy at its real address is checked again
+    // when it is made).
+    relocate_word(displaced, entry + pad, entry.wrapping_add(1 << 20), false)?;
     // A loop back to the site would run the probe on every iteration.
     let site = entry + pad;
     for off in (0..size & !3).step_by(B_LEN) {
@@ -153,7 +161,7 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
             }
         }
     }
-    Ok(Hook { patch_offset: pad, displaced })
+    Ok(Hook { patch_at: site, displaced: B_LEN })
 }
 
 /// `B` (or `BL`, `link`) from `at` to `target`, when in reach (±128 MiB).
@@ -190,7 +198,7 @@ fn fits(d: i64, bits: u32, scale: u32) -> bool {
 /// at `to`: when the returned code falls through its end, execution goes on
 /// as after the original instruction (the caller appends the branch back to
 /// `from + 4`). `scratch`: x16 and x17 are free here (a function entry).
-pub fn relocate(word: u32, from: u64, to: u64, scratch: bool) -> Result<Vec<u8>, Refusal> {
+pub fn relocate_word(word: u32, from: u64, to: u64, scratch: bool) -> Result<Vec<u8>, Refusal> {
     let i = decode(word).ok_or(Refusal::Undecodable { offset: 0, word })?;
     let text = || i.to_string();
     let mut out = Code::default();
@@ -314,6 +322,107 @@ pub fn relocate(word: u32, from: u64, to: u64, scratch: bool) -> Result<Vec<u8>,
     }
     Ok(out.bytes)
 }
+
+/// The word at `at` of `code`, for the facade below (a shorter slice is
+/// an undecodable zero word).
+fn word0(code: &[u8]) -> u32 {
+    word_at(code, 0).unwrap_or(0)
+}
+
+/// A function that loops back to its patch site: refused here (x86_64
+/// retargets such loops; on aarch64 that is still to do), with the
+/// signature x86_64's has.
+pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarget>), Refusal> {
+    plan(code, entry, size).map(|h| (h, Vec::new()))
+}
+
+/// A branch of the function retargeted by [`plan_loop`] (none here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retarget {
+    pub at: u64,
+    pub original: Vec<u8>,
+    pub patched: Vec<u8>,
+}
+
+/// Where each instruction of a relocated copy came from (x86_64's shape).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyMap {
+    /// (copy, original) address of each instruction, the branch back last.
+    pub map: Vec<(u64, u64)>,
+    /// Never set here: a relocated `bl` sets x30 to the original return
+    /// address, so no call is under way from the copy.
+    pub calling: Option<(u64, u64)>,
+}
+
+/// The displaced instruction (`original`, `len` = 4 bytes at `from`)
+/// relocated to run at `to`, then the branch back to `from + len`. No
+/// scratch register is assumed free (statements and markers use this
+/// too), so a far target is refused rather than reached through x16;
+/// code regions are placed within a `B`'s reach of their module
+/// ([`REACH`]).
+pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u8>, Refusal> {
+    relocate_with_map(original, from, len, to).map(|(b, _)| b)
+}
+
+/// [`relocate`], with where each instruction of the copy came from.
+pub fn relocate_with_map(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, CopyMap), Refusal> {
+    let mut out = Code::default();
+    let mut map = CopyMap::default();
+    for i in 0..len / B_LEN {
+        let at = from + (i * B_LEN) as u64;
+        let w = word_at(original, i * B_LEN).unwrap_or(0);
+        let here = to + out.bytes.len() as u64;
+        let code = relocate_word(w, at, here, false)?;
+        map.map.push((here, at));
+        out.bytes.extend_from_slice(&code);
+    }
+    let back = from + len as u64;
+    let here = to + out.bytes.len() as u64;
+    map.map.push((here, back));
+    let text = || decode(word0(original)).map_or_else(String::new, |i| i.to_string());
+    out.jump(here, back, false, || Refusal::NoScratch { at: from, text: text(), target: back, to: here })?;
+    Ok((out.bytes, map))
+}
+
+/// Where the copy at `to` has the instruction at `pc` of the original:
+/// the first instruction's copy when `pc` is `from` (the only one).
+pub fn relocated_pc(original: &[u8], from: u64, len: usize, to: u64, pc: u64) -> Option<u64> {
+    let (_, map) = relocate_with_map(original, from, len, to).ok()?;
+    map.map.into_iter().find(|&(_, o)| o == pc).map(|(c, _)| c)
+}
+
+/// How far a code region may be from the code that branches to it: a
+/// `B`'s reach, less room for the region itself.
+pub const REACH: u64 = (1 << 27) - (16 << 20);
+
+/// A `B` from `at` to `target` (the name x86_64's jump has), or None out
+/// of reach.
+pub fn jmp_rel32(at: u64, target: u64) -> Option<[u8; 4]> {
+    branch(at, target, false).map(u32::to_le_bytes)
+}
+
+/// A branch anywhere from a place where x16 is free ([`veneer`]).
+pub fn jmp_abs(target: u64) -> [u8; 16] {
+    veneer(target)
+}
+
+/// A signal handler's entry that passes `region` as a fourth argument
+/// (x3) to `handler` (`rt_crash`): `ldr x3, #16; ldr x16, #20; br x16;
+/// nop`, then the two addresses.
+pub fn signal_stub(region: u64, handler: u64) -> Vec<u8> {
+    let mut c = Code::default();
+    c.word(ldr_literal(0x5800_0000, 3, 16));
+    c.word(ldr_literal(0x5800_0000, X16, 20));
+    c.word(BR_X16);
+    c.word(NOP);
+    c.quad(region);
+    c.quad(handler);
+    c.bytes
+}
+
+/// The `sa_restorer` of a handler installed with the raw `rt_sigaction`:
+/// `mov x8, #139 (rt_sigreturn); svc #0`.
+pub const SIGRETURN: [u8; 8] = [0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4];
 
 /// Code being written.
 #[derive(Default)]
@@ -592,7 +701,7 @@ mod tests {
             s0 in state(),
         ) {
             let to = if near { (from as i64 + (delta & !3)).max(0x1000) as u64 } else { far };
-            let code = match relocate(word, from, to, true) {
+            let code = match relocate_word(word, from, to, true) {
                 Ok(c) => c,
                 Err(e) => return Err(TestCaseError::fail(format!("{word:#010x}: {e}"))),
             };
@@ -616,7 +725,7 @@ mod tests {
             s0 in state(),
         ) {
             // Refused, or exactly the original's effect with x16/x17 intact.
-            if let Ok(code) = relocate(word, from, to, false) {
+            if let Ok(code) = relocate_word(word, from, to, false) {
                 let mut want = s0.clone();
                 let next = step(&mut want, word, from, &|_| u64::MAX);
                 let mut got = s0.clone();
@@ -639,7 +748,7 @@ mod tests {
             to in any::<u64>().prop_map(|a| a & !3),
             scratch in any::<bool>(),
         ) {
-            if let Ok(code) = relocate(word, from, to, scratch) {
+            if let Ok(code) = relocate_word(word, from, to, scratch) {
                 prop_assert!(!code.is_empty() && code.len() % 4 == 0);
             }
         }
@@ -653,7 +762,7 @@ mod tests {
     #[test]
     fn plain_instructions_are_copied() {
         for w in [0xd503_201f, 0x8b02_0020, 0xf940_0421, 0xa9bf_7bfd, 0x9100_03fd, 0xd65f_03c0, 0xd400_0001] {
-            assert_eq!(relocate(w, 0x1000, 0x9000_0000, false).unwrap(), w.to_le_bytes());
+            assert_eq!(relocate_word(w, 0x1000, 0x9000_0000, false).unwrap(), w.to_le_bytes());
         }
     }
 
@@ -661,7 +770,7 @@ mod tests {
     fn exclusives_are_refused() {
         // ldxr x0, [x1]; stxr w2, x0, [x1]; ldaxr w3, [x4]
         for w in [0xc85f_7c20, 0xc802_7c20, 0x885f_fc83] {
-            assert!(matches!(relocate(w, 0x1000, 0x2000, true), Err(Refusal::Exclusive { .. })), "{w:#x}");
+            assert!(matches!(relocate_word(w, 0x1000, 0x2000, true), Err(Refusal::Exclusive { .. })), "{w:#x}");
         }
     }
 
@@ -669,10 +778,10 @@ mod tests {
     fn in_reach_forms_stay_one_instruction() {
         // adrp x0, +0x5000 pages from 0x400000, copied 16 MiB away.
         let w = 0x9000_0000 | (5 & 3) << 29 | (5 >> 2) << 5;
-        assert_eq!(relocate(w, 0x40_0000, 0x140_0000, false).unwrap().len(), 4);
+        assert_eq!(relocate_word(w, 0x40_0000, 0x140_0000, false).unwrap().len(), 4);
         // ldr x1, #0x100 copied 4 KiB away.
         let w = 0x5800_0000 | (0x40 << 5) | 1;
-        assert_eq!(relocate(w, 0x40_0000, 0x40_1000, false).unwrap().len(), 4);
+        assert_eq!(relocate_word(w, 0x40_0000, 0x40_1000, false).unwrap().len(), 4);
     }
 
     #[test]
@@ -681,12 +790,12 @@ mod tests {
         let words = [0xd503_245f, 0xd503_233f, 0xa9bf_7bfd, 0x9100_03fd, 0xa8c1_7bfd, 0xd50323bf, 0xd65f_03c0];
         let code: Vec<u8> = words.iter().flat_map(|w: &u32| w.to_le_bytes()).collect();
         let h = plan(&code, 0x1000, code.len() as u64).unwrap();
-        assert_eq!(h, Hook { patch_offset: 4, displaced: 0xd503_233f });
+        assert_eq!(h, Hook { patch_at: 0x1004, displaced: 4 });
         // paciasp first: the pad itself.
         let h = plan(&code[4..], 0x1004, code.len() as u64 - 4).unwrap();
-        assert_eq!(h.patch_offset, 4);
+        assert_eq!(h.patch_at, 0x1008);
         // No pad: the first instruction.
-        assert_eq!(plan(&code[8..], 0x1008, code.len() as u64 - 8).unwrap().patch_offset, 0);
+        assert_eq!(plan(&code[8..], 0x1008, code.len() as u64 - 8).unwrap().patch_at, 0x1008);
     }
 
     #[test]
@@ -697,6 +806,29 @@ mod tests {
         assert_eq!(plan(&code, 0x1000, 12), Err(Refusal::LoopToEntry { from: 4, to: 0 }));
         assert_eq!(plan(&0xd503_245fu32.to_le_bytes(), 0x1000, 4), Err(Refusal::ShortFunction { size: 4, pad: 4 }));
         assert_eq!(plan(&[], 0x1000, 0), Err(Refusal::UnknownSize));
+    }
+
+    #[test]
+    fn the_facade_relocates_and_branches_back() {
+        // add x0, x1, x2 at 0x1000, copied to 0x2000: the word, then b 0x1004.
+        let w = 0x8b02_0020u32;
+        let (b, map) = relocate_with_map(&w.to_le_bytes(), 0x1000, 4, 0x2000).unwrap();
+        assert_eq!(&b[..4], &w.to_le_bytes());
+        assert_eq!(u32::from_le_bytes(b[4..8].try_into().unwrap()), branch(0x2004, 0x1004, false).unwrap());
+        assert_eq!(map.map, vec![(0x2000, 0x1000), (0x2004, 0x1004)]);
+        assert_eq!(relocated_pc(&w.to_le_bytes(), 0x1000, 4, 0x2000, 0x1000), Some(0x2000));
+        // Out of a B's reach, without a scratch register: refused.
+        assert!(relocate_with_map(&w.to_le_bytes(), 0x1000, 4, 0x1000 + (1 << 30)).is_err());
+        assert_eq!(u32::from_le_bytes(SIGRETURN[..4].try_into().unwrap()), 0xd280_1168);
+    }
+
+    #[test]
+    fn the_signal_stub_loads_its_two_addresses() {
+        let b = signal_stub(0x1111, 0x2222);
+        let mut s = State { x: [0; 31], v: [0; 32], nzcv: 0 };
+        // The model runs up to the branch: x16 = handler, x3 = region.
+        assert_eq!(run(&mut s, &b, 0x5000), 0x2222);
+        assert_eq!(s.x[3], 0x1111);
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub type Regs = libc::user_regs_struct;
 /// layout), for `.itrace`'s single-stepper.
 pub const VECTOR_REGSET: Option<i32> = Some(0x202);
 
+/// The end of user address space (47-bit addresses), less a page.
+pub const USER_TOP: u64 = 0x7fff_ffff_f000;
+
 /// The architecture's name, as users read it.
 pub const NAME: &str = "x86_64";
 /// The ELF header's `e_machine` of its programs (64-bit).
@@ -26,6 +29,12 @@ pub const ELF_MACHINE: u16 = 62;
 
 /// The trap instruction (`int3`), and what fills dead bytes.
 pub const TRAP: u8 = 0xcc;
+pub const TRAP_INSN: [u8; 1] = [TRAP];
+
+/// `len` bytes of trap instructions.
+pub fn trap_fill(len: usize) -> Vec<u8> {
+    vec![TRAP; len]
+}
 
 /// The sandbox's seccomp filter (`os::sandbox`): this architecture's
 /// `AUDIT_ARCH_*`, and the system calls the runtime library makes here
@@ -51,10 +60,18 @@ pub fn sp(r: &Regs) -> u64 {
     r.rsp
 }
 
+/// The thread pointer is in the general registers (`fs_base`): no other
+/// register set to read.
+pub const TLS_REGSET: Option<i32> = None;
+
 /// The thread pointer (TLS base), as the kernel keeps it.
-pub fn thread_pointer(r: &Regs) -> u64 {
+pub fn thread_pointer(r: &Regs, _tls: Option<&[u8]>) -> u64 {
     r.fs_base
 }
+
+/// Where the C library's thread control block may hold the thread's id,
+/// from the thread pointer: `struct pthread` starts at it (TLS variant II).
+pub const TCB_WINDOW: i64 = 0;
 
 /// The pc after a trap at `at` has stopped the thread (past the `int3`).
 pub const fn pc_after_trap(at: u64) -> u64 {
@@ -91,10 +108,10 @@ pub fn syscall_result(r: &Regs) -> i64 {
 }
 
 /// Registers for a call of `func` with up to six integer arguments (System
-/// V), on a stack below the thread's own and its red zone. Returns where
-/// the caller must write the return address (the new stack pointer); the
-/// result is read with [`call_result`].
-pub fn set_call(r: &mut Regs, func: u64, args: &[u64]) -> u64 {
+/// V), on a stack below the thread's own and its red zone, returning to
+/// `ret`. Returns where the caller must write `ret` in memory (the new
+/// stack pointer); the result is read with [`call_result`].
+pub fn set_call(r: &mut Regs, func: u64, args: &[u64], _ret: u64) -> Option<u64> {
     let sp = (r.rsp - 256) & !15;
     // The return address, as a `call` would push it (rsp % 16 == 8 at entry).
     r.rsp = sp - 8;
@@ -104,7 +121,7 @@ pub fn set_call(r: &mut Regs, func: u64, args: &[u64]) -> u64 {
     let mut a = [0u64; 6];
     a[..args.len().min(6)].copy_from_slice(&args[..args.len().min(6)]);
     (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-    r.rsp
+    Some(r.rsp)
 }
 
 /// An integer function result.

@@ -599,6 +599,10 @@ pub fn jmp_abs(target: u64) -> [u8; 14] {
     b
 }
 
+/// How far a code region may be from the code that jumps to it: a `jmp
+/// rel32`'s ±2 GiB, less room for the region itself.
+pub const REACH: u64 = 3 << 29;
+
 /// `jmp rel32` from `at` to `target` (5 bytes), or None if out of ±2 GiB range.
 pub fn jmp_rel32(at: u64, target: u64) -> Option<[u8; 5]> {
     let next = i128::from(at) + JMP_REL32_LEN as i128;

@@ -72,11 +72,16 @@ pub fn code() -> Vec<u8> {
     c
 }
 
+/// The register set the resume block needs besides the general registers:
+/// none here (the stub restores only those; the tracer's operations leave
+/// the others alone).
+pub const FP_REGSET: Option<i32> = None;
+
 /// The state a thread stopped with `saved` resumes in after the stub runs
 /// without the tracer: the registers, with a system call that was
 /// interrupted (`-ERESTARTSYS` and friends, `orig_rax` its number) made to
 /// run again, as the kernel does when it resumes such a thread.
-pub fn resume_block(saved: &Regs) -> Vec<u8> {
+pub fn resume_block(saved: &Regs, _fp: &[u8], _sigmask: u64) -> Vec<u8> {
     let mut r = *saved;
     if (saved.orig_rax as i64) >= 0 {
         match saved.rax as i64 {
@@ -216,16 +221,16 @@ mod tests {
         r.rip = 0x1000;
         r.orig_rax = libc::SYS_read as u64;
         r.rax = (-512i64) as u64;
-        let b = resume_block(&r);
+        let b = resume_block(&r, &[], 0);
         let word = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
         assert_eq!((word(0), word(16)), (libc::SYS_read as u64, 0xffe));
         r.rax = (-516i64) as u64;
-        let b = resume_block(&r);
+        let b = resume_block(&r, &[], 0);
         let word = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
         assert_eq!((word(0), word(16)), (libc::SYS_restart_syscall as u64, 0xffe));
         r.orig_rax = u64::MAX;
         r.rax = 5;
-        let b = resume_block(&r);
+        let b = resume_block(&r, &[], 0);
         let word = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
         assert_eq!((word(0), word(16)), (5, 0x1000));
     }

@@ -1,0 +1,491 @@
+//! Trampolines (aarch64): where a patched `B` lands, how the handlers are
+//! called, and the way back. The same protocol as x86_64's
+//! (`x86_64/trampoline.rs` explains it), in its plain form only: every
+//! trampoline saves every register and fills the whole context, and calls
+//! the runtime library for the thread's slot (`rt_enter`) and the shadow
+//! stack (`rt_ret_push`, `rt_ret_pop`). The inline fast paths of x86_64
+//! (lean trampolines, inline spans and statistics, clock-only
+//! trampolines) are not built here yet: `LEAN` is false, and
+//! `runtime/src/target.rs` asks for none of them.
+//!
+//! # Entry
+//!
+//! ```text
+//! sub  sp, sp, #FRAME              ; SavedRegs, the context, the return slot
+//! str  x0..x30 -> SavedRegs        ; sp (as at entry), pc, nzcv too
+//! str  x30 -> [sp, #FRAME-8]       ; the return slot (entry sp - 8)
+//! ...  context: regs, addr, zeros
+//! bl   rt_enter(region)            ; the slot, marked busy, or 0: skip
+//! bl   handler(region, ctx) ...    ; each entry probe
+//! bl   rt_ret_push(region, ctx, entry sp - 8, return trampoline, probe)
+//! bl   entry handler (@entry)      ; if a frame was pushed
+//! str  wzr -> slot.busy
+//! ldr  x30 <- [sp, #FRAME-8]       ; the return trampoline, if pushed
+//! msr  nzcv; ldr x0..x29           ; every register back (guru writes too)
+//! add  sp, sp, #FRAME
+//! (the relocated instruction, then B back: appended by the caller)
+//! ```
+//!
+//! A return probe's shadow frame names the word at entry sp - 8 as the
+//! return address's slot: it holds x30 while the trampoline runs, and the
+//! stack pointer after the function's `ret` is the entry's, so
+//! `rt_ret_pop`'s test (`frame.sp + 8 == sp`) and its longjmp detection
+//! (frames below the stack pointer are stale) hold as on x86_64.
+//!
+//! # Return
+//!
+//! The function's `ret` lands here with sp as at its entry. The trampoline
+//! saves every register (`$return` is x0), asks `rt_ret_pop` for the
+//! original return address and the probe, calls the handler, restores the
+//! registers with x30 = the original return address, and `ret`s: no other
+//! register changes (x30 holds the return address after any return).
+//!
+//! Constants are built with `movz`/`movk` in x16 (IP0), which a function
+//! entry leaves free, and which every trampoline restores anyway.
+
+use telco_abi::arch::aarch64 as regs;
+use telco_abi::region::{Ctx, CTX_SIZE};
+
+/// Whether the inline fast paths exist here (x86_64: yes).
+pub const LEAN: bool = false;
+
+/// Why a trampoline could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum AsmError {
+    #[error("{0}")]
+    Unsupported(&'static str),
+    #[error("a branch in a trampoline is out of reach")]
+    Reach,
+}
+
+/// What one function's trampoline does (the fields x86_64's has; the
+/// lean-path ones are ignored here).
+pub struct Entry {
+    pub at: u64,
+    pub region: u64,
+    pub addr: u64,
+    pub ctx_size: u32,
+    pub handlers: Vec<(u64, u32)>,
+    pub returns: Vec<(u32, Option<u64>)>,
+    pub ret_push: u64,
+    pub enter: u64,
+    pub ret_tramp: u64,
+    pub shadow: Shadow,
+    pub lean: Option<super::clobber::RegMask>,
+    pub itrace: Option<(u64, u32)>,
+    pub span: Option<u32>,
+    pub inside: bool,
+}
+
+/// The shadow stacks (used by the inline paths only).
+pub struct Shadow {
+    pub threads: u64,
+    pub nthreads: u32,
+    pub depth: u32,
+    pub frame_size: u32,
+    pub tid_off: u32,
+}
+
+/// The return handlers a return trampoline calls.
+pub enum Returns {
+    /// A table of handler addresses by probe index.
+    Table(u64),
+    /// (probe index, handler) of one function's return probes.
+    Direct(Vec<(u32, u64)>),
+}
+
+/// The inline paths' descriptions (never built here: `LEAN` is false).
+#[derive(Clone, Copy, Debug)]
+pub struct SpanInline {
+    pub probe: u32,
+    pub flush: u64,
+    pub spans_off: u64,
+    pub stride: u32,
+    pub batch: u32,
+}
+#[derive(Clone, Copy, Debug)]
+pub struct StatInline {
+    pub copy: u32,
+    pub row: u32,
+    pub hist: Option<u32>,
+}
+#[derive(Clone, Copy, Debug)]
+pub enum Timed {
+    Span(SpanInline),
+    Stat(StatInline),
+}
+#[derive(Clone, Copy, Debug)]
+pub struct ClockOnly {
+    pub probe: u32,
+    pub work: Timed,
+    pub handler: u64,
+    pub enter_clobbers: super::clobber::RegMask,
+    pub push_clobbers: super::clobber::RegMask,
+    pub pop_clobbers: super::clobber::RegMask,
+}
+
+const X0: u32 = 0;
+const X1: u32 = 1;
+const X2: u32 = 2;
+const X3: u32 = 3;
+const X4: u32 = 4;
+const X16: u32 = 16;
+const X17: u32 = 17;
+const LR: u32 = 30;
+/// Register 31 as a base: sp; as data: the zero register.
+const SP: u32 = 31;
+const ZR: u32 = 31;
+
+/// A label: the instruction index it marks once bound, and the branches
+/// waiting for it.
+#[derive(Default)]
+struct Label {
+    at: Option<usize>,
+    uses: Vec<(usize, Kind)>,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    /// `b`: imm26 at bit 0.
+    B26,
+    /// `cbz`/`cbnz`/`b.cond`: imm19 at bit 5.
+    Imm19,
+}
+
+/// Instructions being assembled (one word each).
+#[derive(Default)]
+struct Asm {
+    words: Vec<u32>,
+    labels: Vec<Label>,
+}
+
+impl Asm {
+    fn emit(&mut self, w: u32) {
+        self.words.push(w);
+    }
+
+    fn label(&mut self) -> usize {
+        self.labels.push(Label::default());
+        self.labels.len() - 1
+    }
+
+    fn bind(&mut self, l: usize) {
+        self.labels[l].at = Some(self.words.len());
+    }
+
+    fn branch(&mut self, w: u32, l: usize, kind: Kind) {
+        self.labels[l].uses.push((self.words.len(), kind));
+        self.emit(w);
+    }
+
+    fn finish(mut self) -> Result<Vec<u8>, AsmError> {
+        for l in std::mem::take(&mut self.labels) {
+            let at = l.at.ok_or(AsmError::Unsupported("internal error: an unbound label"))?;
+            for (from, kind) in l.uses {
+                let d = at as i64 - from as i64;
+                self.words[from] |= match kind {
+                    Kind::B26 => (d as u32) & 0x03ff_ffff,
+                    Kind::Imm19 => ((d as u32) & 0x7ffff) << 5,
+                };
+            }
+        }
+        Ok(self.words.iter().flat_map(|w| w.to_le_bytes()).collect())
+    }
+
+    /// `str xt, [xn, #off]` (off a multiple of 8, < 32 KiB).
+    fn str64(&mut self, rt: u32, rn: u32, off: u32) {
+        debug_assert!(off % 8 == 0 && off < 32768);
+        self.emit(0xf900_0000 | (off / 8) << 10 | rn << 5 | rt);
+    }
+
+    fn ldr64(&mut self, rt: u32, rn: u32, off: u32) {
+        debug_assert!(off % 8 == 0 && off < 32768);
+        self.emit(0xf940_0000 | (off / 8) << 10 | rn << 5 | rt);
+    }
+
+    /// `str wt, [xn, #off]` (off a multiple of 4, < 16 KiB).
+    fn str32(&mut self, rt: u32, rn: u32, off: u32) {
+        debug_assert!(off % 4 == 0 && off < 16384);
+        self.emit(0xb900_0000 | (off / 4) << 10 | rn << 5 | rt);
+    }
+
+    fn ldr32(&mut self, rt: u32, rn: u32, off: u32) {
+        debug_assert!(off % 4 == 0 && off < 16384);
+        self.emit(0xb940_0000 | (off / 4) << 10 | rn << 5 | rt);
+    }
+
+    /// `add xd, xn, #imm` / `sub` (xn or xd may be sp), imm < 16 MiB.
+    fn add_imm(&mut self, rd: u32, rn: u32, imm: u32, sub: bool) {
+        let op = if sub { 0xd100_0000 } else { 0x9100_0000 };
+        let (hi, lo) = (imm >> 12, imm & 0xfff);
+        let mut src = rn;
+        if hi != 0 {
+            self.emit(op | 1 << 22 | (hi & 0xfff) << 10 | src << 5 | rd);
+            src = rd;
+        }
+        if lo != 0 || hi == 0 {
+            self.emit(op | lo << 10 | src << 5 | rd);
+        }
+    }
+
+    /// xd = v (`movz`, then `movk` for each further non-zero half-word).
+    fn mov64(&mut self, rd: u32, v: u64) {
+        self.emit(0xd280_0000 | ((v & 0xffff) as u32) << 5 | rd);
+        for hw in 1..4u32 {
+            let h = ((v >> (16 * hw)) & 0xffff) as u32;
+            if h != 0 {
+                self.emit(0xf280_0000 | hw << 21 | h << 5 | rd);
+            }
+        }
+    }
+
+    /// wd = v.
+    fn mov32(&mut self, rd: u32, v: u32) {
+        self.emit(0x5280_0000 | (v & 0xffff) << 5 | rd);
+        if v >> 16 != 0 {
+            self.emit(0x72a0_0000 | (v >> 16) << 5 | rd);
+        }
+    }
+
+    /// Call the function at `f` (through x16).
+    fn call(&mut self, f: u64) {
+        self.mov64(X16, f);
+        self.emit(0xd63f_0000 | X16 << 5); // blr x16
+    }
+}
+
+/// The registers first, then the context, then a 16-byte top whose upper
+/// word is the return slot; a multiple of 16.
+fn frame_size(ctx_size: u32) -> u32 {
+    let regs = core::mem::size_of::<regs::SavedRegs>() as u32;
+    (regs + ctx_size.max(CTX_SIZE as u32) + 15) / 16 * 16 + 16
+}
+
+const CTX_AT: u32 = core::mem::size_of::<regs::SavedRegs>() as u32;
+
+fn ctx(f: usize) -> u32 {
+    CTX_AT + f as u32
+}
+
+/// Save x0–x30 into the SavedRegs block at [sp], then sp (`frame` above),
+/// pc = `pc` and the flags, and point the context at them.
+fn save_all(a: &mut Asm, frame: u32, pc: Option<u64>) {
+    for r in 0..31 {
+        a.str64(r, SP, 8 * r);
+    }
+    a.add_imm(X16, SP, frame, false);
+    a.str64(X16, SP, 8 * regs::SP as u32);
+    match pc {
+        Some(pc) => {
+            a.mov64(X16, pc);
+            a.str64(X16, SP, 8 * regs::PC as u32);
+        }
+        None => a.str64(ZR, SP, 8 * regs::PC as u32),
+    }
+    a.emit(0xd53b_4200 | X16); // mrs x16, nzcv
+    a.str64(X16, SP, 8 * regs::PSTATE as u32);
+    // The context: regs, flags, tid, tok_pos, entry, addr.
+    a.add_imm(X16, SP, 0, false);
+    a.str64(X16, SP, ctx(core::mem::offset_of!(Ctx, regs)));
+    a.str32(ZR, SP, ctx(core::mem::offset_of!(Ctx, flags)));
+    a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, tid)));
+    a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, tok_pos)));
+    a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, entry)));
+    a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, slot)));
+    if let Some(pc) = pc {
+        a.mov64(X16, pc);
+    }
+    a.str64(if pc.is_some() { X16 } else { ZR }, SP, ctx(core::mem::offset_of!(Ctx, addr)));
+}
+
+/// Every register back from the block (the flags through x16 first).
+fn restore_all(a: &mut Asm) {
+    a.ldr64(X16, SP, 8 * regs::PSTATE as u32);
+    a.emit(0xd51b_4200 | X16); // msr nzcv, x16
+    for r in 0..31 {
+        a.ldr64(r, SP, 8 * r);
+    }
+}
+
+/// `handler(region, ctx)`.
+fn call_handler(a: &mut Asm, region: u64, handler: u64) {
+    a.mov64(X0, region);
+    a.add_imm(X1, SP, CTX_AT, false);
+    a.call(handler);
+}
+
+/// Clear the slot's busy flag (the slot in the context).
+fn leave_slot(a: &mut Asm) {
+    use telco_abi::region::ThreadSlot;
+    a.ldr64(X16, SP, ctx(core::mem::offset_of!(Ctx, slot)));
+    a.str32(ZR, X16, core::mem::offset_of!(ThreadSlot, busy) as u32);
+}
+
+/// Assemble the part before the relocated instruction; the caller appends
+/// the relocation and the branch back.
+pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
+    if e.itrace.is_some() {
+        return Err(AsmError::Unsupported(".itrace is not available on aarch64 yet"));
+    }
+    let frame = frame_size(e.ctx_size);
+    let ret_slot = frame - 8;
+    let mut a = Asm::default();
+    a.add_imm(SP, SP, frame, true);
+    save_all(&mut a, frame, Some(e.addr));
+    a.str64(LR, SP, ret_slot);
+    // The thread's slot, marked busy; none (or busy already): skip.
+    let done = a.label();
+    a.mov64(X0, e.region);
+    a.call(e.enter);
+    a.branch(0xb400_0000 | X0, done, Kind::Imm19); // cbz x0, done
+    a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, slot)));
+    for &(handler, probe) in &e.handlers {
+        a.mov32(X16, probe);
+        a.str32(X16, SP, ctx(core::mem::offset_of!(Ctx, probe)));
+        call_handler(&mut a, e.region, handler);
+    }
+    for &(probe, entry_handler) in &e.returns {
+        // rt_ret_push(region, ctx, return slot, return trampoline, probe)
+        a.mov64(X0, e.region);
+        a.add_imm(X1, SP, CTX_AT, false);
+        a.add_imm(X2, SP, ret_slot, false);
+        a.mov64(X3, e.ret_tramp);
+        a.mov32(X4, probe);
+        a.call(e.ret_push);
+        if let Some(h) = entry_handler {
+            let skip = a.label();
+            a.branch(0xb400_0000 | X0, skip, Kind::Imm19); // cbz x0, skip
+            a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, entry)));
+            a.mov32(X16, probe);
+            a.str32(X16, SP, ctx(core::mem::offset_of!(Ctx, probe)));
+            call_handler(&mut a, e.region, h);
+            a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, entry)));
+            a.bind(skip);
+        }
+    }
+    leave_slot(&mut a);
+    a.bind(done);
+    restore_all(&mut a);
+    // x30: the return trampoline where a frame was pushed.
+    a.ldr64(LR, SP, ret_slot);
+    a.add_imm(SP, SP, frame, false);
+    a.finish()
+}
+
+/// A return trampoline at `at` (see the module's documentation). `lean`,
+/// `shadow` and `span` are for the inline paths, not built here.
+#[allow(clippy::too_many_arguments)]
+pub fn return_trampoline(
+    _at: u64,
+    region: u64,
+    ctx_size: u32,
+    ret_pop: u64,
+    handlers: &Returns,
+    _lean: Option<super::clobber::RegMask>,
+    _shadow: &Shadow,
+    _span: Option<&SpanInline>,
+) -> Result<Vec<u8>, AsmError> {
+    let frame = frame_size(ctx_size);
+    let mut a = Asm::default();
+    a.add_imm(SP, SP, frame, true);
+    save_all(&mut a, frame, None);
+    // rt_ret_pop(region, ctx, sp after the return)
+    a.mov64(X0, region);
+    a.add_imm(X1, SP, CTX_AT, false);
+    a.add_imm(X2, SP, frame, false);
+    a.call(ret_pop);
+    // Where to return (x30 at the end), the pc and `uaddr()`.
+    a.str64(X0, SP, 8 * regs::LR as u32);
+    a.str64(X0, SP, 8 * regs::PC as u32);
+    a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, addr)));
+    // rt_ret_pop marked the thread busy (ctx.slot), or says skip (0).
+    let done = a.label();
+    a.ldr64(X16, SP, ctx(core::mem::offset_of!(Ctx, slot)));
+    a.branch(0xb400_0000 | X16, done, Kind::Imm19); // cbz x16, done
+    match handlers {
+        Returns::Table(table) => {
+            a.ldr32(X16, SP, ctx(core::mem::offset_of!(Ctx, probe)));
+            a.mov64(X17, *table);
+            a.emit(0xf860_7800 | X16 << 16 | X17 << 5 | X16); // ldr x16, [x17, x16, lsl #3]
+            a.mov64(X0, region);
+            a.add_imm(X1, SP, CTX_AT, false);
+            a.emit(0xd63f_0000 | X16 << 5); // blr x16
+        }
+        Returns::Direct(list) => {
+            let leave = a.label();
+            for (i, &(probe, h)) in list.iter().enumerate() {
+                let last = i + 1 == list.len();
+                let next = a.label();
+                if !last {
+                    a.ldr32(X16, SP, ctx(core::mem::offset_of!(Ctx, probe)));
+                    a.mov32(X17, probe);
+                    a.emit(0x6b11_021f); // cmp w16, w17
+                    a.branch(0x5400_0001, next, Kind::Imm19); // b.ne next
+                }
+                call_handler(&mut a, region, h);
+                if !last {
+                    a.branch(0x1400_0000, leave, Kind::B26);
+                }
+                a.bind(next);
+            }
+            a.bind(leave);
+        }
+    }
+    leave_slot(&mut a);
+    a.bind(done);
+    restore_all(&mut a);
+    a.add_imm(SP, SP, frame, false);
+    a.emit(0xd65f_03c0); // ret
+    a.finish()
+}
+
+/// Clock-only trampolines are an inline path (`LEAN`): not built here.
+pub fn clock_entry_prefix(_e: &Entry, _so: &ClockOnly) -> Result<Vec<u8>, AsmError> {
+    Err(AsmError::Unsupported("clock-only trampolines are not built on aarch64"))
+}
+
+pub fn clock_return_trampoline(
+    _at: u64,
+    _region: u64,
+    _ctx_size: u32,
+    _ret_pop: u64,
+    _shadow: &Shadow,
+    _so: &ClockOnly,
+) -> Result<Vec<u8>, AsmError> {
+    Err(AsmError::Unsupported("clock-only trampolines are not built on aarch64"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(b: &[u8]) -> Vec<u32> {
+        b.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn constants_and_frames_encode() {
+        let mut a = Asm::default();
+        a.mov64(X16, 0x1234_0000_5678);
+        a.add_imm(SP, SP, 0x1230, true);
+        a.str64(LR, SP, 8 * 30);
+        let w = words(&a.finish().unwrap());
+        // movz x16, #0x5678; movk x16, #0x1234, lsl #32
+        assert_eq!(w[0], 0xd28a_cf10);
+        assert_eq!(w[1], 0xf2c2_4690);
+        // sub sp, sp, #0x1, lsl #12; sub sp, sp, #0x230
+        assert_eq!(w[2], 0xd140_07ff);
+        assert_eq!(w[3], 0xd108_c3ff);
+        // str x30, [sp, #240]
+        assert_eq!(w[4], 0xf900_7bfe);
+    }
+
+    #[test]
+    fn the_frame_keeps_the_stack_aligned_and_the_return_slot_on_top() {
+        for ctx in [0, 88, 100, 2048 + 88] {
+            let f = frame_size(ctx);
+            assert_eq!(f % 16, 0);
+            assert!(f - 8 >= CTX_AT + ctx.max(CTX_SIZE as u32));
+        }
+    }
+}

@@ -1,0 +1,76 @@
+#!/bin/sh
+# Runs inside the aarch64 guest (tests/aarch64/run.sh boots it), in the
+# shared folder with telco-stap and the target programs built for aarch64.
+# One line per test ("ok NAME" or "FAIL NAME" with what differed), then
+# "GUEST: N passed, M failed".
+cd "$(dirname "$0")"
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() {
+    fail=$((fail + 1)); echo "FAIL $1"
+    echo "  wanted: $(printf '%s' "$2" | tr '\n' '|')"
+    echo "  got:    $(printf '%s' "$3" | tr '\n' '|')"
+    sed 's/^/  stderr: /' err.txt | head -20
+}
+# check NAME WANT CMD...: CMD's standard output must be WANT, its exit 0.
+# (busybox sh has no locals: its variables are check's own.)
+check() {
+    c_name=$1; c_want=$2; shift 2
+    c_got=$(timeout 300 "$@" 2>err.txt); c_rc=$?
+    if [ $c_rc -eq 0 ] && [ "$c_got" = "$c_want" ]; then ok "$c_name"; else bad "$c_name (exit $c_rc)" "$c_want" "$c_got"; fi
+}
+T=./telco-stap
+echo "== guest: $(uname -srm), $(nproc) cpu(s)"
+
+# Passes 1-4 in the guest: the script compiled to aarch64 code.
+if $T --last-pass 4 -e 'global n probe process("./a64").function("work") { n++ }' > p4.txt 2>err.txt \
+    && grep -q 'work' p4.txt; then ok "passes 1-4"; else bad "passes 1-4" "a listing" "$(head -3 p4.txt)"; fi
+
+# The tracer's own probes: Cranelift's aarch64 code in the sandbox.
+check "begin and end" "42
+done" $T -e 'probe begin { printf("%d\n", 6 * 7); exit() } probe end { println("done") }'
+
+# Entry probes counted exactly in 8 threads.
+want=$(./a64 threads 20000)
+check "8 threads count exactly" "$want
+160000" $T -e 'global n probe process.function("work") { n++ } probe end { println(n) }' -c "./a64 threads 20000"
+
+# Return probes with @entry, in 8 threads.
+check "return probes with @entry" "$want
+160000 0" $T -e 'global good, wrong
+probe process.function("work").return { if ($return == @entry($arg1) * 2 + 1) good++; else wrong++ }
+probe end { println(good, " ", wrong) }' -c "./a64 threads 20000"
+
+# Recursion: every call's return probe fires (the program counts its calls).
+want=$(./a64 fib 15)
+calls=${want##* }
+check "recursion" "$want
+$calls $calls" $T -e 'global e, r
+probe process.function("fib") { e++ } probe process.function("fib").return { r++ }
+probe end { println(e, " ", r) }' -c "./a64 fib 15"
+
+# Arguments in registers and on the stack, a global read by the first
+# instruction (adrp), function probes on a BTI/PAC-built program.
+for prog in a64 a64bti; do
+    want=$(./$prog mixed 100)
+    check "arguments and adrp ($prog)" "$want
+100 100 100" $T -e 'global w, gl, nn
+probe process.function("work") { if ($arg1 >= 0) w++ }
+probe process.function("global_first").return { if ($return == 8) gl++ }
+probe process.function("nine") { if ($arg2 == 1 && $arg8 == 7 && $arg9 == 8) nn++ }
+probe end { println(w, " ", gl, " ", nn) }' -c "./$prog mixed 100"
+done
+
+# A library loaded later with dlopen gets its probes before its first call.
+want=$(./host ./libplugin.so 500)
+check "dlopen" "$want
+500" $T -e 'global n probe process("./libplugin.so").function("plugin") { n++ } probe end { println(n) }' \
+    -c "./host ./libplugin.so 500"
+
+# --chrome: every call written (the host checks the file: run.sh).
+rm -f calls.json
+want=$(./a64 work 300)
+check "--chrome writes" "$want" $T --chrome calls.json -e 'probe process.function("work") {}' -c "./a64 work 300"
+
+rm -f err.txt p4.txt
+echo "GUEST: $pass passed, $fail failed"

@@ -1,0 +1,59 @@
+/* The aarch64 guest's target program (tests/aarch64/guest.sh): portable
+ * C, one mode per shape the end-to-end tests probe. Prints a result that
+ * does not depend on tracing, so traced and untraced runs compare. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+volatile long g = 7;
+
+/* A plain leaf. */
+__attribute__((noinline)) long work(long x) { return x * 2 + 1; }
+/* Its first instruction reads a global through adrp. */
+__attribute__((noinline)) long global_first(void) { return g + 1; }
+/* Recursion: every level returns through its own frame (no call turned
+ * into a loop: `fib_calls` counts the calls). */
+static long fib_calls;
+__attribute__((noinline, optimize("no-optimize-sibling-calls"))) long fib(long n) {
+    fib_calls++;
+    return n < 2 ? n : fib(n - 1) + fib(n - 2);
+}
+/* Eight arguments in registers, the ninth on the stack. */
+__attribute__((noinline)) long nine(long a, long b, long c, long d, long e, long f, long h, long i, long j) {
+    return a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * h + 8 * i + 9 * j;
+}
+
+static long iterations;
+
+static void *thread_main(void *arg) {
+    long s = 0;
+    for (long i = 0; i < iterations; i++) s += work(i);
+    *(long *)arg = s;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "work";
+    long n = argc > 2 ? atol(argv[2]) : 1000;
+    if (!strcmp(mode, "threads")) {
+        pthread_t t[8];
+        long sums[8], total = 0;
+        iterations = n;
+        for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, thread_main, &sums[i]);
+        for (int i = 0; i < 8; i++) pthread_join(t[i], 0), total += sums[i];
+        printf("threads %ld\n", total);
+    } else if (!strcmp(mode, "fib")) {
+        long v = fib(n);
+        printf("fib %ld %ld\n", v, fib_calls);
+    } else if (!strcmp(mode, "mixed")) {
+        long s = 0;
+        for (long i = 0; i < n; i++) s += work(i) + global_first() + nine(i, 1, 2, 3, 4, 5, 6, 7, 8);
+        printf("mixed %ld\n", s);
+    } else {
+        long s = 0;
+        for (long i = 0; i < n; i++) s += work(i);
+        printf("work %ld\n", s);
+    }
+    return 0;
+}

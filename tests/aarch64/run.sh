@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The aarch64 end-to-end tests (part of .ci/run, the README's test
+# command): builds telco-stap for aarch64-unknown-linux-gnu, boots Debian's
+# arm64 kernel under qemu-system-aarch64 (TCG) with a busybox initramfs,
+# runs tests/aarch64/guest.sh there against target programs built with
+# aarch64-linux-gnu-gcc, and checks the --chrome file on the host. Prints
+# "aarch64: N passed, M failed"; exits 1 unless M is 0.
+# Everything it sets up and builds lives in target/aarch64 (toolchain.sh).
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/aarch64/toolchain.sh
+source "$HERE/toolchain.sh"
+step() { echo "[aarch64 $(date +%T)] $*"; }
+
+step "cargo build --release --target aarch64-unknown-linux-gnu"
+nice -n 5 "$HERE/cargo.sh" build --release --locked --bin telco-stap
+
+step "target programs"
+SHARE=$A64/share
+rm -rf "$SHARE"; mkdir -p "$SHARE"
+cp "$A64/cargo/aarch64-unknown-linux-gnu/release/telco-stap" "$SHARE/"
+CC=aarch64-linux-gnu-gcc
+$CC -O2 -g -pthread -o "$SHARE/a64" "$HERE/programs/a64.c"
+$CC -O2 -g -pthread -mbranch-protection=standard -o "$SHARE/a64bti" "$HERE/programs/a64.c"
+$CC -O2 -g -o "$SHARE/host" "$ROOT/tests/programs/host.c" -ldl
+$CC -O2 -g -shared -fPIC -o "$SHARE/libplugin.so" "$ROOT/tests/programs/plugin.c"
+cp "$HERE/guest.sh" "$SHARE/"
+
+step "initramfs"
+RFS=$A64/rootfs
+rm -rf "$RFS"; mkdir -p "$RFS"/{bin,sbin,proc,sys,dev,mnt,tmp,lib/modules}
+cp "$A64/x/bb/bin/busybox" "$RFS/bin/"
+cp "$HERE/init" "$RFS/init"
+M=$A64/x/kernel/lib/modules/$KVER/kernel; i=0
+# virtio-pci and 9p, in load order.
+for m in drivers/virtio/virtio_pci_modern_dev drivers/virtio/virtio_pci_legacy_dev drivers/virtio/virtio_pci \
+         net/9p/9pnet net/9p/9pnet_virtio fs/netfs/netfs fs/fscache/fscache fs/9p/9p; do
+    [ -f "$M/$m.ko" ] || continue
+    i=$((i + 1)); cp "$M/$m.ko" "$RFS/lib/modules/$(printf %02d $i)-$(basename "$m").ko"
+done
+for l in ld-linux-aarch64.so.1 libc.so.6 libm.so.6 libgcc_s.so.1; do
+    cp -L "/usr/aarch64-linux-gnu/lib/$l" "$RFS/lib/"
+done
+python3 "$HERE/mkcpio.py" "$RFS" "$A64/initramfs.cpio"
+gzip -1 -f "$A64/initramfs.cpio"
+
+step "boot qemu-system-aarch64 and run the tests"
+LOG=$A64/guest.log
+# One CPU: with the host busy, a second virtual CPU makes ptrace stops
+# far slower under TCG.
+nice -n 5 timeout 1500 qemu-system-aarch64 -M virt -cpu max,pauth-impdef=on -smp 1 -m 2G -nographic -no-reboot \
+    -nic none -kernel "$A64/x/kernel/boot/vmlinuz-$KVER" -initrd "$A64/initramfs.cpio.gz" \
+    -append "console=ttyAMA0 quiet rdinit=/init" \
+    -virtfs "local,path=$SHARE,mount_tag=share,security_model=none,id=share" < /dev/null > "$LOG" 2>&1 || true
+tr -d '\r' < "$LOG" | grep -E '^(ok|FAIL|  |== |GUEST)' || true
+line=$(tr -d '\r' < "$LOG" | grep -a '^GUEST: ' | tail -1)
+if [[ $line =~ ^GUEST:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+    pass=${BASH_REMATCH[1]}; fail=${BASH_REMATCH[2]}
+else
+    echo "the guest did not finish; its console:"; tail -30 "$LOG"
+    pass=0; fail=1
+fi
+
+# The --chrome file the guest wrote: JSON with one complete event per call.
+if python3 - "$SHARE/calls.json" <<'PY'
+import json, sys
+try:
+    doc = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(f"--chrome file unreadable: {e}")
+events = doc["traceEvents"] if isinstance(doc, dict) else doc
+calls = [e for e in events if e.get("ph") == "X" and e.get("name") == "work"]
+if len(calls) != 300 or any(e["dur"] < 0 for e in calls):
+    sys.exit(f"--chrome file: {len(calls)} calls of work, wanted 300")
+PY
+then pass=$((pass + 1)); echo "ok   --chrome validated (host)"; else fail=$((fail + 1)); echo "FAIL --chrome validated (host)"; fi
+
+echo "aarch64: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
