@@ -5,6 +5,8 @@
 # runs tests/aarch64/guest.sh there against target programs built with
 # aarch64-linux-gnu-gcc, and checks the --chrome file on the host. Prints
 # "aarch64: N passed, M failed"; exits 1 unless M is 0.
+#   tests/aarch64/run.sh bench   runs tests/aarch64/bench.sh there instead
+#                                (probe costs as ratios: docs/PERFORMANCE.md)
 # Everything it sets up and builds lives in target/aarch64 (toolchain.sh).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -25,7 +27,11 @@ $CC -O2 -g -pthread -o "$SHARE/a64" "$HERE/programs/a64.c"
 $CC -O2 -g -pthread -mbranch-protection=standard -o "$SHARE/a64bti" "$HERE/programs/a64.c"
 $CC -O2 -g -o "$SHARE/host" "$ROOT/tests/programs/host.c" -ldl
 $CC -O2 -g -shared -fPIC -o "$SHARE/libplugin.so" "$ROOT/tests/programs/plugin.c"
-cp "$HERE/guest.sh" "$SHARE/"
+if [ "${1:-}" = bench ]; then
+    cp "$HERE/bench.sh" "$SHARE/guest.sh"
+else
+    cp "$HERE/guest.sh" "$SHARE/"
+fi
 
 step "initramfs"
 RFS=$A64/rootfs
@@ -53,6 +59,11 @@ nice -n 5 timeout 1500 qemu-system-aarch64 -M virt -cpu max,pauth-impdef=on -smp
     -nic none -kernel "$A64/x/kernel/boot/vmlinuz-$KVER" -initrd "$A64/initramfs.cpio.gz" \
     -append "console=ttyAMA0 quiet rdinit=/init" \
     -virtfs "local,path=$SHARE,mount_tag=share,security_model=none,id=share" < /dev/null > "$LOG" 2>&1 || true
+if [ "${1:-}" = bench ]; then
+    tr -d '\r' < "$LOG" | sed -n 's/^BENCH //p'
+    grep -q 'GUEST: bench done' "$LOG"
+    exit
+fi
 tr -d '\r' < "$LOG" | grep -E '^(ok|FAIL|  |== |GUEST)' || true
 line=$(tr -d '\r' < "$LOG" | grep -a '^GUEST: ' | tail -1)
 if [[ $line =~ ^GUEST:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
@@ -75,6 +86,23 @@ if len(calls) != 300 or any(e["dur"] < 0 for e in calls):
     sys.exit(f"--chrome file: {len(calls)} calls of work, wanted 300")
 PY
 then pass=$((pass + 1)); echo "ok   --chrome validated (host)"; else fail=$((fail + 1)); echo "FAIL --chrome validated (host)"; fi
+
+# ... and loaded into Perfetto's trace processor, the engine of
+# ui.perfetto.dev (tests/chrome/check.sh, installed by the test command):
+# accepted, with the 300 calls.
+set +e
+viewer=$("$ROOT/tests/chrome/check.sh" "$SHARE/calls.json" 2>&1); rc=$?
+set -e
+if [ $rc -eq 77 ]; then
+    echo "skip --chrome in Perfetto's trace processor: not installed (tests/chrome/install.sh)"
+elif [ $rc -eq 0 ] && echo "$viewer" | python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+sys.exit(sum(t["counts"].get("work", 0) for t in doc["threads"]) != 300)'; then
+    pass=$((pass + 1)); echo "ok   --chrome loaded by Perfetto's trace processor (host)"
+else
+    fail=$((fail + 1)); echo "FAIL --chrome loaded by Perfetto's trace processor (host)"; echo "$viewer" | head -5
+fi
 
 echo "aarch64: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

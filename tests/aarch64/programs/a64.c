@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 volatile long g = 7;
 
@@ -43,6 +44,16 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, thread_main, &sums[i]);
         for (int i = 0; i < 8; i++) pthread_join(t[i], 0), total += sums[i];
         printf("threads %ld\n", total);
+    } else if (!strcmp(mode, "bench")) {
+        /* ns per call of work(), over n calls after a warm-up. */
+        struct timespec a, b;
+        long s = 0;
+        for (long i = 0; i < n / 10; i++) s += work(i);
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (long i = 0; i < n; i++) s += work(i);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        long ns = (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec);
+        printf("bench %ld.%02ld ns/call (%ld)\n", ns / n, ns * 100 / n % 100, s & 1);
     } else if (!strcmp(mode, "fib")) {
         long v = fib(n);
         printf("fib %ld %ld\n", v, fib_calls);
