@@ -72,5 +72,47 @@ rm -f calls.json
 want=$(./a64 work 300)
 check "--chrome writes" "$want" $T --chrome calls.json -e 'probe process.function("work") {}' -c "./a64 work 300"
 
+# SDT markers (a statement-site patch inside a function, planned by pass
+# 2's aarch64 site analysis), with their arguments.
+want=$(./a64 sdt 200)
+check "SDT markers" "$want
+200" $T -e 'global n probe process.mark("tick") { if ($arg1 >= 0 && $arg2 > 0) n++ } probe end { println(n) }' \
+    -c "./a64 sdt 200"
+
+# A backtrace from a probe: the probed function and its callers by CFI.
+want=$(./a64 work 3)
+got=$($T -e 'probe process.function("work") { if (!done) { print_ubacktrace(); done = 1 } } global done' \
+    -c "./a64 work 3" 2>err.txt)
+if echo "$got" | grep -q ' : work+0x0/' && echo "$got" | grep -q ' : main+'; then ok "ubacktrace"
+else bad "ubacktrace" "work, then main" "$got"; fi
+
+# timer.profile samples the target (perf events in the guest's kernel).
+want=$(./a64 slow 300)
+got=$($T -e 'global n probe timer.profile { n++ } probe end { println(n > 0) }' -c "./a64 slow 300" 2>err.txt)
+if [ "$got" = "$want
+1" ]; then ok "timer.profile"; else bad "timer.profile" "$want|1" "$got"; fi
+
+# The tracer SIGKILLed at moments through its attach and session (-p):
+# the target runs on to its right result. The remote-operation stub ends
+# an operation the tracer left half done by itself (rt_sigreturn). In this
+# guest passes 1-4 take about 1.5 s and the attach about 0.3 s after them:
+# the kills fall every 50 ms from 1.4 s to 2.0 s, and once before and once
+# well after.
+want=$(./a64 slow 3000)
+for delay in 0.5 1.4 1.45 1.5 1.55 1.6 1.65 1.7 1.75 1.8 1.85 1.9 1.95 2.0 3.0; do
+    ./a64 slow 3000 > target.txt 2>&1 &
+    tpid=$!
+    $T -p $tpid --chrome /tmp/killed.json -e 'global n probe process.function("work") { n++ }' > /dev/null 2>err.txt &
+    spid=$!
+    sleep $delay
+    kill -9 $spid 2>/dev/null
+    wait $spid 2>/dev/null
+    wait $tpid; rc=$?
+    got=$(cat target.txt)
+    if [ $rc -eq 0 ] && [ "$got" = "$want" ]; then ok "tracer killed after ${delay}s"
+    else bad "tracer killed after ${delay}s (target exit $rc)" "$want" "$got"; fi
+done
+rm -f target.txt /tmp/killed.json
+
 rm -f err.txt p4.txt
 echo "GUEST: $pass passed, $fail failed"

@@ -23,7 +23,13 @@ SHARE=$A64/share
 rm -rf "$SHARE"; mkdir -p "$SHARE"
 cp "$A64/cargo/aarch64-unknown-linux-gnu/release/telco-stap" "$SHARE/"
 CC=aarch64-linux-gnu-gcc
-$CC -O2 -g -pthread -o "$SHARE/a64" "$HERE/programs/a64.c"
+# <sys/sdt.h> (systemtap-sdt-dev, installed by .ci/run) is the same text
+# for every architecture, but Debian puts it in the x86_64 include folder.
+SDT=$(dpkg -L systemtap-sdt-dev 2>/dev/null | grep '/sys/sdt.h$' | head -1 || true)
+INC=$A64/include
+rm -rf "$INC"; mkdir -p "$INC/sys"
+[ -n "$SDT" ] && cp "$SDT" "$(dirname "$SDT")/sdt-config.h" "$INC/sys/"
+$CC -O2 -g -pthread -I"$INC" ${SDT:+-DHAVE_SDT} -o "$SHARE/a64" "$HERE/programs/a64.c"
 $CC -O2 -g -pthread -mbranch-protection=standard -o "$SHARE/a64bti" "$HERE/programs/a64.c"
 $CC -O2 -g -o "$SHARE/host" "$ROOT/tests/programs/host.c" -ldl
 $CC -O2 -g -shared -fPIC -o "$SHARE/libplugin.so" "$ROOT/tests/programs/plugin.c"

@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef HAVE_SDT
+#include <sys/sdt.h>
+#endif
 
 volatile long g = 7;
 
@@ -54,6 +58,21 @@ int main(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &b);
         long ns = (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec);
         printf("bench %ld.%02ld ns/call (%ld)\n", ns / n, ns * 100 / n % 100, s & 1);
+    } else if (!strcmp(mode, "slow")) {
+        /* n calls a millisecond apart: a process to attach to and kill
+         * the tracer of. */
+        long s = 0;
+        for (long i = 0; i < n; i++) s += work(i), usleep(1000);
+        printf("slow %ld\n", s);
+#ifdef HAVE_SDT
+    } else if (!strcmp(mode, "sdt")) {
+        long s = 0;
+        for (long i = 0; i < n; i++) {
+            s += work(i);
+            DTRACE_PROBE2(a64, tick, i, s);
+        }
+        printf("sdt %ld\n", s);
+#endif
     } else if (!strcmp(mode, "fib")) {
         long v = fib(n);
         printf("fib %ld %ld\n", v, fib_calls);
