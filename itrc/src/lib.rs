@@ -42,7 +42,7 @@
 //!   r15 … r8, rdi, rsi, rbp, rsp, rbx, rdx, rcx, rax`, then `rflags`, then
 //!   one pseudo-register `ra` (index [`x64::RA`]), all 8 bytes, then the
 //!   vector registers `ymm0` … `ymm15` ([`x64::VECTORS`], 32 bytes each, as
-//!   Frida's arm64 list ends with `q0` … `q31`). x86_64 has no
+//!   Frida's arm64 list ends with `v0` … `v31`, 16 bytes each). x86_64 has no
 //!   link register; `ra` is its stand-in: the return address of the function
 //!   the block belongs to (see [`Recorder`]). Every block's first write is
 //!   `[0, 18]` (`ra` at block entry), as Frida's is `[0, 33]` (`lr`).
@@ -62,8 +62,10 @@
 //!
 //! # Modules
 //!
-//! [`Writer`] writes records; [`x64`] decodes blocks and knows the register
-//! list; [`Recorder`] turns single steps into records; [`Reader`] parses any
+//! [`Writer`] writes records; [`x64`] and [`a64`] (Frida's own arm64
+//! layout, for telco-stap on aarch64) decode blocks and know their
+//! register lists; [`Recorder`] (x86_64) and [`A64Recorder`] turn single
+//! steps into records; [`Reader`] parses any
 //! ITRC file (ours and Frida's arm64 ones); [`dump`] and [`chrome`] render a
 //! file for `telco-stap itrc-dump`.
 //!
@@ -71,6 +73,7 @@
 //! the [`Recorder`] only through the closure its caller passes, and a
 //! malformed file is a [`ReadError`], never a panic.
 
+pub mod a64;
 pub mod chrome;
 pub mod dump;
 mod json;
@@ -80,7 +83,9 @@ mod writer;
 pub mod x64;
 
 pub use reader::{Arch, Block, Event, ReadError, Reader, Record, RegisterSpec, Value, WriteValue};
-pub use recorder::{ModuleInfo, RecordError, Recorder, RecorderConfig, RecorderStats};
+pub use recorder::{
+    A64Recorder, Isa, IsaRecorder, ModuleInfo, RecordError, Recorder, RecorderConfig, RecorderStats, X64,
+};
 pub use writer::{BlockSpec, Writer};
 
 /// The 4-byte magic every ITRC file starts with.

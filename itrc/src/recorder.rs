@@ -16,10 +16,79 @@
 //! and the file gets `itrace:lost` with the total. **Boundary:** target
 //! memory only through the `read` closure given to `step`.
 
+use crate::reader::RegisterSpec;
 use crate::writer::{compile_json, BlockSpec, Writer};
-use crate::x64::{self, read_block, Flow, Insn, X64Block, X64Regs, RA};
+use crate::x64::{self, Flow, Insn, X64Block, X64Regs, RA};
 use std::collections::HashMap;
 use std::io::{self, Write};
+
+/// What the recorder needs of an architecture: its register list and
+/// values, and its blocks (`x64` and `crate::a64`).
+pub trait Isa {
+    /// A thread's registers as the recorder keeps them.
+    type Regs: Copy + Default;
+    /// The `itrace:start` register list.
+    fn specs() -> Vec<RegisterSpec>;
+    /// `itrace:start`'s data: every register's value in list order, with
+    /// `link` for the link register where it is not a machine register.
+    fn start_values(regs: &Self::Regs, link: u64) -> Vec<u8>;
+    fn pc(regs: &Self::Regs) -> u64;
+    /// Append register `index`'s value (its size) to `out`.
+    fn put(regs: &Self::Regs, index: u32, out: &mut Vec<u8>);
+    fn value_size(index: u32) -> usize;
+    fn read_block(pc: u64, read: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> X64Block;
+    /// A block for code that could not be decoded.
+    fn opaque_block(pc: u64, regs_after: &Self::Regs, code: Vec<u8>) -> X64Block;
+    /// The link register's value, where the machine has one (aarch64's
+    /// x30); None where the recorder tracks return addresses itself.
+    fn link_register(regs: &Self::Regs) -> Option<u64>;
+}
+
+/// x86_64.
+pub struct X64;
+
+impl Isa for X64 {
+    type Regs = X64Regs;
+
+    fn specs() -> Vec<RegisterSpec> {
+        x64::register_specs()
+    }
+
+    fn start_values(regs: &X64Regs, link: u64) -> Vec<u8> {
+        let mut values = Vec::with_capacity(8 * x64::REGISTERS.len());
+        for v in regs.to_array().into_iter().chain([link]) {
+            values.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in &regs.ymm {
+            values.extend_from_slice(v);
+        }
+        values
+    }
+
+    fn pc(regs: &X64Regs) -> u64 {
+        regs.rip
+    }
+
+    fn put(regs: &X64Regs, index: u32, out: &mut Vec<u8>) {
+        regs.put(index, out)
+    }
+
+    fn value_size(index: u32) -> usize {
+        x64::value_size(index)
+    }
+
+    fn read_block(pc: u64, read: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> X64Block {
+        x64::read_block(pc, read)
+    }
+
+    fn opaque_block(pc: u64, regs_after: &X64Regs, code: Vec<u8>) -> X64Block {
+        opaque_block(pc, regs_after, code)
+    }
+
+    fn link_register(_regs: &X64Regs) -> Option<u64> {
+        None
+    }
+}
 
 /// How a [`Recorder`] writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,7 +247,7 @@ const MAX_RA_DEPTH: usize = 1 << 16;
 /// assert!(file.starts_with(b"ITRC"));
 /// # Ok::<(), telco_itrc::RecordError>(())
 /// ```
-pub struct Recorder<W: Write> {
+pub struct IsaRecorder<W: Write, I: Isa> {
     writer: Writer<W>,
     config: RecorderConfig,
     modules: Vec<ModuleInfo>,
@@ -186,7 +255,7 @@ pub struct Recorder<W: Write> {
     open: Option<Open>,
     ra: Vec<u64>,
     /// The registers after the last step (or at start).
-    last: X64Regs,
+    last: I::Regs,
     started: bool,
     /// The byte budget ran out: nothing but `itrace:lost`/`itrace:end`
     /// is written any more.
@@ -211,18 +280,23 @@ struct Replayed {
     insns: u64,
 }
 
-impl<W: Write> Recorder<W> {
+/// The x86_64 recorder.
+pub type Recorder<W> = IsaRecorder<W, X64>;
+/// The aarch64 recorder.
+pub type A64Recorder<W> = IsaRecorder<W, crate::a64::A64>;
+
+impl<W: Write, I: Isa> IsaRecorder<W, I> {
     /// Writes the magic.
     pub fn new(out: W, config: RecorderConfig) -> Result<Self, RecordError> {
         let writer = Writer::new(out, config.chunk_size)?;
-        Ok(Recorder {
+        Ok(IsaRecorder {
             writer,
             config,
             modules: Vec::new(),
             blocks: HashMap::new(),
             open: None,
             ra: Vec::new(),
-            last: X64Regs::default(),
+            last: I::Regs::default(),
             started: false,
             exhausted: false,
             lost_written: 0,
@@ -242,21 +316,15 @@ impl<W: Write> Recorder<W> {
     /// execute `regs.rip`). `return_address` is the traced function's
     /// return address (at a function entry, the `u64` at `regs.rsp`); it is
     /// the initial `ra`. Pass 0 if unknown.
-    pub fn start(&mut self, regs: &X64Regs, return_address: u64) -> Result<(), RecordError> {
+    pub fn start(&mut self, regs: &I::Regs, return_address: u64) -> Result<(), RecordError> {
         if self.started {
             return Err(RecordError::AlreadyStarted);
         }
         self.started = true;
         self.ra = vec![return_address];
         self.last = *regs;
-        let mut values = Vec::with_capacity(8 * x64::REGISTERS.len());
-        for v in regs.to_array().into_iter().chain([return_address]) {
-            values.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in &regs.ymm {
-            values.extend_from_slice(v);
-        }
-        self.writer.start(&x64::register_specs(), &values)?;
+        let values = I::start_values(regs, return_address);
+        self.writer.start(&I::specs(), &values)?;
         self.stats.bytes = self.writer.len();
         Ok(())
     }
@@ -268,7 +336,7 @@ impl<W: Write> Recorder<W> {
     pub fn step(
         &mut self,
         pc_before: u64,
-        regs_after: &X64Regs,
+        regs_after: &I::Regs,
         read: &mut dyn FnMut(u64, &mut [u8]) -> usize,
     ) -> Result<(), RecordError> {
         if !self.started {
@@ -285,13 +353,13 @@ impl<W: Write> Recorder<W> {
         let Some(open) = self.open.as_mut() else { return Ok(()) };
         let known = &self.blocks[&open.address];
         let insn: &Insn = &known.block.insns[open.next];
-        if regs_after.rip == pc_before && insn.flow == Flow::Next {
+        if I::pc(regs_after) == pc_before && insn.flow == Flow::Next {
             // One iteration of a `rep` instruction; it is not done yet.
             self.last = *regs_after;
             return Ok(());
         }
         for &w in &insn.writes {
-            regs_after.put(w, &mut open.values);
+            I::put(regs_after, w, &mut open.values);
         }
         match insn.flow {
             Flow::Call => {
@@ -300,7 +368,7 @@ impl<W: Write> Recorder<W> {
                 }
                 self.ra.push(pc_before.wrapping_add(insn.len as u64));
             }
-            Flow::Return => match self.ra.iter().rposition(|&a| a == regs_after.rip) {
+            Flow::Return => match self.ra.iter().rposition(|&a| a == I::pc(regs_after)) {
                 Some(i) => self.ra.truncate(i),
                 None => {
                     self.ra.pop();
@@ -370,22 +438,25 @@ impl<W: Write> Recorder<W> {
     fn enter(
         &mut self,
         pc: u64,
-        regs_after: &X64Regs,
+        regs_after: &I::Regs,
         read: &mut dyn FnMut(u64, &mut [u8]) -> usize,
     ) -> Result<(), RecordError> {
         if let std::collections::hash_map::Entry::Vacant(slot) = self.blocks.entry(pc) {
-            let mut block = read_block(pc, read);
+            let mut block = I::read_block(pc, read);
             if block.insns.is_empty() {
-                block = opaque_block(pc, regs_after, block.code);
+                block = I::opaque_block(pc, regs_after, block.code);
             }
-            let values = record_bytes(&block);
+            let values = record_bytes::<I>(&block);
             slot.insert(Known { block, values, written: false });
             self.stats.blocks += 1;
         }
         self.compile(pc)?;
         let values_len = self.blocks[&pc].values;
         let mut values = Vec::with_capacity(values_len);
-        values.extend_from_slice(&self.ra.last().copied().unwrap_or(0).to_le_bytes());
+        // The link register at block entry: the machine's (before the
+        // block's first instruction ran), or the tracked return address.
+        let link = I::link_register(&self.last).unwrap_or_else(|| self.ra.last().copied().unwrap_or(0));
+        values.extend_from_slice(&link.to_le_bytes());
         self.open = Some(Open { address: pc, next: 0, values });
         Ok(())
     }
@@ -444,7 +515,7 @@ impl<W: Write> Recorder<W> {
             Some(r) if r.address == pc => r,
             _ => {
                 if let std::collections::hash_map::Entry::Vacant(slot) = self.blocks.entry(pc) {
-                    let values = record_bytes(block);
+                    let values = record_bytes::<I>(block);
                     slot.insert(Known { block: block.clone(), values, written: false });
                     self.stats.blocks += 1;
                 }
@@ -515,7 +586,7 @@ impl<W: Write> Recorder<W> {
         let known = &self.blocks[&open.address];
         for insn in &known.block.insns[open.next..] {
             for &w in &insn.writes {
-                self.last.put(w, &mut open.values);
+                I::put(&self.last, w, &mut open.values);
             }
         }
         self.stats.partial += 1;
@@ -566,9 +637,9 @@ impl<W: Write> Recorder<W> {
     }
 }
 
-/// Bytes of a block's record values (`ra` and its writes).
-fn record_bytes(block: &X64Block) -> usize {
-    block.writes().iter().map(|&(_, r)| x64::value_size(r)).sum()
+/// Bytes of a block's record values (the link and its writes).
+fn record_bytes<I: Isa>(block: &X64Block) -> usize {
+    block.writes().iter().map(|&(_, r)| I::value_size(r)).sum()
 }
 
 /// A block for code that could not be decoded: one instruction, as long as
@@ -581,6 +652,7 @@ fn opaque_block(pc: u64, regs_after: &X64Regs, code: Vec<u8>) -> X64Block {
         insns: vec![Insn { offset: 0, len, flow: Flow::Other, writes: (1..RA).collect() }],
         code,
         end: x64::BlockEnd::Invalid,
+        link: RA,
     }
 }
 

@@ -251,7 +251,8 @@ pub enum BlockEnd {
     Invalid,
 }
 
-/// A decoded basic block.
+/// A decoded basic block (of either architecture: `crate::a64` makes
+/// them too, with its own register indices).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct X64Block {
     pub address: u64,
@@ -259,6 +260,9 @@ pub struct X64Block {
     /// The block's code bytes (exactly `size()` of them).
     pub code: Vec<u8>,
     pub end: BlockEnd,
+    /// The index of the link register, every block's first write: [`RA`]
+    /// here, `a64::LR` on aarch64.
+    pub link: u32,
 }
 
 impl X64Block {
@@ -267,11 +271,11 @@ impl X64Block {
         self.insns.last().map(|i| i.offset + i.len).unwrap_or(0)
     }
 
-    /// The block's `writes` for `itrace:compile`: `[0, RA]` first, then
+    /// The block's `writes` for `itrace:compile`: `[0, link]` first, then
     /// every instruction's writes at the offset just after it (Frida's
     /// convention: the value is the register's value after the instruction).
     pub fn writes(&self) -> Vec<(u32, u32)> {
-        let mut w = vec![(0, RA)];
+        let mut w = vec![(0, self.link)];
         for i in &self.insns {
             w.extend(i.writes.iter().map(|&r| (i.offset + i.len, r)));
         }
@@ -398,7 +402,7 @@ pub fn decode_block(address: u64, code: &[u8]) -> X64Block {
         }
     };
     let size = insns.last().map(|i| (i.offset + i.len) as usize).unwrap_or(0);
-    X64Block { address, insns, code: code[..size].to_vec(), end }
+    X64Block { address, insns, code: code[..size].to_vec(), end, link: RA }
 }
 
 /// Reads and decodes the block at `address`. `read(addr, buf)` copies

@@ -27,10 +27,9 @@
 //! relocated copy. A session with `.itrace` probes does not follow execs
 //! (the single-stepper attaches to threads itself).
 //!
-//! Neither recorder is ported to aarch64 yet (issue 18): there only the
-//! shared parts are built, unused, and `Session::itrace_to` refuses
-//! `.itrace`.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+//! On aarch64 only the single-stepper runs (the block tracer is not ported:
+//! `Session::itrace_to` steps there), writing Frida's arm64 layout
+//! (`telco_itrc::a64`).
 
 use crate::arch::native as arch;
 use crate::os::ptrace::{PtraceError, Thread};
@@ -287,18 +286,10 @@ impl Itracer {
         read_code(&self.mem, traced, addr, buf)
     }
 
-    /// No single-stepper on this architecture yet: `Session::itrace_to`
-    /// refuses `.itrace` before one is made.
-    #[cfg(not(target_arch = "x86_64"))]
-    fn trace(&mut self, _thread: Thread, _regs_at: u64, _f: &Traced, _traced: &[Traced]) -> Result<(), String> {
-        Err(format!("`.itrace` is not available on {} yet", arch::NAME))
-    }
-
-    #[cfg(target_arch = "x86_64")]
     fn trace(&mut self, mut thread: Thread, regs_at: u64, f: &Traced, traced: &[Traced]) -> Result<(), String> {
         use crate::os::ptrace::Step;
         use std::io::BufWriter;
-        use telco_itrc::{Recorder, RecorderConfig};
+        use telco_itrc::{IsaRecorder, RecorderConfig};
         let t0 = std::time::Instant::now();
         let words = saved_regs(&self.mem, regs_at)?;
         let mut r = thread.regs().map_err(err)?;
@@ -309,13 +300,17 @@ impl Itracer {
         thread.set_regs(&r).map_err(err)?;
         self.calls += 1;
         let entry_sp = arch::sp(&r);
-        let mut ret = [0u8; 8];
-        self.mem.read_exact_at(&mut ret, entry_sp).map_err(|e| format!("reading the return address: {e}"))?;
-        let ret = u64::from_le_bytes(ret);
+        // The return address: on the stack (x86_64) or in the link register.
+        let word = |a: u64| {
+            let mut b = [0u8; 8];
+            self.mem.read_exact_at(&mut b, a).ok().map(|()| u64::from_le_bytes(b))
+        };
+        let ret = arch::return_address(&r, &word).ok_or("reading the return address failed")?;
         let path = self.file(self.calls);
         let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
         let cfg = RecorderConfig { max_bytes: Some(1 << 30), chunk_size: 1 << 20, ..RecorderConfig::default() };
-        let mut rec = Recorder::new(BufWriter::with_capacity(1 << 20, out), cfg).map_err(|e| e.to_string())?;
+        let mut rec = IsaRecorder::<_, arch::ItrcIsa>::new(BufWriter::with_capacity(1 << 20, out), cfg)
+            .map_err(|e| e.to_string())?;
         let mut shown = r;
         arch::set_pc(&mut shown, f.patch_at);
         let vectors = thread.vector_regs().map_err(err)?;

@@ -72,6 +72,12 @@ rm -f calls.json
 want=$(./a64 work 300)
 check "--chrome writes" "$want" $T --chrome calls.json -e 'probe process.function("work") {}' -c "./a64 work 300"
 
+# .itrace: every instruction of the call into an ITRC file in Frida's
+# arm64 layout (read back on the host by tests/itrc_reader.py: run.sh).
+rm -f fib.itrc*
+want=$(./a64 fib 10)
+check ".itrace writes" "$want" $T --itrc fib.itrc -e 'probe process.function("fib").itrace {}' -c "./a64 fib 10"
+
 # SDT markers (a statement-site patch inside a function, planned by pass
 # 2's aarch64 site analysis), with their arguments.
 want=$(./a64 sdt 200)

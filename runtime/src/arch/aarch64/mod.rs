@@ -3,10 +3,9 @@
 //! injected system call or call is set up), beside `x86_64/` with the
 //! same names.
 //!
-//! `patch` is pure (decode, plan, relocate) and built on every host; the
-//! rest is built for aarch64 only.
+//! `patch` (decode, plan, relocate), `trampoline` and `clobber` are pure
+//! and built and tested on every host; the rest is built for aarch64 only.
 
-#[cfg(target_arch = "aarch64")]
 pub mod clobber;
 #[cfg(target_arch = "aarch64")]
 pub mod frames;
@@ -15,7 +14,6 @@ pub mod patch;
 pub mod sample;
 #[cfg(target_arch = "aarch64")]
 pub mod stub;
-#[cfg(target_arch = "aarch64")]
 pub mod trampoline;
 
 #[cfg(target_arch = "aarch64")]
@@ -29,8 +27,9 @@ mod native {
     /// x0–x30, sp, pc, pstate, the order of telco-abi's register file).
     pub type Regs = libc::user_regs_struct;
 
-    /// No vector register set is recorded by `.itrace` here yet.
-    pub const VECTOR_REGSET: Option<i32> = None;
+    /// The vector registers for `.itrace`'s single-stepper: `NT_PRFPREG`
+    /// (v0–v31, then fpsr and fpcr).
+    pub const VECTOR_REGSET: Option<i32> = Some(2);
 
     /// The end of user address space (48-bit addresses), less a page.
     pub const USER_TOP: u64 = 0xffff_ffff_f000;
@@ -167,6 +166,22 @@ mod native {
     /// every word.
     pub fn instruction_starts(code: &[u8], ip: u64) -> Vec<u64> {
         (0..code.len() / 4).map(|i| ip + 4 * i as u64).collect()
+    }
+
+    /// The ITRC recorder's architecture (Frida's arm64 layout).
+    pub type ItrcIsa = telco_itrc::a64::A64;
+
+    /// A function's return address at its entry: the link register.
+    pub fn return_address(r: &Regs, _read: &dyn Fn(u64) -> Option<u64>) -> Option<u64> {
+        Some(r.regs[abi::LR])
+    }
+
+    /// The ITRC register record of `r`, with the vector registers from
+    /// `VECTOR_REGSET`'s bytes.
+    pub fn itrc_regs_with(r: &Regs, vectors: &[u8]) -> telco_itrc::a64::A64Regs {
+        let mut x = telco_itrc::a64::A64Regs::from_pt_regs(&r.regs, r.sp, r.pc, r.pstate);
+        x.set_fpsimd(vectors);
+        x
     }
 
     /// Nothing to hide: single-stepping a `svc` leaves no trace in the

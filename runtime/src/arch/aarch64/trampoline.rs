@@ -6,7 +6,8 @@
 //! stack (`rt_ret_push`, `rt_ret_pop`). The inline fast paths of x86_64
 //! (lean trampolines, inline spans and statistics, clock-only
 //! trampolines) are not built here yet: `LEAN` is false, and
-//! `runtime/src/target.rs` asks for none of them.
+//! `runtime/src/target.rs` asks for none of them. `.itrace` has its gate
+//! (`itrace_gate`), for the single-stepper.
 //!
 //! # Entry
 //!
@@ -150,6 +151,8 @@ enum Kind {
     B26,
     /// `cbz`/`cbnz`/`b.cond`: imm19 at bit 5.
     Imm19,
+    /// `adr`: a byte offset, immlo at bit 29, immhi at bit 5.
+    Adr,
 }
 
 /// Instructions being assembled (one word each).
@@ -186,6 +189,10 @@ impl Asm {
                 self.words[from] |= match kind {
                     Kind::B26 => (d as u32) & 0x03ff_ffff,
                     Kind::Imm19 => ((d as u32) & 0x7ffff) << 5,
+                    Kind::Adr => {
+                        let b = (4 * d) as u32;
+                        (b & 3) << 29 | ((b >> 2) & 0x7ffff) << 5
+                    }
                 };
             }
         }
@@ -324,9 +331,6 @@ fn leave_slot(a: &mut Asm) {
 /// Assemble the part before the relocated instruction; the caller appends
 /// the relocation and the branch back.
 pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
-    if e.itrace.is_some() {
-        return Err(AsmError::Unsupported(".itrace is not available on aarch64 yet"));
-    }
     let frame = frame_size(e.ctx_size);
     let ret_slot = frame - 8;
     let mut a = Asm::default();
@@ -369,7 +373,40 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
     // x30: the return trampoline where a frame was pushed.
     a.ldr64(LR, SP, ret_slot);
     a.add_imm(SP, SP, frame, false);
+    if let Some((wait, func)) = e.itrace {
+        itrace_gate(&mut a, e.region, wait, func);
+    }
     a.finish()
+}
+
+/// The `.itrace` gate (x86_64's `itrace_gate`): every register as at the
+/// entry into a `SavedRegs` block (sp as the caller left it, pc = where
+/// the relocated instruction starts, just after the gate), then
+/// `rt_itrace_wait(region, regs, func)`. The single-stepper takes the
+/// thread over from that block and never returns here; an untraced call
+/// (declined, or the tracer busy) gets every register back and goes on.
+/// (`rt_itrace_wait`'s other answer, a translated block to go on at, comes
+/// only from the block tracer, which aarch64 does not have yet.)
+fn itrace_gate(a: &mut Asm, region: u64, wait: u64, func: u32) {
+    let frame = core::mem::size_of::<regs::SavedRegs>() as u32;
+    let resume = a.label();
+    a.add_imm(SP, SP, frame, true);
+    for r in 0..31 {
+        a.str64(r, SP, 8 * r);
+    }
+    a.add_imm(X16, SP, frame, false);
+    a.str64(X16, SP, 8 * regs::SP as u32);
+    a.branch(0x1000_0000 | X16, resume, Kind::Adr); // adr x16, resume
+    a.str64(X16, SP, 8 * regs::PC as u32);
+    a.emit(0xd53b_4200 | X16); // mrs x16, nzcv
+    a.str64(X16, SP, 8 * regs::PSTATE as u32);
+    a.mov64(X0, region);
+    a.add_imm(X1, SP, 0, false);
+    a.mov32(X2, func);
+    a.call(wait);
+    restore_all(a);
+    a.add_imm(SP, SP, frame, false);
+    a.bind(resume);
 }
 
 /// A return trampoline at `at` (see the module's documentation). `lean`,
@@ -478,6 +515,19 @@ mod tests {
         assert_eq!(w[3], 0xd108_c3ff);
         // str x30, [sp, #240]
         assert_eq!(w[4], 0xf900_7bfe);
+    }
+
+    #[test]
+    fn adr_reaches_its_label() {
+        let mut a = Asm::default();
+        let l = a.label();
+        a.branch(0x1000_0000 | X16, l, Kind::Adr);
+        a.emit(0xd503_201f);
+        a.emit(0xd503_201f);
+        a.bind(l);
+        let w = words(&a.finish().unwrap());
+        // adr x16, #12
+        assert_eq!(w[0], 0x1000_0070);
     }
 
     #[test]

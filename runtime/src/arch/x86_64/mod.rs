@@ -152,6 +152,15 @@ pub fn instruction_starts(code: &[u8], ip: u64) -> Vec<u64> {
     Decoder::with_ip(64, code, ip, DecoderOptions::NONE).into_iter().map(|i| i.ip()).collect()
 }
 
+/// The ITRC recorder's architecture.
+pub type ItrcIsa = telco_itrc::X64;
+
+/// A function's return address at its entry (registers `r`): the word at
+/// the stack pointer.
+pub fn return_address(r: &Regs, read: &dyn Fn(u64) -> Option<u64>) -> Option<u64> {
+    read(r.rsp)
+}
+
 /// The ITRC file format's x86_64 register record of `r`.
 /// [`itrc_regs`] with the vector registers from `VECTOR_REGSET`'s bytes.
 pub fn itrc_regs_with(r: &Regs, vectors: &[u8]) -> telco_itrc::x64::X64Regs {
