@@ -201,23 +201,23 @@ impl Asm {
 
     /// `str xt, [xn, #off]` (off a multiple of 8, < 32 KiB).
     fn str64(&mut self, rt: u32, rn: u32, off: u32) {
-        debug_assert!(off % 8 == 0 && off < 32768);
+        debug_assert!(off.is_multiple_of(8) && off < 32768);
         self.emit(0xf900_0000 | (off / 8) << 10 | rn << 5 | rt);
     }
 
     fn ldr64(&mut self, rt: u32, rn: u32, off: u32) {
-        debug_assert!(off % 8 == 0 && off < 32768);
+        debug_assert!(off.is_multiple_of(8) && off < 32768);
         self.emit(0xf940_0000 | (off / 8) << 10 | rn << 5 | rt);
     }
 
     /// `str wt, [xn, #off]` (off a multiple of 4, < 16 KiB).
     fn str32(&mut self, rt: u32, rn: u32, off: u32) {
-        debug_assert!(off % 4 == 0 && off < 16384);
+        debug_assert!(off.is_multiple_of(4) && off < 16384);
         self.emit(0xb900_0000 | (off / 4) << 10 | rn << 5 | rt);
     }
 
     fn ldr32(&mut self, rt: u32, rn: u32, off: u32) {
-        debug_assert!(off % 4 == 0 && off < 16384);
+        debug_assert!(off.is_multiple_of(4) && off < 16384);
         self.emit(0xb940_0000 | (off / 4) << 10 | rn << 5 | rt);
     }
 
@@ -265,7 +265,7 @@ impl Asm {
 /// word is the return slot; a multiple of 16.
 fn frame_size(ctx_size: u32) -> u32 {
     let regs = core::mem::size_of::<regs::SavedRegs>() as u32;
-    (regs + ctx_size.max(CTX_SIZE as u32) + 15) / 16 * 16 + 16
+    (regs + ctx_size.max(CTX_SIZE as u32)).div_ceil(16) * 16 + 16
 }
 
 const CTX_AT: u32 = core::mem::size_of::<regs::SavedRegs>() as u32;
