@@ -39,8 +39,6 @@ pub const LR: u32 = 33;
 pub const V0: u32 = 34;
 /// Bytes of a vector register's value.
 pub const VECTOR_SIZE: usize = 16;
-/// The longest block decoded.
-pub const MAX_BLOCK_BYTES: usize = 4096;
 
 /// The `itrace:start` register list.
 pub fn register_specs() -> Vec<RegisterSpec> {
@@ -212,7 +210,7 @@ pub fn instruction_writes(i: &Instruction) -> Vec<u32> {
 
 /// Decodes the block at `address` from `code`. Pure: never fails.
 pub fn decode_block(address: u64, code: &[u8]) -> X64Block {
-    let code = &code[..code.len().min(MAX_BLOCK_BYTES) & !3];
+    let code = &code[..code.len().min(crate::x64::MAX_BLOCK_BYTES) & !3];
     let decoder = InstDecoder::default();
     let mut insns = Vec::new();
     let mut end = BlockEnd::OutOfBytes;
@@ -236,20 +234,7 @@ pub fn decode_block(address: u64, code: &[u8]) -> X64Block {
 /// Reads and decodes the block at `address` (`read` as for
 /// `x64::read_block`).
 pub fn read_block(address: u64, read: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> X64Block {
-    let mut code = Vec::new();
-    let mut buf = [0u8; 256];
-    loop {
-        let block = decode_block(address, &code);
-        if block.end != BlockEnd::OutOfBytes || code.len() >= MAX_BLOCK_BYTES {
-            return block;
-        }
-        let want = buf.len().min(MAX_BLOCK_BYTES - code.len());
-        let n = read(address.wrapping_add(code.len() as u64), &mut buf[..want]).min(want);
-        if n < 4 {
-            return block;
-        }
-        code.extend_from_slice(&buf[..n & !3]);
-    }
+    crate::x64::read_block_with(address, read, 4, decode_block)
 }
 
 /// aarch64 for the recorder (`crate::A64Recorder`).

@@ -410,15 +410,27 @@ pub fn decode_block(address: u64, code: &[u8]) -> X64Block {
 /// (fewer at the end of a mapping, 0 if unreadable). Reads 256 bytes at a
 /// time, only as many as the block needs.
 pub fn read_block(address: u64, read: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> X64Block {
+    read_block_with(address, read, 1, decode_block)
+}
+
+/// [`read_block`] for any architecture: `decode` a block from the bytes
+/// read so far, more read while it runs out of them, in whole `align`-byte
+/// instructions.
+pub(crate) fn read_block_with(
+    address: u64,
+    read: &mut dyn FnMut(u64, &mut [u8]) -> usize,
+    align: usize,
+    decode: fn(u64, &[u8]) -> X64Block,
+) -> X64Block {
     let mut code = Vec::new();
     let mut buf = [0u8; 256];
     loop {
-        let block = decode_block(address, &code);
+        let block = decode(address, &code);
         if block.end != BlockEnd::OutOfBytes || code.len() >= MAX_BLOCK_BYTES {
             return block;
         }
         let want = buf.len().min(MAX_BLOCK_BYTES - code.len());
-        let n = read(address.wrapping_add(code.len() as u64), &mut buf[..want]).min(want);
+        let n = read(address.wrapping_add(code.len() as u64), &mut buf[..want]).min(want) / align * align;
         if n == 0 {
             return block;
         }

@@ -84,6 +84,20 @@ pub struct Register {
     pub caller_saved: bool,
 }
 
+/// The caller-saved registers of a register file, as a mask (bit `i`
+/// stands for word `i`; up to 64 words).
+pub const fn caller_saved(table: &[Register]) -> u64 {
+    let mut m = 0;
+    let mut i = 0;
+    while i < table.len() {
+        if table[i].caller_saved {
+            m |= 1 << i;
+        }
+        i += 1;
+    }
+    m
+}
+
 /// `register("NAME")` (an optional `%` before it): the index of NAME's word
 /// in a register file, or None.
 pub fn index_in(table: &[Register], name: &str) -> Option<u32> {

@@ -75,17 +75,7 @@ pub const RETURN_REG2: usize = RDX;
 pub type RegMask = u32;
 
 /// The registers a call may change (caller-saved), as a mask.
-pub const CALLER_SAVED: RegMask = {
-    let mut m = 0;
-    let mut i = 0;
-    while i < NREGS {
-        if REGISTERS[i].caller_saved {
-            m |= 1 << i;
-        }
-        i += 1;
-    }
-    m
-};
+pub const CALLER_SAVED: RegMask = super::caller_saved(&REGISTERS) as RegMask;
 
 /// `register("NAME")`: the index of NAME's word in [`SavedRegs`].
 pub fn register_index(name: &str) -> Option<u32> {

@@ -61,3 +61,94 @@ pub struct Target {
     /// the callee's name.
     pub disassemble: fn(bytes: &[u8], offset: u32, names: &std::collections::HashMap<u32, &str>, out: &mut String),
 }
+
+/// A CFI row as `ubacktrace()`'s compact rule (`telco_abi::region::
+/// unwind_rule`), from the rules for the CFA, the frame pointer and the
+/// return-address column: the CFA from the stack pointer `sp` or the frame
+/// pointer `fp` plus an offset, the return address saved just below the
+/// CFA, the frame pointer saved at an offset from the CFA or left as it
+/// is; `UNW_END` where the return address is undefined (the outermost
+/// frame), `UNW_NONE` for every other shape. Each architecture's
+/// `compact_unwind_rule` says which shapes its compilers make.
+pub(crate) fn compact_rule(
+    cfa: &gimli::CfaRule<usize>,
+    fp: &gimli::RegisterRule<usize>,
+    ra: &gimli::RegisterRule<usize>,
+    sp_reg: gimli::Register,
+    fp_reg: gimli::Register,
+) -> u32 {
+    use telco_abi::region::{unwind_rule, UNW_CFA_FP, UNW_CFA_SP, UNW_END, UNW_NONE};
+    match ra {
+        gimli::RegisterRule::Undefined => return UNW_END,
+        gimli::RegisterRule::Offset(-8) => {}
+        _ => return UNW_NONE,
+    }
+    let (kind, off) = match cfa {
+        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == sp_reg => (UNW_CFA_SP, *offset),
+        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == fp_reg => (UNW_CFA_FP, *offset),
+        _ => return UNW_NONE,
+    };
+    let saved_fp = match fp {
+        gimli::RegisterRule::Offset(o) => Some(*o),
+        gimli::RegisterRule::SameValue | gimli::RegisterRule::Undefined => None,
+        _ => return UNW_NONE,
+    };
+    unwind_rule(kind, off, saved_fp).unwrap_or(UNW_NONE)
+}
+
+/// What both architectures' patch-site analyses (`sites`) read alike: code
+/// addresses stored as data, each with where it is stored: every aligned
+/// 8-byte word of the allocated sections that are not code, for which
+/// `in_exec` holds.
+pub(crate) fn code_addresses_in_data(
+    elf: &goblin::elf::Elf<'_>,
+    bytes: &[u8],
+    in_exec: impl Fn(u64) -> bool,
+) -> Vec<(u64, u64)> {
+    use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHT_NOBITS};
+    let mut out = Vec::new();
+    for sh in &elf.section_headers {
+        let alloc = sh.sh_flags & u64::from(SHF_ALLOC) != 0;
+        if !alloc || sh.sh_flags & u64::from(SHF_EXECINSTR) != 0 || sh.sh_type == SHT_NOBITS {
+            continue;
+        }
+        let Some(data) = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize) else {
+            continue;
+        };
+        let skew = (8 - sh.sh_addr % 8) % 8;
+        for (k, w) in data.get(skew as usize..).unwrap_or_default().chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+            if in_exec(v) {
+                out.push((v, sh.sh_addr + skew + 8 * k as u64));
+            }
+        }
+    }
+    out
+}
+
+/// The function ranges of a file's `.eh_frame` (sorted) and the exception
+/// landing pads of their LSDAs (`.gcc_except_table`). A malformed entry
+/// ends the walk; what was read stands.
+pub(crate) fn fdes_and_landing_pads(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> (Vec<(u64, u64)>, Vec<u64>) {
+    use crate::elf::unwind::{eh_frame, landing_pads, section};
+    use gimli::UnwindSection;
+    let (mut fdes, mut pads) = (Vec::new(), Vec::new());
+    let Some((eh, bases)) = eh_frame(elf, bytes) else { return (fdes, pads) };
+    let lsda_section = section(elf, bytes, ".gcc_except_table");
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
+        let start = fde.initial_address();
+        let end = start.wrapping_add(fde.len());
+        if fde.len() > 0 {
+            fdes.push((start, end));
+        }
+        let Some(gimli::Pointer::Direct(lsda)) = fde.lsda() else { continue };
+        let Some((gx_addr, gx)) = lsda_section else { continue };
+        let Some(at) = lsda.checked_sub(gx_addr).filter(|&o| (o as usize) < gx.len()) else { continue };
+        pads.extend(landing_pads(&gx[at as usize..], start));
+    }
+    fdes.sort_unstable();
+    (fdes, pads)
+}

@@ -149,27 +149,7 @@ pub fn compact_unwind_rule(
     fp: &gimli::RegisterRule<usize>,
     ra: &gimli::RegisterRule<usize>,
 ) -> u32 {
-    use telco_abi::region::{unwind_rule, UNW_CFA_FP, UNW_CFA_SP, UNW_END, UNW_NONE};
-    match ra {
-        gimli::RegisterRule::Undefined => return UNW_END,
-        gimli::RegisterRule::Offset(-8) => {}
-        _ => return UNW_NONE,
-    }
-    let (kind, off) = match cfa {
-        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::AArch64::SP => {
-            (UNW_CFA_SP, *offset)
-        }
-        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::AArch64::X29 => {
-            (UNW_CFA_FP, *offset)
-        }
-        _ => return UNW_NONE,
-    };
-    let saved_fp = match fp {
-        gimli::RegisterRule::Offset(o) => Some(*o),
-        gimli::RegisterRule::SameValue | gimli::RegisterRule::Undefined => None,
-        _ => return UNW_NONE,
-    };
-    unwind_rule(kind, off, saved_fp).unwrap_or(UNW_NONE)
+    super::compact_rule(cfa, fp, ra, gimli::AArch64::SP, gimli::AArch64::X29)
 }
 
 /// The register-file index (`telco_abi::arch::aarch64::REGISTERS`) of DWARF

@@ -52,8 +52,7 @@
 use std::collections::BTreeMap;
 
 use super::{decode, pc_offset, word_at};
-use crate::elf::unwind::{eh_frame, landing_pads, section};
-use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHT_NOBITS, SHT_PROGBITS};
+use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS};
 use goblin::elf::Elf;
 use yaxpeax_arm::armv8::a64::{Instruction, Opcode, Operand};
 
@@ -139,21 +138,8 @@ impl Sites {
             s.scan(addr, code);
         }
         // Code addresses stored as data.
-        for sh in &elf.section_headers {
-            let alloc = sh.sh_flags & u64::from(SHF_ALLOC) != 0;
-            if !alloc || sh.sh_flags & u64::from(SHF_EXECINSTR) != 0 || sh.sh_type == SHT_NOBITS {
-                continue;
-            }
-            let Some(data) = bytes.get(sh.sh_offset as usize..sh.sh_offset.saturating_add(sh.sh_size) as usize) else {
-                continue;
-            };
-            let skew = (8 - sh.sh_addr % 8) % 8;
-            for (k, w) in data.get(skew as usize..).unwrap_or_default().chunks_exact(8).enumerate() {
-                let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-                if s.in_exec(v) {
-                    arrive(&mut s.arrivals, v, Arrival::Data(sh.sh_addr + skew + 8 * k as u64));
-                }
-            }
+        for (v, at) in super::super::code_addresses_in_data(elf, bytes, |v| s.in_exec(v)) {
+            arrive(&mut s.arrivals, v, Arrival::Data(at));
         }
         for r in elf.dynrelas.iter().chain(elf.dynrels.iter()) {
             let value = match r.r_type {
@@ -246,32 +232,12 @@ impl Sites {
 
     /// Function ranges and landing pads from `.eh_frame`.
     fn eh_frame(&mut self, elf: &Elf<'_>, bytes: &[u8]) -> Result<(), String> {
-        use gimli::UnwindSection;
-        let Some((eh, bases)) = eh_frame(elf, bytes) else { return Ok(()) };
-        let lsda_section = section(elf, bytes, ".gcc_except_table");
-        let mut entries = eh.entries(&bases);
-        loop {
-            let entry = match entries.next() {
-                Ok(Some(e)) => e,
-                Ok(None) => break,
-                // A malformed entry ends the walk; what was read stands.
-                Err(_) => break,
-            };
-            let gimli::CieOrFde::Fde(partial) = entry else { continue };
-            let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
-            let start = fde.initial_address();
-            let end = start.wrapping_add(fde.len());
-            if fde.len() > 0 {
-                self.fdes.push((start, end));
-            }
-            let Some(gimli::Pointer::Direct(lsda)) = fde.lsda() else { continue };
-            let Some((gx_addr, gx)) = lsda_section else { continue };
-            let Some(at) = lsda.checked_sub(gx_addr).filter(|&o| (o as usize) < gx.len()) else { continue };
-            for pad in landing_pads(&gx[at as usize..], start) {
-                self.arrivals.insert(pad, Arrival::LandingPad);
-            }
-        }
+        let (fdes, pads) = super::super::fdes_and_landing_pads(elf, bytes);
+        self.fdes.extend(fdes);
         self.fdes.sort_unstable();
+        for pad in pads {
+            self.arrivals.insert(pad, Arrival::LandingPad);
+        }
         Ok(())
     }
 
@@ -801,7 +767,7 @@ mod tests {
         // call's frame, and `main`'s rows after its `stp x29, x30, [sp,
         // #-N]!` have the compact rule's shape.
         use gimli::UnwindSection;
-        let (mut eh, bases) = eh_frame(&elf, &bytes).unwrap();
+        let (mut eh, bases) = crate::elf::unwind::eh_frame(&elf, &bytes).unwrap();
         eh.set_vendor(super::super::CFI_VENDOR);
         let main = elf.syms.iter().find(|y| elf.strtab.get_at(y.st_name) == Some("main")).unwrap();
         let mut ctx = gimli::UnwindContext::new();

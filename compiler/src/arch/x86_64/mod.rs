@@ -80,27 +80,7 @@ pub fn compact_unwind_rule(
     rbp: &gimli::RegisterRule<usize>,
     ra: &gimli::RegisterRule<usize>,
 ) -> u32 {
-    use telco_abi::region::{unwind_rule, UNW_CFA_FP, UNW_CFA_SP, UNW_END, UNW_NONE};
-    match ra {
-        gimli::RegisterRule::Undefined => return UNW_END,
-        gimli::RegisterRule::Offset(-8) => {}
-        _ => return UNW_NONE,
-    }
-    let (kind, off) = match cfa {
-        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RSP => {
-            (UNW_CFA_SP, *offset)
-        }
-        gimli::CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RBP => {
-            (UNW_CFA_FP, *offset)
-        }
-        _ => return UNW_NONE,
-    };
-    let fp = match rbp {
-        gimli::RegisterRule::Offset(o) => Some(*o),
-        gimli::RegisterRule::SameValue | gimli::RegisterRule::Undefined => None,
-        _ => return UNW_NONE,
-    };
-    unwind_rule(kind, off, fp).unwrap_or(UNW_NONE)
+    super::compact_rule(cfa, rbp, ra, gimli::X86_64::RSP, gimli::X86_64::RBP)
 }
 
 /// The register-file index (`telco_abi::arch::native::REGISTERS`) of DWARF
