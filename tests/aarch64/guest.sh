@@ -78,6 +78,36 @@ rm -f fib.itrc*
 want=$(./a64 fib 10)
 check ".itrace writes" "$want" $T --itrc fib.itrc -e 'probe process.function("fib").itrace {}' -c "./a64 fib 10"
 
+# Variables by name from DWARF: arguments in registers and on the stack.
+want=$(./a64 mixed 100)
+check "variables by name" "$want
+900" $T -e 'global s probe process.function("nine") { s += $b + $j } probe end { println(s) }' -c "./a64 mixed 100"
+
+# A statement probe inside a function, by source line.
+want=$(./a64 fib 12)
+calls=${want##* }
+check "statement probe" "$want
+$calls" $T -e 'global n probe process.statement("fib@a64.c:25") { n++ } probe end { println(n) }' -c "./a64 fib 12"
+
+# Guru mode: a return value rewritten (every call of work returns 0).
+check "guru write of \$return" "work 0" $T -g -e 'probe process.function("work").return { $return = 0 }' -c "./a64 work 100"
+
+# --perfetto (checked on the host: run.sh).
+rm -f calls.pftrace
+want=$(./a64 work 300)
+check "--perfetto writes" "$want" $T --perfetto calls.pftrace -e 'probe process.function("work") {}' -c "./a64 work 300"
+
+# A command with shell syntax runs through `sh -c 'exec ...'`: the probes
+# go into the program the shell execs.
+want=$(./a64 work 100)
+check "exec followed" "$want
+100" $T -e 'global n probe process.function("work") { n++ } probe end { println(n) }' -c './a64 work $((50 * 2))'
+
+# A static program, stopped at its entry before its C library runs.
+want=$(./a64static work 100)
+check "static program" "$want
+100" $T -e 'global n probe process.function("work") { n++ } probe end { println(n) }' -c "./a64static work 100"
+
 # SDT markers (a statement-site patch inside a function, planned by pass
 # 2's aarch64 site analysis), with their arguments.
 want=$(./a64 sdt 200)

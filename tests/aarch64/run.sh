@@ -31,6 +31,7 @@ rm -rf "$INC"; mkdir -p "$INC/sys"
 [ -n "$SDT" ] && cp "$SDT" "$(dirname "$SDT")/sdt-config.h" "$INC/sys/"
 $CC -O2 -g -pthread -I"$INC" ${SDT:+-DHAVE_SDT} -o "$SHARE/a64" "$HERE/programs/a64.c"
 $CC -O2 -g -pthread -mbranch-protection=standard -o "$SHARE/a64bti" "$HERE/programs/a64.c"
+$CC -O2 -g -pthread -static -o "$SHARE/a64static" "$HERE/programs/a64.c"
 $CC -O2 -g -o "$SHARE/host" "$ROOT/tests/programs/host.c" -ldl
 $CC -O2 -g -shared -fPIC -o "$SHARE/libplugin.so" "$ROOT/tests/programs/plugin.c"
 if [ "${1:-}" = bench ]; then
@@ -120,6 +121,21 @@ if [ -x "$ROOT/target/release/telco-stap" ]; then
     if "$ROOT/target/release/telco-stap" itrc-dump "$SHARE/fib.itrc" > "$A64/fib.dump" 2>&1; then
         pass=$((pass + 1)); echo "ok   .itrace read by itrc-dump (host)"
     else fail=$((fail + 1)); echo "FAIL .itrace read by itrc-dump (host)"; head -5 "$A64/fib.dump"; fi
+fi
+
+# The guest's --perfetto file in Perfetto's trace processor: the 300 calls.
+set +e
+viewer=$("$ROOT/tests/chrome/check.sh" "$SHARE/calls.pftrace" 2>&1); rc=$?
+set -e
+if [ $rc -eq 77 ]; then
+    echo "skip --perfetto in Perfetto's trace processor: not installed (tests/chrome/install.sh)"
+elif [ $rc -eq 0 ] && echo "$viewer" | python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+sys.exit(sum(t["counts"].get("work", 0) for t in doc["threads"]) != 300)'; then
+    pass=$((pass + 1)); echo "ok   --perfetto loaded by Perfetto's trace processor (host)"
+else
+    fail=$((fail + 1)); echo "FAIL --perfetto loaded by Perfetto's trace processor (host)"; echo "$viewer" | head -5
 fi
 
 # ... and loaded into Perfetto's trace processor, the engine of

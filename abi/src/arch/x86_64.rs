@@ -71,6 +71,10 @@ pub const RETURN_REG: usize = RAX;
 /// A 16-byte integer result's high half.
 pub const RETURN_REG2: usize = RDX;
 
+/// Bytes from the stack pointer at a function's entry to its first
+/// argument passed on the stack (above the return address).
+pub const STACK_ARGS_AT: u64 = 8;
+
 /// Bit `i` stands for word `i` of [`SavedRegs`].
 pub type RegMask = u32;
 

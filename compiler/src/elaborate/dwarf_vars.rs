@@ -427,9 +427,10 @@ impl Site {
         // A large aggregate returned in memory takes the first register.
         let (_, ret) = types::resolve(d, scope.ret);
         let mut n = usize::from(matches!(abi_class(d, &ret, scope.rust, 0), AbiClass::Memory(_) | AbiClass::Reference));
-        // Bytes of stack arguments so far (above the return address), and
-        // vector registers taken (eight, xmm0-7).
-        let mut stack = 8u64;
+        // Where the stack arguments start (above the return address on
+        // x86_64, at the stack pointer on aarch64), and vector registers
+        // taken (eight: xmm0-7, v0-v7).
+        let mut stack = telco_abi::arch::native::STACK_ARGS_AT;
         let mut sse = 0;
         let at_stack = |off: u64| Place::Mem(add(register(SP as u32, span), off as i64));
         for p in scope.params() {
