@@ -108,6 +108,13 @@ want=$(./a64static work 100)
 check "static program" "$want
 100" $T -e 'global n probe process.function("work") { n++ } probe end { println(n) }' -c "./a64static work 100"
 
+# C++ exceptions thrown through a return-probed function (its frame record
+# at the top of its frame): the program runs on to its right result; the
+# calls that returned (two in three) are counted.
+want=$(./throw 30)
+check "exceptions through return probes" "$want
+20" $T -e 'global m probe process.function("middle").return { m++ } probe end { println(m) }' -c "./throw 30"
+
 # SDT markers (a statement-site patch inside a function, planned by pass
 # 2's aarch64 site analysis), with their arguments.
 want=$(./a64 sdt 200)

@@ -32,6 +32,8 @@ rm -rf "$INC"; mkdir -p "$INC/sys"
 $CC -O2 -g -pthread -I"$INC" ${SDT:+-DHAVE_SDT} -o "$SHARE/a64" "$HERE/programs/a64.c"
 $CC -O2 -g -pthread -mbranch-protection=standard -o "$SHARE/a64bti" "$HERE/programs/a64.c"
 $CC -O2 -g -pthread -static -o "$SHARE/a64static" "$HERE/programs/a64.c"
+# C++ (the C++ runtime linked in: the guest has only the C library).
+aarch64-linux-gnu-g++ -O2 -g -static-libstdc++ -static-libgcc -o "$SHARE/throw" "$HERE/programs/throw.cc"
 $CC -O2 -g -o "$SHARE/host" "$ROOT/tests/programs/host.c" -ldl
 $CC -O2 -g -shared -fPIC -o "$SHARE/libplugin.so" "$ROOT/tests/programs/plugin.c"
 if [ "${1:-}" = bench ]; then

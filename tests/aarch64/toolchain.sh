@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up what the aarch64 tests need, Debian packages only (sourced by
 # tests/aarch64/run.sh; docs/aarch64.md explains the whole path):
-#   * on the host (apt-get): qemu-system-aarch64, the C cross compiler;
+#   * on the host (apt-get): qemu-system-aarch64, the C and C++ cross
+#     compilers;
 #   * from Debian's arm64 archive, downloaded and extracted, never
 #     installed: the arm64 kernel (with its 9p modules) and busybox;
 #   * Debian's rustc-web/cargo-web with the arm64 standard library, also
@@ -21,7 +22,8 @@ fi
 : "${DEBIAN_URI:=http://deb.debian.org/debian}" "${SECURITY_URI:=http://deb.debian.org/debian-security}"
 
 # 1. Host packages: the emulator and the C cross compiler.
-if ! command -v qemu-system-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null; then
+if ! command -v qemu-system-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null \
+    || ! command -v aarch64-linux-gnu-g++ >/dev/null; then
     apt-get update -qq
     # bookworm's qemu-system-arm would remove a backported qemu-utils:
     # take qemu from bookworm-backports then.
@@ -32,7 +34,7 @@ if ! command -v qemu-system-aarch64 >/dev/null || ! command -v aarch64-linux-gnu
         QT=(-t bookworm-backports)
     fi
     apt-get install -y -qq --no-install-recommends "${QT[@]}" qemu-system-arm >/dev/null
-    apt-get install -y -qq --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null
+    apt-get install -y -qq --no-install-recommends gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null
 fi
 
 # 2. A private apt configuration for arm64 packages (no dpkg --add-architecture).
