@@ -137,24 +137,36 @@ if [ "$got" = "$want
 
 # The tracer SIGKILLed at moments through its attach and session (-p):
 # the target runs on to its right result. The remote-operation stub ends
-# an operation the tracer left half done by itself (rt_sigreturn). In this
-# guest passes 1-4 take about 1.5 s and the attach about 0.3 s after them:
-# the kills fall every 50 ms from 1.4 s to 2.0 s, and once before and once
-# well after.
+# an operation the tracer left half done by itself (rt_sigreturn). Ready
+# by a line: the kill comes 0 to 280 ms after the tracer says pass 4 is
+# done (on its stderr, through a FIFO), across the attach (about 250 ms in
+# this guest), and once well after it.
 want=$(./a64 slow 3000)
-for delay in 0.5 1.4 1.45 1.5 1.55 1.6 1.65 1.7 1.75 1.8 1.85 1.9 1.95 2.0 3.0; do
+mkfifo /tmp/tracer.fifo
+for delay in 0 0.02 0.04 0.06 0.08 0.1 0.12 0.14 0.16 0.18 0.2 0.22 0.24 0.28 1.0; do
     ./a64 slow 3000 > target.txt 2>&1 &
     tpid=$!
-    $T -p $tpid --chrome /tmp/killed.json -e 'global n probe process.function("work") { n++ }' > /dev/null 2>err.txt &
+    $T -v -p $tpid --chrome /tmp/killed.json -e 'global n probe process.function("work") { n++ }' \
+        > /dev/null 2>/tmp/tracer.fifo &
     spid=$!
+    exec 3</tmp/tracer.fifo
+    while read -r line <&3; do
+        case "$line" in "Pass 4:"*) break ;; esac
+    done
+    # Keep draining: a tracer whose stderr has no reader would die of SIGPIPE.
+    cat <&3 > /dev/null &
+    drain=$!
+    exec 3<&-
     sleep $delay
     kill -9 $spid 2>/dev/null
     wait $spid 2>/dev/null
+    wait $drain 2>/dev/null
     wait $tpid; rc=$?
     got=$(cat target.txt)
-    if [ $rc -eq 0 ] && [ "$got" = "$want" ]; then ok "tracer killed after ${delay}s"
-    else bad "tracer killed after ${delay}s (target exit $rc)" "$want" "$got"; fi
+    if [ $rc -eq 0 ] && [ "$got" = "$want" ]; then ok "tracer killed ${delay}s after pass 4"
+    else bad "tracer killed ${delay}s after pass 4 (target exit $rc)" "$want" "$got"; fi
 done
+rm -f /tmp/tracer.fifo
 rm -f target.txt /tmp/killed.json
 
 rm -f err.txt p4.txt

@@ -125,37 +125,27 @@ if [ -x "$ROOT/target/release/telco-stap" ]; then
     else fail=$((fail + 1)); echo "FAIL .itrace read by itrc-dump (host)"; head -5 "$A64/fib.dump"; fi
 fi
 
-# The guest's --perfetto file in Perfetto's trace processor: the 300 calls.
-set +e
-viewer=$("$ROOT/tests/chrome/check.sh" "$SHARE/calls.pftrace" 2>&1); rc=$?
-set -e
-if [ $rc -eq 77 ]; then
-    echo "skip --perfetto in Perfetto's trace processor: not installed (tests/chrome/install.sh)"
-elif [ $rc -eq 0 ] && echo "$viewer" | python3 -c '
+# A trace the guest wrote, loaded into Perfetto's trace processor, the
+# engine of ui.perfetto.dev (tests/chrome/check.sh, installed by the test
+# command): accepted, with the 300 calls of work. viewer FILE WHAT.
+viewer() {
+    local out rc
+    set +e
+    out=$("$ROOT/tests/chrome/check.sh" "$1" 2>&1); rc=$?
+    set -e
+    if [ $rc -eq 77 ]; then
+        echo "skip $2 in Perfetto's trace processor: not installed (tests/chrome/install.sh)"
+    elif [ $rc -eq 0 ] && echo "$out" | python3 -c '
 import json, sys
 doc = json.load(sys.stdin)
 sys.exit(sum(t["counts"].get("work", 0) for t in doc["threads"]) != 300)'; then
-    pass=$((pass + 1)); echo "ok   --perfetto loaded by Perfetto's trace processor (host)"
-else
-    fail=$((fail + 1)); echo "FAIL --perfetto loaded by Perfetto's trace processor (host)"; echo "$viewer" | head -5
-fi
-
-# ... and loaded into Perfetto's trace processor, the engine of
-# ui.perfetto.dev (tests/chrome/check.sh, installed by the test command):
-# accepted, with the 300 calls.
-set +e
-viewer=$("$ROOT/tests/chrome/check.sh" "$SHARE/calls.json" 2>&1); rc=$?
-set -e
-if [ $rc -eq 77 ]; then
-    echo "skip --chrome in Perfetto's trace processor: not installed (tests/chrome/install.sh)"
-elif [ $rc -eq 0 ] && echo "$viewer" | python3 -c '
-import json, sys
-doc = json.load(sys.stdin)
-sys.exit(sum(t["counts"].get("work", 0) for t in doc["threads"]) != 300)'; then
-    pass=$((pass + 1)); echo "ok   --chrome loaded by Perfetto's trace processor (host)"
-else
-    fail=$((fail + 1)); echo "FAIL --chrome loaded by Perfetto's trace processor (host)"; echo "$viewer" | head -5
-fi
+        pass=$((pass + 1)); echo "ok   $2 loaded by Perfetto's trace processor (host)"
+    else
+        fail=$((fail + 1)); echo "FAIL $2 loaded by Perfetto's trace processor (host)"; echo "$out" | head -5
+    fi
+}
+viewer "$SHARE/calls.pftrace" --perfetto
+viewer "$SHARE/calls.json" --chrome
 
 echo "aarch64: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

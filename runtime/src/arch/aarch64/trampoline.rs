@@ -275,34 +275,30 @@ fn ctx(f: usize) -> u32 {
 }
 
 /// Save x0–x30 into the SavedRegs block at [sp], then sp (`frame` above),
-/// pc = `pc` and the flags, and point the context at them.
+/// the flags and pc = `pc`, and point the context at them.
 fn save_all(a: &mut Asm, frame: u32, pc: Option<u64>) {
     for r in 0..31 {
         a.str64(r, SP, 8 * r);
     }
     a.add_imm(X16, SP, frame, false);
     a.str64(X16, SP, 8 * regs::SP as u32);
-    match pc {
-        Some(pc) => {
-            a.mov64(X16, pc);
-            a.str64(X16, SP, 8 * regs::PC as u32);
-        }
-        None => a.str64(ZR, SP, 8 * regs::PC as u32),
-    }
     a.emit(0xd53b_4200 | X16); // mrs x16, nzcv
     a.str64(X16, SP, 8 * regs::PSTATE as u32);
-    // The context: regs, flags, tid, tok_pos, entry, addr.
+    // The context: regs, flags, tid, tok_pos, entry (`slot` is set where
+    // the slot is found, before any handler runs).
     a.add_imm(X16, SP, 0, false);
     a.str64(X16, SP, ctx(core::mem::offset_of!(Ctx, regs)));
     a.str32(ZR, SP, ctx(core::mem::offset_of!(Ctx, flags)));
     a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, tid)));
     a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, tok_pos)));
     a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, entry)));
-    a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, slot)));
+    // The pc and `uaddr()`: the probed address (a return trampoline
+    // stores the return address there once `rt_ret_pop` gave it).
     if let Some(pc) = pc {
         a.mov64(X16, pc);
+        a.str64(X16, SP, 8 * regs::PC as u32);
+        a.str64(X16, SP, ctx(core::mem::offset_of!(Ctx, addr)));
     }
-    a.str64(if pc.is_some() { X16 } else { ZR }, SP, ctx(core::mem::offset_of!(Ctx, addr)));
 }
 
 /// Every register back from the block (the flags through x16 first).
