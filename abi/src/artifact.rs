@@ -42,6 +42,11 @@ pub enum Attach {
         /// For a function too short for the 5-byte jump: a 2-byte hop
         /// through a nearby function (pass 2 planned it).
         hop: Option<Hop>,
+        /// For a return probe: where the function saves its return address
+        /// at its call sites, from its entry's stack pointer (its CFI; None:
+        /// not saved, or unknown). On aarch64 the unwinder reads the return
+        /// address there, not at the trampoline's return slot.
+        ra_saved: Option<i32>,
     },
     /// An instruction inside a function (a statement or an SDT marker):
     /// link-time address, offset in the file, and the bytes the jump

@@ -140,6 +140,7 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("SF_RET", offset_of!(ShadowFrame, ret)),
         ("SF_SP", offset_of!(ShadowFrame, sp)),
         ("SF_PROBE", offset_of!(ShadowFrame, probe)),
+        ("SF_SAVED", offset_of!(ShadowFrame, saved)),
         ("SF_TRAMP", offset_of!(ShadowFrame, tramp)),
         ("SHADOW_FRAME_HEADER", SHADOW_FRAME_HEADER),
         ("IS_SIZE", core::mem::size_of::<IndentSlot>()),

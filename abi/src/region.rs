@@ -491,7 +491,12 @@ pub struct ShadowFrame {
     pub ret: u64,
     pub sp: u64,
     pub probe: u32,
-    pub _pad: u32,
+    /// Where the function keeps the replaced return address, in bytes from
+    /// `sp`: what an unwinder reads, and what an exception or the detach
+    /// puts back. 0 on x86_64 (the pushed return address itself). On
+    /// aarch64 `sp` names entry sp - 8 and the prologue saves x30 where
+    /// its CFI says, which is lower for a large frame.
+    pub saved: i32,
     /// The return trampoline written over the return address (an exception
     /// puts `ret` back only where the stack still holds it).
     pub tramp: u64,

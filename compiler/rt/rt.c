@@ -26,6 +26,7 @@ typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
+typedef int i32;
 typedef long long i64;
 typedef u64 usize;
 
@@ -2133,6 +2134,7 @@ EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
     AT(f, SF_RET, u64) = *(u64 *)ret_slot;
     AT(f, SF_SP, u64) = ret_slot;
     AT(f, SF_PROBE, u32) = (u32)probe;
+    AT(f, SF_SAVED, i32) = 0; /* aarch64's trampoline sets it (the CFI's place) */
     AT(f, SF_TRAMP, u64) = tramp;
     AT(slot, TS_DEPTH, u32) = depth + 1;
     *(u64 *)ret_slot = tramp;
@@ -2473,6 +2475,13 @@ EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
     }
 }
 
+/* Where a shadow frame's function keeps the return address it replaced:
+ * what the unwinder reads (its slot, or on aarch64 where the prologue
+ * saved x30: SF_SAVED bytes from it). */
+LOCAL u64 *saved_return(u8 *f) {
+    return (u64 *)(AT(f, SF_SP, u64) + (u64)(i64)AT(f, SF_SAVED, i32));
+}
+
 /* Hooked on the unwinder's entry points (_Unwind_RaiseException,
  * _Unwind_ForcedUnwind, _Unwind_Resume, _Unwind_Resume_or_Rethrow): an
  * exception is about to walk this thread's stack, and the unwinder must
@@ -2487,7 +2496,7 @@ EXPORT void rt_unwind(u8 *R, u8 *ctx) {
     if (!slot) return;
     for (u32 depth = AT(slot, TS_DEPTH, u32); depth > 0; depth--) {
         u8 *f = shadow_frame(R, slot, depth - 1);
-        u64 *at = (u64 *)AT(f, SF_SP, u64);
+        u64 *at = saved_return(f);
         if (*at == AT(f, SF_TRAMP, u64)) *at = AT(f, SF_RET, u64);
     }
 }
@@ -2509,7 +2518,7 @@ EXPORT void rt_caught(u8 *R, u8 *ctx) {
     lost_returns(R, was - depth);
     for (; depth > 0; depth--) {
         u8 *f = shadow_frame(R, slot, depth - 1);
-        u64 *at = (u64 *)AT(f, SF_SP, u64);
+        u64 *at = saved_return(f);
         if (*at == AT(f, SF_RET, u64)) *at = AT(f, SF_TRAMP, u64);
     }
 }

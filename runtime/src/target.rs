@@ -597,6 +597,8 @@ struct Tramp {
     clock_only: Option<trampoline::ClockOnly>,
     /// At a site inside a function (`trampoline::Entry::inside`).
     inside: bool,
+    /// Where the function saves its return address (`trampoline::Entry::ra_saved`).
+    ra_saved: Option<i32>,
 }
 
 impl Tramp {
@@ -612,6 +614,7 @@ impl Tramp {
             span: None,
             clock_only: None,
             inside: false,
+            ra_saved: None,
         }
     }
 
@@ -626,6 +629,7 @@ impl Tramp {
             span: None,
             clock_only: None,
             inside: false,
+            ra_saved: None,
         }
     }
 }
@@ -732,6 +736,7 @@ impl Hooker {
             itrace: None,
             span: None,
             inside: false,
+            ra_saved: None,
         }
     }
 
@@ -860,8 +865,12 @@ impl Hooker {
             let mut calls = Vec::new();
             let mut itrace = None;
             let mut span = None;
+            let mut ra_saved = None;
             for &i in probes {
                 let p = &a.probes[i];
+                if let Attach::Function { ret: true, ra_saved: Some(at), .. } = p.attach {
+                    ra_saved = Some(at);
+                }
                 if p.full_ctx {
                     lean = None;
                 }
@@ -995,6 +1004,7 @@ impl Hooker {
                 span,
                 clock_only,
                 inside,
+                ra_saved,
             };
             // Two patches never share a byte (a statement right after
             // another, or inside a function's entry jump).
@@ -1300,6 +1310,7 @@ impl Hooker {
             itrace,
             span: t.span,
             inside: t.inside,
+            ra_saved: t.ra_saved,
             ..self.entry(code, at, addr)
         };
         let nothing = entry.handlers.is_empty() && entry.returns.is_empty() && entry.itrace.is_none();
@@ -2270,8 +2281,12 @@ impl Armed {
                         u64_at(f, core::mem::offset_of!(ShadowFrame, sp)),
                         u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)),
                     );
-                    if inside(tramp) && may_write(sp) && s.read(sp, 8).is_ok_and(|w| u64_at(&w, 0) == tramp) {
-                        s.write(sp, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
+                    // Where the function keeps it (`ShadowFrame::saved`:
+                    // aarch64's prologue may save x30 below the slot).
+                    let saved = u32_at(f, core::mem::offset_of!(ShadowFrame, saved)) as i32;
+                    let at = sp.wrapping_add(saved as i64 as u64);
+                    if inside(tramp) && may_write(at) && s.read(at, 8).is_ok_and(|w| u64_at(&w, 0) == tramp) {
+                        s.write(at, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
                     }
                 }
             }

@@ -108,12 +108,50 @@ want=$(./a64static work 100)
 check "static program" "$want
 100" $T -e 'global n probe process.function("work") { n++ } probe end { println(n) }' -c "./a64static work 100"
 
-# C++ exceptions thrown through a return-probed function (its frame record
-# at the top of its frame): the program runs on to its right result; the
-# calls that returned (two in three) are counted.
+# C++ exceptions thrown through return-probed functions: the program runs
+# on to its right result. middle's frame record is at the top of its frame
+# (x30 at the return probe's slot), big's and catcher's at the bottom of a
+# larger one (x30 where their CFI says, recorded in the shadow frame).
+# Counted: the calls that returned (two in three of middle's and big's;
+# every one of catcher's, which catches inside).
 want=$(./throw 30)
 check "exceptions through return probes" "$want
-20" $T -e 'global m probe process.function("middle").return { m++ } probe end { println(m) }' -c "./throw 30"
+20 20 30" $T -e 'global m, b, c
+probe process.function("middle").return { m++ }
+probe process.function("big").return { b++ }
+probe process.function("catcher").return { c++ }
+probe end { printf("%d %d %d\n", m, b, c) }' -c "./throw 30"
+
+# The tracer detaches while a return-probed call with a large frame is
+# blocked in read(): the return address goes back where the prologue saved
+# x30, and the call returns to its caller. Ready by lines: the tracer's
+# "probes armed" (stderr, through a FIFO), then the byte that ends the
+# untraced first call; the second call's entry probe ends the session.
+mkfifo /tmp/serve.in /tmp/tracer.fifo
+./throw serve < /tmp/serve.in > serve.txt &
+spid=$!
+exec 4>/tmp/serve.in
+$T -v -p $spid -e 'global n, r
+probe process.function("big_wait") { if (++n == 1) exit() }
+probe process.function("big_wait").return { r++ }' > /dev/null 2>/tmp/tracer.fifo &
+tpid=$!
+exec 3</tmp/tracer.fifo
+while read -r line <&3; do
+    case "$line" in "Pass 5: probes armed"*) break ;; esac
+done
+cat <&3 > /dev/null &
+drain=$!
+exec 3<&-
+printf a >&4
+wait $tpid; trc=$?
+wait $drain
+printf b >&4
+exec 4>&-
+wait $spid; src=$?
+got=$(cat serve.txt)
+if [ $trc -eq 0 ] && [ $src -eq 0 ] && [ "$got" = "served 2" ]; then ok "detach with a large-frame call running"
+else bad "detach with a large-frame call running (tracer exit $trc, target exit $src)" "served 2" "$got"; fi
+rm -f /tmp/serve.in /tmp/tracer.fifo serve.txt
 
 # SDT markers (a statement-site patch inside a function, planned by pass
 # 2's aarch64 site analysis), with their arguments.

@@ -215,6 +215,7 @@ fn attach_of(p: &Point) -> Attach {
             itrace: f.itrace,
             only_exe: f.only_exe.clone(),
             hop: f.hop,
+            ra_saved: f.ra_saved,
         },
         Point::Statement { module, addr, site, .. } => Attach::Statement {
             module: module.clone(),

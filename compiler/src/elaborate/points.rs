@@ -176,6 +176,7 @@ impl<'q> Resolver<'q> {
             itrace: false,
             only_exe: exe.map(|p| p.to_path_buf()),
             hop: None,
+            ra_saved: None,
         }))
     }
 
@@ -486,6 +487,7 @@ impl<'q> Resolver<'q> {
                 itrace,
                 only_exe: None,
                 hop,
+                ra_saved: if ret { module.return_address_saved(f) } else { None },
             }));
         }
         if !unhookable.is_empty() {

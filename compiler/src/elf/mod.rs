@@ -539,6 +539,13 @@ impl Module {
         crate::arch::native::hop::short_hop(self, f)
     }
 
+    /// Where the function keeps its return address at its call sites, from
+    /// its entry's stack pointer (`.eh_frame`; `unwind::return_address_saved`).
+    pub fn return_address_saved(&self, f: &Function) -> Option<i32> {
+        let at = self.with_elf(|elf, bytes| Ok(unwind::return_address_saved(elf, bytes, f.addr))).ok().flatten()?;
+        i32::try_from(at).ok()
+    }
+
     /// The file offset of link address `addr` (`PT_LOAD` segments).
     pub fn file_offset_of(&self, addr: u64) -> Option<u64> {
         self.file_offsets.iter().find(|&&(v, n, _)| addr >= v && addr < v + n).map(|&(v, _, o)| addr - v + o)

@@ -222,6 +222,9 @@ pub struct FunctionPoint {
     pub only_exe: Option<PathBuf>,
     /// A function too short for the 5-byte jump: its hop (`elf::Module::short_hop`).
     pub hop: Option<telco_abi::artifact::Hop>,
+    /// For a return probe: where the function saves its return address,
+    /// from its entry's stack pointer (`elf::Module::return_address_saved`).
+    pub ra_saved: Option<i32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

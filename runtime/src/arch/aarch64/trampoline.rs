@@ -19,6 +19,7 @@
 //! bl   rt_enter(region)            ; the slot, marked busy, or 0: skip
 //! bl   handler(region, ctx) ...    ; each entry probe
 //! bl   rt_ret_push(region, ctx, entry sp - 8, return trampoline, probe)
+//! str  ra_saved -> frame.saved      ; if pushed, and x30 is saved elsewhere
 //! bl   entry handler (@entry)      ; if a frame was pushed
 //! str  wzr -> slot.busy
 //! ldr  x30 <- [sp, #FRAME-8]       ; the return trampoline, if pushed
@@ -31,7 +32,12 @@
 //! return address's slot: it holds x30 while the trampoline runs, and the
 //! stack pointer after the function's `ret` is the entry's, so
 //! `rt_ret_pop`'s test (`frame.sp + 8 == sp`) and its longjmp detection
-//! (frames below the stack pointer are stale) hold as on x86_64.
+//! (frames below the stack pointer are stale) hold as on x86_64. The
+//! function itself then saves x30 (the trampoline's address) where its
+//! prologue does, which for a large frame is its bottom: each frame pushed
+//! here records that place (`Entry::ra_saved`, from the CFI, into
+//! `ShadowFrame::saved`), where `rt_unwind`, `rt_caught` and the detach
+//! put the real return address back and forth.
 //!
 //! # Return
 //!
@@ -76,6 +82,10 @@ pub struct Entry {
     pub itrace: Option<(u64, u32)>,
     pub span: Option<u32>,
     pub inside: bool,
+    /// Where the function saves its return address (x30), from the entry's
+    /// stack pointer (its CFI): recorded in each shadow frame pushed here
+    /// (`ShadowFrame::saved`), for the unwinder hooks and the detach.
+    pub ra_saved: Option<i32>,
 }
 
 /// The shadow stacks (used by the inline paths only).
@@ -352,16 +362,28 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
         a.mov64(X3, e.ret_tramp);
         a.mov32(X4, probe);
         a.call(e.ret_push);
-        if let Some(h) = entry_handler {
-            let skip = a.label();
+        // rt_ret_push gave the frame's @entry saves (0: none pushed). The
+        // return address at the unwinder's place is where the prologue
+        // stores x30, from the CFI: entry sp + ra_saved.
+        let saved = e.ra_saved.map_or(0, |at| at + 8);
+        let skip = a.label();
+        if entry_handler.is_some() || saved != 0 {
             a.branch(0xb400_0000 | X0, skip, Kind::Imm19); // cbz x0, skip
+        }
+        if saved != 0 {
+            use telco_abi::region::{ShadowFrame, SHADOW_FRAME_HEADER};
+            a.add_imm(X17, X0, SHADOW_FRAME_HEADER as u32, true);
+            a.mov32(X16, saved as u32);
+            a.str32(X16, X17, core::mem::offset_of!(ShadowFrame, saved) as u32);
+        }
+        if let Some(h) = entry_handler {
             a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, entry)));
             a.mov32(X16, probe);
             a.str32(X16, SP, ctx(core::mem::offset_of!(Ctx, probe)));
             call_handler(&mut a, e.region, h);
             a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, entry)));
-            a.bind(skip);
         }
+        a.bind(skip);
     }
     leave_slot(&mut a);
     a.bind(done);

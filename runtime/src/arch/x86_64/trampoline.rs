@@ -152,6 +152,10 @@ pub struct Entry {
     /// there, so the trampoline steps over the one ([`RED_ZONE`]) and
     /// restores the other.
     pub inside: bool,
+    /// Where the function saves its return address, from the entry's stack
+    /// pointer (its CFI): aarch64's trampolines record it in the shadow
+    /// frame. Unused here: x86_64's return address is the pushed one.
+    pub ra_saved: Option<i32>,
 }
 
 /// What a trampoline at a site inside a function leaves alone below the
@@ -1296,6 +1300,7 @@ mod tests {
             itrace: None,
             span: None,
             inside: false,
+            ra_saved: None,
         }
     }
 
