@@ -277,6 +277,7 @@ pub fn c_header(arch: &str) -> Option<String> {
     ] {
         def(n, v);
     }
+    let _ = writeln!(h, "#define SAVED_SIGNED {}", region::SAVED_SIGNED);
     let _ = writeln!(h, "#define COUNT_NONE ({})", format::COUNT_NONE);
     let _ = writeln!(h, "#define COUNT_ARG ({})", format::COUNT_ARG);
     // The argument registers' offsets in the saved register file, an

@@ -492,16 +492,26 @@ pub struct ShadowFrame {
     pub sp: u64,
     pub probe: u32,
     /// Where the function keeps the replaced return address, in bytes from
-    /// `sp`: what an unwinder reads, and what an exception or the detach
-    /// puts back. 0 on x86_64 (the pushed return address itself). On
-    /// aarch64 `sp` names entry sp - 8 and the prologue saves x30 where
-    /// its CFI says, which is lower for a large frame.
+    /// `sp` (a multiple of 8): what an unwinder reads, and what an
+    /// exception or the detach puts back. 0 on x86_64 (the pushed return
+    /// address itself). On aarch64 `sp` names entry sp - 8 and the
+    /// prologue saves x30 where its CFI says, which is lower for a large
+    /// frame. The low bits ([`SAVED_SIGNED`]) say how the function signs
+    /// its return address (aarch64's pointer authentication).
     pub saved: i32,
     /// The return trampoline written over the return address (an exception
     /// puts `ret` back only where the stack still holds it).
     pub tramp: u64,
 }
 pub const SHADOW_FRAME_HEADER: usize = 32;
+
+/// `ShadowFrame::saved`'s low bits: how the function signed the return
+/// address it keeps (aarch64: 1 `paciasp`, key A; 2 `pacibsp`, key B;
+/// the modifier is its entry's stack pointer). The trampoline's address it
+/// keeps instead is signed the same way.
+pub const SAVED_SIGNED: i32 = 3;
+pub const SAVED_PACIA: i32 = 1;
+pub const SAVED_PACIB: i32 = 2;
 
 /// A thread's request to be instruction-traced (`.itrace`): it claims a
 /// free slot (CAS `state` FREE -> CLAIMED), fills it, publishes it

@@ -1710,6 +1710,7 @@ EXPORT i64 rt_register(u8 *ctx, i64 index) {
 /* ubacktrace(): the return addresses of the probed thread's frame-pointer
  * chain, as "0x… 0x…" (read fault-safe). "" outside function probes. */
 LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i);
+LOCAL u64 *saved_return(u8 *f);
 
 /* A return address as the program put it: where a return probe's
  * trampoline took the slot over (the slot at `at` holds the trampoline's
@@ -1719,7 +1720,7 @@ LOCAL u64 real_return(u8 *R, u8 *slot, u64 at, u64 pc) {
     if (!slot) return pc;
     for (u32 d = AT(slot, TS_DEPTH, u32); d > 0; d--) {
         u8 *f = shadow_frame(R, slot, d - 1);
-        if (AT(f, SF_SP, u64) == at && AT(f, SF_TRAMP, u64) == pc) return AT(f, SF_RET, u64);
+        if ((u64)saved_return(f) == at && AT(f, SF_TRAMP, u64) == pc) return AT(f, SF_RET, u64) & PC_MASK;
     }
     return pc;
 }
@@ -1802,7 +1803,13 @@ LOCAL u32 backtrace(u8 *R, u8 *ctx, const u8 *tab, u64 *pcs, u32 max) {
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
     u64 pc = AT(regs, REG_PC, u64), fp = AT(regs, REG_FP, u64), sp = AT(regs, REG_SP, u64);
     int first = 1;
-    if (pc && pc == AT(ctx, C_ADDR, u64) && n < max && unwind_rule_at(tab, pc) == UNW_NONE) {
+    int entry = pc && pc == AT(ctx, C_ADDR, u64);
+#ifdef REG_RA
+    /* A return probe's pc is the return address, which the link register
+     * holds too: not a function's entry. */
+    if ((AT(regs, REG_RA, u64) & PC_MASK) == pc) entry = 0;
+#endif
+    if (entry && n < max && unwind_rule_at(tab, pc) == UNW_NONE) {
         /* At a function's entry (before its prologue) with no CFI: its
          * caller's return address is on top of the stack (x86_64) or in
          * the link register (aarch64, whose trampolines name entry sp - 8
@@ -2477,9 +2484,16 @@ EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
 
 /* Where a shadow frame's function keeps the return address it replaced:
  * what the unwinder reads (its slot, or on aarch64 where the prologue
- * saved x30: SF_SAVED bytes from it). */
+ * saved x30: SF_SAVED bytes from it, less its low bits). */
 LOCAL u64 *saved_return(u8 *f) {
-    return (u64 *)(AT(f, SF_SP, u64) + (u64)(i64)AT(f, SF_SAVED, i32));
+    return (u64 *)(AT(f, SF_SP, u64) + (u64)(i64)(AT(f, SF_SAVED, i32) & ~SAVED_SIGNED));
+}
+
+/* The trampoline's address as the function keeps it: signed as it signed
+ * its return address (aarch64's pointer authentication: SF_SAVED's low
+ * bits say how). */
+LOCAL u64 kept_trampoline(u8 *f) {
+    return sign_return(AT(f, SF_TRAMP, u64), AT(f, SF_SP, u64), (u32)AT(f, SF_SAVED, i32) & SAVED_SIGNED);
 }
 
 /* Hooked on the unwinder's entry points (_Unwind_RaiseException,
@@ -2497,7 +2511,7 @@ EXPORT void rt_unwind(u8 *R, u8 *ctx) {
     for (u32 depth = AT(slot, TS_DEPTH, u32); depth > 0; depth--) {
         u8 *f = shadow_frame(R, slot, depth - 1);
         u64 *at = saved_return(f);
-        if (*at == AT(f, SF_TRAMP, u64)) *at = AT(f, SF_RET, u64);
+        if ((*at & PC_MASK) == AT(f, SF_TRAMP, u64)) *at = AT(f, SF_RET, u64);
     }
 }
 
@@ -2519,7 +2533,7 @@ EXPORT void rt_caught(u8 *R, u8 *ctx) {
     for (; depth > 0; depth--) {
         u8 *f = shadow_frame(R, slot, depth - 1);
         u64 *at = saved_return(f);
-        if (*at == AT(f, SF_RET, u64)) *at = AT(f, SF_TRAMP, u64);
+        if (*at == AT(f, SF_RET, u64)) *at = kept_trampoline(f);
     }
 }
 

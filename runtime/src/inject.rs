@@ -46,6 +46,7 @@ pub enum InjectError {
 pub const TRAP_BYTES: usize = 64;
 
 /// One executable mapping in the target.
+#[derive(Clone, Debug)]
 pub struct CodeRegion {
     pub remote: u64,
     pub size: u64,
@@ -375,9 +376,28 @@ pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(),
 /// `near` (`patch::REACH`: ±1.5 GiB on x86_64, ±112 MiB on aarch64) and
 /// put the trap bytes and the blob in it.
 pub fn code(s: &mut Stopped, a: &Artifact, near: u64, size: u64) -> Result<CodeRegion, InjectError> {
+    let size = (size + TRAP_BYTES as u64 + a.code.len() as u64).next_multiple_of(4096);
+    let remote = map_near(s, near, size)?;
+    let mut head = crate::arch::native::trap_fill(TRAP_BYTES);
+    head.extend_from_slice(&a.code);
+    s.write(remote, &head)?;
+    let blob = remote + TRAP_BYTES as u64;
+    Ok(CodeRegion { remote, size, blob, next: blob + a.code.len() as u64 })
+}
+
+/// A page for veneers (`patch::far_jump`) within a patch jump's reach of
+/// `near`: for a function its module's code region is out of reach of (a
+/// module larger than the reach). No blob, no traps: only jumps.
+pub fn veneer_page(s: &mut Stopped, near: u64) -> Result<CodeRegion, InjectError> {
+    let remote = map_near(s, near, 4096)?;
+    Ok(CodeRegion { remote, size: 4096, blob: remote, next: remote })
+}
+
+/// Map `size` bytes (a multiple of the page size) of executable memory
+/// within a patch jump's reach of `near`, never over another mapping.
+fn map_near(s: &mut Stopped, near: u64, size: u64) -> Result<u64, InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
-    let size = (size + TRAP_BYTES as u64 + a.code.len() as u64).next_multiple_of(4096);
     let reach = crate::arch::native::patch::REACH;
     let step = (reach / 48) & !0xfff;
     let base = near & !0xfff;
@@ -412,11 +432,7 @@ pub fn code(s: &mut Stopped, a: &Artifact, near: u64, size: u64) -> Result<CodeR
                 continue;
             }
         }
-        let mut head = crate::arch::native::trap_fill(TRAP_BYTES);
-        head.extend_from_slice(&a.code);
-        s.write(remote, &head)?;
-        let blob = remote + TRAP_BYTES as u64;
-        return Ok(CodeRegion { remote, size, blob, next: blob + a.code.len() as u64 });
+        return Ok(remote);
     }
     Err(InjectError::NoCodeRange { pid, near })
 }

@@ -573,6 +573,9 @@ struct Hooker {
     /// Every trampoline's copy of its function's first instructions
     /// (`SymReloc`: copy, its length, original, its length).
     relocs: std::cell::RefCell<Vec<(u64, u32, u64, u32)>>,
+    /// Pages of veneers for the module being hooked (`Hooker::far`), given
+    /// to the caller of `module` with its code region.
+    veneers: std::cell::RefCell<Vec<CodeRegion>>,
     /// Our code in the target's processes, for the profiler's unwinder;
     /// the blob's rows (the same in every code region) made once.
     own: crate::owncode::Shared,
@@ -737,6 +740,7 @@ impl Hooker {
             span: None,
             inside: false,
             ra_saved: None,
+            ra_signed: 0,
         }
     }
 
@@ -761,7 +765,7 @@ impl Hooker {
         module: &Path,
         functions: &BTreeMap<u64, Vec<usize>>,
         refused: &mut Vec<String>,
-    ) -> Result<(CodeRegion, Vec<Plan>), TargetError> {
+    ) -> Result<(Vec<CodeRegion>, Vec<Plan>), TargetError> {
         let a = &self.artifact;
         let pid = s.pid();
         let first = *functions.keys().next().unwrap_or(&0);
@@ -1117,7 +1121,10 @@ impl Hooker {
                 }
             }
         }
-        Ok((code, plans))
+        // Its veneer pages after it.
+        let mut codes = vec![code];
+        codes.append(&mut self.veneers.borrow_mut());
+        Ok((codes, plans))
     }
 
     /// A statement at `addr` with room for a 2-byte jump only
@@ -1279,6 +1286,39 @@ impl Hooker {
     /// The trampoline of one function (or of an instruction inside one
     /// whose jump displaces `site` bytes, as pass 2 planned it); the patch
     /// to apply, or why not.
+    /// A veneer to `target` within a patch jump's reach of `site`, in a
+    /// veneer page of this module's (one mapped near `site` when none is
+    /// in reach): its address, or why there is none.
+    fn veneer(&self, s: &mut Stopped, site: u64, target: u64) -> Result<Result<u64, String>, TargetError> {
+        let Some(bytes) = patch::far_jump(target) else {
+            return Ok(Err("trampoline out of jump range".into()));
+        };
+        let mut pages = self.veneers.borrow_mut();
+        let reaches = |p: &CodeRegion| {
+            let at = p.next.next_multiple_of(16);
+            at + bytes.len() as u64 <= p.remote + p.size && patch::jmp_rel32(site, at).is_some()
+        };
+        let i = match pages.iter().position(reaches) {
+            Some(i) => i,
+            None => match inject::veneer_page(s, site) {
+                Ok(p) => {
+                    pages.push(p);
+                    pages.len() - 1
+                }
+                Err(e) => return Ok(Err(format!("trampoline out of jump range, and no room for a veneer: {e}"))),
+            },
+        };
+        let Some(at) = pages[i].alloc(bytes.len()) else {
+            return Ok(Err("trampoline out of jump range, and no room for a veneer".into()));
+        };
+        s.write(at, &bytes)?;
+        // A sample there is at the site still: nothing has run but the
+        // veneer's load of x16.
+        let kind = crate::owncode::Kind::Relocated { map: vec![(at, site)], calling: None };
+        self.own_add(s.pid() as u32, at, at + bytes.len() as u64, kind);
+        Ok(Ok(at))
+    }
+
     fn function(
         &self,
         s: &mut Stopped,
@@ -1311,6 +1351,11 @@ impl Hooker {
             span: t.span,
             inside: t.inside,
             ra_saved: t.ra_saved,
+            // The landing pad before the site, when it signs x30.
+            ra_signed: (hook.patch_at - addr)
+                .checked_sub(4)
+                .and_then(|o| bytes.get(o as usize..o as usize + 4))
+                .map_or(0, |w| patch::signs_return(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))),
             ..self.entry(code, at, addr)
         };
         let nothing = entry.handlers.is_empty() && entry.returns.is_empty() && entry.itrace.is_none();
@@ -1322,12 +1367,30 @@ impl Hooker {
         .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
         let start = (hook.patch_at - addr) as usize;
         let displaced = &bytes[start..start + hook.displaced];
-        let (relocated, map) =
-            match patch::relocate_with_map(displaced, hook.patch_at, hook.displaced, at + prefix.len() as u64) {
-                Ok(r) => r,
-                Err(why) => return Ok(Err(why.to_string())),
-            };
-        let Some(jmp) = patch::jmp_rel32(hook.patch_at, at) else {
+        // A trampoline out of the jump's reach (a module larger than it):
+        // at a function's entry, through a veneer within reach, and back
+        // by a far jump (aarch64: x16 is free there).
+        let far = patch::jmp_rel32(hook.patch_at, at).is_none();
+        if far && (site.is_some() || !retargets.is_empty()) {
+            return Ok(Err("trampoline out of jump range (a veneer is only placed at a function's entry)".into()));
+        }
+        let reloc_at = at + prefix.len() as u64;
+        let relocated = match far {
+            true => patch::relocate_at_entry(displaced, hook.patch_at, hook.displaced, reloc_at),
+            false => patch::relocate_with_map(displaced, hook.patch_at, hook.displaced, reloc_at),
+        };
+        let (relocated, map) = match relocated {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why.to_string())),
+        };
+        let to = match far {
+            true => match self.veneer(s, hook.patch_at, at)? {
+                Ok(v) => v,
+                Err(why) => return Ok(Err(why)),
+            },
+            false => at,
+        };
+        let Some(jmp) = patch::jmp_rel32(hook.patch_at, to) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
         if let Some(name) = t.itrace {
@@ -1609,6 +1672,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         threads_at,
         tid_off,
         relocs: Default::default(),
+        veneers: Default::default(),
         own: Default::default(),
         blob_rows: Default::default(),
         profiling: a.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })),
@@ -1626,7 +1690,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         }
         let (code, p) = hooker.module(&mut s, &maps, &module, &functions, &mut refused)?;
         plans.extend(p);
-        codes.push(code);
+        codes.extend(code);
     }
     let mut warnings: Vec<String> = Vec::new();
     let mut dl_watch = None;
@@ -2284,8 +2348,11 @@ impl Armed {
                     // Where the function keeps it (`ShadowFrame::saved`:
                     // aarch64's prologue may save x30 below the slot).
                     let saved = u32_at(f, core::mem::offset_of!(ShadowFrame, saved)) as i32;
-                    let at = sp.wrapping_add(saved as i64 as u64);
-                    if inside(tramp) && may_write(at) && s.read(at, 8).is_ok_and(|w| u64_at(&w, 0) == tramp) {
+                    let at = sp.wrapping_add((saved & !telco_abi::region::SAVED_SIGNED) as i64 as u64);
+                    // The word there signed as the function signs return
+                    // addresses (aarch64: the PAC bits, above the address).
+                    let holds = |w: &[u8]| u64_at(w, 0) & telco_abi::arch::native::PC_MASK == tramp;
+                    if inside(tramp) && may_write(at) && s.read(at, 8).is_ok_and(|w| holds(&w)) {
                         s.write(at, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
                     }
                 }
@@ -2347,7 +2414,7 @@ impl Armed {
             if let Some(functions) = self.pending.remove(&m) {
                 let (code, p) = self.hooker.module(&mut s, &maps, &m, &functions, &mut refused)?;
                 plans.extend(p);
-                self._code.push(code);
+                self._code.extend(code);
                 let first = *functions.keys().next().unwrap_or(&0);
                 if let (Some(at), Some(range)) = (runtime_addr(&maps, &m, first), mapped_range(&maps, &m)) {
                     self.late.insert(m, Late { functions, at, range });
@@ -2755,7 +2822,7 @@ impl Armed {
         for (module, functions) in &by_module {
             let (code, p) = self.hooker.module(&mut s, &maps, module, functions, &mut refused)?;
             plans.extend(p);
-            codes.push(code);
+            codes.extend(code);
         }
         let execnotify = f.execnotify;
         let region_remote = f.region_remote;

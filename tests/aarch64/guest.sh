@@ -113,45 +113,69 @@ check "static program" "$want
 # (x30 at the return probe's slot), big's and catcher's at the bottom of a
 # larger one (x30 where their CFI says, recorded in the shadow frame).
 # Counted: the calls that returned (two in three of middle's and big's;
-# every one of catcher's, which catches inside).
-want=$(./throw 30)
-check "exceptions through return probes" "$want
+# every one of catcher's, which catches inside). throwpac is built with
+# pointer authentication: each function signs x30 (paciasp) and checks it
+# (autiasp), so the trampoline's address is signed as the function signs.
+for prog in throw throwpac; do
+    want=$(./$prog 30)
+    check "exceptions through return probes ($prog)" "$want
 20 20 30" $T -e 'global m, b, c
 probe process.function("middle").return { m++ }
 probe process.function("big").return { b++ }
 probe process.function("catcher").return { c++ }
-probe end { printf("%d %d %d\n", m, b, c) }' -c "./throw 30"
+probe end { printf("%d %d %d\n", m, b, c) }' -c "./$prog 30"
+done
+
+# A backtrace from a return probe starts at the caller, once.
+got=$($T -e 'global d probe process.function("middle").return { if (!d++) print_ubacktrace() }' -c "./throwpac 3" \
+    2>err.txt | grep -c ' main+')
+if [ "$got" = 1 ]; then ok "ubacktrace in a return probe"; else bad "ubacktrace in a return probe" "1 line in main" "$got"; fi
 
 # The tracer detaches while a return-probed call with a large frame is
 # blocked in read(): the return address goes back where the prologue saved
-# x30, and the call returns to its caller. Ready by lines: the tracer's
-# "probes armed" (stderr, through a FIFO), then the byte that ends the
-# untraced first call; the second call's entry probe ends the session.
-mkfifo /tmp/serve.in /tmp/tracer.fifo
-./throw serve < /tmp/serve.in > serve.txt &
-spid=$!
-exec 4>/tmp/serve.in
-$T -v -p $spid -e 'global n, r
+# x30 (signed, in throwpac), and the call returns to its caller. Ready by
+# lines: the tracer's "probes armed" (stderr, through a FIFO), then the
+# byte that ends the untraced first call; the second call's entry probe
+# ends the session.
+for prog in throw throwpac; do
+    mkfifo /tmp/serve.in /tmp/tracer.fifo
+    ./$prog serve < /tmp/serve.in > serve.txt &
+    spid=$!
+    exec 4>/tmp/serve.in
+    $T -v -p $spid -e 'global n, r
 probe process.function("big_wait") { if (++n == 1) exit() }
 probe process.function("big_wait").return { r++ }' > /dev/null 2>/tmp/tracer.fifo &
-tpid=$!
-exec 3</tmp/tracer.fifo
-while read -r line <&3; do
-    case "$line" in "Pass 5: probes armed"*) break ;; esac
+    tpid=$!
+    exec 3</tmp/tracer.fifo
+    while read -r line <&3; do
+        case "$line" in "Pass 5: probes armed"*) break ;; esac
+    done
+    cat <&3 > /dev/null &
+    drain=$!
+    exec 3<&-
+    printf a >&4
+    wait $tpid; trc=$?
+    wait $drain
+    printf b >&4
+    exec 4>&-
+    wait $spid; src=$?
+    got=$(cat serve.txt)
+    if [ $trc -eq 0 ] && [ $src -eq 0 ] && [ "$got" = "served 2" ]; then ok "detach with a large-frame call running ($prog)"
+    else bad "detach with a large-frame call running ($prog; tracer exit $trc, target exit $src)" "served 2" "$got"; fi
+    rm -f /tmp/serve.in /tmp/tracer.fifo serve.txt
 done
-cat <&3 > /dev/null &
-drain=$!
-exec 3<&-
-printf a >&4
-wait $tpid; trc=$?
-wait $drain
-printf b >&4
-exec 4>&-
-wait $spid; src=$?
-got=$(cat serve.txt)
-if [ $trc -eq 0 ] && [ $src -eq 0 ] && [ "$got" = "served 2" ]; then ok "detach with a large-frame call running"
-else bad "detach with a large-frame call running (tracer exit $trc, target exit $src)" "served 2" "$got"; fi
-rm -f /tmp/serve.in /tmp/tracer.fifo serve.txt
+
+# A function 256 MiB above the rest of its program (far.c), out of a B's
+# reach of the code region placed near the first: its patch branches to a
+# veneer near it, and its trampoline jumps back from afar. Built with
+# pointer authentication too (far_fn signs x30).
+want=$(./far 100)
+check "a function beyond a branch's reach (veneer)" "$want
+100 100 200" $T -e 'global e, r, n
+probe process.function("far_fn") { e++ }
+probe process.function("far_fn").return { r++ }
+probe process.function("near_fn").return { n++ }
+probe end { println(e, " ", r, " ", n) }' -c "./far 100"
 
 # SDT markers (a statement-site patch inside a function, planned by pass
 # 2's aarch64 site analysis), with their arguments.

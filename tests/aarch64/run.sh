@@ -34,6 +34,11 @@ $CC -O2 -g -pthread -mbranch-protection=standard -o "$SHARE/a64bti" "$HERE/progr
 $CC -O2 -g -pthread -static -o "$SHARE/a64static" "$HERE/programs/a64.c"
 # C++ (the C++ runtime linked in: the guest has only the C library).
 aarch64-linux-gnu-g++ -O2 -g -static-libstdc++ -static-libgcc -o "$SHARE/throw" "$HERE/programs/throw.cc"
+aarch64-linux-gnu-g++ -O2 -g -mbranch-protection=standard -static-libstdc++ -static-libgcc -o "$SHARE/throwpac" \
+    "$HERE/programs/throw.cc"
+# far_fn 256 MiB above the text (a section of its own, a segment of its own).
+$CC -O2 -g -no-pie -mbranch-protection=standard -Wl,--section-start=far_text=0x10400000 -o "$SHARE/far" \
+    "$HERE/programs/far.c"
 $CC -O2 -g -o "$SHARE/host" "$ROOT/tests/programs/host.c" -ldl
 $CC -O2 -g -shared -fPIC -o "$SHARE/libplugin.so" "$ROOT/tests/programs/plugin.c"
 if [ "${1:-}" = bench ]; then

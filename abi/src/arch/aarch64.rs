@@ -88,6 +88,10 @@ pub const ARG_REGS: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
 pub const RETURN_REG: usize = X0;
 pub const RETURN_REG2: usize = X1;
 
+/// The bits of a return address that are the address: below a
+/// pointer-authentication code's bits (48-bit user addresses).
+pub const PC_MASK: u64 = (1 << 48) - 1;
+
 /// Bytes from the stack pointer at a function's entry to its first
 /// argument passed on the stack (at the entry's stack pointer).
 pub const STACK_ARGS_AT: u64 = 0;

@@ -56,7 +56,7 @@ pub fn layout(arch: &str) -> Option<Layout> {
             pc: x86_64::PC,
             stack_args_at: x86_64::STACK_ARGS_AT,
             ra_reg: None,
-            pc_mask: u64::MAX,
+            pc_mask: x86_64::PC_MASK,
         }),
         "aarch64" => Some(Layout {
             nregs: aarch64::NREGS,
@@ -67,7 +67,7 @@ pub fn layout(arch: &str) -> Option<Layout> {
             pc: aarch64::PC,
             stack_args_at: aarch64::STACK_ARGS_AT,
             ra_reg: Some(aarch64::LR),
-            pc_mask: (1 << 48) - 1,
+            pc_mask: aarch64::PC_MASK,
         }),
         _ => None,
     }

@@ -71,6 +71,9 @@ pub const RETURN_REG: usize = RAX;
 /// A 16-byte integer result's high half.
 pub const RETURN_REG2: usize = RDX;
 
+/// The bits of a return address that are the address: all of them.
+pub const PC_MASK: u64 = u64::MAX;
+
 /// Bytes from the stack pointer at a function's entry to its first
 /// argument passed on the stack (above the return address).
 pub const STACK_ARGS_AT: u64 = 8;

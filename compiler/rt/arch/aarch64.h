@@ -57,6 +57,19 @@ LOCAL i64 current_cpu(void) {
     return cpu;
 }
 
+/* A return address signed as a function's `paciasp` (key A, `how` 1) or
+ * `pacibsp` (key B, 2) signed the one it was entered with: the modifier is
+ * the stack pointer at its entry, 8 above a return probe's slot (entry sp -
+ * 8). PACIA1716 and PACIB1716 are hints, no-ops on a core without pointer
+ * authentication; `how` 0: not signed. */
+LOCAL u64 sign_return(u64 addr, u64 slot, u32 how) {
+    register u64 x17 __asm__("x17") = addr;
+    register u64 x16 __asm__("x16") = slot + 8;
+    if (how == 1) __asm__ volatile("hint #8" : "+r"(x17) : "r"(x16));
+    if (how == 2) __asm__ volatile("hint #10" : "+r"(x17) : "r"(x16));
+    return x17;
+}
+
 /* System call numbers (the generic table). */
 #define SYS_rt_sigaction 134
 #define SYS_sched_yield 124

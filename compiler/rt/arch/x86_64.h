@@ -56,6 +56,13 @@ LOCAL i64 sys6(i64 nr, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f) {
 }
 
 /* System call numbers. */
+/* Return addresses are not signed on x86_64 (aarch64.h signs them). */
+LOCAL u64 sign_return(u64 addr, u64 slot, u32 how) {
+    (void)slot;
+    (void)how;
+    return addr;
+}
+
 #define SYS_rt_sigaction 13
 #define SYS_sched_yield 24
 #define SYS_futex 202

@@ -50,6 +50,10 @@ pub const B_LEN: usize = 4;
 pub const NOP: u32 = 0xd503_201f;
 /// `br x16`.
 const BR_X16: u32 = 0xd61f_0200;
+/// `ret x16`: a veneer's branch. An indirect branch (`br`) into a page
+/// guarded by BTI must land on a landing pad, which the instruction after a
+/// displaced one is not; a return is never checked.
+const RET_X16: u32 = 0xd65f_0200;
 /// The scratch register (IP0).
 const X16: u32 = 16;
 
@@ -164,6 +168,17 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     Ok(Hook { patch_at: site, displaced: B_LEN })
 }
 
+/// How the landing pad `pad` (the word before a function's patch site)
+/// signs x30: `telco_abi::region::SAVED_PACIA` for `paciasp`,
+/// `SAVED_PACIB` for `pacibsp`, 0 for anything else.
+pub fn signs_return(pad: u32) -> i32 {
+    match pad {
+        0xd503_233f => telco_abi::region::SAVED_PACIA,
+        0xd503_237f => telco_abi::region::SAVED_PACIB,
+        _ => 0,
+    }
+}
+
 /// `B` (or `BL`, `link`) from `at` to `target`, when in reach (±128 MiB).
 pub fn branch(at: u64, target: u64, link: bool) -> Option<u32> {
     let d = (target as i64).wrapping_sub(at as i64);
@@ -173,12 +188,13 @@ pub fn branch(at: u64, target: u64, link: bool) -> Option<u32> {
     Some(if link { 0x9400_0000 } else { 0x1400_0000 } | ((d >> 2) as u32 & 0x03ff_ffff))
 }
 
-/// A branch to `target` from anywhere: `ldr x16, #8; br x16; .quad target`
-/// (x16 is clobbered: a veneer goes where the platform ABI allows that).
+/// A branch to `target` from anywhere: `ldr x16, #8; ret x16; .quad
+/// target` (x16 is clobbered: a veneer goes where the platform ABI allows
+/// that; `ret`, not `br`, so that it may land anywhere in BTI-guarded code).
 pub fn veneer(target: u64) -> [u8; 16] {
     let mut out = [0u8; 16];
     out[0..4].copy_from_slice(&ldr_literal(0x5800_0000, X16, 8).to_le_bytes());
-    out[4..8].copy_from_slice(&BR_X16.to_le_bytes());
+    out[4..8].copy_from_slice(&RET_X16.to_le_bytes());
     out[8..16].copy_from_slice(&target.to_le_bytes());
     out
 }
@@ -366,22 +382,51 @@ pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u
 
 /// [`relocate`], with where each instruction of the copy came from.
 pub fn relocate_with_map(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, CopyMap), Refusal> {
+    relocate_in(original, from, len, to, false)
+}
+
+/// [`relocate_with_map`] at a function's entry, where x16 and x17 are free
+/// (the platform ABI lets a linker veneer clobber them between a call and
+/// its callee): a trampoline farther than a `B` from the function (reached
+/// through a [`veneer`]) jumps back through x16, unless the displaced
+/// instruction may write x16 itself (then refused).
+pub fn relocate_at_entry(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, CopyMap), Refusal> {
+    relocate_in(original, from, len, to, true)
+}
+
+fn relocate_in(original: &[u8], from: u64, len: usize, to: u64, scratch: bool) -> Result<(Vec<u8>, CopyMap), Refusal> {
     let mut out = Code::default();
     let mut map = CopyMap::default();
+    let mut writes_x16 = false;
     for i in 0..len / B_LEN {
         let at = from + (i * B_LEN) as u64;
         let w = word_at(original, i * B_LEN).unwrap_or(0);
         let here = to + out.bytes.len() as u64;
-        let code = relocate_word(w, at, here, false)?;
+        let code = relocate_word(w, at, here, scratch)?;
         map.map.push((here, at));
         out.bytes.extend_from_slice(&code);
+        writes_x16 |= may_write_x16(w);
     }
     let back = from + len as u64;
     let here = to + out.bytes.len() as u64;
     map.map.push((here, back));
     let text = || decode(word0(original)).map_or_else(String::new, |i| i.to_string());
-    out.jump(here, back, false, || Refusal::NoScratch { at: from, text: text(), target: back, to: here })?;
+    out.jump(here, back, scratch && !writes_x16, || Refusal::NoScratch { at: from, text: text(), target: back, to: here })?;
     Ok((out.bytes, map))
+}
+
+/// Whether instruction `w` may write x16: a destination field (Rd/Rt, bits
+/// 0-4, or a pair's Rt2, bits 10-14) names it. Over-cautious (a field that
+/// is a source counts too), which only refuses more.
+fn may_write_x16(w: u32) -> bool {
+    w & 0x1f == X16 || (w >> 10) & 0x1f == X16
+}
+
+/// A branch from anywhere to `target` for a patch site whose trampoline
+/// is beyond a `B`'s reach: written within reach of the site, which
+/// branches to it (x16 is free at a function's entry).
+pub fn far_jump(target: u64) -> Option<Vec<u8>> {
+    Some(veneer(target).to_vec())
 }
 
 /// Where the copy at `to` has the instruction at `pc` of the original:
@@ -585,7 +630,7 @@ mod tests {
             }
             _ => {}
         }
-        if w == BR_X16 {
+        if w == BR_X16 || w == RET_X16 {
             return s.x[16];
         }
         if w == NOP {
@@ -717,6 +762,33 @@ mod tests {
             prop_assert_eq!(got, want, "{:#010x} from {:#x} at {:#x}", word, from, to);
         }
 
+        /// A function's entry relocated anywhere (a trampoline reached
+        /// through a veneer): the copy ends where the original would go
+        /// next, the jump back included, with only x16 and x17 changed;
+        /// refused only where the instruction may write x16 itself.
+        #[test]
+        fn relocated_at_entry_goes_back_from_anywhere(
+            word in instruction(),
+            from in (0x1000u64..1 << 47).prop_map(|a| a & !3),
+            to in (0x1000u64..1 << 47).prop_map(|a| a & !3),
+            s0 in state(),
+        ) {
+            let code = match relocate_at_entry(&word.to_le_bytes(), from, 4, to) {
+                Ok((c, _)) => c,
+                Err(e) => {
+                    prop_assert!(may_write_x16(word) || branch(to, from + 4, false).is_some(), "{word:#010x}: {e}");
+                    return Ok(());
+                }
+            };
+            let mut want = s0.clone();
+            let next = step(&mut want, word, from, &|_| u64::MAX);
+            let mut got = s0.clone();
+            prop_assert_eq!(run(&mut got, &code, to), next, "{:#010x} from {:#x} at {:#x}", word, from, to);
+            got.x[16] = want.x[16];
+            got.x[17] = want.x[17];
+            prop_assert_eq!(got, want);
+        }
+
         #[test]
         fn without_scratch_nothing_is_clobbered(
             word in instruction(),
@@ -819,6 +891,12 @@ mod tests {
         assert_eq!(relocated_pc(&w.to_le_bytes(), 0x1000, 4, 0x2000, 0x1000), Some(0x2000));
         // Out of a B's reach, without a scratch register: refused.
         assert!(relocate_with_map(&w.to_le_bytes(), 0x1000, 4, 0x1000 + (1 << 30)).is_err());
+        // At a function's entry: back through x16 (a veneer), unless the
+        // instruction writes x16 (mov x16, x1).
+        let far = 0x1000 + (1 << 30);
+        let (b, _) = relocate_at_entry(&w.to_le_bytes(), 0x1000, 4, far).unwrap();
+        assert_eq!(&b[4..], &veneer(0x1004));
+        assert!(relocate_at_entry(&0xaa01_03f0u32.to_le_bytes(), 0x1000, 4, far).is_err());
         assert_eq!(u32::from_le_bytes(SIGRETURN[..4].try_into().unwrap()), 0xd280_1168);
     }
 

@@ -53,6 +53,12 @@
 use telco_abi::arch::aarch64 as regs;
 use telco_abi::region::{Ctx, CTX_SIZE};
 
+/// `xpaclri`, `paciasp`, `pacibsp`: hints (no-ops without pointer
+/// authentication).
+const XPACLRI: u32 = 0xd503_20ff;
+const PACIASP: u32 = 0xd503_233f;
+const PACIBSP: u32 = 0xd503_237f;
+
 /// Whether the inline fast paths exist here (x86_64: yes).
 pub const LEAN: bool = false;
 
@@ -86,6 +92,11 @@ pub struct Entry {
     /// stack pointer (its CFI): recorded in each shadow frame pushed here
     /// (`ShadowFrame::saved`), for the unwinder hooks and the detach.
     pub ra_saved: Option<i32>,
+    /// How the function signed x30 before the patch site (its landing pad
+    /// `paciasp`/`pacibsp`: `telco_abi::region::SAVED_PACIA`/`SAVED_PACIB`;
+    /// 0: not). A return probe's trampoline address is signed the same way
+    /// before the function goes on, so that its `autiasp` accepts it.
+    pub ra_signed: i32,
 }
 
 /// The shadow stacks (used by the inline paths only).
@@ -365,7 +376,7 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
         // rt_ret_push gave the frame's @entry saves (0: none pushed). The
         // return address at the unwinder's place is where the prologue
         // stores x30, from the CFI: entry sp + ra_saved.
-        let saved = e.ra_saved.map_or(0, |at| at + 8);
+        let saved = e.ra_saved.map_or(0, |at| at + 8) | e.ra_signed;
         let skip = a.label();
         if entry_handler.is_some() || saved != 0 {
             a.branch(0xb400_0000 | X0, skip, Kind::Imm19); // cbz x0, skip
@@ -391,6 +402,13 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
     // x30: the return trampoline where a frame was pushed.
     a.ldr64(LR, SP, ret_slot);
     a.add_imm(SP, SP, frame, false);
+    if !e.returns.is_empty() && e.ra_signed != 0 {
+        // Signed as the function's landing pad signed the return address
+        // (sp is the entry's again): stripped first, which leaves an
+        // unpushed return address as it was.
+        a.emit(XPACLRI);
+        a.emit(if e.ra_signed == telco_abi::region::SAVED_PACIB { PACIBSP } else { PACIASP });
+    }
     if let Some((wait, func)) = e.itrace {
         itrace_gate(&mut a, e.region, wait, func);
     }
@@ -449,6 +467,12 @@ pub fn return_trampoline(
     a.add_imm(X1, SP, CTX_AT, false);
     a.add_imm(X2, SP, frame, false);
     a.call(ret_pop);
+    // The return address as the function was given it may be signed
+    // (pointer authentication): stripped (through x30, whose `xpaclri` is
+    // a no-op on a core without it; x30 is restored below).
+    a.emit(0xaa00_03fe); // mov x30, x0
+    a.emit(XPACLRI);
+    a.emit(0xaa1e_03e0); // mov x0, x30
     // Where to return (x30 at the end), the pc and `uaddr()`.
     a.str64(X0, SP, 8 * regs::LR as u32);
     a.str64(X0, SP, 8 * regs::PC as u32);

@@ -591,6 +591,26 @@ fn call_from_the_original(mut instrs: Vec<Instruction>, back: u64) -> Vec<Instru
     instrs
 }
 
+/// [`relocate_with_map`] at a function's entry (aarch64 may use scratch
+/// registers there; x86_64 never needs them).
+pub fn relocate_at_entry(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, CopyMap), Refusal> {
+    relocate_with_map(original, from, len, to)
+}
+
+/// A jump placed within reach of a site whose trampoline is out of reach
+/// (aarch64's veneers): None here. A code region is always within a
+/// `jmp rel32` of the modules it serves (±2 GiB, [`REACH`]), and a
+/// trampoline farther away could not relocate RIP-relative operands.
+pub fn far_jump(_target: u64) -> Option<Vec<u8>> {
+    None
+}
+
+/// How a landing pad signs the return address (aarch64's pointer
+/// authentication): never on x86_64.
+pub fn signs_return(_pad: u32) -> i32 {
+    0
+}
+
 /// `jmp qword ptr [rip+0]` and `target`: a jump anywhere (14 bytes).
 pub fn jmp_abs(target: u64) -> [u8; 14] {
     let mut b = [0u8; 14];

@@ -156,6 +156,9 @@ pub struct Entry {
     /// pointer (its CFI): aarch64's trampolines record it in the shadow
     /// frame. Unused here: x86_64's return address is the pushed one.
     pub ra_saved: Option<i32>,
+    /// How the function signed its return address before the patch site
+    /// (aarch64's pointer authentication): always 0 here.
+    pub ra_signed: i32,
 }
 
 /// What a trampoline at a site inside a function leaves alone below the
@@ -1301,6 +1304,7 @@ mod tests {
             span: None,
             inside: false,
             ra_saved: None,
+            ra_signed: 0,
         }
     }
 
