@@ -6,7 +6,7 @@
 # TCG the absolute times mean little; the ratios compare with x86_64's.
 cd "$(dirname "$0")"
 N=${N:-2000000}
-T=./telco-stap
+T=${T:-./telco-stap}
 # ns/call of one run of CMD...
 per() { "$@" 2>/dev/null | sed -n 's/^bench \([0-9.]*\) ns.*/\1/p'; }
 median() { for i in 1 2 3; do per "$@"; done | sort -n | sed -n 2p; }

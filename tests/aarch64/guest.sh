@@ -165,6 +165,31 @@ probe process.function("big_wait").return { r++ }' > /dev/null 2>/tmp/tracer.fif
     rm -f /tmp/serve.in /tmp/tracer.fifo serve.txt
 done
 
+# A statement probe where a call returns to (stmt.c:15): planned with the
+# call as its lead, run at the call's return with the callee's result.
+want=$(./stmt 50)
+check "statement after a call (lead)" "$want
+50 50" $T -e 'global n, good
+probe process.statement("caller@stmt.c:15") { n++; if ($a == 3 * $x && register("x0") == $a) good++ }
+probe end { println(n, " ", good) }' -c "./stmt 50"
+
+# Parameters by name at a function's entry (-O0: their DWARF locations
+# hold only after the prologue), where AAPCS64 passes them: a 24-byte
+# struct by reference, a 16-byte one in two registers, the memory
+# result's address in x8, not an argument register. Its \$return is refused
+# (x8 need not be kept): the message, and a non-zero exit.
+want=$(./args 20)
+check "parameters by AAPCS64 at entry" "$want
+20" $T -e 'global good
+probe process.function("mk") {
+    if ($in->a == $x && $in->b == 2 * $x && $in->c == 3 * $x && $sm->a == 5 && $sm->b == 7 && $y == 11) good++
+}
+probe end { println(good) }' -c "./args 20"
+if $T -e 'probe process.function("mk").return { println($return->a) }' -c "./args 1" > /dev/null 2>err.txt; then
+    bad "\$return in memory refused" "an error" "exit 0"
+elif grep -q "returns it in memory" err.txt; then ok "\$return in memory refused"
+else bad "\$return in memory refused" "returns it in memory" "$(head -3 err.txt)"; fi
+
 # A function 256 MiB above the rest of its program (far.c), out of a B's
 # reach of the code region placed near the first: its patch branches to a
 # veneer near it, and its trampoline jumps back from afar. Built with

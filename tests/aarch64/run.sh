@@ -36,6 +36,8 @@ $CC -O2 -g -pthread -static -o "$SHARE/a64static" "$HERE/programs/a64.c"
 aarch64-linux-gnu-g++ -O2 -g -static-libstdc++ -static-libgcc -o "$SHARE/throw" "$HERE/programs/throw.cc"
 aarch64-linux-gnu-g++ -O2 -g -mbranch-protection=standard -static-libstdc++ -static-libgcc -o "$SHARE/throwpac" \
     "$HERE/programs/throw.cc"
+$CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
+$CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"
 # far_fn 256 MiB above the text (a section of its own, a segment of its own).
 $CC -O2 -g -no-pie -mbranch-protection=standard -Wl,--section-start=far_text=0x10400000 -o "$SHARE/far" \
     "$HERE/programs/far.c"

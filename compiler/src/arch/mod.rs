@@ -19,10 +19,34 @@
 //!   jump (x86_64 only: aarch64's `B` always fits);
 //! * the CFI the unwinders read: a fresh call's frame, the compact unwind
 //!   rule, DWARF register numbers (`DWARF_FP`, `DWARF_RA`, the `.eh_frame`
-//!   vendor extensions `CFI_VENDOR`).
+//!   vendor extensions `CFI_VENDOR`);
+//! * [`CallConv`] (`native::CALL_CONV`): how the platform ABI passes what
+//!   the argument registers' order alone does not say (large structs, a
+//!   result returned in memory), for parameters read at a function's
+//!   entry and `$return`.
 //!
 //! The register file is telco-abi's (`telco_abi::arch`); the runtime
 //! library's architecture lines are in `compiler/rt/arch/`.
+
+/// Where the platform ABI passes what does not fit its integer
+/// registers plainly (`elaborate::dwarf_vars`; the classification itself
+/// is System V's, which AAPCS64 matches for integers and small structs).
+#[derive(Clone, Copy, Debug)]
+pub struct CallConv {
+    /// A struct larger than two registers: copied by the caller and passed
+    /// by its address (AAPCS64), rather than copied onto the stack
+    /// (System V).
+    pub large_by_reference: bool,
+    /// A result returned in memory: its address is a hidden first argument
+    /// and comes back in the return register (System V), or it arrives in
+    /// a register of its own the function need not keep (AAPCS64's x8), so
+    /// `$return` cannot find it.
+    pub result_address_returned: bool,
+    /// Once a struct does not fit the argument registers left, later
+    /// arguments go on the stack too (AAPCS64: NGRN = 8), rather than in
+    /// the registers left (System V).
+    pub spill_closes_registers: bool,
+}
 
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;

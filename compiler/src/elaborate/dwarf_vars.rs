@@ -20,7 +20,8 @@
 //! stored it yet) is read where the System V ABI passes it instead
 //! (`abi_class`): integer-class eightbytes in the argument registers in
 //! order (a small struct in one or two: [`Place::Pieces`]), larger
-//! structs on the stack above the return address, objects passed by
+//! structs on the stack above the return address (AAPCS64: by reference,
+//! `arch::CallConv`), objects passed by
 //! invisible reference (DW_CC_pass_by_reference, or a location that loads
 //! the object's address from the frame, as gcc writes it) through the
 //! address in their register; floating-point parameters take vector
@@ -226,8 +227,11 @@ fn abi_class(d: &Debug, t: &Type, rust: bool, depth: u32) -> AbiClass {
         t if scalar(t).is_some() => AbiClass::Integer(1),
         Type::Aggregate { by_reference: true, .. } => AbiClass::Reference,
         Type::Aggregate { members, .. } if depth == 0 && members.is_empty() => AbiClass::Nothing,
-        // Rust passes what is larger than two registers by pointer.
-        Type::Aggregate { size, .. } if *size > 16 && rust => AbiClass::Reference,
+        // Rust passes what is larger than two registers by pointer, as
+        // AAPCS64 does for every language.
+        Type::Aggregate { size, .. } if *size > 16 && (rust || crate::arch::native::CALL_CONV.large_by_reference) => {
+            AbiClass::Reference
+        }
         Type::Aggregate { size, .. } if *size > 16 => AbiClass::Memory(size.div_ceil(8)),
         Type::Aggregate { size, members, .. } => {
             // Small: in registers if every member is of the integer class.
@@ -424,9 +428,12 @@ impl Site {
                 "the compiler gave this function its own calling convention (DW_CC_nocall), so where its parameters arrive is not known at entry",
             ));
         }
-        // A large aggregate returned in memory takes the first register.
+        // A large aggregate returned in memory takes the first register
+        // (System V; AAPCS64 passes its address in x8).
+        let conv = crate::arch::native::CALL_CONV;
         let (_, ret) = types::resolve(d, scope.ret);
-        let mut n = usize::from(matches!(abi_class(d, &ret, scope.rust, 0), AbiClass::Memory(_) | AbiClass::Reference));
+        let in_memory = matches!(abi_class(d, &ret, scope.rust, 0), AbiClass::Memory(_) | AbiClass::Reference);
+        let mut n = usize::from(in_memory && conv.result_address_returned);
         // Where the stack arguments start (above the return address on
         // x86_64, at the stack pointer on aarch64), and vector registers
         // taken (eight: xmm0-7, v0-v7).
@@ -492,6 +499,9 @@ impl Site {
                         return Ok(at_stack(stack));
                     }
                     stack = stack.saturating_add(words.saturating_mul(8));
+                    if words > 1 && conv.spill_closes_registers {
+                        n = ARG_REGS.len();
+                    }
                 }
                 AbiClass::Other => {
                     return Err(not_accessible(
@@ -515,8 +525,13 @@ impl Site {
             return Err(not_accessible(name, span, "a return probe sees parameters (as at entry), not locals"));
         }
         let frame_slot = matches!(&var.loc, Location::Memory(s) if mentions_frame(s));
+        // A struct the ABI passes by reference (AAPCS64: over 16 bytes),
+        // whose location is where the prologue copies its address (gcc
+        // -O0: a callee-saved register): at entry, the argument register.
+        let by_reference = crate::arch::native::CALL_CONV.large_by_reference
+            && matches!(&*types::resolve(d, var.ty).1, Type::Aggregate { size, .. } if *size > 16);
         let place = match scope {
-            Some(s) if var.kind == VarKind::Param && self.at_entry && var.whole_scope && frame_slot => {
+            Some(s) if var.kind == VarKind::Param && self.at_entry && var.whole_scope && (frame_slot || by_reference) => {
                 self.abi_param(d, s, var, span)?
             }
             _ => self.place(&var.loc, name, span)?,
@@ -572,7 +587,8 @@ impl Site {
 
     /// `$return`, typed from the function's DWARF.
     /// (System V: integers and small integer structs in rax and rdx, a
-    /// large or non-trivial struct in memory whose address is in rax.)
+    /// large or non-trivial struct in memory whose address is in rax;
+    /// AAPCS64: x0 and x1, and a struct in memory is not found.)
     pub fn return_value(&self, span: Span) -> Res<Val> {
         let s = self.scope(span)?;
         let d = self.debug(span)?;
@@ -584,7 +600,16 @@ impl Site {
                 let rdx = telco_abi::arch::native::RETURN_REG2 as u32;
                 Place::Pieces(vec![(8, Some(Place::Reg(rax))), (8, Some(Place::Reg(rdx)))])
             }
-            AbiClass::Memory(_) | AbiClass::Reference => Place::Mem(register(rax, span)),
+            AbiClass::Memory(_) | AbiClass::Reference if crate::arch::native::CALL_CONV.result_address_returned => {
+                Place::Mem(register(rax, span))
+            }
+            AbiClass::Memory(_) | AbiClass::Reference => {
+                return Err(not_accessible(
+                    "return",
+                    span,
+                    "the function returns it in memory at an address the caller passed (x8), which it need not keep",
+                ))
+            }
             _ if matches!(&*t, Type::Void) => Place::Reg(rax),
             _ => {
                 return Err(not_accessible(
@@ -1127,7 +1152,7 @@ fn mentions_link(s: &Sym) -> bool {
 fn mentions_frame(s: &Sym) -> bool {
     match s {
         Sym::Cfa => true,
-        Sym::Reg(r) => *r == 6 || *r == 7,
+        Sym::Reg(r) => *r == crate::arch::native::DWARF_FP.0 || *r == crate::arch::native::DWARF_SP.0,
         Sym::Bin(_, a, b) => mentions_frame(a) || mentions_frame(b),
         Sym::Deref(a, _) => mentions_frame(a),
         _ => false,

@@ -38,11 +38,23 @@ pub const TARGET: Target = Target {
     disassemble,
 };
 
+/// AAPCS64's conventions (`CallConv`): structs over 16 bytes by reference,
+/// a memory result's address in x8, no registers after a spilled struct.
+pub const CALL_CONV: super::CallConv = super::CallConv {
+    large_by_reference: true,
+    result_address_returned: false,
+    spill_closes_registers: true,
+};
+
 /// The DWARF register numbers (AAELF64's DWARF mapping) of the frame
 /// pointer (x29) and the return-address column (x30), whose CFI rules
 /// [`compact_unwind_rule`] takes.
 pub const DWARF_FP: gimli::Register = gimli::AArch64::X29;
 pub const DWARF_RA: gimli::Register = gimli::AArch64::X30;
+
+/// The DWARF number of the stack pointer (a location based on it, or on
+/// the frame pointer, is in the function's frame).
+pub const DWARF_SP: gimli::Register = gimli::AArch64::SP;
 
 /// The CFI vendor extensions `.eh_frame` uses here: AArch64's
 /// `DW_CFA_AARCH64_negate_ra_state` (0x2d, after every `paciasp` of code

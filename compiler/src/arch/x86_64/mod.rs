@@ -24,11 +24,22 @@ pub const TARGET: Target = Target {
     disassemble,
 };
 
+/// System V's conventions (`CallConv`).
+pub const CALL_CONV: super::CallConv = super::CallConv {
+    large_by_reference: false,
+    result_address_returned: true,
+    spill_closes_registers: false,
+};
+
 /// The DWARF register numbers (the psABI's) of the frame pointer (rbp) and
 /// the return-address column, whose CFI rules [`compact_unwind_rule`]
 /// takes.
 pub const DWARF_FP: gimli::Register = gimli::X86_64::RBP;
 pub const DWARF_RA: gimli::Register = gimli::X86_64::RA;
+
+/// The DWARF number of the stack pointer (a location based on it, or on
+/// the frame pointer, is in the function's frame).
+pub const DWARF_SP: gimli::Register = gimli::X86_64::RSP;
 
 /// The CFI vendor extensions `.eh_frame` uses here: none.
 pub const CFI_VENDOR: gimli::Vendor = gimli::Vendor::Default;

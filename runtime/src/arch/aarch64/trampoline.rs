@@ -231,6 +231,17 @@ impl Asm {
         self.emit(0xf940_0000 | (off / 8) << 10 | rn << 5 | rt);
     }
 
+    /// `stp xt, xt2, [xn, #off]` (off a multiple of 8, < 512).
+    fn stp64(&mut self, rt: u32, rt2: u32, rn: u32, off: u32) {
+        debug_assert!(off.is_multiple_of(8) && off < 512);
+        self.emit(0xa900_0000 | (off / 8) << 15 | rt2 << 10 | rn << 5 | rt);
+    }
+
+    fn ldp64(&mut self, rt: u32, rt2: u32, rn: u32, off: u32) {
+        debug_assert!(off.is_multiple_of(8) && off < 512);
+        self.emit(0xa940_0000 | (off / 8) << 15 | rt2 << 10 | rn << 5 | rt);
+    }
+
     /// `str wt, [xn, #off]` (off a multiple of 4, < 16 KiB).
     fn str32(&mut self, rt: u32, rn: u32, off: u32) {
         debug_assert!(off.is_multiple_of(4) && off < 16384);
@@ -298,9 +309,7 @@ fn ctx(f: usize) -> u32 {
 /// Save x0–x30 into the SavedRegs block at [sp], then sp (`frame` above),
 /// the flags and pc = `pc`, and point the context at them.
 fn save_all(a: &mut Asm, frame: u32, pc: Option<u64>) {
-    for r in 0..31 {
-        a.str64(r, SP, 8 * r);
-    }
+    store_gprs(a);
     a.add_imm(X16, SP, frame, false);
     a.str64(X16, SP, 8 * regs::SP as u32);
     a.emit(0xd53b_4200 | X16); // mrs x16, nzcv
@@ -326,9 +335,18 @@ fn save_all(a: &mut Asm, frame: u32, pc: Option<u64>) {
 fn restore_all(a: &mut Asm) {
     a.ldr64(X16, SP, 8 * regs::PSTATE as u32);
     a.emit(0xd51b_4200 | X16); // msr nzcv, x16
-    for r in 0..31 {
-        a.ldr64(r, SP, 8 * r);
+    for r in (0..30).step_by(2) {
+        a.ldp64(r, r + 1, SP, 8 * r);
     }
+    a.ldr64(LR, SP, 8 * LR);
+}
+
+/// x0–x30 into the SavedRegs block at [sp], in pairs.
+fn store_gprs(a: &mut Asm) {
+    for r in (0..30).step_by(2) {
+        a.stp64(r, r + 1, SP, 8 * r);
+    }
+    a.str64(LR, SP, 8 * LR);
 }
 
 /// `handler(region, ctx)`.
@@ -427,9 +445,7 @@ fn itrace_gate(a: &mut Asm, region: u64, wait: u64, func: u32) {
     let frame = core::mem::size_of::<regs::SavedRegs>() as u32;
     let resume = a.label();
     a.add_imm(SP, SP, frame, true);
-    for r in 0..31 {
-        a.str64(r, SP, 8 * r);
-    }
+    store_gprs(a);
     a.add_imm(X16, SP, frame, false);
     a.str64(X16, SP, 8 * regs::SP as u32);
     a.branch(0x1000_0000 | X16, resume, Kind::Adr); // adr x16, resume
@@ -557,6 +573,13 @@ mod tests {
         assert_eq!(w[3], 0xd108_c3ff);
         // str x30, [sp, #240]
         assert_eq!(w[4], 0xf900_7bfe);
+        let mut a = Asm::default();
+        a.stp64(0, 1, SP, 0);
+        a.stp64(28, 29, SP, 224);
+        a.ldp64(28, 29, SP, 224);
+        let w = words(&a.finish().unwrap());
+        // stp x0, x1, [sp]; stp x28, x29, [sp, #224]; ldp x28, x29, [sp, #224]
+        assert_eq!(w, [0xa900_07e0, 0xa90e_77fc, 0xa94e_77fc]);
     }
 
     #[test]
