@@ -73,6 +73,15 @@ pub(crate) fn decode(word: u32) -> Option<Instruction> {
     InstDecoder::default().decode(&mut reader).ok()
 }
 
+/// Whether `word` is in the SVE or SME encoding groups (bits 28:25 are
+/// 0010, or 0000 with bit 31 set), which the decoder does not know but
+/// which hold no branch and no PC-relative operand: the runtime copies such
+/// an instruction as it is (`runtime/src/arch/aarch64/patch.rs`).
+pub(crate) fn vector_extension(word: u32) -> bool {
+    let op0 = (word >> 25) & 0xf;
+    op0 == 0b0010 || (op0 == 0 && word >> 31 == 1)
+}
+
 /// The PC-relative displacement an instruction's operands hold (branches,
 /// `adr`, literal loads): its target is the instruction's address plus it
 /// (`adrp`: its page plus it).

@@ -123,6 +123,15 @@ fn decode(word: u32) -> Option<Instruction> {
     InstDecoder::default().decode(&mut reader).ok()
 }
 
+/// Whether `word` is in the SVE or SME encoding groups (bits 28:25 are
+/// 0010, or 0000 with bit 31 set), which the decoder does not know but
+/// which hold no branch and no PC-relative operand: such an instruction
+/// runs the same anywhere, and is copied as it is.
+fn vector_extension(word: u32) -> bool {
+    let op0 = (word >> 25) & 0xf;
+    op0 == 0b0010 || (op0 == 0 && word >> 31 == 1)
+}
+
 fn pc_offset(i: &Instruction) -> Option<i64> {
     i.operands.iter().find_map(|o| match o {
         Operand::PCOffset(d) => Some(*d),
@@ -153,6 +162,9 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     for off in (0..size & !3).step_by(B_LEN) {
         let Some(w) = word_at(code, off as usize) else { break };
         let Some(i) = decode(w) else {
+            if vector_extension(w) {
+                continue;
+            }
             return Err(Refusal::Undecodable { offset: off, word: w });
         };
         if matches!(i.opcode, Opcode::BL | Opcode::ADR | Opcode::ADRP | Opcode::LDR | Opcode::LDRSW | Opcode::PRFM) {
@@ -215,9 +227,15 @@ fn fits(d: i64, bits: u32, scale: u32) -> bool {
 /// as after the original instruction (the caller appends the branch back to
 /// `from + 4`). `scratch`: x16 and x17 are free here (a function entry).
 pub fn relocate_word(word: u32, from: u64, to: u64, scratch: bool) -> Result<Vec<u8>, Refusal> {
-    let i = decode(word).ok_or(Refusal::Undecodable { offset: 0, word })?;
-    let text = || i.to_string();
     let mut out = Code::default();
+    let Some(i) = decode(word) else {
+        if vector_extension(word) {
+            out.word(word);
+            return Ok(out.bytes);
+        }
+        return Err(Refusal::Undecodable { offset: 0, word });
+    };
+    let text = || i.to_string();
     match i.opcode {
         Opcode::LDXR
         | Opcode::LDXRB
@@ -836,6 +854,21 @@ mod tests {
         for w in [0xd503_201f, 0x8b02_0020, 0xf940_0421, 0xa9bf_7bfd, 0x9100_03fd, 0xd65f_03c0, 0xd400_0001] {
             assert_eq!(relocate_word(w, 0x1000, 0x9000_0000, false).unwrap(), w.to_le_bytes());
         }
+    }
+
+    #[test]
+    fn vector_extensions_are_copied() {
+        // cntd x0 (SVE), which the decoder does not know: copied, and a
+        // function holding one plans; an unallocated word does not.
+        let cntd = 0x04e0_e3e0u32;
+        assert!(decode(cntd).is_none());
+        assert_eq!(relocate_word(cntd, 0x1000, 0x9000, false).unwrap(), cntd.to_le_bytes());
+        let mut f = Vec::new();
+        for w in [0xa9bf_7bfdu32, cntd, 0xa8c1_7bfd, 0xd65f_03c0] {
+            f.extend_from_slice(&w.to_le_bytes());
+        }
+        assert!(plan(&f, 0x1000, 16).is_ok());
+        assert!(relocate_word(0x0600_0000, 0x1000, 0x9000, false).is_err());
     }
 
     #[test]
