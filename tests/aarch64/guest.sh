@@ -20,6 +20,17 @@ check() {
     if [ $c_rc -eq 0 ] && [ "$c_got" = "$c_want" ]; then ok "$c_name"; else bad "$c_name (exit $c_rc)" "$c_want" "$c_got"; fi
 }
 T=./telco-stap
+# until_line PREFIX: read the tracer's stderr (fd 3, a FIFO) up to a line
+# that starts with PREFIX, then drain the rest in the background ($drain: a
+# tracer whose stderr has no reader would die of SIGPIPE) and close fd 3.
+until_line() {
+    while read -r line <&3; do
+        case "$line" in "$1"*) break ;; esac
+    done
+    cat <&3 > /dev/null &
+    drain=$!
+    exec 3<&-
+}
 echo "== guest: $(uname -srm), $(nproc) cpu(s)"
 
 # Passes 1-4 in the guest: the script compiled to aarch64 code.
@@ -147,12 +158,7 @@ probe process.function("big_wait") { if (++n == 1) exit() }
 probe process.function("big_wait").return { r++ }' > /dev/null 2>/tmp/tracer.fifo &
     tpid=$!
     exec 3</tmp/tracer.fifo
-    while read -r line <&3; do
-        case "$line" in "Pass 5: probes armed"*) break ;; esac
-    done
-    cat <&3 > /dev/null &
-    drain=$!
-    exec 3<&-
+    until_line "Pass 5: probes armed"
     printf a >&4
     wait $tpid; trc=$?
     wait $drain
@@ -237,13 +243,7 @@ for delay in 0 0.02 0.04 0.06 0.08 0.1 0.12 0.14 0.16 0.18 0.2 0.22 0.24 0.28 1.
         > /dev/null 2>/tmp/tracer.fifo &
     spid=$!
     exec 3</tmp/tracer.fifo
-    while read -r line <&3; do
-        case "$line" in "Pass 4:"*) break ;; esac
-    done
-    # Keep draining: a tracer whose stderr has no reader would die of SIGPIPE.
-    cat <&3 > /dev/null &
-    drain=$!
-    exec 3<&-
+    until_line "Pass 4:"
     sleep $delay
     kill -9 $spid 2>/dev/null
     wait $spid 2>/dev/null
