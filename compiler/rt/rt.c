@@ -1720,7 +1720,11 @@ LOCAL u64 real_return(u8 *R, u8 *slot, u64 at, u64 pc) {
     if (!slot) return pc;
     for (u32 d = AT(slot, TS_DEPTH, u32); d > 0; d--) {
         u8 *f = shadow_frame(R, slot, d - 1);
-        if ((u64)saved_return(f) == at && AT(f, SF_TRAMP, u64) == pc) return AT(f, SF_RET, u64) & PC_MASK;
+        /* At the frame's slot (x86_64; aarch64's link register at the
+         * entry, which the trampoline's slot stands for) or where the
+         * function saved it. */
+        if ((AT(f, SF_SP, u64) == at || (u64)saved_return(f) == at) && AT(f, SF_TRAMP, u64) == pc)
+            return AT(f, SF_RET, u64) & PC_MASK;
     }
     return pc;
 }

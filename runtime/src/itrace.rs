@@ -105,8 +105,9 @@ impl Traced {
         let map = if reloc.len() == orig.len() + 1 {
             reloc.iter().copied().zip(orig.iter().copied().chain([end])).collect()
         } else {
-            // The relocation changed the instruction count (cannot happen
-            // with today's relocator): report the copy as the entry.
+            // The relocation changed the instruction count (aarch64 widens
+            // a PC-relative instruction out of reach, or a far jump back,
+            // into several words): report the copy as the entry.
             reloc.iter().map(|&r| (r, patch_at)).collect()
         };
         Traced { name, patch_at, original, resume, map, extra: Vec::new(), loop_entry: None }

@@ -330,7 +330,9 @@ fn shadow_frames(pid: u32, tid: u32, s: &ShadowStacks) -> ShadowRead {
     let frame = |f: &[u8]| {
         (
             u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)),
-            u64_at(f, core::mem::offset_of!(ShadowFrame, ret)),
+            // Signed where the function signs its return address
+            // (aarch64's pointer authentication): the address itself.
+            u64_at(f, core::mem::offset_of!(ShadowFrame, ret)) & telco_abi::arch::native::PC_MASK,
             u64_at(f, core::mem::offset_of!(ShadowFrame, sp)),
         )
     };

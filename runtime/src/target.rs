@@ -1283,9 +1283,6 @@ impl Hooker {
         Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new() }))
     }
 
-    /// The trampoline of one function (or of an instruction inside one
-    /// whose jump displaces `site` bytes, as pass 2 planned it); the patch
-    /// to apply, or why not.
     /// A veneer to `target` within a patch jump's reach of `site`, in a
     /// veneer page of this module's (one mapped near `site` when none is
     /// in reach): its address, or why there is none.
@@ -1319,6 +1316,9 @@ impl Hooker {
         Ok(Ok(at))
     }
 
+    /// The trampoline of one function (or of an instruction inside one
+    /// whose jump displaces `site` bytes, as pass 2 planned it); the patch
+    /// to apply, or why not.
     fn function(
         &self,
         s: &mut Stopped,
@@ -1372,7 +1372,7 @@ impl Hooker {
         // by a far jump (aarch64: x16 is free there).
         let far = patch::jmp_rel32(hook.patch_at, at).is_none();
         if far && (site.is_some() || !retargets.is_empty()) {
-            return Ok(Err("trampoline out of jump range (a veneer is only placed at a function's entry)".into()));
+            return Ok(Err("trampoline out of jump range (a far trampoline is only reached at a function's entry)".into()));
         }
         let reloc_at = at + prefix.len() as u64;
         let relocated = match far {
@@ -2339,6 +2339,12 @@ impl Armed {
                     return Err("the artifact's shadow frames are too small".into());
                 }
                 let stack = s.read(frames, stride * depth as usize).map_err(|e| e.to_string())?;
+                // A stopped thread whose link register holds a trampoline's
+                // address (aarch64: a probed function before its prologue
+                // saved x30, or after its epilogue reloaded it).
+                let tid = u32_at(b, core::mem::offset_of!(ThreadSlot, tid)) as i32;
+                let mut regs = s.threads().any(|t| t == tid).then(|| s.regs(tid).ok()).flatten();
+                let mut link_changed = false;
                 for f in stack.chunks_exact(stride).rev() {
                     let (ret, sp, tramp) = (
                         u64_at(f, core::mem::offset_of!(ShadowFrame, ret)),
@@ -2355,6 +2361,25 @@ impl Armed {
                     if inside(tramp) && may_write(at) && s.read(at, 8).is_ok_and(|w| holds(&w)) {
                         s.write(at, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
                     }
+                    // The link register: the original return address,
+                    // signed as it was if the trampoline's address still is
+                    // (before the function's `autiasp`), else without the
+                    // signature (after it). A signature that came out as
+                    // no bits at all reads as "after" (one in 128).
+                    if let Some(r) = regs.as_mut().filter(|_| inside(tramp)) {
+                        match crate::arch::native::link_register(r) {
+                            Some(lr) if lr & telco_abi::arch::native::PC_MASK == tramp => {
+                                let signed = saved & telco_abi::region::SAVED_SIGNED != 0;
+                                let v = if lr != tramp || !signed { ret } else { ret & telco_abi::arch::native::PC_MASK };
+                                crate::arch::native::set_link_register(r, v);
+                                link_changed = true;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                if let (true, Some(r)) = (link_changed, &regs) {
+                    s.set_regs(tid, r).map_err(|e| e.to_string())?;
                 }
             }
         }

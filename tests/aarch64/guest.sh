@@ -33,6 +33,11 @@ until_line() {
 }
 echo "== guest: $(uname -srm), $(nproc) cpu(s)"
 
+# The throwpac and far tests check pointer authentication only where the
+# CPU has it (qemu's `-cpu max` does: run.sh).
+if grep -q ' paca' /proc/cpuinfo; then ok "pointer authentication in the guest CPU"
+else bad "pointer authentication in the guest CPU" "paca in /proc/cpuinfo" "$(grep -m1 Features /proc/cpuinfo)"; fi
+
 # Passes 1-4 in the guest: the script compiled to aarch64 code.
 if $T --last-pass 4 -e 'global n probe process("./a64").function("work") { n++ }' > p4.txt 2>err.txt \
     && grep -q 'work' p4.txt; then ok "passes 1-4"; else bad "passes 1-4" "a listing" "$(head -3 p4.txt)"; fi
@@ -142,33 +147,45 @@ got=$($T -e 'global d probe process.function("middle").return { if (!d++) print_
     2>err.txt | grep -c ' main+')
 if [ "$got" = 1 ]; then ok "ubacktrace in a return probe"; else bad "ubacktrace in a return probe" "1 line in main" "$got"; fi
 
-# The tracer detaches while a return-probed call with a large frame is
-# blocked in read(): the return address goes back where the prologue saved
-# x30 (signed, in throwpac), and the call returns to its caller. Ready by
-# lines: the tracer's "probes armed" (stderr, through a FIFO), then the
-# byte that ends the untraced first call; the second call's entry probe
-# ends the session.
+# The tracer detaches while a return-probed call is running: the return
+# address goes back where the call keeps it, and the call returns to its
+# caller. `serve`: big_wait, blocked in read(), has x30 saved at the
+# bottom of its large frame (signed, in throwpac). `spin`: a leaf spinning
+# until SIGUSR1, whose return address is in the link register only. Ready
+# by lines: the tracer's "probes armed" (stderr, through a FIFO), then the
+# byte that starts the traced call (serve: that ends the untraced first
+# one); the traced call's entry probe ends the session.
 for prog in throw throwpac; do
+  for mode in serve spin; do
+    case $mode in
+        serve) fn=big_wait; want="served 2" ;;
+        spin) fn=spin; want="spun" ;;
+    esac
+    rm -f /tmp/serve.in /tmp/tracer.fifo
     mkfifo /tmp/serve.in /tmp/tracer.fifo
-    ./$prog serve < /tmp/serve.in > serve.txt &
+    ./$prog $mode < /tmp/serve.in > serve.txt &
     spid=$!
     exec 4>/tmp/serve.in
-    $T -v -p $spid -e 'global n, r
-probe process.function("big_wait") { if (++n == 1) exit() }
-probe process.function("big_wait").return { r++ }' > /dev/null 2>/tmp/tracer.fifo &
+    timeout 300 $T -v -p $spid -e "global n, r
+probe process.function(\"$fn\") { if (++n == 1) exit() }
+probe process.function(\"$fn\").return { r++ }" > /dev/null 2>/tmp/tracer.fifo &
     tpid=$!
     exec 3</tmp/tracer.fifo
     until_line "Pass 5: probes armed"
     printf a >&4
     wait $tpid; trc=$?
     wait $drain
-    printf b >&4
+    case $mode in
+        serve) printf b >&4 ;;
+        spin) kill -USR1 $spid ;;
+    esac
     exec 4>&-
     wait $spid; src=$?
     got=$(cat serve.txt)
-    if [ $trc -eq 0 ] && [ $src -eq 0 ] && [ "$got" = "served 2" ]; then ok "detach with a large-frame call running ($prog)"
-    else bad "detach with a large-frame call running ($prog; tracer exit $trc, target exit $src)" "served 2" "$got"; fi
+    if [ $trc -eq 0 ] && [ $src -eq 0 ] && [ "$got" = "$want" ]; then ok "detach during a return-probed call ($prog $mode)"
+    else bad "detach during a return-probed call ($prog $mode; tracer exit $trc, target exit $src)" "$want" "$got"; fi
     rm -f /tmp/serve.in /tmp/tracer.fifo serve.txt
+  done
 done
 
 # A statement probe where a call returns to (stmt.c:15): planned with the

@@ -33,9 +33,16 @@ $CC -O2 -g -pthread -I"$INC" ${SDT:+-DHAVE_SDT} -o "$SHARE/a64" "$HERE/programs/
 $CC -O2 -g -pthread -mbranch-protection=standard -o "$SHARE/a64bti" "$HERE/programs/a64.c"
 $CC -O2 -g -pthread -static -o "$SHARE/a64static" "$HERE/programs/a64.c"
 # C++ (the C++ runtime linked in: the guest has only the C library).
-aarch64-linux-gnu-g++ -O2 -g -static-libstdc++ -static-libgcc -o "$SHARE/throw" "$HERE/programs/throw.cc"
-aarch64-linux-gnu-g++ -O2 -g -mbranch-protection=standard -static-libstdc++ -static-libgcc -o "$SHARE/throwpac" \
-    "$HERE/programs/throw.cc"
+# No stack protector: its layout (the saved registers above the locals)
+# would keep x30 at the top of big's frame, and the test of a record at
+# the bottom would pass without the feature; checked below.
+for v in throw:none throwpac:standard; do
+    aarch64-linux-gnu-g++ -O2 -g -fno-stack-protector -mbranch-protection=${v#*:} -static-libstdc++ -static-libgcc \
+        -o "$SHARE/${v%%:*}" "$HERE/programs/throw.cc"
+    d=$(aarch64-linux-gnu-objdump -d --no-show-raw-insn "$SHARE/${v%%:*}")
+    awk '/<_Z3bigi>:/ { f = 3 } f && f-- && /stp.*x29, x30, \[sp, #-256\]!/ { ok = 1 } END { exit !ok }' <<<"$d" \
+        || { echo "big() in ${v%%:*} has no frame record at its bottom" >&2; exit 1; }
+done
 $CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
 $CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"
 # far_fn 256 MiB above the text (a section of its own, a segment of its own).

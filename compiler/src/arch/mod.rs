@@ -46,6 +46,14 @@ pub struct CallConv {
     /// arguments go on the stack too (AAPCS64: NGRN = 8), rather than in
     /// the registers left (System V).
     pub spill_closes_registers: bool,
+    /// A struct of one to four floating-point members of one type (a
+    /// homogeneous aggregate, AAPCS64's HFA) goes whole into vector
+    /// registers, whatever its size.
+    pub homogeneous_float_in_vectors: bool,
+    /// A function is entered with its return address in a register
+    /// (aarch64's x30), which its prologue saves where its CFI says, not
+    /// on the stack where the call put it (x86_64).
+    pub return_address_in_register: bool,
 }
 
 #[cfg(target_arch = "x86_64")]

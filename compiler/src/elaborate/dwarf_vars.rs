@@ -227,6 +227,13 @@ fn abi_class(d: &Debug, t: &Type, rust: bool, depth: u32) -> AbiClass {
         t if scalar(t).is_some() => AbiClass::Integer(1),
         Type::Aggregate { by_reference: true, .. } => AbiClass::Reference,
         Type::Aggregate { members, .. } if depth == 0 && members.is_empty() => AbiClass::Nothing,
+        // AAPCS64 passes a homogeneous float aggregate in vector registers,
+        // which are not read, whatever its size.
+        Type::Aggregate { .. }
+            if crate::arch::native::CALL_CONV.homogeneous_float_in_vectors && has_float(d, t, depth) =>
+        {
+            AbiClass::Other
+        }
         // Rust passes what is larger than two registers by pointer, as
         // AAPCS64 does for every language.
         Type::Aggregate { size, .. } if *size > 16 && (rust || crate::arch::native::CALL_CONV.large_by_reference) => {
@@ -251,6 +258,21 @@ fn abi_class(d: &Debug, t: &Type, rust: bool, depth: u32) -> AbiClass {
             AbiClass::Integer(size.div_ceil(8).max(1))
         }
         _ => AbiClass::Other,
+    }
+}
+
+/// Whether aggregate `t` holds a floating-point member anywhere (members,
+/// array elements), a few levels deep: AAPCS64 may pass it in vector
+/// registers (a homogeneous aggregate), so where it is is not claimed.
+fn has_float(d: &Debug, t: &Type, depth: u32) -> bool {
+    if depth > 8 {
+        return true;
+    }
+    match t {
+        Type::Base { encoding: Encoding::Float, .. } => true,
+        Type::Aggregate { members, .. } => members.iter().any(|m| has_float(d, &types::resolve(d, m.ty).1, depth + 1)),
+        Type::Array { of, .. } => has_float(d, &types::resolve(d, *of).1, depth + 1),
+        _ => false,
     }
 }
 

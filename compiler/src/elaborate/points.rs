@@ -176,7 +176,7 @@ impl<'q> Resolver<'q> {
             itrace: false,
             only_exe: exe.map(|p| p.to_path_buf()),
             hop: None,
-            ra_saved: None,
+            ra_saved: if ret { libc.return_address_saved(f) } else { None },
         }))
     }
 

@@ -179,6 +179,7 @@ fn parse_with(path: &Path, bytes: &[u8], names_only: bool) -> Result<Module, Elf
         reopened: Default::default(),
         bytes: Default::default(),
         sites: Default::default(),
+        ra_saved: Default::default(),
         lines: Default::default(),
         debug: Default::default(),
         hops: Default::default(),

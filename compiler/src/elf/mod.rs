@@ -97,6 +97,8 @@ pub struct Module {
     /// Where patches inside functions are safe (`sites`), computed on
     /// first need.
     sites: std::sync::OnceLock<Result<sites::Sites, String>>,
+    /// Where each function saves its return address (`return_address_saved`).
+    ra_saved: std::sync::OnceLock<std::collections::HashMap<u64, i64>>,
     /// DWARF line rows, read on first need.
     lines: std::sync::OnceLock<Result<Vec<lines::Row>, String>>,
     /// DWARF variables and types (`crate::dwarf`), read on first need:
@@ -540,10 +542,18 @@ impl Module {
     }
 
     /// Where the function keeps its return address at its call sites, from
-    /// its entry's stack pointer (`.eh_frame`; `unwind::return_address_saved`).
+    /// its entry's stack pointer (`.eh_frame`, read once per module:
+    /// `unwind::return_addresses_saved`). Only where a function is entered
+    /// with its return address in a register (aarch64's x30): x86_64's is
+    /// where the call pushed it, the return probe's own slot.
     pub fn return_address_saved(&self, f: &Function) -> Option<i32> {
-        let at = self.with_elf(|elf, bytes| Ok(unwind::return_address_saved(elf, bytes, f.addr))).ok().flatten()?;
-        i32::try_from(at).ok()
+        if !crate::arch::native::CALL_CONV.return_address_in_register {
+            return None;
+        }
+        let saved = self.ra_saved.get_or_init(|| {
+            self.with_elf(|elf, bytes| Ok(unwind::return_addresses_saved(elf, bytes))).unwrap_or_default()
+        });
+        saved.get(&f.addr).and_then(|&at| i32::try_from(at).ok())
     }
 
     /// The file offset of link address `addr` (`PT_LOAD` segments).

@@ -213,36 +213,38 @@ pub fn cfa_at(elf: &Elf<'_>, bytes: &[u8], addr: u64) -> Option<(u16, i64)> {
     }
 }
 
-/// Where the function at `addr` keeps its return address at its call
-/// sites, as an offset from its entry's stack pointer: the first rule of
-/// its FDE that saves the return-address column (`DW_CFA_offset`), from a
-/// fresh call's frame. x86_64: 0 (the pushed return address); aarch64:
-/// where the prologue stores x30, which gcc puts at the bottom of a large
-/// frame (`stp x29, x30, [sp, #-256]!`: -248). None where no FDE starts at
-/// `addr`, or its rows never save the column (a leaf keeps x30).
-pub fn return_address_saved(elf: &Elf<'_>, bytes: &[u8], addr: u64) -> Option<i64> {
-    use gimli::UnwindSection;
-    let (eh, bases) = eh_frame(elf, bytes)?;
+/// Where each function keeps its return address at its call sites, as an
+/// offset from its entry's stack pointer, by the address its FDE starts
+/// at: the first rule of the FDE that saves the return-address column
+/// (`DW_CFA_offset`), from a fresh call's frame. x86_64: 0 (the pushed
+/// return address); aarch64: where the prologue stores x30, which gcc puts
+/// at the bottom of a large frame (`stp x29, x30, [sp, #-256]!`: -248).
+/// A function whose rows never save the column (a leaf keeps x30) has
+/// none; so has an offset that is not a multiple of 8 within 1 MiB of the
+/// entry (the file is the target's word).
+pub fn return_addresses_saved(elf: &Elf<'_>, bytes: &[u8]) -> std::collections::HashMap<u64, i64> {
+    let mut out = std::collections::HashMap::new();
+    let Some((eh, bases)) = eh_frame(elf, bytes) else { return out };
     let mut ctx = gimli::UnwindContext::new();
-    let fde = eh.fde_for_address(&bases, addr, gimli::EhFrame::cie_from_offset).ok()?;
-    if fde.initial_address() != addr {
-        return None;
-    }
-    let mut table = fde.rows(&eh, &bases, &mut ctx).ok()?;
-    let mut entry_cfa = None;
-    while let Ok(Some(row)) = table.next_row() {
-        let cfa = match row.cfa() {
-            gimli::CfaRule::RegisterAndOffset { register, offset } => Some((*register, *offset)),
-            _ => None,
-        };
-        let at_entry = *entry_cfa.get_or_insert(cfa);
-        let (register, offset) = at_entry?;
-        if !crate::arch::native::fresh_call_frame(register, offset) {
-            return None;
+    each_fde(&eh, &bases, |fde| {
+        let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else { return };
+        let mut entry_cfa = None;
+        while let Ok(Some(row)) = table.next_row() {
+            let cfa = match row.cfa() {
+                gimli::CfaRule::RegisterAndOffset { register, offset } => Some((*register, *offset)),
+                _ => None,
+            };
+            let Some((register, offset)) = *entry_cfa.get_or_insert(cfa) else { return };
+            if !crate::arch::native::fresh_call_frame(register, offset) {
+                return;
+            }
+            if let Some(gimli::RegisterRule::Offset(n)) = row.register(crate::arch::native::DWARF_RA) {
+                if let Some(at) = offset.checked_add(n).filter(|at| at % 8 == 0 && at.abs() < 1 << 20) {
+                    out.entry(fde.initial_address()).or_insert(at);
+                }
+                return;
+            }
         }
-        if let Some(gimli::RegisterRule::Offset(n)) = row.register(crate::arch::native::DWARF_RA) {
-            return offset.checked_add(n);
-        }
-    }
-    None
+    });
+    out
 }

@@ -6,8 +6,11 @@
 //                what was caught and the sum
 //   throw serve  big_wait per byte read from standard input, to its end;
 //                prints how many calls returned
+//   throw spin   after a byte on standard input, spin until SIGUSR1;
+//                prints "spun"
 #include <cstdio>
 #include <cstdlib>
+#include <csignal>
 #include <cstring>
 #include <stdexcept>
 #include <unistd.h>
@@ -50,7 +53,25 @@ __attribute__((noinline)) int big_wait() {
     return read(0, (char *)buf, 1) == 1 ? buf[0] : -1;
 }
 
+// A leaf that never saves x30: while it spins, a return probe's trampoline
+// address is in the link register only, which a tracer that detaches
+// meanwhile must give back there.
+static volatile sig_atomic_t go;
+static void on_usr1(int) { go = 1; }
+__attribute__((noinline)) void spin() {
+    while (!go) {
+    }
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "spin") == 0) {
+        signal(SIGUSR1, on_usr1);
+        char c;
+        if (read(0, &c, 1) != 1) return 1;
+        spin();
+        printf("spun\n");
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "serve") == 0) {
         long calls = 0;
         while (big_wait() >= 0) calls++;

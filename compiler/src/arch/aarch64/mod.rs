@@ -44,6 +44,8 @@ pub const CALL_CONV: super::CallConv = super::CallConv {
     large_by_reference: true,
     result_address_returned: false,
     spill_closes_registers: true,
+    homogeneous_float_in_vectors: true,
+    return_address_in_register: true,
 };
 
 /// The DWARF register numbers (AAELF64's DWARF mapping) of the frame

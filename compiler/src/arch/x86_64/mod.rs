@@ -29,6 +29,8 @@ pub const CALL_CONV: super::CallConv = super::CallConv {
     large_by_reference: false,
     result_address_returned: true,
     spill_closes_registers: false,
+    homogeneous_float_in_vectors: false,
+    return_address_in_register: false,
 };
 
 /// The DWARF register numbers (the psABI's) of the frame pointer (rbp) and

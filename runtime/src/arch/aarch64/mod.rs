@@ -176,6 +176,16 @@ mod native {
         Some(r.regs[abi::LR])
     }
 
+    /// The register a return address may be held in between calls (the
+    /// link register), which a detach must give back like a stack slot.
+    pub fn link_register(r: &Regs) -> Option<u64> {
+        Some(r.regs[abi::LR])
+    }
+
+    pub fn set_link_register(r: &mut Regs, v: u64) {
+        r.regs[abi::LR] = v;
+    }
+
     /// The ITRC register record of `r`, with the vector registers from
     /// `VECTOR_REGSET`'s bytes.
     pub fn itrc_regs_with(r: &Regs, vectors: &[u8]) -> telco_itrc::a64::A64Regs {

@@ -23,8 +23,10 @@
 //! bl   entry handler (@entry)      ; if a frame was pushed
 //! str  wzr -> slot.busy
 //! ldr  x30 <- [sp, #FRAME-8]       ; the return trampoline, if pushed
-//! msr  nzcv; ldr x0..x29           ; every register back (guru writes too)
+//! msr  nzcv; ldp x0..x29           ; every register back (guru writes too)
 //! add  sp, sp, #FRAME
+//! xpaclri; paciasp                 ; if the function's landing pad signs x30
+//!                                  ; (with return probes): signed as it did
 //! (the relocated instruction, then B back: appended by the caller)
 //! ```
 //!
@@ -43,7 +45,9 @@
 //!
 //! The function's `ret` lands here with sp as at its entry. The trampoline
 //! saves every register (`$return` is x0), asks `rt_ret_pop` for the
-//! original return address and the probe, calls the handler, restores the
+//! original return address (its pointer-authentication code stripped with
+//! `xpaclri`, a no-op on a core without it) and the probe, calls the
+//! handler, restores the
 //! registers with x30 = the original return address, and `ret`s: no other
 //! register changes (x30 holds the return address after any return).
 //!

@@ -161,6 +161,14 @@ pub fn return_address(r: &Regs, read: &dyn Fn(u64) -> Option<u64>) -> Option<u64
     read(r.rsp)
 }
 
+/// The register a return address may be held in between calls: none on
+/// x86_64 (a call pushes it).
+pub fn link_register(_r: &Regs) -> Option<u64> {
+    None
+}
+
+pub fn set_link_register(_r: &mut Regs, _v: u64) {}
+
 /// The ITRC file format's x86_64 register record of `r`.
 /// [`itrc_regs`] with the vector registers from `VECTOR_REGSET`'s bytes.
 pub fn itrc_regs_with(r: &Regs, vectors: &[u8]) -> telco_itrc::x64::X64Regs {
