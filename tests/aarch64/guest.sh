@@ -213,6 +213,16 @@ if $T -e 'probe process.function("mk").return { println($return->a) }' -c "./arg
 elif grep -q "returns it in memory" err.txt; then ok "\$return in memory refused"
 else bad "\$return in memory refused" "returns it in memory" "$(head -3 err.txt)"; fi
 
+# A loop back to a function's first instruction (loop.c): retargeted past
+# the probe, which fires once per call (100 calls, 5050 iterations), and
+# the function's result unchanged.
+want=$(./loop 100)
+check "a loop back to the entry" "$want
+100 100" $T -e 'global e, r
+probe process.function("count_to") { e++ }
+probe process.function("count_to").return { if ($return == @entry($arg1)) r++ }
+probe end { println(e, " ", r) }' -c "./loop 100"
+
 # A function 256 MiB above the rest of its program (far.c), out of a B's
 # reach of the code region placed near the first: its patch branches to a
 # veneer near it, and its trampoline jumps back from afar. Built with

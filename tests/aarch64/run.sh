@@ -45,6 +45,7 @@ for v in throw:none throwpac:standard; do
 done
 $CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
 $CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"
+$CC -O2 -g -o "$SHARE/loop" "$HERE/programs/loop.c"
 # far_fn 256 MiB above the text (a section of its own, a segment of its own).
 $CC -O2 -g -no-pie -mbranch-protection=standard -Wl,--section-start=far_text=0x10400000 -o "$SHARE/far" \
     "$HERE/programs/far.c"

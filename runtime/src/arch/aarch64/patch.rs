@@ -172,8 +172,8 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
         }
         if let Some(d) = pc_offset(&i) {
             let target = (entry + off).wrapping_add(d as u64);
-            if target == site && off != pad {
-                return Err(Refusal::LoopToEntry { from: off, to: pad });
+            if (entry..=site).contains(&target) && off != pad {
+                return Err(Refusal::LoopToEntry { from: off, to: target - entry });
             }
         }
     }
@@ -367,10 +367,75 @@ fn word0(code: &[u8]) -> u32 {
 /// retargets such loops; on aarch64 that is still to do), with the
 /// signature x86_64's has.
 pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarget>), Refusal> {
-    plan(code, entry, size).map(|h| (h, Vec::new()))
+    let refusal = match plan(code, entry, size) {
+        Err(r @ Refusal::LoopToEntry { .. }) => r,
+        other => return other.map(|h| (h, Vec::new())),
+    };
+    let pad = landing_pad_len(code) as u64;
+    let (site, second) = (entry + pad, entry + pad + B_LEN as u64);
+    if size < pad + 2 * B_LEN as u64 {
+        return Err(refusal);
+    }
+    let word = |off: u64| word_at(code, off as usize).ok_or(Refusal::Truncated { have: code.len(), size });
+    // The second word is displaced too: it must relocate, and nothing may
+    // arrive there but by falling through (no call among the two returns
+    // there either).
+    let w0 = decode(word(pad)?);
+    if w0.as_ref().is_some_and(|i| {
+        matches!(i.opcode, Opcode::BL | Opcode::BLR | Opcode::BLRAA | Opcode::BLRAAZ | Opcode::BLRAB | Opcode::BLRABZ | Opcode::SVC)
+    }) {
+        return Err(refusal);
+    }
+    relocate_word(word(pad + B_LEN as u64)?, second, entry.wrapping_add(1 << 20), false)?;
+    let mut retargets = Vec::new();
+    for off in (0..size & !3).step_by(B_LEN) {
+        let w = word(off)?;
+        let Some(i) = decode(w) else { continue };
+        let Some(d) = pc_offset(&i) else { continue };
+        let at = entry + off;
+        let target = at.wrapping_add(d as u64);
+        if target == second && !matches!(i.opcode, Opcode::LDR | Opcode::LDRSW | Opcode::PRFM) {
+            return Err(refusal);
+        }
+        let branch = matches!(
+            i.opcode,
+            Opcode::B | Opcode::Bcc(_) | Opcode::BCcc(_) | Opcode::CBZ | Opcode::CBNZ | Opcode::TBZ | Opcode::TBNZ
+        );
+        if !branch || !(entry..=site).contains(&target) {
+            continue;
+        }
+        // A loop inside the two displaced words, or one back to a landing
+        // pad before the site: not handled.
+        if target != site || at == site || at == second {
+            return Err(refusal);
+        }
+        let patched = retarget(w, at, second).ok_or_else(|| refusal.clone())?;
+        retargets.push(Retarget { at, original: w.to_le_bytes().to_vec(), patched: patched.to_le_bytes().to_vec() });
+    }
+    Ok((Hook { patch_at: site, displaced: 2 * B_LEN }, retargets))
 }
 
-/// A branch of the function retargeted by [`plan_loop`] (none here).
+/// Branch `word` at `at` with its target changed to `to` (the same form:
+/// `b`, `b.cond`, `cbz`/`cbnz`, `tbz`/`tbnz`), or None out of its reach.
+fn retarget(word: u32, at: u64, to: u64) -> Option<u32> {
+    let d = (to as i64).wrapping_sub(at as i64);
+    let (shift, bits) = match word >> 24 {
+        0x14..=0x17 => (0, 26),                     // b
+        0x54 => (5, 19),                            // b.cond, bc.cond
+        0x34 | 0x35 | 0xb4 | 0xb5 => (5, 19),       // cbz, cbnz
+        0x36 | 0x37 | 0xb6 | 0xb7 => (5, 14),       // tbz, tbnz
+        _ => return None,
+    };
+    if !fits(d, bits, 2) {
+        return None;
+    }
+    let mask = ((1u32 << bits) - 1) << shift;
+    Some((word & !mask) | ((((d >> 2) as u32) << shift) & mask))
+}
+
+/// A branch of the function retargeted by [`plan_loop`]: a loop back to
+/// the patch site, sent to the second displaced word instead, whose `B`
+/// leads to the relocated copy past the probe (restored at detach).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retarget {
     pub at: u64,
@@ -869,6 +934,35 @@ mod tests {
         }
         assert!(plan(&f, 0x1000, 16).is_ok());
         assert!(relocate_word(0x0600_0000, 0x1000, 0x9000, false).is_err());
+    }
+
+    #[test]
+    fn loops_to_the_entry_are_retargeted_past_the_probe() {
+        // add x1, x1, #1; sub x0, x0, #1; cbnz x0, entry; mov x0, x1; ret
+        let words = [0x9100_0421u32, 0xd100_0400, 0xb5ff_ffc0, 0xaa01_03e0, 0xd65f_03c0];
+        let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert!(matches!(plan(&code, 0x1000, 20), Err(Refusal::LoopToEntry { from: 8, to: 0 })));
+        let (hook, r) = plan_loop(&code, 0x1000, 20).unwrap();
+        assert_eq!(hook, Hook { patch_at: 0x1000, displaced: 8 });
+        // cbnz x0, entry + 4
+        assert_eq!(r, vec![Retarget { at: 0x1008, original: words[2].to_le_bytes().to_vec(), patched: 0xb5ff_ffe0u32.to_le_bytes().to_vec() }]);
+        // A loop inside the two words (sub; cbnz entry): refused.
+        let words = [0xd100_0400u32, 0xb5ff_ffe0, 0xd65f_03c0];
+        let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert!(plan_loop(&code, 0x1000, 12).is_err());
+        // A branch to the second word from elsewhere: refused.
+        let words = [0x9100_0421u32, 0xd100_0400, 0xb5ff_ffe0, 0xb5ff_ffa0, 0xd65f_03c0];
+        let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert!(plan_loop(&code, 0x1000, 20).is_err());
+        // A loop back to the landing pad before the site: refused.
+        let words = [0xd503_245fu32, 0x9100_0421, 0xd100_0400, 0xb5ff_ffa0, 0xd65f_03c0];
+        let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert!(matches!(plan(&code, 0x1000, 20), Err(Refusal::LoopToEntry { from: 12, to: 0 })));
+        assert!(plan_loop(&code, 0x1000, 20).is_err());
+                // Every branch form keeps its opcode, and a target out of reach is None.
+        assert_eq!(retarget(0x5400_0001, 0x1000, 0x1008), Some(0x5400_0041));
+        assert_eq!(retarget(0x3600_0000, 0x1000, 0x1004), Some(0x3600_0020));
+        assert_eq!(retarget(0x3600_0000, 0x1000, 0x1000 + (1 << 16)), None);
     }
 
     #[test]
