@@ -2361,16 +2361,21 @@ impl Armed {
                     if inside(tramp) && may_write(at) && s.read(at, 8).is_ok_and(|w| holds(&w)) {
                         s.write(at, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
                     }
-                    // The link register: the original return address,
-                    // signed as it was if the trampoline's address still is
-                    // (before the function's `autiasp`), else without the
-                    // signature (after it). A signature that came out as
-                    // no bits at all reads as "after" (one in 128).
+                    // The link register: the original return address as
+                    // the function was given it (signed, where it signs),
+                    // unless the function has authenticated it already: a
+                    // thread at the `ret` after its `autiasp` (the only
+                    // instruction between the two) gets it without the
+                    // signature.
                     if let Some(r) = regs.as_mut().filter(|_| inside(tramp)) {
                         match crate::arch::native::link_register(r) {
                             Some(lr) if lr & telco_abi::arch::native::PC_MASK == tramp => {
                                 let signed = saved & telco_abi::region::SAVED_SIGNED != 0;
-                                let v = if lr != tramp || !signed { ret } else { ret & telco_abi::arch::native::PC_MASK };
+                                let pc = crate::arch::native::pc(r);
+                                let authenticated = signed
+                                    && lr == tramp
+                                    && s.read(pc, 4).is_ok_and(|w| crate::arch::native::is_return(&w));
+                                let v = if authenticated { ret & telco_abi::arch::native::PC_MASK } else { ret };
                                 crate::arch::native::set_link_register(r, v);
                                 link_changed = true;
                             }

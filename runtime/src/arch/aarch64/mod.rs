@@ -186,6 +186,12 @@ mod native {
         r.regs[abi::LR] = v;
     }
 
+    /// Whether `code` (at a thread's pc) starts with a return through the
+    /// link register (`ret`).
+    pub fn is_return(code: &[u8]) -> bool {
+        code.starts_with(&0xd65f_03c0u32.to_le_bytes())
+    }
+
     /// The ITRC register record of `r`, with the vector registers from
     /// `VECTOR_REGSET`'s bytes.
     pub fn itrc_regs_with(r: &Regs, vectors: &[u8]) -> telco_itrc::a64::A64Regs {

@@ -169,6 +169,11 @@ pub fn link_register(_r: &Regs) -> Option<u64> {
 
 pub fn set_link_register(_r: &mut Regs, _v: u64) {}
 
+/// Whether `code` (at a thread's pc) starts with a return (`ret`).
+pub fn is_return(code: &[u8]) -> bool {
+    code.first() == Some(&0xc3)
+}
+
 /// The ITRC file format's x86_64 register record of `r`.
 /// [`itrc_regs`] with the vector registers from `VECTOR_REGSET`'s bytes.
 pub fn itrc_regs_with(r: &Regs, vectors: &[u8]) -> telco_itrc::x64::X64Regs {
