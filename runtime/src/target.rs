@@ -1372,7 +1372,9 @@ impl Hooker {
         // by a far jump (aarch64: x16 is free there).
         let far = patch::jmp_rel32(hook.patch_at, at).is_none();
         if far && (site.is_some() || !retargets.is_empty()) {
-            return Ok(Err("trampoline out of jump range (a far trampoline is only reached at a function's entry)".into()));
+            return Ok(Err(
+                "trampoline out of jump range (a far trampoline is only reached at a function's entry)".into()
+            ));
         }
         let reloc_at = at + prefix.len() as u64;
         let relocated = match far {

@@ -553,7 +553,9 @@ impl Site {
         let by_reference = crate::arch::native::CALL_CONV.large_by_reference
             && matches!(&*types::resolve(d, var.ty).1, Type::Aggregate { size, .. } if *size > 16);
         let place = match scope {
-            Some(s) if var.kind == VarKind::Param && self.at_entry && var.whole_scope && (frame_slot || by_reference) => {
+            Some(s)
+                if var.kind == VarKind::Param && self.at_entry && var.whole_scope && (frame_slot || by_reference) =>
+            {
                 self.abi_param(d, s, var, span)?
             }
             _ => self.place(&var.loc, name, span)?,
@@ -616,31 +618,29 @@ impl Site {
         let d = self.debug(span)?;
         let rax = telco_abi::arch::native::RETURN_REG as u32;
         let (_, t) = types::resolve(d, s.ret);
-        let place = match abi_class(d, &t, s.rust, 0) {
-            AbiClass::Integer(1) | AbiClass::Nothing => Place::Reg(rax),
-            AbiClass::Integer(2) => {
-                let rdx = telco_abi::arch::native::RETURN_REG2 as u32;
-                Place::Pieces(vec![(8, Some(Place::Reg(rax))), (8, Some(Place::Reg(rdx)))])
-            }
-            AbiClass::Memory(_) | AbiClass::Reference if crate::arch::native::CALL_CONV.result_address_returned => {
-                Place::Mem(register(rax, span))
-            }
-            AbiClass::Memory(_) | AbiClass::Reference => {
-                return Err(not_accessible(
+        let returned = crate::arch::native::CALL_CONV.result_address_returned;
+        let place =
+            match abi_class(d, &t, s.rust, 0) {
+                AbiClass::Integer(1) | AbiClass::Nothing => Place::Reg(rax),
+                AbiClass::Integer(2) => {
+                    let rdx = telco_abi::arch::native::RETURN_REG2 as u32;
+                    Place::Pieces(vec![(8, Some(Place::Reg(rax))), (8, Some(Place::Reg(rdx)))])
+                }
+                AbiClass::Memory(_) | AbiClass::Reference if returned => Place::Mem(register(rax, span)),
+                AbiClass::Memory(_) | AbiClass::Reference => return Err(not_accessible(
                     "return",
                     span,
                     "the function returns it in memory at an address the caller passed (x8), which it need not keep",
-                ))
-            }
-            _ if matches!(&*t, Type::Void) => Place::Reg(rax),
-            _ => {
-                return Err(not_accessible(
-                    "return",
-                    span,
-                    "the function returns it in vector registers (floating point)",
-                ))
-            }
-        };
+                )),
+                _ if matches!(&*t, Type::Void) => Place::Reg(rax),
+                _ => {
+                    return Err(not_accessible(
+                        "return",
+                        span,
+                        "the function returns it in vector registers (floating point)",
+                    ))
+                }
+            };
         Ok(Val { debug: d.clone(), place, ty: s.ret, bits: None, at_entry: false, text: "$return".into() })
     }
 

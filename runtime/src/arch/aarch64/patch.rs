@@ -382,7 +382,10 @@ pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarg
     // there either).
     let w0 = decode(word(pad)?);
     if w0.as_ref().is_some_and(|i| {
-        matches!(i.opcode, Opcode::BL | Opcode::BLR | Opcode::BLRAA | Opcode::BLRAAZ | Opcode::BLRAB | Opcode::BLRABZ | Opcode::SVC)
+        matches!(
+            i.opcode,
+            Opcode::BL | Opcode::BLR | Opcode::BLRAA | Opcode::BLRAAZ | Opcode::BLRAB | Opcode::BLRABZ | Opcode::SVC
+        )
     }) {
         return Err(refusal);
     }
@@ -420,10 +423,10 @@ pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarg
 fn retarget(word: u32, at: u64, to: u64) -> Option<u32> {
     let d = (to as i64).wrapping_sub(at as i64);
     let (shift, bits) = match word >> 24 {
-        0x14..=0x17 => (0, 26),                     // b
-        0x54 => (5, 19),                            // b.cond, bc.cond
-        0x34 | 0x35 | 0xb4 | 0xb5 => (5, 19),       // cbz, cbnz
-        0x36 | 0x37 | 0xb6 | 0xb7 => (5, 14),       // tbz, tbnz
+        0x14..=0x17 => (0, 26),               // b
+        0x54 => (5, 19),                      // b.cond, bc.cond
+        0x34 | 0x35 | 0xb4 | 0xb5 => (5, 19), // cbz, cbnz
+        0x36 | 0x37 | 0xb6 | 0xb7 => (5, 14), // tbz, tbnz
         _ => return None,
     };
     if !fits(d, bits, 2) {
@@ -494,7 +497,12 @@ fn relocate_in(original: &[u8], from: u64, len: usize, to: u64, scratch: bool) -
     let here = to + out.bytes.len() as u64;
     map.map.push((here, back));
     let text = || decode(word0(original)).map_or_else(String::new, |i| i.to_string());
-    out.jump(here, back, scratch && !writes_x16, || Refusal::NoScratch { at: from, text: text(), target: back, to: here })?;
+    out.jump(here, back, scratch && !writes_x16, || Refusal::NoScratch {
+        at: from,
+        text: text(),
+        target: back,
+        to: here,
+    })?;
     Ok((out.bytes, map))
 }
 
@@ -945,7 +953,14 @@ mod tests {
         let (hook, r) = plan_loop(&code, 0x1000, 20).unwrap();
         assert_eq!(hook, Hook { patch_at: 0x1000, displaced: 8 });
         // cbnz x0, entry + 4
-        assert_eq!(r, vec![Retarget { at: 0x1008, original: words[2].to_le_bytes().to_vec(), patched: 0xb5ff_ffe0u32.to_le_bytes().to_vec() }]);
+        assert_eq!(
+            r,
+            vec![Retarget {
+                at: 0x1008,
+                original: words[2].to_le_bytes().to_vec(),
+                patched: 0xb5ff_ffe0u32.to_le_bytes().to_vec()
+            }]
+        );
         // A loop inside the two words (sub; cbnz entry): refused.
         let words = [0xd100_0400u32, 0xb5ff_ffe0, 0xd65f_03c0];
         let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -959,7 +974,7 @@ mod tests {
         let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         assert!(matches!(plan(&code, 0x1000, 20), Err(Refusal::LoopToEntry { from: 12, to: 0 })));
         assert!(plan_loop(&code, 0x1000, 20).is_err());
-                // Every branch form keeps its opcode, and a target out of reach is None.
+        // Every branch form keeps its opcode, and a target out of reach is None.
         assert_eq!(retarget(0x5400_0001, 0x1000, 0x1008), Some(0x5400_0041));
         assert_eq!(retarget(0x3600_0000, 0x1000, 0x1004), Some(0x3600_0020));
         assert_eq!(retarget(0x3600_0000, 0x1000, 0x1000 + (1 << 16)), None);

@@ -493,7 +493,7 @@ pub fn return_trampoline(
     a.emit(0xaa00_03fe); // mov x30, x0
     a.emit(XPACLRI);
     a.emit(0xaa1e_03e0); // mov x0, x30
-    // Where to return (x30 at the end), the pc and `uaddr()`.
+                         // Where to return (x30 at the end), the pc and `uaddr()`.
     a.str64(X0, SP, 8 * regs::LR as u32);
     a.str64(X0, SP, 8 * regs::PC as u32);
     a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, addr)));
