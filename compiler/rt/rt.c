@@ -1710,7 +1710,13 @@ EXPORT i64 rt_register(u8 *ctx, i64 index) {
 /* ubacktrace(): the return addresses of the probed thread's frame-pointer
  * chain, as "0x… 0x…" (read fault-safe). "" outside function probes. */
 LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i);
-LOCAL u64 *saved_return(u8 *f);
+
+/* Where a shadow frame's function keeps the return address it replaced:
+ * what the unwinder reads (its slot, or on aarch64 where the prologue
+ * saved x30: SF_SAVED bytes from it, less its low bits). */
+LOCAL u64 *saved_return(u8 *f) {
+    return (u64 *)(AT(f, SF_SP, u64) + (u64)(i64)(AT(f, SF_SAVED, i32) & ~SAVED_SIGNED));
+}
 
 /* A return address as the program put it: where a return probe's
  * trampoline took the slot over (the slot at `at` holds the trampoline's
@@ -2484,13 +2490,6 @@ EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
             cpu_relax();
         }
     }
-}
-
-/* Where a shadow frame's function keeps the return address it replaced:
- * what the unwinder reads (its slot, or on aarch64 where the prologue
- * saved x30: SF_SAVED bytes from it, less its low bits). */
-LOCAL u64 *saved_return(u8 *f) {
-    return (u64 *)(AT(f, SF_SP, u64) + (u64)(i64)(AT(f, SF_SAVED, i32) & ~SAVED_SIGNED));
 }
 
 /* The trampoline's address as the function keeps it: signed as it signed

@@ -573,7 +573,7 @@ struct Hooker {
     /// Every trampoline's copy of its function's first instructions
     /// (`SymReloc`: copy, its length, original, its length).
     relocs: std::cell::RefCell<Vec<(u64, u32, u64, u32)>>,
-    /// Pages of veneers for the module being hooked (`Hooker::far`), given
+    /// Pages of veneers for the module being hooked (`Hooker::veneer`), given
     /// to the caller of `module` with its code region.
     veneers: std::cell::RefCell<Vec<CodeRegion>>,
     /// Our code in the target's processes, for the profiler's unwinder;
@@ -1377,20 +1377,18 @@ impl Hooker {
             ));
         }
         let reloc_at = at + prefix.len() as u64;
-        let relocated = match far {
-            true => patch::relocate_at_entry(displaced, hook.patch_at, hook.displaced, reloc_at),
-            false => patch::relocate_with_map(displaced, hook.patch_at, hook.displaced, reloc_at),
-        };
-        let (relocated, map) = match relocated {
+        let relocate = if far { patch::relocate_at_entry } else { patch::relocate_with_map };
+        let (relocated, map) = match relocate(displaced, hook.patch_at, hook.displaced, reloc_at) {
             Ok(r) => r,
             Err(why) => return Ok(Err(why.to_string())),
         };
-        let to = match far {
-            true => match self.veneer(s, hook.patch_at, at)? {
+        let to = if far {
+            match self.veneer(s, hook.patch_at, at)? {
                 Ok(v) => v,
                 Err(why) => return Ok(Err(why)),
-            },
-            false => at,
+            }
+        } else {
+            at
         };
         let Some(jmp) = patch::jmp_rel32(hook.patch_at, to) else {
             return Ok(Err("trampoline out of jump range".into()));

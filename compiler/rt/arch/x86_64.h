@@ -55,7 +55,6 @@ LOCAL i64 sys6(i64 nr, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f) {
     return ret;
 }
 
-/* System call numbers. */
 /* Return addresses are not signed on x86_64 (aarch64.h signs them). */
 LOCAL u64 sign_return(u64 addr, u64 slot, u32 how) {
     (void)slot;
@@ -63,6 +62,7 @@ LOCAL u64 sign_return(u64 addr, u64 slot, u32 how) {
     return addr;
 }
 
+/* System call numbers. */
 #define SYS_rt_sigaction 13
 #define SYS_sched_yield 24
 #define SYS_futex 202

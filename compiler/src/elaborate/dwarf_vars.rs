@@ -619,28 +619,20 @@ impl Site {
         let rax = telco_abi::arch::native::RETURN_REG as u32;
         let (_, t) = types::resolve(d, s.ret);
         let returned = crate::arch::native::CALL_CONV.result_address_returned;
-        let place =
-            match abi_class(d, &t, s.rust, 0) {
-                AbiClass::Integer(1) | AbiClass::Nothing => Place::Reg(rax),
-                AbiClass::Integer(2) => {
-                    let rdx = telco_abi::arch::native::RETURN_REG2 as u32;
-                    Place::Pieces(vec![(8, Some(Place::Reg(rax))), (8, Some(Place::Reg(rdx)))])
-                }
-                AbiClass::Memory(_) | AbiClass::Reference if returned => Place::Mem(register(rax, span)),
-                AbiClass::Memory(_) | AbiClass::Reference => return Err(not_accessible(
-                    "return",
-                    span,
-                    "the function returns it in memory at an address the caller passed (x8), which it need not keep",
-                )),
-                _ if matches!(&*t, Type::Void) => Place::Reg(rax),
-                _ => {
-                    return Err(not_accessible(
-                        "return",
-                        span,
-                        "the function returns it in vector registers (floating point)",
-                    ))
-                }
-            };
+        let refused = |why: &str| Err(not_accessible("return", span, why));
+        let in_memory =
+            "the function returns it in memory at an address the caller passed (x8), which it need not keep";
+        let place = match abi_class(d, &t, s.rust, 0) {
+            AbiClass::Integer(1) | AbiClass::Nothing => Place::Reg(rax),
+            AbiClass::Integer(2) => {
+                let rdx = telco_abi::arch::native::RETURN_REG2 as u32;
+                Place::Pieces(vec![(8, Some(Place::Reg(rax))), (8, Some(Place::Reg(rdx)))])
+            }
+            AbiClass::Memory(_) | AbiClass::Reference if returned => Place::Mem(register(rax, span)),
+            AbiClass::Memory(_) | AbiClass::Reference => return refused(in_memory),
+            _ if matches!(&*t, Type::Void) => Place::Reg(rax),
+            _ => return refused("the function returns it in vector registers (floating point)"),
+        };
         Ok(Val { debug: d.clone(), place, ty: s.ret, bits: None, at_entry: false, text: "$return".into() })
     }
 

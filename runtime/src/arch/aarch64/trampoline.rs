@@ -47,9 +47,9 @@
 //! saves every register (`$return` is x0), asks `rt_ret_pop` for the
 //! original return address (its pointer-authentication code stripped with
 //! `xpaclri`, a no-op on a core without it) and the probe, calls the
-//! handler, restores the
-//! registers with x30 = the original return address, and `ret`s: no other
-//! register changes (x30 holds the return address after any return).
+//! handler, restores the registers with x30 = the original return address,
+//! and `ret`s: no other register changes (x30 holds the return address
+//! after any return).
 //!
 //! Constants are built with `movz`/`movk` in x16 (IP0), which a function
 //! entry leaves free, and which every trampoline restores anyway.
@@ -57,11 +57,10 @@
 use telco_abi::arch::aarch64 as regs;
 use telco_abi::region::{Ctx, CTX_SIZE};
 
-/// `xpaclri`, `paciasp`, `pacibsp`: hints (no-ops without pointer
-/// authentication).
+use super::patch::{PACIASP, PACIBSP};
+
+/// `xpaclri`: a hint (a no-op without pointer authentication).
 const XPACLRI: u32 = 0xd503_20ff;
-const PACIASP: u32 = 0xd503_233f;
-const PACIBSP: u32 = 0xd503_237f;
 
 /// Whether the inline fast paths exist here (x86_64: yes).
 pub const LEAN: bool = false;
@@ -488,15 +487,14 @@ pub fn return_trampoline(
     a.add_imm(X2, SP, frame, false);
     a.call(ret_pop);
     // The return address as the function was given it may be signed
-    // (pointer authentication): stripped (through x30, whose `xpaclri` is
-    // a no-op on a core without it; x30 is restored below).
+    // (pointer authentication): stripped in x30, whose `xpaclri` is a
+    // no-op on a core without it. Where to return (x30 at the end), the pc
+    // and `uaddr()`.
     a.emit(0xaa00_03fe); // mov x30, x0
     a.emit(XPACLRI);
-    a.emit(0xaa1e_03e0); // mov x0, x30
-                         // Where to return (x30 at the end), the pc and `uaddr()`.
-    a.str64(X0, SP, 8 * regs::LR as u32);
-    a.str64(X0, SP, 8 * regs::PC as u32);
-    a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, addr)));
+    a.str64(LR, SP, 8 * regs::LR as u32);
+    a.str64(LR, SP, 8 * regs::PC as u32);
+    a.str64(LR, SP, ctx(core::mem::offset_of!(Ctx, addr)));
     // rt_ret_pop marked the thread busy (ctx.slot), or says skip (0).
     let done = a.label();
     a.ldr64(X16, SP, ctx(core::mem::offset_of!(Ctx, slot)));
