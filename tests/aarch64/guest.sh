@@ -223,6 +223,12 @@ probe process.function("count_to") { e++ }
 probe process.function("count_to").return { if ($return == @entry($arg1)) r++ }
 probe end { println(e, " ", r) }' -c "./loop 100"
 
+# A statement probe where the flags are live (loop.c's flags_live: `subs`,
+# the probed `add`, then `b.gt`): a lean trampoline there compares, and
+# must put the flags back, or the loop ends after one iteration.
+check "flags kept at a statement (lean)" "flags 1000
+1000" $T -e 'global n probe process.statement("flags_live+8") { n++ } probe end { println(n) }' -c "./loop 1000 flags"
+
 # A function 256 MiB above the rest of its program (far.c), out of a B's
 # reach of the code region placed near the first: its patch branches to a
 # veneer near it, and its trampoline jumps back from afar. Built with

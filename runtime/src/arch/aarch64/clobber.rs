@@ -1,26 +1,203 @@
-//! Which registers a call into the compiled blob can change: on x86_64
-//! read off the machine code so lean trampolines save less
-//! (`x86_64/clobber.rs`). aarch64's trampolines are all full
-//! (`trampoline::LEAN` is false), so every answer here is "unknown", which
-//! the caller takes as "save everything".
+//! Which registers a call into the blob can change, read off the machine
+//! code (as `x86_64/clobber.rs` does): a lean trampoline saves only those
+//! (and what it uses itself) instead of every register.
+//!
+//! A function's set is the general-purpose registers named by any
+//! instruction of it or of any function it calls or branches to, found by
+//! decoding each function whole. Every register an instruction names
+//! counts, read or written: a superset of its writes, which is all a
+//! trampoline needs (it saves a register it did not have to, never the
+//! other way round), without a table of which operand each of the A64
+//! instructions writes. `bl` also writes x30. The answer is "unknown"
+//! (None) when the code branches through a register (`br`, `blr`; `ret`
+//! is the function's return), branches to an address no symbol starts,
+//! holds a word that does not decode, names a vector or floating-point
+//! register (trampolines never save those: the runtime library is built
+//! with `-mgeneral-regs-only`, and Cranelift's integer code uses none), or
+//! writes a system register.
 
+use std::collections::{BTreeSet, HashMap};
 use telco_abi::artifact::Symbol;
+use yaxpeax_arm::armv8::a64::{Opcode, Operand};
 
 pub use telco_abi::arch::aarch64::{RegMask, CALLER_SAVED};
 
-/// The clobber analysis of a linked blob (none yet on aarch64).
+/// Memoised clobber sets of the functions of one blob.
 pub struct Clobbers<'a> {
-    _code: &'a [u8],
+    code: &'a [u8],
+    symbols: &'a [Symbol],
+    own: HashMap<u32, Option<(RegMask, Vec<u32>)>>,
 }
 
 impl<'a> Clobbers<'a> {
-    pub fn new(code: &'a [u8], _symbols: &'a [Symbol]) -> Self {
-        Clobbers { _code: code }
+    pub fn new(code: &'a [u8], symbols: &'a [Symbol]) -> Self {
+        Clobbers { code, symbols, own: HashMap::new() }
     }
 
-    /// The registers a call of the function at `start` may change: None
-    /// (unknown) here.
-    pub fn of(&mut self, _start: u32) -> Option<RegMask> {
-        None
+    /// The registers a call to the function at `start` may change, with
+    /// everything it calls; None when that cannot be known.
+    pub fn of(&mut self, start: u32) -> Option<RegMask> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![start];
+        let mut mask = 0;
+        while let Some(f) = todo.pop() {
+            if !seen.insert(f) {
+                continue;
+            }
+            let (m, callees) = self.function(f)?;
+            mask |= m;
+            todo.extend(callees.iter().copied());
+        }
+        Some(mask)
+    }
+
+    /// One function's own registers and the functions it branches to.
+    fn function(&mut self, start: u32) -> Option<(RegMask, Vec<u32>)> {
+        if let Some(r) = self.own.get(&start) {
+            return r.clone();
+        }
+        let r = self.decode(start);
+        self.own.insert(start, r.clone());
+        r
+    }
+
+    fn decode(&self, start: u32) -> Option<(RegMask, Vec<u32>)> {
+        let sym = self.symbols.iter().find(|s| s.offset == start)?;
+        let (lo, hi) = (u64::from(sym.offset), u64::from(sym.offset) + u64::from(sym.size));
+        let bytes = self.code.get(lo as usize..hi as usize)?;
+        let mut mask: RegMask = 0;
+        let mut callees = Vec::new();
+        for (k, w) in bytes.chunks_exact(4).enumerate() {
+            let at = lo + 4 * k as u64;
+            let i = super::patch::decode(u32::from_le_bytes(w.try_into().ok()?))?;
+            match i.opcode {
+                // It reads x30 only.
+                Opcode::RET => continue,
+                Opcode::BR
+                | Opcode::BLR
+                | Opcode::BRAA
+                | Opcode::BRAAZ
+                | Opcode::BRAB
+                | Opcode::BRABZ
+                | Opcode::BLRAA
+                | Opcode::BLRAAZ
+                | Opcode::BLRAB
+                | Opcode::BLRABZ
+                | Opcode::RETAA
+                | Opcode::RETAB
+                | Opcode::ERET
+                | Opcode::MSR => return None,
+                _ => {}
+            }
+            if i.opcode == Opcode::BL {
+                mask |= 1 << telco_abi::arch::aarch64::LR;
+            }
+            let literal = matches!(i.opcode, Opcode::ADR | Opcode::ADRP | Opcode::LDR | Opcode::LDRSW | Opcode::PRFM);
+            for o in &i.operands {
+                match *o {
+                    Operand::Register(_, r) | Operand::RegisterOrSP(_, r) | Operand::RegShift(_, _, _, r) => {
+                        mask |= named(r)
+                    }
+                    Operand::RegisterPair(_, r) => mask |= named(r) | named(r + 1),
+                    Operand::RegPreIndex(r, _, _) | Operand::RegPostIndex(r, _) => mask |= named(r),
+                    Operand::RegRegOffset(r, s, ..) | Operand::RegPostIndexReg(r, s) => mask |= named(r) | named(s),
+                    Operand::SIMDRegister(..)
+                    | Operand::SIMDRegisterElements(..)
+                    | Operand::SIMDRegisterElementsLane(..)
+                    | Operand::SIMDRegisterElementsMultipleLane(..)
+                    | Operand::SIMDRegisterGroup(..)
+                    | Operand::SIMDRegisterGroupLane(..) => return None,
+                    Operand::PCOffset(d) if !literal => {
+                        // A branch: inside the function, or to one's start
+                        // (a call, or a tail call).
+                        let t = at.wrapping_add(d as u64);
+                        if !(lo..hi).contains(&t) {
+                            let t = u32::try_from(t).ok()?;
+                            self.symbols.iter().find(|s| s.offset == t)?;
+                            callees.push(t);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some((mask, callees))
+    }
+}
+
+/// The mask bit of general-purpose register `r` (31, the zero register or
+/// sp, counts as none: sp is never saved as a register).
+fn named(r: u16) -> RegMask {
+    if r < 31 {
+        1 << r
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A blob of functions given as words.
+    fn blob(funcs: &[&[u32]]) -> (Vec<u8>, Vec<Symbol>) {
+        let mut code = Vec::new();
+        let mut symbols = Vec::new();
+        for (i, f) in funcs.iter().enumerate() {
+            let start = code.len() as u32;
+            code.extend(f.iter().flat_map(|w| w.to_le_bytes()));
+            symbols.push(Symbol { name: format!("f{i}"), offset: start, size: 4 * f.len() as u32 });
+        }
+        (code, symbols)
+    }
+
+    const RET: u32 = 0xd65f_03c0;
+
+    #[test]
+    fn registers_of_the_function_and_its_callees() {
+        // f0: mov x3, #1; ldp x5, x6, [x2], #16; bl f1; ret
+        // f1: str w9, [x10, x11, lsl #2]; svc #0; ret
+        let f0: &[u32] = &[0xd280_0023, 0xa8c1_1845, 0x9400_0002, RET];
+        let f1: &[u32] = &[0xb82b_7949, 0xd400_0001, RET];
+        let (code, syms) = blob(&[f0, f1]);
+        let m = Clobbers::new(&code, &syms).of(0).expect("known");
+        let want = 1 << 3 | 1 << 5 | 1 << 6 | 1 << 2 | 1 << 30 | 1 << 9 | 1 << 10 | 1 << 11;
+        assert_eq!(m, want, "{m:#x}");
+    }
+
+    #[test]
+    fn sp_and_the_zero_register_are_not_registers_to_save() {
+        // stp x29, x30, [sp, #-16]!; str xzr, [sp, #8]; ldp x29, x30, [sp], #16; ret
+        let (code, syms) = blob(&[&[0xa9bf_7bfd, 0xf900_07ff, 0xa8c1_7bfd, RET]]);
+        assert_eq!(Clobbers::new(&code, &syms).of(0), Some(1 << 29 | 1 << 30));
+    }
+
+    #[test]
+    fn literals_are_not_branches() {
+        // adr x0, #8; ldr x1, #-4; ret: the targets need no symbol.
+        let (code, syms) = blob(&[&[0x1000_0040, 0x58ff_ffe1, RET]]);
+        assert_eq!(Clobbers::new(&code, &syms).of(0), Some(0b11));
+    }
+
+    #[test]
+    fn unknown_when_indirect_vector_undecodable_or_outside() {
+        let (code, syms) = blob(&[
+            // blr x16; ret
+            &[0xd63f_0200, RET],
+            // fmov d0, x1; ret
+            &[0x9e67_0020, RET],
+            // msr nzcv, x16; ret
+            &[0xd51b_4210, RET],
+            // b to the middle of f0
+            &[0x17ff_fffb],
+            // br x17
+            &[0xd61f_0220],
+        ]);
+        let mut c = Clobbers::new(&code, &syms);
+        for s in &syms {
+            assert_eq!(c.of(s.offset), None, "{}", s.name);
+        }
+        // Not a function start.
+        assert_eq!(c.of(4), None);
     }
 }

@@ -122,7 +122,7 @@ fn word_at(code: &[u8], at: usize) -> Option<u32> {
 }
 
 /// Decode one word.
-fn decode(word: u32) -> Option<Instruction> {
+pub(super) fn decode(word: u32) -> Option<Instruction> {
     let bytes = word.to_le_bytes();
     let mut reader = U8Reader::new(&bytes);
     InstDecoder::default().decode(&mut reader).ok()

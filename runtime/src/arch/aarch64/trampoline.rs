@@ -1,15 +1,26 @@
 //! Trampolines (aarch64): where a patched `B` lands, how the handlers are
 //! called, and the way back. The same protocol as x86_64's
-//! (`x86_64/trampoline.rs` explains it), in its plain form only: every
-//! trampoline saves every register and fills the whole context, and calls
-//! the runtime library for the thread's slot (`rt_enter`) and the shadow
-//! stack (`rt_ret_push`, `rt_ret_pop`). The inline fast paths of x86_64
-//! (lean trampolines, inline spans and statistics, clock-only
-//! trampolines) are not built here yet: `LEAN` is false, and
-//! `runtime/src/target.rs` asks for none of them. `.itrace` has its gate
-//! (`itrace_gate`), for the single-stepper.
+//! (`x86_64/trampoline.rs` explains it), in its two kinds:
 //!
-//! # Entry
+//! * *full*: every register saved, the whole context filled, the runtime
+//!   library called for the thread's slot (`rt_enter`) and the shadow
+//!   stack (`rt_ret_push`, `rt_ret_pop`); for handlers that read `$argN`,
+//!   `register()`, `uaddr()`;
+//! * *lean* (`Entry::lean`, the return trampolines' `lean`): only the
+//!   caller-saved registers that the trampoline and the code it calls
+//!   change (`clobber` reads them off the blob) are saved, the slot is
+//!   found inline (`find_slot`) and the shadow frame pushed and popped
+//!   inline (`push_frame`, `pop_frame`); the runtime library is called
+//!   only off that common path.
+//!
+//! x86_64's inline call timing (inline spans and statistics, clock-only
+//! trampolines) is not built here yet: `INLINE_TIMING` is false, and
+//! `runtime/src/target.rs` asks for none of it (`--chrome` and latency
+//! statistics run their handlers). `.itrace` has its gate (`itrace_gate`),
+//! for the single-stepper.
+//!
+//! # Entry (full; a lean one stores fewer registers and has the slot and
+//! the frame inline)
 //!
 //! ```text
 //! sub  sp, sp, #FRAME              ; SavedRegs, the context, the return slot
@@ -44,7 +55,8 @@
 //! # Return
 //!
 //! The function's `ret` lands here with sp as at its entry. The trampoline
-//! saves every register (`$return` is x0), asks `rt_ret_pop` for the
+//! saves every register (lean: those it and its calls change; `$return`
+//! is x0), asks `rt_ret_pop` for the
 //! original return address (its pointer-authentication code stripped with
 //! `xpaclri`, a no-op on a core without it) and the probe, calls the
 //! handler, restores the registers with x30 = the original return address,
@@ -57,13 +69,15 @@
 use telco_abi::arch::aarch64 as regs;
 use telco_abi::region::{Ctx, CTX_SIZE};
 
+use super::clobber::{RegMask, CALLER_SAVED};
 use super::patch::{PACIASP, PACIBSP};
 
 /// `xpaclri`: a hint (a no-op without pointer authentication).
 const XPACLRI: u32 = 0xd503_20ff;
 
-/// Whether the inline fast paths exist here (x86_64: yes).
-pub const LEAN: bool = false;
+/// Whether the trampolines time calls themselves (`SpanInline`,
+/// `StatInline`, `ClockOnly`; x86_64: yes).
+pub const INLINE_TIMING: bool = false;
 
 /// Why a trampoline could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +88,8 @@ pub enum AsmError {
     Reach,
 }
 
-/// What one function's trampoline does (the fields x86_64's has; the
-/// lean-path ones are ignored here).
+/// What one function's trampoline does (the fields x86_64's has; `span`
+/// is ignored here: `INLINE_TIMING`).
 pub struct Entry {
     pub at: u64,
     pub region: u64,
@@ -86,8 +100,12 @@ pub struct Entry {
     pub ret_push: u64,
     pub enter: u64,
     pub ret_tramp: u64,
+    /// The thread slots and shadow stacks (the lean path's inline slot
+    /// lookup and frame push).
     pub shadow: Shadow,
-    pub lean: Option<super::clobber::RegMask>,
+    /// None: full. Some(mask): lean; the code it calls changes at most the
+    /// registers in `mask`.
+    pub lean: Option<RegMask>,
     pub itrace: Option<(u64, u32)>,
     pub span: Option<u32>,
     pub inside: bool,
@@ -102,7 +120,8 @@ pub struct Entry {
     pub ra_signed: i32,
 }
 
-/// The shadow stacks (used by the inline paths only).
+/// The thread slots and shadow stacks in the target (x86_64's `Shadow`:
+/// `tid_off` is signed here, below the thread pointer).
 pub struct Shadow {
     pub threads: u64,
     pub nthreads: u32,
@@ -119,7 +138,7 @@ pub enum Returns {
     Direct(Vec<(u32, u64)>),
 }
 
-/// The inline paths' descriptions (never built here: `LEAN` is false).
+/// The inline timing's descriptions (never built here: `INLINE_TIMING`).
 #[derive(Clone, Copy, Debug)]
 pub struct SpanInline {
     pub probe: u32,
@@ -352,6 +371,31 @@ fn store_gprs(a: &mut Asm) {
     a.str64(LR, SP, 8 * LR);
 }
 
+/// Store the registers of `mask` in their words of the SavedRegs block at
+/// [sp] (adjacent ones in pairs).
+fn store_mask(a: &mut Asm, mask: RegMask) {
+    each_of_mask(mask, |r, pair| if pair { a.stp64(r, r + 1, SP, 8 * r) } else { a.str64(r, SP, 8 * r) });
+}
+
+fn load_mask(a: &mut Asm, mask: RegMask) {
+    each_of_mask(mask, |r, pair| if pair { a.ldp64(r, r + 1, SP, 8 * r) } else { a.ldr64(r, SP, 8 * r) });
+}
+
+/// The registers of `mask` (x0–x30) in order: (r, whether r + 1 goes
+/// with it).
+fn each_of_mask(mask: RegMask, mut f: impl FnMut(u32, bool)) {
+    let mut r = 0;
+    while r < 31 {
+        if mask & 1 << r != 0 {
+            let pair = r < 30 && mask & 1 << (r + 1) != 0;
+            f(r, pair);
+            r += if pair { 2 } else { 1 };
+        } else {
+            r += 1;
+        }
+    }
+}
+
 /// `handler(region, ctx)`.
 fn call_handler(a: &mut Asm, region: u64, handler: u64) {
     a.mov64(X0, region);
@@ -366,27 +410,91 @@ fn leave_slot(a: &mut Asm) {
     a.str32(ZR, X16, core::mem::offset_of!(ThreadSlot, busy) as u32);
 }
 
+/// The registers a lean entry trampoline uses itself: x0 and x1 (the
+/// handlers' arguments, `find_slot`), x16 and x17 (constants, the slot),
+/// x30 (every call); with return probes also x2–x4 (`push_frame`).
+fn lean_entry_used(returns: bool) -> RegMask {
+    let own = 1 << X0 | 1 << X1 | 1 << X16 | 1 << X17 | 1 << LR;
+    if returns {
+        own | 1 << X2 | 1 << X3 | 1 << X4
+    } else {
+        own
+    }
+}
+
 /// Assemble the part before the relocated instruction; the caller appends
 /// the relocation and the branch back.
+///
+/// A lean trampoline (`Entry::lean`: the handlers read only `probe`,
+/// `slot` and `entry` of the context, and what they change is known)
+/// saves the caller-saved registers among those and its own, finds the
+/// thread's slot inline (`find_slot`), and pushes a return probe's shadow
+/// frame inline (`push_frame`); the runtime library (`rt_enter`,
+/// `rt_ret_push`) is called only off that common path, with what it
+/// changes beyond the saved registers saved around it. At a site inside a
+/// function (`Entry::inside`) the flags are saved and restored too.
 pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
     let frame = frame_size(e.ctx_size);
     let ret_slot = frame - 8;
     let mut a = Asm::default();
     a.add_imm(SP, SP, frame, true);
-    save_all(&mut a, frame, Some(e.addr));
-    a.str64(LR, SP, ret_slot);
-    // The thread's slot, marked busy; none (or busy already): skip.
+    // What is saved: every register and the whole context, or (lean) the
+    // caller-saved registers the trampoline and its calls change.
+    let saved = e.lean.map(|m| (m | lean_entry_used(!e.returns.is_empty())) & CALLER_SAVED);
+    match saved {
+        None => save_all(&mut a, frame, Some(e.addr)),
+        Some(saved) => {
+            store_mask(&mut a, saved);
+            if e.inside {
+                a.emit(0xd53b_4200 | X16); // mrs x16, nzcv
+                a.str64(X16, SP, 8 * regs::PSTATE as u32);
+            }
+            if !e.returns.is_empty() {
+                a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, entry)));
+            }
+        }
+    }
+    if saved.is_none() || !e.returns.is_empty() {
+        a.str64(LR, SP, ret_slot);
+    }
+    // The thread's slot, marked busy, in x17; none (or busy already): skip.
     let done = a.label();
-    a.mov64(X0, e.region);
-    a.call(e.enter);
-    a.branch(0xb400_0000 | X0, done, Kind::Imm19); // cbz x0, done
-    a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, slot)));
+    let have = a.label();
+    let slow = a.label();
+    if saved.is_some() {
+        find_slot(&mut a, &e.shadow, slow);
+    } else {
+        a.bind(slow);
+        a.mov64(X0, e.region);
+        a.call(e.enter);
+        a.branch(0xb400_0000 | X0, done, Kind::Imm19); // cbz x0, done
+        a.emit(0xaa00_03f1); // mov x17, x0
+    }
+    a.bind(have);
+    a.str64(X17, SP, ctx(core::mem::offset_of!(Ctx, slot)));
     for &(handler, probe) in &e.handlers {
         a.mov32(X16, probe);
         a.str32(X16, SP, ctx(core::mem::offset_of!(Ctx, probe)));
         call_handler(&mut a, e.region, handler);
     }
+    // x17 still holds the slot unless a call came between.
+    let mut reload_slot = !e.handlers.is_empty();
     for &(probe, entry_handler) in &e.returns {
+        // The return address at the unwinder's place is where the
+        // prologue stores x30, from the CFI: entry sp + ra_saved.
+        let saved_at = e.ra_saved.map_or(0, |at| at + 8) | e.ra_signed;
+        let pushed = a.label();
+        let push_slow = a.label();
+        if saved.is_some() {
+            // rt_ret_push's common case inline.
+            if reload_slot {
+                a.ldr64(X17, SP, ctx(core::mem::offset_of!(Ctx, slot)));
+            }
+            reload_slot = true;
+            push_frame(&mut a, &e.shadow, ret_slot, probe, e.ret_tramp, saved_at, push_slow);
+            a.branch(0x1400_0000, pushed, Kind::B26);
+        }
+        a.bind(push_slow);
         // rt_ret_push(region, ctx, return slot, return trampoline, probe)
         a.mov64(X0, e.region);
         a.add_imm(X1, SP, CTX_AT, false);
@@ -394,34 +502,42 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
         a.mov64(X3, e.ret_tramp);
         a.mov32(X4, probe);
         a.call(e.ret_push);
-        // rt_ret_push gave the frame's @entry saves (0: none pushed). The
-        // return address at the unwinder's place is where the prologue
-        // stores x30, from the CFI: entry sp + ra_saved.
-        let saved = e.ra_saved.map_or(0, |at| at + 8) | e.ra_signed;
-        let skip = a.label();
-        if entry_handler.is_some() || saved != 0 {
-            a.branch(0xb400_0000 | X0, skip, Kind::Imm19); // cbz x0, skip
-        }
-        if saved != 0 {
+        // rt_ret_push gave the frame's @entry saves (0: none pushed).
+        if saved_at != 0 {
             use telco_abi::region::{ShadowFrame, SHADOW_FRAME_HEADER};
+            a.branch(0xb400_0000 | X0, pushed, Kind::Imm19); // cbz x0, pushed
             a.add_imm(X17, X0, SHADOW_FRAME_HEADER as u32, true);
-            a.mov32(X16, saved as u32);
+            a.mov32(X16, saved_at as u32);
             a.str32(X16, X17, core::mem::offset_of!(ShadowFrame, saved) as u32);
         }
+        a.bind(pushed);
         if let Some(h) = entry_handler {
+            let skip = a.label();
+            a.branch(0xb400_0000 | X0, skip, Kind::Imm19); // cbz x0, skip
             a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, entry)));
             a.mov32(X16, probe);
             a.str32(X16, SP, ctx(core::mem::offset_of!(Ctx, probe)));
             call_handler(&mut a, e.region, h);
             a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, entry)));
+            a.bind(skip);
         }
-        a.bind(skip);
     }
     leave_slot(&mut a);
     a.bind(done);
-    restore_all(&mut a);
+    match saved {
+        None => restore_all(&mut a),
+        Some(saved) => {
+            if e.inside {
+                a.ldr64(X16, SP, 8 * regs::PSTATE as u32);
+                a.emit(0xd51b_4200 | X16); // msr nzcv, x16
+            }
+            load_mask(&mut a, saved);
+        }
+    }
     // x30: the return trampoline where a frame was pushed.
-    a.ldr64(LR, SP, ret_slot);
+    if saved.is_none() || !e.returns.is_empty() {
+        a.ldr64(LR, SP, ret_slot);
+    }
     a.add_imm(SP, SP, frame, false);
     if !e.returns.is_empty() && e.ra_signed != 0 {
         // Signed as the function's landing pad signed the return address
@@ -433,7 +549,154 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
     if let Some((wait, func)) = e.itrace {
         itrace_gate(&mut a, e.region, wait, func);
     }
+    if let Some(saved) = saved {
+        // Not the common case: rt_enter finds (or claims) the slot, or
+        // says skip; what it may change beyond the saved registers (and
+        // x0, x17, set here) is saved around the call.
+        let extra = CALLER_SAVED & !saved & !(1 << X0 | 1 << X17);
+        let after = a.label();
+        a.branch(0x1400_0000, after, Kind::B26);
+        a.bind(slow);
+        store_mask(&mut a, extra);
+        a.mov64(X0, e.region);
+        a.call(e.enter);
+        load_mask(&mut a, extra);
+        a.emit(0xaa00_03f1); // mov x17, x0
+        a.branch(0xb500_0000 | X0, have, Kind::Imm19); // cbnz x0, have
+        a.branch(0x1400_0000, done, Kind::B26);
+        a.bind(after);
+    }
     a.finish()
+}
+
+/// x17 = the slot of the calling thread at its first place (`thread_slot`
+/// in compiler/rt/rt.c looks there first), marked busy; else `slow` (no
+/// thread pointer, another key, another thread with this thread pointer,
+/// or busy). The slot's `tid` and `busy` are compared with one load
+/// against the thread id the C library keeps at `Shadow::tid_off` from the
+/// thread pointer (signed: below it on aarch64), as x86_64's `find_slot`
+/// does. Uses x0, x1, x16.
+fn find_slot(a: &mut Asm, sh: &Shadow, slow: usize) {
+    use core::mem::offset_of;
+    use telco_abi::region::ThreadSlot;
+    const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
+    const _: () = assert!(offset_of!(ThreadSlot, tid) % 8 == 0);
+    let n = sh.nthreads.max(1);
+    let bits = n.trailing_zeros();
+    let size = core::mem::size_of::<ThreadSlot>().trailing_zeros();
+    a.emit(0xd53b_d040 | X16); // mrs x16, tpidr_el0
+    a.branch(0xb400_0000 | X16, slow, Kind::Imm19); // cbz x16, slow
+    a.mov64(X0, sh.threads);
+    if bits > 0 {
+        // The top `bits` bits of the thread pointer's low half times
+        // 0x9e3779b9, times the slot size.
+        a.mov32(X17, 0x9e37_79b9);
+        a.emit(0x1b00_7c00 | X17 << 16 | X16 << 5 | X17); // mul w17, w16, w17
+        a.emit(0x5300_7c00 | (32 - bits) << 16 | X17 << 5 | X17); // lsr w17, w17, #(32 - bits)
+        a.emit(0x8b00_0000 | X17 << 16 | size << 10 | X0 << 5 | X17); // add x17, x0, x17, lsl #size
+    } else {
+        a.emit(0xaa00_03f1); // mov x17, x0
+    }
+    a.ldr64(X0, X17, offset_of!(ThreadSlot, key) as u32);
+    a.emit(0xeb00_001f | X16 << 16 | X0 << 5); // cmp x0, x16
+    a.branch(0x5400_0001, slow, Kind::Imm19); // b.ne slow
+    let tid_off = sh.tid_off as i32;
+    if tid_off != 0 {
+        // me = *(u32 *)(tp + tid_off), against tid with busy (0) above.
+        if (-256..256).contains(&tid_off) {
+            a.emit(0xb840_0000 | ((tid_off as u32) & 0x1ff) << 12 | X16 << 5 | X0);
+        // ldur w0, [x16, #off]
+        } else {
+            a.mov64(X1, tid_off as i64 as u64);
+            a.emit(0xb860_6800 | X1 << 16 | X16 << 5 | X0); // ldr w0, [x16, x1]
+        }
+        a.ldr64(X1, X17, offset_of!(ThreadSlot, tid) as u32);
+        a.emit(0xeb00_001f | X0 << 16 | X1 << 5); // cmp x1, x0
+        a.branch(0x5400_0001, slow, Kind::Imm19); // b.ne slow
+    } else {
+        a.ldr32(X0, X17, offset_of!(ThreadSlot, busy) as u32);
+        a.branch(0xb500_0000 | X0, slow, Kind::Imm19); // cbnz w0, slow
+    }
+    a.mov32(X0, 1);
+    a.str32(X0, X17, offset_of!(ThreadSlot, busy) as u32);
+}
+
+/// x2 = the address of shadow frame w0 of the slot in x17, as
+/// `shadow_frame` (rt.c) computes it. Uses x1.
+fn frame_addr(a: &mut Asm, sh: &Shadow) {
+    use telco_abi::region::ThreadSlot;
+    a.ldr64(X1, X17, core::mem::offset_of!(ThreadSlot, frames) as u32);
+    a.mov32(X2, sh.frame_size);
+    a.emit(0x9ba0_0000 | X2 << 16 | X1 << 10 | X0 << 5 | X2); // umaddl x2, w0, w2, x1
+}
+
+/// rt_ret_push's common case inline, the slot in x17: room on the shadow
+/// stack and the top frame a caller's (a higher stack slot), else `slow`.
+/// The frame for the return address at sp + `ret_slot` gets it, the slot,
+/// `probe`, `saved` (`ShadowFrame::saved`) and the return trampoline
+/// `tramp`, which replaces the return address in the slot; the depth is
+/// stored. Leaves x0 = the frame's `@entry` saves, as `rt_ret_push`
+/// returns; uses x1–x4.
+fn push_frame(a: &mut Asm, sh: &Shadow, ret_slot: u32, probe: u32, tramp: u64, saved: i32, slow: usize) {
+    use core::mem::offset_of;
+    use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
+    let room = a.label();
+    a.ldr32(X0, X17, offset_of!(ThreadSlot, depth) as u32);
+    a.mov32(X4, sh.depth);
+    a.emit(0x6b00_001f | X4 << 16 | X0 << 5); // cmp w0, w4
+    a.branch(0x5400_0002, slow, Kind::Imm19); // b.hs slow
+    frame_addr(a, sh);
+    a.add_imm(X3, SP, ret_slot, false);
+    a.branch(0x3400_0000 | X0, room, Kind::Imm19); // cbz w0, room
+                                                   // The top frame: x2 less one frame.
+    a.add_imm(X4, X2, sh.frame_size, true);
+    a.ldr64(X4, X4, offset_of!(ShadowFrame, sp) as u32);
+    a.emit(0xeb00_001f | X3 << 16 | X4 << 5); // cmp x4, x3
+    a.branch(0x5400_0009, slow, Kind::Imm19); // b.ls slow
+    a.bind(room);
+    a.ldr64(X4, X3, 0);
+    a.str64(X4, X2, offset_of!(ShadowFrame, ret) as u32);
+    a.str64(X3, X2, offset_of!(ShadowFrame, sp) as u32);
+    a.mov32(X4, probe);
+    a.str32(X4, X2, offset_of!(ShadowFrame, probe) as u32);
+    if saved != 0 {
+        a.mov32(X4, saved as u32);
+        a.str32(X4, X2, offset_of!(ShadowFrame, saved) as u32);
+    } else {
+        a.str32(ZR, X2, offset_of!(ShadowFrame, saved) as u32);
+    }
+    a.mov64(X4, tramp);
+    a.str64(X4, X2, offset_of!(ShadowFrame, tramp) as u32);
+    a.str64(X4, X3, 0);
+    a.add_imm(X0, X0, 1, false);
+    a.str32(X0, X17, offset_of!(ThreadSlot, depth) as u32);
+    a.add_imm(X0, X2, SHADOW_FRAME_HEADER as u32, false);
+}
+
+/// rt_ret_pop's common case inline, the slot in x17: the top frame is this
+/// very call's (its return address's slot was sp + `ret_slot`, just below
+/// the stack pointer after the return), else `undo`. Pops it into the
+/// context (probe, `@entry` saves, slot); leaves x0 = the return address.
+/// Uses x1–x3.
+fn pop_frame(a: &mut Asm, sh: &Shadow, ret_slot: u32, undo: usize) {
+    use core::mem::offset_of;
+    use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
+    a.ldr32(X0, X17, offset_of!(ThreadSlot, depth) as u32);
+    // None left (the depth was 0).
+    a.emit(0x7100_0400 | X0 << 5 | X0); // subs w0, w0, #1
+    a.branch(0x5400_0004, undo, Kind::Imm19); // b.mi undo
+    frame_addr(a, sh);
+    a.add_imm(X3, SP, ret_slot, false);
+    a.ldr64(X1, X2, offset_of!(ShadowFrame, sp) as u32);
+    a.emit(0xeb00_001f | X3 << 16 | X1 << 5); // cmp x1, x3
+    a.branch(0x5400_0001, undo, Kind::Imm19); // b.ne undo
+    a.str32(X0, X17, offset_of!(ThreadSlot, depth) as u32);
+    a.ldr32(X1, X2, offset_of!(ShadowFrame, probe) as u32);
+    a.str32(X1, SP, ctx(offset_of!(Ctx, probe)));
+    a.add_imm(X1, X2, SHADOW_FRAME_HEADER as u32, false);
+    a.str64(X1, SP, ctx(offset_of!(Ctx, entry)));
+    a.str64(X17, SP, ctx(offset_of!(Ctx, slot)));
+    a.ldr64(X0, X2, offset_of!(ShadowFrame, ret) as u32);
 }
 
 /// The `.itrace` gate (x86_64's `itrace_gate`): every register as at the
@@ -464,8 +727,13 @@ fn itrace_gate(a: &mut Asm, region: u64, wait: u64, func: u32) {
     a.bind(resume);
 }
 
-/// A return trampoline at `at` (see the module's documentation). `lean`,
-/// `shadow` and `span` are for the inline paths, not built here.
+/// A return trampoline at `at` (see the module's documentation). A lean
+/// one (`lean`: what its handlers change) saves the caller-saved registers
+/// among those and its own (a caller built with gcc's `-fipa-ra` may keep
+/// values in any of them across the call; x30 is the return address it
+/// sets), and pops the shadow frame inline (`pop_frame`), calling
+/// `rt_ret_pop` only off that common path. `span` (inline `--chrome`
+/// timing) is not built here (`INLINE_TIMING`).
 #[allow(clippy::too_many_arguments)]
 pub fn return_trampoline(
     _at: u64,
@@ -473,28 +741,54 @@ pub fn return_trampoline(
     ctx_size: u32,
     ret_pop: u64,
     handlers: &Returns,
-    _lean: Option<super::clobber::RegMask>,
-    _shadow: &Shadow,
+    lean: Option<RegMask>,
+    shadow: &Shadow,
     _span: Option<&SpanInline>,
 ) -> Result<Vec<u8>, AsmError> {
     let frame = frame_size(ctx_size);
     let mut a = Asm::default();
     a.add_imm(SP, SP, frame, true);
-    save_all(&mut a, frame, None);
+    // x0–x3 (find_slot, pop_frame, the handlers' arguments), x16, x17;
+    // x30 is not kept: the return address replaces it.
+    let own = 0b1111 | 1 << X16 | 1 << X17;
+    let saved = lean.map(|m| (m | own) & CALLER_SAVED & !(1 << LR));
+    match saved {
+        None => save_all(&mut a, frame, None),
+        Some(saved) => store_mask(&mut a, saved),
+    }
+    let popped = a.label();
+    if saved.is_some() {
+        // rt_ret_pop's common case inline: the thread's slot at the first
+        // place (not busy), its top frame this very call's.
+        use telco_abi::region::ThreadSlot;
+        let slow = a.label();
+        let undo = a.label();
+        find_slot(&mut a, shadow, slow);
+        pop_frame(&mut a, shadow, frame - 8, undo);
+        a.branch(0x1400_0000, popped, Kind::B26);
+        a.bind(undo);
+        a.str32(ZR, X17, core::mem::offset_of!(ThreadSlot, busy) as u32);
+        a.bind(slow);
+        // rt_ret_pop sets it only where it finds the frame.
+        a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, entry)));
+    }
     // rt_ret_pop(region, ctx, sp after the return)
     a.mov64(X0, region);
     a.add_imm(X1, SP, CTX_AT, false);
     a.add_imm(X2, SP, frame, false);
     a.call(ret_pop);
+    a.bind(popped);
     // The return address as the function was given it may be signed
     // (pointer authentication): stripped in x30, whose `xpaclri` is a
-    // no-op on a core without it. Where to return (x30 at the end), the pc
-    // and `uaddr()`.
+    // no-op on a core without it. Where to return (x30 at the end), and
+    // with the whole context the pc and `uaddr()`.
     a.emit(0xaa00_03fe); // mov x30, x0
     a.emit(XPACLRI);
     a.str64(LR, SP, 8 * regs::LR as u32);
-    a.str64(LR, SP, 8 * regs::PC as u32);
-    a.str64(LR, SP, ctx(core::mem::offset_of!(Ctx, addr)));
+    if saved.is_none() {
+        a.str64(LR, SP, 8 * regs::PC as u32);
+        a.str64(LR, SP, ctx(core::mem::offset_of!(Ctx, addr)));
+    }
     // rt_ret_pop marked the thread busy (ctx.slot), or says skip (0).
     let done = a.label();
     a.ldr64(X16, SP, ctx(core::mem::offset_of!(Ctx, slot)));
@@ -530,13 +824,19 @@ pub fn return_trampoline(
     }
     leave_slot(&mut a);
     a.bind(done);
-    restore_all(&mut a);
+    match saved {
+        None => restore_all(&mut a),
+        Some(saved) => {
+            load_mask(&mut a, saved);
+            a.ldr64(LR, SP, 8 * regs::LR as u32);
+        }
+    }
     a.add_imm(SP, SP, frame, false);
     a.emit(0xd65f_03c0); // ret
     a.finish()
 }
 
-/// Clock-only trampolines are an inline path (`LEAN`): not built here.
+/// Clock-only trampolines are inline timing (`INLINE_TIMING`): not built here.
 pub fn clock_entry_prefix(_e: &Entry, _so: &ClockOnly) -> Result<Vec<u8>, AsmError> {
     Err(AsmError::Unsupported("clock-only trampolines are not built on aarch64"))
 }
@@ -604,5 +904,110 @@ mod tests {
             assert_eq!(f % 16, 0);
             assert!(f - 8 >= CTX_AT + ctx.max(CTX_SIZE as u32));
         }
+    }
+
+    fn entry(lean: Option<RegMask>, returns: bool, inside: bool) -> Entry {
+        Entry {
+            at: 0x1000,
+            region: 0x7000_0000,
+            addr: 0x4000,
+            ctx_size: 88,
+            handlers: vec![(0x5000, 1)],
+            returns: if returns { vec![(2, Some(0x6000))] } else { Vec::new() },
+            ret_push: 0x5100,
+            enter: 0x5200,
+            ret_tramp: 0x5300,
+            shadow: Shadow {
+                threads: 0x7100_0000,
+                nthreads: 64,
+                depth: 256,
+                frame_size: 48,
+                tid_off: (-0x700i32) as u32,
+            },
+            lean,
+            itrace: None,
+            span: None,
+            inside,
+            ra_saved: Some(-16),
+            ra_signed: 0,
+        }
+    }
+
+    /// The registers `str`/`stp` (`ldr`/`ldp`: `load`) move to or from
+    /// their words of SavedRegs at [sp], in the run of such instructions
+    /// starting at word `from`.
+    fn moved(w: &[u32], from: usize, load: bool) -> RegMask {
+        let (single, pair) = if load { (0xf940_03e0, 0xa940_03e0) } else { (0xf900_03e0, 0xa900_03e0) };
+        let mut m = 0;
+        // Only a register's own word of SavedRegs counts (not the context,
+        // nor the return slot).
+        for &x in &w[from..] {
+            let r = x & 31;
+            if x & 0xffc0_03e0 == single {
+                m |= if (x >> 10) & 0xfff == r { 1 << r } else { 0 };
+            } else if x & 0xffc0_03e0 == pair {
+                m |= if (x >> 15) & 0x7f == r { 1 << r | 1 << ((x >> 10) & 31) } else { 0 };
+            } else {
+                break;
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn a_lean_entry_saves_the_caller_saved_registers_it_changes_and_restores_them() {
+        let frame = frame_size(88);
+        for (mask, returns, inside) in [(1 << 9, false, false), (1 << 9 | 1 << 18, true, false), (0, false, true)] {
+            let w = words(&entry_prefix(&entry(Some(mask), returns, inside)).unwrap());
+            let want = (mask | lean_entry_used(returns)) & CALLER_SAVED;
+            assert_eq!(moved(&w, 1, false), want, "stored: {mask:#x}");
+            // The loads end where sp is put back.
+            let add_sp = 0x9100_03ff | frame << 10;
+            let end = w.iter().rposition(|&x| x == add_sp).expect("sp put back");
+            let is_load = |x: u32| x & 0xffc0_03e0 == 0xf940_03e0 || x & 0xffc0_03e0 == 0xa940_03e0;
+            let from = (0..end).rev().find(|&k| !is_load(w[k])).unwrap() + 1;
+            let mut loaded = moved(&w, from, true);
+            // x30 is loaded twice with return probes (the return slot's).
+            if returns {
+                assert_eq!(w[end - 1], 0xf940_03fe | ((frame - 8) / 8) << 10);
+                loaded |= 1 << LR;
+            }
+            assert_eq!(loaded, want, "loaded: {mask:#x}");
+            // Off the common path (rt_enter) the rest of the caller-saved
+            // registers are saved around the call.
+            assert!(w.contains(&(0xf900_03f2 | 18 << 10)) || want & 1 << 18 != 0, "x18 around rt_enter");
+            // The flags inside a function: mrs/msr nzcv.
+            assert_eq!(w.contains(&(0xd53b_4200 | X16)), inside);
+            assert_eq!(w.contains(&(0xd51b_4200 | X16)), inside);
+        }
+    }
+
+    #[test]
+    fn falling_through_a_lean_entry_leaves_at_its_end() {
+        // The slow path follows the trampoline's common path: the word
+        // after sp is put back branches over it, to where the relocated
+        // instruction goes.
+        let frame = frame_size(88);
+        for returns in [false, true] {
+            let w = words(&entry_prefix(&entry(Some(0), returns, false)).unwrap());
+            let add_sp = 0x9100_03ff | frame << 10;
+            let k = w.iter().rposition(|&x| x == add_sp).unwrap();
+            let b = w[k + 1];
+            assert_eq!(b >> 26, 0b000101, "b after add sp: {b:#x}");
+            assert_eq!(k + 1 + (b & 0x03ff_ffff) as usize, w.len());
+        }
+    }
+
+    #[test]
+    fn a_lean_return_trampoline_keeps_the_return_values_and_not_x30() {
+        let sh = entry(None, true, false).shadow;
+        let r =
+            return_trampoline(0, 0x7000_0000, 88, 0x5400, &Returns::Direct(vec![(2, 0x5500)]), Some(1 << 5), &sh, None);
+        let w = words(&r.unwrap());
+        let want = 0b10_0000 | 0b1111 | 1 << X16 | 1 << X17;
+        assert_eq!(moved(&w, 1, false), want);
+        // Back through x30 = the return address, stored at SavedRegs' x30.
+        assert_eq!(*w.last().unwrap(), 0xd65f_03c0);
+        assert!(w.contains(&(0xf940_03fe | 30 << 10)));
     }
 }
