@@ -927,7 +927,7 @@ impl Hooker {
             let mut own_ret = None;
             // The span probe recorded inline (lean only): its index and
             // `rt_span_flush`'s offset.
-            let inline = span.zip(self.span_flush).filter(|_| lean.is_some() && trampoline::INLINE_TIMING);
+            let inline = span.zip(self.span_flush).filter(|_| lean.is_some());
             let span_inline = inline.map(|(probe, flush)| trampoline::SpanInline {
                 probe,
                 flush: code.at(flush),
@@ -937,13 +937,9 @@ impl Hooker {
             });
             // Only a return probe that times calls here (`--chrome`'s, or a
             // duration into a statistic): trampolines that only time calls.
-            let only = returns.first().filter(|_| {
-                trampoline::INLINE_TIMING
-                    && lean.is_some()
-                    && itrace.is_none()
-                    && handlers.is_empty()
-                    && returns.len() == 1
-            });
+            let only = returns
+                .first()
+                .filter(|_| lean.is_some() && itrace.is_none() && handlers.is_empty() && returns.len() == 1);
             let clock_only = only.and_then(|&(probe, _)| {
                 let (work, flush) = match (span_inline, inline) {
                     (Some(inl), Some((_, flush))) => (trampoline::Timed::Span(inl), Some(flush)),

@@ -22,6 +22,8 @@ echo "$base" | awk '{ printf "BENCH | none (untraced) | %.1f | 1.0 |\n", $1 }'
 row "entry, counter (n++)" $T -e 'global n probe process.function("work") { n++ }' -c "./a64 bench $N"
 row "return, counter" $T -e 'global n probe process.function("work").return { n++ }' -c "./a64 bench $N"
 row "return with @entry" $T -e 'global n probe process.function("work").return { n += $return - @entry($arg1) }' -c "./a64 bench $N"
+row "duration into @hist_log" $T -e 'global h probe process.function("work").return { h <<< gettimeofday_ns() - @entry(gettimeofday_ns()) }
+probe end { print(@hist_log(h)) }' -c "./a64 bench $N"
 row "--chrome span" $T --chrome /tmp/bench.json -e 'probe process.function("work") {}' -c "./a64 bench $N"
 rm -f /tmp/bench.json
 echo "GUEST: bench done"

@@ -29,6 +29,19 @@ __attribute__((noinline)) long nine(long a, long b, long c, long d, long e, long
     return a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * h + 8 * i + 9 * j;
 }
 
+/* Busy for at least `us` microseconds of CLOCK_MONOTONIC: a call of a
+ * known least duration. */
+__attribute__((noinline)) long spin(long us) {
+    struct timespec a, b;
+    long loops = 0;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        loops++;
+    } while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < us);
+    return loops > 0;
+}
+
 static long iterations;
 
 static void *thread_main(void *arg) {
@@ -73,6 +86,10 @@ int main(int argc, char **argv) {
         }
         printf("sdt %ld\n", s);
 #endif
+    } else if (!strcmp(mode, "spin")) {
+        long s = 0;
+        for (long i = 0; i < n; i++) s += spin(200);
+        printf("spin %ld\n", s);
     } else if (!strcmp(mode, "fib")) {
         long v = fib(n);
         printf("fib %ld %ld\n", v, fib_calls);

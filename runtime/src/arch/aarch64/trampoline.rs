@@ -13,11 +13,13 @@
 //!   inline (`push_frame`, `pop_frame`); the runtime library is called
 //!   only off that common path.
 //!
-//! x86_64's inline call timing (inline spans and statistics, clock-only
-//! trampolines) is not built here yet: `INLINE_TIMING` is false, and
-//! `runtime/src/target.rs` asks for none of it (`--chrome` and latency
-//! statistics run their handlers). `.itrace` has its gate (`itrace_gate`),
-//! for the single-stepper.
+//! Lean trampolines also time calls themselves, as x86_64's do: a
+//! `--chrome` span (`SpanInline`) or a duration into a statistic
+//! (`StatInline`) is recorded by the return trampoline from the clock
+//! (`cntvct_el0`) its entry trampoline saved, and a function with nothing
+//! else to run gets `ClockOnly` trampolines (here the lean ones with only
+//! that work, saving what their calls off the common path change).
+//! `.itrace` has its gate (`itrace_gate`), for the single-stepper.
 //!
 //! # Entry (full; a lean one stores fewer registers and has the slot and
 //! the frame inline)
@@ -75,10 +77,6 @@ use super::patch::{PACIASP, PACIBSP};
 /// `xpaclri`: a hint (a no-op without pointer authentication).
 const XPACLRI: u32 = 0xd503_20ff;
 
-/// Whether the trampolines time calls themselves (`SpanInline`,
-/// `StatInline`, `ClockOnly`; x86_64: yes).
-pub const INLINE_TIMING: bool = false;
-
 /// Why a trampoline could not be assembled.
 #[derive(Debug, thiserror::Error)]
 pub enum AsmError {
@@ -88,8 +86,7 @@ pub enum AsmError {
     Reach,
 }
 
-/// What one function's trampoline does (the fields x86_64's has; `span`
-/// is ignored here: `INLINE_TIMING`).
+/// What one function's trampoline does (the fields x86_64's has).
 pub struct Entry {
     pub at: u64,
     pub region: u64,
@@ -138,7 +135,8 @@ pub enum Returns {
     Direct(Vec<(u32, u64)>),
 }
 
-/// The inline timing's descriptions (never built here: `INLINE_TIMING`).
+/// The inline timing's descriptions (x86_64's `SpanInline`, `StatInline`,
+/// `Timed` and `ClockOnly` explain them).
 #[derive(Clone, Copy, Debug)]
 pub struct SpanInline {
     pub probe: u32,
@@ -511,7 +509,15 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
             a.str32(X16, X17, core::mem::offset_of!(ShadowFrame, saved) as u32);
         }
         a.bind(pushed);
-        if let Some(h) = entry_handler {
+        if saved.is_some() && e.span == Some(probe) {
+            // `--chrome`'s (or a timed statistic's) entry: the clock into
+            // the frame's first `@entry` save.
+            let skip = a.label();
+            a.branch(0xb400_0000 | X0, skip, Kind::Imm19); // cbz x0, skip
+            read_clock(&mut a, X4);
+            a.str64(X4, X0, 0);
+            a.bind(skip);
+        } else if let Some(h) = entry_handler {
             let skip = a.label();
             a.branch(0xb400_0000 | X0, skip, Kind::Imm19); // cbz x0, skip
             a.str64(X0, SP, ctx(core::mem::offset_of!(Ctx, entry)));
@@ -732,8 +738,8 @@ fn itrace_gate(a: &mut Asm, region: u64, wait: u64, func: u32) {
 /// among those and its own (a caller built with gcc's `-fipa-ra` may keep
 /// values in any of them across the call; x30 is the return address it
 /// sets), and pops the shadow frame inline (`pop_frame`), calling
-/// `rt_ret_pop` only off that common path. `span` (inline `--chrome`
-/// timing) is not built here (`INLINE_TIMING`).
+/// `rt_ret_pop` only off that common path; `span`'s probe is recorded
+/// inline (`timed_work`) instead of calling its handler.
 #[allow(clippy::too_many_arguments)]
 pub fn return_trampoline(
     _at: u64,
@@ -743,14 +749,30 @@ pub fn return_trampoline(
     handlers: &Returns,
     lean: Option<RegMask>,
     shadow: &Shadow,
-    _span: Option<&SpanInline>,
+    span: Option<&SpanInline>,
+) -> Result<Vec<u8>, AsmError> {
+    // Inline spans are for lean trampolines (Direct handlers).
+    let timed = span.filter(|_| lean.is_some()).map(|inl| (inl.probe, Timed::Span(*inl)));
+    returns(region, ctx_size, ret_pop, handlers, lean, shadow, timed)
+}
+
+/// `return_trampoline`, with the call of `timed`'s probe recorded by the
+/// trampoline itself (`timed_work`) in place of its handler.
+fn returns(
+    region: u64,
+    ctx_size: u32,
+    ret_pop: u64,
+    handlers: &Returns,
+    lean: Option<RegMask>,
+    shadow: &Shadow,
+    timed: Option<(u32, Timed)>,
 ) -> Result<Vec<u8>, AsmError> {
     let frame = frame_size(ctx_size);
     let mut a = Asm::default();
     a.add_imm(SP, SP, frame, true);
-    // x0–x3 (find_slot, pop_frame, the handlers' arguments), x16, x17;
-    // x30 is not kept: the return address replaces it.
-    let own = 0b1111 | 1 << X16 | 1 << X17;
+    // x0–x3 (find_slot, pop_frame, the handlers' arguments), x16, x17,
+    // x4 for timing; x30 is not kept: the return address replaces it.
+    let own = 0b1_1111 | 1 << X16 | 1 << X17;
     let saved = lean.map(|m| (m | own) & CALLER_SAVED & !(1 << LR));
     match saved {
         None => save_all(&mut a, frame, None),
@@ -813,7 +835,10 @@ pub fn return_trampoline(
                     a.emit(0x6b11_021f); // cmp w16, w17
                     a.branch(0x5400_0001, next, Kind::Imm19); // b.ne next
                 }
-                call_handler(&mut a, region, h);
+                match timed {
+                    Some((p, work)) if p == probe => timed_work(&mut a, region, &work, leave),
+                    _ => call_handler(&mut a, region, h),
+                }
                 if !last {
                     a.branch(0x1400_0000, leave, Kind::B26);
                 }
@@ -836,20 +861,189 @@ pub fn return_trampoline(
     a.finish()
 }
 
-/// Clock-only trampolines are inline timing (`INLINE_TIMING`): not built here.
-pub fn clock_entry_prefix(_e: &Entry, _so: &ClockOnly) -> Result<Vec<u8>, AsmError> {
-    Err(AsmError::Unsupported("clock-only trampolines are not built on aarch64"))
+/// Entry trampoline of a `ClockOnly` function: a lean one (see
+/// `entry_prefix`) whose only work is the return probe's shadow frame and
+/// the clock into its `@entry` save; what `rt_enter` and `rt_ret_push`
+/// change is saved, as its only calls.
+pub fn clock_entry_prefix(e: &Entry, so: &ClockOnly) -> Result<Vec<u8>, AsmError> {
+    entry_prefix(&Entry {
+        at: e.at,
+        region: e.region,
+        addr: e.addr,
+        ctx_size: e.ctx_size,
+        handlers: Vec::new(),
+        returns: vec![(so.probe, None)],
+        ret_push: e.ret_push,
+        enter: e.enter,
+        ret_tramp: e.ret_tramp,
+        shadow: Shadow { ..e.shadow },
+        lean: Some(so.enter_clobbers | so.push_clobbers),
+        itrace: None,
+        span: Some(so.probe),
+        inside: e.inside,
+        ra_saved: e.ra_saved,
+        ra_signed: e.ra_signed,
+    })
 }
 
+/// Return trampoline of a `ClockOnly` function: a lean one whose probe's
+/// call is recorded by the trampoline (`timed_work`), not its handler.
 pub fn clock_return_trampoline(
     _at: u64,
-    _region: u64,
-    _ctx_size: u32,
-    _ret_pop: u64,
-    _shadow: &Shadow,
-    _so: &ClockOnly,
+    region: u64,
+    ctx_size: u32,
+    ret_pop: u64,
+    shadow: &Shadow,
+    so: &ClockOnly,
 ) -> Result<Vec<u8>, AsmError> {
-    Err(AsmError::Unsupported("clock-only trampolines are not built on aarch64"))
+    let direct = Returns::Direct(vec![(so.probe, so.handler)]);
+    returns(region, ctx_size, ret_pop, &direct, Some(so.pop_clobbers), shadow, Some((so.probe, so.work)))
+}
+
+/// `isb; mrs xt, cntvct_el0`: the clock the runtime library reads
+/// (`read_clock` in compiler/rt/arch/aarch64.h), which the tracer
+/// calibrates (`Header::tsc_mult`).
+fn read_clock(a: &mut Asm, rt: u32) {
+    a.emit(0xd503_3fdf); // isb
+    a.emit(0xd53b_e040 | rt); // mrs xt, cntvct_el0
+}
+
+/// A timed call's return, in a return trampoline whose frame was popped
+/// into the context: the duration since the entry's clock (the first
+/// `@entry` save), unless the session is over, recorded as `rt_span` or
+/// the compiled statistic update would (`Timed`); then `leave`. Uses x0–x4,
+/// x16, x17 and what `rt_span_flush` changes.
+fn timed_work(a: &mut Asm, region: u64, work: &Timed, leave: usize) {
+    use core::mem::offset_of;
+    use telco_abi::region::Header;
+    a.ldr64(X1, SP, ctx(offset_of!(Ctx, entry)));
+    a.ldr64(X1, X1, 0);
+    a.mov64(X0, region);
+    a.ldr32(X2, X0, offset_of!(Header, enabled) as u32);
+    a.branch(0xb400_0000 | X2, leave, Kind::Imm19); // cbz x2, leave
+    read_clock(a, X2);
+    a.emit(0xcb00_0000 | X1 << 16 | X2 << 5 | X2); // sub x2, x2, x1
+    a.ldr64(X17, SP, ctx(offset_of!(Ctx, slot)));
+    match work {
+        Timed::Span(inl) => {
+            // Shorter than Header::span_min_ticks: not recorded.
+            a.ldr64(X3, X0, offset_of!(Header, span_min_ticks) as u32);
+            a.emit(0xeb00_001f | X3 << 16 | X2 << 5); // cmp x2, x3
+            a.branch(0x5400_000b, leave, Kind::Imm19); // b.lt leave
+            span_append(a, region, inl, leave);
+        }
+        Timed::Stat(st) => stat_add(a, st, leave),
+    }
+}
+
+/// The call (x1 = start, x2 = duration, in ticks) appended to the stage of
+/// the slot in x17 (x0 = the region), as `rt_span` does; a full stage goes
+/// to `rt_span_flush`. Then `leave`.
+fn span_append(a: &mut Asm, region: u64, inl: &SpanInline, leave: usize) {
+    use core::mem::offset_of;
+    use telco_abi::region::{SpanEntry, SpanStage, ThreadSlot, SPAN_ENTRY_SIZE, SPAN_STAGE_HEADER};
+    let room = a.label();
+    let full = a.label();
+    // The stage: region + spans_off + row × stride.
+    a.ldr32(X3, X17, offset_of!(ThreadSlot, index) as u32);
+    a.mov32(X4, inl.stride);
+    a.emit(0x9ba0_0000 | X4 << 16 | X0 << 10 | X3 << 5 | X3); // umaddl x3, w3, w4, x0
+    a.mov64(X4, inl.spans_off);
+    a.emit(0x8b00_0000 | X4 << 16 | X3 << 5 | X3); // add x3, x3, x4
+                                                   // Its count, never past the stage whatever it holds (a forked child
+                                                   // shares its parent's rows until it takes a slot over).
+    a.ldr32(X4, X3, offset_of!(SpanStage, count) as u32);
+    a.mov32(X16, inl.batch);
+    a.emit(0x6b00_001f | X16 << 16 | X4 << 5); // cmp w4, w16
+    a.branch(0x5400_0003, room, Kind::Imm19); // b.lo room
+    a.emit(0x2a1f_03e4); // mov w4, wzr
+    a.bind(room);
+    a.mov32(X16, SPAN_ENTRY_SIZE as u32);
+    a.emit(0x9ba0_0000 | X16 << 16 | X3 << 10 | X4 << 5 | X16); // umaddl x16, w4, w16, x3
+    a.add_imm(X16, X16, SPAN_STAGE_HEADER as u32, false);
+    a.str64(X1, X16, offset_of!(SpanEntry, ts) as u32);
+    a.str64(X2, X16, offset_of!(SpanEntry, dur) as u32);
+    a.ldr32(X2, X17, offset_of!(ThreadSlot, tid) as u32);
+    a.str32(X2, X16, offset_of!(SpanEntry, tid) as u32);
+    // probe (u16) and the spare u16 (0) as one store.
+    const _: () = assert!(offset_of!(SpanEntry, _pad) == offset_of!(SpanEntry, probe) + 2);
+    a.mov32(X2, inl.probe & 0xffff);
+    a.str32(X2, X16, offset_of!(SpanEntry, probe) as u32);
+    a.add_imm(X4, X4, 1, false);
+    a.mov32(X16, inl.batch);
+    a.emit(0x6b00_001f | X16 << 16 | X4 << 5); // cmp w4, w16
+    a.branch(0x5400_0002, full, Kind::Imm19); // b.hs full
+    a.str32(X4, X3, offset_of!(SpanStage, count) as u32);
+    a.branch(0x1400_0000, leave, Kind::B26);
+    a.bind(full);
+    a.mov64(X0, region);
+    a.emit(0xaa11_03e1); // mov x1, x17
+    a.call(inl.flush);
+    a.branch(0x1400_0000, leave, Kind::B26);
+}
+
+/// The duration (x2, in ticks; x0 = the region) in ns, added to the copy
+/// of the thread whose slot is in x17, as `Gen::stat_add_inline` does
+/// (compiler/src/codegen/translate/storage.rs); then `leave`.
+fn stat_add(a: &mut Asm, st: &StatInline, leave: usize) {
+    use core::mem::offset_of;
+    use telco_abi::region::{Header, Stat, ThreadSlot, HIST_LOG_BUCKET0, HIST_LOG_BUCKETS, TSC_SHIFT};
+    let first = a.label();
+    let min_ok = a.label();
+    let max_ok = a.label();
+    // ns = ticks × mult >> TSC_SHIFT (the 128-bit product, signed as
+    // x86_64's `imul`).
+    a.ldr64(X3, X0, offset_of!(Header, tsc_mult) as u32);
+    a.emit(0x9b00_7c00 | X3 << 16 | X2 << 5 | X4); // mul x4, x2, x3
+    a.emit(0x9b40_7c00 | X3 << 16 | X2 << 5 | X3); // smulh x3, x2, x3
+    a.emit(0x93c0_0000 | X4 << 16 | TSC_SHIFT << 10 | X3 << 5 | X2); // extr x2, x3, x4, #TSC_SHIFT
+                                                                     // x3 = this thread's copy: region + index × row + copy.
+    a.ldr32(X3, X17, offset_of!(ThreadSlot, index) as u32);
+    a.mov32(X4, st.row);
+    a.emit(0x9ba0_0000 | X4 << 16 | X0 << 10 | X3 << 5 | X3); // umaddl x3, w3, w4, x0
+    a.mov64(X4, u64::from(st.copy));
+    a.emit(0x8b00_0000 | X4 << 16 | X3 << 5 | X3); // add x3, x3, x4
+    let f = |field: usize| field as u32;
+    a.ldr64(X4, X3, f(offset_of!(Stat, count)));
+    a.branch(0xb400_0000 | X4, first, Kind::Imm19); // cbz x4, first
+    a.ldr64(X16, X3, f(offset_of!(Stat, min)));
+    a.emit(0xeb00_001f | X16 << 16 | X2 << 5); // cmp x2, x16
+    a.branch(0x5400_000a, min_ok, Kind::Imm19); // b.ge min_ok
+    a.str64(X2, X3, f(offset_of!(Stat, min)));
+    a.bind(min_ok);
+    a.ldr64(X16, X3, f(offset_of!(Stat, max)));
+    a.emit(0xeb00_001f | X16 << 16 | X2 << 5); // cmp x2, x16
+    a.branch(0x5400_000d, max_ok, Kind::Imm19); // b.le max_ok
+    a.str64(X2, X3, f(offset_of!(Stat, max)));
+    a.bind(max_ok);
+    a.add_imm(X4, X4, 1, false);
+    a.str64(X4, X3, f(offset_of!(Stat, count)));
+    a.ldr64(X16, X3, f(offset_of!(Stat, sum)));
+    a.emit(0x8b00_0000 | X2 << 16 | X16 << 5 | X16); // add x16, x16, x2
+    a.str64(X16, X3, f(offset_of!(Stat, sum)));
+    if let Some(h) = st.hist {
+        // log_bucket (rt.c): B0 + 64 - clz(|v|), mirrored below B0 for a
+        // negative v.
+        a.emit(0xf100_001f | X2 << 5); // cmp x2, #0
+        a.emit(0xda80_0400 | X2 << 16 | 5 << 12 | X2 << 5 | X4); // cneg x4, x2, mi
+        a.emit(0xdac0_1000 | X4 << 5 | X4); // clz x4, x4
+        a.mov64(X16, u64::from(HIST_LOG_BUCKET0) + 64);
+        a.emit(0xcb00_0000 | X4 << 16 | X16 << 5 | X4); // sub x4, x16, x4
+        a.mov64(X16, u64::from(HIST_LOG_BUCKETS));
+        a.emit(0xcb00_0000 | X4 << 16 | X16 << 5 | X16); // sub x16, x16, x4
+        a.emit(0x9a80_0000 | X4 << 16 | 0xb << 12 | X16 << 5 | X4); // csel x4, x16, x4, lt
+        a.emit(0x8b00_0000 | X4 << 16 | 3 << 10 | X3 << 5 | X4); // add x4, x3, x4, lsl #3
+        a.add_imm(X4, X4, h, false);
+        a.ldr64(X16, X4, 0);
+        a.add_imm(X16, X16, 1, false);
+        a.str64(X16, X4, 0);
+    }
+    a.branch(0x1400_0000, leave, Kind::B26);
+    // The first value: the minimum and the maximum.
+    a.bind(first);
+    a.str64(X2, X3, f(offset_of!(Stat, min)));
+    a.str64(X2, X3, f(offset_of!(Stat, max)));
+    a.branch(0x1400_0000, max_ok, Kind::B26);
 }
 
 #[cfg(test)]
@@ -1004,7 +1198,7 @@ mod tests {
         let r =
             return_trampoline(0, 0x7000_0000, 88, 0x5400, &Returns::Direct(vec![(2, 0x5500)]), Some(1 << 5), &sh, None);
         let w = words(&r.unwrap());
-        let want = 0b10_0000 | 0b1111 | 1 << X16 | 1 << X17;
+        let want = 0b10_0000 | 0b1_1111 | 1 << X16 | 1 << X17;
         assert_eq!(moved(&w, 1, false), want);
         // Back through x30 = the return address, stored at SavedRegs' x30.
         assert_eq!(*w.last().unwrap(), 0xd65f_03c0);

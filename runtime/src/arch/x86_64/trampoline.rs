@@ -110,10 +110,6 @@ use iced_x86::code_asm::*;
 
 /// Why a trampoline could not be assembled.
 pub type AsmError = IcedError;
-
-/// Whether the trampolines time calls themselves (`SpanInline`,
-/// `StatInline`, `ClockOnly`).
-pub const INLINE_TIMING: bool = true;
 use telco_abi::arch::x86_64 as regs;
 use telco_abi::region::{Ctx, SavedRegs, CTX_SIZE};
 
