@@ -252,6 +252,20 @@ probe end { println(e, " ", r) }' -c "./loop 100"
 check "flags kept at a statement (lean)" "flags 1000
 1000" $T -e 'global n probe process.statement("flags_live+8") { n++ } probe end { println(n) }' -c "./loop 1000 flags"
 
+# A statement on a load-exclusive (loop.c's excl_add+8, `ldaxr`): its B
+# goes on the instruction before it (the lead), which the trampoline runs
+# first; the probe sees the registers as at the site (x3 = 7), once per
+# attempt of the exclusive sequence (the program counts them), lean and
+# full.
+for body in 'n++' 'if (register("x3") == 7) n++'; do
+    out=$(timeout 300 $T -e "global n probe process.statement(\"excl_add+8\") { $body } probe end { println(n) }" \
+        -c "./loop 1000 excl" 2>err.txt); rc=$?
+    tries=$(printf '%s\n' "$out" | sed -n 's/^excl 7000 \([0-9]*\)$/\1/p')
+    if [ $rc -eq 0 ] && [ -n "$tries" ] && [ "$(printf '%s\n' "$out" | sed -n 2p)" = "$tries" ]; then
+        ok "statement on a load-exclusive (lead: $body)"
+    else bad "statement on a load-exclusive (lead: $body) (exit $rc)" "excl 7000 N|N" "$out"; fi
+done
+
 # A function 256 MiB above the rest of its program (far.c), out of a B's
 # reach of the code region placed near the first: its patch branches to a
 # veneer near it, and its trampoline jumps back from afar. Built with
