@@ -8,9 +8,12 @@
 //! counts, read or written: a superset of its writes, which is all a
 //! trampoline needs (it saves a register it did not have to, never the
 //! other way round), without a table of which operand each of the A64
-//! instructions writes. `bl` also writes x30. The answer is "unknown"
-//! (None) when the code branches through a register (`br`, `blr`; `ret`
-//! is the function's return), branches to an address no symbol starts,
+//! instructions writes. A few instructions write registers they do not
+//! name (`bl` and `paciasp`…: x30; `svc`: x0; `pacia1716`…: x17): x0, x16,
+//! x17 and x30 count for every function ([`IMPLICIT`]). The answer is
+//! "unknown" (None) when the code branches through a register (`br`,
+//! `blr`, a `ret` through another register than x30), branches to an
+//! address no symbol starts,
 //! holds a word that does not decode, names a vector or floating-point
 //! register (trampolines never save those: the runtime library is built
 //! with `-mgeneral-regs-only`, and Cranelift's integer code uses none), or
@@ -21,6 +24,11 @@ use telco_abi::artifact::Symbol;
 use yaxpeax_arm::armv8::a64::{Opcode, Operand};
 
 pub use telco_abi::arch::aarch64::{RegMask, CALLER_SAVED};
+
+/// Registers some instructions write without naming them, counted for
+/// every function: x30 (`bl`, `blr`, the pointer-authentication hints on
+/// x30), x0 (`svc`: the kernel's result), x16 and x17 (the `…1716` hints).
+pub const IMPLICIT: RegMask = 1 << 0 | 1 << 16 | 1 << 17 | 1 << 30;
 
 /// Memoised clobber sets of the functions of one blob.
 pub struct Clobbers<'a> {
@@ -62,17 +70,18 @@ impl<'a> Clobbers<'a> {
     }
 
     fn decode(&self, start: u32) -> Option<(RegMask, Vec<u32>)> {
-        let sym = self.symbols.iter().find(|s| s.offset == start)?;
+        let sym = self.symbols.iter().find(|s| s.offset == start && s.size > 0)?;
         let (lo, hi) = (u64::from(sym.offset), u64::from(sym.offset) + u64::from(sym.size));
         let bytes = self.code.get(lo as usize..hi as usize)?;
-        let mut mask: RegMask = 0;
+        let mut mask: RegMask = IMPLICIT;
         let mut callees = Vec::new();
         for (k, w) in bytes.chunks_exact(4).enumerate() {
             let at = lo + 4 * k as u64;
             let i = super::patch::decode(u32::from_le_bytes(w.try_into().ok()?))?;
             match i.opcode {
-                // It reads x30 only.
-                Opcode::RET => continue,
+                // The function's return reads x30 only.
+                Opcode::RET if matches!(i.operands[0], Operand::Register(_, 30)) => continue,
+                Opcode::RET => return None,
                 Opcode::BR
                 | Opcode::BLR
                 | Opcode::BRAA
@@ -88,9 +97,6 @@ impl<'a> Clobbers<'a> {
                 | Opcode::ERET
                 | Opcode::MSR => return None,
                 _ => {}
-            }
-            if i.opcode == Opcode::BL {
-                mask |= 1 << telco_abi::arch::aarch64::LR;
             }
             let literal = matches!(i.opcode, Opcode::ADR | Opcode::ADRP | Opcode::LDR | Opcode::LDRSW | Opcode::PRFM);
             for o in &i.operands {
@@ -161,7 +167,7 @@ mod tests {
         let f1: &[u32] = &[0xb82b_7949, 0xd400_0001, RET];
         let (code, syms) = blob(&[f0, f1]);
         let m = Clobbers::new(&code, &syms).of(0).expect("known");
-        let want = 1 << 3 | 1 << 5 | 1 << 6 | 1 << 2 | 1 << 30 | 1 << 9 | 1 << 10 | 1 << 11;
+        let want = IMPLICIT | 1 << 3 | 1 << 5 | 1 << 6 | 1 << 2 | 1 << 9 | 1 << 10 | 1 << 11;
         assert_eq!(m, want, "{m:#x}");
     }
 
@@ -169,14 +175,14 @@ mod tests {
     fn sp_and_the_zero_register_are_not_registers_to_save() {
         // stp x29, x30, [sp, #-16]!; str xzr, [sp, #8]; ldp x29, x30, [sp], #16; ret
         let (code, syms) = blob(&[&[0xa9bf_7bfd, 0xf900_07ff, 0xa8c1_7bfd, RET]]);
-        assert_eq!(Clobbers::new(&code, &syms).of(0), Some(1 << 29 | 1 << 30));
+        assert_eq!(Clobbers::new(&code, &syms).of(0), Some(IMPLICIT | 1 << 29));
     }
 
     #[test]
     fn literals_are_not_branches() {
         // adr x0, #8; ldr x1, #-4; ret: the targets need no symbol.
         let (code, syms) = blob(&[&[0x1000_0040, 0x58ff_ffe1, RET]]);
-        assert_eq!(Clobbers::new(&code, &syms).of(0), Some(0b11));
+        assert_eq!(Clobbers::new(&code, &syms).of(0), Some(IMPLICIT | 0b11));
     }
 
     #[test]
@@ -192,12 +198,16 @@ mod tests {
             &[0x17ff_fffb],
             // br x17
             &[0xd61f_0220],
+            // ret x1
+            &[0xd65f_0020],
         ]);
         let mut c = Clobbers::new(&code, &syms);
         for s in &syms {
             assert_eq!(c.of(s.offset), None, "{}", s.name);
         }
-        // Not a function start.
+        // Not a function start; a start whose only symbol is empty.
         assert_eq!(c.of(4), None);
+        let empty = [Symbol { name: "e".into(), offset: 0, size: 0 }];
+        assert_eq!(Clobbers::new(&code, &empty).of(0), None);
     }
 }

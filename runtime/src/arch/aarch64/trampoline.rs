@@ -275,6 +275,7 @@ impl Asm {
 
     /// `add xd, xn, #imm` / `sub` (xn or xd may be sp), imm < 16 MiB.
     fn add_imm(&mut self, rd: u32, rn: u32, imm: u32, sub: bool) {
+        debug_assert!(imm < 1 << 24);
         let op = if sub { 0xd100_0000 } else { 0x9100_0000 };
         let (hi, lo) = (imm >> 12, imm & 0xfff);
         let mut src = rn;
@@ -432,6 +433,12 @@ fn lean_entry_used(returns: bool) -> RegMask {
 /// changes beyond the saved registers saved around it. At a site inside a
 /// function (`Entry::inside`) the flags are saved and restored too.
 pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
+    entry_with(e, 0)
+}
+
+/// `entry_prefix`, with the registers of `around` (lean) saved only
+/// around the call of `rt_ret_push`, off the common path.
+fn entry_with(e: &Entry, around: RegMask) -> Result<Vec<u8>, AsmError> {
     let frame = frame_size(e.ctx_size);
     let ret_slot = frame - 8;
     let mut a = Asm::default();
@@ -499,7 +506,10 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
         a.add_imm(X2, SP, ret_slot, false);
         a.mov64(X3, e.ret_tramp);
         a.mov32(X4, probe);
+        let around = saved.map_or(0, |saved| around & CALLER_SAVED & !saved);
+        store_mask(&mut a, around);
         a.call(e.ret_push);
+        load_mask(&mut a, around);
         // rt_ret_push gave the frame's @entry saves (0: none pushed).
         if saved_at != 0 {
             use telco_abi::region::{ShadowFrame, SHADOW_FRAME_HEADER};
@@ -610,8 +620,8 @@ fn find_slot(a: &mut Asm, sh: &Shadow, slow: usize) {
     if tid_off != 0 {
         // me = *(u32 *)(tp + tid_off), against tid with busy (0) above.
         if (-256..256).contains(&tid_off) {
+            // ldur w0, [x16, #off]
             a.emit(0xb840_0000 | ((tid_off as u32) & 0x1ff) << 12 | X16 << 5 | X0);
-        // ldur w0, [x16, #off]
         } else {
             a.mov64(X1, tid_off as i64 as u64);
             a.emit(0xb860_6800 | X1 << 16 | X16 << 5 | X0); // ldr w0, [x16, x1]
@@ -621,7 +631,7 @@ fn find_slot(a: &mut Asm, sh: &Shadow, slow: usize) {
         a.branch(0x5400_0001, slow, Kind::Imm19); // b.ne slow
     } else {
         a.ldr32(X0, X17, offset_of!(ThreadSlot, busy) as u32);
-        a.branch(0xb500_0000 | X0, slow, Kind::Imm19); // cbnz w0, slow
+        a.branch(0xb500_0000 | X0, slow, Kind::Imm19); // cbnz x0, slow (w0 zero-extended)
     }
     a.mov32(X0, 1);
     a.str32(X0, X17, offset_of!(ThreadSlot, busy) as u32);
@@ -654,7 +664,8 @@ fn push_frame(a: &mut Asm, sh: &Shadow, ret_slot: u32, probe: u32, tramp: u64, s
     frame_addr(a, sh);
     a.add_imm(X3, SP, ret_slot, false);
     a.branch(0x3400_0000 | X0, room, Kind::Imm19); // cbz w0, room
-                                                   // The top frame: x2 less one frame.
+
+    // The top frame: x2 less one frame.
     a.add_imm(X4, X2, sh.frame_size, true);
     a.ldr64(X4, X4, offset_of!(ShadowFrame, sp) as u32);
     a.emit(0xeb00_001f | X3 << 16 | X4 << 5); // cmp x4, x3
@@ -753,17 +764,21 @@ pub fn return_trampoline(
 ) -> Result<Vec<u8>, AsmError> {
     // Inline spans are for lean trampolines (Direct handlers).
     let timed = span.filter(|_| lean.is_some()).map(|inl| (inl.probe, Timed::Span(*inl)));
-    returns(region, ctx_size, ret_pop, handlers, lean, shadow, timed)
+    returns(region, ctx_size, ret_pop, handlers, lean, 0, shadow, timed)
 }
 
 /// `return_trampoline`, with the call of `timed`'s probe recorded by the
-/// trampoline itself (`timed_work`) in place of its handler.
+/// trampoline itself (`timed_work`) in place of its handler, and (lean)
+/// the registers of `around` saved only around the calls off the common
+/// path (`rt_ret_pop`, `rt_span_flush`).
+#[allow(clippy::too_many_arguments)]
 fn returns(
     region: u64,
     ctx_size: u32,
     ret_pop: u64,
     handlers: &Returns,
     lean: Option<RegMask>,
+    around: RegMask,
     shadow: &Shadow,
     timed: Option<(u32, Timed)>,
 ) -> Result<Vec<u8>, AsmError> {
@@ -778,6 +793,7 @@ fn returns(
         None => save_all(&mut a, frame, None),
         Some(saved) => store_mask(&mut a, saved),
     }
+    let around = saved.map_or(0, |saved| around & CALLER_SAVED & !saved & !(1 << LR));
     let popped = a.label();
     if saved.is_some() {
         // rt_ret_pop's common case inline: the thread's slot at the first
@@ -798,7 +814,9 @@ fn returns(
     a.mov64(X0, region);
     a.add_imm(X1, SP, CTX_AT, false);
     a.add_imm(X2, SP, frame, false);
+    store_mask(&mut a, around);
     a.call(ret_pop);
+    load_mask(&mut a, around);
     a.bind(popped);
     // The return address as the function was given it may be signed
     // (pointer authentication): stripped in x30, whose `xpaclri` is a
@@ -836,7 +854,7 @@ fn returns(
                     a.branch(0x5400_0001, next, Kind::Imm19); // b.ne next
                 }
                 match timed {
-                    Some((p, work)) if p == probe => timed_work(&mut a, region, &work, leave),
+                    Some((p, work)) if p == probe => timed_work(&mut a, region, &work, around, leave),
                     _ => call_handler(&mut a, region, h),
                 }
                 if !last {
@@ -863,10 +881,11 @@ fn returns(
 
 /// Entry trampoline of a `ClockOnly` function: a lean one (see
 /// `entry_prefix`) whose only work is the return probe's shadow frame and
-/// the clock into its `@entry` save; what `rt_enter` and `rt_ret_push`
-/// change is saved, as its only calls.
+/// the clock into its `@entry` save; it saves the registers it uses, and
+/// what `rt_enter` and `rt_ret_push`, called only off its common path,
+/// change around those calls.
 pub fn clock_entry_prefix(e: &Entry, so: &ClockOnly) -> Result<Vec<u8>, AsmError> {
-    entry_prefix(&Entry {
+    let e = Entry {
         at: e.at,
         region: e.region,
         addr: e.addr,
@@ -877,17 +896,20 @@ pub fn clock_entry_prefix(e: &Entry, so: &ClockOnly) -> Result<Vec<u8>, AsmError
         enter: e.enter,
         ret_tramp: e.ret_tramp,
         shadow: Shadow { ..e.shadow },
-        lean: Some(so.enter_clobbers | so.push_clobbers),
+        lean: Some(0),
         itrace: None,
         span: Some(so.probe),
         inside: e.inside,
         ra_saved: e.ra_saved,
         ra_signed: e.ra_signed,
-    })
+    };
+    entry_with(&e, so.push_clobbers)
 }
 
 /// Return trampoline of a `ClockOnly` function: a lean one whose probe's
-/// call is recorded by the trampoline (`timed_work`), not its handler.
+/// call is recorded by the trampoline (`timed_work`), not its handler; it
+/// saves the registers it uses, and what `rt_ret_pop` and `rt_span_flush`
+/// change around those calls, off its common path.
 pub fn clock_return_trampoline(
     _at: u64,
     region: u64,
@@ -897,7 +919,7 @@ pub fn clock_return_trampoline(
     so: &ClockOnly,
 ) -> Result<Vec<u8>, AsmError> {
     let direct = Returns::Direct(vec![(so.probe, so.handler)]);
-    returns(region, ctx_size, ret_pop, &direct, Some(so.pop_clobbers), shadow, Some((so.probe, so.work)))
+    returns(region, ctx_size, ret_pop, &direct, Some(0), so.pop_clobbers, shadow, Some((so.probe, so.work)))
 }
 
 /// `isb; mrs xt, cntvct_el0`: the clock the runtime library reads
@@ -913,7 +935,7 @@ fn read_clock(a: &mut Asm, rt: u32) {
 /// `@entry` save), unless the session is over, recorded as `rt_span` or
 /// the compiled statistic update would (`Timed`); then `leave`. Uses x0–x4,
 /// x16, x17 and what `rt_span_flush` changes.
-fn timed_work(a: &mut Asm, region: u64, work: &Timed, leave: usize) {
+fn timed_work(a: &mut Asm, region: u64, work: &Timed, around: RegMask, leave: usize) {
     use core::mem::offset_of;
     use telco_abi::region::Header;
     a.ldr64(X1, SP, ctx(offset_of!(Ctx, entry)));
@@ -930,7 +952,7 @@ fn timed_work(a: &mut Asm, region: u64, work: &Timed, leave: usize) {
             a.ldr64(X3, X0, offset_of!(Header, span_min_ticks) as u32);
             a.emit(0xeb00_001f | X3 << 16 | X2 << 5); // cmp x2, x3
             a.branch(0x5400_000b, leave, Kind::Imm19); // b.lt leave
-            span_append(a, region, inl, leave);
+            span_append(a, region, inl, around, leave);
         }
         Timed::Stat(st) => stat_add(a, st, leave),
     }
@@ -939,7 +961,7 @@ fn timed_work(a: &mut Asm, region: u64, work: &Timed, leave: usize) {
 /// The call (x1 = start, x2 = duration, in ticks) appended to the stage of
 /// the slot in x17 (x0 = the region), as `rt_span` does; a full stage goes
 /// to `rt_span_flush`. Then `leave`.
-fn span_append(a: &mut Asm, region: u64, inl: &SpanInline, leave: usize) {
+fn span_append(a: &mut Asm, region: u64, inl: &SpanInline, around: RegMask, leave: usize) {
     use core::mem::offset_of;
     use telco_abi::region::{SpanEntry, SpanStage, ThreadSlot, SPAN_ENTRY_SIZE, SPAN_STAGE_HEADER};
     let room = a.label();
@@ -950,8 +972,9 @@ fn span_append(a: &mut Asm, region: u64, inl: &SpanInline, leave: usize) {
     a.emit(0x9ba0_0000 | X4 << 16 | X0 << 10 | X3 << 5 | X3); // umaddl x3, w3, w4, x0
     a.mov64(X4, inl.spans_off);
     a.emit(0x8b00_0000 | X4 << 16 | X3 << 5 | X3); // add x3, x3, x4
-                                                   // Its count, never past the stage whatever it holds (a forked child
-                                                   // shares its parent's rows until it takes a slot over).
+
+    // Its count, never past the stage whatever it holds (a forked child
+    // shares its parent's rows until it takes a slot over).
     a.ldr32(X4, X3, offset_of!(SpanStage, count) as u32);
     a.mov32(X16, inl.batch);
     a.emit(0x6b00_001f | X16 << 16 | X4 << 5); // cmp w4, w16
@@ -978,7 +1001,9 @@ fn span_append(a: &mut Asm, region: u64, inl: &SpanInline, leave: usize) {
     a.bind(full);
     a.mov64(X0, region);
     a.emit(0xaa11_03e1); // mov x1, x17
+    store_mask(a, around);
     a.call(inl.flush);
+    load_mask(a, around);
     a.branch(0x1400_0000, leave, Kind::B26);
 }
 
@@ -997,7 +1022,8 @@ fn stat_add(a: &mut Asm, st: &StatInline, leave: usize) {
     a.emit(0x9b00_7c00 | X3 << 16 | X2 << 5 | X4); // mul x4, x2, x3
     a.emit(0x9b40_7c00 | X3 << 16 | X2 << 5 | X3); // smulh x3, x2, x3
     a.emit(0x93c0_0000 | X4 << 16 | TSC_SHIFT << 10 | X3 << 5 | X2); // extr x2, x3, x4, #TSC_SHIFT
-                                                                     // x3 = this thread's copy: region + index × row + copy.
+
+    // x3 = this thread's copy: region + index × row + copy.
     a.ldr32(X3, X17, offset_of!(ThreadSlot, index) as u32);
     a.mov32(X4, st.row);
     a.emit(0x9ba0_0000 | X4 << 16 | X0 << 10 | X3 << 5 | X3); // umaddl x3, w3, w4, x0
@@ -1203,5 +1229,27 @@ mod tests {
         // Back through x30 = the return address, stored at SavedRegs' x30.
         assert_eq!(*w.last().unwrap(), 0xd65f_03c0);
         assert!(w.contains(&(0xf940_03fe | 30 << 10)));
+    }
+
+    #[test]
+    fn clock_only_trampolines_save_their_calls_registers_only_around_them() {
+        let inl = SpanInline { probe: 2, flush: 0x5600, spans_off: 0x10_0000, stride: 4096, batch: 64 };
+        let so = ClockOnly {
+            probe: 2,
+            work: Timed::Span(inl),
+            handler: 0x5500,
+            enter_clobbers: 1 << 7,
+            push_clobbers: 1 << 9,
+            pop_clobbers: 1 << 12,
+        };
+        let stores = |r: u32| 0xf900_03e0 | r << 10 | r;
+        let e = entry(Some(0), true, false);
+        let w = words(&clock_entry_prefix(&e, &so).unwrap());
+        assert_eq!(moved(&w, 1, false), lean_entry_used(true) & CALLER_SAVED);
+        assert!(w.contains(&stores(9)), "x9 around rt_ret_push");
+        let w = words(&clock_return_trampoline(0, 0x7000_0000, 88, 0x5400, &e.shadow, &so).unwrap());
+        assert_eq!(moved(&w, 1, false), 0b1_1111 | 1 << X16 | 1 << X17);
+        // Around rt_ret_pop and rt_span_flush.
+        assert_eq!(w.iter().filter(|&&x| x == stores(12)).count(), 2);
     }
 }

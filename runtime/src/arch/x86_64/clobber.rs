@@ -82,7 +82,7 @@ impl<'a> Clobbers<'a> {
     }
 
     fn decode(&self, start: u32) -> Option<(RegMask, Vec<u32>)> {
-        let sym = self.symbols.iter().find(|s| s.offset == start)?;
+        let sym = self.symbols.iter().find(|s| s.offset == start && s.size > 0)?;
         let (lo, hi) = (sym.offset as u64, sym.offset as u64 + sym.size as u64);
         let bytes = self.code.get(lo as usize..hi as usize)?;
         let mut dec = Decoder::with_ip(64, bytes, lo, DecoderOptions::NONE);
