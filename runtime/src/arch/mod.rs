@@ -10,7 +10,9 @@
 //!   (`jmp_rel32`), the crash handler's stub and `rt_sigreturn` sequence;
 //! * `trampoline`: the trampoline builders (entry, return, clock-only,
 //!   the `.itrace` gate);
-//! * `clobber`: which registers a call into the compiled blob can change;
+//! * `clobber`: which registers a call into the compiled blob can change
+//!   (its reading of one function; the closure over calls is shared:
+//!   `clobbers.rs`);
 //! * the ptrace register file (`Regs` and its accessors), the system-call
 //!   and function-call setups for injected calls, the trap instruction, the
 //!   cycle counter (`clock`), the instruction boundaries of a byte range.
@@ -21,6 +23,7 @@
 //! file itself (which register is which word) comes from telco-abi's
 //! table (`telco_abi::arch`).
 
+pub mod clobbers;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;
 

@@ -19,8 +19,7 @@
 //! with `-mgeneral-regs-only`, and Cranelift's integer code uses none), or
 //! writes a system register.
 
-use std::collections::{BTreeSet, HashMap};
-use telco_abi::artifact::Symbol;
+use crate::arch::clobbers::{Function, Isa};
 use yaxpeax_arm::armv8::a64::{Opcode, Operand};
 
 pub use telco_abi::arch::aarch64::{RegMask, CALLER_SAVED};
@@ -30,49 +29,17 @@ pub use telco_abi::arch::aarch64::{RegMask, CALLER_SAVED};
 /// x30), x0 (`svc`: the kernel's result), x16 and x17 (the `…1716` hints).
 pub const IMPLICIT: RegMask = 1 << 0 | 1 << 16 | 1 << 17 | 1 << 30;
 
+/// A64's reading of a function.
+pub struct A64;
+
 /// Memoised clobber sets of the functions of one blob.
-pub struct Clobbers<'a> {
-    code: &'a [u8],
-    symbols: &'a [Symbol],
-    own: HashMap<u32, Option<(RegMask, Vec<u32>)>>,
-}
+pub type Clobbers<'a> = crate::arch::clobbers::Clobbers<'a, A64>;
 
-impl<'a> Clobbers<'a> {
-    pub fn new(code: &'a [u8], symbols: &'a [Symbol]) -> Self {
-        Clobbers { code, symbols, own: HashMap::new() }
-    }
+impl Isa for A64 {
+    type Mask = RegMask;
 
-    /// The registers a call to the function at `start` may change, with
-    /// everything it calls; None when that cannot be known.
-    pub fn of(&mut self, start: u32) -> Option<RegMask> {
-        let mut seen = BTreeSet::new();
-        let mut todo = vec![start];
-        let mut mask = 0;
-        while let Some(f) = todo.pop() {
-            if !seen.insert(f) {
-                continue;
-            }
-            let (m, callees) = self.function(f)?;
-            mask |= m;
-            todo.extend(callees.iter().copied());
-        }
-        Some(mask)
-    }
-
-    /// One function's own registers and the functions it branches to.
-    fn function(&mut self, start: u32) -> Option<(RegMask, Vec<u32>)> {
-        if let Some(r) = self.own.get(&start) {
-            return r.clone();
-        }
-        let r = self.decode(start);
-        self.own.insert(start, r.clone());
-        r
-    }
-
-    fn decode(&self, start: u32) -> Option<(RegMask, Vec<u32>)> {
-        let sym = self.symbols.iter().find(|s| s.offset == start && s.size > 0)?;
-        let (lo, hi) = (u64::from(sym.offset), u64::from(sym.offset) + u64::from(sym.size));
-        let bytes = self.code.get(lo as usize..hi as usize)?;
+    fn decode(f: &Function) -> Option<(RegMask, Vec<u32>)> {
+        let (bytes, lo, hi) = (f.bytes, f.lo, f.hi);
         let mut mask: RegMask = IMPLICIT;
         let mut callees = Vec::new();
         for (k, w) in bytes.chunks_exact(4).enumerate() {
@@ -118,9 +85,7 @@ impl<'a> Clobbers<'a> {
                         // (a call, or a tail call).
                         let t = at.wrapping_add(d as u64);
                         if !(lo..hi).contains(&t) {
-                            let t = u32::try_from(t).ok()?;
-                            self.symbols.iter().find(|s| s.offset == t)?;
-                            callees.push(t);
+                            callees.push(f.callee(t)?);
                         }
                     }
                     _ => {}
@@ -144,6 +109,7 @@ fn named(r: u16) -> RegMask {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use telco_abi::artifact::Symbol;
 
     /// A blob of functions given as words.
     fn blob(funcs: &[&[u32]]) -> (Vec<u8>, Vec<Symbol>) {

@@ -11,9 +11,8 @@
 //! symbol covers, or touches a vector, x87 or mask register (trampolines
 //! never save those).
 
+use crate::arch::clobbers::{Function, Isa};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory, OpAccess, Register};
-use std::collections::{BTreeSet, HashMap};
-use telco_abi::artifact::Symbol;
 
 /// Bit `i` stands for word `i` of `SavedRegs` (telco-abi's register
 /// table: rax, rbx, rcx, rdx, rsi, rdi, rbp, rsp, r8 … r15).
@@ -42,49 +41,17 @@ pub fn saved_index(r: Register) -> Option<u32> {
     })
 }
 
+/// x86_64's reading of a function.
+pub struct X64;
+
 /// Memoised clobber sets of the functions of one blob.
-pub struct Clobbers<'a> {
-    code: &'a [u8],
-    symbols: &'a [Symbol],
-    own: HashMap<u32, Option<(RegMask, Vec<u32>)>>,
-}
+pub type Clobbers<'a> = crate::arch::clobbers::Clobbers<'a, X64>;
 
-impl<'a> Clobbers<'a> {
-    pub fn new(code: &'a [u8], symbols: &'a [Symbol]) -> Self {
-        Clobbers { code, symbols, own: HashMap::new() }
-    }
+impl Isa for X64 {
+    type Mask = RegMask;
 
-    /// The registers a call to the function at `start` may change, with
-    /// everything it calls; None when that cannot be known.
-    pub fn of(&mut self, start: u32) -> Option<RegMask> {
-        let mut seen = BTreeSet::new();
-        let mut todo = vec![start];
-        let mut mask = 0;
-        while let Some(f) = todo.pop() {
-            if !seen.insert(f) {
-                continue;
-            }
-            let (m, callees) = self.function(f)?;
-            mask |= m;
-            todo.extend(callees.iter().copied());
-        }
-        Some(mask)
-    }
-
-    /// One function's own writes and the functions it branches to.
-    fn function(&mut self, start: u32) -> Option<(RegMask, Vec<u32>)> {
-        if let Some(r) = self.own.get(&start) {
-            return r.clone();
-        }
-        let r = self.decode(start);
-        self.own.insert(start, r.clone());
-        r
-    }
-
-    fn decode(&self, start: u32) -> Option<(RegMask, Vec<u32>)> {
-        let sym = self.symbols.iter().find(|s| s.offset == start && s.size > 0)?;
-        let (lo, hi) = (sym.offset as u64, sym.offset as u64 + sym.size as u64);
-        let bytes = self.code.get(lo as usize..hi as usize)?;
+    fn decode(f: &Function) -> Option<(RegMask, Vec<u32>)> {
+        let (bytes, lo, hi) = (f.bytes, f.lo, f.hi);
         let mut dec = Decoder::with_ip(64, bytes, lo, DecoderOptions::NONE);
         let mut info = InstructionInfoFactory::new();
         let mut mask: RegMask = 0;
@@ -99,9 +66,7 @@ impl<'a> Clobbers<'a> {
                     let t = ins.near_branch_target();
                     if !(lo..hi).contains(&t) {
                         // A call, or a tail call: it must start a function.
-                        let t = u32::try_from(t).ok()?;
-                        self.symbols.iter().find(|s| s.offset == t)?;
-                        callees.push(t);
+                        callees.push(f.callee(t)?);
                     }
                 }
                 _ => {}
@@ -132,6 +97,7 @@ impl<'a> Clobbers<'a> {
 mod tests {
     use super::*;
     use iced_x86::code_asm::*;
+    use telco_abi::artifact::Symbol;
 
     #[test]
     fn indices_are_the_register_table() {
