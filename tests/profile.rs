@@ -267,7 +267,10 @@ fn python_stacks_go_through_the_interpreter() {
     let py = dir.join("work.py");
     std::fs::write(
         &py,
-        "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nfor _ in range(30):\n    fib(25)\nprint('done')\n",
+        // At least 0.4 s of CPU time whatever the machine's speed: the
+        // sample count follows it (a fixed amount of work gave 194
+        // samples on a faster machine).
+        "import time\n\ndef fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nwhile time.process_time() < 0.4:\n    fib(20)\nprint('done')\n",
     )
     .unwrap();
     let f = dir.join("py.folded");
@@ -315,6 +318,7 @@ fn cxx_frames_are_demangled() {
     std::fs::write(
         &src,
         r#"#include <cstdio>
+#include <ctime>
 namespace geo {
 struct Widget {
     long n;
@@ -328,7 +332,9 @@ struct Widget {
 int main() {
     geo::Widget w{3};
     long s = 0;
-    for (int r = 0; r < 2000; r++) s += w.draw(200000);
+    // At least 0.3 s of CPU time whatever the machine's speed (the
+    // sample count follows it).
+    while (std::clock() < CLOCKS_PER_SEC * 3 / 10) s += w.draw(200000);
     std::printf("done %ld\n", s & 1);
 }
 "#,
