@@ -3,15 +3,16 @@
 //! (`x86_64/trampoline.rs` explains it), in its two kinds:
 //!
 //! * *full*: every register saved, the whole context filled, the runtime
-//!   library called for the thread's slot (`rt_enter`) and the shadow
-//!   stack (`rt_ret_push`, `rt_ret_pop`); for handlers that read `$argN`,
-//!   `register()`, `uaddr()`;
+//!   library called for the shadow stack (`rt_ret_push`, `rt_ret_pop`);
+//!   for handlers that read `$argN`, `register()`, `uaddr()`;
 //! * *lean* (`Entry::lean`, the return trampolines' `lean`): only the
 //!   caller-saved registers that the trampoline and the code it calls
-//!   change (`clobber` reads them off the blob) are saved, the slot is
-//!   found inline (`find_slot`) and the shadow frame pushed and popped
-//!   inline (`push_frame`, `pop_frame`); the runtime library is called
-//!   only off that common path.
+//!   change (`clobber` reads them off the blob) are saved, and the shadow
+//!   frame is pushed and popped inline (`push_frame`, `pop_frame`); the
+//!   runtime library is called only off that common path.
+//!
+//! Both find the thread's slot inline at entry (`find_slot`), `rt_enter`
+//! only off the common path.
 //!
 //! Lean trampolines also time calls themselves, as x86_64's do: a
 //! `--chrome` span (`SpanInline`) or a duration into a statistic
@@ -29,7 +30,7 @@
 //! str  x0..x30 -> SavedRegs        ; sp (as at entry), pc, nzcv too
 //! str  x30 -> [sp, #FRAME-8]       ; the return slot (entry sp - 8)
 //! ...  context: regs, addr, zeros
-//! bl   rt_enter(region)            ; the slot, marked busy, or 0: skip
+//! ...  the slot (tpidr_el0), busy  ; find_slot; else rt_enter(region), 0: skip
 //! bl   handler(region, ctx) ...    ; each entry probe
 //! bl   rt_ret_push(region, ctx, entry sp - 8, return trampoline, probe)
 //! str  ra_saved -> frame.saved      ; if pushed, and x30 is saved elsewhere
@@ -58,10 +59,10 @@
 //!
 //! The function's `ret` lands here with sp as at its entry. The trampoline
 //! saves every register (lean: those it and its calls change; `$return`
-//! is x0), asks `rt_ret_pop` for the
-//! original return address (its pointer-authentication code stripped with
-//! `xpaclri`, a no-op on a core without it) and the probe, calls the
-//! handler, restores the registers with x30 = the original return address,
+//! is x0), pops the thread's top shadow frame for the original return
+//! address (inline, `pop_frame`; `rt_ret_pop` off the common path; its
+//! pointer-authentication code stripped with `xpaclri`, a no-op on a core
+//! without it) and the probe, calls the handler, restores the registers with x30 = the original return address,
 //! and `ret`s: no other register changes (x30 holds the return address
 //! after any return).
 //!
@@ -466,15 +467,7 @@ fn entry_with(e: &Entry, around: RegMask) -> Result<Vec<u8>, AsmError> {
     let done = a.label();
     let have = a.label();
     let slow = a.label();
-    if saved.is_some() {
-        find_slot(&mut a, &e.shadow, slow);
-    } else {
-        a.bind(slow);
-        a.mov64(X0, e.region);
-        a.call(e.enter);
-        a.branch(0xb400_0000 | X0, done, Kind::Imm19); // cbz x0, done
-        a.emit(0xaa00_03f1); // mov x17, x0
-    }
+    find_slot(&mut a, &e.shadow, slow);
     a.bind(have);
     a.str64(X17, SP, ctx(core::mem::offset_of!(Ctx, slot)));
     for &(handler, probe) in &e.handlers {
@@ -565,23 +558,22 @@ fn entry_with(e: &Entry, around: RegMask) -> Result<Vec<u8>, AsmError> {
     if let Some((wait, func)) = e.itrace {
         itrace_gate(&mut a, e.region, wait, func);
     }
-    if let Some(saved) = saved {
-        // Not the common case: rt_enter finds (or claims) the slot, or
-        // says skip; what it may change beyond the saved registers (and
-        // x0, x17, set here) is saved around the call.
-        let extra = CALLER_SAVED & !saved & !(1 << X0 | 1 << X17);
-        let after = a.label();
-        a.branch(0x1400_0000, after, Kind::B26);
-        a.bind(slow);
-        store_mask(&mut a, extra);
-        a.mov64(X0, e.region);
-        a.call(e.enter);
-        load_mask(&mut a, extra);
-        a.emit(0xaa00_03f1); // mov x17, x0
-        a.branch(0xb500_0000 | X0, have, Kind::Imm19); // cbnz x0, have
-        a.branch(0x1400_0000, done, Kind::B26);
-        a.bind(after);
-    }
+    // Not the common case: rt_enter finds (or claims) the slot, or says
+    // skip. A lean trampoline saves what it may change beyond the saved
+    // registers (and x0, x17, set here) around the call; a full one has
+    // saved everything.
+    let extra = saved.map_or(0, |saved| CALLER_SAVED & !saved & !(1 << X0 | 1 << X17));
+    let after = a.label();
+    a.branch(0x1400_0000, after, Kind::B26);
+    a.bind(slow);
+    store_mask(&mut a, extra);
+    a.mov64(X0, e.region);
+    a.call(e.enter);
+    load_mask(&mut a, extra);
+    a.emit(0xaa00_03f1); // mov x17, x0
+    a.branch(0xb500_0000 | X0, have, Kind::Imm19); // cbnz x0, have
+    a.branch(0x1400_0000, done, Kind::B26);
+    a.bind(after);
     a.finish()
 }
 
@@ -795,9 +787,10 @@ fn returns(
     }
     let around = saved.map_or(0, |saved| around & CALLER_SAVED & !saved & !(1 << LR));
     let popped = a.label();
-    if saved.is_some() {
-        // rt_ret_pop's common case inline: the thread's slot at the first
-        // place (not busy), its top frame this very call's.
+    {
+        // rt_ret_pop's common case inline (lean or full): the thread's
+        // slot at the first place (not busy), its top frame this very
+        // call's.
         use telco_abi::region::ThreadSlot;
         let slow = a.label();
         let undo = a.label();
@@ -1203,13 +1196,13 @@ mod tests {
     }
 
     #[test]
-    fn falling_through_a_lean_entry_leaves_at_its_end() {
+    fn falling_through_an_entry_leaves_at_its_end() {
         // The slow path follows the trampoline's common path: the word
         // after sp is put back branches over it, to where the relocated
         // instruction goes.
         let frame = frame_size(88);
-        for returns in [false, true] {
-            let w = words(&entry_prefix(&entry(Some(0), returns, false)).unwrap());
+        for (lean, returns) in [(Some(0), false), (Some(0), true), (None, false), (None, true)] {
+            let w = words(&entry_prefix(&entry(lean, returns, false)).unwrap());
             let add_sp = 0x9100_03ff | frame << 10;
             let k = w.iter().rposition(|&x| x == add_sp).unwrap();
             let b = w[k + 1];
