@@ -63,9 +63,10 @@
 //! instructions *called*: the function sees the stack it would have,
 //! returns into the trampoline, and both its `ret` and the return
 //! trampoline's are predicted (the return-stack buffer stays balanced).
-//! A return trampoline pops the frame (`rt_ret_pop`), calls the return
-//! handlers (`$return` is rax), and returns with `ret` through the slot it
-//! wrote the original address back into: no register is used for the jump.
+//! A return trampoline pops the frame (inline, `rt_ret_pop` off the
+//! common path), calls the return handlers (`$return` is rax), and
+//! returns with `ret` through the slot it wrote the original address back
+//! into: no register is used for the jump.
 //! Lean return probes get a return trampoline of their own that calls their
 //! handlers directly; a code region's shared one (a table by probe index)
 //! serves the full ones. `.itrace` functions are jumped to with the return
@@ -962,9 +963,10 @@ pub fn return_trampoline(
         }
     };
     let mut popped = a.create_label();
-    if lean.is_some() {
-        // rt_ret_pop's common case inline: the thread's slot at the first
-        // place (not busy), its top frame this very call's.
+    {
+        // rt_ret_pop's common case inline (lean or full): the thread's
+        // slot at the first place (not busy), its top frame this very
+        // call's.
         use telco_abi::region::{ShadowFrame, ThreadSlot, SHADOW_FRAME_HEADER};
         let mut slow = a.create_label();
         let mut undo = a.create_label();
