@@ -431,7 +431,7 @@ pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarg
 ///
 /// Returns the bytes.
 pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u8>, Refusal> {
-    relocate_mapped(original, from, len, to).map(|(bytes, _, _)| bytes)
+    relocate_mapped(original, from, len, to).map(|r| r.bytes)
 }
 
 /// Where the copy [`relocate`] makes at `to` has the instruction that
@@ -440,7 +440,7 @@ pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u
 /// order, without a single step. None for a `pc` that starts no
 /// instruction there.
 pub fn relocated_pc(original: &[u8], from: u64, len: usize, to: u64, pc: u64) -> Option<u64> {
-    let (_, map, _) = relocate_mapped(original, from, len, to).ok()?;
+    let map = relocate_mapped(original, from, len, to).ok()?.map;
     map.into_iter().find(|&(ip, _)| ip == pc).map(|(_, at)| at)
 }
 
@@ -461,10 +461,8 @@ pub struct CopyMap {
 /// unwinder in the copy takes each instruction for its original
 /// (`crate::owncode`).
 pub fn relocate_with_map(original: &[u8], from: u64, len: usize, to: u64) -> Result<(Vec<u8>, CopyMap), Refusal> {
-    let (bytes, map, jmp) = relocate_mapped(original, from, len, to)?;
+    let Mapped { bytes, map, jmp, starts } = relocate_mapped(original, from, len, to)?;
     let back = from.wrapping_add(len as u64);
-    let starts: std::collections::HashSet<u64> =
-        Decoder::with_ip(64, &original[..len], from, DecoderOptions::NONE).into_iter().map(|i| i.ip()).collect();
     let mut out = CopyMap::default();
     for &(ip, at) in &map {
         if starts.contains(&ip) {
@@ -480,15 +478,22 @@ pub fn relocate_with_map(original: &[u8], from: u64, len: usize, to: u64) -> Res
     Ok((bytes, out))
 }
 
+/// What [`relocate_mapped`] gives.
+struct Mapped {
+    /// The copy.
+    bytes: Vec<u8>,
+    /// (original address, copy's address) of each instruction encoded,
+    /// the emulated call's several among them.
+    map: Vec<(u64, u64)>,
+    /// Where the jump back is.
+    jmp: u64,
+    /// The original instructions' addresses.
+    starts: std::collections::HashSet<u64>,
+}
+
 /// [`relocate`], with each instruction's original address and its copy's,
 /// and where the jump back is.
-#[allow(clippy::type_complexity)]
-fn relocate_mapped(
-    original: &[u8],
-    from: u64,
-    len: usize,
-    to: u64,
-) -> Result<(Vec<u8>, Vec<(u64, u64)>, u64), Refusal> {
+fn relocate_mapped(original: &[u8], from: u64, len: usize, to: u64) -> Result<Mapped, Refusal> {
     let bad = |why: String| Refusal::BadRange { from, len, why };
     if len == 0 {
         return Err(bad("the range is empty".to_string()));
@@ -511,6 +516,7 @@ fn relocate_mapped(
         instrs.push(ins);
     }
     check_displaced(&instrs, from, len, from)?;
+    let starts = instrs.iter().map(|i| i.ip()).collect();
     let instrs = call_from_the_original(instrs, from.wrapping_add(len as u64));
 
     let encoded = BlockEncoder::encode(
@@ -540,7 +546,7 @@ fn relocate_mapped(
             bytes.extend_from_slice(&back.to_le_bytes());
         }
     }
-    Ok((bytes, map, at))
+    Ok(Mapped { bytes, map, jmp: at, starts })
 }
 
 /// A call that ends the displaced instructions (`push rbx; call f` is a
