@@ -355,12 +355,17 @@ fn save_all(a: &mut Asm, frame: u32, pc: Option<u64>) {
 
 /// Every register back from the block (the flags through x16 first).
 fn restore_all(a: &mut Asm) {
+    restore_all_but_lr(a);
+    a.ldr64(LR, SP, 8 * LR);
+}
+
+/// [`restore_all`] but x30, which the caller loads from elsewhere.
+fn restore_all_but_lr(a: &mut Asm) {
     a.ldr64(X16, SP, 8 * regs::PSTATE as u32);
     a.emit(0xd51b_4200 | X16); // msr nzcv, x16
     for r in (0..30).step_by(2) {
         a.ldp64(r, r + 1, SP, 8 * r);
     }
-    a.ldr64(LR, SP, 8 * LR);
 }
 
 /// x0–x30 into the SavedRegs block at [sp], in pairs.
@@ -533,18 +538,20 @@ fn entry_with(e: &Entry, around: RegMask) -> Result<Vec<u8>, AsmError> {
     }
     leave_slot(&mut a);
     a.bind(done);
+    // x30 from the return slot (the return trampoline where a frame was
+    // pushed) where there is one, not also from SavedRegs.
+    let lr_from_slot = saved.is_none() || !e.returns.is_empty();
     match saved {
-        None => restore_all(&mut a),
+        None => restore_all_but_lr(&mut a),
         Some(saved) => {
             if e.inside {
                 a.ldr64(X16, SP, 8 * regs::PSTATE as u32);
                 a.emit(0xd51b_4200 | X16); // msr nzcv, x16
             }
-            load_mask(&mut a, saved);
+            load_mask(&mut a, if lr_from_slot { saved & !(1 << LR) } else { saved });
         }
     }
-    // x30: the return trampoline where a frame was pushed.
-    if saved.is_none() || !e.returns.is_empty() {
+    if lr_from_slot {
         a.ldr64(LR, SP, ret_slot);
     }
     a.add_imm(SP, SP, frame, false);
