@@ -282,6 +282,8 @@ impl crate::recorder::Isa for A64 {
     fn link_register(regs: &A64Regs) -> Option<u64> {
         Some(regs.lr)
     }
+
+    const LINK_IN_RECORD: bool = true;
 }
 
 #[cfg(test)]

@@ -42,6 +42,10 @@ pub trait Isa {
     /// The link register's value, where the machine has one (aarch64's
     /// x30); None where the recorder tracks return addresses itself.
     fn link_register(regs: &Self::Regs) -> Option<u64>;
+    /// Whether a replayed record's values start with the link register's
+    /// (a machine register the block tracer stores: aarch64's x30), or
+    /// leave it to the recorder (x86_64's `ra`, which it tracks).
+    const LINK_IN_RECORD: bool = false;
 }
 
 /// x86_64.
@@ -493,7 +497,9 @@ impl<W: Write, I: Isa> IsaRecorder<W, I> {
     }
 
     /// [`Recorder::replay`] with the values as they lie in memory (`u64`s,
-    /// little-endian), copied into the record as they are.
+    /// little-endian), copied into the record as they are. Where the link
+    /// register is a machine register ([`Isa::LINK_IN_RECORD`]) the values
+    /// start with its value at the block's entry: every write's value.
     pub fn replay_raw(&mut self, block: &X64Block, values: &[u8]) -> Result<(), RecordError> {
         if !self.started {
             return Err(RecordError::NotStarted("replay"));
@@ -547,12 +553,13 @@ impl<W: Write, I: Isa> IsaRecorder<W, I> {
             let mut head = [0u8; 16];
             head[..8].copy_from_slice(&pc.to_le_bytes());
             head[8..].copy_from_slice(&self.ra.last().copied().unwrap_or(0).to_le_bytes());
-            let want = last.values.saturating_sub(8);
+            let (head, want) =
+                if I::LINK_IN_RECORD { (&head[..8], last.values) } else { (&head[..], last.values.saturating_sub(8)) };
             if values.len() >= want {
-                self.writer.record_parts(&[&head, &values[..want]])?;
+                self.writer.record_parts(&[head, &values[..want]])?;
             } else {
                 let pad = vec![0u8; want - values.len()];
-                self.writer.record_parts(&[&head, values, &pad])?;
+                self.writer.record_parts(&[head, values, &pad])?;
             }
             self.stats.records += 1;
             self.stats.bytes = self.writer.len();

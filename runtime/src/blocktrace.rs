@@ -1,5 +1,6 @@
 //! `.itrace` at block speed: the tracer's side of the in-target block
-//! tracer (`arch::x86_64::blocks` writes its code).
+//! tracer (`arch::x86_64::blocks` and `arch::aarch64::blocks` write its
+//! code, `arch::blocks` holds what both share).
 //!
 //! A pool of arenas (code cache, data, buffer), one memfd mapped in the
 //! target (code parts read and execute only) and here, is created at the
@@ -29,7 +30,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use telco_abi::region::{self as abi, ItraceSlot};
 use telco_itrc::x64::X64Block;
-use telco_itrc::{Recorder, RecorderConfig};
+use telco_itrc::{Isa, IsaRecorder, RecorderConfig};
+
+type ItrcIsa = crate::arch::native::ItrcIsa;
+type Recorder<W> = IsaRecorder<W, ItrcIsa>;
 
 pub const ARENAS: usize = 8;
 pub const CODE_SIZE: u64 = 32 << 20;
@@ -101,6 +105,8 @@ struct Arena {
     stubs: Stubs,
     state: ArenaState,
     code_next: u64,
+    /// Where translations start: past the stubs.
+    code_start: u64,
     slot_next: u64,
     /// Real address → translation.
     done: HashMap<u64, u64>,
@@ -120,7 +126,7 @@ struct Arena {
     rec: Option<Recorder<BufWriter<File>>>,
     /// The registers at the call's entry and its return address, for
     /// `itrace:start` once the prologue has stored the vector registers.
-    pending_start: Option<(telco_itrc::x64::X64Regs, u64)>,
+    pending_start: Option<(crate::arch::native::Regs, u64)>,
     path: PathBuf,
     name: String,
 }
@@ -216,6 +222,7 @@ impl Server {
                 stubs,
                 state: ArenaState::Free,
                 code_next: (addrs.code + code.len() as u64).next_multiple_of(16),
+                code_start: (addrs.code + code.len() as u64).next_multiple_of(16),
                 slot_next: addrs.at(ctl::SLOTS),
                 done: HashMap::new(),
                 waiting: HashMap::new(),
@@ -349,9 +356,15 @@ impl Server {
         crate::arch::native::load_saved(&mut regs, &words);
         crate::arch::native::set_pc(&mut regs, f.patch_at);
         let sp = crate::arch::native::sp(&regs);
-        let mut ret = [0u8; 8];
-        self.mem.read_exact_at(&mut ret, sp).map_err(|e| format!("reading the return address: {e}"))?;
-        let ret = u64::from_le_bytes(ret);
+        let mem = &self.mem;
+        let read = |at: u64| {
+            let mut w = [0u8; 8];
+            mem.read_exact_at(&mut w, at).ok().map(|()| u64::from_le_bytes(w))
+        };
+        let ret = crate::arch::native::return_address(&regs, &read).ok_or("cannot read the return address")?;
+        // As the function's return goes there (authenticated, where x30
+        // was signed).
+        let ret = blocks::strip_return(ret);
         self.report.calls += 1;
         let path = self.file(self.report.calls);
         let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
@@ -367,7 +380,7 @@ impl Server {
         unsafe {
             std::ptr::write_bytes(pool_local(a.addrs.table), 0, (blocks::TABLE_ENTRIES * blocks::TABLE_ENTRY) as usize)
         };
-        a.code_next = a.stubs.leave.next_multiple_of(16) + 16;
+        a.code_next = a.code_start;
         a.slot_next = a.addrs.at(ctl::SLOTS);
         a.done.clear();
         a.waiting.clear();
@@ -418,7 +431,7 @@ impl Server {
         put32(ctl::LEFT, 0);
         a.acked = gen;
         a.rec = Some(rec);
-        a.pending_start = Some((crate::arch::native::itrc_regs(&regs), ret));
+        a.pending_start = Some((regs, ret));
         a.path = path;
         a.name = f.name.clone();
         a.state = ArenaState::Busy;
@@ -450,7 +463,8 @@ impl Server {
     /// Translate the block at `addr` (again, if its code changed: the table
     /// entry then takes the new translation).
     fn translate_new(&mut self, i: usize, addr: u64, traced: &[Traced]) -> Result<u64, String> {
-        let block = telco_itrc::x64::read_block(addr, &mut |a, buf| read_code(&self.mem, traced, a, buf));
+        let mut block = ItrcIsa::read_block(addr, &mut |a, buf| read_code(&self.mem, traced, a, buf));
+        blocks::fit(&mut block);
         if block.insns.is_empty() {
             return Err(format!("no instruction decodes at {addr:#x}"));
         }
@@ -473,6 +487,7 @@ impl Server {
         let local = move |x: u64| v.at(x);
         // SAFETY: inside the arena's code part (checked above).
         unsafe { std::ptr::copy_nonoverlapping(tr.code.as_ptr(), local(at), tr.code.len()) };
+        let written = (local(at), tr.code.len());
         a.code_next = (at + tr.code.len() as u64).next_multiple_of(16);
         // Exit slots: the translation when there is one, else the thunk.
         a.thunks.extend(initial.iter().copied());
@@ -483,6 +498,9 @@ impl Server {
                 a.waiting.entry(*target).or_default().push(*slot);
             }
         }
+        // The code (and on aarch64 its exit slots) as the thread will
+        // fetch it.
+        blocks::code_written(written.0, written.1);
         // The block's bytes as they are in memory now (our jumps
         // included): the dispatcher compares them before each use.
         let size = block.size() as u64;
@@ -647,12 +665,10 @@ impl Server {
     fn ensure_started(&mut self, i: usize) {
         let v = self.pool.view();
         let a = &mut self.arenas[i];
-        let Some((mut regs, ret)) = a.pending_start.take() else { return };
-        for (n, y) in regs.ymm.iter_mut().enumerate() {
-            // SAFETY: inside the arena's data part.
-            let at = unsafe { std::slice::from_raw_parts(v.at(a.addrs.at(ctl::START_VEC + 32 * n as u64)), 32) };
-            y.copy_from_slice(at);
-        }
+        let Some((regs, ret)) = a.pending_start.take() else { return };
+        // SAFETY: inside the arena's data part.
+        let vectors = unsafe { std::slice::from_raw_parts(v.at(a.addrs.at(ctl::START_VEC)), blocks::START_VEC_BYTES) };
+        let regs = blocks::start_regs(&regs, vectors);
         if let Some(rec) = a.rec.as_mut() {
             if let Err(e) = rec.start(&regs, ret) {
                 self.report.warnings.push(format!("{}: {e}", a.path.display()));
@@ -686,8 +702,7 @@ impl Server {
                             Some(format!("a record names {addr:#x}, not a block of this trace: the rest was dropped"));
                         break;
                     };
-                    let n: usize =
-                        block.insns.iter().flat_map(|i| i.writes.iter()).map(|&w| telco_itrc::x64::value_size(w)).sum();
+                    let n = blocks::record_values(block);
                     last = Some((addr, block, n));
                     (block, n)
                 }

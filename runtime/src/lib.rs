@@ -20,7 +20,6 @@
 //!   the session died).
 
 pub mod arch;
-#[cfg(target_arch = "x86_64")]
 pub mod blocktrace;
 pub mod chrome;
 pub mod crash;

@@ -242,7 +242,6 @@ pub struct Armed {
 }
 
 /// The block tracer's thread (`blocktrace.rs`) and its pool.
-#[cfg(target_arch = "x86_64")]
 struct BlockTracing {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<crate::blocktrace::Server>>,
@@ -254,30 +253,6 @@ struct BlockTracing {
     done: Option<(crate::blocktrace::Report, u64)>,
 }
 
-/// No block tracer on this architecture yet (issue 18): never made.
-#[cfg(not(target_arch = "x86_64"))]
-enum BlockTracing {}
-
-#[cfg(not(target_arch = "x86_64"))]
-impl BlockTracing {
-    fn finish(&mut self) {
-        match *self {}
-    }
-
-    fn traced(&self) -> &std::sync::Mutex<Vec<crate::itrace::Traced>> {
-        match *self {}
-    }
-
-    fn ranges(&self) -> (&[(u64, u64)], (u64, u64)) {
-        match *self {}
-    }
-
-    fn take_report(&mut self) -> Option<(u64, u64, std::time::Duration, u64, Vec<String>)> {
-        match *self {}
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
 impl BlockTracing {
     /// The traced functions the thread translates.
     fn traced(&self) -> &std::sync::Mutex<Vec<crate::itrace::Traced>> {
@@ -318,7 +293,6 @@ impl BlockTracing {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 impl Drop for BlockTracing {
     fn drop(&mut self) {
         self.finish();
@@ -2508,14 +2482,6 @@ impl Armed {
             }
             shstk
         };
-        // No block tracer on aarch64 yet: its calls are single-stepped.
-        let step = step || {
-            let ported = cfg!(target_arch = "x86_64");
-            if !ported {
-                self.warnings.push(format!(".itrace calls are single-stepped on {} (no block tracer yet)", arch::NAME));
-            }
-            !ported
-        };
         if step {
             let slots = (a.itrace_off, a.itrace_slots, a.region_size);
             self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, slots, path, max_calls)?);
@@ -2525,12 +2491,6 @@ impl Armed {
     }
 
     /// `.itrace` by the block tracer (`itrace_to`).
-    #[cfg(not(target_arch = "x86_64"))]
-    fn block_tracer(&mut self, _path: &std::path::Path, _max_calls: u64) -> std::io::Result<()> {
-        Err(std::io::Error::other("internal error: no block tracer on this architecture"))
-    }
-
-    #[cfg(target_arch = "x86_64")]
     fn block_tracer(&mut self, path: &std::path::Path, max_calls: u64) -> std::io::Result<()> {
         let a = &self.hooker.artifact;
         use crate::blocktrace as bt;

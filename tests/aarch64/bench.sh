@@ -26,4 +26,21 @@ row "duration into @hist_log" $T -e 'global h probe process.function("work").ret
 probe end { print(@hist_log(h)) }' -c "./a64 bench $N"
 row "--chrome span" $T --chrome /tmp/bench.json -e 'probe process.function("work") {}' -c "./a64 bench $N"
 rm -f /tmp/bench.json
+
+# .itrace: one call of shapes' spin(N) (5 instructions an iteration),
+# timed by the program, untraced, by the block tracer (the default) and
+# single-stepped (--itrace-step, on a call 100 times shorter).
+I=${I:-200000}
+ms() { "$@" 2>/dev/null | sed -n 's/^call \([0-9.]*\) ms.*/\1/p'; }
+mmedian() { for i in 1 2 3; do ms "$@"; done | sort -n | sed -n 2p; }
+echo "BENCH"
+echo "BENCH | one call of spin(N) | N | ms | instructions per second | slowdown |"
+echo "BENCH |---|---|---|---|---|"
+u=$(mmedian ./shapes timed $I)
+echo "$u" | awk -v n=$I '{ printf "BENCH | untraced | %d | %.1f | — | 1 |\n", n, $1 }'
+b=$(mmedian $T --itrc /tmp/bench.itrc -e 'probe process.function("spin").itrace {}' -c "./shapes timed $I")
+echo "$b $u" | awk -v n=$I '{ printf "BENCH | block tracer (in the target) | %d | %.1f | %.2f M | %.0f× |\n", n, $1, 5 * n / $1 / 1e3, $1 / $2 }'
+s=$(ms $T --itrace-step --itrc /tmp/bench.itrc -e 'probe process.function("spin").itrace {}' -c "./shapes timed $((I / 100))")
+echo "$s $u" | awk -v n=$((I / 100)) '{ printf "BENCH | single-stepper (--itrace-step) | %d | %.1f | %.3f M | — |\n", n, $1, 5 * n / $1 / 1e3 }'
+rm -f /tmp/bench.itrc*
 echo "GUEST: bench done"

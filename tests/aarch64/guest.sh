@@ -123,6 +123,80 @@ lat_check "durations timed by the trampolines (200 us calls)" spin "spin 50" 50 
 rm -f fib.itrc*
 want=$(./a64 fib 10)
 check ".itrace writes" "$want" $T --itrc fib.itrc -e 'probe process.function("fib").itrace {}' -c "./a64 fib 10"
+# ... by the block tracer, in the target: no warning (single-stepping
+# would say so).
+if grep -q WARNING err.txt; then bad ".itrace by the block tracer" "no warning" "$(cat err.txt)"; else
+    ok ".itrace by the block tracer"; fi
+
+# The block tracer against the single-stepper on the same calls (loops,
+# recursion, a jump table reading global data, memset/strlen and a `svc`,
+# indirect calls, a loop back to the entry, whose branch the probe
+# retargets, Advanced SIMD arithmetic): the ITRC files are byte for byte
+# the same (same blocks, records and values; the address space's
+# randomisation off, so both runs see the same addresses), the program
+# prints what it prints untraced, and the file reaches its end.
+# itr NAME N [OPTIONS...]: trace one call of `shapes NAME N` into
+# bt-NAME.itrc; $i_out its output, $i_rc its status, $i_end its dump's
+# last line (err.txt its stderr).
+itr() {
+    i_name=$1; i_n=$2; shift 2
+    rm -f "bt-$i_name.itrc"*
+    i_out=$(timeout 300 $T "$@" --itrc "bt-$i_name.itrc" -e "probe process.function(\"$i_name\").itrace {}" \
+        -c "./shapes $i_name $i_n" 2>err.txt); i_rc=$?
+    i_end=$($T itrc-dump "bt-$i_name.itrc" 2>&1 | tail -1)
+}
+echo 0 > /proc/sys/kernel/randomize_va_space
+for s in "loops 20" "fib 12" "table 40" "strings 30" "indirect 20" "entry_loop 5" "vectors 9"; do
+    set -- $s
+    want=$(./shapes $1 $2)
+    itr $1 $2 --itrace-step
+    mv "bt-$1.itrc" "bt-$1.step"
+    itr $1 $2
+    got="$i_rc $i_out $(cmp -s "bt-$1.itrc" "bt-$1.step" && echo same) ${i_end##*, }"
+    if [ "$got" = "0 $want same end reached" ] && ! grep -q WARNING err.txt; then ok "block tracer = single-stepper ($1)"
+    else bad "block tracer = single-stepper ($1)" "0 $want same end reached" "$got"; fi
+    rm -f "bt-$1.itrc" "bt-$1.step"
+done
+echo 2 > /proc/sys/kernel/randomize_va_space
+
+# itr_check NAME N WANT: the call traced to its end, printing WANT, with no
+# warning.
+itr_check() {
+    itr "$1" "$2"
+    got="$i_rc $i_out ${i_end##*, }"
+    if [ "$got" = "0 $3 end reached" ] && ! grep -q WARNING err.txt; then ok "$4"; else bad "$4" "0 $3 end reached" "$got"; fi
+}
+# A signal inside the traced call: its handler runs natively and returns
+# into the code cache (the handler ran once: 190 + 1).
+itr_check signalled 20 191 "block tracer: a signal inside the call"
+# A fork inside the call (glibc's `clone` svc in the cache): the child
+# leaves the cache at once and exits with its own result, the parent's
+# trace goes on to the return.
+itr_check forked 10 "$(./shapes forked 10)" "block tracer: a fork inside the call"
+# Code that modifies itself: the dispatcher sees the changed page and
+# translates it anew (a second itrace:compile of its address).
+itr_check rewrite 3 121212 "block tracer: code that modifies itself"
+n=$($T itrc-dump bt-rewrite.itrc | awk '/^compile/ { print $2 }' | sort | uniq -d | wc -l)
+if [ "$n" -ge 1 ]; then ok "block tracer: the changed code compiled again"; else
+    bad "block tracer: the changed code compiled again" "an address compiled twice" "$n"; fi
+# Threads: eight threads call spin once each, eight files, each whole.
+want=$(./shapes threads 1)
+got=$(timeout 300 $T -v --itrc bt-th.itrc -e 'probe process.function("spin").itrace {}' -c "./shapes threads 1" 2>err.txt)
+ends=0
+for f in bt-th.itrc*; do case "$($T itrc-dump "$f" | tail -1)" in *"end reached") ends=$((ends + 1)) ;; esac; done
+calls=$(sed -n 's/^itrace: \([0-9]*\) call(s).*/\1/p' err.txt)
+if [ "$got $calls $ends" = "$want 8 8" ]; then ok "block tracer: 8 threads, a call each"; else
+    bad "block tracer: 8 threads, a call each" "$want 8 8" "$got $calls $ends"; fi
+# A long call: its records pass through the buffer's halves many times;
+# the instructions grow by the loop's 5 per iteration exactly.
+counts=""
+for n in 100000 200000 300000; do
+    itr spin $n -v
+    counts="$counts $(sed -n 's/^itrace: 1 call(s), \([0-9]*\) instructions.*/\1/p' err.txt)${i_end##*, }"
+done
+if [ "$counts" = " 500007end reached 1000007end reached 1500007end reached" ]; then ok "block tracer: long calls whole"
+else bad "block tracer: long calls whole" " 500007end reached 1000007end reached 1500007end reached" "$counts"; fi
+rm -f bt-*
 
 # Variables by name from DWARF: arguments in registers and on the stack.
 want=$(./a64 mixed 100)

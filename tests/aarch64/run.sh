@@ -43,6 +43,7 @@ for v in throw:none throwpac:standard; do
     awk '/<_Z3bigi>:/ { f = 3 } f && f-- && /stp.*x29, x30, \[sp, #-256\]!/ { ok = 1 } END { exit !ok }' <<<"$d" \
         || { echo "big() in ${v%%:*} has no frame record at its bottom" >&2; exit 1; }
 done
+$CC -O2 -g -pthread -o "$SHARE/shapes" "$HERE/programs/shapes.c"
 $CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
 $CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"
 $CC -O2 -g -o "$SHARE/loop" "$HERE/programs/loop.c"

@@ -13,16 +13,21 @@
 //! * `clobber`: which registers a call into the compiled blob can change
 //!   (its reading of one function; the closure over calls is shared:
 //!   `clobbers.rs`);
+//! * `blocks`: the block tracer's translated code and the stubs it shares
+//!   (`.itrace` in the target; the protocol with the tracer is shared:
+//!   `blocks.rs` here);
 //! * the ptrace register file (`Regs` and its accessors), the system-call
 //!   and function-call setups for injected calls, the trap instruction, the
 //!   cycle counter (`clock`), the instruction boundaries of a byte range.
 //!
-//! Pure parts (decode, plan, relocate, trampolines, clobbers) are plain
+//! Pure parts (decode, plan, relocate, trampolines, clobbers, block
+//! translation) are plain
 //! functions of bytes and addresses, tested on every host; aarch64's so far
 //! (`aarch64::patch`) are built on x86_64 too. The register
 //! file itself (which register is which word) comes from telco-abi's
 //! table (`telco_abi::arch`).
 
+pub mod blocks;
 pub mod clobbers;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;

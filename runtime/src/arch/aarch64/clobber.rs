@@ -66,14 +66,9 @@ impl Isa for A64 {
                 _ => {}
             }
             let literal = matches!(i.opcode, Opcode::ADR | Opcode::ADRP | Opcode::LDR | Opcode::LDRSW | Opcode::PRFM);
+            mask |= named_gprs(&i);
             for o in &i.operands {
                 match *o {
-                    Operand::Register(_, r) | Operand::RegisterOrSP(_, r) | Operand::RegShift(_, _, _, r) => {
-                        mask |= named(r)
-                    }
-                    Operand::RegisterPair(_, r) => mask |= named(r) | named(r + 1),
-                    Operand::RegPreIndex(r, _, _) | Operand::RegPostIndex(r, _) => mask |= named(r),
-                    Operand::RegRegOffset(r, s, ..) | Operand::RegPostIndexReg(r, s) => mask |= named(r) | named(s),
                     Operand::SIMDRegister(..)
                     | Operand::SIMDRegisterElements(..)
                     | Operand::SIMDRegisterElementsLane(..)
@@ -94,6 +89,22 @@ impl Isa for A64 {
         }
         Some((mask, callees))
     }
+}
+
+/// The general-purpose registers instruction `i` names (read or written;
+/// sp and the zero register are none).
+pub(super) fn named_gprs(i: &yaxpeax_arm::armv8::a64::Instruction) -> RegMask {
+    let mut mask = 0;
+    for o in &i.operands {
+        match *o {
+            Operand::Register(_, r) | Operand::RegisterOrSP(_, r) | Operand::RegShift(_, _, _, r) => mask |= named(r),
+            Operand::RegisterPair(_, r) => mask |= named(r) | named(r + 1),
+            Operand::RegPreIndex(r, _, _) | Operand::RegPostIndex(r, _) => mask |= named(r),
+            Operand::RegRegOffset(r, s, ..) | Operand::RegPostIndexReg(r, s) => mask |= named(r) | named(s),
+            _ => {}
+        }
+    }
+    mask
 }
 
 /// The mask bit of general-purpose register `r` (31, the zero register or

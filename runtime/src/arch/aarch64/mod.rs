@@ -3,15 +3,21 @@
 //! injected system call or call is set up), beside `x86_64/` with the
 //! same names.
 //!
-//! `patch` (decode, plan, relocate), `trampoline` and `clobber` are pure
-//! and built and tested on every host; the rest is built for aarch64 only.
+//! `patch` (decode, plan, relocate), `trampoline`, `clobber`, `blocks`
+//! (the block tracer's code, but for its cache maintenance), `asm` (the
+//! assembler the last two share) and `sigframe` (the frame `rt_sigreturn`
+//! reads) are pure and built and tested on every host; the rest is built
+//! for aarch64 only.
 
+pub(crate) mod asm;
+pub mod blocks;
 pub mod clobber;
 #[cfg(target_arch = "aarch64")]
 pub mod frames;
 pub mod patch;
 #[cfg(target_arch = "aarch64")]
 pub mod sample;
+pub mod sigframe;
 #[cfg(target_arch = "aarch64")]
 pub mod stub;
 pub mod trampoline;

@@ -137,7 +137,7 @@ fn vector_extension(word: u32) -> bool {
     op0 == 0b0010 || (op0 == 0 && word >> 31 == 1)
 }
 
-fn pc_offset(i: &Instruction) -> Option<i64> {
+pub(super) fn pc_offset(i: &Instruction) -> Option<i64> {
     i.operands.iter().find_map(|o| match o {
         Operand::PCOffset(d) => Some(*d),
         _ => None,

@@ -46,15 +46,8 @@ pub const RETURN_MARKER: i64 = libc::SYS_getpid;
 /// 16-byte registers, fpsr, fpcr), which the resume block needs.
 pub const FP_REGSET: Option<i32> = Some(2);
 
-/// The signal frame's layout (arch/arm64's `struct rt_sigframe`).
-const UC: usize = 128;
-const SIGMASK: usize = UC + 40;
-const MCONTEXT: usize = UC + 176;
-const REGS: usize = MCONTEXT + 8;
-const RESERVED: usize = MCONTEXT + 288;
-const FPSIMD_MAGIC: u32 = 0x4650_8001;
-const FPSIMD_SIZE: usize = 528;
-const FRAME: usize = RESERVED + FPSIMD_SIZE + 16;
+use super::sigframe::*;
+
 /// Bytes the stub uses.
 pub const SIZE: u64 = BLOCK + FRAME as u64;
 

@@ -72,20 +72,14 @@
 use telco_abi::arch::aarch64 as regs;
 use telco_abi::region::{Ctx, CTX_SIZE};
 
+use super::asm::*;
 use super::clobber::{RegMask, CALLER_SAVED};
 use super::patch::{PACIASP, PACIBSP};
 
+pub use super::asm::AsmError;
+
 /// `xpaclri`: a hint (a no-op without pointer authentication).
 const XPACLRI: u32 = 0xd503_20ff;
-
-/// Why a trampoline could not be assembled.
-#[derive(Debug, thiserror::Error)]
-pub enum AsmError {
-    #[error("{0}")]
-    Unsupported(&'static str),
-    #[error("a branch in a trampoline is out of reach")]
-    Reach,
-}
 
 /// What one function's trampoline does (the fields x86_64's has).
 pub struct Entry {
@@ -165,154 +159,6 @@ pub struct ClockOnly {
     pub enter_clobbers: super::clobber::RegMask,
     pub push_clobbers: super::clobber::RegMask,
     pub pop_clobbers: super::clobber::RegMask,
-}
-
-const X0: u32 = 0;
-const X1: u32 = 1;
-const X2: u32 = 2;
-const X3: u32 = 3;
-const X4: u32 = 4;
-const X16: u32 = 16;
-const X17: u32 = 17;
-const LR: u32 = 30;
-/// Register 31 as a base: sp; as data: the zero register.
-const SP: u32 = 31;
-const ZR: u32 = 31;
-
-/// A label: the instruction index it marks once bound, and the branches
-/// waiting for it.
-#[derive(Default)]
-struct Label {
-    at: Option<usize>,
-    uses: Vec<(usize, Kind)>,
-}
-
-#[derive(Clone, Copy)]
-enum Kind {
-    /// `b`: imm26 at bit 0.
-    B26,
-    /// `cbz`/`cbnz`/`b.cond`: imm19 at bit 5.
-    Imm19,
-    /// `adr`: a byte offset, immlo at bit 29, immhi at bit 5.
-    Adr,
-}
-
-/// Instructions being assembled (one word each).
-#[derive(Default)]
-struct Asm {
-    words: Vec<u32>,
-    labels: Vec<Label>,
-}
-
-impl Asm {
-    fn emit(&mut self, w: u32) {
-        self.words.push(w);
-    }
-
-    fn label(&mut self) -> usize {
-        self.labels.push(Label::default());
-        self.labels.len() - 1
-    }
-
-    fn bind(&mut self, l: usize) {
-        self.labels[l].at = Some(self.words.len());
-    }
-
-    fn branch(&mut self, w: u32, l: usize, kind: Kind) {
-        self.labels[l].uses.push((self.words.len(), kind));
-        self.emit(w);
-    }
-
-    fn finish(mut self) -> Result<Vec<u8>, AsmError> {
-        for l in std::mem::take(&mut self.labels) {
-            let at = l.at.ok_or(AsmError::Unsupported("internal error: an unbound label"))?;
-            for (from, kind) in l.uses {
-                let d = at as i64 - from as i64;
-                self.words[from] |= match kind {
-                    Kind::B26 => (d as u32) & 0x03ff_ffff,
-                    Kind::Imm19 => ((d as u32) & 0x7ffff) << 5,
-                    Kind::Adr => {
-                        let b = (4 * d) as u32;
-                        (b & 3) << 29 | ((b >> 2) & 0x7ffff) << 5
-                    }
-                };
-            }
-        }
-        Ok(self.words.iter().flat_map(|w| w.to_le_bytes()).collect())
-    }
-
-    /// `str xt, [xn, #off]` (off a multiple of 8, < 32 KiB).
-    fn str64(&mut self, rt: u32, rn: u32, off: u32) {
-        debug_assert!(off.is_multiple_of(8) && off < 32768);
-        self.emit(0xf900_0000 | (off / 8) << 10 | rn << 5 | rt);
-    }
-
-    fn ldr64(&mut self, rt: u32, rn: u32, off: u32) {
-        debug_assert!(off.is_multiple_of(8) && off < 32768);
-        self.emit(0xf940_0000 | (off / 8) << 10 | rn << 5 | rt);
-    }
-
-    /// `stp xt, xt2, [xn, #off]` (off a multiple of 8, < 512).
-    fn stp64(&mut self, rt: u32, rt2: u32, rn: u32, off: u32) {
-        debug_assert!(off.is_multiple_of(8) && off < 512);
-        self.emit(0xa900_0000 | (off / 8) << 15 | rt2 << 10 | rn << 5 | rt);
-    }
-
-    fn ldp64(&mut self, rt: u32, rt2: u32, rn: u32, off: u32) {
-        debug_assert!(off.is_multiple_of(8) && off < 512);
-        self.emit(0xa940_0000 | (off / 8) << 15 | rt2 << 10 | rn << 5 | rt);
-    }
-
-    /// `str wt, [xn, #off]` (off a multiple of 4, < 16 KiB).
-    fn str32(&mut self, rt: u32, rn: u32, off: u32) {
-        debug_assert!(off.is_multiple_of(4) && off < 16384);
-        self.emit(0xb900_0000 | (off / 4) << 10 | rn << 5 | rt);
-    }
-
-    fn ldr32(&mut self, rt: u32, rn: u32, off: u32) {
-        debug_assert!(off.is_multiple_of(4) && off < 16384);
-        self.emit(0xb940_0000 | (off / 4) << 10 | rn << 5 | rt);
-    }
-
-    /// `add xd, xn, #imm` / `sub` (xn or xd may be sp), imm < 16 MiB.
-    fn add_imm(&mut self, rd: u32, rn: u32, imm: u32, sub: bool) {
-        debug_assert!(imm < 1 << 24);
-        let op = if sub { 0xd100_0000 } else { 0x9100_0000 };
-        let (hi, lo) = (imm >> 12, imm & 0xfff);
-        let mut src = rn;
-        if hi != 0 {
-            self.emit(op | 1 << 22 | (hi & 0xfff) << 10 | src << 5 | rd);
-            src = rd;
-        }
-        if lo != 0 || hi == 0 {
-            self.emit(op | lo << 10 | src << 5 | rd);
-        }
-    }
-
-    /// xd = v (`movz`, then `movk` for each further non-zero half-word).
-    fn mov64(&mut self, rd: u32, v: u64) {
-        self.emit(0xd280_0000 | ((v & 0xffff) as u32) << 5 | rd);
-        for hw in 1..4u32 {
-            let h = ((v >> (16 * hw)) & 0xffff) as u32;
-            if h != 0 {
-                self.emit(0xf280_0000 | hw << 21 | h << 5 | rd);
-            }
-        }
-    }
-
-    /// wd = v.
-    fn mov32(&mut self, rd: u32, v: u32) {
-        self.emit(0x5280_0000 | (v & 0xffff) << 5 | rd);
-        if v >> 16 != 0 {
-            self.emit(0x72a0_0000 | (v >> 16) << 5 | rd);
-        }
-    }
-
-    /// Call the function at `f` (through x16).
-    fn call(&mut self, f: u64) {
-        self.mov64(X16, f);
-        self.emit(0xd63f_0000 | X16 << 5); // blr x16
-    }
 }
 
 /// The registers first, then the context, then a 16-byte top whose upper
@@ -721,11 +567,14 @@ fn pop_frame(a: &mut Asm, sh: &Shadow, ret_slot: u32, undo: usize) {
 /// `rt_itrace_wait(region, regs, func)`. The single-stepper takes the
 /// thread over from that block and never returns here; an untraced call
 /// (declined, or the tracer busy) gets every register back and goes on.
-/// (`rt_itrace_wait`'s other answer, a translated block to go on at, comes
-/// only from the block tracer, which aarch64 does not have yet.)
+/// The block tracer's answer is where to go on instead (its prologue):
+/// every register back, the thread enters the code cache "in transit"
+/// (`blocks.rs`: the program's x16 and x17 pushed, x16 the address).
 fn itrace_gate(a: &mut Asm, region: u64, wait: u64, func: u32) {
     let frame = core::mem::size_of::<regs::SavedRegs>() as u32;
+    debug_assert!(frame >= 8 * 18 + 16 && frame.is_multiple_of(16));
     let resume = a.label();
+    let untraced = a.label();
     a.add_imm(SP, SP, frame, true);
     store_gprs(a);
     a.add_imm(X16, SP, frame, false);
@@ -738,6 +587,26 @@ fn itrace_gate(a: &mut Asm, region: u64, wait: u64, func: u32) {
     a.add_imm(X1, SP, 0, false);
     a.mov32(X2, func);
     a.call(wait);
+    a.branch(0xb400_0000, untraced, Kind::Imm19); // cbz x0, untraced
+                                                  // The code the tracer wrote, fetched anew.
+    a.emit(0xd503_3fdf); // isb
+    a.str64(X0, SP, 8 * regs::PC as u32);
+    // Every register but x16 and x17; then those two where the transit
+    // keeps them (the block's top 16 bytes), x16 = the address.
+    a.ldr64(X16, SP, 8 * regs::PSTATE as u32);
+    a.emit(0xd51b_4200 | X16); // msr nzcv, x16
+    for r in (0..16).step_by(2).chain((18..30).step_by(2)) {
+        a.ldp64(r, r + 1, SP, 8 * r);
+    }
+    a.ldr64(LR, SP, 8 * LR);
+    a.ldr64(X17, SP, 8 * 16);
+    a.ldr64(X16, SP, 8 * regs::PC as u32);
+    a.str64(X17, SP, frame - 16);
+    a.ldr64(X17, SP, 8 * 17);
+    a.str64(X17, SP, frame - 8);
+    a.add_imm(SP, SP, frame - 16, false);
+    a.emit(0xd61f_0200); // br x16
+    a.bind(untraced);
     restore_all(a);
     a.add_imm(SP, SP, frame, false);
     a.bind(resume);
