@@ -217,6 +217,7 @@ impl Server {
             let (code, stubs) = blocks::stubs(&addrs).map_err(|e| std::io::Error::other(e.to_string()))?;
             // SAFETY: the arena's code part is ours to write, CODE_SIZE long.
             unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), pool.local(addrs.code), code.len()) };
+            blocks::code_written(pool.local(addrs.code), code.len());
             arenas.push(Arena {
                 addrs,
                 stubs,

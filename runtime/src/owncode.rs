@@ -58,12 +58,24 @@ pub enum Fp {
     At(i64),
 }
 
+/// Where the frame's return address is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ra {
+    /// At E + k (x86_64: always E - 8; aarch64: where the code saved x30).
+    At(i64),
+    /// In the link register still (aarch64: known in a sample's first
+    /// frame only).
+    Lr,
+    Unknown,
+}
+
 /// From `off` (bytes into its piece) to the next row's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Row {
     pub off: u32,
     pub cfa: Cfa,
     pub fp: Fp,
+    pub ra: Ra,
 }
 
 /// What a piece of our code is.
@@ -109,8 +121,9 @@ pub type Shared = Arc<RwLock<OwnCode>>;
 pub enum Next {
     /// At an instruction about to run (an entry trampoline's site; the
     /// original of a relocated instruction), with this stack pointer and
-    /// frame pointer.
-    At { pc: u64, sp: u64, fp: u64 },
+    /// frame pointer, and the link register where the machine has one and
+    /// it is known (what a function's entry returns through).
+    At { pc: u64, sp: u64, fp: u64, lr: Option<u64> },
     /// At a return address (`pc`), the caller's frame.
     Return { pc: u64, sp: u64, fp: u64 },
     /// At the return address the thread's shadow stack holds for its
@@ -186,7 +199,12 @@ impl OwnCode {
             let i = map.partition_point(|m| m.0 <= h.pc);
             let orig = map.get(i.checked_sub(1)?)?.1;
             let (sp, fp) = (h.sp, h.fp);
-            return Some(if h.is_return { Next::Return { pc: orig, sp, fp } } else { Next::At { pc: orig, sp, fp } });
+            let lr = link(h);
+            return Some(if h.is_return {
+                Next::Return { pc: orig, sp, fp }
+            } else {
+                Next::At { pc: orig, sp, fp, lr }
+            });
         }
         if let Kind::Root = p.kind {
             return Some(Next::Root);
@@ -222,14 +240,31 @@ impl OwnCode {
             // for that return address.
             return (!h.is_return || e > h.sp).then_some(Next::Return { pc: h.pc, sp: e, fp });
         }
+        // The return address (the caller's: an entry trampoline's for the
+        // function about to start).
+        let ra = match row.ra {
+            Ra::At(k) => read(e.wrapping_add(k as u64)),
+            Ra::Lr => link(h),
+            Ra::Unknown => None,
+        };
         match p.kind {
-            Kind::Entry { site } => Some(Next::At { pc: site, sp: e, fp }),
-            _ => {
-                let ra = read(e.wrapping_sub(8))?;
-                Some(Next::Return { pc: ra, sp: e, fp })
-            }
+            Kind::Entry { site } => Some(Next::At { pc: site, sp: e, fp, lr: ra }),
+            _ => Some(Next::Return { pc: strip(ra?), sp: e, fp }),
         }
     }
+}
+
+/// The link register of the sample's first frame, where the machine has
+/// one.
+fn link(h: &Here<'_>) -> Option<u64> {
+    let r = crate::arch::native::frames::LINK_REGISTER?;
+    h.regs?.get(r).copied()
+}
+
+/// A return address without a pointer authentication code (user addresses
+/// are below 2^48 on both architectures).
+fn strip(ra: u64) -> u64 {
+    ra & 0x0000_ffff_ffff_ffff
 }
 
 #[cfg(test)]
@@ -237,7 +272,7 @@ mod tests {
     use super::*;
 
     fn rows(list: &[(u32, Cfa, Fp)]) -> Arc<[Row]> {
-        list.iter().map(|&(off, cfa, fp)| Row { off, cfa, fp }).collect()
+        list.iter().map(|&(off, cfa, fp)| Row { off, cfa, fp, ra: Ra::At(-8) }).collect()
     }
 
     #[test]
@@ -266,14 +301,14 @@ mod tests {
         assert_eq!(own.step(7, &h, &mut read), Some(Next::Return { pc: 0x2010, sp: 0x7ff8, fp: 0x4444 }));
         // In the trampoline, 0x80 below the site.
         let h = Here { pc: 0x2010, is_return: true, sp: 0x7ff8, fp: 0x4444, regs: None };
-        assert_eq!(own.step(7, &h, &mut read), Some(Next::At { pc: 0x5000, sp: 0x8078, fp: 0x4444 }));
+        assert_eq!(own.step(7, &h, &mut read), Some(Next::At { pc: 0x5000, sp: 0x8078, fp: 0x4444, lr: None }));
         // In the relocated copy: the original instruction.
         let h = Here { pc: 0x2041, is_return: false, sp: 0x8000, fp: 9, regs: None };
         assert_eq!(own.holds(7, 0x2041), Some(false));
-        assert_eq!(own.step(7, &h, &mut read), Some(Next::At { pc: 0x5001, sp: 0x8000, fp: 9 }));
+        assert_eq!(own.step(7, &h, &mut read), Some(Next::At { pc: 0x5001, sp: 0x8000, fp: 9, lr: None }));
         // Its jump back stands for the instruction after the copied ones.
         let h = Here { pc: 0x2048, is_return: false, sp: 0x8000, fp: 9, regs: None };
-        assert_eq!(own.step(7, &h, &mut read), Some(Next::At { pc: 0x5005, sp: 0x8000, fp: 9 }));
+        assert_eq!(own.step(7, &h, &mut read), Some(Next::At { pc: 0x5005, sp: 0x8000, fp: 9, lr: None }));
         // A forked child (pid 8) runs the same copy.
         assert_eq!(own.holds(8, 0x1004), Some(true));
         assert_eq!(own.holds(7, 0x3000), None);

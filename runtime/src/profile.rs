@@ -571,9 +571,9 @@ impl Profiler {
                 if called {
                     first = None;
                 }
-                let (pc, sp, fp, ret) = match o.step(pid, &here, &mut |x| read(x).ok()) {
-                    Some(crate::owncode::Next::At { pc, sp, fp }) => (pc, sp, fp, false),
-                    Some(crate::owncode::Next::Return { pc, sp, fp }) => (pc, sp, fp, true),
+                let (pc, sp, fp, ret, lr) = match o.step(pid, &here, &mut |x| read(x).ok()) {
+                    Some(crate::owncode::Next::At { pc, sp, fp, lr }) => (pc, sp, fp, false, lr),
+                    Some(crate::owncode::Next::Return { pc, sp, fp }) => (pc, sp, fp, true, None),
                     // The return address is below the stack (a trampoline
                     // about to call, or just returned into): the innermost
                     // call the shadow stack has not matched yet.
@@ -586,11 +586,11 @@ impl Profiler {
                         let read = shadow_read(&mut returns, shadow_seen, pid, s.tid, sh);
                         let Some(&(_, ret, _)) = read.live.get(next_return) else { break };
                         next_return += 1;
-                        (ret, sp, fp, true)
+                        (ret, sp, fp, true, None)
                     }
                     None => break,
                 };
-                regs = arch::unwind_regs(pc, sp, fp);
+                regs = arch::unwind_regs_lr(pc, sp, fp, lr);
                 at = if ret {
                     match FrameAddress::from_return_address(pc) {
                         Some(n) => n,

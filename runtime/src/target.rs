@@ -663,11 +663,12 @@ impl Hooker {
                 let (lo, hi) = (sym.offset as usize, sym.offset as usize + sym.size as usize);
                 let Some(bytes) = a.code.get(lo..hi) else { continue };
                 let at = |r: crate::owncode::Row| crate::owncode::Row { off: r.off + lo as u32, ..r };
-                rows.extend(arch::frames::rows(bytes, lo as u64, -8, None).into_iter().map(at));
+                rows.extend(arch::frames::rows(bytes, lo as u64, arch::frames::CALLED_ENTRY, None).into_iter().map(at));
                 rows.push(crate::owncode::Row {
                     off: hi as u32,
                     cfa: crate::owncode::Cfa::Unknown,
                     fp: crate::owncode::Fp::Same,
+                    ra: crate::owncode::Ra::Unknown,
                 });
             }
             rows.sort_by_key(|r| r.off);
@@ -688,8 +689,10 @@ impl Hooker {
             return;
         }
         let end = at + bytes.len() as u64;
-        let intra = matches!(kind, crate::owncode::Kind::Entry { .. }).then_some(at..end);
-        let rows = arch::frames::rows(bytes, at, 0, intra);
+        let rows = match kind {
+            crate::owncode::Kind::Entry { .. } => arch::frames::rows(bytes, at, 0, Some(at..end)),
+            _ => arch::frames::return_rows(bytes, at),
+        };
         if let Ok(mut o) = self.own.write() {
             o.add(pid, at, end, kind, rows.into());
         }

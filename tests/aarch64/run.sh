@@ -44,6 +44,10 @@ for v in throw:none throwpac:standard; do
         || { echo "big() in ${v%%:*} has no frame record at its bottom" >&2; exit 1; }
 done
 $CC -O2 -g -pthread -o "$SHARE/shapes" "$HERE/programs/shapes.c"
+# Without frame pointers: the profile's unwinding goes by CFI, and through
+# the probes' own code by the rows telco-stap derives for it.
+$CC -O2 -g -fomit-frame-pointer -o "$SHARE/profile" "$ROOT/tests/programs/profile.c"
+cp "$ROOT/tests/programs/profile.c" "$SHARE/"
 $CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
 $CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"
 $CC -O2 -g -o "$SHARE/loop" "$HERE/programs/loop.c"

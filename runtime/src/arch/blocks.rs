@@ -48,6 +48,9 @@ pub mod ctl {
     pub const FILLED: u64 = 144;
     pub const HALF_START: u64 = 160;
     pub const HALF_END: u64 = 176;
+    /// u64: aarch64's record address across a `clone` (the parent's way
+    /// back to it).
+    pub const SVC_RECORD: u64 = 192;
     /// u64 count, then (real address, where to go instead) pairs: the
     /// instructions of traced functions' displaced first bytes, which in
     /// memory are our jump: a thread leaving the cache for one of them

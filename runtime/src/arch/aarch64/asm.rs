@@ -100,6 +100,16 @@ impl Asm {
             let at = l.at.ok_or(AsmError::Unsupported("internal error: an unbound label"))?;
             for (from, kind) in l.uses {
                 let d = at as i64 - from as i64;
+                // The field's reach, in words (adr's in bytes).
+                let (bits, by) = match kind {
+                    Kind::B26 => (26, d),
+                    Kind::Imm19 => (19, d),
+                    Kind::Imm14 => (14, d),
+                    Kind::Adr => (21, 4 * d),
+                };
+                if !(-(1i64 << (bits - 1))..1i64 << (bits - 1)).contains(&by) {
+                    return Err(AsmError::Reach);
+                }
                 self.words[from] |= match kind {
                     Kind::B26 => (d as u32) & 0x03ff_ffff,
                     Kind::Imm19 => ((d as u32) & 0x7ffff) << 5,

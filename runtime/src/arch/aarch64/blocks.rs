@@ -35,13 +35,27 @@
 //!   authenticated as the instruction would (`autia`…).
 //! * `svc` runs in the cache; `clone` and `clone3` (x8, tested before the
 //!   call without the flags) have their child leave the cache at once.
-//!   Exclusive loads and stores are copied as they are: the record stores
-//!   between them go to the arena's buffer, never to the monitored
-//!   granule (a core that clears its monitor on any store would make such
-//!   a loop retry; the Arm architecture leaves that to the core).
+//!   Exclusive loads and stores are copied as they are. Between the two,
+//!   the records go to the arena's buffer, but a block that ends between
+//!   them (`ldaxr; cmp; b.ne`, then `stlxr`) passes through the transit,
+//!   whose x16/x17 go just below the stack pointer: an atomic variable on
+//!   the stack in the same reservation granule (up to 2 KiB) would see its
+//!   exclusive store fail on a core that clears the monitor on such a
+//!   store, and the loop retry without end. Whether a store clears it is
+//!   the core's choice (qemu's does not); no hardware has run this yet.
+//! * Leaving the cache needs about 4.7 KiB of stack below the program's
+//!   stack pointer (the kernel checks a whole `rt_sigframe`'s room).
 //! * The tracer writes code through its own mapping of the arena: it
 //!   cleans and invalidates the caches for the range ([`code_written`])
 //!   before it answers, and the thread runs `isb` on seeing the answer.
+//!   (By address, through the tracer's mapping: right for the PIPT
+//!   instruction caches of current cores; a core with an aliasing VIPT
+//!   one would need the thread to invalidate through its own.)
+//! * The return address that ends the trace is x30 at the entry with its
+//!   pointer authentication code stripped for 48-bit user addresses
+//!   ([`strip_return`]): a kernel with 39-bit ones would leave bits the
+//!   mask keeps, and every traced call would end as if its frame were
+//!   left (a warning, the file complete up to there).
 
 use super::asm::*;
 use super::clobber::RegMask;
@@ -339,15 +353,22 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), AsmError> {
     a.bind(recheck);
     a.add_imm(X0, X17, ctl::ACK_GEN as u32, false);
     a.emit(0x88df_fc00 | X0 << 5 | X2); // ldar w2, [x0]
-    a.emit(0x6b00_001f | X6 << 16 | X2 << 5); // cmp w2, w6
-    a.b_cond(EQ, answered);
+                                        // Answered once ACK_GEN has reached our generation (wrapping): a later
+                                        // call's requests may have taken it past ours meanwhile.
+    a.emit(0x4b00_0000 | X6 << 16 | X2 << 5 | X3); // sub w3, w2, w6
+    a.branch(0x3600_0000 | 31 << 19 | X3, answered, Kind::Imm14); // tbz w3, #31, answered
     a.mov32(X1, 0); // FUTEX_WAIT (shared), expected = w2
     a.add_imm(X3, X17, ctl::TIMESPEC as u32, false);
     a.mov32(X8, SYS_FUTEX);
     a.emit(SVC0);
-    // Only a timeout counts (a signal interrupts the wait early).
-    a.emit(0xb100_001f | 110 << 10 | X0 << 5); // cmn x0, #110 (-ETIMEDOUT)
-    a.b_cond(NE, recheck);
+    // A wake, a changed word or a signal: look again; anything else (a
+    // timeout, or an error: the futex word unmapped) counts towards
+    // giving up.
+    a.branch(0xb400_0000 | X0, recheck, Kind::Imm19); // cbz x0, recheck
+    a.emit(0xb100_001f | 11 << 10 | X0 << 5); // cmn x0, #11 (-EAGAIN)
+    a.b_cond(EQ, recheck);
+    a.emit(0xb100_001f | 4 << 10 | X0 << 5); // cmn x0, #4 (-EINTR)
+    a.b_cond(EQ, recheck);
     a.b(wait);
     a.bind(give_up);
     a.mov32(X0, 1);
@@ -407,12 +428,16 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), AsmError> {
     a.emit(0xf860_7800 | X1 << 16 | X2 << 5 | X0);
     a.str64(X0, X17, ctl::LIMIT as u32);
     a.b(out);
-    // Abandoned: the half is dropped.
+    // Abandoned: the half is dropped (its bounds both set: HALF may have
+    // changed since the limit was).
     a.bind(abandoned);
     a.ldr64(X1, X17, ctl::HALF as u32);
     a.add_imm(X2, X17, ctl::HALF_START as u32, false);
     a.emit(0xf860_7800 | X1 << 16 | X2 << 5 | X0);
     a.str64(X0, X17, ctl::CURSOR as u32);
+    a.add_imm(X2, X17, ctl::HALF_END as u32, false);
+    a.emit(0xf860_7800 | X1 << 16 | X2 << 5 | X0);
+    a.str64(X0, X17, ctl::LIMIT as u32);
     a.bind(out);
     a.ldr64(X16, SP, STUB_X16);
     stub_leave(&mut a);
@@ -534,7 +559,7 @@ fn leave_by_sigreturn(a: &mut Asm) {
 /// Bytes of a block's record after its address: `lr` at the entry, then
 /// every write's value (`X64Block::writes` order).
 pub fn record_values(block: &X64Block) -> usize {
-    block.writes().iter().map(|&(_, w)| itrc::value_size(w)).sum()
+    8 + block.insns.iter().flat_map(|i| i.writes.iter()).map(|&w| itrc::value_size(w)).sum::<usize>()
 }
 
 /// The registers candidates for R and T, in the order they are taken.
@@ -653,7 +678,10 @@ pub fn translate(
     a.ldr64(X17, X17, ctl::LIMIT as u32);
     a.emit(sub(X17, X17, X16));
     a.add_imm(X17, X17, need, true);
-    a.branch(0xb7f8_0000 | X17, full, Kind::Imm14); // tbnz x17, #63, full
+    // Negative: no room (the sign bit alone, tested without the flags;
+    // cbnz reaches the block's end, which tbnz might not).
+    a.emit(0xd37f_fc00 | X17 << 5 | X17); // lsr x17, x17, #63
+    a.branch(0xb500_0000 | X17, full, Kind::Imm19); // cbnz x17, full
     a.add_imm(X17, X16, rec, false);
     a.stp64(r, t, X17, 0);
     a.emit(mov(r, X16));
@@ -875,17 +903,21 @@ fn copy(a: &mut Asm, at: u64, w: u32, from: u64, t: u32) -> Result<(), Refused> 
 /// the child, which must not touch it: R and T get their program values
 /// before the call (the child has every register as the program's), the
 /// child leaves for `next` at once, and the parent finds its record again
-/// from the cursor (just past it).
+/// where it left its address (`ctl::SVC_RECORD`).
 #[allow(clippy::too_many_arguments)]
 fn svc(a: &mut Asm, at: u64, w: u32, next: u64, r: u32, t: u32, rec: u32, ar: &ArenaAddrs, stubs: &Stubs) {
     let (forking, after, next_lit) = (a.label(), a.label(), a.label());
     for nr in [SYS_CLONE, SYS_CLONE3] {
-        a.add_imm(t, X8, nr, true); // sub t, x8, #nr
-        a.branch(0xb400_0000 | t, forking, Kind::Imm19); // cbz t, forking
+        a.emit(0x5100_0000 | nr << 10 | X8 << 5 | t); // sub wt, w8, #nr (the kernel reads w8)
+        a.branch(0x3400_0000 | t, forking, Kind::Imm19); // cbz wt, forking
     }
     a.emit(w);
     a.b(after);
     a.bind(forking);
+    // The record's address where the parent finds it again (the child
+    // never writes the arena; the cursor may move under a session's end).
+    a.adrp(at, t, ar.data);
+    a.str64(r, t, ctl::SVC_RECORD as u32);
     a.ldr64(t, r, rec + 8);
     a.ldr64(r, r, rec);
     a.emit(w);
@@ -899,11 +931,10 @@ fn svc(a: &mut Asm, at: u64, w: u32, next: u64, r: u32, t: u32, rec: u32, ar: &A
     a.bind(next_lit);
     a.quad(next);
     a.bind(parent);
-    // R = cursor - the record's size (t's spill is still there).
+    // R back (t's spill is still past the record).
     a.emit(PUSH_IP);
     a.adrp(at, X16, ar.data);
-    a.ldr64(X16, X16, ctl::CURSOR as u32);
-    a.add_imm(r, X16, rec, true);
+    a.ldr64(r, X16, ctl::SVC_RECORD as u32);
     a.emit(POP_IP);
     a.bind(after);
 }
@@ -1079,7 +1110,7 @@ mod tests {
         let (t, _) = translate(&block, ar.code + 0x5000, &ar, &s, &mut NoSlots).unwrap();
         let w = words(&t.code);
         // R and T are x9 and x10 (x0–x8 excluded); the clone test is on x8.
-        assert!(w.contains(&(0xd100_0000 | SYS_CLONE << 10 | X8 << 5 | 10)), "sub x10, x8, #220");
+        assert!(w.contains(&(0x5100_0000 | SYS_CLONE << 10 | X8 << 5 | 10)), "sub w10, w8, #220");
         assert_eq!(w.iter().filter(|&&x| x == SVC0).count(), 2);
     }
 }

@@ -3,7 +3,8 @@
 //! injected system call or call is set up), beside `x86_64/` with the
 //! same names.
 //!
-//! `patch` (decode, plan, relocate), `trampoline`, `clobber`, `blocks`
+//! `patch` (decode, plan, relocate), `trampoline`, `clobber`, `frames`,
+//! `blocks`
 //! (the block tracer's code, but for its cache maintenance), `asm` (the
 //! assembler the last two share) and `sigframe` (the frame `rt_sigreturn`
 //! reads) are pure and built and tested on every host; the rest is built
@@ -12,7 +13,6 @@
 pub(crate) mod asm;
 pub mod blocks;
 pub mod clobber;
-#[cfg(target_arch = "aarch64")]
 pub mod frames;
 pub mod patch;
 #[cfg(target_arch = "aarch64")]

@@ -41,8 +41,14 @@ pub const SIGFRAME_REGS: [u64; 3] = [128 + 176 + 8 + 8 * 29, 128 + 176 + 8 + 8 *
 
 /// The registers the unwinder starts from at (pc, sp, fp), past a frame
 /// whose link register is unknown.
-pub fn unwind_regs(_pc: u64, sp: u64, fp: u64) -> framehop::aarch64::UnwindRegsAarch64 {
-    framehop::aarch64::UnwindRegsAarch64::new(0, sp, fp)
+pub fn unwind_regs(pc: u64, sp: u64, fp: u64) -> framehop::aarch64::UnwindRegsAarch64 {
+    unwind_regs_lr(pc, sp, fp, None)
+}
+
+/// [`unwind_regs`] with the link register, where known (at a function's
+/// entry, out of its entry trampoline: what it returns through).
+pub fn unwind_regs_lr(_pc: u64, sp: u64, fp: u64, lr: Option<u64>) -> framehop::aarch64::UnwindRegsAarch64 {
+    framehop::aarch64::UnwindRegsAarch64::new(lr.unwrap_or(0), sp, fp)
 }
 
 /// The unwinder's stack pointer.

@@ -318,16 +318,25 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     a.jz(give_up)?;
     a.set_label(&mut recheck)?;
     add(&mut a, Instruction::with2(Code::Mov_r32_rm32, Register::EDX, rip(ar.at(ctl::ACK_GEN))))?;
-    a.cmp(edx, r8d)?;
-    a.je(answered)?;
+    // Answered once ACK_GEN has reached our generation (wrapping): a later
+    // call's requests may have taken it past ours meanwhile.
+    a.mov(ecx, edx)?;
+    a.sub(ecx, r8d)?;
+    a.jns(answered)?;
     a.mov(eax, 202)?;
     a.mov(rdi, ar.at(ctl::ACK_GEN))?;
     a.xor(esi, esi)?; // FUTEX_WAIT (shared), expected = edx
     a.mov(r10, ar.at(ctl::TIMESPEC))?;
     a.syscall()?;
-    // Only a timeout counts (a signal interrupts the wait early).
-    a.cmp(rax, -110)?; // -ETIMEDOUT
-    a.jne(recheck)?;
+    // A wake, a changed word or a signal: look again; anything else (a
+    // timeout, or an error: the futex word unmapped) counts towards
+    // giving up.
+    a.test(rax, rax)?;
+    a.je(recheck)?;
+    a.cmp(rax, -11)?; // -EAGAIN
+    a.je(recheck)?;
+    a.cmp(rax, -4)?; // -EINTR
+    a.je(recheck)?;
     a.jmp(wait)?;
     a.set_label(&mut give_up)?;
     add(&mut a, Instruction::with2(Code::Mov_rm32_imm32, rip(ar.at(ctl::ABANDONED)), 1u32))?;
@@ -396,13 +405,17 @@ pub fn stubs(ar: &ArenaAddrs) -> Result<(Vec<u8>, Stubs), IcedError> {
     a.mov(rax, qword_ptr(rax + rcx))?;
     store(&mut a, ar.at(ctl::LIMIT), Register::RAX)?;
     a.ret()?;
-    // Abandoned: the half is dropped.
+    // Abandoned: the half is dropped (its bounds both set: HALF may have
+    // changed since the limit was).
     a.set_label(&mut abandoned)?;
     load(&mut a, Register::RCX, ar.at(ctl::HALF))?;
     a.shl(ecx, 3)?;
     a.mov(rax, ar.at(ctl::HALF_START))?;
     a.mov(rax, qword_ptr(rax + rcx))?;
     store(&mut a, ar.at(ctl::CURSOR), Register::RAX)?;
+    a.mov(rax, ar.at(ctl::HALF_END))?;
+    a.mov(rax, qword_ptr(rax + rcx))?;
+    store(&mut a, ar.at(ctl::LIMIT), Register::RAX)?;
     a.ret()?;
 
     // prologue: the vector registers at the call's entry.

@@ -17,7 +17,18 @@
 //! and says so (the stack is counted as not unwound to its root), rather
 //! than guess.
 
-use crate::owncode::{Cfa, Fp, Row};
+use crate::owncode::{Cfa, Fp, Ra, Row};
+
+/// No link register: a call pushes the return address.
+pub const LINK_REGISTER: Option<usize> = None;
+/// A called function's stack pointer at its entry against `E`: its return
+/// address pushed.
+pub const CALLED_ENTRY: i64 = -8;
+
+/// A return trampoline's rows: as any code's, from its entry.
+pub fn return_rows(code: &[u8], at: u64) -> Vec<Row> {
+    rows(code, at, 0, None)
+}
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
 use std::collections::BTreeMap;
 use telco_abi::arch::x86_64 as r;
@@ -62,7 +73,7 @@ impl State {
             },
             Sp::Returned(k) => Cfa::Returned(k),
         };
-        Row { off, cfa, fp: self.fp }
+        Row { off, cfa, fp: self.fp, ra: Ra::At(-8) }
     }
 }
 
@@ -119,7 +130,7 @@ pub fn rows(code: &[u8], at: u64, entry: i64, intra: Option<std::ops::Range<u64>
             let off = (ins.ip() - at) as u32;
             match s {
                 Some(s) => s.row(off),
-                None => Row { off, cfa: Cfa::Unknown, fp: Fp::Same },
+                None => Row { off, cfa: Cfa::Unknown, fp: Fp::Same, ra: Ra::At(-8) },
             }
         })
         .collect()

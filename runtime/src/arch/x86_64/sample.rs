@@ -53,6 +53,11 @@ pub fn unwind_regs(pc: u64, sp: u64, fp: u64) -> framehop::x86_64::UnwindRegsX86
     framehop::x86_64::UnwindRegsX86_64::new(pc, sp, fp)
 }
 
+/// [`unwind_regs`]: x86_64 has no link register.
+pub fn unwind_regs_lr(pc: u64, sp: u64, fp: u64, _lr: Option<u64>) -> framehop::x86_64::UnwindRegsX86_64 {
+    unwind_regs(pc, sp, fp)
+}
+
 /// The unwinder's stack pointer.
 pub fn unwind_sp(r: &framehop::x86_64::UnwindRegsX86_64) -> u64 {
     r.sp()
