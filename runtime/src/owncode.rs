@@ -66,6 +66,11 @@ pub enum Ra {
     /// In the link register still (aarch64: known in a sample's first
     /// frame only).
     Lr,
+    /// The one the thread's shadow stack holds for this return
+    /// trampoline (aarch64's, until it has the address in x30): the
+    /// profiler finds it by the trampoline's address, as it does for a
+    /// return address that names a return trampoline.
+    Shadow,
     Unknown,
 }
 
@@ -245,6 +250,7 @@ impl OwnCode {
         let ra = match row.ra {
             Ra::At(k) => read(e.wrapping_add(k as u64)),
             Ra::Lr => link(h),
+            Ra::Shadow => Some(p.start),
             Ra::Unknown => None,
         };
         match p.kind {

@@ -381,18 +381,18 @@ got=$($T -e 'global n probe timer.profile { n++ } probe end { println(n > 0) }' 
 if [ "$got" = "$want
 1" ]; then ok "timer.profile"; else bad "timer.profile" "$want|1" "$got"; fi
 
-# Samples taken in the probes' own code (an entry trampoline, lean or
-# saving every register for uaddr(), a statement's, a compiled handler,
-# the runtime library) go on to main like any other, by the rows derived
-# for that code (runtime/src/arch/aarch64/frames.rs): that time is
-# `[telco-stap]`, right under the probed function, never a stack cut
-# short. tiny() is called millions of times, so a good part of the
-# samples land in our code. (Return trampolines have no rows yet:
-# docs/aarch64.md.)
+# Samples taken in the probes' own code (an entry or return trampoline,
+# lean or saving every register for uaddr(), a statement's, a compiled
+# handler, the runtime library) go on to main like any other, by the rows
+# derived for that code (runtime/src/arch/aarch64/frames.rs): that time is
+# `[telco-stap]`, right under the probed function (or, after a return,
+# its caller), never a stack cut short. tiny() is called millions of
+# times, so a good part of the samples land in our code.
 line=$(grep -n "/\* statement probe \*/" profile.c | cut -d: -f1)
-for what in lean full statement; do
+for what in lean full return statement; do
     case $what in
         lean) probes='global n probe process.function("tiny") { n++ }' ;;
+        return) probes='global n probe process.function("tiny").return { n++ }' ;;
         full) probes='global n probe process.function("tiny") { if (uaddr()) n++ }' ;;
         statement) probes="global n probe process.statement(\"calls@profile.c:$line\") { n++ }" ;;
     esac
@@ -408,6 +408,10 @@ for what in lean full statement; do
             if (s ~ /\[telco-stap\]/) { own += c; if (s !~ /;(calls|tiny);\[telco-stap\]/) misplaced += c }
         }
         END { print (all >= 150 && rooted * 100 >= all * 99 && own * 10 >= all && unknown * 100 <= all && misplaced == 0) ? "ok" : "all " all " rooted " rooted " own " own " unknown " unknown " misplaced " misplaced }' own.folded)
+    # And no stack cut short anywhere (a sample in our code whose rows do
+    # not lead out is `[telco-stap]` alone, under no function).
+    cut=$(sed -n 's/^timer.profile: \([0-9]*\) samples ([0-9]* lost, \([0-9]*\) stacks not unwound.*/\1 \2/p' err.txt)
+    case "$cut" in "") got="$got (no -v line)" ;; *) set -- $cut; [ $(($2 * 100)) -le "$1" ] || got="$got ($2 of $1 stacks cut short)" ;; esac
     case "$out" in *1) ;; *) got="$got (the probes did not run)" ;; esac
     if [ "$got" = ok ]; then ok "samples in the probes' code reach main ($what)"; else
         sort -t' ' -k2 -n own.folded | tail -5 >> err.txt

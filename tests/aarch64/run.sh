@@ -43,7 +43,7 @@ for v in throw:none throwpac:standard; do
     awk '/<_Z3bigi>:/ { f = 3 } f && f-- && /stp.*x29, x30, \[sp, #-256\]!/ { ok = 1 } END { exit !ok }' <<<"$d" \
         || { echo "big() in ${v%%:*} has no frame record at its bottom" >&2; exit 1; }
 done
-$CC -O2 -g -pthread -o "$SHARE/shapes" "$HERE/programs/shapes.c"
+$CC -O2 -g -pthread -o "$SHARE/shapes" "$ROOT/tests/programs/itrace_shapes.c"
 # Without frame pointers: the profile's unwinding goes by CFI, and through
 # the probes' own code by the rows telco-stap derives for it.
 $CC -O2 -g -fomit-frame-pointer -o "$SHARE/profile" "$ROOT/tests/programs/profile.c"

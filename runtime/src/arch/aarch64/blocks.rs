@@ -53,9 +53,9 @@
 //!   one would need the thread to invalidate through its own.)
 //! * The return address that ends the trace is x30 at the entry with its
 //!   pointer authentication code stripped for 48-bit user addresses
-//!   ([`strip_return`]): a kernel with 39-bit ones would leave bits the
-//!   mask keeps, and every traced call would end as if its frame were
-//!   left (a warning, the file complete up to there).
+//!   ([`strip_return`]): on a kernel with 39-bit ones the mask would keep
+//!   some of the code, and the trace would go on past the return into the
+//!   caller until its frame is left (then end, with a warning).
 
 use super::asm::*;
 use super::clobber::RegMask;

@@ -14,10 +14,12 @@
 //! `mov sp, x29`). Anything else that writes sp makes the rest unknown:
 //! the unwinder stops there and says so.
 //!
-//! A return trampoline has no rows here ([`return_rows`]): the return
-//! address it restores lives in the thread's shadow stack until the
-//! trampoline pops it, and then in registers the rows do not follow; a
-//! sample taken there ends at the trampoline.
+//! A return trampoline ([`return_rows`]) is entered by the probed
+//! function's `ret` with sp = `E` (the caller's); the return address it
+//! goes back to is the one the thread's shadow stack holds for it
+//! ([`Ra::Shadow`]: the profiler finds it by the trampoline's address, as
+//! for a return address that names one) until the trampoline has it in
+//! x30 and stores it, from where the rows follow it as any other.
 
 use crate::owncode::{Cfa, Fp, Ra, Row};
 use std::collections::BTreeMap;
@@ -40,6 +42,8 @@ enum Link {
     Reg(Option<i64>),
     /// Saved at E + k only (x30 changed since: a call).
     At(i64),
+    /// In the shadow stack (a return trampoline before it takes it).
+    Shadow,
     Unknown,
 }
 
@@ -69,6 +73,7 @@ impl State {
             Link::Reg(Some(k)) if self.sp.is_some_and(|v| k < v) => Ra::Lr,
             Link::Reg(Some(k)) | Link::At(k) => Ra::At(k),
             Link::Reg(None) => Ra::Lr,
+            Link::Shadow => Ra::Shadow,
             Link::Unknown => Ra::Unknown,
         };
         Row { off, cfa, fp: self.fp, ra }
@@ -82,9 +87,18 @@ impl State {
 /// [`Cfa::Unknown`]. `_intra` is x86_64's (a trampoline calling the
 /// probed function): aarch64's jump back instead.
 pub fn rows(code: &[u8], at: u64, entry: i64, _intra: Option<std::ops::Range<u64>>) -> Vec<Row> {
+    rows_from(code, at, entry, Link::Reg(None))
+}
+
+/// A return trampoline's rows (the module's documentation).
+pub fn return_rows(code: &[u8], at: u64) -> Vec<Row> {
+    rows_from(code, at, 0, Link::Shadow)
+}
+
+fn rows_from(code: &[u8], at: u64, entry: i64, link: Link) -> Vec<Row> {
     let words: Vec<u32> = code.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
     let mut states: Vec<Option<State>> = vec![None; words.len()];
-    let start = State { sp: Some(entry), x29: None, fp: Fp::Same, link: Link::Reg(None), ip: [None; 2] };
+    let start = State { sp: Some(entry), x29: None, fp: Fp::Same, link, ip: [None; 2] };
     let mut todo = vec![(0usize, start)];
     let index: BTreeMap<u64, usize> = (0..words.len()).map(|i| (at + 4 * i as u64, i)).collect();
     while let Some((i, s)) = todo.pop() {
@@ -122,14 +136,6 @@ pub fn rows(code: &[u8], at: u64, entry: i64, _intra: Option<std::ops::Range<u64
             }
         })
         .collect()
-}
-
-/// A return trampoline's rows: none known (the module's documentation).
-pub fn return_rows(code: &[u8], _at: u64) -> Vec<Row> {
-    if code.is_empty() {
-        return Vec::new();
-    }
-    vec![Row { off: 0, cfa: Cfa::Unknown, fp: Fp::Same, ra: Ra::Unknown }]
 }
 
 enum Flow {
@@ -228,7 +234,7 @@ fn step(w: u32, mut s: State) -> State {
     }
     // Pairs (64-bit general registers): stp/ldp, signed offset, pre- and
     // post-indexed.
-    if w & 0xfc00_0000 == 0xa800_0000 && w & (1 << 26) == 0 {
+    if w & 0xfe00_0000 == 0xa800_0000 {
         let mode = (w >> 23) & 3; // 1 post, 2 offset, 3 pre
         let load = w & (1 << 22) != 0;
         let imm = sext((w >> 15) & 0x7f, 7) * 8;
@@ -279,6 +285,8 @@ fn step(w: u32, mut s: State) -> State {
                 s.link = match s.link {
                     Link::Reg(Some(k)) => Link::At(k),
                     Link::Reg(None) => Link::Unknown,
+                    // A return trampoline takes the address it popped.
+                    Link::Shadow => Link::Reg(None),
                     l => l,
                 }
             }
@@ -443,6 +451,29 @@ mod tests {
         // mov sp, x8 (add sp, x8, #0); ret
         let r = rows(&le(&[0x9100_011f, 0xd65f_03c0]), 0, 0, None);
         assert_eq!(r[1].cfa, Cfa::Unknown);
-        assert!(return_rows(&le(&[0xd65f_03c0]), 0).iter().all(|r| r.cfa == Cfa::Unknown));
+    }
+
+    /// A return trampoline's shape: `sub sp, sp, #0x200; blr x16
+    /// (rt_ret_pop); mov x30, x0; str x30, [sp, #240]; blr x16 (a
+    /// handler); ldr x30, [sp, #240]; add sp, sp, #0x200; ret`.
+    #[test]
+    fn a_return_trampoline_has_the_shadow_stacks_address_until_it_takes_it() {
+        let code = le(&[
+            0xd108_03ff,
+            0xd63f_0200,
+            0xaa00_03fe,
+            0xf900_7bfe,
+            0xd63f_0200,
+            0xf940_7bfe,
+            0x9108_03ff,
+            0xd65f_03c0,
+        ]);
+        let r = return_rows(&code, 0x3000);
+        assert_eq!((r[0].cfa, r[0].ra), (Cfa::Sp(0), Ra::Shadow));
+        assert_eq!((r[2].cfa, r[2].ra), (Cfa::Sp(0x200), Ra::Shadow));
+        assert_eq!(r[3].ra, Ra::Lr);
+        assert_eq!(r[4].ra, Ra::At(240 - 0x200));
+        assert_eq!(r[5].ra, Ra::At(240 - 0x200));
+        assert_eq!((r[7].cfa, r[7].ra), (Cfa::Sp(0), Ra::Lr));
     }
 }
