@@ -3,7 +3,8 @@
  * block tracer translates (loops, recursion, a jump table with global
  * data, string instructions or the C library's, a system call, indirect
  * calls, a loop back to the entry, vector registers, code that modifies
- * itself, a signal and a fork inside the call, a long loop, threads).
+ * itself, a signal and a fork inside the call, the C library at length,
+ * a long loop, threads).
  * `./itrace_shapes NAME N` calls NAME(N) once (threads: spin in 8
  * threads; timed: spin, timed) and prints the result. */
 #include <pthread.h>
@@ -194,6 +195,28 @@ __attribute__((noinline)) long forked(long n) {
     return WEXITSTATUS(status) + 1000 * loops(n);
 }
 
+static int by_value(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* The C library at length: formatted output, sorting through a callback,
+ * the allocator. */
+__attribute__((noinline)) long libc(long n) {
+    long *v = malloc((size_t)n * sizeof *v);
+    if (!v) return -1;
+    char buf[64];
+    long s = 0;
+    for (long i = 0; i < n; i++) {
+        v[i] = (i * 7919) % 1009;
+        s += snprintf(buf, sizeof buf, "%ld:%05.2f:%s", v[i], (double)i / 3, i % 2 ? "odd" : "even");
+    }
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    for (long i = 0; i < n; i++) s = s * 31 + v[i];
+    free(v);
+    return s;
+}
+
 /* Threads: each of 8 calls spin once. */
 static long results[8];
 static void *thread_main(void *arg) {
@@ -218,6 +241,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "rewrite")) r = rewrite(n);
     else if (!strcmp(argv[1], "vectors")) r = vectors(n);
     else if (!strcmp(argv[1], "forked")) r = forked(n);
+    else if (!strcmp(argv[1], "libc")) r = libc(n);
     else if (!strcmp(argv[1], "timed")) {
         /* The bench (tests/aarch64/bench.sh): spin(n)'s own time. */
         struct timespec a, b;
