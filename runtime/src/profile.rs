@@ -269,6 +269,23 @@ impl ShadowRead {
     }
 }
 
+impl ShadowRead {
+    /// The return address of the frame whose slot is `slot` (live, then
+    /// popped), else the next live frame after the ones matched.
+    fn by_slot(&self, slot: u64, next: &mut usize) -> Option<u64> {
+        if let Some(i) = self.live.iter().position(|f| f.2 == slot) {
+            *next = (*next).max(i + 1);
+            return Some(self.live[i].1);
+        }
+        if let Some(f) = self.popped.iter().find(|f| f.2 == slot) {
+            return Some(f.1);
+        }
+        let &(_, ret, _) = self.live.get(*next)?;
+        *next += 1;
+        Some(ret)
+    }
+}
+
 /// Thread `tid`'s shadow stack for one walk, read at its first use (into
 /// `read`). Read when the sample is drained, up to 10 ms after it was
 /// taken: a thread that has returned since (or a process that has ended)
@@ -584,8 +601,11 @@ impl Profiler {
                     Some(crate::owncode::Next::Shadow { sp, fp }) => {
                         let Some(sh) = &shadow else { break };
                         let read = shadow_read(&mut returns, shadow_seen, pid, s.tid, sh);
-                        let Some(&(_, ret, _)) = read.live.get(next_return) else { break };
-                        next_return += 1;
+                        // The frame whose return address's slot is just
+                        // below the caller's stack pointer (live, or popped
+                        // since the sample: the stack is read after it),
+                        // else the innermost live one not matched yet.
+                        let Some(ret) = read.by_slot(sp.wrapping_sub(8), &mut next_return) else { break };
                         (ret, sp, fp, true, None)
                     }
                     None => break,
@@ -798,6 +818,28 @@ fn parse_sections(bytes: &[u8]) -> Option<Sections> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sample in a return trampoline just entered (or an entry one about
+    /// to call) names its frame by the slot below the caller's stack
+    /// pointer: found live, or popped when the thread returned before the
+    /// stack was read (the race that cut such stacks short), else the next
+    /// live frame.
+    #[test]
+    fn shadow_frames_are_found_by_their_slot_live_or_popped() {
+        let r = ShadowRead {
+            live: vec![(0x10, 0x500, 0x7f00), (0x10, 0x600, 0x7e00)],
+            popped: vec![(0x10, 0x700, 0x7d00)],
+        };
+        let mut next = 0;
+        assert_eq!(r.by_slot(0x7e00, &mut next), Some(0x600));
+        assert_eq!(next, 2);
+        let mut next = 0;
+        assert_eq!(r.by_slot(0x7d00, &mut next), Some(0x700));
+        assert_eq!(next, 0);
+        assert_eq!(r.by_slot(0x1234, &mut next), Some(0x500));
+        assert_eq!(r.by_slot(0x1234, &mut next), Some(0x600));
+        assert_eq!(r.by_slot(0x1234, &mut next), None);
+    }
 
     #[test]
     fn the_module_of_an_address_is_found() {
