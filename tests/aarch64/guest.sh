@@ -363,9 +363,13 @@ done
 # A function 256 MiB above the rest of its program (far.c), out of a B's
 # reach of the code region placed near the first: its patch branches to a
 # veneer near it, and its trampoline jumps back from afar. Built with
-# pointer authentication too (far_fn signs x30).
-want=$(./far 100)
-check "a function beyond a branch's reach (veneer)" "$want
+# pointer authentication too (far_fn signs x30), and guarded by BTI (the
+# program prints "bti 1 1" when the kernel guards both functions' pages):
+# the veneer's and the trampolines' branches into them land where BTI
+# allows them, or the program would die of SIGILL.
+want=$(timeout 60 ./far 100)
+case "$want" in "bti 1 1"*) ok "BTI guards the far program" ;; *) bad "BTI guards the far program" "bti 1 1" "$want" ;; esac
+check "a function beyond a branch's reach (veneer, BTI)" "$want
 100 100 200" $T -e 'global e, r, n
 probe process.function("far_fn") { e++ }
 probe process.function("far_fn").return { r++ }

@@ -52,8 +52,9 @@ $CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
 $CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"
 $CC -O2 -g -o "$SHARE/loop" "$HERE/programs/loop.c"
 # far_fn 256 MiB above the text (a section of its own, a segment of its own).
-$CC -O2 -g -no-pie -mbranch-protection=standard -Wl,--section-start=far_text=0x10400000 -o "$SHARE/far" \
-    "$HERE/programs/far.c"
+# Guarded by BTI: no startup files of the C library (far.c has its own).
+$CC -O2 -g -no-pie -nostartfiles -mbranch-protection=standard -Wl,--section-start=far_text=0x10400000 \
+    -o "$SHARE/far" "$HERE/programs/far.c"
 $CC -O2 -g -o "$SHARE/host" "$ROOT/tests/programs/host.c" -ldl
 $CC -O2 -g -shared -fPIC -o "$SHARE/libplugin.so" "$ROOT/tests/programs/plugin.c"
 if [ "${1:-}" = bench ]; then
