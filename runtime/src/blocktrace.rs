@@ -218,12 +218,13 @@ impl Server {
             // SAFETY: the arena's code part is ours to write, CODE_SIZE long.
             unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), pool.local(addrs.code), code.len()) };
             blocks::code_written(pool.local(addrs.code), code.len());
+            let code_start = (addrs.code + code.len() as u64).next_multiple_of(16);
             arenas.push(Arena {
                 addrs,
                 stubs,
                 state: ArenaState::Free,
-                code_next: (addrs.code + code.len() as u64).next_multiple_of(16),
-                code_start: (addrs.code + code.len() as u64).next_multiple_of(16),
+                code_next: code_start,
+                code_start,
                 slot_next: addrs.at(ctl::SLOTS),
                 done: HashMap::new(),
                 waiting: HashMap::new(),
@@ -365,7 +366,7 @@ impl Server {
         let ret = crate::arch::native::return_address(&regs, &read).ok_or("cannot read the return address")?;
         // As the function's return goes there (authenticated, where x30
         // was signed).
-        let ret = blocks::strip_return(ret);
+        let ret = crate::arch::native::strip_return(ret);
         self.report.calls += 1;
         let path = self.file(self.report.calls);
         let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;

@@ -255,7 +255,7 @@ impl OwnCode {
         };
         match p.kind {
             Kind::Entry { site } => Some(Next::At { pc: site, sp: e, fp, lr: ra }),
-            _ => Some(Next::Return { pc: strip(ra?), sp: e, fp }),
+            _ => Some(Next::Return { pc: crate::arch::native::strip_return(ra?), sp: e, fp }),
         }
     }
 }
@@ -265,12 +265,6 @@ impl OwnCode {
 fn link(h: &Here<'_>) -> Option<u64> {
     let r = crate::arch::native::frames::LINK_REGISTER?;
     h.regs?.get(r).copied()
-}
-
-/// A return address without a pointer authentication code (user addresses
-/// are below 2^48 on both architectures).
-fn strip(ra: u64) -> u64 {
-    ra & 0x0000_ffff_ffff_ffff
 }
 
 #[cfg(test)]

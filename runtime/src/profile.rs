@@ -267,9 +267,7 @@ impl ShadowRead {
         }
         self.popped.iter().find(|f| f.0 == tramp).map(|f| f.1)
     }
-}
 
-impl ShadowRead {
     /// The return address of the frame whose slot is `slot` (live, then
     /// popped), else the next live frame after the ones matched.
     fn by_slot(&self, slot: u64, next: &mut usize) -> Option<u64> {

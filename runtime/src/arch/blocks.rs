@@ -119,8 +119,6 @@ pub struct Refused(pub String);
 pub struct Translated {
     pub code: Vec<u8>,
     pub exits: Vec<(u64, u64)>,
-    /// Values in its record (after the block address).
-    pub values: usize,
 }
 
 /// Allocates exit slots in the arena's data part (the tracer's side keeps

@@ -53,7 +53,7 @@
 //!   one would need the thread to invalidate through its own.)
 //! * The return address that ends the trace is x30 at the entry with its
 //!   pointer authentication code stripped for 48-bit user addresses
-//!   ([`strip_return`]): on a kernel with 39-bit ones the mask would keep
+//!   (`strip_return` in `aarch64/mod.rs`): on a kernel with 39-bit ones the mask would keep
 //!   some of the code, and the trace would go on past the return into the
 //!   caller until its frame is left (then end, with a warning).
 
@@ -858,7 +858,7 @@ pub fn translate(
         out_exits.push((slot, target));
         initial.push((slot, thunk));
     }
-    Ok((Translated { code, exits: out_exits, values: values / 8 }, initial))
+    Ok((Translated { code, exits: out_exits }, initial))
 }
 
 /// Copy one original instruction (not a branch) to run in the cache: its
@@ -944,13 +944,6 @@ fn svc(a: &mut Asm, at: u64, w: u32, next: u64, r: u32, t: u32, rec: u32, ar: &A
 #[cfg(target_arch = "aarch64")]
 pub fn start_regs(regs: &super::Regs, vectors: &[u8]) -> telco_itrc::a64::A64Regs {
     super::itrc_regs_with(regs, vectors)
-}
-
-/// The return address as the function's return goes there: its pointer
-/// authentication code, if x30 was signed at the entry, stripped (user
-/// addresses are below 2^48 here: `USER_TOP`).
-pub fn strip_return(ret: u64) -> u64 {
-    ret & 0x0000_ffff_ffff_ffff
 }
 
 /// Bytes of vector registers the prologue stores.

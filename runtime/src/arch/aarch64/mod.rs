@@ -182,6 +182,13 @@ mod native {
         Some(r.regs[abi::LR])
     }
 
+    /// A return address as a return goes there: its pointer
+    /// authentication code, if it was signed, stripped (user addresses
+    /// are below 2^48 here: `USER_TOP`).
+    pub fn strip_return(ra: u64) -> u64 {
+        ra & 0x0000_ffff_ffff_ffff
+    }
+
     /// The register a return address may be held in between calls (the
     /// link register), which a detach must give back like a stack slot.
     pub fn link_register(r: &Regs) -> Option<u64> {

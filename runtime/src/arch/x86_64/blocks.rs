@@ -86,11 +86,6 @@ pub fn record_values(block: &X64Block) -> usize {
 /// register).
 pub fn fit(_block: &mut X64Block) {}
 
-/// The return address as the function's `ret` goes there.
-pub fn strip_return(ret: u64) -> u64 {
-    ret
-}
-
 /// Bytes of vector registers the prologue stores (16 `ymm`).
 pub const START_VEC_BYTES: usize = 16 * 32;
 
@@ -617,7 +612,7 @@ fn translate_inner(
         exits.push((slot, target));
         initial.push((slot, thunk));
     }
-    Ok((Translated { code: r.inner.code_buffer, exits, values }, initial))
+    Ok((Translated { code: r.inner.code_buffer, exits }, initial))
 }
 
 /// The index of an ITRC register as a 64-bit register.

@@ -161,6 +161,12 @@ pub fn return_address(r: &Regs, read: &dyn Fn(u64) -> Option<u64>) -> Option<u64
     read(r.rsp)
 }
 
+/// A return address as a return goes there: as it is (no pointer
+/// authentication code on x86_64).
+pub fn strip_return(ra: u64) -> u64 {
+    ra
+}
+
 /// The register a return address may be held in between calls: none on
 /// x86_64 (a call pushes it).
 pub fn link_register(_r: &Regs) -> Option<u64> {
