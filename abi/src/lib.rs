@@ -25,6 +25,7 @@ pub fn c_header(arch: &str) -> Option<String> {
         let _ = writeln!(h, "#define {name} {v}ULL");
     };
     def("ABI_VERSION", u64::from(VERSION));
+    def("MIRROR_GAP", MIRROR_GAP);
     for (n, v) in [
         ("H_ENABLED", offset_of!(Header, enabled)),
         ("H_EXIT", offset_of!(Header, exit_requested)),

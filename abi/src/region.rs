@@ -39,10 +39,23 @@ pub const TSC_SHIFT: u32 = 32;
 /// `TELCOSTP`
 pub const MAGIC: [u8; 8] = *b"TELCOSTP";
 /// Bumped whenever any layout in this module changes.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// Alignment of every part of the region.
 pub const PART_ALIGN: u64 = 64;
+
+/// The trusted mirror: in every process that maps the region, a second
+/// mapping `MIRROR_GAP` bytes below it holds the region's constants at the
+/// same offsets (the header's layout fields, the ring's geometry, every
+/// array's geometry, the statistic descriptors, string literals and
+/// formats, the probe and symbol tables). It is a memfd sealed against
+/// writing (`F_SEAL_FUTURE_WRITE`) before any process of the session maps
+/// it: only the tracer, through the mapping it made before the seal,
+/// writes it. Code that runs in a target takes every address and every
+/// bound from the mirror, never from the region, so a process that writes
+/// the region (any process sharing it) can forge data, never move a write
+/// or a read (INTERNALS.md, invariant 6). A region is at most this large.
+pub const MIRROR_GAP: u64 = 1 << 36;
 
 /// The header at offset 0.
 ///

@@ -11,6 +11,9 @@
  * - no libc, no static or global data (the blob is read-only code shared
  *   by every thread), no absolute addresses (everything is RIP-relative or
  *   an offset from the region base);
+ * - every address or bound comes from the trusted mirror (TR) or from the
+ *   compiled code, never from the region, which other processes of the
+ *   session may write; every wait on a word of the region is bounded;
  * - never fault: target memory is read only through process_vm_readv;
  * - never block: shared structures use the atomic protocols documented on
  *   the types in abi/src/region.rs; every ordering below names its partner;
@@ -33,6 +36,14 @@ typedef u64 usize;
 #define EXPORT __attribute__((visibility("hidden"), used, noinline))
 #define LOCAL static __attribute__((always_inline)) inline
 #define AT(p, off, T) (*(T *)((u8 *)(p) + (off)))
+/* The trusted mirror of a place in the region (abi/src/region.rs,
+ * MIRROR_GAP): the same offset in the mapping below the region that no
+ * process of the session can write. Every address and every bound this
+ * file uses (the header's layout fields, the ring's geometry, an array's
+ * geometry) comes from there; the region itself holds data only, which
+ * another process sharing it may have forged, so nothing read from it
+ * decides where a write or a read goes (INTERNALS.md, invariant 6). */
+#define TR(p) ((u8 *)(p) - (i64)MIRROR_GAP)
 
 /* The architecture's few lines: clock, thread pointer, system calls,
  * signal context (rt/arch/<arch>.h, chosen by build.rs). */
@@ -530,14 +541,14 @@ EXPORT i64 rt_format(char *buf, i64 cap, const u8 *fmt, const i64 *args, i64 nar
 
 /* ---- event ring (protocol: abi/src/region.rs, RingHeader) ---- */
 
-LOCAL u8 *ring(u8 *R) { return R + AT(R, H_RING_OFF, u64); }
+LOCAL u8 *ring(u8 *R) { return R + AT(TR(R), H_RING_OFF, u64); }
 
 /* Reserve `len` bytes (a multiple of 8) or return 0 and count a drop.
  * Tracer-side handlers (CTX_MAY_WAIT) wait for the consumer instead. */
 static u8 *ring_reserve(u8 *R, u32 may_wait, u32 len) {
     u8 *rg = ring(R);
-    u64 size = AT(rg, R_SIZE, u64), mask = size - 1;
-    u8 *data = R + AT(rg, R_DATA_OFF, u64);
+    u64 size = AT(TR(rg), R_SIZE, u64), mask = size - 1;
+    u8 *data = R + AT(TR(rg), R_DATA_OFF, u64);
     u64 *headp = &AT(rg, R_HEAD, u64), *tailp = &AT(rg, R_TAIL, u64);
     if (len > size) goto drop;
     for (;;) {
@@ -545,7 +556,10 @@ static u8 *ring_reserve(u8 *R, u32 may_wait, u32 len) {
         /* Acquire: pairs with the consumer's Release store of tail, so the
          * bytes it freed (and zeroed) are visible before we write them. */
         u64 tail = __atomic_load_n(tailp, __ATOMIC_ACQUIRE);
-        u64 off = head & mask, contig = size - off, need = len;
+        /* Masked by the mirror's size and aligned as records are: the
+         * record and the padding before it stay in the data area whatever
+         * head holds (a process sharing the region may have written it). */
+        u64 off = head & mask & ~7ULL, contig = size - off, need = len;
         if (len > contig) need = contig + len;
         if (head + need - tail > size) {
             if (may_wait) {
@@ -606,7 +620,7 @@ LOCAL u8 *put_str(u8 *p, const char *s, i64 cap) {
 
 /* printf: the format id and the arguments; the tracer formats. */
 EXPORT void rt_printf(u8 *R, u8 *ctx, i64 id, const u8 *kinds, const i64 *args, i64 nargs) {
-    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    i64 cap = AT(TR(R), H_MAXSTRINGLEN, u32);
     u32 payload = 0;
     for (i64 i = 0; i < nargs; i++) payload += kinds[i] ? str_payload((const char *)args[i], cap) : 8;
     u8 *rec = event_begin(R, ctx, EV_PRINTF, (u32)id, payload);
@@ -624,7 +638,7 @@ EXPORT void rt_printf(u8 *R, u8 *ctx, i64 id, const u8 *kinds, const i64 *args, 
 }
 
 static void emit_str(u8 *R, u8 *ctx, u16 kind, u32 aux, const char *s) {
-    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    i64 cap = AT(TR(R), H_MAXSTRINGLEN, u32);
     u32 payload = str_payload(s, cap);
     u8 *rec = event_begin(R, ctx, kind, aux, payload);
     if (!rec) return;
@@ -637,7 +651,7 @@ EXPORT void rt_warn(u8 *R, u8 *ctx, const char *msg) { emit_str(R, ctx, EV_WARN,
 EXPORT void rt_instant(u8 *R, u8 *ctx, const char *name) { emit_str(R, ctx, EV_INSTANT, 0, name); }
 
 EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
-    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    i64 cap = AT(TR(R), H_MAXSTRINGLEN, u32);
     u32 payload = 8 + str_payload(name, cap);
     u8 *rec = event_begin(R, ctx, EV_COUNTER, 0, payload);
     if (!rec) return;
@@ -653,9 +667,9 @@ EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
 EXPORT void rt_trace_span(u8 *R, u8 *ctx, const char *name, i64 start_ns) {
     i64 now = rt_now_ns(R);
     if (start_ns > now) start_ns = now;
-    unsigned __int128 min = (unsigned __int128)AT(R, H_SPAN_MIN_TICKS, u64) * AT(R, H_TSC_MULT, u64);
-    if ((unsigned __int128)(now - start_ns) < (min >> AT(R, H_TSC_SHIFT, u32))) return;
-    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    unsigned __int128 min = (unsigned __int128)AT(TR(R), H_SPAN_MIN_TICKS, u64) * AT(R, H_TSC_MULT, u64);
+    if ((unsigned __int128)(now - start_ns) < (min >> (AT(R, H_TSC_SHIFT, u32) & 63))) return;
+    i64 cap = AT(TR(R), H_MAXSTRINGLEN, u32);
     u32 payload = 8 + str_payload(name, cap);
     u8 *rec = event_begin(R, ctx, EV_NAMED_SPAN, 0, payload);
     if (!rec) return;
@@ -697,11 +711,11 @@ LOCAL void span_send(u8 *R, u8 *slot, u8 *st, u32 n) {
 }
 
 LOCAL u8 *span_stage(u8 *R, u8 *slot) {
-    return R + AT(R, H_SPANS_OFF, u64) + (u64)AT(slot, TS_INDEX, u32) * AT(R, H_SPAN_STRIDE, u32);
+    return R + AT(TR(R), H_SPANS_OFF, u64) + (u64)AT(slot, TS_INDEX, u32) * AT(TR(R), H_SPAN_STRIDE, u32);
 }
 
 /* A trampoline that records calls inline filled its thread's stage. */
-EXPORT void rt_span_flush(u8 *R, u8 *slot) { span_send(R, slot, span_stage(R, slot), AT(R, H_SPAN_BATCH, u32)); }
+EXPORT void rt_span_flush(u8 *R, u8 *slot) { span_send(R, slot, span_stage(R, slot), AT(TR(R), H_SPAN_BATCH, u32)); }
 
 /* A probed function's call returns (--chrome): one call from `start`
  * (its entry's TSC) to now on the slot's thread, unless shorter than
@@ -709,8 +723,8 @@ EXPORT void rt_span_flush(u8 *R, u8 *slot) { span_send(R, slot, span_stage(R, sl
  * unset. Lean trampolines do the same inline (trampoline.rs, `span_*`). */
 EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start) {
     i64 dur = (i64)read_clock() - start;
-    if (dur < AT(R, H_SPAN_MIN_TICKS, i64)) return;
-    u32 batch = AT(R, H_SPAN_BATCH, u32);
+    if (dur < AT(TR(R), H_SPAN_MIN_TICKS, i64)) return;
+    u32 batch = AT(TR(R), H_SPAN_BATCH, u32);
     if (slot && batch) {
         /* Staged in this thread's own stage (plain stores: only this
          * thread writes it while the session runs); a full stage goes
@@ -784,8 +798,8 @@ EXPORT void rt_report(u8 *R, u8 *ctx) {
     /* Past MAXERRORS the session is over: stop every handler now (Release
      * pairs with the handlers' Acquire load of `enabled`). The tracer turns
      * it back on for its own error probes. */
-    if (errors > AT(R, H_MAXERRORS, u32)) __atomic_store_n(&AT(R, H_ENABLED, u32), 0, __ATOMIC_RELEASE);
-    i64 cap = AT(R, H_MAXSTRINGLEN, u32);
+    if (errors > AT(TR(R), H_MAXERRORS, u32)) __atomic_store_n(&AT(R, H_ENABLED, u32), 0, __ATOMIC_RELEASE);
+    i64 cap = AT(TR(R), H_MAXSTRINGLEN, u32);
     const char *msg = (code == ERR_USER || code == ERR_FAULT) ? (const char *)ctx + CTX_SIZE : "";
     u32 payload = 4 + str_payload(msg, cap);
     u8 *rec = event_begin(R, ctx, EV_ERROR, AT(ctx, C_ERROR_LOC, u32), payload);
@@ -797,14 +811,24 @@ EXPORT void rt_report(u8 *R, u8 *ctx) {
 
 /* ---- string globals (LockedStr protocol) ---- */
 
+/* Spins before a wait on a word of the region gives up: another process
+ * sharing it may hold the word for ever. Far longer than any real holder
+ * (a copy of at most MAXSTRINGLEN bytes, a walk of one array). */
+#define SPIN_LIMIT (1u << 24)
+
 EXPORT void rt_gstr_load(char *dst, u8 *g, i64 cap) {
     u32 *seqp = &AT(g, 0, u32);
-    for (;;) {
+    for (u32 tries = 0;; tries++) {
         /* Acquire: pairs with the writer's Release store of the even seq. */
         u32 s1 = __atomic_load_n(seqp, __ATOMIC_ACQUIRE);
-        if (s1 & 1) {
+        if ((s1 & 1) && tries < SPIN_LIMIT) {
             cpu_relax();
             continue;
+        }
+        if (tries >= SPIN_LIMIT) {
+            /* Held for ever: the bytes as they are (a string, bounded). */
+            rt_strcpy(dst, (const char *)g + LOCKED_STR_HEADER, cap);
+            return;
         }
         rt_strcpy(dst, (const char *)g + LOCKED_STR_HEADER, cap);
         /* Acquire fence: the copy happens before the second load. */
@@ -814,11 +838,14 @@ EXPORT void rt_gstr_load(char *dst, u8 *g, i64 cap) {
 }
 
 LOCAL u32 seq_lock(u32 *seqp) {
-    for (;;) {
+    for (u32 tries = 0;; tries++) {
         u32 s = __atomic_load_n(seqp, __ATOMIC_RELAXED);
         /* Acquire on success: pairs with the previous writer's Release. */
         if (!(s & 1) && __atomic_compare_exchange_n(seqp, &s, s + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
             return s + 1;
+        /* Held for ever (an odd word another process wrote): write
+         * anyway, as the holder of an odd sequence would. */
+        if (tries >= SPIN_LIMIT) return s | 1;
         cpu_relax();
     }
 }
@@ -1161,7 +1188,7 @@ EXPORT void rt_hist_sprint(char *buf, i64 cap, u8 *ctx, const u8 *st, const u8 *
 
 /* ---- associative arrays (protocol: abi/src/region.rs, TableHeader) ---- */
 
-LOCAL u8 *slot_at(u8 *tab, u64 i) { return tab + TABLE_HEADER_SIZE + i * AT(tab, T_SLOT_SIZE, u32); }
+LOCAL u8 *slot_at(u8 *tab, u64 i) { return tab + TABLE_HEADER_SIZE + i * AT(TR(tab), T_SLOT_SIZE, u32); }
 
 LOCAL u64 mix(u64 h, u64 x) {
     h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -1171,10 +1198,10 @@ LOCAL u64 mix(u64 h, u64 x) {
 }
 
 static u64 hash_keys(u8 *tab, const i64 *keys) {
-    u32 nk = AT(tab, T_NKEYS, u32);
+    u32 nk = AT(TR(tab), T_NKEYS, u32);
     u64 h = 0x243f6a8885a308d3ULL;
     for (u32 i = 0; i < nk; i++) {
-        if (AT(tab, T_KEY_KINDS + i, u8) == KIND_STRING) {
+        if (AT(TR(tab), T_KEY_KINDS + i, u8) == KIND_STRING) {
             u64 f = 0xcbf29ce484222325ULL;
             for (const u8 *s = (const u8 *)keys[i]; *s; s++) f = (f ^ *s) * 0x100000001b3ULL;
             h = mix(h, f);
@@ -1186,11 +1213,11 @@ static u64 hash_keys(u8 *tab, const i64 *keys) {
 }
 
 static int keys_equal(u8 *tab, u8 *slot, const i64 *keys) {
-    u32 nk = AT(tab, T_NKEYS, u32);
-    i64 cap = AT(tab, T_MAXSTRINGLEN, u32);
+    u32 nk = AT(TR(tab), T_NKEYS, u32);
+    i64 cap = AT(TR(tab), T_MAXSTRINGLEN, u32);
     for (u32 i = 0; i < nk; i++) {
-        u8 *k = slot + AT(tab, T_KEY_OFF + 4 * i, u32);
-        if (AT(tab, T_KEY_KINDS + i, u8) == KIND_STRING) {
+        u8 *k = slot + AT(TR(tab), T_KEY_OFF + 4 * i, u32);
+        if (AT(TR(tab), T_KEY_KINDS + i, u8) == KIND_STRING) {
             const char *a = (const char *)k, *b = (const char *)keys[i];
             i64 j = 0;
             while (j < cap - 1 && a[j] && a[j] == b[j]) j++;
@@ -1204,12 +1231,15 @@ static int keys_equal(u8 *tab, u8 *slot, const i64 *keys) {
 
 LOCAL void tab_lock(u8 *tab) {
     u32 *l = &AT(tab, T_LOCK, u32);
-    for (;;) {
+    for (u32 tries = 0; tries < SPIN_LIMIT; tries++) {
         u32 z = 0;
         /* Acquire: pairs with tab_unlock's Release. */
         if (__atomic_compare_exchange_n(l, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
         cpu_relax();
     }
+    /* Held for ever (a word another process wrote): go on without it.
+     * Every index below is bounded by the mirror's geometry, so the
+     * worst is a torn element, never a write out of the array. */
 }
 
 LOCAL void tab_unlock(u8 *tab) { __atomic_store_n(&AT(tab, T_LOCK, u32), 0, __ATOMIC_RELEASE); }
@@ -1232,9 +1262,10 @@ LOCAL void slot_write_end(u8 *slot, u32 s) {
  * pointers). Absent: 0, or with `create` a new zeroed entry; (u8 *)1 when
  * the array is full. */
 EXPORT u8 *rt_map_find(u8 *tab, const i64 *keys, i64 create) {
-    u64 nslots = AT(tab, T_NSLOTS, u32), mask = nslots - 1;
+    u64 nslots = AT(TR(tab), T_NSLOTS, u32), mask = nslots - 1;
     u64 h = hash_keys(tab, keys);
-    u32 voff = AT(tab, T_VALUE_OFF, u32);
+    u32 voff = AT(TR(tab), T_VALUE_OFF, u32);
+    u32 retries = 0;
 retry:
     for (u64 i = 0; i < nslots; i++) {
         u8 *slot = slot_at(tab, (h + i) & mask);
@@ -1245,7 +1276,7 @@ retry:
         if (st == SLOT_EMPTY) break;
         if (st != SLOT_LIVE || !keys_equal(tab, slot, keys)) continue;
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&AT(slot, SL_SEQ, u32), __ATOMIC_RELAXED) != s1) goto retry;
+        if (__atomic_load_n(&AT(slot, SL_SEQ, u32), __ATOMIC_RELAXED) != s1 && ++retries < SPIN_LIMIT) goto retry;
         return slot + voff;
     }
     if (!create) return 0;
@@ -1264,7 +1295,7 @@ retry:
         if (!free) free = slot;
         if (st == SLOT_EMPTY) break;
     }
-    if (free && AT(tab, T_COUNT, u32) >= AT(tab, T_CAPACITY, u32) && AT(tab, T_WRAP, u8)) {
+    if (free && AT(tab, T_COUNT, u32) >= AT(TR(tab), T_CAPACITY, u32) && AT(TR(tab), T_WRAP, u8)) {
         /* `global a%`: full, the oldest element makes room (SystemTap's
          * wrapping arrays). */
         u8 *oldest = 0;
@@ -1280,19 +1311,19 @@ retry:
             AT(tab, T_COUNT, u32)--;
         }
     }
-    if (!free || AT(tab, T_COUNT, u32) >= AT(tab, T_CAPACITY, u32)) {
+    if (!free || AT(tab, T_COUNT, u32) >= AT(TR(tab), T_CAPACITY, u32)) {
         tab_unlock(tab);
         return (u8 *)1;
     }
     u32 s = slot_write_begin(free);
-    u32 nk = AT(tab, T_NKEYS, u32);
-    i64 cap = AT(tab, T_MAXSTRINGLEN, u32);
+    u32 nk = AT(TR(tab), T_NKEYS, u32);
+    i64 cap = AT(TR(tab), T_MAXSTRINGLEN, u32);
     for (u32 i = 0; i < nk; i++) {
-        u8 *k = free + AT(tab, T_KEY_OFF + 4 * i, u32);
-        if (AT(tab, T_KEY_KINDS + i, u8) == KIND_STRING) rt_strcpy((char *)k, (const char *)keys[i], cap);
+        u8 *k = free + AT(TR(tab), T_KEY_OFF + 4 * i, u32);
+        if (AT(TR(tab), T_KEY_KINDS + i, u8) == KIND_STRING) rt_strcpy((char *)k, (const char *)keys[i], cap);
         else AT(k, 0, i64) = keys[i];
     }
-    memset(free + voff, 0, AT(tab, T_SLOT_SIZE, u32) - voff);
+    memset(free + voff, 0, AT(TR(tab), T_SLOT_SIZE, u32) - voff);
     AT(free, SL_ORDER, u64) = AT(tab, T_ORDER, u64)++;
     AT(free, SL_STATE, u32) = SLOT_LIVE;
     slot_write_end(free, s);
@@ -1302,7 +1333,7 @@ retry:
 }
 
 EXPORT void rt_map_delete(u8 *tab, const i64 *keys) {
-    u64 nslots = AT(tab, T_NSLOTS, u32), mask = nslots - 1;
+    u64 nslots = AT(TR(tab), T_NSLOTS, u32), mask = nslots - 1;
     u64 h = hash_keys(tab, keys);
     tab_lock(tab);
     for (u64 i = 0; i < nslots; i++) {
@@ -1321,7 +1352,7 @@ EXPORT void rt_map_delete(u8 *tab, const i64 *keys) {
 }
 
 EXPORT void rt_map_clear(u8 *tab) {
-    u64 nslots = AT(tab, T_NSLOTS, u32);
+    u64 nslots = AT(TR(tab), T_NSLOTS, u32);
     tab_lock(tab);
     for (u64 i = 0; i < nslots; i++) {
         u8 *slot = slot_at(tab, i);
@@ -1342,7 +1373,7 @@ static i64 cmp_slots(u8 *tab, u8 *a, u8 *b, i64 col, i64 desc) {
     i64 c = 0;
     if (col <= -3) {
         /* A statistic's aggregate: -3 @sum, -4 @min, -5 @max, -6 @avg. */
-        u32 off = AT(tab, T_VALUE_OFF, u32);
+        u32 off = AT(TR(tab), T_VALUE_OFF, u32);
         i64 na = AT(a + off, S_COUNT, i64), nb = AT(b + off, S_COUNT, i64), x, y;
         switch (col) {
         case -3: x = AT(a + off, S_SUM, i64), y = AT(b + off, S_SUM, i64); break;
@@ -1358,11 +1389,11 @@ static i64 cmp_slots(u8 *tab, u8 *a, u8 *b, i64 col, i64 desc) {
         u8 kind;
         u32 off;
         if (col >= 0) {
-            kind = AT(tab, T_KEY_KINDS + col, u8);
-            off = AT(tab, T_KEY_OFF + 4 * col, u32);
+            kind = AT(TR(tab), T_KEY_KINDS + col, u8);
+            off = AT(TR(tab), T_KEY_OFF + 4 * col, u32);
         } else {
-            kind = AT(tab, T_VALUE_KIND, u8);
-            off = AT(tab, T_VALUE_OFF, u32);
+            kind = AT(TR(tab), T_VALUE_KIND, u8);
+            off = AT(TR(tab), T_VALUE_OFF, u32);
             if (kind == KIND_STRING) off += LOCKED_STR_HEADER;
         }
         if (kind == KIND_STRING) {
@@ -1396,8 +1427,8 @@ static void sift(u8 *tab, u32 *v, i64 root, i64 n, i64 col, i64 desc) {
  * Returns how many, at most `limit` when limit >= 0. Under the table lock,
  * so the snapshot is consistent. */
 EXPORT i64 rt_map_collect(u8 *tab, u32 *out, i64 col, i64 desc, i64 limit) {
-    u64 nslots = AT(tab, T_NSLOTS, u32);
-    u32 cap = AT(tab, T_CAPACITY, u32);
+    u64 nslots = AT(TR(tab), T_NSLOTS, u32);
+    u32 cap = AT(TR(tab), T_CAPACITY, u32);
     i64 n = 0;
     tab_lock(tab);
     for (u64 i = 0; i < nslots && n < cap; i++)
@@ -1424,6 +1455,7 @@ EXPORT i64 rt_map_collect(u8 *tab, u32 *out, i64 col, i64 desc, i64 limit) {
 
 /* The slot of an index from rt_map_collect if it is still live, else 0. */
 EXPORT u8 *rt_map_slot(u8 *tab, i64 i) {
+    if ((u64)i >= AT(TR(tab), T_NSLOTS, u32)) return 0;
     u8 *slot = slot_at(tab, (u64)i);
     return __atomic_load_n(&AT(slot, SL_STATE, u32), __ATOMIC_ACQUIRE) == SLOT_LIVE ? slot : 0;
 }
@@ -1437,9 +1469,9 @@ EXPORT u8 *rt_map_slot(u8 *tab, i64 i) {
  * only the process the tracer serves, whatever the region says. */
 LOCAL i64 served_pid(u8 *R) {
     i64 pid = sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
-    u64 tracer = AT(R, H_TRACER, u64);
-    if ((u64)pid != AT(R, H_PID, u64) && ((u64)pid == tracer || (u64)sys6(SYS_getppid, 0, 0, 0, 0, 0, 0) == tracer))
-        pid = (i64)AT(R, H_PID, u64);
+    u64 tracer = AT(TR(R), H_TRACER, u64);
+    if ((u64)pid != AT(TR(R), H_PID, u64) && ((u64)pid == tracer || (u64)sys6(SYS_getppid, 0, 0, 0, 0, 0, 0) == tracer))
+        pid = (i64)AT(TR(R), H_PID, u64);
     return pid;
 }
 
@@ -1572,7 +1604,7 @@ EXPORT void rt_user_string(u8 *R, u8 *ctx, char *dst, u64 addr, i64 n, const cha
 
 EXPORT void rt_execname(u8 *R, u8 *slot, char *dst, i64 cap) {
     char name[17];
-    if (slot && AT(slot, TS_PID, u32) != (u32)AT(R, H_PID, u64)) {
+    if (slot && AT(slot, TS_PID, u32) != (u32)AT(TR(R), H_PID, u64)) {
         /* Another process than the region's (a child it forked, maybe
          * running another program): its own name. */
         name[0] = 0;
@@ -1592,7 +1624,7 @@ EXPORT void rt_thread_indent(u8 *R, u8 *ctx, char *dst, i64 delta, i64 cap) {
      * tid); in the tracer, the system call's. */
     u8 *ts = (u8 *)AT(ctx, C_SLOT, u64);
     u64 tid = ts && AT(ts, TS_TID, u32) ? (u64)AT(ts, TS_TID, u32) : (u64)rt_tid(ctx);
-    u8 *tabp = R + AT(R, H_INDENT_OFF, u64);
+    u8 *tabp = R + AT(TR(R), H_INDENT_OFF, u64);
     u8 *slot = 0;
     for (u64 i = 0; i < INDENT_SLOTS; i++) {
         u8 *s = tabp + ((tid + i) % INDENT_SLOTS) * IS_SIZE;
@@ -2003,7 +2035,7 @@ EXPORT i64 rt_tid(u8 *ctx) {
  * child it forked, or one that exec'd): its slot's pid says. */
 LOCAL int other_process(u8 *R, u8 *ctx) {
     u8 *slot = (u8 *)AT(ctx, C_SLOT, u64);
-    return slot && AT(slot, TS_PID, u32) != (u32)AT(R, H_PID, u64);
+    return slot && AT(slot, TS_PID, u32) != (u32)AT(TR(R), H_PID, u64);
 }
 
 /* ppid() and uid(): the region's process's (the header), or the kernel's
@@ -2022,7 +2054,7 @@ EXPORT i64 rt_uid(u8 *R, u8 *ctx) {
  * (rows are shared by every process, slots are private); none left: the
  * slot stays busy, and its thread's hits are skipped and counted. */
 LOCAL void take_row(u8 *R, u8 *s, u64 n, u32 pid) {
-    u32 *owners = (u32 *)(R + AT(R, H_ROW_OWNERS_OFF, u64));
+    u32 *owners = (u32 *)(R + AT(TR(R), H_ROW_OWNERS_OFF, u64));
     u32 row = __atomic_fetch_add(&AT(R, H_ROWS_NEXT, u32), 1, __ATOMIC_RELAXED);
     if (row >= n) {
         /* Every row is taken: one the tracer found its process gone from
@@ -2052,12 +2084,12 @@ LOCAL u64 slot_home(u64 tp, u64 n) { return ((u64)((u32)tp * 0x9e3779b9u) << __b
  * private to the process (Header::threads_at): a forked child has a copy. */
 static u8 *thread_slot(u8 *R) {
     u64 tp = thread_pointer();
-    u64 n = AT(R, H_NTHREADS, u32);
+    u64 n = AT(TR(R), H_NTHREADS, u32);
     if (!tp || !n) return 0;
-    u8 *slots = (u8 *)AT(R, H_THREADS_AT, u64);
+    u8 *slots = (u8 *)AT(TR(R), H_THREADS_AT, u64);
     /* The thread's id as its C library keeps it (no system call), when
      * the tracer found where. */
-    u32 off = AT(R, H_TCB_TID_OFF, u32);
+    u32 off = AT(TR(R), H_TCB_TID_OFF, u32);
     /* Signed: below the thread pointer on aarch64. */
     u32 me = off ? *(u32 *)(tp + (u64)(i64)(int)off) : 0;
     u64 h = slot_home(tp, n);
@@ -2107,7 +2139,7 @@ static u8 *thread_slot(u8 *R) {
 }
 
 LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i) {
-    return (u8 *)AT(slot, TS_FRAMES, u64) + (u64)i * AT(R, H_FRAME_SIZE, u32);
+    return (u8 *)AT(slot, TS_FRAMES, u64) + (u64)i * AT(TR(R), H_FRAME_SIZE, u32);
 }
 
 /* A hit that did not run its handler: counted, and by reason (`why`,
@@ -2143,7 +2175,7 @@ EXPORT u8 *rt_ret_push(u8 *R, u8 *ctx, u64 ret_slot, u64 tramp, i64 probe) {
     }
     if (slot) AT(slot, TS_DEPTH, u32) = depth;
     lost_returns(R, was - depth);
-    if (!slot || depth >= AT(R, H_SHADOW_DEPTH, u32)) {
+    if (!slot || depth >= AT(TR(R), H_SHADOW_DEPTH, u32)) {
         skip(R, slot ? H_SKIPPED_DEEP : H_SKIPPED_NOSLOT);
         return 0;
     }
@@ -2169,7 +2201,7 @@ EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
     AT(ctx, C_SLOT, u64) = 0;
     if (!slot) return 0;
     if (AT(slot, TS_BUSY, u32)) {
-        skip(R, AT(slot, TS_INDEX, u32) >= AT(R, H_NTHREADS, u32) ? H_SKIPPED_NOSLOT : H_SKIPPED_BUSY);
+        skip(R, AT(slot, TS_INDEX, u32) >= AT(TR(R), H_NTHREADS, u32) ? H_SKIPPED_NOSLOT : H_SKIPPED_BUSY);
     } else {
         AT(slot, TS_BUSY, u32) = 1;
         __asm__ volatile("" ::: "memory");
@@ -2200,7 +2232,7 @@ EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
 EXPORT u8 *rt_enter(u8 *R) {
     u8 *slot = thread_slot(R);
     if (!slot || AT(slot, TS_BUSY, u32)) {
-        skip(R, !slot || AT(slot, TS_INDEX, u32) >= AT(R, H_NTHREADS, u32) ? H_SKIPPED_NOSLOT : H_SKIPPED_BUSY);
+        skip(R, !slot || AT(slot, TS_INDEX, u32) >= AT(TR(R), H_NTHREADS, u32) ? H_SKIPPED_NOSLOT : H_SKIPPED_BUSY);
         return 0;
     }
     AT(slot, TS_BUSY, u32) = 1;
@@ -2342,8 +2374,8 @@ LOCAL u32 in_probe(u8 *R, u32 me) {
     /* The thread pointer from the kernel: the thread's own may be unset (a
      * static program's start) or smashed (the fault being reported). */
     u64 tp = kernel_thread_pointer();
-    u64 n = AT(R, H_NTHREADS, u32);
-    u8 *slots = (u8 *)AT(R, H_THREADS_AT, u64);
+    u64 n = AT(TR(R), H_NTHREADS, u32);
+    u8 *slots = (u8 *)AT(TR(R), H_THREADS_AT, u64);
     if (!tp || !n || !slots) return 0;
     u64 h = slot_home(tp, n);
     for (u64 i = 0; i < n; i++) {
@@ -2422,8 +2454,8 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
 EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
     if (!__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) return 0;
     /* Zero slots: the tracer has traced as many calls as it was asked to. */
-    u32 n = __atomic_load_n(&AT(R, H_ITRACE_SLOTS, u32), __ATOMIC_RELAXED);
-    u8 *slots = R + AT(R, H_ITRACE_OFF, u64), *s = 0;
+    u32 n = __atomic_load_n(&AT(TR(R), H_ITRACE_SLOTS, u32), __ATOMIC_RELAXED);
+    u8 *slots = R + AT(TR(R), H_ITRACE_OFF, u64), *s = 0;
     for (u32 i = 0; i < n && !s; i++) {
         u32 free = ITRACE_FREE;
         u8 *c = slots + (u64)i * IT_SIZE;
@@ -2543,14 +2575,14 @@ EXPORT void rt_caught(u8 *R, u8 *ctx) {
 /* ---- counters with per-thread shards ---- */
 
 LOCAL i64 *shard(u8 *R, u64 row, u64 k) {
-    return (i64 *)(R + AT(R, H_SHARDS_OFF, u64)) + row * AT(R, H_NSHARDS, u32) + k;
+    return (i64 *)(R + AT(TR(R), H_SHARDS_OFF, u64)) + row * AT(TR(R), H_NSHARDS, u32) + k;
 }
 
 /* The value of sharded counter k: its word plus every thread's shard
  * (Relaxed loads: totals, read while threads add). */
 EXPORT i64 rt_shard_sum(u8 *R, i64 base_off, i64 k) {
     u64 v = (u64)__atomic_load_n(&AT(R, base_off, i64), __ATOMIC_RELAXED);
-    u64 n = AT(R, H_NTHREADS, u32);
+    u64 n = AT(TR(R), H_NTHREADS, u32);
     for (u64 row = 0; row < n; row++) v += (u64)__atomic_load_n(shard(R, row, (u64)k), __ATOMIC_RELAXED);
     return (i64)v;
 }
@@ -2558,7 +2590,7 @@ EXPORT i64 rt_shard_sum(u8 *R, i64 base_off, i64 k) {
 /* Assign sharded counter k (tracer-side code): zero the shards, set the
  * word. Adds that threads make meanwhile may be lost (documented). */
 EXPORT void rt_shard_set(u8 *R, i64 base_off, i64 k, i64 v) {
-    u64 n = AT(R, H_NTHREADS, u32);
+    u64 n = AT(TR(R), H_NTHREADS, u32);
     for (u64 row = 0; row < n; row++) __atomic_store_n(shard(R, row, (u64)k), 0, __ATOMIC_RELAXED);
     __atomic_store_n(&AT(R, base_off, i64), v, __ATOMIC_RELAXED);
 }
@@ -2587,7 +2619,7 @@ EXPORT void rt_stat_add_local(u8 *st, i64 v, const u8 *desc) {
  * while threads add. */
 EXPORT void rt_stat_merge(u8 *R, u8 *dst, const u8 *base, i64 shards, i64 row, const u8 *desc) {
     u32 size = AT(desc, 4, u32);
-    u64 n = AT(R, H_NTHREADS, u32);
+    u64 n = AT(TR(R), H_NTHREADS, u32);
     for (u32 i = 0; i < size; i += 8) AT(dst, i, i64) = __atomic_load_n(&AT(base, i, i64), __ATOMIC_RELAXED);
     for (u64 r = 0; r < n; r++) {
         const u8 *s = R + shards + r * (u64)row;
@@ -2626,7 +2658,7 @@ EXPORT void rt_stat_merge(u8 *R, u8 *dst, const u8 *base, i64 shards, i64 row, c
 
 /* delete s: the statistic and every thread's copy. */
 EXPORT void rt_stat_clear_all(u8 *R, u8 *base, i64 shards, i64 row, const u8 *desc) {
-    u64 n = AT(R, H_NTHREADS, u32);
+    u64 n = AT(TR(R), H_NTHREADS, u32);
     rt_stat_clear(base, desc);
     for (u64 r = 0; r < n; r++) rt_stat_clear(R + shards + r * (u64)row, desc);
 }

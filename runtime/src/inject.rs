@@ -169,12 +169,116 @@ fn slack_in(s: &Stopped, maps: &[crate::os::proc::Mapping], phdr: u64, phnum: us
     None
 }
 
-/// Create the shared region in the target and map it here too.
+/// Create the shared region and its trusted mirror in the target and map
+/// them here too: the mirror `MIRROR_GAP` below the region, in the target
+/// read-only, and sealed against writing before the target maps it
+/// (`telco_abi::region::MIRROR_GAP`, `SharedMemory::mirrored`).
 pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected, InjectError> {
-    let pid = s.pid() as u64;
-    let (mem, remote) = shared_memory(s, b"telco-stap\0", a.region_size, &[])?;
-    let region = Region::init(mem, a, pid, execname)?;
-    Ok(Injected { region, region_remote: remote })
+    let pid = s.pid();
+    let tid = s.main_thread();
+    let size = a.region_size;
+    let (fd, file) = memfd_in(s, b"telco-stap\0", size, true)?;
+    let mirror = memfd_in(s, b"telco-mirror\0", size, false);
+    let close = |s: &mut Stopped, fds: &[i64]| {
+        for &fd in fds {
+            let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+        }
+    };
+    let (mfd, mfile) = match mirror {
+        Ok(m) => m,
+        Err(e) => {
+            close(s, &[fd]);
+            return Err(e);
+        }
+    };
+    let result = (|| {
+        // Here first: the mirror is sealed against writing before the
+        // target maps it, so its mapping there can never be made writable.
+        let (mem, trusted) = SharedMemory::mirrored(OwnedFd::from(file), OwnedFd::from(mfile), size as usize)
+            .map_err(InjectError::MapRegion)?;
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        for _ in 0..8 {
+            let remote = check(
+                "mmap (shared memory)",
+                pid,
+                s.syscall(tid, libc::SYS_mmap, [far_hint(), size, rw, libc::MAP_SHARED as u64, fd as u64, 0])?,
+            )? as u64;
+            let below = remote.wrapping_sub(telco_abi::region::MIRROR_GAP);
+            let r = s.syscall(
+                tid,
+                libc::SYS_mmap,
+                [below, size, libc::PROT_READ as u64, libc::MAP_SHARED as u64 | MAP_FIXED_NOREPLACE, mfd as u64, 0],
+            )?;
+            if r as u64 == below {
+                let region = Region::init(mem, trusted, a, pid as u64, execname)?;
+                return Ok(Injected { region, region_remote: remote });
+            }
+            // Taken (or an old kernel's other place): try elsewhere.
+            let failed = (-4095..0).contains(&r);
+            if !failed {
+                let _ = s.syscall(tid, libc::SYS_munmap, [r as u64, size, 0, 0, 0, 0]);
+            }
+            let _ = s.syscall(tid, libc::SYS_munmap, [remote, size, 0, 0, 0, 0]);
+            if failed && r != -i64::from(libc::EEXIST) {
+                check("mmap (the region's mirror)", pid, r)?;
+            }
+        }
+        Err(InjectError::Remote {
+            call: "mmap (the region's mirror)",
+            pid,
+            err: std::io::Error::from_raw_os_error(libc::EEXIST),
+        })
+    })();
+    // The target needs no descriptor: the mappings keep the memory.
+    close(s, &[fd, mfd]);
+    result
+}
+
+/// A memfd named `name` (NUL-terminated) of `size` bytes made in the
+/// target (its descriptor there) and opened here; `sealed`: against
+/// resizing (the mirror gets its seals from `SharedMemory::mirrored`).
+fn memfd_in(s: &mut Stopped, name: &[u8], size: u64, sealed: bool) -> Result<(i64, std::fs::File), InjectError> {
+    let pid = s.pid();
+    let tid = s.main_thread();
+    // The name for memfd_create goes just below the red zone of the thread.
+    let sp = crate::arch::native::sp(&s.regs(tid)?);
+    let name_at = sp.wrapping_sub(512) & !15;
+    s.write(name_at, name)?;
+    let fd = check(
+        "memfd_create",
+        pid,
+        s.syscall(
+            tid,
+            libc::SYS_memfd_create,
+            [name_at, (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64, 0, 0, 0, 0],
+        )?,
+    )?;
+    let opened = (|| {
+        check("ftruncate", pid, s.syscall(tid, libc::SYS_ftruncate, [fd as u64, size, 0, 0, 0, 0])?)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(crate::os::proc::fd_path(pid, fd))
+            .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
+        if sealed {
+            crate::os::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
+        }
+        // Still the size it was given: the file opened is the one made
+        // above, or one that can do the tracer's mapping no harm.
+        if file.metadata().map_err(InjectError::MapRegion)?.len() < size {
+            return Err(InjectError::MapRegion(std::io::Error::other(format!(
+                "descriptor {fd} of process {pid} is no longer the memory it created"
+            ))));
+        }
+        Ok(file)
+    })();
+    match opened {
+        Ok(file) => Ok((fd, file)),
+        Err(e) => {
+            let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+            Err(e)
+        }
+    }
 }
 
 /// The block tracer's pool (`blocktrace.rs`): a memfd of `size` bytes made
@@ -335,39 +439,47 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
 /// Map the region (the tracer's memfd `fd`, through `/proc/TRACER/fd/N`)
 /// into a process that exec'd, at `at`: the address the trampolines and
 /// handlers of the process it came from use.
-pub fn map_region_at(s: &mut Stopped, fd: i32, at: u64, size: u64) -> Result<(), InjectError> {
+pub fn map_region_at(s: &mut Stopped, fd: i32, mirror_fd: i32, at: u64, size: u64) -> Result<(), InjectError> {
+    let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    map_tracer_fd_at(s, "region", fd, libc::O_RDWR, rw, at, size)?;
+    // The trusted mirror, read-only (its memfd is sealed against writing).
+    let below = at.wrapping_sub(telco_abi::region::MIRROR_GAP);
+    if let Err(e) =
+        map_tracer_fd_at(s, "the region's mirror", mirror_fd, libc::O_RDONLY, libc::PROT_READ as u64, below, size)
+    {
+        let tid = s.main_thread();
+        let _ = s.syscall(tid, libc::SYS_munmap, [at, size, 0, 0, 0, 0]);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Map the tracer's descriptor `fd` (`/proc/TRACER/fd/N`, opened with
+/// `flags`) into the stopped process at exactly `at`, `prot`, shared.
+fn map_tracer_fd_at(
+    s: &mut Stopped,
+    what: &'static str,
+    fd: i32,
+    flags: i32,
+    prot: u64,
+    at: u64,
+    size: u64,
+) -> Result<(), InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
     let sp = crate::arch::native::sp(&s.regs(tid)?);
     let path_at = sp.wrapping_sub(1024) & !15;
     let path = format!("{}\0", crate::os::proc::fd_path(std::process::id() as i32, i64::from(fd)));
     s.write(path_at, path.as_bytes())?;
-    let rfd = check(
-        "open (region)",
-        pid,
-        s.syscall(tid, libc::SYS_openat, [libc::AT_FDCWD as u64, path_at, libc::O_RDWR as u64, 0, 0, 0])?,
-    )?;
-    let r = s.syscall(
-        tid,
-        libc::SYS_mmap,
-        [
-            at,
-            size,
-            (libc::PROT_READ | libc::PROT_WRITE) as u64,
-            libc::MAP_SHARED as u64 | MAP_FIXED_NOREPLACE,
-            rfd as u64,
-            0,
-        ],
-    );
+    let rfd =
+        check(what, pid, s.syscall(tid, libc::SYS_openat, [libc::AT_FDCWD as u64, path_at, flags as u64, 0, 0, 0])?)?;
+    let r =
+        s.syscall(tid, libc::SYS_mmap, [at, size, prot, libc::MAP_SHARED as u64 | MAP_FIXED_NOREPLACE, rfd as u64, 0]);
     let _ = s.syscall(tid, libc::SYS_close, [rfd as u64, 0, 0, 0, 0, 0]);
-    let got = check("mmap (region)", pid, r?)? as u64;
+    let got = check(what, pid, r?)? as u64;
     if got != at {
         let _ = s.syscall(tid, libc::SYS_munmap, [got, size, 0, 0, 0, 0]);
-        return Err(InjectError::Remote {
-            call: "mmap (region)",
-            pid,
-            err: std::io::Error::from_raw_os_error(libc::EEXIST),
-        });
+        return Err(InjectError::Remote { call: what, pid, err: std::io::Error::from_raw_os_error(libc::EEXIST) });
     }
     Ok(())
 }

@@ -211,6 +211,10 @@ fn layout_fields(h: &Header) -> [u64; 20] {
 /// The shared region, set up from an artifact.
 pub struct Region {
     mem: SharedMemory,
+    /// The trusted mirror (`telco_abi::region::MIRROR_GAP` below `mem`):
+    /// the region's constants, which only this mapping writes; target-side
+    /// code takes every address and bound from it.
+    mirror: SharedMemory,
     /// The header as the tracer wrote it: its layout fields never change.
     written: Header,
 }
@@ -222,25 +226,43 @@ impl Region {
     }
 
     pub fn new(a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
-        let mem = SharedMemory::new(a.region_size as usize)
-            .map_err(|source| RunError::Region { size: a.region_size, source })?;
-        Region::init(mem, a, pid, execname)
+        let size = a.region_size as usize;
+        let err = |source| RunError::Region { size: a.region_size, source };
+        let (mem, mirror) = SharedMemory::mirrored(
+            SharedMemory::new_fd(size).map_err(err)?,
+            SharedMemory::new_mirror_fd(size).map_err(err)?,
+            size,
+        )
+        .map_err(err)?;
+        Region::init(mem, mirror, a, pid, execname)
     }
 
-    /// Set up a region in `mem` (at least `a.region_size` bytes) for the
-    /// process `pid`: the artifact's initial contents, then the header.
-    pub fn init(mem: SharedMemory, a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
-        if (mem.len() as u64) < a.region_size {
+    /// Set up a region in `mem` (at least `a.region_size` bytes) and its
+    /// trusted mirror `mirror` (as long, `MIRROR_GAP` below it) for the
+    /// process `pid`: the artifact's initial contents, then the header,
+    /// in both.
+    pub fn init(
+        mem: SharedMemory,
+        mirror: SharedMemory,
+        a: &Artifact,
+        pid: u64,
+        execname: &str,
+    ) -> Result<Region, RunError> {
+        if (mem.len() as u64) < a.region_size || mirror.len() != mem.len() {
             return Err(RunError::BadArtifact("the mapping is smaller than the region".into()));
         }
-        let base = mem.as_ptr();
-        for (off, bytes) in &a.init {
-            let end = *off as usize + bytes.len();
-            if end > mem.len() {
-                return Err(RunError::BadArtifact(format!("initial data at {off:#x} ends past the region")));
+        if mem.as_ptr() as u64 - mirror.as_ptr() as u64 != abi::MIRROR_GAP {
+            return Err(RunError::BadArtifact("the region's mirror is not where the code looks for it".into()));
+        }
+        for base in [mem.as_ptr(), mirror.as_ptr()] {
+            for (off, bytes) in &a.init {
+                let end = *off as usize + bytes.len();
+                if end > mem.len() {
+                    return Err(RunError::BadArtifact(format!("initial data at {off:#x} ends past the region")));
+                }
+                // SAFETY: in bounds (checked above); nothing else uses the region yet.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(*off as usize), bytes.len()) };
             }
-            // SAFETY: in bounds (checked above); nothing else uses the region yet.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(*off as usize), bytes.len()) };
         }
         let clock = sys::clock();
         // The process's own ids: the tracer's for its own region, the
@@ -317,13 +339,47 @@ impl Region {
             itrace_bell: 0,
             _reserved: [0; 6],
         };
-        // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
-        unsafe { std::ptr::write(base.cast::<Header>(), h) };
-        Ok(Region { mem, written: h })
+        for base in [mem.as_ptr(), mirror.as_ptr()] {
+            // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
+            unsafe { std::ptr::write(base.cast::<Header>(), h) };
+        }
+        Ok(Region { mem, mirror, written: h })
     }
 
     pub fn base(&self) -> *mut u8 {
         self.mem.as_ptr()
+    }
+
+    /// The trusted mirror's base (`MIRROR_GAP` below [`Region::base`]):
+    /// where the tracer writes what target-side code takes addresses and
+    /// bounds from (the thread slots' address, the symbol table).
+    pub fn trusted(&self) -> *mut u8 {
+        self.mirror.as_ptr()
+    }
+
+    /// The mirror's memfd in this process, for a process that execs to
+    /// map it read-only (`inject::map_region_at`).
+    pub fn mirror_fd(&self) -> i32 {
+        self.mirror.fd()
+    }
+
+    /// Store `v` at header field `field` of the region and of its mirror
+    /// (Release: handlers that load it with Acquire see what it covers).
+    pub fn set_header_u64(&self, field: usize, v: u64) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        for base in [self.base(), self.trusted()] {
+            // SAFETY: a u64 field of the header, 8-aligned, in both mappings.
+            unsafe { AtomicU64::from_ptr(base.add(field).cast()) }.store(v, Ordering::Release);
+        }
+    }
+
+    /// [`Region::set_header_u64`] for a u32 field.
+    pub fn set_header_u32(&self, field: usize, v: u32) {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        for base in [self.base(), self.trusted()] {
+            // SAFETY: a u32 field of the header, 4-aligned, in both mappings.
+            unsafe { AtomicU32::from_ptr(base.add(field).cast()) }.store(v, Ordering::Release);
+        }
     }
 
     /// Which of the header's fixed fields (set once by the tracer) no

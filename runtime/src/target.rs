@@ -195,6 +195,20 @@ pub struct Armed {
     region_enabled: Option<*const u32>,
     /// The region's header (for the dlopen handshake).
     header: *const u8,
+    /// Its trusted mirror (`Region::trusted`): where the symbol table of
+    /// libraries loaded later goes.
+    mirror: *mut u8,
+    /// The session's trust domain: the credentials of its first process
+    /// when it was armed. A process of other credentials never shares the
+    /// region (invariant 6): a program exec'd with them is not armed, a
+    /// child that changed to them is cut off (`Armed::check_domains`).
+    creds: Option<crate::os::creds::Credentials>,
+    /// Children cut off from the region (their probes disabled), and
+    /// whether each was forked (cleaned at the end like the other forked
+    /// children; followed ones are cleaned with them); when they were
+    /// last looked for.
+    cut_off: Vec<(i32, bool)>,
+    domains_checked: Option<std::time::Instant>,
     hooker: Hooker,
     /// Probes in libraries not loaded yet.
     pending: ByModule,
@@ -337,6 +351,8 @@ struct Follow {
     /// The region's memfd in the tracer (`/proc/TRACER/fd/N` for children),
     /// and its inode (a process that maps it is one of ours).
     region_fd: i32,
+    /// The trusted mirror's memfd in the tracer (`Region::mirror_fd`).
+    mirror_fd: i32,
     region_ino: u64,
     region_remote: u64,
     region_size: u64,
@@ -1571,15 +1587,9 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     let tid_off = tcb_tid_offset(&s).unwrap_or(0);
     {
         use telco_abi::region::Header;
-        let base = injected.region.base();
-        // SAFETY: 8- and 4-aligned header fields of the live region; no
-        // handler runs yet.
-        unsafe {
-            std::sync::atomic::AtomicU64::from_ptr(base.add(core::mem::offset_of!(Header, threads_at)).cast())
-                .store(threads_at, std::sync::atomic::Ordering::Release);
-            header_u32(&injected.region, core::mem::offset_of!(Header, tcb_tid_off))
-                .store(tid_off, std::sync::atomic::Ordering::Release);
-        }
+        // In the region and its trusted mirror, from which handlers take them.
+        injected.region.set_header_u64(core::mem::offset_of!(Header, threads_at), threads_at);
+        injected.region.set_header_u32(core::mem::offset_of!(Header, tcb_tid_off), tid_off);
     }
     let maps = mappings(pid)?;
     let exe = crate::os::proc::exe_path(pid);
@@ -1752,6 +1762,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
             hook_execs(&hooker, &mut s, a, &maps, f, &mut plans, &mut codes, &mut refused)?;
             Some(Follow {
                 region_fd: injected.region.fd(),
+                mirror_fd: injected.region.mirror_fd(),
                 region_ino: crate::os::proc::fd_inode(injected.region.fd()),
                 region_remote: injected.region_remote,
                 region_size: a.region_size,
@@ -1771,8 +1782,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     };
     apply(&mut s, plans, &mut patches, &hooker.relocs.borrow())?;
     let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
-    // SAFETY: the region's own base.
-    unsafe { publish_symbols(injected.region.base(), s.pid(), a, &maps, &hooker.relocs.borrow()) };
+    // SAFETY: the mirror's own base: handlers read the symbol table there.
+    unsafe { publish_symbols(injected.region.trusted(), s.pid(), a, &maps, &hooker.relocs.borrow()) };
     if codes.is_empty() {
         // Room for the crash handler's stub and the lifecycle calls.
         let near = arch::pc(&s.regs(s.main_thread())?);
@@ -1784,6 +1795,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     let region_ino = crate::os::proc::fd_inode(injected.region.fd());
     let enabled = unsafe_enabled_ptr(&injected.region);
     let header = injected.region.base() as *const u8;
+    let mirror = injected.region.trusted();
     let armed = Armed {
         pid,
         child,
@@ -1791,6 +1803,10 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         stopped: Some(s),
         region_enabled: Some(enabled),
         header,
+        mirror,
+        creds: crate::os::creds::Credentials::of(pid),
+        cut_off: Vec::new(),
+        domains_checked: None,
         hooker,
         pending,
         late: BTreeMap::new(),
@@ -1953,7 +1969,7 @@ impl Armed {
         let Ok(maps) = mappings(self.pid) else { return };
         // SAFETY: the header pointer is the live region's base, mapped for
         // the artifact's region_size.
-        unsafe { self.late_syms.publish(self.header as *mut u8, &self.hooker.artifact, &maps) };
+        unsafe { self.late_syms.publish(self.mirror, &self.hooker.artifact, &maps) };
         for p in &self.late_syms.no_room[self.late_syms_said..] {
             let w = format!("no room in the symbol table for {}: backtraces will not name it", p.display());
             if !self.quiet {
@@ -2054,6 +2070,7 @@ impl Hooks for Armed {
             }
         }
         self.follow_execs();
+        self.check_domains();
         self.reclaim_rows();
         self.take_crash();
         let probes_wait = !(self.pending.is_empty() && self.late.is_empty());
@@ -2120,13 +2137,94 @@ impl Armed {
     /// process, then in the processes it forked that still run its image
     /// (they share the region and carry copies of the patches).
     fn restore(&mut self) {
-        let forks = self.forked_children();
+        let mut forks = self.forked_children();
+        let cut: Vec<i32> =
+            self.cut_off.iter().filter(|&&(p, fork)| fork && !forks.contains(&p)).map(|&(p, _)| p).collect();
+        forks.extend(cut);
         let (crash, semaphores) = (self.crash, self.semaphores.clone());
         self.restore_main();
         for pid in forks {
             self.restore_fork(pid, crash.as_ref(), &semaphores);
         }
         self.patches.clear();
+    }
+
+    /// Why process `pid` is not of the session's trust domain (other
+    /// credentials than its first process had, or a secure exec), or None.
+    fn other_domain(&self, pid: i32) -> Option<String> {
+        use crate::os::creds::{secure_exec, Credentials};
+        let first = self.creds.as_ref()?;
+        match Credentials::of(pid) {
+            None => Some("its credentials cannot be read".into()),
+            Some(c) if &c != first => Some(c.difference(first)),
+            Some(_) if secure_exec(pid) => Some("a setuid, setgid or capability exec".into()),
+            Some(_) => None,
+        }
+    }
+
+    /// Children of the session (forked, or exec'd and followed) whose
+    /// credentials are no longer the first process's (a worker that
+    /// dropped its privileges): cut off from the region, every 50 ms at
+    /// most. Their region is replaced by private zeroed memory at the same
+    /// address, so the handlers their patched code still reaches find the
+    /// session disabled and whatever they write stays in their own
+    /// memory; the read-only mirror gives their code no address from a
+    /// process of another domain. Until then they could forge data in the
+    /// region, never move a write (the mirror: invariant 6). Cleaned at
+    /// the end like other forked children (`restore`).
+    fn check_domains(&mut self) {
+        let now = std::time::Instant::now();
+        if self.creds.is_none() || self.domains_checked.is_some_and(|t| now - t < std::time::Duration::from_millis(50))
+        {
+            return;
+        }
+        self.domains_checked = Some(now);
+        let followed: Vec<i32> =
+            self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
+        // (forked_children leaves the followed ones out.)
+        let mut pids = self.forked_children();
+        pids.extend(followed.iter().copied());
+        for pid in pids {
+            if self.cut_off.iter().any(|&(p, _)| p == pid) {
+                continue;
+            }
+            let Some(why) = self.other_domain(pid) else { continue };
+            let what = format!("pid {pid} ({})", crate::os::proc::comm(pid).trim());
+            let fork = !followed.contains(&pid);
+            let note = match self.cut(pid, fork) {
+                Ok(()) => format!(
+                    "{what} changed its credentials ({why}): processes of different privileges never share a \
+                     session's memory, so its probes are off from now on"
+                ),
+                Err(e) => format!("{what} changed its credentials ({why}) and could not be cut off: {e}"),
+            };
+            self.cut_off.push((pid, fork));
+            if !self.quiet {
+                eprintln!("WARNING: {note}");
+            }
+            self.warnings.push(note);
+        }
+    }
+
+    /// Replace the region in process `pid` by zeroed private memory
+    /// (`check_domains`); `fork`: it runs the first process's image (its
+    /// remote-operation stub is there too).
+    fn cut(&mut self, pid: i32, fork: bool) -> Result<(), String> {
+        let mut s = Stopped::attach(pid).map_err(|e| e.to_string())?;
+        if fork {
+            s.use_stub(self.stub.as_ref());
+        }
+        let size = self.hooker.artifact.region_size.next_multiple_of(4096);
+        let tid = s.main_thread();
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED) as u64;
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let r = s.syscall(tid, libc::SYS_mmap, [self.region_remote, size, prot, flags, u64::MAX, 0]);
+        let r = r.map_err(|e| e.to_string())?;
+        let detached = s.detach().map_err(|e| e.to_string());
+        if r as u64 != self.region_remote {
+            return Err(format!("mmap in pid {pid} returned {r}"));
+        }
+        detached
     }
 
     /// The descendants of the traced process (a few levels, a bounded
@@ -2268,6 +2366,7 @@ impl Armed {
             regions.push(pool);
         }
         regions.push((self.region_remote, page(a.region_size)));
+        regions.push((self.region_remote - telco_abi::region::MIRROR_GAP, page(a.region_size)));
         let threads_at = self.hooker.threads_at;
         if threads_at != 0 {
             regions.push((threads_at, inject::threads_size(a)));
@@ -2432,9 +2531,7 @@ impl Armed {
         let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.semaphores, &self.patches);
         self.semaphores.extend(raised);
         // SAFETY: the header pointer is the live region's base.
-        unsafe {
-            publish_symbols(self.header as *mut u8, s.pid(), &self.hooker.artifact, &maps, &self.hooker.relocs.borrow())
-        };
+        unsafe { publish_symbols(self.mirror, s.pid(), &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
         for r in refused {
             if !self.quiet {
                 eprintln!("WARNING: cannot probe {r}");
@@ -2768,6 +2865,15 @@ impl Armed {
     /// it go.
     fn arm_exec(&mut self, pid: i32) -> Result<(), TargetError> {
         let mut s = Stopped::adopt(pid)?;
+        // One trust domain per region: a program exec'd with privileges
+        // the session's first process did not have (setuid, setgid, file
+        // capabilities) runs unprobed; released as it is by the guard.
+        if let Some(why) = self.other_domain(pid) {
+            return Err(TargetError::Unsupported(format!(
+                "it runs with other credentials than the session's first process ({why}): processes of different \
+                 privileges never share a session's memory, so it runs without probes"
+            )));
+        }
         run_to_entry(&mut s)?;
         check_machine(pid)?;
         let a = &self.hooker.artifact;
@@ -2807,7 +2913,7 @@ impl Armed {
         // and the handlers know. Also in a program without probes of its
         // own: its exec hook follows the programs it runs in turn (`env
         // prog`, a shell's children).
-        inject::map_region_at(&mut s, f.region_fd, f.region_remote, f.region_size)?;
+        inject::map_region_at(&mut s, f.region_fd, f.mirror_fd, f.region_remote, f.region_size)?;
         inject::threads_at(&mut s, a, f.threads_at)?;
         let mut refused = Vec::new();
         let mut plans = Vec::new();

@@ -124,6 +124,14 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
     let mut init = layout.init.clone();
     init.push((layout.consts_off, layout.consts.clone()));
     let cap = layout.limits.maxstringlen;
+    if layout.region_size() > telco_abi::region::MIRROR_GAP {
+        return Err(format!(
+            "the shared region would take {} MiB, more than the {} MiB its trusted mirror allows: \
+             lower -D MAXMAPENTRIES, MAXSTRINGLEN or the ring's size",
+            layout.region_size() >> 20,
+            telco_abi::region::MIRROR_GAP >> 20
+        ));
+    }
     Ok(Artifact {
         code,
         symbols,

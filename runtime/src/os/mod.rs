@@ -16,6 +16,7 @@
 //! * [`sys`]: shared and executable memory, the tracer's own signals,
 //!   clocks and the cycle counter's calibration.
 
+pub mod creds;
 pub mod perf;
 pub mod proc;
 pub mod process;

@@ -26,20 +26,98 @@ unsafe impl Send for SharedMemory {}
 unsafe impl Sync for SharedMemory {}
 
 impl SharedMemory {
-    pub fn new(len: usize) -> io::Result<SharedMemory> {
+    /// A new memfd of `len` bytes for a region made here (a session
+    /// without a target), to map with [`SharedMemory::mirrored`].
+    pub fn new_fd(len: usize) -> io::Result<OwnedFd> {
         use nix::sys::memfd::{memfd_create, MFdFlags};
         let fd = memfd_create(c"telco-stap-region", MFdFlags::MFD_CLOEXEC)?;
         nix::unistd::ftruncate(&fd, len as libc::off_t)?;
-        SharedMemory::from_fd(fd, len)
+        Ok(fd)
     }
 
     /// Map `len` bytes of an open memfd (the target's, through
     /// `/proc/PID/fd/N`).
     pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<SharedMemory> {
+        SharedMemory::map(fd, len, None)
+    }
+
+    /// [`SharedMemory::from_fd`] at exactly `at`, never over another
+    /// mapping (`MAP_FIXED_NOREPLACE`): the trusted mirror, below the
+    /// region (`telco_abi::region::MIRROR_GAP`).
+    pub fn from_fd_at(fd: OwnedFd, len: usize, at: usize) -> io::Result<SharedMemory> {
+        SharedMemory::map(fd, len, Some(at))
+    }
+
+    fn map(fd: OwnedFd, len: usize, at: Option<usize>) -> io::Result<SharedMemory> {
         let n = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: a fresh shared mapping of the file, owned by the value.
+        let flags = MapFlags::MAP_SHARED | at.map_or(MapFlags::empty(), |_| MapFlags::MAP_FIXED_NOREPLACE);
+        let hint = at.and_then(NonZeroUsize::new);
+        // SAFETY: a fresh shared mapping of the file, owned by the value;
+        // with an address, never over another mapping (NOREPLACE).
+        let p = unsafe { nix::sys::mman::mmap(hint, n, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags, &fd, 0)? };
+        if at.is_some_and(|a| a != p.as_ptr() as usize) {
+            // SAFETY: unmapping what was just mapped (an old kernel that
+            // took NOREPLACE as a hint).
+            let _ = unsafe { nix::sys::mman::munmap(p, len) };
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        Ok(SharedMemory { ptr: p.as_ptr().cast(), len, _fd: fd })
+    }
+
+    /// A new memfd of `len` bytes for a trusted mirror
+    /// ([`SharedMemory::mirrored`]), sealable.
+    pub fn new_mirror_fd(len: usize) -> io::Result<OwnedFd> {
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        let fd = memfd_create(c"telco-mirror", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
+        nix::unistd::ftruncate(&fd, len as libc::off_t)?;
+        Ok(fd)
+    }
+
+    /// Map the region's memfd `region` (`len` bytes) and its trusted
+    /// mirror's `mirror` (as long) `MIRROR_GAP` bytes below it
+    /// (`telco_abi::region::MIRROR_GAP`), then seal the mirror against
+    /// writing by anyone but this mapping ([`seal_mirror`]). Where the
+    /// kernel's place for the region has no room below, other places are
+    /// tried.
+    pub fn mirrored(region: OwnedFd, mirror: OwnedFd, len: usize) -> io::Result<(SharedMemory, SharedMemory)> {
+        let gap = telco_abi::region::MIRROR_GAP as usize;
+        let mut hint = None;
+        for attempt in 0..16u64 {
+            let r = match hint {
+                None => SharedMemory::map(region.try_clone()?, len, None)?,
+                Some(h) => SharedMemory::map_hint(region.try_clone()?, len, h)?,
+            };
+            if let Some(at) = (r.ptr as usize).checked_sub(gap).filter(|&a| a >= 1 << 16) {
+                match SharedMemory::from_fd_at(mirror.try_clone()?, len, at) {
+                    Ok(m) => {
+                        // Mapped writable first: after the seal no mapping can be.
+                        seal_mirror(&m._fd)?;
+                        return Ok((r, m));
+                    }
+                    Err(e) if e.raw_os_error() != Some(libc::EEXIST) => return Err(e),
+                    Err(_) => {}
+                }
+            }
+            // Somewhere between 16 and 112 TiB, spread by the attempt.
+            let spread = (attempt + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ monotonic_ns();
+            hint = Some((((16u64 << 40) + spread % (96u64 << 40)) & !0xfff) as usize);
+        }
+        Err(io::Error::other("no room for the region's trusted mirror below it"))
+    }
+
+    fn map_hint(fd: OwnedFd, len: usize, hint: usize) -> io::Result<SharedMemory> {
+        let n = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a fresh shared mapping of the file, owned by the value;
+        // the address is a hint only.
         let p = unsafe {
-            nix::sys::mman::mmap(None, n, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, &fd, 0)?
+            nix::sys::mman::mmap(
+                NonZeroUsize::new(hint),
+                n,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                &fd,
+                0,
+            )?
         };
         Ok(SharedMemory { ptr: p.as_ptr().cast(), len, _fd: fd })
     }
@@ -316,6 +394,19 @@ fn calibrate_tsc() -> Clock {
 pub fn seal_size(file: &std::fs::File) -> std::io::Result<()> {
     use nix::fcntl::{fcntl, FcntlArg, SealFlag};
     let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+    fcntl(file, FcntlArg::F_ADD_SEALS(seals))?;
+    Ok(())
+}
+
+/// Seal the trusted mirror's memfd (`telco_abi::region::MIRROR_GAP`):
+/// no new writable mapping, no `write`, no change of size, no more seals
+/// (`F_SEAL_FUTURE_WRITE`: the tracer's own mapping, made before the
+/// seal, still writes). A process that maps it afterwards can map it
+/// only read-only and never make that mapping writable (the kernel clears
+/// `VM_MAYWRITE` of a shared mapping of such a file).
+pub fn seal_mirror<F: std::os::fd::AsFd>(file: &F) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    let seals = SealFlag::F_SEAL_FUTURE_WRITE | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
     fcntl(file, FcntlArg::F_ADD_SEALS(seals))?;
     Ok(())
 }

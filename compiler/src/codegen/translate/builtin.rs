@@ -22,7 +22,7 @@ impl Gen<'_, '_, '_> {
         let kinds_off = self.sh.layout.constant(&kinds);
         let arr = self.arg_array(vals);
         let idv = self.iconst(i64::from(id));
-        let kp = self.region_addr(kinds_off);
+        let kp = self.const_addr(kinds_off);
         let n = self.iconst(vals.len() as i64);
         self.rt(Rt::Printf, &[self.region, self.ctx, idv, kp, arr, n]);
     }
@@ -32,7 +32,7 @@ impl Gen<'_, '_, '_> {
         let t = self.temp();
         let (_, off) = self.sh.format(pieces);
         let arr = self.arg_array(vals);
-        let fp = self.region_addr(off);
+        let fp = self.const_addr(off);
         let cap = self.cap_val();
         let n = self.iconst(vals.len() as i64);
         self.rt(Rt::Format, &[t, cap, fp, arr, n]);
@@ -122,7 +122,7 @@ impl Gen<'_, '_, '_> {
             _ => abi::HIST_LOG_BUCKETS,
         };
         let p = self.expr(stat);
-        let d = self.region_addr(desc);
+        let d = self.const_addr(desc);
         let w = self.iconst(which as i64);
         Some((p, d, w, buckets))
     }
@@ -268,11 +268,12 @@ impl Gen<'_, '_, '_> {
                 // The probe table: per probe entry, its pp() and function strings.
                 let probe = self.load32(self.ctx, core::mem::offset_of!(abi::Ctx, probe) as i32);
                 let row = self.b.ins().ishl_imm_u(probe, 4);
-                let tab = self.region_addr(self.sh.layout.probes_off);
+                let tab = self.const_addr(self.sh.layout.probes_off);
                 let rowp = self.b.ins().iadd(tab, row);
                 let field = if f == Builtin::Pp { 0 } else { 8 };
                 let off = self.load(rowp, field);
-                self.b.ins().iadd(self.region, off)
+                let strings = self.const_addr(0);
+                self.b.ins().iadd(strings, off)
             }
             Builtin::Uaddr => {
                 self.ctx_escapes = true;
@@ -437,7 +438,7 @@ impl Gen<'_, '_, '_> {
             }
             Builtin::Ubacktrace => {
                 let off = self.sh.symtab();
-                let tab = self.region_addr(off);
+                let tab = self.const_addr(off);
                 let t = self.temp();
                 let cap = self.cap_val();
                 self.rt(Rt::Ubacktrace, &[self.region, self.ctx, tab, t, cap]);
@@ -445,7 +446,7 @@ impl Gen<'_, '_, '_> {
             }
             Builtin::SprintUbacktrace => {
                 let off = self.sh.symtab();
-                let tab = self.region_addr(off);
+                let tab = self.const_addr(off);
                 let t = self.temp();
                 let cap = self.cap_val();
                 self.rt(Rt::SprintUbacktrace, &[self.region, self.ctx, tab, t, cap]);
@@ -455,7 +456,7 @@ impl Gen<'_, '_, '_> {
                 // One printf per frame, as SystemTap prints them: address,
                 // symbol+offset/size, module (each within MAXSTRINGLEN).
                 let off = self.sh.symtab();
-                let tab = self.region_addr(off);
+                let tab = self.const_addr(off);
                 let s = Piece::Conv {
                     kind: fmt::CONV_STRING,
                     flags: 0,
@@ -467,7 +468,7 @@ impl Gen<'_, '_, '_> {
                 let kinds: Vec<u8> = fmt::argument_kinds(&pieces).into_iter().map(u8::from).collect();
                 let kinds_off = self.sh.layout.constant(&kinds);
                 let idv = self.iconst(i64::from(id));
-                let kp = self.region_addr(kinds_off);
+                let kp = self.const_addr(kinds_off);
                 self.rt(Rt::PrintUbacktrace, &[self.region, self.ctx, tab, idv, kp]);
                 zero
             }
@@ -476,7 +477,7 @@ impl Gen<'_, '_, '_> {
                 // the address in hex (as SystemTap for unknown addresses).
                 let a = self.expr(&args[0]);
                 let off = self.sh.symtab();
-                let tab = self.region_addr(off);
+                let tab = self.const_addr(off);
                 let t = self.temp();
                 let cap = self.cap_val();
                 self.rt(Rt::Usymname, &[tab, a, t, cap]);
@@ -571,7 +572,7 @@ impl Gen<'_, '_, '_> {
                     Some(a) => self.expr(a),
                     None => {
                         let off = self.sh.layout.string(b"Assertion failed");
-                        self.region_addr(off)
+                        self.const_addr(off)
                     }
                 };
                 self.user_error(m, span);

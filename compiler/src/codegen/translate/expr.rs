@@ -9,7 +9,7 @@ impl Gen<'_, '_, '_> {
             ExprKind::Long(n) => self.iconst(*n),
             ExprKind::String(s) => {
                 let off = self.sh.layout.string(s);
-                self.region_addr(off)
+                self.const_addr(off)
             }
             ExprKind::Local(l) => match self.locals[l.0 as usize] {
                 LocalStore::Long(v) => self.b.use_var(v),
@@ -21,7 +21,7 @@ impl Gen<'_, '_, '_> {
                 match e.ty {
                     Ty::Stat => p,
                     Ty::String => {
-                        let zero = self.region_addr(self.sh.layout.zero_off);
+                        let zero = self.const_addr(self.sh.layout.zero_off);
                         let absent = self.b.ins().icmp_imm_s(IntCC::Equal, p, 0);
                         let p = self.b.ins().select(absent, zero, p);
                         let t = self.temp();
@@ -30,7 +30,7 @@ impl Gen<'_, '_, '_> {
                         t
                     }
                     _ => {
-                        let zero = self.region_addr(self.sh.layout.zero_off);
+                        let zero = self.const_addr(self.sh.layout.zero_off);
                         let absent = self.b.ins().icmp_imm_s(IntCC::Equal, p, 0);
                         let p = self.b.ins().select(absent, zero, p);
                         self.load(p, 0)
@@ -123,7 +123,7 @@ impl Gen<'_, '_, '_> {
                 let off: u32 = self.entry_sizes.iter().take(k).sum();
                 let base = self.load(self.ctx, abi_off_entry());
                 let none = self.b.ins().icmp_imm_s(IntCC::Equal, base, 0);
-                let zero = self.region_addr(self.sh.layout.zero_off);
+                let zero = self.const_addr(self.sh.layout.zero_off);
                 let p = self.b.ins().iadd_imm_s(base, i64::from(off));
                 let p = self.b.ins().select(none, zero, p);
                 if inner.ty == Ty::String {

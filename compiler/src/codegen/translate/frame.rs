@@ -161,6 +161,15 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.b.ins().iadd_imm_s(self.region, off as i64)
     }
 
+    /// The address of a constant of the region (a string literal, a
+    /// format, argument kinds, a statistic's descriptor, the probe and
+    /// symbol tables, the zeroes of an absent element) in its trusted
+    /// mirror (`telco_abi::region::MIRROR_GAP`), which no process of the
+    /// session can write: its bytes, offsets and bounds are the tracer's.
+    pub(super) fn const_addr(&mut self, off: u64) -> Value {
+        self.b.ins().iadd_imm_s(self.region, off as i64 - telco_abi::region::MIRROR_GAP as i64)
+    }
+
     /// The low bits of `v` as a C integer of type `ty`, back to a long:
     /// sign-extended (`signed`) or zero-extended.
     pub(super) fn low_bits(&mut self, v: Value, ty: types::Type, signed: bool) -> Value {
@@ -277,7 +286,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         self.b.switch_to_block(bad);
         self.b.seal_block(bad);
         let off = self.sh.layout.string(m);
-        let msg = self.region_addr(off);
+        let msg = self.const_addr(off);
         self.user_error(msg, span);
         self.b.switch_to_block(ok);
         self.b.seal_block(ok);

@@ -31,7 +31,7 @@ impl Gen<'_, '_, '_> {
                 let base = self.region_addr(off);
                 let shards = self.iconst(copies as i64);
                 let row = self.iconst(i64::from(row));
-                let d = self.region_addr(desc);
+                let d = self.const_addr(desc);
                 self.rt(Rt::StatMerge, &[self.region, tmp, base, shards, row, d]);
                 tmp
             }
@@ -55,18 +55,18 @@ impl Gen<'_, '_, '_> {
             }
             Storage::Str { off } => {
                 let p = self.region_addr(off);
-                let e = self.region_addr(self.sh.layout.zero_off);
+                let e = self.const_addr(self.sh.layout.zero_off);
                 let cap = self.cap_val();
                 self.rt(Rt::GstrStore, &[p, e, cap]);
             }
             Storage::Stat { off, desc, .. } => {
                 let p = self.region_addr(off);
-                let d = self.region_addr(desc);
+                let d = self.const_addr(desc);
                 self.rt(Rt::StatClear, &[p, d]);
             }
             Storage::ShardedStat { off, desc, copies, row, .. } => {
                 let p = self.region_addr(off);
-                let d = self.region_addr(desc);
+                let d = self.const_addr(desc);
                 let shards = self.iconst(copies as i64);
                 let row = self.iconst(i64::from(row));
                 self.rt(Rt::StatClearAll, &[self.region, p, shards, row, d]);
@@ -264,7 +264,7 @@ impl Gen<'_, '_, '_> {
                         {
                             // This thread's own copy (in a target thread), or
                             // the shared one (in the tracer).
-                            let d = self.region_addr(desc);
+                            let d = self.const_addr(desc);
                             let slot = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, slot) as i32);
                             let own = self.b.create_block();
                             let shared = self.b.create_block();
@@ -301,7 +301,7 @@ impl Gen<'_, '_, '_> {
                 }
                 _ => return v,
             };
-            let d = self.region_addr(desc);
+            let d = self.const_addr(desc);
             self.rt(Rt::StatAdd, &[p, v, d]);
             return v;
         }

@@ -1,0 +1,102 @@
+//! A process's credentials, as the kernel reports them
+//! (`/proc/PID/status`, the auxiliary vector's `AT_SECURE`): what decides
+//! whether two processes may share a region (INTERNALS.md, invariant 6:
+//! one trust domain per region).
+
+/// The lines of `/proc/PID/status` that make a process's privileges: its
+/// real, effective, saved and filesystem user and group ids, its
+/// supplementary groups and its capability sets. Two processes with equal
+/// `Credentials` can do the same things to each other and to the system;
+/// any difference, either way, is another trust domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    lines: Vec<String>,
+}
+
+const FIELDS: [&str; 8] = ["Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"];
+
+impl Credentials {
+    /// The process's credentials now; None when it is gone or its status
+    /// cannot be read (then it is treated as another domain).
+    pub fn of(pid: i32) -> Option<Credentials> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        Some(Credentials::parse(&text))
+    }
+
+    fn parse(status: &str) -> Credentials {
+        let mut lines: Vec<String> = FIELDS
+            .iter()
+            .map(|f| {
+                status
+                    .lines()
+                    .find(|l| l.starts_with(f))
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .unwrap_or_else(|| format!("{f} ?"))
+            })
+            .collect();
+        lines.shrink_to_fit();
+        Credentials { lines }
+    }
+
+    /// The effective user id, for messages.
+    pub fn euid(&self) -> Option<u32> {
+        self.lines.first()?.split_whitespace().nth(2)?.parse().ok()
+    }
+
+    /// What differs from `other`, for a warning ("uid 0 0 0 0 against
+    /// 12345 12345 12345 12345").
+    pub fn difference(&self, other: &Credentials) -> String {
+        self.lines
+            .iter()
+            .zip(&other.lines)
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| {
+                let (name, mine) = a.split_once(' ').unwrap_or((a, ""));
+                let theirs = b.split_once(' ').map_or("", |x| x.1);
+                format!("{} {} against {}", name.trim_end_matches(':'), mine, theirs)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Whether the program the process runs was started with privileges its
+/// parent did not have (a setuid, setgid or file-capability exec: the
+/// kernel's `AT_SECURE`).
+pub fn secure_exec(pid: i32) -> bool {
+    crate::os::proc::auxv(pid)
+        .ok()
+        .and_then(|a| crate::os::proc::aux_value(&a, libc::AT_SECURE))
+        .is_some_and(|v| v != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOT: &str =
+        "Name:\tsu\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t\nCapInh:\t0\nCapPrm:\t000001ffffffffff\n\
+                        CapEff:\t000001ffffffffff\nCapBnd:\t000001ffffffffff\nCapAmb:\t0\n";
+
+    #[test]
+    fn a_dropped_uid_is_another_domain_and_says_which() {
+        let root = Credentials::parse(ROOT);
+        let user = Credentials::parse(
+            &ROOT.replace("Uid:\t0\t0\t0\t0", "Uid:\t12345\t12345\t12345\t12345").replace("000001ffffffffff", "0"),
+        );
+        assert_ne!(root, user);
+        assert_eq!(root, Credentials::parse(ROOT));
+        assert_eq!(root.euid(), Some(0));
+        assert_eq!(user.euid(), Some(12345));
+        let d = user.difference(&root);
+        assert!(d.starts_with("Uid 12345 12345 12345 12345 against 0 0 0 0"), "{d}");
+        assert!(d.contains("CapEff 0 against 000001ffffffffff"), "{d}");
+    }
+
+    #[test]
+    fn a_saved_uid_alone_differs_too() {
+        let a = Credentials::parse(ROOT);
+        let b = Credentials::parse(&ROOT.replace("Uid:\t0\t0\t0\t0", "Uid:\t0\t0\t12345\t0"));
+        assert_ne!(a, b);
+    }
+}
