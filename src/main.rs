@@ -92,6 +92,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     check_outputs(&cli)?;
     let mut sink = telco_compiler::Diagnostics::new();
     sink.suppress_warnings = cli.no_warnings;
+    telco_runtime::os::modfile::set_quiet(cli.no_warnings);
     let color = std::io::stderr().is_terminal();
 
     // Pass 1.
@@ -138,7 +139,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
     let mut tapsets = elaborate::tapsets::builtin();
     tapsets.extend(elaborate::tapsets::from_dirs(&cli.include).map_err(anyhow::Error::msg)?);
-    let query = ProcQuery;
+    let query = ProcQuery::default();
     let target = TargetSpec { pid: cli.pid, command: command_program(&cli)? };
     let ecfg = elaborate::Config {
         parse: &cfg,
@@ -192,8 +193,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let mut modules: std::collections::HashMap<std::path::PathBuf, Option<telco_compiler::elf::Module>> =
             Default::default();
         let mut returns = |f: &telco_compiler::program::FunctionPoint| {
-            let m =
-                modules.entry(f.module.clone()).or_insert_with(|| telco_compiler::elf::Module::load(&f.module).ok());
+            // A running target's file as it maps it (`ProcQuery::image`).
+            let m = modules.entry(f.module.clone()).or_insert_with(|| {
+                match cli.pid.and_then(|pid| query.image(pid, &f.module)) {
+                    Some(image) => telco_compiler::elf::Module::from_image(&f.module, image.ok()?).ok(),
+                    None => telco_compiler::elf::Module::load(&f.module).ok(),
+                }
+            });
             let m = m.as_ref()?;
             m.no_return_address(m.function_at(f.addr)?).map(|why| why.to_string())
         };
@@ -586,15 +592,47 @@ fn first_word(cmd: &str) -> String {
     word
 }
 
-/// Facts about running processes come from the runtime's `/proc` reader.
-struct ProcQuery;
+/// Facts about running processes come from the runtime's `/proc` reader;
+/// their files are opened as the process maps them, never by the path it
+/// shows (`telco_runtime::os::modfile`): each path named is remembered
+/// with its file, or with why it has none.
+#[derive(Default)]
+struct ProcQuery {
+    #[allow(clippy::type_complexity)]
+    files: std::cell::RefCell<
+        std::collections::HashMap<(u32, std::path::PathBuf), Result<telco_runtime::os::modfile::Image, String>>,
+    >,
+}
+
+impl ProcQuery {
+    fn remember(&self, pid: u32, path: &std::path::Path, file: Option<telco_runtime::os::modfile::Image>) {
+        let file = file.ok_or_else(|| format!("{}: cannot read it as process {pid} maps it", path.display()));
+        self.files.borrow_mut().entry((pid, path.to_path_buf())).or_insert(file);
+    }
+}
 
 impl TargetQuery for ProcQuery {
     fn executable(&self, pid: u32) -> Result<std::path::PathBuf, String> {
-        telco_runtime::os::proc::executable(pid)
+        let path = telco_runtime::os::proc::executable(pid)?;
+        if !self.files.borrow().contains_key(&(pid, path.clone())) {
+            self.remember(pid, &path, telco_runtime::os::modfile::executable(pid as i32));
+        }
+        Ok(path)
     }
     fn mapped_files(&self, pid: u32) -> Result<Vec<std::path::PathBuf>, String> {
-        telco_runtime::os::proc::mapped_files(pid)
+        let mut out = Vec::new();
+        for m in telco_runtime::os::proc::mapped_files(pid)? {
+            if !self.files.borrow().contains_key(&(pid, m.path.clone())) {
+                self.remember(pid, &m.path, telco_runtime::os::modfile::mapped(&m));
+            }
+            out.push(m.path);
+        }
+        Ok(out)
+    }
+    fn image(&self, pid: u32, path: &std::path::Path) -> Option<Result<telco_compiler::elf::Image, String>> {
+        let files = self.files.borrow();
+        let file = files.get(&(pid, path.to_path_buf()))?;
+        Some(file.clone().map(|f| telco_compiler::elf::Image::given(f)))
     }
 }
 
@@ -755,8 +793,13 @@ fn subcommand(cmd: &Command) -> Result<ExitCode> {
 struct ElfSymbols;
 
 impl telco_runtime::symtab::SymbolSource for ElfSymbols {
-    fn symbols(&self, path: &std::path::Path, bytes: &[u8]) -> Option<telco_runtime::symtab::ModuleSymbols> {
-        let m = telco_compiler::elf::Module::from_bytes(path, bytes).ok()?;
+    fn symbols(
+        &self,
+        path: &std::path::Path,
+        file: &telco_runtime::os::modfile::Image,
+    ) -> Option<telco_runtime::symtab::ModuleSymbols> {
+        let image = telco_compiler::elf::Image::given(file.clone());
+        let m = telco_compiler::elf::Module::from_image(path, image).ok()?;
         let s = telco_compiler::elaborate::module_symbols(&m, path)?;
         Some(telco_runtime::symtab::ModuleSymbols {
             anchor_addr: s.module.anchor_addr,

@@ -37,7 +37,6 @@
 
 use crate::inject::CodeRegion;
 use crate::os::ptrace::Stopped;
-use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use telco_abi::artifact::Artifact;
 use telco_abi::region::Header;
@@ -263,7 +262,7 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
         }
         let file_offset = pc - m.start + m.offset;
         let path = &m.path;
-        return match symbol(path, file_offset) {
+        return match symbol(&m, file_offset) {
             Some(s) => (format!("{s} ({})", path.display()), false),
             None => (format!("{} (+{file_offset:#x})", path.display()), false),
         };
@@ -271,10 +270,11 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
     ("no mapping (a jump to a bad address?)".into(), false)
 }
 
-/// The function of ELF file `path` that holds the byte at `file_offset`,
-/// as `name+0xOFF`, from its symbol table or its dynamic symbols.
-fn symbol(path: &Path, file_offset: u64) -> Option<String> {
-    let bytes = crate::os::sys::read_module(path).ok()?;
+/// The function of the ELF file mapped at `m` that holds the byte at
+/// `file_offset`, as `name+0xOFF`, from its symbol table or its dynamic
+/// symbols (the file as the process maps it: `os::modfile`).
+fn symbol(m: &crate::os::proc::Mapping, file_offset: u64) -> Option<String> {
+    let bytes = crate::os::modfile::mapped(m)?;
     let elf = goblin::elf::Elf::parse(&bytes).ok()?;
     let ph = elf.program_headers.iter().find(|p| {
         p.p_type == goblin::elf::program_header::PT_LOAD
@@ -326,21 +326,10 @@ mod tests {
     #[test]
     fn symbols_of_this_test_binary() {
         // A function of this very executable, by its address in memory.
-        let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let pc = symbols_of_this_test_binary as *const () as u64;
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let line = maps
-            .lines()
-            .find(|l| {
-                let r = l.split_whitespace().next().unwrap();
-                let (a, b) = r.split_once('-').unwrap();
-                (u64::from_str_radix(a, 16).unwrap()..u64::from_str_radix(b, 16).unwrap()).contains(&pc)
-            })
-            .unwrap();
-        let mut it = line.split_whitespace();
-        let start = u64::from_str_radix(it.next().unwrap().split_once('-').unwrap().0, 16).unwrap();
-        let off = u64::from_str_radix(it.nth(1).unwrap(), 16).unwrap();
-        let s = symbol(&exe, pc - start + off).expect("a symbol");
+        let maps = crate::os::proc::maps(std::process::id() as i32).unwrap();
+        let m = maps.iter().find(|m| (m.start..m.end).contains(&pc)).unwrap();
+        let s = symbol(m, pc - m.start + m.offset).expect("a symbol");
         assert!(s.contains("symbols_of_this_test_binary") && s.ends_with("+0x0"), "{s}");
     }
 }

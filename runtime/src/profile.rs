@@ -8,7 +8,10 @@
 //! its stack; the tracer knows the process's modules from
 //! `/proc/PID/maps` (re-read when a frame lands outside every known module,
 //! at most every 100 ms: a library loaded since) and reads their unwind
-//! sections from the files (the vDSO's from the process's memory). A stack
+//! sections from the files (the vDSO's from the process's memory): each
+//! file opened as the process maps it and held memory-mapped once for the
+//! session however many names and processes map it (`os::modfile`), its
+//! sections slices of that mapping, never copies. A stack
 //! is a list of [`Frame`]s, the sampled pc first; each frame says which
 //! module it is in so that the writers can name it by the module's
 //! symbols. Frames no module holds are kept, as unknown, and counted.
@@ -48,9 +51,11 @@ pub struct ModuleInfo {
     pub file_offset: u64,
     /// Its GNU build id, when it has one.
     pub build_id: Vec<u8>,
-    /// The image itself when it is no file (the vDSO, read from the
-    /// process's memory): its symbols name its frames.
-    pub image: Option<Arc<Vec<u8>>>,
+    /// The module's bytes: its file as the process maps it (never the
+    /// file its path names: that may be another, `os::modfile`), or the
+    /// vDSO's image read from the process's memory. Its symbols name its
+    /// frames.
+    pub image: Option<Bytes>,
 }
 
 /// One frame of a sampled stack.
@@ -116,17 +121,64 @@ pub struct Summary {
     pub malformed: u64,
 }
 
-/// Section bytes shared between the unwinders of processes that map the
-/// same file.
-#[derive(Clone, Default)]
-pub struct Bytes(Arc<Vec<u8>>);
+/// Bytes of a module shared between the unwinders of processes that map
+/// the same file: a range of its mapped file (or of the vDSO's image),
+/// no copy.
+#[derive(Clone)]
+pub struct Bytes {
+    whole: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    range: std::ops::Range<usize>,
+}
+
+impl Bytes {
+    fn new(whole: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Bytes {
+        let len = (*whole).as_ref().len();
+        Bytes { whole, range: 0..len }
+    }
+
+    /// Bytes `range` of these, if they have them.
+    fn slice(&self, range: std::ops::Range<usize>) -> Option<Bytes> {
+        let len = self.range.len();
+        (range.start <= range.end && range.end <= len).then(|| Bytes {
+            whole: self.whole.clone(),
+            range: self.range.start + range.start..self.range.start + range.end,
+        })
+    }
+}
+
+impl Default for Bytes {
+    fn default() -> Bytes {
+        Bytes::new(Arc::new(Vec::new()))
+    }
+}
 
 impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        &(*self.whole).as_ref()[self.range.clone()]
     }
 }
+
+impl AsRef<[u8]> for Bytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bytes({:?})", self.range)
+    }
+}
+
+/// The same bytes of the same image.
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        Arc::ptr_eq(&self.whole, &other.whole) && self.range == other.range
+    }
+}
+
+impl Eq for Bytes {}
 
 /// A module's unwind sections, as read from its file.
 #[derive(Clone, Default)]
@@ -139,8 +191,8 @@ struct Sections {
     /// (p_vaddr, p_offset, p_filesz) of each PT_LOAD.
     loads: Vec<(u64, u64, u64)>,
     build_id: Vec<u8>,
-    /// The vDSO's whole image.
-    image: Option<Arc<Vec<u8>>>,
+    /// The whole image.
+    image: Option<Bytes>,
 }
 
 struct Proc {
@@ -373,8 +425,11 @@ pub struct Profiler {
     procs: HashMap<u32, Proc>,
     /// Every module seen, in any sampled process (indices are stable).
     pub modules: Vec<ModuleInfo>,
-    known: HashMap<(PathBuf, u64), u32>,
-    files: HashMap<(PathBuf, u64), Option<Sections>>,
+    /// Module index by file (device, inode) and load bias.
+    known: HashMap<((u64, u64), u64), u32>,
+    /// By file (device, inode as the opened file's `fstat` gives them;
+    /// the vDSO's is `VDSO`).
+    files: HashMap<(u64, u64), Option<Sections>>,
     pub summary: Summary,
     frames: Vec<Frame>,
 }
@@ -668,29 +723,40 @@ impl Profiler {
         }
         let mut unwinder = Unwinder::<Bytes>::new();
         let mut ranges = Vec::new();
-        // Mappings of one file, in address order (maps is sorted).
-        let mut groups: Vec<(PathBuf, u64, Vec<&Mapping>)> = Vec::new();
+        // Mappings of one file (device and inode as maps say), in address
+        // order (maps is sorted).
+        let mut groups: Vec<((u64, u64), Vec<&Mapping>)> = Vec::new();
         for m in &maps {
-            let p = m.path.to_string_lossy();
-            if !(p.starts_with('/') || p == "[vdso]") || p.ends_with(" (deleted)") {
-                continue;
-            }
+            let file = match m.path.as_os_str() == "[vdso]" {
+                true => VDSO,
+                false if m.is_file() => (m.dev, m.inode),
+                false => continue,
+            };
             match groups.last_mut() {
-                Some((path, inode, ms)) if *path == m.path && *inode == m.inode => ms.push(m),
-                _ => groups.push((m.path.clone(), m.inode, vec![m])),
+                Some((f, ms)) if *f == file => ms.push(m),
+                _ => groups.push((file, vec![m])),
             }
         }
-        for (path, inode, ms) in groups {
+        for (file, ms) in groups {
             if !ms.iter().any(|m| m.executable) {
                 continue;
             }
-            let sections =
-                self.files.entry((path.clone(), inode)).or_insert_with(|| read_sections(pid, &path, ms[0])).clone();
+            // The file as mapped (`os::modfile`), known by what it opens.
+            let image = match file == VDSO {
+                true => None,
+                false => match crate::os::modfile::mapped(ms[0]) {
+                    Some(i) => Some(i),
+                    None => continue,
+                },
+            };
+            let file = image.as_ref().map_or(VDSO, |i| (i.dev, i.ino));
+            let sections = self.files.entry(file).or_insert_with(|| read_sections(pid, ms[0], image)).clone();
             let Some(sec) = sections else { continue };
             let first = ms[0];
+            let path = first.path.clone();
             let Some(bias) = bias_of(&sec.loads, first.start, first.offset) else { continue };
             let (start, end) = (first.start, ms.iter().map(|m| m.end).max().unwrap_or(first.end));
-            let key = (path.clone(), bias);
+            let key = (file, bias);
             let idx = *self.known.entry(key).or_insert_with(|| {
                 self.modules.push(ModuleInfo {
                     path: path.clone(),
@@ -756,23 +822,28 @@ fn bias_of(loads: &[(u64, u64, u64)], start: u64, offset: u64) -> Option<u64> {
     Some(start.wrapping_sub(vaddr.wrapping_add(offset).wrapping_sub(off)))
 }
 
-/// A module's unwind sections and load segments: from its file, or (the
-/// vDSO) from the process's memory.
-fn read_sections(pid: u32, path: &std::path::Path, first: &Mapping) -> Option<Sections> {
-    if path.as_os_str() == "[vdso]" {
-        let len = (first.end - first.start).min(1 << 20) as usize;
-        let mut buf = vec![0u8; len];
-        let f = proc::mem(pid as i32, false).ok()?;
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, first.start).ok()?;
-        let mut s = parse_sections(&buf)?;
-        s.image = Some(Arc::new(buf));
-        return Some(s);
+/// The vDSO's key among the files (no file has inode 0).
+const VDSO: (u64, u64) = (0, 0);
+
+/// A module's unwind sections and load segments: from its file as the
+/// process maps it (`file`), or (the vDSO) from the process's memory.
+fn read_sections(pid: u32, first: &Mapping, file: Option<crate::os::modfile::Image>) -> Option<Sections> {
+    if let Some(f) = file {
+        return parse_sections(Bytes::new(f));
     }
-    parse_sections(&crate::os::sys::read_module(path).ok()?)
+    let len = (first.end - first.start).min(1 << 20) as usize;
+    let mut buf = vec![0u8; len];
+    let f = proc::mem(pid as i32, false).ok()?;
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, first.start).ok()?;
+    parse_sections(Bytes::new(Arc::new(buf)))
 }
 
-fn parse_sections(bytes: &[u8]) -> Option<Sections> {
+/// The sections of the ELF image `image`: slices of it (a section header
+/// may claim any size: only what the image has is taken, and nothing is
+/// copied).
+fn parse_sections(image: Bytes) -> Option<Sections> {
     use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, Elf};
+    let bytes: &[u8] = &image;
     let elf = Elf::parse(bytes).ok()?;
     let mut s = Sections {
         loads: elf
@@ -791,8 +862,7 @@ fn parse_sections(bytes: &[u8]) -> Option<Sections> {
                 return None;
             }
             let start = usize::try_from(sh.sh_offset).ok()?;
-            let b = bytes.get(start..start.checked_add(usize::try_from(sh.sh_size).ok()?)?)?;
-            Some(Bytes(Arc::new(b.to_vec())))
+            image.slice(start..start.checked_add(usize::try_from(sh.sh_size).ok()?)?)
         };
         match name {
             ".text" => s.text = data().map(|d| (range, d)),
@@ -810,6 +880,7 @@ fn parse_sections(bytes: &[u8]) -> Option<Sections> {
             }
         }
     }
+    s.image = Some(image.clone());
     Some(s)
 }
 
@@ -864,7 +935,7 @@ mod tests {
     fn this_test_binary_has_unwind_sections() {
         let me = std::env::current_exe().expect("exe");
         let bytes = std::fs::read(me).expect("read");
-        let s = parse_sections(&bytes).expect("an ELF file");
+        let s = parse_sections(Bytes::new(Arc::new(bytes))).expect("an ELF file");
         assert!(s.eh_frame.is_some() && s.eh_frame_hdr.is_some() && s.text.is_some());
         assert!(!s.build_id.is_empty());
     }

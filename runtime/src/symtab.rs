@@ -13,7 +13,8 @@
 //! backtrace through the new library runs before its symbols are there.
 //! At the session's poll the tracer reads the target's maps, asks a [`SymbolSource`] (the driver's ELF
 //! reader: the runtime parses no ELF symbols or CFI itself) for each new
-//! library's symbols, writes them into the area and raises `late_used`
+//! library's symbols (the file opened through its mapping, never by the
+//! path the target shows: `os::modfile`), writes them into the area and raises `late_used`
 //! (Release), after the slot's bias and `mapped`. A library unloaded is
 //! marked unmapped; loaded again, its slot takes the new bias. When slots
 //! or bytes run out, the libraries left out are named in a warning.
@@ -21,6 +22,7 @@
 //! The tracer only writes here: it never reads back what the target could
 //! have overwritten (its own count and offsets are kept in [`LateSymbols`]).
 
+use crate::os::modfile::Image;
 use crate::os::proc::Mapping;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -41,15 +43,17 @@ pub struct ModuleSymbols {
     pub unwind: Vec<(u64, u32)>,
 }
 
-/// Reads a module's symbols from its file's bytes (read by the runtime,
-/// bounded: `os::sys::read_module`); `path` is the name the target maps it
-/// by. None when the file has no functions or is not an ELF file.
+/// Reads a module's symbols from its file (opened by the runtime as the
+/// target maps it, mapped read-only: `os::modfile`); `path` is the name
+/// the target shows for it, for display only. None when the file has no
+/// functions or is not an ELF file.
 pub trait SymbolSource {
-    fn symbols(&self, path: &Path, bytes: &[u8]) -> Option<ModuleSymbols>;
+    fn symbols(&self, path: &Path, file: &Image) -> Option<ModuleSymbols>;
 }
 
 struct Slot {
-    path: PathBuf,
+    /// The file's device and inode, as maps give them.
+    file: (u64, u64),
     anchor_addr: u64,
     anchor_offset: u64,
     /// The bias last written (None: written unmapped).
@@ -63,24 +67,28 @@ pub struct LateSymbols {
     slots: Vec<Slot>,
     /// Bytes of the area used.
     used: u64,
-    /// Libraries looked at and not added: no symbols, or no room.
-    passed: HashSet<PathBuf>,
+    /// Libraries (device, inode) looked at and not added: no symbols, or
+    /// no room.
+    passed: HashSet<(u64, u64)>,
     /// Libraries left out for want of room, for the warning.
     pub no_room: Vec<PathBuf>,
 }
 
-/// The executable, file-backed modules of `maps` (each path once, in
+/// The executable, file-backed modules of `maps` (each file once, in
 /// address order).
-fn file_modules(maps: &[Mapping]) -> Vec<&Path> {
+fn file_modules(maps: &[Mapping]) -> Vec<&Mapping> {
     let mut seen = HashSet::new();
-    maps.iter()
-        .filter(|m| m.executable && m.path.is_absolute())
-        .map(|m| m.path.as_path())
-        .filter(|p| seen.insert(*p))
-        .collect()
+    maps.iter().filter(|m| m.executable && m.is_file() && seen.insert((m.dev, m.inode))).collect()
 }
 
-use crate::target::runtime_addr as mapped_at;
+/// The run-time address of the byte at `file_offset` of the file
+/// (device, inode) `file`.
+fn mapped_at(maps: &[Mapping], file: (u64, u64), file_offset: u64) -> Option<u64> {
+    maps.iter()
+        .filter(|m| (m.dev, m.inode) == file)
+        .find(|m| file_offset >= m.offset && file_offset < m.offset + (m.end - m.start))
+        .map(|m| m.start + (file_offset - m.offset))
+}
 
 impl LateSymbols {
     /// Whether the artifact has late slots (the session then hooks the
@@ -121,25 +129,26 @@ impl LateSymbols {
         let slot_at = |i: usize| tab.add(core::mem::size_of::<SymTable>() + (fixed + i) * SYM_MODULE_SIZE);
         // Slots already written: where their module is now.
         for (i, s) in self.slots.iter_mut().enumerate() {
-            let bias = mapped_at(maps, &s.path, s.anchor_offset).map(|at| at.wrapping_sub(s.anchor_addr));
+            let bias = mapped_at(maps, s.file, s.anchor_offset).map(|at| at.wrapping_sub(s.anchor_addr));
             if bias != s.bias {
                 set_mapped(slot_at(i), bias);
                 s.bias = bias;
             }
         }
-        for path in file_modules(maps) {
-            if self.passed.contains(path) || self.slots.iter().any(|s| s.path == path) {
+        for m in file_modules(maps) {
+            let (path, file) = (m.path.as_path(), (m.dev, m.inode));
+            if self.passed.contains(&file) || self.slots.iter().any(|s| s.file == file) {
                 continue;
             }
             // Looked at once: pass 2's module (by any name), or added now,
             // or without symbols.
-            self.passed.insert(path.to_path_buf());
-            if a.symtab_modules.iter().any(|m| crate::target::same_file(&m.path, path)) {
+            self.passed.insert(file);
+            if a.symtab_modules.iter().any(|sm| crate::target::same_file(&sm.path, path)) {
                 continue;
             }
-            let Ok(bytes) = crate::os::sys::read_module(path) else { continue };
-            let Some(syms) = source.symbols(path, &bytes) else { continue };
-            let Some(bias) = mapped_at(maps, path, syms.anchor_offset).map(|at| at.wrapping_sub(syms.anchor_addr))
+            let Some(image) = crate::os::modfile::mapped(m) else { continue };
+            let Some(syms) = source.symbols(path, &image) else { continue };
+            let Some(bias) = mapped_at(maps, file, syms.anchor_offset).map(|at| at.wrapping_sub(syms.anchor_addr))
             else {
                 continue;
             };
@@ -192,7 +201,7 @@ impl LateSymbols {
             std::ptr::write_unaligned(md.cast::<SymTableModule>(), m);
             set_mapped(md, Some(bias));
             self.slots.push(Slot {
-                path: path.to_path_buf(),
+                file,
                 anchor_addr: syms.anchor_addr,
                 anchor_offset: syms.anchor_offset,
                 bias: Some(bias),

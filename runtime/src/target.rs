@@ -2712,12 +2712,17 @@ fn symbol_entries(
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for m in maps {
-        if !pick(&m.path) || !seen.insert(m.path.clone()) {
+        if !pick(&m.path) || !m.is_file() || !seen.insert((m.dev, m.inode)) {
             continue;
         }
-        let Ok(bytes) = crate::os::sys::read_module(&m.path) else { continue };
+        // The file as mapped (`os::modfile`: not the one its path names),
+        // held mapped: only the pages its symbols are on are read.
+        let Some(bytes) = crate::os::modfile::mapped(m) else { continue };
         let Ok(elf) = goblin::elf::Elf::parse(&bytes) else { continue };
-        let Some(start) = maps.iter().find(|x| x.path == m.path && x.offset == 0).map(|x| x.start) else { continue };
+        let file = (m.dev, m.inode);
+        let Some(start) = maps.iter().find(|x| (x.dev, x.inode) == file && x.offset == 0).map(|x| x.start) else {
+            continue;
+        };
         let vaddr0 = elf
             .program_headers
             .iter()

@@ -215,12 +215,13 @@ impl Profile {
                 Key::Module { module, addr } => {
                     let info = &self.modules[module as usize];
                     let (m, debug) = loaded.entry(module).or_insert_with(|| {
-                        if let Some(image) = &info.image {
-                            return (Module::from_bytes(&info.path, image).ok(), None);
-                        }
+                        // The module as the process mapped it (its path
+                        // may name another file, or none: never read).
+                        let image =
+                            info.image.clone().map(|i| telco_compiler::elf::Image::given(std::sync::Arc::new(i)));
                         let debug = telco_compiler::dwarf::debug_file_by_build_id(&info.build_id)
                             .and_then(|p| Module::load_names(&p).ok());
-                        (Module::load(&info.path).ok(), debug)
+                        (image.and_then(|i| Module::from_image(&info.path, i).ok()), debug)
                     });
                     // A name the symbols give over one made up for an
                     // unnamed function (`sub_…`).

@@ -45,6 +45,17 @@ pub(super) fn sections(elf: &Elf<'_>, bytes: &[u8]) -> Result<HashMap<String, Da
     Ok(out)
 }
 
+/// `sections` of `bytes` with every range copied out.
+pub(super) fn owned(sections: HashMap<String, Data>, bytes: &[u8]) -> HashMap<String, Data> {
+    sections
+        .into_iter()
+        .map(|(name, d)| match d {
+            Data::Range(at, len) => (name, Data::Owned(bytes.get(at..at + len).unwrap_or_default().to_vec())),
+            owned => (name, owned),
+        })
+        .collect()
+}
+
 fn inflate(data: &[u8], size: u64) -> Result<Vec<u8>, String> {
     // zlib compresses at most about 1032:1: a larger claim is a lie.
     if size > MAX_SECTION || size > (data.len() as u64).saturating_mul(1032).max(1 << 16) {

@@ -155,11 +155,16 @@ impl Debug {
     pub fn load(
         path: &std::path::Path,
         elf: &goblin::elf::Elf<'_>,
-        bytes: &Arc<[u8]>,
+        bytes: &crate::elf::Image,
     ) -> Result<Option<Debug>, String> {
         let own = file::sections(elf, bytes)?;
         let (path, file, sections) = if own.contains_key(".debug_info") {
-            (path.to_path_buf(), bytes.clone(), own)
+            match bytes {
+                crate::elf::Image::Read(whole) => (path.to_path_buf(), whole.clone(), own),
+                // Bytes the caller holds (a running process's file): the
+                // DWARF sections copied, not the whole file.
+                crate::elf::Image::Given(_) => (path.to_path_buf(), Arc::from(&[][..]), file::owned(own, bytes)),
+            }
         } else {
             match file::separate(path, elf, bytes)? {
                 Some(found) => found,

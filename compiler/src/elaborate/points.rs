@@ -9,7 +9,7 @@ use super::alias::Expanded;
 use super::lower::BodyKind;
 use crate::ast::{Component, ExprKind as A};
 use crate::diag::{Code, Diagnostic};
-use crate::elf::{self, Module};
+use crate::elf::{self, Image, Module};
 use crate::program::{FunctionPoint, Point};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,6 +22,18 @@ pub trait TargetQuery {
     fn executable(&self, pid: u32) -> Result<PathBuf, String>;
     /// The files mapped into a running process (its executable and libraries).
     fn mapped_files(&self, pid: u32) -> Result<Vec<PathBuf>, String>;
+    /// The bytes of `path`, a file of process `pid` as [`executable`] or
+    /// [`mapped_files`] named it, opened as the process maps it: the path
+    /// is the process's to choose and names a file of its own mount
+    /// namespace (or one deleted since), so such a file is never read by
+    /// it. An error when it could not be opened so; None for a path the
+    /// query did not name (read as any other).
+    ///
+    /// [`executable`]: TargetQuery::executable
+    /// [`mapped_files`]: TargetQuery::mapped_files
+    fn image(&self, _pid: u32, _path: &std::path::Path) -> Option<Result<Image, String>> {
+        None
+    }
 }
 
 /// A query for when there is no running process: every question fails.
@@ -70,10 +82,21 @@ impl<'q> Resolver<'q> {
     }
 
     fn load(&mut self, path: &std::path::Path) -> Result<Rc<Module>, String> {
+        self.load_of(self.spec.pid, path)
+    }
+
+    /// The module at `path`; a file of running process `pid` (as the
+    /// query named it) from the bytes the query gives, as the process
+    /// maps it.
+    fn load_of(&mut self, pid: Option<u32>, path: &std::path::Path) -> Result<Rc<Module>, String> {
         if let Some(m) = self.modules.get(path) {
             return Ok(m.clone());
         }
-        let m = Rc::new(Module::load(path).map_err(|e| e.to_string())?);
+        let m = match pid.and_then(|pid| self.query.image(pid, path)) {
+            Some(image) => Module::from_image(path, image?),
+            None => Module::load(path),
+        };
+        let m = Rc::new(m.map_err(|e| e.to_string())?);
         self.modules.insert(path.to_path_buf(), m.clone());
         Ok(m)
     }
@@ -110,11 +133,11 @@ impl<'q> Resolver<'q> {
     fn load_target(&mut self) -> Result<Vec<Rc<Module>>, String> {
         if let Some(pid) = self.spec.pid {
             let exe = self.query.executable(pid)?;
-            let mut out = vec![self.load(&exe)?];
+            let mut out = vec![self.load_of(Some(pid), &exe)?];
             for f in self.query.mapped_files(pid)? {
                 if f != exe {
                     // Mapped files that are not ELF (locale archives, fonts) are not modules.
-                    if let Ok(m) = self.load(&f) {
+                    if let Ok(m) = self.load_of(Some(pid), &f) {
                         out.push(m);
                     }
                 }
@@ -185,9 +208,14 @@ impl<'q> Resolver<'q> {
         let fail = |msg: String, label: &str| {
             Diagnostic::error(Code::ModuleNotFound, c.span, msg).with_label(label.to_string())
         };
+        // The process whose file it is, when it is one (read as mapped).
+        let mut of = None;
         let path = match c.arg.as_deref().map(|a| &a.kind) {
             None => match self.target_executable() {
-                Some(Ok(p)) => p,
+                Some(Ok(p)) => {
+                    of = self.spec.pid;
+                    p
+                }
                 Some(Err(e)) => {
                     return Err(fail(format!("cannot find the target's executable: {e}"), "for this point"))
                 }
@@ -196,9 +224,12 @@ impl<'q> Resolver<'q> {
                         .with_help("run with -p PID or -c CMD, or name the program: process(\"/usr/bin/prog\")"))
                 }
             },
-            Some(A::Int(pid)) => match u32::try_from(*pid).ok().map(|p| self.query.executable(p)) {
-                Some(Ok(p)) => p,
-                Some(Err(e)) => {
+            Some(A::Int(pid)) => match u32::try_from(*pid).ok().map(|p| (p, self.query.executable(p))) {
+                Some((n, Ok(p))) => {
+                    of = Some(n);
+                    p
+                }
+                Some((_, Err(e))) => {
                     return Err(fail(format!("process {pid}: {e}"), "cannot find this process's executable"))
                 }
                 None => return Err(fail(format!("`{pid}` is not a process id"), "not a pid")),
@@ -237,7 +268,7 @@ impl<'q> Resolver<'q> {
             }
             Some(_) => return Err(fail("`process` takes a path, a library name or a pid".into(), "not understood")),
         };
-        self.load(&path).map_err(|e| fail(e, "cannot read this module"))
+        self.load_of(of, &path).map_err(|e| fail(e, "cannot read this module"))
     }
 
     pub fn resolve(&mut self, ex: &Expanded<'_>, diags: &mut Vec<Diagnostic>) -> Resolved {

@@ -22,20 +22,46 @@ pub(super) fn load(path: &Path) -> Result<Module, ElfError> {
     parse(&canonical, &bytes)
 }
 
-/// The bytes of a module file. Devices and FIFOs would never end (or never
-/// start): regular files only, at most 4 GiB, checked on the open file (a
-/// path the target names may be swapped between a check and a read), and
-/// opened without blocking (a FIFO put there does not stall pass 2).
+/// `path` opened for reading if it is a regular file. Devices and FIFOs
+/// would never end (or never start), and opening a device may do
+/// something (a watchdog's starts it): checked on a descriptor that opens
+/// nothing (`O_PATH`: a path derived from what a target shows, a separate
+/// debug file's beside its module, may be swapped between a check and an
+/// open), then opened through that descriptor (`/proc/self/fd/N`: the
+/// same file), without blocking. An `InvalidInput` error for any other
+/// file.
+pub(super) fn open_regular(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let not_regular = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+    let handle = fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(path)?;
+    let checked = handle.metadata()?;
+    if !checked.is_file() {
+        return Err(not_regular());
+    }
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
+    let meta = f.metadata()?;
+    if !meta.is_file() || (meta.dev(), meta.ino()) != (checked.dev(), checked.ino()) {
+        return Err(not_regular());
+    }
+    Ok(f)
+}
+
+/// The bytes of a module file ([`open_regular`]), at most 4 GiB.
 pub(super) fn read(path: &Path) -> Result<Vec<u8>, ElfError> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     const MAX_MODULE_BYTES: u64 = 4 << 30;
     let io = |source| ElfError::Io { path: path.to_path_buf(), source };
-    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
+    let f = open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => {
+            ElfError::Malformed { path: path.to_path_buf(), what: "not a regular file".into() }
+        }
+        _ => io(e),
+    })?;
     let meta = f.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(ElfError::Malformed { path: path.to_path_buf(), what: "not a regular file".into() });
-    }
     if meta.len() > MAX_MODULE_BYTES {
         return Err(ElfError::Malformed {
             path: path.to_path_buf(),

@@ -55,6 +55,38 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, ElfError> {
     load::read(path)
 }
 
+/// A module file's bytes: read by pass 2 from a path, or given by the
+/// caller ([`Module::from_image`]: a file a running process maps, opened
+/// as it maps it and held mapped by the runtime, whose path names another
+/// file or none here).
+#[derive(Clone)]
+pub enum Image {
+    Read(std::sync::Arc<[u8]>),
+    Given(std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+impl Image {
+    pub fn given(bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>) -> Image {
+        Image::Given(bytes)
+    }
+}
+
+impl std::ops::Deref for Image {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Image::Read(b) => b,
+            Image::Given(b) => (**b).as_ref(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Image({} bytes)", self.len())
+    }
+}
+
 /// A loaded ELF module (executable or shared library) and its function symbols.
 ///
 /// Built only by [`Module::load`] (and [`load_closure`]): a few private fields
@@ -92,8 +124,9 @@ pub struct Module {
     /// `PT_LOAD` segments: link address, bytes in the file, file offset.
     pub file_offsets: Vec<(u64, u64, u64)>,
     /// The file's bytes, read again on first need by the patch-site,
-    /// line and hop analyses (once for all of them).
-    bytes: std::sync::OnceLock<Result<std::sync::Arc<[u8]>, String>>,
+    /// line and hop analyses (once for all of them); given from the start
+    /// by [`Module::from_image`].
+    bytes: std::sync::OnceLock<Result<Image, String>>,
     /// Where patches inside functions are safe (`sites`), computed on
     /// first need.
     sites: std::sync::OnceLock<Result<sites::Sites, String>>,
@@ -324,6 +357,28 @@ impl Module {
         load::parse(name, bytes)
     }
 
+    /// The ELF file whose bytes are `image`, named `name` (the path a
+    /// running process shows for it: never opened, every later read is of
+    /// `image`).
+    pub fn from_image(name: &Path, image: Image) -> Result<Module, ElfError> {
+        let mut m = load::parse(name, &image)?;
+        m.bytes = std::sync::OnceLock::from(Ok(image));
+        Ok(m)
+    }
+
+    /// The bytes given by [`Module::from_image`], if these were.
+    fn given(&self) -> Option<&Image> {
+        self.bytes.get().and_then(|b| b.as_ref().ok()).filter(|b| matches!(b, Image::Given(_)))
+    }
+
+    /// The file's size, in bytes.
+    pub(crate) fn file_len(&self) -> Option<u64> {
+        match self.given() {
+            Some(b) => Some(b.len() as u64),
+            None => std::fs::metadata(&self.path).ok().map(|m| m.len()),
+        }
+    }
+
     /// The functions a separate debug file names (its code has no bytes
     /// there): for naming addresses, as profiles do; nothing to patch
     /// (every file offset is 0).
@@ -353,8 +408,19 @@ impl Module {
         let (mut addr, mut len, mut offset) = (f.addr, f.size, f.file_offset);
         for _ in 0..4 {
             let mut code = vec![0u8; len.min(128) as usize];
-            let file = self.reopened.get_or_init(|| std::fs::File::open(&self.path).ok().map(std::sync::Arc::new));
-            let n = file.as_ref()?.read_at(&mut code, offset).ok()?;
+            let n = match self.given() {
+                Some(b) => {
+                    let from = b.get(usize::try_from(offset).ok()?..).unwrap_or_default();
+                    let n = from.len().min(code.len());
+                    code[..n].copy_from_slice(&from[..n]);
+                    n
+                }
+                None => {
+                    let file =
+                        self.reopened.get_or_init(|| load::open_regular(&self.path).ok().map(std::sync::Arc::new));
+                    file.as_ref()?.read_at(&mut code, offset).ok()?
+                }
+            };
             code.truncate(n);
             if let Some(why) = entry::return_address_use(&code, addr) {
                 return Some(why);
@@ -453,9 +519,11 @@ impl Module {
         .flatten()
     }
 
-    /// The file's bytes (read once).
-    pub(crate) fn bytes(&self) -> Result<std::sync::Arc<[u8]>, String> {
-        self.bytes.get_or_init(|| load::read(&self.path).map(std::sync::Arc::from).map_err(|e| e.to_string())).clone()
+    /// The file's bytes (read once, or given).
+    pub(crate) fn bytes(&self) -> Result<Image, String> {
+        self.bytes
+            .get_or_init(|| load::read(&self.path).map(|b| Image::Read(b.into())).map_err(|e| e.to_string()))
+            .clone()
     }
 
     /// The ELF file, parsed again from [`Module::bytes`], for `f`.

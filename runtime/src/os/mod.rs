@@ -11,12 +11,15 @@
 //!   whether two processes share their memory;
 //! * [`proc`]: `/proc/PID/…`: executable, maps (one parser), auxiliary
 //!   vector (one parser), status fields, threads;
+//! * [`modfile`]: the files a process maps, opened as it maps them (never
+//!   by the path it shows), held memory-mapped once per file;
 //! * [`sandbox`]: the process that runs the tracer's own probe handlers
 //!   under a seccomp filter, away from the tracer's memory and files;
 //! * [`sys`]: shared and executable memory, the tracer's own signals,
 //!   clocks and the cycle counter's calibration.
 
 pub mod creds;
+pub mod modfile;
 pub mod perf;
 pub mod proc;
 pub mod process;

@@ -2,14 +2,22 @@
 
 use std::path::PathBuf;
 
-/// The executable of process `pid` (`/proc/PID/exe`).
+/// The executable's path of process `pid` (`/proc/PID/exe`), for display
+/// as [`Mapping::path`] is (` (deleted)` taken off): what opens the file
+/// is [`super::modfile::executable`].
 pub fn executable(pid: u32) -> Result<PathBuf, String> {
-    std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| match e.kind() {
+    use std::os::unix::ffi::OsStrExt;
+    let link = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => format!("no process with pid {pid}"),
         std::io::ErrorKind::PermissionDenied => {
             format!("cannot read /proc/{pid}/exe: permission denied (run as the process owner or as root)")
         }
         _ => format!("cannot read /proc/{pid}/exe: {e}"),
+    })?;
+    let bytes = link.as_os_str().as_bytes();
+    Ok(match bytes.strip_suffix(b" (deleted)") {
+        Some(p) => PathBuf::from(std::ffi::OsStr::from_bytes(p)),
+        None => link,
     })
 }
 
@@ -30,69 +38,118 @@ pub fn uid_and_parent(pid: u32) -> Option<(u32, u64)> {
     Some((uid.split_whitespace().next()?.parse().ok()?, ppid.parse().ok()?))
 }
 
-/// The files mapped into process `pid`, each once, in the order of their
-/// first mapping (`/proc/PID/maps`). Anonymous and special mappings
-/// (`[heap]`, `[vdso]`) and deleted files are left out.
-pub fn mapped_files(pid: u32) -> Result<Vec<PathBuf>, String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|e| format!("cannot read /proc/{pid}/maps: {e}"))?;
-    Ok(parse_maps(&maps))
+/// The files mapped into process `pid`, each once (by device, inode and
+/// name: hard links are names of their own), in the order of their first
+/// mapping (`/proc/PID/maps`), deleted ones included: one mapping of each,
+/// which opens it ([`super::modfile`]). Anonymous and special mappings
+/// (`[heap]`, `[vdso]`) are left out.
+pub fn mapped_files(pid: u32) -> Result<Vec<Mapping>, String> {
+    let maps = maps(pid as i32).map_err(|e| format!("cannot read /proc/{pid}/maps: {e}"))?;
+    Ok(files_of(maps))
 }
 
-/// The file paths of a `/proc/PID/maps` text.
-pub fn parse_maps(maps: &str) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for m in maps.lines().filter_map(parse_mapping) {
-        let path = m.path.to_string_lossy();
-        if !path.starts_with('/') || path.ends_with(" (deleted)") {
-            continue;
-        }
-        if !out.contains(&m.path) {
-            out.push(m.path);
-        }
-    }
-    out
+/// One mapping of each file of `maps` (by device, inode and name), in
+/// order.
+pub fn files_of(maps: Vec<Mapping>) -> Vec<Mapping> {
+    let mut seen = std::collections::HashSet::new();
+    maps.into_iter().filter(|m| m.is_file() && seen.insert((m.dev, m.inode, m.path.clone()))).collect()
 }
 
-/// A mapping (`/proc/PID/maps`): its range, file offset and path (empty
-/// for anonymous memory, `[stack]` and the like for special ones).
+/// A mapping (`/proc/PID/maps`): its range, file offset, the file's
+/// device and inode, and its path (empty for anonymous memory, `[stack]`
+/// and the like for special ones).
+///
+/// The path is what the process shows, for display only: it names the
+/// file in the process's mount namespace as it was called when mapped
+/// (renamed since, it follows; deleted, the kernel says so), and the
+/// process chooses it. What identifies the file is (`dev`, `inode`), and
+/// what opens it is the mapping itself (`/proc/PID/map_files/START-END`:
+/// [`super::modfile`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
+    /// The process whose mapping it is (0 when parsed from a line alone).
+    pub pid: i32,
     pub start: u64,
     pub end: u64,
     pub offset: u64,
+    /// The file's device (maps' `major:minor`, encoded as `st_dev` is).
+    pub dev: u64,
     pub inode: u64,
+    /// The file's name as the kernel prints it: a newline (which maps
+    /// escape as `\012`) given back, ` (deleted)` taken off.
     pub path: PathBuf,
+    /// The file was deleted (or another renamed over it) since it was
+    /// mapped: its path names another file, or none.
+    pub deleted: bool,
     /// The permissions say `w`.
     pub writable: bool,
     /// The permissions say `x`.
     pub executable: bool,
 }
 
+impl Mapping {
+    /// A mapping of a file (not anonymous memory, a special mapping or a
+    /// memory file such as the tracer's region).
+    pub fn is_file(&self) -> bool {
+        let p = self.path.as_os_str().as_encoded_bytes();
+        self.inode != 0 && p.starts_with(b"/") && !p.starts_with(b"/memfd:")
+    }
+}
+
 /// One line of `/proc/PID/maps`: `start-end perms offset dev inode path`
-/// (the path may contain spaces).
-pub fn parse_mapping(line: &str) -> Option<Mapping> {
-    let mut fields = [""; 5];
+/// (the path may contain spaces; a newline in it is printed `\012`, and a
+/// deleted file's gets ` (deleted)`).
+pub fn parse_mapping(line: &[u8]) -> Option<Mapping> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut fields = [&b""[..]; 5];
     let mut rest = line;
     for f in &mut fields {
-        rest = rest.trim_start();
-        let end = rest.find(' ').unwrap_or(rest.len());
+        rest = rest.trim_ascii_start();
+        let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
         *f = &rest[..end];
         rest = &rest[end..];
     }
-    let [range, perms, off, _dev, inode] = fields;
+    let [range, perms, off, dev, inode] = fields.map(|f| std::str::from_utf8(f).unwrap_or(""));
     let (a, b) = range.split_once('-')?;
     let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
     let offset = u64::from_str_radix(off, 16).ok()?;
+    let (major, minor) = dev.split_once(':')?;
+    let dev = libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?);
     let inode = inode.parse().ok()?;
     let writable = perms.as_bytes().get(1) == Some(&b'w');
     let executable = perms.as_bytes().get(2) == Some(&b'x');
-    Some(Mapping { start, end, offset, inode, path: PathBuf::from(rest.trim()), writable, executable })
+    let mut name = rest.trim_ascii();
+    let deleted = inode != 0 && name.ends_with(b" (deleted)");
+    if deleted {
+        name = &name[..name.len() - b" (deleted)".len()];
+    }
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(&unescape_newlines(name)));
+    Some(Mapping { pid: 0, start, end, offset, dev, inode, path, deleted, writable, executable })
 }
 
-/// Every mapping of process `pid`.
+/// A maps path with its `\012`s made newlines again (the one character
+/// the kernel escapes there; a name holding the four characters `\012`
+/// reads the same: paths are for display).
+fn unescape_newlines(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len());
+    let mut i = 0;
+    while i < name.len() {
+        if name[i..].starts_with(b"\\012") {
+            out.push(b'\n');
+            i += 4;
+        } else {
+            out.push(name[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Every mapping of process `pid` (read as bytes: a file name need not
+/// be UTF-8).
 pub fn maps(pid: i32) -> std::io::Result<Vec<Mapping>> {
-    Ok(std::fs::read_to_string(format!("/proc/{pid}/maps"))?.lines().filter_map(parse_mapping).collect())
+    let text = std::fs::read(format!("/proc/{pid}/maps"))?;
+    Ok(text.split(|&b| b == b'\n').filter_map(parse_mapping).map(|m| Mapping { pid, ..m }).collect())
 }
 
 /// Whether process `pid` maps a file whose path starts with `prefix`
@@ -264,33 +321,52 @@ mod tests {
 
     #[test]
     fn maps_lines() {
-        let maps = "\
+        let maps = b"\
 55d0c8a00000-55d0c8a02000 r--p 00000000 08:01 1234   /usr/bin/cat
 55d0c8a02000-55d0c8a06000 r-xp 00002000 08:01 1234   /usr/bin/cat
 7f1c2e200000-7f1c2e228000 r--p 00000000 08:01 99     /usr/lib/x86_64-linux-gnu/libc.so.6
+7f1c2e300000-7f1c2e328000 r--p 00000000 08:01 99     /usr/lib/x86_64-linux-gnu/libc.so.6.hardlink
 7f1c2e400000-7f1c2e401000 rw-p 00000000 00:00 0
 7f1c2e500000-7f1c2e501000 r--p 00000000 08:01 77     /tmp/my lib.so
 7f1c2e600000-7f1c2e601000 r--p 00000000 08:01 78     /tmp/gone.so (deleted)
+7f1c2e700000-7f1c2e701000 r--p 00000000 103:02 79     /tmp/new\\012line.so
+7f1c2e800000-7f1c2e801000 rw-s 00000000 00:01 80     /memfd:telco-stap (deleted)
 7ffd1e3fe000-7ffd1e400000 r-xp 00000000 00:00 0      [vdso]
 ";
-        let files = parse_maps(maps);
+        let all: Vec<Mapping> = maps.split(|&b| b == b'\n').filter_map(parse_mapping).collect();
+        let files = files_of(all.clone());
+        let paths: Vec<&str> = files.iter().map(|m| m.path.to_str().unwrap()).collect();
+        // One of each file by each of its names (a hard link is a name of
+        // its own), deleted ones too, named as the kernel printed them.
         assert_eq!(
-            files,
-            vec![
-                PathBuf::from("/usr/bin/cat"),
-                PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6"),
-                PathBuf::from("/tmp/my lib.so")
+            paths,
+            [
+                "/usr/bin/cat",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6.hardlink",
+                "/tmp/my lib.so",
+                "/tmp/gone.so",
+                "/tmp/new\nline.so"
             ]
         );
+        assert_eq!(files.iter().map(|m| m.deleted).collect::<Vec<_>>(), [false, false, false, false, true, false]);
+        assert_eq!(files[0].dev, libc::makedev(8, 1));
+        assert_eq!((files[5].dev, files[5].inode), (libc::makedev(0x103, 2), 79));
+        // Memory files keep their deleted flag and name, and are no files.
+        assert!(all[8].deleted && all[8].path.to_str() == Some("/memfd:telco-stap") && !all[8].is_file());
+        assert!(!all[9].is_file() && !all[4].is_file());
+        // A name that is not UTF-8 still parses.
+        let m = parse_mapping(b"7f1c2e500000-7f1c2e501000 r--p 00000000 08:01 77 /tmp/\xff.so").unwrap();
+        assert_eq!(m.path.as_os_str().as_encoded_bytes(), b"/tmp/\xff.so");
     }
 
     #[test]
     fn mapping_lines_and_auxv() {
-        let m = parse_mapping("7f1c2e500000-7f1c2e501000 r--p 00001000 08:01 77     /tmp/my  lib.so").unwrap();
+        let m = parse_mapping(b"7f1c2e500000-7f1c2e501000 r--p 00001000 08:01 77     /tmp/my  lib.so").unwrap();
         assert_eq!((m.start, m.end, m.offset), (0x7f1c2e500000, 0x7f1c2e501000, 0x1000));
         assert_eq!(m.path, PathBuf::from("/tmp/my  lib.so"));
-        assert_eq!(parse_mapping("7ffd1e3fe000-7ffd1e400000 rw-p 00000000 00:00 0").unwrap().path, PathBuf::new());
-        assert!(parse_mapping("garbage").is_none());
+        assert_eq!(parse_mapping(b"7ffd1e3fe000-7ffd1e400000 rw-p 00000000 00:00 0").unwrap().path, PathBuf::new());
+        assert!(parse_mapping(b"garbage").is_none());
         let mut bytes = Vec::new();
         for w in [9u64, 0x401000, 3, 0x400040, 0, 0, 9, 1] {
             bytes.extend_from_slice(&w.to_le_bytes());
@@ -308,7 +384,7 @@ mod tests {
         let me = std::process::id();
         let exe = executable(me).expect("own exe");
         assert!(exe.is_file());
-        assert!(mapped_files(me).expect("own maps").contains(&exe));
+        assert!(mapped_files(me).expect("own maps").iter().any(|m| m.path == exe));
         assert!(executable(u32::MAX - 1).unwrap_err().contains("no process"));
     }
 }

@@ -411,23 +411,6 @@ pub fn seal_mirror<F: std::os::fd::AsFd>(file: &F) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The bytes of a module file the target named (a path in its maps):
-/// regular files only, opened without blocking (a FIFO put at that path
-/// never stalls the tracer), checked on the open file, at most 4 GiB.
-pub fn read_module(path: &std::path::Path) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    const MAX_MODULE_BYTES: u64 = 4 << 30;
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-    let meta = f.metadata()?;
-    if !meta.is_file() || meta.len() > MAX_MODULE_BYTES {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a regular file of at most 4 GiB"));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    f.take(meta.len()).read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::Clock;

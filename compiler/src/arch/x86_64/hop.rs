@@ -42,7 +42,7 @@ pub fn short_hop(m: &Module, f: &Function) -> Result<Option<telco_abi::artifact:
     // whether control arrives inside those bytes is checked in modules
     // small enough to analyse whole for every probed function (32 MB:
     // python3.11, libc, libstdc++; not node).
-    let small = || std::fs::metadata(&m.path).is_ok_and(|m| m.len() <= 32 << 20);
+    let small = || m.file_len().is_some_and(|n| n <= 32 << 20);
     if f.size >= 9 && !small() {
         return Ok(None);
     }
