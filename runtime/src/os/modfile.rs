@@ -452,10 +452,19 @@ mod tests {
         unsafe { nix::sys::mman::munmap(std::ptr::NonNull::new(at as *mut _).unwrap(), len) }.unwrap();
     }
 
-    fn scratch(tag: &str) -> PathBuf {
+    /// A scratch directory, removed when dropped (a failed test's too).
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn scratch(tag: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("telco-modfile-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
-        d
+        Scratch(d)
     }
 
     /// A mapped file is read through its mapping: deleted, with another
@@ -465,7 +474,7 @@ mod tests {
     #[test]
     fn files_are_read_as_mapped_and_survive_truncation() {
         let d = scratch("mapped");
-        let path = d.join("lib.so");
+        let path = d.0.join("lib.so");
         let page = 4096;
         let mut bytes = vec![7u8; 4 * page];
         bytes[..4].copy_from_slice(b"\x7fELF");
@@ -486,7 +495,6 @@ mod tests {
         assert!(image[page..].iter().all(|&b| b == 0), "pages past the end read as zeros");
         unmap(at, len);
         unmap(at2, len2);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     /// A mapping whose maps line names another inode than the file there
@@ -494,7 +502,7 @@ mod tests {
     #[test]
     fn other_files_are_skipped() {
         let d = scratch("other");
-        let path = d.join("f");
+        let path = d.0.join("f");
         std::fs::write(&path, vec![1u8; 8192]).unwrap();
         let (mut m, at, len) = map_here(&path);
         m.inode += 1;
@@ -504,7 +512,6 @@ mod tests {
         let (m, at, len) = map_here(Path::new("/dev/zero"));
         assert!(mapped(&m).is_none());
         unmap(at, len);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
