@@ -362,7 +362,23 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         (None, None) => bail!("internal error: a target without -p or -c"),
     };
     let pid = stopped.pid() as u32;
-    let (region, mut armed) = telco_runtime::target::arm(stopped, artifact, child)?;
+    let (region, mut armed) = match telco_runtime::target::arm(stopped, artifact, child) {
+        Ok(armed) => armed,
+        // ^C or SIGTERM while the target held the attach up: it is let go
+        // as it was (`os::ptrace`), and the session ends as on any ^C: its
+        // own probes (begin, end) run and its output files are written.
+        Err(e) if telco_runtime::os::sys::stop_requested() => {
+            eprintln!("ERROR: {e}");
+            if child {
+                telco_runtime::os::process::terminate(pid as i32, std::time::Duration::from_secs(1));
+            }
+            cfg.traces = traces(cli, artifact, pid)?;
+            let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
+            report_traces(cli, &outcome);
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
     armed.symbols_from(Box::new(ElfSymbols));
     cfg.traces = traces(cli, artifact, pid)?;
     if let (true, Some(path)) = (armed.has_itrace(), &cli.itrc) {

@@ -35,12 +35,34 @@
 //! its own, the old recipe: put `syscall` (0f 05) at the thread's
 //! instruction pointer, load the call's registers with `orig_rax = -1`
 //! (so the kernel does not treat our call as the restart of a syscall the
-//! thread was blocked in), single-step, read `rax`, restore the two bytes
-//! and every register; calls return to an `int3` in the session's code.
+//! thread was blocked in), follow it with `PTRACE_SYSCALL` to its exit
+//! stop (as the stub's: no trap flag for a dying tracer to leave set),
+//! read `rax`, restore the two bytes and every register; calls return to
+//! an `int3` in the session's code.
 //!
-//! Calls are bounded: one that has not returned after 5 s is stopped and
-//! undone ([`PtraceError::CallTimedOut`]), so target code that never
-//! returns cannot hang the tracer. [`Thread`] guards one thread
+//! The target cannot wedge the tracer (invariant 6). Every system call and
+//! call has a deadline (`SYSCALL_SECS`, `CALL_SECS`): past it the thread
+//! is interrupted (`PTRACE_INTERRUPT`; a system call waiting in the kernel
+//! returns, a seccomp listener's wait included) and put back, and the
+//! operation fails ([`PtraceError::TimedOut`]). A fault where the thread
+//! runs for us (the target made the stub's page non-executable, or
+//! rewrote it) ends the operation at once ([`PtraceError::Faulted`]): the
+//! thread is put back and the signal, ours, is never delivered. While an
+//! operation runs, and only then, the thread's seccomp filters are
+//! suspended (`PTRACE_O_SUSPEND_SECCOMP`, which the kernel grants a tracer
+//! with `CAP_SYS_ADMIN` in the initial user namespace that is not itself
+//! filtered): the program's filters may not hold, refuse or kill our calls,
+//! and keep applying to its own. Where the kernel refuses, the deadline
+//! remains. Every wait on a thread also gives up once SIGINT or SIGTERM
+//! has come and the operation has run `GRACE` (`sys::stop_requested`):
+//! the thread is stopped again and put back, and attach or detach ends
+//! with [`PtraceError::Interrupted`] (the session then ends as on any
+//! ^C). A thread that does not stop again even then (a wait in the kernel
+//! that signals do not break) is left to finish through the stub, which
+//! puts it back by itself ([`PtraceError::Abandoned`]); the stub then
+//! stays. The waits poll (`waitpid` cannot also wait for a flag):
+//! yielding for the first microseconds, where the stops come, then
+//! sleeping longer and longer, up to 5 ms. [`Thread`] guards one thread
 //! alone (`.itrace` single-steps it while the others run);
 //! [`seize_for_exec`], [`poll_exec`] and [`release`] follow a thread into
 //! the program it execs.
@@ -50,6 +72,9 @@ use crate::arch::native as arch;
 use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PtraceError {
@@ -72,10 +97,50 @@ pub enum PtraceError {
     Exited { tid: i32 },
     #[error("{op} of {len} bytes at {addr:#x} in pid {pid} failed: {source}")]
     Memory { op: &'static str, pid: i32, addr: u64, len: usize, source: io::Error },
-    #[error("a function called in thread {tid} faulted (signal {sig} at {pc:#x}); the call was undone")]
-    CallFaulted { tid: i32, sig: i32, pc: u64 },
-    #[error("a function called in thread {tid} did not return within {secs} s; the call was undone")]
-    CallTimedOut { tid: i32, secs: u64 },
+    #[error("the {op} in thread {tid} of pid {pid} faulted: {signal} at {pc:#x}; the thread was put back as it was")]
+    Faulted { op: String, tid: i32, pid: i32, signal: String, pc: u64 },
+    #[error(
+        "the {op} in thread {tid} of pid {pid} did not finish within {secs} s (held up by the target); it was \
+         interrupted and the thread put back as it was"
+    )]
+    TimedOut { op: String, tid: i32, pid: i32, secs: u64 },
+    #[error(
+        "the {op} in thread {tid} of pid {pid} was given up: the tracer was asked to stop (SIGINT or SIGTERM) \
+         while it waited; the thread was put back as it was"
+    )]
+    Interrupted { op: String, tid: i32, pid: i32 },
+    #[error(
+        "the {op} in thread {tid} of pid {pid} was given up ({why}) and the thread does not stop (it waits in \
+         the kernel): it is left to finish on its own{after}"
+    )]
+    Abandoned { op: String, tid: i32, pid: i32, why: &'static str, after: &'static str },
+    #[error(
+        "the session's stub in pid {pid} is still in use by thread {tid}, which was left in an operation given \
+         up: no other may run there"
+    )]
+    StubHeld { pid: i32, tid: i32 },
+}
+
+impl PtraceError {
+    /// The error of an operation whose wait gave up (`why`) and whose
+    /// thread was stopped again (`stopped`) or not (`after` says what
+    /// becomes of it then).
+    fn gave_up(why: GaveUp, stopped: bool, op: String, tid: i32, pid: i32, secs: u64, after: &'static str) -> Self {
+        match (why, stopped) {
+            (GaveUp::Deadline, true) => PtraceError::TimedOut { op, tid, pid, secs },
+            (GaveUp::Signal, true) => PtraceError::Interrupted { op, tid, pid },
+            (why, false) => PtraceError::Abandoned {
+                op,
+                tid,
+                pid,
+                why: match why {
+                    GaveUp::Deadline => "past its deadline",
+                    GaveUp::Signal => "SIGINT or SIGTERM",
+                },
+                after,
+            },
+        }
+    }
 }
 
 pub use crate::arch::native::Regs;
@@ -86,6 +151,21 @@ pub use crate::arch::native::Regs;
 pub struct StubPlace {
     pub at: u64,
     pub original: Option<Vec<u8>>,
+}
+
+/// An operation of the tracer's in a thread of the target.
+struct Op<'a> {
+    /// What it is, for errors ("injected system call munmap").
+    what: &'a dyn Fn() -> String,
+    /// Its deadline.
+    secs: u64,
+    /// How the thread is run meanwhile.
+    run: Run,
+    /// It runs in the session's stub (which puts the thread back by
+    /// itself if it is left there).
+    stub: bool,
+    /// It is a system call (whose result may say it was interrupted).
+    syscall: bool,
 }
 
 /// A process with every thread stopped under ptrace.
@@ -103,43 +183,228 @@ pub struct Stopped {
 
 use super::proc::{tasks, tracer_of};
 
-/// What a wait saw.
-enum Stop {
-    /// A ptrace event stop (interrupt, group stop) or a single-step trap.
-    Trap,
-    /// A signal about to be delivered: it must be delivered later.
-    Signal(i32),
-    Exited,
+/// How long an injected system call may take. The tracer's are short
+/// (memfd_create, ftruncate, mmap, mprotect, munmap, openat, close: micro-
+/// to milliseconds); one still running after this is held up by the
+/// target (a seccomp listener that never answers, where the filters could
+/// not be suspended).
+const SYSCALL_SECS: u64 = 2;
+/// How long a called function may run: the session's own code, which
+/// makes system calls of its own (the crash handler's installation) or
+/// runs the script's lifecycle probes (bounded by MAXACTION, not by
+/// microseconds).
+const CALL_SECS: u64 = 5;
+/// How long one instruction stepped for the tracer (`Stopped::step`) may
+/// take: a system call's time.
+const STEP_SECS: u64 = SYSCALL_SECS;
+/// After SIGINT or SIGTERM (`sys::stop_requested`), how long an operation
+/// may still run before its wait gives up: each of the tracer's takes far
+/// less, so a ^C during a normal attach still lets every one finish (the
+/// session then ends cleanly), while one the target holds up is given up
+/// within a second of the signal.
+const GRACE: Duration = Duration::from_millis(250);
+/// How long a thread may take to stop once interrupted: microseconds,
+/// unless it waits in the kernel where signals do not reach.
+const STOP_WITHIN: Duration = Duration::from_millis(500);
+
+/// When a wait for a thread's next stop gives up.
+#[derive(Clone, Copy)]
+struct Until {
+    /// When the operation began.
+    since: Instant,
+    /// Its deadline. None for the thread's own code (a program starting,
+    /// a call single-stepped), which may rightly take as long as it takes.
+    deadline: Option<Instant>,
+    /// Whether SIGINT or SIGTERM ends the wait (after [`GRACE`]).
+    signals: bool,
 }
 
-fn wait(tid: i32) -> Result<Stop, PtraceError> {
-    wait_until(tid, None).map(|s| s.unwrap_or(Stop::Trap))
+impl Until {
+    /// An operation of the tracer's: `secs` at most, or until ^C.
+    fn within(secs: u64) -> Until {
+        let now = Instant::now();
+        Until { since: now, deadline: Some(now + Duration::from_secs(secs)), signals: true }
+    }
+
+    /// The thread's own code: until ^C.
+    fn signalled() -> Until {
+        Until { since: Instant::now(), deadline: None, signals: true }
+    }
 }
 
-/// [`wait`] that gives up at `deadline` (None: never), returning None.
-fn wait_until(tid: i32, deadline: Option<std::time::Instant>) -> Result<Option<Stop>, PtraceError> {
+/// Why a wait gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GaveUp {
+    Deadline,
+    Signal,
+}
+
+/// The next stop of thread `tid` (its wait status), or why the wait gave
+/// up. Polls: yielding for the first 100 µs (nearly every stop comes by
+/// then), then sleeping longer and longer, at most 5 ms.
+fn wait_for(tid: i32, until: Until) -> Result<Result<Status, GaveUp>, PtraceError> {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(50);
     loop {
-        match super::wait::wait(tid, deadline.is_none()) {
-            Ok(Some((_, status))) => return Ok(Some(decode(status))),
-            Ok(None) => {
-                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                    return Ok(None);
-                }
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
+        match super::wait::wait(tid, false) {
+            Ok(Some((_, status))) => return Ok(Ok(status)),
+            Ok(None) => {}
             Err(source) => return Err(PtraceError::Wait { tid, source }),
+        }
+        let now = Instant::now();
+        if until.deadline.is_some_and(|d| now >= d) {
+            return Ok(Err(GaveUp::Deadline));
+        }
+        if until.signals && now >= until.since + GRACE && super::sys::stop_requested() {
+            return Ok(Err(GaveUp::Signal));
+        }
+        if now - start < Duration::from_micros(100) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
         }
     }
 }
 
-fn decode(status: Status) -> Stop {
-    if status.ended() {
-        return Stop::Exited;
+/// How a thread is run: to its next system-call stop (`PTRACE_SYSCALL`:
+/// the stub's system calls and calls), freely (`PTRACE_CONT`), or one
+/// instruction (`PTRACE_SINGLESTEP`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Syscall,
+    Cont,
+    Step,
+}
+
+fn resume(tid: i32, run: Run, sig: i32) -> Result<(), PtraceError> {
+    match run {
+        Run::Syscall => req::syscall(tid, sig),
+        Run::Cont => req::cont(tid, sig),
+        Run::Step => req::step(tid, sig),
     }
-    match status.delivering() {
-        Some(sig) => Stop::Signal(sig),
-        None => Stop::Trap,
+}
+
+/// The signal of a signal-delivery stop (SIGTRAP included: an `int3`, a
+/// single step's end, or one sent); None for event and system-call stops.
+fn signal_of(st: Status) -> Option<i32> {
+    st.stop_signal().filter(|&s| st.event() == 0 && s != libc::SIGTRAP | 0x80)
+}
+
+/// Whether thread `tid`, stopped to receive `sig`, faulted: a signal the
+/// CPU raised at an instruction (`si_code` > 0), not one sent (`kill`,
+/// `tgkill`, `sigqueue`: `si_code` <= 0). Going on would fault again.
+fn faulted(tid: i32, sig: i32) -> bool {
+    [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP].contains(&sig)
+        && req::signal_code(tid).is_some_and(|code| code > 0)
+}
+
+/// Whether SIGTRAP waits in thread `tid`'s own pending set (`SigPnd` in
+/// `/proc/TID/status`): a single-stepped system call's trap, queued behind
+/// an interrupt's stop.
+fn trap_pending(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| Some(u64::from_str_radix(l.strip_prefix("SigPnd:")?.trim(), 16).ok())))
+        .flatten()
+        .is_some_and(|set| set & 1 << (libc::SIGTRAP - 1) != 0)
+}
+
+/// What [`stop_again`] did.
+enum Again {
+    /// The thread is stopped; the signal it was about to get (0: none),
+    /// to be kept.
+    Stopped(i32),
+    /// It does not stop: it waits in the kernel where signals do not reach
+    /// (a killable or uninterruptible sleep).
+    Running,
+    Exited,
+}
+
+/// Stop thread `tid` again after a wait for it gave up or it ran past its
+/// time (`PTRACE_INTERRUPT`), within [`STOP_WITHIN`]. The kernel ends the
+/// interrupt's trap at the thread's first stop, whichever: its own stop,
+/// a signal's (kept for the thread, the last, but not its faults nor,
+/// when it was single-stepped, its traps), or a system call's exit (a wait
+/// the interrupt broke returns at once). At a system call's entry the
+/// registers must not be put back (the call would run with them): it is
+/// interrupted again and run to its exit. A single step's trap still
+/// queued is taken too. `seen` is shown every stop.
+fn stop_again(tid: i32, run: Run, seen: &mut dyn FnMut(Status)) -> Result<Again, PtraceError> {
+    req::interrupt(tid)?;
+    let until = Until { since: Instant::now(), deadline: Some(Instant::now() + STOP_WITHIN), signals: false };
+    let mut kept = 0;
+    loop {
+        let Ok(st) = wait_for(tid, until)? else { return Ok(Again::Running) };
+        seen(st);
+        if st.ended() {
+            return Ok(Again::Exited);
+        }
+        if st.is_syscall_stop() && req::syscall_entry(tid) {
+            req::interrupt(tid)?;
+            req::syscall(tid, 0)?;
+            continue;
+        }
+        match signal_of(st) {
+            Some(s) if faulted(tid, s) || run == Run::Step && s == libc::SIGTRAP => {}
+            Some(s) => kept = s,
+            None => {}
+        }
+        if run == Run::Step && trap_pending(tid) {
+            // The step's trap, queued: taken now (a synchronous signal,
+            // dequeued first, before any code runs), not delivered.
+            req::cont(tid, 0)?;
+            let Ok(st) = wait_for(tid, until)? else { return Ok(Again::Running) };
+            seen(st);
+            if st.ended() {
+                return Ok(Again::Exited);
+            }
+            if let Some(s) = signal_of(st).filter(|&s| s != libc::SIGTRAP) {
+                kept = s;
+            }
+        }
+        return Ok(Again::Stopped(kept));
     }
+}
+
+/// The process of thread `tid` (`Tgid` in `/proc/TID/status`), for errors;
+/// the thread's own id if that cannot be read.
+fn tgid_of(tid: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok()))
+        .unwrap_or(tid)
+}
+
+/// The name of system call `nr`, for errors: the ones the tracer makes.
+fn syscall_name(nr: i64) -> String {
+    let name = match nr {
+        libc::SYS_memfd_create => "memfd_create",
+        libc::SYS_ftruncate => "ftruncate",
+        libc::SYS_mmap => "mmap",
+        libc::SYS_mprotect => "mprotect",
+        libc::SYS_munmap => "munmap",
+        libc::SYS_openat => "openat",
+        libc::SYS_close => "close",
+        _ => return format!("injected system call {nr}"),
+    };
+    format!("injected system call {name}")
+}
+
+/// The kernel refused `PTRACE_O_SUSPEND_SECCOMP` once (the tracer lacks
+/// `CAP_SYS_ADMIN` in the initial user namespace, or is itself under
+/// seccomp): not asked again; the deadlines remain.
+static SUSPEND_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Stubs a thread was left running in ([`PtraceError::Abandoned`]): pid,
+/// address, thread. Their resume block is that thread's until it leaves,
+/// so no other operation may use them, and they are never taken out.
+static HELD_STUBS: Mutex<Vec<(i32, u64, i32)>> = Mutex::new(Vec::new());
+
+/// The thread left running in process `pid`'s stub at `at`, if any.
+fn stub_held(pid: i32, at: u64) -> Option<i32> {
+    let held = HELD_STUBS.lock().unwrap_or_else(|e| e.into_inner());
+    held.iter().find(|&&(p, a, _)| p == pid && a == at).map(|&(_, _, tid)| tid)
 }
 
 /// The ptrace requests, one function each: nix where it has them; raw
@@ -158,6 +423,12 @@ pub(crate) mod req {
     /// `PTRACE_SEIZE` (with `options`): traced, not stopped.
     pub fn seize(tid: i32, options: Options) -> nix::Result<()> {
         ptrace::seize(Pid::from_raw(tid), options)
+    }
+
+    /// `PTRACE_SETOPTIONS` with raw option bits (nix's `Options` lacks
+    /// `PTRACE_O_SUSPEND_SECCOMP`, which `from_bits_retain` keeps).
+    pub fn set_options(tid: i32, options: i32) -> nix::Result<()> {
+        ptrace::setoptions(Pid::from_raw(tid), Options::from_bits_retain(options))
     }
 
     /// `PTRACE_INTERRUPT`: stop a seized thread.
@@ -189,6 +460,15 @@ pub(crate) mod req {
             return Err(PtraceError::Call { op: "PTRACE_GETREGSET", tid, source: std::io::Error::last_os_error() });
         }
         Ok(iov.iov_len)
+    }
+
+    /// Whether the thread is at a system call's entry stop
+    /// (`PTRACE_GET_SYSCALL_INFO`: raw `libc::ptrace`, not in nix).
+    pub fn syscall_entry(tid: i32) -> bool {
+        let mut info = [0u8; 88];
+        // SAFETY: the kernel writes at most the size passed into `info`.
+        let r = unsafe { libc::ptrace(libc::PTRACE_GET_SYSCALL_INFO, tid, info.len(), info.as_mut_ptr()) };
+        r > 0 && info[0] == libc::PTRACE_SYSCALL_INFO_ENTRY
     }
 
     /// The `si_code` of the signal the thread is stopped for.
@@ -242,8 +522,13 @@ impl Stopped {
         })?;
         let mut s = Stopped { pid, threads: BTreeMap::new(), mem, stub: None };
         // Threads may be created while we stop the others: repeat until a
-        // scan finds no new one (a stopped thread cannot create any).
+        // scan finds no new one (a stopped thread cannot create any), or
+        // ^C (a target that makes threads as fast as they are stopped).
+        let since = Instant::now();
         loop {
+            if since.elapsed() >= GRACE && super::sys::stop_requested() {
+                return Err(PtraceError::Interrupted { op: "attach".into(), tid: pid, pid });
+            }
             let now = tasks(pid).map_err(|_| PtraceError::NoProcess(pid))?;
             let new: Vec<i32> = now.iter().copied().filter(|t| !s.threads.contains_key(t)).collect();
             if new.is_empty() {
@@ -283,20 +568,29 @@ impl Stopped {
             source,
         })?;
         let mut threads = BTreeMap::new();
-        threads.insert(pid, Thread { tid: pid, pending: 0, detached: false });
+        threads.insert(pid, Thread { tid: pid, pending: 0, detached: false, options: EXEC_OPTIONS });
         Ok(Stopped { pid, threads, mem, stub: None })
     }
 
     /// Let thread `tid` run until it executes the `int3` placed at `at`
     /// (the caller saved the byte), then put its instruction pointer back
-    /// on `at`.
+    /// on `at`. The program's own code runs meanwhile (it is starting): as
+    /// long as it takes, but not past ^C.
     pub fn run_to_trap(&mut self, tid: i32, at: u64) -> Result<(), PtraceError> {
+        let until = Until::signalled();
         let mut sig = 0;
         loop {
             req::cont(tid, sig)?;
             sig = 0;
-            match wait(tid)? {
-                Stop::Trap => {
+            let st = match wait_for(tid, until)? {
+                Ok(st) => st,
+                Err(why) => return Err(self.stop_given_up(tid, Run::Cont, why, "run to the program's entry", 0)),
+            };
+            if st.ended() {
+                return Err(PtraceError::Exited { tid });
+            }
+            match signal_of(st) {
+                Some(libc::SIGTRAP) => {
                     let mut r = self.regs(tid)?;
                     if arch::pc(&r) == arch::pc_after_trap(at) {
                         arch::set_pc(&mut r, at);
@@ -304,22 +598,67 @@ impl Stopped {
                     }
                 }
                 // Delivered with the next continue (the program is starting).
-                Stop::Signal(s) => sig = s,
-                Stop::Exited => return Err(PtraceError::Exited { tid }),
+                Some(s) => sig = s,
+                None => {}
             }
         }
     }
 
-    /// Step thread `tid` one instruction.
+    /// Step thread `tid` one instruction (within `STEP_SECS`: the
+    /// instruction may be a system call that waits).
     pub fn step(&mut self, tid: i32) -> Result<(), PtraceError> {
-        req::step(tid, 0)?;
-        match wait(tid)? {
-            Stop::Trap => Ok(()),
-            Stop::Signal(sig) => {
-                self.keep_signal(tid, sig);
-                Ok(())
+        let until = Until::within(STEP_SECS);
+        loop {
+            req::step(tid, 0)?;
+            let st = match wait_for(tid, until)? {
+                Ok(st) => st,
+                Err(why) => return Err(self.stop_given_up(tid, Run::Step, why, "single step", STEP_SECS)),
+            };
+            if st.ended() {
+                return Err(PtraceError::Exited { tid });
             }
-            Stop::Exited => Err(PtraceError::Exited { tid }),
+            match signal_of(st) {
+                Some(libc::SIGTRAP) => return Ok(()),
+                // A signal first: kept, and the step done (its handler
+                // is not entered: the signal waits for the detach).
+                Some(sig) => {
+                    self.keep_signal(tid, sig);
+                    return Ok(());
+                }
+                // An interrupt's stop left from before: not the step's.
+                None => {}
+            }
+        }
+    }
+
+    /// A wait on the thread's own code (not an operation of ours, whose
+    /// registers would be put back) gave up: the thread is stopped again,
+    /// where it is, and the error says why.
+    fn stop_given_up(&mut self, tid: i32, run: Run, why: GaveUp, op: &str, secs: u64) -> PtraceError {
+        let again = stop_again(tid, run, &mut |_| {});
+        let stopped = match again {
+            Ok(Again::Stopped(sig)) => {
+                if sig != 0 {
+                    self.keep_signal(tid, sig);
+                }
+                true
+            }
+            Ok(Again::Exited) => return PtraceError::Exited { tid },
+            Ok(Again::Running) => {
+                self.forget(tid);
+                false
+            }
+            Err(e) => return e,
+        };
+        PtraceError::gave_up(why, stopped, op.into(), tid, self.pid, secs, "")
+    }
+
+    /// A thread left running (it would not stop): out of this value's
+    /// threads, never detached by it (it cannot be, running; the kernel
+    /// lets it go when the tracer exits).
+    fn forget(&mut self, tid: i32) {
+        if let Some(mut t) = self.threads.remove(&tid) {
+            t.detached = true;
         }
     }
 
@@ -401,7 +740,14 @@ impl Stopped {
     pub fn install_stub(&mut self, slack: Option<u64>) -> Result<Option<StubPlace>, PtraceError> {
         use crate::arch::native::stub;
         let code = stub::code();
-        if let Some(at) = slack {
+        // Slack in a page the program made non-executable (mprotect) would
+        // fault at every use: a page of its own then. (Made so later, the
+        // operations fault and say so: `Faulted`.)
+        let executable = |at: u64| {
+            super::proc::maps(self.pid)
+                .is_ok_and(|maps| maps.iter().any(|m| m.executable && m.start <= at && at + stub::SIZE <= m.end))
+        };
+        if let Some(at) = slack.filter(|&at| executable(at)) {
             // (A page the kernel will not let us write: a page of its own.)
             if let Ok(original) = self.read(at, stub::SIZE as usize) {
                 if self.write(at, &code).is_ok() {
@@ -431,6 +777,9 @@ impl Stopped {
     /// Take the stub out (last of all): its bytes put back, or its page
     /// unmapped (the old way: its `munmap` cannot run in it).
     pub fn remove_stub(&mut self, place: &StubPlace) -> Result<(), PtraceError> {
+        if let Some(tid) = stub_held(self.pid, place.at) {
+            return Err(PtraceError::StubHeld { pid: self.pid, tid });
+        }
         self.stub = None;
         match &place.original {
             Some(bytes) => self.write(place.at, bytes),
@@ -443,7 +792,9 @@ impl Stopped {
     }
 
     /// Execute system call `nr` with `args` in thread `tid`; returns the
-    /// raw result (a negative errno on failure).
+    /// raw result (a negative errno on failure). Through the stub when the
+    /// session has one; else the old way: `syscall` written at the
+    /// thread's pc (its bytes put back after).
     pub fn syscall(&mut self, tid: i32, nr: i64, args: [u64; 6]) -> Result<i64, PtraceError> {
         if let Some(stub) = self.stub {
             return self.syscall_by_stub(tid, stub, nr, args);
@@ -454,28 +805,11 @@ impl Stopped {
         self.write(ip, arch::syscall_instruction())?;
         let mut r = saved;
         arch::set_syscall(&mut r, nr, args);
-        let result = (|| {
-            self.set_regs(tid, &r)?;
-            loop {
-                req::step(tid, 0)?;
-                match wait(tid)? {
-                    Stop::Trap => break,
-                    Stop::Signal(sig) => {
-                        // Not ours: keep it for detach and step again (the
-                        // instruction has not run yet).
-                        self.keep_signal(tid, sig);
-                    }
-                    Stop::Exited => return Err(PtraceError::Exited { tid }),
-                }
-            }
-            Ok(arch::syscall_result(&self.regs(tid)?))
-        })();
-        // Restore whatever happened: the bytes, then every register.
+        let result = self.run_syscall(tid, &saved, &r, ip + arch::SYSCALL_LEN as u64, nr, false);
+        // Restore whatever happened: the bytes (the registers are back).
         let restore_bytes = self.write(ip, &bytes);
-        let restore_regs = self.set_regs(tid, &saved);
         let v = result?;
         restore_bytes?;
-        restore_regs?;
         Ok(v)
     }
 
@@ -487,35 +821,40 @@ impl Stopped {
     /// restarts what the thread was interrupted in, as usual).
     fn syscall_by_stub(&mut self, tid: i32, stub_at: u64, nr: i64, args: [u64; 6]) -> Result<i64, PtraceError> {
         use crate::arch::native::stub;
+        if let Some(held) = stub_held(self.pid, stub_at) {
+            return Err(PtraceError::StubHeld { pid: self.pid, tid: held });
+        }
         let saved = self.regs(tid)?;
         let block = self.resume_block(tid, &saved)?;
         self.write(stub_at + stub::BLOCK, &block)?;
         let r = stub::syscall_regs(&saved, stub_at, nr, args);
-        let after = stub_at + stub::AFTER_SYSCALL;
-        let result = (|| {
-            self.set_regs(tid, &r)?;
-            let mut stops = 0;
-            loop {
-                req::syscall(tid, 0)?;
-                match wait(tid)? {
-                    Stop::Trap => {
-                        let now = self.regs(tid)?;
-                        if arch::pc(&now) == after {
-                            stops += 1;
-                            if stops == 2 {
-                                return Ok(arch::syscall_result(&now));
-                            }
-                        }
-                    }
-                    Stop::Signal(sig) => self.keep_signal(tid, sig),
-                    Stop::Exited => return Err(PtraceError::Exited { tid }),
+        self.run_syscall(tid, &saved, &r, stub_at + stub::AFTER_SYSCALL, nr, true)
+    }
+
+    /// Run system call `nr` set up in registers `r` (the thread's own:
+    /// `saved`) to its exit stop, the second stop with the pc at `after`:
+    /// its result.
+    fn run_syscall(
+        &mut self,
+        tid: i32,
+        saved: &Regs,
+        r: &Regs,
+        after: u64,
+        nr: i64,
+        stub: bool,
+    ) -> Result<i64, PtraceError> {
+        let mut stops = 0;
+        let mut done = |st: Status, now: &Regs| {
+            if st.is_syscall_stop() && arch::pc(now) == after {
+                stops += 1;
+                if stops == 2 {
+                    return Some(arch::syscall_result(now) as u64);
                 }
             }
-        })();
-        let restore = self.set_regs(tid, &saved);
-        let v = result?;
-        restore?;
-        Ok(v)
+            None
+        };
+        let op = Op { what: &|| syscall_name(nr), secs: SYSCALL_SECS, run: Run::Syscall, stub, syscall: true };
+        self.operate(tid, saved, r, &op, &mut done).map(|v| v as i64)
     }
 
     /// The stub's resume block for thread `tid` stopped with `saved`
@@ -544,65 +883,178 @@ impl Stopped {
         let via = self.stub;
         let ret = via.map_or(trap, |at| at + stub::CALL_RETURN);
         if let Some(at) = via {
+            if let Some(held) = stub_held(self.pid, at) {
+                return Err(PtraceError::StubHeld { pid: self.pid, tid: held });
+            }
             let block = self.resume_block(tid, &saved)?;
             self.write(at + stub::BLOCK, &block)?;
         }
         if let Some(ret_at) = arch::set_call(&mut r, func, args, ret) {
             self.write(ret_at, &ret.to_le_bytes())?;
         }
-        // Bounded: code that never returns (a bug, a target that changed
-        // under us) must not hang the tracer.
-        const CALL_SECS: u64 = 5;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(CALL_SECS);
         let mut marker: Option<u64> = None;
-        let result = (|| {
-            self.set_regs(tid, &r)?;
-            loop {
-                match via {
-                    Some(_) => req::syscall(tid, 0)?,
-                    None => req::cont(tid, 0)?,
+        let mut done = |st: Status, now: &Regs| match via {
+            // The marker's entry stop (the result is in hand), then its
+            // exit stop: only then may the registers be put back.
+            Some(at) if st.is_syscall_stop() && arch::pc(now) == at + stub::AFTER_SYSCALL => match marker {
+                None => {
+                    marker = Some(stub::call_result(now));
+                    None
                 }
-                let Some(stop) = wait_until(tid, Some(deadline))? else {
-                    self.stop_overrunning_call(tid)?;
-                    return Err(PtraceError::CallTimedOut { tid, secs: CALL_SECS });
-                };
-                match stop {
-                    Stop::Trap => {
-                        let now = self.regs(tid)?;
-                        match via {
-                            // The marker's entry stop (the result is in
-                            // hand), then its exit stop: only then may the
-                            // registers be put back.
-                            Some(at) if arch::pc(&now) == at + stub::AFTER_SYSCALL => match marker {
-                                None => marker = Some(stub::call_result(&now)),
-                                Some(v) => return Ok(v),
-                            },
-                            Some(_) => {}
-                            None if arch::pc(&now) == arch::pc_after_trap(trap) => return Ok(arch::call_result(&now)),
-                            // Another stop (an event): keep going.
-                            None => {}
+                Some(v) => Some(v),
+            },
+            None if signal_of(st) == Some(libc::SIGTRAP) && arch::pc(now) == arch::pc_after_trap(trap) => {
+                Some(arch::call_result(now))
+            }
+            // Another stop (the function's own system calls, an event).
+            _ => None,
+        };
+        let what = || format!("call of the function at {func:#x}");
+        let run = if via.is_some() { Run::Syscall } else { Run::Cont };
+        self.operate(
+            tid,
+            &saved,
+            &r,
+            &Op { what: &what, secs: CALL_SECS, run, stub: via.is_some(), syscall: false },
+            &mut done,
+        )
+    }
+
+    /// Run an operation of ours in thread `tid`: its registers set to `r`
+    /// (its own, `saved`, put back whatever happens), its seccomp filters
+    /// suspended meanwhile, resumed as `op.run` says until `done`, shown
+    /// every stop, gives the result; within `op.secs`, and not past ^C
+    /// ([`GRACE`]). A fault ends it; signals meanwhile are kept for the
+    /// thread. A wait that gives up stops the thread again
+    /// ([`stop_again`]: the operation may still end on the way, then its
+    /// result counts); a thread that does not stop is left to the stub.
+    fn operate(
+        &mut self,
+        tid: i32,
+        saved: &Regs,
+        r: &Regs,
+        op: &Op,
+        done: &mut dyn FnMut(Status, &Regs) -> Option<u64>,
+    ) -> Result<u64, PtraceError> {
+        let suspended = self.suspend_seccomp(tid);
+        let until = Until::within(op.secs);
+        let mut left = false;
+        let result = (|| {
+            self.set_regs(tid, r)?;
+            loop {
+                resume(tid, op.run, 0)?;
+                let st = match wait_for(tid, until)? {
+                    Ok(st) => st,
+                    Err(why) => {
+                        let mut late = None;
+                        let again = stop_again(tid, op.run, &mut |st| {
+                            if late.is_none() && !st.ended() {
+                                late = req::get_regs(tid).ok().and_then(|now| done(st, &now));
+                            }
+                        })?;
+                        let stopped = match again {
+                            Again::Stopped(sig) => {
+                                if sig != 0 {
+                                    self.keep_signal(tid, sig);
+                                }
+                                true
+                            }
+                            Again::Exited => return Err(PtraceError::Exited { tid }),
+                            Again::Running => {
+                                left = true;
+                                false
+                            }
+                        };
+                        // Done on the way, at last: the result stands (not a
+                        // system call's that the interrupt broke: -EINTR,
+                        // -ERESTARTSYS and its kin).
+                        let broken = |v: u64| op.syscall && matches!(v as i64, -516..=-512 | -4);
+                        if let (Some(v), true) = (late.filter(|&v| !broken(v)), stopped) {
+                            return Ok(v);
                         }
+                        let after = if op.stub {
+                            ": the session's stub puts it back by itself then (the stub stays)"
+                        } else {
+                            " with the operation's registers (it may not survive)"
+                        };
+                        return Err(PtraceError::gave_up(why, stopped, (op.what)(), tid, self.pid, op.secs, after));
                     }
-                    // The called code faulted (a synchronous signal, not one
-                    // sent): going on would fault again, forever.
-                    Stop::Signal(sig)
-                        if [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE].contains(&sig)
-                            && self.signal_code(tid).is_some_and(|code| code > 0) =>
-                    {
-                        let pc = self.regs(tid).map(|r| arch::pc(&r)).unwrap_or(0);
-                        return Err(PtraceError::CallFaulted { tid, sig, pc });
+                };
+                if st.ended() {
+                    return Err(PtraceError::Exited { tid });
+                }
+                let now = self.regs(tid)?;
+                if let Some(v) = done(st, &now) {
+                    return Ok(v);
+                }
+                match signal_of(st) {
+                    // The thread faulted where it runs for us (the stub's
+                    // page made non-executable, its bytes rewritten, the
+                    // called code broken): going on would fault again,
+                    // forever; the signal is ours, never delivered.
+                    Some(sig) if faulted(tid, sig) => {
+                        return Err(PtraceError::Faulted {
+                            op: (op.what)(),
+                            tid,
+                            pid: self.pid,
+                            signal: super::process::signal_name(sig),
+                            pc: arch::pc(&now),
+                        })
                     }
-                    Stop::Signal(sig) => {
-                        self.keep_signal(tid, sig);
-                    }
-                    Stop::Exited => return Err(PtraceError::Exited { tid }),
+                    // Not ours: kept for the detach.
+                    Some(sig) => self.keep_signal(tid, sig),
+                    None => {}
                 }
             }
         })();
-        let restore = self.set_regs(tid, &saved);
+        if left {
+            // Running in the stub (or at our `syscall` bytes): it can be
+            // neither put back nor detached; the stub's block is its own.
+            if op.stub {
+                if let Some(at) = self.stub {
+                    HELD_STUBS.lock().unwrap_or_else(|e| e.into_inner()).push((self.pid, at, tid));
+                }
+            }
+            self.forget(tid);
+            return result;
+        }
+        let restore = self.set_regs(tid, saved);
+        if suspended {
+            self.resume_seccomp(tid);
+        }
         let v = result?;
         restore?;
         Ok(v)
+    }
+
+    /// Suspend thread `tid`'s seccomp filters for an operation of ours
+    /// (`PTRACE_O_SUSPEND_SECCOMP` added to its options): whether they are.
+    /// The program's filters must not hold, refuse or kill the tracer's
+    /// calls; they apply to its own again once the operation is done
+    /// ([`Stopped::resume_seccomp`]), and when the tracer dies the kernel
+    /// drops the option with the others.
+    fn suspend_seccomp(&self, tid: i32) -> bool {
+        if SUSPEND_REFUSED.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(t) = self.threads.get(&tid) else { return false };
+        match req::set_options(tid, t.options | libc::PTRACE_O_SUSPEND_SECCOMP) {
+            Ok(()) => true,
+            Err(nix::errno::Errno::EPERM | nix::errno::Errno::EINVAL) => {
+                SUSPEND_REFUSED.store(true, Ordering::Relaxed);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The thread's own options back: its seccomp filters apply again.
+    fn resume_seccomp(&self, tid: i32) {
+        if let Some(t) = self.threads.get(&tid) {
+            if let Err(e) = req::set_options(tid, t.options) {
+                eprintln!("warning: thread {tid}'s seccomp filters stay suspended until the tracer exits: {e}");
+            }
+        }
     }
 
     /// Let the threads whose program counter `inside` accepts run on (the
@@ -643,45 +1095,29 @@ impl Stopped {
         Ok(left)
     }
 
-    /// A called function ran past its time: stop the thread again so the
-    /// call can be undone. A seized thread gets `PTRACE_INTERRUPT`, one
-    /// traced since its start (`PTRACE_TRACEME`, `-c`) a SIGSTOP of ours;
-    /// the stop awaited is that one, never a system-call stop (putting the
-    /// registers back at a system call's entry would run the wrong call).
+    /// A thread let run (`run_out`) ran past its time: stop it again,
+    /// within [`STOP_WITHIN`] ([`stop_again`]: never at a system call's
+    /// entry, where putting registers back would run the wrong call).
     fn stop_overrunning_call(&mut self, tid: i32) -> Result<(), PtraceError> {
-        let seized = req::interrupt(tid).is_ok();
-        if !seized {
-            // tgkill (one thread): not in nix.
-            // SAFETY: a signal to our own tracee's thread.
-            unsafe { libc::syscall(libc::SYS_tgkill, self.pid, tid, libc::SIGSTOP) };
-        }
-        loop {
-            let status = match super::wait::wait(tid, true) {
-                Ok(Some((_, st))) => st,
-                Ok(None) => continue,
-                Err(source) => return Err(PtraceError::Wait { tid, source }),
-            };
-            if status.ended() {
-                return Err(PtraceError::Exited { tid });
-            }
-            let interrupted = status.event() == libc::PTRACE_EVENT_STOP;
-            match status.delivering() {
-                Some(libc::SIGSTOP) if !seized => return Ok(()),
-                Some(sig) => {
-                    // Not ours: kept for detach; on to our stop.
+        match stop_again(tid, Run::Cont, &mut |_| {})? {
+            Again::Stopped(sig) => {
+                if sig != 0 {
                     self.keep_signal(tid, sig);
-                    req::cont(tid, 0)?;
                 }
-                None if interrupted || !seized && status.stop_signal() == Some(libc::SIGSTOP) => return Ok(()),
-                // A system-call stop (or another trap) before ours.
-                None => req::cont(tid, 0)?,
+                Ok(())
+            }
+            Again::Exited => Err(PtraceError::Exited { tid }),
+            Again::Running => {
+                self.forget(tid);
+                Err(PtraceError::Abandoned {
+                    op: "wait for it to leave the session's code".into(),
+                    tid,
+                    pid: self.pid,
+                    why: "its time was up",
+                    after: "",
+                })
             }
         }
-    }
-
-    /// The `si_code` of the signal thread `tid` is stopped for.
-    fn signal_code(&self, tid: i32) -> Option<i32> {
-        req::signal_code(tid)
     }
 
     /// The first thread (the main thread when it is alive).
@@ -721,7 +1157,18 @@ pub struct Thread {
     /// handler is then traced too) or at detach.
     pending: i32,
     detached: bool,
+    /// Its ptrace options (`PTRACE_SETOPTIONS` replaces them all).
+    options: i32,
 }
+
+/// The options of a thread seized to be stopped: TRACESYSGOOD, so that a
+/// thread in a system-call stop whose tracer dies resumes with an invalid
+/// signal number (ignored), where without it the kernel would send itself
+/// SIGTRAP and die.
+const OPTIONS: i32 = libc::PTRACE_O_TRACESYSGOOD;
+/// Those of a thread followed into its exec (`seize_for_exec`,
+/// `process::spawn_traced`), then adopted.
+const EXEC_OPTIONS: i32 = libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_TRACESYSGOOD;
 
 /// What a single step did.
 pub enum Step {
@@ -735,20 +1182,34 @@ pub enum Step {
 
 impl Thread {
     /// Seize thread `tid` and stop it (PTRACE_SEIZE + PTRACE_INTERRUPT).
+    /// A thread that does not stop (it waits in the kernel where signals
+    /// do not reach: a vfork's parent, a killable wait) is waited for
+    /// until ^C.
     pub fn seize(tid: i32) -> Result<Thread, PtraceError> {
-        // TRACESYSGOOD: a thread in a system-call stop whose tracer dies
-        // resumes with an invalid signal number (ignored), where without
-        // it the kernel would send itself SIGTRAP and die.
-        req::seize(tid, nix::sys::ptrace::Options::PTRACE_O_TRACESYSGOOD).map_err(PtraceError::Seize)?;
-        let mut t = Thread { tid, pending: 0, detached: false };
+        req::seize(tid, nix::sys::ptrace::Options::from_bits_retain(OPTIONS)).map_err(PtraceError::Seize)?;
+        let mut t = Thread { tid, pending: 0, detached: false, options: OPTIONS };
         req::interrupt(tid)?;
-        match wait(tid)? {
-            Stop::Trap => {}
-            Stop::Signal(sig) => t.pending = sig,
-            Stop::Exited => {
+        let st = match wait_for(tid, Until::signalled())? {
+            Ok(st) => st,
+            Err(_) => {
+                // Seized, not stopped: it cannot be detached; the kernel
+                // lets it go when the tracer exits.
                 t.detached = true;
-                return Err(PtraceError::Exited { tid });
+                return Err(PtraceError::Abandoned {
+                    op: "stop (PTRACE_INTERRUPT)".into(),
+                    tid,
+                    pid: tgid_of(tid),
+                    why: "SIGINT or SIGTERM",
+                    after: " (the kernel lets it go when the tracer exits)",
+                });
             }
+        };
+        if st.ended() {
+            t.detached = true;
+            return Err(PtraceError::Exited { tid });
+        }
+        if let Some(sig) = signal_of(st).filter(|&s| s != libc::SIGTRAP) {
+            t.pending = sig;
         }
         Ok(t)
     }
@@ -776,18 +1237,49 @@ impl Thread {
     }
 
     /// Execute one instruction.
+    /// The thread's own code: as long as it takes (a system call that
+    /// waits), but not past ^C, which stops it again where it is.
     pub fn step(&mut self) -> Result<Step, PtraceError> {
-        let sig = std::mem::take(&mut self.pending);
-        req::step(self.tid, sig)?;
-        match wait(self.tid)? {
-            Stop::Trap => Ok(Step::Done),
-            Stop::Signal(s) => {
-                self.pending = s;
-                Ok(Step::Signal)
-            }
-            Stop::Exited => {
+        let tid = self.tid;
+        let mut sig = std::mem::take(&mut self.pending);
+        let until = Until::signalled();
+        loop {
+            req::step(tid, sig)?;
+            sig = 0;
+            let st = match wait_for(tid, until)? {
+                Ok(st) => st,
+                Err(why) => {
+                    let pid = tgid_of(tid);
+                    let stopped = match stop_again(tid, Run::Step, &mut |_| {})? {
+                        Again::Stopped(s) => {
+                            self.pending = s;
+                            true
+                        }
+                        Again::Exited => {
+                            self.detached = true;
+                            return Ok(Step::Exited);
+                        }
+                        Again::Running => {
+                            self.detached = true;
+                            false
+                        }
+                    };
+                    let after = " (the kernel lets it go when the tracer exits)";
+                    return Err(PtraceError::gave_up(why, stopped, "single step".into(), tid, pid, 0, after));
+                }
+            };
+            if st.ended() {
                 self.detached = true;
-                Ok(Step::Exited)
+                return Ok(Step::Exited);
+            }
+            match signal_of(st) {
+                Some(libc::SIGTRAP) => return Ok(Step::Done),
+                Some(s) => {
+                    self.pending = s;
+                    return Ok(Step::Signal);
+                }
+                // An interrupt's stop left from before: not the step's.
+                None => {}
             }
         }
     }
@@ -840,8 +1332,7 @@ pub enum ExecWait {
 /// Attach to a thread about to `exec` without stopping it, so that the
 /// new program stops before its first instruction (`PTRACE_O_TRACEEXEC`).
 pub fn seize_for_exec(tid: i32) -> Result<(), PtraceError> {
-    use nix::sys::ptrace::Options;
-    req::seize(tid, Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_TRACESYSGOOD).map_err(PtraceError::Seize)
+    req::seize(tid, nix::sys::ptrace::Options::from_bits_retain(EXEC_OPTIONS)).map_err(PtraceError::Seize)
 }
 
 /// Poll a thread attached by [`seize_for_exec`] (process `pid`), without
@@ -900,9 +1391,11 @@ pub fn release(tid: i32, pid: i32) {
         return;
     };
     let mut pending = 0;
+    let until = Until { since: Instant::now(), deadline: Some(Instant::now() + STOP_WITHIN), signals: false };
     loop {
-        // A blocking wait on our tracee (it stops at once).
-        let Ok(Some((_, status))) = super::wait::wait(tid, true) else { return };
+        // It stops at once, unless it waits in the kernel (then the kernel
+        // lets it go when the tracer exits).
+        let Ok(Ok(status)) = wait_for(tid, until) else { return };
         if status.ended() {
             return;
         }

@@ -222,7 +222,12 @@ static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
 /// being attached to and armed).
 static EARLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// A session signal has come, at any time (never cleared): see
+/// [`stop_requested`].
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
     let fd = SIGNAL_FD.load(Ordering::Relaxed);
     if fd >= 0 {
         let b = 1u8;
@@ -246,6 +251,16 @@ pub fn catch_session_signals() -> io::Result<()> {
         unsafe { signal(sig, SigHandler::Handler(on_signal))? };
     }
     Ok(())
+}
+
+/// Whether SIGINT, SIGTERM or SIGHUP has come since
+/// [`catch_session_signals`]: the session is ending (or ended), and the
+/// tracer's waits on the target (`os::ptrace`) give up an operation the
+/// target holds up, instead of waiting on while the user waits for the
+/// tracer. Polled, not a pipe: it holds before the session's
+/// [`Signals`] exist (attach) and after (detach).
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::Relaxed)
 }
 
 /// SIGINT, SIGTERM and SIGHUP end the session: they become a readable byte
