@@ -195,6 +195,7 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("T_VALUE_OFF", offset_of!(TableHeader, value_off)),
         ("T_KEY_OFF", offset_of!(TableHeader, key_off)),
         ("T_COUNT", offset_of!(TableHeader, count)),
+        ("T_STOLEN", offset_of!(TableHeader, stolen)),
         ("T_ORDER", offset_of!(TableHeader, order)),
         ("T_STAT_DESC", offset_of!(TableHeader, stat_desc)),
         ("T_MAXSTRINGLEN", offset_of!(TableHeader, maxstringlen)),

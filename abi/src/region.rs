@@ -692,7 +692,11 @@ pub struct TableHeader {
     pub value_off: u32,
     pub key_off: [u32; 10],
     pub count: u32,
-    pub _pad1: u32,
+    /// Waits for `lock` that gave up and went on without it (held for
+    /// ever: only a process writing the region can do that; `SPIN_LIMIT`
+    /// in compiler/rt/rt.c). The tracer reports a non-zero count as the
+    /// target's damage (`Region::stolen_locks`).
+    pub stolen: u32,
     pub order: u64,
     /// For statistic values: offset of the [`StatDesc`] in the region.
     pub stat_desc: u64,

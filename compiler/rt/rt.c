@@ -90,14 +90,16 @@ LOCAL usize strnlen_(const char *s, usize max) {
 /* Nanoseconds of the realtime clock, from the TSC and the tracer's
  * calibration (header fields written once before handlers run). */
 EXPORT i64 rt_now_ns(u8 *R) {
+    /* From the mirror: the bounded waits below time themselves with this
+     * clock, which a process writing the region must not stop. */
     u64 tsc = read_clock();
-    u64 base = AT(R, H_TSC_BASE, u64);
-    u64 mult = AT(R, H_TSC_MULT, u64);
-    u32 shift = AT(R, H_TSC_SHIFT, u32);
+    u64 base = AT(TR(R), H_TSC_BASE, u64);
+    u64 mult = AT(TR(R), H_TSC_MULT, u64);
+    u32 shift = AT(TR(R), H_TSC_SHIFT, u32) & 63;
     u64 d = tsc - base;
     /* 128-bit product: the TSC delta times a 32.32 multiplier. */
     unsigned __int128 p = (unsigned __int128)d * mult;
-    return (i64)(AT(R, H_NS_BASE, u64) + (u64)(p >> shift));
+    return (i64)(AT(TR(R), H_NS_BASE, u64) + (u64)(p >> shift));
 }
 
 /* The CPU this thread runs on: Linux keeps it in TSC_AUX. */
@@ -667,8 +669,8 @@ EXPORT void rt_counter(u8 *R, u8 *ctx, const char *name, i64 value) {
 EXPORT void rt_trace_span(u8 *R, u8 *ctx, const char *name, i64 start_ns) {
     i64 now = rt_now_ns(R);
     if (start_ns > now) start_ns = now;
-    unsigned __int128 min = (unsigned __int128)AT(TR(R), H_SPAN_MIN_TICKS, u64) * AT(R, H_TSC_MULT, u64);
-    if ((unsigned __int128)(now - start_ns) < (min >> (AT(R, H_TSC_SHIFT, u32) & 63))) return;
+    unsigned __int128 min = (unsigned __int128)AT(TR(R), H_SPAN_MIN_TICKS, u64) * AT(TR(R), H_TSC_MULT, u64);
+    if ((unsigned __int128)(now - start_ns) < (min >> (AT(TR(R), H_TSC_SHIFT, u32) & 63))) return;
     i64 cap = AT(TR(R), H_MAXSTRINGLEN, u32);
     u32 payload = 8 + str_payload(name, cap);
     u8 *rec = event_begin(R, ctx, EV_NAMED_SPAN, 0, payload);
@@ -758,7 +760,13 @@ EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start) {
     ring_commit(rec, len);
 }
 
+/* exit(): no handler starts after it returns, in any thread of any
+ * process of the session (those already running finish), as in
+ * SystemTap; the tracer runs the end probes once the targets' hooks are
+ * out (it enables the region again for them). Release: pairs with the
+ * handlers' Acquire load of `enabled` at entry. */
 EXPORT void rt_exit(u8 *R, u8 *ctx) {
+    __atomic_store_n(&AT(R, H_ENABLED, u32), 0, __ATOMIC_RELEASE);
     __atomic_store_n(&AT(R, H_EXIT, u32), 1, __ATOMIC_RELAXED);
     u8 *rec = event_begin(R, ctx, EV_EXIT, 0, 0);
     if (rec) ring_commit(rec, event_len(0));
@@ -812,20 +820,23 @@ EXPORT void rt_report(u8 *R, u8 *ctx) {
 /* ---- string globals (LockedStr protocol) ---- */
 
 /* Spins before a wait on a word of the region gives up: another process
- * sharing it may hold the word for ever. Far longer than any real holder
- * (a copy of at most MAXSTRINGLEN bytes, a walk of one array). */
+ * sharing it may hold the word for ever. Far longer than any real holder:
+ * an array's lock is held for a walk of the array (SPIN_LIMIT), a
+ * string's sequence word for a copy of at most MAXSTRINGLEN bytes
+ * (STR_SPIN_LIMIT). */
 #define SPIN_LIMIT (1u << 24)
+#define STR_SPIN_LIMIT (1u << 16)
 
 EXPORT void rt_gstr_load(char *dst, u8 *g, i64 cap) {
     u32 *seqp = &AT(g, 0, u32);
     for (u32 tries = 0;; tries++) {
         /* Acquire: pairs with the writer's Release store of the even seq. */
         u32 s1 = __atomic_load_n(seqp, __ATOMIC_ACQUIRE);
-        if ((s1 & 1) && tries < SPIN_LIMIT) {
+        if ((s1 & 1) && tries < STR_SPIN_LIMIT) {
             cpu_relax();
             continue;
         }
-        if (tries >= SPIN_LIMIT) {
+        if (tries >= STR_SPIN_LIMIT) {
             /* Held for ever: the bytes as they are (a string, bounded). */
             rt_strcpy(dst, (const char *)g + LOCKED_STR_HEADER, cap);
             return;
@@ -845,7 +856,7 @@ LOCAL u32 seq_lock(u32 *seqp) {
             return s + 1;
         /* Held for ever (an odd word another process wrote): write
          * anyway, as the holder of an odd sequence would. */
-        if (tries >= SPIN_LIMIT) return s | 1;
+        if (tries >= STR_SPIN_LIMIT) return s | 1;
         cpu_relax();
     }
 }
@@ -1231,15 +1242,20 @@ static int keys_equal(u8 *tab, u8 *slot, const i64 *keys) {
 
 LOCAL void tab_lock(u8 *tab) {
     u32 *l = &AT(tab, T_LOCK, u32);
-    for (u32 tries = 0; tries < SPIN_LIMIT; tries++) {
+    /* Once a wait gave up, the lock is not waited for again: a word held
+     * for ever would otherwise cost every later call the whole wait. */
+    u32 limit = __atomic_load_n(&AT(tab, T_STOLEN, u32), __ATOMIC_RELAXED) ? 1 : SPIN_LIMIT;
+    for (u32 tries = 0; tries < limit; tries++) {
         u32 z = 0;
         /* Acquire: pairs with tab_unlock's Release. */
         if (__atomic_compare_exchange_n(l, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
         cpu_relax();
     }
-    /* Held for ever (a word another process wrote): go on without it.
+    /* Held for ever (a word another process wrote): go on, as if we held
+     * it, and count it (the tracer reports it as the target's damage).
      * Every index below is bounded by the mirror's geometry, so the
      * worst is a torn element, never a write out of the array. */
+    __atomic_fetch_add(&AT(tab, T_STOLEN, u32), 1, __ATOMIC_RELAXED);
 }
 
 LOCAL void tab_unlock(u8 *tab) { __atomic_store_n(&AT(tab, T_LOCK, u32), 0, __ATOMIC_RELEASE); }

@@ -173,6 +173,10 @@ pub struct Server {
     path: PathBuf,
     max_calls: u64,
     pub report: Report,
+    /// Set once MAXITRACE calls were traced: the session then closes the
+    /// request slots in the region's trusted mirror, where the gates read
+    /// how many there are.
+    pub closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 // SAFETY: the header pointer is the session's region, mapped for as long
@@ -246,6 +250,7 @@ impl Server {
             pool,
             header: own.as_ptr(),
             _region: own,
+            closed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             slots_off: slots.0,
             nslots: slots.1,
             arenas,
@@ -344,6 +349,9 @@ impl Server {
             if self.report.calls >= self.max_calls {
                 u32_at(self.header.wrapping_add(core::mem::offset_of!(abi::Header, itrace_slots)))
                     .store(0, Ordering::Relaxed);
+                // The gates read the count from the trusted mirror, which
+                // the session writes (`closed`).
+                self.closed.store(true, Ordering::Release);
                 return;
             }
         }

@@ -269,10 +269,13 @@ impl Itracer {
             if self.calls >= self.max_calls {
                 // Enough: the gates stop asking (rt_itrace_wait counts the
                 // calls from now on as untraced).
-                // SAFETY: header field, atomically read by the target.
+                // SAFETY: header field, atomically read by the target, in
+                // the region and in its trusted mirror (MIRROR_GAP below it
+                // here too), where the gates read it.
                 unsafe {
-                    AtomicU32::from_ptr(self.field(core::mem::offset_of!(abi::Header, itrace_slots)))
-                        .store(0, Ordering::Relaxed)
+                    let at: *mut u32 = self.field(core::mem::offset_of!(abi::Header, itrace_slots));
+                    AtomicU32::from_ptr(at).store(0, Ordering::Relaxed);
+                    AtomicU32::from_ptr(at.byte_sub(abi::MIRROR_GAP as usize)).store(0, Ordering::Relaxed);
                 };
                 return;
             }

@@ -265,6 +265,8 @@ struct BlockTracing {
     code: Vec<(u64, u64)>,
     /// What it reported, and the calls that went untraced.
     done: Option<(crate::blocktrace::Report, u64)>,
+    /// It traced MAXITRACE calls (`Server::closed`).
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl BlockTracing {
@@ -2061,6 +2063,14 @@ impl Hooks for Armed {
             it.poll(&self.hooker.itraced.borrow());
         }
         if let Some(b) = &self.blocktracer {
+            // MAXITRACE calls traced: the gates stop asking (they read the
+            // slots' count from the trusted mirror, which only we write).
+            if b.closed.load(std::sync::atomic::Ordering::Acquire) && !self.mirror.is_null() {
+                let at = core::mem::offset_of!(telco_abi::region::Header, itrace_slots);
+                // SAFETY: a u32 field of the live mirror's header.
+                unsafe { std::sync::atomic::AtomicU32::from_ptr(self.mirror.add(at).cast()) }
+                    .store(0, std::sync::atomic::Ordering::Relaxed);
+            }
             // Functions of libraries loaded later join the traced ones.
             let now = self.hooker.itraced.borrow();
             if let Ok(mut t) = b.traced().lock() {
@@ -2188,10 +2198,20 @@ impl Armed {
             if self.cut_off.iter().any(|&(p, _)| p == pid) {
                 continue;
             }
-            let Some(why) = self.other_domain(pid) else { continue };
+            // Gone (or a zombie): nothing of it runs any more.
+            let Some(creds) = crate::os::creds::Credentials::of(pid) else { continue };
+            let Some(why) = self.creds.as_ref().filter(|first| **first != creds).map(|first| creds.difference(first))
+            else {
+                continue;
+            };
             let what = format!("pid {pid} ({})", crate::os::proc::comm(pid).trim());
             let fork = !followed.contains(&pid);
-            let note = match self.cut(pid, fork) {
+            let cut = self.cut(pid, fork);
+            if cut.is_err() && crate::os::creds::Credentials::of(pid).is_none() {
+                // It ended meanwhile.
+                continue;
+            }
+            let note = match cut {
                 Ok(()) => format!(
                     "{what} changed its credentials ({why}): processes of different privileges never share a \
                      session's memory, so its probes are off from now on"
@@ -2613,6 +2633,7 @@ impl Armed {
             max_calls,
         )?;
         let code = server.code_ranges();
+        let closed = server.closed.clone();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let halt = stop.clone();
         let thread = std::thread::Builder::new().name("telco-itrace".into()).spawn(move || {
@@ -2622,8 +2643,15 @@ impl Armed {
             server.report.time = t0.elapsed();
             server
         })?;
-        self.blocktracer =
-            Some(BlockTracing { stop, thread: Some(thread), traced, pool: (remote, bt::POOL_SIZE), code, done: None });
+        self.blocktracer = Some(BlockTracing {
+            stop,
+            thread: Some(thread),
+            traced,
+            pool: (remote, bt::POOL_SIZE),
+            code,
+            done: None,
+            closed,
+        });
         Ok(())
     }
 

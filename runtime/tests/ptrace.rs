@@ -233,7 +233,7 @@ fn a_remote_call_that_never_returns_is_undone() {
     s.write(page, &[0xeb, 0xfe, 0xcc]).expect("write code");
     let before = s.regs(tid).expect("regs").rip;
     let err = s.call(tid, page, &[], page + 2).expect_err("the call never returns");
-    assert!(matches!(err, telco_runtime::os::ptrace::PtraceError::CallTimedOut { .. }), "{err}");
+    assert!(matches!(err, telco_runtime::os::ptrace::PtraceError::TimedOut { .. }), "{err}");
     assert_eq!(s.regs(tid).expect("regs").rip, before, "the thread is back where it was");
     s.write(flag, &3i32.to_le_bytes()).expect("write flag");
     s.detach().expect("detach");

@@ -16,10 +16,15 @@ pub struct Credentials {
 const FIELDS: [&str; 8] = ["Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"];
 
 impl Credentials {
-    /// The process's credentials now; None when it is gone or its status
-    /// cannot be read (then it is treated as another domain).
+    /// The process's credentials now; None when it is gone (a zombie's
+    /// status no longer says what it could do) or its status cannot be
+    /// read.
     pub fn of(pid: i32) -> Option<Credentials> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let state = text.lines().find_map(|l| l.strip_prefix("State:")).map(str::trim_start);
+        if state.is_none_or(|s| s.starts_with('Z') || s.starts_with('X')) {
+            return None;
+        }
         Some(Credentials::parse(&text))
     }
 
