@@ -141,3 +141,29 @@ fn a_setuid_program_run_by_an_unprivileged_one_is_never_armed() {
     // tracer's own probes trust no region the target wrote).
     assert!(err.contains("ERROR: the target overwrote the event ring's geometry"), "{out}\n{err}");
 }
+
+/// `.itrace`: the block tracer's answer to a traced call is taken from the
+/// trusted mirror, and only when it names the call's own request: a
+/// thread that forges RUN with its own resume address in every waiting
+/// slot (as any process sharing the region could) sends no call there.
+/// Every one of the 200 calls returns, with its result.
+#[test]
+fn a_forged_itrace_answer_sends_no_thread_anywhere() {
+    let d = common::scratch("privilege-itrace");
+    let exe = program(&d);
+    let exe_s = exe.to_str().expect("utf-8 path");
+    let mut target = common::Running::start(&exe, &["itrace", "200"]);
+    assert_eq!(target.ready.trim(), "ready");
+    let pid = target.pid().to_string();
+    let itrc = d.join("calls.itrc");
+    let script = "probe begin { println(\"armed\") } probe process.function(\"work\").itrace {}";
+    let tracer = common::Tracer::start(&["-e", script, "-p", &pid, "--itrc", itrc.to_str().expect("utf-8")], "armed");
+    target.say("go");
+    let (said, status) = target.finish();
+    let (_out, err, _code) = tracer.finish();
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = exe_s;
+    let expect: i64 = (0..200).map(|i| 2 * i + 1).sum();
+    assert!(status.success(), "the traced program died: {status:?}\n{said}\n{err}");
+    assert_eq!(said.trim(), format!("itrace {expect}"), "{err}");
+}

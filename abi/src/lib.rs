@@ -94,6 +94,7 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("ITRACE_DECLINED", ITRACE_DECLINED as usize),
         ("ITRACE_RUN", ITRACE_RUN as usize),
         ("IT_RESUME", offset_of!(ItraceSlot, resume)),
+        ("IT_NONCE", offset_of!(ItraceSlot, nonce)),
         ("H_ITRACE_BELL", offset_of!(Header, itrace_bell)),
         ("C_SLOT", offset_of!(Ctx, slot)),
         ("H_DL_ACK", offset_of!(Header, dl_ack)),

@@ -551,6 +551,15 @@ pub struct ItraceSlot {
     pub pid: u64,
     /// With RUN: where the thread goes on (0: untraced).
     pub resume: u64,
+    /// A value of the request's own (the thread's clock when it asked),
+    /// kept by the thread. The region is any process's to write, so the
+    /// block tracer's answer is not `resume` here but the same slot in the
+    /// trusted mirror (`MIRROR_GAP`): `tid`, `func`, `nonce` as the
+    /// request had them, then `resume`, written before RUN (Release). The
+    /// thread goes to `resume` only if the mirror's slot names its own
+    /// request (its tid, function and nonce, which it kept itself), so a
+    /// forged RUN or answer sends no thread anywhere.
+    pub nonce: u64,
 }
 pub const ITRACE_FREE: u32 = 0;
 pub const ITRACE_CLAIMED: u32 = 1;
@@ -561,7 +570,7 @@ pub const ITRACE_TAKEN: u32 = 3;
 pub const ITRACE_DECLINED: u32 = 4;
 /// The block tracer took the request: go on at `resume`.
 pub const ITRACE_RUN: u32 = 5;
-const _: () = assert!(core::mem::size_of::<ItraceSlot>() == 40);
+const _: () = assert!(core::mem::size_of::<ItraceSlot>() == 48);
 const _: () = assert!(core::mem::size_of::<ShadowFrame>() == SHADOW_FRAME_HEADER);
 const _: () = assert!(core::mem::size_of::<ThreadSlot>() == 64);
 

@@ -2484,10 +2484,15 @@ EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
         __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
         return 0;
     }
-    AT(s, IT_TID, u32) = (u32)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
+    /* What names this request, kept here (the region's copy is any
+     * process's to change): the tracer's answer must repeat it. */
+    u32 tid = (u32)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
+    u64 nonce = read_clock() ^ ((u64)tid << 40) ^ (u64)regs;
+    AT(s, IT_TID, u32) = tid;
     AT(s, IT_REGS, u64) = (u64)regs;
     AT(s, IT_FUNC, u64) = (u64)func;
     AT(s, IT_PID, u64) = (u64)sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+    AT(s, IT_NONCE, u64) = nonce;
     /* Release: the tracer's Acquire load of WAITING sees the fields. */
     __atomic_store_n(&AT(s, IT_STATE, u32), ITRACE_WAITING, __ATOMIC_RELEASE);
     /* Ring the block tracer's bell (a shared futex). */
@@ -2498,7 +2503,14 @@ EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
         /* The block tracer translated the function's first block: go on
          * there (the gate restores the registers and jumps). */
         if (__atomic_load_n(&AT(s, IT_STATE, u32), __ATOMIC_ACQUIRE) == ITRACE_RUN) {
-            u64 at = AT(s, IT_RESUME, u64);
+            /* The answer is in the mirror's copy of the slot, which only
+             * the tracer writes (before RUN: the Acquire above pairs with
+             * its Release), and only if it names this request: a RUN
+             * another process forged sends this thread nowhere. */
+            const u8 *t = TR(s);
+            u64 at = AT(t, IT_NONCE, u64) == nonce && AT(t, IT_TID, u32) == tid && AT(t, IT_FUNC, u64) == (u64)func
+                         ? AT(t, IT_RESUME, u64)
+                         : 0;
             __atomic_store_n(&AT(s, IT_STATE, u32), ITRACE_FREE, __ATOMIC_RELEASE);
             if (!at) __atomic_fetch_add(&AT(R, H_ITRACE_MISSED, u64), 1, __ATOMIC_RELAXED);
             return at;

@@ -166,6 +166,10 @@ pub struct Server {
     /// The server's own mapping of the region (it outlives the session's).
     _region: crate::os::sys::SharedMemory,
     header: *mut u8,
+    /// The session's mapping of the region's trusted mirror, where the
+    /// answers go (`ItraceSlot::nonce`): the session joins this thread
+    /// before it unmaps it (`BlockTracing::finish`).
+    mirror: *mut u8,
     slots_off: u64,
     nslots: u32,
     arenas: Vec<Arena>,
@@ -179,8 +183,9 @@ pub struct Server {
     pub closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
-// SAFETY: the header pointer is the session's region, mapped for as long
-// as the server runs (the session joins it before unmapping).
+// SAFETY: the header pointer is the server's own mapping of the region,
+// and the mirror pointer the session's mapping of its mirror, which the
+// session unmaps only after it has joined this thread.
 unsafe impl Send for Server {}
 
 fn u32_at(p: *mut u8) -> &'static AtomicU32 {
@@ -195,12 +200,14 @@ fn u64_at(p: *mut u8) -> &'static AtomicU64 {
 
 impl Server {
     /// `region`: the region's memfd and size (mapped again here);
-    /// `slots`: the artifact's request slots.
+    /// `mirror`: the session's mapping of its trusted mirror; `slots`: the
+    /// artifact's request slots.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         pid: i32,
         pool: Pool,
         region: (i32, u64),
+        mirror: *mut u8,
         region_remote: u64,
         slots: (u64, u32),
         traced: Arc<Mutex<Vec<Traced>>>,
@@ -250,6 +257,7 @@ impl Server {
             pool,
             header: own.as_ptr(),
             _region: own,
+            mirror,
             closed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             slots_off: slots.0,
             nslots: slots.1,
@@ -308,11 +316,13 @@ impl Server {
                 continue;
             }
             // SAFETY: fields of a published request (plain words).
-            let (regs_at, func, pid) = unsafe {
+            let (regs_at, func, pid, tid, nonce) = unsafe {
                 (
                     *base.add(core::mem::offset_of!(ItraceSlot, regs)).cast::<u64>(),
                     *base.add(core::mem::offset_of!(ItraceSlot, func)).cast::<u64>(),
                     *base.add(core::mem::offset_of!(ItraceSlot, pid)).cast::<u64>(),
+                    *base.add(core::mem::offset_of!(ItraceSlot, tid)).cast::<u32>(),
+                    *base.add(core::mem::offset_of!(ItraceSlot, nonce)).cast::<u64>(),
                 )
             };
             let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
@@ -337,6 +347,13 @@ impl Server {
             };
             // SAFETY: the slot's resume word.
             u64_at(base.wrapping_add(core::mem::offset_of!(ItraceSlot, resume))).store(resume, Ordering::Relaxed);
+            // The answer the gate trusts: the same slot in the mirror,
+            // naming the request as it was taken (`ItraceSlot::nonce`).
+            let answer = self.mirror.wrapping_add(self.slots_off as usize + k * core::mem::size_of::<ItraceSlot>());
+            u32_at(answer.wrapping_add(core::mem::offset_of!(ItraceSlot, tid))).store(tid, Ordering::Relaxed);
+            u64_at(answer.wrapping_add(core::mem::offset_of!(ItraceSlot, func))).store(func, Ordering::Relaxed);
+            u64_at(answer.wrapping_add(core::mem::offset_of!(ItraceSlot, nonce))).store(nonce, Ordering::Relaxed);
+            u64_at(answer.wrapping_add(core::mem::offset_of!(ItraceSlot, resume))).store(resume, Ordering::Relaxed);
             // Release: the thread sees the code and `resume` with RUN. A
             // thread that gave up meanwhile (10 s) freed the slot: its
             // arena is set up for nobody.

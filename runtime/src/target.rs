@@ -2240,11 +2240,13 @@ impl Armed {
         let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let r = s.syscall(tid, libc::SYS_mmap, [self.region_remote, size, prot, flags, u64::MAX, 0]);
         let r = r.map_err(|e| e.to_string())?;
-        let detached = s.detach().map_err(|e| e.to_string());
+        // Cut off once the mapping is replaced, whatever the detach says
+        // (a process that ends meanwhile cannot be detached from).
+        let _ = s.detach();
         if r as u64 != self.region_remote {
             return Err(format!("mmap in pid {pid} returned {r}"));
         }
-        detached
+        Ok(())
     }
 
     /// The descendants of the traced process (a few levels, a bounded
@@ -2626,6 +2628,7 @@ impl Armed {
             self.pid,
             bt::Pool { local, remote },
             region,
+            self.mirror,
             self.region_remote,
             (a.itrace_off, a.itrace_slots),
             traced.clone(),

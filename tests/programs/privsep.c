@@ -16,11 +16,19 @@
  *     execs /usr/bin/su (setuid root) with no input, and prints how it
  *     ended ("su exit N" or "su signal S").
  *
- * Both print "ready" and wait for a line on stdin first (the tracer's
+ *   privsep itrace CALLS
+ *     work() is traced by `.itrace` (calls run translated by the block
+ *     tracer): a second thread forges the tracer's answer in every
+ *     request slot it sees waiting (state RUN, resume 0x414141414000) as
+ *     a process sharing the region could; prints "itrace S" (the sum of
+ *     the results) if every call returned.
+ *
+ * All print "ready" and wait for a line on stdin first (the tracer's
  * begin probe has run by then). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +84,38 @@ static void wait_line(void) {
     if (!fgets(line, sizeof line, stdin)) exit(3);
 }
 
+static volatile int itrace_done;
+
+/* ItraceSlot (abi/src/region.rs): state at 0, pid at 24, resume at 32. */
+static void *forger(void *arg) {
+    (void)arg;
+    size_t len = 0;
+    unsigned char *r = mapping(getpid(), "/memfd:telco-stap", &len);
+    while (r && !itrace_done) {
+        for (size_t i = 0; i + 48 <= len; i += 8) {
+            uint32_t *state = (uint32_t *)(r + i);
+            uint32_t st = __atomic_load_n(state, __ATOMIC_RELAXED);
+            if ((st == 2 || st == 3) && *(uint64_t *)(r + i + 24) == (uint64_t)getpid()) {
+                *(uint64_t *)(r + i + 32) = 0x414141414000ULL;
+                __atomic_store_n(state, 5, __ATOMIC_RELEASE);
+            }
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "itrace")) {
+        wait_line();
+        pthread_t t;
+        if (pthread_create(&t, 0, forger, 0)) return 4;
+        long calls = atol(argv[2]), s = 0;
+        for (long i = 0; i < calls; i++) s += work(i);
+        itrace_done = 1;
+        pthread_join(t, 0);
+        printf("itrace %ld\n", s);
+        return 0;
+    }
     if (argc < 5) {
         fprintf(stderr, "usage: privsep worker|su RING_OFF HEAD DATA_OFF [CALLS]\n");
         return 2;

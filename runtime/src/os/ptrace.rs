@@ -1051,7 +1051,12 @@ impl Stopped {
     /// The thread's own options back: its seccomp filters apply again.
     fn resume_seccomp(&self, tid: i32) {
         if let Some(t) = self.threads.get(&tid) {
-            if let Err(e) = req::set_options(tid, t.options) {
+            // ESRCH: the thread is gone (or no longer stopped by us), and
+            // its filters with it.
+            if let Err(e) = req::set_options(tid, t.options).or_else(|e| match e {
+                nix::errno::Errno::ESRCH => Ok(()),
+                e => Err(e),
+            }) {
                 eprintln!("warning: thread {tid}'s seccomp filters stay suspended until the tracer exits: {e}");
             }
         }
