@@ -73,8 +73,9 @@ fn master_and_worker(tag: &str, forge: bool) -> (String, String) {
     let events = std::fs::read_to_string(d.join("out.txt")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&d);
     assert_ne!(status.code(), None, "the tracer was killed: {err}");
-    // What reached the tracer is the master's own calls.
-    assert!(events.lines().all(|l| l.starts_with("w ") || l == "armed"), "forged output:\n{events}");
+    // What reached the tracer is the master's own calls (a worker that
+    // forges the ring may forge events: data, never a write elsewhere).
+    assert!(forge || events.lines().all(|l| l.starts_with("w ") || l == "armed"), "forged output:\n{events}");
     (rest, err)
 }
 
@@ -104,7 +105,7 @@ fn a_worker_that_drops_privileges_is_cut_off_and_named() {
         err.lines().any(|l| l.starts_with("WARNING: pid ")
             && l.contains("(privsep) changed its credentials")
             && l.contains("Uid 12345 12345 12345 12345 against 0 0 0 0")),
-        "no warning names the worker:\n{err}"
+        "no warning names the worker:\n{err}\n{out}"
     );
     assert!(!err.contains("ERROR"), "{err}");
 }
@@ -146,7 +147,9 @@ fn a_setuid_program_run_by_an_unprivileged_one_is_never_armed() {
 /// trusted mirror, and only when it names the call's own request: a
 /// thread that forges RUN with its own resume address in every waiting
 /// slot (as any process sharing the region could) sends no call there.
-/// Every one of the 200 calls returns, with its result.
+/// Every one of the 200 calls returns, with its result, and the block
+/// tracer's code (shared with every process the pool is) cannot be made
+/// writable.
 #[test]
 fn a_forged_itrace_answer_sends_no_thread_anywhere() {
     let d = common::scratch("privilege-itrace");
@@ -165,5 +168,5 @@ fn a_forged_itrace_answer_sends_no_thread_anywhere() {
     let _ = exe_s;
     let expect: i64 = (0..200).map(|i| 2 * i + 1).sum();
     assert!(status.success(), "the traced program died: {status:?}\n{said}\n{err}");
-    assert_eq!(said.trim(), format!("itrace {expect}"), "{err}");
+    assert_eq!(said.trim(), format!("pool code sealed\nitrace {expect}"), "{err}");
 }

@@ -281,76 +281,63 @@ fn memfd_in(s: &mut Stopped, name: &[u8], size: u64, sealed: bool) -> Result<(i6
     }
 }
 
-/// The block tracer's pool (`blocktrace.rs`): a memfd of `size` bytes made
-/// in the target, mapped there (read and write, then each range of `code`
-/// — offsets and lengths — read and execute only) and here. Returns the
-/// tracer's mapping and the target's address.
+/// The block tracer's pool (`blocktrace.rs`): `size` bytes made in the
+/// target and mapped there and here at the same layout. Its data (every
+/// range but `code`, offsets and lengths) is one memfd, read and write on
+/// both sides; its code ranges another, which the tracer writes through
+/// its own mapping and seals against writing before the target maps them
+/// read and execute only (`os::sys::seal_mirror`): a process that shares
+/// the pool (a forked child) can never make them writable and put code
+/// there that another runs (invariant 6). Returns the tracer's mapping
+/// and the target's address.
 pub fn itrace_pool(s: &mut Stopped, size: u64, code: &[(u64, u64)]) -> Result<(SharedMemory, u64), InjectError> {
-    shared_memory(s, b"telco-itrace\0", size, code)
-}
-
-/// A memfd named `name` (NUL-terminated) of `size` bytes made in the
-/// target, sealed against resizing, mapped there (read and write, the
-/// `code` ranges then read and execute only) and here.
-fn shared_memory(
-    s: &mut Stopped,
-    name: &[u8],
-    size: u64,
-    code: &[(u64, u64)],
-) -> Result<(SharedMemory, u64), InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
-    // The name for memfd_create goes just below the red zone of the thread.
-    let sp = crate::arch::native::sp(&s.regs(tid)?);
-    let name_at = sp.wrapping_sub(512) & !15;
-    s.write(name_at, name)?;
-    let fd = check(
-        "memfd_create",
-        pid,
-        s.syscall(
-            tid,
-            libc::SYS_memfd_create,
-            [name_at, (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64, 0, 0, 0, 0],
-        )?,
-    )?;
+    let (fd, file) = memfd_in(s, b"telco-itrace\0", size, true)?;
+    let text = memfd_in(s, b"telco-itrace-code\0", size, false);
+    let close = |s: &mut Stopped, fds: &[i64]| {
+        for &fd in fds {
+            let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+        }
+    };
+    let (cfd, cfile) = match text {
+        Ok(t) => t,
+        Err(e) => {
+            close(s, &[fd]);
+            return Err(e);
+        }
+    };
     let result = (|| {
-        check("ftruncate", pid, s.syscall(tid, libc::SYS_ftruncate, [fd as u64, size, 0, 0, 0, 0])?)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(crate::os::proc::fd_path(pid, fd))
-            .map_err(|err| InjectError::OpenRegion { pid, fd, err })?;
-        // The target may not shrink or grow the memory under the tracer's
-        // mapping (a read past the end would be SIGBUS here), nor remove
-        // the seals: the contents are the target's word, the size is ours.
-        crate::os::sys::seal_size(&file).map_err(InjectError::MapRegion)?;
-        // Sealed, and still the size it was given: the file opened is the
-        // one made above, or one that can do the tracer's mapping no harm
-        // (another thread of the target may have put a file of its own at
-        // that descriptor meanwhile).
-        if file.metadata().map_err(InjectError::MapRegion)?.len() < size {
-            return Err(InjectError::MapRegion(std::io::Error::other(format!(
-                "descriptor {fd} of process {pid} is no longer the memory it created"
-            ))));
-        }
-        let remote = check(
-            "mmap (shared memory)",
-            pid,
-            s.syscall(
-                tid,
-                libc::SYS_mmap,
-                [far_hint(), size, (libc::PROT_READ | libc::PROT_WRITE) as u64, libc::MAP_SHARED as u64, fd as u64, 0],
-            )?,
-        )? as u64;
-        for &(off, len) in code {
-            let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-            check("mprotect (code)", pid, s.syscall(tid, libc::SYS_mprotect, [remote + off, len, prot, 0, 0, 0])?)?;
-        }
         let mem = SharedMemory::from_fd(OwnedFd::from(file), size as usize).map_err(InjectError::MapRegion)?;
+        // Here first, writable (over the data memfd's pages at the same
+        // places); then sealed, before the target maps them.
+        for &(off, len) in code {
+            crate::os::sys::map_fixed_shared(&cfile, mem.as_ptr() as usize + off as usize, len as usize, off, true)
+                .map_err(InjectError::MapRegion)?;
+        }
+        crate::os::sys::seal_mirror(&cfile).map_err(InjectError::MapRegion)?;
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let remote =
+            check("mmap (shared memory)", pid, s.syscall(tid, libc::SYS_mmap, [far_hint(), size, rw, libc::MAP_SHARED as u64, fd as u64, 0])?)?
+                as u64;
+        for &(off, len) in code {
+            let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+            let flags = (libc::MAP_SHARED | libc::MAP_FIXED) as u64;
+            let r = s.syscall(tid, libc::SYS_mmap, [remote + off, len, rx, flags, cfd as u64, off])?;
+            if r as u64 != remote + off {
+                let _ = s.syscall(tid, libc::SYS_munmap, [remote, size, 0, 0, 0, 0]);
+                check("mmap (code)", pid, r)?;
+                return Err(InjectError::Remote {
+                    call: "mmap (code)",
+                    pid,
+                    err: std::io::Error::from_raw_os_error(libc::EEXIST),
+                });
+            }
+        }
         Ok((mem, remote))
     })();
-    // The target needs no descriptor: the mapping keeps the memory.
-    let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+    // The target needs no descriptor: the mappings keep the memory.
+    close(s, &[fd, cfd]);
     result
 }
 

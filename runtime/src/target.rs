@@ -2206,16 +2206,15 @@ impl Armed {
             };
             let what = format!("pid {pid} ({})", crate::os::proc::comm(pid).trim());
             let fork = !followed.contains(&pid);
-            let cut = self.cut(pid, fork);
-            if cut.is_err() && crate::os::creds::Credentials::of(pid).is_none() {
-                // It ended meanwhile.
-                continue;
-            }
-            let note = match cut {
+            let note = match self.cut(pid, fork) {
                 Ok(()) => format!(
                     "{what} changed its credentials ({why}): processes of different privileges never share a \
                      session's memory, so its probes are off from now on"
                 ),
+                // It ended meanwhile (perhaps right after it was cut off).
+                Err(_) if crate::os::creds::Credentials::of(pid).is_none() => {
+                    format!("{what} changed its credentials ({why}), then ended")
+                }
                 Err(e) => format!("{what} changed its credentials ({why}) and could not be cut off: {e}"),
             };
             self.cut_off.push((pid, fork));

@@ -20,8 +20,9 @@
  *     work() is traced by `.itrace` (calls run translated by the block
  *     tracer): a second thread forges the tracer's answer in every
  *     request slot it sees waiting (state RUN, resume 0x414141414000) as
- *     a process sharing the region could; prints "itrace S" (the sum of
- *     the results) if every call returned.
+ *     a process sharing the region could; then tries to make the block
+ *     tracer's code writable ("pool code sealed" when it cannot); prints
+ *     "itrace S" (the sum of the results) if every call returned.
  *
  * All print "ready" and wait for a line on stdin first (the tracer's
  * begin probe has run by then). */
@@ -113,6 +114,11 @@ int main(int argc, char **argv) {
         for (long i = 0; i < calls; i++) s += work(i);
         itrace_done = 1;
         pthread_join(t, 0);
+        /* The block tracer's code, shared with every process the pool is:
+         * never writable here. */
+        size_t clen = 0;
+        unsigned char *code = mapping(getpid(), "/memfd:telco-itrace-code", &clen);
+        printf("pool code %s\n", !code ? "absent" : mprotect(code, 4096, PROT_READ | PROT_WRITE) ? "sealed" : "writable");
         printf("itrace %ld\n", s);
         return 0;
     }
@@ -159,9 +165,11 @@ int main(int argc, char **argv) {
         long s = 0;
         for (long i = 0; i < calls; i++) s += work(i);
         /* Until the tracer has cut the worker off: its region is no longer
-         * the session's memory (10 s at most). */
+         * the session's memory, its mirror still there (its maps read), 10 s
+         * at most. */
         int cut = 0;
-        for (int i = 0; i < 10000 && !(cut = !mapping(w, "/memfd:telco-stap", 0)); i++) {
+        for (int i = 0; i < 10000 && !(cut = mapping(w, "/memfd:telco-mirror", 0) && !mapping(w, "/memfd:telco-stap", 0));
+             i++) {
             struct timespec ms = {0, 1000000};
             nanosleep(&ms, 0);
         }
@@ -169,7 +177,10 @@ int main(int argc, char **argv) {
         printf("calls %ld canary %#llx\n", s ? calls : 0, (unsigned long long)canary);
         fflush(stdout);
         kill(w, 9);
-        waitpid(w, 0, 0);
+        int st = 0;
+        waitpid(w, &st, 0);
+        /* It ends by our SIGKILL, not by anything done to it before. */
+        printf("worker ended by %d\n", WIFSIGNALED(st) ? WTERMSIG(st) : -1);
         return 0;
     }
     int forged = forge(ring_off_at, head_at, data_off_at, 0x414141414000ULL);

@@ -413,6 +413,35 @@ pub fn seal_size(file: &std::fs::File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Map `len` bytes of `file` from `offset`, shared, at exactly `at` in
+/// this process (`MAP_FIXED`: over what the caller mapped there, a part
+/// of its own mapping), writable or read-only: the block tracer's code
+/// memfd over its pool (`inject::itrace_pool`). Unmapped with the
+/// mapping it lies in.
+pub fn map_fixed_shared<F: std::os::fd::AsFd>(
+    file: &F,
+    at: usize,
+    len: usize,
+    offset: u64,
+    writable: bool,
+) -> io::Result<()> {
+    let n = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let prot = if writable { ProtFlags::PROT_READ | ProtFlags::PROT_WRITE } else { ProtFlags::PROT_READ };
+    // SAFETY: the caller owns the mapping at `at..at + len` and gives it
+    // up to this one (the same memory role, another file).
+    unsafe {
+        nix::sys::mman::mmap(
+            NonZeroUsize::new(at),
+            n,
+            prot,
+            MapFlags::MAP_SHARED | MapFlags::MAP_FIXED,
+            file,
+            offset as libc::off_t,
+        )?
+    };
+    Ok(())
+}
+
 /// Seal the trusted mirror's memfd (`telco_abi::region::MIRROR_GAP`):
 /// no new writable mapping, no `write`, no change of size, no more seals
 /// (`F_SEAL_FUTURE_WRITE`: the tracer's own mapping, made before the
