@@ -2191,9 +2191,20 @@ impl Armed {
         self.domains_checked = Some(now);
         let followed: Vec<i32> =
             self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
-        // (forked_children leaves the followed ones out.)
-        let mut pids = self.forked_children();
-        pids.extend(followed.iter().copied());
+        // Every descendant (a few levels, a bounded number; cheap: no
+        // maps are read but those of one whose credentials differ), and
+        // the followed ones.
+        let mut pids = Vec::new();
+        let mut work = vec![self.pid];
+        while let Some(p) = work.pop() {
+            for c in crate::os::proc::children(p) {
+                if pids.len() < 1024 && !pids.contains(&c) && c != self.pid {
+                    pids.push(c);
+                    work.push(c);
+                }
+            }
+        }
+        pids.extend(followed.iter().copied().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
         for pid in pids {
             if self.cut_off.iter().any(|&(p, _)| p == pid) {
                 continue;
@@ -2204,6 +2215,12 @@ impl Armed {
             else {
                 continue;
             };
+            // Not the session's (it maps no region of ours: exec'd unprobed,
+            // a vfork child sharing its parent's memory, one cut off).
+            let ours = crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region_ino);
+            if !ours || crate::os::process::same_vm(pid, self.pid) {
+                continue;
+            }
             let what = format!("pid {pid} ({})", crate::os::proc::comm(pid).trim());
             let fork = !followed.contains(&pid);
             let note = match self.cut(pid, fork) {
