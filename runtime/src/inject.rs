@@ -177,20 +177,7 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
     let pid = s.pid();
     let tid = s.main_thread();
     let size = a.region_size;
-    let (fd, file) = memfd_in(s, b"telco-stap\0", size, true)?;
-    let mirror = memfd_in(s, b"telco-mirror\0", size, false);
-    let close = |s: &mut Stopped, fds: &[i64]| {
-        for &fd in fds {
-            let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-        }
-    };
-    let (mfd, mfile) = match mirror {
-        Ok(m) => m,
-        Err(e) => {
-            close(s, &[fd]);
-            return Err(e);
-        }
-    };
+    let [(fd, file), (mfd, mfile)] = memfd_pair(s, b"telco-stap\0", b"telco-mirror\0", size)?;
     let result = (|| {
         // Here first: the mirror is sealed against writing before the
         // target maps it, so its mapping there can never be made writable.
@@ -230,8 +217,34 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
         })
     })();
     // The target needs no descriptor: the mappings keep the memory.
-    close(s, &[fd, mfd]);
+    close_in(s, &[fd, mfd]);
     result
+}
+
+/// Two memfds made in the target ([`memfd_in`]): the first sealed against
+/// resizing, the second left for `os::sys::seal_mirror`.
+fn memfd_pair(
+    s: &mut Stopped,
+    first: &[u8],
+    second: &[u8],
+    size: u64,
+) -> Result<[(i64, std::fs::File); 2], InjectError> {
+    let a = memfd_in(s, first, size, true)?;
+    match memfd_in(s, second, size, false) {
+        Ok(b) => Ok([a, b]),
+        Err(e) => {
+            close_in(s, &[a.0]);
+            Err(e)
+        }
+    }
+}
+
+/// Close the target's descriptors `fds`.
+fn close_in(s: &mut Stopped, fds: &[i64]) {
+    let tid = s.main_thread();
+    for &fd in fds {
+        let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+    }
 }
 
 /// A memfd named `name` (NUL-terminated) of `size` bytes made in the
@@ -293,20 +306,7 @@ fn memfd_in(s: &mut Stopped, name: &[u8], size: u64, sealed: bool) -> Result<(i6
 pub fn itrace_pool(s: &mut Stopped, size: u64, code: &[(u64, u64)]) -> Result<(SharedMemory, u64), InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
-    let (fd, file) = memfd_in(s, b"telco-itrace\0", size, true)?;
-    let text = memfd_in(s, b"telco-itrace-code\0", size, false);
-    let close = |s: &mut Stopped, fds: &[i64]| {
-        for &fd in fds {
-            let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-        }
-    };
-    let (cfd, cfile) = match text {
-        Ok(t) => t,
-        Err(e) => {
-            close(s, &[fd]);
-            return Err(e);
-        }
-    };
+    let [(fd, file), (cfd, cfile)] = memfd_pair(s, b"telco-itrace\0", b"telco-itrace-code\0", size)?;
     let result = (|| {
         let mem = SharedMemory::from_fd(OwnedFd::from(file), size as usize).map_err(InjectError::MapRegion)?;
         // Here first, writable (over the data memfd's pages at the same
@@ -317,9 +317,11 @@ pub fn itrace_pool(s: &mut Stopped, size: u64, code: &[(u64, u64)]) -> Result<(S
         }
         crate::os::sys::seal_mirror(&cfile).map_err(InjectError::MapRegion)?;
         let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-        let remote =
-            check("mmap (shared memory)", pid, s.syscall(tid, libc::SYS_mmap, [far_hint(), size, rw, libc::MAP_SHARED as u64, fd as u64, 0])?)?
-                as u64;
+        let remote = check(
+            "mmap (shared memory)",
+            pid,
+            s.syscall(tid, libc::SYS_mmap, [far_hint(), size, rw, libc::MAP_SHARED as u64, fd as u64, 0])?,
+        )? as u64;
         for &(off, len) in code {
             let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
             let flags = (libc::MAP_SHARED | libc::MAP_FIXED) as u64;
@@ -337,7 +339,7 @@ pub fn itrace_pool(s: &mut Stopped, size: u64, code: &[(u64, u64)]) -> Result<(S
         Ok((mem, remote))
     })();
     // The target needs no descriptor: the mappings keep the memory.
-    close(s, &[fd, cfd]);
+    close_in(s, &[fd, cfd]);
     result
 }
 

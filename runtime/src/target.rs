@@ -2191,19 +2191,9 @@ impl Armed {
         self.domains_checked = Some(now);
         let followed: Vec<i32> =
             self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
-        // Every descendant (a few levels, a bounded number; cheap: no
-        // maps are read but those of one whose credentials differ), and
-        // the followed ones.
-        let mut pids = Vec::new();
-        let mut work = vec![self.pid];
-        while let Some(p) = work.pop() {
-            for c in crate::os::proc::children(p) {
-                if pids.len() < 1024 && !pids.contains(&c) && c != self.pid {
-                    pids.push(c);
-                    work.push(c);
-                }
-            }
-        }
+        // Every descendant (cheap: no maps are read but those of one whose
+        // credentials differ), and the followed ones.
+        let mut pids = self.descendants();
         pids.extend(followed.iter().copied().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
         for pid in pids {
             if self.cut_off.iter().any(|&(p, _)| p == pid) {
@@ -2272,17 +2262,26 @@ impl Armed {
     fn forked_children(&self) -> Vec<i32> {
         let followed: Vec<i32> =
             self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
+        self.descendants()
+            .into_iter()
+            .filter(|&c| {
+                !followed.contains(&c)
+                    && crate::os::proc::maps_file(c, "/memfd:telco-stap", self.region_ino)
+                    && !crate::os::process::same_vm(c, self.pid)
+            })
+            .take(256)
+            .collect()
+    }
+
+    /// The descendants of the traced process: a few levels, at most 1024.
+    fn descendants(&self) -> Vec<i32> {
         let mut out = Vec::new();
         let mut work = vec![self.pid];
         while let Some(p) = work.pop() {
             for c in crate::os::proc::children(p) {
-                if out.len() >= 256 || out.contains(&c) || c == self.pid {
-                    continue;
-                }
-                work.push(c);
-                let ours = crate::os::proc::maps_file(c, "/memfd:telco-stap", self.region_ino);
-                if ours && !followed.contains(&c) && !crate::os::process::same_vm(c, self.pid) {
+                if out.len() < 1024 && !out.contains(&c) && c != self.pid {
                     out.push(c);
+                    work.push(c);
                 }
             }
         }
