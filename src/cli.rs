@@ -53,14 +53,23 @@ pub struct Cli {
     pub output: Option<PathBuf>,
 
     /// Write a Chrome Trace Event JSON file (Perfetto, chrome://tracing, speedscope). On a terminal a
-    /// status line shows its events, size and rate as it grows; a summary line ends the session.
+    /// status line shows its events, size and rate as it grows; a summary line ends the session. At
+    /// most --max-size (2G by default).
     #[arg(long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
 
-    /// Write a Perfetto trace (protobuf, compressed: a few bytes per call; ui.perfetto.dev opens it
-    /// whatever its size). Can be written in the same run as --chrome.
+    /// Write a Perfetto trace (protobuf, compressed: a few bytes per call, so ui.perfetto.dev opens
+    /// far more calls than --chrome's JSON). Can be written in the same run as --chrome. At most
+    /// --max-size (2G by default).
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
+
+    /// With --chrome or --perfetto, stop adding events to a trace file that would grow past SIZE
+    /// (e.g. 500M, 2G, or bytes; at least 64K): the file stays valid, and the session's summary says
+    /// how many events were left out. Default 2G, about what the Perfetto UI opens in a browser
+    /// (chrome://tracing opens about 256 MB of JSON: a warning says when a trace passes that).
+    #[arg(long, value_name = "SIZE", value_parser = parse_max_size, requires = "trace_file")]
+    pub max_size: Option<u64>,
 
     /// Write the timer.profile samples as collapsed stacks (`main;run;hot 42` a line: FlameGraph,
     /// inferno and speedscope read them). Without a timer.profile probe in the script (or without a
@@ -270,6 +279,16 @@ fn parse_define(s: &str) -> Result<(String, u64), String> {
         return Err(format!("{name} must be at least 1"));
     }
     Ok((name.to_string(), v))
+}
+
+/// `--max-size`: a size, at least 64 KB (a Perfetto batch and the
+/// summary kept room for must fit).
+fn parse_max_size(s: &str) -> Result<u64, String> {
+    let n = telco_runtime::chrome::parse_size(s)?;
+    if n < 64 << 10 {
+        return Err(format!("`{s}` is smaller than the least trace file size, 64K"));
+    }
+    Ok(n)
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {

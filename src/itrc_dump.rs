@@ -17,7 +17,8 @@ pub fn run(file: &Path, disasm: bool, chrome: Option<&Path>) -> Result<()> {
     let mut text = TextDump::new(BufWriter::new(stdout), DumpOptions { disasm });
     let mut trace = match chrome {
         Some(out) => {
-            let f = File::create(out).with_context(|| format!("cannot create `{}`", out.display()))?;
+            let f =
+                telco_runtime::outfile::create(out).with_context(|| format!("cannot create `{}`", out.display()))?;
             let title = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             Some((ChromeTrace::new(BufWriter::new(f), &format!("itrc {title}"))?, out))
         }

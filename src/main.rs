@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 use telco_compiler::elaborate::{self, TargetQuery, TargetSpec};
 use telco_compiler::{parse, ParseConfig, SourceMap};
+use telco_runtime::eprintln_escaped;
 
 /// A compiler allocates many small nodes: mimalloc makes pass 1 about 7%
 /// faster than glibc's allocator (docs/PERFORMANCE.md).
@@ -40,11 +41,29 @@ fn main() -> ExitCode {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {e:#}");
+            match e.downcast_ref::<Usage>() {
+                // Our own text alone, on several lines.
+                Some(u) => eprintln!("error: {u}"),
+                None => eprintln_escaped!("error: {e:#}"),
+            }
             ExitCode::from(1)
         }
     }
 }
+
+/// An error whose text is the tracer's own alone (the usage): printed as
+/// it is, on its several lines. Every other error line is escaped
+/// (`telco_runtime::text`): it may name what the target or a file said.
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
 
 /// A closed stdout (`telco-stap ... | head`) ends the program quietly.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -115,7 +134,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let elapsed = t0.elapsed();
     sink.extend(diags);
     if cli.verbose > 0 {
-        eprintln!(
+        eprintln_escaped!(
             "Pass 1: parsed user script ({} items) in {:.3} ms.",
             script.items.len(),
             elapsed.as_secs_f64() * 1e3
@@ -173,7 +192,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     if cli.verbose > 0 {
         if let Some(p) = &program {
             let points: usize = p.probes.iter().map(|pr| pr.points.len()).sum();
-            eprintln!(
+            eprintln_escaped!(
                 "Pass 2: analyzed script: {} probe(s) at {} point(s), {} function(s), {} global(s) in {:.3} ms.",
                 p.probes.len(),
                 points,
@@ -207,7 +226,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let flag = if cli.perfetto.is_some() { "--perfetto" } else { "--chrome" };
         for (name, why) in refused.iter().filter(|(_, why)| !cli.no_warnings && !why.contains("ELF entry point")) {
             // (The entry point never returns: its span is missed by nobody.)
-            eprintln!("WARNING: {flag}: calls of {name} are not timed: {why}");
+            eprintln_escaped!("WARNING: {flag}: calls of {name} are not timed: {why}");
         }
     }
     if profile_files(&cli).any() {
@@ -232,7 +251,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     };
     if cli.verbose > 0 {
-        eprintln!(
+        eprintln_escaped!(
             "Pass 3: translated to Cranelift IR: {} function(s) in {:.3} ms.",
             translated.functions.len(),
             t0.elapsed().as_secs_f64() * 1e3
@@ -254,7 +273,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         telco_runtime::os::sys::catch_session_signals().context("cannot install signal handlers")?;
     }
     if cli.verbose > 0 {
-        eprintln!(
+        eprintln_escaped!(
             "Pass 4: compiled and linked {} bytes of code, {} bytes of shared region in {:.3} ms.",
             artifact.code.len(),
             artifact.region_size,
@@ -310,7 +329,9 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         bail!("this script has .itrace probes: name the instruction trace file with --itrc FILE");
     }
     let output: Box<dyn Write + Send> = match &cli.output {
-        Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("cannot create `{}`", p.display()))?),
+        Some(p) => {
+            Box::new(telco_runtime::outfile::create(p).with_context(|| format!("cannot create `{}`", p.display()))?)
+        }
         None => Box::new(std::io::stdout()),
     };
     let mut cfg = telco_runtime::local::Config {
@@ -341,7 +362,7 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
         report_traces(cli, &outcome);
         if cli.verbose > 0 {
-            eprintln!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+            eprintln_escaped!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
         }
         return Ok(if outcome.errors > 0 || outcome.too_many_skipped || outcome.corrupted.is_some() {
             ExitCode::from(1)
@@ -386,24 +407,24 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     }
     armed.quiet = cli.no_warnings;
     for w in armed.warnings.iter().filter(|_| !cli.no_warnings) {
-        eprintln!("WARNING: {w}");
+        eprintln_escaped!("WARNING: {w}");
     }
     if cli.verbose > 0 {
-        eprintln!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+        eprintln_escaped!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
     }
     if cli.verbose > 1 {
         for f in armed.timed_inline() {
-            eprintln!("Pass 5: {f}: calls timed by its trampolines (no handler call)");
+            eprintln_escaped!("Pass 5: {f}: calls timed by its trampolines (no handler call)");
         }
     }
     let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed);
     armed.end_child();
     if let Some((calls, steps, time, missed, warnings)) = armed.itrace_report() {
         for w in warnings.iter().filter(|_| !cli.no_warnings) {
-            eprintln!("WARNING: {w}");
+            eprintln_escaped!("WARNING: {w}");
         }
         if missed > 0 {
-            eprintln!(
+            eprintln_escaped!(
                 "WARNING: {missed} call(s) of .itrace functions were not traced (after -D MAXITRACE={}, \
                  or waiting too long)",
                 max_itrace(cli)
@@ -412,12 +433,12 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         if cli.verbose > 0 {
             let rate = steps as f64 / time.as_secs_f64().max(1e-9);
             if armed.itrace_stepped() {
-                eprintln!(
+                eprintln_escaped!(
                     "itrace: {calls} call(s), {steps} instructions single-stepped in {:.3} s ({rate:.0} per second).",
                     time.as_secs_f64()
                 );
             } else {
-                eprintln!("itrace: {calls} call(s), {steps} instructions recorded in the target.");
+                eprintln_escaped!("itrace: {calls} call(s), {steps} instructions recorded in the target.");
             }
         }
     }
@@ -425,8 +446,8 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
     if let Some(sig) = armed.killed_by {
         // Never silent: the command died, not the session; and where.
         match armed.crash_of(pid as i32).filter(|c| c.signal == sig) {
-            Some(c) => eprintln!("WARNING: the command (pid {pid}) was killed by {}", c.describe()),
-            None => eprintln!(
+            Some(c) => eprintln_escaped!("WARNING: the command (pid {pid}) was killed by {}", c.describe()),
+            None => eprintln_escaped!(
                 "WARNING: the command (pid {pid}) was killed by {}{}",
                 telco_runtime::os::process::signal_name(sig),
                 if telco_runtime::crash::SIGNALS.contains(&sig) {
@@ -439,8 +460,17 @@ fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<Exit
         }
     }
     if let (Some(path), Some(samples)) = (&cli.perfetto, &perfetto_samples) {
-        profile::append_to_perfetto(path, samples)
+        let left_out = profile::append_to_perfetto(path, samples, max_size(cli))
             .with_context(|| format!("cannot add the samples to `{}`", path.display()))?;
+        if let Some(n) = left_out {
+            eprintln_escaped!(
+                "WARNING: --perfetto: the timer.profile samples ({}) were left out of {}: they would take it past \
+                 --max-size {}",
+                telco_runtime::chrome::size_text(n as u64),
+                path.display(),
+                telco_runtime::chrome::limit_text(max_size(cli))
+            );
+        }
     }
     report_traces(cli, &outcome);
     if outcome.errors > 0 || outcome.too_many_skipped || outcome.corrupted.is_some() {
@@ -470,6 +500,7 @@ fn traces(cli: &Cli, artifact: &telco_abi::artifact::Artifact, pid: u32) -> Resu
     if let Some(path) = &cli.chrome {
         let c = telco_runtime::chrome::Chrome::create(path, pid, comm.trim_end(), &names)
             .with_context(|| format!("cannot create `{}`", path.display()))?
+            .max_size(max_size(cli))
             .quiet(cli.no_warnings)
             // One status line: --chrome's, which is the slower to write.
             .status(std::io::IsTerminal::is_terminal(&std::io::stderr()));
@@ -477,7 +508,8 @@ fn traces(cli: &Cli, artifact: &telco_abi::artifact::Artifact, pid: u32) -> Resu
     }
     if let Some(path) = &cli.perfetto {
         let p = telco_runtime::perfetto::Perfetto::create(path, pid, comm.trim_end(), &names)
-            .with_context(|| format!("cannot create `{}`", path.display()))?;
+            .with_context(|| format!("cannot create `{}`", path.display()))?
+            .max_size(max_size(cli));
         writers.perfetto = Some(p);
     }
     let first = cli.chrome.as_ref().or(cli.perfetto.as_ref()).map(|p| p.as_path()).unwrap_or(Path::new("."));
@@ -485,6 +517,23 @@ fn traces(cli: &Cli, artifact: &telco_abi::artifact::Artifact, pid: u32) -> Resu
     let feed = telco_runtime::feed::Feed::start(writers, dir)
         .with_context(|| format!("cannot create a spool file beside `{}`", first.display()))?;
     Ok(Some(feed))
+}
+
+/// `--max-size`, or the default of the trace files.
+fn max_size(cli: &Cli) -> u64 {
+    cli.max_size.unwrap_or(telco_runtime::chrome::DEFAULT_MAX_SIZE)
+}
+
+/// "FLAG trace reached --max-size SIZE: N events left out", if it did
+/// (said even with -w: the file lacks events).
+fn report_left_out(cli: &Cli, flag: &str, left_out: u64, max: u64) {
+    if left_out > 0 {
+        let default = if cli.max_size.is_none() { " (the default)" } else { "" };
+        eprintln_escaped!(
+            "{flag} trace reached --max-size {}{default}: {left_out} events left out",
+            telco_runtime::chrome::limit_text(max)
+        );
+    }
 }
 
 fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
@@ -503,7 +552,7 @@ fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
         .filter_map(|(flag, path)| path.as_ref().map(|p| format!("{flag} {}", p.display())))
         .collect();
         if !written.is_empty() {
-            eprintln!(
+            eprintln_escaped!(
                 "timer.profile: {} samples ({} lost, {} stacks not unwound to their root, {} unknown frames), \
                  written to {}",
                 p.samples,
@@ -526,21 +575,23 @@ fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
     };
     if let (Some(path), Some(w)) = (&cli.chrome, t.chrome) {
         let size = telco_runtime::chrome::size_text(w.bytes);
-        eprintln!("--chrome: {} events, {size}, written to {}; {dropped}", w.events, path.display());
+        eprintln_escaped!("--chrome: {} events, {size}, written to {}; {dropped}", w.events, path.display());
+        report_left_out(cli, "--chrome", w.left_out, w.max_size);
     }
     if let (Some(path), Some(w)) = (&cli.perfetto, t.perfetto) {
         let size = telco_runtime::chrome::size_text(w.bytes);
         let per_call =
             if w.calls > 0 { format!(" ({:.1} bytes a call)", w.bytes as f64 / w.calls as f64) } else { String::new() };
-        eprintln!(
+        eprintln_escaped!(
             "--perfetto: {} calls, {} events, {size}{per_call}, written to {}; {dropped}",
             w.calls,
             w.events,
             path.display()
         );
+        report_left_out(cli, "--perfetto", w.left_out, w.max_size);
         if w.too_deep > 0 {
             // Said even with -w: the file lacks calls.
-            eprintln!(
+            eprintln_escaped!(
                 "WARNING: --perfetto: {} calls nested more than {} deep were left out (Perfetto keeps {} levels \
                  on a thread; --chrome shows them)",
                 w.too_deep,
@@ -549,7 +600,7 @@ fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
             );
         }
         if w.misplaced > 0 && !cli.no_warnings {
-            eprintln!(
+            eprintln_escaped!(
                 "WARNING: --perfetto: {} calls began in the same nanosecond as calls they hold that were written \
                  before they returned; they may be drawn one level too deep",
                 w.misplaced
@@ -562,14 +613,29 @@ fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
 fn fail_pass(sink: &telco_compiler::Diagnostics, sources: &SourceMap, color: bool, pass: u8, name: &str) -> ExitCode {
     render(sink, sources, color);
     let n = sink.error_count();
-    eprintln!("Pass {pass}: {name} failed with {n} error{}.", if n == 1 { "" } else { "s" });
+    eprintln_escaped!("Pass {pass}: {name} failed with {n} error{}.", if n == 1 { "" } else { "s" });
     ExitCode::from(1)
 }
 
+/// The diagnostics, their texts escaped (they may quote a symbol or a
+/// path of the target's) before the renderer adds its own colours.
 fn render(sink: &telco_compiler::Diagnostics, sources: &SourceMap, color: bool) {
-    if !sink.is_empty() {
-        eprint!("{}", sink.render(sources, color));
+    if sink.is_empty() {
+        return;
     }
+    let esc = |t: &str| telco_runtime::text::escape(t.as_bytes()).into_owned();
+    let mut safe = telco_compiler::Diagnostics::new();
+    for d in sink.iter() {
+        let mut d = d.clone();
+        d.message = esc(&d.message);
+        d.label = esc(&d.label);
+        d.help = d.help.as_deref().map(esc);
+        for l in &mut d.secondary {
+            l.message = esc(&l.message);
+        }
+        safe.push(d);
+    }
+    eprint!("{}", safe.render(sources, color));
 }
 
 /// The program `-c CMD` runs, found on `$PATH` like a shell would.
@@ -670,7 +736,11 @@ fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
     let Some((path, args)) = cli.positional.split_first() else {
         let mut cmd = Cli::command();
         let usage = cmd.render_usage();
-        bail!("no script given: name a SCRIPT.tp file or pass one with -e 'SCRIPT'\n\n{usage}\n\nFor more information, try '--help'.");
+        return Err(Usage(format!(
+            "no script given: name a SCRIPT.tp file or pass one with -e 'SCRIPT'\n\n{usage}\n\nFor more information, \
+             try '--help'."
+        ))
+        .into());
     };
     let text = if path == "-" {
         let mut s = String::new();
@@ -719,6 +789,9 @@ fn check_outputs(cli: &Cli) -> Result<()> {
             if p.is_dir() {
                 bail!("{flag} {}: is a directory", p.display());
             }
+            // Another user's symlink in /tmp is refused now, before any
+            // tracing (and again when the file is opened).
+            telco_runtime::outfile::check(p).with_context(|| format!("{flag} {}", p.display()))?;
         }
     }
     Ok(())

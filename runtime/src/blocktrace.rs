@@ -394,7 +394,7 @@ impl Server {
         let ret = crate::arch::native::strip_return(ret);
         self.report.calls += 1;
         let path = self.file(self.report.calls);
-        let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
+        let out = crate::outfile::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
         // Chunks of 1 MiB go to the file as they are (past the writer's
         // buffer, which gathers the small messages).
         let cfg = RecorderConfig { max_bytes: Some(1 << 30), chunk_size: 1 << 20, ..RecorderConfig::default() };

@@ -10,6 +10,14 @@
 //! telco-stap killed outright, the viewers still load the events written
 //! (the closing `]` is optional in this format).
 //!
+//! The file stops at `--max-size` ([`DEFAULT_MAX_SIZE`] without it): the
+//! first event that would take it past, and every event after it, are left
+//! out and counted ([`Written::left_out`]), room being kept for the
+//! closing `]`. Past [`VIEWER_LIMIT`] a warning says chrome://tracing may
+//! not open it. Events are formatted in place into one buffer, from bytes
+//! made once per probe and per thread (docs/PERFORMANCE.md: the writer's
+//! speed decides how long a hot session takes to end).
+//!
 //! Times are microseconds with nanosecond fractions (`12.345`), the unit
 //! of the format, written from integer nanoseconds without floating point,
 //! relative to the session's start: events carry wall-clock nanoseconds
@@ -44,17 +52,31 @@
 use std::collections::HashSet;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 
+/// Bytes gathered before they are written to the file.
+const BUFFER: usize = 1 << 20;
+
 pub struct Chrome {
-    out: BufWriter<File>,
+    out: File,
+    /// Events not yet written to `out` (formatted in place).
+    buf: Vec<u8>,
     pid: u32,
-    /// JSON-escaped span names by probe index.
-    names: Vec<Vec<u8>>,
+    /// By probe index: a complete event's first bytes, up to its time
+    /// (`,\n{"ph":"X","cat":"function","name":"NAME","ts":`, the name
+    /// JSON-escaped); `unknown`'s for a probe the artifact does not have.
+    spans: Vec<Vec<u8>>,
+    unknown: Vec<u8>,
     threads: HashSet<u32>,
+    /// Threads already named, by the tid's low bits: most calls find
+    /// theirs here, without hashing (calls come 64 at a time per thread,
+    /// from threads taking turns).
+    named: [u32; 64],
     /// The last thread seen (most events come from the thread before).
     last_tid: u32,
+    /// `,"pid":P,"tid":`, made once.
+    pid_prefix: Vec<u8>,
     line: Vec<u8>,
     first: bool,
     events: u64,
@@ -62,29 +84,46 @@ pub struct Chrome {
     /// relative to it.
     base: u64,
     process: Vec<u8>,
-    /// The file's path, and the bytes written so far: a trace that grows
-    /// past 1 GiB, 2, 4, ... says so while it grows (`-w`: not).
-    path: std::path::PathBuf,
+    /// The file's size so far (what the file will be once the buffer is
+    /// written): a trace that grows past what chrome://tracing opens says
+    /// so once (`-w`: not).
     written: u64,
-    next_warning: u64,
     quiet: bool,
-    size_warnings: u64,
+    viewer_limit: u64,
+    passed_viewer_limit: bool,
+    /// `--max-size`: the file never grows past it; events that would
+    /// take it further are left out (`full` from the first), counted.
+    max_size: u64,
+    full: bool,
+    left_out: u64,
     /// On a terminal: a status line, redrawn every second while the trace
     /// grows (as `perf record` does): when it was last drawn, the events
     /// then, whether one is on the screen.
     status: Option<(std::time::Instant, u64, bool)>,
 }
 
-/// The first size at which a growing trace is reported.
-const WARN_AT: u64 = 1 << 30;
+/// The size past which a trace is reported while it grows: about what
+/// chrome://tracing opens (the Perfetto UI opens up to about 2 GB).
+pub const VIEWER_LIMIT: u64 = 256 << 20;
+
+/// The largest trace file written without `--max-size`: about what the
+/// Perfetto UI opens in a browser.
+pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
+
+/// The file's last bytes (`\n]\n`), kept room for under `--max-size`.
+const CLOSING: u64 = 3;
 
 /// What a finished trace holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Written {
     pub events: u64,
     pub bytes: u64,
-    /// How many times the growing trace was reported (1 GiB, 2, 4, ...).
-    pub size_warnings: u64,
+    /// Whether the growing trace was reported as larger than
+    /// chrome://tracing opens ([`VIEWER_LIMIT`]).
+    pub passed_viewer_limit: bool,
+    /// Events left out because the file had reached `max_size`.
+    pub left_out: u64,
+    pub max_size: u64,
     /// printf lines, instants and counters left out because the writer
     /// fell behind by more than `feed::OTHERS_QUEUED` of them.
     pub dropped: u64,
@@ -97,26 +136,32 @@ impl Chrome {
     /// Start the file: the process's name as metadata. `names` gives each
     /// probe's span name (the probed function).
     pub fn create(path: &Path, pid: u32, process: &str, names: &[String]) -> std::io::Result<Chrome> {
-        let file = File::create(path)?;
+        let out = crate::outfile::create(path)?;
         let mut c = Chrome {
-            out: BufWriter::with_capacity(1 << 20, file),
+            out,
+            buf: Vec::with_capacity(BUFFER + 4096),
             pid,
-            names: names.iter().map(|n| escape(n.as_bytes())).collect(),
+            spans: names.iter().map(|n| span_start(n.as_bytes())).collect(),
+            unknown: span_start(b"?"),
             threads: HashSet::new(),
+            named: [u32::MAX; 64],
             last_tid: 0,
+            pid_prefix: pid_prefix(pid),
             line: Vec::with_capacity(256),
             first: true,
             events: 0,
             base: crate::os::sys::realtime_ns(),
             process: process.as_bytes().to_vec(),
-            path: path.to_path_buf(),
-            written: 0,
-            next_warning: WARN_AT,
+            written: 2,
             quiet: false,
-            size_warnings: 0,
+            viewer_limit: VIEWER_LIMIT,
+            passed_viewer_limit: false,
+            max_size: DEFAULT_MAX_SIZE,
+            full: false,
+            left_out: 0,
             status: None,
         };
-        c.out.write_all(b"[\n")?;
+        c.buf.extend_from_slice(b"[\n");
         let name = escape(process.as_bytes());
         c.line.clear();
         c.line.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":");
@@ -132,6 +177,13 @@ impl Chrome {
     /// `-w`: no report of the trace's growth.
     pub fn quiet(mut self, quiet: bool) -> Chrome {
         self.quiet = quiet;
+        self
+    }
+
+    /// `--max-size`: the file stays within `bytes` (at least a few
+    /// hundred, for the array's brackets and the first metadata).
+    pub fn max_size(mut self, bytes: u64) -> Chrome {
+        self.max_size = bytes;
         self
     }
 
@@ -158,27 +210,50 @@ impl Chrome {
         self.status = Some((std::time::Instant::now(), self.events, true));
     }
 
-    /// Count `n` bytes written; past the next threshold, say how large the
-    /// trace has grown (a one-second `-p` session on a busy function can
-    /// write gigabytes).
-    fn grew(&mut self, n: usize) {
-        self.written += n as u64;
-        if self.written >= self.next_warning {
-            self.size_warnings += 1;
+    /// Whether an event of `n` bytes goes into the file: not once the
+    /// file has reached `--max-size` (with room kept for its closing
+    /// bracket), counted then. Said once when it is reached, and once when
+    /// the trace passes what chrome://tracing opens (a one-second `-p`
+    /// session on a busy function can write gigabytes).
+    fn fits(&mut self, n: usize) -> bool {
+        if self.full {
+            self.left_out += 1;
+            return false;
+        }
+        if self.written + n as u64 + CLOSING > self.max_size {
+            self.full = true;
+            self.left_out += 1;
             if !self.quiet {
-                eprintln!(
-                    "WARNING: --chrome: {} holds {} GiB so far ({} events), more than JSON viewers open; \
-                     --perfetto FILE writes the same calls in a fraction of the bytes, in a file Perfetto opens \
-                     whatever its size (--min-dur, fewer probes or -T make either smaller)",
-                    self.path.display(),
-                    self.written >> 30,
-                    self.events
-                );
+                self.say(&format!(
+                    "WARNING: --chrome trace reached --max-size {}: events from here on are left out (counted at \
+                     the end)",
+                    limit_text(self.max_size)
+                ));
             }
-            while self.next_warning <= self.written {
-                self.next_warning *= 2;
+            return false;
+        }
+        self.written += n as u64;
+        if self.written > self.viewer_limit && !self.passed_viewer_limit {
+            self.passed_viewer_limit = true;
+            if !self.quiet {
+                self.say(&format!(
+                    "WARNING: --chrome trace passed {}; chrome://tracing may not open it (Perfetto UI opens up to \
+                     about 2 GB; --perfetto writes the same calls in a fraction of the bytes)",
+                    limit_text(self.viewer_limit)
+                ));
             }
         }
+        true
+    }
+
+    /// A line of its own on standard error, over the status line if one
+    /// is drawn (redrawn a second later).
+    fn say(&mut self, line: &str) {
+        if let Some((_, _, shown @ true)) = &mut self.status {
+            *shown = false;
+            eprint!("\r\x1b[K");
+        }
+        crate::eprintln_escaped!("{line}");
     }
 
     /// The absolute time of the trace's zero, once.
@@ -195,39 +270,59 @@ impl Chrome {
 
     /// The slice names so far (the probes', then `trace_span`'s).
     pub fn names(&self) -> usize {
-        self.names.len()
+        self.spans.len()
     }
 
     /// A slice name for the next id (a `trace_span` name).
     pub fn add_name(&mut self, name: &str) {
-        self.names.push(escape(name.as_bytes()));
+        self.spans.push(span_start(name.as_bytes()));
     }
 
     /// One call, from `start_ns` to `end_ns` (CLOCK_REALTIME ns).
     pub fn span(&mut self, tid: u32, probe: u16, start_ns: u64, end_ns: u64) -> std::io::Result<()> {
+        if self.full {
+            // Past --max-size: counted, nothing more (a hot trace's rest
+            // costs next to nothing to leave out).
+            self.left_out += 1;
+            return Ok(());
+        }
         if tid != self.last_tid {
-            self.thread(tid)?;
+            if self.named[tid as usize % 64] != tid {
+                self.thread(tid)?;
+                self.named[tid as usize % 64] = tid;
+            }
             self.last_tid = tid;
         }
-        let l = &mut self.line;
-        l.clear();
-        l.extend_from_slice(b",\n{\"ph\":\"X\",\"cat\":\"function\",\"name\":\"");
-        match self.names.get(usize::from(probe)) {
-            Some(n) => l.extend_from_slice(n),
-            None => l.extend_from_slice(b"?"),
-        }
-        l.extend_from_slice(b"\",\"ts\":");
+        // Formatted in place, from the probe's and the process's bytes
+        // made once; taken back if it does not fit.
+        let mark = self.buf.len();
+        let start_bytes = self.spans.get(usize::from(probe)).unwrap_or(&self.unknown);
+        // The event starts with its separator, unless it is the first.
+        let skip = if self.first { 2 } else { 0 };
+        self.buf.extend_from_slice(&start_bytes[skip..]);
         let start = start_ns.saturating_sub(self.base);
-        push_us(l, start);
-        l.extend_from_slice(b",\"dur\":");
-        push_us(l, end_ns.saturating_sub(self.base).saturating_sub(start));
-        self.pid_tid(tid);
-        self.line.push(b'}');
-        // Never the first event (the process name is).
-        self.out.write_all(&self.line)?;
+        push_us(&mut self.buf, start);
+        self.buf.extend_from_slice(b",\"dur\":");
+        push_us(&mut self.buf, end_ns.saturating_sub(self.base).saturating_sub(start));
+        self.buf.extend_from_slice(&self.pid_prefix);
+        push_u64(&mut self.buf, u64::from(tid));
+        self.buf.push(b'}');
+        if !self.fits(self.buf.len() - mark) {
+            self.buf.truncate(mark);
+            return Ok(());
+        }
+        self.first = false;
         self.events += 1;
-        self.grew(self.line.len());
         self.redraw();
+        self.spill()
+    }
+
+    /// The buffer to the file once it holds [`BUFFER`] bytes.
+    fn spill(&mut self) -> std::io::Result<()> {
+        if self.buf.len() >= BUFFER {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
         Ok(())
     }
 
@@ -285,16 +380,31 @@ impl Chrome {
             // The summary line takes the status line's place.
             eprint!("\r\x1b[K");
         }
-        self.out.write_all(b"\n]\n")?;
-        self.out.flush()?;
-        let bytes = self.out.get_ref().metadata().map(|m| m.len()).unwrap_or(0);
-        Ok(Written { events: self.events, bytes, size_warnings: self.size_warnings, dropped: 0 })
+        self.buf.extend_from_slice(b"\n]\n");
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        let bytes = self.out.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(Written {
+            events: self.events,
+            bytes,
+            passed_viewer_limit: self.passed_viewer_limit,
+            left_out: self.left_out,
+            max_size: self.max_size,
+            dropped: 0,
+        })
+    }
+
+    /// Whether the file has reached `--max-size` (nothing more goes in).
+    pub fn full(&self) -> bool {
+        self.full
     }
 
     /// Push buffered events to the file (the consumer calls this when the
     /// ring is empty, so a trace grows while the target runs).
     pub fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
     }
 
     fn pid_tid(&mut self, tid: u32) {
@@ -326,16 +436,64 @@ impl Chrome {
     }
 
     fn emit(&mut self) -> std::io::Result<()> {
+        let separator = if self.first { 0 } else { 2 };
+        if !self.fits(self.line.len() + separator) {
+            return Ok(());
+        }
         if !self.first {
-            self.out.write_all(b",\n")?;
+            self.buf.extend_from_slice(b",\n");
         }
         self.first = false;
-        self.out.write_all(&self.line)?;
+        self.buf.extend_from_slice(&self.line);
         self.events += 1;
-        self.grew(self.line.len() + 2);
         self.redraw();
-        Ok(())
+        self.spill()
     }
+}
+
+/// A complete event's bytes up to its time, for a span named `name`.
+fn span_start(name: &[u8]) -> Vec<u8> {
+    let mut v = b",\n{\"ph\":\"X\",\"cat\":\"function\",\"name\":\"".to_vec();
+    v.extend_from_slice(&escape(name));
+    v.extend_from_slice(b"\",\"ts\":");
+    v
+}
+
+/// An event's bytes before its thread id, in process `pid`.
+fn pid_prefix(pid: u32) -> Vec<u8> {
+    let mut v = b",\"pid\":".to_vec();
+    push_u64(&mut v, u64::from(pid));
+    v.extend_from_slice(b",\"tid\":");
+    v
+}
+
+/// A `--max-size` (or another limit) as the messages say it: in whole GB,
+/// MB or KB when it is one (units of 1024, as `size_text`), else bytes.
+pub fn limit_text(bytes: u64) -> String {
+    for (unit, name) in [(1u64 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")] {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{} {name}", bytes / unit);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+/// `500M`, `2G`, `64K`, `1T`, or plain bytes (units of 1024; `MB`, `MiB`
+/// and lower case too): a `--max-size`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("`{s}` is not a size (e.g. 500M, 2G, 1048576)")),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 500M, 2G, 1048576)"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("`{s}` is too large"))
 }
 
 /// A size as the summary and the status line say it: KB or MB.
@@ -420,20 +578,43 @@ mod tests {
     }
 
     #[test]
-    fn a_growing_trace_is_reported_at_each_doubling() {
-        let dir = std::env::temp_dir().join(format!("telco-chrome-grow-{}", std::process::id()));
+    fn a_trace_stops_at_its_maximum_size_and_stays_valid() {
+        let dir = std::env::temp_dir().join(format!("telco-chrome-max-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.json");
-        let mut c = Chrome::create(&path, 1, "prog", &["work".into()]).unwrap().quiet(true);
-        c.next_warning = 1000;
-        // About 80 bytes a span: 1000, 2000, 4000, 8000 bytes passed.
-        for i in 0..120 {
+        let max = 8000;
+        let mut c = Chrome::create(&path, 1, "prog", &["work".into()]).unwrap().quiet(true).max_size(max);
+        c.viewer_limit = 4000;
+        // About 80 bytes a span: about 100 fit.
+        for i in 0..1000 {
             c.span(7, 0, 1000 + i, 2000 + i).unwrap();
         }
+        c.counter(3000, b"late", 1).unwrap();
         let w = c.finish().unwrap();
-        assert!(w.bytes > 8000 && w.bytes < 16000, "{w:?}");
-        assert_eq!(w.size_warnings, 4);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(w.bytes, text.len() as u64);
+        assert!(w.bytes <= max && w.bytes > max - 100, "{w:?}");
+        let spans = text.matches("\"ph\":\"X\"").count() as u64;
+        // Every span written or left out; the counter too.
+        assert_eq!(spans + w.left_out, 1001, "{w:?}");
+        assert!(text.ends_with("}\n]\n"));
+        assert!(w.passed_viewer_limit);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("500M"), Ok(500 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("64kb"), Ok(64 << 10));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert!(parse_size("big").is_err());
+        assert!(parse_size("-1M").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert_eq!(limit_text(500 << 20), "500 MB");
+        assert_eq!(limit_text(2 << 30), "2 GB");
+        assert_eq!(limit_text(1000), "1000 bytes");
     }
 
     #[test]
@@ -464,7 +645,8 @@ mod tests {
         assert!(text.ends_with("}\n]\n"));
         // process name, clock base, thread name, 2 spans, instant, counter
         assert_eq!(w.events, 7);
-        assert_eq!(w.size_warnings, 0);
+        assert!(!w.passed_viewer_limit);
+        assert_eq!(w.left_out, 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

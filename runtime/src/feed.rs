@@ -9,7 +9,8 @@
 //! (and frees the disk space behind it). Memory stays bounded: the spool
 //! is on disk. printf lines, instants and counters, far fewer, go to the
 //! writer through a bounded queue; what does not fit is counted
-//! ([`OTHERS_QUEUED`]).
+//! ([`OTHERS_QUEUED`]). Once every file has reached its `--max-size`,
+//! calls are no longer spooled, only counted (left out of every file).
 
 use crate::chrome::Chrome;
 use crate::perfetto::Perfetto;
@@ -66,6 +67,11 @@ pub struct Feed {
 struct Shared {
     /// Spool bytes flushed (Release by the consumer, Acquire by the writer).
     flushed: AtomicU64,
+    /// Every file is at its `--max-size` (set by the writer, read by the
+    /// consumer; Relaxed: a call spooled after it is only counted later),
+    /// and the calls the consumer left out since.
+    full: AtomicBool,
+    unspooled: AtomicU64,
     done: AtomicBool,
     /// Others the queue had no room for.
     dropped: AtomicU64,
@@ -89,6 +95,8 @@ impl Feed {
         let reader = file.try_clone()?;
         let shared = std::sync::Arc::new(Shared {
             flushed: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            unspooled: AtomicU64::new(0),
             done: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             summary: Default::default(),
@@ -114,6 +122,10 @@ impl Feed {
 
     /// One call, `ts` and `dur` in TSC ticks (as `SpanEntry`).
     pub fn span(&mut self, tid: u32, probe: u16, ts: u64, dur: u64) -> std::io::Result<()> {
+        if self.shared.full.load(Ordering::Relaxed) {
+            self.shared.unspooled.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let mut r = [0u8; SPAN_REC];
         r[0..4].copy_from_slice(&tid.to_le_bytes());
         r[4..6].copy_from_slice(&probe.to_le_bytes());
@@ -126,6 +138,10 @@ impl Feed {
     /// Calls as the target staged them (`SpanEntry`s, an `EV_SPANS`
     /// payload): spooled as they are.
     pub fn spans(&mut self, entries: &[u8]) -> std::io::Result<()> {
+        if self.shared.full.load(Ordering::Relaxed) {
+            self.shared.unspooled.fetch_add((entries.len() / SPAN_REC) as u64, Ordering::Relaxed);
+            return Ok(());
+        }
         let n = entries.len() / SPAN_REC * SPAN_REC;
         self.len += n as u64;
         self.spool.write_all(&entries[..n])
@@ -192,8 +208,15 @@ impl Feed {
         w.thread().unpark();
         let mut finished = w.join().map_err(|_| std::io::Error::other("the trace writer panicked"))??;
         finished.dropped = self.shared.dropped.load(Ordering::Relaxed);
+        // Calls not spooled: in no file (each a begin and an end in
+        // --perfetto's).
+        let unspooled = self.shared.unspooled.load(Ordering::Relaxed);
         if let Some(c) = &mut finished.chrome {
             c.dropped = finished.dropped;
+            c.left_out += unspooled;
+        }
+        if let Some(p) = &mut finished.perfetto {
+            p.left_out += 2 * unspooled;
         }
         Ok(finished)
     }
@@ -220,6 +243,11 @@ impl Writers {
             (None, Some(p)) => p.names(),
             (None, None) => 0,
         }
+    }
+
+    /// Whether every file has reached its `--max-size`.
+    fn full(&self) -> bool {
+        self.chrome.as_ref().is_none_or(Chrome::full) && self.perfetto.as_ref().is_none_or(Perfetto::full)
     }
 
     /// The `trace_span` names added since the writers last looked.
@@ -300,8 +328,9 @@ fn write_loop(
 ) -> std::io::Result<Finished> {
     use std::os::unix::fs::FileExt;
     // The files can wait, the target cannot: this thread runs on CPU time
-    // nothing else wants (the spool on disk absorbs the lag; at the end
-    // the session waits for it). Linux schedules threads one by one.
+    // nothing else wants while the session runs (the spool on disk absorbs
+    // the lag; at the end the session waits for it, and it runs as any
+    // thread). Linux schedules threads one by one.
     crate::os::process::run_when_idle();
     // Spooled calls are in TSC ticks.
     let clock = crate::os::sys::clock();
@@ -314,9 +343,18 @@ fn write_loop(
     // names the writers have (one compare a call).
     let first_name = out.names();
     let mut known = first_name;
+    let mut waited_for = false;
     loop {
         // Acquire before the flushed length: `done` then means all of it.
         let done = shared.done.load(Ordering::Acquire);
+        if done && !waited_for {
+            // The session now waits for the files: what is left of the
+            // spool is written at full speed, not on idle time (which a
+            // busy machine may never have: a 2 GB trace then took
+            // minutes to finish, docs/PERFORMANCE.md).
+            crate::os::process::run_normally();
+            waited_for = true;
+        }
         let flushed = shared.flushed.load(Ordering::Acquire);
         let mut any = false;
         while pos < flushed {
@@ -348,6 +386,9 @@ fn write_loop(
         while let Ok(o) = others.try_recv() {
             any = true;
             out.other(o)?;
+        }
+        if out.full() {
+            shared.full.store(true, Ordering::Relaxed);
         }
         if names_at.elapsed() >= std::time::Duration::from_secs(1) {
             if let Some(p) = &mut out.perfetto {

@@ -311,7 +311,7 @@ impl Itracer {
         };
         let ret = arch::return_address(&r, &word).ok_or("reading the return address failed")?;
         let path = self.file(self.calls);
-        let out = File::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
+        let out = crate::outfile::create(&path).map_err(|e| format!("cannot create `{}`: {e}", path.display()))?;
         let cfg = RecorderConfig { max_bytes: Some(1 << 30), chunk_size: 1 << 20, ..RecorderConfig::default() };
         let mut rec = IsaRecorder::<_, arch::ItrcIsa>::new(BufWriter::with_capacity(1 << 20, out), cfg)
             .map_err(|e| e.to_string())?;

@@ -17,7 +17,11 @@
 //!   prints them), [`chrome`] (`--chrome`) and [`perfetto`] (`--perfetto`),
 //!   both fed by [`feed`] (the spool and the trace writer thread),
 //!   [`itrace`] (`.itrace` into ITRC files), [`crash`] (where a process of
-//!   the session died).
+//!   the session died); [`outfile`]: the one way an output file is
+//!   opened (another user's symlink in `/tmp` is not followed);
+//! * [`text`]: the tracer's own messages escaped for the terminal
+//!   ([`eprintln_escaped!`]: what the target or a file named is printed
+//!   without its control bytes).
 
 pub mod arch;
 pub mod blocktrace;
@@ -28,9 +32,11 @@ pub mod inject;
 pub mod itrace;
 pub mod local;
 pub mod os;
+pub mod outfile;
 pub mod owncode;
 pub mod perfetto;
 pub mod profile;
 pub mod render;
 pub mod symtab;
 pub mod target;
+pub mod text;

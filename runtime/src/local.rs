@@ -654,7 +654,7 @@ impl<'a> Consumer<'a> {
     fn corrupt(&mut self, what: String) -> Result<(), std::io::Error> {
         if self.corrupted.is_none() {
             self.out.flush()?;
-            writeln!(self.messages, "ERROR: {what}")?;
+            writeln!(self.messages, "ERROR: {}", crate::text::escape(what.as_bytes()))?;
             self.corrupted = Some(what);
         }
         Ok(())
@@ -698,11 +698,15 @@ impl<'a> Consumer<'a> {
                 let code = read_u32(p, 0);
                 let (msg, _) = read_str(p, 4);
                 let msg = if msg.is_empty() { abi::error_message(code).as_bytes().to_vec() } else { msg.to_vec() };
+                // The message is the target's to write (the ring is
+                // untrusted): escaped for the terminal, as every line of
+                // the tracer's own (`text`).
                 let mut line = b"ERROR: ".to_vec();
                 line.extend_from_slice(&msg);
                 if let Some(l) = self.artifact.locations.get(h.aux as usize) {
                     line.extend_from_slice(format!(" near {}:{}:{}", l.file, l.line, l.col).as_bytes());
                 }
+                let mut line = crate::text::escape(&line).into_owned().into_bytes();
                 line.push(b'\n');
                 self.out.flush()?;
                 self.messages.write_all(&line)?;
@@ -721,10 +725,9 @@ impl<'a> Consumer<'a> {
                 };
                 if !self.suppress_warnings && new {
                     let mut line = b"WARNING: ".to_vec();
-                    line.extend_from_slice(msg);
-                    if !msg.ends_with(b"\n") {
-                        line.push(b'\n');
-                    }
+                    line.extend_from_slice(msg.strip_suffix(b"\n").unwrap_or(msg));
+                    let mut line = crate::text::escape(&line).into_owned().into_bytes();
+                    line.push(b'\n');
                     self.out.flush()?;
                     self.messages.write_all(&line)?;
                     self.messages.flush()?;
@@ -1335,7 +1338,7 @@ impl<'a> Local<'a> {
                         }
                         if let Some(why) = &p.fallback {
                             // Said even with -w: the profile is coarser.
-                            let _ = writeln!(std::io::stderr(), "WARNING: {why}");
+                            crate::eprintln_escaped!("WARNING: {why}");
                         }
                         profiler = Some(p);
                     }
@@ -1369,7 +1372,7 @@ impl<'a> Local<'a> {
             };
             if !failed && !region.exit_requested() && runner.ok() {
                 if let Err(e) = hooks.started() {
-                    let _ = writeln!(std::io::stderr(), "ERROR: {e}");
+                    crate::eprintln_escaped!("ERROR: {e}");
                     failed = true;
                 }
             }
@@ -1464,7 +1467,7 @@ impl<'a> Local<'a> {
             };
             if let (Some(k), Some(summary)) = (sink.as_mut(), profiled.as_ref()) {
                 if let Err(e) = k.finish(summary) {
-                    let _ = writeln!(std::io::stderr(), "ERROR: writing the profile failed: {e}");
+                    crate::eprintln_escaped!("ERROR: writing the profile failed: {e}");
                     failed = true;
                 }
             }
@@ -1509,14 +1512,14 @@ impl<'a> Local<'a> {
             // One ERROR: the consumer's, if it found the damage first.
             if let Some(lost) = runner.lost.take() {
                 if corrupted.is_none() {
-                    let _ = writeln!(messages, "ERROR: {lost}");
+                    let _ = writeln!(messages, "ERROR: {}", crate::text::escape(lost.as_bytes()));
                     corrupted = Some(lost);
                 }
             }
             // What the display reads must be sound first.
             if corrupted.is_none() {
                 if let Some(d) = region.damage(artifact) {
-                    let _ = writeln!(messages, "ERROR: {d}");
+                    let _ = writeln!(messages, "ERROR: {}", crate::text::escape(d.as_bytes()));
                     corrupted = Some(d);
                 }
             }
@@ -1527,7 +1530,7 @@ impl<'a> Local<'a> {
                 match render::display_globals(bytes, artifact) {
                     Ok(text) => output.write_all(text.as_bytes()).map_err(RunError::Output)?,
                     Err(what) => {
-                        let _ = writeln!(messages, "ERROR: {what}");
+                        let _ = writeln!(messages, "ERROR: {}", crate::text::escape(what.as_bytes()));
                         corrupted = Some(what);
                     }
                 }
@@ -1554,7 +1557,7 @@ impl<'a> Local<'a> {
         let (outcome, mut messages) = result?;
         drop(self);
         for line in summary(&outcome, artifact) {
-            let _ = writeln!(messages, "{line}");
+            let _ = writeln!(messages, "{}", crate::text::escape(line.as_bytes()));
         }
         let _ = messages.flush();
         Ok(outcome)

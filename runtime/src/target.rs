@@ -1975,7 +1975,7 @@ impl Armed {
         for p in &self.late_syms.no_room[self.late_syms_said..] {
             let w = format!("no room in the symbol table for {}: backtraces will not name it", p.display());
             if !self.quiet {
-                eprintln!("WARNING: {w}");
+                crate::eprintln_escaped!("WARNING: {w}");
             }
             self.warnings.push(w);
         }
@@ -2032,7 +2032,7 @@ impl Hooks for Armed {
                 }
                 for w in said {
                     if !self.quiet {
-                        eprintln!("WARNING: {w}");
+                        crate::eprintln_escaped!("WARNING: {w}");
                     }
                     self.warnings.push(w);
                 }
@@ -2107,7 +2107,7 @@ impl Hooks for Armed {
             if let Err(e) = self.place_pending() {
                 self.warnings.push(format!("cannot probe a library loaded later: {e}"));
                 if !self.quiet {
-                    eprintln!("WARNING: cannot probe a library loaded later: {e}");
+                    crate::eprintln_escaped!("WARNING: cannot probe a library loaded later: {e}");
                 }
             }
         }
@@ -2226,7 +2226,7 @@ impl Armed {
             };
             self.cut_off.push((pid, fork));
             if !self.quiet {
-                eprintln!("WARNING: {note}");
+                crate::eprintln_escaped!("WARNING: {note}");
             }
             self.warnings.push(note);
         }
@@ -2297,7 +2297,10 @@ impl Armed {
             Ok(s) => s,
             Err(PtraceError::NoProcess(_)) => return,
             Err(e) => {
-                eprintln!("warning: cannot stop pid {pid}, forked from {}, to remove the probes: {e}", self.pid);
+                crate::eprintln_escaped!(
+                    "warning: cannot stop pid {pid}, forked from {}, to remove the probes: {e}",
+                    self.pid
+                );
                 return;
             }
         };
@@ -2331,12 +2334,12 @@ impl Armed {
         {
             let w = format!("the session's memory stays mapped in {what}: {why}");
             if !self.quiet {
-                eprintln!("WARNING: {w}");
+                crate::eprintln_escaped!("WARNING: {w}");
             }
             self.warnings.push(w);
         }
         if let Err(e) = s.detach() {
-            eprintln!("warning: {e}");
+            crate::eprintln_escaped!("warning: {e}");
         }
     }
 
@@ -2372,7 +2375,7 @@ impl Armed {
             }
             // It exited meanwhile: nothing left to restore.
             Err(PtraceError::NoProcess(_)) => {}
-            Err(e) => eprintln!("warning: cannot stop pid {} to remove the probes: {e}", self.pid),
+            Err(e) => crate::eprintln_escaped!("warning: cannot stop pid {} to remove the probes: {e}", self.pid),
         }
     }
 
@@ -2571,7 +2574,7 @@ impl Armed {
         unsafe { publish_symbols(self.mirror, s.pid(), &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
         for r in refused {
             if !self.quiet {
-                eprintln!("WARNING: cannot probe {r}");
+                crate::eprintln_escaped!("WARNING: cannot probe {r}");
             }
             self.warnings.push(format!("cannot probe {r}"));
         }
@@ -2825,7 +2828,7 @@ impl Armed {
                      that id here maps this session's region (another pid namespace?)"
                 );
                 if f.said.insert(note.clone()) && !self.quiet {
-                    eprintln!("WARNING: {note}");
+                    crate::eprintln_escaped!("WARNING: {note}");
                 }
                 field(ack_at).store(req, Ordering::Release);
                 return;
@@ -2847,7 +2850,7 @@ impl Armed {
                     Err(e) => {
                         let note = format!("cannot follow pid {pid} into the program it runs: {e}");
                         if f.said.insert(note.clone()) && !self.quiet {
-                            eprintln!("WARNING: {note}");
+                            crate::eprintln_escaped!("WARNING: {note}");
                         }
                     }
                 },
@@ -2902,7 +2905,7 @@ impl Armed {
                         let note = format!("cannot probe pid {pid} ({}): {e}", exe.display());
                         if let Some(f) = &mut self.follow {
                             if f.said.insert(note.clone()) && !self.quiet {
-                                eprintln!("WARNING: {note}");
+                                crate::eprintln_escaped!("WARNING: {note}");
                             }
                         }
                     }
@@ -3005,13 +3008,13 @@ impl Armed {
         self.exes.insert(pid, exe);
         for r in refused {
             if !self.quiet {
-                eprintln!("WARNING: cannot probe {r} (pid {pid})");
+                crate::eprintln_escaped!("WARNING: cannot probe {r} (pid {pid})");
             }
             self.warnings.push(format!("cannot probe {r} (pid {pid})"));
         }
         for w in said {
             if !self.quiet {
-                eprintln!("WARNING: {w}");
+                crate::eprintln_escaped!("WARNING: {w}");
             }
             self.warnings.push(w);
         }
@@ -3134,7 +3137,7 @@ fn put_back(s: &mut Stopped, patches: &[Patch], crash: Option<&crate::crash::Hoo
     // of it first.
     let ranges: Vec<(u64, u64)> = patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
     if let Err(e) = run_out_of(s, &ranges) {
-        eprintln!("warning: {e}");
+        crate::eprintln_escaped!("warning: {e}");
     }
     for p in patches {
         // Only where our bytes still are: a library unloaded since (and
@@ -3143,7 +3146,7 @@ fn put_back(s: &mut Stopped, patches: &[Patch], crash: Option<&crate::crash::Hoo
             continue;
         }
         if let Err(e) = s.write(p.at, &p.original) {
-            eprintln!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
+            crate::eprintln_escaped!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
         }
     }
 }
@@ -3162,11 +3165,11 @@ fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hoo
         Ok(mut s) => {
             put_back(&mut s, patches, crash, semaphores, &format!("pid {pid}"));
             if let Err(e) = s.detach() {
-                eprintln!("warning: {e}");
+                crate::eprintln_escaped!("warning: {e}");
             }
         }
         Err(PtraceError::NoProcess(_)) => {}
-        Err(e) => eprintln!("warning: cannot stop pid {pid} to remove the probes: {e}"),
+        Err(e) => crate::eprintln_escaped!("warning: cannot stop pid {pid} to remove the probes: {e}"),
     }
 }
 
@@ -3208,7 +3211,7 @@ impl Armed {
             let exe = crate::os::proc::exe_path(c.pid);
             let line = format!("process {} ({}) is being killed by {}", c.pid, exe.display(), c.describe());
             if !self.quiet {
-                eprintln!("WARNING: {line}");
+                crate::eprintln_escaped!("WARNING: {line}");
             }
             self.warnings.push(line);
         }

@@ -57,15 +57,25 @@ pub struct Files {
     pub perfetto: Option<std::sync::Arc<std::sync::Mutex<Vec<u8>>>>,
 }
 
-/// Append the samples' packets (if any) to the `--perfetto` file at `path`.
-pub fn append_to_perfetto(path: &Path, packets: &std::sync::Mutex<Vec<u8>>) -> std::io::Result<()> {
+/// Append the samples' packets (if any) to the `--perfetto` file at `path`
+/// unless that takes it past `max_size` bytes: then the number of samples'
+/// bytes left out.
+pub fn append_to_perfetto(
+    path: &Path,
+    packets: &std::sync::Mutex<Vec<u8>>,
+    max_size: u64,
+) -> std::io::Result<Option<usize>> {
     let bytes = packets.lock().map(|b| b.clone()).unwrap_or_default();
     if bytes.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
-    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    let mut f = telco_runtime::outfile::open(path, telco_runtime::outfile::Mode::Append)?;
+    if f.metadata()?.len() + bytes.len() as u64 > max_size {
+        return Ok(Some(bytes.len()));
+    }
     f.write_all(&bytes)?;
-    f.flush()
+    f.flush()?;
+    Ok(None)
 }
 
 impl Files {
@@ -319,7 +329,7 @@ impl Sink for Profile {
         let named = self.named();
         let folded = folded_lines(&named);
         let create = |p: &Path| {
-            std::fs::File::create(p)
+            telco_runtime::outfile::create(p)
                 .map(std::io::BufWriter::new)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create `{}`: {e}", p.display())))
         };

@@ -109,6 +109,14 @@ pub fn run_when_idle() {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
 }
 
+/// Run the calling thread as threads normally run again (`SCHED_OTHER`),
+/// after [`run_when_idle`]: when the session waits for it.
+pub fn run_normally() {
+    let normal = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscall on the calling thread, with a valid param.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal) };
+}
+
 /// Give the disk under `file`'s first `len` bytes back (a hole), keeping
 /// its size.
 pub fn punch_hole(file: &std::fs::File, len: u64) {

@@ -84,7 +84,14 @@ pub struct Written {
     /// Calls nested deeper than Perfetto keeps ([`order::MAX_DEPTH`]),
     /// left out.
     pub too_deep: u64,
+    /// Events (a call's begin and end, instants, counter values) left
+    /// out because the file had reached `max_size`.
+    pub left_out: u64,
+    pub max_size: u64,
 }
+
+/// Room kept under `--max-size` for the summary written at the end.
+const SUMMARY_ROOM: u64 = 4096;
 
 /// The session's summary, written into the trace as metadata.
 #[derive(Clone, Copy, Debug, Default)]
@@ -125,13 +132,18 @@ pub struct Perfetto {
     packet: SlicePacket,
     written: Written,
     file_bytes: u64,
+    /// Events in `batch`; whether a batch did not fit under `max_size`
+    /// (then nothing more is added).
+    batch_events: u64,
+    max_size: u64,
+    full: bool,
 }
 
 impl Perfetto {
     /// Start the file for process `pid` (named `process`); `names` gives
     /// each probe's slice name (the probed function).
     pub fn create(path: &Path, pid: u32, process: &str, names: &[String]) -> std::io::Result<Perfetto> {
-        let file = File::create(path)?;
+        let file = crate::outfile::create(path)?;
         let mut p = Perfetto {
             out: BufWriter::with_capacity(1 << 20, file),
             path: path.to_path_buf(),
@@ -147,6 +159,9 @@ impl Perfetto {
             packet: SlicePacket::default(),
             written: Written::default(),
             file_bytes: 0,
+            batch_events: 0,
+            max_size: crate::chrome::DEFAULT_MAX_SIZE,
+            full: false,
         };
         // The clocks, read as close together as they can be.
         let real = crate::os::sys::realtime_ns();
@@ -180,6 +195,13 @@ impl Perfetto {
         Ok(p)
     }
 
+    /// `--max-size`: the file stays within `bytes` (at least 64 KB: a
+    /// batch and the summary must fit).
+    pub fn max_size(mut self, bytes: u64) -> Perfetto {
+        self.max_size = bytes;
+        self
+    }
+
     /// Frame `packet` as a `Trace.packet` into the batch.
     fn push(&mut self, packet: &TracePacket) {
         self.batch.push(0x0a);
@@ -190,23 +212,39 @@ impl Perfetto {
     fn push_own(&mut self) {
         self.packet.encode_framed(&mut self.batch);
         self.written.events += 1;
+        self.batch_events += 1;
     }
 
-    /// The batch, compressed into one packet, to the file.
+    /// The batch, compressed into one packet, to the file, if it fits
+    /// under `--max-size` with room for the summary.
     fn write_batch(&mut self) -> std::io::Result<()> {
+        self.write_batch_within(self.max_size.saturating_sub(SUMMARY_ROOM))
+    }
+
+    /// The batch to the file if the file stays within `room` bytes;
+    /// otherwise its events are left out, and every event after them:
+    /// the file ends with the batches before, a valid trace.
+    fn write_batch_within(&mut self, room: u64) -> std::io::Result<()> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        self.written.raw_bytes += self.batch.len() as u64;
         let mut z =
             flate2::write::ZlibEncoder::new(Vec::with_capacity(self.batch.len() / 4 + 64), flate2::Compression::fast());
         z.write_all(&self.batch)?;
         let wrapped = TracePacket { compressed_packets: Some(z.finish()?), ..Default::default() };
         let mut framed = vec![0x0a];
         framed.extend_from_slice(&wrapped.encode_length_delimited_to_vec());
-        self.out.write_all(&framed)?;
-        self.file_bytes += framed.len() as u64;
+        if self.file_bytes + framed.len() as u64 > room {
+            self.full = true;
+            self.written.events -= self.batch_events;
+            self.written.left_out += self.batch_events;
+        } else {
+            self.written.raw_bytes += self.batch.len() as u64;
+            self.out.write_all(&framed)?;
+            self.file_bytes += framed.len() as u64;
+        }
         self.batch.clear();
+        self.batch_events = 0;
         Ok(())
     }
 
@@ -263,6 +301,9 @@ impl Perfetto {
 
     /// The thread's track, with its current name.
     fn describe(&mut self, tid: u32) {
+        if self.full {
+            return;
+        }
         let Some(s) = self.threads.get(tid) else { return };
         let packet = TracePacket {
             trusted_packet_sequence_id: Some(s.id),
@@ -316,6 +357,11 @@ impl Perfetto {
     /// reported when it returned. Calls are ordered in ticks (two calls
     /// of a thread never share one) and written in ns.
     pub fn call(&mut self, tid: u32, probe: u16, start: u64, end: u64) -> std::io::Result<()> {
+        if self.full {
+            // Past --max-size: its begin and end, counted.
+            self.written.left_out += 2;
+            return Ok(());
+        }
         self.written.calls += 1;
         let clock = self.clock;
         // A thread is named when its first call arrives (its calls may be
@@ -331,6 +377,10 @@ impl Perfetto {
 
     /// One begin or end, on its thread's sequence.
     fn slice_event(&mut self, ev: order::Ev) {
+        if self.full {
+            self.written.left_out += 1;
+            return;
+        }
         let (tid, ts, probe) = match ev {
             order::Ev::Begin { tid, ts, probe } => (tid, ts, Some(probe)),
             order::Ev::End { tid, ts } => (tid, ts, None),
@@ -394,6 +444,10 @@ impl Perfetto {
         name: &[u8],
         text: Option<&[u8]>,
     ) -> std::io::Result<()> {
+        if self.full {
+            self.written.left_out += 1;
+            return Ok(());
+        }
         if self.seq(tid, ts_ns).is_none() {
             return Ok(());
         }
@@ -420,11 +474,16 @@ impl Perfetto {
         };
         self.push(&packet);
         self.written.events += 1;
+        self.batch_events += 1;
         self.maybe_write_batch()
     }
 
     /// `trace_counter(name, value)`: a counter track of the process.
     pub fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()> {
+        if self.full {
+            self.written.left_out += 1;
+            return Ok(());
+        }
         let uuid = match self.counters.get(name) {
             Some(&u) => u,
             None if self.counters.len() >= MAX_COUNTERS => return Ok(()),
@@ -458,7 +517,13 @@ impl Perfetto {
             ..Default::default()
         });
         self.written.events += 1;
+        self.batch_events += 1;
         self.maybe_write_batch()
+    }
+
+    /// Whether the file has reached `--max-size` (nothing more goes in).
+    pub fn full(&self) -> bool {
+        self.full
     }
 
     /// What is gathered, compressed and written to the file (the writer
@@ -479,6 +544,8 @@ impl Perfetto {
             self.written.too_deep = order.too_deep;
         }
         self.refresh_names();
+        // What is left, if it fits; the summary in the room kept for it.
+        self.write_batch()?;
         let meta = |name: &str, v: u64| ChromeMetadata {
             name: Some(format!("telco_stap_{name}")),
             int_value: Some(v.min(i64::MAX as u64) as i64),
@@ -492,13 +559,15 @@ impl Perfetto {
                     meta("errors", summary.errors),
                     meta("dropped", summary.dropped + summary.writer_dropped),
                     meta("skipped", summary.skipped),
+                    meta("left_out", self.written.left_out),
                 ],
             }),
             ..Default::default()
         });
-        self.write_batch()?;
+        self.write_batch_within(self.max_size)?;
         self.out.flush()?;
         self.written.bytes = self.file_bytes;
+        self.written.max_size = self.max_size;
         Ok(self.written)
     }
 
@@ -537,6 +606,40 @@ mod tests {
         let mut out = Vec::new();
         read(&bytes, &mut out);
         out
+    }
+
+    #[test]
+    fn a_trace_stops_at_its_maximum_size_and_stays_valid() {
+        let path = std::env::temp_dir().join(format!("telco-perfetto-max-{}.pftrace", std::process::id()));
+        let max = 64 << 10;
+        let mut p = Perfetto::create(&path, std::process::id(), "me", &["work".into()]).unwrap().max_size(max);
+        let clock = crate::os::sys::clock();
+        // Calls of varied lengths (compressed less well): several batches.
+        let n = 400_000u64;
+        let mut t = clock.tsc_base;
+        for i in 0..n {
+            let d = 50 + (i * 7919 % 1000);
+            p.call(7, 0, t, t + d).unwrap();
+            t += d + 1 + (i * 104729 % 500);
+        }
+        assert!(p.full());
+        let w = p.finish(&Summary::default()).unwrap();
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(w.bytes, bytes);
+        assert!(bytes <= max, "{w:?}");
+        // Whole packets, the summary last; every begin and end written or
+        // left out.
+        let all = packets(&path);
+        let meta: Vec<(String, i64)> = all
+            .iter()
+            .filter_map(|p| p.chrome_events.as_ref())
+            .flat_map(|b| b.metadata.iter().map(|m| (m.name.clone().unwrap(), m.int_value.unwrap())))
+            .collect();
+        assert!(meta.contains(&("telco_stap_left_out".into(), w.left_out as i64)), "{meta:?}");
+        let slices = all.iter().filter(|p| p.track_event.is_some()).count() as u64;
+        assert_eq!(slices, w.events);
+        assert_eq!(w.events + w.left_out, 2 * n, "{w:?}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
