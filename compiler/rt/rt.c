@@ -764,9 +764,11 @@ EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start) {
  * process of the session (those already running finish), as in
  * SystemTap; the tracer runs the end probes once the targets' hooks are
  * out (it enables the region again for them). Release: pairs with the
- * handlers' Acquire load of `enabled` at entry. */
+ * handlers' Acquire load of `enabled` at entry. In the tracer's own
+ * probes (CTX_MAY_WAIT) the tracer stops the targets' handlers itself,
+ * and the other end probes still run after an exit() in one. */
 EXPORT void rt_exit(u8 *R, u8 *ctx) {
-    __atomic_store_n(&AT(R, H_ENABLED, u32), 0, __ATOMIC_RELEASE);
+    if (!(AT(ctx, C_FLAGS, u32) & CTX_MAY_WAIT)) __atomic_store_n(&AT(R, H_ENABLED, u32), 0, __ATOMIC_RELEASE);
     __atomic_store_n(&AT(R, H_EXIT, u32), 1, __ATOMIC_RELAXED);
     u8 *rec = event_begin(R, ctx, EV_EXIT, 0, 0);
     if (rec) ring_commit(rec, event_len(0));
