@@ -441,7 +441,8 @@ impl Region {
                      to be trusted"
                 ));
             }
-            let stolen = (*off as usize).checked_add(core::mem::offset_of!(T, stolen)).and_then(|at| bytes.get(at..at + 4));
+            let stolen =
+                (*off as usize).checked_add(core::mem::offset_of!(T, stolen)).and_then(|at| bytes.get(at..at + 4));
             let stolen = stolen.map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])));
             if stolen != 0 {
                 return Some(format!(
