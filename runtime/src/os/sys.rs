@@ -29,33 +29,32 @@ impl SharedMemory {
     /// A new memfd of `len` bytes for a region made here (a session
     /// without a target), to map with [`SharedMemory::mirrored`].
     pub fn new_fd(len: usize) -> io::Result<OwnedFd> {
-        use nix::sys::memfd::{memfd_create, MFdFlags};
-        let fd = memfd_create(c"telco-stap-region", MFdFlags::MFD_CLOEXEC)?;
-        nix::unistd::ftruncate(&fd, len as libc::off_t)?;
-        Ok(fd)
+        memfd(c"telco-stap-region", len, false)
     }
 
     /// Map `len` bytes of an open memfd (the target's, through
     /// `/proc/PID/fd/N`).
     pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<SharedMemory> {
-        SharedMemory::map(fd, len, None)
+        SharedMemory::map(fd, len, None, false)
     }
 
     /// [`SharedMemory::from_fd`] at exactly `at`, never over another
     /// mapping (`MAP_FIXED_NOREPLACE`): the trusted mirror, below the
     /// region (`telco_abi::region::MIRROR_GAP`).
     pub fn from_fd_at(fd: OwnedFd, len: usize, at: usize) -> io::Result<SharedMemory> {
-        SharedMemory::map(fd, len, Some(at))
+        SharedMemory::map(fd, len, Some(at), true)
     }
 
-    fn map(fd: OwnedFd, len: usize, at: Option<usize>) -> io::Result<SharedMemory> {
+    /// Map `fd` read and write, shared: near `at` (a hint), or `exact`ly
+    /// there and never over another mapping (`MAP_FIXED_NOREPLACE`).
+    fn map(fd: OwnedFd, len: usize, at: Option<usize>, exact: bool) -> io::Result<SharedMemory> {
         let n = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let flags = MapFlags::MAP_SHARED | at.map_or(MapFlags::empty(), |_| MapFlags::MAP_FIXED_NOREPLACE);
+        let flags = MapFlags::MAP_SHARED | if exact { MapFlags::MAP_FIXED_NOREPLACE } else { MapFlags::empty() };
         let hint = at.and_then(NonZeroUsize::new);
         // SAFETY: a fresh shared mapping of the file, owned by the value;
-        // with an address, never over another mapping (NOREPLACE).
+        // with `exact`, never over another mapping (NOREPLACE).
         let p = unsafe { nix::sys::mman::mmap(hint, n, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags, &fd, 0)? };
-        if at.is_some_and(|a| a != p.as_ptr() as usize) {
+        if exact && at.is_some_and(|a| a != p.as_ptr() as usize) {
             // SAFETY: unmapping what was just mapped (an old kernel that
             // took NOREPLACE as a hint).
             let _ = unsafe { nix::sys::mman::munmap(p, len) };
@@ -67,10 +66,7 @@ impl SharedMemory {
     /// A new memfd of `len` bytes for a trusted mirror
     /// ([`SharedMemory::mirrored`]), sealable.
     pub fn new_mirror_fd(len: usize) -> io::Result<OwnedFd> {
-        use nix::sys::memfd::{memfd_create, MFdFlags};
-        let fd = memfd_create(c"telco-mirror", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
-        nix::unistd::ftruncate(&fd, len as libc::off_t)?;
-        Ok(fd)
+        memfd(c"telco-mirror", len, true)
     }
 
     /// Map the region's memfd `region` (`len` bytes) and its trusted
@@ -83,10 +79,7 @@ impl SharedMemory {
         let gap = telco_abi::region::MIRROR_GAP as usize;
         let mut hint = None;
         for attempt in 0..16u64 {
-            let r = match hint {
-                None => SharedMemory::map(region.try_clone()?, len, None)?,
-                Some(h) => SharedMemory::map_hint(region.try_clone()?, len, h)?,
-            };
+            let r = SharedMemory::map(region.try_clone()?, len, hint, false)?;
             if let Some(at) = (r.ptr as usize).checked_sub(gap).filter(|&a| a >= 1 << 16) {
                 match SharedMemory::from_fd_at(mirror.try_clone()?, len, at) {
                     Ok(m) => {
@@ -103,23 +96,6 @@ impl SharedMemory {
             hint = Some((((16u64 << 40) + spread % (96u64 << 40)) & !0xfff) as usize);
         }
         Err(io::Error::other("no room for the region's trusted mirror below it"))
-    }
-
-    fn map_hint(fd: OwnedFd, len: usize, hint: usize) -> io::Result<SharedMemory> {
-        let n = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: a fresh shared mapping of the file, owned by the value;
-        // the address is a hint only.
-        let p = unsafe {
-            nix::sys::mman::mmap(
-                NonZeroUsize::new(hint),
-                n,
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                &fd,
-                0,
-            )?
-        };
-        Ok(SharedMemory { ptr: p.as_ptr().cast(), len, _fd: fd })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -440,6 +416,15 @@ pub fn map_fixed_shared<F: std::os::fd::AsFd>(
         )?
     };
     Ok(())
+}
+
+/// A memfd of `len` bytes here, `sealable` or not.
+fn memfd(name: &std::ffi::CStr, len: usize, sealable: bool) -> io::Result<OwnedFd> {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let seal = if sealable { MFdFlags::MFD_ALLOW_SEALING } else { MFdFlags::empty() };
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | seal)?;
+    nix::unistd::ftruncate(&fd, len as libc::off_t)?;
+    Ok(fd)
 }
 
 /// Seal the trusted mirror's memfd (`telco_abi::region::MIRROR_GAP`):
