@@ -240,7 +240,7 @@ pub fn read_block(address: u64, read: &mut dyn FnMut(u64, &mut [u8]) -> usize) -
 /// aarch64 for the recorder (`crate::A64Recorder`).
 pub struct A64;
 
-impl crate::recorder::Isa for A64 {
+impl crate::isa::Isa for A64 {
     type Regs = A64Regs;
 
     fn specs() -> Vec<RegisterSpec> {

@@ -76,16 +76,16 @@
 pub mod a64;
 pub mod chrome;
 pub mod dump;
+mod isa;
 mod json;
 mod reader;
 mod recorder;
 mod writer;
 pub mod x64;
 
+pub use isa::Isa;
 pub use reader::{Arch, Block, Event, ReadError, Reader, Record, RegisterSpec, Value, WriteValue};
-pub use recorder::{
-    A64Recorder, Isa, IsaRecorder, ModuleInfo, RecordError, Recorder, RecorderConfig, RecorderStats, X64,
-};
+pub use recorder::{A64Recorder, IsaRecorder, ModuleInfo, RecordError, Recorder, RecorderConfig, RecorderStats, X64};
 pub use writer::{BlockSpec, Writer};
 
 /// The 4-byte magic every ITRC file starts with.
