@@ -99,12 +99,12 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
             } else {
                 cmd.split_whitespace().map(str::to_string).collect()
             };
-            (telco_runtime::target::spawn(&argv)?, true)
+            (telco_runtime::session::spawn(&argv)?, true)
         }
         (None, None) => bail!("internal error: a target without -p or -c"),
     };
     let pid = stopped.pid() as u32;
-    let (region, mut armed) = match telco_runtime::target::arm(stopped, artifact, child) {
+    let (region, mut armed) = match telco_runtime::session::arm(stopped, artifact, child) {
         Ok(armed) => armed,
         // ^C or SIGTERM while the target held the attach up: it is let go
         // as it was (`os::ptrace`), and the session ends as on any ^C: its

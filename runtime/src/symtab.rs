@@ -143,7 +143,7 @@ impl LateSymbols {
             // Looked at once: pass 2's module (by any name), or added now,
             // or without symbols.
             self.passed.insert(file);
-            if a.symtab_modules.iter().any(|sm| crate::target::same_file(&sm.path, path)) {
+            if a.symtab_modules.iter().any(|sm| crate::os::proc::same_file(&sm.path, path)) {
                 continue;
             }
             let Some(image) = crate::os::modfile::mapped(m) else { continue };

@@ -1,0 +1,318 @@
+//! The kinds of site: a function's entry, an instruction inside one, a
+//! statement reached by a short jump to padding, the return point of a call,
+//! a statement whose jump goes on the instructions before it; veneers for
+//! trampolines out of a jump's reach.
+
+use super::*;
+
+impl Hooker {
+    /// A statement at `addr` with room for a 2-byte jump only
+    /// (`Attach::Statement::pad`): its trampoline as any statement's, and
+    /// a `jmp rel8` at `addr` to `slot`, dead padding after the function,
+    /// where a `jmp rel32` to the trampoline goes (both put back at
+    /// detach, as every patch).
+    pub(crate) fn padded(
+        &self,
+        s: &mut Stopped,
+        code: &mut CodeRegion,
+        addr: u64,
+        displaced: usize,
+        slot: u64,
+        t: Tramp,
+    ) -> Result<Result<Placed, String>, TargetError> {
+        let mut placed = match self.function(s, code, addr, 0, Some(displaced), t)? {
+            Ok(p) => p,
+            Err(why) => return Ok(Err(why)),
+        };
+        let original = s.read(slot, 5)?;
+        let (Some(far), Ok(rel)) =
+            (patch::jmp_rel32(slot, placed.tramp), i8::try_from(slot as i64 - (addr as i64 + 2)))
+        else {
+            return Ok(Err("the padding or the trampoline is out of reach".into()));
+        };
+        let mut short = vec![0xeb, rel as u8];
+        short.resize(displaced, arch::TRAP);
+        placed.plan.2 = short;
+        placed.retargets.push((slot, original, far.to_vec()));
+        Ok(Ok(placed))
+    }
+
+    /// A statement at `addr`, the return point of the `call rel32` just
+    /// before it (`Attach::Statement::lead_call`): the call goes to a
+    /// trampoline that pushes a shadow frame for it as a return probe's
+    /// entry does and jumps to the callee, whose return comes through a
+    /// return trampoline of its own that runs the statement's handlers
+    /// with the registers as at `addr` (rip there, rsp after the return)
+    /// and returns to `addr`. Every register saved (the full kinds).
+    pub(crate) fn call_site(
+        &self,
+        s: &mut Stopped,
+        code: &mut CodeRegion,
+        addr: u64,
+        t: Tramp,
+    ) -> Result<Result<Placed, String>, TargetError> {
+        let from = addr - 5;
+        let bytes = s.read(from, 5)?;
+        if bytes[0] != 0xe8 {
+            return Ok(Err("the instruction before it is not the call pass 2 found".into()));
+        }
+        let callee = addr.wrapping_add(i32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as i64 as u64);
+        let direct: Vec<(u32, u64)> = t.handlers.iter().map(|&(h, i)| (i, h)).collect();
+        let ret_pop = code.at(self.ret_pop);
+        let a = &self.artifact;
+        let ret_tramp = place(self, s, code, |at| {
+            trampoline::return_trampoline(
+                at,
+                self.region,
+                a.ctx_size,
+                ret_pop,
+                &trampoline::Returns::Direct(direct),
+                None,
+                &self.shadow(),
+                None,
+            )
+        })?;
+        let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
+        let entry = trampoline::Entry {
+            returns: t.handlers.iter().map(|&(_, i)| (i, None)).collect(),
+            ret_tramp,
+            ..self.entry(code, at, callee)
+        };
+        let prefix = trampoline::entry_prefix(&entry)
+            .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+        let reloc = at + prefix.len() as u64;
+        let (Some(go), Some(call)) = (patch::jmp_rel32(reloc, callee), patch::jmp_rel32(from, at)) else {
+            return Ok(Err("trampoline out of jump range".into()));
+        };
+        let mut tramp = prefix.clone();
+        tramp.extend_from_slice(&go);
+        s.write(at, &tramp)?;
+        let pid = s.pid() as u32;
+        self.own_trampoline(pid, at, &prefix, crate::owncode::Kind::Entry { site: callee });
+        self.own_add(
+            pid,
+            reloc,
+            reloc + go.len() as u64,
+            crate::owncode::Kind::Relocated { map: vec![(reloc, callee)], calling: None },
+        );
+        // `call` in place of the call: e8 and the new displacement.
+        let mut patch = call.to_vec();
+        patch[0] = 0xe8;
+        Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new() }))
+    }
+
+    /// The trampoline of a statement at `addr` whose jump goes on the
+    /// `lead` bytes of instructions before it (`Attach::Statement::lead`):
+    /// those instructions relocated (a call among them returns here), the
+    /// probe's prefix with the registers as at `addr`, and a jump to
+    /// `addr`, whose bytes stay as they are.
+    pub(crate) fn lead_in(
+        &self,
+        s: &mut Stopped,
+        code: &mut CodeRegion,
+        addr: u64,
+        lead: usize,
+        t: Tramp,
+    ) -> Result<Result<Placed, String>, TargetError> {
+        let from = addr - lead as u64;
+        let bytes = s.read(from, lead)?;
+        let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
+        let (relocated, copy) = match patch::relocate_with_map(&bytes, from, lead, at) {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why.to_string())),
+        };
+        // Without the copy's own jump back (to `addr`): the probe comes
+        // first.
+        let mut map = copy.map;
+        let Some((jump_back, _)) = map.pop() else { return Ok(Err("nothing to relocate".into())) };
+        let body = (jump_back - at) as usize;
+        let prefix_at = jump_back;
+        let entry = trampoline::Entry {
+            handlers: t.handlers,
+            ret_tramp: t.ret_tramp,
+            lean: t.lean,
+            inside: true,
+            ..self.entry(code, prefix_at, addr)
+        };
+        let prefix = trampoline::entry_prefix(&entry)
+            .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+        let end = prefix_at + prefix.len() as u64;
+        let (Some(back), Some(jmp)) = (patch::jmp_rel32(end, addr), patch::jmp_rel32(from, at)) else {
+            return Ok(Err("trampoline out of jump range".into()));
+        };
+        let mut tramp = relocated[..body].to_vec();
+        tramp.extend_from_slice(&prefix);
+        tramp.extend_from_slice(&back);
+        if tramp.len() > 1024 {
+            return Ok(Err("trampoline too large".into()));
+        }
+        s.write(at, &tramp)?;
+        self.relocs.borrow_mut().push((at, body as u32, from, lead as u32));
+        let pid = s.pid() as u32;
+        self.own_add(pid, at, prefix_at, crate::owncode::Kind::Relocated { map, calling: None });
+        self.own_add(
+            pid,
+            end,
+            end + back.len() as u64,
+            crate::owncode::Kind::Relocated { map: vec![(end, addr)], calling: None },
+        );
+        self.own_trampoline(pid, prefix_at, &prefix, crate::owncode::Kind::Entry { site: addr });
+        let mut patch = jmp.to_vec();
+        patch.resize(lead, arch::TRAP);
+        Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new() }))
+    }
+
+    /// A veneer to `target` within a patch jump's reach of `site`, in a
+    /// veneer page of this module's (one mapped near `site` when none is
+    /// in reach): its address, or why there is none.
+    pub(crate) fn veneer(&self, s: &mut Stopped, site: u64, target: u64) -> Result<Result<u64, String>, TargetError> {
+        let Some(bytes) = patch::far_jump(target) else {
+            return Ok(Err("trampoline out of jump range".into()));
+        };
+        let mut pages = self.veneers.borrow_mut();
+        let reaches = |p: &CodeRegion| {
+            let at = p.next.next_multiple_of(16);
+            at + bytes.len() as u64 <= p.remote + p.size && patch::jmp_rel32(site, at).is_some()
+        };
+        let i = match pages.iter().position(reaches) {
+            Some(i) => i,
+            None => match inject::veneer_page(s, site) {
+                Ok(p) => {
+                    pages.push(p);
+                    pages.len() - 1
+                }
+                Err(e) => return Ok(Err(format!("trampoline out of jump range, and no room for a veneer: {e}"))),
+            },
+        };
+        let Some(at) = pages[i].alloc(bytes.len()) else {
+            return Ok(Err("trampoline out of jump range, and no room for a veneer".into()));
+        };
+        s.write(at, &bytes)?;
+        // A sample there is at the site still: nothing has run but the
+        // veneer's load of x16.
+        let kind = crate::owncode::Kind::Relocated { map: vec![(at, site)], calling: None };
+        self.own_add(s.pid() as u32, at, at + bytes.len() as u64, kind);
+        Ok(Ok(at))
+    }
+
+    /// The trampoline of one function (or of an instruction inside one
+    /// whose jump displaces `site` bytes, as pass 2 planned it); the patch
+    /// to apply, or why not.
+    pub(crate) fn function(
+        &self,
+        s: &mut Stopped,
+        code: &mut CodeRegion,
+        addr: u64,
+        size: u64,
+        site: Option<usize>,
+        t: Tramp,
+    ) -> Result<Result<Placed, String>, TargetError> {
+        let bytes = s.read(addr, site.unwrap_or((size as usize).clamp(1, 1 << 20)) + 16)?;
+        let (hook, retargets) = match site {
+            Some(displaced) => (patch::Hook { patch_at: addr, displaced }, Vec::new()),
+            None => match patch::plan_loop(&bytes, addr, size) {
+                Ok(h) => h,
+                Err(why) => return Ok(Err(why.to_string())),
+            },
+        };
+        let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
+        let itrace = match (&t.itrace, self.itrace_wait) {
+            (Some(_), Some(w)) => Some((code.at(w), self.itraced.borrow().len() as u32)),
+            (Some(_), None) => return Ok(Err("the runtime library lacks rt_itrace_wait".into())),
+            _ => None,
+        };
+        let entry = trampoline::Entry {
+            handlers: t.handlers,
+            returns: t.returns,
+            ret_tramp: t.ret_tramp,
+            lean: t.lean,
+            itrace,
+            span: t.span,
+            inside: t.inside,
+            ra_saved: t.ra_saved,
+            // The landing pad before the site, when it signs x30.
+            ra_signed: (hook.patch_at - addr)
+                .checked_sub(4)
+                .and_then(|o| bytes.get(o as usize..o as usize + 4))
+                .map_or(0, |w| patch::signs_return(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))),
+            ..self.entry(code, at, addr)
+        };
+        let nothing = entry.handlers.is_empty() && entry.returns.is_empty() && entry.itrace.is_none();
+        let prefix = match &t.clock_only {
+            Some(so) => trampoline::clock_entry_prefix(&entry, so),
+            None if nothing => Ok(Vec::new()),
+            None => trampoline::entry_prefix(&entry),
+        }
+        .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
+        let start = (hook.patch_at - addr) as usize;
+        let displaced = &bytes[start..start + hook.displaced];
+        // A trampoline out of the jump's reach (a module larger than it):
+        // at a function's entry, through a veneer within reach, and back
+        // by a far jump (aarch64: x16 is free there).
+        let far = patch::jmp_rel32(hook.patch_at, at).is_none();
+        if far && (site.is_some() || !retargets.is_empty()) {
+            return Ok(Err(
+                "trampoline out of jump range (a far trampoline is only reached at a function's entry)".into()
+            ));
+        }
+        let reloc_at = at + prefix.len() as u64;
+        let relocate = if far { patch::relocate_at_entry } else { patch::relocate_with_map };
+        let (relocated, map) = match relocate(displaced, hook.patch_at, hook.displaced, reloc_at) {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why.to_string())),
+        };
+        let to = if far {
+            match self.veneer(s, hook.patch_at, at)? {
+                Ok(v) => v,
+                Err(why) => return Ok(Err(why)),
+            }
+        } else {
+            at
+        };
+        let Some(jmp) = patch::jmp_rel32(hook.patch_at, to) else {
+            return Ok(Err("trampoline out of jump range".into()));
+        };
+        if let Some(name) = t.itrace {
+            let resume = at + prefix.len() as u64;
+            let mut traced = crate::itrace::Traced::new(name, hook.patch_at, displaced.to_vec(), resume, &relocated);
+            traced.extra = retargets.iter().map(|r| (r.at, r.original.clone())).collect();
+            traced.loop_entry = (!retargets.is_empty()).then_some(hook.patch_at + patch::JMP_REL32_LEN as u64);
+            self.itraced.borrow_mut().push(traced);
+        }
+        self.relocs.borrow_mut().push((
+            at + prefix.len() as u64,
+            relocated.len() as u32,
+            hook.patch_at,
+            hook.displaced as u32,
+        ));
+        let prefix_len = prefix.len();
+        let mut tramp = prefix;
+        tramp.extend_from_slice(&relocated);
+        if tramp.len() > 1024 {
+            return Ok(Err("trampoline too large".into()));
+        }
+        s.write(at, &tramp)?;
+        let pid = s.pid() as u32;
+        self.own_trampoline(pid, at, &tramp[..prefix_len], crate::owncode::Kind::Entry { site: hook.patch_at });
+        let back = hook.patch_at + hook.displaced as u64;
+        let calling = map.calling.map(|(lo, hi)| (lo, hi, back));
+        let end = at + tramp.len() as u64;
+        self.own_add(pid, at + prefix_len as u64, end, crate::owncode::Kind::Relocated { map: map.map, calling });
+        let mut patch = jmp.to_vec();
+        if !retargets.is_empty() {
+            // The loops' way in: a second jump, past the probe, to the
+            // relocated first instructions.
+            let slot = hook.patch_at + patch::JMP_REL32_LEN as u64;
+            let Some(second) = patch::jmp_rel32(slot, at + prefix_len as u64) else {
+                return Ok(Err("trampoline out of jump range".into()));
+            };
+            patch.extend_from_slice(&second);
+        }
+        patch.resize(hook.displaced, arch::TRAP);
+        Ok(Ok(Placed {
+            plan: (hook.patch_at, displaced.to_vec(), patch),
+            tramp: at,
+            retargets: retargets.into_iter().map(|r| (r.at, r.original, r.patched)).collect(),
+        }))
+    }
+}

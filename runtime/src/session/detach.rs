@@ -1,0 +1,343 @@
+//! The end of a session: every patched byte put back and everything the
+//! session mapped unmapped, in the traced process, its forked children and
+//! the programs it exec'd; semaphores lowered.
+
+use super::*;
+
+/// The end of a session in a stopped process: the semaphores it raised.
+pub(super) fn lower_semaphores(s: &Stopped, semaphores: &[u64]) {
+    for &at in semaphores {
+        let Ok(b) = s.read(at, 2) else { continue };
+        let v = u16::from_le_bytes([b[0], b[1]]).saturating_sub(1);
+        let _ = s.write(at, &v.to_le_bytes());
+    }
+}
+
+/// In a stopped process of the session: the crash handler out, the
+/// semaphores lowered, the `patches`' original bytes back (threads inside
+/// them run out first). `what` names the process in warnings.
+pub(super) fn put_back(
+    s: &mut Stopped,
+    patches: &[Patch],
+    crash: Option<&crate::crash::Hook>,
+    semaphores: &[u64],
+    what: &str,
+) {
+    if let Some(hook) = crash {
+        crate::crash::uninstall(s, hook);
+    }
+    lower_semaphores(s, semaphores);
+    // A thread on a hop's or a loop's second jump sits inside a patch: out
+    // of it first.
+    let ranges: Vec<(u64, u64)> = patches.iter().map(|p| (p.at, p.original.len() as u64)).collect();
+    if let Err(e) = run_out_of(s, &ranges) {
+        crate::eprintln_escaped!("warning: {e}");
+    }
+    for p in patches {
+        // Only where our bytes still are: a library unloaded since (and
+        // whatever was mapped there after it) is left alone.
+        if s.read(p.at, p.patched.len()).is_ok_and(|now| now != p.patched) {
+            continue;
+        }
+        if let Err(e) = s.write(p.at, &p.original) {
+            crate::eprintln_escaped!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
+        }
+    }
+}
+
+/// Put `patches` back in process `pid` if it still runs the image they
+/// were made in (our region is mapped there), every thread stopped.
+pub(super) fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hook>, semaphores: &[u64]) {
+    if patches.is_empty() && crash.is_none() && semaphores.is_empty() {
+        return;
+    }
+    let ours = crate::os::proc::maps_file(pid, "/memfd:telco-stap", 0);
+    if !ours {
+        return;
+    }
+    match Stopped::attach(pid) {
+        Ok(mut s) => {
+            put_back(&mut s, patches, crash, semaphores, &format!("pid {pid}"));
+            if let Err(e) = s.detach() {
+                crate::eprintln_escaped!("warning: {e}");
+            }
+        }
+        Err(PtraceError::NoProcess(_)) => {}
+        Err(e) => crate::eprintln_escaped!("warning: cannot stop pid {pid} to remove the probes: {e}"),
+    }
+}
+
+impl Armed {
+    /// Put the original bytes back (the end of a session): in the traced
+    /// process, then in the processes it forked that still run its image
+    /// (they share the region and carry copies of the patches).
+    pub(super) fn restore(&mut self) {
+        let mut forks = self.forked_children();
+        let cut: Vec<i32> =
+            self.cut_off.iter().filter(|&&(p, fork)| fork && !forks.contains(&p)).map(|&(p, _)| p).collect();
+        forks.extend(cut);
+        let (crash, semaphores) = (self.crash, self.semaphores.clone());
+        self.restore_main();
+        for pid in forks {
+            self.restore_fork(pid, crash.as_ref(), &semaphores);
+        }
+        self.patches.clear();
+    }
+
+    /// A forked child: the patches it still holds (its own bytes checked:
+    /// the traced process may have placed others after the fork, where the
+    /// child has something else), the crash handler and semaphores it
+    /// inherited, then what the session mapped, as in the traced process.
+    pub(super) fn restore_fork(&mut self, pid: i32, crash: Option<&crate::crash::Hook>, semaphores: &[u64]) {
+        let mut s = match Stopped::attach(pid) {
+            Ok(s) => s,
+            Err(PtraceError::NoProcess(_)) => return,
+            Err(e) => {
+                crate::eprintln_escaped!(
+                    "warning: cannot stop pid {pid}, forked from {}, to remove the probes: {e}",
+                    self.pid
+                );
+                return;
+            }
+        };
+        s.use_stub(self.stub.as_ref());
+        let held: Vec<Patch> = self
+            .patches
+            .iter()
+            .filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched))
+            .cloned()
+            .collect();
+        self.clean(s, &held, crash, semaphores, &format!("pid {pid} (forked from {})", self.pid));
+    }
+
+    /// Take the session out of a stopped process of it: the crash handler,
+    /// the semaphores, the `patches` (threads inside them run out first),
+    /// then what the session mapped; detach. `what` names the process in
+    /// warnings.
+    pub(super) fn clean(
+        &mut self,
+        mut s: Stopped,
+        patches: &[Patch],
+        crash: Option<&crate::crash::Hook>,
+        semaphores: &[u64],
+        what: &str,
+    ) {
+        put_back(&mut s, patches, crash, semaphores, what);
+        // A process on its way out (the session ended it) loses the
+        // mappings with the rest of its memory.
+        if let Err(why) =
+            self.unmap_injected(&mut s).or_else(|e| if crate::os::proc::ending(s.pid()) { Ok(()) } else { Err(e) })
+        {
+            let w = format!("the session's memory stays mapped in {what}: {why}");
+            if !self.quiet {
+                crate::eprintln_escaped!("WARNING: {w}");
+            }
+            self.warnings.push(w);
+        }
+        if let Err(e) = s.detach() {
+            crate::eprintln_escaped!("warning: {e}");
+        }
+    }
+
+    /// The traced process's part of [`Armed::restore`].
+    pub(super) fn restore_main(&mut self) {
+        if !self.alive() || (self.patches.is_empty() && self.crash.is_none() && self.semaphores.is_empty()) {
+            return;
+        }
+        // After an exec the old image (and our hooks) are gone: writing the
+        // saved bytes would corrupt the new program. Our region's mapping
+        // tells which image this is.
+        let ours = crate::os::proc::maps_file(self.pid, "/memfd:telco-stap", 0);
+        if !ours {
+            // (The patches stay for the processes it forked before.)
+            self.crash = None;
+            self.semaphores.clear();
+            return;
+        }
+        // Put the original bytes back, with every thread stopped.
+        let s = match self.stopped.take() {
+            Some(s) => Ok(s),
+            None => Stopped::attach(self.pid).map(|mut s| {
+                s.use_stub(self.stub.as_ref());
+                s
+            }),
+        };
+        match s {
+            Ok(s) => {
+                let crash = self.crash.take();
+                let semaphores = std::mem::take(&mut self.semaphores);
+                let patches = self.patches.clone();
+                self.clean(s, &patches, crash.as_ref(), &semaphores, &format!("pid {}", self.pid));
+            }
+            // It exited meanwhile: nothing left to restore.
+            Err(PtraceError::NoProcess(_)) => {}
+            Err(e) => crate::eprintln_escaped!("warning: cannot stop pid {} to remove the probes: {e}", self.pid),
+        }
+    }
+
+    /// After the patches are restored (every thread stopped): unmap what the
+    /// session put into the process — code regions, the shared region, the
+    /// thread slots — so that a process traced again and again does not
+    /// grow. Calls still running under a return probe get their own return
+    /// addresses back first. Not while a thread is inside our code (a
+    /// trampoline, a handler, a call waiting for the tracer) or a vfork
+    /// child shares the memory: then why not.
+    pub(super) fn unmap_injected(&self, s: &mut Stopped) -> Result<(), String> {
+        use telco_abi::region::ThreadSlot;
+        let a = &self.hooker.artifact;
+        let page = |n: u64| n.next_multiple_of(4096);
+        let mut regions: Vec<(u64, u64)> = self._code.iter().map(|c| (c.remote, c.size)).collect();
+        if let Some(f) = &self.follow {
+            regions.extend(f._codes.iter().map(|c| (c.remote, c.size)));
+        }
+        let mut code = regions.clone();
+        if let Some(p) = &self.stub {
+            code.push((p.at, crate::arch::native::stub::SIZE));
+        }
+        // The block tracer's pool: threads in its code caches leave at
+        // their next block (`BlockTracing::finish` sent them out).
+        if let Some(b) = &self.blocktracer {
+            let (ranges, pool) = b.ranges();
+            code.extend(ranges.iter().copied());
+            regions.push(pool);
+        }
+        regions.push((self.region_remote, page(a.region_size)));
+        regions.push((self.region_remote - telco_abi::region::MIRROR_GAP, page(a.region_size)));
+        let threads_at = self.hooker.threads_at;
+        if threads_at != 0 {
+            regions.push((threads_at, inject::threads_size(a)));
+        }
+        // A thread inside our code (a trampoline, a disabled handler)
+        // runs on, alone, until it has left (`Stopped::run_out`: no single
+        // steps, which a dying tracer would leave armed): with the patches
+        // gone it does not come back (but through a return address, given
+        // back below).
+        let inside = |pc: u64| code.iter().any(|&(at, n)| pc >= at && pc < at + n);
+        let stuck = s.run_out(&inside, 200).map_err(|e| e.to_string())?;
+        if let Some(tid) = stuck.first() {
+            return Err(format!("thread {tid} stayed inside a probe for 200 ms"));
+        }
+        // Calls still running whose return address is a trampoline's: the
+        // return address goes back to the caller (as `rt_unwind` does for
+        // an exception), so they return past the trampolines (their return
+        // probes do not run: the session is over). A frame whose stack
+        // slot holds something else was left by a longjmp.
+        if threads_at != 0 {
+            use telco_abi::region::ShadowFrame;
+            let size = core::mem::size_of::<ThreadSlot>();
+            let slots = s.read(threads_at, size * a.nthreads as usize).map_err(|e| e.to_string())?;
+            let u32_at = |b: &[u8], off: usize| u32::from_le_bytes(b[off..off + 4].try_into().unwrap_or([0; 4]));
+            let u64_at = |b: &[u8], off: usize| u64::from_le_bytes(b[off..off + 8].try_into().unwrap_or([0; 8]));
+            // The frames are the target's word: a return address is put
+            // back only over one of our trampolines' addresses, and only
+            // in memory the program itself could write (a /proc/PID/mem
+            // write would also go through read-only pages).
+            let writable: Vec<(u64, u64)> = crate::os::proc::maps(s.pid())
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|m| m.writable)
+                .map(|m| (m.start, m.end))
+                .collect();
+            let may_write = |at: u64| writable.iter().any(|&(lo, hi)| at >= lo && at.saturating_add(8) <= hi);
+            for b in slots.chunks_exact(size) {
+                let depth = u32_at(b, core::mem::offset_of!(ThreadSlot, depth)).min(a.shadow_depth);
+                if u32_at(b, core::mem::offset_of!(ThreadSlot, pid)) != s.pid() as u32 || depth == 0 {
+                    continue;
+                }
+                // The whole stack in one read (up to MAXRETURNDEPTH frames).
+                let frames = u64_at(b, core::mem::offset_of!(ThreadSlot, frames));
+                let stride = a.frame_size as usize;
+                if stride < core::mem::size_of::<ShadowFrame>() {
+                    return Err("the artifact's shadow frames are too small".into());
+                }
+                let stack = s.read(frames, stride * depth as usize).map_err(|e| e.to_string())?;
+                // A stopped thread whose link register holds a trampoline's
+                // address (aarch64: a probed function before its prologue
+                // saved x30, or after its epilogue reloaded it).
+                let tid = u32_at(b, core::mem::offset_of!(ThreadSlot, tid)) as i32;
+                let mut regs = s.threads().any(|t| t == tid).then(|| s.regs(tid).ok()).flatten();
+                let mut link_changed = false;
+                for f in stack.chunks_exact(stride).rev() {
+                    let (ret, sp, tramp) = (
+                        u64_at(f, core::mem::offset_of!(ShadowFrame, ret)),
+                        u64_at(f, core::mem::offset_of!(ShadowFrame, sp)),
+                        u64_at(f, core::mem::offset_of!(ShadowFrame, tramp)),
+                    );
+                    // Where the function keeps it (`ShadowFrame::saved`:
+                    // aarch64's prologue may save x30 below the slot).
+                    let saved = u32_at(f, core::mem::offset_of!(ShadowFrame, saved)) as i32;
+                    let at = sp.wrapping_add((saved & !telco_abi::region::SAVED_SIGNED) as i64 as u64);
+                    // The word there signed as the function signs return
+                    // addresses (aarch64: the PAC bits, above the address).
+                    let holds = |w: &[u8]| u64_at(w, 0) & telco_abi::arch::native::PC_MASK == tramp;
+                    if inside(tramp) && may_write(at) && s.read(at, 8).is_ok_and(|w| holds(&w)) {
+                        s.write(at, &ret.to_le_bytes()).map_err(|e| e.to_string())?;
+                    }
+                    // The link register: the original return address as
+                    // the function was given it (signed, where it signs),
+                    // unless the function has authenticated it already: a
+                    // thread at the `ret` after its `autiasp` (the only
+                    // instruction between the two) gets it without the
+                    // signature.
+                    if let Some(r) = regs.as_mut().filter(|_| inside(tramp)) {
+                        match crate::arch::native::link_register(r) {
+                            Some(lr) if lr & telco_abi::arch::native::PC_MASK == tramp => {
+                                let signed = saved & telco_abi::region::SAVED_SIGNED != 0;
+                                let pc = crate::arch::native::pc(r);
+                                let authenticated = signed
+                                    && lr == tramp
+                                    && s.read(pc, 4).is_ok_and(|w| crate::arch::native::is_return(&w));
+                                let v = if authenticated { ret & telco_abi::arch::native::PC_MASK } else { ret };
+                                crate::arch::native::set_link_register(r, v);
+                                link_changed = true;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                if let (true, Some(r)) = (link_changed, &regs) {
+                    s.set_regs(tid, r).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        // A vfork child runs in this memory, and is not stopped.
+        if let Some(c) =
+            crate::os::proc::children(s.pid()).into_iter().find(|&c| crate::os::process::same_vm(c, s.pid()))
+        {
+            return Err(format!("its vfork child {c} shares its memory"));
+        }
+        let tid = s.main_thread();
+        for (at, len) in regions {
+            let r = s.syscall(tid, libc::SYS_munmap, [at, len, 0, 0, 0, 0]).map_err(|e| e.to_string())?;
+            if r < 0 {
+                return Err(format!("munmap({at:#x}, {len}): {}", std::io::Error::from_raw_os_error(-r as i32)));
+            }
+        }
+        // The stub last.
+        if let Some(p) = &self.stub {
+            s.remove_stub(p).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// After a session that ended before its `-c` command (exit(), -T,
+    /// Ctrl-C, SIGTERM): the command is ended too, as bpftrace does:
+    /// SIGTERM, then SIGKILL if it is still there after a second. Its
+    /// status is not the session's. Nothing to do for `-p` targets.
+    pub fn end_child(&mut self) {
+        if !self.child || self.exit_status.is_some() {
+            return;
+        }
+        crate::os::process::terminate(self.pid, std::time::Duration::from_secs(1));
+    }
+
+    /// After the session: wait for a spawned command to finish.
+    pub fn wait_child(&mut self) -> Option<i32> {
+        if self.child && self.exit_status.is_none() {
+            if let Ok(Some((_, status))) = crate::os::wait::wait(self.pid, true) {
+                self.ended(status);
+            }
+        }
+        self.exit_status
+    }
+}

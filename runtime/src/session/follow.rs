@@ -1,0 +1,386 @@
+//! Following the target's processes into the programs they exec: the
+//! exec hook's requests answered, the new image armed at its entry.
+
+use super::*;
+
+/// A process armed after an exec: what to undo at the end.
+pub(super) struct Child {
+    pub(crate) pid: i32,
+    pub(crate) patches: Vec<Patch>,
+    pub(crate) crash: Option<crate::crash::Hook>,
+    pub(crate) semaphores: Vec<u64>,
+}
+
+/// Following the target's children into the programs they `exec`: the C
+/// library's `execve` is hooked (`rt_execnotify`), the thread about to exec
+/// is attached (`ptrace::seize_for_exec`), and the new program, stopped at
+/// its entry point, gets the region mapped at the same address, thread
+/// slots at the same address, and the probes of every module it maps.
+pub(super) struct Follow {
+    /// The region's memfd in the tracer (`/proc/TRACER/fd/N` for children),
+    /// and its inode (a process that maps it is one of ours).
+    pub(crate) region_fd: i32,
+    /// The trusted mirror's memfd in the tracer (`Region::mirror_fd`).
+    pub(crate) mirror_fd: i32,
+    pub(crate) region_ino: u64,
+    pub(crate) region_remote: u64,
+    pub(crate) region_size: u64,
+    pub(crate) threads_at: u64,
+    /// `rt_execnotify`'s offset in the blob.
+    pub(crate) execnotify: u32,
+    /// Threads attached for an exec: (tid, pid, when to give up).
+    pub(crate) waiting: Vec<(i32, i32, std::time::Instant)>,
+    /// Processes whose exec stop `Armed::alive` took (the command: it
+    /// waits for its own child).
+    pub(crate) execed: Vec<i32>,
+    /// Processes armed after an exec: pid, the bytes to put back.
+    pub(crate) children: Vec<Child>,
+    /// What could not be followed, said once each.
+    pub(crate) said: std::collections::BTreeSet<String>,
+    /// Processes about to exec that share their parent's memory (vfork,
+    /// posix_spawn): they never ran a program of their own, so their exec
+    /// ends none (no process.end).
+    pub(crate) vforked: std::collections::BTreeSet<i32>,
+    /// The target sees the pids we see (one pid namespace): the rows'
+    /// owners can be checked from here (`Armed::reclaim_rows`).
+    pub(crate) same_pid_ns: bool,
+    /// When the rows were last checked.
+    pub(crate) rows_checked: std::time::Instant,
+    /// Code regions of the exec hooks and of the children (kept for the
+    /// session, like `Armed::_code`).
+    pub(crate) _codes: Vec<CodeRegion>,
+}
+
+/// Hook the C library's `execve` and `execveat` (in every process image
+/// that maps it) with `rt_execnotify`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn hook_execs(
+    hooker: &Hooker,
+    s: &mut Stopped,
+    a: &Artifact,
+    maps: &[Mapping],
+    execnotify: u32,
+    plans: &mut Vec<Plan>,
+    codes: &mut Vec<CodeRegion>,
+    refused: &mut Vec<String>,
+) -> Result<(), TargetError> {
+    for (_, entries) in symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"]) {
+        // A probe of the script's there already calls rt_execnotify.
+        let entries: Vec<_> = entries.into_iter().filter(|&(addr, _, _)| !hooked(plans, addr)).collect();
+        if entries.is_empty() {
+            continue;
+        }
+        let mut code = inject::code(s, a, entries[0].0, 1024 * entries.len() as u64 + 1024)?;
+        hooker.own_blob(s.pid() as u32, &code);
+        let handler = code.at(execnotify);
+        for (addr, size, _) in entries {
+            match hooker.function(s, &mut code, addr, size, None, Tramp::call(handler))? {
+                Ok(p) => plans.extend(p.into_plans()),
+                Err(why) => refused.push(format!(
+                    "the C library's exec at {addr:#x} ({why}): programs the target runs will not get their probes"
+                )),
+            }
+        }
+        codes.push(code);
+    }
+    Ok(())
+}
+
+/// Whether a patch planned so far is at function entry `addr` (a probe of
+/// the script's there, whose trampoline calls the runtime's hook too).
+pub(super) fn hooked(plans: &[Plan], addr: u64) -> bool {
+    plans.iter().any(|(at, _, _)| (addr..addr + 16).contains(at))
+}
+
+/// The C library's exec entries (`execve`, `execveat`): run-time addresses.
+pub(super) fn exec_entries(maps: &[Mapping]) -> Vec<u64> {
+    symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"])
+        .into_iter()
+        .flat_map(|(_, entries)| entries.into_iter().map(|(addr, _, _)| addr))
+        .collect()
+}
+
+/// Whether process `pid` shares its address space with its parent (a
+/// vfork or posix_spawn child before its exec): `kcmp(KCMP_VM)`.
+pub(super) fn shares_parent_memory(pid: i32) -> bool {
+    let Some((_, ppid)) = crate::os::proc::uid_and_parent(pid as u32) else { return false };
+    crate::os::process::same_vm(pid, ppid as i32)
+}
+
+const _: () = assert!(core::mem::offset_of!(telco_abi::region::Header, execname) % 8 == 0);
+
+/// Whether thread `tid` belongs to process `pid`, and `pid` maps the
+/// session's region (the memfd of inode `region_ino`): only the processes
+/// of the session do (it is injected into them, or inherited by a fork),
+/// however they were reparented.
+pub(super) fn ours(tid: i32, pid: i32, region_ino: u64) -> bool {
+    let tgid = crate::os::proc::tgid(tid);
+    if tid <= 0 || pid <= 0 || region_ino == 0 || tgid != Some(pid) {
+        return false;
+    }
+    crate::os::proc::maps_file(pid, "/memfd:telco-stap", region_ino)
+}
+
+impl Armed {
+    /// A thread asked to exec (`Header::exec_req`): attach to it so its new
+    /// program stops at the start, and answer. Then look at the threads
+    /// waiting to exec: a new program gets its probes; one that did not
+    /// exec after a while is let go.
+    pub(super) fn follow_execs(&mut self) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let Some(f) = &mut self.follow else { return };
+        let header = self.header;
+        let field = move |off: usize| {
+            // SAFETY: `header` is the live region's header; exec_req and
+            // exec_ack are u64 fields.
+            unsafe { AtomicU64::from_ptr(header.add(off) as *mut u64) }
+        };
+        let req_at = core::mem::offset_of!(telco_abi::region::Header, exec_req);
+        let ack_at = core::mem::offset_of!(telco_abi::region::Header, exec_ack);
+        // Acquire: pairs with rt_execnotify's AcqRel compare-and-swap.
+        let req = field(req_at).load(Ordering::Acquire);
+        if req != 0 && field(ack_at).load(Ordering::Acquire) != req {
+            let (pid, tid) = ((req >> 32) as i32, (req & 0xffff_ffff) as i32);
+            // The request is the target's word: attach only to a thread of
+            // a process this session traces (the command or one of its
+            // descendants, seen from here: a target in another pid
+            // namespace names ids that mean other processes here).
+            if !ours(tid, pid, f.region_ino) {
+                let note = format!(
+                    "cannot follow pid {pid} (as the target names it) into the program it runs: no process of \
+                     that id here maps this session's region (another pid namespace?)"
+                );
+                if f.said.insert(note.clone()) && !self.quiet {
+                    crate::eprintln_escaped!("WARNING: {note}");
+                }
+                field(ack_at).store(req, Ordering::Release);
+                return;
+            }
+            // Long enough for an exec on a loaded machine (the thread runs
+            // meanwhile: only an exec that failed waits this out).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            match f.waiting.iter_mut().find(|w| w.0 == tid) {
+                // Attached already (execvp trying one directory after
+                // another): more time.
+                Some(w) => w.2 = deadline,
+                None => match crate::os::ptrace::seize_for_exec(tid) {
+                    Ok(()) => {
+                        f.waiting.push((tid, pid, deadline));
+                        if shares_parent_memory(pid) {
+                            f.vforked.insert(pid);
+                        }
+                    }
+                    Err(e) => {
+                        let note = format!("cannot follow pid {pid} into the program it runs: {e}");
+                        if f.said.insert(note.clone()) && !self.quiet {
+                            crate::eprintln_escaped!("WARNING: {note}");
+                        }
+                    }
+                },
+            }
+            // Release: the thread goes on once we are attached.
+            field(ack_at).store(req, Ordering::Release);
+        }
+        let waiting = std::mem::take(&mut f.waiting);
+        let execed = std::mem::take(&mut f.execed);
+        // A process exec's once per stop: its other waiting threads are
+        // gone with the old image.
+        let mut armed_now: Vec<i32> = Vec::new();
+        for (tid, pid, deadline) in waiting {
+            if armed_now.contains(&pid) {
+                continue;
+            }
+            let seen = if execed.contains(&pid) {
+                crate::os::ptrace::ExecWait::Exec
+            } else {
+                crate::os::ptrace::poll_exec(tid, pid)
+            };
+            match seen {
+                crate::os::ptrace::ExecWait::Running if std::time::Instant::now() < deadline => {
+                    if let Some(f) = &mut self.follow {
+                        f.waiting.push((tid, pid, deadline));
+                    }
+                }
+                crate::os::ptrace::ExecWait::Running => crate::os::ptrace::release(tid, pid),
+                // The command itself ended here: its status is the session's.
+                crate::os::ptrace::ExecWait::Gone(Some(status)) if pid == self.pid && self.child => self.ended(status),
+                crate::os::ptrace::ExecWait::Gone(_) => {}
+                crate::os::ptrace::ExecWait::Exec => {
+                    armed_now.push(pid);
+                    // The old image's hooks went with it: never written
+                    // back into the new one.
+                    if pid == self.pid {
+                        self.patches.clear();
+                        self.semaphores.clear();
+                        self.crash = None;
+                        // No library of the old image will load now; the
+                        // symbol table's libraries were the old image's.
+                        self.pending.clear();
+                        self.late_syms.stop();
+                        self.set_dl_wait();
+                        self.refresh_execname();
+                    }
+                    if let Some(f) = &mut self.follow {
+                        f.children.retain(|c| c.pid != pid);
+                    }
+                    if let Err(e) = self.arm_exec(pid) {
+                        let exe = crate::os::proc::exe_path(pid);
+                        let note = format!("cannot probe pid {pid} ({}): {e}", exe.display());
+                        if let Some(f) = &mut self.follow {
+                            if f.said.insert(note.clone()) && !self.quiet {
+                                crate::eprintln_escaped!("WARNING: {note}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Process `pid` stopped at the start of a program it exec'd: run it to
+    /// its entry point and arm the probes of every module it maps, then let
+    /// it go.
+    pub(super) fn arm_exec(&mut self, pid: i32) -> Result<(), TargetError> {
+        let mut s = Stopped::adopt(pid)?;
+        // One trust domain per region: a program exec'd with privileges
+        // the session's first process did not have (setuid, setgid, file
+        // capabilities) runs unprobed; released as it is by the guard.
+        if let Some(why) = self.other_domain(pid) {
+            return Err(TargetError::Unsupported(format!(
+                "it runs with other credentials than the session's first process ({why}): processes of different \
+                 privileges never share a session's memory, so it runs without probes"
+            )));
+        }
+        run_to_entry(&mut s)?;
+        check_machine(pid)?;
+        let a = &self.hooker.artifact;
+        let maps = mappings(pid)?;
+        // Another program: the old image's code of ours is gone.
+        if let Ok(mut o) = self.hooker.own.write() {
+            o.forget(pid as u32);
+        }
+        // Another program: the runtime's entry hooks were the old image's;
+        // its own exec entries.
+        {
+            let mut hooks = self.hooker.entry_hooks.borrow_mut();
+            hooks.clear();
+            if let Some(f) = self.hooker.exec_notify {
+                hooks.extend(exec_entries(&maps).into_iter().map(|addr| (addr, (f, false))));
+            }
+        }
+        let exe = crate::os::proc::exe_path(pid);
+        let mut by_module: ByModule = BTreeMap::new();
+        for (i, p) in a.probes.iter().enumerate() {
+            let (module, file_offset) = match &p.attach {
+                Attach::Function { module, file_offset, only_exe, .. } => {
+                    if only_exe.as_ref().is_some_and(|only| !same_file(only, &exe)) {
+                        continue;
+                    }
+                    (module, file_offset)
+                }
+                Attach::Statement { module, file_offset, .. } => (module, file_offset),
+                _ => continue,
+            };
+            if runtime_addr(&maps, module, *file_offset).is_some() {
+                by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
+            }
+        }
+        let Some(f) = &self.follow else { return Ok(()) };
+        // The region and the thread slots at the addresses the trampolines
+        // and the handlers know. Also in a program without probes of its
+        // own: its exec hook follows the programs it runs in turn (`env
+        // prog`, a shell's children).
+        inject::map_region_at(&mut s, f.region_fd, f.mirror_fd, f.region_remote, f.region_size)?;
+        inject::threads_at(&mut s, a, f.threads_at)?;
+        let mut refused = Vec::new();
+        let mut plans = Vec::new();
+        let mut codes = Vec::new();
+        for (module, functions) in &by_module {
+            let (code, p) = self.hooker.module(&mut s, &maps, module, functions, &mut refused)?;
+            plans.extend(p);
+            codes.extend(code);
+        }
+        let execnotify = f.execnotify;
+        let region_remote = f.region_remote;
+        hook_execs(&self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
+        let mut patches = Vec::new();
+        apply(&mut s, plans, &mut patches, &self.hooker.relocs.borrow())?;
+        let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
+        if codes.is_empty() {
+            let near = arch::pc(&s.regs(pid)?);
+            let code = inject::code(&mut s, a, near, 4096)?;
+            self.hooker.own_blob(pid as u32, &code);
+            codes.push(code);
+        }
+        let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, region_remote));
+        // The old program ended (process.end, for the program this process
+        // ran: its own, or its parent's when it forked), the new one begins.
+        let old = self.exes.get(&pid).cloned().or_else(|| {
+            let (_, ppid) = crate::os::proc::uid_and_parent(pid as u32)?;
+            self.exes.get(&(ppid as i32)).cloned()
+        });
+        let vforked = self.follow.as_mut().is_some_and(|f| f.vforked.remove(&pid));
+        let mut said = Vec::new();
+        if let Some(code) = codes.first() {
+            if let Some(old) = old.as_ref().filter(|_| !vforked) {
+                said.extend(lifecycle(&mut s, a, code, region_remote, pid, LifeEvent::ProcessEnd, old));
+            }
+            said.extend(lifecycle(&mut s, a, code, region_remote, pid, LifeEvent::ProcessBegin, &exe));
+        }
+        s.detach()?;
+        self.exes.insert(pid, exe);
+        for r in refused {
+            if !self.quiet {
+                crate::eprintln_escaped!("WARNING: cannot probe {r} (pid {pid})");
+            }
+            self.warnings.push(format!("cannot probe {r} (pid {pid})"));
+        }
+        for w in said {
+            if !self.quiet {
+                crate::eprintln_escaped!("WARNING: {w}");
+            }
+            self.warnings.push(w);
+        }
+        if let Some(f) = &mut self.follow {
+            f.children.push(Child { pid, patches, crash, semaphores });
+            f._codes.extend(codes);
+        }
+        Ok(())
+    }
+
+    /// The end of a session: threads still waiting to exec are let go; the
+    /// followed programs' code is put back (those still running it).
+    pub(super) fn unfollow(&mut self) {
+        let Some(f) = &mut self.follow else { return };
+        for (tid, pid, _) in f.waiting.drain(..) {
+            crate::os::ptrace::release(tid, pid);
+        }
+        // An exec stop of the command that `alive` took after its thread
+        // stopped waiting: it sits in that stop, let it go.
+        for pid in f.execed.drain(..) {
+            crate::os::ptrace::detach_stopped(pid);
+        }
+        for c in f.children.drain(..) {
+            restore_patches(c.pid, &c.patches, c.crash.as_ref(), &c.semaphores);
+        }
+    }
+
+    /// The command exec'd: `execname()` in it is the new program's name.
+    pub(super) fn refresh_execname(&mut self) {
+        let comm = crate::os::proc::comm(self.pid);
+        let mut name = [0u8; 16];
+        let bytes = comm.trim_end().as_bytes();
+        name[..bytes.len().min(15)].copy_from_slice(&bytes[..bytes.len().min(15)]);
+        let at = core::mem::offset_of!(telco_abi::region::Header, execname);
+        for (i, chunk) in name.chunks_exact(8).enumerate() {
+            // SAFETY: the live region's header; execname is 16 bytes at an
+            // 8-aligned offset, read by handlers with plain loads.
+            unsafe {
+                std::sync::atomic::AtomicU64::from_ptr(self.header.add(at + 8 * i) as *mut u64).store(
+                    u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Libraries loaded later: probes waiting for their module are placed when
+//! the loader's `r_brk` hook says it is mapped; the symbol table takes
+//! their symbols.
+
+use super::*;
+
+/// A library armed once loaded: its probes, and where it was mapped.
+pub(super) struct Late {
+    pub(crate) functions: BTreeMap<u64, Vec<usize>>,
+    /// The run-time address of its first probed function.
+    pub(crate) at: u64,
+    /// The address range of its mappings.
+    pub(crate) range: (u64, u64),
+}
+
+impl Armed {
+    /// Where the symbol table finds the symbols of libraries the target
+    /// loads later (`symtab.rs`); those it maps already but pass 2 did not
+    /// read (preloaded ones) are added now.
+    pub fn symbols_from(&mut self, source: Box<dyn crate::symtab::SymbolSource>) {
+        if crate::symtab::LateSymbols::wanted(&self.hooker.artifact) {
+            self.late_syms.set_source(source);
+            self.publish_late_symbols();
+            self.set_dl_wait();
+        }
+    }
+
+    /// Threads in the loader's `r_brk` wait for the tracer while probes
+    /// wait for a library or the symbol table takes new ones (the hook is
+    /// there when either was wanted at arm time).
+    pub(super) fn set_dl_wait(&self) {
+        if self.header.is_null() {
+            return;
+        }
+        let wait = !(self.pending.is_empty() && self.late.is_empty()) || self.late_syms.active();
+        let at = core::mem::offset_of!(telco_abi::region::Header, dl_wait);
+        // SAFETY: the live region's header's dl_wait field.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.header.add(at) as *mut u32) }
+            .store(u32::from(wait), std::sync::atomic::Ordering::Release);
+    }
+
+    /// Add the libraries mapped now to the symbol table's late slots; say
+    /// once which ones found no room.
+    pub(super) fn publish_late_symbols(&mut self) {
+        if !self.late_syms.active() || self.header.is_null() {
+            return;
+        }
+        let Ok(maps) = mappings(self.pid) else { return };
+        // SAFETY: the header pointer is the live region's base, mapped for
+        // the artifact's region_size.
+        unsafe { self.late_syms.publish(self.mirror, &self.hooker.artifact, &maps) };
+        for p in &self.late_syms.no_room[self.late_syms_said..] {
+            let w = format!("no room in the symbol table for {}: backtraces will not name it", p.display());
+            if !self.quiet {
+                crate::eprintln_escaped!("WARNING: {w}");
+            }
+            self.warnings.push(w);
+        }
+        self.late_syms_said = self.late_syms.no_room.len();
+    }
+
+    /// Stop the target and hook the pending libraries that are mapped now;
+    /// libraries armed earlier and unloaded since wait again.
+    pub(super) fn place_pending(&mut self) -> Result<(), TargetError> {
+        let mut s = Stopped::attach(self.pid)?;
+        s.use_stub(self.stub.as_ref());
+        let maps = mappings(self.pid)?;
+        let gone: Vec<PathBuf> = self
+            .late
+            .iter()
+            .filter(|(m, l)| {
+                let first = *l.functions.keys().next().unwrap_or(&0);
+                runtime_addr(&maps, m, first) != Some(l.at)
+            })
+            .map(|(m, _)| m.clone())
+            .collect();
+        for m in gone {
+            if let Some(l) = self.late.remove(&m) {
+                // Its code went with it: nothing of ours to put back there.
+                let (lo, hi) = l.range;
+                self.patches.retain(|p| !(lo..hi).contains(&p.at));
+                self.semaphores.retain(|a| !(lo..hi).contains(a));
+                self.pending.entry(m).or_default().extend(l.functions);
+            }
+        }
+        let ready: Vec<PathBuf> = self
+            .pending
+            .iter()
+            .filter(|(m, f)| f.keys().next().is_some_and(|&off| runtime_addr(&maps, m, off).is_some()))
+            .map(|(m, _)| m.clone())
+            .collect();
+        let mut refused = Vec::new();
+        let mut plans = Vec::new();
+        for m in ready {
+            if let Some(functions) = self.pending.remove(&m) {
+                let (code, p) = self.hooker.module(&mut s, &maps, &m, &functions, &mut refused)?;
+                plans.extend(p);
+                self._code.extend(code);
+                let first = *functions.keys().next().unwrap_or(&0);
+                if let (Some(at), Some(range)) = (runtime_addr(&maps, &m, first), mapped_range(&maps, &m)) {
+                    self.late.insert(m, Late { functions, at, range });
+                }
+            }
+        }
+        apply(&mut s, plans, &mut self.patches, &self.hooker.relocs.borrow())?;
+        let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.semaphores, &self.patches);
+        self.semaphores.extend(raised);
+        // SAFETY: the header pointer is the live region's base.
+        unsafe { publish_symbols(self.mirror, s.pid(), &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
+        for r in refused {
+            if !self.quiet {
+                crate::eprintln_escaped!("WARNING: cannot probe {r}");
+            }
+            self.warnings.push(format!("cannot probe {r}"));
+        }
+        self.set_dl_wait();
+        s.detach()?;
+        Ok(())
+    }
+}

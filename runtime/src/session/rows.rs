@@ -1,0 +1,42 @@
+//! Per-thread rows of processes that ended, given back for reuse.
+
+use super::*;
+
+impl Armed {
+    /// Half the per-thread rows of the region are taken or more
+    /// (`Header::rows_next`): mark the rows whose process has ended
+    /// `ROW_FREE`, for `take_row` to hand out again once all have been
+    /// taken once (early, so that the rows are free before a new thread
+    /// needs one). Every 20 ms at most, and only when the target's pids
+    /// are ours (one pid namespace); a process not reaped yet still holds
+    /// its rows.
+    pub(super) fn reclaim_rows(&mut self) {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use telco_abi::region::{Header, ROW_FREE};
+        let Some(f) = &mut self.follow else { return };
+        if !f.same_pid_ns || self.header.is_null() || f.rows_checked.elapsed() < std::time::Duration::from_millis(20) {
+            return;
+        }
+        f.rows_checked = std::time::Instant::now();
+        let a = &self.hooker.artifact;
+        let field = |off: usize| {
+            // SAFETY: a u32 of the live region: the header's rows_next, or
+            // one of the `nthreads` row owners at `row_owners_off` (4-aligned,
+            // inside the region: layout.rs).
+            unsafe { AtomicU32::from_ptr(self.header.add(off) as *mut u32) }
+        };
+        if field(core::mem::offset_of!(Header, rows_next)).load(Ordering::Relaxed) < a.nthreads / 2 {
+            return;
+        }
+        for r in 0..a.nthreads as usize {
+            let owner = field(a.row_owners_off as usize + 4 * r);
+            let o = owner.load(Ordering::Acquire);
+            if o == 0 || o == ROW_FREE || o > i32::MAX as u32 {
+                continue;
+            }
+            if !crate::os::process::exists(o as i32) {
+                let _ = owner.compare_exchange(o, ROW_FREE, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+    }
+}
