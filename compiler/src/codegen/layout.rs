@@ -16,7 +16,7 @@
 //! Arrays have a fixed capacity and `2 × capacity` slots (rounded up to a
 //! power of two).
 
-use crate::program::{GlobalKind, Point, Program, Ty};
+use crate::program::{linear_buckets, GlobalKind, Point, Program, Ty};
 use std::collections::HashMap;
 use telco_abi::artifact::Limits;
 use telco_abi::region::*;
@@ -517,10 +517,6 @@ pub fn stat_desc(hists: &[HistKey]) -> StatDesc {
     }
     d.size = off;
     d
-}
-
-pub fn linear_buckets(lo: i64, hi: i64, step: i64) -> u32 {
-    (((hi as i128 - lo as i128) / (step.max(1) as i128)) + 3).clamp(3, 1 << 20) as u32
 }
 
 fn desc_bytes(d: &StatDesc) -> Vec<u8> {

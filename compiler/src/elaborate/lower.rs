@@ -693,7 +693,7 @@ impl<'a> Lowerer<'a> {
         };
         let (hist, _) = self.at_op(c, h.span);
         let buckets = match &hist.kind {
-            ExprKind::HistLinear { lo, hi, step, .. } => crate::codegen::layout::linear_buckets(*lo, *hi, *step),
+            ExprKind::HistLinear { lo, hi, step, .. } => crate::program::linear_buckets(*lo, *hi, *step),
             _ => telco_abi::region::HIST_LOG_BUCKETS,
         };
         let key = f.keys.first()?;

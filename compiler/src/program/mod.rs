@@ -438,6 +438,13 @@ pub enum ExprKind {
     },
 }
 
+/// How many buckets `@hist_linear(s, LO, HI, STEP)` has in the region
+/// (3 to 2^20): pass 2's `foreach` over the histogram and pass 3's layout
+/// of the statistic count them alike.
+pub fn linear_buckets(lo: i64, hi: i64, step: i64) -> u32 {
+    (((hi as i128 - lo as i128) / (step.max(1) as i128)) + 3).clamp(3, 1 << 20) as u32
+}
+
 impl Program {
     /// Whether `add_chrome_spans` added its probe.
     pub fn has_chrome_spans(&self) -> bool {

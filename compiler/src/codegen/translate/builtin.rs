@@ -118,7 +118,7 @@ impl Gen<'_, '_, '_> {
             return None;
         }
         let buckets = match key {
-            HistKey::Linear { lo, hi, step } => crate::codegen::layout::linear_buckets(lo, hi, step),
+            HistKey::Linear { lo, hi, step } => crate::program::linear_buckets(lo, hi, step),
             _ => abi::HIST_LOG_BUCKETS,
         };
         let p = self.expr(stat);
