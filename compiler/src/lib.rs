@@ -4,6 +4,8 @@
 //! * Pass 1: [`parse::parse`] turns script text into an [`ast::Script`] and
 //!   diagnostics ([`lexer`], [`preprocess`], the lalrpop grammar,
 //!   [`validate`]); [`print::print_script`] prints it back.
+//! * [`library`]: the tapsets and macro libraries as files, read by
+//!   passes 1 (macros) and 2 (tapsets).
 //! * Pass 2: [`elaborate::elaborate`] turns the tree and the tapsets it uses
 //!   into a typed, resolved [`program::Program`], with probe points resolved
 //!   against ELF files ([`elf`]).
@@ -22,6 +24,7 @@ pub mod elf;
 pub mod format;
 pub mod glob;
 pub mod lexer;
+pub mod library;
 pub mod parse;
 pub mod preprocess;
 pub mod print;

@@ -50,7 +50,7 @@ impl Default for PpConfig {
             systemtap_v: "5.0".into(),
             guru_mode: false,
             script_args: Vec::new(),
-            library: crate::elaborate::tapsets::builtin_macro_libraries(),
+            library: crate::library::builtin_macro_libraries(),
         }
     }
 }
