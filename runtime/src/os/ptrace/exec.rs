@@ -1,0 +1,107 @@
+//! Following a thread into the program it execs: seized without being
+//! stopped, polled, and let go again.
+
+use super::deadline::{wait_for, Until, STOP_WITHIN};
+use super::req;
+use super::thread::EXEC_OPTIONS;
+use super::PtraceError;
+use crate::os::wait::Status;
+use std::time::Instant;
+
+/// What a thread attached by [`seize_for_exec`] did since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecWait {
+    /// Still running its old program (signals it got meanwhile were passed on).
+    Running,
+    /// Stopped at the start of its new program: `pid` (the exec made the
+    /// thread its process's only one), ready for
+    /// [`Stopped::adopt`](super::Stopped::adopt).
+    Exec,
+    /// Gone (exited or killed), with its wait status when this wait
+    /// reaped it.
+    Gone(Option<Status>),
+}
+
+/// Attach to a thread about to `exec` without stopping it, so that the
+/// new program stops before its first instruction (`PTRACE_O_TRACEEXEC`).
+pub fn seize_for_exec(tid: i32) -> Result<(), PtraceError> {
+    req::seize(tid, nix::sys::ptrace::Options::from_bits_retain(EXEC_OPTIONS)).map_err(PtraceError::Seize)
+}
+
+/// Poll a thread attached by [`seize_for_exec`] (process `pid`), without
+/// blocking.
+pub fn poll_exec(tid: i32, pid: i32) -> ExecWait {
+    loop {
+        let mut r = crate::os::wait::wait(tid, false);
+        if r.is_err() && tid != pid {
+            // A thread other than the leader exec'd: it is the leader now.
+            r = crate::os::wait::wait(pid, false);
+        }
+        match r {
+            Ok(None) => return ExecWait::Running,
+            Err(_) => return ExecWait::Gone(None),
+            Ok(Some((who, status))) => match exec_stop(who, status) {
+                Some(w) => return w,
+                None => continue,
+            },
+        }
+    }
+}
+
+/// What the wait status `status` of thread `tid`, attached by
+/// [`seize_for_exec`], says: an exec or an end; any other stop (a signal
+/// for it, passed on; a group stop) is resumed and gives `None`.
+pub fn exec_stop(tid: i32, status: Status) -> Option<ExecWait> {
+    if status.ended() {
+        return Some(ExecWait::Gone(Some(status)));
+    }
+    if status.is_exec() {
+        return Some(ExecWait::Exec);
+    }
+    let deliver = if status.event() == 0 { status.stop_signal().unwrap_or(0) } else { 0 };
+    if req::cont(tid, deliver).is_err() {
+        return Some(ExecWait::Gone(None));
+    }
+    None
+}
+
+/// Let go of a thread of ours that sits in a stop already reported.
+pub fn detach_stopped(tid: i32) {
+    let _ = req::detach(tid, 0);
+}
+
+/// Let go of a thread attached by [`seize_for_exec`] (of process `pid`):
+/// stopped, then detached with any signal it was about to get. A thread
+/// that exec'd meanwhile is the process's leader now: `pid` is let go.
+pub fn release(tid: i32, pid: i32) {
+    let tid = if req::interrupt(tid).is_ok() {
+        tid
+    } else if tid != pid && req::interrupt(pid).is_ok() {
+        pid
+    } else {
+        // Not stoppable: it may sit in a stop already (an exec's).
+        let _ = req::detach(pid, 0);
+        return;
+    };
+    let mut pending = 0;
+    let until = Until { since: Instant::now(), deadline: Some(Instant::now() + STOP_WITHIN), signals: false };
+    loop {
+        // It stops at once, unless it waits in the kernel (then the kernel
+        // lets it go when the tracer exits).
+        let Ok(Ok(status)) = wait_for(tid, until) else { return };
+        if status.ended() {
+            return;
+        }
+        if status.event() == 0 {
+            // A signal-delivery stop came first: keep the signal, wait on.
+            pending = status.stop_signal().unwrap_or(0);
+            if req::cont(tid, 0).is_err() {
+                return;
+            }
+            let _ = req::interrupt(tid);
+            continue;
+        }
+        break;
+    }
+    let _ = req::detach(tid, pending);
+}

@@ -1,0 +1,178 @@
+//! [`Thread`]: one seized and stopped thread alone (`.itrace` steps it
+//! while the others run on), and the ptrace options threads are seized
+//! with.
+
+use super::deadline::{signal_of, stop_again, wait_for, Again, Run, Until};
+use super::{req, PtraceError, Regs};
+use crate::arch::native as arch;
+
+/// One seized and stopped thread: a guard that detaches it (with any
+/// signal it was about to get) when dropped.
+/// [`Stopped`](super::Stopped) holds one per thread of a process;
+/// `.itrace` seizes a single thread, the others running on, single-steps
+/// it through one call, then lets it go.
+pub struct Thread {
+    pub(super) tid: i32,
+    /// A signal that arrived meanwhile, delivered with the next step (its
+    /// handler is then traced too) or at detach.
+    pub(super) pending: i32,
+    pub(super) detached: bool,
+    /// Its ptrace options (`PTRACE_SETOPTIONS` replaces them all).
+    pub(super) options: i32,
+}
+
+/// The options of a thread seized to be stopped: TRACESYSGOOD, so that a
+/// thread in a system-call stop whose tracer dies resumes with an invalid
+/// signal number (ignored), where without it the kernel would send itself
+/// SIGTRAP and die.
+const OPTIONS: i32 = libc::PTRACE_O_TRACESYSGOOD;
+/// Those of a thread followed into its exec (`seize_for_exec`,
+/// `process::spawn_traced`), then adopted.
+pub(super) const EXEC_OPTIONS: i32 = libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_TRACESYSGOOD;
+
+/// What a single step did.
+pub enum Step {
+    /// One instruction ran (or a signal handler was entered).
+    Done,
+    /// A signal stopped the thread first; it goes with the next step.
+    Signal,
+    /// The thread is gone.
+    Exited,
+}
+
+impl Thread {
+    /// Seize thread `tid` and stop it (PTRACE_SEIZE + PTRACE_INTERRUPT).
+    /// A thread that does not stop (it waits in the kernel where signals
+    /// do not reach: a vfork's parent, a killable wait) is waited for
+    /// until ^C.
+    pub fn seize(tid: i32) -> Result<Thread, PtraceError> {
+        req::seize(tid, nix::sys::ptrace::Options::from_bits_retain(OPTIONS)).map_err(PtraceError::Seize)?;
+        let mut t = Thread { tid, pending: 0, detached: false, options: OPTIONS };
+        req::interrupt(tid)?;
+        let st = match wait_for(tid, Until::signalled())? {
+            Ok(st) => st,
+            Err(_) => {
+                // Seized, not stopped: it cannot be detached; the kernel
+                // lets it go when the tracer exits.
+                t.detached = true;
+                return Err(PtraceError::Abandoned {
+                    op: "stop (PTRACE_INTERRUPT)".into(),
+                    tid,
+                    pid: tgid_of(tid),
+                    why: "SIGINT or SIGTERM",
+                    after: " (the kernel lets it go when the tracer exits)",
+                });
+            }
+        };
+        if st.ended() {
+            t.detached = true;
+            return Err(PtraceError::Exited { tid });
+        }
+        if let Some(sig) = signal_of(st).filter(|&s| s != libc::SIGTRAP) {
+            t.pending = sig;
+        }
+        Ok(t)
+    }
+
+    pub fn tid(&self) -> i32 {
+        self.tid
+    }
+
+    pub fn regs(&self) -> Result<Regs, PtraceError> {
+        req::get_regs(self.tid)
+    }
+
+    pub fn set_regs(&self, r: &Regs) -> Result<(), PtraceError> {
+        req::set_regs(self.tid, r)
+    }
+
+    /// The thread's vector registers as the architecture's register set
+    /// holds them (`arch::VECTOR_REGSET`); empty where it has none.
+    pub fn vector_regs(&self) -> Result<Vec<u8>, PtraceError> {
+        let Some(nt) = arch::VECTOR_REGSET else { return Ok(Vec::new()) };
+        let mut buf = vec![0u8; 4096];
+        let n = req::get_regset(self.tid, nt, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Execute one instruction.
+    /// The thread's own code: as long as it takes (a system call that
+    /// waits), but not past ^C, which stops it again where it is.
+    pub fn step(&mut self) -> Result<Step, PtraceError> {
+        let tid = self.tid;
+        let mut sig = std::mem::take(&mut self.pending);
+        let until = Until::signalled();
+        loop {
+            req::step(tid, sig)?;
+            sig = 0;
+            let st = match wait_for(tid, until)? {
+                Ok(st) => st,
+                Err(why) => {
+                    let pid = tgid_of(tid);
+                    let stopped = match stop_again(tid, Run::Step, &mut |_| {})? {
+                        Again::Stopped(s) => {
+                            self.pending = s;
+                            true
+                        }
+                        Again::Exited => {
+                            self.detached = true;
+                            return Ok(Step::Exited);
+                        }
+                        Again::Running => {
+                            self.detached = true;
+                            false
+                        }
+                    };
+                    let after = " (the kernel lets it go when the tracer exits)";
+                    return Err(PtraceError::gave_up(why, stopped, "single step".into(), tid, pid, 0, after));
+                }
+            };
+            if st.ended() {
+                self.detached = true;
+                return Ok(Step::Exited);
+            }
+            match signal_of(st) {
+                Some(libc::SIGTRAP) => return Ok(Step::Done),
+                Some(s) => {
+                    self.pending = s;
+                    return Ok(Step::Signal);
+                }
+                // An interrupt's stop left from before: not the step's.
+                None => {}
+            }
+        }
+    }
+
+    /// Let the thread run on untraced.
+    pub fn detach(mut self) -> Result<(), PtraceError> {
+        self.let_go()
+    }
+
+    /// Detach once, delivering the pending signal; a thread already gone
+    /// (ESRCH) is no error.
+    pub(super) fn let_go(&mut self) -> Result<(), PtraceError> {
+        if std::mem::replace(&mut self.detached, true) {
+            return Ok(());
+        }
+        match req::detach(self.tid, self.pending) {
+            Err(PtraceError::Call { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            r => r,
+        }
+    }
+}
+
+impl Drop for Thread {
+    fn drop(&mut self) {
+        let _ = self.let_go();
+    }
+}
+
+/// The process of thread `tid` (`Tgid` in `/proc/TID/status`), for errors;
+/// the thread's own id if that cannot be read.
+fn tgid_of(tid: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok()))
+        .unwrap_or(tid)
+}
