@@ -13,6 +13,8 @@
 //!   program into a `telco_abi::artifact::Artifact`: one linked blob of
 //!   machine code, its probe table and the shared region's layout.
 //! * [`arch`]: what passes 2 and 4 know about the instruction set.
+//! * [`image`]: an ELF file's bytes and the sections several layers read,
+//!   beneath [`arch`], [`dwarf`] and [`elf`].
 
 pub mod arch;
 pub mod ast;
@@ -23,6 +25,7 @@ pub mod elaborate;
 pub mod elf;
 pub mod format;
 pub mod glob;
+pub mod image;
 pub mod lexer;
 pub mod library;
 pub mod parse;

@@ -162,10 +162,10 @@ pub(crate) fn code_addresses_in_data(
 /// landing pads of their LSDAs (`.gcc_except_table`). A malformed entry
 /// ends the walk; what was read stands.
 pub(crate) fn fdes_and_landing_pads(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) -> (Vec<(u64, u64)>, Vec<u64>) {
-    use crate::elf::unwind::{eh_frame, landing_pads, section};
+    use crate::image::{eh_frame, landing_pads, section};
     use gimli::UnwindSection;
     let (mut fdes, mut pads) = (Vec::new(), Vec::new());
-    let Some((eh, bases)) = eh_frame(elf, bytes) else { return (fdes, pads) };
+    let Some((eh, bases)) = eh_frame(elf, bytes, native::CFI_VENDOR) else { return (fdes, pads) };
     let lsda_section = section(elf, bytes, ".gcc_except_table");
     let mut entries = eh.entries(&bases);
     while let Ok(Some(entry)) = entries.next() {

@@ -142,7 +142,7 @@ pub(super) fn separate(
         if candidate == path || !candidate.is_file() {
             continue;
         }
-        let Ok(data) = crate::elf::read_file(&candidate) else { continue };
+        let Ok(data) = crate::image::read(&candidate) else { continue };
         if crc.is_some_and(|c| crc32(&data) != c) {
             continue;
         }
@@ -161,7 +161,7 @@ pub(super) fn separate(
 }
 
 fn section<'a>(elf: &Elf<'_>, bytes: &'a [u8], name: &str) -> Option<&'a [u8]> {
-    crate::elf::unwind::section(elf, bytes, name).map(|(_, d)| d)
+    crate::image::section(elf, bytes, name).map(|(_, d)| d)
 }
 
 /// The GNU build-id note's bytes.

@@ -19,10 +19,13 @@
 //! the address and the globals ([`Var`]); [`expr`] turns a location
 //! expression at that address into a [`expr::Location`] over registers,
 //! the CFA (computed from `.eh_frame`) and link-time addresses; [`types`]
-//! reads types on demand, by DIE offset.
+//! reads types on demand, by DIE offset; [`lines`] reads the line tables
+//! (`.statement("func@file.c:LINE")`). The file's bytes and sections are
+//! `image`'s.
 
 pub mod expr;
 mod file;
+pub mod lines;
 pub mod types;
 
 use std::collections::HashMap;
@@ -155,15 +158,15 @@ impl Debug {
     pub fn load(
         path: &std::path::Path,
         elf: &goblin::elf::Elf<'_>,
-        bytes: &crate::elf::Image,
+        bytes: &crate::image::Image,
     ) -> Result<Option<Debug>, String> {
         let own = file::sections(elf, bytes)?;
         let (path, file, sections) = if own.contains_key(".debug_info") {
             match bytes {
-                crate::elf::Image::Read(whole) => (path.to_path_buf(), whole.clone(), own),
+                crate::image::Image::Read(whole) => (path.to_path_buf(), whole.clone(), own),
                 // Bytes the caller holds (a running process's file): the
                 // DWARF sections copied, not the whole file.
-                crate::elf::Image::Given(_) => (path.to_path_buf(), Arc::from(&[][..]), file::owned(own, bytes)),
+                crate::image::Image::Given(_) => (path.to_path_buf(), Arc::from(&[][..]), file::owned(own, bytes)),
             }
         } else {
             match file::separate(path, elf, bytes)? {
@@ -213,7 +216,7 @@ impl Debug {
         })
     }
 
-    /// The DWARF sections, for readers of other parts (`elf::lines`).
+    /// The DWARF sections, for readers of other parts ([`lines`]).
     pub(crate) fn dwarf(&self) -> &gimli::Dwarf<R> {
         &self.dwarf
     }
@@ -610,7 +613,7 @@ impl Debug {
             let unit = self.unit(*u)?;
             if let Some(f) = file {
                 let cu_name = self.unit_name(&unit).unwrap_or_default();
-                if !crate::elf::lines::file_matches(&cu_name, f) {
+                if !lines::file_matches(&cu_name, f) {
                     continue;
                 }
             }

@@ -14,6 +14,7 @@ use goblin::elf::Elf;
 use goblin::strtab::Strtab;
 
 use super::{ElfError, Function, Machine, Module, ModuleKind, SkipReason, Skipped};
+use crate::image::ReadError;
 
 pub(super) fn load(path: &Path) -> Result<Module, ElfError> {
     let io = |source| ElfError::Io { path: path.to_path_buf(), source };
@@ -22,55 +23,17 @@ pub(super) fn load(path: &Path) -> Result<Module, ElfError> {
     parse(&canonical, &bytes)
 }
 
-/// `path` opened for reading if it is a regular file. Devices and FIFOs
-/// would never end (or never start), and opening a device may do
-/// something (a watchdog's starts it): checked on a descriptor that opens
-/// nothing (`O_PATH`: a path derived from what a target shows, a separate
-/// debug file's beside its module, may be swapped between a check and an
-/// open), then opened through that descriptor (`/proc/self/fd/N`: the
-/// same file), without blocking. An `InvalidInput` error for any other
-/// file.
-pub(super) fn open_regular(path: &Path) -> std::io::Result<fs::File> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let not_regular = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-    let handle = fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(path)?;
-    let checked = handle.metadata()?;
-    if !checked.is_file() {
-        return Err(not_regular());
-    }
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
-    let meta = f.metadata()?;
-    if !meta.is_file() || (meta.dev(), meta.ino()) != (checked.dev(), checked.ino()) {
-        return Err(not_regular());
-    }
-    Ok(f)
-}
-
-/// The bytes of a module file ([`open_regular`]), at most 4 GiB.
+/// The bytes of a module file (`image::read`), its errors as an
+/// [`ElfError`].
 pub(super) fn read(path: &Path) -> Result<Vec<u8>, ElfError> {
-    use std::io::Read;
-    const MAX_MODULE_BYTES: u64 = 4 << 30;
-    let io = |source| ElfError::Io { path: path.to_path_buf(), source };
-    let f = open_regular(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::InvalidInput => {
-            ElfError::Malformed { path: path.to_path_buf(), what: "not a regular file".into() }
-        }
-        _ => io(e),
-    })?;
-    let meta = f.metadata().map_err(io)?;
-    if meta.len() > MAX_MODULE_BYTES {
-        return Err(ElfError::Malformed {
+    crate::image::read(path).map_err(|e| match e {
+        ReadError::Io(source) => ElfError::Io { path: path.to_path_buf(), source },
+        ReadError::NotRegular => ElfError::Malformed { path: path.to_path_buf(), what: "not a regular file".into() },
+        ReadError::TooLarge(len) => ElfError::Malformed {
             path: path.to_path_buf(),
-            what: format!("{} bytes is larger than any module this tracer reads (4 GiB)", meta.len()),
-        });
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    f.take(meta.len()).read_to_end(&mut bytes).map_err(io)?;
-    Ok(bytes)
+            what: format!("{len} bytes is larger than any module this tracer reads (4 GiB)"),
+        },
+    })
 }
 
 /// A defined function symbol, before symbols at one address are grouped.

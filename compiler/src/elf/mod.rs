@@ -21,9 +21,10 @@
 //! called: [`SkipReason::ColdPart`]).
 //!
 //! Also here: [`sdt`] reads SDT markers and their argument specs (the
-//! operand syntax is the architecture's: `arch::native::sdt`); [`lines`]
-//! reads DWARF line tables for `.statement("func@file.c:LINE")`; [`unwind`]
-//! reads `.eh_frame` and LSDAs. In a stripped file every FDE that starts a
+//! operand syntax is the architecture's: `arch::native::sdt`); [`unwind`]
+//! reads `.eh_frame` (through `image`, which holds the file's bytes:
+//! [`Image`]); DWARF line tables for `.statement("func@file.c:LINE")` are
+//! `dwarf::lines`'s. In a stripped file every FDE that starts a
 //! fresh frame and that no symbol covers becomes a function
 //! `sub_<file offset>` (`load::add_unnamed_functions`), globbed, listed,
 //! probed and named in backtraces like any other. The architecture's
@@ -37,55 +38,18 @@
 mod demangle;
 
 mod ldcache;
-pub mod lines;
 mod load;
 pub mod sdt;
 mod search;
 
 use crate::arch::native::{entry, sites};
+use crate::dwarf::lines;
 pub mod unwind;
 
 use std::path::{Path, PathBuf};
 
+pub use crate::image::Image;
 pub use search::{find_module, find_on_path, load_closure, resolve_library};
-
-/// The bytes of a file named by a module (a separate debug file): as
-/// [`Module::load`] reads them (regular files only, bounded, never blocking).
-pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, ElfError> {
-    load::read(path)
-}
-
-/// A module file's bytes: read by pass 2 from a path, or given by the
-/// caller ([`Module::from_image`]: a file a running process maps, opened
-/// as it maps it and held mapped by the runtime, whose path names another
-/// file or none here).
-#[derive(Clone)]
-pub enum Image {
-    Read(std::sync::Arc<[u8]>),
-    Given(std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>),
-}
-
-impl Image {
-    pub fn given(bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>) -> Image {
-        Image::Given(bytes)
-    }
-}
-
-impl std::ops::Deref for Image {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Image::Read(b) => b,
-            Image::Given(b) => (**b).as_ref(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Image {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Image({} bytes)", self.len())
-    }
-}
 
 /// A loaded ELF module (executable or shared library) and its function symbols.
 ///
@@ -416,8 +380,9 @@ impl Module {
                     n
                 }
                 None => {
-                    let file =
-                        self.reopened.get_or_init(|| load::open_regular(&self.path).ok().map(std::sync::Arc::new));
+                    let file = self
+                        .reopened
+                        .get_or_init(|| crate::image::open_regular(&self.path).ok().map(std::sync::Arc::new));
                     file.as_ref()?.read_at(&mut code, offset).ok()?
                 }
             };

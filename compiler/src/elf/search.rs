@@ -53,7 +53,7 @@ impl Ident {
     /// Only the first 20 bytes are read.
     fn accepts(&self, path: &Path) -> bool {
         let mut head = [0u8; 20];
-        let read = super::load::open_regular(path).and_then(|mut f| f.read_exact(&mut head));
+        let read = crate::image::open_regular(path).and_then(|mut f| f.read_exact(&mut head));
         if read.is_err() || !head.starts_with(b"\x7fELF") {
             return false;
         }

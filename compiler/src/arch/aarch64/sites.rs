@@ -774,8 +774,7 @@ mod tests {
         // call's frame, and `main`'s rows after its `stp x29, x30, [sp,
         // #-N]!` have the compact rule's shape.
         use gimli::UnwindSection;
-        let (mut eh, bases) = crate::elf::unwind::eh_frame(&elf, &bytes).unwrap();
-        eh.set_vendor(super::super::CFI_VENDOR);
+        let (eh, bases) = crate::image::eh_frame(&elf, &bytes, super::super::CFI_VENDOR).unwrap();
         let main = elf.syms.iter().find(|y| elf.strtab.get_at(y.st_name) == Some("main")).unwrap();
         let mut ctx = gimli::UnwindContext::new();
         let fde = eh.fde_for_address(&bases, main.st_value, gimli::EhFrame::cie_from_offset).unwrap();

@@ -20,11 +20,11 @@ pub struct Row {
 }
 
 /// Every statement row of the module's line tables (its DWARF as
-/// `crate::dwarf::Debug` finds it: its own sections, compressed or not,
+/// [`super::Debug`] finds it: its own sections, compressed or not,
 /// or a separate debug file); empty when it has none.
-pub fn rows(debug: &crate::dwarf::Debug) -> Result<Vec<Row>, String> {
+pub fn rows(debug: &super::Debug) -> Result<Vec<Row>, String> {
     let dwarf = debug.dwarf();
-    let text = |r: crate::dwarf::R| r.to_string_lossy().map(|s| s.into_owned()).unwrap_or_default();
+    let text = |r: super::R| r.to_string_lossy().map(|s| s.into_owned()).unwrap_or_default();
     let mut out = Vec::new();
     for unit in debug.units() {
         let Some(program) = unit.line_program.clone() else { continue };
