@@ -103,7 +103,7 @@ fn report_left_out(cli: &Cli, flag: &str, left_out: u64, max: u64) {
     }
 }
 
-pub fn report_traces(cli: &Cli, outcome: &telco_runtime::local::Outcome) {
+pub fn report_traces(cli: &Cli, outcome: &telco_runtime::session::Outcome) {
     // Always said, as perf record does: how much the trace holds and
     // whether anything is missing from it.
     if let Some(p) = &outcome.profile {

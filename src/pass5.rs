@@ -55,7 +55,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         }
         None => Box::new(std::io::stdout()),
     };
-    let mut cfg = telco_runtime::local::Config {
+    let mut cfg = telco_runtime::session::Config {
         timeout: cli.timeout.map(std::time::Duration::from_secs_f64),
         output,
         messages: Box::new(std::io::stderr()),
@@ -80,7 +80,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     let t0 = Instant::now();
     if cli.pid.is_none() && cli.command.is_none() {
         cfg.traces = traces(cli, artifact, std::process::id())?;
-        let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
+        let outcome = telco_runtime::session::Local::new(artifact)?.run(cfg)?;
         report_traces(cli, &outcome);
         if cli.verbose > 0 {
             eprintln_escaped!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
@@ -115,7 +115,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
                 telco_runtime::os::process::terminate(pid as i32, std::time::Duration::from_secs(1));
             }
             cfg.traces = traces(cli, artifact, pid)?;
-            let outcome = telco_runtime::local::Local::new(artifact)?.run(cfg)?;
+            let outcome = telco_runtime::session::Local::new(artifact)?.run(cfg)?;
             report_traces(cli, &outcome);
             return Ok(ExitCode::from(1));
         }
@@ -138,7 +138,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
             eprintln_escaped!("Pass 5: {f}: calls timed by its trampolines (no handler call)");
         }
     }
-    let outcome = telco_runtime::local::Local::with_region(artifact, region)?.run_with(cfg, &mut armed);
+    let outcome = telco_runtime::session::Local::with_region(artifact, region)?.run_with(cfg, &mut armed);
     armed.end_child();
     if let Some((calls, steps, time, missed, warnings)) = armed.itrace_report() {
         for w in warnings.iter().filter(|_| !cli.no_warnings) {

@@ -20,7 +20,7 @@ probe end {
 }
 "#,
     );
-    let local = telco_runtime::local::Local::new(&a).expect("region and code");
+    let local = telco_runtime::session::Local::new(&a).expect("region and code");
     const THREADS: usize = 8;
     const CALLS: usize = 50_000;
     std::thread::scope(|s| {

@@ -196,7 +196,7 @@ fn a_broken_array_and_a_held_lock() {
     run(&d, &Case { what: "table", when: "middle", script: MAP_END });
     run(&d, &Case { what: "table", when: "middle", script: MAP_TIMER });
     // A lock held for ever: the end probe spins in the sandbox until it is
-    // stopped (os::sandbox, local::SANDBOX_STALL).
+    // stopped (os::sandbox, session::SANDBOX_STALL).
     run(&d, &Case { what: "lock", when: "middle", script: MAP_LOCKED });
 }
 

@@ -66,7 +66,7 @@ fn a_ring_that_wraps_is_not_corrupt() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(a.ring_size, 1 << 20);
-    let local = telco_runtime::local::Local::new(&a).expect("region and code");
+    let local = telco_runtime::session::Local::new(&a).expect("region and code");
     let mut lines = 0;
     for _ in 0..70 {
         for _ in 0..1000 {
@@ -88,7 +88,7 @@ proptest! {
         patches in prop::collection::vec((0u8..4, any::<u32>(), any::<u8>()), 1..300),
     ) {
         let a = artifact();
-        let local = telco_runtime::local::Local::new(a).expect("region and code");
+        let local = telco_runtime::session::Local::new(a).expect("region and code");
         for _ in 0..calls {
             local.call_probe(0);
         }
@@ -105,7 +105,7 @@ proptest! {
         let _ = telco_runtime::render::display_globals(bytes, a);
         // A whole session on it: the end probe runs in the sandbox.
         let sink = Sink::default();
-        let cfg = telco_runtime::local::Config {
+        let cfg = telco_runtime::session::Config {
             timeout: Some(std::time::Duration::from_millis(1)),
             output: Box::new(sink.clone()),
             messages: Box::new(sink.clone()),

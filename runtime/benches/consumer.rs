@@ -35,7 +35,7 @@ fn main() {
         let rounds = (900_000 / (per_round * size)).max(1);
         let mut best = f64::MAX;
         for _ in 0..5 {
-            let local = telco_runtime::local::Local::new(&a).expect("region");
+            let local = telco_runtime::session::Local::new(&a).expect("region");
             let mut spent = 0.0;
             for _ in 0..rounds {
                 for _ in 0..per_round {
@@ -57,7 +57,7 @@ fn main() {
 fn sandbox_round_trip() {
     use std::time::Duration;
     let a = compile("global n probe timer.s(1) { n++ }");
-    let local = telco_runtime::local::Local::new(&a).expect("region");
+    let local = telco_runtime::session::Local::new(&a).expect("region");
     let calls = 20_000u32;
     let mut direct = f64::MAX;
     for _ in 0..5 {

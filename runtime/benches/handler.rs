@@ -28,7 +28,7 @@ fn main() {
     println!("|---|---|");
     for (name, text) in cases {
         let a = compile(text);
-        let local = telco_runtime::local::Local::new(&a).expect("region");
+        let local = telco_runtime::session::Local::new(&a).expect("region");
         let (f, base) = local.handler(0);
         let mut ctx = vec![0u64; (a.ctx_size as usize).div_ceil(8)];
         let mut best = f64::MAX;

@@ -1,4 +1,5 @@
-//! The runtime's errors: arming a target (`TargetError`).
+//! The runtime's errors: arming a target (`TargetError`), running a
+//! session (`RunError`).
 
 use crate::arch::native as arch;
 use crate::inject::InjectError;
@@ -24,4 +25,18 @@ pub enum TargetError {
     NothingPlaced(String),
     #[error("{0}")]
     Unsupported(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot create the shared region ({size} bytes): {source}")]
+    Region { size: u64, source: std::io::Error },
+    #[error("cannot map the compiled code: {0}")]
+    Code(std::io::Error),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("writing the output failed: {0}")]
+    Output(std::io::Error),
+    #[error("internal error: the compiled artifact is inconsistent: {0}")]
+    BadArtifact(String),
 }

@@ -16,7 +16,8 @@
 //!   region and the slots at the addresses the trampolines already know
 //!   ([`map_region_at`], [`threads_at`]).
 
-use crate::local::{Region, RunError};
+use crate::error::RunError;
+use crate::region::Region;
 use crate::os::ptrace::{PtraceError, Stopped};
 use crate::os::sys::SharedMemory;
 use std::os::fd::OwnedFd;

@@ -187,7 +187,7 @@ probe timer.s(1) { n += 5; s = sprintf("pid %d", pid()); printf("in the target: 
         s.call(tid, code.at(a.probes[0].handler), &[injected.region_remote, scratch], code.trap()).expect("call");
     }
     let local = telco_runtime::os::sys::ExecMemory::new(&a.code).expect("local code");
-    let text = telco_runtime::local::drain_text(&a, &injected.region, &local).expect("drain");
+    let text = telco_runtime::session::drain_text(&a, &injected.region, &local).expect("drain");
     assert_eq!(
         text,
         format!("in the target: n=5 pid {pid} spin\nin the target: n=10 pid {pid} spin\n"),

@@ -109,6 +109,7 @@
 //! tapsets/target_set.tp keeps `target_set_pid()` with these probes.
 
 mod arm;
+mod consumer;
 mod crashes;
 mod detach;
 mod domains;
@@ -118,27 +119,37 @@ mod late;
 mod lifecycle;
 mod poll;
 mod rows;
+mod run;
+mod runner;
 mod spawn;
+mod summary;
 
 pub use arm::arm;
+pub use consumer::drain_text;
+pub use run::{Config, Hooks, Local, NoTarget, Outcome};
+pub use runner::{stall_limit, SANDBOX_STALL};
 pub use spawn::spawn;
+pub use summary::summary;
 
 use arm::*;
+use consumer::*;
 use detach::*;
 use follow::*;
 use itrace::*;
 use late::*;
 use lifecycle::*;
+use run::*;
+use runner::*;
 use spawn::*;
 
 use crate::arch::native::{self as arch, patch};
-pub use crate::error::TargetError;
+pub use crate::error::{RunError, TargetError};
 use crate::inject::{self, CodeRegion};
-use crate::local::{Hooks, Region};
 use crate::os::proc::{mapped_range, runtime_addr, same_file, Mapping};
 use crate::os::ptrace::{PtraceError, Stopped};
 use crate::os::wait::Status;
 use crate::place::{apply, run_out_of, Hooker, Patch, Plan, Tramp};
+pub use crate::region::Region;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use telco_abi::artifact::{Artifact, Attach, LifeEvent};

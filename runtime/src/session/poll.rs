@@ -1,4 +1,4 @@
-//! The session's side of the run loop (`local::Hooks`): started, polled
+//! The session's side of the run loop (`Hooks`): started, polled
 //! every few milliseconds, stopping, and whether the target still lives.
 
 use super::*;

@@ -77,7 +77,7 @@
 //! stack pointer was left by `longjmp` and is dropped. Before a C++
 //! exception walks a stack, hooks on the unwinder's entry points
 //! (`_Unwind_RaiseException`, `_Unwind_ForcedUnwind`, `_Unwind_Resume`,
-//! `_Unwind_Resume_or_Rethrow`, placed by `target::arm`) run `rt_unwind`,
+//! `_Unwind_Resume_or_Rethrow`, placed by `session::arm`) run `rt_unwind`,
 //! which puts the real return addresses back; a hook on `__cxa_begin_catch`
 //! (`rt_caught`) drops the frames of the calls the exception left and gives
 //! the calls still running their trampolines again, so their return probes
