@@ -6,11 +6,13 @@
 //!
 //! What each architecture provides (x86_64's, in `x86_64/`; aarch64's, in
 //! `aarch64/`):
+//! * `MACHINE`: the [`Machine`] of the files its analyses read;
 //! * [`Target`] (`native::TARGET`): the code generator's target triple and
 //!   flags, the one relocation kind a linked blob may contain (a call
 //!   within the blob) and how to patch it, the byte that pads between
 //!   functions, and the disassembler of `--last-pass 4`;
-//! * `sdt`: SDT marker argument specs in the architecture's operand syntax;
+//! * `sdt`: SDT marker argument specs in the architecture's operand syntax,
+//!   parsed to [`MarkArg`]s;
 //! * `entry`: whether a function's first instructions use its return
 //!   address as data (`.return` refusals) or only jump elsewhere;
 //! * `sites`: decoding a whole module for where control can arrive (patch
@@ -71,6 +73,64 @@ pub use self::aarch64 as native;
 compile_error!(
     "telco-stap runs on x86_64 and aarch64: another architecture needs its folder beside compiler/src/arch/x86_64/"
 );
+
+/// An ELF file's machine (`e_machine`): each architecture's `MACHINE` is
+/// the one whose files its analyses read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Machine {
+    X86_64,
+    Aarch64,
+    /// Any other `e_machine` value.
+    Other(u16),
+}
+
+impl Machine {
+    /// The raw `e_machine` value.
+    pub fn e_machine(self) -> u16 {
+        match self {
+            Machine::X86_64 => goblin::elf::header::EM_X86_64,
+            Machine::Aarch64 => goblin::elf::header::EM_AARCH64,
+            Machine::Other(m) => m,
+        }
+    }
+
+    /// The machine an `e_machine` value names.
+    pub(crate) fn from_e_machine(m: u16) -> Machine {
+        match m {
+            goblin::elf::header::EM_X86_64 => Machine::X86_64,
+            goblin::elf::header::EM_AARCH64 => Machine::Aarch64,
+            other => Machine::Other(other),
+        }
+    }
+}
+
+/// Where an argument is at the marker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgLoc {
+    /// `$N`.
+    Const(i64),
+    /// `%reg`: a register (its index in the saved registers,
+    /// `telco_abi::arch`), shifted right by `shift` bits (8 for `%ah` and
+    /// friends).
+    Reg { index: u32, shift: u8 },
+    /// `disp(%base,%index,scale)`: memory.
+    Mem { base: Option<u32>, index: Option<(u32, u8)>, disp: i64 },
+    /// `name+off(%rip)` or `name+off`: memory at a symbol of the module
+    /// (what `STAP_SDT_ARG_CONSTRAINT=m` gives for globals and statics),
+    /// until pass 2 finds the symbol ([`ArgLoc::Link`]).
+    Symbol { name: String, offset: i64 },
+    /// Memory at this link-time address of the marker's module (moved by
+    /// the module's load bias).
+    Link(u64),
+}
+
+/// One argument: its size in bytes, signedness and place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkArg {
+    pub size: u8,
+    pub signed: bool,
+    pub loc: ArgLoc,
+}
 
 /// What the code generator needs to know about an architecture.
 pub struct Target {

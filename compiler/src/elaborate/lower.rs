@@ -2258,8 +2258,8 @@ fn ast_type(t: ast::Type) -> Ty {
 
 /// The value of an SDT marker argument: its register, constant or memory
 /// word, of its size and signedness.
-fn mark_arg(a: &crate::elf::sdt::MarkArg, m: &crate::program::MarkPoint, span: Span) -> Expr {
-    use crate::elf::sdt::ArgLoc;
+fn mark_arg(a: &crate::arch::MarkArg, m: &crate::program::MarkPoint, span: Span) -> Expr {
+    use crate::arch::ArgLoc;
     use builtins::Builtin as B;
     let long = |kind| Expr { kind, ty: Ty::Long, span };
     let num = |v: i64| long(ExprKind::Long(v));

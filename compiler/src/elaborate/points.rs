@@ -838,9 +838,9 @@ impl<'q> Resolver<'q> {
             // Symbolic operands: the symbols of the marker's module.
             let mut unknown = None;
             for a in &mut args {
-                if let crate::elf::sdt::ArgLoc::Symbol { name, offset } = &a.loc {
+                if let crate::arch::ArgLoc::Symbol { name, offset } = &a.loc {
                     match module.symbol_address(name) {
-                        Some(at) => a.loc = crate::elf::sdt::ArgLoc::Link(at.wrapping_add(*offset as u64)),
+                        Some(at) => a.loc = crate::arch::ArgLoc::Link(at.wrapping_add(*offset as u64)),
                         None => unknown = Some(name.clone()),
                     }
                 }

@@ -48,6 +48,7 @@ pub mod unwind;
 
 use std::path::{Path, PathBuf};
 
+pub use crate::arch::Machine;
 pub use crate::image::Image;
 pub use search::{find_module, find_on_path, load_closure, resolve_library};
 
@@ -118,33 +119,6 @@ pub enum ModuleKind {
     Executable,
     /// `ET_DYN`: a PIE or a shared library; addresses are relative to the load base.
     PositionIndependent,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Machine {
-    X86_64,
-    Aarch64,
-    /// Any other `e_machine` value.
-    Other(u16),
-}
-
-impl Machine {
-    /// The raw `e_machine` value.
-    pub fn e_machine(self) -> u16 {
-        match self {
-            Machine::X86_64 => goblin::elf::header::EM_X86_64,
-            Machine::Aarch64 => goblin::elf::header::EM_AARCH64,
-            Machine::Other(m) => m,
-        }
-    }
-
-    fn from_e_machine(m: u16) -> Machine {
-        match m {
-            goblin::elf::header::EM_X86_64 => Machine::X86_64,
-            goblin::elf::header::EM_AARCH64 => Machine::Aarch64,
-            other => Machine::Other(other),
-        }
-    }
 }
 
 /// What `Module::short_hop` decided, by function address, and how many

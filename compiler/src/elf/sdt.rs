@@ -14,6 +14,11 @@
 //! strings and `$$parms` a `sprintf` of the arguments. The probed marker's
 //! semaphore, if it has one, is raised while the session runs
 //! (runtime/src/target.rs).
+//!
+//! An argument spec read is a [`MarkArg`] (the architecture layer's
+//! vocabulary: each architecture's `sdt` parses its own operand syntax).
+
+use crate::arch::MarkArg;
 
 /// One marker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,34 +32,6 @@ pub struct Marker {
     pub semaphore: u64,
     /// The argument specs as written.
     pub args: String,
-}
-
-/// Where an argument is at the marker.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ArgLoc {
-    /// `$N`.
-    Const(i64),
-    /// `%reg`: a register (its index in the saved registers,
-    /// `telco_abi::arch`), shifted right by `shift` bits (8 for `%ah` and
-    /// friends).
-    Reg { index: u32, shift: u8 },
-    /// `disp(%base,%index,scale)`: memory.
-    Mem { base: Option<u32>, index: Option<(u32, u8)>, disp: i64 },
-    /// `name+off(%rip)` or `name+off`: memory at a symbol of the module
-    /// (what `STAP_SDT_ARG_CONSTRAINT=m` gives for globals and statics),
-    /// until pass 2 finds the symbol ([`ArgLoc::Link`]).
-    Symbol { name: String, offset: i64 },
-    /// Memory at this link-time address of the marker's module (moved by
-    /// the module's load bias).
-    Link(u64),
-}
-
-/// One argument: its size in bytes, signedness and place.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MarkArg {
-    pub size: u8,
-    pub signed: bool,
-    pub loc: ArgLoc,
 }
 
 /// The markers of an ELF file. `stapsdt_base` is the address of its

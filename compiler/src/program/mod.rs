@@ -195,7 +195,7 @@ pub struct MarkPoint {
     /// Link-time address of its semaphore, if it has one.
     pub semaphore: Option<u64>,
     /// Its arguments, and their specs as written (`$$parms`, messages).
-    pub args: Vec<crate::elf::sdt::MarkArg>,
+    pub args: Vec<crate::arch::MarkArg>,
     pub args_text: String,
     /// The module is a PIE or a library: link-time addresses move by its
     /// load bias.

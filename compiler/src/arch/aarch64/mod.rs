@@ -20,7 +20,7 @@ use yaxpeax_arch::{Decoder, U8Reader};
 use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand};
 
 /// The ELF machine of the files this architecture's analyses read.
-pub const MACHINE: crate::elf::Machine = crate::elf::Machine::Aarch64;
+pub const MACHINE: super::Machine = super::Machine::Aarch64;
 
 pub const TARGET: Target = Target {
     triple: "aarch64-unknown-linux-gnu",

@@ -11,7 +11,7 @@
 //! (`8f@x1`: gcc moves a `double` into a general register and marks its
 //! size with `f`) are refused, as they are on x86_64.
 
-use crate::elf::sdt::{ArgLoc, MarkArg};
+use super::super::{ArgLoc, MarkArg};
 use telco_abi::arch::aarch64 as regs;
 
 /// Parse an aarch64 argument text (`-4@x0 8@[sp, 16] 4@42`).

@@ -11,7 +11,7 @@ use cranelift_codegen::binemit::Reloc;
 use std::collections::HashMap;
 
 /// The ELF machine of the files this architecture's analyses read.
-pub const MACHINE: crate::elf::Machine = crate::elf::Machine::X86_64;
+pub const MACHINE: super::Machine = super::Machine::X86_64;
 
 pub const TARGET: Target = Target {
     triple: "x86_64-unknown-linux-gnu",

@@ -1,7 +1,7 @@
 //! SDT marker argument specs in x86_64's AT&T operand syntax, as
 //! `<sys/sdt.h>` writes them (`-4@%eax 8@-16(%rbp) 8@8(%rax,%rdx,4) 4@$5`).
 
-use crate::elf::sdt::{ArgLoc, MarkArg};
+use super::super::{ArgLoc, MarkArg};
 use telco_abi::arch::x86_64 as regs;
 
 /// Parse an x86_64 argument text (`-4@%eax 8@-16(%rbp) 4@$5`).
