@@ -18,7 +18,8 @@
 //! * `sites`: decoding a whole module for where control can arrive (patch
 //!   sites of statements, markers and hops);
 //! * `hop`: a jump through a neighbour for functions shorter than the
-//!   jump (x86_64 only: aarch64's `B` always fits);
+//!   jump (x86_64 only: aarch64's `B` always fits), planned over a
+//!   [`ModuleCode`];
 //! * the CFI the unwinders read: a fresh call's frame, the compact unwind
 //!   rule, DWARF register numbers (`DWARF_FP`, `DWARF_RA`, the `.eh_frame`
 //!   vendor extensions `CFI_VENDOR`);
@@ -130,6 +131,46 @@ pub struct MarkArg {
     pub size: u8,
     pub signed: bool,
     pub loc: ArgLoc,
+}
+
+/// A function of a module as the architecture's analyses see it: where
+/// it starts, its size, and whether it is an ifunc's resolver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FunctionRange {
+    pub addr: u64,
+    pub size: u64,
+    pub ifunc: bool,
+}
+
+/// What an architecture's module-wide analyses (`hop`) read of a module:
+/// its bytes and patch sites, its functions, and the hops planned in it so
+/// far. `elf::Module` implements it; the architecture layer names no
+/// module type of its own, so it sits below `elf`.
+pub trait ModuleCode {
+    fn machine(&self) -> Machine;
+    /// The file's size, in bytes.
+    fn file_len(&self) -> Option<u64>;
+    /// The file's bytes (read once, or given).
+    fn bytes(&self) -> Result<crate::image::Image, String>;
+    /// The module's patch-site analysis (computed once).
+    fn sites(&self) -> Result<&native::sites::Sites, String>;
+    /// The file offset of link address `addr` (`PT_LOAD` segments).
+    fn file_offset_of(&self, addr: u64) -> Option<u64>;
+    /// Every function, in address order.
+    fn functions(&self) -> impl Iterator<Item = FunctionRange> + '_;
+    /// The function containing a link-time address, if any.
+    fn function_at(&self, addr: u64) -> Option<FunctionRange>;
+    /// The module's hop plans, shared by every copy of it.
+    fn hops(&self) -> &std::sync::Mutex<Hops>;
+}
+
+/// What `hop::short_hop` decided, by function address, and how many
+/// slots each host has given.
+#[derive(Debug, Default)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub struct Hops {
+    pub(crate) planned: std::collections::HashMap<u64, Result<Option<telco_abi::artifact::Hop>, String>>,
+    pub(crate) hosts: std::collections::HashMap<u64, u32>,
 }
 
 /// What the code generator needs to know about an architecture.

@@ -104,8 +104,7 @@ pub struct Module {
     debug: std::sync::OnceLock<Result<Option<std::sync::Arc<crate::dwarf::Debug>>, String>>,
     /// Hops planned for short functions (by address), and the slots
     /// taken in each host.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // aarch64 plans no hops
-    pub(crate) hops: std::sync::Arc<std::sync::Mutex<Hops>>,
+    hops: std::sync::Arc<std::sync::Mutex<crate::arch::Hops>>,
     /// The file, opened again on first need by `no_return_address`.
     reopened: std::sync::OnceLock<Option<std::sync::Arc<std::fs::File>>>,
     class64: bool,
@@ -119,15 +118,6 @@ pub enum ModuleKind {
     Executable,
     /// `ET_DYN`: a PIE or a shared library; addresses are relative to the load base.
     PositionIndependent,
-}
-
-/// What `Module::short_hop` decided, by function address, and how many
-/// slots each host has given.
-#[derive(Debug, Default)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) struct Hops {
-    pub(crate) planned: std::collections::HashMap<u64, Result<Option<telco_abi::artifact::Hop>, String>>,
-    pub(crate) hosts: std::collections::HashMap<u64, u32>,
 }
 
 /// A function: every symbol name at one address (aliases at one address are probed once).
@@ -209,6 +199,11 @@ impl Function {
             (_, Some(n)) => n,
             _ => "",
         }
+    }
+
+    /// Where it is, as the architecture's analyses see it.
+    pub(crate) fn range(&self) -> crate::arch::FunctionRange {
+        crate::arch::FunctionRange { addr: self.addr, size: self.size, ifunc: self.ifunc }
     }
 
     /// True if `addr` lies inside this function.
@@ -307,14 +302,6 @@ impl Module {
     /// The bytes given by [`Module::from_image`], if these were.
     fn given(&self) -> Option<&Image> {
         self.bytes.get().and_then(|b| b.as_ref().ok()).filter(|b| matches!(b, Image::Given(_)))
-    }
-
-    /// The file's size, in bytes.
-    pub(crate) fn file_len(&self) -> Option<u64> {
-        match self.given() {
-            Some(b) => Some(b.len() as u64),
-            None => std::fs::metadata(&self.path).ok().map(|m| m.len()),
-        }
     }
 
     /// The functions a separate debug file names (its code has no bytes
@@ -545,7 +532,7 @@ impl Module {
     /// Err when a 5-byte jump there would cover a place control arrives
     /// at and no hop could be planned: the function cannot be hooked.
     pub fn short_hop(&self, f: &Function) -> Result<Option<telco_abi::artifact::Hop>, String> {
-        crate::arch::native::hop::short_hop(self, f)
+        crate::arch::native::hop::short_hop(self, f.range())
     }
 
     /// Where the function keeps its return address at its call sites, from
@@ -638,6 +625,44 @@ impl Module {
     /// The ELF class, byte order and machine, to reject libraries the loader would reject.
     fn ident(&self) -> search::Ident {
         search::Ident { class64: self.class64, little_endian: self.little_endian, machine: self.machine.e_machine() }
+    }
+}
+
+/// What the architecture's analyses read of a module (hops: `arch::native::hop`).
+impl crate::arch::ModuleCode for Module {
+    fn machine(&self) -> Machine {
+        self.machine
+    }
+
+    fn file_len(&self) -> Option<u64> {
+        match self.given() {
+            Some(b) => Some(b.len() as u64),
+            None => std::fs::metadata(&self.path).ok().map(|m| m.len()),
+        }
+    }
+
+    fn bytes(&self) -> Result<Image, String> {
+        Module::bytes(self)
+    }
+
+    fn sites(&self) -> Result<&sites::Sites, String> {
+        Module::sites(self)
+    }
+
+    fn file_offset_of(&self, addr: u64) -> Option<u64> {
+        Module::file_offset_of(self, addr)
+    }
+
+    fn functions(&self) -> impl Iterator<Item = crate::arch::FunctionRange> + '_ {
+        self.functions.iter().map(Function::range)
+    }
+
+    fn function_at(&self, addr: u64) -> Option<crate::arch::FunctionRange> {
+        Module::function_at(self, addr).map(Function::range)
+    }
+
+    fn hops(&self) -> &std::sync::Mutex<crate::arch::Hops> {
+        &self.hops
     }
 }
 

@@ -7,10 +7,10 @@
 //! landing pad has nothing to probe and the runtime's plan refuses it
 //! (`ShortFunction`); no hop could help it.
 
-use crate::elf::{Function, Module};
+use super::super::{FunctionRange, ModuleCode};
 
 /// Never a hop on aarch64: `Ok(None)` for every function (see the module
 /// documentation).
-pub fn short_hop(_m: &Module, _f: &Function) -> Result<Option<telco_abi::artifact::Hop>, String> {
+pub fn short_hop(_m: &impl ModuleCode, _f: FunctionRange) -> Result<Option<telco_abi::artifact::Hop>, String> {
     Ok(None)
 }

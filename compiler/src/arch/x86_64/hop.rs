@@ -24,7 +24,7 @@
 //! functions hopping through it, with a warning. A 1-byte function (`ret`)
 //! with no padding after it has no room even for the hop and stays refused.
 
-use crate::elf::{Function, Module};
+use super::super::{FunctionRange, ModuleCode};
 
 /// The bytes of `endbr64`.
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
@@ -34,8 +34,8 @@ const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 /// nearby function (`telco_abi::artifact::Hop`), or None. x86_64.
 /// Err when a 5-byte jump there would cover a place control arrives
 /// at and no hop could be planned: the function cannot be hooked.
-pub fn short_hop(m: &Module, f: &Function) -> Result<Option<telco_abi::artifact::Hop>, String> {
-    if m.machine != super::MACHINE || f.size == 0 {
+pub fn short_hop(m: &impl ModuleCode, f: FunctionRange) -> Result<Option<telco_abi::artifact::Hop>, String> {
+    if m.machine() != super::MACHINE || f.size == 0 {
         return Ok(None);
     }
     // At most 4 bytes of `endbr64`: 9 bytes or more always fit a jump;
@@ -46,7 +46,7 @@ pub fn short_hop(m: &Module, f: &Function) -> Result<Option<telco_abi::artifact:
     if f.size >= 9 && !small() {
         return Ok(None);
     }
-    let Ok(mut hops) = m.hops.lock() else { return Ok(None) };
+    let Ok(mut hops) = m.hops().lock() else { return Ok(None) };
     if let Some(h) = hops.planned.get(&f.addr) {
         return h.clone();
     }
@@ -73,9 +73,8 @@ pub fn short_hop(m: &Module, f: &Function) -> Result<Option<telco_abi::artifact:
     if let Some(own) = own {
         // Hosts by distance: the hop (5 bytes after the host's jump)
         // within a rel8 of the end of the 2-byte jump.
-        let mut hosts: Vec<&Function> = m
-            .functions
-            .iter()
+        let mut hosts: Vec<FunctionRange> = m
+            .functions()
             .filter(|h| h.addr != f.addr && h.size >= 10 && !h.ifunc && h.addr.abs_diff(patch_at) < 160)
             .collect();
         hosts.sort_by_key(|h| h.addr.abs_diff(patch_at));
@@ -139,7 +138,7 @@ pub fn short_hop(m: &Module, f: &Function) -> Result<Option<telco_abi::artifact:
                 let taken = |(&h, &n): (&u64, &u32)| at < h + 5 * (u64::from(n) + 1) + 15 && h < at + 20;
                 if hops.hosts.iter().any(taken)
                     || m.function_at(at).is_some_and(|g| at < g.addr + 16)
-                    || m.functions.iter().any(|g| g.addr > at && g.addr < at + 16)
+                    || m.functions().any(|g| g.addr > at && g.addr < at + 16)
                 {
                     continue;
                 }
