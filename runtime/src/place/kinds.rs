@@ -24,13 +24,10 @@ impl Hooker {
             Ok(p) => p,
             Err(why) => return Ok(Err(why)),
         };
-        let original = s.read(slot, 5)?;
-        let (Some(far), Ok(rel)) =
-            (patch::jmp_rel32(slot, placed.tramp), i8::try_from(slot as i64 - (addr as i64 + 2)))
-        else {
+        let original = s.read(slot, patch::JMP_REL32_LEN)?;
+        let (Some(far), Some(mut short)) = (patch::jmp_rel32(slot, placed.tramp), patch::short_jump(addr, slot)) else {
             return Ok(Err("the padding or the trampoline is out of reach".into()));
         };
-        let mut short = vec![0xeb, rel as u8];
         short.resize(displaced, arch::TRAP);
         placed.plan.2 = short;
         placed.retargets.push((slot, original, far.to_vec()));
@@ -51,12 +48,11 @@ impl Hooker {
         addr: u64,
         t: Tramp,
     ) -> Result<Result<Placed, String>, TargetError> {
-        let from = addr - 5;
-        let bytes = s.read(from, 5)?;
-        if bytes[0] != 0xe8 {
+        let from = addr - patch::DIRECT_CALL_LEN as u64;
+        let bytes = s.read(from, patch::DIRECT_CALL_LEN)?;
+        let Some(callee) = patch::direct_call_target(&bytes, from) else {
             return Ok(Err("the instruction before it is not the call pass 2 found".into()));
-        }
-        let callee = addr.wrapping_add(i32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as i64 as u64);
+        };
         let direct: Vec<(u32, u64)> = t.handlers.iter().map(|&(h, i)| (i, h)).collect();
         let ret_pop = code.at(self.ret_pop);
         let a = &self.artifact;
@@ -81,7 +77,7 @@ impl Hooker {
         let prefix = trampoline::entry_prefix(&entry)
             .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
         let reloc = at + prefix.len() as u64;
-        let (Some(go), Some(call)) = (patch::jmp_rel32(reloc, callee), patch::jmp_rel32(from, at)) else {
+        let (Some(go), Some(call)) = (patch::jmp_rel32(reloc, callee), patch::direct_call(from, at)) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
         let mut tramp = prefix.clone();
@@ -95,9 +91,8 @@ impl Hooker {
             reloc + go.len() as u64,
             crate::owncode::Kind::Relocated { map: vec![(reloc, callee)], calling: None },
         );
-        // `call` in place of the call: e8 and the new displacement.
-        let mut patch = call.to_vec();
-        patch[0] = 0xe8;
+        // A call of the trampoline in place of the call.
+        let patch = call.to_vec();
         Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new() }))
     }
 

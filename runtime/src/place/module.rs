@@ -288,16 +288,18 @@ impl Hooker {
                 (Some(_), _, Some(hop), None) => match runtime_addr(maps, module, hop.host_file_offset) {
                     Some(host) => {
                         let slot = host + u64::from(hop.slot);
-                        self.function(s, &mut code, addr + skip, 0, Some(hop.displaced as usize), tramp)?.map(
+                        self.function(s, &mut code, addr + skip, 0, Some(hop.displaced as usize), tramp)?.and_then(
                             |mut p| {
-                                // A 2-byte jump to the slot in the host; the
+                                // A short jump to the slot in the host; the
                                 // slot's jump goes to the trampoline.
                                 let (at, orig, patch) = &mut p.plan;
+                                let Some(short) = patch::short_jump(*at, slot) else {
+                                    return Err("the slot of its hop is out of a short jump's reach".to_string());
+                                };
                                 slots.push((slot, p.tramp, *at));
-                                let rel = slot as i64 - (*at as i64 + 2);
-                                *patch = vec![0xeb, rel as i8 as u8];
+                                *patch = short;
                                 patch.resize(orig.len(), arch::TRAP);
-                                p
+                                Ok(p)
                             },
                         )
                     }
@@ -349,15 +351,16 @@ impl Hooker {
             }
         }
         // The hops' jumps, in their hosts' patches.
+        const JMP: u64 = patch::JMP_REL32_LEN as u64;
         for (slot, to, from) in slots {
-            let host = plans.iter().position(|(at, orig, _)| slot >= *at && slot + 5 <= at + orig.len() as u64);
+            let host = plans.iter().position(|(at, orig, _)| slot >= *at && slot + JMP <= at + orig.len() as u64);
             match (patch::jmp_rel32(slot, to), host) {
                 (Some(jmp), Some(i)) => {
                     let (at, _, patch) = &mut plans[i];
                     let o = (slot - *at) as usize;
                     // Only into the host's own dead bytes (int3 fill).
-                    if patch.get(o..o + 5).is_some_and(|b| b.iter().all(|&x| x == arch::TRAP)) {
-                        patch[o..o + 5].copy_from_slice(&jmp);
+                    if patch.get(o..o + jmp.len()).is_some_and(|b| b.iter().all(|&x| x == arch::TRAP)) {
+                        patch[o..o + jmp.len()].copy_from_slice(&jmp);
                         continue;
                     }
                     plans.retain(|(at, _, _)| *at != from);

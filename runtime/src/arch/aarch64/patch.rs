@@ -547,6 +547,31 @@ pub fn jmp_abs(target: u64) -> [u8; 16] {
     veneer(target)
 }
 
+/// The shortest jump from `at` to `target`: a `B` (aarch64 has none
+/// shorter), or None out of reach.
+pub fn short_jump(at: u64, target: u64) -> Option<Vec<u8>> {
+    branch(at, target, false).map(|w| w.to_le_bytes().to_vec())
+}
+
+/// A direct call's length (`BL`).
+pub const DIRECT_CALL_LEN: usize = B_LEN;
+
+/// A direct call (`BL`) from `at` to `target`, or None out of reach.
+pub fn direct_call(at: u64, target: u64) -> Option<[u8; DIRECT_CALL_LEN]> {
+    branch(at, target, true).map(u32::to_le_bytes)
+}
+
+/// Where the direct call `bytes` (a `BL` at `at`) goes, or None if they
+/// are not one.
+pub fn direct_call_target(bytes: &[u8], at: u64) -> Option<u64> {
+    let w = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+    if w & 0xfc00_0000 != 0x9400_0000 {
+        return None;
+    }
+    let imm = ((w & 0x03ff_ffff) << 6) as i32 >> 4;
+    Some(at.wrapping_add(imm as i64 as u64))
+}
+
 /// A signal handler's entry that passes `region` as a fourth argument
 /// (x3) to `handler` (`rt_crash`): `ldr x3, #16; ldr x16, #20; br x16;
 /// nop`, then the two addresses.
@@ -598,6 +623,18 @@ impl Code {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn direct_calls_decode_to_where_they_go() {
+        for (at, to) in [(0x40_0000u64, 0x40_1000u64), (0x40_1000, 0x40_0000), (0x1000, 0x1000)] {
+            let call = direct_call(at, to).expect("in reach");
+            assert_eq!(direct_call_target(&call, at), Some(to));
+        }
+        // A `B` is not a call.
+        let b = jmp_rel32(0x1000, 0x2000).expect("in reach");
+        assert_eq!(direct_call_target(&b, 0x1000), None);
+        assert_eq!(short_jump(0x1000, 0x2000).map(|j| j.len()), Some(B_LEN));
+    }
 
     /// The machine state the instructions involved read and write.
     #[derive(Clone, Debug, PartialEq)]

@@ -637,6 +637,35 @@ pub fn jmp_rel32(at: u64, target: u64) -> Option<[u8; 5]> {
     Some([0xe9, a, b, c, d])
 }
 
+/// The shortest jump from `at` to `target` (`jmp rel8`, 2 bytes), or None
+/// out of its ±127 bytes.
+pub fn short_jump(at: u64, target: u64) -> Option<Vec<u8>> {
+    let rel = i8::try_from(target as i64 - (at as i64 + 2)).ok()?;
+    Some(vec![0xeb, rel as u8])
+}
+
+/// A direct call's length (`call rel32`).
+pub const DIRECT_CALL_LEN: usize = 5;
+
+/// A direct call (`call rel32`) from `at` to `target`, or None out of reach.
+pub fn direct_call(at: u64, target: u64) -> Option<[u8; DIRECT_CALL_LEN]> {
+    let mut call = jmp_rel32(at, target)?;
+    call[0] = 0xe8;
+    Some(call)
+}
+
+/// Where the direct call `bytes` (at `at`, [`DIRECT_CALL_LEN`] bytes)
+/// goes, or None if they are not one.
+pub fn direct_call_target(bytes: &[u8], at: u64) -> Option<u64> {
+    match bytes {
+        [0xe8, a, b, c, d, ..] => {
+            let next = at.wrapping_add(DIRECT_CALL_LEN as u64);
+            Some(next.wrapping_add(i32::from_le_bytes([*a, *b, *c, *d]) as i64 as u64))
+        }
+        _ => None,
+    }
+}
+
 /// A signal handler's entry that passes `region` as a fourth argument
 /// (`rcx`) to `handler` (`rt_crash`): `movabs rcx, region; movabs rax,
 /// handler; jmp rax`.
@@ -743,6 +772,19 @@ fn mnemonic_name(mnemonic: Mnemonic) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn short_jumps_and_direct_calls() {
+        use super::{direct_call, direct_call_target, short_jump};
+        assert_eq!(short_jump(0x1000, 0x1010), Some(vec![0xeb, 0x0e]));
+        assert_eq!(short_jump(0x1000, 0x0f82), Some(vec![0xeb, 0x80]));
+        assert_eq!(short_jump(0x1000, 0x1082), None);
+        for (at, to) in [(0x40_0000u64, 0x40_1000u64), (0x40_1000, 0x40_0000)] {
+            let call = direct_call(at, to).expect("in reach");
+            assert_eq!(call[0], 0xe8);
+            assert_eq!(direct_call_target(&call, at), Some(to));
+        }
+        assert_eq!(direct_call_target(&[0xe9, 0, 0, 0, 0], 0x1000), None);
+    }
 
     /// A call that ends the displaced instructions is emulated (push the
     /// return address, jump): its first instruction stands for the call,
