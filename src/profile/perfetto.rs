@@ -8,140 +8,16 @@
 //! `perf_sample` table and the UI draws them as a flame graph under the
 //! process. The packets are appended to the file after the session's
 //! writer has finished it (a trace is a sequence of packets in any order).
+//! The messages, sequence and track ids are the trace writer's
+//! (`telco_runtime::perfetto` and its `proto`), declared there once.
 
 use super::Named;
-
-/// A sequence id of its own (the writer's are 1 and 2 + a thread's index).
-const SEQUENCE: u32 = 0x7fff_0001;
-const CLOCK_MONOTONIC: u32 = 3;
-const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
-const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
-const MODE_KERNEL: i32 = 1;
-const MODE_USER: i32 = 2;
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Trace {
-    #[prost(message, repeated, tag = "1")]
-    packet: Vec<Packet>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Packet {
-    #[prost(uint64, optional, tag = "8")]
-    timestamp: Option<u64>,
-    #[prost(uint32, optional, tag = "10")]
-    trusted_packet_sequence_id: Option<u32>,
-    #[prost(message, optional, tag = "12")]
-    interned_data: Option<InternedData>,
-    #[prost(uint32, optional, tag = "13")]
-    sequence_flags: Option<u32>,
-    #[prost(bool, optional, tag = "41")]
-    incremental_state_cleared: Option<bool>,
-    #[prost(uint32, optional, tag = "58")]
-    timestamp_clock_id: Option<u32>,
-    #[prost(message, optional, tag = "60")]
-    track_descriptor: Option<TrackDescriptor>,
-    #[prost(message, optional, tag = "66")]
-    perf_sample: Option<PerfSample>,
-    #[prost(bool, optional, tag = "87")]
-    first_packet_on_sequence: Option<bool>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct TrackDescriptor {
-    #[prost(uint64, optional, tag = "1")]
-    uuid: Option<u64>,
-    #[prost(message, optional, tag = "4")]
-    thread: Option<ThreadDescriptor>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct ThreadDescriptor {
-    #[prost(int32, optional, tag = "1")]
-    pid: Option<i32>,
-    #[prost(int32, optional, tag = "2")]
-    tid: Option<i32>,
-    #[prost(string, optional, tag = "5")]
-    thread_name: Option<String>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct InternedData {
-    #[prost(message, repeated, tag = "5")]
-    function_names: Vec<InternedString>,
-    #[prost(message, repeated, tag = "6")]
-    frames: Vec<Frame>,
-    #[prost(message, repeated, tag = "7")]
-    callstacks: Vec<Callstack>,
-    #[prost(message, repeated, tag = "16")]
-    build_ids: Vec<InternedString>,
-    #[prost(message, repeated, tag = "17")]
-    mapping_paths: Vec<InternedString>,
-    #[prost(message, repeated, tag = "19")]
-    mappings: Vec<Mapping>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct InternedString {
-    #[prost(uint64, optional, tag = "1")]
-    iid: Option<u64>,
-    #[prost(bytes = "vec", optional, tag = "2")]
-    str: Option<Vec<u8>>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Mapping {
-    #[prost(uint64, optional, tag = "1")]
-    iid: Option<u64>,
-    #[prost(uint64, optional, tag = "2")]
-    build_id: Option<u64>,
-    #[prost(uint64, optional, tag = "3")]
-    start_offset: Option<u64>,
-    #[prost(uint64, optional, tag = "4")]
-    start: Option<u64>,
-    #[prost(uint64, optional, tag = "5")]
-    end: Option<u64>,
-    #[prost(uint64, optional, tag = "6")]
-    load_bias: Option<u64>,
-    #[prost(uint64, repeated, packed = "false", tag = "7")]
-    path_string_ids: Vec<u64>,
-    #[prost(uint64, optional, tag = "8")]
-    exact_offset: Option<u64>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Frame {
-    #[prost(uint64, optional, tag = "1")]
-    iid: Option<u64>,
-    #[prost(uint64, optional, tag = "2")]
-    function_name_id: Option<u64>,
-    #[prost(uint64, optional, tag = "3")]
-    mapping_id: Option<u64>,
-    #[prost(uint64, optional, tag = "4")]
-    rel_pc: Option<u64>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Callstack {
-    #[prost(uint64, optional, tag = "1")]
-    iid: Option<u64>,
-    #[prost(uint64, repeated, packed = "false", tag = "2")]
-    frame_ids: Vec<u64>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct PerfSample {
-    #[prost(uint32, optional, tag = "1")]
-    cpu: Option<u32>,
-    #[prost(uint32, optional, tag = "2")]
-    pid: Option<u32>,
-    #[prost(uint32, optional, tag = "3")]
-    tid: Option<u32>,
-    #[prost(uint64, optional, tag = "4")]
-    callstack_iid: Option<u64>,
-    #[prost(int32, optional, tag = "5")]
-    cpu_mode: Option<i32>,
-}
+use telco_runtime::perfetto::proto::{
+    Callstack, Frame, InternedData, InternedString, Mapping, PerfSample, ThreadDescriptor, Trace, TracePacket,
+    TrackDescriptor, CLOCK_MONOTONIC, MODE_KERNEL, MODE_USER, SEQ_INCREMENTAL_STATE_CLEARED,
+    SEQ_NEEDS_INCREMENTAL_STATE,
+};
+use telco_runtime::perfetto::{SAMPLES_SEQUENCE, SAMPLE_THREAD_UUID};
 
 /// Interned strings: iids from 1.
 #[derive(Default)]
@@ -228,10 +104,10 @@ pub fn packets(n: &Named<'_>) -> Vec<u8> {
         .collect();
     let kernel: Vec<bool> = n.frames.iter().map(|f| f.name == "[kernel]" || f.name.ends_with("_[k]")).collect();
     let mut trace = Trace { packet: Vec::with_capacity(n.samples.len() + 1) };
-    trace.packet.push(Packet {
+    trace.packet.push(TracePacket {
         timestamp: Some(n.origin),
         timestamp_clock_id: Some(CLOCK_MONOTONIC),
-        trusted_packet_sequence_id: Some(SEQUENCE),
+        trusted_packet_sequence_id: Some(SAMPLES_SEQUENCE),
         first_packet_on_sequence: Some(true),
         incremental_state_cleared: Some(true),
         sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
@@ -242,23 +118,24 @@ pub fn packets(n: &Named<'_>) -> Vec<u8> {
             build_ids: builds.list(),
             mapping_paths: paths.list(),
             mappings,
+            ..Default::default()
         }),
-        perf_sample: None,
-        track_descriptor: None,
+        ..Default::default()
     });
     // The threads, named (a trace with no calls has no thread tracks).
     for (pid, tid, name) in &n.threads {
-        trace.packet.push(Packet {
-            trusted_packet_sequence_id: Some(SEQUENCE),
+        trace.packet.push(TracePacket {
+            trusted_packet_sequence_id: Some(SAMPLES_SEQUENCE),
             timestamp: Some(n.origin),
             timestamp_clock_id: Some(CLOCK_MONOTONIC),
             track_descriptor: Some(TrackDescriptor {
-                uuid: Some(0x7465_6c63_0000_0000 | u64::from(*tid)),
+                uuid: Some(SAMPLE_THREAD_UUID | u64::from(*tid)),
                 thread: Some(ThreadDescriptor {
                     pid: Some(*pid as i32),
                     tid: Some(*tid as i32),
                     thread_name: Some(name.clone()),
                 }),
+                ..Default::default()
             }),
             ..Default::default()
         });
@@ -266,10 +143,10 @@ pub fn packets(n: &Named<'_>) -> Vec<u8> {
     for &(thread, stack, time, _) in &n.samples {
         let (pid, tid, _) = &n.threads[thread as usize];
         let in_kernel = n.stacks[stack as usize].first().is_some_and(|&f| kernel[f as usize]);
-        trace.packet.push(Packet {
+        trace.packet.push(TracePacket {
             timestamp: Some(n.origin + time),
             timestamp_clock_id: Some(CLOCK_MONOTONIC),
-            trusted_packet_sequence_id: Some(SEQUENCE),
+            trusted_packet_sequence_id: Some(SAMPLES_SEQUENCE),
             sequence_flags: Some(SEQ_NEEDS_INCREMENTAL_STATE),
             perf_sample: Some(PerfSample {
                 cpu: Some(0),

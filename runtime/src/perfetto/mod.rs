@@ -63,10 +63,19 @@ const MAX_COUNTERS: usize = 1 << 12;
 /// Thread names looked at again per [`Perfetto::refresh_names`].
 const NAMES_PER_REFRESH: usize = 4096;
 
+/// Sequences: the writer's own is 1, a thread's `2 +` its index, and the
+/// `timer.profile` samples' (appended by the binary's
+/// `profile::perfetto`) this one.
+const WRITER_SEQUENCE: u32 = 1;
+const FIRST_THREAD_SEQUENCE: u32 = 2;
+pub const SAMPLES_SEQUENCE: u32 = 0x7fff_0001;
+
 const PROCESS_UUID: u64 = 1;
-/// Thread track uuids are `THREAD_UUID + tid`, counters `COUNTER_UUID + n`.
+/// Thread track uuids are `THREAD_UUID + tid`, counters `COUNTER_UUID + n`;
+/// the samples' threads `SAMPLE_THREAD_UUID | tid`.
 const THREAD_UUID: u64 = 1 << 32;
 const COUNTER_UUID: u64 = 2 << 32;
+pub const SAMPLE_THREAD_UUID: u64 = 0x7465_6c63_0000_0000;
 
 /// What a finished trace holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,7 +178,7 @@ impl Perfetto {
         let mono = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC);
         let clock = |id, t| Clock { clock_id: Some(id), timestamp: Some(t), is_incremental: None };
         p.push(&TracePacket {
-            trusted_packet_sequence_id: Some(1),
+            trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
             timestamp: Some(boot),
             timestamp_clock_id: Some(CLOCK_BOOTTIME),
             clock_snapshot: Some(ClockSnapshot {
@@ -178,7 +187,7 @@ impl Perfetto {
             ..Default::default()
         });
         p.push(&TracePacket {
-            trusted_packet_sequence_id: Some(1),
+            trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
             track_descriptor: Some(TrackDescriptor {
                 uuid: Some(PROCESS_UUID),
                 process: Some(ProcessDescriptor {
@@ -264,7 +273,7 @@ impl Perfetto {
         if self.threads.len() >= MAX_THREADS {
             return None;
         }
-        let id = 2 + self.threads.len() as u32;
+        let id = FIRST_THREAD_SEQUENCE + self.threads.len() as u32;
         let comm = self.comm(tid);
         // The incremental clock starts at `ts`: the snapshot ties it to
         // CLOCK_REALTIME, and this packet's own time is a zero delta.
@@ -421,8 +430,10 @@ impl Perfetto {
                     if *word & bit == 0 {
                         *word |= bit;
                         let name = self.names.get(k).cloned().unwrap_or_else(|| "?".into());
-                        p.interned_data =
-                            Some(InternedData { event_names: vec![EventName { iid: Some(iid), name: Some(name) }] });
+                        p.interned_data = Some(InternedData {
+                            event_names: vec![EventName { iid: Some(iid), name: Some(name) }],
+                            ..Default::default()
+                        });
                     }
                 }
             }
@@ -452,7 +463,7 @@ impl Perfetto {
             return Ok(());
         }
         let packet = TracePacket {
-            trusted_packet_sequence_id: Some(1),
+            trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
             timestamp: Some(ts_ns),
             timestamp_clock_id: Some(CLOCK_REALTIME),
             track_event: Some(TrackEvent {
@@ -491,7 +502,7 @@ impl Perfetto {
                 let u = COUNTER_UUID + self.counters.len() as u64;
                 self.counters.insert(name.to_vec(), u);
                 self.push(&TracePacket {
-                    trusted_packet_sequence_id: Some(1),
+                    trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
                     track_descriptor: Some(TrackDescriptor {
                         uuid: Some(u),
                         parent_uuid: Some(PROCESS_UUID),
@@ -505,7 +516,7 @@ impl Perfetto {
             }
         };
         self.push(&TracePacket {
-            trusted_packet_sequence_id: Some(1),
+            trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
             timestamp: Some(ts_ns),
             timestamp_clock_id: Some(CLOCK_REALTIME),
             track_event: Some(TrackEvent {
@@ -552,7 +563,7 @@ impl Perfetto {
             string_value: None,
         };
         self.push(&TracePacket {
-            trusted_packet_sequence_id: Some(1),
+            trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
             chrome_events: Some(ChromeEventBundle {
                 metadata: vec![
                     meta("calls", self.written.calls),

@@ -1,9 +1,20 @@
-//! The few messages of Perfetto's trace format that `--perfetto` writes,
-//! as `prost` messages. Field numbers and types are Perfetto's own
+//! The few messages of Perfetto's trace format that telco-stap writes, as
+//! `prost` messages: declared here once, for the trace writer
+//! (`--perfetto`'s calls, instants and counters, [`super::Perfetto`]) and
+//! for `timer.profile`'s samples in the same file (the binary's
+//! `profile::perfetto`). Field numbers and types are Perfetto's own
 //! (`protos/perfetto/trace/trace_packet.proto` and the files it imports,
 //! in google/perfetto); only the fields telco-stap sets are declared, and
 //! every scalar is `optional` as in those proto2 files, so a zero (a
 //! timestamp delta of 0, pid 0) is written rather than left out.
+
+/// `Trace`: a whole file, or packets to append to one (a trace is its
+/// packets, in any order).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Trace {
+    #[prost(message, repeated, tag = "1")]
+    pub packet: Vec<TracePacket>,
+}
 
 /// `TracePacket`: one event, descriptor, snapshot or batch of them. A
 /// trace file is these, each as field 1 (`Trace.packet`) of the file.
@@ -35,6 +46,8 @@ pub struct TracePacket {
     pub trace_packet_defaults: Option<TracePacketDefaults>,
     #[prost(message, optional, tag = "60")]
     pub track_descriptor: Option<TrackDescriptor>,
+    #[prost(message, optional, tag = "66")]
+    pub perf_sample: Option<PerfSample>,
     #[prost(bool, optional, tag = "87")]
     pub first_packet_on_sequence: Option<bool>,
 }
@@ -82,10 +95,25 @@ pub struct DebugAnnotation {
     pub name: Option<String>,
 }
 
+/// `InternedData`: strings and structures a sequence's later packets
+/// name by iid (slice names for the trace writer; functions, frames,
+/// callstacks and mappings for the samples).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct InternedData {
     #[prost(message, repeated, tag = "2")]
     pub event_names: Vec<EventName>,
+    #[prost(message, repeated, tag = "5")]
+    pub function_names: Vec<InternedString>,
+    #[prost(message, repeated, tag = "6")]
+    pub frames: Vec<Frame>,
+    #[prost(message, repeated, tag = "7")]
+    pub callstacks: Vec<Callstack>,
+    #[prost(message, repeated, tag = "16")]
+    pub build_ids: Vec<InternedString>,
+    #[prost(message, repeated, tag = "17")]
+    pub mapping_paths: Vec<InternedString>,
+    #[prost(message, repeated, tag = "19")]
+    pub mappings: Vec<Mapping>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -187,6 +215,77 @@ pub struct ChromeMetadata {
     #[prost(int64, optional, tag = "4")]
     pub int_value: Option<i64>,
 }
+
+/// `InternedString` (`protos/perfetto/trace/profiling/profile_common.proto`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InternedString {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(bytes = "vec", optional, tag = "2")]
+    pub str: Option<Vec<u8>>,
+}
+
+/// `Mapping`: a module as a sampled process maps it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Mapping {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(uint64, optional, tag = "2")]
+    pub build_id: Option<u64>,
+    #[prost(uint64, optional, tag = "3")]
+    pub start_offset: Option<u64>,
+    #[prost(uint64, optional, tag = "4")]
+    pub start: Option<u64>,
+    #[prost(uint64, optional, tag = "5")]
+    pub end: Option<u64>,
+    #[prost(uint64, optional, tag = "6")]
+    pub load_bias: Option<u64>,
+    #[prost(uint64, repeated, packed = "false", tag = "7")]
+    pub path_string_ids: Vec<u64>,
+    #[prost(uint64, optional, tag = "8")]
+    pub exact_offset: Option<u64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Frame {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(uint64, optional, tag = "2")]
+    pub function_name_id: Option<u64>,
+    #[prost(uint64, optional, tag = "3")]
+    pub mapping_id: Option<u64>,
+    #[prost(uint64, optional, tag = "4")]
+    pub rel_pc: Option<u64>,
+}
+
+/// `Callstack`: frame iids from the root.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Callstack {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(uint64, repeated, packed = "false", tag = "2")]
+    pub frame_ids: Vec<u64>,
+}
+
+/// `PerfSample` (`protos/perfetto/trace/profiling/profile_packet.proto`):
+/// one sample, listed by the trace processor in `perf_sample`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PerfSample {
+    #[prost(uint32, optional, tag = "1")]
+    pub cpu: Option<u32>,
+    #[prost(uint32, optional, tag = "2")]
+    pub pid: Option<u32>,
+    #[prost(uint32, optional, tag = "3")]
+    pub tid: Option<u32>,
+    #[prost(uint64, optional, tag = "4")]
+    pub callstack_iid: Option<u64>,
+    #[prost(int32, optional, tag = "5")]
+    pub cpu_mode: Option<i32>,
+}
+
+/// `Profiling.CpuMode`.
+pub const MODE_KERNEL: i32 = 1;
+pub const MODE_USER: i32 = 2;
 
 /// A `TracePacket` with only what a slice's begin or end carries (the
 /// same field numbers, so it is that packet on the wire): most of a trace
@@ -299,6 +398,7 @@ mod tests {
                 track_event: event.map(|(t, i)| SliceEvent { r#type: t, name_iid: i }),
                 interned_data: interned.then(|| InternedData {
                     event_names: vec![EventName { iid: Some(1), name: Some("work".into()) }],
+                    ..Default::default()
                 }),
                 sequence_flags: flags,
                 timestamp_clock_id: clock,
