@@ -84,6 +84,60 @@ pub enum Attach {
     },
 }
 
+/// Where a probe's handler runs: the one place each kind of probe point
+/// decides it ([`Attach::runs_in`], and the compiler's `Point::runs_in`
+/// for the points that become these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runs {
+    /// In the tracer, on a session event or a timer (`begin`, `end`,
+    /// `error`, `timer.*`): no target thread, no target registers.
+    Tracer,
+    /// In the tracer, on a sample of a target thread (`timer.profile`):
+    /// that thread's registers and unwound stack, but no function's
+    /// arguments.
+    TracerSampling,
+    /// In a target process, on the thread that reached the probe
+    /// (functions, statements, markers, lifecycle events).
+    Target,
+}
+
+impl Runs {
+    /// Whether a session with such a probe needs a target process (`-p
+    /// PID` or `-c CMD`): to probe, or to sample.
+    pub fn needs_target(self) -> bool {
+        match self {
+            Runs::Tracer => false,
+            Runs::TracerSampling | Runs::Target => true,
+        }
+    }
+}
+
+impl Attach {
+    /// Where this probe's handler runs.
+    pub fn runs_in(&self) -> Runs {
+        match self {
+            Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. } | Attach::Timer { .. } => Runs::Tracer,
+            Attach::Profile { .. } => Runs::TracerSampling,
+            Attach::Function { .. } | Attach::Statement { .. } | Attach::Lifecycle { .. } => Runs::Target,
+        }
+    }
+
+    /// Whether its handler counts its actions against
+    /// `MAXACTION_INTERRUPTIBLE` rather than `MAXACTION` (its context's
+    /// `CTX_INTERRUPTIBLE`), as SystemTap's `begin`, `end` and `error`
+    /// probes do; timers do not.
+    pub fn interruptible(&self) -> bool {
+        match self {
+            Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. } => true,
+            Attach::Timer { .. }
+            | Attach::Profile { .. }
+            | Attach::Function { .. }
+            | Attach::Statement { .. }
+            | Attach::Lifecycle { .. } => false,
+        }
+    }
+}
+
 /// A function shorter than the 5-byte jump, with nothing after it the
 /// jump may cover: a 2-byte `jmp rel8` at its entry reaches a `jmp rel32`
 /// to its trampoline, written in a nearby function (the host) right after
