@@ -22,6 +22,7 @@ use crate::program::visit::{global_use, visit_expr, visit_stmt};
 use crate::program::*;
 use crate::span::SourceMap;
 use std::collections::HashMap;
+use telco_abi::artifact::Runs;
 
 /// The globals SystemTap prints at the end of a session: those of the user's
 /// script (not tapsets) that are written and never read.
@@ -121,16 +122,7 @@ pub fn sharded_globals(program: &Program) -> (Vec<u32>, Vec<u32>) {
     let mut bad = BTreeSet::new();
     let mut used = BTreeSet::new();
     for p in &program.probes {
-        let in_target = p.points.iter().any(|pt| {
-            !matches!(
-                pt,
-                Point::Begin { .. }
-                    | Point::End { .. }
-                    | Point::Error { .. }
-                    | Point::Timer { .. }
-                    | Point::Profile { .. }
-            )
-        });
+        let in_target = p.points.iter().any(|pt| pt.runs_in() == Runs::Target);
         if !in_target {
             continue;
         }

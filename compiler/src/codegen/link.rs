@@ -280,3 +280,86 @@ pub fn disassemble(a: &Artifact) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::{FunctionPoint, MarkPoint, Site};
+    use std::path::PathBuf;
+
+    /// One point of each kind. `kind` matches every kind by name, so a new
+    /// kind does not compile here until it has its point below.
+    fn one_of_each() -> Vec<Point> {
+        fn kind(p: &Point) -> usize {
+            match p {
+                Point::Begin { .. } => 0,
+                Point::End { .. } => 1,
+                Point::Error { .. } => 2,
+                Point::Timer { .. } => 3,
+                Point::Profile { .. } => 4,
+                Point::Function(_) => 5,
+                Point::Statement { .. } => 6,
+                Point::Mark(_) => 7,
+                Point::ProcessBegin { .. } => 8,
+                Point::ProcessEnd { .. } => 9,
+                Point::ThreadBegin { .. } => 10,
+                Point::ThreadEnd { .. } => 11,
+            }
+        }
+        let module = PathBuf::from("/usr/bin/true");
+        let site = Site { file_offset: 0x1004, displaced: 5, lead: 0, call: false, pad: 0 };
+        let function = FunctionPoint {
+            module: module.clone(),
+            symbol: "main".into(),
+            demangled: None,
+            addr: 0x1000,
+            size: 32,
+            file_offset: 0x1000,
+            ret: true,
+            itrace: false,
+            only_exe: None,
+            hop: None,
+            ra_saved: None,
+        };
+        let mark = MarkPoint {
+            module: module.clone(),
+            provider: "p".into(),
+            name: "m".into(),
+            addr: 0x1004,
+            semaphore: None,
+            args: Vec::new(),
+            args_text: String::new(),
+            pie: true,
+            function: Some("main".into()),
+            site,
+        };
+        let points = vec![
+            Point::Begin { order: 0 },
+            Point::End { order: 0 },
+            Point::Error { order: 0 },
+            Point::Timer { period_ns: 1_000_000, randomize_ns: 0 },
+            Point::Profile { period_ns: 1_000_000 },
+            Point::Function(function),
+            Point::Statement { module: module.clone(), addr: 0x1004, function: Some("main".into()), site },
+            Point::Mark(mark),
+            Point::ProcessBegin { module: Some(module.clone()) },
+            Point::ProcessEnd { module: None },
+            Point::ThreadBegin { module: None },
+            Point::ThreadEnd { module: Some(module) },
+        ];
+        let mut kinds: Vec<usize> = points.iter().map(kind).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds, (0..12).collect::<Vec<_>>(), "one point of each kind");
+        points
+    }
+
+    #[test]
+    fn a_point_runs_where_its_attach_runs() {
+        for p in one_of_each() {
+            let a = attach_of(&p);
+            assert_eq!(p.runs_in(), a.runs_in(), "{p:?}");
+            assert_eq!(p.interruptible(), a.interruptible(), "{p:?}");
+        }
+    }
+}

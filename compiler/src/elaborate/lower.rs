@@ -34,6 +34,32 @@ pub enum BodyKind {
     Sample,
 }
 
+impl BodyKind {
+    /// A thread stopped at a function's entry or return: its arguments
+    /// (`$argN`) and the function's DWARF scope are there.
+    pub fn at_function(self) -> bool {
+        match self {
+            BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function => true,
+            BodyKind::Session | BodyKind::Mark | BodyKind::ProcessEnd | BodyKind::Condition | BodyKind::Sample => false,
+        }
+    }
+
+    /// A target thread's registers and probe address are there
+    /// (`register()`, `uaddr()`, `returnval()`, `*_arg()`): not in session
+    /// bodies (begin, end, error, timers, process and thread events),
+    /// `process.end` or conditions.
+    pub fn has_registers(self) -> bool {
+        match self {
+            BodyKind::Session | BodyKind::Condition | BodyKind::ProcessEnd => false,
+            BodyKind::FunctionEntry
+            | BodyKind::FunctionReturn
+            | BodyKind::Function
+            | BodyKind::Mark
+            | BodyKind::Sample => true,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct Slot {
     ty: Option<Ty>,
@@ -561,7 +587,7 @@ impl<'a> Lowerer<'a> {
                 let arg = n.strip_prefix("arg").and_then(|d| d.parse::<u32>().ok());
                 match self.debug_site() {
                     _ if arg.is_some() => {
-                        matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function)
+                        self.kind.at_function()
                             || self.mark.as_ref().is_some_and(|m| arg.is_some_and(|a| a as usize <= m.args.len()))
                     }
                     _ if n == "return" => self.kind == BodyKind::FunctionReturn,
@@ -1297,8 +1323,7 @@ impl<'a> Lowerer<'a> {
                     .with_label("only `.mark(...)` probes have a marker name, provider and parameters"),
             );
         }
-        let in_function_probe =
-            matches!(self.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function);
+        let in_function_probe = self.kind.at_function();
         if self.in_function.is_some() && (arg.is_some() || name == "return") {
             // Misplaced, but certainly a long: keep the type, no follow-on errors.
             self.error(
@@ -1933,7 +1958,7 @@ impl<'a> Lowerer<'a> {
         // hit a probe (or in functions, which such probes may call).
         if (matches!(sig.builtin, Builtin::Register | Builtin::Uaddr | Builtin::Returnval)
             || sig.name.ends_with("_arg"))
-            && matches!(self.kind, BodyKind::Session | BodyKind::Condition | BodyKind::ProcessEnd)
+            && !self.kind.has_registers()
             && self.in_function.is_none()
         {
             self.error(

@@ -198,8 +198,7 @@ pub fn elaborate(
                         }
                         continue;
                     }
-                    let debug_points =
-                        matches!(r.kind, BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function);
+                    let debug_points = r.kind.at_function();
                     // `$return` alone is typed too where that costs no
                     // extra handler (one point).
                     let typed_return = r.points.len() == 1

@@ -8,6 +8,7 @@ pub mod visit;
 
 use crate::span::Span;
 use std::path::PathBuf;
+use telco_abi::artifact::Runs;
 
 /// The name (`pp()`) of the probe `--chrome` adds.
 const CHROME_PROBE: &str = "--chrome";
@@ -167,6 +168,43 @@ pub enum Point {
     ThreadEnd {
         module: Option<PathBuf>,
     },
+}
+
+impl Point {
+    /// Where its handler runs: the same as the artifact's
+    /// `Attach::runs_in` for the attach pass 4 makes of it
+    /// (`codegen::link`'s tests check that they agree).
+    pub fn runs_in(&self) -> Runs {
+        match self {
+            Point::Begin { .. } | Point::End { .. } | Point::Error { .. } | Point::Timer { .. } => Runs::Tracer,
+            Point::Profile { .. } => Runs::TracerSampling,
+            Point::Function(_)
+            | Point::Statement { .. }
+            | Point::Mark(_)
+            | Point::ProcessBegin { .. }
+            | Point::ProcessEnd { .. }
+            | Point::ThreadBegin { .. }
+            | Point::ThreadEnd { .. } => Runs::Target,
+        }
+    }
+
+    /// Whether its handler counts its actions against
+    /// `MAXACTION_INTERRUPTIBLE` rather than `MAXACTION`: `begin`, `end`
+    /// and `error` (`Attach::interruptible`).
+    pub fn interruptible(&self) -> bool {
+        match self {
+            Point::Begin { .. } | Point::End { .. } | Point::Error { .. } => true,
+            Point::Timer { .. }
+            | Point::Profile { .. }
+            | Point::Function(_)
+            | Point::Statement { .. }
+            | Point::Mark(_)
+            | Point::ProcessBegin { .. }
+            | Point::ProcessEnd { .. }
+            | Point::ThreadBegin { .. }
+            | Point::ThreadEnd { .. } => false,
+        }
+    }
 }
 
 /// A patch inside a function (`elf::Module::plan_site`): the

@@ -89,11 +89,7 @@ impl<'s, 'a, 'b> Gen<'s, 'a, 'b> {
         b.def_var(ret_var, zero);
         let cap = sh.layout.limits.maxstringlen;
         let (is_probe, interruptible, ret_buf) = match body {
-            Body::Probe(_, p) => (
-                true,
-                p.points.iter().all(|pt| matches!(pt, Point::Begin { .. } | Point::End { .. } | Point::Error { .. })),
-                None,
-            ),
+            Body::Probe(_, p) => (true, p.points.iter().all(Point::interruptible), None),
             Body::Function(_, f) => (false, false, (f.ret == Ty::String).then(|| params[params.len() - 1])),
         };
         let entry_sizes = match body {

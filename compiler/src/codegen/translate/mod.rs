@@ -221,9 +221,8 @@ pub fn translate(
     // reads which probe it serves from its context.
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, p) in program.probes.iter().enumerate() {
-        let in_tracer =
-            p.points.iter().all(|pt| matches!(pt, Point::Begin { .. } | Point::End { .. } | Point::Error { .. }));
-        let key = format!("{:?}|{:?}|{:?}|{}", p.locals, p.body, p.condition, in_tracer);
+        let interruptible = p.points.iter().all(Point::interruptible);
+        let key = format!("{:?}|{:?}|{:?}|{}", p.locals, p.body, p.condition, interruptible);
         if let Some(&j) = seen.get(&key) {
             probes.push(probes[j]);
             continue;
