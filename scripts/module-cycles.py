@@ -68,7 +68,7 @@ def strip(text):
         elif c == "'":
             # A char literal ('x', '\n', '\u{1F600}') or a lifetime ('a).
             if i + 1 < n and text[i + 1] == "\\":
-                j = text.find("'", i + 2)
+                j = text.find("'", i + 3)
                 j = n if j < 0 else j
                 out.append(blank(text[i:j + 1]))
                 i = j + 1
@@ -154,8 +154,15 @@ def module_files(src, name):
     # Grammars: `lalrpop_mod!(.. name ..)` in a file of the module.
     for p, mpath in list(files):
         text = strip(open(p, encoding="utf-8").read())
-        for m in re.finditer(r"lalrpop_mod!\s*\(([^;]*?)\)", text, re.S):
-            body = re.sub(r"#\[[^\]]*\]", " ", m.group(1))
+        for m in re.finditer(r"lalrpop_mod!\s*\(", text):
+            # The arguments, to the matching `)` (an attribute has its own).
+            depth, j = 1, m.end()
+            while j < len(text) and depth and text[j] != ";":
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                j += 1
+            if depth:
+                continue
+            body = re.sub(r"#\[[^\]]*\]", " ", text[m.end():j - 1])
             words = IDENT.findall(body)
             if words:
                 g = os.path.join(os.path.dirname(p), words[-1] + ".lalrpop")
