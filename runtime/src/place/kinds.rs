@@ -13,7 +13,7 @@ impl Hooker {
     /// detach, as every patch).
     pub(crate) fn padded(
         &self,
-        s: &mut Stopped,
+        s: &mut dyn Memory,
         code: &mut CodeRegion,
         addr: u64,
         displaced: usize,
@@ -43,7 +43,7 @@ impl Hooker {
     /// and returns to `addr`. Every register saved (the full kinds).
     pub(crate) fn call_site(
         &self,
-        s: &mut Stopped,
+        s: &mut dyn Memory,
         code: &mut CodeRegion,
         addr: u64,
         t: Tramp,
@@ -103,7 +103,7 @@ impl Hooker {
     /// `addr`, whose bytes stay as they are.
     pub(crate) fn lead_in(
         &self,
-        s: &mut Stopped,
+        s: &mut dyn Memory,
         code: &mut CodeRegion,
         addr: u64,
         lead: usize,
@@ -160,7 +160,12 @@ impl Hooker {
     /// A veneer to `target` within a patch jump's reach of `site`, in a
     /// veneer page of this module's (one mapped near `site` when none is
     /// in reach): its address, or why there is none.
-    pub(crate) fn veneer(&self, s: &mut Stopped, site: u64, target: u64) -> Result<Result<u64, String>, TargetError> {
+    pub(crate) fn veneer(
+        &self,
+        s: &mut dyn Memory,
+        site: u64,
+        target: u64,
+    ) -> Result<Result<u64, String>, TargetError> {
         let Some(bytes) = patch::far_jump(target) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
@@ -171,7 +176,7 @@ impl Hooker {
         };
         let i = match pages.iter().position(reaches) {
             Some(i) => i,
-            None => match inject::veneer_page(s, site) {
+            None => match s.veneer_page(site) {
                 Ok(p) => {
                     pages.push(p);
                     pages.len() - 1
@@ -195,7 +200,7 @@ impl Hooker {
     /// to apply, or why not.
     pub(crate) fn function(
         &self,
-        s: &mut Stopped,
+        s: &mut dyn Memory,
         code: &mut CodeRegion,
         addr: u64,
         size: u64,

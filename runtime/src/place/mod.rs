@@ -3,6 +3,11 @@
 //! relocates the displaced instructions (`arch::native::patch`), and plans
 //! the patch (address, original bytes, new bytes); `apply` writes the
 //! plans with no thread inside the bytes that change.
+//!
+//! Placement reads and writes the target through [`Memory`], which a
+//! stopped process implements and so does a byte buffer ([`Buffer`]):
+//! overlaps, hops, veneers and lead-ins are unit-tested without a
+//! process (`tests` below).
 
 use crate::arch::native::{self as arch, clobber, patch, trampoline};
 use crate::error::TargetError;
@@ -14,7 +19,12 @@ use std::path::Path;
 use telco_abi::artifact::{Artifact, Attach};
 
 mod kinds;
+mod memory;
 mod module;
+#[cfg(test)]
+mod tests;
+
+pub use memory::{Buffer, Memory};
 
 /// One placed hook: where, and the bytes to put back.
 #[derive(Clone)]
@@ -164,7 +174,7 @@ impl Placed {
 /// next allocation starts, given exactly its length, written.
 pub(crate) fn place(
     h: &Hooker,
-    s: &mut Stopped,
+    s: &mut dyn Memory,
     code: &mut CodeRegion,
     assemble: impl FnOnce(u64) -> Result<Vec<u8>, trampoline::AsmError>,
 ) -> Result<u64, TargetError> {
@@ -244,6 +254,51 @@ pub(crate) fn step_out(s: &mut Stopped, ranges: &[(u64, u64)]) -> Result<(), Tar
         }
     }
     Ok(())
+}
+
+impl Hooker {
+    /// A placer for artifact `a` injected with its region at `region` and
+    /// its thread slots at `threads_at` (the C library keeps a thread's id
+    /// at `tid_off` from the thread pointer); `entry_hooks`: the runtime's
+    /// own hooks by run-time address; `exec_notify`: `rt_execnotify` when
+    /// execs are followed. An error when the runtime library lacks a
+    /// trampoline helper.
+    pub(crate) fn new(
+        a: &Artifact,
+        region: u64,
+        threads_at: u64,
+        tid_off: u32,
+        entry_hooks: BTreeMap<u64, (u32, bool)>,
+        exec_notify: Option<u32>,
+    ) -> Result<Hooker, TargetError> {
+        let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
+        let (Some(ret_push), Some(ret_pop), Some(enter), Some(dlnotify)) =
+            (symbol("rt_ret_push"), symbol("rt_ret_pop"), symbol("rt_enter"), symbol("rt_dlnotify"))
+        else {
+            return Err(TargetError::Unsupported("the runtime library lacks a trampoline helper".into()));
+        };
+        Ok(Hooker {
+            entry_hooks: std::cell::RefCell::new(entry_hooks),
+            artifact: a.clone(),
+            region,
+            ret_push,
+            ret_pop,
+            enter,
+            dlnotify,
+            itrace_wait: symbol("rt_itrace_wait"),
+            itraced: Default::default(),
+            timed: Default::default(),
+            span_flush: symbol("rt_span_flush"),
+            exec_notify,
+            threads_at,
+            tid_off,
+            relocs: Default::default(),
+            veneers: Default::default(),
+            own: Default::default(),
+            blob_rows: Default::default(),
+            profiling: a.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })),
+        })
+    }
 }
 
 impl Hooker {

@@ -8,7 +8,7 @@ impl Hooker {
     /// functions, and return the patches to apply (and the refusals).
     pub(crate) fn module(
         &self,
-        s: &mut Stopped,
+        s: &mut dyn Memory,
         maps: &[Mapping],
         module: &Path,
         functions: &BTreeMap<u64, Vec<usize>>,
@@ -21,7 +21,7 @@ impl Hooker {
             .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
         // Per function: its entry trampoline (at most 1 KiB) and, for lean
         // return probes, a return trampoline of its own (under 1 KiB).
-        let mut code = inject::code(s, a, base, 8192 + 2048 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
+        let mut code = s.code_near(a, base, 8192 + 2048 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
         self.own_blob(pid as u32, &code);
         // The handler table (by probe index) and the return trampoline.
         let table: Vec<u8> = a.probes.iter().flat_map(|p| code.at(p.handler).to_le_bytes()).collect();

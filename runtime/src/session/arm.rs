@@ -98,9 +98,8 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
         }
     }
     let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
-    let (Some(ret_push), Some(ret_pop), Some(enter), Some(dlnotify)) =
-        (symbol("rt_ret_push"), symbol("rt_ret_pop"), symbol("rt_enter"), symbol("rt_dlnotify"))
-    else {
+    // (`Hooker::new` checks the trampolines' other helpers.)
+    let Some(dlnotify) = symbol("rt_dlnotify") else {
         return Err(TargetError::Unsupported("the runtime library lacks a trampoline helper".into()));
     };
     // Return probes replace return addresses: before an exception walks a
@@ -132,27 +131,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     if let Some(f) = exec_notify {
         entry_hooks.extend(exec_entries(&maps).into_iter().map(|addr| (addr, (f, false))));
     }
-    let hooker = Hooker {
-        entry_hooks: std::cell::RefCell::new(entry_hooks),
-        artifact: a.clone(),
-        region: injected.region_remote,
-        ret_push,
-        ret_pop,
-        enter,
-        dlnotify,
-        itrace_wait: symbol("rt_itrace_wait"),
-        itraced: Default::default(),
-        timed: Default::default(),
-        span_flush: symbol("rt_span_flush"),
-        exec_notify,
-        threads_at,
-        tid_off,
-        relocs: Default::default(),
-        veneers: Default::default(),
-        own: Default::default(),
-        blob_rows: Default::default(),
-        profiling: a.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })),
-    };
+    let hooker = Hooker::new(a, injected.region_remote, threads_at, tid_off, entry_hooks, exec_notify)?;
     let mut patches = Vec::new();
     let mut codes = Vec::new();
     let mut refused = Vec::new();
