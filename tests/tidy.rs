@@ -154,7 +154,7 @@ fn lex(text: &str) -> Lexed {
         } else if ch == '\'' {
             // A char literal ('x', '\n', '\u{1F600}') or a lifetime ('a).
             if i + 1 < n && c[i + 1] == '\\' {
-                let j = find(&c, i + 2, "'").unwrap_or(n);
+                let j = find(&c, i + 3, "'").unwrap_or(n);
                 blank(&c[i..(j + 1).min(n)], &mut out, &mut line);
                 i = j + 1;
             } else if i + 2 < n && c[i + 2] == '\'' {
