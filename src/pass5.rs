@@ -10,6 +10,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 use telco_runtime::eprintln_escaped;
+use telco_runtime::session::{Options, Session, Target};
 
 /// `-D NAME=VALUE` over SystemTap's defaults.
 pub fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
@@ -77,110 +78,30 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
             cfg.profile = Some(Box::new(profile::Profile::new(files)));
         }
     }
+    let target = match (cli.pid, &cli.command) {
+        (Some(pid), _) => Target::Pid(pid as i32),
+        (None, Some(cmd)) => Target::command(cmd),
+        (None, None) => Target::None,
+    };
+    let local = matches!(target, Target::None);
     let t0 = Instant::now();
-    if cli.pid.is_none() && cli.command.is_none() {
-        cfg.traces = traces(cli, artifact, std::process::id())?;
-        let outcome = telco_runtime::session::Local::new(artifact)?.run(cfg)?;
-        report_traces(cli, &outcome);
-        if cli.verbose > 0 {
-            eprintln_escaped!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
-        }
-        return Ok(if outcome.errors > 0 || outcome.too_many_skipped || outcome.corrupted.is_some() {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
-    }
-    let (stopped, child) = match (cli.pid, &cli.command) {
-        (Some(pid), _) => (telco_runtime::os::ptrace::Stopped::attach(pid as i32)?, false),
-        (None, Some(cmd)) => {
-            let argv: Vec<String> = if cmd.chars().any(|c| "|&;<>()$`\\\"'*?[]#~=%".contains(c)) {
-                vec!["/bin/sh".into(), "-c".into(), format!("exec {cmd}")]
-            } else {
-                cmd.split_whitespace().map(str::to_string).collect()
-            };
-            (telco_runtime::session::spawn(&argv)?, true)
-        }
-        (None, None) => bail!("internal error: a target without -p or -c"),
+    let opts = Options {
+        target,
+        symbols: Box::new(ElfSymbols),
+        itrc: cli.itrc.clone().map(|path| (path, max_itrace(cli), cli.itrace_step)),
+        quiet: cli.no_warnings,
+        verbose: cli.verbose,
     };
-    let pid = stopped.pid() as u32;
-    let (region, mut armed) = match telco_runtime::session::arm(stopped, artifact, child) {
-        Ok(armed) => armed,
-        // ^C or SIGTERM while the target held the attach up: it is let go
-        // as it was (`os::ptrace`), and the session ends as on any ^C: its
-        // own probes (begin, end) run and its output files are written.
-        Err(e) if telco_runtime::os::sys::stop_requested() => {
-            eprintln!("ERROR: {e}");
-            if child {
-                telco_runtime::os::process::terminate(pid as i32, std::time::Duration::from_secs(1));
-            }
-            cfg.traces = traces(cli, artifact, pid)?;
-            let outcome = telco_runtime::session::Local::new(artifact)?.run(cfg)?;
-            report_traces(cli, &outcome);
-            return Ok(ExitCode::from(1));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    armed.symbols_from(Box::new(ElfSymbols));
-    cfg.traces = traces(cli, artifact, pid)?;
-    if let (true, Some(path)) = (armed.has_itrace(), &cli.itrc) {
-        armed.itrace_to(path, max_itrace(cli), cli.itrace_step).with_context(|| format!("cannot trace pid {pid}"))?;
+    let session = Session::start(artifact, opts)?;
+    cfg.traces = traces(cli, artifact, session.pid())?;
+    let ended = session.run(cfg)?;
+    let interrupted = ended.interrupted;
+    let code = ended.code();
+    let outcome = ended.outcome?;
+    if local && cli.verbose > 0 {
+        eprintln_escaped!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
     }
-    armed.quiet = cli.no_warnings;
-    for w in armed.warnings.iter().filter(|_| !cli.no_warnings) {
-        eprintln_escaped!("WARNING: {w}");
-    }
-    if cli.verbose > 0 {
-        eprintln_escaped!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
-    }
-    if cli.verbose > 1 {
-        for f in armed.timed_inline() {
-            eprintln_escaped!("Pass 5: {f}: calls timed by its trampolines (no handler call)");
-        }
-    }
-    let outcome = telco_runtime::session::Local::with_region(artifact, region)?.run_with(cfg, &mut armed);
-    armed.end_child();
-    if let Some((calls, steps, time, missed, warnings)) = armed.itrace_report() {
-        for w in warnings.iter().filter(|_| !cli.no_warnings) {
-            eprintln_escaped!("WARNING: {w}");
-        }
-        if missed > 0 {
-            eprintln_escaped!(
-                "WARNING: {missed} call(s) of .itrace functions were not traced (after -D MAXITRACE={}, \
-                 or waiting too long)",
-                max_itrace(cli)
-            );
-        }
-        if cli.verbose > 0 {
-            let rate = steps as f64 / time.as_secs_f64().max(1e-9);
-            if armed.itrace_stepped() {
-                eprintln_escaped!(
-                    "itrace: {calls} call(s), {steps} instructions single-stepped in {:.3} s ({rate:.0} per second).",
-                    time.as_secs_f64()
-                );
-            } else {
-                eprintln_escaped!("itrace: {calls} call(s), {steps} instructions recorded in the target.");
-            }
-        }
-    }
-    let outcome = outcome?;
-    if let Some(sig) = armed.killed_by {
-        // Never silent: the command died, not the session; and where.
-        match armed.crash_of(pid as i32).filter(|c| c.signal == sig) {
-            Some(c) => eprintln_escaped!("WARNING: the command (pid {pid}) was killed by {}", c.describe()),
-            None => eprintln_escaped!(
-                "WARNING: the command (pid {pid}) was killed by {}{}",
-                telco_runtime::os::process::signal_name(sig),
-                if telco_runtime::crash::SIGNALS.contains(&sig) {
-                    " (no place recorded: the program handles that signal itself, or no handler could run, as \
-                     in a stack overflow)"
-                } else {
-                    ""
-                }
-            ),
-        }
-    }
-    if let (Some(path), Some(samples)) = (&cli.perfetto, &perfetto_samples) {
+    if let (Some(path), Some(samples), false) = (&cli.perfetto, &perfetto_samples, interrupted) {
         let left_out = profile::append_to_perfetto(path, samples, max_size(cli))
             .with_context(|| format!("cannot add the samples to `{}`", path.display()))?;
         if let Some(n) = left_out {
@@ -194,12 +115,6 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         }
     }
     report_traces(cli, &outcome);
-    if outcome.errors > 0 || outcome.too_many_skipped || outcome.corrupted.is_some() {
-        return Ok(ExitCode::from(1));
-    }
-    // The command's exit status passes through.
-    Ok(match armed.exit_status {
-        Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        None => ExitCode::SUCCESS,
-    })
+    // 1 on errors; else the command's exit status passes through.
+    Ok(ExitCode::from(code))
 }

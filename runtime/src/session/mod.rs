@@ -122,6 +122,7 @@ mod rows;
 mod run;
 mod runner;
 mod spawn;
+mod start;
 mod summary;
 
 pub use arm::arm;
@@ -129,6 +130,7 @@ pub use consumer::drain_text;
 pub use run::{Config, Hooks, Local, NoTarget, Outcome};
 pub use runner::{stall_limit, SANDBOX_STALL};
 pub use spawn::spawn;
+pub use start::{Ended, Options, Session, Target};
 pub use summary::summary;
 
 use arm::*;
