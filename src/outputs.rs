@@ -4,8 +4,18 @@
 use crate::cli::Cli;
 use crate::profile;
 use anyhow::{bail, Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use telco_runtime::chrome::{self, Chrome};
 use telco_runtime::eprintln_escaped;
+use telco_runtime::feed;
+use telco_runtime::perfetto::{self, Perfetto};
+
+/// The trace formats: each one's flag, the file the command line asks
+/// for, and how it starts. A new format is a line here (`feed`'s
+/// documentation says the rest).
+fn trace_formats(cli: &Cli) -> [(&'static str, &Option<PathBuf>, feed::Open); 2] {
+    [(chrome::FLAG, &cli.chrome, feed::open::<Chrome>), (perfetto::FLAG, &cli.perfetto, feed::open::<Perfetto>)]
+}
 
 /// The profile files asked for.
 pub fn profile_files(cli: &Cli) -> profile::Files {
@@ -20,16 +30,15 @@ pub fn profile_files(cli: &Cli) -> profile::Files {
 
 /// Output files must be creatable before any tracing starts.
 pub fn check_outputs(cli: &Cli) -> Result<()> {
-    for (flag, path) in [
-        ("-o", &cli.output),
-        ("--chrome", &cli.chrome),
-        ("--perfetto", &cli.perfetto),
-        ("--itrc", &cli.itrc),
+    let traces = trace_formats(cli).map(|(flag, path, _)| (flag, path));
+    let profiles = [
         ("--folded", &cli.folded),
         ("--flamegraph", &cli.flamegraph),
         ("--speedscope", &cli.speedscope),
         ("--pprof", &cli.pprof),
-    ] {
+    ];
+    let flags = [("-o", &cli.output)].into_iter().chain(traces).chain([("--itrc", &cli.itrc)]).chain(profiles);
+    for (flag, path) in flags {
         if let Some(p) = path {
             let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {
@@ -51,56 +60,40 @@ pub fn max_itrace(cli: &Cli) -> u64 {
     cli.defines.iter().rev().find(|(n, _)| n == "MAXITRACE").map_or(16, |(_, v)| (*v).max(1))
 }
 
-/// `--chrome FILE` and `--perfetto FILE`, started for process `pid`:
-/// calls are named by their probe's function.
+/// The trace files asked for (`--chrome FILE`, `--perfetto FILE`), started
+/// for process `pid`: calls are named by their probe's function.
 pub fn traces(
     cli: &Cli,
     artifact: &telco_abi::artifact::Artifact,
     pid: u32,
 ) -> Result<Option<telco_runtime::feed::Feed>> {
-    if cli.chrome.is_none() && cli.perfetto.is_none() {
-        return Ok(None);
-    }
+    let asked: Vec<(&PathBuf, feed::Open)> =
+        trace_formats(cli).into_iter().filter_map(|(_, path, open)| Some((path.as_ref()?, open))).collect();
+    let Some(&(first, _)) = asked.first() else { return Ok(None) };
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
-    let mut writers = telco_runtime::feed::Writers { chrome: None, perfetto: None };
-    if let Some(path) = &cli.chrome {
-        let c = telco_runtime::chrome::Chrome::create(path, pid, comm.trim_end(), &names)
-            .with_context(|| format!("cannot create `{}`", path.display()))?
-            .max_size(max_size(cli))
-            .quiet(cli.no_warnings)
-            // One status line: --chrome's, which is the slower to write.
-            .status(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-        writers.chrome = Some(c);
+    let mut writers = Vec::with_capacity(asked.len());
+    for (path, open) in asked {
+        let cfg = feed::Config {
+            path,
+            pid,
+            process: comm.trim_end(),
+            names: &names,
+            max_size: max_size(cli),
+            quiet: cli.no_warnings,
+            status: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        };
+        writers.push(open(&cfg).with_context(|| format!("cannot create `{}`", path.display()))?);
     }
-    if let Some(path) = &cli.perfetto {
-        let p = telco_runtime::perfetto::Perfetto::create(path, pid, comm.trim_end(), &names)
-            .with_context(|| format!("cannot create `{}`", path.display()))?
-            .max_size(max_size(cli));
-        writers.perfetto = Some(p);
-    }
-    let first = cli.chrome.as_ref().or(cli.perfetto.as_ref()).map(|p| p.as_path()).unwrap_or(Path::new("."));
     let dir = first.parent().unwrap_or(Path::new("."));
-    let feed = telco_runtime::feed::Feed::start(writers, dir)
+    let feed = telco_runtime::feed::Feed::start(writers, names.len(), dir)
         .with_context(|| format!("cannot create a spool file beside `{}`", first.display()))?;
     Ok(Some(feed))
 }
 
 /// `--max-size`, or the default of the trace files.
 pub fn max_size(cli: &Cli) -> u64 {
-    cli.max_size.unwrap_or(telco_runtime::chrome::DEFAULT_MAX_SIZE)
-}
-
-/// "FLAG trace reached --max-size SIZE: N events left out", if it did
-/// (said even with -w: the file lacks events).
-fn report_left_out(cli: &Cli, flag: &str, left_out: u64, max: u64) {
-    if left_out > 0 {
-        let default = if cli.max_size.is_none() { " (the default)" } else { "" };
-        eprintln_escaped!(
-            "{flag} trace reached --max-size {}{default}: {left_out} events left out",
-            telco_runtime::chrome::limit_text(max)
-        );
-    }
+    cli.max_size.unwrap_or(feed::DEFAULT_MAX_SIZE)
 }
 
 pub fn report_traces(cli: &Cli, outcome: &telco_runtime::session::Outcome) {
@@ -130,7 +123,7 @@ pub fn report_traces(cli: &Cli, outcome: &telco_runtime::session::Outcome) {
             );
         }
     }
-    let Some(t) = outcome.traces else { return };
+    let Some(t) = &outcome.traces else { return };
     let dropped = match (outcome.dropped, t.dropped) {
         (0, 0) => "none dropped".to_string(),
         (n, 0) => format!("{n} dropped (see the warning)"),
@@ -140,38 +133,8 @@ pub fn report_traces(cli: &Cli, outcome: &telco_runtime::session::Outcome) {
             if n > 0 { "; see the warning for the rest" } else { "" }
         ),
     };
-    if let (Some(path), Some(w)) = (&cli.chrome, t.chrome) {
-        let size = telco_runtime::chrome::size_text(w.bytes);
-        eprintln_escaped!("--chrome: {} events, {size}, written to {}; {dropped}", w.events, path.display());
-        report_left_out(cli, "--chrome", w.left_out, w.max_size);
-    }
-    if let (Some(path), Some(w)) = (&cli.perfetto, t.perfetto) {
-        let size = telco_runtime::chrome::size_text(w.bytes);
-        let per_call =
-            if w.calls > 0 { format!(" ({:.1} bytes a call)", w.bytes as f64 / w.calls as f64) } else { String::new() };
-        eprintln_escaped!(
-            "--perfetto: {} calls, {} events, {size}{per_call}, written to {}; {dropped}",
-            w.calls,
-            w.events,
-            path.display()
-        );
-        report_left_out(cli, "--perfetto", w.left_out, w.max_size);
-        if w.too_deep > 0 {
-            // Said even with -w: the file lacks calls.
-            eprintln_escaped!(
-                "WARNING: --perfetto: {} calls nested more than {} deep were left out (Perfetto keeps {} levels \
-                 on a thread; --chrome shows them)",
-                w.too_deep,
-                telco_runtime::perfetto::order::MAX_DEPTH,
-                telco_runtime::perfetto::order::MAX_DEPTH
-            );
-        }
-        if w.misplaced > 0 && !cli.no_warnings {
-            eprintln_escaped!(
-                "WARNING: --perfetto: {} calls began in the same nanosecond as calls they hold that were written \
-                 before they returned; they may be drawn one level too deep",
-                w.misplaced
-            );
-        }
+    let how = feed::Reporting { dropped: &dropped, default_max_size: cli.max_size.is_none(), quiet: cli.no_warnings };
+    for line in t.files.iter().flat_map(|f| f.lines(&how)) {
+        eprintln_escaped!("{line}");
     }
 }

@@ -1,4 +1,5 @@
-//! `--chrome FILE`: Chrome Trace Event JSON, streamed to disk.
+//! `--chrome FILE`: Chrome Trace Event JSON, streamed to disk (a
+//! [`TraceWriter`]).
 //!
 //! The file is the JSON Array Format: `[`, one event per line, `]`.
 //! Events are written as they arrive (a call's complete event when it
@@ -53,13 +54,23 @@ use std::collections::HashSet;
 
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::feed::{Calls, Config, End, Report, TraceWriter};
+// The trace files' sizes, said and parsed (here before the feed had them).
+pub use crate::feed::{limit_text, parse_size, size_text, DEFAULT_MAX_SIZE};
+
+/// The flag that asks for the file (its messages say it).
+pub const FLAG: &str = "--chrome";
 
 /// Bytes gathered before they are written to the file.
 const BUFFER: usize = 1 << 20;
 
 pub struct Chrome {
     out: File,
+    path: PathBuf,
+    /// Calls come in TSC ticks.
+    clock: crate::os::sys::Clock,
     /// Events not yet written to `out` (formatted in place).
     buf: Vec<u8>,
     pid: u32,
@@ -106,10 +117,6 @@ pub struct Chrome {
 /// chrome://tracing opens (the Perfetto UI opens up to about 2 GB).
 pub const VIEWER_LIMIT: u64 = 256 << 20;
 
-/// The largest trace file written without `--max-size`: about what the
-/// Perfetto UI opens in a browser.
-pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
-
 /// The file's last bytes (`\n]\n`), kept room for under `--max-size`.
 const CLOSING: u64 = 3;
 
@@ -124,9 +131,6 @@ pub struct Written {
     /// Events left out because the file had reached `max_size`.
     pub left_out: u64,
     pub max_size: u64,
-    /// printf lines, instants and counters left out because the writer
-    /// fell behind by more than `feed::OTHERS_QUEUED` of them.
-    pub dropped: u64,
 }
 
 /// Threads named in the trace, at most (the tids come from the target).
@@ -139,6 +143,8 @@ impl Chrome {
         let out = crate::outfile::create(path)?;
         let mut c = Chrome {
             out,
+            path: path.to_path_buf(),
+            clock: crate::os::sys::clock(),
             buf: Vec::with_capacity(BUFFER + 4096),
             pid,
             spans: names.iter().map(|n| span_start(n.as_bytes())).collect(),
@@ -206,7 +212,7 @@ impl Chrome {
             return;
         }
         let rate = (self.events - then) as f64 / dt;
-        eprint!("\r--chrome: {} events, {}, {:.0} events/s\x1b[K", self.events, size_text(self.written), rate);
+        eprint!("\r{FLAG}: {} events, {}, {:.0} events/s\x1b[K", self.events, size_text(self.written), rate);
         self.status = Some((std::time::Instant::now(), self.events, true));
     }
 
@@ -225,7 +231,7 @@ impl Chrome {
             self.left_out += 1;
             if !self.quiet {
                 self.say(&format!(
-                    "WARNING: --chrome trace reached --max-size {}: events from here on are left out (counted at \
+                    "WARNING: {FLAG} trace reached --max-size {}: events from here on are left out (counted at \
                      the end)",
                     limit_text(self.max_size)
                 ));
@@ -237,7 +243,7 @@ impl Chrome {
             self.passed_viewer_limit = true;
             if !self.quiet {
                 self.say(&format!(
-                    "WARNING: --chrome trace passed {}; chrome://tracing may not open it (Perfetto UI opens up to \
+                    "WARNING: {FLAG} trace passed {}; chrome://tracing may not open it (Perfetto UI opens up to \
                      about 2 GB; --perfetto writes the same calls in a fraction of the bytes)",
                     limit_text(self.viewer_limit)
                 ));
@@ -266,16 +272,6 @@ impl Chrome {
         push_u64(l, self.base);
         l.extend_from_slice(b"}}");
         self.emit()
-    }
-
-    /// The slice names so far (the probes', then `trace_span`'s).
-    pub fn names(&self) -> usize {
-        self.spans.len()
-    }
-
-    /// A slice name for the next id (a `trace_span` name).
-    pub fn add_name(&mut self, name: &str) {
-        self.spans.push(span_start(name.as_bytes()));
     }
 
     /// One call, from `start_ns` to `end_ns` (CLOCK_REALTIME ns).
@@ -326,54 +322,6 @@ impl Chrome {
         Ok(())
     }
 
-    /// An instant event on a thread: `trace_instant(name)`, or a printf's
-    /// output (`cat` "printf", the text in args).
-    pub fn instant(
-        &mut self,
-        tid: u32,
-        ts_ns: u64,
-        cat: &str,
-        name: &[u8],
-        text: Option<&[u8]>,
-    ) -> std::io::Result<()> {
-        self.thread(tid)?;
-        let l = &mut self.line;
-        l.clear();
-        l.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"");
-        l.extend_from_slice(cat.as_bytes());
-        l.extend_from_slice(b"\",\"name\":\"");
-        l.extend_from_slice(&escape(name));
-        l.extend_from_slice(b"\",\"ts\":");
-        push_us(l, ts_ns.saturating_sub(self.base));
-        self.pid_tid(tid);
-        if let Some(t) = text {
-            self.line.extend_from_slice(b",\"args\":{\"text\":\"");
-            self.line.extend_from_slice(&escape(t));
-            self.line.extend_from_slice(b"\"}");
-        }
-        self.line.push(b'}');
-        self.emit()
-    }
-
-    /// `trace_counter(name, value)`: a counter track of the process.
-    pub fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()> {
-        let l = &mut self.line;
-        l.clear();
-        l.extend_from_slice(b"{\"ph\":\"C\",\"name\":\"");
-        l.extend_from_slice(&escape(name));
-        l.extend_from_slice(b"\",\"ts\":");
-        push_us(l, ts_ns.saturating_sub(self.base));
-        l.extend_from_slice(b",\"pid\":");
-        push_u64(l, u64::from(self.pid));
-        l.extend_from_slice(b",\"args\":{\"value\":");
-        if value < 0 {
-            l.push(b'-');
-        }
-        push_u64(l, value.unsigned_abs());
-        l.extend_from_slice(b"}}");
-        self.emit()
-    }
-
     /// Close the array and flush.
     pub fn finish(mut self) -> std::io::Result<Written> {
         if let Some((_, _, true)) = self.status {
@@ -390,21 +338,7 @@ impl Chrome {
             passed_viewer_limit: self.passed_viewer_limit,
             left_out: self.left_out,
             max_size: self.max_size,
-            dropped: 0,
         })
-    }
-
-    /// Whether the file has reached `--max-size` (nothing more goes in).
-    pub fn full(&self) -> bool {
-        self.full
-    }
-
-    /// Push buffered events to the file (the consumer calls this when the
-    /// ring is empty, so a trace grows while the target runs).
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        self.out.write_all(&self.buf)?;
-        self.buf.clear();
-        Ok(())
     }
 
     fn pid_tid(&mut self, tid: u32) {
@@ -451,6 +385,93 @@ impl Chrome {
     }
 }
 
+impl TraceWriter for Chrome {
+    fn start(cfg: &Config<'_>) -> std::io::Result<Chrome> {
+        // The status line is --chrome's alone, the slower file to write.
+        Ok(Chrome::create(cfg.path, cfg.pid, cfg.process, cfg.names)?
+            .max_size(cfg.max_size)
+            .quiet(cfg.quiet)
+            .status(cfg.status))
+    }
+
+    fn add_name(&mut self, name: &str) {
+        self.spans.push(span_start(name.as_bytes()));
+    }
+
+    fn calls(&mut self, calls: Calls<'_>) -> std::io::Result<()> {
+        let clock = self.clock;
+        for c in calls {
+            self.span(c.tid, c.probe, clock.ns(c.start), clock.ns(c.end))?;
+        }
+        Ok(())
+    }
+
+    /// An instant event on a thread: `trace_instant(name)`, or a printf's
+    /// output (`cat` "printf", the text in args).
+    fn instant(&mut self, tid: u32, ts_ns: u64, cat: &str, name: &[u8], text: Option<&[u8]>) -> std::io::Result<()> {
+        self.thread(tid)?;
+        let l = &mut self.line;
+        l.clear();
+        l.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"");
+        l.extend_from_slice(cat.as_bytes());
+        l.extend_from_slice(b"\",\"name\":\"");
+        l.extend_from_slice(&escape(name));
+        l.extend_from_slice(b"\",\"ts\":");
+        push_us(l, ts_ns.saturating_sub(self.base));
+        self.pid_tid(tid);
+        if let Some(t) = text {
+            self.line.extend_from_slice(b",\"args\":{\"text\":\"");
+            self.line.extend_from_slice(&escape(t));
+            self.line.extend_from_slice(b"\"}");
+        }
+        self.line.push(b'}');
+        self.emit()
+    }
+
+    /// `trace_counter(name, value)`: a counter track of the process.
+    fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()> {
+        let l = &mut self.line;
+        l.clear();
+        l.extend_from_slice(b"{\"ph\":\"C\",\"name\":\"");
+        l.extend_from_slice(&escape(name));
+        l.extend_from_slice(b"\",\"ts\":");
+        push_us(l, ts_ns.saturating_sub(self.base));
+        l.extend_from_slice(b",\"pid\":");
+        push_u64(l, u64::from(self.pid));
+        l.extend_from_slice(b",\"args\":{\"value\":");
+        if value < 0 {
+            l.push(b'-');
+        }
+        push_u64(l, value.unsigned_abs());
+        l.extend_from_slice(b"}}");
+        self.emit()
+    }
+
+    fn full(&self) -> bool {
+        self.full
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>, end: &End) -> std::io::Result<Report> {
+        let path = self.path.clone();
+        let mut w = Chrome::finish(*self)?;
+        // Calls not spooled: in no file.
+        w.left_out += end.unspooled;
+        Ok(Report {
+            flag: FLAG,
+            holds: format!("{FLAG}: {} events, {}, written to {}", w.events, size_text(w.bytes), path.display()),
+            left_out: w.left_out,
+            max_size: w.max_size,
+            ..Report::default()
+        })
+    }
+}
+
 /// A complete event's bytes up to its time, for a span named `name`.
 fn span_start(name: &[u8]) -> Vec<u8> {
     let mut v = b",\n{\"ph\":\"X\",\"cat\":\"function\",\"name\":\"".to_vec();
@@ -465,44 +486,6 @@ fn pid_prefix(pid: u32) -> Vec<u8> {
     push_u64(&mut v, u64::from(pid));
     v.extend_from_slice(b",\"tid\":");
     v
-}
-
-/// A `--max-size` (or another limit) as the messages say it: in whole GB,
-/// MB or KB when it is one (units of 1024, as `size_text`), else bytes.
-pub fn limit_text(bytes: u64) -> String {
-    for (unit, name) in [(1u64 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")] {
-        if bytes >= unit && bytes % unit == 0 {
-            return format!("{} {name}", bytes / unit);
-        }
-    }
-    format!("{bytes} bytes")
-}
-
-/// `500M`, `2G`, `64K`, `1T`, or plain bytes (units of 1024; `MB`, `MiB`
-/// and lower case too): a `--max-size`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("`{s}` is not a size (e.g. 500M, 2G, 1048576)")),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 500M, 2G, 1048576)"))?;
-    n.checked_mul(1 << shift).ok_or_else(|| format!("`{s}` is too large"))
-}
-
-/// A size as the summary and the status line say it: KB or MB.
-pub fn size_text(bytes: u64) -> String {
-    if bytes >= 1 << 20 {
-        format!("{:.1} MB", bytes as f64 / f64::from(1 << 20))
-    } else {
-        format!("{:.1} KB", bytes as f64 / 1024.0)
-    }
 }
 
 /// "00" … "99".
@@ -600,21 +583,6 @@ mod tests {
         assert!(text.ends_with("}\n]\n"));
         assert!(w.passed_viewer_limit);
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("500M"), Ok(500 << 20));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("64kb"), Ok(64 << 10));
-        assert_eq!(parse_size("1048576"), Ok(1 << 20));
-        assert!(parse_size("big").is_err());
-        assert!(parse_size("-1M").is_err());
-        assert!(parse_size("99999999999T").is_err());
-        assert_eq!(limit_text(500 << 20), "500 MB");
-        assert_eq!(limit_text(2 << 30), "2 GB");
-        assert_eq!(limit_text(1000), "1000 bytes");
     }
 
     #[test]

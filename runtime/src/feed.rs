@@ -1,19 +1,32 @@
-//! The consumer's side of the trace files (`--chrome`, `--perfetto`, or
-//! both from one run).
+//! The trace files (`--chrome`, `--perfetto`, or both from one run): the
+//! interface every trace format implements ([`TraceWriter`]), and the feed
+//! that drives them from the consumer's side.
 //!
 //! Calls arrive at up to tens of millions per second, faster than JSON or
 //! protobuf can be formatted and written, so the consumer only appends
 //! them in binary (24 bytes each, the region's `SpanEntry`s as they are)
 //! to an unlinked spool file next to the trace, which keeps the ring
 //! drained; a writer thread turns the spool into each file as it grows
-//! (and frees the disk space behind it). Memory stays bounded: the spool
-//! is on disk. printf lines, instants and counters, far fewer, go to the
-//! writer through a bounded queue; what does not fit is counted
+//! (and frees the disk space behind it), handing every writer the calls a
+//! megabyte of spool at a time ([`Calls`]). Memory stays bounded: the
+//! spool is on disk. printf lines, instants and counters, far fewer, go to
+//! the writer through a bounded queue; what does not fit is counted
 //! ([`OTHERS_QUEUED`]). Once every file has reached its `--max-size`,
 //! calls are no longer spooled, only counted (left out of every file).
+//!
+//! # A new trace format
+//!
+//! One file implementing [`TraceWriter`] (say `runtime/src/ctf.rs`, with
+//! its `mod` line in lib.rs and a `pub const FLAG: &str = "--ctf"`):
+//! `start` opens the file from a [`Config`], `calls`, `instant` and
+//! `counter` write events as they come, `full` says when `--max-size` is
+//! reached, and `finish` completes the file and says what it holds in a
+//! [`Report`] (its own line, which the session's end prints). One CLI
+//! flag (`--ctf FILE`, in src/cli.rs), and one line registering it in the
+//! binary's `outputs::trace_formats`: `(ctf::FLAG, &cli.ctf,
+//! feed::open::<Ctf>)`. The feed, the checks of the output paths,
+//! `--max-size` and the report then treat it as the others.
 
-use crate::chrome::Chrome;
-use crate::perfetto::Perfetto;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -24,22 +37,194 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// wants the CPU), and memory stays bounded whatever the target prints.
 pub const OTHERS_QUEUED: usize = 1 << 16;
 
+/// The largest trace file written without `--max-size`: about what the
+/// Perfetto UI opens in a browser.
+pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
+
 /// Bytes of one spooled call: tid u32, probe u16, 2 spare, ts u64, dur u64.
 const SPAN_REC: usize = 24;
 // The spool's records are the region's span entries, byte for byte.
 const _: () = assert!(SPAN_REC == telco_abi::region::SPAN_ENTRY_SIZE);
 
-/// The trace files of a session.
-pub struct Writers {
-    pub chrome: Option<Chrome>,
-    pub perfetto: Option<Perfetto>,
+/// A trace format: the file one flag asks for, written on the trace
+/// writer thread (never the consumer's) as the spool grows.
+///
+/// Calls come in batches (a megabyte of spool each, about 43,000 calls):
+/// one dynamic call per batch and writer, the loop over the batch in the
+/// format's own code.
+pub trait TraceWriter: Send {
+    /// Create the file and write what it starts with.
+    fn start(cfg: &Config<'_>) -> std::io::Result<Self>
+    where
+        Self: Sized;
+
+    /// A slice name for the next id (a `trace_span` name; the probes'
+    /// come first, from [`Config::names`]).
+    fn add_name(&mut self, name: &str);
+
+    /// Calls as they returned (inner calls before outer ones), in TSC
+    /// ticks (`os::sys::clock` converts them).
+    fn calls(&mut self, calls: Calls<'_>) -> std::io::Result<()>;
+
+    /// An instant on a thread: `trace_instant(name)`, or a printf's output
+    /// (`cat` "printf", the text as `text`). `ts_ns`: CLOCK_REALTIME ns.
+    fn instant(&mut self, tid: u32, ts_ns: u64, cat: &str, name: &[u8], text: Option<&[u8]>) -> std::io::Result<()>;
+
+    /// `trace_counter(name, value)`: a counter of the process.
+    fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()>;
+
+    /// About once a second while the session runs: look again at what may
+    /// have changed (thread names).
+    fn refresh(&mut self) {}
+
+    /// Whether the file has reached `--max-size` (nothing more goes in).
+    fn full(&self) -> bool;
+
+    /// The writer has caught up: what is buffered, to the file (so a
+    /// trace grows while the target runs).
+    fn flush(&mut self) -> std::io::Result<()>;
+
+    /// Every event written: complete the file and say what it holds.
+    fn finish(self: Box<Self>, end: &End) -> std::io::Result<Report>;
+}
+
+/// What a trace file starts from.
+pub struct Config<'a> {
+    pub path: &'a Path,
+    /// The traced process and its name (`comm`).
+    pub pid: u32,
+    pub process: &'a str,
+    /// Each probe's slice name (the probed function), by probe index.
+    pub names: &'a [String],
+    /// `--max-size`: the file never grows past it.
+    pub max_size: u64,
+    /// `-w`: no warnings while the trace grows.
+    pub quiet: bool,
+    /// Standard error is a terminal: a status line may be drawn there.
+    pub status: bool,
+}
+
+/// How a registered format starts: [`open`] of its type.
+pub type Open = fn(&Config<'_>) -> std::io::Result<Box<dyn TraceWriter>>;
+
+/// Start a `W` file, for [`Feed::start`]'s list.
+pub fn open<W: TraceWriter + 'static>(cfg: &Config<'_>) -> std::io::Result<Box<dyn TraceWriter>> {
+    Ok(Box::new(W::start(cfg)?))
+}
+
+/// One call: TSC ticks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub tid: u32,
+    pub probe: u16,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Spooled calls (`SpanEntry`s), read one by one.
+#[derive(Clone)]
+pub struct Calls<'a>(std::slice::ChunksExact<'a, u8>);
+
+impl<'a> Calls<'a> {
+    /// The whole records of `spool`.
+    pub fn new(spool: &'a [u8]) -> Calls<'a> {
+        Calls(spool.chunks_exact(SPAN_REC))
+    }
+}
+
+impl Iterator for Calls<'_> {
+    type Item = Call;
+
+    #[inline]
+    fn next(&mut self) -> Option<Call> {
+        let r = self.0.next()?;
+        let tid = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
+        let probe = u16::from_le_bytes([r[4], r[5]]);
+        let start = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
+        let dur = i64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(0) as u64;
+        Some(Call { tid, probe, start, end: start.saturating_add(dur) })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+/// The session's summary, for the files that record it (`--perfetto`'s
+/// metadata).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Summary {
+    pub errors: u64,
+    pub dropped: u64,
+    pub skipped: u64,
+    /// printf lines, instants and counters the writer had no room for.
+    pub writer_dropped: u64,
+}
+
+/// What a writer is told when the session ends.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct End {
+    pub summary: Summary,
+    /// Calls the consumer did not spool, every file being full: in no
+    /// file (each format counts them as its events).
+    pub unspooled: u64,
+}
+
+/// What a trace file holds when the session ends, as the session's report
+/// says it ([`Report::lines`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The flag that asked for the file.
+    pub flag: &'static str,
+    /// The first line, up to what was dropped: "--chrome: 12 events,
+    /// 1.0 KB, written to t.json".
+    pub holds: String,
+    /// Events left out at `--max-size` (`max_size`).
+    pub left_out: u64,
+    pub max_size: u64,
+    /// WARNING lines on what the file lacks, said even with `-w`.
+    pub lacks: Vec<String>,
+    /// Other WARNING lines (not with `-w`).
+    pub warnings: Vec<String>,
+}
+
+/// What the report of every file says alike.
+pub struct Reporting<'a> {
+    /// Events dropped in the session, said after what each file holds.
+    pub dropped: &'a str,
+    /// No `--max-size` was given.
+    pub default_max_size: bool,
+    /// `-w`.
+    pub quiet: bool,
+}
+
+impl Report {
+    /// The lines to print, in order.
+    pub fn lines(&self, r: &Reporting<'_>) -> Vec<String> {
+        let mut v = vec![format!("{}; {}", self.holds, r.dropped)];
+        // Said even with -w: the file lacks events.
+        if self.left_out > 0 {
+            let default = if r.default_max_size { " (the default)" } else { "" };
+            v.push(format!(
+                "{} trace reached --max-size {}{default}: {} events left out",
+                self.flag,
+                limit_text(self.max_size),
+                self.left_out
+            ));
+        }
+        v.extend(self.lacks.iter().cloned());
+        if !r.quiet {
+            v.extend(self.warnings.iter().cloned());
+        }
+        v
+    }
 }
 
 /// What each trace file holds when the session ends.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Finished {
-    pub chrome: Option<crate::chrome::Written>,
-    pub perfetto: Option<crate::perfetto::Written>,
+    /// A report per file, in the order the writers were given.
+    pub files: Vec<Report>,
     /// printf lines, instants and counters the writer had no room for
     /// (left out of every file).
     pub dropped: u64,
@@ -77,16 +262,17 @@ struct Shared {
     dropped: AtomicU64,
     /// The session's summary for `--perfetto`'s metadata, set before
     /// `done`.
-    summary: std::sync::Mutex<crate::perfetto::Summary>,
+    summary: std::sync::Mutex<Summary>,
     /// `trace_span` names by id from the first after the probes': added
     /// before the first call with the id is spooled.
     span_names: std::sync::Mutex<Vec<String>>,
 }
 
 impl Feed {
-    /// Start the writer thread for `writers`, spooling in `dir` (where the
-    /// first trace file is).
-    pub fn start(writers: Writers, dir: &Path) -> std::io::Result<Feed> {
+    /// Start the writer thread for `writers` (each started with `probes`
+    /// slice names, [`Config::names`]), spooling in `dir` (where the first
+    /// trace file is).
+    pub fn start(writers: Vec<Box<dyn TraceWriter>>, probes: usize, dir: &Path) -> std::io::Result<Feed> {
         let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
         let name = dir.join(format!(".telco-stap-spool-{}-{}", std::process::id(), crate::os::sys::monotonic_ns()));
         let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&name)?;
@@ -102,12 +288,12 @@ impl Feed {
             summary: Default::default(),
             span_names: Default::default(),
         });
-        let first_name = writers.names();
+        let first_name = probes;
         let (tx, rx) = std::sync::mpsc::sync_channel(OTHERS_QUEUED);
         let sh = shared.clone();
         let writer = std::thread::Builder::new()
             .name("trace-writer".into())
-            .spawn(move || write_loop(writers, reader, &sh, rx))?;
+            .spawn(move || write_loop(writers, first_name, reader, &sh, rx))?;
         Ok(Feed {
             spool: BufWriter::with_capacity(1 << 20, file),
             len: 0,
@@ -195,9 +381,9 @@ impl Feed {
         Ok(())
     }
 
-    /// Everything written: complete the files, `--perfetto`'s with the
-    /// session's summary.
-    pub fn finish(mut self, mut summary: crate::perfetto::Summary) -> std::io::Result<Finished> {
+    /// Everything written: complete the files, with the session's summary
+    /// for those that record it.
+    pub fn finish(mut self, mut summary: Summary) -> std::io::Result<Finished> {
         self.flush()?;
         summary.writer_dropped = self.shared.dropped.load(Ordering::Relaxed);
         if let Ok(mut s) = self.shared.summary.lock() {
@@ -208,16 +394,6 @@ impl Feed {
         w.thread().unpark();
         let mut finished = w.join().map_err(|_| std::io::Error::other("the trace writer panicked"))??;
         finished.dropped = self.shared.dropped.load(Ordering::Relaxed);
-        // Calls not spooled: in no file (each a begin and an end in
-        // --perfetto's).
-        let unspooled = self.shared.unspooled.load(Ordering::Relaxed);
-        if let Some(c) = &mut finished.chrome {
-            c.dropped = finished.dropped;
-            c.left_out += unspooled;
-        }
-        if let Some(p) = &mut finished.perfetto {
-            p.left_out += 2 * unspooled;
-        }
         Ok(finished)
     }
 }
@@ -235,93 +411,32 @@ impl Drop for Feed {
     }
 }
 
-impl Writers {
-    /// The slice names the writers have (the probes', to start with).
-    fn names(&self) -> usize {
-        match (&self.chrome, &self.perfetto) {
-            (Some(c), _) => c.names(),
-            (None, Some(p)) => p.names(),
-            (None, None) => 0,
+/// The `trace_span` names added since the writers last looked, given to
+/// every writer: the names they have now (from `known`; the first after
+/// the probes' is `first`).
+fn learn(out: &mut [Box<dyn TraceWriter>], known: usize, first: usize, names: &std::sync::Mutex<Vec<String>>) -> usize {
+    let Ok(names) = names.lock() else { return known };
+    for n in names.iter().skip(known.saturating_sub(first)) {
+        for w in out.iter_mut() {
+            w.add_name(n);
         }
     }
+    first + names.len()
+}
 
-    /// Whether every file has reached its `--max-size`.
-    fn full(&self) -> bool {
-        self.chrome.as_ref().is_none_or(Chrome::full) && self.perfetto.as_ref().is_none_or(Perfetto::full)
-    }
-
-    /// The `trace_span` names added since the writers last looked.
-    fn learn(&mut self, first: usize, names: &std::sync::Mutex<Vec<String>>) {
-        let Ok(names) = names.lock() else { return };
-        for n in names.iter().skip(self.names().saturating_sub(first)) {
-            if let Some(c) = &mut self.chrome {
-                c.add_name(n);
-            }
-            if let Some(p) = &mut self.perfetto {
-                p.add_name(n);
-            }
+fn other(out: &mut [Box<dyn TraceWriter>], o: Other) -> std::io::Result<()> {
+    for w in out.iter_mut() {
+        match &o {
+            Other::Instant { tid, ts, cat, name, text } => w.instant(*tid, *ts, cat, name, text.as_deref())?,
+            Other::Counter { ts, name, value } => w.counter(*ts, name, *value)?,
         }
     }
-
-    /// A call from TSC tick `start` to `end`.
-    fn call(
-        &mut self,
-        tid: u32,
-        probe: u16,
-        start: u64,
-        end: u64,
-        clock: &crate::os::sys::Clock,
-    ) -> std::io::Result<()> {
-        if let Some(c) = &mut self.chrome {
-            c.span(tid, probe, clock.ns(start), clock.ns(end))?;
-        }
-        if let Some(p) = &mut self.perfetto {
-            p.call(tid, probe, start, end)?;
-        }
-        Ok(())
-    }
-
-    fn other(&mut self, o: Other) -> std::io::Result<()> {
-        match o {
-            Other::Instant { tid, ts, cat, name, text } => {
-                if let Some(c) = &mut self.chrome {
-                    c.instant(tid, ts, cat, &name, text.as_deref())?;
-                }
-                if let Some(p) = &mut self.perfetto {
-                    p.instant(tid, ts, cat, &name, text.as_deref())?;
-                }
-            }
-            Other::Counter { ts, name, value } => {
-                if let Some(c) = &mut self.chrome {
-                    c.counter(ts, &name, value)?;
-                }
-                if let Some(p) = &mut self.perfetto {
-                    p.counter(ts, &name, value)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        if let Some(c) = &mut self.chrome {
-            c.flush()?;
-        }
-        if let Some(p) = &mut self.perfetto {
-            p.flush()?;
-        }
-        Ok(())
-    }
-
-    fn finish(self, summary: &crate::perfetto::Summary) -> std::io::Result<Finished> {
-        let chrome = self.chrome.map(Chrome::finish).transpose()?;
-        let perfetto = self.perfetto.map(|p| p.finish(summary)).transpose()?;
-        Ok(Finished { chrome, perfetto, dropped: 0 })
-    }
+    Ok(())
 }
 
 fn write_loop(
-    mut out: Writers,
+    mut out: Vec<Box<dyn TraceWriter>>,
+    first_name: usize,
     spool: File,
     shared: &Shared,
     others: std::sync::mpsc::Receiver<Other>,
@@ -332,16 +447,13 @@ fn write_loop(
     // the lag; at the end the session waits for it, and it runs as any
     // thread). Linux schedules threads one by one.
     crate::os::process::run_when_idle();
-    // Spooled calls are in TSC ticks.
-    let clock = crate::os::sys::clock();
     let mut buf = vec![0u8; (1 << 20) / SPAN_REC * SPAN_REC];
     let mut pos = 0u64;
     let mut freed = 0u64;
     // Thread names are looked at again about once a second.
     let mut names_at = std::time::Instant::now();
-    // Probe ids below this; `trace_span` names from here. `known`: the
-    // names the writers have (one compare a call).
-    let first_name = out.names();
+    // Probe ids below `first_name`; `trace_span` names from there.
+    // `known`: the names the writers have.
     let mut known = first_name;
     let mut waited_for = false;
     loop {
@@ -364,16 +476,14 @@ fn write_loop(
                 break;
             }
             let n = n / SPAN_REC * SPAN_REC;
-            for r in buf[..n].chunks_exact(SPAN_REC) {
-                let tid = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
-                let probe = u16::from_le_bytes([r[4], r[5]]);
-                let ts = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
-                let dur = i64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(0) as u64;
-                if usize::from(probe) >= known {
-                    out.learn(first_name, &shared.span_names);
-                    known = out.names();
-                }
-                out.call(tid, probe, ts, ts.saturating_add(dur), &clock)?;
+            let calls = Calls::new(&buf[..n]);
+            // A name is added before the first call with its id is
+            // spooled: the writers learn it before they see the call.
+            if calls.clone().any(|c| usize::from(c.probe) >= known) {
+                known = learn(&mut out, known, first_name, &shared.span_names);
+            }
+            for w in &mut out {
+                w.calls(calls.clone())?;
             }
             pos += n as u64;
             any = true;
@@ -385,24 +495,135 @@ fn write_loop(
         }
         while let Ok(o) = others.try_recv() {
             any = true;
-            out.other(o)?;
+            other(&mut out, o)?;
         }
-        if out.full() {
+        if out.iter().all(|w| w.full()) {
             shared.full.store(true, Ordering::Relaxed);
         }
         if names_at.elapsed() >= std::time::Duration::from_secs(1) {
-            if let Some(p) = &mut out.perfetto {
-                p.refresh_names();
+            for w in &mut out {
+                w.refresh();
             }
             names_at = std::time::Instant::now();
         }
         if done && pos >= flushed {
-            let summary = shared.summary.lock().map(|s| *s).unwrap_or_default();
-            return out.finish(&summary);
+            // `done` was set after the last call was counted unspooled.
+            let end = End {
+                summary: shared.summary.lock().map(|s| *s).unwrap_or_default(),
+                unspooled: shared.unspooled.load(Ordering::Relaxed),
+            };
+            let files = out.into_iter().map(|w| w.finish(&end)).collect::<std::io::Result<_>>()?;
+            return Ok(Finished { files, dropped: 0 });
         }
         if !any {
-            out.flush()?;
+            for w in &mut out {
+                w.flush()?;
+            }
             std::thread::park_timeout(std::time::Duration::from_millis(5));
         }
+    }
+}
+
+/// A `--max-size` (or another limit) as the messages say it: in whole GB,
+/// MB or KB when it is one (units of 1024, as `size_text`), else bytes.
+pub fn limit_text(bytes: u64) -> String {
+    for (unit, name) in [(1u64 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")] {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{} {name}", bytes / unit);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+/// `500M`, `2G`, `64K`, `1T`, or plain bytes (units of 1024; `MB`, `MiB`
+/// and lower case too): a `--max-size`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("`{s}` is not a size (e.g. 500M, 2G, 1048576)")),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 500M, 2G, 1048576)"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// A size as the summary and the status line say it: KB or MB.
+pub fn size_text(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{:.1} MB", bytes as f64 / f64::from(1 << 20))
+    } else {
+        format!("{:.1} KB", bytes as f64 / 1024.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("500M"), Ok(500 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("64kb"), Ok(64 << 10));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert!(parse_size("big").is_err());
+        assert!(parse_size("-1M").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert_eq!(limit_text(500 << 20), "500 MB");
+        assert_eq!(limit_text(2 << 30), "2 GB");
+        assert_eq!(limit_text(1000), "1000 bytes");
+    }
+
+    #[test]
+    fn spooled_calls_read_back() {
+        let mut spool = Vec::new();
+        for (tid, probe, ts, dur) in [(7u32, 1u16, 100u64, 5i64), (8, 2, u64::MAX - 1, 9), (9, 3, 50, -4)] {
+            spool.extend_from_slice(&tid.to_le_bytes());
+            spool.extend_from_slice(&probe.to_le_bytes());
+            spool.extend_from_slice(&[0, 0]);
+            spool.extend_from_slice(&ts.to_le_bytes());
+            spool.extend_from_slice(&dur.to_le_bytes());
+        }
+        // A partial record at the end is not a call.
+        spool.extend_from_slice(&[1, 2, 3]);
+        let calls: Vec<Call> = Calls::new(&spool).collect();
+        assert_eq!(
+            calls,
+            [
+                Call { tid: 7, probe: 1, start: 100, end: 105 },
+                Call { tid: 8, probe: 2, start: u64::MAX - 1, end: u64::MAX },
+                Call { tid: 9, probe: 3, start: 50, end: 50 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_report_says_what_the_file_lacks() {
+        let r = Report {
+            flag: "--x",
+            holds: "--x: 3 events, 1.0 KB, written to t".into(),
+            left_out: 2,
+            max_size: 1 << 20,
+            lacks: vec!["WARNING: lacks".into()],
+            warnings: vec!["WARNING: maybe".into()],
+        };
+        let said = |quiet| r.lines(&Reporting { dropped: "none dropped", default_max_size: true, quiet });
+        assert_eq!(
+            said(false),
+            [
+                "--x: 3 events, 1.0 KB, written to t; none dropped",
+                "--x trace reached --max-size 1 MB (the default): 2 events left out",
+                "WARNING: lacks",
+                "WARNING: maybe",
+            ]
+        );
+        assert_eq!(said(true).len(), 3);
     }
 }

@@ -1,4 +1,5 @@
-//! `--perfetto FILE`: a Perfetto trace (protobuf `TracePacket`s), streamed.
+//! `--perfetto FILE`: a Perfetto trace (protobuf `TracePacket`s), streamed
+//! (a [`TraceWriter`]).
 //!
 //! What the file holds, in the terms of Perfetto's trace format
 //! (`protos/perfetto/trace/` in google/perfetto):
@@ -36,12 +37,19 @@
 pub mod order;
 pub mod proto;
 
+use crate::feed::{Calls, Config, End, Report, TraceWriter};
 use prost::Message;
 use proto::*;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+
+// The session's summary the file records (here before the feed had it).
+pub use crate::feed::Summary;
+
+/// The flag that asks for the file (its report says it).
+pub const FLAG: &str = "--perfetto";
 
 /// Packets gathered before a batch is compressed and written.
 const BATCH: usize = 1 << 20;
@@ -102,16 +110,6 @@ pub struct Written {
 /// Room kept under `--max-size` for the summary written at the end.
 const SUMMARY_ROOM: u64 = 4096;
 
-/// The session's summary, written into the trace as metadata.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Summary {
-    pub errors: u64,
-    pub dropped: u64,
-    pub skipped: u64,
-    /// printf lines, instants and counters the writer had no room for.
-    pub writer_dropped: u64,
-}
-
 struct Seq {
     id: u32,
     /// The time of the last packet on the incremental clock.
@@ -169,7 +167,7 @@ impl Perfetto {
             written: Written::default(),
             file_bytes: 0,
             batch_events: 0,
-            max_size: crate::chrome::DEFAULT_MAX_SIZE,
+            max_size: crate::feed::DEFAULT_MAX_SIZE,
             full: false,
         };
         // The clocks, read as close together as they can be.
@@ -352,16 +350,6 @@ impl Perfetto {
         self.refresh_at = (self.refresh_at + n) % len;
     }
 
-    /// The slice names so far (the probes', then `trace_span`'s).
-    pub fn names(&self) -> usize {
-        self.names.len()
-    }
-
-    /// A slice name for the next id (a `trace_span` name).
-    pub fn add_name(&mut self, name: &str) {
-        self.names.push(name.to_string());
-    }
-
     /// One call of `probe` on `tid`, from TSC tick `start` to `end`,
     /// reported when it returned. Calls are ordered in ticks (two calls
     /// of a thread never share one) and written in ns.
@@ -445,16 +433,68 @@ impl Perfetto {
         self.push_own();
     }
 
+    /// Every call held written, the threads' last names, the summary;
+    /// then the file is complete.
+    pub fn finish(mut self, summary: &Summary) -> std::io::Result<Written> {
+        if let Some(mut order) = self.order.take() {
+            let clock = self.clock;
+            order.finish(&|t| clock.ns(t), &mut |ev| self.slice_event(ev));
+            self.written.early = order.early;
+            self.written.misplaced = order.misplaced;
+            self.written.too_deep = order.too_deep;
+        }
+        self.refresh_names();
+        // What is left, if it fits; the summary in the room kept for it.
+        self.write_batch()?;
+        let meta = |name: &str, v: u64| ChromeMetadata {
+            name: Some(format!("telco_stap_{name}")),
+            int_value: Some(v.min(i64::MAX as u64) as i64),
+            string_value: None,
+        };
+        self.push(&TracePacket {
+            trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
+            chrome_events: Some(ChromeEventBundle {
+                metadata: vec![
+                    meta("calls", self.written.calls),
+                    meta("errors", summary.errors),
+                    meta("dropped", summary.dropped + summary.writer_dropped),
+                    meta("skipped", summary.skipped),
+                    meta("left_out", self.written.left_out),
+                ],
+            }),
+            ..Default::default()
+        });
+        self.write_batch_within(self.max_size)?;
+        self.out.flush()?;
+        self.written.bytes = self.file_bytes;
+        self.written.max_size = self.max_size;
+        Ok(self.written)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl TraceWriter for Perfetto {
+    fn start(cfg: &Config<'_>) -> std::io::Result<Perfetto> {
+        Ok(Perfetto::create(cfg.path, cfg.pid, cfg.process, cfg.names)?.max_size(cfg.max_size))
+    }
+
+    fn add_name(&mut self, name: &str) {
+        self.names.push(name.to_string());
+    }
+
+    fn calls(&mut self, calls: Calls<'_>) -> std::io::Result<()> {
+        for c in calls {
+            self.call(c.tid, c.probe, c.start, c.end)?;
+        }
+        Ok(())
+    }
+
     /// An instant on a thread: `trace_instant(name)`, or a printf's
     /// output (category "printf", the text as argument `text`).
-    pub fn instant(
-        &mut self,
-        tid: u32,
-        ts_ns: u64,
-        cat: &str,
-        name: &[u8],
-        text: Option<&[u8]>,
-    ) -> std::io::Result<()> {
+    fn instant(&mut self, tid: u32, ts_ns: u64, cat: &str, name: &[u8], text: Option<&[u8]>) -> std::io::Result<()> {
         if self.full {
             self.written.left_out += 1;
             return Ok(());
@@ -490,7 +530,7 @@ impl Perfetto {
     }
 
     /// `trace_counter(name, value)`: a counter track of the process.
-    pub fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()> {
+    fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()> {
         if self.full {
             self.written.left_out += 1;
             return Ok(());
@@ -532,58 +572,56 @@ impl Perfetto {
         self.maybe_write_batch()
     }
 
-    /// Whether the file has reached `--max-size` (nothing more goes in).
-    pub fn full(&self) -> bool {
+    fn refresh(&mut self) {
+        self.refresh_names();
+    }
+
+    fn full(&self) -> bool {
         self.full
     }
 
-    /// What is gathered, compressed and written to the file (the writer
-    /// has caught up).
-    pub fn flush(&mut self) -> std::io::Result<()> {
+    fn flush(&mut self) -> std::io::Result<()> {
         self.write_batch()?;
         self.out.flush()
     }
 
-    /// Every call held written, the threads' last names, the summary;
-    /// then the file is complete.
-    pub fn finish(mut self, summary: &Summary) -> std::io::Result<Written> {
-        if let Some(mut order) = self.order.take() {
-            let clock = self.clock;
-            order.finish(&|t| clock.ns(t), &mut |ev| self.slice_event(ev));
-            self.written.early = order.early;
-            self.written.misplaced = order.misplaced;
-            self.written.too_deep = order.too_deep;
-        }
-        self.refresh_names();
-        // What is left, if it fits; the summary in the room kept for it.
-        self.write_batch()?;
-        let meta = |name: &str, v: u64| ChromeMetadata {
-            name: Some(format!("telco_stap_{name}")),
-            int_value: Some(v.min(i64::MAX as u64) as i64),
-            string_value: None,
+    fn finish(self: Box<Self>, end: &End) -> std::io::Result<Report> {
+        let path = self.path.clone();
+        let mut w = Perfetto::finish(*self, &end.summary)?;
+        // Calls not spooled: in no file, each a begin and an end.
+        w.left_out += 2 * end.unspooled;
+        let size = crate::feed::size_text(w.bytes);
+        let per_call =
+            if w.calls > 0 { format!(" ({:.1} bytes a call)", w.bytes as f64 / w.calls as f64) } else { String::new() };
+        let mut report = Report {
+            flag: FLAG,
+            holds: format!(
+                "{FLAG}: {} calls, {} events, {size}{per_call}, written to {}",
+                w.calls,
+                w.events,
+                path.display()
+            ),
+            left_out: w.left_out,
+            max_size: w.max_size,
+            ..Report::default()
         };
-        self.push(&TracePacket {
-            trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
-            chrome_events: Some(ChromeEventBundle {
-                metadata: vec![
-                    meta("calls", self.written.calls),
-                    meta("errors", summary.errors),
-                    meta("dropped", summary.dropped + summary.writer_dropped),
-                    meta("skipped", summary.skipped),
-                    meta("left_out", self.written.left_out),
-                ],
-            }),
-            ..Default::default()
-        });
-        self.write_batch_within(self.max_size)?;
-        self.out.flush()?;
-        self.written.bytes = self.file_bytes;
-        self.written.max_size = self.max_size;
-        Ok(self.written)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        if w.too_deep > 0 {
+            report.lacks.push(format!(
+                "WARNING: {FLAG}: {} calls nested more than {} deep were left out (Perfetto keeps {} levels on a \
+                 thread; --chrome shows them)",
+                w.too_deep,
+                order::MAX_DEPTH,
+                order::MAX_DEPTH
+            ));
+        }
+        if w.misplaced > 0 {
+            report.warnings.push(format!(
+                "WARNING: {FLAG}: {} calls began in the same nanosecond as calls they hold that were written \
+                 before they returned; they may be drawn one level too deep",
+                w.misplaced
+            ));
+        }
+        Ok(report)
     }
 }
 
