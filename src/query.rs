@@ -131,4 +131,42 @@ impl telco_runtime::symtab::SymbolSource for ElfSymbols {
             unwind: s.unwind,
         })
     }
+
+    fn functions_named(
+        &self,
+        path: &std::path::Path,
+        file: &telco_runtime::os::modfile::Image,
+        names: &[&str],
+    ) -> Vec<(u64, u64, usize)> {
+        let image = telco_compiler::elf::Image::given(file.clone());
+        let Ok(m) = telco_compiler::elf::Module::from_image(path, image) else { return Vec::new() };
+        let mut out = Vec::new();
+        for f in &m.functions {
+            let index = f.names.iter().find_map(|n| {
+                let n = n.split('@').next().unwrap_or(n);
+                names.iter().position(|want| *want == n)
+            });
+            if let Some(i) = index {
+                out.push((f.file_offset, f.size, i));
+            }
+        }
+        out
+    }
+
+    fn function_at(
+        &self,
+        path: &std::path::Path,
+        file: &telco_runtime::os::modfile::Image,
+        file_offset: u64,
+    ) -> Option<String> {
+        let image = telco_compiler::elf::Image::given(file.clone());
+        let m = telco_compiler::elf::Module::from_image(path, image).ok()?;
+        // The function starting closest below the byte that holds it.
+        let f = m
+            .functions
+            .iter()
+            .filter(|f| f.file_offset <= file_offset && file_offset - f.file_offset < f.size.max(1))
+            .max_by_key(|f| f.file_offset)?;
+        Some(format!("{}+{:#x}", f.names.first()?, file_offset - f.file_offset))
+    }
 }

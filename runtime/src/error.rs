@@ -1,8 +1,8 @@
 //! The runtime's errors: arming a target (`TargetError`), running a
-//! session (`RunError`).
+//! session (`RunError`), putting the session into a process
+//! (`InjectError`).
 
 use crate::arch::native as arch;
-use crate::inject::InjectError;
 use crate::os::ptrace::PtraceError;
 
 #[derive(Debug, thiserror::Error)]
@@ -39,4 +39,23 @@ pub enum RunError {
     Output(std::io::Error),
     #[error("internal error: the compiled artifact is inconsistent: {0}")]
     BadArtifact(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    #[error(transparent)]
+    Ptrace(#[from] PtraceError),
+    #[error("{call} in pid {pid} failed: {err}")]
+    Remote { call: &'static str, pid: i32, err: std::io::Error },
+    #[error("cannot open the target's region (/proc/{pid}/fd/{fd}): {err}")]
+    OpenRegion { pid: i32, fd: i64, err: std::io::Error },
+    #[error("cannot map the target's region: {0}")]
+    MapRegion(std::io::Error),
+    #[error(transparent)]
+    Region(#[from] RunError),
+    #[error(
+        "no free address range for code within {} MiB of {near:#x} in pid {pid} (the reach of a patched jump)",
+        crate::arch::native::patch::REACH >> 20
+    )]
+    NoCodeRange { pid: i32, near: u64 },
 }

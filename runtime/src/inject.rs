@@ -16,31 +16,12 @@
 //!   region and the slots at the addresses the trampolines already know
 //!   ([`map_region_at`], [`threads_at`]).
 
-use crate::error::RunError;
-use crate::region::Region;
-use crate::os::ptrace::{PtraceError, Stopped};
+pub use crate::error::InjectError;
+use crate::os::ptrace::Stopped;
 use crate::os::sys::SharedMemory;
+use crate::region::Region;
 use std::os::fd::OwnedFd;
 use telco_abi::artifact::Artifact;
-
-#[derive(Debug, thiserror::Error)]
-pub enum InjectError {
-    #[error(transparent)]
-    Ptrace(#[from] PtraceError),
-    #[error("{call} in pid {pid} failed: {err}")]
-    Remote { call: &'static str, pid: i32, err: std::io::Error },
-    #[error("cannot open the target's region (/proc/{pid}/fd/{fd}): {err}")]
-    OpenRegion { pid: i32, fd: i64, err: std::io::Error },
-    #[error("cannot map the target's region: {0}")]
-    MapRegion(std::io::Error),
-    #[error(transparent)]
-    Region(#[from] RunError),
-    #[error(
-        "no free address range for code within {} MiB of {near:#x} in pid {pid} (the reach of a patched jump)",
-        crate::arch::native::patch::REACH >> 20
-    )]
-    NoCodeRange { pid: i32, near: u64 },
-}
 
 /// The bytes at the start of every code region: `int3`, the trap remote
 /// calls return to.

@@ -29,6 +29,7 @@ pub mod chrome;
 pub mod crash;
 pub mod error;
 pub mod feed;
+pub mod frames;
 pub mod inject;
 pub mod itrace;
 pub mod os;

@@ -47,8 +47,17 @@ pub struct ModuleSymbols {
 /// target maps it, mapped read-only: `os::modfile`); `path` is the name
 /// the target shows for it, for display only. None when the file has no
 /// functions or is not an ELF file.
+///
+/// The runtime parses no ELF itself: every symbol it looks up comes from
+/// the source the driver gives the session (`session::Options::symbols`).
 pub trait SymbolSource {
     fn symbols(&self, path: &Path, file: &Image) -> Option<ModuleSymbols>;
+    /// The functions named `names` (a symbol's `@VERSION` left out): file
+    /// offset, size and index in `names` of each, from the symbol table
+    /// and the dynamic symbols.
+    fn functions_named(&self, path: &Path, file: &Image, names: &[&str]) -> Vec<(u64, u64, usize)>;
+    /// The function holding the byte at `file_offset`, as `name+0xOFF`.
+    fn function_at(&self, path: &Path, file: &Image, file_offset: u64) -> Option<String>;
 }
 
 struct Slot {
@@ -63,7 +72,7 @@ struct Slot {
 /// What the tracer has written into the late slots and area.
 #[derive(Default)]
 pub struct LateSymbols {
-    source: Option<Box<dyn SymbolSource>>,
+    source: Option<std::rc::Rc<dyn SymbolSource>>,
     slots: Vec<Slot>,
     /// Bytes of the area used.
     used: u64,
@@ -97,7 +106,7 @@ impl LateSymbols {
         a.symtab_off != 0 && a.symtab_late.1 > 0 && late_cap(a) > 0
     }
 
-    pub fn set_source(&mut self, source: Box<dyn SymbolSource>) {
+    pub fn set_source(&mut self, source: std::rc::Rc<dyn SymbolSource>) {
         self.source = Some(source);
     }
 

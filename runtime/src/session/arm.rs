@@ -46,13 +46,17 @@ pub(super) const CATCH: &str = "__cxa_begin_catch";
 /// The unwinder's entry points in the target ([`UNWINDERS`], [`CATCH`]):
 /// run-time address, symbol size, and whether it is the catch. They live
 /// in libgcc_s and the C++ runtime (or are linked into the program).
-pub(super) fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(PathBuf, Vec<(u64, u64, bool)>)> {
+pub(super) fn unwinder_entries(
+    source: &dyn SymbolSource,
+    maps: &[Mapping],
+    exe: &Path,
+) -> Vec<(PathBuf, Vec<(u64, u64, bool)>)> {
     let candidate = |p: &Path| {
         let name = p.to_string_lossy();
         same_file(p, exe) || ["libgcc_s", "libstdc++", "libc++", "libunwind"].iter().any(|l| name.contains(l))
     };
     let names: Vec<&str> = UNWINDERS.iter().copied().chain([CATCH]).collect();
-    symbol_entries(maps, candidate, &names)
+    symbol_entries(source, maps, candidate, &names)
         .into_iter()
         .map(|(m, found)| (m, found.into_iter().map(|(a, size, i)| (a, size, names[i] == CATCH)).collect()))
         .collect()
@@ -63,7 +67,12 @@ pub(super) fn unwinder_entries(maps: &[Mapping], exe: &Path) -> Vec<(PathBuf, Ve
 /// dynamic loader's `r_brk` is hooked, and they are placed when the library
 /// appears (`Armed::poll`). Returns the region (for the tracer-side session)
 /// and the armed target.
-pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed), TargetError> {
+pub fn arm(
+    mut s: Stopped,
+    a: &Artifact,
+    child: bool,
+    symbols: std::rc::Rc<dyn SymbolSource>,
+) -> Result<(Region, Armed), TargetError> {
     let pid = s.pid();
     check_machine(pid)?;
     // First of all, the stub every later system call and call goes
@@ -107,7 +116,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     // where a catch block starts, the calls still running get them again
     // (`rt_caught`).
     let returns = a.probes.iter().any(|p| matches!(p.attach, Attach::Function { ret: true, .. }));
-    let unwinders = if returns { unwinder_entries(&maps, &exe) } else { Vec::new() };
+    let unwinders = if returns { unwinder_entries(&*symbols, &maps, &exe) } else { Vec::new() };
     let (unwind, caught) = (symbol("rt_unwind"), symbol("rt_caught"));
     // rt_unwind and rt_caught read the saved registers and the thread's
     // slot: the whole context.
@@ -129,7 +138,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     let exec_notify = symbol("rt_execnotify")
         .filter(|_| !a.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })));
     if let Some(f) = exec_notify {
-        entry_hooks.extend(exec_entries(&maps).into_iter().map(|addr| (addr, (f, false))));
+        entry_hooks.extend(exec_entries(&*symbols, &maps).into_iter().map(|addr| (addr, (f, false))));
     }
     let hooker = Hooker::new(a, injected.region_remote, threads_at, tid_off, entry_hooks, exec_notify)?;
     let mut patches = Vec::new();
@@ -227,7 +236,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     let follow = match symbol("rt_execnotify") {
         Some(f) if !a.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })) => {
             let mut codes = Vec::new();
-            hook_execs(&hooker, &mut s, a, &maps, f, &mut plans, &mut codes, &mut refused)?;
+            hook_execs(&*symbols, &hooker, &mut s, a, &maps, f, &mut plans, &mut codes, &mut refused)?;
             Some(Follow {
                 region_fd: injected.region.fd(),
                 mirror_fd: injected.region.mirror_fd(),
@@ -265,6 +274,7 @@ pub fn arm(mut s: Stopped, a: &Artifact, child: bool) -> Result<(Region, Armed),
     let header = injected.region.base() as *const u8;
     let mirror = injected.region.trusted();
     let armed = Armed {
+        symbols,
         pid,
         child,
         patches,
@@ -409,8 +419,10 @@ pub(super) fn unsafe_enabled_ptr(r: &Region) -> *const u32 {
 }
 
 /// Run-time addresses and sizes of the function symbols `names` in the
-/// mapped modules whose path `pick` accepts, by module.
+/// mapped modules whose path `pick` accepts, by module (the symbols from
+/// `source`, the file as the process maps it: `os::modfile`).
 pub(super) fn symbol_entries(
+    source: &dyn SymbolSource,
     maps: &[Mapping],
     pick: impl Fn(&Path) -> bool,
     names: &[&str],
@@ -421,31 +433,18 @@ pub(super) fn symbol_entries(
         if !pick(&m.path) || !m.is_file() || !seen.insert((m.dev, m.inode)) {
             continue;
         }
-        // The file as mapped (`os::modfile`: not the one its path names),
-        // held mapped: only the pages its symbols are on are read.
-        let Some(bytes) = crate::os::modfile::mapped(m) else { continue };
-        let Ok(elf) = goblin::elf::Elf::parse(&bytes) else { continue };
-        let file = (m.dev, m.inode);
-        let Some(start) = maps.iter().find(|x| (x.dev, x.inode) == file && x.offset == 0).map(|x| x.start) else {
-            continue;
+        let Some(file) = crate::os::modfile::mapped(m) else { continue };
+        // Where the file's byte at `off` is in this process: the mapping
+        // of this very file (device and inode) that holds it.
+        let addr = |off: u64| {
+            maps.iter()
+                .find(|x| (x.dev, x.inode) == (m.dev, m.inode) && off >= x.offset && off - x.offset < x.end - x.start)
+                .map(|x| x.start + (off - x.offset))
         };
-        let vaddr0 = elf
-            .program_headers
-            .iter()
-            .find(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD && ph.p_offset == 0)
-            .map_or(0, |ph| ph.p_vaddr);
         let mut found: Vec<(u64, u64, usize)> = Vec::new();
-        let mut at = std::collections::HashSet::new();
-        let syms = elf.dynsyms.iter().map(|s| (s, &elf.dynstrtab)).chain(elf.syms.iter().map(|s| (s, &elf.strtab)));
-        for (sym, strtab) in syms {
-            let name = strtab.get_at(sym.st_name).unwrap_or("");
-            let name = name.split('@').next().unwrap_or(name);
-            let Some(index) = names.iter().position(|n| *n == name) else { continue };
-            if sym.st_value != 0 && sym.is_function() {
-                let addr = start.wrapping_sub(vaddr0).wrapping_add(sym.st_value);
-                if at.insert(addr) {
-                    found.push((addr, sym.st_size, index));
-                }
+        for (off, size, index) in source.functions_named(&m.path, &file, names) {
+            if let Some(a) = addr(off).filter(|a| !found.iter().any(|f| f.0 == *a)) {
+                found.push((a, size, index));
             }
         }
         if !found.is_empty() {

@@ -55,6 +55,7 @@ pub(super) struct Follow {
 /// that maps it) with `rt_execnotify`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn hook_execs(
+    source: &dyn SymbolSource,
     hooker: &Hooker,
     s: &mut Stopped,
     a: &Artifact,
@@ -64,7 +65,9 @@ pub(super) fn hook_execs(
     codes: &mut Vec<CodeRegion>,
     refused: &mut Vec<String>,
 ) -> Result<(), TargetError> {
-    for (_, entries) in symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"]) {
+    for (_, entries) in
+        symbol_entries(source, maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"])
+    {
         // A probe of the script's there already calls rt_execnotify.
         let entries: Vec<_> = entries.into_iter().filter(|&(addr, _, _)| !hooked(plans, addr)).collect();
         if entries.is_empty() {
@@ -93,8 +96,8 @@ pub(super) fn hooked(plans: &[Plan], addr: u64) -> bool {
 }
 
 /// The C library's exec entries (`execve`, `execveat`): run-time addresses.
-pub(super) fn exec_entries(maps: &[Mapping]) -> Vec<u64> {
-    symbol_entries(maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"])
+pub(super) fn exec_entries(source: &dyn SymbolSource, maps: &[Mapping]) -> Vec<u64> {
+    symbol_entries(source, maps, |p| p.to_string_lossy().contains("/libc.so"), &["execve", "execveat"])
         .into_iter()
         .flat_map(|(_, entries)| entries.into_iter().map(|(addr, _, _)| addr))
         .collect()
@@ -265,7 +268,7 @@ impl Armed {
             let mut hooks = self.hooker.entry_hooks.borrow_mut();
             hooks.clear();
             if let Some(f) = self.hooker.exec_notify {
-                hooks.extend(exec_entries(&maps).into_iter().map(|addr| (addr, (f, false))));
+                hooks.extend(exec_entries(&*self.symbols, &maps).into_iter().map(|addr| (addr, (f, false))));
             }
         }
         let exe = crate::os::proc::exe_path(pid);
@@ -302,7 +305,7 @@ impl Armed {
         }
         let execnotify = f.execnotify;
         let region_remote = f.region_remote;
-        hook_execs(&self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
+        hook_execs(&*self.symbols, &self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
         let mut patches = Vec::new();
         apply(&mut s, plans, &mut patches, &self.hooker.relocs.borrow())?;
         let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);

@@ -17,7 +17,7 @@ impl Armed {
     /// Where the symbol table finds the symbols of libraries the target
     /// loads later (`symtab.rs`); those it maps already but pass 2 did not
     /// read (preloaded ones) are added now.
-    pub fn symbols_from(&mut self, source: Box<dyn crate::symtab::SymbolSource>) {
+    pub fn symbols_from(&mut self, source: std::rc::Rc<dyn crate::symtab::SymbolSource>) {
         if crate::symtab::LateSymbols::wanted(&self.hooker.artifact) {
             self.late_syms.set_source(source);
             self.publish_late_symbols();

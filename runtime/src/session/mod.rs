@@ -152,6 +152,7 @@ use crate::os::ptrace::{PtraceError, Stopped};
 use crate::os::wait::Status;
 use crate::place::{apply, run_out_of, Hooker, Patch, Plan, Tramp};
 pub use crate::region::Region;
+use crate::symtab::SymbolSource;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use telco_abi::artifact::{Artifact, Attach, LifeEvent};
@@ -163,6 +164,8 @@ pub(super) fn mappings(pid: i32) -> Result<Vec<Mapping>, TargetError> {
 }
 /// A target with its probes armed.
 pub struct Armed {
+    /// Where symbols come from (the driver's: the runtime parses no ELF).
+    symbols: std::rc::Rc<dyn SymbolSource>,
     pid: i32,
     /// We spawned it (`-c`): its exit status is ours to collect.
     child: bool,

@@ -97,7 +97,8 @@ impl<'a> Session<'a> {
             Target::Command(argv) => (spawn(argv)?, true),
         };
         session.pid = stopped.pid() as u32;
-        let (region, mut armed) = match arm(stopped, artifact, child) {
+        let symbols: std::rc::Rc<dyn SymbolSource> = opts.symbols.into();
+        let (region, mut armed) = match arm(stopped, artifact, child, symbols.clone()) {
             Ok(armed) => armed,
             // ^C or SIGTERM while the target held the attach up: it is let
             // go as it was (`os::ptrace`), and the session ends as on any
@@ -113,7 +114,7 @@ impl<'a> Session<'a> {
             }
             Err(e) => return Err(e),
         };
-        armed.symbols_from(opts.symbols);
+        armed.symbols_from(symbols);
         if let (true, Some((path, max, step))) = (armed.has_itrace(), &session.itrc) {
             armed
                 .itrace_to(path, *max, *step)

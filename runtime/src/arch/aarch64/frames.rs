@@ -21,7 +21,7 @@
 //! for a return address that names one) until the trampoline has it in
 //! x30 and stores it, from where the rows follow it as any other.
 
-use crate::owncode::{Cfa, Fp, Ra, Row};
+use crate::frames::{Cfa, Fp, Ra, Row};
 use std::collections::BTreeMap;
 
 /// The register file's index of the link register (x30), which a

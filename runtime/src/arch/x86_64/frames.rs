@@ -17,7 +17,7 @@
 //! and says so (the stack is counted as not unwound to its root), rather
 //! than guess.
 
-use crate::owncode::{Cfa, Fp, Ra, Row};
+use crate::frames::{Cfa, Fp, Ra, Row};
 
 /// No link register: a call pushes the return address.
 pub const LINK_REGISTER: Option<usize> = None;

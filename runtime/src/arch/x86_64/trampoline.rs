@@ -1361,7 +1361,7 @@ mod tests {
     /// or after the return (return trampolines) is where the rows say.
     #[test]
     fn every_trampoline_instruction_has_an_unwind_row() {
-        use crate::owncode::Cfa;
+        use crate::frames::Cfa;
         for lean in [None, Some(CALLER_SAVED), Some(0)] {
             for returns in [false, true] {
                 for inside in [false, true] {
