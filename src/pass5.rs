@@ -40,10 +40,8 @@ pub fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
 }
 
 pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<ExitCode> {
-    use telco_abi::artifact::Attach;
-    let needs_target = artifact.probes.iter().any(|p| {
-        !matches!(p.attach, Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. } | Attach::Timer { .. })
-    });
+    use telco_abi::artifact::{Attach, Runs};
+    let needs_target = artifact.probes.iter().any(|p| p.attach.runs_in().needs_target());
     if needs_target && cli.pid.is_none() && cli.command.is_none() {
         bail!("this script probes a process: name it with -p PID or -c CMD");
     }
@@ -67,7 +65,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     // timer.profile's samples go to the profile files, and to the
     // --perfetto trace once its writer has finished it.
     let mut perfetto_samples = None;
-    if artifact.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })) {
+    if artifact.probes.iter().any(|p| p.attach.runs_in() == Runs::TracerSampling) {
         let mut files = profile_files(cli);
         if cli.perfetto.is_some() {
             let slot = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
