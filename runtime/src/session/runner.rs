@@ -10,7 +10,7 @@ use crate::os::sandbox::Sandbox;
 use crate::os::sys::ExecMemory;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use telco_abi::artifact::{Artifact, Attach};
+use telco_abi::artifact::Artifact;
 use telco_abi::region::{self as abi};
 
 pub(super) type Handler = extern "C" fn(*mut u8, *mut u8);
