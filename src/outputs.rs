@@ -17,26 +17,35 @@ fn trace_formats(cli: &Cli) -> [(&'static str, &Option<PathBuf>, feed::Open); 2]
     [(chrome::FLAG, &cli.chrome, feed::open::<Chrome>), (perfetto::FLAG, &cli.perfetto, feed::open::<Perfetto>)]
 }
 
-/// The profile files asked for.
+/// The profile formats: each one's flag, the file the command line asks
+/// for, and its writer. A new format is a line here (`profile`'s
+/// documentation says the rest).
+fn profile_formats(cli: &Cli) -> [(&'static str, &Option<PathBuf>, Box<dyn profile::ProfileWriter>); 5] {
+    use profile::{flamegraph, folded, pprof, speedscope};
+    [
+        (folded::FLAG, &cli.folded, Box::new(folded::Folded)),
+        (flamegraph::FLAG, &cli.flamegraph, Box::new(flamegraph::Flamegraph)),
+        (speedscope::FLAG, &cli.speedscope, Box::new(speedscope::Speedscope)),
+        (pprof::FLAG, &cli.pprof, Box::new(pprof::Pprof)),
+        (profile::perfetto::FLAG, &cli.perfetto, Box::new(profile::perfetto::Samples)),
+    ]
+}
+
+/// The profile files asked for (`--perfetto`'s samples included).
 pub fn profile_files(cli: &Cli) -> profile::Files {
-    profile::Files {
-        folded: cli.folded.clone(),
-        flamegraph: cli.flamegraph.clone(),
-        speedscope: cli.speedscope.clone(),
-        pprof: cli.pprof.clone(),
-        perfetto: None,
+    let mut files = profile::Files::default();
+    for (flag, path, writer) in profile_formats(cli) {
+        files.add(flag, path.as_ref(), writer);
     }
+    files
 }
 
 /// Output files must be creatable before any tracing starts.
 pub fn check_outputs(cli: &Cli) -> Result<()> {
     let traces = trace_formats(cli).map(|(flag, path, _)| (flag, path));
-    let profiles = [
-        ("--folded", &cli.folded),
-        ("--flamegraph", &cli.flamegraph),
-        ("--speedscope", &cli.speedscope),
-        ("--pprof", &cli.pprof),
-    ];
+    // Samples written into a trace: its file is checked with it.
+    let profiles =
+        profile_formats(cli).into_iter().filter(|(_, _, w)| !w.into_trace()).map(|(flag, path, _)| (flag, path));
     let flags = [("-o", &cli.output)].into_iter().chain(traces).chain([("--itrc", &cli.itrc)]).chain(profiles);
     for (flag, path) in flags {
         if let Some(p) = path {
@@ -100,17 +109,7 @@ pub fn report_traces(cli: &Cli, outcome: &telco_runtime::session::Outcome) {
     // Always said, as perf record does: how much the trace holds and
     // whether anything is missing from it.
     if let Some(p) = &outcome.profile {
-        let files = profile_files(cli);
-        let written: Vec<String> = [
-            ("--folded", &files.folded),
-            ("--flamegraph", &files.flamegraph),
-            ("--speedscope", &files.speedscope),
-            ("--pprof", &files.pprof),
-            ("--perfetto", &cli.perfetto),
-        ]
-        .iter()
-        .filter_map(|(flag, path)| path.as_ref().map(|p| format!("{flag} {}", p.display())))
-        .collect();
+        let written = profile_files(cli).names();
         if !written.is_empty() {
             eprintln_escaped!(
                 "timer.profile: {} samples ({} lost, {} stacks not unwound to their root, {} unknown frames), \

@@ -1,8 +1,10 @@
 //! The profile files (`--folded`, `--flamegraph`, `--speedscope`,
-//! `--pprof`): every `timer.profile` sample the runtime unwound
-//! (`telco_runtime::profile`), kept as interned stacks per thread and
-//! written out when the session ends, each frame named by its module's
-//! symbols (demangled, as pass 2 reads them: `telco_compiler::elf`).
+//! `--pprof`, and the samples in a `--perfetto` trace): every
+//! `timer.profile` sample the runtime unwound (`telco_runtime::profile`),
+//! kept as interned stacks per thread by [`Profile`] and handed, when the
+//! session ends, to each format asked for ([`ProfileWriter`]), each frame
+//! named by its module's symbols (demangled, as pass 2 reads them:
+//! `telco_compiler::elf`).
 //!
 //! A frame no module holds is `[unknown]`; one in a module without a
 //! symbol for it is `[module]`, so that its samples still add up under
@@ -14,14 +16,30 @@
 //! code (trampolines, handlers) is `[telco-stap]`, under the probed
 //! function. Stacks are rooted at the thread's name, as perf's
 //! `stackcollapse` roots them, so one file keeps threads apart.
+//!
+//! # A new profile format
+//!
+//! One file in this folder implementing [`ProfileWriter`] (say `ctf.rs`,
+//! its `mod` line here, and a `pub const FLAG: &str = "--ctf"`): `write`
+//! gets the whole profile with every frame named ([`Named`]: frames,
+//! functions, stacks, samples, threads, modules, and the collapsed stacks)
+//! and writes the file's bytes. One CLI flag (`--ctf FILE`, in
+//! src/cli.rs), and one line registering it in the binary's
+//! `outputs::profile_formats`: `(ctf::FLAG, &cli.ctf, Box::new(ctf::Ctf))`.
+//! The check of its path before tracing, a `timer.profile` probe when the
+//! command line asks for a profile without a script, creating the file,
+//! and the end-of-session report then come with it.
 
-mod perfetto;
-mod pprof;
-mod speedscope;
+pub mod flamegraph;
+pub mod folded;
+pub mod perfetto;
+pub mod pprof;
+pub mod speedscope;
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use telco_compiler::elf::Module;
 use telco_runtime::profile::{ModuleInfo, Sink, Stack, Summary};
@@ -45,16 +63,38 @@ impl Interner {
     }
 }
 
-/// Which files to write.
-#[derive(Debug, Default, Clone)]
+/// A profile format: written once the session ends, from every sample.
+pub trait ProfileWriter: Send {
+    /// The whole profile, every frame named, into `out` (the file, or
+    /// packets for the trace).
+    fn write(&self, profile: &Named<'_>, out: &mut dyn Write) -> std::io::Result<()>;
+
+    /// Whether its bytes are packets added to the `--perfetto` trace (the
+    /// same flag's file) rather than a file of their own: then asking for
+    /// the trace does not ask for a profile, and the packets wait in
+    /// [`Files::perfetto`] for the trace writer to finish the file.
+    fn into_trace(&self) -> bool {
+        false
+    }
+}
+
+/// The bytes of a format written into the trace ([`append_to_perfetto`]).
+pub type Packets = Arc<Mutex<Vec<u8>>>;
+
+/// Which files to write, and by which format each.
+#[derive(Default)]
 pub struct Files {
-    pub folded: Option<PathBuf>,
-    pub flamegraph: Option<PathBuf>,
-    pub speedscope: Option<PathBuf>,
-    pub pprof: Option<PathBuf>,
+    list: Vec<File>,
     /// `--perfetto`: the samples' packets, to append to that file once the
-    /// session's writer has finished it ([`append_to_perfetto`]).
-    pub perfetto: Option<std::sync::Arc<std::sync::Mutex<Vec<u8>>>>,
+    /// session's writer has finished it ([`append_to_perfetto`]). Set by
+    /// [`Files::add`] for a format written into the trace.
+    pub perfetto: Option<Packets>,
+}
+
+struct File {
+    flag: &'static str,
+    path: PathBuf,
+    writer: Box<dyn ProfileWriter>,
 }
 
 /// Append the samples' packets (if any) to the `--perfetto` file at `path`
@@ -79,8 +119,24 @@ pub fn append_to_perfetto(
 }
 
 impl Files {
+    /// A format `writer` asked for by `flag`, if its file was named.
+    pub fn add(&mut self, flag: &'static str, path: Option<&PathBuf>, writer: Box<dyn ProfileWriter>) {
+        let Some(path) = path else { return };
+        if writer.into_trace() {
+            self.perfetto.get_or_insert_default();
+        }
+        self.list.push(File { flag, path: path.clone(), writer });
+    }
+
+    /// Whether a profile file of its own is asked for (not only samples
+    /// in the trace).
     pub fn any(&self) -> bool {
-        self.folded.is_some() || self.flamegraph.is_some() || self.speedscope.is_some() || self.pprof.is_some()
+        self.list.iter().any(|f| !f.writer.into_trace())
+    }
+
+    /// Each file as the report names it: "--folded out.txt".
+    pub fn names(&self) -> Vec<String> {
+        self.list.iter().map(|f| format!("{} {}", f.flag, f.path.display())).collect()
     }
 }
 
@@ -159,6 +215,17 @@ pub struct Named<'a> {
     pub end: u64,
     /// The first sample's time (CLOCK_MONOTONIC, ns).
     pub origin: u64,
+    /// [`Named::folded`], made once for the formats that use it.
+    pub folded: std::cell::OnceCell<Vec<String>>,
+}
+
+impl Named<'_> {
+    /// Collapsed stacks: `thread;root;...;leaf count`, one line per
+    /// distinct stack, sorted (FlameGraph's, inferno's and speedscope's
+    /// input).
+    pub fn folded(&self) -> &[String] {
+        self.folded.get_or_init(|| folded::lines(self))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -272,6 +339,7 @@ impl Profile {
             start: 0,
             end: end - start,
             origin: start,
+            folded: Default::default(),
         }
     }
 }
@@ -327,73 +395,23 @@ impl Sink for Profile {
 
     fn finish(&mut self, _summary: &Summary) -> std::io::Result<()> {
         let named = self.named();
-        let folded = folded_lines(&named);
-        let create = |p: &Path| {
-            telco_runtime::outfile::create(p)
+        for f in &self.files.list {
+            if f.writer.into_trace() {
+                let mut packets = Vec::new();
+                f.writer.write(&named, &mut packets)?;
+                if let Some(Ok(mut slot)) = self.files.perfetto.as_ref().map(|s| s.lock()) {
+                    *slot = packets;
+                }
+                continue;
+            }
+            let mut w = telco_runtime::outfile::create(&f.path)
                 .map(std::io::BufWriter::new)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create `{}`: {e}", p.display())))
-        };
-        if let Some(p) = &self.files.folded {
-            let mut w = create(p)?;
-            for l in &folded {
-                writeln!(w, "{l}")?;
-            }
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create `{}`: {e}", f.path.display())))?;
+            f.writer.write(&named, &mut w)?;
             w.flush()?;
-        }
-        if let Some(p) = &self.files.flamegraph {
-            let mut w = create(p)?;
-            let mut opt = inferno::flamegraph::Options::default();
-            opt.title = "telco-stap CPU profile".into();
-            opt.count_name = "samples".into();
-            if folded.is_empty() {
-                // inferno refuses an empty profile: an empty graph says
-                // the same.
-                writeln!(w, "<?xml version=\"1.0\" standalone=\"no\"?><svg xmlns=\"http://www.w3.org/2000/svg\" \
-                             width=\"1200\" height=\"60\"><text x=\"10\" y=\"30\">telco-stap CPU profile: no samples</text></svg>")?;
-            } else {
-                inferno::flamegraph::from_lines(&mut opt, folded.iter().map(String::as_str), &mut w)?;
-            }
-            w.flush()?;
-        }
-        if let Some(p) = &self.files.speedscope {
-            let mut w = create(p)?;
-            speedscope::write(&named, &mut w)?;
-            w.flush()?;
-        }
-        if let Some(p) = &self.files.pprof {
-            let mut w = create(p)?;
-            w.write_all(&pprof::encode(&named))?;
-            w.flush()?;
-        }
-        if let Some(slot) = &self.files.perfetto {
-            if let Ok(mut b) = slot.lock() {
-                *b = perfetto::packets(&named);
-            }
         }
         Ok(())
     }
-}
-
-/// Collapsed stacks: `thread;root;...;leaf count`, one line per distinct
-/// stack, sorted (FlameGraph's, inferno's and speedscope's input).
-fn folded_lines(n: &Named<'_>) -> Vec<String> {
-    let mut by_stack: HashMap<(u32, u32), u64> = HashMap::new();
-    for &(thread, stack, _, _) in &n.samples {
-        *by_stack.entry((thread, stack)).or_default() += 1;
-    }
-    let clean = |s: &str| s.replace([';', '\n'], "_");
-    // Stacks that differ only in addresses inside the same functions are
-    // one line.
-    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
-    for ((thread, stack), c) in by_stack {
-        let mut l = clean(&n.threads[thread as usize].2);
-        for &f in n.stacks[stack as usize].iter().rev() {
-            l.push(';');
-            l.push_str(&clean(&n.functions[n.function_of[f as usize] as usize].0));
-        }
-        *counts.entry(l).or_default() += c;
-    }
-    counts.into_iter().map(|(l, c)| format!("{l} {c}")).collect()
 }
 
 /// The kernel's function symbols (/proc/kallsyms), by address; empty where
@@ -412,4 +430,21 @@ fn kallsyms() -> Vec<(u64, String)> {
         .collect();
     v.sort_unstable();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_named_in_the_order_given_and_samples_in_a_trace_ask_for_no_profile() {
+        let mut files = Files::default();
+        files.add(perfetto::FLAG, Some(&"t.pftrace".into()), Box::new(perfetto::Samples));
+        files.add(pprof::FLAG, None, Box::new(pprof::Pprof));
+        assert!(!files.any());
+        assert!(files.perfetto.is_some());
+        files.add(folded::FLAG, Some(&"out.folded".into()), Box::new(folded::Folded));
+        assert!(files.any());
+        assert_eq!(files.names(), ["--perfetto t.pftrace", "--folded out.folded"]);
+    }
 }

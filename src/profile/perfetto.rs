@@ -11,13 +11,28 @@
 //! The messages, sequence and track ids are the trace writer's
 //! (`telco_runtime::perfetto` and its `proto`), declared there once.
 
-use super::Named;
+use super::{Named, ProfileWriter};
 use telco_runtime::perfetto::proto::{
     Callstack, Frame, InternedData, InternedString, Mapping, PerfSample, ThreadDescriptor, Trace, TracePacket,
     TrackDescriptor, CLOCK_MONOTONIC, MODE_KERNEL, MODE_USER, SEQ_INCREMENTAL_STATE_CLEARED,
     SEQ_NEEDS_INCREMENTAL_STATE,
 };
 use telco_runtime::perfetto::{SAMPLES_SEQUENCE, SAMPLE_THREAD_UUID};
+
+/// The samples go into the trace `--perfetto` names.
+pub use telco_runtime::perfetto::FLAG;
+
+pub struct Samples;
+
+impl ProfileWriter for Samples {
+    fn write(&self, n: &Named<'_>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(&packets(n))
+    }
+
+    fn into_trace(&self) -> bool {
+        true
+    }
+}
 
 /// Interned strings: iids from 1.
 #[derive(Default)]

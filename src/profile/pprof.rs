@@ -1,4 +1,4 @@
-//! pprof's `profile.proto` (github.com/google/pprof, `proto/profile.proto`),
+//! `--pprof FILE`: pprof's `profile.proto` (github.com/google/pprof, `proto/profile.proto`),
 //! gzip'd, as `go tool pprof`, Pyroscope, Parca and Grafana read it: two
 //! values a sample (`samples`/`count`, `cpu`/`nanoseconds`), a location
 //! per frame (its address in the process), a function per name, a mapping
@@ -7,7 +7,17 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use super::Named;
+use super::{Named, ProfileWriter};
+
+pub const FLAG: &str = "--pprof";
+
+pub struct Pprof;
+
+impl ProfileWriter for Pprof {
+    fn write(&self, n: &Named<'_>, out: &mut dyn Write) -> std::io::Result<()> {
+        out.write_all(&encode(n))
+    }
+}
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Profile {

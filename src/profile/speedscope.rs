@@ -1,11 +1,21 @@
-//! speedscope's own file format (`file-format-schema.json` in its npm
+//! `--speedscope FILE`: speedscope's own file format (`file-format-schema.json` in its npm
 //! package): the frames shared, one `sampled` profile per thread, each
 //! sample a stack of frame indices from the root to the leaf, weighted by
 //! the CPU time it stands for (ns).
 
 use std::io::Write;
 
-use super::Named;
+use super::{Named, ProfileWriter};
+
+pub const FLAG: &str = "--speedscope";
+
+pub struct Speedscope;
+
+impl ProfileWriter for Speedscope {
+    fn write(&self, n: &Named<'_>, out: &mut dyn Write) -> std::io::Result<()> {
+        write(n, out)
+    }
+}
 
 pub fn write(n: &Named<'_>, w: &mut dyn Write) -> std::io::Result<()> {
     use serde_json::json;
