@@ -79,7 +79,7 @@ pub fn traces(
     let asked: Vec<(&PathBuf, feed::Open)> =
         trace_formats(cli).into_iter().filter_map(|(_, path, open)| Some((path.as_ref()?, open))).collect();
     let Some(&(first, _)) = asked.first() else { return Ok(None) };
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let comm = telco_runtime::os::proc::comm(pid as i32);
     let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
     let mut writers = Vec::with_capacity(asked.len());
     for (path, open) in asked {
