@@ -183,6 +183,9 @@ pub struct Ours<'a> {
     pub codes: &'a [(u64, u64)],
     /// Relocated first instructions: copy, its length, original, its length.
     pub relocs: &'a [(u64, u32, u64, u32)],
+    /// Where the names of functions come from (the driver's: the runtime
+    /// parses no ELF).
+    pub symbols: Option<&'a dyn crate::symtab::SymbolSource>,
 }
 
 /// A record `rt_crash` published and the tracer has not answered: read
@@ -237,8 +240,11 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
     if let Some(&(copy, _, orig, _)) =
         ours.relocs.iter().find(|&&(copy, len, _, _)| pc >= copy && pc < copy + u64::from(len))
     {
-        let (name, _) =
-            if live { place(pid, orig, &Ours { codes: &[], relocs: &[] }, live) } else { (String::new(), false) };
+        let (name, _) = if live {
+            place(pid, orig, &Ours { codes: &[], relocs: &[], symbols: ours.symbols }, live)
+        } else {
+            (String::new(), false)
+        };
         let name = if name.is_empty() { format!("{orig:#x}") } else { name };
         return (format!("the relocated first instructions of {name} (+{:#x})", pc - copy), false);
     }
@@ -262,7 +268,7 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
         }
         let file_offset = pc - m.start + m.offset;
         let path = &m.path;
-        return match symbol(&m, file_offset) {
+        return match symbol(ours.symbols, &m, file_offset) {
             Some(s) => (format!("{s} ({})", path.display()), false),
             None => (format!("{} (+{file_offset:#x})", path.display()), false),
         };
@@ -271,34 +277,15 @@ fn place(pid: i32, pc: u64, ours: &Ours, live: bool) -> (String, bool) {
 }
 
 /// The function of the ELF file mapped at `m` that holds the byte at
-/// `file_offset`, as `name+0xOFF`, from its symbol table or its dynamic
-/// symbols (the file as the process maps it: `os::modfile`).
-fn symbol(m: &crate::os::proc::Mapping, file_offset: u64) -> Option<String> {
-    let bytes = crate::os::modfile::mapped(m)?;
-    let elf = goblin::elf::Elf::parse(&bytes).ok()?;
-    let ph = elf.program_headers.iter().find(|p| {
-        p.p_type == goblin::elf::program_header::PT_LOAD
-            && file_offset >= p.p_offset
-            && file_offset < p.p_offset.saturating_add(p.p_filesz)
-    })?;
-    let vaddr = (file_offset - ph.p_offset).wrapping_add(ph.p_vaddr);
-    let mut best: Option<(u64, &str)> = None;
-    for (syms, strs) in [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)] {
-        for s in syms.iter() {
-            if s.st_type() != goblin::elf::sym::STT_FUNC || s.st_value == 0 || s.st_value > vaddr {
-                continue;
-            }
-            let inside = vaddr < s.st_value.saturating_add(s.st_size.max(1));
-            if !inside {
-                continue;
-            }
-            let Some(name) = strs.get_at(s.st_name) else { continue };
-            if best.is_none_or(|(v, _)| s.st_value > v) {
-                best = Some((s.st_value, name));
-            }
-        }
-    }
-    best.map(|(v, name)| format!("{name}+{:#x}", vaddr - v))
+/// `file_offset`, as `name+0xOFF` (the file as the process maps it:
+/// `os::modfile`).
+fn symbol(
+    symbols: Option<&dyn crate::symtab::SymbolSource>,
+    m: &crate::os::proc::Mapping,
+    file_offset: u64,
+) -> Option<String> {
+    let file = crate::os::modfile::mapped(m)?;
+    symbols?.function_at(&m.path, &file, file_offset)
 }
 
 #[cfg(test)]
@@ -316,11 +303,41 @@ mod tests {
 
     #[test]
     fn a_place_in_our_code_is_ours() {
-        let ours = Ours { codes: &[(0x1000, 0x1000)], relocs: &[(0x1800, 8, 0x7000, 5)] };
+        let ours = Ours { codes: &[(0x1000, 0x1000)], relocs: &[(0x1800, 8, 0x7000, 5)], symbols: None };
         assert!(place(0, 0x1010, &ours, false).1);
         let (p, mine) = place(0, 0x1802, &ours, false);
         assert!(!mine);
         assert_eq!(p, "the relocated first instructions of 0x7000 (+0x2)");
+    }
+
+    /// Names as the driver reads them (`src/query.rs`), from the
+    /// compiler's ELF reader.
+    struct TestSymbols;
+
+    impl crate::symtab::SymbolSource for TestSymbols {
+        fn symbols(&self, _: &std::path::Path, _: &crate::os::modfile::Image) -> Option<crate::symtab::ModuleSymbols> {
+            None
+        }
+
+        fn functions_named(
+            &self,
+            _: &std::path::Path,
+            _: &crate::os::modfile::Image,
+            _: &[&str],
+        ) -> Vec<(u64, u64, usize)> {
+            Vec::new()
+        }
+
+        fn function_at(&self, path: &std::path::Path, file: &crate::os::modfile::Image, off: u64) -> Option<String> {
+            let image = telco_compiler::elf::Image::given(file.clone());
+            let m = telco_compiler::elf::Module::from_image(path, image).ok()?;
+            let f = m
+                .functions
+                .iter()
+                .filter(|f| f.file_offset <= off && off - f.file_offset < f.size.max(1))
+                .max_by_key(|f| f.file_offset)?;
+            Some(format!("{}+{:#x}", f.names.first()?, off - f.file_offset))
+        }
     }
 
     #[test]
@@ -329,7 +346,7 @@ mod tests {
         let pc = symbols_of_this_test_binary as *const () as u64;
         let maps = crate::os::proc::maps(std::process::id() as i32).unwrap();
         let m = maps.iter().find(|m| (m.start..m.end).contains(&pc)).unwrap();
-        let s = symbol(m, pc - m.start + m.offset).expect("a symbol");
+        let s = symbol(Some(&TestSymbols), m, pc - m.start + m.offset).expect("a symbol");
         assert!(s.contains("symbols_of_this_test_binary") && s.ends_with("+0x0"), "{s}");
     }
 }

@@ -21,7 +21,7 @@ impl Armed {
         let codes = self.our_code();
         let relocs = self.hooker.relocs.borrow().clone();
         let ino = self.region_ino;
-        let ours_ = crate::crash::Ours { codes: &codes, relocs: &relocs };
+        let ours_ = crate::crash::Ours { codes: &codes, relocs: &relocs, symbols: Some(&*self.symbols) };
         let Some(c) = crate::crash::take(self.header, |pid, tid| ours(tid, pid, ino), &ours_) else { return };
         if !(c.pid == self.pid && self.child) {
             let exe = crate::os::proc::exe_path(c.pid);
@@ -48,9 +48,11 @@ impl Armed {
         }
         let codes = self.our_code();
         let relocs = self.hooker.relocs.borrow().clone();
-        if let Some(c) =
-            crate::crash::leftover(self.header, self.pid, &crate::crash::Ours { codes: &codes, relocs: &relocs })
-        {
+        if let Some(c) = crate::crash::leftover(
+            self.header,
+            self.pid,
+            &crate::crash::Ours { codes: &codes, relocs: &relocs, symbols: Some(&*self.symbols) },
+        ) {
             self.crashes.push(c);
         }
     }
