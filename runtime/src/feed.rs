@@ -260,8 +260,8 @@ struct Shared {
     done: AtomicBool,
     /// Others the queue had no room for.
     dropped: AtomicU64,
-    /// The session's summary for `--perfetto`'s metadata, set before
-    /// `done`.
+    /// The session's summary, for the files that record it (handed to
+    /// every writer's `finish`), set before `done`.
     summary: std::sync::Mutex<Summary>,
     /// `trace_span` names by id from the first after the probes': added
     /// before the first call with the id is spooled.
