@@ -59,6 +59,33 @@ pub struct CallConv {
     pub return_address_in_register: bool,
 }
 
+/// A safe patch site (each architecture's `sites` plans it, and
+/// re-exports it as `sites::Patch`): the file offset of the instruction
+/// the patch jump replaces and how many bytes it displaces (whole
+/// instructions); or, with `lead` set, the jump goes on the `lead` bytes of
+/// whole instructions just before the site instead (`displaced` 0): the
+/// trampoline runs them, then the probe, then jumps to the site, whose own
+/// bytes stay as they are (`Sites::plan_lead`).
+///
+/// The file offset is the site's, except at an aarch64 landing pad: there
+/// it is the next instruction's (4 bytes on), where the jump goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patch {
+    pub file_offset: u64,
+    pub displaced: u32,
+    pub lead: u32,
+    /// The lead is one direct call (x86_64's `call rel32`, aarch64's `bl`):
+    /// its callee returns through a return trampoline, which runs the probe
+    /// and goes on at the site.
+    pub call: bool,
+    /// A short jump at the site (x86_64's `jmp rel8`, `displaced` at least
+    /// 2 bytes) to the padding after the function, `pad` bytes on from the
+    /// site, where five dead bytes take the jump to the trampoline
+    /// (`Sites::plan_pad`); 0 when the jump is at the site, and always 0 on
+    /// aarch64.
+    pub pad: u32,
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;
 #[cfg(target_arch = "x86_64")]

@@ -29,6 +29,7 @@
 
 pub mod blocks;
 pub mod clobbers;
+pub mod contract;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;
 

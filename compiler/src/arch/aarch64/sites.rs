@@ -56,6 +56,8 @@ use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS};
 use goblin::elf::Elf;
 use yaxpeax_arm::armv8::a64::{Instruction, Opcode, Operand};
 
+pub use crate::arch::Patch;
+
 /// The length of the `B` and of every instruction.
 const B_LEN: u64 = 4;
 
@@ -100,28 +102,6 @@ pub struct Sites {
     indirect: Vec<u64>,
     /// Function ranges from `.eh_frame` (start, end), sorted.
     pub fdes: Vec<(u64, u64)>,
-}
-
-/// A safe patch: the file offset of the instruction the `B` replaces and
-/// how many bytes it displaces (4: one instruction); or, with `lead` set,
-/// the `B` goes on the `lead` bytes (4: one instruction) just before the
-/// site instead (`displaced` 0): the trampoline runs it, then the probe,
-/// then branches to the site, whose own instruction stays as it is
-/// ([`Sites::plan_lead`]).
-///
-/// The file offset is the site's, except at a landing pad: there it is
-/// the next instruction's (4 bytes on), where the `B` goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Patch {
-    pub file_offset: u64,
-    pub displaced: u32,
-    pub lead: u32,
-    /// The lead is one `bl`: its callee returns through a return
-    /// trampoline, which runs the probe and goes on at the site.
-    pub call: bool,
-    /// Always 0 on aarch64: no short jump to the padding
-    /// ([`Sites::plan_pad`]).
-    pub pad: u32,
 }
 
 impl Sites {

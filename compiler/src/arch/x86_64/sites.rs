@@ -43,6 +43,8 @@ use goblin::elf::section_header::{SHF_ALLOC, SHF_EXECINSTR, SHT_PROGBITS};
 use goblin::elf::Elf;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
 
+pub use crate::arch::Patch;
+
 /// How control can arrive at an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arrival {
@@ -66,26 +68,6 @@ pub struct Sites {
     arrivals: BTreeMap<u64, Arrival>,
     /// Function ranges from `.eh_frame` (start, end), sorted.
     pub fdes: Vec<(u64, u64)>,
-}
-
-/// A safe patch: the instruction's file offset and how many bytes the jump
-/// displaces (whole instructions); or, with `lead` set, the jump goes on
-/// the `lead` bytes of whole instructions just before the site instead
-/// (`displaced` 0): the trampoline runs them, then the probe, then jumps
-/// to the site, whose own bytes stay as they are ([`Sites::plan_lead`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Patch {
-    pub file_offset: u64,
-    pub displaced: u32,
-    pub lead: u32,
-    /// The lead is one `call rel32` (5 bytes): its callee returns through a
-    /// return trampoline, which runs the probe and goes on at the site.
-    pub call: bool,
-    /// A `jmp rel8` at the site (`displaced` at least 2 bytes) to the
-    /// padding after the function, `pad` bytes on from the site, where
-    /// five dead bytes take the jump to the trampoline
-    /// ([`Sites::plan_pad`]); 0 when the jump is at the site.
-    pub pad: u32,
 }
 
 impl Sites {

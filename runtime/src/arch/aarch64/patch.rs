@@ -43,6 +43,8 @@
 use yaxpeax_arch::{Decoder, U8Reader};
 use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand};
 
+pub use crate::arch::contract::{CopyMap, Hook, Retarget};
+
 /// Length of the `B` written at the patch site, and of every instruction.
 pub const B_LEN: usize = 4;
 
@@ -91,15 +93,6 @@ pub enum Refusal {
     NoScratch { at: u64, text: String, target: u64, to: u64 },
     #[error("`{text}` at {at:#x} is PC-relative and is not relocated")]
     PcRelative { at: u64, text: String },
-}
-
-/// Where a function's probe goes (the same shape as x86_64's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hook {
-    /// Where the `B` goes: the entry, or after its landing pad.
-    pub patch_at: u64,
-    /// Bytes the `B` displaces: one instruction.
-    pub displaced: usize,
 }
 
 /// The length of the branch written at a patch site (the name x86_64's
@@ -439,26 +432,6 @@ fn retarget(word: u32, at: u64, to: u64) -> Option<u32> {
     }
     let mask = ((1u32 << bits) - 1) << shift;
     Some((word & !mask) | ((((d >> 2) as u32) << shift) & mask))
-}
-
-/// A branch of the function retargeted by [`plan_loop`]: a loop back to
-/// the patch site, sent to the second displaced word instead, whose `B`
-/// leads to the relocated copy past the probe (restored at detach).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retarget {
-    pub at: u64,
-    pub original: Vec<u8>,
-    pub patched: Vec<u8>,
-}
-
-/// Where each instruction of a relocated copy came from (x86_64's shape).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CopyMap {
-    /// (copy, original) address of each instruction, the branch back last.
-    pub map: Vec<(u64, u64)>,
-    /// Never set here: a relocated `bl` sets x30 to the original return
-    /// address, so no call is under way from the copy.
-    pub calling: Option<(u64, u64)>,
 }
 
 /// The displaced instruction (`original`, `len` = 4 bytes at `from`)

@@ -78,88 +78,14 @@ use super::patch::{PACIASP, PACIBSP};
 
 pub use super::asm::AsmError;
 
+pub use crate::arch::contract::{Returns, Shadow, SpanInline, StatInline, Timed};
+/// What one function's trampolines do (`arch::contract`), with this
+/// architecture's register mask.
+pub type Entry = crate::arch::contract::Entry<RegMask>;
+pub type ClockOnly = crate::arch::contract::ClockOnly<RegMask>;
+
 /// `xpaclri`: a hint (a no-op without pointer authentication).
 const XPACLRI: u32 = 0xd503_20ff;
-
-/// What one function's trampoline does (the fields x86_64's has).
-pub struct Entry {
-    pub at: u64,
-    pub region: u64,
-    pub addr: u64,
-    pub ctx_size: u32,
-    pub handlers: Vec<(u64, u32)>,
-    pub returns: Vec<(u32, Option<u64>)>,
-    pub ret_push: u64,
-    pub enter: u64,
-    pub ret_tramp: u64,
-    /// The thread slots and shadow stacks (the lean path's inline slot
-    /// lookup and frame push).
-    pub shadow: Shadow,
-    /// None: full. Some(mask): lean; the code it calls changes at most the
-    /// registers in `mask`.
-    pub lean: Option<RegMask>,
-    pub itrace: Option<(u64, u32)>,
-    pub span: Option<u32>,
-    pub inside: bool,
-    /// Where the function saves its return address (x30), from the entry's
-    /// stack pointer (its CFI): recorded in each shadow frame pushed here
-    /// (`ShadowFrame::saved`), for the unwinder hooks and the detach.
-    pub ra_saved: Option<i32>,
-    /// How the function signed x30 before the patch site (its landing pad
-    /// `paciasp`/`pacibsp`: `telco_abi::region::SAVED_PACIA`/`SAVED_PACIB`;
-    /// 0: not). A return probe's trampoline address is signed the same way
-    /// before the function goes on, so that its `autiasp` accepts it.
-    pub ra_signed: i32,
-}
-
-/// The thread slots and shadow stacks in the target (x86_64's `Shadow`:
-/// `tid_off` is signed here, below the thread pointer).
-pub struct Shadow {
-    pub threads: u64,
-    pub nthreads: u32,
-    pub depth: u32,
-    pub frame_size: u32,
-    pub tid_off: u32,
-}
-
-/// The return handlers a return trampoline calls.
-pub enum Returns {
-    /// A table of handler addresses by probe index.
-    Table(u64),
-    /// (probe index, handler) of one function's return probes.
-    Direct(Vec<(u32, u64)>),
-}
-
-/// The inline timing's descriptions (x86_64's `SpanInline`, `StatInline`,
-/// `Timed` and `ClockOnly` explain them).
-#[derive(Clone, Copy, Debug)]
-pub struct SpanInline {
-    pub probe: u32,
-    pub flush: u64,
-    pub spans_off: u64,
-    pub stride: u32,
-    pub batch: u32,
-}
-#[derive(Clone, Copy, Debug)]
-pub struct StatInline {
-    pub copy: u32,
-    pub row: u32,
-    pub hist: Option<u32>,
-}
-#[derive(Clone, Copy, Debug)]
-pub enum Timed {
-    Span(SpanInline),
-    Stat(StatInline),
-}
-#[derive(Clone, Copy, Debug)]
-pub struct ClockOnly {
-    pub probe: u32,
-    pub work: Timed,
-    pub handler: u64,
-    pub enter_clobbers: super::clobber::RegMask,
-    pub push_clobbers: super::clobber::RegMask,
-    pub pop_clobbers: super::clobber::RegMask,
-}
 
 /// The registers first, then the context, then a 16-byte top whose upper
 /// word is the return slot; a multiple of 16.

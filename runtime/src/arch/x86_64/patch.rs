@@ -45,6 +45,8 @@ use iced_x86::{
     OpKind,
 };
 
+pub use crate::arch::contract::{CopyMap, Hook, Retarget};
+
 /// Length of the `jmp rel32` written at the patch site.
 pub const JMP_REL32_LEN: usize = 5;
 
@@ -171,15 +173,6 @@ fn short_function_message(size: u64, padding: u64, patch_offset: u64, last: Opti
     )
 }
 
-/// The plan for hooking one function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hook {
-    /// Where the 5-byte jump goes: the entry, or entry+4 after a leading `endbr64` (f3 0f 1e fa).
-    pub patch_at: u64,
-    /// How many original bytes the jump displaces (>= 5, whole instructions).
-    pub displaced: usize,
-}
-
 /// Decide where and how to hook a function, given its bytes as they are in
 /// memory.
 ///
@@ -293,15 +286,6 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     }
 
     Ok(Hook { patch_at, displaced })
-}
-
-/// A branch of the function retargeted by [`plan_loop`]: its
-/// displacement bytes at `at`, as they are and as they become.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retarget {
-    pub at: u64,
-    pub original: Vec<u8>,
-    pub patched: Vec<u8>,
 }
 
 /// A function whose loop jumps back to the patch site ([`plan`] refuses it
@@ -442,19 +426,6 @@ pub fn relocate(original: &[u8], from: u64, len: usize, to: u64) -> Result<Vec<u
 pub fn relocated_pc(original: &[u8], from: u64, len: usize, to: u64, pc: u64) -> Option<u64> {
     let map = relocate_mapped(original, from, len, to).ok()?.map;
     map.into_iter().find(|&(ip, _)| ip == pc).map(|(_, at)| at)
-}
-
-/// Where each instruction of a relocated copy came from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CopyMap {
-    /// (copy, original) address of each instruction, in order, the jump
-    /// back last (its original is `from + len`, where it goes).
-    pub map: Vec<(u64, u64)>,
-    /// The copy's range where a call that ended the displaced instructions
-    /// is under way (`call_from_the_original`: the return address pushed,
-    /// the jump to the callee not yet taken): the frame is the caller's, at
-    /// the return address, with the stack pointer 8 higher.
-    pub calling: Option<(u64, u64)>,
 }
 
 /// [`relocate`], with where each instruction of the copy came from. An

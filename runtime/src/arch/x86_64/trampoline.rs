@@ -114,53 +114,11 @@ pub type AsmError = IcedError;
 use telco_abi::arch::x86_64 as regs;
 use telco_abi::region::{Ctx, SavedRegs, CTX_SIZE};
 
-/// What one function's trampoline does.
-pub struct Entry {
-    /// Where the trampoline will live in the target.
-    pub at: u64,
-    /// The region base in the target.
-    pub region: u64,
-    /// The probed address (`uaddr()`, `SavedRegs::rip`).
-    pub addr: u64,
-    /// Bytes of context the handlers need (`Artifact::ctx_size`).
-    pub ctx_size: u32,
-    /// Entry probes: (handler, probe index).
-    pub handlers: Vec<(u64, u32)>,
-    /// Return probes: (probe index, its entry handler for `@entry`).
-    pub returns: Vec<(u32, Option<u64>)>,
-    /// `rt_ret_push`, `rt_enter` and the return trampoline.
-    pub ret_push: u64,
-    pub enter: u64,
-    pub ret_tramp: u64,
-    /// Where the shadow stacks are (the lean return-probe path pushes
-    /// frames inline).
-    pub shadow: Shadow,
-    /// None: save every register and fill the whole context (handlers read
-    /// `$argN`, `register()`, …). Some(mask): the handlers need only
-    /// `probe`, `slot` and `entry` of the context, and calling everything
-    /// here changes at most the registers in `mask` (`clobber`): only the
-    /// caller-saved ones among them are saved.
-    pub lean: Option<RegMask>,
-    /// `.itrace`: after the handlers, `rt_itrace_wait` (its address) with
-    /// this function's index, so the tracer can take the thread over.
-    pub itrace: Option<(u64, u32)>,
-    /// The return probe among `returns` that `--chrome` added: a lean
-    /// trampoline saves its entry's clock inline (`span_start`) instead of
-    /// calling its entry handler.
-    pub span: Option<u32>,
-    /// A site inside a function (a statement or a marker), not its entry:
-    /// the red zone below the stack pointer and the flags may be live
-    /// there, so the trampoline steps over the one ([`RED_ZONE`]) and
-    /// restores the other.
-    pub inside: bool,
-    /// Where the function saves its return address, from the entry's stack
-    /// pointer (its CFI): aarch64's trampolines record it in the shadow
-    /// frame. Unused here: x86_64's return address is the pushed one.
-    pub ra_saved: Option<i32>,
-    /// How the function signed its return address before the patch site
-    /// (aarch64's pointer authentication): always 0 here.
-    pub ra_signed: i32,
-}
+pub use crate::arch::contract::{Returns, Shadow, SpanInline, StatInline, Timed};
+/// What one function's trampolines do (`arch::contract`), with this
+/// architecture's register mask.
+pub type Entry = crate::arch::contract::Entry<RegMask>;
+pub type ClockOnly = crate::arch::contract::ClockOnly<RegMask>;
 
 /// What a trampoline at a site inside a function leaves alone below the
 /// stack pointer: the System V red zone (128 bytes), then two words of its
@@ -190,23 +148,6 @@ fn restore_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.sahf()?;
     a.mov(rax, qword_ptr(rsp + 8))?;
     a.lea(rsp, ptr(rsp + RED_ZONE))
-}
-
-/// `--chrome` calls recorded by lean trampolines themselves: the work of
-/// `rt_span` (compiler/rt/rt.c) inline, the clock read with `rdtsc` on
-/// both sides, the call appended to the thread's span stage; only a full
-/// stage calls into the runtime library (`rt_span_flush`). Handlers would
-/// cost two calls, two clock conversions and their frames per call.
-#[derive(Clone, Copy, Debug)]
-pub struct SpanInline {
-    /// The return probe `--chrome` added (`ProbeEntry::span`).
-    pub probe: u32,
-    /// `rt_span_flush`.
-    pub flush: u64,
-    /// `Header::spans_off`, `span_stride`, `span_batch`.
-    pub spans_off: u64,
-    pub stride: u32,
-    pub batch: u32,
 }
 
 /// Entry side: the TSC into the frame's `@entry` save at rsi (the first
@@ -242,20 +183,6 @@ fn span_clock(a: &mut CodeAssembler, region: u64, leave: CodeLabel) -> Result<()
     return_clock(a, region, leave)?;
     a.cmp(rax, qword_ptr(rdi + offset_of!(Header, span_min_ticks) as i32))?;
     a.jl(leave)
-}
-
-/// A call's duration added to a statistic by the trampolines themselves
-/// (`ProbeEntry::latency`): the work of its handler, the duration in TSC
-/// ticks converted once and added to the thread's own copy as
-/// `Gen::stat_add_inline` does (compiler/src/codegen/translate/storage.rs).
-#[derive(Clone, Copy, Debug)]
-pub struct StatInline {
-    /// The copy's `Stat` for row 0 (an offset in the region), and the
-    /// bytes between rows.
-    pub copy: u32,
-    pub row: u32,
-    /// Offset of the log histogram's buckets in the copy.
-    pub hist: Option<u32>,
 }
 
 /// The duration (rax, in ticks; rdi = the region) in ns, added to the
@@ -379,21 +306,6 @@ fn span_end(
     a.mov(rsi, qword_ptr(fb + c(offset_of!(Ctx, slot))))?;
     a.call(inl.flush)?;
     a.jmp(leave)
-}
-
-/// The thread slots and shadow stacks of return probes in the target:
-/// frames (`ShadowFrame` + `@entry` saves) per thread, frame size.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Shadow {
-    /// The thread slots (`Header::threads_at` in the target) and how many
-    /// (a power of two).
-    pub threads: u64,
-    pub nthreads: u32,
-    pub depth: u32,
-    pub frame_size: u32,
-    /// `Header::tcb_tid_off`: where the thread's id is in its control
-    /// block (0: unknown, not checked).
-    pub tid_off: u32,
 }
 
 /// rdx = the address of frame `index` (a 32-bit register) of the thread
@@ -899,15 +811,6 @@ fn itrace_gate(a: &mut CodeAssembler, region: u64, wait: u64, func: u32) -> Resu
     Ok(())
 }
 
-/// The return handlers a return trampoline calls.
-pub enum Returns {
-    /// A table of handler addresses by probe index (a code region's shared
-    /// return trampoline).
-    Table(u64),
-    /// (probe index, handler) of one function's return probes.
-    Direct(Vec<(u32, u64)>),
-}
-
 /// A return trampoline: a probed function with a return probe returns
 /// here. It saves the registers (`$return` is rax), asks `rt_ret_pop` for
 /// this call's frame (probe, `@entry` saves, the original return address),
@@ -1051,37 +954,6 @@ pub fn return_trampoline(
     a.lea(rsp, ptr(rsp + (frame - 8)))?;
     a.ret()?;
     assemble_aligned(&mut a, at)
-}
-
-/// A function whose only probe is a return probe that times its calls —
-/// `--chrome`'s (the usual `probe f {}` with `--chrome`), or one that adds
-/// the duration to a statistic (`ProbeEntry::latency`): trampolines that
-/// do nothing but time the call and record it, with no handler on the
-/// common path, so they save only the five registers they use (at an
-/// entry every argument register is live; at a return a caller built with
-/// -fipa-ra may keep values in caller-saved registers; a span also uses
-/// r8) and keep the slot in a register. What the runtime library's calls
-/// off the common path change is saved around them.
-#[derive(Clone, Copy, Debug)]
-pub struct ClockOnly {
-    /// The probe, whose entry's clock is the first `@entry` save.
-    pub probe: u32,
-    pub work: Timed,
-    /// The probe's return handler (`rt_ret_pop`'s path calls it: the same
-    /// record, by `rt_span` or the compiled statistic update).
-    pub handler: u64,
-    /// Registers `rt_enter`, `rt_ret_push`, and `rt_ret_pop` with the
-    /// handler or `rt_span_flush`, change.
-    pub enter_clobbers: RegMask,
-    pub push_clobbers: RegMask,
-    pub pop_clobbers: RegMask,
-}
-
-/// What a `ClockOnly` return trampoline does with the call.
-#[derive(Clone, Copy, Debug)]
-pub enum Timed {
-    Span(SpanInline),
-    Stat(StatInline),
 }
 
 /// The five registers the `ClockOnly` trampolines' common paths use.
