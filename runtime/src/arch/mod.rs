@@ -7,7 +7,7 @@
 //! * `patch`: decoding a function's first instructions, deciding where the
 //!   branch to a trampoline goes and which bytes it displaces (`plan`,
 //!   `plan_loop`), relocating them (`relocate`), the branch itself
-//!   (`jmp_rel32`), the crash handler's stub and `rt_sigreturn` sequence;
+//!   (`jump`), the crash handler's stub and `rt_sigreturn` sequence;
 //! * `trampoline`: the trampoline builders (entry, return, clock-only,
 //!   the `.itrace` gate);
 //! * `clobber`: which registers a call into the compiled blob can change

@@ -24,8 +24,8 @@ impl Hooker {
             Ok(p) => p,
             Err(why) => return Ok(Err(why)),
         };
-        let original = s.read(slot, patch::JMP_REL32_LEN)?;
-        let (Some(far), Some(mut short)) = (patch::jmp_rel32(slot, placed.tramp), patch::short_jump(addr, slot)) else {
+        let original = s.read(slot, patch::JUMP_LEN)?;
+        let (Some(far), Some(mut short)) = (patch::jump(slot, placed.tramp), patch::short_jump(addr, slot)) else {
             return Ok(Err("the padding or the trampoline is out of reach".into()));
         };
         short.resize(displaced, arch::TRAP);
@@ -77,7 +77,7 @@ impl Hooker {
         let prefix = trampoline::entry_prefix(&entry)
             .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
         let reloc = at + prefix.len() as u64;
-        let (Some(go), Some(call)) = (patch::jmp_rel32(reloc, callee), patch::direct_call(from, at)) else {
+        let (Some(go), Some(call)) = (patch::jump(reloc, callee), patch::direct_call(from, at)) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
         let mut tramp = prefix.clone();
@@ -132,7 +132,7 @@ impl Hooker {
         let prefix = trampoline::entry_prefix(&entry)
             .map_err(|e| TargetError::Unsupported(format!("assembling a trampoline: {e}")))?;
         let end = prefix_at + prefix.len() as u64;
-        let (Some(back), Some(jmp)) = (patch::jmp_rel32(end, addr), patch::jmp_rel32(from, at)) else {
+        let (Some(back), Some(jmp)) = (patch::jump(end, addr), patch::jump(from, at)) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
         let mut tramp = relocated[..body].to_vec();
@@ -172,7 +172,7 @@ impl Hooker {
         let mut pages = self.veneers.borrow_mut();
         let reaches = |p: &CodeRegion| {
             let at = p.next.next_multiple_of(16);
-            at + bytes.len() as u64 <= p.remote + p.size && patch::jmp_rel32(site, at).is_some()
+            at + bytes.len() as u64 <= p.remote + p.size && patch::jump(site, at).is_some()
         };
         let i = match pages.iter().position(reaches) {
             Some(i) => i,
@@ -249,7 +249,7 @@ impl Hooker {
         // A trampoline out of the jump's reach (a module larger than it):
         // at a function's entry, through a veneer within reach, and back
         // by a far jump (aarch64: x16 is free there).
-        let far = patch::jmp_rel32(hook.patch_at, at).is_none();
+        let far = patch::jump(hook.patch_at, at).is_none();
         if far && (site.is_some() || !retargets.is_empty()) {
             return Ok(Err(
                 "trampoline out of jump range (a far trampoline is only reached at a function's entry)".into()
@@ -269,14 +269,14 @@ impl Hooker {
         } else {
             at
         };
-        let Some(jmp) = patch::jmp_rel32(hook.patch_at, to) else {
+        let Some(jmp) = patch::jump(hook.patch_at, to) else {
             return Ok(Err("trampoline out of jump range".into()));
         };
         if let Some(name) = t.itrace {
             let resume = at + prefix.len() as u64;
             let mut traced = crate::itrace::Traced::new(name, hook.patch_at, displaced.to_vec(), resume, &relocated);
             traced.extra = retargets.iter().map(|r| (r.at, r.original.clone())).collect();
-            traced.loop_entry = (!retargets.is_empty()).then_some(hook.patch_at + patch::JMP_REL32_LEN as u64);
+            traced.loop_entry = (!retargets.is_empty()).then_some(hook.patch_at + patch::JUMP_LEN as u64);
             self.itraced.borrow_mut().push(traced);
         }
         self.relocs.borrow_mut().push((
@@ -302,8 +302,8 @@ impl Hooker {
         if !retargets.is_empty() {
             // The loops' way in: a second jump, past the probe, to the
             // relocated first instructions.
-            let slot = hook.patch_at + patch::JMP_REL32_LEN as u64;
-            let Some(second) = patch::jmp_rel32(slot, at + prefix_len as u64) else {
+            let slot = hook.patch_at + patch::JUMP_LEN as u64;
+            let Some(second) = patch::jump(slot, at + prefix_len as u64) else {
                 return Ok(Err("trampoline out of jump range".into()));
             };
             patch.extend_from_slice(&second);

@@ -351,10 +351,10 @@ impl Hooker {
             }
         }
         // The hops' jumps, in their hosts' patches.
-        const JMP: u64 = patch::JMP_REL32_LEN as u64;
+        const JMP: u64 = patch::JUMP_LEN as u64;
         for (slot, to, from) in slots {
             let host = plans.iter().position(|(at, orig, _)| slot >= *at && slot + JMP <= at + orig.len() as u64);
-            match (patch::jmp_rel32(slot, to), host) {
+            match (patch::jump(slot, to), host) {
                 (Some(jmp), Some(i)) => {
                     let (at, _, patch) = &mut plans[i];
                     let o = (slot - *at) as usize;

@@ -84,11 +84,11 @@ pub(super) fn entry_by_marker(s: &mut Stopped, entry: u64) -> Result<bool, Targe
     // A jump within ±2 GiB moves the planned bytes; farther (slack in the
     // dynamic loader or the vDSO), an absolute jump moves the whole
     // instructions its 14 bytes cover.
-    let (jmp, len): (Vec<u8>, usize) = match arch::patch::jmp_rel32(hook.patch_at, at) {
+    let (jmp, len): (Vec<u8>, usize) = match arch::patch::jump(hook.patch_at, at) {
         Some(j) => (j.to_vec(), hook.displaced),
         None => {
             let starts = arch::instruction_starts(code.get(start..).unwrap_or_default(), hook.patch_at);
-            let jmp = arch::patch::jmp_abs(at);
+            let jmp = arch::patch::jump_anywhere(at);
             match starts.into_iter().find(|&s| s >= hook.patch_at + jmp.len() as u64) {
                 Some(end) => (jmp.to_vec(), (end - hook.patch_at) as usize),
                 None => return Ok(false),

@@ -95,9 +95,8 @@ pub enum Refusal {
     PcRelative { at: u64, text: String },
 }
 
-/// The length of the branch written at a patch site (the name x86_64's
-/// jump has, for the code both share).
-pub const JMP_REL32_LEN: usize = B_LEN;
+/// The length of the patch jump (a `B`) written at a patch site.
+pub const JUMP_LEN: usize = B_LEN;
 
 /// The longest landing pad (`bti c`, `paciasp`): one instruction.
 pub const LANDING_PAD_LEN: usize = 4;
@@ -509,14 +508,16 @@ pub fn relocated_pc(original: &[u8], from: u64, len: usize, to: u64, pc: u64) ->
 /// `B`'s reach, less room for the region itself.
 pub const REACH: u64 = (1 << 27) - (16 << 20);
 
-/// A `B` from `at` to `target` (the name x86_64's jump has), or None out
-/// of reach.
-pub fn jmp_rel32(at: u64, target: u64) -> Option<[u8; 4]> {
+/// The patch jump: a `B` from `at` to `target`, or None out of reach.
+pub fn jump(at: u64, target: u64) -> Option<[u8; JUMP_LEN]> {
     branch(at, target, false).map(u32::to_le_bytes)
 }
 
+/// The length of [`jump_anywhere`]'s code.
+pub const JUMP_ANYWHERE_LEN: usize = 16;
+
 /// A branch anywhere from a place where x16 is free ([`veneer`]).
-pub fn jmp_abs(target: u64) -> [u8; 16] {
+pub fn jump_anywhere(target: u64) -> [u8; JUMP_ANYWHERE_LEN] {
     veneer(target)
 }
 
@@ -604,7 +605,7 @@ mod tests {
             assert_eq!(direct_call_target(&call, at), Some(to));
         }
         // A `B` is not a call.
-        let b = jmp_rel32(0x1000, 0x2000).expect("in reach");
+        let b = jump(0x1000, 0x2000).expect("in reach");
         assert_eq!(direct_call_target(&b, 0x1000), None);
         assert_eq!(short_jump(0x1000, 0x2000).map(|j| j.len()), Some(B_LEN));
     }

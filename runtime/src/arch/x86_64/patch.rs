@@ -5,7 +5,7 @@
 //! indirect-branch tracking still finds its landing pad). The instructions the
 //! jump displaces are re-encoded into the trampoline, followed by a jump back.
 //! This module decides where the jump goes ([`plan`], [`plan_loop`]), produces
-//! the relocated copy ([`relocate`]) and the jump itself ([`jmp_rel32`]).
+//! the relocated copy ([`relocate`]) and the jump itself ([`jump`]).
 //!
 //! **Invariant:** everything here is a pure function of bytes and addresses:
 //! no I/O, no `unsafe`, no `#[cfg]`. It is compiled and tested on every host;
@@ -47,8 +47,8 @@ use iced_x86::{
 
 pub use crate::arch::contract::{CopyMap, Hook, Retarget};
 
-/// Length of the `jmp rel32` written at the patch site.
-pub const JMP_REL32_LEN: usize = 5;
+/// Length of the patch jump (`jmp rel32`) written at the patch site.
+pub const JUMP_LEN: usize = 5;
 
 /// `endbr64`: the landing pad `-fcf-protection` puts at every function entry.
 pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
@@ -154,7 +154,7 @@ fn short_function_message(size: u64, padding: u64, patch_offset: u64, last: Opti
         1 => "only 1 byte of padding follows it".to_string(),
         n => format!("only {n} bytes of padding follow it"),
     };
-    let need = (patch_offset + JMP_REL32_LEN as u64).saturating_sub(size);
+    let need = (patch_offset + JUMP_LEN as u64).saturating_sub(size);
     let ends = match last {
         Some((at, mnemonic)) => format!(
             "; its instruction at +{at:#x} (`{mnemonic}`) ends it inside the bytes the jump \
@@ -222,7 +222,7 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     let mut displaced_instrs = Vec::new();
     let mut offset = patch_offset;
     let mut last_real: Option<(u64, String)> = None;
-    while offset - patch_offset < JMP_REL32_LEN as u64 {
+    while offset - patch_offset < JUMP_LEN as u64 {
         let limit = if offset < size { code.len() } else { usable as usize };
         let ins = decode_one(&code[..limit], entry, offset);
         if offset < size {
@@ -368,7 +368,7 @@ pub fn plan_loop(code: &[u8], entry: u64, size: u64) -> Result<(Hook, Vec<Retarg
     if !clear(len) || check_displaced(&instrs, patch_at, len, entry).is_err() {
         return Err(refusal);
     }
-    let slot = patch_at + JMP_REL32_LEN as u64;
+    let slot = patch_at + JUMP_LEN as u64;
     let mut retargets = Vec::new();
     for i in loops.iter().filter(|i| i.ip() < patch_at || i.ip() >= patch_at + len as u64) {
         let off = (i.ip() - entry) as usize;
@@ -509,7 +509,7 @@ fn relocate_mapped(original: &[u8], from: u64, len: usize, to: u64) -> Result<Ma
     // as a jump to itself, and `from + len` is the natural address to give it.
     let back = from.wrapping_add(len as u64);
     let at = to.wrapping_add(bytes.len() as u64);
-    match jmp_rel32(at, back) {
+    match jump(at, back) {
         Some(jmp) => bytes.extend_from_slice(&jmp),
         None => {
             // Out of rel32 range: `jmp qword ptr [rip+0]` and the address.
@@ -588,9 +588,13 @@ pub fn signs_return(_pad: u32) -> i32 {
     0
 }
 
-/// `jmp qword ptr [rip+0]` and `target`: a jump anywhere (14 bytes).
-pub fn jmp_abs(target: u64) -> [u8; 14] {
-    let mut b = [0u8; 14];
+/// The length of [`jump_anywhere`]'s code.
+pub const JUMP_ANYWHERE_LEN: usize = 14;
+
+/// `jmp qword ptr [rip+0]` and `target`: a jump anywhere (14 bytes), which
+/// changes no register.
+pub fn jump_anywhere(target: u64) -> [u8; JUMP_ANYWHERE_LEN] {
+    let mut b = [0u8; JUMP_ANYWHERE_LEN];
     b[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
     b[6..].copy_from_slice(&target.to_le_bytes());
     b
@@ -600,9 +604,10 @@ pub fn jmp_abs(target: u64) -> [u8; 14] {
 /// rel32`'s ±2 GiB, less room for the region itself.
 pub const REACH: u64 = 3 << 29;
 
-/// `jmp rel32` from `at` to `target` (5 bytes), or None if out of ±2 GiB range.
-pub fn jmp_rel32(at: u64, target: u64) -> Option<[u8; 5]> {
-    let next = i128::from(at) + JMP_REL32_LEN as i128;
+/// The patch jump: `jmp rel32` from `at` to `target` (5 bytes), or None
+/// if out of ±2 GiB range.
+pub fn jump(at: u64, target: u64) -> Option<[u8; JUMP_LEN]> {
+    let next = i128::from(at) + JUMP_LEN as i128;
     let rel = i32::try_from(i128::from(target) - next).ok()?;
     let [a, b, c, d] = rel.to_le_bytes();
     Some([0xe9, a, b, c, d])
@@ -620,7 +625,7 @@ pub const DIRECT_CALL_LEN: usize = 5;
 
 /// A direct call (`call rel32`) from `at` to `target`, or None out of reach.
 pub fn direct_call(at: u64, target: u64) -> Option<[u8; DIRECT_CALL_LEN]> {
-    let mut call = jmp_rel32(at, target)?;
+    let mut call = jump(at, target)?;
     call[0] = 0xe8;
     Some(call)
 }
@@ -1159,7 +1164,7 @@ mod tests {
         let tail = &bytes[bytes.len() - 14..];
         assert_eq!(&tail[..6], &[0xff, 0x25, 0, 0, 0, 0]);
         assert_eq!(tail[6..], (PIE_ENTRY + 5).to_le_bytes());
-        assert!(jmp_rel32(to, PIE_ENTRY).is_none());
+        assert!(jump(to, PIE_ENTRY).is_none());
     }
 
     #[test]
@@ -1187,15 +1192,15 @@ mod tests {
     }
 
     #[test]
-    fn jmp_rel32_range() {
-        assert_eq!(jmp_rel32(0x1000, 0x1005), Some([0xe9, 0, 0, 0, 0]));
-        assert_eq!(jmp_rel32(0x1000, 0x1000), Some([0xe9, 0xfb, 0xff, 0xff, 0xff]));
+    fn jump_range() {
+        assert_eq!(jump(0x1000, 0x1005), Some([0xe9, 0, 0, 0, 0]));
+        assert_eq!(jump(0x1000, 0x1000), Some([0xe9, 0xfb, 0xff, 0xff, 0xff]));
         let at = 0x1_0000_0000;
-        assert_eq!(jmp_rel32(at, at + 5 + i32::MAX as u64), Some([0xe9, 0xff, 0xff, 0xff, 0x7f]));
-        assert_eq!(jmp_rel32(at, at + 5 + i32::MAX as u64 + 1), None);
-        assert_eq!(jmp_rel32(at, at + 5 - (1 << 31)), Some([0xe9, 0, 0, 0, 0x80]));
-        assert_eq!(jmp_rel32(at, at + 4 - (1 << 31)), None);
-        assert_eq!(jmp_rel32(u64::MAX - 4, 0), None, "no wrapping around the address space");
+        assert_eq!(jump(at, at + 5 + i32::MAX as u64), Some([0xe9, 0xff, 0xff, 0xff, 0x7f]));
+        assert_eq!(jump(at, at + 5 + i32::MAX as u64 + 1), None);
+        assert_eq!(jump(at, at + 5 - (1 << 31)), Some([0xe9, 0, 0, 0, 0x80]));
+        assert_eq!(jump(at, at + 4 - (1 << 31)), None);
+        assert_eq!(jump(u64::MAX - 4, 0), None, "no wrapping around the address space");
     }
 
     /// A small deterministic generator, so the property tests need no crate.
@@ -1391,7 +1396,7 @@ mod tests {
             let size = 1 + rng.below(code.len() as u64);
             let entry = 0x7f00_0000_0000 + rng.below(1 << 20);
             if let Ok(hook) = plan(&code, entry, size) {
-                assert!(hook.displaced >= JMP_REL32_LEN);
+                assert!(hook.displaced >= JUMP_LEN);
                 let start = (hook.patch_at - entry) as usize;
                 assert!(start + hook.displaced <= code.len());
                 let to = entry.wrapping_add_signed(rng.signed(GIB));
