@@ -5,24 +5,32 @@
 //! `native::…`.
 //!
 //! What each architecture provides (x86_64's, in `x86_64/`; aarch64's, in
-//! `aarch64/`):
+//! `aarch64/`), each item with the type `check_contract!` (at the end of
+//! this file) gives it, for both architectures on every host: a missing or
+//! mistyped item does not compile. Types both share are declared here
+//! ([`Patch`], [`CallConv`], [`Machine`], [`MarkArg`], [`Target`]).
 //! * `MACHINE`: the [`Machine`] of the files its analyses read;
 //! * [`Target`] (`native::TARGET`): the code generator's target triple and
 //!   flags, the one relocation kind a linked blob may contain (a call
 //!   within the blob) and how to patch it, the byte that pads between
 //!   functions, and the disassembler of `--last-pass 4`;
 //! * `sdt`: SDT marker argument specs in the architecture's operand syntax,
-//!   parsed to [`MarkArg`]s;
+//!   parsed to [`MarkArg`]s (`parse_args`);
 //! * `entry`: whether a function's first instructions use its return
-//!   address as data (`.return` refusals) or only jump elsewhere;
+//!   address as data (`.return` refusals: `return_address_use`, its
+//!   `NoReturnAddress`) or only jump elsewhere (`tail_jump`);
 //! * `sites`: decoding a whole module for where control can arrive (patch
-//!   sites of statements, markers and hops);
+//!   sites of statements, markers and hops): `Sites` (`build`,
+//!   `instruction_starts`, `function_range`, `plan`, `plan_pad`,
+//!   `plan_lead`, `plan_len`), its `Arrival`, and [`Patch`] re-exported;
 //! * `hop`: a jump through a neighbour for functions shorter than the
-//!   jump (x86_64 only: aarch64's `B` always fits), planned over a
-//!   [`ModuleCode`];
+//!   jump (`short_hop`; x86_64 only: aarch64's `B` always fits), planned
+//!   over a [`ModuleCode`];
 //! * the CFI the unwinders read: a fresh call's frame, the compact unwind
-//!   rule, DWARF register numbers (`DWARF_FP`, `DWARF_RA`, the `.eh_frame`
-//!   vendor extensions `CFI_VENDOR`);
+//!   rule (`fresh_call_frame`, `compact_unwind_rule`), DWARF register
+//!   numbers (`DWARF_FP`, `DWARF_RA`, `DWARF_SP`, `dwarf_register`,
+//!   `dwarf_register_name`, the `.eh_frame` vendor extensions
+//!   `CFI_VENDOR`);
 //! * [`CallConv`] (`native::CALL_CONV`): how the platform ABI passes what
 //!   the argument registers' order alone does not say (large structs, a
 //!   result returned in memory), for parameters read at a function's
@@ -311,4 +319,57 @@ pub(crate) fn fdes_and_landing_pads(elf: &goblin::elf::Elf<'_>, bytes: &[u8]) ->
     }
     fdes.sort_unstable();
     (fdes, pads)
+}
+
+/// The contract, named through the architecture module `$a` with the type
+/// each item must have (the list is in this module's documentation).
+/// Expanded for both architectures, both being built on every host: one
+/// that lacks an item, or gives it another type, does not compile.
+macro_rules! check_contract {
+    ($a:ident) => {
+        #[allow(dead_code)]
+        fn $a() {
+            use self::$a::{entry, hop, sdt, sites};
+            let _: Machine = self::$a::MACHINE;
+            let _: Target = self::$a::TARGET;
+            let _: CallConv = self::$a::CALL_CONV;
+            let _: gimli::Register = self::$a::DWARF_FP;
+            let _: gimli::Register = self::$a::DWARF_RA;
+            let _: gimli::Register = self::$a::DWARF_SP;
+            let _: gimli::Vendor = self::$a::CFI_VENDOR;
+            let _: fn(gimli::Register, i64) -> bool = self::$a::fresh_call_frame;
+            let _: fn(&gimli::CfaRule<usize>, &gimli::RegisterRule<usize>, &gimli::RegisterRule<usize>) -> u32 =
+                self::$a::compact_unwind_rule;
+            let _: fn(u16) -> Option<u32> = self::$a::dwarf_register;
+            let _: fn(u16) -> String = self::$a::dwarf_register_name;
+
+            let _: fn(&str) -> Result<Vec<MarkArg>, String> = sdt::parse_args;
+
+            let _: fn(&[u8], u64) -> Option<entry::NoReturnAddress> = entry::return_address_use;
+            let _: fn(&[u8], u64) -> Option<u64> = entry::tail_jump;
+
+            fn short_hop<M: ModuleCode>(m: &M, f: FunctionRange) -> Result<Option<telco_abi::artifact::Hop>, String> {
+                hop::short_hop(m, f)
+            }
+
+            type Plan = fn(&sites::Sites, &[u8], u64, (u64, u64)) -> Result<Patch, String>;
+            let _: Option<Patch> = None::<sites::Patch>;
+            let _: fn(&goblin::elf::Elf<'_>, &[u8]) -> Result<sites::Sites, String> = sites::Sites::build;
+            let _: fn(&sites::Sites, &[u8], u64, u64) -> Vec<(u64, u64)> = sites::Sites::instruction_starts;
+            let _: fn(&sites::Sites, u64, Option<(u64, u64)>) -> Option<(u64, u64)> = sites::Sites::function_range;
+            let _: Plan = sites::Sites::plan;
+            let _: Plan = sites::Sites::plan_pad;
+            let _: Plan = sites::Sites::plan_lead;
+            let _: fn(&sites::Sites, &[u8], u64, (u64, u64), u64, bool) -> Result<Patch, String> =
+                sites::Sites::plan_len;
+        }
+    };
+}
+
+/// Compiling these is the check; they are never called.
+mod contract_check {
+    use super::*;
+    #[cfg(target_arch = "x86_64")]
+    check_contract!(x86_64);
+    check_contract!(aarch64);
 }
