@@ -604,6 +604,69 @@ mod tests {
         );
     }
 
+    /// A format that keeps what it is given, for the tests.
+    struct Kept(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl TraceWriter for Kept {
+        fn start(_: &Config<'_>) -> std::io::Result<Kept> {
+            Ok(Kept(Default::default()))
+        }
+        fn add_name(&mut self, name: &str) {
+            self.0.lock().unwrap().push(format!("name {name}"));
+        }
+        fn calls(&mut self, calls: Calls<'_>) -> std::io::Result<()> {
+            let mut v = self.0.lock().unwrap();
+            v.extend(calls.map(|c| format!("call {} {} {}", c.tid, c.probe, c.end - c.start)));
+            Ok(())
+        }
+        fn instant(&mut self, tid: u32, _: u64, cat: &str, name: &[u8], _: Option<&[u8]>) -> std::io::Result<()> {
+            self.0.lock().unwrap().push(format!("instant {tid} {cat} {}", String::from_utf8_lossy(name)));
+            Ok(())
+        }
+        fn counter(&mut self, _: u64, name: &[u8], value: i64) -> std::io::Result<()> {
+            self.0.lock().unwrap().push(format!("counter {} {value}", String::from_utf8_lossy(name)));
+            Ok(())
+        }
+        fn full(&self) -> bool {
+            false
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn finish(self: Box<Self>, end: &End) -> std::io::Result<Report> {
+            let n = self.0.lock().unwrap().len();
+            Ok(Report {
+                flag: "--kept",
+                holds: format!("{n} kept, {} errors", end.summary.errors),
+                ..Report::default()
+            })
+        }
+    }
+
+    #[test]
+    fn every_writer_gets_every_event_and_a_name_before_its_calls() {
+        let dir = std::env::temp_dir();
+        let (a, b) = (Kept(Default::default()), Kept(Default::default()));
+        let (seen_a, seen_b) = (a.0.clone(), b.0.clone());
+        let mut feed = Feed::start(vec![Box::new(a), Box::new(b)], 2, &dir).unwrap();
+        feed.span(7, 1, 100, 5).unwrap();
+        feed.named_span(8, b"phase", 1_000, 1_000).unwrap();
+        feed.flush().unwrap();
+        feed.counter(0, b"queue", -3);
+        let f = feed.finish(Summary { errors: 4, ..Summary::default() }).unwrap();
+        for seen in [seen_a, seen_b] {
+            let seen = seen.lock().unwrap();
+            let at = |s: &str| seen.iter().position(|x| x == s).unwrap_or_else(|| panic!("no {s}: {seen:?}"));
+            assert!(at("call 7 1 5") < at("call 8 2 0"), "{seen:?}");
+            // A `trace_span` name is learned before its first call.
+            assert!(at("name phase") < at("call 8 2 0"), "{seen:?}");
+            at("counter queue -3");
+            assert_eq!(seen.len(), 4);
+        }
+        assert_eq!(f.files.len(), 2);
+        assert_eq!(f.files[0].holds, "4 kept, 4 errors");
+    }
+
     #[test]
     fn a_report_says_what_the_file_lacks() {
         let r = Report {
