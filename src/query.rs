@@ -90,7 +90,7 @@ impl TargetQuery for ProcQuery {
 /// The target of a run must exist; say so before anything else happens.
 pub fn check_target(cli: &Cli) -> Result<()> {
     if let Some(pid) = cli.pid {
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if !telco_runtime::os::proc::exists(pid as i32) {
             bail!("no process with pid {pid}");
         }
     }

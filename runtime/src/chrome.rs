@@ -44,7 +44,7 @@
 //!   (`trampoline::SpanInline`, `trampoline::ClockOnly`).
 //! * Times are TSC ticks there; the tracer converts them with the one
 //!   calibration of the process (`os::sys::clock`).
-//! * The consumer thread (`local`) appends `EV_SPANS` payloads to a binary
+//! * The consumer thread (`session::consumer`) appends `EV_SPANS` payloads to a binary
 //!   spool as they are (`crate::feed::Feed`) and takes what is left in the
 //!   stages when the session ends; the trace writer thread turns the spool
 //!   into JSON (and `--perfetto`'s packets) at `SCHED_IDLE`, on CPU time

@@ -3,11 +3,13 @@
 //! the outputs and detaches. It never parses script text (INTERNALS.md,
 //! invariant 4): its only input is a `telco_abi::artifact::Artifact`.
 //!
-//! * [`local`]: a session in the tracer (begin, end, error and timer probes,
-//!   the event consumer, the end-of-session summary); [`target`]: a session
-//!   with a target process (arming, libraries loaded later, children,
-//!   lifecycle probes, detach), on [`inject`] (the region and code put into
-//!   a stopped process);
+//! * [`session`]: one session in the order it happens, behind the
+//!   [`session::Session`] facade the driver calls (spawn or attach, arm,
+//!   the run loop with the tracer's own probes and the event consumer,
+//!   libraries loaded later, children, lifecycle probes, detach, the
+//!   summary), on [`inject`] (the region and code put into a stopped
+//!   process), [`region`] (the region as the tracer holds it) and
+//!   [`place`] (the only code that writes machine code into a target);
 //! * [`arch`]: everything that depends on the instruction set (patch
 //!   planning, trampolines, clobbers, the register file); [`os`]: the only
 //!   code that calls the kernel about processes, memory and signals, and

@@ -1,7 +1,7 @@
 //! Lifecycle probes (`process.begin`, `process.end`, `process.thread.begin`,
 //! `process.thread.end`) where they happen inside a process: each becomes,
 //! besides its own point (which pass 5 runs by a remote call when it
-//! starts a process or sees one exec: `runtime/src/target.rs`), a probe on
+//! starts a process or sees one exec: `runtime/src/session/lifecycle.rs`), a probe on
 //! a function of the GNU C library that every such event passes through,
 //! with the same body and a guard:
 //!

@@ -13,7 +13,7 @@
 //! read, with the spec's size and sign), `$$name` and `$$provider` are
 //! strings and `$$parms` a `sprintf` of the arguments. The probed marker's
 //! semaphore, if it has one, is raised while the session runs
-//! (runtime/src/target.rs).
+//! (runtime/src/session/arm.rs).
 //!
 //! An argument spec read is a [`MarkArg`] (the architecture layer's
 //! vocabulary: each architecture's `sdt` parses its own operand syntax).

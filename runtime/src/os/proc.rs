@@ -201,6 +201,11 @@ pub fn thread_label(pid: u32, tid: u32, process: &[u8]) -> Vec<u8> {
     })
 }
 
+/// Whether a process `pid` exists (a zombie too).
+pub fn exists(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Whether process `pid` exists and is not a zombie (`/proc/PID/stat`).
 pub fn running(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

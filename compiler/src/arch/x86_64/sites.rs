@@ -31,7 +31,7 @@
 //! computed arithmetic, self-modifying code) it cannot protect.
 //!
 //! Pass 2 asks through `Module::plan_site` (statements, markers) and the
-//! hops (`hop`). Pass 5 (`Hooker::module` in runtime/src/target.rs) takes
+//! hops (`hop`). Pass 5 (`Hooker::module` in runtime/src/place/module.rs) takes
 //! the planned length as is, refuses a site whose jump would overlap
 //! another probe's, and steps every thread out of the displaced bytes
 //! before writing the jump. A marker's semaphore is raised in each process

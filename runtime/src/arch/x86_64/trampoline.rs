@@ -23,7 +23,7 @@
 //!
 //! An entry probe whose body is empty (`ProbeEntry::empty`) is not called,
 //! and a function left with nothing to run is not hooked (`Hooker::module`
-//! in runtime/src/target.rs).
+//! in runtime/src/place/).
 //!
 //! What a function entry lets us skip (System V ABI): the flags are dead
 //! across a call, so they are recorded but not restored (no `popfq`, which

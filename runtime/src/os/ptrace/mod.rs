@@ -29,7 +29,7 @@
 //! A command (`-c`) is started by `os::process::spawn_traced`, seized
 //! before its exec (not `PTRACE_TRACEME`, whose exec stop is a SIGTRAP a
 //! dead tracer leaves to be delivered), and run to its entry point
-//! through an entry marker (`target::entry_by_marker`), not an `int3`.
+//! through an entry marker (`session::spawn`'s `entry_by_marker`), not an `int3`.
 //!
 //! Before the stub exists, and for its own removal when it has a page of
 //! its own, the old recipe: put `syscall` (0f 05) at the thread's
