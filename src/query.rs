@@ -153,6 +153,11 @@ impl telco_runtime::symtab::SymbolSource for ElfSymbols {
         out
     }
 
+    fn layout(&self, bytes: &[u8]) -> Option<telco_runtime::symtab::ElfLayout> {
+        let l = telco_compiler::image::layout(bytes)?;
+        Some(telco_runtime::symtab::ElfLayout { loads: l.loads, sections: l.sections, build_id: l.build_id })
+    }
+
     fn function_at(
         &self,
         path: &std::path::Path,

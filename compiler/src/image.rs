@@ -219,3 +219,47 @@ mod tests {
         assert_eq!(landing_pads(&lsda, 0x1000), [0x1040]);
     }
 }
+
+/// What a reader that parses no ELF needs of an image (the profiler's
+/// unwinder in the runtime): the load segments, the sections by name, the
+/// GNU build id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// (p_vaddr, p_offset, p_filesz) of each `PT_LOAD`.
+    pub loads: Vec<(u64, u64, u64)>,
+    /// (name, address, size, file offset; None when the section has no
+    /// bytes in the file: `SHT_NOBITS`).
+    pub sections: Vec<(String, u64, u64, Option<u64>)>,
+    /// The `NT_GNU_BUILD_ID` note's bytes (empty without one).
+    pub build_id: Vec<u8>,
+}
+
+/// The [`Layout`] of the ELF image `bytes`, or None if it is not one.
+pub fn layout(bytes: &[u8]) -> Option<Layout> {
+    use goblin::elf::program_header::PT_LOAD;
+    let elf = Elf::parse(bytes).ok()?;
+    let loads = elf
+        .program_headers
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .map(|p| (p.p_vaddr, p.p_offset, p.p_filesz))
+        .collect();
+    let sections = elf
+        .section_headers
+        .iter()
+        .map(|sh| {
+            let name = elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("").to_string();
+            let offset = (sh.sh_type != SHT_NOBITS).then_some(sh.sh_offset);
+            (name, sh.sh_addr, sh.sh_size, offset)
+        })
+        .collect();
+    let mut build_id = Vec::new();
+    if let Some(notes) = elf.iter_note_sections(bytes, Some(".note.gnu.build-id")) {
+        for n in notes.flatten() {
+            if n.n_type == goblin::elf::note::NT_GNU_BUILD_ID {
+                build_id = n.desc.to_vec();
+            }
+        }
+    }
+    Some(Layout { loads, sections, build_id })
+}

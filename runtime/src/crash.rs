@@ -310,43 +310,13 @@ mod tests {
         assert_eq!(p, "the relocated first instructions of 0x7000 (+0x2)");
     }
 
-    /// Names as the driver reads them (`src/query.rs`), from the
-    /// compiler's ELF reader.
-    struct TestSymbols;
-
-    impl crate::symtab::SymbolSource for TestSymbols {
-        fn symbols(&self, _: &std::path::Path, _: &crate::os::modfile::Image) -> Option<crate::symtab::ModuleSymbols> {
-            None
-        }
-
-        fn functions_named(
-            &self,
-            _: &std::path::Path,
-            _: &crate::os::modfile::Image,
-            _: &[&str],
-        ) -> Vec<(u64, u64, usize)> {
-            Vec::new()
-        }
-
-        fn function_at(&self, path: &std::path::Path, file: &crate::os::modfile::Image, off: u64) -> Option<String> {
-            let image = telco_compiler::elf::Image::given(file.clone());
-            let m = telco_compiler::elf::Module::from_image(path, image).ok()?;
-            let f = m
-                .functions
-                .iter()
-                .filter(|f| f.file_offset <= off && off - f.file_offset < f.size.max(1))
-                .max_by_key(|f| f.file_offset)?;
-            Some(format!("{}+{:#x}", f.names.first()?, off - f.file_offset))
-        }
-    }
-
     #[test]
     fn symbols_of_this_test_binary() {
         // A function of this very executable, by its address in memory.
         let pc = symbols_of_this_test_binary as *const () as u64;
         let maps = crate::os::proc::maps(std::process::id() as i32).unwrap();
         let m = maps.iter().find(|m| (m.start..m.end).contains(&pc)).unwrap();
-        let s = symbol(Some(&TestSymbols), m, pc - m.start + m.offset).expect("a symbol");
+        let s = symbol(Some(&crate::symtab::TestSymbols), m, pc - m.start + m.offset).expect("a symbol");
         assert!(s.contains("symbols_of_this_test_binary") && s.ends_with("+0x0"), "{s}");
     }
 }

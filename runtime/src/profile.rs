@@ -417,6 +417,9 @@ pub struct Profiler {
     shadow: Option<ShadowStacks>,
     /// The code the session wrote into the target.
     own: Option<crate::owncode::Shared>,
+    /// Reads the modules' ELF layout (the driver's: the runtime parses no
+    /// ELF); without one, no module's CFI is used.
+    symbols: Option<std::rc::Rc<dyn crate::symtab::SymbolSource>>,
     /// The last shadow stack read for each thread (forgotten all at once
     /// past 4096 threads).
     shadow_seen: HashMap<u32, Vec<(u64, u64, u64)>>,
@@ -470,6 +473,7 @@ impl Profiler {
             sampler,
             shadow: None,
             own: None,
+            symbols: None,
             shadow_seen: HashMap::new(),
             fallback,
             procs: HashMap::new(),
@@ -489,6 +493,11 @@ impl Profiler {
 
     /// The session's trampolines and handlers in the target: samples
     /// taken there are unwound out of them.
+    /// Where the modules' ELF layout comes from.
+    pub fn set_symbols(&mut self, symbols: std::rc::Rc<dyn crate::symtab::SymbolSource>) {
+        self.symbols = Some(symbols);
+    }
+
     pub fn set_own_code(&mut self, own: crate::owncode::Shared) {
         self.own = Some(own);
     }
@@ -750,7 +759,8 @@ impl Profiler {
                 },
             };
             let file = image.as_ref().map_or(VDSO, |i| (i.dev, i.ino));
-            let sections = self.files.entry(file).or_insert_with(|| read_sections(pid, ms[0], image)).clone();
+            let symbols = self.symbols.as_deref();
+            let sections = self.files.entry(file).or_insert_with(|| read_sections(symbols?, pid, ms[0], image)).clone();
             let Some(sec) = sections else { continue };
             let first = ms[0];
             let path = first.path.clone();
@@ -827,57 +837,41 @@ const VDSO: (u64, u64) = (0, 0);
 
 /// A module's unwind sections and load segments: from its file as the
 /// process maps it (`file`), or (the vDSO) from the process's memory.
-fn read_sections(pid: u32, first: &Mapping, file: Option<crate::os::modfile::Image>) -> Option<Sections> {
+fn read_sections(
+    symbols: &dyn crate::symtab::SymbolSource,
+    pid: u32,
+    first: &Mapping,
+    file: Option<crate::os::modfile::Image>,
+) -> Option<Sections> {
     if let Some(f) = file {
-        return parse_sections(Bytes::new(f));
+        return parse_sections(symbols, Bytes::new(f));
     }
     let len = (first.end - first.start).min(1 << 20) as usize;
     let mut buf = vec![0u8; len];
     let f = proc::mem(pid as i32, false).ok()?;
     std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, first.start).ok()?;
-    parse_sections(Bytes::new(Arc::new(buf)))
+    parse_sections(symbols, Bytes::new(Arc::new(buf)))
 }
 
-/// The sections of the ELF image `image`: slices of it (a section header
-/// may claim any size: only what the image has is taken, and nothing is
-/// copied).
-fn parse_sections(image: Bytes) -> Option<Sections> {
-    use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, Elf};
-    let bytes: &[u8] = &image;
-    let elf = Elf::parse(bytes).ok()?;
-    let mut s = Sections {
-        loads: elf
-            .program_headers
-            .iter()
-            .filter(|p| p.p_type == PT_LOAD)
-            .map(|p| (p.p_vaddr, p.p_offset, p.p_filesz))
-            .collect(),
-        ..Default::default()
-    };
-    for sh in &elf.section_headers {
-        let name = elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("");
-        let range = sh.sh_addr..sh.sh_addr.saturating_add(sh.sh_size);
+/// The sections of the ELF image `image` (its layout read by `symbols`):
+/// slices of it (a section header may claim any size: only what the image
+/// has is taken, and nothing is copied).
+fn parse_sections(symbols: &dyn crate::symtab::SymbolSource, image: Bytes) -> Option<Sections> {
+    let layout = symbols.layout(&image)?;
+    let mut s = Sections { loads: layout.loads, build_id: layout.build_id, ..Default::default() };
+    for (name, addr, size, offset) in &layout.sections {
+        let range = *addr..addr.saturating_add(*size);
         let data = || -> Option<Bytes> {
-            if sh.sh_type == SHT_NOBITS {
-                return None;
-            }
-            let start = usize::try_from(sh.sh_offset).ok()?;
-            image.slice(start..start.checked_add(usize::try_from(sh.sh_size).ok()?)?)
+            let start = usize::try_from((*offset)?).ok()?;
+            image.slice(start..start.checked_add(usize::try_from(*size).ok()?)?)
         };
-        match name {
+        match name.as_str() {
             ".text" => s.text = data().map(|d| (range, d)),
             ".got" => s.got = Some(range),
             ".eh_frame" => s.eh_frame = data().map(|d| (range, d)),
             ".eh_frame_hdr" => s.eh_frame_hdr = data().map(|d| (range, d)),
             ".debug_frame" => s.debug_frame = data(),
             _ => {}
-        }
-    }
-    if let Some(notes) = elf.iter_note_sections(bytes, Some(".note.gnu.build-id")) {
-        for n in notes.flatten() {
-            if n.n_type == goblin::elf::note::NT_GNU_BUILD_ID {
-                s.build_id = n.desc.to_vec();
-            }
         }
     }
     s.image = Some(image.clone());
@@ -935,7 +929,7 @@ mod tests {
     fn this_test_binary_has_unwind_sections() {
         let me = std::env::current_exe().expect("exe");
         let bytes = std::fs::read(me).expect("read");
-        let s = parse_sections(Bytes::new(Arc::new(bytes))).expect("an ELF file");
+        let s = parse_sections(&crate::symtab::TestSymbols, Bytes::new(Arc::new(bytes))).expect("an ELF file");
         assert!(s.eh_frame.is_some() && s.eh_frame_hdr.is_some() && s.text.is_some());
         assert!(!s.build_id.is_empty());
     }

@@ -58,6 +58,51 @@ pub trait SymbolSource {
     fn functions_named(&self, path: &Path, file: &Image, names: &[&str]) -> Vec<(u64, u64, usize)>;
     /// The function holding the byte at `file_offset`, as `name+0xOFF`.
     fn function_at(&self, path: &Path, file: &Image, file_offset: u64) -> Option<String>;
+    /// The load segments, sections and build id of the ELF image `bytes`
+    /// (a file, or a module read from a process's memory), or None if it
+    /// is not one.
+    fn layout(&self, bytes: &[u8]) -> Option<ElfLayout>;
+}
+
+/// What the profiler's unwinder needs of an ELF image
+/// ([`SymbolSource::layout`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ElfLayout {
+    /// (p_vaddr, p_offset, p_filesz) of each `PT_LOAD`.
+    pub loads: Vec<(u64, u64, u64)>,
+    /// (name, address, size, file offset; None: no bytes in the file).
+    pub sections: Vec<(String, u64, u64, Option<u64>)>,
+    /// The GNU build id (empty without one).
+    pub build_id: Vec<u8>,
+}
+
+/// The driver's source as the runtime's tests have it: the compiler's
+/// ELF reader (a dev-dependency), as `src/query.rs` uses it.
+#[cfg(test)]
+pub(crate) struct TestSymbols;
+
+#[cfg(test)]
+impl SymbolSource for TestSymbols {
+    fn symbols(&self, _: &Path, _: &Image) -> Option<ModuleSymbols> {
+        None
+    }
+
+    fn functions_named(&self, _: &Path, _: &Image, _: &[&str]) -> Vec<(u64, u64, usize)> {
+        Vec::new()
+    }
+
+    fn function_at(&self, path: &Path, file: &Image, off: u64) -> Option<String> {
+        let image = telco_compiler::elf::Image::given(file.clone());
+        let m = telco_compiler::elf::Module::from_image(path, image).ok()?;
+        let inside = |f: &&telco_compiler::elf::Function| f.file_offset <= off && off - f.file_offset < f.size.max(1);
+        let f = m.functions.iter().filter(inside).max_by_key(|f| f.file_offset)?;
+        Some(format!("{}+{:#x}", f.names.first()?, off - f.file_offset))
+    }
+
+    fn layout(&self, bytes: &[u8]) -> Option<ElfLayout> {
+        let l = telco_compiler::image::layout(bytes)?;
+        Some(ElfLayout { loads: l.loads, sections: l.sections, build_id: l.build_id })
+    }
 }
 
 struct Slot {

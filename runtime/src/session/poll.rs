@@ -30,6 +30,10 @@ impl Hooks for Armed {
         Ok(())
     }
 
+    fn symbols(&self) -> Option<std::rc::Rc<dyn crate::symtab::SymbolSource>> {
+        Some(self.symbols.clone())
+    }
+
     fn own_code(&self) -> Option<crate::owncode::Shared> {
         Some(self.hooker.own.clone())
     }

@@ -93,6 +93,10 @@ pub trait Hooks {
     fn own_code(&self) -> Option<crate::owncode::Shared> {
         None
     }
+    /// Where the target's symbols and ELF layout come from (the driver's).
+    fn symbols(&self) -> Option<std::rc::Rc<dyn crate::symtab::SymbolSource>> {
+        None
+    }
     /// A descriptor that becomes readable when `poll` has work at once (a
     /// thread waits in the loader for the tracer), besides the 10 ms polls.
     fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
@@ -373,6 +377,9 @@ impl<'a> Local<'a> {
                         }
                         if let Some(own) = hooks.own_code() {
                             p.set_own_code(own);
+                        }
+                        if let Some(symbols) = hooks.symbols() {
+                            p.set_symbols(symbols);
                         }
                         if let Some(why) = &p.fallback {
                             // Said even with -w: the profile is coarser.
