@@ -8,52 +8,52 @@ impl Armed {
     /// the place of a crash.
     pub(super) fn our_code(&self) -> Vec<(u64, u64)> {
         let children = self.follow.iter().flat_map(|f| f._codes.iter());
-        self._code.iter().chain(children).map(|c| (c.remote, c.size)).collect()
+        self.undo._code.iter().chain(children).map(|c| (c.remote, c.size)).collect()
     }
 
     /// A process of the session is dying of a fatal signal (`rt_crash`
     /// waits for this answer): record where. The command's own is said at
     /// the end with its exit; any other process's at once.
     pub(super) fn take_crash(&mut self) {
-        if self.header.is_null() {
+        if self.region.header.is_null() {
             return;
         }
         let codes = self.our_code();
         let relocs = self.hooker.relocs.borrow().clone();
-        let ino = self.region_ino;
+        let ino = self.region.ino;
         let ours_ = crate::crash::Ours { codes: &codes, relocs: &relocs, symbols: Some(&*self.symbols) };
-        let Some(c) = crate::crash::take(self.header, |pid, tid| ours(tid, pid, ino), &ours_) else { return };
-        if !(c.pid == self.pid && self.child) {
+        let Some(c) = crate::crash::take(self.region.header, |pid, tid| ours(tid, pid, ino), &ours_) else { return };
+        if !(c.pid == self.target.pid && self.target.child) {
             let exe = crate::os::proc::exe_path(c.pid);
             let line = format!("process {} ({}) is being killed by {}", c.pid, exe.display(), c.describe());
-            if !self.quiet {
+            if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: {line}");
             }
-            self.warnings.push(line);
+            self.report.warnings.push(line);
         }
-        self.crashes.push(c);
+        self.report.crashes.push(c);
     }
 
     /// The crash of process `pid` recorded in the session, if one was
     /// (also one the tracer did not answer in time: `take_leftover_crash`).
     pub fn crash_of(&self, pid: i32) -> Option<crate::crash::Crash> {
-        self.crashes.iter().rev().find(|c| c.pid == pid).cloned()
+        self.report.crashes.iter().rev().find(|c| c.pid == pid).cloned()
     }
 
     /// At the end, while the region is still mapped: a crash record of the
     /// command that nobody answered.
     pub(super) fn take_leftover_crash(&mut self) {
-        if self.header.is_null() || self.crashes.iter().any(|c| c.pid == self.pid) {
+        if self.region.header.is_null() || self.report.crashes.iter().any(|c| c.pid == self.target.pid) {
             return;
         }
         let codes = self.our_code();
         let relocs = self.hooker.relocs.borrow().clone();
         if let Some(c) = crate::crash::leftover(
-            self.header,
-            self.pid,
+            self.region.header,
+            self.target.pid,
             &crate::crash::Ours { codes: &codes, relocs: &relocs, symbols: Some(&*self.symbols) },
         ) {
-            self.crashes.push(c);
+            self.report.crashes.push(c);
         }
     }
 }

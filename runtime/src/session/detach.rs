@@ -74,14 +74,14 @@ impl Armed {
     pub(super) fn restore(&mut self) {
         let mut forks = self.forked_children();
         let cut: Vec<i32> =
-            self.cut_off.iter().filter(|&&(p, fork)| fork && !forks.contains(&p)).map(|&(p, _)| p).collect();
+            self.domain.cut_off.iter().filter(|&&(p, fork)| fork && !forks.contains(&p)).map(|&(p, _)| p).collect();
         forks.extend(cut);
-        let (crash, semaphores) = (self.crash, self.semaphores.clone());
+        let (crash, semaphores) = (self.undo.crash, self.undo.semaphores.clone());
         self.restore_main();
         for pid in forks {
             self.restore_fork(pid, crash.as_ref(), &semaphores);
         }
-        self.patches.clear();
+        self.undo.patches.clear();
     }
 
     /// A forked child: the patches it still holds (its own bytes checked:
@@ -95,19 +95,20 @@ impl Armed {
             Err(e) => {
                 crate::eprintln_escaped!(
                     "warning: cannot stop pid {pid}, forked from {}, to remove the probes: {e}",
-                    self.pid
+                    self.target.pid
                 );
                 return;
             }
         };
-        s.use_stub(self.stub.as_ref());
+        s.use_stub(self.undo.stub.as_ref());
         let held: Vec<Patch> = self
+            .undo
             .patches
             .iter()
             .filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched))
             .cloned()
             .collect();
-        self.clean(s, &held, crash, semaphores, &format!("pid {pid} (forked from {})", self.pid));
+        self.clean(s, &held, crash, semaphores, &format!("pid {pid} (forked from {})", self.target.pid));
     }
 
     /// Take the session out of a stopped process of it: the crash handler,
@@ -129,10 +130,10 @@ impl Armed {
             self.unmap_injected(&mut s).or_else(|e| if crate::os::proc::ending(s.pid()) { Ok(()) } else { Err(e) })
         {
             let w = format!("the session's memory stays mapped in {what}: {why}");
-            if !self.quiet {
+            if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: {w}");
             }
-            self.warnings.push(w);
+            self.report.warnings.push(w);
         }
         if let Err(e) = s.detach() {
             crate::eprintln_escaped!("warning: {e}");
@@ -141,37 +142,41 @@ impl Armed {
 
     /// The traced process's part of [`Armed::restore`].
     pub(super) fn restore_main(&mut self) {
-        if !self.alive() || (self.patches.is_empty() && self.crash.is_none() && self.semaphores.is_empty()) {
+        if !self.alive()
+            || (self.undo.patches.is_empty() && self.undo.crash.is_none() && self.undo.semaphores.is_empty())
+        {
             return;
         }
         // After an exec the old image (and our hooks) are gone: writing the
         // saved bytes would corrupt the new program. Our region's mapping
         // tells which image this is.
-        let ours = crate::os::proc::maps_file(self.pid, "/memfd:telco-stap", 0);
+        let ours = crate::os::proc::maps_file(self.target.pid, "/memfd:telco-stap", 0);
         if !ours {
             // (The patches stay for the processes it forked before.)
-            self.crash = None;
-            self.semaphores.clear();
+            self.undo.crash = None;
+            self.undo.semaphores.clear();
             return;
         }
         // Put the original bytes back, with every thread stopped.
-        let s = match self.stopped.take() {
+        let s = match self.target.stopped.take() {
             Some(s) => Ok(s),
-            None => Stopped::attach(self.pid).map(|mut s| {
-                s.use_stub(self.stub.as_ref());
+            None => Stopped::attach(self.target.pid).map(|mut s| {
+                s.use_stub(self.undo.stub.as_ref());
                 s
             }),
         };
         match s {
             Ok(s) => {
-                let crash = self.crash.take();
-                let semaphores = std::mem::take(&mut self.semaphores);
-                let patches = self.patches.clone();
-                self.clean(s, &patches, crash.as_ref(), &semaphores, &format!("pid {}", self.pid));
+                let crash = self.undo.crash.take();
+                let semaphores = std::mem::take(&mut self.undo.semaphores);
+                let patches = self.undo.patches.clone();
+                self.clean(s, &patches, crash.as_ref(), &semaphores, &format!("pid {}", self.target.pid));
             }
             // It exited meanwhile: nothing left to restore.
             Err(PtraceError::NoProcess(_)) => {}
-            Err(e) => crate::eprintln_escaped!("warning: cannot stop pid {} to remove the probes: {e}", self.pid),
+            Err(e) => {
+                crate::eprintln_escaped!("warning: cannot stop pid {} to remove the probes: {e}", self.target.pid)
+            }
         }
     }
 
@@ -186,23 +191,23 @@ impl Armed {
         use telco_abi::region::ThreadSlot;
         let a = &self.hooker.artifact;
         let page = |n: u64| n.next_multiple_of(4096);
-        let mut regions: Vec<(u64, u64)> = self._code.iter().map(|c| (c.remote, c.size)).collect();
+        let mut regions: Vec<(u64, u64)> = self.undo._code.iter().map(|c| (c.remote, c.size)).collect();
         if let Some(f) = &self.follow {
             regions.extend(f._codes.iter().map(|c| (c.remote, c.size)));
         }
         let mut code = regions.clone();
-        if let Some(p) = &self.stub {
+        if let Some(p) = &self.undo.stub {
             code.push((p.at, crate::arch::native::stub::SIZE));
         }
         // The block tracer's pool: threads in its code caches leave at
         // their next block (`BlockTracing::finish` sent them out).
-        if let Some(b) = &self.blocktracer {
+        if let Some(b) = &self.itrace.blocks {
             let (ranges, pool) = b.ranges();
             code.extend(ranges.iter().copied());
             regions.push(pool);
         }
-        regions.push((self.region_remote, page(a.region_size)));
-        regions.push((self.region_remote - telco_abi::region::MIRROR_GAP, page(a.region_size)));
+        regions.push((self.region.remote, page(a.region_size)));
+        regions.push((self.region.remote - telco_abi::region::MIRROR_GAP, page(a.region_size)));
         let threads_at = self.hooker.threads_at;
         if threads_at != 0 {
             regions.push((threads_at, inject::threads_size(a)));
@@ -314,7 +319,7 @@ impl Armed {
             }
         }
         // The stub last.
-        if let Some(p) = &self.stub {
+        if let Some(p) = &self.undo.stub {
             s.remove_stub(p).map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -325,19 +330,19 @@ impl Armed {
     /// SIGTERM, then SIGKILL if it is still there after a second. Its
     /// status is not the session's. Nothing to do for `-p` targets.
     pub fn end_child(&mut self) {
-        if !self.child || self.exit_status.is_some() {
+        if !self.target.child || self.target.exit_status.is_some() {
             return;
         }
-        crate::os::process::terminate(self.pid, std::time::Duration::from_secs(1));
+        crate::os::process::terminate(self.target.pid, std::time::Duration::from_secs(1));
     }
 
     /// After the session: wait for a spawned command to finish.
     pub fn wait_child(&mut self) -> Option<i32> {
-        if self.child && self.exit_status.is_none() {
-            if let Ok(Some((_, status))) = crate::os::wait::wait(self.pid, true) {
+        if self.target.child && self.target.exit_status.is_none() {
+            if let Ok(Some((_, status))) = crate::os::wait::wait(self.target.pid, true) {
                 self.ended(status);
             }
         }
-        self.exit_status
+        self.target.exit_status
     }
 }

@@ -8,7 +8,7 @@ impl Armed {
     /// credentials than its first process had, or a secure exec), or None.
     pub(super) fn other_domain(&self, pid: i32) -> Option<String> {
         use crate::os::creds::{secure_exec, Credentials};
-        let first = self.creds.as_ref()?;
+        let first = self.domain.creds.as_ref()?;
         match Credentials::of(pid) {
             None => Some("its credentials cannot be read".into()),
             Some(c) if &c != first => Some(c.difference(first)),
@@ -29,11 +29,12 @@ impl Armed {
     /// the end like other forked children (`restore`).
     pub(super) fn check_domains(&mut self) {
         let now = std::time::Instant::now();
-        if self.creds.is_none() || self.domains_checked.is_some_and(|t| now - t < std::time::Duration::from_millis(50))
+        if self.domain.creds.is_none()
+            || self.domain.checked.is_some_and(|t| now - t < std::time::Duration::from_millis(50))
         {
             return;
         }
-        self.domains_checked = Some(now);
+        self.domain.checked = Some(now);
         let followed: Vec<i32> =
             self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
         // Every descendant (cheap: no maps are read but those of one whose
@@ -41,19 +42,20 @@ impl Armed {
         let mut pids = self.descendants();
         pids.extend(followed.iter().copied().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
         for pid in pids {
-            if self.cut_off.iter().any(|&(p, _)| p == pid) {
+            if self.domain.cut_off.iter().any(|&(p, _)| p == pid) {
                 continue;
             }
             // Gone (or a zombie): nothing of it runs any more.
             let Some(creds) = crate::os::creds::Credentials::of(pid) else { continue };
-            let Some(why) = self.creds.as_ref().filter(|first| **first != creds).map(|first| creds.difference(first))
+            let Some(why) =
+                self.domain.creds.as_ref().filter(|first| **first != creds).map(|first| creds.difference(first))
             else {
                 continue;
             };
             // Not the session's (it maps no region of ours: exec'd unprobed,
             // a vfork child sharing its parent's memory, one cut off).
-            let ours = crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region_ino);
-            if !ours || crate::os::process::same_vm(pid, self.pid) {
+            let ours = crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino);
+            if !ours || crate::os::process::same_vm(pid, self.target.pid) {
                 continue;
             }
             let what = format!("pid {pid} ({})", crate::os::proc::comm(pid).trim());
@@ -69,11 +71,11 @@ impl Armed {
                 }
                 Err(e) => format!("{what} changed its credentials ({why}) and could not be cut off: {e}"),
             };
-            self.cut_off.push((pid, fork));
-            if !self.quiet {
+            self.domain.cut_off.push((pid, fork));
+            if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: {note}");
             }
-            self.warnings.push(note);
+            self.report.warnings.push(note);
         }
     }
 
@@ -83,18 +85,18 @@ impl Armed {
     pub(super) fn cut(&mut self, pid: i32, fork: bool) -> Result<(), String> {
         let mut s = Stopped::attach(pid).map_err(|e| e.to_string())?;
         if fork {
-            s.use_stub(self.stub.as_ref());
+            s.use_stub(self.undo.stub.as_ref());
         }
         let size = self.hooker.artifact.region_size.next_multiple_of(4096);
         let tid = s.main_thread();
         let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED) as u64;
         let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-        let r = s.syscall(tid, libc::SYS_mmap, [self.region_remote, size, prot, flags, u64::MAX, 0]);
+        let r = s.syscall(tid, libc::SYS_mmap, [self.region.remote, size, prot, flags, u64::MAX, 0]);
         let r = r.map_err(|e| e.to_string())?;
         // Cut off once the mapping is replaced, whatever the detach says
         // (a process that ends meanwhile cannot be detached from).
         let _ = s.detach();
-        if r as u64 != self.region_remote {
+        if r as u64 != self.region.remote {
             return Err(format!("mmap in pid {pid} returned {r}"));
         }
         Ok(())
@@ -111,8 +113,8 @@ impl Armed {
             .into_iter()
             .filter(|&c| {
                 !followed.contains(&c)
-                    && crate::os::proc::maps_file(c, "/memfd:telco-stap", self.region_ino)
-                    && !crate::os::process::same_vm(c, self.pid)
+                    && crate::os::proc::maps_file(c, "/memfd:telco-stap", self.region.ino)
+                    && !crate::os::process::same_vm(c, self.target.pid)
             })
             .take(256)
             .collect()
@@ -121,10 +123,10 @@ impl Armed {
     /// The descendants of the traced process: a few levels, at most 1024.
     pub(super) fn descendants(&self) -> Vec<i32> {
         let mut out = Vec::new();
-        let mut work = vec![self.pid];
+        let mut work = vec![self.target.pid];
         while let Some(p) = work.pop() {
             for c in crate::os::proc::children(p) {
-                if out.len() < 1024 && !out.contains(&c) && c != self.pid {
+                if out.len() < 1024 && !out.contains(&c) && c != self.target.pid {
                     out.push(c);
                     work.push(c);
                 }

@@ -132,7 +132,7 @@ impl Armed {
     pub(super) fn follow_execs(&mut self) {
         use std::sync::atomic::{AtomicU64, Ordering};
         let Some(f) = &mut self.follow else { return };
-        let header = self.header;
+        let header = self.region.header;
         let field = move |off: usize| {
             // SAFETY: `header` is the live region's header; exec_req and
             // exec_ack are u64 fields.
@@ -153,7 +153,7 @@ impl Armed {
                     "cannot follow pid {pid} (as the target names it) into the program it runs: no process of \
                      that id here maps this session's region (another pid namespace?)"
                 );
-                if f.said.insert(note.clone()) && !self.quiet {
+                if f.said.insert(note.clone()) && !self.report.quiet {
                     crate::eprintln_escaped!("WARNING: {note}");
                 }
                 field(ack_at).store(req, Ordering::Release);
@@ -175,7 +175,7 @@ impl Armed {
                     }
                     Err(e) => {
                         let note = format!("cannot follow pid {pid} into the program it runs: {e}");
-                        if f.said.insert(note.clone()) && !self.quiet {
+                        if f.said.insert(note.clone()) && !self.report.quiet {
                             crate::eprintln_escaped!("WARNING: {note}");
                         }
                     }
@@ -206,20 +206,22 @@ impl Armed {
                 }
                 crate::os::ptrace::ExecWait::Running => crate::os::ptrace::release(tid, pid),
                 // The command itself ended here: its status is the session's.
-                crate::os::ptrace::ExecWait::Gone(Some(status)) if pid == self.pid && self.child => self.ended(status),
+                crate::os::ptrace::ExecWait::Gone(Some(status)) if pid == self.target.pid && self.target.child => {
+                    self.ended(status)
+                }
                 crate::os::ptrace::ExecWait::Gone(_) => {}
                 crate::os::ptrace::ExecWait::Exec => {
                     armed_now.push(pid);
                     // The old image's hooks went with it: never written
                     // back into the new one.
-                    if pid == self.pid {
-                        self.patches.clear();
-                        self.semaphores.clear();
-                        self.crash = None;
+                    if pid == self.target.pid {
+                        self.undo.patches.clear();
+                        self.undo.semaphores.clear();
+                        self.undo.crash = None;
                         // No library of the old image will load now; the
                         // symbol table's libraries were the old image's.
-                        self.pending.clear();
-                        self.late_syms.stop();
+                        self.libs.pending.clear();
+                        self.libs.syms.stop();
                         self.set_dl_wait();
                         self.refresh_execname();
                     }
@@ -230,7 +232,7 @@ impl Armed {
                         let exe = crate::os::proc::exe_path(pid);
                         let note = format!("cannot probe pid {pid} ({}): {e}", exe.display());
                         if let Some(f) = &mut self.follow {
-                            if f.said.insert(note.clone()) && !self.quiet {
+                            if f.said.insert(note.clone()) && !self.report.quiet {
                                 crate::eprintln_escaped!("WARNING: {note}");
                             }
                         }
@@ -318,9 +320,9 @@ impl Armed {
         let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, region_remote));
         // The old program ended (process.end, for the program this process
         // ran: its own, or its parent's when it forked), the new one begins.
-        let old = self.exes.get(&pid).cloned().or_else(|| {
+        let old = self.target.exes.get(&pid).cloned().or_else(|| {
             let (_, ppid) = crate::os::proc::uid_and_parent(pid as u32)?;
-            self.exes.get(&(ppid as i32)).cloned()
+            self.target.exes.get(&(ppid as i32)).cloned()
         });
         let vforked = self.follow.as_mut().is_some_and(|f| f.vforked.remove(&pid));
         let mut said = Vec::new();
@@ -331,18 +333,18 @@ impl Armed {
             said.extend(lifecycle(&mut s, a, code, region_remote, pid, LifeEvent::ProcessBegin, &exe));
         }
         s.detach()?;
-        self.exes.insert(pid, exe);
+        self.target.exes.insert(pid, exe);
         for r in refused {
-            if !self.quiet {
+            if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: cannot probe {r} (pid {pid})");
             }
-            self.warnings.push(format!("cannot probe {r} (pid {pid})"));
+            self.report.warnings.push(format!("cannot probe {r} (pid {pid})"));
         }
         for w in said {
-            if !self.quiet {
+            if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: {w}");
             }
-            self.warnings.push(w);
+            self.report.warnings.push(w);
         }
         if let Some(f) = &mut self.follow {
             f.children.push(Child { pid, patches, crash, semaphores });
@@ -370,7 +372,7 @@ impl Armed {
 
     /// The command exec'd: `execname()` in it is the new program's name.
     pub(super) fn refresh_execname(&mut self) {
-        let comm = crate::os::proc::comm(self.pid);
+        let comm = crate::os::proc::comm(self.target.pid);
         let mut name = [0u8; 16];
         let bytes = comm.trim_end().as_bytes();
         name[..bytes.len().min(15)].copy_from_slice(&bytes[..bytes.len().min(15)]);
@@ -379,7 +381,7 @@ impl Armed {
             // SAFETY: the live region's header; execname is 16 bytes at an
             // 8-aligned offset, read by handlers with plain loads.
             unsafe {
-                std::sync::atomic::AtomicU64::from_ptr(self.header.add(at + 8 * i) as *mut u64).store(
+                std::sync::atomic::AtomicU64::from_ptr(self.region.header.add(at + 8 * i) as *mut u64).store(
                     u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])),
                     std::sync::atomic::Ordering::Relaxed,
                 );

@@ -79,16 +79,18 @@ impl Armed {
         // With a hardware shadow stack, calls and returns emulated in the
         // code cache would not match it: single-step instead.
         let step = step || {
-            let shstk = crate::os::proc::shadow_stack(self.pid);
+            let shstk = crate::os::proc::shadow_stack(self.target.pid);
             if shstk {
-                self.warnings
+                self.report
+                    .warnings
                     .push("the target uses a hardware shadow stack (CET): .itrace calls are single-stepped".into());
             }
             shstk
         };
         if step {
             let slots = (a.itrace_off, a.itrace_slots, a.region_size);
-            self.itracer = Some(crate::itrace::Itracer::new(self.pid, self.header, slots, path, max_calls)?);
+            self.itrace.stepper =
+                Some(crate::itrace::Itracer::new(self.target.pid, self.region.header, slots, path, max_calls)?);
             return Ok(());
         }
         self.block_tracer(path, max_calls)
@@ -98,20 +100,20 @@ impl Armed {
     pub(super) fn block_tracer(&mut self, path: &std::path::Path, max_calls: u64) -> std::io::Result<()> {
         let a = &self.hooker.artifact;
         use crate::blocktrace as bt;
-        let Some(s) = self.stopped.as_mut() else {
+        let Some(s) = self.target.stopped.as_mut() else {
             return Err(std::io::Error::other("internal error: the target runs already"));
         };
         let code: Vec<(u64, u64)> = (0..bt::ARENAS as u64).map(|i| (i * bt::ARENA_SIZE, bt::CODE_SIZE)).collect();
         let (local, remote) =
             inject::itrace_pool(s, bt::POOL_SIZE, &code).map_err(|e| std::io::Error::other(e.to_string()))?;
         let traced = std::sync::Arc::new(std::sync::Mutex::new(self.hooker.itraced.borrow().clone()));
-        let region = (self.region_fd, a.region_size);
+        let region = (self.region.fd, a.region_size);
         let mut server = bt::Server::new(
-            self.pid,
+            self.target.pid,
             bt::Pool { local, remote },
             region,
-            self.mirror,
-            self.region_remote,
+            self.region.mirror,
+            self.region.remote,
             (a.itrace_off, a.itrace_slots),
             traced.clone(),
             path.to_path_buf(),
@@ -128,7 +130,7 @@ impl Armed {
             server.report.time = t0.elapsed();
             server
         })?;
-        self.blocktracer = Some(BlockTracing {
+        self.itrace.blocks = Some(BlockTracing {
             stop,
             thread: Some(thread),
             traced,
@@ -144,14 +146,14 @@ impl Armed {
     /// stepping), its warnings, and the calls that went untraced.
     /// Whether `.itrace` calls are single-stepped (asked for, or forced).
     pub fn itrace_stepped(&self) -> bool {
-        self.itracer.is_some()
+        self.itrace.stepper.is_some()
     }
 
     pub fn itrace_report(&mut self) -> Option<(u64, u64, std::time::Duration, u64, Vec<String>)> {
-        if let Some(b) = &mut self.blocktracer {
+        if let Some(b) = &mut self.itrace.blocks {
             return b.take_report();
         }
-        let it = self.itracer.as_mut()?;
+        let it = self.itrace.stepper.as_mut()?;
         Some((it.calls, it.steps, it.stepping, it.missed, std::mem::take(&mut it.warnings)))
     }
 }

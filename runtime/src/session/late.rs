@@ -19,7 +19,7 @@ impl Armed {
     /// read (preloaded ones) are added now.
     pub fn symbols_from(&mut self, source: std::rc::Rc<dyn crate::symtab::SymbolSource>) {
         if crate::symtab::LateSymbols::wanted(&self.hooker.artifact) {
-            self.late_syms.set_source(source);
+            self.libs.syms.set_source(source);
             self.publish_late_symbols();
             self.set_dl_wait();
         }
@@ -29,43 +29,44 @@ impl Armed {
     /// wait for a library or the symbol table takes new ones (the hook is
     /// there when either was wanted at arm time).
     pub(super) fn set_dl_wait(&self) {
-        if self.header.is_null() {
+        if self.region.header.is_null() {
             return;
         }
-        let wait = !(self.pending.is_empty() && self.late.is_empty()) || self.late_syms.active();
+        let wait = !(self.libs.pending.is_empty() && self.libs.late.is_empty()) || self.libs.syms.active();
         let at = core::mem::offset_of!(telco_abi::region::Header, dl_wait);
         // SAFETY: the live region's header's dl_wait field.
-        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.header.add(at) as *mut u32) }
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.region.header.add(at) as *mut u32) }
             .store(u32::from(wait), std::sync::atomic::Ordering::Release);
     }
 
     /// Add the libraries mapped now to the symbol table's late slots; say
     /// once which ones found no room.
     pub(super) fn publish_late_symbols(&mut self) {
-        if !self.late_syms.active() || self.header.is_null() {
+        if !self.libs.syms.active() || self.region.header.is_null() {
             return;
         }
-        let Ok(maps) = mappings(self.pid) else { return };
+        let Ok(maps) = mappings(self.target.pid) else { return };
         // SAFETY: the header pointer is the live region's base, mapped for
         // the artifact's region_size.
-        unsafe { self.late_syms.publish(self.mirror, &self.hooker.artifact, &maps) };
-        for p in &self.late_syms.no_room[self.late_syms_said..] {
+        unsafe { self.libs.syms.publish(self.region.mirror, &self.hooker.artifact, &maps) };
+        for p in &self.libs.syms.no_room[self.libs.syms_said..] {
             let w = format!("no room in the symbol table for {}: backtraces will not name it", p.display());
-            if !self.quiet {
+            if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: {w}");
             }
-            self.warnings.push(w);
+            self.report.warnings.push(w);
         }
-        self.late_syms_said = self.late_syms.no_room.len();
+        self.libs.syms_said = self.libs.syms.no_room.len();
     }
 
     /// Stop the target and hook the pending libraries that are mapped now;
     /// libraries armed earlier and unloaded since wait again.
     pub(super) fn place_pending(&mut self) -> Result<(), TargetError> {
-        let mut s = Stopped::attach(self.pid)?;
-        s.use_stub(self.stub.as_ref());
-        let maps = mappings(self.pid)?;
+        let mut s = Stopped::attach(self.target.pid)?;
+        s.use_stub(self.undo.stub.as_ref());
+        let maps = mappings(self.target.pid)?;
         let gone: Vec<PathBuf> = self
+            .libs
             .late
             .iter()
             .filter(|(m, l)| {
@@ -75,15 +76,16 @@ impl Armed {
             .map(|(m, _)| m.clone())
             .collect();
         for m in gone {
-            if let Some(l) = self.late.remove(&m) {
+            if let Some(l) = self.libs.late.remove(&m) {
                 // Its code went with it: nothing of ours to put back there.
                 let (lo, hi) = l.range;
-                self.patches.retain(|p| !(lo..hi).contains(&p.at));
-                self.semaphores.retain(|a| !(lo..hi).contains(a));
-                self.pending.entry(m).or_default().extend(l.functions);
+                self.undo.patches.retain(|p| !(lo..hi).contains(&p.at));
+                self.undo.semaphores.retain(|a| !(lo..hi).contains(a));
+                self.libs.pending.entry(m).or_default().extend(l.functions);
             }
         }
         let ready: Vec<PathBuf> = self
+            .libs
             .pending
             .iter()
             .filter(|(m, f)| f.keys().next().is_some_and(|&off| runtime_addr(&maps, m, off).is_some()))
@@ -92,26 +94,28 @@ impl Armed {
         let mut refused = Vec::new();
         let mut plans = Vec::new();
         for m in ready {
-            if let Some(functions) = self.pending.remove(&m) {
+            if let Some(functions) = self.libs.pending.remove(&m) {
                 let (code, p) = self.hooker.module(&mut s, &maps, &m, &functions, &mut refused)?;
                 plans.extend(p);
-                self._code.extend(code);
+                self.undo._code.extend(code);
                 let first = *functions.keys().next().unwrap_or(&0);
                 if let (Some(at), Some(range)) = (runtime_addr(&maps, &m, first), mapped_range(&maps, &m)) {
-                    self.late.insert(m, Late { functions, at, range });
+                    self.libs.late.insert(m, Late { functions, at, range });
                 }
             }
         }
-        apply(&mut s, plans, &mut self.patches, &self.hooker.relocs.borrow())?;
-        let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.semaphores, &self.patches);
-        self.semaphores.extend(raised);
+        apply(&mut s, plans, &mut self.undo.patches, &self.hooker.relocs.borrow())?;
+        let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.undo.semaphores, &self.undo.patches);
+        self.undo.semaphores.extend(raised);
         // SAFETY: the header pointer is the live region's base.
-        unsafe { publish_symbols(self.mirror, s.pid(), &self.hooker.artifact, &maps, &self.hooker.relocs.borrow()) };
+        unsafe {
+            publish_symbols(self.region.mirror, s.pid(), &self.hooker.artifact, &maps, &self.hooker.relocs.borrow())
+        };
         for r in refused {
-            if !self.quiet {
+            if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: cannot probe {r}");
             }
-            self.warnings.push(format!("cannot probe {r}"));
+            self.report.warnings.push(format!("cannot probe {r}"));
         }
         self.set_dl_wait();
         s.detach()?;

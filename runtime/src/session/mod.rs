@@ -162,76 +162,126 @@ pub(super) fn mappings(pid: i32) -> Result<Vec<Mapping>, TargetError> {
     let maps = crate::os::proc::maps(pid).map_err(|err| TargetError::Proc { pid, file: "maps", err })?;
     Ok(maps.into_iter().filter(|m| m.path.starts_with("/")).collect())
 }
-/// A target with its probes armed.
+/// A target with its probes armed: its fields grouped by concern, each
+/// group's methods in the file named for it.
 pub struct Armed {
     /// Where symbols come from (the driver's: the runtime parses no ELF).
     symbols: std::rc::Rc<dyn SymbolSource>,
+    /// The first process, its state and how it ended (`poll.rs`).
+    target: FirstProcess,
+    /// The region as the target's processes map it.
+    region: InTarget,
+    /// What was written into the first process, to put back (`detach.rs`).
+    undo: Undo,
+    /// The placer, with the artifact and the runtime helpers' offsets.
+    hooker: Hooker,
+    /// Libraries loaded later (`late.rs`).
+    libs: LateLibraries,
+    /// The trust domain (`domains.rs`).
+    domain: Domain,
+    /// `.itrace` probes (`itrace.rs`).
+    itrace: Itracing,
+    /// Programs the target's processes exec: they get their probes too
+    /// (`follow.rs`).
+    follow: Option<Follow>,
+    /// What the session has to say: warnings, crashes.
+    report: Report,
+}
+
+/// The first process of the session.
+struct FirstProcess {
     pid: i32,
     /// We spawned it (`-c`): its exit status is ours to collect.
     child: bool,
-    patches: Vec<Patch>,
+    /// Held stopped from arming until the session's begin probes ran.
     stopped: Option<Stopped>,
-    region_enabled: Option<*const u32>,
+    /// The program each process of the session was armed running (for
+    /// `process("P").end` at an exec).
+    exes: HashMap<i32, PathBuf>,
+    /// The command's exit status as a shell gives it, once it ended.
+    exit_status: Option<i32>,
+    /// The signal that killed the command (`-c`), if one did.
+    killed_by: Option<i32>,
+}
+
+/// The region as the target's processes map it.
+struct InTarget {
+    /// `Header::enabled`, until the session stops.
+    enabled: Option<*const u32>,
     /// The region's header (for the dlopen handshake).
     header: *const u8,
     /// Its trusted mirror (`Region::trusted`): where the symbol table of
     /// libraries loaded later goes.
     mirror: *mut u8,
-    /// The session's trust domain: the credentials of its first process
-    /// when it was armed. A process of other credentials never shares the
-    /// region (invariant 6): a program exec'd with them is not armed, a
-    /// child that changed to them is cut off (`Armed::check_domains`).
+    /// The inode of the region's memfd (which processes are the session's).
+    ino: u64,
+    /// The region's address in the target's processes.
+    remote: u64,
+    /// The region's memfd in the tracer (open while the session runs).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the block tracer maps it
+    fd: i32,
+}
+
+/// What the session wrote into its first process.
+struct Undo {
+    patches: Vec<Patch>,
+    /// SDT semaphores raised in the target (lowered at the end).
+    semaphores: Vec<u64>,
+    /// The handler of fatal signals installed in the target (`crash`).
+    crash: Option<crate::crash::Hook>,
+    /// The remote-operation stub (`Stopped::install_stub`).
+    stub: Option<crate::os::ptrace::StubPlace>,
+    /// The code regions mapped (kept for the session).
+    _code: Vec<CodeRegion>,
+}
+
+/// Libraries loaded later.
+struct LateLibraries {
+    /// Probes in libraries not loaded yet.
+    pending: ByModule,
+    /// Libraries armed once loaded: if one is unloaded (`dlclose`), its
+    /// probes wait for it again, and nothing is written back where it was.
+    late: BTreeMap<PathBuf, Late>,
+    /// The symbol table's libraries loaded later (`symtab.rs`), and how
+    /// many of those left out for want of room were warned about.
+    syms: crate::symtab::LateSymbols,
+    syms_said: usize,
+    /// Wakes the session when a thread waits in the loader's r_brk.
+    watch: Option<crate::os::sys::Watch>,
+}
+
+/// The session's trust domain.
+struct Domain {
+    /// The credentials of its first process when it was armed. A process
+    /// of other credentials never shares the region (invariant 6): a
+    /// program exec'd with them is not armed, a child that changed to them
+    /// is cut off (`Armed::check_domains`).
     creds: Option<crate::os::creds::Credentials>,
     /// Children cut off from the region (their probes disabled), and
     /// whether each was forked (cleaned at the end like the other forked
     /// children; followed ones are cleaned with them); when they were
     /// last looked for.
     cut_off: Vec<(i32, bool)>,
-    domains_checked: Option<std::time::Instant>,
-    hooker: Hooker,
-    /// Probes in libraries not loaded yet.
-    pending: ByModule,
-    /// Libraries armed once loaded: if one is unloaded (`dlclose`), its
-    /// probes wait for it again, and nothing is written back where it was.
-    late: BTreeMap<PathBuf, Late>,
-    pub exit_status: Option<i32>,
-    /// The signal that killed the command (`-c`), if one did.
-    pub killed_by: Option<i32>,
-    pub warnings: Vec<String>,
+    checked: Option<std::time::Instant>,
+}
+
+/// `.itrace` probes: the single-stepper (with `--itrc FILE
+/// --itrace-step`), or the block tracer's thread (`blocktrace.rs`).
+#[derive(Default)]
+struct Itracing {
+    stepper: Option<crate::itrace::Itracer>,
+    blocks: Option<BlockTracing>,
+}
+
+/// What the session has to say.
+#[derive(Default)]
+struct Report {
+    warnings: Vec<String>,
     /// `-w`: warnings found while the session runs (libraries loaded
     /// later) are kept in `warnings` but not printed.
-    pub quiet: bool,
-    /// `.itrace` probes: the single-stepper (with `--itrc FILE
-    /// --itrace-step`), or the block tracer's thread (`blocktrace.rs`).
-    itracer: Option<crate::itrace::Itracer>,
-    blocktracer: Option<BlockTracing>,
-    /// Programs the target's processes exec: they get their probes too.
-    follow: Option<Follow>,
-    /// The handler of fatal signals installed in the target (`crash`).
-    crash: Option<crate::crash::Hook>,
+    quiet: bool,
     /// Fatal signals in the session's processes, as they were recorded.
-    pub crashes: Vec<crate::crash::Crash>,
-    /// The inode of the region's memfd (which processes are the session's).
-    region_ino: u64,
-    /// The program each process of the session was armed running (for
-    /// `process("P").end` at an exec).
-    exes: HashMap<i32, PathBuf>,
-    /// The region's address in the target's processes.
-    region_remote: u64,
-    /// The region's memfd in the tracer (open while the session runs).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the block tracer maps it
-    region_fd: i32,
-    /// SDT semaphores raised in the target (lowered at the end).
-    semaphores: Vec<u64>,
-    /// The remote-operation stub (`Stopped::install_stub`).
-    stub: Option<crate::os::ptrace::StubPlace>,
-    /// The symbol table's libraries loaded later (`symtab.rs`), and how
-    /// many of those left out for want of room were warned about.
-    late_syms: crate::symtab::LateSymbols,
-    late_syms_said: usize,
-    /// Wakes the session when a thread waits in the loader's r_brk.
-    dl_watch: Option<crate::os::sys::Watch>,
-    _code: Vec<CodeRegion>,
+    crashes: Vec<crate::crash::Crash>,
 }
 
 /// Function probes by module, then by file offset (an entry and a return

@@ -5,24 +5,24 @@ use super::*;
 
 impl Hooks for Armed {
     fn started(&mut self) -> Result<(), String> {
-        if let Some(mut s) = self.stopped.take() {
+        if let Some(mut s) = self.target.stopped.take() {
             // The target starts (or is attached to) after the session's
             // begin probes: process.begin in it, thread.begin in each of
             // its other threads.
-            if let Some(code) = self._code.first() {
-                let exe = self.exes.get(&self.pid).cloned().unwrap_or_default();
+            if let Some(code) = self.undo._code.first() {
+                let exe = self.target.exes.get(&self.target.pid).cloned().unwrap_or_default();
                 let main = s.main_thread();
                 let others: Vec<i32> = s.threads().filter(|&t| t != main).collect();
                 let a = &self.hooker.artifact;
-                let mut said = lifecycle(&mut s, a, code, self.region_remote, main, LifeEvent::ProcessBegin, &exe);
+                let mut said = lifecycle(&mut s, a, code, self.region.remote, main, LifeEvent::ProcessBegin, &exe);
                 for t in others {
-                    said.extend(lifecycle(&mut s, a, code, self.region_remote, t, LifeEvent::ThreadBegin, &exe));
+                    said.extend(lifecycle(&mut s, a, code, self.region.remote, t, LifeEvent::ThreadBegin, &exe));
                 }
                 for w in said {
-                    if !self.quiet {
+                    if !self.report.quiet {
                         crate::eprintln_escaped!("WARNING: {w}");
                     }
-                    self.warnings.push(w);
+                    self.report.warnings.push(w);
                 }
             }
             s.detach().map_err(|e| e.to_string())?;
@@ -39,7 +39,7 @@ impl Hooks for Armed {
     }
 
     fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.dl_watch.as_ref().map(|w| w.fd())
+        self.libs.watch.as_ref().map(|w| w.fd())
     }
 
     fn watching(&self) -> bool {
@@ -51,16 +51,16 @@ impl Hooks for Armed {
     }
 
     fn poll(&mut self) {
-        if let Some(it) = &mut self.itracer {
+        if let Some(it) = &mut self.itrace.stepper {
             it.poll(&self.hooker.itraced.borrow());
         }
-        if let Some(b) = &self.blocktracer {
+        if let Some(b) = &self.itrace.blocks {
             // MAXITRACE calls traced: the gates stop asking (they read the
             // slots' count from the trusted mirror, which only we write).
-            if b.closed.load(std::sync::atomic::Ordering::Acquire) && !self.mirror.is_null() {
+            if b.closed.load(std::sync::atomic::Ordering::Acquire) && !self.region.mirror.is_null() {
                 let at = core::mem::offset_of!(telco_abi::region::Header, itrace_slots);
                 // SAFETY: a u32 field of the live mirror's header.
-                unsafe { std::sync::atomic::AtomicU32::from_ptr(self.mirror.add(at).cast()) }
+                unsafe { std::sync::atomic::AtomicU32::from_ptr(self.region.mirror.add(at).cast()) }
                     .store(0, std::sync::atomic::Ordering::Relaxed);
             }
             // Functions of libraries loaded later join the traced ones.
@@ -75,19 +75,19 @@ impl Hooks for Armed {
         self.check_domains();
         self.reclaim_rows();
         self.take_crash();
-        let probes_wait = !(self.pending.is_empty() && self.late.is_empty());
-        if !(probes_wait || self.late_syms.active()) || self.header.is_null() {
+        let probes_wait = !(self.libs.pending.is_empty() && self.libs.late.is_empty());
+        if !(probes_wait || self.libs.syms.active()) || self.region.header.is_null() {
             return;
         }
         use std::sync::atomic::{AtomicU64, Ordering};
-        let header = self.header;
+        let header = self.region.header;
         let field = move |off: usize| {
             // SAFETY: `header` is the live region's header; dl_gen/dl_ack are u64 fields.
             unsafe { AtomicU64::from_ptr(header.add(off) as *mut u64) }
         };
         let gen_at = core::mem::offset_of!(telco_abi::region::Header, dl_gen);
         let ack_at = core::mem::offset_of!(telco_abi::region::Header, dl_ack);
-        if let Some(w) = &self.dl_watch {
+        if let Some(w) = &self.libs.watch {
             w.drain();
         }
         // Acquire: pairs with rt_dlnotify's AcqRel increment.
@@ -97,8 +97,8 @@ impl Hooks for Armed {
         }
         if probes_wait {
             if let Err(e) = self.place_pending() {
-                self.warnings.push(format!("cannot probe a library loaded later: {e}"));
-                if !self.quiet {
+                self.report.warnings.push(format!("cannot probe a library loaded later: {e}"));
+                if !self.report.quiet {
                     crate::eprintln_escaped!("WARNING: cannot probe a library loaded later: {e}");
                 }
             }
@@ -109,16 +109,16 @@ impl Hooks for Armed {
     }
 
     fn stopping(&mut self) {
-        if let Some(it) = &mut self.itracer {
+        if let Some(it) = &mut self.itrace.stepper {
             // Requests made until now are served; then the gates give up.
             it.poll(&self.hooker.itraced.borrow());
         }
-        if let Some(b) = &mut self.blocktracer {
+        if let Some(b) = &mut self.itrace.blocks {
             // Requests made until now are served; threads still tracing
             // leave the pool at their next block.
             b.finish();
         }
-        if let Some(p) = self.region_enabled.take() {
+        if let Some(p) = self.region.enabled.take() {
             // SAFETY: see unsafe_enabled_ptr; Release pairs with the
             // handlers' Acquire load at entry.
             unsafe { std::sync::atomic::AtomicU32::from_ptr(p as *mut u32) }
@@ -127,7 +127,7 @@ impl Hooks for Armed {
         self.take_leftover_crash();
         self.unfollow();
         self.restore();
-        if let Some(it) = &mut self.itracer {
+        if let Some(it) = &mut self.itrace.stepper {
             // After the world stopped and went on: every gate has given up.
             it.count_missed();
         }
@@ -138,16 +138,16 @@ impl Armed {
     /// The command ended with wait status `status`: its exit status as a
     /// shell gives it (128 + the signal that killed it), and the signal.
     pub(super) fn ended(&mut self, status: Status) {
-        self.exit_status = status.shell_status();
-        self.killed_by = status.killed_by();
+        self.target.exit_status = status.shell_status();
+        self.target.killed_by = status.killed_by();
     }
 
     pub(super) fn alive(&mut self) -> bool {
-        if self.exit_status.is_some() {
+        if self.target.exit_status.is_some() {
             return false;
         }
-        if self.child {
-            let r = crate::os::wait::wait(self.pid, false);
+        if self.target.child {
+            let r = crate::os::wait::wait(self.target.pid, false);
             if let Ok(Some((_, status))) = r {
                 if status.ended() {
                     self.ended(status);
@@ -156,14 +156,16 @@ impl Armed {
                 // A stop of the command while we follow it into an exec
                 // (we trace it again then): the follower's.
                 if let Some(f) = &mut self.follow {
-                    if let Some(crate::os::ptrace::ExecWait::Exec) = crate::os::ptrace::exec_stop(self.pid, status) {
-                        f.execed.push(self.pid);
+                    if let Some(crate::os::ptrace::ExecWait::Exec) =
+                        crate::os::ptrace::exec_stop(self.target.pid, status)
+                    {
+                        f.execed.push(self.target.pid);
                     }
                 }
                 return true;
             }
             return r.is_ok();
         }
-        crate::os::proc::running(self.pid)
+        crate::os::proc::running(self.target.pid)
     }
 }

@@ -14,7 +14,10 @@ impl Armed {
         use std::sync::atomic::{AtomicU32, Ordering};
         use telco_abi::region::{Header, ROW_FREE};
         let Some(f) = &mut self.follow else { return };
-        if !f.same_pid_ns || self.header.is_null() || f.rows_checked.elapsed() < std::time::Duration::from_millis(20) {
+        if !f.same_pid_ns
+            || self.region.header.is_null()
+            || f.rows_checked.elapsed() < std::time::Duration::from_millis(20)
+        {
             return;
         }
         f.rows_checked = std::time::Instant::now();
@@ -23,7 +26,7 @@ impl Armed {
             // SAFETY: a u32 of the live region: the header's rows_next, or
             // one of the `nthreads` row owners at `row_owners_off` (4-aligned,
             // inside the region: layout.rs).
-            unsafe { AtomicU32::from_ptr(self.header.add(off) as *mut u32) }
+            unsafe { AtomicU32::from_ptr(self.region.header.add(off) as *mut u32) }
         };
         if field(core::mem::offset_of!(Header, rows_next)).load(Ordering::Relaxed) < a.nthreads / 2 {
             return;

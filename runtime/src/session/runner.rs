@@ -50,7 +50,8 @@ pub(super) fn call_with(
     if ctx.len() * 8 < core::mem::size_of::<abi::Ctx>() {
         return;
     }
-    let sample = sample.filter(|s| s.len() >= SAMPLE_WORDS && p.attach.runs_in() == telco_abi::artifact::Runs::TracerSampling);
+    let sample =
+        sample.filter(|s| s.len() >= SAMPLE_WORDS && p.attach.runs_in() == telco_abi::artifact::Runs::TracerSampling);
     let interruptible = p.attach.interruptible();
     ctx.iter_mut().for_each(|w| *w = 0);
     // A sample: its thread, registers (pc: `uaddr()`) and unwound frames.

@@ -120,8 +120,8 @@ impl<'a> Session<'a> {
                 .itrace_to(path, *max, *step)
                 .map_err(|e| TargetError::Unsupported(format!("cannot trace pid {}: {e}", session.pid)))?;
         }
-        armed.quiet = opts.quiet;
-        for w in armed.warnings.iter().filter(|_| !opts.quiet) {
+        armed.report.quiet = opts.quiet;
+        for w in armed.report.warnings.iter().filter(|_| !opts.quiet) {
             crate::eprintln_escaped!("WARNING: {w}");
         }
         if opts.verbose > 0 {
@@ -177,11 +177,11 @@ impl<'a> Session<'a> {
             }
         }
         if outcome.is_ok() {
-            if let Some(sig) = armed.killed_by {
+            if let Some(sig) = armed.target.killed_by {
                 say_killed(&armed, self.pid, sig);
             }
         }
-        Ok(Ended { outcome, exit_status: armed.exit_status, interrupted: false })
+        Ok(Ended { outcome, exit_status: armed.target.exit_status, interrupted: false })
     }
 }
 
