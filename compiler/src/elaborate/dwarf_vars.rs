@@ -47,6 +47,10 @@ use crate::program::builtins::Builtin as B;
 use crate::program::{Expr, ExprKind, Target, Ty};
 use crate::span::Span;
 
+#[cfg(test)]
+#[path = "dwarf_vars_tests.rs"]
+mod tests;
+
 /// What a probe body with target variables by name sees: its site.
 #[derive(Debug)]
 pub struct Site {

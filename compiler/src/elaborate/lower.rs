@@ -14,6 +14,10 @@ use crate::program::*;
 use crate::span::Span;
 use std::collections::HashMap;
 
+#[cfg(test)]
+#[path = "lower_tests.rs"]
+pub(super) mod tests;
+
 /// What kind of probe a body belongs to: it decides which context
 /// (`$argN`, `$return`, `@entry`) makes sense.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
