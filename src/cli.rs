@@ -284,7 +284,7 @@ fn parse_define(s: &str) -> Result<(String, u64), String> {
 /// `--max-size`: a size, at least 64 KB (a Perfetto batch and the
 /// summary kept room for must fit).
 fn parse_max_size(s: &str) -> Result<u64, String> {
-    let n = telco_runtime::chrome::parse_size(s)?;
+    let n = telco_runtime::feed::parse_size(s)?;
     if n < 64 << 10 {
         return Err(format!("`{s}` is smaller than the least trace file size, 64K"));
     }

@@ -66,12 +66,8 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     // --perfetto trace once its writer has finished it.
     let mut perfetto_samples = None;
     if artifact.probes.iter().any(|p| p.attach.runs_in() == Runs::TracerSampling) {
-        let mut files = profile_files(cli);
-        if cli.perfetto.is_some() {
-            let slot = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            files.perfetto = Some(slot.clone());
-            perfetto_samples = Some(slot);
-        }
+        let files = profile_files(cli);
+        perfetto_samples = files.perfetto.clone();
         if files.any() || files.perfetto.is_some() {
             cfg.profile = Some(Box::new(profile::Profile::new(files)));
         }
@@ -106,9 +102,9 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
             eprintln_escaped!(
                 "WARNING: --perfetto: the timer.profile samples ({}) were left out of {}: they would take it past \
                  --max-size {}",
-                telco_runtime::chrome::size_text(n as u64),
+                telco_runtime::feed::size_text(n as u64),
                 path.display(),
-                telco_runtime::chrome::limit_text(max_size(cli))
+                telco_runtime::feed::limit_text(max_size(cli))
             );
         }
     }

@@ -10,7 +10,8 @@
 
 use std::time::Instant;
 use telco_runtime::chrome::Chrome;
-use telco_runtime::perfetto::{Perfetto, Summary};
+use telco_runtime::feed::Summary;
+use telco_runtime::perfetto::Perfetto;
 
 fn main() {
     let dir = std::env::temp_dir();

@@ -58,7 +58,7 @@ use std::path::{Path, PathBuf};
 
 use crate::feed::{Calls, Config, End, Report, TraceWriter};
 // The trace files' sizes, said and parsed (here before the feed had them).
-pub use crate::feed::{limit_text, parse_size, size_text, DEFAULT_MAX_SIZE};
+use crate::feed::{limit_text, size_text, DEFAULT_MAX_SIZE};
 
 /// The flag that asks for the file (its messages say it).
 pub const FLAG: &str = "--chrome";

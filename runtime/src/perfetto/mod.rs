@@ -46,7 +46,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 // The session's summary the file records (here before the feed had it).
-pub use crate::feed::Summary;
+use crate::feed::Summary;
 
 /// The flag that asks for the file (its report says it).
 pub const FLAG: &str = "--perfetto";

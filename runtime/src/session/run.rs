@@ -301,7 +301,7 @@ impl<'a> Local<'a> {
                             c.drain()?;
                             c.take_stages()?;
                             // No handler runs any more: the counters are final.
-                            let summary = crate::perfetto::Summary {
+                            let summary = crate::feed::Summary {
                                 errors: region.counter(errors_at),
                                 dropped: region.counter(dropped_at),
                                 skipped: region.counter(skipped_at),
