@@ -134,23 +134,11 @@ impl telco_runtime::symtab::SymbolSource for ElfSymbols {
 
     fn functions_named(
         &self,
-        path: &std::path::Path,
+        _path: &std::path::Path,
         file: &telco_runtime::os::modfile::Image,
         names: &[&str],
     ) -> Vec<(u64, u64, usize)> {
-        let image = telco_compiler::elf::Image::given(file.clone());
-        let Ok(m) = telco_compiler::elf::Module::from_image(path, image) else { return Vec::new() };
-        let mut out = Vec::new();
-        for f in &m.functions {
-            let index = f.names.iter().find_map(|n| {
-                let n = n.split('@').next().unwrap_or(n);
-                names.iter().position(|want| *want == n)
-            });
-            if let Some(i) = index {
-                out.push((f.file_offset, f.size, i));
-            }
-        }
-        out
+        telco_compiler::image::functions_named(&file[..], names)
     }
 
     fn layout(&self, bytes: &[u8]) -> Option<telco_runtime::symtab::ElfLayout> {

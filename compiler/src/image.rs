@@ -263,3 +263,54 @@ pub fn layout(bytes: &[u8]) -> Option<Layout> {
     }
     Some(Layout { loads, sections, build_id })
 }
+
+/// The function symbols named `names` in the ELF image `bytes` (the
+/// dynamic symbols, then the symbol table; a name's `@VERSION` left out):
+/// file offset, size and index in `names` of each, once per address. A
+/// cheap look-up (no module is built): what the tracer asks at every
+/// attach (`execve`, the unwinder's entry points).
+pub fn functions_named(bytes: &[u8], names: &[&str]) -> Vec<(u64, u64, usize)> {
+    use goblin::elf::program_header::PT_LOAD;
+    let Ok(elf) = Elf::parse(bytes) else { return Vec::new() };
+    let offset_of = |vaddr: u64| {
+        elf.program_headers
+            .iter()
+            .find(|p| p.p_type == PT_LOAD && vaddr >= p.p_vaddr && vaddr - p.p_vaddr < p.p_filesz)
+            .map(|p| vaddr - p.p_vaddr + p.p_offset)
+    };
+    let mut out: Vec<(u64, u64, usize)> = Vec::new();
+    let syms = elf.dynsyms.iter().map(|s| (s, &elf.dynstrtab)).chain(elf.syms.iter().map(|s| (s, &elf.strtab)));
+    for (sym, strtab) in syms {
+        if sym.st_value == 0 || !sym.is_function() {
+            continue;
+        }
+        let name = strtab.get_at(sym.st_name).unwrap_or("");
+        let name = name.split('@').next().unwrap_or(name);
+        let Some(index) = names.iter().position(|n| *n == name) else { continue };
+        let Some(off) = offset_of(sym.st_value) else { continue };
+        if !out.iter().any(|&(o, _, _)| o == off) {
+            out.push((off, sym.st_size, index));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod named_tests {
+    /// This test binary's own `main`: found once, at a file offset inside
+    /// the file, and the layout says where its text is.
+    #[test]
+    fn functions_are_found_by_name_in_this_test_binary() {
+        let bytes = std::fs::read(std::env::current_exe().expect("exe")).expect("read");
+        let found = super::functions_named(&bytes, &["no_such_function", "main"]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let (off, size, index) = found[0];
+        assert_eq!(index, 1);
+        assert!(off > 0 && off < bytes.len() as u64 && size > 0, "{found:?}");
+        let l = super::layout(&bytes).expect("an ELF file");
+        let text = l.sections.iter().find(|s| s.0 == ".text").expect(".text");
+        assert!(text.3.is_some_and(|o| off >= o && off < o + text.2), "main in .text: {text:?}");
+        assert!(!l.loads.is_empty() && !l.build_id.is_empty());
+        assert!(super::functions_named(b"not an ELF file", &["main"]).is_empty());
+    }
+}
