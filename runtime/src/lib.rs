@@ -42,6 +42,6 @@ pub mod place;
 pub mod profile;
 pub mod region;
 pub mod render;
-pub mod symtab;
 pub mod session;
+pub mod symtab;
 pub mod text;
