@@ -312,6 +312,29 @@ pub fn aux_value(auxv: &[(u64, u64)], kind: u64) -> Option<u64> {
     auxv.iter().find(|&&(t, _)| t == kind).map(|&(_, v)| v)
 }
 
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => a == b,
+    }
+}
+
+/// The run-time address of a byte at `file_offset` of `module`.
+pub(crate) fn runtime_addr(maps: &[Mapping], module: &Path, file_offset: u64) -> Option<u64> {
+    maps.iter()
+        .filter(|m| same_file(&m.path, module))
+        .find(|m| file_offset >= m.offset && file_offset < m.offset + (m.end - m.start))
+        .map(|m| m.start + (file_offset - m.offset))
+}
+
+/// The address range `module`'s mappings cover.
+pub fn mapped_range(maps: &[Mapping], module: &Path) -> Option<(u64, u64)> {
+    let ms = maps.iter().filter(|m| same_file(&m.path, module));
+    let (lo, hi) = ms.fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
+    (lo < hi).then_some((lo, hi))
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -392,27 +415,4 @@ mod tests {
         assert!(mapped_files(me).expect("own maps").iter().any(|m| m.path == exe));
         assert!(executable(u32::MAX - 1).unwrap_err().contains("no process"));
     }
-}
-
-pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => a == b,
-    }
-}
-
-/// The run-time address of a byte at `file_offset` of `module`.
-pub(crate) fn runtime_addr(maps: &[Mapping], module: &Path, file_offset: u64) -> Option<u64> {
-    maps.iter()
-        .filter(|m| same_file(&m.path, module))
-        .find(|m| file_offset >= m.offset && file_offset < m.offset + (m.end - m.start))
-        .map(|m| m.start + (file_offset - m.offset))
-}
-
-/// The address range `module`'s mappings cover.
-pub fn mapped_range(maps: &[Mapping], module: &Path) -> Option<(u64, u64)> {
-    let ms = maps.iter().filter(|m| same_file(&m.path, module));
-    let (lo, hi) = ms.fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
-    (lo < hi).then_some((lo, hi))
 }

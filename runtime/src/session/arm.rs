@@ -50,7 +50,7 @@ pub(super) fn unwinder_entries(
     source: &dyn SymbolSource,
     maps: &[Mapping],
     exe: &Path,
-) -> Vec<(PathBuf, Vec<(u64, u64, bool)>)> {
+) -> ByFile<bool> {
     let candidate = |p: &Path| {
         let name = p.to_string_lossy();
         same_file(p, exe) || ["libgcc_s", "libstdc++", "libc++", "libunwind"].iter().any(|l| name.contains(l))
@@ -412,6 +412,10 @@ pub(super) fn unsafe_enabled_ptr(r: &Region) -> *const u32 {
     unsafe { r.base().add(core::mem::offset_of!(telco_abi::region::Header, enabled)).cast() }
 }
 
+/// Functions found in mapped files, by file: (run-time address, size, and
+/// what the caller keeps with each).
+pub(super) type ByFile<T> = Vec<(PathBuf, Vec<(u64, u64, T)>)>;
+
 /// Run-time addresses and sizes of the function symbols `names` in the
 /// mapped modules whose path `pick` accepts, by module (the symbols from
 /// `source`, the file as the process maps it: `os::modfile`).
@@ -420,7 +424,7 @@ pub(super) fn symbol_entries(
     maps: &[Mapping],
     pick: impl Fn(&Path) -> bool,
     names: &[&str],
-) -> Vec<(PathBuf, Vec<(u64, u64, usize)>)> {
+) -> ByFile<usize> {
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for m in maps {
