@@ -46,11 +46,7 @@ pub(super) const CATCH: &str = "__cxa_begin_catch";
 /// The unwinder's entry points in the target ([`UNWINDERS`], [`CATCH`]):
 /// run-time address, symbol size, and whether it is the catch. They live
 /// in libgcc_s and the C++ runtime (or are linked into the program).
-pub(super) fn unwinder_entries(
-    source: &dyn SymbolSource,
-    maps: &[Mapping],
-    exe: &Path,
-) -> ByFile<bool> {
+pub(super) fn unwinder_entries(source: &dyn SymbolSource, maps: &[Mapping], exe: &Path) -> ByFile<bool> {
     let candidate = |p: &Path| {
         let name = p.to_string_lossy();
         same_file(p, exe) || ["libgcc_s", "libstdc++", "libc++", "libunwind"].iter().any(|l| name.contains(l))
