@@ -40,9 +40,11 @@ pub struct Cli {
     #[arg(short = 'e', value_name = "SCRIPT")]
     pub script_text: Option<String>,
 
-    /// Attach to the running process PID (-x is the same).
-    #[arg(short = 'p', short_alias = 'x', value_name = "PID", value_parser = parse_pid, conflicts_with = "command", allow_negative_numbers = true)]
-    pub pid: Option<u32>,
+    /// Attach to the running process PID and the processes descending from
+    /// it (its workers, its backends); may be repeated. The first is
+    /// target(). (-x is the same.)
+    #[arg(short = 'p', short_alias = 'x', value_name = "PID", value_parser = parse_pid, conflicts_with = "command", allow_negative_numbers = true, action = ArgAction::Append)]
+    pub pids: Vec<u32>,
 
     /// Start CMD with probes armed before its main runs; exit when it does.
     #[arg(short = 'c', value_name = "CMD", value_parser = non_empty)]
@@ -224,6 +226,14 @@ pub const KNOWN_DEFINES: &[&str] = &[
     "MAXITRACE",
     "MAXRETURNDEPTH",
 ];
+
+impl Cli {
+    /// The first `-p`: `target()`, and the process pass 2 resolves
+    /// `process` probes without a path in.
+    pub fn pid(&self) -> Option<u32> {
+        self.pids.first().copied()
+    }
+}
 
 fn parse_pid(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {

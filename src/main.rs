@@ -164,7 +164,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let mut tapsets = elaborate::tapsets::builtin();
     tapsets.extend(elaborate::tapsets::from_dirs(&cli.include).map_err(anyhow::Error::msg)?);
     let query = ProcQuery::default();
-    let target = TargetSpec { pid: cli.pid, command: command_program(&cli)? };
+    let target = TargetSpec { pid: cli.pid(), command: command_program(&cli)? };
     let ecfg = elaborate::Config {
         parse: &cfg,
         tapsets,
@@ -219,7 +219,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let mut returns = |f: &telco_compiler::program::FunctionPoint| {
             // A running target's file as it maps it (`ProcQuery::image`).
             let m = modules.entry(f.module.clone()).or_insert_with(|| {
-                match cli.pid.and_then(|pid| query.image(pid, &f.module)) {
+                match cli.pid().and_then(|pid| query.image(pid, &f.module)) {
                     Some(image) => telco_compiler::elf::Module::from_image(&f.module, image.ok()?).ok(),
                     None => telco_compiler::elf::Module::load(&f.module).ok(),
                 }

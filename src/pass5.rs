@@ -42,7 +42,7 @@ pub fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
 pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<ExitCode> {
     use telco_abi::artifact::{Attach, Runs};
     let needs_target = artifact.probes.iter().any(|p| p.attach.runs_in().needs_target());
-    if needs_target && cli.pid.is_none() && cli.command.is_none() {
+    if needs_target && cli.pids.is_empty() && cli.command.is_none() {
         bail!("this script probes a process: name it with -p PID or -c CMD");
     }
     if cli.itrc.is_none() && artifact.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })) {
@@ -72,10 +72,10 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
             cfg.profile = Some(Box::new(profile::Profile::new(files)));
         }
     }
-    let target = match (cli.pid, &cli.command) {
-        (Some(pid), _) => Target::Pid(pid as i32),
-        (None, Some(cmd)) => Target::command(cmd),
-        (None, None) => Target::None,
+    let target = match (cli.pids.is_empty(), &cli.command) {
+        (false, _) => Target::Pids(cli.pids.iter().map(|&p| p as i32).collect()),
+        (true, Some(cmd)) => Target::command(cmd),
+        (true, None) => Target::None,
     };
     let local = matches!(target, Target::None);
     let t0 = Instant::now();

@@ -89,7 +89,7 @@ impl TargetQuery for ProcQuery {
 
 /// The target of a run must exist; say so before anything else happens.
 pub fn check_target(cli: &Cli) -> Result<()> {
-    if let Some(pid) = cli.pid {
+    for &pid in &cli.pids {
         if !telco_runtime::os::proc::exists(pid as i32) {
             bail!("no process with pid {pid}");
         }

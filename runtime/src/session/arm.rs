@@ -278,6 +278,8 @@ pub fn arm(
             exes: [(pid, exe)].into_iter().collect(),
             exit_status: None,
             killed_by: None,
+            service: None,
+            named: Vec::new(),
         },
         region: InTarget {
             enabled: Some(enabled),

@@ -45,32 +45,24 @@ pub(super) fn put_back(
     }
 }
 
-/// Put `patches` back in process `pid` if it still runs the image they
-/// were made in (our region is mapped there), every thread stopped.
-pub(super) fn restore_patches(pid: i32, patches: &[Patch], crash: Option<&crate::crash::Hook>, semaphores: &[u64]) {
-    if patches.is_empty() && crash.is_none() && semaphores.is_empty() {
-        return;
-    }
-    let ours = crate::os::proc::maps_file(pid, "/memfd:telco-stap", 0);
-    if !ours {
-        return;
-    }
-    match Stopped::attach(pid) {
-        Ok(mut s) => {
-            put_back(&mut s, patches, crash, semaphores, &format!("pid {pid}"));
-            if let Err(e) = s.detach() {
-                crate::eprintln_escaped!("warning: {e}");
-            }
-        }
-        Err(PtraceError::NoProcess(_)) => {}
-        Err(e) => crate::eprintln_escaped!("warning: cannot stop pid {pid} to remove the probes: {e}"),
-    }
+
+/// What the session put into one process besides the region, its mirror
+/// and the thread slots (which are at the same addresses in every process
+/// of the session): its code regions (start, size) and its
+/// remote-operation stub.
+pub(super) struct Mapped {
+    pub(super) codes: Vec<(u64, u64)>,
+    pub(super) stub: Option<crate::os::ptrace::StubPlace>,
+    /// The first process's: the block tracer's pool is there too.
+    pub(super) first: bool,
 }
 
 impl Armed {
     /// Put the original bytes back (the end of a session): in the traced
     /// process, then in the processes it forked that still run its image
-    /// (they share the region and carry copies of the patches).
+    /// (they share the region and carry copies of the patches). Processes
+    /// forked by the programs it exec'd, or by the other processes armed at
+    /// the start, are cleaned with those (`Armed::unfollow`).
     pub(super) fn restore(&mut self) {
         let mut forks = self.forked_children();
         let cut: Vec<i32> =
@@ -82,6 +74,47 @@ impl Armed {
             self.restore_fork(pid, crash.as_ref(), &semaphores);
         }
         self.undo.patches.clear();
+    }
+
+    /// The first process's own mappings.
+    fn first_mapped(&self) -> Mapped {
+        let mut codes: Vec<(u64, u64)> = self.undo._code.iter().map(|c| (c.remote, c.size)).collect();
+        if let Some(f) = &self.follow {
+            codes.extend(f._codes.iter().map(|c| (c.remote, c.size)));
+        }
+        Mapped { codes, stub: self.undo.stub.clone(), first: true }
+    }
+
+    /// A process armed after the first (`Child`), at the end: if it still
+    /// runs the image it was armed in (our region is mapped there, by its
+    /// inode), its patches back and what the session mapped out of it,
+    /// then the processes it forked since that run that image too.
+    pub(super) fn clean_child(&mut self, c: &Child) {
+        let forks: Vec<i32> = self.forked_from(c.pid);
+        for pid in std::iter::once(c.pid).chain(forks) {
+            if !crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino) {
+                continue;
+            }
+            let mut s = match Stopped::attach(pid) {
+                Ok(s) => s,
+                Err(PtraceError::NoProcess(_)) => continue,
+                Err(e) => {
+                    crate::eprintln_escaped!("warning: cannot stop pid {pid} to remove the probes: {e}");
+                    continue;
+                }
+            };
+            s.use_stub(c.stub.as_ref());
+            // A fork holds the patches it inherited where its bytes are
+            // still ours.
+            let held: Vec<Patch> = if pid == c.pid {
+                c.patches.clone()
+            } else {
+                c.patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).cloned().collect()
+            };
+            let mapped = Mapped { codes: c.codes.clone(), stub: c.stub.clone(), first: false };
+            let what = if pid == c.pid { format!("pid {pid}") } else { format!("pid {pid} (forked from {})", c.pid) };
+            self.clean_with(s, &held, c.crash.as_ref(), &c.semaphores, &mapped, &what);
+        }
     }
 
     /// A forked child: the patches it still holds (its own bytes checked:
@@ -111,23 +144,38 @@ impl Armed {
         self.clean(s, &held, crash, semaphores, &format!("pid {pid} (forked from {})", self.target.pid));
     }
 
+    /// The first process's part of the end in a stopped process of it (or
+    /// one it forked): [`Armed::clean_with`] its mappings.
+    pub(super) fn clean(
+        &mut self,
+        s: Stopped,
+        patches: &[Patch],
+        crash: Option<&crate::crash::Hook>,
+        semaphores: &[u64],
+        what: &str,
+    ) {
+        let mapped = self.first_mapped();
+        self.clean_with(s, patches, crash, semaphores, &mapped, what);
+    }
+
     /// Take the session out of a stopped process of it: the crash handler,
     /// the semaphores, the `patches` (threads inside them run out first),
-    /// then what the session mapped; detach. `what` names the process in
-    /// warnings.
-    pub(super) fn clean(
+    /// then what the session mapped (`mapped`, the region, the thread
+    /// slots); detach. `what` names the process in warnings.
+    pub(super) fn clean_with(
         &mut self,
         mut s: Stopped,
         patches: &[Patch],
         crash: Option<&crate::crash::Hook>,
         semaphores: &[u64],
+        mapped: &Mapped,
         what: &str,
     ) {
         put_back(&mut s, patches, crash, semaphores, what);
         // A process on its way out (the session ended it) loses the
         // mappings with the rest of its memory.
         if let Err(why) =
-            self.unmap_injected(&mut s).or_else(|e| if crate::os::proc::ending(s.pid()) { Ok(()) } else { Err(e) })
+            self.unmap_injected(&mut s, mapped).or_else(|e| if crate::os::proc::ending(s.pid()) { Ok(()) } else { Err(e) })
         {
             let w = format!("the session's memory stays mapped in {what}: {why}");
             if !self.report.quiet {
@@ -187,21 +235,18 @@ impl Armed {
     /// addresses back first. Not while a thread is inside our code (a
     /// trampoline, a handler, a call waiting for the tracer) or a vfork
     /// child shares the memory: then why not.
-    pub(super) fn unmap_injected(&self, s: &mut Stopped) -> Result<(), String> {
+    pub(super) fn unmap_injected(&self, s: &mut Stopped, mapped: &Mapped) -> Result<(), String> {
         use telco_abi::region::ThreadSlot;
         let a = &self.hooker.artifact;
         let page = |n: u64| n.next_multiple_of(4096);
-        let mut regions: Vec<(u64, u64)> = self.undo._code.iter().map(|c| (c.remote, c.size)).collect();
-        if let Some(f) = &self.follow {
-            regions.extend(f._codes.iter().map(|c| (c.remote, c.size)));
-        }
+        let mut regions: Vec<(u64, u64)> = mapped.codes.clone();
         let mut code = regions.clone();
-        if let Some(p) = &self.undo.stub {
+        if let Some(p) = &mapped.stub {
             code.push((p.at, crate::arch::native::stub::SIZE));
         }
         // The block tracer's pool: threads in its code caches leave at
         // their next block (`BlockTracing::finish` sent them out).
-        if let Some(b) = &self.itrace.blocks {
+        if let Some(b) = self.itrace.blocks.as_ref().filter(|_| mapped.first) {
             let (ranges, pool) = b.ranges();
             code.extend(ranges.iter().copied());
             regions.push(pool);
@@ -319,7 +364,7 @@ impl Armed {
             }
         }
         // The stub last.
-        if let Some(p) = &self.undo.stub {
+        if let Some(p) = &mapped.stub {
             s.remove_stub(p).map_err(|e| e.to_string())?;
         }
         Ok(())

@@ -107,26 +107,59 @@ impl Armed {
     /// (its memfd's inode), do not share its memory (a vfork child) and are
     /// not programs it exec'd (followed apart).
     pub(super) fn forked_children(&self) -> Vec<i32> {
-        let followed: Vec<i32> =
-            self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
-        self.descendants()
+        self.forked_from(self.target.pid)
+    }
+
+    /// The processes forked by `armed` (the first process, or a `Child`)
+    /// or by its forks, that still run the image it was armed in: they
+    /// map the session's region (its memfd's inode), do not share its
+    /// memory (a vfork child), and their nearest armed ancestor is
+    /// `armed` (a program one of them exec'd is followed apart, and so
+    /// are its forks).
+    pub(super) fn forked_from(&self, armed: i32) -> Vec<i32> {
+        self.descendants_of(armed)
             .into_iter()
             .filter(|&c| {
-                !followed.contains(&c)
+                self.armed_ancestor(c) == Some(armed)
                     && crate::os::proc::maps_file(c, "/memfd:telco-stap", self.region.ino)
-                    && !crate::os::process::same_vm(c, self.target.pid)
+                    && !crate::os::process::same_vm(c, armed)
             })
             .take(256)
             .collect()
     }
 
+    /// The nearest process of `pid`'s line (itself included) that the
+    /// session armed: a `Child` (armed after an exec, or at the start),
+    /// else the first process (unless it exec'd: then its `Child` entry).
+    pub(super) fn armed_ancestor(&self, pid: i32) -> Option<i32> {
+        let children: Vec<i32> =
+            self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
+        let mut p = pid;
+        for _ in 0..64 {
+            if children.contains(&p) || p == self.target.pid {
+                return Some(p);
+            }
+            let (_, ppid) = crate::os::proc::uid_and_parent(p as u32)?;
+            if ppid <= 1 {
+                return None;
+            }
+            p = ppid as i32;
+        }
+        None
+    }
+
     /// The descendants of the traced process: a few levels, at most 1024.
     pub(super) fn descendants(&self) -> Vec<i32> {
+        self.descendants_of(self.target.pid)
+    }
+
+    /// The descendants of process `pid`: a few levels, at most 1024.
+    pub(super) fn descendants_of(&self, pid: i32) -> Vec<i32> {
         let mut out = Vec::new();
-        let mut work = vec![self.target.pid];
+        let mut work = vec![pid];
         while let Some(p) = work.pop() {
             for c in crate::os::proc::children(p) {
-                if out.len() < 1024 && !out.contains(&c) && c != self.target.pid {
+                if out.len() < 1024 && !out.contains(&c) && c != pid {
                     out.push(c);
                     work.push(c);
                 }

@@ -3,12 +3,17 @@
 
 use super::*;
 
-/// A process armed after an exec: what to undo at the end.
+/// A process armed after the first (after an exec, or a `-p` process and
+/// its descendants found at the start): what to undo at the end.
 pub(super) struct Child {
     pub(crate) pid: i32,
     pub(crate) patches: Vec<Patch>,
     pub(crate) crash: Option<crate::crash::Hook>,
     pub(crate) semaphores: Vec<u64>,
+    /// The code regions mapped into it (start, size), and the
+    /// remote-operation stub installed in it (attached while running).
+    pub(crate) codes: Vec<(u64, u64)>,
+    pub(crate) stub: Option<crate::os::ptrace::StubPlace>,
 }
 
 /// Following the target's children into the programs they `exec`: the C
@@ -46,8 +51,8 @@ pub(super) struct Follow {
     pub(crate) same_pid_ns: bool,
     /// When the rows were last checked.
     pub(crate) rows_checked: std::time::Instant,
-    /// Code regions of the exec hooks and of the children (kept for the
-    /// session, like `Armed::_code`).
+    /// Code regions of the first process's exec hooks (kept for the
+    /// session, like `Undo::_code`; a child's are its own).
     pub(crate) _codes: Vec<CodeRegion>,
 }
 
@@ -258,21 +263,136 @@ impl Armed {
         }
         run_to_entry(&mut s)?;
         check_machine(pid)?;
-        let a = &self.hooker.artifact;
-        let maps = mappings(pid)?;
         // Another program: the old image's code of ours is gone.
         if let Ok(mut o) = self.hooker.own.write() {
             o.forget(pid as u32);
         }
-        // Another program: the runtime's entry hooks were the old image's;
-        // its own exec entries.
-        {
+        self.arm_image(s, pid, None, true)
+    }
+
+    /// Process `pid`, running when the session started (a `-p` process
+    /// after the first, a descendant of one: the workers of a master, the
+    /// backends of a postmaster): attached, armed as an exec'd program is
+    /// (the session's region at the same address, its thread slots, the
+    /// probes of every module it maps), `process.begin` in it and
+    /// `thread.begin` in its other threads, then let go.
+    pub(super) fn arm_existing(&mut self, pid: i32) -> Result<(), TargetError> {
+        if self.follow.is_none() {
+            return Err(TargetError::Unsupported(
+                "a session with .itrace probes traces one process (the first -p)".into(),
+            ));
+        }
+        let mut s = Stopped::attach(pid)?;
+        if let Some(why) = self.other_domain(pid) {
+            return Err(TargetError::Unsupported(format!(
+                "it runs with other credentials than the session's first process ({why}): processes of different \
+                 privileges never share a session's memory, so it runs without probes"
+            )));
+        }
+        check_machine(pid)?;
+        // First of all, as at any attach: a tracer that dies from here on
+        // leaves every thread able to go on.
+        let stub = s.install_stub(inject::slack(&s))?;
+        self.arm_image(s, pid, stub, false)
+    }
+
+    /// `-p`: cover the other processes named and every descendant once
+    /// the session's begin probes ran (`Armed::cover`).
+    pub(super) fn cover_at_start(&mut self, others: Vec<i32>) {
+        self.target.named = others.clone();
+        self.target.service = Some(others);
+    }
+
+    /// `-p`: the processes running when the session started that it
+    /// covers besides the first: the other processes named (`others`) and
+    /// the descendants of each and of the first (a master's workers, a
+    /// postmaster's backends). Each is armed as an exec'd program is
+    /// (`arm_existing`); those that cannot be (another user's, already
+    /// traced, gone) are named in one warning.
+    pub(super) fn cover(&mut self, others: &[i32]) {
+        let first = self.target.pid;
+        let mut pids: Vec<i32> = Vec::new();
+        for &root in std::iter::once(&first).chain(others) {
+            for p in std::iter::once(root).chain(self.descendants_of(root)) {
+                if p != first && !pids.contains(&p) {
+                    pids.push(p);
+                }
+            }
+        }
+        let mut not = Vec::new();
+        for pid in pids {
+            // Forked since the first was armed (it runs the armed image
+            // already), or a vfork child running in an armed process's
+            // memory.
+            if crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino)
+                || crate::os::process::same_vm(pid, first)
+            {
+                continue;
+            }
+            match self.arm_existing(pid) {
+                Ok(()) => {}
+                // Gone meanwhile (or a zombie): nothing of it runs.
+                Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
+                Err(e) => not.push(format!("pid {pid} ({}): {e}", crate::os::proc::comm(pid).trim())),
+            }
+        }
+        if !not.is_empty() {
+            let w = format!(
+                "{} process(es) of the traced service run without probes:\n  {}",
+                not.len(),
+                not.join("\n  ")
+            );
+            if !self.report.quiet {
+                crate::eprintln_escaped!("WARNING: {w}");
+            }
+            self.report.warnings.push(w);
+        }
+    }
+
+    /// The part of arming another process that an exec'd program and one
+    /// running at the start share; `exec`: it is at the entry of a program
+    /// it exec'd (`process.end` of the old one first).
+    fn arm_image(
+        &mut self,
+        mut s: Stopped,
+        pid: i32,
+        stub: Option<crate::os::ptrace::StubPlace>,
+        exec: bool,
+    ) -> Result<(), TargetError> {
+        let maps = mappings(pid)?;
+        // The runtime's entry hooks are the first process's: this image's
+        // own exec entries while it is armed, the first's again after.
+        let first_hooks = {
             let mut hooks = self.hooker.entry_hooks.borrow_mut();
-            hooks.clear();
+            let saved = std::mem::take(&mut *hooks);
             if let Some(f) = self.hooker.exec_notify {
                 hooks.extend(exec_entries(&*self.symbols, &maps).into_iter().map(|addr| (addr, (f, false))));
             }
+            saved
+        };
+        let armed = self.arm_image_with(&mut s, pid, &maps, exec);
+        *self.hooker.entry_hooks.borrow_mut() = first_hooks;
+        let (patches, crash, semaphores, codes, said) = armed?;
+        s.detach()?;
+        self.report_arming(pid, said);
+        if let Some(f) = &mut self.follow {
+            f.children.push(Child { pid, patches, crash, semaphores, codes, stub });
         }
+        Ok(())
+    }
+
+    /// [`Armed::arm_image`] with the entry hooks set: the probes placed,
+    /// the lifecycle probes run; what to undo, and what to say.
+    #[allow(clippy::type_complexity)]
+    fn arm_image_with(
+        &mut self,
+        s: &mut Stopped,
+        pid: i32,
+        maps: &[Mapping],
+        exec: bool,
+    ) -> Result<(Vec<Patch>, Option<crate::crash::Hook>, Vec<u64>, Vec<(u64, u64)>, Vec<String>), TargetError> {
+        let a = &self.hooker.artifact;
+        let maps = maps.to_vec();
         let exe = crate::os::proc::exe_path(pid);
         let mut by_module: ByModule = BTreeMap::new();
         for (i, p) in a.probes.iter().enumerate() {
@@ -290,67 +410,74 @@ impl Armed {
                 by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
             }
         }
-        let Some(f) = &self.follow else { return Ok(()) };
+        let Some(f) = &self.follow else { return Ok(Default::default()) };
         // The region and the thread slots at the addresses the trampolines
         // and the handlers know. Also in a program without probes of its
         // own: its exec hook follows the programs it runs in turn (`env
         // prog`, a shell's children).
-        inject::map_region_at(&mut s, f.region_fd, f.mirror_fd, f.region_remote, f.region_size)?;
-        inject::threads_at(&mut s, a, f.threads_at)?;
+        inject::map_region_at(s, f.region_fd, f.mirror_fd, f.region_remote, f.region_size)?;
+        inject::threads_at(s, a, f.threads_at)?;
         let mut refused = Vec::new();
         let mut plans = Vec::new();
         let mut codes = Vec::new();
         for (module, functions) in &by_module {
-            let (code, p) = self.hooker.module(&mut s, &maps, module, functions, &mut refused)?;
+            let (code, p) = self.hooker.module(s, &maps, module, functions, &mut refused)?;
             plans.extend(p);
             codes.extend(code);
         }
         let execnotify = f.execnotify;
         let region_remote = f.region_remote;
-        hook_execs(&*self.symbols, &self.hooker, &mut s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
+        hook_execs(&*self.symbols, &self.hooker, s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
         let mut patches = Vec::new();
-        apply(&mut s, plans, &mut patches, &self.hooker.relocs.borrow())?;
-        let semaphores = raise_semaphores(&s, a, &maps, &[], &patches);
+        apply(s, plans, &mut patches, &self.hooker.relocs.borrow())?;
+        let semaphores = raise_semaphores(s, a, &maps, &[], &patches);
         if codes.is_empty() {
             let near = arch::pc(&s.regs(pid)?);
-            let code = inject::code(&mut s, a, near, 4096)?;
+            let code = inject::code(s, a, near, 4096)?;
             self.hooker.own_blob(pid as u32, &code);
             codes.push(code);
         }
-        let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, region_remote));
-        // The old program ended (process.end, for the program this process
-        // ran: its own, or its parent's when it forked), the new one begins.
-        let old = self.target.exes.get(&pid).cloned().or_else(|| {
-            let (_, ppid) = crate::os::proc::uid_and_parent(pid as u32)?;
-            self.target.exes.get(&(ppid as i32)).cloned()
-        });
-        let vforked = self.follow.as_mut().is_some_and(|f| f.vforked.remove(&pid));
-        let mut said = Vec::new();
+        let crash = codes.first_mut().and_then(|code| crate::crash::install(s, code, a, region_remote));
+        let mut said: Vec<String> = refused.into_iter().map(|r| format!("cannot probe {r} (pid {pid})")).collect();
         if let Some(code) = codes.first() {
-            if let Some(old) = old.as_ref().filter(|_| !vforked) {
-                said.extend(lifecycle(&mut s, a, code, region_remote, pid, LifeEvent::ProcessEnd, old));
+            if exec {
+                // The old program ended (process.end, for the program this
+                // process ran: its own, or its parent's when it forked),
+                // the new one begins.
+                let old = self.target.exes.get(&pid).cloned().or_else(|| {
+                    let (_, ppid) = crate::os::proc::uid_and_parent(pid as u32)?;
+                    self.target.exes.get(&(ppid as i32)).cloned()
+                });
+                let vforked = self.follow.as_mut().is_some_and(|f| f.vforked.remove(&pid));
+                if let Some(old) = old.as_ref().filter(|_| !vforked) {
+                    said.extend(lifecycle(s, a, code, region_remote, pid, LifeEvent::ProcessEnd, old));
+                }
+                said.extend(lifecycle(s, a, code, region_remote, pid, LifeEvent::ProcessBegin, &exe));
+            } else {
+                // Attached running: process.begin, and thread.begin in its
+                // other threads, as in the first `-p` process.
+                let main = s.main_thread();
+                let others: Vec<i32> = s.threads().filter(|&t| t != main).collect();
+                said.extend(lifecycle(s, a, code, region_remote, main, LifeEvent::ProcessBegin, &exe));
+                for t in others {
+                    said.extend(lifecycle(s, a, code, region_remote, t, LifeEvent::ThreadBegin, &exe));
+                }
             }
-            said.extend(lifecycle(&mut s, a, code, region_remote, pid, LifeEvent::ProcessBegin, &exe));
         }
-        s.detach()?;
         self.target.exes.insert(pid, exe);
-        for r in refused {
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: cannot probe {r} (pid {pid})");
-            }
-            self.report.warnings.push(format!("cannot probe {r} (pid {pid})"));
-        }
+        let codes = codes.iter().map(|c| (c.remote, c.size)).collect();
+        Ok((patches, crash, semaphores, codes, said))
+    }
+
+    /// What arming process `pid` found to say.
+    fn report_arming(&mut self, pid: i32, said: Vec<String>) {
+        let _ = pid;
         for w in said {
             if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: {w}");
             }
             self.report.warnings.push(w);
         }
-        if let Some(f) = &mut self.follow {
-            f.children.push(Child { pid, patches, crash, semaphores });
-            f._codes.extend(codes);
-        }
-        Ok(())
     }
 
     /// The end of a session: threads still waiting to exec are let go; the
@@ -365,8 +492,13 @@ impl Armed {
         for pid in f.execed.drain(..) {
             crate::os::ptrace::detach_stopped(pid);
         }
-        for c in f.children.drain(..) {
-            restore_patches(c.pid, &c.patches, c.crash.as_ref(), &c.semaphores);
+        // (Kept: the first process's forks are told from theirs by it.)
+        let children = std::mem::take(&mut f.children);
+        for c in &children {
+            self.clean_child(c);
+        }
+        if let Some(f) = &mut self.follow {
+            f.children = children;
         }
     }
 

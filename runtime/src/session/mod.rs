@@ -135,7 +135,6 @@ pub use summary::summary;
 
 use arm::*;
 use consumer::*;
-use detach::*;
 use follow::*;
 use itrace::*;
 use late::*;
@@ -202,6 +201,13 @@ struct FirstProcess {
     exit_status: Option<i32>,
     /// The signal that killed the command (`-c`), if one did.
     killed_by: Option<i32>,
+    /// `-p`: the first process's descendants, and the other processes
+    /// named and theirs, are armed once the begin probes ran
+    /// (`Armed::cover`); the other processes named.
+    service: Option<Vec<i32>>,
+    /// The other processes named with `-p`: the session goes on while
+    /// any of them (or the first) runs.
+    named: Vec<i32>,
 }
 
 /// The region as the target's processes map it.

@@ -27,6 +27,9 @@ impl Hooks for Armed {
             }
             s.detach().map_err(|e| e.to_string())?;
         }
+        if let Some(others) = self.target.service.take() {
+            self.cover(&others);
+        }
         Ok(())
     }
 
@@ -166,6 +169,6 @@ impl Armed {
             }
             return r.is_ok();
         }
-        crate::os::proc::running(self.target.pid)
+        crate::os::proc::running(self.target.pid) || self.target.named.iter().any(|&p| crate::os::proc::running(p))
     }
 }

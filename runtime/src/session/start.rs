@@ -12,8 +12,9 @@ use std::time::Instant;
 pub enum Target {
     /// Only the tracer's own probes (`begin`, `end`, `timer.*`).
     None,
-    /// `-p PID`.
-    Pid(i32),
+    /// `-p PID`, repeated: those processes and their descendants (the
+    /// first is `target()`).
+    Pids(Vec<i32>),
     /// `-c CMD`, as an argument vector.
     Command(Vec<String>),
 }
@@ -93,7 +94,10 @@ impl<'a> Session<'a> {
         };
         let (stopped, child) = match &opts.target {
             Target::None => return Ok(session),
-            Target::Pid(pid) => (Stopped::attach(*pid)?, false),
+            Target::Pids(pids) => match pids.first() {
+                Some(&first) => (Stopped::attach(first)?, false),
+                None => return Ok(session),
+            },
             Target::Command(argv) => (spawn(argv)?, true),
         };
         session.pid = stopped.pid() as u32;
@@ -115,6 +119,15 @@ impl<'a> Session<'a> {
             Err(e) => return Err(e),
         };
         armed.symbols_from(symbols);
+        if let Target::Pids(pids) = &opts.target {
+            let mut others: Vec<i32> = Vec::new();
+            for &p in pids.iter().skip(1) {
+                if p != pids[0] && !others.contains(&p) {
+                    others.push(p);
+                }
+            }
+            armed.cover_at_start(others);
+        }
         if let (true, Some((path, max, step))) = (armed.has_itrace(), &session.itrc) {
             armed
                 .itrace_to(path, *max, *step)

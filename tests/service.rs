@@ -1,0 +1,182 @@
+//! Services: a master and the workers it forked before the session came
+//! (tests/programs/service.c). `-p` of the master covers them all, `-p`
+//! may be repeated, and the end leaves nothing in any of them. Readiness
+//! is a line on a pipe: the script's `process.begin` says `armed PID` in
+//! each process it arms.
+
+mod common;
+use common::{Running, Tracer};
+use std::path::{Path, PathBuf};
+
+/// tests/programs/service.c, built once for every test of this file.
+fn service() -> PathBuf {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let exe = common::scratch("service").join("service");
+        common::gcc("service.c", &exe, &[]);
+        exe
+    })
+    .clone()
+}
+
+fn script(exe: &Path) -> String {
+    format!(
+        r#"global n
+probe process.begin {{ printf("armed %d\n", pid()) }}
+probe process("{}").function("work") {{ n[pid()]++ }}
+probe end {{ t = 0; c = 0; foreach (p in n) {{ c++; t += n[p] }} printf("%d processes, %d calls\n", c, t) }}"#,
+        exe.display()
+    )
+}
+
+/// The processes of a running service: the master, then its children.
+fn processes(master: u32) -> Vec<u32> {
+    let kids = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap_or_default();
+    std::iter::once(master).chain(kids.split_whitespace().filter_map(|k| k.parse().ok())).collect()
+}
+
+/// `armed PID` lines for `n` processes, in any order: the pids.
+fn armed(t: &mut Tracer, n: usize) -> Vec<u32> {
+    use std::io::BufRead;
+    let mut pids = Vec::new();
+    for _ in 0..n {
+        let mut l = String::new();
+        t.output.read_line(&mut l).expect("telco-stap's output");
+        let pid = l.trim_end().strip_prefix("armed ").and_then(|p| p.parse().ok());
+        pids.push(pid.unwrap_or_else(|| panic!("not an armed line: {l:?}")));
+    }
+    pids.sort();
+    pids
+}
+
+/// The bytes of `work` in the file, and where `nm` says it is.
+fn work_in_file(exe: &Path) -> (u64, Vec<u8>) {
+    let o = std::process::Command::new("nm").arg(exe).output().expect("nm runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let addr = text
+        .lines()
+        .find_map(|l| l.strip_suffix(" T work").and_then(|a| u64::from_str_radix(a, 16).ok()))
+        .expect("work in nm's output");
+    let bytes = std::fs::read(exe).expect("read the program");
+    // A PIE's text is at the same offset in the file as in its link-time
+    // addresses (gcc's layout): checked against the maps below.
+    (addr, bytes[addr as usize..addr as usize + 16].to_vec())
+}
+
+/// `work`'s first bytes in process `pid`, and its maps.
+fn work_in_process(pid: u32, exe: &Path, addr: u64) -> (Vec<u8>, String) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let exe = exe.to_string_lossy();
+    let (start, offset) = maps
+        .lines()
+        .filter(|l| l.ends_with(exe.as_ref()))
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (lo, hi) = f[0].split_once('-')?;
+            let (lo, hi) = (u64::from_str_radix(lo, 16).ok()?, u64::from_str_radix(hi, 16).ok()?);
+            let off = u64::from_str_radix(f[2], 16).ok()?;
+            (addr >= off && addr - off < hi - lo).then_some((lo, off))
+        })
+        .expect("work's mapping");
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
+    let mut b = vec![0u8; 16];
+    std::os::unix::fs::FileExt::read_exact_at(&mem, &mut b, start + (addr - offset)).expect("read mem");
+    (b, maps)
+}
+
+/// `-p` of the master: the three workers it forked before the session
+/// are armed too, and every call of every process is counted.
+#[test]
+fn p_of_a_master_covers_the_workers_it_already_has() {
+    let exe = service();
+    let mut svc = Running::start(&exe, &["3"]);
+    let master = svc.pid();
+    let all = processes(master);
+    assert_eq!(all.len(), 4, "a master and 3 workers: {all:?}");
+    let mut t = Tracer::start(&["-e", &script(&exe), "-p", &master.to_string()], &format!("armed {master}"));
+    let mut workers = armed(&mut t, 3);
+    workers.insert(0, master);
+    workers.sort();
+    let mut expect = all.clone();
+    expect.sort();
+    assert_eq!(workers, expect, "every process of the service armed once");
+    svc.say("go");
+    assert_eq!(svc.line(), "worked 4000000\n");
+    svc.say("end");
+    let (rest, status) = svc.finish();
+    assert!(status.success() && rest.is_empty(), "{rest}");
+    // The master ended: so does the session.
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "4 processes, 4000 calls\n", "{err}");
+}
+
+/// Ended by SIGINT while the service runs on: in the master and in every
+/// worker, `work`'s bytes are the file's again and the maps are what they
+/// were before the session (nothing of it is mapped); the service then
+/// works on, right.
+#[test]
+fn the_end_leaves_nothing_in_any_process_of_the_service() {
+    let exe = service();
+    let (addr, original) = work_in_file(&exe);
+    let mut svc = Running::start(&exe, &["3", "stay"]);
+    let master = svc.pid();
+    let all = processes(master);
+    let before: Vec<String> = all.iter().map(|&p| work_in_process(p, &exe, addr).1).collect();
+    for (&p, maps) in all.iter().zip(&before) {
+        assert!(!maps.contains("memfd:telco"), "pid {p}: ours before the session?");
+    }
+    let mut t = Tracer::start(&["-e", &script(&exe), "-p", &master.to_string()], &format!("armed {master}"));
+    armed(&mut t, 3);
+    for &p in &all {
+        let (now, maps) = work_in_process(p, &exe, addr);
+        assert_ne!(now, original, "pid {p}: work is patched while the session runs");
+        assert!(maps.contains("/memfd:telco-stap"), "pid {p}: the session's region is mapped");
+    }
+    svc.say("go");
+    assert_eq!(svc.line(), "worked 4000000\n");
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "4 processes, 4000 calls\n", "{err}");
+    for (&p, was) in all.iter().zip(&before) {
+        let (now, maps) = work_in_process(p, &exe, addr);
+        assert_eq!(now, original, "pid {p}: work's bytes are the file's again");
+        assert_eq!(&maps, was, "pid {p}: the maps are not what they were before the session");
+    }
+    svc.say("go");
+    assert_eq!(svc.line(), "worked 4000000\n", "the service works on");
+    svc.say("end");
+    let (_, status) = svc.finish();
+    assert!(status.success());
+}
+
+/// `-p A -p B`: two services (a master and one worker each), all four
+/// processes counted; the session goes on until both have ended.
+#[test]
+fn p_may_be_repeated() {
+    let exe = service();
+    let mut a = Running::start(&exe, &["1"]);
+    let mut b = Running::start(&exe, &["1"]);
+    let (pa, pb) = (a.pid(), b.pid());
+    let mut t = Tracer::start(&["-e", &script(&exe), "-p", &pa.to_string(), "-p", &pb.to_string()], &format!("armed {pa}"));
+    let mut pids = armed(&mut t, 3);
+    pids.push(pa);
+    pids.sort();
+    let mut expect: Vec<u32> = processes(pa).into_iter().chain(processes(pb)).collect();
+    expect.sort();
+    assert_eq!(pids, expect);
+    a.say("go");
+    assert_eq!(a.line(), "worked 2000000\n");
+    a.say("end");
+    assert!(a.finish().1.success());
+    // A has ended; B runs, and its calls still count.
+    b.say("go");
+    assert_eq!(b.line(), "worked 2000000\n");
+    b.say("end");
+    assert!(b.finish().1.success());
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "4 processes, 4000 calls\n", "{err}");
+}
