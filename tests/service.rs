@@ -160,7 +160,8 @@ fn p_may_be_repeated() {
     let mut a = Running::start(&exe, &["1"]);
     let mut b = Running::start(&exe, &["1"]);
     let (pa, pb) = (a.pid(), b.pid());
-    let mut t = Tracer::start(&["-e", &script(&exe), "-p", &pa.to_string(), "-p", &pb.to_string()], &format!("armed {pa}"));
+    let mut t =
+        Tracer::start(&["-e", &script(&exe), "-p", &pa.to_string(), "-p", &pb.to_string()], &format!("armed {pa}"));
     let mut pids = armed(&mut t, 3);
     pids.push(pa);
     pids.sort();
@@ -179,4 +180,47 @@ fn p_may_be_repeated() {
     let (out, err, code) = t.finish();
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "4 processes, 4000 calls\n", "{err}");
+}
+
+/// A probe on a program no traced process runs (another program's path)
+/// is said at the end, naming it; the session's status is still 0.
+#[test]
+fn a_probe_point_whose_module_no_process_mapped_is_said() {
+    let exe = service();
+    let other = common::scratch("service").join("other");
+    common::gcc("probed.c", &other, &[]);
+    let script = format!(
+        r#"global n
+probe process("{}").function("work") {{ n++ }}
+probe process("{}").function("work") {{ n++ }}
+probe end {{ printf("%d\n", n) }}"#,
+        exe.display(),
+        other.display()
+    );
+    let mut svc = Running::start(&exe, &["1"]);
+    let master = svc.pid();
+    let mut t = Tracer::start(
+        &[
+            "-e",
+            &format!("probe process.begin {{ printf(\"armed %d\\n\", pid()) }} {script}"),
+            "-p",
+            &master.to_string(),
+        ],
+        &format!("armed {master}"),
+    );
+    armed(&mut t, 1);
+    svc.say("go");
+    assert_eq!(svc.line(), "worked 2000000\n");
+    svc.say("end");
+    assert!(svc.finish().1.success());
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "2000\n");
+    assert_eq!(
+        err,
+        format!(
+            "WARNING: process(\"{0}\").function(\"work\"): no traced process mapped {0}, so it never fired\n",
+            other.display()
+        )
+    );
 }

@@ -15,7 +15,7 @@ use crate::inject::{self, CodeRegion};
 use crate::os::proc::{runtime_addr, Mapping};
 use crate::os::ptrace::Stopped;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use telco_abi::artifact::{Artifact, Attach};
 
 mod kinds;
@@ -88,6 +88,9 @@ pub(crate) struct Hooker {
     /// The session samples (`timer.profile`): only then is our code
     /// registered, its rows read (work at every attach otherwise).
     pub(crate) profiling: bool,
+    /// The modules whose probes were placed in some process of the
+    /// session (the others are said at the end: `Armed::say_unmapped`).
+    pub(crate) placed_in: std::cell::RefCell<std::collections::BTreeSet<PathBuf>>,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -297,6 +300,7 @@ impl Hooker {
             own: Default::default(),
             blob_rows: Default::default(),
             profiling: a.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })),
+            placed_in: Default::default(),
         })
     }
 }

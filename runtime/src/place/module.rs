@@ -19,6 +19,7 @@ impl Hooker {
         let first = *functions.keys().next().unwrap_or(&0);
         let base = runtime_addr(maps, module, first)
             .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
+        self.placed_in.borrow_mut().insert(module.to_path_buf());
         // Per function: its entry trampoline (at most 1 KiB) and, for lean
         // return probes, a return trampoline of its own (under 1 KiB).
         let mut code = s.code_near(a, base, 8192 + 2048 * functions.len() as u64 + 8 * a.probes.len() as u64)?;

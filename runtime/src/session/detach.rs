@@ -45,7 +45,6 @@ pub(super) fn put_back(
     }
 }
 
-
 /// What the session put into one process besides the region, its mirror
 /// and the thread slots (which are at the same addresses in every process
 /// of the session): its code regions (start, size) and its
@@ -109,7 +108,11 @@ impl Armed {
             let held: Vec<Patch> = if pid == c.pid {
                 c.patches.clone()
             } else {
-                c.patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).cloned().collect()
+                c.patches
+                    .iter()
+                    .filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched))
+                    .cloned()
+                    .collect()
             };
             let mapped = Mapped { codes: c.codes.clone(), stub: c.stub.clone(), first: false };
             let what = if pid == c.pid { format!("pid {pid}") } else { format!("pid {pid} (forked from {})", c.pid) };
@@ -175,7 +178,8 @@ impl Armed {
         // A process on its way out (the session ended it) loses the
         // mappings with the rest of its memory.
         if let Err(why) =
-            self.unmap_injected(&mut s, mapped).or_else(|e| if crate::os::proc::ending(s.pid()) { Ok(()) } else { Err(e) })
+            self.unmap_injected(&mut s, mapped)
+                .or_else(|e| if crate::os::proc::ending(s.pid()) { Ok(()) } else { Err(e) })
         {
             let w = format!("the session's memory stays mapped in {what}: {why}");
             if !self.report.quiet {

@@ -337,11 +337,8 @@ impl Armed {
             }
         }
         if !not.is_empty() {
-            let w = format!(
-                "{} process(es) of the traced service run without probes:\n  {}",
-                not.len(),
-                not.join("\n  ")
-            );
+            let w =
+                format!("{} process(es) of the traced service run without probes:\n  {}", not.len(), not.join("\n  "));
             if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: {w}");
             }

@@ -121,4 +121,45 @@ impl Armed {
         s.detach()?;
         Ok(())
     }
+
+    /// At the end: the probe points whose module no process of the
+    /// session ever mapped (a library the program never loaded, another
+    /// program's path), one warning per module naming them: they never
+    /// fired, and nothing else would say why.
+    pub(super) fn say_unmapped(&mut self) {
+        let a = &self.hooker.artifact;
+        let placed = self.hooker.placed_in.borrow();
+        let mut never: BTreeMap<&Path, Vec<&str>> = BTreeMap::new();
+        for p in &a.probes {
+            let module = match &p.attach {
+                // (A lifecycle probe's hook in the C library is ours.)
+                Attach::Function { module, only_exe: None, .. } | Attach::Statement { module, .. } => module,
+                _ => continue,
+            };
+            if !placed.contains(module) {
+                let names = never.entry(module.as_path()).or_default();
+                if !names.contains(&p.name.as_str()) {
+                    names.push(&p.name);
+                }
+            }
+        }
+        let mut said = Vec::new();
+        for (module, names) in never {
+            let shown: Vec<&str> = names.iter().take(3).copied().collect();
+            let more = if names.len() > 3 { format!(" and {} more", names.len() - 3) } else { String::new() };
+            said.push(format!(
+                "{}{more}: no traced process mapped {}, so {} never fired",
+                shown.join(", "),
+                module.display(),
+                if names.len() == 1 { "it" } else { "they" }
+            ));
+        }
+        drop(placed);
+        for w in said {
+            if !self.report.quiet {
+                crate::eprintln_escaped!("WARNING: {w}");
+            }
+            self.report.warnings.push(w);
+        }
+    }
 }

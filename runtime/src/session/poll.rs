@@ -130,6 +130,7 @@ impl Hooks for Armed {
         self.take_leftover_crash();
         self.unfollow();
         self.restore();
+        self.say_unmapped();
         if let Some(it) = &mut self.itrace.stepper {
             // After the world stopped and went on: every gate has given up.
             it.count_missed();
