@@ -224,3 +224,135 @@ probe end {{ printf("%d\n", n) }}"#,
         )
     );
 }
+
+/// telco-stap `-c 'service daemon'` with pipes on its stdin and stdout
+/// (the command and its daemon inherit them).
+struct DaemonSession {
+    child: std::process::Child,
+    input: Option<std::process::ChildStdin>,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl DaemonSession {
+    fn start(exe: &Path) -> DaemonSession {
+        use std::process::{Command, Stdio};
+        let script = format!(
+            r#"global n
+probe process("{}").function("work") {{ n++ }}
+probe end {{ printf("%d calls\n", n) }}"#,
+            exe.display()
+        );
+        let cmd = format!("{} daemon", exe.display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(["-e", &script, "-c", &cmd])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start telco-stap");
+        let input = child.stdin.take();
+        let output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        DaemonSession { child, input, output }
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut l = String::new();
+        self.output.read_line(&mut l).expect("read");
+        l
+    }
+
+    fn say(&mut self, l: &str) {
+        use std::io::Write;
+        writeln!(self.input.as_mut().expect("stdin"), "{l}").expect("write");
+    }
+
+    /// The pid after `word` on the next line.
+    fn pid(&mut self, word: &str) -> u32 {
+        let l = self.line();
+        let rest = l.strip_prefix(word).unwrap_or_else(|| panic!("not `{word} PID`: {l:?}"));
+        rest.split_whitespace().next().and_then(|p| p.parse().ok()).expect("a pid")
+    }
+}
+
+impl Drop for DaemonSession {
+    fn drop(&mut self) {
+        // The daemon ends at the end of its input.
+        drop(self.input.take());
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait until process `pid` has ended (a pidfd: no polling).
+fn wait_gone(pid: u32) {
+    // SAFETY: pidfd_open and poll on a descriptor we own.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as libc::c_int;
+        if fd < 0 {
+            return; // Gone (and reaped) already.
+        }
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        assert_eq!(libc::poll(&mut p, 1, 60_000), 1, "pid {pid} did not end");
+        libc::close(fd);
+    }
+}
+
+/// `-c` of a command that starts a daemon and exits: the session goes on
+/// while the daemon runs, its calls are counted, and it ends when the
+/// daemon does, with the command's status.
+#[test]
+fn a_command_s_daemon_keeps_the_session_going() {
+    let exe = service();
+    let mut t = DaemonSession::start(&exe);
+    let command = t.pid("command ");
+    let daemon = t.pid("daemon ");
+    assert_ne!(command, daemon);
+    // The command has ended: the session runs on for its daemon.
+    wait_gone(command);
+    t.say("go");
+    assert_eq!(t.line(), "worked 1000000\n");
+    assert!(matches!(t.child.try_wait(), Ok(None)), "the session ended with the command");
+    t.say("go");
+    assert_eq!(t.line(), "worked 1000000\n");
+    // Its input ends: the daemon exits, and so does the session.
+    drop(t.input.take());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut t.output, &mut rest).expect("read");
+    assert_eq!(rest, "3000 calls\n");
+    let status = t.child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// Ended by SIGINT while the daemon runs on: the daemon keeps running,
+/// with `work`'s bytes the file's again and nothing of the session mapped.
+#[test]
+fn the_end_leaves_nothing_in_a_daemon() {
+    let exe = service();
+    let (addr, original) = work_in_file(&exe);
+    let mut t = DaemonSession::start(&exe);
+    let command = t.pid("command ");
+    let daemon = t.pid("daemon ");
+    wait_gone(command);
+    t.say("go");
+    assert_eq!(t.line(), "worked 1000000\n");
+    let (now, maps) = work_in_process(daemon, &exe, addr);
+    assert_ne!(now, original, "work is patched in the daemon");
+    assert!(maps.contains("/memfd:telco-stap"));
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
+    // (The daemon holds the output pipe open: a line, not the end.)
+    assert_eq!(t.line(), "2000 calls\n");
+    assert_eq!(t.child.wait().expect("wait").code(), Some(0));
+    let (now, maps) = work_in_process(daemon, &exe, addr);
+    assert_eq!(now, original, "work's bytes are the file's again");
+    assert!(!maps.contains("memfd:telco"), "the session's memory stays in the daemon:\n{maps}");
+    // It works on, untraced.
+    t.say("go");
+    // (Its output pipe is telco-stap's stdout, which the test still reads.)
+    assert_eq!(t.line(), "worked 1000000\n");
+    drop(t.input.take());
+    wait_gone(daemon);
+}

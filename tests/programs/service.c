@@ -1,5 +1,5 @@
 /* A service as a test sees one: a master and N workers forked before any
- * tracer came (`service N`). It prints "ready" once every worker waits;
+ * tracer came (`service N`), or a daemon (`service daemon`). It prints "ready" once every worker waits;
  * on "go" on its stdin each worker makes 1000 calls of work() and exits,
  * then the master makes its own 1000 and prints the total; on "end" it
  * exits. With "stay", the workers wait for a second "go" too. */
@@ -20,7 +20,37 @@ static long calls(void) {
     return sum;
 }
 
+/* `service daemon`: the command makes 1000 calls, says "command PID",
+ * and starts a daemon the usual way (fork, setsid, fork, the middle one
+ * exits), waits for the middle one and exits. The daemon says "daemon
+ * PID", and makes 1000 calls for each "go" on its stdin (saying "worked
+ * SUM") until anything else or the end of its input. */
+static int daemon_mode(void) {
+    long sum = calls();
+    printf("command %d %ld\n", (int)getpid(), sum);
+    fflush(stdout);
+    pid_t p = fork();
+    if (p < 0) return 2;
+    if (p > 0) {
+        waitpid(p, NULL, 0);
+        return 0;
+    }
+    setsid();
+    pid_t q = fork();
+    if (q < 0) _exit(2);
+    if (q > 0) _exit(0);
+    printf("daemon %d\n", (int)getpid());
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin) && strncmp(line, "go", 2) == 0) {
+        printf("worked %ld\n", calls());
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "daemon") == 0) return daemon_mode();
     int n = argc > 1 ? atoi(argv[1]) : 3;
     int rounds = argc > 2 && strcmp(argv[2], "stay") == 0 ? 2 : 1;
     /* One go pipe per worker: a fast worker must not take another's turn. */

@@ -280,6 +280,8 @@ pub fn arm(
             killed_by: None,
             service: None,
             named: Vec::new(),
+            daemons: Vec::new(),
+            daemons_checked: None,
         },
         region: InTarget {
             enabled: Some(enabled),

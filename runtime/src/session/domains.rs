@@ -117,15 +117,44 @@ impl Armed {
     /// `armed` (a program one of them exec'd is followed apart, and so
     /// are its forks).
     pub(super) fn forked_from(&self, armed: i32) -> Vec<i32> {
-        self.descendants_of(armed)
+        // Its descendants, and the orphans the tracer adopted (daemons:
+        // `os::process::become_subreaper`).
+        let me = std::process::id() as i32;
+        let mut candidates = self.descendants_of(armed);
+        candidates.extend(self.descendants_of(me).into_iter().filter(|p| !candidates.contains(p)).collect::<Vec<_>>());
+        candidates
             .into_iter()
             .filter(|&c| {
-                self.armed_ancestor(c) == Some(armed)
+                c != armed
                     && crate::os::proc::maps_file(c, "/memfd:telco-stap", self.region.ino)
                     && !crate::os::process::same_vm(c, armed)
+                    && self.owner_of(c) == Some(armed)
             })
             .take(256)
             .collect()
+    }
+
+    /// The armed process (the first, or a `Child`) whose image process
+    /// `pid` runs: its nearest armed ancestor; for an orphan the tracer
+    /// adopted (its line broken by a parent that exited), the armed
+    /// process whose patches it holds.
+    pub(super) fn owner_of(&self, pid: i32) -> Option<i32> {
+        if let Some(a) = self.armed_ancestor(pid) {
+            return Some(a);
+        }
+        let mem = crate::os::proc::mem(pid, false).ok()?;
+        let holds = |patches: &[Patch]| {
+            patches.first().is_some_and(|p| {
+                let mut b = vec![0u8; p.patched.len()];
+                std::os::unix::fs::FileExt::read_exact_at(&mem, &mut b, p.at).is_ok() && b == p.patched
+            })
+        };
+        let children = self.follow.as_ref().map(|f| f.children.as_slice()).unwrap_or_default();
+        let first_exec_d = children.iter().any(|c| c.pid == self.target.pid);
+        if !first_exec_d && holds(&self.undo.patches) {
+            return Some(self.target.pid);
+        }
+        children.iter().find(|c| holds(&c.patches)).map(|c| c.pid)
     }
 
     /// The nearest process of `pid`'s line (itself included) that the
@@ -140,7 +169,7 @@ impl Armed {
                 return Some(p);
             }
             let (_, ppid) = crate::os::proc::uid_and_parent(p as u32)?;
-            if ppid <= 1 {
+            if ppid <= 1 || ppid as i32 == std::process::id() as i32 {
                 return None;
             }
             p = ppid as i32;

@@ -208,6 +208,11 @@ struct FirstProcess {
     /// The other processes named with `-p`: the session goes on while
     /// any of them (or the first) runs.
     named: Vec<i32>,
+    /// `-c`: the session's processes that outlived the command (its
+    /// daemons: the tracer reaps its descendants' orphans), and when they
+    /// were last looked for; the session goes on while one runs.
+    daemons: Vec<i32>,
+    daemons_checked: Option<std::time::Instant>,
 }
 
 /// The region as the target's processes map it.

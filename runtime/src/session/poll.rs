@@ -148,14 +148,15 @@ impl Armed {
 
     pub(super) fn alive(&mut self) -> bool {
         if self.target.exit_status.is_some() {
-            return false;
+            return self.target.child && self.daemons_alive();
         }
         if self.target.child {
             let r = crate::os::wait::wait(self.target.pid, false);
             if let Ok(Some((_, status))) = r {
                 if status.ended() {
                     self.ended(status);
-                    return false;
+                    // Its daemons keep the session going.
+                    return self.daemons_alive();
                 }
                 // A stop of the command while we follow it into an exec
                 // (we trace it again then): the follower's.
@@ -171,5 +172,55 @@ impl Armed {
             return r.is_ok();
         }
         crate::os::proc::running(self.target.pid) || self.target.named.iter().any(|&p| crate::os::proc::running(p))
+    }
+
+    /// `-c`, after the command ended: whether a process of the session
+    /// still runs (a daemon it started: its orphans are the tracer's,
+    /// `os::process::become_subreaper`). Those that ended are reaped;
+    /// new ones are looked for every 100 ms.
+    pub(super) fn daemons_alive(&mut self) -> bool {
+        let me = std::process::id() as i32;
+        self.target.daemons.retain(|&p| {
+            if crate::os::proc::running(p) {
+                return true;
+            }
+            // Ours to reap once adopted (a zombie otherwise).
+            if crate::os::proc::uid_and_parent(p as u32).is_some_and(|(_, ppid)| ppid as i32 == me) {
+                let _ = crate::os::wait::wait(p, false);
+            }
+            false
+        });
+        let now = std::time::Instant::now();
+        let due = self.target.daemons_checked.is_none_or(|t| now - t >= std::time::Duration::from_millis(100));
+        if due || self.target.daemons.is_empty() {
+            self.target.daemons_checked = Some(now);
+            for p in self.session_processes() {
+                if p != self.target.pid && !self.target.daemons.contains(&p) {
+                    self.target.daemons.push(p);
+                }
+            }
+        }
+        !self.target.daemons.is_empty()
+    }
+
+    /// The processes of the session that run now (not zombies): the
+    /// descendants of the first process and of the tracer (orphans it
+    /// adopted) that map the session's region, the tracer's own
+    /// processes (its probes' sandbox) aside.
+    pub(super) fn session_processes(&self) -> Vec<i32> {
+        let me = std::process::id() as i32;
+        let own_exe = crate::os::proc::exe_path(me);
+        let mut out = Vec::new();
+        for p in self.descendants_of(self.target.pid).into_iter().chain(self.descendants_of(me)) {
+            if out.contains(&p)
+                || !crate::os::proc::maps_file(p, "/memfd:telco-stap", self.region.ino)
+                || !crate::os::proc::running(p)
+                || crate::os::proc::exe_path(p) == own_exe
+            {
+                continue;
+            }
+            out.push(p);
+        }
+        out
     }
 }

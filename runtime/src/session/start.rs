@@ -98,7 +98,13 @@ impl<'a> Session<'a> {
                 Some(&first) => (Stopped::attach(first)?, false),
                 None => return Ok(session),
             },
-            Target::Command(argv) => (spawn(argv)?, true),
+            Target::Command(argv) => {
+                // Its daemons stay in the tracer's process tree.
+                if let Err(e) = crate::os::process::become_subreaper() {
+                    crate::eprintln_escaped!("WARNING: daemons the command starts will not be followed: {e}");
+                }
+                (spawn(argv)?, true)
+            }
         };
         session.pid = stopped.pid() as u32;
         let symbols: std::rc::Rc<dyn SymbolSource> = opts.symbols.into();
