@@ -54,20 +54,7 @@ impl Hooker {
             return Ok(Err("the instruction before it is not the call pass 2 found".into()));
         };
         let direct: Vec<(u32, u64)> = t.handlers.iter().map(|&(h, i)| (i, h)).collect();
-        let ret_pop = code.at(self.ret_pop);
-        let a = &self.artifact;
-        let ret_tramp = place(self, s, code, |at| {
-            trampoline::return_trampoline(
-                at,
-                self.region,
-                a.ctx_size,
-                ret_pop,
-                &trampoline::Returns::Direct(direct),
-                None,
-                &self.shadow(),
-                None,
-            )
-        })?;
+        let ret_tramp = self.direct_return(s, code, direct, None, None)?;
         let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
         let entry = trampoline::Entry {
             returns: t.handlers.iter().map(|&(_, i)| (i, None)).collect(),

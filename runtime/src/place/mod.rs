@@ -173,6 +173,36 @@ impl Placed {
     }
 }
 
+impl Hooker {
+    /// A return trampoline of its own for one site, calling its return
+    /// probes' handlers directly (`direct`: probe index, handler address);
+    /// `lean`: what they change (None: every register saved); `span`: the
+    /// call timed inline.
+    pub(crate) fn direct_return(
+        &self,
+        s: &mut dyn Memory,
+        code: &mut CodeRegion,
+        direct: Vec<(u32, u64)>,
+        lean: Option<clobber::RegMask>,
+        span: Option<&trampoline::SpanInline>,
+    ) -> Result<u64, TargetError> {
+        let ret_pop = code.at(self.ret_pop);
+        let ctx_size = self.artifact.ctx_size;
+        place(self, s, code, |at| {
+            trampoline::return_trampoline(
+                at,
+                self.region,
+                ctx_size,
+                ret_pop,
+                &trampoline::Returns::Direct(direct),
+                lean,
+                &self.shadow(),
+                span,
+            )
+        })
+    }
+}
+
 /// A function's own return trampoline: assembled where the code region's
 /// next allocation starts, given exactly its length, written.
 pub(crate) fn place(

@@ -227,19 +227,7 @@ impl Hooker {
                     .try_fold(0, |m, f| clobbers.of(f).map(|c| m | c));
                 if let Some(m) = m {
                     let direct: Vec<(u32, u64)> = rets.iter().map(|&(i, h)| (i, code.at(h))).collect();
-                    let ret_pop = code.at(self.ret_pop);
-                    own_ret = Some(place(self, s, &mut code, |at| {
-                        trampoline::return_trampoline(
-                            at,
-                            self.region,
-                            a.ctx_size,
-                            ret_pop,
-                            &trampoline::Returns::Direct(direct),
-                            Some(m),
-                            &self.shadow(),
-                            span_inline.as_ref(),
-                        )
-                    })?);
+                    own_ret = Some(self.direct_return(s, &mut code, direct, Some(m), span_inline.as_ref())?);
                 }
             }
             // The entry side inline only with the return side (a lean
