@@ -356,3 +356,117 @@ fn the_end_leaves_nothing_in_a_daemon() {
     drop(t.input.take());
     wait_gone(daemon);
 }
+
+/// Debian's PostgreSQL 15: `-p` of the postmaster arms its backends and
+/// background processes already running; each backend's queries are
+/// counted exactly (`pg_parse_query`, once a simple query), and after
+/// SIGINT the backends hold nothing of the session and serve on.
+#[test]
+fn p_of_a_postmaster_counts_every_backend_s_queries() {
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    const BIN: &str = "/usr/lib/postgresql/15/bin";
+    assert!(Path::new(BIN).join("postgres").exists(), "Debian's postgresql-15 is needed (.ci/run installs it)");
+    let dir = common::scratch("postgres");
+    let chown = |p: &Path| {
+        let ok = Command::new("chown").args(["-R", "postgres"]).arg(p).status().expect("chown").success();
+        assert!(ok, "chown {}", p.display());
+    };
+    chown(&dir);
+    let data = dir.join("data");
+    let init = Command::new("runuser")
+        .args(["-u", "postgres", "--", &format!("{BIN}/initdb"), "-A", "trust", "--no-sync", "-U", "postgres", "-D"])
+        .arg(&data)
+        .output()
+        .expect("initdb");
+    assert!(init.status.success(), "initdb: {}", String::from_utf8_lossy(&init.stderr));
+    // A Unix socket in the scratch directory, no TCP port; no autovacuum
+    // workers coming and going.
+    let mut pg = Command::new("runuser")
+        .args(["-u", "postgres", "--", &format!("{BIN}/postgres"), "-D"])
+        .arg(&data)
+        .arg("-k")
+        .arg(&dir)
+        .args(["-c", "listen_addresses=", "-c", "fsync=off", "-c", "autovacuum=off"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start postgres");
+    let mut log = std::io::BufReader::new(pg.stderr.take().expect("stderr"));
+    loop {
+        let mut l = String::new();
+        assert!(log.read_line(&mut l).expect("postgres's log") > 0, "postgres ended before it was ready");
+        if l.contains("ready to accept connections") {
+            break;
+        }
+    }
+    let pid_file = std::fs::read_to_string(data.join("postmaster.pid")).expect("postmaster.pid");
+    let postmaster: u32 = pid_file.lines().next().and_then(|l| l.trim().parse().ok()).expect("the postmaster's pid");
+    struct Psql {
+        child: std::process::Child,
+        backend: u32,
+    }
+    let query = |p: &mut Psql, q: &str| -> String {
+        writeln!(p.child.stdin.as_mut().expect("stdin"), "{q}").expect("write to psql");
+        let mut l = String::new();
+        std::io::BufReader::new(p.child.stdout.as_mut().expect("stdout")).read_line(&mut l).expect("psql's answer");
+        l
+    };
+    let mut sessions: Vec<Psql> = (0..3)
+        .map(|_| {
+            let child = Command::new("psql")
+                .arg("-h")
+                .arg(&dir)
+                .args(["-U", "postgres", "-d", "postgres", "-A", "-t", "-q"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("psql");
+            let mut p = Psql { child, backend: 0 };
+            p.backend = query(&mut p, "select pg_backend_pid();").trim().parse().expect("a backend pid");
+            p
+        })
+        .collect();
+    let children = processes(postmaster).len() - 1;
+    let script = format!(
+        r#"global n
+probe process.begin {{ printf("armed %d\n", pid()) }}
+probe process("{BIN}/postgres").function("pg_parse_query") {{ n[pid()]++ }}
+probe end {{ foreach (p+ in n) printf("%d %d\n", p, n[p]) }}"#
+    );
+    let mut t = Tracer::start(&["-e", &script, "-p", &postmaster.to_string()], &format!("armed {postmaster}"));
+    let armed_pids = armed(&mut t, children);
+    for s in &sessions {
+        assert!(armed_pids.contains(&s.backend), "backend {} armed: {armed_pids:?}", s.backend);
+    }
+    for (k, s) in sessions.iter_mut().enumerate() {
+        for _ in 0..3 + 2 * k {
+            assert_eq!(query(s, "select 1;"), "1\n");
+        }
+    }
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let expect: String = sessions
+        .iter()
+        .enumerate()
+        .map(|(k, s)| (s.backend, 3 + 2 * k))
+        .collect::<std::collections::BTreeMap<u32, usize>>()
+        .iter()
+        .map(|(b, n)| format!("{b} {n}\n"))
+        .collect();
+    assert_eq!(out, expect, "{err}");
+    for s in sessions.iter_mut() {
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", s.backend)).expect("maps");
+        assert!(!maps.contains("memfd:telco"), "backend {}: the session's memory is left", s.backend);
+        assert_eq!(query(s, "select 2;"), "2\n", "the backend serves on");
+        drop(s.child.stdin.take());
+        assert!(s.child.wait().expect("psql").success());
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{postmaster}/maps")).expect("maps");
+    assert!(!maps.contains("memfd:telco"), "the postmaster's maps");
+    // A fast shutdown.
+    // SAFETY: a signal to a process this test started.
+    assert_eq!(unsafe { libc::kill(postmaster as i32, libc::SIGINT) }, 0);
+    assert!(pg.wait().expect("postgres").success());
+}

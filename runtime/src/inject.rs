@@ -63,6 +63,11 @@ impl CodeRegion {
 pub struct Injected {
     pub region: Region,
     pub region_remote: u64,
+    /// The region's and the mirror's descriptors in the target, kept open
+    /// (`region(.., keep)`): processes of its user open them through
+    /// `/proc/PID/fd/N` ([`map_region_at`]), which the tracer's own
+    /// descriptors are not to them (another user's `/proc` entries).
+    pub target_fds: Option<(i32, i32)>,
 }
 
 /// `MAP_FIXED_NOREPLACE` (Linux 4.17): at this address or fail, never over
@@ -155,7 +160,7 @@ fn slack_in(s: &Stopped, maps: &[crate::os::proc::Mapping], phdr: u64, phnum: us
 /// them here too: the mirror `MIRROR_GAP` below the region, in the target
 /// read-only, and sealed against writing before the target maps it
 /// (`telco_abi::region::MIRROR_GAP`, `SharedMemory::mirrored`).
-pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected, InjectError> {
+pub fn region(s: &mut Stopped, a: &Artifact, execname: &str, keep: bool) -> Result<Injected, InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
     let size = a.region_size;
@@ -180,7 +185,8 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
             )?;
             if r as u64 == below {
                 let region = Region::init(mem, trusted, a, pid as u64, execname)?;
-                return Ok(Injected { region, region_remote: remote });
+                let target_fds = keep.then_some((fd as i32, mfd as i32));
+                return Ok(Injected { region, region_remote: remote, target_fds });
             }
             // Taken (or an old kernel's other place): try elsewhere.
             let failed = (-4095..0).contains(&r);
@@ -198,8 +204,11 @@ pub fn region(s: &mut Stopped, a: &Artifact, execname: &str) -> Result<Injected,
             err: std::io::Error::from_raw_os_error(libc::EEXIST),
         })
     })();
-    // The target needs no descriptor: the mappings keep the memory.
-    close_in(s, &[fd, mfd]);
+    // The target needs no descriptor (the mappings keep the memory), but
+    // for the other processes of its user (`keep`; closed by the caller).
+    if !(keep && result.is_ok()) {
+        close_in(s, &[fd, mfd]);
+    }
     result
 }
 
@@ -407,17 +416,33 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
     Ok(at)
 }
 
-/// Map the region (the tracer's memfd `fd`, through `/proc/TRACER/fd/N`)
-/// into a process that exec'd, at `at`: the address the trampolines and
-/// handlers of the process it came from use.
-pub fn map_region_at(s: &mut Stopped, fd: i32, mirror_fd: i32, at: u64, size: u64) -> Result<(), InjectError> {
+/// Map the region (the memfd `fd` of process `holder`, through
+/// `/proc/HOLDER/fd/N`: the tracer's, or the first process's for the
+/// processes of its user) into a process that exec'd or is armed after
+/// the first, at `at`: the address the trampolines and handlers of the
+/// process it came from use.
+pub fn map_region_at(
+    s: &mut Stopped,
+    holder: i32,
+    fd: i32,
+    mirror_fd: i32,
+    at: u64,
+    size: u64,
+) -> Result<(), InjectError> {
     let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-    map_tracer_fd_at(s, "region", fd, libc::O_RDWR, rw, at, size)?;
+    map_tracer_fd_at(s, "region", holder, fd, libc::O_RDWR, rw, at, size)?;
     // The trusted mirror, read-only (its memfd is sealed against writing).
     let below = at.wrapping_sub(telco_abi::region::MIRROR_GAP);
-    if let Err(e) =
-        map_tracer_fd_at(s, "the region's mirror", mirror_fd, libc::O_RDONLY, libc::PROT_READ as u64, below, size)
-    {
+    if let Err(e) = map_tracer_fd_at(
+        s,
+        "the region's mirror",
+        holder,
+        mirror_fd,
+        libc::O_RDONLY,
+        libc::PROT_READ as u64,
+        below,
+        size,
+    ) {
         let tid = s.main_thread();
         let _ = s.syscall(tid, libc::SYS_munmap, [at, size, 0, 0, 0, 0]);
         return Err(e);
@@ -427,9 +452,11 @@ pub fn map_region_at(s: &mut Stopped, fd: i32, mirror_fd: i32, at: u64, size: u6
 
 /// Map the tracer's descriptor `fd` (`/proc/TRACER/fd/N`, opened with
 /// `flags`) into the stopped process at exactly `at`, `prot`, shared.
+#[allow(clippy::too_many_arguments)]
 fn map_tracer_fd_at(
     s: &mut Stopped,
     what: &'static str,
+    holder: i32,
     fd: i32,
     flags: i32,
     prot: u64,
@@ -440,7 +467,7 @@ fn map_tracer_fd_at(
     let tid = s.main_thread();
     let sp = crate::arch::native::sp(&s.regs(tid)?);
     let path_at = sp.wrapping_sub(1024) & !15;
-    let path = format!("{}\0", crate::os::proc::fd_path(std::process::id() as i32, i64::from(fd)));
+    let path = format!("{}\0", crate::os::proc::fd_path(holder, i64::from(fd)));
     s.write(path_at, path.as_bytes())?;
     let rfd =
         check(what, pid, s.syscall(tid, libc::SYS_openat, [libc::AT_FDCWD as u64, path_at, flags as u64, 0, 0, 0])?)?;

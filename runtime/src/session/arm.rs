@@ -76,7 +76,10 @@ pub fn arm(
     // every thread able to go on (`os::ptrace`, `arch::native::stub`).
     let stub = s.install_stub(inject::slack(&s))?;
     let execname = crate::os::proc::comm(pid).trim().to_string();
-    let injected = inject::region(&mut s, a, &execname)?;
+    // Its descriptors stay open until the begin probes ran: the other
+    // processes of its user (`-p`: its workers) open the region through
+    // them (`Armed::cover`).
+    let injected = inject::region(&mut s, a, &execname, true)?;
     let threads_at = inject::threads(&mut s, a)?;
     let tid_off = tcb_tid_offset(&s).unwrap_or(0);
     {
@@ -282,6 +285,7 @@ pub fn arm(
             named: Vec::new(),
             daemons: Vec::new(),
             daemons_checked: None,
+            fds: injected.target_fds,
         },
         region: InTarget {
             enabled: Some(enabled),

@@ -218,7 +218,11 @@ impl Armed {
             }),
         };
         match s {
-            Ok(s) => {
+            Ok(mut s) => {
+                // (A session that ended before its begin probes finished.)
+                if let Some(fds) = self.target.fds.take() {
+                    close_in(&mut s, fds);
+                }
                 let crash = self.undo.crash.take();
                 let semaphores = std::mem::take(&mut self.undo.semaphores);
                 let patches = self.undo.patches.clone();

@@ -412,7 +412,14 @@ impl Armed {
         // and the handlers know. Also in a program without probes of its
         // own: its exec hook follows the programs it runs in turn (`env
         // prog`, a shell's children).
-        inject::map_region_at(s, f.region_fd, f.mirror_fd, f.region_remote, f.region_size)?;
+        // Through the first process's descriptors while it holds them (at
+        // the start: the processes of its user may not open the tracer's),
+        // else the tracer's.
+        let (holder, fd, mfd) = match self.target.fds {
+            Some((fd, mfd)) if !exec => (self.target.pid, fd, mfd),
+            _ => (std::process::id() as i32, f.region_fd, f.mirror_fd),
+        };
+        inject::map_region_at(s, holder, fd, mfd, f.region_remote, f.region_size)?;
         inject::threads_at(s, a, f.threads_at)?;
         let mut refused = Vec::new();
         let mut plans = Vec::new();

@@ -213,6 +213,17 @@ struct FirstProcess {
     /// were last looked for; the session goes on while one runs.
     daemons: Vec<i32>,
     daemons_checked: Option<std::time::Instant>,
+    /// The region's and the mirror's descriptors in it, open until the
+    /// begin probes ran (`inject::Injected::target_fds`).
+    fds: Option<(i32, i32)>,
+}
+
+/// Close descriptors `fds` in a stopped process.
+fn close_in(s: &mut Stopped, fds: (i32, i32)) {
+    let tid = s.main_thread();
+    for fd in [fds.0, fds.1] {
+        let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+    }
 }
 
 /// The region as the target's processes map it.

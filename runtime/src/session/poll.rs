@@ -25,10 +25,15 @@ impl Hooks for Armed {
                     self.report.warnings.push(w);
                 }
             }
+            // `-p`: the other processes, while this one holds the
+            // region's descriptors for them; then it holds none.
+            if let Some(others) = self.target.service.take() {
+                self.cover(&others);
+            }
+            if let Some(fds) = self.target.fds.take() {
+                close_in(&mut s, fds);
+            }
             s.detach().map_err(|e| e.to_string())?;
-        }
-        if let Some(others) = self.target.service.take() {
-            self.cover(&others);
         }
         Ok(())
     }
