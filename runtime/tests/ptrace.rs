@@ -164,7 +164,7 @@ probe timer.s(1) { n += 5; s = sprintf("pid %d", pid()); printf("in the target: 
     let pid = child.id() as i32;
 
     let mut s = Stopped::attach(pid).expect("attach");
-    let injected = inject::region(&mut s, &a, "spin").expect("region");
+    let injected = inject::region(&mut s, &a, "spin", false).expect("region");
     let code = inject::code(&mut s, &a, flag, 64 << 10).expect("code");
     assert!(code.remote.abs_diff(flag) < 1 << 31, "code within reach of the module");
     // A context in scratch memory of the target, then the handler, twice.
