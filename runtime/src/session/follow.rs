@@ -371,7 +371,7 @@ impl Armed {
         *self.hooker.entry_hooks.borrow_mut() = first_hooks;
         let (patches, crash, semaphores, codes, said) = armed?;
         s.detach()?;
-        self.report_arming(pid, said);
+        self.say(said);
         if let Some(f) = &mut self.follow {
             f.children.push(Child { pid, patches, crash, semaphores, codes, stub });
         }
@@ -473,9 +473,9 @@ impl Armed {
         Ok((patches, crash, semaphores, codes, said))
     }
 
-    /// What arming process `pid` found to say.
-    fn report_arming(&mut self, pid: i32, said: Vec<String>) {
-        let _ = pid;
+    /// Warnings found while the session runs: printed (unless `-w`) and
+    /// kept.
+    fn say(&mut self, said: Vec<String>) {
         for w in said {
             if !self.report.quiet {
                 crate::eprintln_escaped!("WARNING: {w}");
