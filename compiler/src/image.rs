@@ -295,6 +295,35 @@ pub fn functions_named(bytes: &[u8], names: &[&str]) -> Vec<(u64, u64, usize)> {
     out
 }
 
+/// The function symbol of the ELF image `bytes` that holds its byte at
+/// `file_offset`, as `name+0xOFF` (the symbol table and the dynamic
+/// symbols; where symbols overlap, the one starting closest below): what
+/// the tracer names a crash's place with.
+pub fn function_at(bytes: &[u8], file_offset: u64) -> Option<String> {
+    use goblin::elf::program_header::PT_LOAD;
+    let elf = Elf::parse(bytes).ok()?;
+    let ph = elf.program_headers.iter().find(|p| {
+        p.p_type == PT_LOAD && file_offset >= p.p_offset && file_offset < p.p_offset.saturating_add(p.p_filesz)
+    })?;
+    let vaddr = (file_offset - ph.p_offset).wrapping_add(ph.p_vaddr);
+    let mut best: Option<(u64, &str)> = None;
+    for (syms, strs) in [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)] {
+        for s in syms.iter() {
+            if !s.is_function() || s.st_value == 0 || s.st_value > vaddr {
+                continue;
+            }
+            if vaddr >= s.st_value.saturating_add(s.st_size.max(1)) {
+                continue;
+            }
+            let Some(name) = strs.get_at(s.st_name) else { continue };
+            if best.is_none_or(|(v, _)| s.st_value > v) {
+                best = Some((s.st_value, name));
+            }
+        }
+    }
+    best.map(|(v, name)| format!("{name}+{:#x}", vaddr - v))
+}
+
 #[cfg(test)]
 mod named_tests {
     /// This test binary's own `main`: found once, at a file offset inside
