@@ -95,7 +95,7 @@ pub fn check_target(cli: &Cli) -> Result<()> {
         }
     }
     if let Some(cmd) = &cli.command {
-        let shell_syntax = cmd.chars().any(|c| "|&;<>()$`\\\"'*?[]#~=%".contains(c));
+        let shell_syntax = telco_runtime::session::Target::has_shell_syntax(cmd);
         let prog = cmd.split_whitespace().next().unwrap_or("");
         if !shell_syntax && !program_exists(prog) {
             bail!("-c {cmd:?}: program `{prog}` not found");
@@ -148,18 +148,10 @@ impl telco_runtime::symtab::SymbolSource for ElfSymbols {
 
     fn function_at(
         &self,
-        path: &std::path::Path,
+        _path: &std::path::Path,
         file: &telco_runtime::os::modfile::Image,
         file_offset: u64,
     ) -> Option<String> {
-        let image = telco_compiler::elf::Image::given(file.clone());
-        let m = telco_compiler::elf::Module::from_image(path, image).ok()?;
-        // The function starting closest below the byte that holds it.
-        let f = m
-            .functions
-            .iter()
-            .filter(|f| f.file_offset <= file_offset && file_offset - f.file_offset < f.size.max(1))
-            .max_by_key(|f| f.file_offset)?;
-        Some(format!("{}+{:#x}", f.names.first()?, file_offset - f.file_offset))
+        telco_compiler::image::function_at(&file[..], file_offset)
     }
 }

@@ -231,7 +231,7 @@ fn memfd_pair(
 }
 
 /// Close the target's descriptors `fds`.
-fn close_in(s: &mut Stopped, fds: &[i64]) {
+pub(crate) fn close_in(s: &mut Stopped, fds: &[i64]) {
     let tid = s.main_thread();
     for &fd in fds {
         let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);

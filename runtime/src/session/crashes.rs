@@ -26,10 +26,7 @@ impl Armed {
         if !(c.pid == self.target.pid && self.target.child) {
             let exe = crate::os::proc::exe_path(c.pid);
             let line = format!("process {} ({}) is being killed by {}", c.pid, exe.display(), c.describe());
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: {line}");
-            }
-            self.report.warnings.push(line);
+            self.warn(line);
         }
         self.report.crashes.push(c);
     }

@@ -182,10 +182,7 @@ impl Armed {
                 .or_else(|e| if crate::os::proc::ending(s.pid()) { Ok(()) } else { Err(e) })
         {
             let w = format!("the session's memory stays mapped in {what}: {why}");
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: {w}");
-            }
-            self.report.warnings.push(w);
+            self.warn(w);
         }
         if let Err(e) = s.detach() {
             crate::eprintln_escaped!("warning: {e}");
@@ -221,7 +218,7 @@ impl Armed {
             Ok(mut s) => {
                 // (A session that ended before its begin probes finished.)
                 if let Some(fds) = self.target.fds.take() {
-                    close_in(&mut s, fds);
+                    inject::close_in(&mut s, &[i64::from(fds.0), i64::from(fds.1)]);
                 }
                 let crash = self.undo.crash.take();
                 let semaphores = std::mem::take(&mut self.undo.semaphores);

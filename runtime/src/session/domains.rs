@@ -72,10 +72,7 @@ impl Armed {
                 Err(e) => format!("{what} changed its credentials ({why}) and could not be cut off: {e}"),
             };
             self.domain.cut_off.push((pid, fork));
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: {note}");
-            }
-            self.report.warnings.push(note);
+            self.warn(note);
         }
     }
 

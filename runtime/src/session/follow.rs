@@ -339,10 +339,7 @@ impl Armed {
         if !not.is_empty() {
             let w =
                 format!("{} process(es) of the traced service run without probes:\n  {}", not.len(), not.join("\n  "));
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: {w}");
-            }
-            self.report.warnings.push(w);
+            self.warn(w);
         }
     }
 
@@ -367,27 +364,30 @@ impl Armed {
             }
             saved
         };
-        let armed = self.arm_image_with(&mut s, pid, &maps, exec);
+        let armed = self.arm_image_with(&mut s, pid, &maps, exec, stub);
         *self.hooker.entry_hooks.borrow_mut() = first_hooks;
-        let (patches, crash, semaphores, codes, said) = armed?;
+        let (child, said) = armed?;
         s.detach()?;
-        self.say(said);
-        if let Some(f) = &mut self.follow {
-            f.children.push(Child { pid, patches, crash, semaphores, codes, stub });
+        for w in said {
+            self.warn(w);
+        }
+        if let (Some(f), Some(child)) = (&mut self.follow, child) {
+            f.children.push(child);
         }
         Ok(())
     }
 
     /// [`Armed::arm_image`] with the entry hooks set: the probes placed,
-    /// the lifecycle probes run; what to undo, and what to say.
-    #[allow(clippy::type_complexity)]
+    /// the lifecycle probes run; what to undo (None: execs are not
+    /// followed, nothing was armed), and what to say.
     fn arm_image_with(
         &mut self,
         s: &mut Stopped,
         pid: i32,
         maps: &[Mapping],
         exec: bool,
-    ) -> Result<(Vec<Patch>, Option<crate::crash::Hook>, Vec<u64>, Vec<(u64, u64)>, Vec<String>), TargetError> {
+        stub: Option<crate::os::ptrace::StubPlace>,
+    ) -> Result<(Option<Child>, Vec<String>), TargetError> {
         let a = &self.hooker.artifact;
         let maps = maps.to_vec();
         let exe = crate::os::proc::exe_path(pid);
@@ -407,7 +407,7 @@ impl Armed {
                 by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
             }
         }
-        let Some(f) = &self.follow else { return Ok(Default::default()) };
+        let Some(f) = &self.follow else { return Ok((None, Vec::new())) };
         // The region and the thread slots at the addresses the trampolines
         // and the handlers know. Also in a program without probes of its
         // own: its exec hook follows the programs it runs in turn (`env
@@ -470,18 +470,7 @@ impl Armed {
         }
         self.target.exes.insert(pid, exe);
         let codes = codes.iter().map(|c| (c.remote, c.size)).collect();
-        Ok((patches, crash, semaphores, codes, said))
-    }
-
-    /// Warnings found while the session runs: printed (unless `-w`) and
-    /// kept.
-    fn say(&mut self, said: Vec<String>) {
-        for w in said {
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: {w}");
-            }
-            self.report.warnings.push(w);
-        }
+        Ok((Some(Child { pid, patches, crash, semaphores, codes, stub }), said))
     }
 
     /// The end of a session: threads still waiting to exec are let go; the

@@ -49,12 +49,12 @@ impl Armed {
         // SAFETY: the header pointer is the live region's base, mapped for
         // the artifact's region_size.
         unsafe { self.libs.syms.publish(self.region.mirror, &self.hooker.artifact, &maps) };
-        for p in &self.libs.syms.no_room[self.libs.syms_said..] {
-            let w = format!("no room in the symbol table for {}: backtraces will not name it", p.display());
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: {w}");
-            }
-            self.report.warnings.push(w);
+        let said: Vec<String> = self.libs.syms.no_room[self.libs.syms_said..]
+            .iter()
+            .map(|p| format!("no room in the symbol table for {}: backtraces will not name it", p.display()))
+            .collect();
+        for w in said {
+            self.warn(w);
         }
         self.libs.syms_said = self.libs.syms.no_room.len();
     }
@@ -112,10 +112,7 @@ impl Armed {
             publish_symbols(self.region.mirror, s.pid(), &self.hooker.artifact, &maps, &self.hooker.relocs.borrow())
         };
         for r in refused {
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: cannot probe {r}");
-            }
-            self.report.warnings.push(format!("cannot probe {r}"));
+            self.warn(format!("cannot probe {r}"));
         }
         self.set_dl_wait();
         s.detach()?;
@@ -156,10 +153,7 @@ impl Armed {
         }
         drop(placed);
         for w in said {
-            if !self.report.quiet {
-                crate::eprintln_escaped!("WARNING: {w}");
-            }
-            self.report.warnings.push(w);
+            self.warn(w);
         }
     }
 }

@@ -187,6 +187,17 @@ pub struct Armed {
     report: Report,
 }
 
+impl Armed {
+    /// A warning found while the session runs: printed at once (unless
+    /// `-w`) and kept for the end.
+    fn warn(&mut self, w: String) {
+        if !self.report.quiet {
+            crate::eprintln_escaped!("WARNING: {w}");
+        }
+        self.report.warnings.push(w);
+    }
+}
+
 /// The first process of the session.
 struct FirstProcess {
     pid: i32,
@@ -216,14 +227,6 @@ struct FirstProcess {
     /// The region's and the mirror's descriptors in it, open until the
     /// begin probes ran (`inject::Injected::target_fds`).
     fds: Option<(i32, i32)>,
-}
-
-/// Close descriptors `fds` in a stopped process.
-fn close_in(s: &mut Stopped, fds: (i32, i32)) {
-    let tid = s.main_thread();
-    for fd in [fds.0, fds.1] {
-        let _ = s.syscall(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-    }
 }
 
 /// The region as the target's processes map it.

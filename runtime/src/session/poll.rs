@@ -19,10 +19,7 @@ impl Hooks for Armed {
                     said.extend(lifecycle(&mut s, a, code, self.region.remote, t, LifeEvent::ThreadBegin, &exe));
                 }
                 for w in said {
-                    if !self.report.quiet {
-                        crate::eprintln_escaped!("WARNING: {w}");
-                    }
-                    self.report.warnings.push(w);
+                    self.warn(w);
                 }
             }
             // `-p`: the other processes, while this one holds the
@@ -31,7 +28,7 @@ impl Hooks for Armed {
                 self.cover(&others);
             }
             if let Some(fds) = self.target.fds.take() {
-                close_in(&mut s, fds);
+                inject::close_in(&mut s, &[i64::from(fds.0), i64::from(fds.1)]);
             }
             s.detach().map_err(|e| e.to_string())?;
         }
@@ -105,10 +102,7 @@ impl Hooks for Armed {
         }
         if probes_wait {
             if let Err(e) = self.place_pending() {
-                self.report.warnings.push(format!("cannot probe a library loaded later: {e}"));
-                if !self.report.quiet {
-                    crate::eprintln_escaped!("WARNING: cannot probe a library loaded later: {e}");
-                }
+                self.warn(format!("cannot probe a library loaded later: {e}"));
             }
         }
         self.publish_late_symbols();

@@ -20,10 +20,16 @@ pub enum Target {
 }
 
 impl Target {
+    /// Whether `-c CMD` needs a shell: it has a character the shell gives a
+    /// meaning (a pipe, a redirection, a quote, a variable, a glob).
+    pub fn has_shell_syntax(cmd: &str) -> bool {
+        cmd.chars().any(|c| "|&;<>()$`\\\"'*?[]#~=%".contains(c))
+    }
+
     /// `-c CMD`'s argument vector: words, or `/bin/sh -c 'exec CMD'` when
     /// it has shell syntax.
     pub fn command(cmd: &str) -> Target {
-        Target::Command(if cmd.chars().any(|c| "|&;<>()$`\\\"'*?[]#~=%".contains(c)) {
+        Target::Command(if Target::has_shell_syntax(cmd) {
             vec!["/bin/sh".into(), "-c".into(), format!("exec {cmd}")]
         } else {
             cmd.split_whitespace().map(str::to_string).collect()
