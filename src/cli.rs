@@ -142,7 +142,7 @@ pub struct Cli {
     #[arg(short = 'v', action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// Set a limit: MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION, MAXACTION_INTERRUPTIBLE, MAXERRORS, MAXSKIPPED, MAXNESTING, MAXITRACE (.itrace calls to record, 16), MAXRETURNDEPTH (return-probe frames per thread, 100000) (repeatable).
+    /// Set a limit: MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION, MAXACTION_INTERRUPTIBLE, MAXERRORS, MAXSKIPPED, MAXNESTING, MAXITRACE (.itrace calls to record, 16), MAXRETURNDEPTH (return-probe frames per thread, 100000), MAXPROCESSES (processes armed at once, 256) (repeatable).
     #[arg(short = 'D', value_name = "NAME=VALUE", action = ArgAction::Append, value_parser = parse_define)]
     pub defines: Vec<(String, u64)>,
 
@@ -225,6 +225,7 @@ pub const KNOWN_DEFINES: &[&str] = &[
     "MAXNESTING",
     "MAXITRACE",
     "MAXRETURNDEPTH",
+    "MAXPROCESSES",
 ];
 
 impl Cli {

@@ -42,9 +42,8 @@ pub fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
 pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<ExitCode> {
     use telco_abi::artifact::{Attach, Runs};
     let needs_target = artifact.probes.iter().any(|p| p.attach.runs_in().needs_target());
-    if needs_target && cli.pids.is_empty() && cli.command.is_none() {
-        bail!("this script probes a process: name it with -p PID or -c CMD");
-    }
+    let by_path = needs_target && cli.pids.is_empty() && cli.command.is_none();
+    let files = if by_path { system_wide_files(artifact)? } else { Vec::new() };
     if cli.itrc.is_none() && artifact.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })) {
         bail!("this script has .itrace probes: name the instruction trace file with --itrc FILE");
     }
@@ -75,6 +74,11 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     let target = match (cli.pids.is_empty(), &cli.command) {
         (false, _) => Target::Pids(cli.pids.iter().map(|&p| p as i32).collect()),
         (true, Some(cmd)) => Target::command(cmd),
+        (true, None) if by_path => Target::System {
+            files,
+            max_processes: max_processes(cli),
+            wait: cli.timeout.map(std::time::Duration::from_secs_f64),
+        },
         (true, None) => Target::None,
     };
     let local = matches!(target, Target::None);
@@ -111,4 +115,38 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     report_traces(cli, &outcome);
     // 1 on errors; else the command's exit status passes through.
     Ok(ExitCode::from(code))
+}
+
+/// `-D MAXPROCESSES=N`: how many processes a session arms at once, at most
+/// (probes by path on a library every process maps; `-p 1`).
+pub fn max_processes(cli: &Cli) -> usize {
+    cli.defines.iter().rev().find(|(n, _)| n == "MAXPROCESSES").map_or(256, |(_, v)| (*v).clamp(1, 1 << 20) as usize)
+}
+
+/// Probes by path with neither `-p` nor `-c`: the files the probes name
+/// (a program, or a library; `process("P").library("L")`'s program), each
+/// an absolute path.
+fn system_wide_files(artifact: &telco_abi::artifact::Artifact) -> Result<Vec<std::path::PathBuf>> {
+    use telco_abi::artifact::Attach;
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for p in &artifact.probes {
+        let file = match &p.attach {
+            Attach::Function { module, only_exe, .. } => only_exe.as_ref().unwrap_or(module),
+            Attach::Statement { module, .. } => module,
+            Attach::Lifecycle { module: Some(m), .. } => m,
+            Attach::Lifecycle { module: None, .. } | Attach::Profile { .. } => bail!(
+                "`{}` names no program: name one (process(\"/path/to/program\")), or the processes with -p PID or \
+                 -c CMD",
+                p.name
+            ),
+            _ => continue,
+        };
+        if !file.is_absolute() {
+            bail!("`{}`: probes by path need an absolute path (or -p PID, -c CMD): {}", p.name, file.display());
+        }
+        if !files.contains(file) {
+            files.push(file.clone());
+        }
+    }
+    Ok(files)
 }

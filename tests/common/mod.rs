@@ -178,6 +178,9 @@ impl Drop for Running {
 pub struct Tracer {
     pub child: std::process::Child,
     pub output: std::io::BufReader<std::process::ChildStdout>,
+    /// [`Tracer::start_on_stderr`]: what it said up to the line waited
+    /// for, and the reader of the rest.
+    err: Option<(String, std::thread::JoinHandle<String>)>,
 }
 
 impl Tracer {
@@ -202,7 +205,41 @@ impl Tracer {
             let _ = child.wait();
             panic!("telco-stap said {line:?}, not {first:?}:\n{err}");
         }
-        Tracer { child, output }
+        Tracer { child, output, err: None }
+    }
+
+    /// Start telco-stap and wait for a line of its error output that
+    /// contains `needle` (`-v`'s "Pass 5: ..." lines).
+    pub fn start_on_stderr(args: &[&str], needle: &str) -> Tracer {
+        use std::io::{BufRead, Read};
+        use std::process::Stdio;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start telco-stap");
+        let output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let mut said = String::new();
+        loop {
+            let mut line = String::new();
+            if err.read_line(&mut line).unwrap_or(0) == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("telco-stap ended before saying {needle:?}:\n{said}");
+            }
+            said.push_str(&line);
+            if line.contains(needle) {
+                break;
+            }
+        }
+        let rest = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Tracer { child, output, err: Some((said, rest)) }
     }
 
     /// The rest of its output, its error output and exit code.
@@ -213,6 +250,9 @@ impl Tracer {
         let mut err = String::new();
         if let Some(mut e) = self.child.stderr.take() {
             let _ = e.read_to_string(&mut err);
+        }
+        if let Some((said, rest)) = self.err.take() {
+            err = said + &rest.join().unwrap_or_default();
         }
         let code = self.child.wait().expect("wait for telco-stap").code();
         (out, err, code)

@@ -19,6 +19,7 @@
 //!   clocks and the cycle counter's calibration.
 
 pub mod creds;
+pub mod fanotify;
 pub mod modfile;
 pub mod perf;
 pub mod proc;

@@ -160,6 +160,12 @@ pub fn maps_file(pid: i32, prefix: &str, inode: u64) -> bool {
     })
 }
 
+/// Whether process `pid` runs the file `path` names here (by identity,
+/// whatever its own mount namespace calls it).
+pub fn runs(pid: i32, path: &Path) -> bool {
+    same_file(Path::new(&format!("/proc/{pid}/exe")), path)
+}
+
 /// The executable's path (`/proc/PID/exe`), empty when it cannot be read.
 pub fn exe_path(pid: i32) -> PathBuf {
     executable(pid as u32).unwrap_or_default()
@@ -289,6 +295,12 @@ pub fn children(pid: i32) -> Vec<i32> {
     out
 }
 
+/// Every process id visible here (`/proc`), in no order.
+pub fn all_pids() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+}
+
 /// The process tracing `pid` (`TracerPid:`), None when none.
 pub fn tracer_of(pid: i32) -> Option<i32> {
     let [tracer] = status_fields(i64::from(pid), ["TracerPid:"])?;
@@ -320,17 +332,30 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// Whether mapping `m` is of the file `module` names here: by identity
+/// (device and inode, whatever path the process's mount namespace shows:
+/// a container's `/usr/sbin/nginx` may be another file, or ours under
+/// another name); an overlay's file, whose mapping shows the layer's
+/// device, by inode and the same path.
+pub(crate) fn maps_module(m: &Mapping, module: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(module) {
+        Ok(st) => m.inode == st.ino() && (m.dev == st.dev() || m.path == module),
+        Err(_) => m.path == module,
+    }
+}
+
 /// The run-time address of a byte at `file_offset` of `module`.
 pub(crate) fn runtime_addr(maps: &[Mapping], module: &Path, file_offset: u64) -> Option<u64> {
     maps.iter()
-        .filter(|m| same_file(&m.path, module))
+        .filter(|m| maps_module(m, module))
         .find(|m| file_offset >= m.offset && file_offset < m.offset + (m.end - m.start))
         .map(|m| m.start + (file_offset - m.offset))
 }
 
 /// The address range `module`'s mappings cover.
 pub fn mapped_range(maps: &[Mapping], module: &Path) -> Option<(u64, u64)> {
-    let ms = maps.iter().filter(|m| same_file(&m.path, module));
+    let ms = maps.iter().filter(|m| maps_module(m, module));
     let (lo, hi) = ms.fold((u64::MAX, 0), |(lo, hi), m| (lo.min(m.start), hi.max(m.end)));
     (lo < hi).then_some((lo, hi))
 }

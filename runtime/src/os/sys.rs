@@ -265,16 +265,16 @@ impl Signals {
     /// Wait until a signal arrives or `timeout` passes (None: forever).
     /// Returns whether a signal arrived.
     pub fn wait(&self, timeout: Option<std::time::Duration>) -> bool {
-        self.wait_or(timeout, None)
+        self.wait_or(timeout, &[])
     }
 
-    /// [`Signals::wait`], returning early (false) also when `also` becomes
-    /// readable (a [`Watch`]).
-    pub fn wait_or(&self, timeout: Option<std::time::Duration>, also: Option<std::os::fd::BorrowedFd<'_>>) -> bool {
+    /// [`Signals::wait`], returning early (false) also when one of `also`
+    /// becomes readable (a [`Watch`], held execs).
+    pub fn wait_or(&self, timeout: Option<std::time::Duration>, also: &[std::os::fd::BorrowedFd<'_>]) -> bool {
         use nix::poll::{ppoll, PollFd, PollFlags};
         use std::os::fd::AsFd;
         let mut fds = vec![PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
-        fds.extend(also.map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
+        fds.extend(also.iter().map(|&fd| PollFd::new(fd, PollFlags::POLLIN)));
         let ts = timeout.map(nix::sys::time::TimeSpec::from_duration);
         ppoll(&mut fds, ts, None).is_ok_and(|n| n > 0)
             && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN))

@@ -94,7 +94,7 @@ pub fn arm(
     for (i, p) in a.probes.iter().enumerate() {
         match &p.attach {
             Attach::Function { module, file_offset, only_exe, .. } => {
-                if only_exe.as_ref().is_some_and(|only| !same_file(only, &exe)) {
+                if only_exe.as_ref().is_some_and(|only| !crate::os::proc::runs(pid, only)) {
                     continue;
                 }
                 by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
@@ -278,7 +278,7 @@ pub fn arm(
             pid,
             child,
             stopped: Some(s),
-            exes: [(pid, exe)].into_iter().collect(),
+            exes: [(pid, Program::of(pid))].into_iter().collect(),
             exit_status: None,
             killed_by: None,
             service: None,
@@ -286,6 +286,7 @@ pub fn arm(
             daemons: Vec::new(),
             daemons_checked: None,
             fds: injected.target_fds,
+            system: None,
         },
         region: InTarget {
             enabled: Some(enabled),

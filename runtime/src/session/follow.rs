@@ -312,8 +312,11 @@ impl Armed {
     pub(super) fn cover(&mut self, others: &[i32]) {
         let first = self.target.pid;
         let mut pids: Vec<i32> = Vec::new();
+        // System-wide, the processes that run or map the files only.
+        let system = self.target.system.is_some();
         for &root in std::iter::once(&first).chain(others) {
-            for p in std::iter::once(root).chain(self.descendants_of(root)) {
+            let descendants = if system { Vec::new() } else { self.descendants_of(root) };
+            for p in std::iter::once(root).chain(descendants) {
                 if p != first && !pids.contains(&p) {
                     pids.push(p);
                 }
@@ -390,12 +393,11 @@ impl Armed {
     ) -> Result<(Option<Child>, Vec<String>), TargetError> {
         let a = &self.hooker.artifact;
         let maps = maps.to_vec();
-        let exe = crate::os::proc::exe_path(pid);
         let mut by_module: ByModule = BTreeMap::new();
         for (i, p) in a.probes.iter().enumerate() {
             let (module, file_offset) = match &p.attach {
                 Attach::Function { module, file_offset, only_exe, .. } => {
-                    if only_exe.as_ref().is_some_and(|only| !same_file(only, &exe)) {
+                    if only_exe.as_ref().is_some_and(|only| !crate::os::proc::runs(pid, only)) {
                         continue;
                     }
                     (module, file_offset)
@@ -456,19 +458,20 @@ impl Armed {
                 if let Some(old) = old.as_ref().filter(|_| !vforked) {
                     said.extend(lifecycle(s, a, code, region_remote, pid, LifeEvent::ProcessEnd, old));
                 }
-                said.extend(lifecycle(s, a, code, region_remote, pid, LifeEvent::ProcessBegin, &exe));
+                said.extend(lifecycle(s, a, code, region_remote, pid, LifeEvent::ProcessBegin, &Program::of(pid)));
             } else {
                 // Attached running: process.begin, and thread.begin in its
                 // other threads, as in the first `-p` process.
                 let main = s.main_thread();
                 let others: Vec<i32> = s.threads().filter(|&t| t != main).collect();
-                said.extend(lifecycle(s, a, code, region_remote, main, LifeEvent::ProcessBegin, &exe));
+                let program = Program::of(pid);
+                said.extend(lifecycle(s, a, code, region_remote, main, LifeEvent::ProcessBegin, &program));
                 for t in others {
-                    said.extend(lifecycle(s, a, code, region_remote, t, LifeEvent::ThreadBegin, &exe));
+                    said.extend(lifecycle(s, a, code, region_remote, t, LifeEvent::ThreadBegin, &program));
                 }
             }
         }
-        self.target.exes.insert(pid, exe);
+        self.target.exes.insert(pid, Program::of(pid));
         let codes = codes.iter().map(|c| (c.remote, c.size)).collect();
         Ok((Some(Child { pid, patches, crash, semaphores, codes, stub }), said))
     }

@@ -14,7 +14,7 @@ pub(super) fn lifecycle(
     region: u64,
     tid: i32,
     event: LifeEvent,
-    exe: &Path,
+    exe: &Program,
 ) -> Vec<String> {
     let mut warnings = Vec::new();
     let Some(call) = a.symbols.iter().find(|s| s.name == "rt_call_probe").map(|s| code.at(s.offset)) else {
@@ -22,7 +22,7 @@ pub(super) fn lifecycle(
     };
     for (i, p) in a.probes.iter().enumerate() {
         let Attach::Lifecycle { event: e, module, .. } = &p.attach else { continue };
-        if *e != event || module.as_ref().is_some_and(|m| !same_file(m, exe)) {
+        if *e != event || module.as_ref().is_some_and(|m| !exe.is(m)) {
             continue;
         }
         // process.end at an exec: `$status` is -1 (the program did not exit).
@@ -34,7 +34,7 @@ pub(super) fn lifecycle(
                  start)",
                 p.name,
                 s.pid(),
-                exe.display()
+                exe.path.display()
             )),
             Ok(_) => {}
             Err(e) => warnings.push(format!("cannot run `{}` in thread {tid}: {e}", p.name)),

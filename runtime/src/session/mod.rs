@@ -124,6 +124,7 @@ mod runner;
 mod spawn;
 mod start;
 mod summary;
+mod system;
 
 pub use arm::arm;
 pub use consumer::drain_text;
@@ -198,6 +199,29 @@ impl Armed {
     }
 }
 
+/// The program a process runs: its path (for display) and its file's
+/// identity (`process("P")` probes match it, whatever the process's
+/// mount namespace calls it).
+#[derive(Clone, Default)]
+pub(super) struct Program {
+    pub(super) path: PathBuf,
+    pub(super) id: Option<crate::os::fanotify::FileId>,
+}
+
+impl Program {
+    pub(super) fn of(pid: i32) -> Program {
+        Program { path: crate::os::proc::exe_path(pid), id: crate::os::fanotify::exe_id(pid) }
+    }
+
+    /// Whether it is the file `module` names here.
+    pub(super) fn is(&self, module: &Path) -> bool {
+        match self.id {
+            Some(id) => crate::os::fanotify::file_id(module).is_ok_and(|m| m == id),
+            None => same_file(module, &self.path),
+        }
+    }
+}
+
 /// The first process of the session.
 struct FirstProcess {
     pid: i32,
@@ -207,7 +231,7 @@ struct FirstProcess {
     stopped: Option<Stopped>,
     /// The program each process of the session was armed running (for
     /// `process("P").end` at an exec).
-    exes: HashMap<i32, PathBuf>,
+    exes: HashMap<i32, Program>,
     /// The command's exit status as a shell gives it, once it ended.
     exit_status: Option<i32>,
     /// The signal that killed the command (`-c`), if one did.
@@ -227,6 +251,10 @@ struct FirstProcess {
     /// The region's and the mirror's descriptors in it, open until the
     /// begin probes ran (`inject::Injected::target_fds`).
     fds: Option<(i32, i32)>,
+    /// Probes by path, system-wide (`system.rs`): the session goes on
+    /// until it is ended, and every process that execs a probed program
+    /// joins it.
+    system: Option<system::SystemWide>,
 }
 
 /// The region as the target's processes map it.

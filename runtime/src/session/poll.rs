@@ -43,8 +43,13 @@ impl Hooks for Armed {
         Some(self.hooker.own.clone())
     }
 
-    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.libs.watch.as_ref().map(|w| w.fd())
+    fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        let held = self.target.system.as_ref().map(|w| w.watch.fd());
+        self.libs.watch.as_ref().map(|w| w.fd()).into_iter().chain(held).collect()
+    }
+
+    fn busy(&self) -> bool {
+        self.follow.as_ref().is_some_and(|f| !f.waiting.is_empty())
     }
 
     fn watching(&self) -> bool {
@@ -76,6 +81,7 @@ impl Hooks for Armed {
                 }
             }
         }
+        self.watch_execs();
         self.follow_execs();
         self.check_domains();
         self.reclaim_rows();
@@ -126,6 +132,8 @@ impl Hooks for Armed {
             unsafe { std::sync::atomic::AtomicU32::from_ptr(p as *mut u32) }
                 .store(0, std::sync::atomic::Ordering::Release);
         }
+        // No exec is held from here on.
+        self.say_over_limit();
         self.take_leftover_crash();
         self.unfollow();
         self.restore();
@@ -146,6 +154,10 @@ impl Armed {
     }
 
     pub(super) fn alive(&mut self) -> bool {
+        // System-wide: until SIGINT, -T or exit().
+        if self.target.system.is_some() {
+            return true;
+        }
         if self.target.exit_status.is_some() {
             return self.target.child && self.daemons_alive();
         }

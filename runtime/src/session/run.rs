@@ -97,10 +97,16 @@ pub trait Hooks {
     fn symbols(&self) -> Option<std::rc::Rc<dyn crate::symtab::SymbolSource>> {
         None
     }
-    /// A descriptor that becomes readable when `poll` has work at once (a
-    /// thread waits in the loader for the tracer), besides the 10 ms polls.
-    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        None
+    /// Descriptors that become readable when `poll` has work at once (a
+    /// thread waits in the loader for the tracer, an exec is held),
+    /// besides the 10 ms polls.
+    fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        Vec::new()
+    }
+    /// Work is due within a millisecond (a process about to stop at its
+    /// exec): `poll` is called every millisecond meanwhile.
+    fn busy(&self) -> bool {
+        false
     }
 }
 
@@ -457,7 +463,7 @@ impl<'a> Local<'a> {
                     if hooks.watching() || profiler.is_some() {
                         // Notice the target's exit (and drain the samples)
                         // within 10 ms.
-                        let soon = now + Duration::from_millis(10);
+                        let soon = now + Duration::from_millis(if hooks.busy() { 1 } else { 10 });
                         wake_at = Some(wake_at.map_or(soon, |w| w.min(soon)));
                     }
                     if let Some(p) = profiler.as_mut() {
@@ -465,7 +471,7 @@ impl<'a> Local<'a> {
                         wake();
                     }
                     if let Some(t) = wake_at.filter(|t| *t > now) {
-                        if signals.wait_or(Some(t - now), hooks.wake_fd()) {
+                        if signals.wait_or(Some(t - now), &hooks.wake_fds()) {
                             break;
                         }
                         continue;

@@ -17,6 +17,11 @@ pub enum Target {
     Pids(Vec<i32>),
     /// `-c CMD`, as an argument vector.
     Command(Vec<String>),
+    /// Neither: every process that runs or maps one of `files` (the
+    /// probed modules, absolute paths), running now or exec'ing one later
+    /// (`system.rs`), at most `max_processes` at once; with none running,
+    /// the first is waited for `wait` at most (`-T`).
+    System { files: Vec<PathBuf>, max_processes: usize, wait: Option<std::time::Duration> },
 }
 
 impl Target {
@@ -98,8 +103,27 @@ impl<'a> Session<'a> {
             quiet: opts.quiet,
             verbose: opts.verbose,
         };
+        let mut found = None;
         let (stopped, child) = match &opts.target {
             Target::None => return Ok(session),
+            Target::System { files, max_processes, wait } => {
+                match system::start(files, *max_processes, *wait, opts.verbose > 0)? {
+                    Some((first, f)) => {
+                        found = Some(f);
+                        (first, false)
+                    }
+                    None => {
+                        if !opts.quiet {
+                            let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+                            crate::eprintln_escaped!(
+                                "WARNING: no process ran or mapped {} while the session ran, so its probes never fired",
+                                names.join(", ")
+                            );
+                        }
+                        return Ok(session);
+                    }
+                }
+            }
             Target::Pids(pids) => match pids.first() {
                 Some(&first) => (Stopped::attach(first)?, false),
                 None => return Ok(session),
@@ -131,6 +155,9 @@ impl<'a> Session<'a> {
             Err(e) => return Err(e),
         };
         armed.symbols_from(symbols);
+        if let Some(f) = found {
+            armed.system_wide(f);
+        }
         if let Target::Pids(pids) = &opts.target {
             let mut others: Vec<i32> = Vec::new();
             for &p in pids.iter().skip(1) {

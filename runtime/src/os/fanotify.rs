@@ -1,0 +1,113 @@
+//! Holding the execs of chosen files (probes by path, system-wide):
+//! fanotify's `FAN_OPEN_EXEC_PERM` marked on each file's inode. An exec
+//! of a marked file, by any process in any mount namespace, waits in the
+//! kernel until the tracer answers; the tracer attaches to the thread
+//! first (`ptrace::seize_for_exec`), so the new program stops before its
+//! first instruction. Needs `CAP_SYS_ADMIN`.
+//!
+//! Every event is answered (allowed) before [`ExecWatch::take`] returns,
+//! whatever the caller decided: an exec is never refused nor left waiting,
+//! and if the tracer dies its descriptor closes, which allows every exec
+//! still held.
+
+use nix::sys::fanotify::{EventFFlags, Fanotify, FanotifyResponse, InitFlags, MarkFlags, MaskFlags, Response};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+
+/// A file's identity: (device, inode), as `stat` and `/proc/PID/maps`
+/// give them.
+pub type FileId = (u64, u64);
+
+/// The identity of the file at `path` (symbolic links followed).
+pub fn file_id(path: &Path) -> std::io::Result<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// The identity of process `pid`'s executable, whatever its mount
+/// namespace calls it (`/proc/PID/exe` opens the file itself).
+pub fn exe_id(pid: i32) -> Option<FileId> {
+    file_id(Path::new(&format!("/proc/{pid}/exe"))).ok()
+}
+
+/// The execs of a set of files, held until answered.
+pub struct ExecWatch {
+    fan: Fanotify,
+}
+
+/// One exec held: the thread that called it (in our pid namespace; 0
+/// when it is not visible from here) and the file it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exec {
+    pub tid: i32,
+    pub file: FileId,
+}
+
+impl ExecWatch {
+    /// Watch the execs of `files` (each marked by inode: a bind mount or a
+    /// container's mount namespace shows the same file under any path).
+    pub fn new(files: &[&Path]) -> std::io::Result<ExecWatch> {
+        let fan = Fanotify::init(
+            InitFlags::FAN_CLASS_CONTENT | InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK | InitFlags::FAN_REPORT_TID,
+            EventFFlags::O_RDONLY | EventFFlags::O_CLOEXEC | EventFFlags::O_LARGEFILE,
+        )
+        .map_err(std::io::Error::from)?;
+        // SAFETY: AT_FDCWD is no descriptor to close; fanotify_mark reads
+        // it as "the current directory" (the paths are absolute anyway).
+        let cwd = unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) };
+        for f in files {
+            fan.mark(MarkFlags::FAN_MARK_ADD, MaskFlags::FAN_OPEN_EXEC_PERM, cwd, Some(*f))
+                .map_err(|e| std::io::Error::other(format!("{}: {e}", f.display())))?;
+        }
+        Ok(ExecWatch { fan })
+    }
+
+    /// Readable when an exec waits.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fan.as_fd()
+    }
+
+    /// Wait until an exec is held, or `timeout` passes (or a signal
+    /// comes): whether one is.
+    pub fn wait(&self, timeout: std::time::Duration) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(self.fan.as_fd(), PollFlags::POLLIN)];
+        let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+        poll(&mut fds, ms).is_ok_and(|n| n > 0)
+    }
+
+    /// The execs waiting now (none: at once): `decide` sees each, then it
+    /// is allowed to go on. Bounded: 64 reads of events a call.
+    pub fn take(&self, decide: &mut dyn FnMut(Exec)) {
+        for _ in 0..64 {
+            let Ok(events) = self.fan.read_events() else { return };
+            if events.is_empty() {
+                return;
+            }
+            for ev in events {
+                let Some(fd) = ev.fd() else { continue };
+                if ev.mask().contains(MaskFlags::FAN_OPEN_EXEC_PERM) {
+                    let file = nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino)).unwrap_or((0, 0));
+                    decide(Exec { tid: ev.pid(), file });
+                    // Nothing to do when it fails: the exec's process is
+                    // gone (the kernel drops the event with it).
+                    let _ = self.fan.write_response(FanotifyResponse::new(fd, Response::FAN_ALLOW));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file's identity is what `/proc/self/exe` gives for our own.
+    #[test]
+    fn identities() {
+        let me = exe_id(std::process::id() as i32).expect("our exe");
+        assert_eq!(file_id(&std::env::current_exe().unwrap()).unwrap(), me);
+        assert!(exe_id(i32::MAX).is_none());
+    }
+}

@@ -1,0 +1,291 @@
+//! Probes by path, system-wide (neither `-p` nor `-c`): every process that
+//! runs or maps a probed file, those running when the session starts and
+//! those that exec one later, until SIGINT, `-T` or `exit()`.
+//!
+//! Files are matched by identity (device and inode), never by the path a
+//! process shows: a container's process running the same file is probed,
+//! another file at the same path is not. A process that execs a probed
+//! program later is held at its exec by fanotify (`os::fanotify`) until
+//! the tracer has attached to the exec'ing thread, so it stops before its
+//! first instruction and `main` fires once (the proc connector would
+//! report it after the fact). The first process found is the session's
+//! first process (its credentials are the session's trust domain,
+//! invariant 6); the others are armed as `-p`'s other processes are
+//! (`Armed::cover`) or, exec'd later, as followed children
+//! (`Armed::arm_exec`).
+
+use super::*;
+use crate::os::fanotify::{ExecWatch, FileId};
+use std::time::{Duration, Instant};
+
+/// The system-wide part of a session.
+pub(super) struct SystemWide {
+    pub(crate) watch: ExecWatch,
+    /// The probed files.
+    files: Vec<FileId>,
+    /// `-D MAXPROCESSES`: processes armed at once, at most.
+    max: usize,
+    /// Processes left unprobed because of that limit.
+    over: u64,
+    /// What could not be armed, said once each.
+    said: std::collections::BTreeSet<String>,
+}
+
+/// Where a system-wide session starts besides its first process: the
+/// other processes running the files now, threads already attached at
+/// their exec (tid, pid), and the watch.
+pub(super) struct Found {
+    pub(super) others: Vec<i32>,
+    pub(super) execing: Vec<(i32, i32)>,
+    pub(super) system: SystemWide,
+}
+
+/// Whether process `pid` is the tracer or one of its own (its probes'
+/// sandbox): never traced.
+fn own(pid: i32) -> bool {
+    let me = std::process::id() as i32;
+    if pid == me {
+        return true;
+    }
+    let mut p = pid;
+    for _ in 0..64 {
+        match crate::os::proc::uid_and_parent(p as u32) {
+            Some((_, parent)) if parent as i32 == me => return true,
+            Some((_, parent)) if parent > 1 => p = parent as i32,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Whether process `pid` runs or maps one of `files`.
+fn uses(pid: i32, files: &[FileId]) -> bool {
+    if crate::os::fanotify::exe_id(pid).is_some_and(|id| files.contains(&id)) {
+        return true;
+    }
+    crate::os::proc::maps(pid).is_ok_and(|ms| ms.iter().any(|m| files.contains(&(m.dev, m.inode))))
+}
+
+/// The processes running now that run or map one of `files` (the
+/// tracer's own and zombies aside), by pid.
+fn running_with(files: &[FileId]) -> Vec<i32> {
+    let mut pids: Vec<i32> = crate::os::proc::all_pids()
+        .into_iter()
+        .filter(|&p| p > 0 && uses(p, files) && crate::os::proc::running(p) && !own(p))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// The identities of `paths`, and the watch on their execs.
+fn watch(paths: &[PathBuf]) -> Result<(Vec<FileId>, ExecWatch), TargetError> {
+    let mut files = Vec::new();
+    for p in paths {
+        let id = crate::os::fanotify::file_id(p)
+            .map_err(|e| TargetError::Unsupported(format!("cannot probe by path {}: {e}", p.display())))?;
+        files.push(id);
+    }
+    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    let watch = ExecWatch::new(&refs).map_err(|e| {
+        TargetError::Unsupported(format!(
+            "probes by path without -p or -c hold the execs of the files with fanotify, which needs root \
+             (CAP_SYS_ADMIN): {e}"
+        ))
+    })?;
+    Ok((files, watch))
+}
+
+/// Start a system-wide session on `paths`: the watch first (no exec
+/// falls between the look at `/proc` and it), then the processes running
+/// them now, the first of which is attached; with none, the first that
+/// execs one is waited for, until `wait` passes or a signal comes (None:
+/// nothing ran).
+pub(super) fn start(
+    paths: &[PathBuf],
+    max: usize,
+    wait: Option<Duration>,
+    verbose: bool,
+) -> Result<Option<(Stopped, Found)>, TargetError> {
+    let (files, watch) = watch(paths)?;
+    if verbose {
+        let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        crate::eprintln_escaped!("Pass 5: watching the processes of {}.", names.join(", "));
+    }
+    let mut system = SystemWide { watch, files, max: max.max(1), over: 0, said: Default::default() };
+    let running = running_with(&system.files);
+    if running.len() > system.max {
+        return Err(TargetError::Unsupported(format!(
+            "{} running processes run or map {}, more than MAXPROCESSES={}: name a program \
+             (process(\"/path/to/program\").library(\"...\")) or raise the limit with -D MAXPROCESSES=N",
+            running.len(),
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+            system.max
+        )));
+    }
+    let mut not = Vec::new();
+    for (i, &pid) in running.iter().enumerate() {
+        match Stopped::attach(pid) {
+            Ok(first) => {
+                let others = running[i + 1..].to_vec();
+                say_not_armed(&mut system, not);
+                return Ok(Some((first, Found { others, execing: Vec::new(), system })));
+            }
+            Err(PtraceError::NoProcess(_)) => {}
+            Err(e) => not.push(format!("pid {pid} ({}): {e}", crate::os::proc::comm(pid).trim())),
+        }
+    }
+    say_not_armed(&mut system, not);
+    // None runs: the first to exec one.
+    let deadline = wait.map(|w| Instant::now() + w);
+    loop {
+        if crate::os::sys::stop_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let left = deadline.map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()));
+        if !system.watch.wait(left.min(Duration::from_millis(100))) {
+            continue;
+        }
+        let mut execing = Vec::new();
+        let mut not = Vec::new();
+        system.watch.take(&mut |e| seize(e.tid, system.max, &mut execing, &mut not));
+        system.said.extend(not);
+        while !execing.is_empty() {
+            let (tid, pid) = execing.remove(0);
+            match stopped_at_exec(tid, pid) {
+                Ok(Some(first)) => return Ok(Some((first, Found { others: Vec::new(), execing, system }))),
+                Ok(None) => {}
+                Err(e) => {
+                    system.said.insert(format!("pid {pid}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// The warning naming the processes that could not be traced.
+fn say_not_armed(system: &mut SystemWide, not: Vec<String>) {
+    if !not.is_empty() {
+        system.said.insert(format!(
+            "{} process(es) that run or map the probed files cannot be traced (another tracer, another user's \
+             namespace) and run without probes:\n  {}",
+            not.len(),
+            not.join("\n  ")
+        ));
+    }
+}
+
+/// Attach to thread `tid` held at its exec, so that its new program stops
+/// at its start: pushed to `execing` as (tid, pid).
+fn seize(tid: i32, max: usize, execing: &mut Vec<(i32, i32)>, not: &mut Vec<String>) {
+    let Some(pid) = crate::os::proc::tgid(tid) else { return };
+    if tid <= 0 || own(pid) || execing.len() >= max {
+        return;
+    }
+    match crate::os::ptrace::seize_for_exec(tid) {
+        Ok(()) => execing.push((tid, pid)),
+        Err(e) => not.push(format!("cannot probe pid {pid} ({}) at its exec: {e}", crate::os::proc::comm(pid).trim())),
+    }
+}
+
+/// Wait (10 s at most) for thread `tid` attached at its exec to stop at
+/// the start of its new program, and run that to its entry point: the
+/// session's first process. None: it never exec'd (let go) or is gone.
+fn stopped_at_exec(tid: i32, pid: i32) -> Result<Option<Stopped>, TargetError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match crate::os::ptrace::poll_exec(tid, pid) {
+            crate::os::ptrace::ExecWait::Exec => break,
+            crate::os::ptrace::ExecWait::Gone(_) => return Ok(None),
+            crate::os::ptrace::ExecWait::Running if Instant::now() < deadline && !crate::os::sys::stop_requested() => {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            crate::os::ptrace::ExecWait::Running => {
+                crate::os::ptrace::release(tid, pid);
+                return Ok(None);
+            }
+        }
+    }
+    let mut s = Stopped::adopt(pid)?;
+    check_machine(pid)?;
+    run_to_entry(&mut s)?;
+    Ok(Some(s))
+}
+
+impl Armed {
+    /// A system-wide session: the watch, and what its start could not arm.
+    pub(super) fn system_wide(&mut self, mut found: Found) {
+        for w in std::mem::take(&mut found.system.said) {
+            self.warn(w);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        match &mut self.follow {
+            Some(f) => f.waiting.extend(found.execing.iter().map(|&(tid, pid)| (tid, pid, deadline))),
+            None => found.execing.iter().for_each(|&(tid, pid)| crate::os::ptrace::release(tid, pid)),
+        }
+        self.target.named = Vec::new();
+        self.target.service = Some(found.others);
+        self.target.system = Some(found.system);
+    }
+
+    /// The execs of probed programs held now: each thread is attached
+    /// before its exec goes on (`follow_execs` arms the new program at
+    /// its start), unless its process is the session's already (its exec
+    /// hook had it attached), the tracer's own, or over MAXPROCESSES.
+    pub(super) fn watch_execs(&mut self) {
+        let (Some(sys), Some(f)) = (&mut self.target.system, &mut self.follow) else { return };
+        // Processes that ended are nothing to undo (and their pids may be
+        // another process's by the end).
+        f.children.retain(|c| crate::os::proc::running(c.pid));
+        let me = std::process::id() as i32;
+        let region = self.region.ino;
+        let armed = 1 + f.children.len() + f.waiting.len();
+        let room = sys.max.saturating_sub(armed);
+        let mut execing = Vec::new();
+        let mut not = Vec::new();
+        let mut over = 0;
+        sys.watch.take(&mut |e| {
+            let Some(pid) = crate::os::proc::tgid(e.tid) else { return };
+            if crate::os::proc::tracer_of(e.tid) == Some(me)
+                || crate::os::proc::maps_file(pid, "/memfd:telco-stap", region)
+            {
+                return;
+            }
+            if execing.len() >= room {
+                over += 1;
+                return;
+            }
+            seize(e.tid, room, &mut execing, &mut not);
+        });
+        sys.over += over;
+        if over > 0 && sys.over == over {
+            let w = format!(
+                "more processes run the probed programs than MAXPROCESSES={}: those started over the limit run \
+                 without probes (-D MAXPROCESSES=N raises it)",
+                sys.max
+            );
+            not.push(w);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &(tid, pid) in &execing {
+            if shares_parent_memory(pid) {
+                f.vforked.insert(pid);
+            }
+            f.waiting.push((tid, pid, deadline));
+        }
+        let said: Vec<String> = not.into_iter().filter(|w| sys.said.insert(w.clone())).collect();
+        for w in said {
+            self.warn(w);
+        }
+    }
+
+    /// At the end of a system-wide session: how many processes the limit
+    /// left unprobed.
+    pub(super) fn say_over_limit(&mut self) {
+        if let Some(sys) = self.target.system.take() {
+            if sys.over > 0 {
+                let w = format!("{} process(es) started over MAXPROCESSES={} ran without probes", sys.over, sys.max);
+                self.warn(w);
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Probes by path with neither `-p` nor `-c` (system-wide): every process
+//! that runs the file, running at the start or exec'ing it later, matched
+//! by identity (a container's mount namespace included). Readiness: the
+//! `-v` line that says the execs are watched, then each process's
+//! `process("P").begin` line. Each test builds its own copy of the
+//! program (the sessions of tests running at once must not watch one
+//! file).
+
+mod common;
+use common::Tracer;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// `prog N [wait]`: N calls of work(), then "sum S"; with `wait`, says
+/// "ready" first and waits for a line on its stdin.
+const PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+__attribute__((noinline)) long work(long x) { __asm__ volatile("" ::: "memory"); return 2 * x + 1; }
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 1, s = 0;
+    if (argc > 2 && strcmp(argv[2], "wait") == 0) {
+        char line[16];
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) return 2;
+    }
+    for (long i = 0; i < n; i++) s += work(i);
+    printf("sum %ld\n", s);
+    return 0;
+}
+"#;
+
+fn program(tag: &str) -> PathBuf {
+    let dir = common::scratch(tag);
+    common::compile_text(&dir, "prog", PROGRAM, &["-O2"])
+}
+
+fn script(exe: &Path) -> String {
+    let e = exe.display();
+    format!(
+        r#"global n, mains
+probe process("{e}").begin {{ printf("armed %d\n", pid()) }}
+probe process("{e}").function("main") {{ mains++ }}
+probe process("{e}").function("work") {{ n[pid()]++ }}
+probe end {{ t = 0; c = 0; foreach (p in n) {{ c++; t += n[p] }} printf("%d processes, %d calls, main %d\n", c, t, mains) }}"#
+    )
+}
+
+/// A session on `exe` by path, once it watches its execs.
+fn session(exe: &Path) -> Tracer {
+    Tracer::start_on_stderr(&["-v", "-e", &script(exe)], "Pass 5: watching the processes of")
+}
+
+/// SIGINT, then what it printed.
+fn end(t: Tracer) -> (String, String) {
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    (out, err)
+}
+
+/// The next line of the session's output.
+fn line(t: &mut Tracer) -> String {
+    let mut l = String::new();
+    t.output.read_line(&mut l).expect("telco-stap's output");
+    l
+}
+
+fn run(exe: &Path, calls: u32) -> std::process::Output {
+    Command::new(exe).arg(calls.to_string()).stdin(Stdio::null()).output().expect("run the program")
+}
+
+/// A program started after the session began is caught at its exec:
+/// `main` fires once, every call is counted; a second run too.
+#[test]
+fn a_program_started_later_is_probed_from_its_start() {
+    let exe = program("bypath-later");
+    let mut t = session(&exe);
+    let o = run(&exe, 1000);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum 1000000\n");
+    assert!(line(&mut t).starts_with("armed "), "process.begin in it");
+    let o = run(&exe, 500);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum 250000\n");
+    assert!(line(&mut t).starts_with("armed "), "process.begin in the second");
+    let (out, err) = end(t);
+    assert_eq!(out, "2 processes, 1500 calls, main 2\n", "{err}");
+}
+
+/// Processes running when the session starts are armed; so are those
+/// started while it runs, 20 at once.
+#[test]
+fn twenty_processes_started_at_once_are_all_counted() {
+    let exe = program("bypath-twenty");
+    let mut early: Vec<std::process::Child> = (0..3)
+        .map(|_| {
+            let mut c = Command::new(&exe)
+                .args(["100", "wait"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start");
+            let mut r = std::io::BufReader::new(c.stdout.as_mut().unwrap());
+            let mut l = String::new();
+            r.read_line(&mut l).unwrap();
+            assert_eq!(l, "ready\n");
+            c
+        })
+        .collect();
+    let mut t = session(&exe);
+    for _ in 0..3 {
+        assert!(line(&mut t).starts_with("armed "));
+    }
+    let late: Vec<std::process::Child> =
+        (0..20).map(|_| Command::new(&exe).arg("1000").stdout(Stdio::piped()).spawn().expect("start")).collect();
+    for c in late {
+        let o = c.wait_with_output().expect("wait");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "sum 1000000\n");
+    }
+    for c in &mut early {
+        c.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    }
+    for c in early {
+        let o = c.wait_with_output().expect("wait");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "sum 10000\n");
+    }
+    let (out, err) = end(t);
+    // Each started later said so once; those running at the start had
+    // run main already.
+    let (said, total) =
+        out.rsplit_once("armed ").map_or(("", out.as_str()), |(a, b)| (a, b.split_once('\n').map_or(b, |x| x.1)));
+    assert_eq!(said.matches("armed ").count() + 1, 20, "{out}\n{err}");
+    assert_eq!(total, "23 processes, 20300 calls, main 20\n", "{err}");
+}
+
+/// In another mount namespace (a container's): the same file under
+/// another path is probed; another file at the program's own path is not
+/// probed, and nothing of the session is mapped into it.
+#[test]
+fn a_container_s_process_is_matched_by_the_file_not_the_path() {
+    let exe = program("bypath-ns");
+    let dir = exe.parent().unwrap();
+    let other = common::compile_text(dir, "other", PROGRAM, &["-O1"]);
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mut t = session(&exe);
+    // The same file, bind-mounted under another name in a namespace of its own.
+    let same = format!("mount --bind {} {} && exec {}/prog 300", dir.display(), mnt.display(), mnt.display());
+    let o = Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &same]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum 90000\n");
+    assert!(line(&mut t).starts_with("armed "));
+    // Another file at the program's path: it says its maps.
+    let different = format!("mount --bind {} {} && exec {} 200 wait", other.display(), exe.display(), exe.display());
+    let mut c = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &different])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut r = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    assert_eq!(l, "ready\n");
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", c.id())).unwrap();
+    assert!(maps.contains(&exe.display().to_string()), "it shows the program's path: {maps}");
+    assert!(!maps.contains("telco-stap"), "another file at the path is not touched: {maps}");
+    c.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut r, &mut rest).unwrap();
+    assert_eq!(rest, "sum 40000\n");
+    assert!(c.wait().unwrap().success());
+    let (out, err) = end(t);
+    assert_eq!(out, "1 processes, 300 calls, main 1\n", "{err}");
+}
+
+/// A library every process maps, by path: refused over MAXPROCESSES,
+/// with the limit named.
+#[test]
+fn a_library_every_process_maps_needs_a_limit() {
+    let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("the C library");
+    // This test and its tracer map it, at least.
+    let (out, err, code) = common::telco_run(&[
+        "-D",
+        "MAXPROCESSES=1",
+        "-e",
+        &format!("probe process(\"{libc}\").function(\"malloc\") {{ }}"),
+    ]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("more than MAXPROCESSES=1") && err.contains("-D MAXPROCESSES=N"), "{err}");
+}
+
+/// A probe without a program, by path: told to name one.
+#[test]
+fn a_process_probe_without_a_program_is_told_to_name_one() {
+    let (_, err, code) = common::telco_run(&["-e", "probe process.begin { }"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("names no program") || err.contains("-p PID"), "{err}");
+}
