@@ -286,20 +286,6 @@ impl Drop for DaemonSession {
     }
 }
 
-/// Wait until process `pid` has ended (a pidfd: no polling).
-fn wait_gone(pid: u32) {
-    // SAFETY: pidfd_open and poll on a descriptor we own.
-    unsafe {
-        let fd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as libc::c_int;
-        if fd < 0 {
-            return; // Gone (and reaped) already.
-        }
-        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        assert_eq!(libc::poll(&mut p, 1, 60_000), 1, "pid {pid} did not end");
-        libc::close(fd);
-    }
-}
-
 /// `-c` of a command that starts a daemon and exits: the session goes on
 /// while the daemon runs, its calls are counted, and it ends when the
 /// daemon does, with the command's status.
@@ -311,7 +297,7 @@ fn a_command_s_daemon_keeps_the_session_going() {
     let daemon = t.pid("daemon ");
     assert_ne!(command, daemon);
     // The command has ended: the session runs on for its daemon.
-    wait_gone(command);
+    common::wait_gone(command);
     t.say("go");
     assert_eq!(t.line(), "worked 1000000\n");
     assert!(matches!(t.child.try_wait(), Ok(None)), "the session ended with the command");
@@ -335,7 +321,7 @@ fn the_end_leaves_nothing_in_a_daemon() {
     let mut t = DaemonSession::start(&exe);
     let command = t.pid("command ");
     let daemon = t.pid("daemon ");
-    wait_gone(command);
+    common::wait_gone(command);
     t.say("go");
     assert_eq!(t.line(), "worked 1000000\n");
     let (now, maps) = work_in_process(daemon, &exe, addr);
@@ -354,7 +340,7 @@ fn the_end_leaves_nothing_in_a_daemon() {
     // (Its output pipe is telco-stap's stdout, which the test still reads.)
     assert_eq!(t.line(), "worked 1000000\n");
     drop(t.input.take());
-    wait_gone(daemon);
+    common::wait_gone(daemon);
 }
 
 /// Debian's PostgreSQL 15: `-p` of the postmaster arms its backends and

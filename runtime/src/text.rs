@@ -73,6 +73,15 @@ pub fn eprint_line(line: &str) {
     let _ = err.write_all(b"\n");
 }
 
+/// A message of the tracer's own over several lines (a list: its line
+/// breaks are the tracer's, whatever the target named in it was escaped
+/// into it first, [`escape`]): each line escaped and printed.
+pub fn eprint_lines(message: &str) {
+    for line in message.split('\n') {
+        eprint_line(line);
+    }
+}
+
 /// `eprintln!` for the tracer's own messages: the line is formatted, then
 /// escaped ([`text::escape`](crate::text::escape)) as a whole, so whatever
 /// an argument brings (a path, a symbol, an error's text) is covered; the

@@ -208,6 +208,23 @@ impl Tracer {
         Tracer { child, output, err: None }
     }
 
+    /// Start telco-stap and wait for its first line of output, whatever
+    /// it is: the tracer and that line.
+    pub fn start_first(args: &[&str]) -> (Tracer, String) {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start telco-stap");
+        let mut output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        output.read_line(&mut line).expect("telco-stap's first line");
+        (Tracer { child, output, err: None }, line)
+    }
+
     /// Start telco-stap and wait for a line of its error output that
     /// contains `needle` (`-v`'s "Pass 5: ..." lines).
     pub fn start_on_stderr(args: &[&str], needle: &str) -> Tracer {
@@ -376,4 +393,18 @@ pub fn telco_with_input(dir: &Path, args: &[&str], input: &[u8]) -> std::process
         .expect("start telco-stap");
     t.stdin.take().expect("stdin").write_all(input).expect("telco-stap's input");
     t.wait_with_output().expect("wait for telco-stap")
+}
+
+/// Wait until process `pid` has ended (a pidfd: no polling).
+pub fn wait_gone(pid: u32) {
+    // SAFETY: pidfd_open and poll on a descriptor we own.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as libc::c_int;
+        if fd < 0 {
+            return; // Gone (and reaped) already.
+        }
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        assert_eq!(libc::poll(&mut p, 1, 60_000), 1, "pid {pid} did not end");
+        libc::close(fd);
+    }
 }

@@ -446,7 +446,18 @@ impl<'q> Resolver<'q> {
                     }
                     return Resolved { points: Vec::new(), kind };
                 }
-                let points = self.functions(&module, &rest[0], ret, itrace, exported_only, ex, diags);
+                let mut points = self.functions(&module, &rest[0], ret, itrace, exported_only, ex, diags);
+                // `process("P").library("L")`: L as P loads it, in the
+                // processes running P only (by path, the program's).
+                if let (["process", "library", ..], Some(_)) = (names.as_slice(), &comps[0].arg) {
+                    if let Ok(exe) = self.module_for(&comps[0]) {
+                        for p in &mut points {
+                            if let Point::Function(f) = p {
+                                f.only_exe = Some(exe.path.clone());
+                            }
+                        }
+                    }
+                }
                 Resolved { points, kind }
             }
             _ => session(Vec::new()),

@@ -43,6 +43,25 @@ impl Credentials {
         Credentials { lines }
     }
 
+    /// Whether a process of these credentials and one of `other`'s are one
+    /// trust domain: equal, or different in their supplementary groups
+    /// alone while both may set those at will (`CAP_SETGID` in the same
+    /// effective set): nginx's root workers, which call `initgroups` as
+    /// their root master does not, can do nothing the master cannot.
+    pub fn same_domain(&self, other: &Credentials) -> bool {
+        const CAP_SETGID: u32 = 6;
+        let groups = FIELDS.iter().position(|f| *f == "Groups:").unwrap_or(usize::MAX);
+        let eff = FIELDS.iter().position(|f| *f == "CapEff:").unwrap_or(usize::MAX);
+        let setgid = |c: &Credentials| {
+            let hex = c.lines.get(eff).and_then(|l| l.split_whitespace().nth(1));
+            hex.and_then(|h| u64::from_str_radix(h, 16).ok()).is_some_and(|caps| caps & (1 << CAP_SETGID) != 0)
+        };
+        let rest = |c: &Credentials| -> Vec<String> {
+            c.lines.iter().enumerate().filter(|&(i, _)| i != groups).map(|x| x.1.clone()).collect()
+        };
+        self == other || (setgid(self) && rest(self) == rest(other))
+    }
+
     /// The effective user id, for messages.
     pub fn euid(&self) -> Option<u32> {
         self.lines.first()?.split_whitespace().nth(2)?.parse().ok()
@@ -96,6 +115,23 @@ mod tests {
         let d = user.difference(&root);
         assert!(d.starts_with("Uid 12345 12345 12345 12345 against 0 0 0 0"), "{d}");
         assert!(d.contains("CapEff 0 against 000001ffffffffff"), "{d}");
+    }
+
+    #[test]
+    fn groups_differ_alone_where_both_may_set_them() {
+        let master = Credentials::parse(ROOT);
+        let worker = Credentials::parse(&ROOT.replace("Groups:\t\n", "Groups:\t0 \n"));
+        assert_ne!(master, worker);
+        assert!(master.same_domain(&worker) && worker.same_domain(&master));
+        // Without CAP_SETGID, groups are privileges.
+        let no_caps = |c: &str| c.replace("000001ffffffffff", "0");
+        let (a, b) = (
+            Credentials::parse(&no_caps(ROOT)),
+            Credentials::parse(&no_caps(&ROOT.replace("Groups:\t\n", "Groups:\t27 \n"))),
+        );
+        assert!(!a.same_domain(&b));
+        let user = Credentials::parse(&ROOT.replace("Uid:\t0\t0\t0\t0", "Uid:\t1\t1\t1\t1"));
+        assert!(!master.same_domain(&user));
     }
 
     #[test]

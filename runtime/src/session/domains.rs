@@ -11,7 +11,7 @@ impl Armed {
         let first = self.domain.creds.as_ref()?;
         match Credentials::of(pid) {
             None => Some("its credentials cannot be read".into()),
-            Some(c) if &c != first => Some(c.difference(first)),
+            Some(c) if !c.same_domain(first) => Some(c.difference(first)),
             Some(_) if secure_exec(pid) => Some("a setuid, setgid or capability exec".into()),
             Some(_) => None,
         }
@@ -47,8 +47,12 @@ impl Armed {
             }
             // Gone (or a zombie): nothing of it runs any more.
             let Some(creds) = crate::os::creds::Credentials::of(pid) else { continue };
-            let Some(why) =
-                self.domain.creds.as_ref().filter(|first| **first != creds).map(|first| creds.difference(first))
+            let Some(why) = self
+                .domain
+                .creds
+                .as_ref()
+                .filter(|first| !first.same_domain(&creds))
+                .map(|first| creds.difference(first))
             else {
                 continue;
             };

@@ -108,6 +108,13 @@ pub(super) fn exec_entries(source: &dyn SymbolSource, maps: &[Mapping]) -> Vec<u
         .collect()
 }
 
+/// One process in a list of those a warning names (one line each: what
+/// the target chose, its name, and what an error quotes, escaped).
+pub(super) fn item(pid: i32, e: &dyn std::fmt::Display) -> String {
+    let name = crate::text::escape(crate::os::proc::comm(pid).trim().as_bytes()).into_owned();
+    format!("pid {pid} ({name}): {}", crate::text::escape(e.to_string().as_bytes()))
+}
+
 /// Whether process `pid` shares its address space with its parent (a
 /// vfork or posix_spawn child before its exec): `kcmp(KCMP_VM)`.
 pub(super) fn shares_parent_memory(pid: i32) -> bool {
@@ -336,7 +343,7 @@ impl Armed {
                 Ok(()) => {}
                 // Gone meanwhile (or a zombie): nothing of it runs.
                 Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
-                Err(e) => not.push(format!("pid {pid} ({}): {e}", crate::os::proc::comm(pid).trim())),
+                Err(e) => not.push(item(pid, &e)),
             }
         }
         if !not.is_empty() {

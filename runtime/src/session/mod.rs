@@ -193,7 +193,7 @@ impl Armed {
     /// `-w`) and kept for the end.
     fn warn(&mut self, w: String) {
         if !self.report.quiet {
-            crate::eprintln_escaped!("WARNING: {w}");
+            crate::text::eprint_lines(&format!("WARNING: {w}"));
         }
         self.report.warnings.push(w);
     }

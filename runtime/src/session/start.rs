@@ -174,7 +174,7 @@ impl<'a> Session<'a> {
         }
         armed.report.quiet = opts.quiet;
         for w in armed.report.warnings.iter().filter(|_| !opts.quiet) {
-            crate::eprintln_escaped!("WARNING: {w}");
+            crate::text::eprint_lines(&format!("WARNING: {w}"));
         }
         if opts.verbose > 0 {
             crate::eprintln_escaped!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);

@@ -131,7 +131,7 @@ pub(super) fn start(
                 return Ok(Some((first, Found { others, execing: Vec::new(), system })));
             }
             Err(PtraceError::NoProcess(_)) => {}
-            Err(e) => not.push(format!("pid {pid} ({}): {e}", crate::os::proc::comm(pid).trim())),
+            Err(e) => not.push(item(pid, &e)),
         }
     }
     say_not_armed(&mut system, not);
@@ -183,7 +183,7 @@ fn seize(tid: i32, max: usize, execing: &mut Vec<(i32, i32)>, not: &mut Vec<Stri
     }
     match crate::os::ptrace::seize_for_exec(tid) {
         Ok(()) => execing.push((tid, pid)),
-        Err(e) => not.push(format!("cannot probe pid {pid} ({}) at its exec: {e}", crate::os::proc::comm(pid).trim())),
+        Err(e) => not.push(format!("cannot probe {} at its exec", item(pid, &e))),
     }
 }
 

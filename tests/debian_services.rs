@@ -1,0 +1,246 @@
+//! Debian's own services, started by the tests on Unix sockets in their
+//! scratch directories (no TCP port): nginx (a root master and three
+//! workers: `-p` of the master counts every worker's accepted
+//! connections; by path, the workers a reload starts are caught) and
+//! redis (`--daemonize yes` under `-c`: its daemon counted whole, nothing
+//! left in it after the session). `.ci/run` installs them.
+
+mod common;
+use common::Tracer;
+use std::io::{BufRead, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const NGINX: &str = "/usr/sbin/nginx";
+const REDIS: &str = "/usr/bin/redis-server";
+
+/// nginx in the foreground with `workers` worker processes (root, as
+/// Debian's own: its workers keep root's uid with `user root root`),
+/// serving "ok" on `DIR/sock`; its error log is its standard error,
+/// where it says each worker it starts.
+struct Nginx {
+    child: Child,
+    log: std::io::BufReader<std::process::ChildStderr>,
+    dir: PathBuf,
+}
+
+/// One nginx at a time: a session by path arms every process running
+/// nginx, another test's too.
+static ONE_NGINX: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Nginx {
+    fn start(tag: &str, workers: u32) -> Nginx {
+        assert!(Path::new(NGINX).exists(), "Debian's nginx is needed (.ci/run installs it)");
+        let dir = common::scratch(tag);
+        let d = dir.display();
+        let conf = format!(
+            "daemon off;\nmaster_process on;\nworker_processes {workers};\nuser root root;\npid {d}/nginx.pid;\n\
+             error_log stderr notice;\nevents {{ worker_connections 64; accept_mutex off; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
+             fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
+             server {{ listen unix:{d}/sock; location / {{ return 200 \"ok\\n\"; }} }}\n}}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).expect("write nginx.conf");
+        let mut child = Command::new(NGINX)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .arg("-p")
+            .arg(&dir)
+            .arg("-e")
+            .arg("stderr")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nginx");
+        let log = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let mut n = Nginx { child, log, dir };
+        n.workers_started(workers);
+        n
+    }
+
+    /// Wait until the master says it started `count` more workers: their
+    /// pids.
+    fn workers_started(&mut self, count: u32) -> Vec<u32> {
+        let mut pids = Vec::new();
+        while pids.len() < count as usize {
+            let mut l = String::new();
+            assert!(self.log.read_line(&mut l).expect("nginx's log") > 0, "nginx ended");
+            if let Some(p) = l.split("start worker process ").nth(1) {
+                pids.push(p.trim().parse().expect("a worker's pid"));
+            }
+        }
+        pids
+    }
+
+    fn master(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// One request on a connection of its own: nginx's answer's body.
+    fn get(&self) -> String {
+        let mut s = UnixStream::connect(self.dir.join("sock")).expect("connect to nginx");
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("nginx's answer");
+        answer.rsplit("\r\n\r\n").next().unwrap_or("").to_string()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // A graceful stop (SIGQUIT), its workers with it.
+        // SAFETY: a signal to the master this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
+        let _ = self.child.wait();
+    }
+}
+
+/// Successful `accept4` calls by process, from the C library as nginx
+/// loads it (an `int`: -1 is 0xffffffff in the 64-bit register, as
+/// SystemTap's `returnval()` gives it too).
+const ACCEPTS: &str = r#"global n
+probe process("/usr/sbin/nginx").begin { printf("armed %d\n", pid()) }
+probe process("/usr/sbin/nginx").library("libc.so.6").function("accept4").return { if ((returnval() & 0xffffffff) < 0x80000000) n[pid()]++ }
+probe end { t = 0; foreach (p in n) t += n[p]; printf("%d accepted\n", t); foreach (p+ in n) printf("%d\n", p) }"#;
+
+/// `armed PID` lines for `n` processes: the pids, sorted.
+fn armed(t: &mut Tracer, n: usize) -> Vec<u32> {
+    let mut pids: Vec<u32> = (0..n)
+        .map(|_| {
+            let mut l = String::new();
+            t.output.read_line(&mut l).expect("telco-stap's output");
+            l.trim_end().strip_prefix("armed ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{l:?}"))
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
+fn sigint(t: Tracer) -> String {
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    out
+}
+
+/// Nothing of the session is mapped into `pid`.
+fn clean(pid: u32) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    assert!(!maps.contains("memfd:telco"), "pid {pid}: the session's memory is left:\n{maps}");
+}
+
+/// `-p` of nginx's master: its three workers, already running, are
+/// armed, and every connection one of them accepted is counted.
+#[test]
+fn p_of_nginx_s_master_counts_every_worker_s_accepts() {
+    let _one = ONE_NGINX.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ngx = Nginx::start("nginx-p", 3);
+    let master = ngx.master();
+    let kids = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap();
+    let mut workers: Vec<u32> = kids.split_whitespace().map(|k| k.parse().unwrap()).collect();
+    workers.sort();
+    assert_eq!(workers.len(), 3);
+    let mut t = Tracer::start(&["-e", ACCEPTS, "-p", &master.to_string()], &format!("armed {master}"));
+    assert_eq!(armed(&mut t, 3), workers, "every worker armed");
+    for _ in 0..30 {
+        assert_eq!(ngx.get(), "ok\n");
+    }
+    let out = sigint(t);
+    let (total, who) = out.split_once('\n').unwrap();
+    assert_eq!(total, "30 accepted");
+    for p in who.lines() {
+        assert!(workers.contains(&p.parse().unwrap()), "accepted by a worker: {out}");
+    }
+    for p in std::iter::once(master).chain(workers) {
+        clean(p);
+    }
+    assert_eq!(ngx.get(), "ok\n", "nginx serves on");
+    let _ = ngx.workers_started(0);
+}
+
+/// By path, with neither -p nor -c: the master and its workers running
+/// at the start, then the three workers a reload (SIGHUP) starts, which
+/// serve every request after it: all counted.
+#[test]
+fn nginx_by_path_catches_the_workers_of_a_reload() {
+    let _one = ONE_NGINX.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ngx = Nginx::start("nginx-path", 3);
+    let master = ngx.master();
+    let mut t = Tracer::start_on_stderr(&["-v", "-e", ACCEPTS], "Pass 5: probes armed");
+    let first = armed(&mut t, 4);
+    assert!(first.contains(&master), "{first:?}");
+    // SAFETY: a signal to the master this test started.
+    assert_eq!(unsafe { libc::kill(master as i32, libc::SIGHUP) }, 0);
+    let mut fresh = ngx.workers_started(3);
+    fresh.sort();
+    assert_eq!(armed(&mut t, 3), fresh, "the reload's workers, as they are forked");
+    // The old workers close their sockets and leave: the new ones serve.
+    for p in first.iter().filter(|&&p| p != master) {
+        common::wait_gone(*p);
+    }
+    for _ in 0..20 {
+        assert_eq!(ngx.get(), "ok\n");
+    }
+    let out = sigint(t);
+    let (total, who) = out.split_once('\n').unwrap();
+    assert_eq!(total, "20 accepted", "{out}");
+    for p in who.lines() {
+        assert!(fresh.contains(&p.parse().unwrap()), "accepted by a new worker: {out}");
+    }
+    clean(master);
+    for p in fresh {
+        clean(p);
+    }
+}
+
+/// A RESP client on redis's Unix socket.
+fn redis(sock: &Path, command: &str) -> String {
+    let mut s = UnixStream::connect(sock).expect("connect to redis");
+    s.write_all(format!("{command}\r\n").as_bytes()).expect("send");
+    let mut r = std::io::BufReader::new(s);
+    let mut l = String::new();
+    r.read_line(&mut l).expect("redis's answer");
+    l
+}
+
+/// `-c 'redis-server --daemonize yes'`: the command exits at once, its
+/// daemon serves on; the session follows the daemon, counts each of its
+/// commands, and after SIGINT leaves nothing in it; then it serves on.
+#[test]
+fn a_daemonized_redis_is_counted_whole_and_left_clean() {
+    assert!(Path::new(REDIS).exists(), "Debian's redis-server is needed (.ci/run installs it)");
+    let dir = common::scratch("redis");
+    let sock = dir.join("sock");
+    let cmd = format!(
+        "{REDIS} --daemonize yes --port 0 --unixsocket {} --dir {} --pidfile {} --save '' --appendonly no \
+         --logfile {}",
+        sock.display(),
+        dir.display(),
+        dir.join("redis.pid").display(),
+        dir.join("redis.log").display()
+    );
+    // aeMain: the daemon listens and serves from here on.
+    let script = r#"global n
+probe process("/usr/bin/redis-server").function("aeMain") { printf("serving %d\n", pid()) }
+probe process("/usr/bin/redis-server").function("processCommand") { n[pid()]++ }
+probe end { foreach (p in n) printf("%d commands in %d\n", n[p], p) }"#;
+    let (t, l) = Tracer::start_first(&["-e", script, "-c", &cmd]);
+    let daemon: u32 = l.trim_end().strip_prefix("serving ").and_then(|p| p.parse().ok()).expect("serving PID");
+    for k in 0..7 {
+        assert_eq!(redis(&sock, &format!("SET k{k} {k}")), "+OK\r\n");
+    }
+    assert_eq!(redis(&sock, "PING"), "+PONG\r\n");
+    let out = sigint(t);
+    assert_eq!(out, format!("8 commands in {daemon}\n"));
+    clean(daemon);
+    assert_eq!(redis(&sock, "GET k3"), "$1\r\n", "redis serves on");
+    // SHUTDOWN closes the connection without an answer.
+    let mut s = UnixStream::connect(&sock).expect("connect to redis");
+    s.write_all(b"SHUTDOWN NOSAVE\r\n").unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    common::wait_gone(daemon);
+}
