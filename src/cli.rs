@@ -42,9 +42,15 @@ pub struct Cli {
 
     /// Attach to the running process PID and the processes descending from
     /// it (its workers, its backends); may be repeated. The first is
-    /// target(). (-x is the same.)
-    #[arg(short = 'p', short_alias = 'x', value_name = "PID", value_parser = parse_pid, conflicts_with = "command", allow_negative_numbers = true, action = ArgAction::Append)]
+    /// target().
+    #[arg(short = 'p', value_name = "PID", value_parser = parse_pid, conflicts_with = "command", allow_negative_numbers = true, action = ArgAction::Append)]
     pub pids: Vec<u32>,
+
+    /// Set target() to PID, as SystemTap's -x: the probes run by path, in
+    /// every process that runs or maps their files (PID's program names a
+    /// process probe without a path); the script filters on target().
+    #[arg(short = 'x', value_name = "PID", value_parser = parse_pid, conflicts_with_all = ["command", "pids"], allow_negative_numbers = true)]
+    pub target_pid: Option<u32>,
 
     /// Start CMD with probes armed before its main runs; exit when it does.
     #[arg(short = 'c', value_name = "CMD", value_parser = non_empty)]
@@ -232,7 +238,7 @@ impl Cli {
     /// The first `-p`: `target()`, and the process pass 2 resolves
     /// `process` probes without a path in.
     pub fn pid(&self) -> Option<u32> {
-        self.pids.first().copied()
+        self.pids.first().copied().or(self.target_pid)
     }
 }
 

@@ -77,6 +77,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         (true, None) if by_path => Target::System {
             files,
             max_processes: max_processes(cli),
+            target: cli.target_pid,
             wait: cli.timeout.map(std::time::Duration::from_secs_f64),
         },
         (true, None) => Target::None,

@@ -89,7 +89,7 @@ impl TargetQuery for ProcQuery {
 
 /// The target of a run must exist; say so before anything else happens.
 pub fn check_target(cli: &Cli) -> Result<()> {
-    for &pid in &cli.pids {
+    for &pid in cli.pids.iter().chain(&cli.target_pid) {
         if !telco_runtime::os::proc::exists(pid as i32) {
             bail!("no process with pid {pid}");
         }

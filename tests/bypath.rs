@@ -203,3 +203,39 @@ fn a_process_probe_without_a_program_is_told_to_name_one() {
     assert_eq!(code, Some(1));
     assert!(err.contains("names no program") || err.contains("-p PID"), "{err}");
 }
+
+/// `--chrome` and `--perfetto` of a session on several processes: each
+/// process is a track of its own, named, with its own threads' calls (as
+/// Perfetto's trace processor reads them), though both had ended before
+/// the files were written.
+#[test]
+fn every_process_gets_its_own_track() {
+    let exe = program("bypath-tracks");
+    let dir = exe.parent().unwrap().to_path_buf();
+    let (json, pb) = (dir.join("t.json"), dir.join("t.pftrace"));
+    let script = format!("probe process(\"{}\").function(\"work\") {{ }}", exe.display());
+    let t = Tracer::start_on_stderr(
+        &["-v", "-e", &script, "--chrome", json.to_str().unwrap(), "--perfetto", pb.to_str().unwrap()],
+        "Pass 5: watching the processes of",
+    );
+    let mut pids = Vec::new();
+    for calls in [300, 200] {
+        let c = Command::new(&exe).arg(calls.to_string()).stdout(Stdio::piped()).spawn().expect("start");
+        pids.push((c.id(), calls));
+        assert!(c.wait_with_output().expect("wait").status.success());
+    }
+    end(t);
+    for file in [&json, &pb] {
+        let Some(v) = common::viewer_check(file) else { return };
+        let threads = v["threads"].as_array().expect("threads");
+        for &(pid, calls) in &pids {
+            let th = threads
+                .iter()
+                .find(|t| t["pid"].as_u64() == Some(u64::from(pid)))
+                .unwrap_or_else(|| panic!("{}: no track of pid {pid}: {v}", file.display()));
+            assert_eq!(th["tid"].as_u64(), Some(u64::from(pid)), "{th}");
+            assert_eq!(th["process_name"], "prog", "{th}");
+            assert_eq!(th["counts"]["work"].as_u64(), Some(calls), "{th}");
+        }
+    }
+}

@@ -234,6 +234,7 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("EV_COUNTER", u64::from(EV_COUNTER)),
         ("EV_SPAN", u64::from(EV_SPAN)),
         ("EV_SPANS", u64::from(EV_SPANS)),
+        ("EV_THREAD", u64::from(EV_THREAD)),
         ("HIST_LOG", u64::from(HIST_LOG)),
         ("HIST_LINEAR", u64::from(HIST_LINEAR)),
         ("HIST_LOG_BUCKETS", u64::from(HIST_LOG_BUCKETS)),

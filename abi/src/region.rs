@@ -306,6 +306,10 @@ pub const EV_SPANS: u16 = 10;
 /// with a name of the script's, ts = its end (ns, as every event's), aux =
 /// 0; payload = i64 start ns, `u32` length, name.
 pub const EV_NAMED_SPAN: u16 = 11;
+/// A thread of the session's processes took its slot: tid, aux = its
+/// process id (the trace files give each process a track, though the
+/// thread may be gone when they are written). No payload.
+pub const EV_THREAD: u16 = 12;
 
 /// A thread slot's staged `--chrome` calls: the count, then the entries.
 #[repr(C)]

@@ -2091,6 +2091,19 @@ LOCAL void take_row(u8 *R, u8 *s, u64 n, u32 pid) {
     AT(s, TS_BUSY, u32) = row >= n;
 }
 
+/* Slot s has its thread now: the tracer hears which process it belongs
+ * to (EV_THREAD), before any event of that thread. */
+LOCAL void thread_event(u8 *R, u8 *s) {
+    u8 *rec = ring_reserve(R, 0, EV_HEADER_SIZE);
+    if (!rec) return;
+    AT(rec, E_KIND, u16) = EV_THREAD;
+    AT(rec, E_PROBE, u16) = 0;
+    AT(rec, E_TID, u32) = AT(s, TS_TID, u32);
+    AT(rec, E_AUX, u32) = AT(s, TS_PID, u32);
+    AT(rec, E_TS, u64) = 0;
+    ring_commit(rec, EV_HEADER_SIZE);
+}
+
 /* A thread's first place among the n slots. n is a power of two
  * (layout.rs): a mask, not a division. The top log2(n) bits of the thread
  * pointer's low half times 0x9e3779b9 (the trampolines compute it inline:
@@ -2127,6 +2140,7 @@ static u8 *thread_slot(u8 *R) {
                 AT(s, TS_PID, u32) = (u32)sys6(SYS_getpid, 0, 0, 0, 0, 0, 0);
                 AT(s, TS_DEPTH, u32) = 0;
                 take_row(R, s, n, AT(s, TS_PID, u32));
+                thread_event(R, s);
                 return s;
             }
         }
@@ -2151,6 +2165,7 @@ static u8 *thread_slot(u8 *R) {
         }
         AT(s, TS_PID, u32) = pid;
         AT(s, TS_TID, u32) = me;
+        thread_event(R, s);
         return s;
     }
     return 0;

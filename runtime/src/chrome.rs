@@ -50,7 +50,7 @@
 //!   into JSON (and `--perfetto`'s packets) at `SCHED_IDLE`, on CPU time
 //!   the target does not want, and frees the spool's disk space behind it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use std::fs::File;
 use std::io::Write;
@@ -86,8 +86,15 @@ pub struct Chrome {
     named: [u32; 64],
     /// The last thread seen (most events come from the thread before).
     last_tid: u32,
-    /// `,"pid":P,"tid":`, made once.
+    /// `,"pid":P,"tid":` of the last thread's process.
     pid_prefix: Vec<u8>,
+    /// The process of each thread named (the session's processes each get
+    /// a track: a worker, a program run later), and of the last thread.
+    owners: HashMap<u32, u32>,
+    /// Threads' names as they were told (`owner`), by tid.
+    told: HashMap<u32, Vec<u8>>,
+    processes: HashSet<u32>,
+    last_pid: u32,
     line: Vec<u8>,
     first: bool,
     events: u64,
@@ -153,6 +160,10 @@ impl Chrome {
             named: [u32::MAX; 64],
             last_tid: 0,
             pid_prefix: pid_prefix(pid),
+            owners: HashMap::new(),
+            told: HashMap::new(),
+            processes: HashSet::new(),
+            last_pid: pid,
             line: Vec::with_capacity(256),
             first: true,
             events: 0,
@@ -288,6 +299,11 @@ impl Chrome {
                 self.named[tid as usize % 64] = tid;
             }
             self.last_tid = tid;
+            let pid = self.process_of(tid);
+            if pid != self.last_pid {
+                self.last_pid = pid;
+                self.pid_prefix = pid_prefix(pid);
+            }
         }
         // Formatted in place, from the probe's and the process's bytes
         // made once; taken back if it does not fit.
@@ -341,9 +357,16 @@ impl Chrome {
         })
     }
 
+    /// The process thread `tid` belongs to (the first process's when it
+    /// was not named, or was gone when it was).
+    fn process_of(&self, tid: u32) -> u32 {
+        self.owners.get(&tid).copied().unwrap_or(self.pid)
+    }
+
     fn pid_tid(&mut self, tid: u32) {
+        let pid = self.process_of(tid);
         self.line.extend_from_slice(b",\"pid\":");
-        push_u64(&mut self.line, u64::from(self.pid));
+        push_u64(&mut self.line, u64::from(pid));
         self.line.extend_from_slice(b",\"tid\":");
         push_u64(&mut self.line, u64::from(tid));
     }
@@ -354,14 +377,39 @@ impl Chrome {
             return Ok(());
         }
         self.threads.insert(tid);
-        let comm = crate::os::proc::thread_label(self.pid, tid, &self.process);
+        // Its process, as the target told (`owner`) or while it runs:
+        // another of the session's is named the first time one of its
+        // threads is.
+        let pid = match self.owners.get(&tid) {
+            Some(&p) => p,
+            None => crate::os::proc::tgid(tid as i32).map_or(self.pid, |p| p as u32),
+        };
+        if pid != self.pid && self.processes.insert(pid) {
+            self.process_name(pid)?;
+        }
+        self.owners.insert(tid, pid);
+        let comm = crate::feed::thread_name(pid, tid, self.told.get(&tid), &self.process);
         let mut l = Vec::with_capacity(96);
         l.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":");
-        push_u64(&mut l, u64::from(self.pid));
+        push_u64(&mut l, u64::from(pid));
         l.extend_from_slice(b",\"tid\":");
         push_u64(&mut l, u64::from(tid));
         l.extend_from_slice(b",\"args\":{\"name\":\"");
         l.extend_from_slice(&escape(&comm));
+        l.extend_from_slice(b"\"}}");
+        std::mem::swap(&mut l, &mut self.line);
+        let r = self.emit();
+        std::mem::swap(&mut l, &mut self.line);
+        r
+    }
+
+    /// A process of the session besides the first: its name.
+    fn process_name(&mut self, pid: u32) -> std::io::Result<()> {
+        let mut l = Vec::with_capacity(96);
+        l.extend_from_slice(b"{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":");
+        push_u64(&mut l, u64::from(pid));
+        l.extend_from_slice(b",\"args\":{\"name\":\"");
+        l.extend_from_slice(&escape(&crate::feed::process_name(pid, self.told.get(&pid), &self.process)));
         l.extend_from_slice(b"\"}}");
         std::mem::swap(&mut l, &mut self.line);
         let r = self.emit();
@@ -396,6 +444,15 @@ impl TraceWriter for Chrome {
 
     fn add_name(&mut self, name: &str) {
         self.spans.push(span_start(name.as_bytes()));
+    }
+
+    fn owner(&mut self, tid: u32, pid: u32, comm: Option<&[u8]>) {
+        if self.owners.len() < MAX_THREADS && !self.threads.contains(&tid) {
+            self.owners.insert(tid, pid);
+            if let Some(c) = comm {
+                self.told.insert(tid, c.to_vec());
+            }
+        }
     }
 
     fn calls(&mut self, calls: Calls<'_>) -> std::io::Result<()> {

@@ -73,6 +73,10 @@ pub trait TraceWriter: Send {
     /// `trace_counter(name, value)`: a counter of the process.
     fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()>;
 
+    /// Thread `tid` belongs to process `pid` and was called `comm` (told
+    /// before its events; the name when it could be read).
+    fn owner(&mut self, _tid: u32, _pid: u32, _comm: Option<&[u8]>) {}
+
     /// About once a second while the session runs: look again at what may
     /// have changed (thread names).
     fn refresh(&mut self) {}
@@ -266,6 +270,9 @@ struct Shared {
     /// `trace_span` names by id from the first after the probes': added
     /// before the first call with the id is spooled.
     span_names: std::sync::Mutex<Vec<String>>,
+    /// Threads and their processes, told since the writer last looked
+    /// (pushed before the thread's calls are flushed; bounded).
+    owners: std::sync::Mutex<Vec<(u32, u32, Option<Vec<u8>>)>>,
 }
 
 impl Feed {
@@ -287,6 +294,7 @@ impl Feed {
             dropped: AtomicU64::new(0),
             summary: Default::default(),
             span_names: Default::default(),
+            owners: Default::default(),
         });
         let first_name = probes;
         let (tx, rx) = std::sync::mpsc::sync_channel(OTHERS_QUEUED);
@@ -359,6 +367,16 @@ impl Feed {
     pub fn instant(&mut self, tid: u32, ts: u64, cat: &'static str, name: &[u8], text: Option<&[u8]>) {
         let o = Other::Instant { tid, ts, cat, name: name.to_vec(), text: text.map(<[u8]>::to_vec) };
         self.other(o);
+    }
+
+    /// Thread `tid` is of process `pid` (`EV_THREAD`, the target's word:
+    /// it names tracks, nothing else).
+    pub fn thread(&mut self, tid: u32, pid: u32, comm: Option<Vec<u8>>) {
+        if let Ok(mut o) = self.shared.owners.lock() {
+            if o.len() < 1 << 16 {
+                o.push((tid, pid, comm));
+            }
+        }
     }
 
     pub fn counter(&mut self, ts: u64, name: &[u8], value: i64) {
@@ -468,6 +486,7 @@ fn write_loop(
             waited_for = true;
         }
         let flushed = shared.flushed.load(Ordering::Acquire);
+        owners(&mut out, shared);
         let mut any = false;
         while pos < flushed {
             let want = ((flushed - pos) as usize).min(buf.len());
@@ -493,6 +512,8 @@ fn write_loop(
                 freed = pos;
             }
         }
+        // (Threads told meanwhile: before their instants.)
+        owners(&mut out, shared);
         while let Ok(o) = others.try_recv() {
             any = true;
             other(&mut out, o)?;
@@ -520,6 +541,39 @@ fn write_loop(
                 w.flush()?;
             }
             std::thread::park_timeout(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// What a trace file calls a thread: its name now, or as it was told
+/// (`TraceWriter::owner`: it may be gone), or `thread_label`'s.
+pub(crate) fn thread_name(pid: u32, tid: u32, told: Option<&Vec<u8>>, first: &[u8]) -> Vec<u8> {
+    crate::os::proc::thread_comm(pid as i32, tid as i32)
+        .or_else(|| told.cloned())
+        .unwrap_or_else(|| crate::os::proc::thread_label(pid, tid, first))
+}
+
+/// What a trace file calls process `pid`: its name now, its main
+/// thread's as it was told, the first process's (a session by path runs
+/// one program), never empty (Perfetto refuses an empty name).
+pub(crate) fn process_name(pid: u32, told: Option<&Vec<u8>>, first: &[u8]) -> Vec<u8> {
+    let now = crate::os::proc::comm(pid as i32).into_bytes();
+    [Some(now), told.cloned(), Some(first.to_vec())]
+        .into_iter()
+        .flatten()
+        .find(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("pid {pid}").into_bytes())
+}
+
+/// The threads' processes told since the last look, to every writer.
+fn owners(out: &mut [Box<dyn TraceWriter>], shared: &Shared) {
+    let told = match shared.owners.lock() {
+        Ok(mut o) if !o.is_empty() => std::mem::take(&mut *o),
+        _ => return,
+    };
+    for w in out.iter_mut() {
+        for (tid, pid, comm) in &told {
+            w.owner(*tid, *pid, comm.as_deref());
         }
     }
 }

@@ -82,6 +82,9 @@ const PROCESS_UUID: u64 = 1;
 /// Thread track uuids are `THREAD_UUID + tid`, counters `COUNTER_UUID + n`;
 /// the samples' threads `SAMPLE_THREAD_UUID | tid`.
 const THREAD_UUID: u64 = 1 << 32;
+/// The tracks of the session's processes other than the first:
+/// `OTHER_PROCESS_UUID + pid`.
+const OTHER_PROCESS_UUID: u64 = 3 << 32;
 const COUNTER_UUID: u64 = 2 << 32;
 pub const SAMPLE_THREAD_UUID: u64 = 0x7465_6c63_0000_0000;
 
@@ -117,6 +120,9 @@ struct Seq {
     /// Probe names interned on this sequence, a bit per probe.
     interned: Vec<u64>,
     comm: Vec<u8>,
+    /// The process the thread belongs to (the session's processes each
+    /// get a track of their own).
+    pid: u32,
 }
 
 pub struct Perfetto {
@@ -126,6 +132,12 @@ pub struct Perfetto {
     process: Vec<u8>,
     names: Vec<String>,
     threads: order::ByTid<Seq>,
+    /// Processes described besides the first (bounded by the threads).
+    processes: std::collections::HashSet<u32>,
+    /// Threads' processes as the target told them (`owner`).
+    owners: HashMap<u32, u32>,
+    /// Threads' names as they were told, by tid.
+    told: HashMap<u32, Vec<u8>>,
     /// Round-robin position of [`Perfetto::refresh_names`].
     refresh_at: usize,
     counters: HashMap<Vec<u8>, u64>,
@@ -158,6 +170,9 @@ impl Perfetto {
             process: process.as_bytes().to_vec(),
             names: names.to_vec(),
             threads: order::ByTid::default(),
+            processes: Default::default(),
+            owners: HashMap::new(),
+            told: HashMap::new(),
             refresh_at: 0,
             counters: HashMap::new(),
             order: Some(Box::default()),
@@ -272,7 +287,14 @@ impl Perfetto {
             return None;
         }
         let id = FIRST_THREAD_SEQUENCE + self.threads.len() as u32;
-        let comm = self.comm(tid);
+        // Its process, while it runs (a thread gone already is the first
+        // process's).
+        let pid = match self.owners.get(&tid) {
+            Some(&p) => p,
+            None => crate::os::proc::tgid(tid as i32).map_or(self.pid, |p| p as u32),
+        };
+        self.describe_process(pid);
+        let comm = crate::feed::thread_name(pid, tid, self.told.get(&tid), &self.process);
         // The incremental clock starts at `ts`: the snapshot ties it to
         // CLOCK_REALTIME, and this packet's own time is a zero delta.
         let start = ts;
@@ -296,14 +318,29 @@ impl Perfetto {
         });
         // A bit per name (more as names are added or "?" is needed).
         let interned = vec![0; self.names.len().div_ceil(64)];
-        let i = self.threads.insert(tid, Seq { id, last: start, interned, comm });
+        let i = self.threads.insert(tid, Seq { id, last: start, interned, comm, pid });
         self.describe(tid);
         Some(i)
     }
 
-    /// The thread's `comm`, or a name for a thread already gone.
-    fn comm(&self, tid: u32) -> Vec<u8> {
-        crate::os::proc::thread_label(self.pid, tid, &self.process)
+    /// Process `pid`'s track, once: the first process's is the file's
+    /// first; each other process of the session (a worker, a program run
+    /// later) gets one named for it.
+    fn describe_process(&mut self, pid: u32) {
+        if pid == self.pid || self.full || !self.processes.insert(pid) {
+            return;
+        }
+        let name =
+            String::from_utf8_lossy(&crate::feed::process_name(pid, self.told.get(&pid), &self.process)).into_owned();
+        self.push(&TracePacket {
+            trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(OTHER_PROCESS_UUID + u64::from(pid)),
+                process: Some(ProcessDescriptor { pid: Some(pid as i32), process_name: Some(name) }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
     }
 
     /// The thread's track, with its current name.
@@ -311,14 +348,16 @@ impl Perfetto {
         if self.full {
             return;
         }
+        let first = self.pid;
         let Some(s) = self.threads.get(tid) else { return };
+        let process = if s.pid == first { PROCESS_UUID } else { OTHER_PROCESS_UUID + u64::from(s.pid) };
         let packet = TracePacket {
             trusted_packet_sequence_id: Some(s.id),
             track_descriptor: Some(TrackDescriptor {
                 uuid: Some(THREAD_UUID + u64::from(tid)),
-                parent_uuid: Some(PROCESS_UUID),
+                parent_uuid: Some(process),
                 thread: Some(ThreadDescriptor {
-                    pid: Some(self.pid as i32),
+                    pid: Some(s.pid as i32),
                     tid: Some(tid as i32),
                     thread_name: Some(String::from_utf8_lossy(&s.comm).into_owned()),
                 }),
@@ -340,7 +379,8 @@ impl Perfetto {
         for k in 0..n {
             let i = (self.refresh_at + k) % len;
             let tid = self.threads.tid(i);
-            let Some(comm) = crate::os::proc::thread_comm(self.pid as i32, tid as i32) else { continue };
+            let pid = self.threads.at(i).pid;
+            let Some(comm) = crate::os::proc::thread_comm(pid as i32, tid as i32) else { continue };
             let s = self.threads.at(i);
             if s.comm != comm {
                 s.comm = comm;
@@ -483,6 +523,15 @@ impl TraceWriter for Perfetto {
 
     fn add_name(&mut self, name: &str) {
         self.names.push(name.to_string());
+    }
+
+    fn owner(&mut self, tid: u32, pid: u32, comm: Option<&[u8]>) {
+        if self.owners.len() < MAX_THREADS && self.threads.get(tid).is_none() {
+            self.owners.insert(tid, pid);
+            if let Some(c) = comm {
+                self.told.insert(tid, c.to_vec());
+            }
+        }
     }
 
     fn calls(&mut self, calls: Calls<'_>) -> std::io::Result<()> {

@@ -299,6 +299,15 @@ impl<'a> Consumer<'a> {
             }
             // Exit is seen through the header.
             abi::EV_EXIT => Ok(()),
+            abi::EV_THREAD => {
+                if let Some(c) = &mut self.traces {
+                    // Its name now, while it most likely runs (the files
+                    // are written later, when short-lived ones are gone).
+                    let comm = crate::os::proc::thread_comm(h.aux as i32, h.tid as i32);
+                    c.thread(h.tid, h.aux, comm);
+                }
+                Ok(())
+            }
             // No producer writes any other kind: the target forged it.
             kind => self.corrupt(format!(
                 "the target corrupted the event ring: a record of unknown kind {kind}; the events from there on are \

@@ -21,7 +21,8 @@ pub enum Target {
     /// probed modules, absolute paths), running now or exec'ing one later
     /// (`system.rs`), at most `max_processes` at once; with none running,
     /// the first is waited for `wait` at most (`-T`).
-    System { files: Vec<PathBuf>, max_processes: usize, wait: Option<std::time::Duration> },
+    /// `target()` is `target` (`-x PID`), else 0.
+    System { files: Vec<PathBuf>, max_processes: usize, wait: Option<std::time::Duration>, target: Option<u32> },
 }
 
 impl Target {
@@ -106,7 +107,7 @@ impl<'a> Session<'a> {
         let mut found = None;
         let (stopped, child) = match &opts.target {
             Target::None => return Ok(session),
-            Target::System { files, max_processes, wait } => {
+            Target::System { files, max_processes, wait, .. } => {
                 match system::start(files, *max_processes, *wait, opts.verbose > 0)? {
                     Some((first, f)) => {
                         found = Some(f);
@@ -157,6 +158,12 @@ impl<'a> Session<'a> {
         armed.symbols_from(symbols);
         if let Some(f) = found {
             armed.system_wide(f);
+            // SystemTap's: -x PID, else none.
+            let target = match &opts.target {
+                Target::System { target, .. } => u64::from(target.unwrap_or(0)),
+                _ => 0,
+            };
+            region.set_header_u64(core::mem::offset_of!(telco_abi::region::Header, target), target);
         }
         if let Target::Pids(pids) = &opts.target {
             let mut others: Vec<i32> = Vec::new();
