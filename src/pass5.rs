@@ -44,6 +44,9 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     let needs_target = artifact.probes.iter().any(|p| p.attach.runs_in().needs_target());
     let by_path = needs_target && cli.pids.is_empty() && cli.command.is_none();
     let files = if by_path { system_wide_files(artifact)? } else { Vec::new() };
+    // Libraries: their opens are watched (the loader's, dlopen's), not
+    // their execs.
+    let libraries: Vec<std::path::PathBuf> = files.iter().filter(|f| is_library(f)).cloned().collect();
     if cli.itrc.is_none() && artifact.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })) {
         bail!("this script has .itrace probes: name the instruction trace file with --itrc FILE");
     }
@@ -76,6 +79,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         (true, Some(cmd)) => Target::command(cmd),
         (true, None) if by_path => Target::System {
             files,
+            libraries,
             max_processes: max_processes(cli),
             target: cli.target_pid,
             wait: cli.timeout.map(std::time::Duration::from_secs_f64),
@@ -122,6 +126,16 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
 /// (probes by path on a library every process maps; `-p 1`).
 pub fn max_processes(cli: &Cli) -> usize {
     cli.defines.iter().rev().find(|(n, _)| n == "MAXPROCESSES").map_or(256, |(_, v)| (*v).clamp(1, 1 << 20) as usize)
+}
+
+/// Whether the ELF file at `path` is a shared library, not a program: it
+/// names itself (`DT_SONAME`), or has no entry point.
+fn is_library(path: &std::path::Path) -> bool {
+    use telco_compiler::elf::{Module, ModuleKind};
+    match Module::load(path) {
+        Ok(m) => m.kind == ModuleKind::PositionIndependent && (m.soname.is_some() || m.entry == 0),
+        Err(_) => false,
+    }
 }
 
 /// Probes by path with neither `-p` nor `-c`: the files the probes name

@@ -239,3 +239,50 @@ fn every_process_gets_its_own_track() {
         }
     }
 }
+
+/// A library by path: a process that maps it at the start, and programs
+/// started later whose loader maps it (its open is held until the tracer
+/// has attached; the process is armed right after the mapping, before
+/// the library's code runs): every call counted, in those processes only.
+#[test]
+fn a_library_by_path_is_probed_in_every_process_that_loads_it() {
+    let dir = common::scratch("bypath-lib");
+    let lib = common::compile_text(
+        &dir,
+        "libbp.so",
+        "__attribute__((noinline)) long lib_work(long x) { __asm__ volatile(\"\" ::: \"memory\"); return 3 * x + 1; }\n",
+        &["-O2", "-shared", "-fPIC"],
+    );
+    let user = PROGRAM.replace("s += work(i)", "s += lib_work(i)").replace(
+        "__attribute__((noinline)) long work(long x) { __asm__ volatile(\"\" ::: \"memory\"); return 2 * x + 1; }",
+        "long lib_work(long x);",
+    );
+    let d = dir.to_str().unwrap();
+    let exe =
+        common::compile_text(&dir, "user", &user, &["-O2", &format!("-L{d}"), "-lbp", &format!("-Wl,-rpath,{d}")]);
+    let other = program("bypath-lib-other");
+    let mut early =
+        Command::new(&exe).args(["100", "wait"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start");
+    let mut r = std::io::BufReader::new(early.stdout.take().unwrap());
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    assert_eq!(l, "ready\n");
+    let script = format!(
+        "global n probe process(\"{}\").function(\"lib_work\") {{ n++ }} probe end {{ printf(\"%d calls\\n\", n) }}",
+        lib.display()
+    );
+    let t = Tracer::start_on_stderr(&["-v", "-e", &script], "Pass 5: probes armed");
+    for calls in [1000, 500] {
+        let o = Command::new(&exe).arg(calls.to_string()).output().expect("run");
+        assert!(o.status.success());
+    }
+    // A program that does not load it is not touched.
+    let o = run(&other, 10);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum 100\n");
+    early.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut r, &mut rest).unwrap();
+    assert!(early.wait().unwrap().success());
+    let (out, err) = end(t);
+    assert_eq!(out, "1600 calls\n", "{err}");
+}

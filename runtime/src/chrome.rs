@@ -377,13 +377,10 @@ impl Chrome {
             return Ok(());
         }
         self.threads.insert(tid);
-        // Its process, as the target told (`owner`) or while it runs:
-        // another of the session's is named the first time one of its
-        // threads is.
-        let pid = match self.owners.get(&tid) {
-            Some(&p) => p,
-            None => crate::os::proc::tgid(tid as i32).map_or(self.pid, |p| p as u32),
-        };
+        // Its process, as the target told (`owner`: in the target's pid
+        // namespace, as its tids are), else the first's: another of the
+        // session's is named the first time one of its threads is.
+        let pid = self.owners.get(&tid).copied().unwrap_or(self.pid);
         if pid != self.pid && self.processes.insert(pid) {
             self.process_name(pid)?;
         }

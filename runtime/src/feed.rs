@@ -234,6 +234,9 @@ pub struct Finished {
     pub dropped: u64,
 }
 
+/// A thread told (`EV_THREAD`): tid, pid, its name when it could be read.
+type Told = (u32, u32, Option<Vec<u8>>);
+
 /// Events other than calls, sent to the writer thread as they come.
 enum Other {
     Instant { tid: u32, ts: u64, cat: &'static str, name: Vec<u8>, text: Option<Vec<u8>> },
@@ -272,7 +275,7 @@ struct Shared {
     span_names: std::sync::Mutex<Vec<String>>,
     /// Threads and their processes, told since the writer last looked
     /// (pushed before the thread's calls are flushed; bounded).
-    owners: std::sync::Mutex<Vec<(u32, u32, Option<Vec<u8>>)>>,
+    owners: std::sync::Mutex<Vec<Told>>,
 }
 
 impl Feed {

@@ -36,18 +36,22 @@ pub struct ExecWatch {
     fan: Fanotify,
 }
 
-/// One exec held: the thread that called it (in our pid namespace; 0
-/// when it is not visible from here) and the file it runs.
+/// One exec (or open) held: the thread that called it (in our pid
+/// namespace; 0 when it is not visible from here), the file, and whether
+/// it is an exec of it (else an open of a library: the loader's or
+/// `dlopen`'s, or any read of the file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exec {
     pub tid: i32,
     pub file: FileId,
+    pub exec: bool,
 }
 
 impl ExecWatch {
-    /// Watch the execs of `files` (each marked by inode: a bind mount or a
-    /// container's mount namespace shows the same file under any path).
-    pub fn new(files: &[&Path]) -> std::io::Result<ExecWatch> {
+    /// Watch the execs of `programs` and the opens of `libraries` (each
+    /// marked by inode: a bind mount or a container's mount namespace
+    /// shows the same file under any path).
+    pub fn new(programs: &[&Path], libraries: &[&Path]) -> std::io::Result<ExecWatch> {
         let fan = Fanotify::init(
             InitFlags::FAN_CLASS_CONTENT | InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK | InitFlags::FAN_REPORT_TID,
             EventFFlags::O_RDONLY | EventFFlags::O_CLOEXEC | EventFFlags::O_LARGEFILE,
@@ -56,8 +60,9 @@ impl ExecWatch {
         // SAFETY: AT_FDCWD is no descriptor to close; fanotify_mark reads
         // it as "the current directory" (the paths are absolute anyway).
         let cwd = unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) };
-        for f in files {
-            fan.mark(MarkFlags::FAN_MARK_ADD, MaskFlags::FAN_OPEN_EXEC_PERM, cwd, Some(*f))
+        let marks = programs.iter().map(|f| (f, MaskFlags::FAN_OPEN_EXEC_PERM));
+        for (f, mask) in marks.chain(libraries.iter().map(|f| (f, MaskFlags::FAN_OPEN_PERM))) {
+            fan.mark(MarkFlags::FAN_MARK_ADD, mask, cwd, Some(*f))
                 .map_err(|e| std::io::Error::other(format!("{}: {e}", f.display())))?;
         }
         Ok(ExecWatch { fan })
@@ -87,9 +92,10 @@ impl ExecWatch {
             }
             for ev in events {
                 let Some(fd) = ev.fd() else { continue };
-                if ev.mask().contains(MaskFlags::FAN_OPEN_EXEC_PERM) {
+                let exec = ev.mask().contains(MaskFlags::FAN_OPEN_EXEC_PERM);
+                if exec || ev.mask().contains(MaskFlags::FAN_OPEN_PERM) {
                     let file = nix::sys::stat::fstat(fd).map(|st| (st.st_dev, st.st_ino)).unwrap_or((0, 0));
-                    decide(Exec { tid: ev.pid(), file });
+                    decide(Exec { tid: ev.pid(), file, exec });
                     // Nothing to do when it fails: the exec's process is
                     // gone (the kernel drops the event with it).
                     let _ = self.fan.write_response(FanotifyResponse::new(fd, Response::FAN_ALLOW));

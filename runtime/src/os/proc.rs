@@ -163,7 +163,11 @@ pub fn maps_file(pid: i32, prefix: &str, inode: u64) -> bool {
 /// Whether process `pid` runs the file `path` names here (by identity,
 /// whatever its own mount namespace calls it).
 pub fn runs(pid: i32, path: &Path) -> bool {
-    same_file(Path::new(&format!("/proc/{pid}/exe")), path)
+    let id = std::fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino())
+    });
+    is_module(id, &exe_path(pid), path)
 }
 
 /// The executable's path (`/proc/PID/exe`), empty when it cannot be read.
@@ -332,17 +336,37 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Whether mapping `m` is of the file `module` names here: by identity
-/// (device and inode, whatever path the process's mount namespace shows:
-/// a container's `/usr/sbin/nginx` may be another file, or ours under
-/// another name); an overlay's file, whose mapping shows the layer's
-/// device, by inode and the same path.
-pub(crate) fn maps_module(m: &Mapping, module: &Path) -> bool {
+/// Modules are the tracer's files, matched by identity only (probes by
+/// path, system-wide: pass 2 read them here). Otherwise (`-p`, `-c`) a
+/// module is named as the target shows it (pass 2 read it through the
+/// target's mapping), and the same path matches too: a library deleted or
+/// renamed over since, a target in a mount namespace of its own.
+static BY_IDENTITY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Match modules by identity only, from now on (a session by path).
+pub fn match_by_identity() {
+    BY_IDENTITY.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a file of identity `id` whose process shows it as `shown` is
+/// the file `module` names (see [`BY_IDENTITY`]).
+pub(crate) fn is_module(id: Option<(u64, u64)>, shown: &Path, module: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match std::fs::metadata(module) {
-        Ok(st) => m.inode == st.ino() && (m.dev == st.dev() || m.path == module),
-        Err(_) => m.path == module,
+    let by_identity = BY_IDENTITY.load(std::sync::atomic::Ordering::Relaxed);
+    match (id, std::fs::metadata(module)) {
+        // An overlay's file: its mapping shows the layer's device.
+        (Some((dev, ino)), Ok(st)) if ino == st.ino() && (dev == st.dev() || shown == module) => true,
+        (Some(_), Ok(_)) if by_identity => false,
+        _ => shown == module || (!by_identity && same_file(shown, module)),
     }
+}
+
+/// Whether mapping `m` is of the file `module` names: by identity (device
+/// and inode, whatever path the process's mount namespace shows: a
+/// container's `/usr/sbin/nginx` may be another file, or ours under
+/// another name), or as [`is_module`] says.
+pub(crate) fn maps_module(m: &Mapping, module: &Path) -> bool {
+    is_module(Some((m.dev, m.inode)), &m.path, module)
 }
 
 /// The run-time address of a byte at `file_offset` of `module`.

@@ -287,12 +287,8 @@ impl Perfetto {
             return None;
         }
         let id = FIRST_THREAD_SEQUENCE + self.threads.len() as u32;
-        // Its process, while it runs (a thread gone already is the first
-        // process's).
-        let pid = match self.owners.get(&tid) {
-            Some(&p) => p,
-            None => crate::os::proc::tgid(tid as i32).map_or(self.pid, |p| p as u32),
-        };
+        // Its process, as the target told (`owner`), else the first's.
+        let pid = self.owners.get(&tid).copied().unwrap_or(self.pid);
         self.describe_process(pid);
         let comm = crate::feed::thread_name(pid, tid, self.told.get(&tid), &self.process);
         // The incremental clock starts at `ts`: the snapshot ties it to

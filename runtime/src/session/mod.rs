@@ -213,12 +213,9 @@ impl Program {
         Program { path: crate::os::proc::exe_path(pid), id: crate::os::fanotify::exe_id(pid) }
     }
 
-    /// Whether it is the file `module` names here.
+    /// Whether it is the file `module` names (`os::proc::is_module`).
     pub(super) fn is(&self, module: &Path) -> bool {
-        match self.id {
-            Some(id) => crate::os::fanotify::file_id(module).is_ok_and(|m| m == id),
-            None => same_file(module, &self.path),
-        }
+        crate::os::proc::is_module(self.id, &self.path, module)
     }
 }
 
@@ -335,6 +332,8 @@ struct Report {
     quiet: bool,
     /// Fatal signals in the session's processes, as they were recorded.
     crashes: Vec<crate::crash::Crash>,
+    /// `-v`: how long covering the other processes took.
+    verbose: bool,
 }
 
 /// Function probes by module, then by file offset (an entry and a return

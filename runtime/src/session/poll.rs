@@ -25,7 +25,14 @@ impl Hooks for Armed {
             // `-p`: the other processes, while this one holds the
             // region's descriptors for them; then it holds none.
             if let Some(others) = self.target.service.take() {
+                let t0 = std::time::Instant::now();
+                let before = self.follow.as_ref().map_or(0, |f| f.children.len());
                 self.cover(&others);
+                if self.report.verbose {
+                    let n = self.follow.as_ref().map_or(0, |f| f.children.len()) - before;
+                    let ms = t0.elapsed().as_secs_f64() * 1e3;
+                    crate::eprintln_escaped!("Pass 5: {n} more process(es) armed in {ms:.3} ms.");
+                }
             }
             if let Some(fds) = self.target.fds.take() {
                 inject::close_in(&mut s, &[i64::from(fds.0), i64::from(fds.1)]);

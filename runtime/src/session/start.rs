@@ -22,7 +22,15 @@ pub enum Target {
     /// (`system.rs`), at most `max_processes` at once; with none running,
     /// the first is waited for `wait` at most (`-T`).
     /// `target()` is `target` (`-x PID`), else 0.
-    System { files: Vec<PathBuf>, max_processes: usize, wait: Option<std::time::Duration>, target: Option<u32> },
+    /// `libraries`: those of `files` that are libraries (their opens are
+    /// watched; the others' execs).
+    System {
+        files: Vec<PathBuf>,
+        libraries: Vec<PathBuf>,
+        max_processes: usize,
+        wait: Option<std::time::Duration>,
+        target: Option<u32>,
+    },
 }
 
 impl Target {
@@ -107,8 +115,8 @@ impl<'a> Session<'a> {
         let mut found = None;
         let (stopped, child) = match &opts.target {
             Target::None => return Ok(session),
-            Target::System { files, max_processes, wait, .. } => {
-                match system::start(files, *max_processes, *wait, opts.verbose > 0)? {
+            Target::System { files, libraries, max_processes, wait, .. } => {
+                match system::start(files, libraries, *max_processes, *wait, opts.verbose > 0)? {
                     Some((first, f)) => {
                         found = Some(f);
                         (first, false)
@@ -180,6 +188,7 @@ impl<'a> Session<'a> {
                 .map_err(|e| TargetError::Unsupported(format!("cannot trace pid {}: {e}", session.pid)))?;
         }
         armed.report.quiet = opts.quiet;
+        armed.report.verbose = opts.verbose > 0;
         for w in armed.report.warnings.iter().filter(|_| !opts.quiet) {
             crate::text::eprint_lines(&format!("WARNING: {w}"));
         }

@@ -27,6 +27,8 @@ pub(super) struct SystemWide {
     max: usize,
     /// Processes left unprobed because of that limit.
     over: u64,
+    /// The probed libraries (their opens are watched, not their execs).
+    libraries: Vec<FileId>,
     /// What could not be armed, said once each.
     said: std::collections::BTreeSet<String>,
 }
@@ -77,22 +79,24 @@ fn running_with(files: &[FileId]) -> Vec<i32> {
     pids
 }
 
-/// The identities of `paths`, and the watch on their execs.
-fn watch(paths: &[PathBuf]) -> Result<(Vec<FileId>, ExecWatch), TargetError> {
-    let mut files = Vec::new();
-    for p in paths {
-        let id = crate::os::fanotify::file_id(p)
-            .map_err(|e| TargetError::Unsupported(format!("cannot probe by path {}: {e}", p.display())))?;
-        files.push(id);
-    }
-    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    let watch = ExecWatch::new(&refs).map_err(|e| {
+/// The identities of `paths` (the libraries' too), and the watch on the
+/// programs' execs and the libraries' opens.
+fn watch(paths: &[PathBuf], libraries: &[PathBuf]) -> Result<(Vec<FileId>, Vec<FileId>, ExecWatch), TargetError> {
+    let id = |p: &PathBuf| {
+        crate::os::fanotify::file_id(p)
+            .map_err(|e| TargetError::Unsupported(format!("cannot probe by path {}: {e}", p.display())))
+    };
+    let files = paths.iter().map(id).collect::<Result<Vec<_>, _>>()?;
+    let libs = libraries.iter().map(id).collect::<Result<Vec<_>, _>>()?;
+    let programs: Vec<&Path> = paths.iter().filter(|p| !libraries.contains(p)).map(PathBuf::as_path).collect();
+    let libraries: Vec<&Path> = libraries.iter().map(PathBuf::as_path).collect();
+    let watch = ExecWatch::new(&programs, &libraries).map_err(|e| {
         TargetError::Unsupported(format!(
             "probes by path without -p or -c hold the execs of the files with fanotify, which needs root \
              (CAP_SYS_ADMIN): {e}"
         ))
     })?;
-    Ok((files, watch))
+    Ok((files, libs, watch))
 }
 
 /// Start a system-wide session on `paths`: the watch first (no exec
@@ -102,16 +106,18 @@ fn watch(paths: &[PathBuf]) -> Result<(Vec<FileId>, ExecWatch), TargetError> {
 /// nothing ran).
 pub(super) fn start(
     paths: &[PathBuf],
+    libraries: &[PathBuf],
     max: usize,
     wait: Option<Duration>,
     verbose: bool,
 ) -> Result<Option<(Stopped, Found)>, TargetError> {
-    let (files, watch) = watch(paths)?;
+    let (files, libraries, watch) = watch(paths, libraries)?;
+    crate::os::proc::match_by_identity();
     if verbose {
         let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         crate::eprintln_escaped!("Pass 5: watching the processes of {}.", names.join(", "));
     }
-    let mut system = SystemWide { watch, files, max: max.max(1), over: 0, said: Default::default() };
+    let mut system = SystemWide { watch, files, max: max.max(1), over: 0, libraries, said: Default::default() };
     let running = running_with(&system.files);
     if running.len() > system.max {
         return Err(TargetError::Unsupported(format!(
@@ -145,21 +151,59 @@ pub(super) fn start(
         if !system.watch.wait(left.min(Duration::from_millis(100))) {
             continue;
         }
-        let mut execing = Vec::new();
+        let (mut execing, mut opening) = (Vec::new(), Vec::new());
         let mut not = Vec::new();
-        system.watch.take(&mut |e| seize(e.tid, system.max, &mut execing, &mut not));
+        system.watch.take(&mut |e| {
+            let list = if e.exec { &mut execing } else { &mut opening };
+            seize(e.tid, system.max, list, &mut not)
+        });
         system.said.extend(not);
         while !execing.is_empty() {
             let (tid, pid) = execing.remove(0);
             match stopped_at_exec(tid, pid) {
-                Ok(Some(first)) => return Ok(Some((first, Found { others: Vec::new(), execing, system }))),
+                Ok(Some(first)) => {
+                    let others = mapping(&system, opening);
+                    return Ok(Some((first, Found { others, execing, system })));
+                }
                 Ok(None) => {}
                 Err(e) => {
-                    system.said.insert(format!("pid {pid}: {e}"));
+                    system.said.insert(item(pid, &e));
+                }
+            }
+        }
+        // A library opened: the first process to map it.
+        let mut mapped = mapping(&system, opening);
+        while !mapped.is_empty() {
+            let pid = mapped.remove(0);
+            match Stopped::attach(pid) {
+                Ok(first) => return Ok(Some((first, Found { others: mapped, execing: Vec::new(), system }))),
+                Err(PtraceError::NoProcess(_)) => {}
+                Err(e) => {
+                    system.said.insert(item(pid, &e));
                 }
             }
         }
     }
+}
+
+/// The processes of threads attached as they opened a probed library
+/// (`opening`: tid, pid), each run until the loader mapped it executable
+/// (then let go: to be armed at once) or given up: those that mapped it.
+fn mapping(system: &SystemWide, opening: Vec<(i32, i32)>) -> Vec<i32> {
+    let mut out = Vec::new();
+    for (tid, pid) in opening {
+        let libs = &system.libraries;
+        let mut mapped = || {
+            crate::os::proc::maps(pid)
+                .is_ok_and(|ms| ms.iter().any(|m| m.executable && libs.contains(&(m.dev, m.inode))))
+        };
+        // The loader's open, read, mmaps: a few calls.
+        let r = crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, Duration::from_millis(500));
+        if r == crate::os::ptrace::MapWait::Mapped && !out.contains(&pid) {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 /// The warning naming the processes that could not be traced.
@@ -178,7 +222,9 @@ fn say_not_armed(system: &mut SystemWide, not: Vec<String>) {
 /// at its start: pushed to `execing` as (tid, pid).
 fn seize(tid: i32, max: usize, execing: &mut Vec<(i32, i32)>, not: &mut Vec<String>) {
     let Some(pid) = crate::os::proc::tgid(tid) else { return };
-    if tid <= 0 || own(pid) || execing.len() >= max {
+    let me = std::process::id() as i32;
+    // Ours already (its exec seen, its loader opening the library next).
+    if tid <= 0 || own(pid) || execing.len() >= max || crate::os::proc::tracer_of(tid) == Some(me) {
         return;
     }
     match crate::os::ptrace::seize_for_exec(tid) {
@@ -240,21 +286,23 @@ impl Armed {
         let region = self.region.ino;
         let armed = 1 + f.children.len() + f.waiting.len();
         let room = sys.max.saturating_sub(armed);
-        let mut execing = Vec::new();
+        let (mut execing, mut opening) = (Vec::new(), Vec::new());
         let mut not = Vec::new();
         let mut over = 0;
         sys.watch.take(&mut |e| {
             let Some(pid) = crate::os::proc::tgid(e.tid) else { return };
             if crate::os::proc::tracer_of(e.tid) == Some(me)
                 || crate::os::proc::maps_file(pid, "/memfd:telco-stap", region)
+                || opening.iter().any(|&(_, p)| p == pid)
             {
                 return;
             }
-            if execing.len() >= room {
+            if execing.len() + opening.len() >= room {
                 over += 1;
                 return;
             }
-            seize(e.tid, room, &mut execing, &mut not);
+            let list = if e.exec { &mut execing } else { &mut opening };
+            seize(e.tid, room, list, &mut not);
         });
         sys.over += over;
         if over > 0 && sys.over == over {
@@ -273,8 +321,24 @@ impl Armed {
             f.waiting.push((tid, pid, deadline));
         }
         let said: Vec<String> = not.into_iter().filter(|w| sys.said.insert(w.clone())).collect();
+        // A probed library opened: armed once the loader mapped it (the
+        // process holds still from that system call until it is).
+        let mapped = if opening.is_empty() { Vec::new() } else { mapping(sys, opening) };
         for w in said {
             self.warn(w);
+        }
+        let mut not = Vec::new();
+        for pid in mapped {
+            match self.arm_existing(pid) {
+                Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
+                Err(e) => not.push(item(pid, &e)),
+            }
+        }
+        if let Some(sys) = &mut self.target.system {
+            let said: Vec<String> = not.into_iter().filter(|w| sys.said.insert(w.clone())).collect();
+            for w in said {
+                self.warn(w);
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use super::req;
 use super::thread::EXEC_OPTIONS;
 use super::PtraceError;
 use crate::os::wait::Status;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What a thread attached by [`seize_for_exec`] did since.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,66 @@ pub fn exec_stop(tid: i32, status: Status) -> Option<ExecWait> {
     None
 }
 
+/// What a thread attached by [`seize_for_exec`] as it opened a library
+/// did next ([`run_until_mapped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapWait {
+    /// It mapped the library executable: let go right after that system
+    /// call, before anything ran the library's code.
+    Mapped,
+    /// It ended.
+    Gone,
+    /// It did not map it within the system calls or the time allowed (it
+    /// read the file, say): let go.
+    NotMapped,
+}
+
+/// Run thread `tid` (attached by [`seize_for_exec`], running) from one
+/// system call to the next until `mapped()` holds at a call's exit (the
+/// loader mapped the library it opened), at most `calls` system calls
+/// and `within`; then let it go (detached where it stopped).
+pub fn run_until_mapped(tid: i32, mapped: &mut dyn FnMut() -> bool, calls: u32, within: Duration) -> MapWait {
+    if req::interrupt(tid).is_err() {
+        return MapWait::Gone;
+    }
+    let now = Instant::now();
+    let until = Until { since: now, deadline: Some(now + within), signals: true };
+    let (mut sig, mut done) = (0, 0);
+    loop {
+        let status = match wait_for(tid, until) {
+            Ok(Ok(st)) => st,
+            Ok(Err(_)) => {
+                release(tid, tid);
+                return MapWait::NotMapped;
+            }
+            Err(_) => return MapWait::Gone,
+        };
+        if status.ended() {
+            return MapWait::Gone;
+        }
+        if status.stop_signal() == Some(libc::SIGTRAP | 0x80) {
+            if !req::syscall_entry(tid) {
+                done += 1;
+                if mapped() {
+                    let _ = req::detach(tid, 0);
+                    return MapWait::Mapped;
+                }
+                if done >= calls {
+                    let _ = req::detach(tid, 0);
+                    return MapWait::NotMapped;
+                }
+            }
+        } else if status.event() == 0 {
+            // A signal for it: delivered as it goes on.
+            sig = status.stop_signal().unwrap_or(0);
+        }
+        if req::syscall(tid, sig).is_err() {
+            return MapWait::Gone;
+        }
+        sig = 0;
+    }
+}
+
 /// Let go of a thread of ours that sits in a stop already reported.
 pub fn detach_stopped(tid: i32) {
     let _ = req::detach(tid, 0);
@@ -93,8 +153,9 @@ pub fn release(tid: i32, pid: i32) {
             return;
         }
         if status.event() == 0 {
-            // A signal-delivery stop came first: keep the signal, wait on.
-            pending = status.stop_signal().unwrap_or(0);
+            // A signal-delivery stop came first: keep the signal, wait on
+            // (a system-call stop of `run_until_mapped`'s is no signal).
+            pending = status.stop_signal().filter(|&s| s != libc::SIGTRAP | 0x80).unwrap_or(pending);
             if req::cont(tid, 0).is_err() {
                 return;
             }
