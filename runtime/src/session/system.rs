@@ -290,11 +290,16 @@ impl Armed {
         let mut not = Vec::new();
         let mut over = 0;
         sys.watch.take(&mut |e| {
+            // Ours already: attached by its exec hook (`follow_execs`), or
+            // at its open of a probed library just before (an exec of a
+            // program of the session that has no exec hook, a static one,
+            // is attached here).
+            if crate::os::proc::tracer_of(e.tid) == Some(me) {
+                return;
+            }
             let Some(pid) = crate::os::proc::tgid(e.tid) else { return };
-            if crate::os::proc::tracer_of(e.tid) == Some(me)
-                || crate::os::proc::maps_file(pid, "/memfd:telco-stap", region)
-                || opening.iter().any(|&(_, p)| p == pid)
-            {
+            let ours = || crate::os::proc::maps_file(pid, "/memfd:telco-stap", region);
+            if opening.iter().any(|&(_, p)| p == pid) || (!e.exec && ours()) {
                 return;
             }
             if execing.len() + opening.len() >= room {
@@ -318,7 +323,23 @@ impl Armed {
             if shares_parent_memory(pid) {
                 f.vforked.insert(pid);
             }
-            f.waiting.push((tid, pid, deadline));
+            // Allowed already: its exec stop comes within microseconds,
+            // and it is armed in this poll, not the next (a held exec's
+            // delay). A stop that takes longer is the next poll's.
+            let soon = Instant::now() + Duration::from_millis(20);
+            loop {
+                match crate::os::ptrace::poll_exec(tid, pid) {
+                    crate::os::ptrace::ExecWait::Exec => f.execed.push(pid),
+                    crate::os::ptrace::ExecWait::Gone(_) => break,
+                    crate::os::ptrace::ExecWait::Running if Instant::now() < soon => {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    crate::os::ptrace::ExecWait::Running => {}
+                }
+                f.waiting.push((tid, pid, deadline));
+                break;
+            }
         }
         let said: Vec<String> = not.into_iter().filter(|w| sys.said.insert(w.clone())).collect();
         // A probed library opened: armed once the loader mapped it (the
