@@ -286,3 +286,38 @@ fn a_library_by_path_is_probed_in_every_process_that_loads_it() {
     let (out, err) = end(t);
     assert_eq!(out, "1600 calls\n", "{err}");
 }
+
+/// An unprivileged user's processes, by path: the one running at the start
+/// is the session's first (its user the session's), and those the user
+/// starts later map the session's memory through a holder of that user
+/// (the tracer's own descriptors are root's, which they may not open).
+#[test]
+fn an_unprivileged_user_s_programs_started_later_are_probed() {
+    let exe = program("bypath-user");
+    let as_nobody = |args: &[&str]| {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "nobody", "--"]).arg(&exe).args(args);
+        c
+    };
+    let mut early = as_nobody(&["100", "wait"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start");
+    let mut r = std::io::BufReader::new(early.stdout.take().unwrap());
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    assert_eq!(l, "ready\n");
+    let mut t = session(&exe);
+    assert!(line(&mut t).starts_with("armed "), "the first process");
+    for calls in [500, 300] {
+        let o = as_nobody(&[&calls.to_string()]).output().expect("run");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), format!("sum {}\n", calls * calls));
+    }
+    early.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut r, &mut rest).unwrap();
+    assert_eq!(rest, "sum 10000\n");
+    assert!(early.wait().unwrap().success());
+    let (out, err) = end(t);
+    // process.begin in each program started later, then the counts.
+    assert_eq!(out.matches("armed ").count(), 2, "{out}\n{err}");
+    assert!(out.ends_with("\n3 processes, 900 calls, main 2\n"), "{out}\n{err}");
+    assert!(!err.contains("WARNING"), "{err}");
+}

@@ -62,6 +62,21 @@ impl Credentials {
         self == other || (setgid(self) && rest(self) == rest(other))
     }
 
+    /// The user and group ids (real, effective, saved) and supplementary
+    /// groups, as numbers (a holder takes them: `os::holder`).
+    pub fn ids(&self) -> Option<super::holder::Ids> {
+        let nums = |name: &str| -> Option<Vec<u32>> {
+            let l = self.lines.iter().find(|l| l.starts_with(name))?;
+            l[name.len()..].split_whitespace().map(|w| w.parse().ok()).collect()
+        };
+        let (uid, gid) = (nums("Uid:")?, nums("Gid:")?);
+        Some(super::holder::Ids {
+            uid: [*uid.first()?, *uid.get(1)?, *uid.get(2)?],
+            gid: [*gid.first()?, *gid.get(1)?, *gid.get(2)?],
+            groups: nums("Groups:")?,
+        })
+    }
+
     /// The effective user id, for messages.
     pub fn euid(&self) -> Option<u32> {
         self.lines.first()?.split_whitespace().nth(2)?.parse().ok()
@@ -132,6 +147,17 @@ mod tests {
         assert!(!a.same_domain(&b));
         let user = Credentials::parse(&ROOT.replace("Uid:\t0\t0\t0\t0", "Uid:\t1\t1\t1\t1"));
         assert!(!master.same_domain(&user));
+    }
+
+    #[test]
+    fn ids_as_numbers() {
+        let c = Credentials::parse(
+            &ROOT.replace("Uid:\t0\t0\t0\t0", "Uid:\t7\t8\t9\t8").replace("Groups:\t", "Groups:\t4 27"),
+        );
+        let ids = c.ids().expect("ids");
+        assert_eq!((ids.uid, ids.gid, ids.groups.clone()), ([7, 8, 9], [0, 0, 0], vec![4, 27]));
+        assert!(ids.unprivileged());
+        assert!(!Credentials::parse(ROOT).ids().unwrap().unprivileged());
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 pub mod creds;
 pub mod fanotify;
+pub mod holder;
 pub mod modfile;
 pub mod perf;
 pub mod proc;

@@ -252,6 +252,7 @@ pub fn arm(
                 same_pid_ns: crate::os::proc::same_pid_namespace(pid),
                 rows_checked: std::time::Instant::now(),
                 _codes: codes,
+                holder: None,
             })
         }
         _ => None,

@@ -54,6 +54,9 @@ pub(super) struct Follow {
     /// Code regions of the first process's exec hooks (kept for the
     /// session, like `Undo::_code`; a child's are its own).
     pub(crate) _codes: Vec<CodeRegion>,
+    /// The region's holder for an unprivileged domain (`os::holder`),
+    /// started the first time a process needs it.
+    pub(crate) holder: Option<crate::os::holder::Holder>,
 }
 
 /// Hook the C library's `execve` and `execveat` (in every process image
@@ -284,12 +287,27 @@ impl Armed {
     /// probes of every module it maps), `process.begin` in it and
     /// `thread.begin` in its other threads, then let go.
     pub(super) fn arm_existing(&mut self, pid: i32) -> Result<(), TargetError> {
-        if self.follow.is_none() {
-            return Err(TargetError::Unsupported(
-                "a session with .itrace probes traces one process (the first -p)".into(),
-            ));
-        }
-        let mut s = Stopped::attach(pid)?;
+        self.arm_existing_holding(pid, None)
+    }
+
+    /// [`Armed::arm_existing`], with thread `held` of `pid` ours already,
+    /// in an interrupt stop (let go whatever happens).
+    pub(super) fn arm_existing_holding(&mut self, pid: i32, held: Option<i32>) -> Result<(), TargetError> {
+        let attached = match self.follow {
+            None => {
+                Err(TargetError::Unsupported("a session with .itrace probes traces one process (the first -p)".into()))
+            }
+            Some(_) => Stopped::attach_holding(pid, held).map_err(TargetError::from),
+        };
+        let mut s = match attached {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(tid) = held {
+                    crate::os::ptrace::detach_stopped(tid);
+                }
+                return Err(e);
+            }
+        };
         if let Some(why) = self.other_domain(pid) {
             return Err(TargetError::Unsupported(format!(
                 "it runs with other credentials than the session's first process ({why}): processes of different \
@@ -353,6 +371,21 @@ impl Armed {
         }
     }
 
+    /// The process whose descriptors (the tracer's own numbers) a process
+    /// armed now opens the region through: the tracer for a root domain,
+    /// else the domain's holder, started now if it is not yet.
+    fn region_holder(&mut self) -> Result<i32, TargetError> {
+        let ids = self.domain.creds.as_ref().and_then(|c| c.ids()).filter(|i| i.unprivileged());
+        let (Some(ids), Some(f)) = (ids, &mut self.follow) else { return Ok(std::process::id() as i32) };
+        if f.holder.is_none() {
+            let h = crate::os::holder::Holder::spawn(&ids, [f.region_fd, f.mirror_fd]).map_err(|e| {
+                TargetError::Unsupported(format!("no holder of the session's memory for its user: {e}"))
+            })?;
+            f.holder = Some(h);
+        }
+        Ok(f.holder.as_ref().map_or(std::process::id() as i32, |h| h.pid()))
+    }
+
     /// The part of arming another process that an exec'd program and one
     /// running at the start share; `exec`: it is at the entry of a program
     /// it exec'd (`process.end` of the old one first).
@@ -398,6 +431,16 @@ impl Armed {
         exec: bool,
         stub: Option<crate::os::ptrace::StubPlace>,
     ) -> Result<(Option<Child>, Vec<String>), TargetError> {
+        if self.follow.is_none() {
+            return Ok((None, Vec::new()));
+        }
+        // Through the first process's descriptors while it holds them (at
+        // the start: the processes of its user may not open the tracer's),
+        // else the tracer's (a root domain) or the domain's holder.
+        let holder = match self.target.fds {
+            Some(_) if !exec => self.target.pid,
+            _ => self.region_holder()?,
+        };
         let a = &self.hooker.artifact;
         let maps = maps.to_vec();
         let mut by_module: ByModule = BTreeMap::new();
@@ -421,12 +464,9 @@ impl Armed {
         // and the handlers know. Also in a program without probes of its
         // own: its exec hook follows the programs it runs in turn (`env
         // prog`, a shell's children).
-        // Through the first process's descriptors while it holds them (at
-        // the start: the processes of its user may not open the tracer's),
-        // else the tracer's.
-        let (holder, fd, mfd) = match self.target.fds {
-            Some((fd, mfd)) if !exec => (self.target.pid, fd, mfd),
-            _ => (std::process::id() as i32, f.region_fd, f.mirror_fd),
+        let (fd, mfd) = match self.target.fds {
+            Some(fds) if !exec => fds,
+            _ => (f.region_fd, f.mirror_fd),
         };
         inject::map_region_at(s, holder, fd, mfd, f.region_remote, f.region_size)?;
         inject::threads_at(s, a, f.threads_at)?;

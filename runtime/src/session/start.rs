@@ -116,7 +116,7 @@ impl<'a> Session<'a> {
         let (stopped, child) = match &opts.target {
             Target::None => return Ok(session),
             Target::System { files, libraries, max_processes, wait, .. } => {
-                match system::start(files, libraries, *max_processes, *wait, opts.verbose > 0)? {
+                match system::start(files, libraries, *max_processes, *wait, opts.verbose > 0, opts.quiet)? {
                     Some((first, f)) => {
                         found = Some(f);
                         (first, false)

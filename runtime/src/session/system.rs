@@ -29,6 +29,8 @@ pub(super) struct SystemWide {
     over: u64,
     /// The probed libraries (their opens are watched, not their execs).
     libraries: Vec<FileId>,
+    /// Processes held after mapping one, not armed yet (pid, tid).
+    held: Vec<(i32, i32)>,
     /// What could not be armed, said once each.
     said: std::collections::BTreeSet<String>,
 }
@@ -38,6 +40,9 @@ pub(super) struct SystemWide {
 /// their exec (tid, pid), and the watch.
 pub(super) struct Found {
     pub(super) others: Vec<i32>,
+    /// Processes held right after their loader mapped a probed library
+    /// (pid, the thread held): armed at the first poll.
+    pub(super) held: Vec<(i32, i32)>,
     pub(super) execing: Vec<(i32, i32)>,
     pub(super) system: SystemWide,
 }
@@ -110,6 +115,7 @@ pub(super) fn start(
     max: usize,
     wait: Option<Duration>,
     verbose: bool,
+    quiet: bool,
 ) -> Result<Option<(Stopped, Found)>, TargetError> {
     let (files, libraries, watch) = watch(paths, libraries)?;
     crate::os::proc::match_by_identity();
@@ -117,7 +123,8 @@ pub(super) fn start(
         let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         crate::eprintln_escaped!("Pass 5: watching the processes of {}.", names.join(", "));
     }
-    let mut system = SystemWide { watch, files, max: max.max(1), over: 0, libraries, said: Default::default() };
+    let mut system =
+        SystemWide { watch, files, max: max.max(1), over: 0, libraries, held: Vec::new(), said: Default::default() };
     let running = running_with(&system.files);
     if running.len() > system.max {
         return Err(TargetError::Unsupported(format!(
@@ -134,7 +141,7 @@ pub(super) fn start(
             Ok(first) => {
                 let others = running[i + 1..].to_vec();
                 say_not_armed(&mut system, not);
-                return Ok(Some((first, Found { others, execing: Vec::new(), system })));
+                return Ok(Some((first, Found { others, execing: Vec::new(), held: Vec::new(), system })));
             }
             Err(PtraceError::NoProcess(_)) => {}
             Err(e) => not.push(item(pid, &e)),
@@ -145,6 +152,10 @@ pub(super) fn start(
     let deadline = wait.map(|w| Instant::now() + w);
     loop {
         if crate::os::sys::stop_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+            // No session to say them at its end: now.
+            for w in system.said.iter().filter(|_| !quiet) {
+                crate::text::eprint_lines(&format!("WARNING: {w}"));
+            }
             return Ok(None);
         }
         let left = deadline.map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()));
@@ -155,15 +166,15 @@ pub(super) fn start(
         let mut not = Vec::new();
         system.watch.take(&mut |e| {
             let list = if e.exec { &mut execing } else { &mut opening };
-            seize(e.tid, system.max, list, &mut not)
+            seize(e.tid, e.exec, system.max, list, &mut not)
         });
         system.said.extend(not);
         while !execing.is_empty() {
             let (tid, pid) = execing.remove(0);
             match stopped_at_exec(tid, pid) {
                 Ok(Some(first)) => {
-                    let others = mapping(&system, opening);
-                    return Ok(Some((first, Found { others, execing, system })));
+                    let held = mapping(&system, opening);
+                    return Ok(Some((first, Found { others: Vec::new(), execing, held, system })));
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -172,14 +183,16 @@ pub(super) fn start(
             }
         }
         // A library opened: the first process to map it.
-        let mut mapped = mapping(&system, opening);
-        while !mapped.is_empty() {
-            let pid = mapped.remove(0);
-            match Stopped::attach(pid) {
-                Ok(first) => return Ok(Some((first, Found { others: mapped, execing: Vec::new(), system }))),
-                Err(PtraceError::NoProcess(_)) => {}
+        let mut held = mapping(&system, opening);
+        while !held.is_empty() {
+            let (pid, tid) = held.remove(0);
+            match Stopped::attach_holding(pid, Some(tid)) {
+                Ok(first) => return Ok(Some((first, Found { others: Vec::new(), execing: Vec::new(), held, system }))),
                 Err(e) => {
-                    system.said.insert(item(pid, &e));
+                    crate::os::ptrace::detach_stopped(tid);
+                    if !matches!(e, PtraceError::NoProcess(_)) {
+                        system.said.insert(item(pid, &e));
+                    }
                 }
             }
         }
@@ -188,9 +201,10 @@ pub(super) fn start(
 
 /// The processes of threads attached as they opened a probed library
 /// (`opening`: tid, pid), each run until the loader mapped it executable
-/// (then let go: to be armed at once) or given up: those that mapped it.
-fn mapping(system: &SystemWide, opening: Vec<(i32, i32)>) -> Vec<i32> {
-    let mut out = Vec::new();
+/// (then held, to be armed: `Stopped::attach_holding`) or given up: those
+/// that mapped it, (pid, tid).
+fn mapping(system: &SystemWide, opening: Vec<(i32, i32)>) -> Vec<(i32, i32)> {
+    let mut out: Vec<(i32, i32)> = Vec::new();
     for (tid, pid) in opening {
         let libs = &system.libraries;
         let mut mapped = || {
@@ -199,8 +213,8 @@ fn mapping(system: &SystemWide, opening: Vec<(i32, i32)>) -> Vec<i32> {
         };
         // The loader's open, read, mmaps: a few calls.
         let r = crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, Duration::from_millis(500));
-        if r == crate::os::ptrace::MapWait::Mapped && !out.contains(&pid) {
-            out.push(pid);
+        if r == crate::os::ptrace::MapWait::Mapped {
+            out.push((pid, tid));
         }
     }
     out
@@ -218,18 +232,20 @@ fn say_not_armed(system: &mut SystemWide, not: Vec<String>) {
     }
 }
 
-/// Attach to thread `tid` held at its exec, so that its new program stops
-/// at its start: pushed to `execing` as (tid, pid).
-fn seize(tid: i32, max: usize, execing: &mut Vec<(i32, i32)>, not: &mut Vec<String>) {
+/// Attach to thread `tid` held at its exec (so that its new program stops
+/// at its start) or at its open of a library (`exec` false: it stops as
+/// the open returns): pushed to `list` as (tid, pid).
+fn seize(tid: i32, exec: bool, max: usize, list: &mut Vec<(i32, i32)>, not: &mut Vec<String>) {
     let Some(pid) = crate::os::proc::tgid(tid) else { return };
     let me = std::process::id() as i32;
     // Ours already (its exec seen, its loader opening the library next).
-    if tid <= 0 || own(pid) || execing.len() >= max || crate::os::proc::tracer_of(tid) == Some(me) {
+    if tid <= 0 || own(pid) || list.len() >= max || crate::os::proc::tracer_of(tid) == Some(me) {
         return;
     }
-    match crate::os::ptrace::seize_for_exec(tid) {
-        Ok(()) => execing.push((tid, pid)),
-        Err(e) => not.push(format!("cannot probe {} at its exec", item(pid, &e))),
+    let seized = if exec { crate::os::ptrace::seize_for_exec(tid) } else { crate::os::ptrace::seize_for_open(tid) };
+    match seized {
+        Ok(()) => list.push((tid, pid)),
+        Err(e) => not.push(format!("cannot probe {} as it starts", item(pid, &e))),
     }
 }
 
@@ -266,10 +282,14 @@ impl Armed {
         let deadline = Instant::now() + Duration::from_secs(10);
         match &mut self.follow {
             Some(f) => f.waiting.extend(found.execing.iter().map(|&(tid, pid)| (tid, pid, deadline))),
-            None => found.execing.iter().for_each(|&(tid, pid)| crate::os::ptrace::release(tid, pid)),
+            None => {
+                found.execing.iter().for_each(|&(tid, pid)| crate::os::ptrace::release(tid, pid));
+                found.held.drain(..).for_each(|(_, tid)| crate::os::ptrace::detach_stopped(tid));
+            }
         }
         self.target.named = Vec::new();
         self.target.service = Some(found.others);
+        found.system.held = found.held;
         self.target.system = Some(found.system);
     }
 
@@ -307,7 +327,7 @@ impl Armed {
                 return;
             }
             let list = if e.exec { &mut execing } else { &mut opening };
-            seize(e.tid, room, list, &mut not);
+            seize(e.tid, e.exec, room, list, &mut not);
         });
         sys.over += over;
         if over > 0 && sys.over == over {
@@ -344,13 +364,14 @@ impl Armed {
         let said: Vec<String> = not.into_iter().filter(|w| sys.said.insert(w.clone())).collect();
         // A probed library opened: armed once the loader mapped it (the
         // process holds still from that system call until it is).
-        let mapped = if opening.is_empty() { Vec::new() } else { mapping(sys, opening) };
+        let mut mapped = std::mem::take(&mut sys.held);
+        mapped.extend(if opening.is_empty() { Vec::new() } else { mapping(sys, opening) });
         for w in said {
             self.warn(w);
         }
         let mut not = Vec::new();
-        for pid in mapped {
-            match self.arm_existing(pid) {
+        for (pid, tid) in mapped {
+            match self.arm_existing_holding(pid, Some(tid)) {
                 Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
                 Err(e) => not.push(item(pid, &e)),
             }

@@ -69,8 +69,9 @@ pub fn exec_stop(tid: i32, status: Status) -> Option<ExecWait> {
 /// did next ([`run_until_mapped`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MapWait {
-    /// It mapped the library executable: let go right after that system
-    /// call, before anything ran the library's code.
+    /// It mapped the library executable: held in an interrupt stop right
+    /// after that system call, before anything ran the library's code
+    /// (for [`Stopped::attach_holding`](super::Stopped::attach_holding)).
     Mapped,
     /// It ended.
     Gone,
@@ -79,14 +80,19 @@ pub enum MapWait {
     NotMapped,
 }
 
-/// Run thread `tid` (attached by [`seize_for_exec`], running) from one
-/// system call to the next until `mapped()` holds at a call's exit (the
-/// loader mapped the library it opened), at most `calls` system calls
-/// and `within`; then let it go (detached where it stopped).
+/// Attach to a thread held in its `open` of a file (a fanotify permission
+/// event not answered yet), so that it stops as the call returns: no
+/// instruction of its own runs before [`run_until_mapped`] takes it.
+pub fn seize_for_open(tid: i32) -> Result<(), PtraceError> {
+    seize_for_exec(tid)?;
+    req::interrupt(tid)
+}
+
+/// Run thread `tid` (attached by [`seize_for_open`]) from one system call
+/// to the next until `mapped()` holds at a call's exit (the loader mapped
+/// the library it opened): then held; else, after at most `calls` system
+/// calls and `within`, let go.
 pub fn run_until_mapped(tid: i32, mapped: &mut dyn FnMut() -> bool, calls: u32, within: Duration) -> MapWait {
-    if req::interrupt(tid).is_err() {
-        return MapWait::Gone;
-    }
     let now = Instant::now();
     let until = Until { since: now, deadline: Some(now + within), signals: true };
     let (mut sig, mut done) = (0, 0);
@@ -106,8 +112,7 @@ pub fn run_until_mapped(tid: i32, mapped: &mut dyn FnMut() -> bool, calls: u32, 
             if !req::syscall_entry(tid) {
                 done += 1;
                 if mapped() {
-                    let _ = req::detach(tid, 0);
-                    return MapWait::Mapped;
+                    return hold(tid, until);
                 }
                 if done >= calls {
                     let _ = req::detach(tid, 0);
@@ -122,6 +127,37 @@ pub fn run_until_mapped(tid: i32, mapped: &mut dyn FnMut() -> bool, calls: u32, 
             return MapWait::Gone;
         }
         sig = 0;
+    }
+}
+
+/// Thread `tid`, in a system-call stop, into an interrupt stop (as
+/// `Thread::seize` leaves one) before it runs an instruction: the
+/// interrupt is taken on its way back to user space.
+fn hold(tid: i32, until: Until) -> MapWait {
+    if req::interrupt(tid).is_err() || req::cont(tid, 0).is_err() {
+        return MapWait::Gone;
+    }
+    loop {
+        let status = match wait_for(tid, until) {
+            Ok(Ok(st)) => st,
+            Ok(Err(_)) => {
+                release(tid, tid);
+                return MapWait::NotMapped;
+            }
+            Err(_) => return MapWait::Gone,
+        };
+        if status.ended() {
+            return MapWait::Gone;
+        }
+        if status.event() != 0 {
+            return MapWait::Mapped;
+        }
+        // A signal came first: it goes with the next resume (the
+        // interrupt is still pending).
+        let sig = status.stop_signal().filter(|&s| s != libc::SIGTRAP | 0x80).unwrap_or(0);
+        if req::cont(tid, sig).is_err() {
+            return MapWait::Gone;
+        }
     }
 }
 

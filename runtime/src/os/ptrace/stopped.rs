@@ -28,10 +28,16 @@ pub struct Stopped {
 impl Stopped {
     /// Seize and stop every thread of `pid`.
     pub fn attach(pid: i32) -> Result<Stopped, PtraceError> {
+        Stopped::attach_holding(pid, None)
+    }
+
+    /// [`Stopped::attach`], with thread `held` of `pid` already ours and in
+    /// an interrupt stop (`ptrace::run_until_mapped`).
+    pub fn attach_holding(pid: i32, held: Option<i32>) -> Result<Stopped, PtraceError> {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() || pid <= 0 {
             return Err(PtraceError::NoProcess(pid));
         }
-        if let Some(tracer) = tracer_of(pid) {
+        if let Some(tracer) = tracer_of(pid).filter(|_| held.is_none()) {
             return Err(PtraceError::AlreadyTraced { pid, tracer });
         }
         let mem = crate::os::proc::mem(pid, true).map_err(|e| match e.kind() {
@@ -40,6 +46,9 @@ impl Stopped {
             _ => PtraceError::Memory { op: "open /proc/PID/mem", pid, addr: 0, len: 0, source: e },
         })?;
         let mut s = Stopped { pid, threads: BTreeMap::new(), mem, stub: None };
+        if let Some(tid) = held {
+            s.threads.insert(tid, Thread { tid, pending: 0, detached: false, options: EXEC_OPTIONS });
+        }
         // Threads may be created while we stop the others: repeat until a
         // scan finds no new one (a stopped thread cannot create any), or
         // ^C (a target that makes threads as fast as they are stopped).
