@@ -184,8 +184,8 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    pub fn start(args: &[&str], first: &str) -> Tracer {
-        use std::io::{BufRead, Read};
+    /// telco-stap started with `args`, its output and error output piped.
+    fn spawn(args: &[&str]) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
         use std::process::Stdio;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
             .args(args)
@@ -193,33 +193,30 @@ impl Tracer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start telco-stap");
-        let mut output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        output.read_line(&mut line).expect("telco-stap's first line");
+        let output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        (child, output)
+    }
+
+    pub fn start(args: &[&str], first: &str) -> Tracer {
+        use std::io::Read;
+        let (mut t, line) = Tracer::start_first(args);
         if line.trim_end() != first {
             let mut err = String::new();
-            let _ = child.kill();
-            if let Some(mut e) = child.stderr.take() {
+            let _ = t.child.kill();
+            if let Some(mut e) = t.child.stderr.take() {
                 let _ = e.read_to_string(&mut err);
             }
-            let _ = child.wait();
+            let _ = t.child.wait();
             panic!("telco-stap said {line:?}, not {first:?}:\n{err}");
         }
-        Tracer { child, output, err: None }
+        t
     }
 
     /// Start telco-stap and wait for its first line of output, whatever
     /// it is: the tracer and that line.
     pub fn start_first(args: &[&str]) -> (Tracer, String) {
         use std::io::BufRead;
-        use std::process::Stdio;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start telco-stap");
-        let mut output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let (child, mut output) = Tracer::spawn(args);
         let mut line = String::new();
         output.read_line(&mut line).expect("telco-stap's first line");
         (Tracer { child, output, err: None }, line)
@@ -229,14 +226,7 @@ impl Tracer {
     /// contains `needle` (`-v`'s "Pass 5: ..." lines).
     pub fn start_on_stderr(args: &[&str], needle: &str) -> Tracer {
         use std::io::{BufRead, Read};
-        use std::process::Stdio;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start telco-stap");
-        let output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let (mut child, output) = Tracer::spawn(args);
         let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
         let mut said = String::new();
         loop {

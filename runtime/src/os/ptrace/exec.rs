@@ -97,17 +97,10 @@ pub fn run_until_mapped(tid: i32, mapped: &mut dyn FnMut() -> bool, calls: u32, 
     let until = Until { since: now, deadline: Some(now + within), signals: true };
     let (mut sig, mut done) = (0, 0);
     loop {
-        let status = match wait_for(tid, until) {
-            Ok(Ok(st)) => st,
-            Ok(Err(_)) => {
-                release(tid, tid);
-                return MapWait::NotMapped;
-            }
-            Err(_) => return MapWait::Gone,
+        let status = match next_stop(tid, until) {
+            Ok(st) => st,
+            Err(w) => return w,
         };
-        if status.ended() {
-            return MapWait::Gone;
-        }
         if status.stop_signal() == Some(libc::SIGTRAP | 0x80) {
             if !req::syscall_entry(tid) {
                 done += 1;
@@ -130,6 +123,20 @@ pub fn run_until_mapped(tid: i32, mapped: &mut dyn FnMut() -> bool, calls: u32, 
     }
 }
 
+/// The next stop of thread `tid` (running under [`run_until_mapped`]), or
+/// what it means when there is none: gone, or let go at the deadline.
+fn next_stop(tid: i32, until: Until) -> Result<Status, MapWait> {
+    match wait_for(tid, until) {
+        Ok(Ok(st)) if st.ended() => Err(MapWait::Gone),
+        Ok(Ok(st)) => Ok(st),
+        Ok(Err(_)) => {
+            release(tid, tid);
+            Err(MapWait::NotMapped)
+        }
+        Err(_) => Err(MapWait::Gone),
+    }
+}
+
 /// Thread `tid`, in a system-call stop, into an interrupt stop (as
 /// `Thread::seize` leaves one) before it runs an instruction: the
 /// interrupt is taken on its way back to user space.
@@ -138,17 +145,10 @@ fn hold(tid: i32, until: Until) -> MapWait {
         return MapWait::Gone;
     }
     loop {
-        let status = match wait_for(tid, until) {
-            Ok(Ok(st)) => st,
-            Ok(Err(_)) => {
-                release(tid, tid);
-                return MapWait::NotMapped;
-            }
-            Err(_) => return MapWait::Gone,
+        let status = match next_stop(tid, until) {
+            Ok(st) => st,
+            Err(w) => return w,
         };
-        if status.ended() {
-            return MapWait::Gone;
-        }
         if status.event() != 0 {
             return MapWait::Mapped;
         }
