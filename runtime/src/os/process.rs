@@ -8,6 +8,14 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::io;
 
+/// Make the tracer the reaper of its descendants' orphans
+/// (`PR_SET_CHILD_SUBREAPER`): a `-c` command's daemon (it forks, and its
+/// parent exits) stays in the tracer's process tree, where the session
+/// finds it, instead of becoming init's.
+pub fn become_subreaper() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
+}
+
 /// Start `argv` traced from its first instruction: forked, the child
 /// waits on a pipe until the tracer has seized it (`PTRACE_SEIZE` with
 /// `PTRACE_O_TRACEEXEC` and `PTRACE_O_TRACESYSGOOD`), then execs; it stops
@@ -17,14 +25,6 @@ use std::io;
 /// that dies before seizing closes the pipe, and the command runs
 /// untraced. Returns its pid and that first wait status; a child that did
 /// not stop (the exec failed, it was killed) gives its status.
-/// Make the tracer the reaper of its descendants' orphans
-/// (`PR_SET_CHILD_SUBREAPER`): a `-c` command's daemon (it forks, and its
-/// parent exits) stays in the tracer's process tree, where the session
-/// finds it, instead of becoming init's.
-pub fn become_subreaper() -> io::Result<()> {
-    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
-}
-
 pub fn spawn_traced(argv: &[String]) -> io::Result<(i32, Status)> {
     use nix::fcntl::OFlag;
     use nix::sys::ptrace::Options;
