@@ -5,6 +5,7 @@ use super::*;
 
 /// A process armed after the first (after an exec, or a `-p` process and
 /// its descendants found at the start): what to undo at the end.
+#[derive(Clone)]
 pub(super) struct Child {
     pub(crate) pid: i32,
     pub(crate) patches: Vec<Patch>,
@@ -535,13 +536,13 @@ impl Armed {
         for pid in f.execed.drain(..) {
             crate::os::ptrace::detach_stopped(pid);
         }
-        // (Kept: the first process's forks are told from theirs by it.)
-        let children = std::mem::take(&mut f.children);
+        // Each cleaned with the list whole: a fork's owner is its nearest
+        // armed ancestor among them (the workers a `-p` process or one
+        // found by path forked later; the first process's are told from
+        // theirs by it).
+        let children = f.children.clone();
         for c in &children {
             self.clean_child(c);
-        }
-        if let Some(f) = &mut self.follow {
-            f.children = children;
         }
     }
 
