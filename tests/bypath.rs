@@ -272,6 +272,10 @@ fn a_library_by_path_is_probed_in_every_process_that_loads_it() {
         lib.display()
     );
     let t = Tracer::start_on_stderr(&["-v", "-e", &script], "Pass 5: probes armed");
+    // A process that reads the file (opens it, never maps it): let go,
+    // untouched.
+    let o = Command::new("cmp").arg(&lib).arg(&lib).output().expect("cmp");
+    assert!(o.status.success(), "{o:?}");
     for calls in [1000, 500] {
         let o = Command::new(&exe).arg(calls.to_string()).output().expect("run");
         assert!(o.status.success());

@@ -224,6 +224,14 @@ pub fn running(pid: i32) -> bool {
     }
 }
 
+/// When process `pid` started, in clock ticks since boot (field 22 of
+/// `/proc/PID/stat`): with its pid, which process it is (pids are reused).
+pub fn start_time(pid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = s.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// Whether process `pid` is gone, a zombie, or on its way out (its main
 /// thread's `PF_EXITING` flag, field 9 of `/proc/PID/stat`): its memory
 /// goes with it.
@@ -386,6 +394,15 @@ pub fn mapped_range(maps: &[Mapping], module: &Path) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A process's start time is its own, and stays.
+    #[test]
+    fn start_times() {
+        let me = std::process::id() as i32;
+        let t = start_time(me).expect("ours");
+        assert!(t > 0 && start_time(me) == Some(t));
+        assert_eq!(start_time(i32::MAX), None);
+    }
 
     /// This process runs; a pid that does not exist has ended.
     #[test]

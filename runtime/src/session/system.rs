@@ -31,6 +31,11 @@ pub(super) struct SystemWide {
     libraries: Vec<FileId>,
     /// Processes held after mapping one, not armed yet (pid, tid).
     held: Vec<(i32, i32)>,
+    /// Processes that opened a probed library and did not map it (they
+    /// read it): not stepped through their system calls again (a process
+    /// opening it over and over cannot keep the session busy). Bounded.
+    /// (pid, its start time: pids are reused.)
+    readers: HashMap<i32, u64>,
     /// What could not be armed, said once each.
     said: std::collections::BTreeSet<String>,
 }
@@ -123,8 +128,16 @@ pub(super) fn start(
         let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         crate::eprintln_escaped!("Pass 5: watching the processes of {}.", names.join(", "));
     }
-    let mut system =
-        SystemWide { watch, files, max: max.max(1), over: 0, libraries, held: Vec::new(), said: Default::default() };
+    let mut system = SystemWide {
+        watch,
+        files,
+        max: max.max(1),
+        over: 0,
+        libraries,
+        held: Vec::new(),
+        readers: Default::default(),
+        said: Default::default(),
+    };
     let running = running_with(&system.files);
     if running.len() > system.max {
         return Err(TargetError::Unsupported(format!(
@@ -173,7 +186,7 @@ pub(super) fn start(
             let (tid, pid) = execing.remove(0);
             match stopped_at_exec(tid, pid) {
                 Ok(Some(first)) => {
-                    let held = mapping(&system, opening);
+                    let held = mapping(&mut system, opening);
                     return Ok(Some((first, Found { others: Vec::new(), execing, held, system })));
                 }
                 Ok(None) => {}
@@ -183,7 +196,7 @@ pub(super) fn start(
             }
         }
         // A library opened: the first process to map it.
-        let mut held = mapping(&system, opening);
+        let mut held = mapping(&mut system, opening);
         while !held.is_empty() {
             let (pid, tid) = held.remove(0);
             match Stopped::attach_holding(pid, Some(tid)) {
@@ -203,7 +216,7 @@ pub(super) fn start(
 /// (`opening`: tid, pid), each run until the loader mapped it executable
 /// (then held, to be armed: `Stopped::attach_holding`) or given up: those
 /// that mapped it, (pid, tid).
-fn mapping(system: &SystemWide, opening: Vec<(i32, i32)>) -> Vec<(i32, i32)> {
+fn mapping(system: &mut SystemWide, opening: Vec<(i32, i32)>) -> Vec<(i32, i32)> {
     let mut out: Vec<(i32, i32)> = Vec::new();
     for (tid, pid) in opening {
         let libs = &system.libraries;
@@ -213,8 +226,17 @@ fn mapping(system: &SystemWide, opening: Vec<(i32, i32)>) -> Vec<(i32, i32)> {
         };
         // The loader's open, read, mmaps: a few calls.
         let r = crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, Duration::from_millis(500));
-        if r == crate::os::ptrace::MapWait::Mapped {
-            out.push((pid, tid));
+        match r {
+            crate::os::ptrace::MapWait::Mapped => out.push((pid, tid)),
+            crate::os::ptrace::MapWait::NotMapped => {
+                if system.readers.len() >= 4096 {
+                    system.readers.clear();
+                }
+                if let Some(t) = crate::os::proc::start_time(pid) {
+                    system.readers.insert(pid, t);
+                }
+            }
+            crate::os::ptrace::MapWait::Gone => {}
         }
     }
     out
@@ -319,7 +341,8 @@ impl Armed {
             }
             let Some(pid) = crate::os::proc::tgid(e.tid) else { return };
             let ours = || crate::os::proc::maps_file(pid, "/memfd:telco-stap", region);
-            if opening.iter().any(|&(_, p)| p == pid) || (!e.exec && ours()) {
+            let reader = !e.exec && sys.readers.get(&pid).is_some_and(|&t| crate::os::proc::start_time(pid) == Some(t));
+            if reader || opening.iter().any(|&(_, p)| p == pid) || (!e.exec && ours()) {
                 return;
             }
             if execing.len() + opening.len() >= room {
