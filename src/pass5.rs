@@ -128,14 +128,10 @@ pub fn max_processes(cli: &Cli) -> usize {
     cli.defines.iter().rev().find(|(n, _)| n == "MAXPROCESSES").map_or(256, |(_, v)| (*v).clamp(1, 1 << 20) as usize)
 }
 
-/// Whether the ELF file at `path` is a shared library, not a program: it
-/// names itself (`DT_SONAME`), or has no entry point.
+/// Whether the ELF file at `path` is a shared library, not a program
+/// (`image::is_library`).
 fn is_library(path: &std::path::Path) -> bool {
-    use telco_compiler::elf::{Module, ModuleKind};
-    match Module::load(path) {
-        Ok(m) => m.kind == ModuleKind::PositionIndependent && (m.soname.is_some() || m.entry == 0),
-        Err(_) => false,
-    }
+    std::fs::read(path).is_ok_and(|b| telco_compiler::image::is_library(&b))
 }
 
 /// Probes by path with neither `-p` nor `-c`: the files the probes name

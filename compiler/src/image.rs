@@ -264,6 +264,14 @@ pub fn layout(bytes: &[u8]) -> Option<Layout> {
     Some(Layout { loads, sections, build_id })
 }
 
+/// Whether the ELF image `bytes` is a shared library, not a program: a
+/// position-independent file that names itself (`DT_SONAME`) or has no
+/// entry point (the C library has both an entry and a name).
+pub fn is_library(bytes: &[u8]) -> bool {
+    Elf::parse(bytes)
+        .is_ok_and(|e| e.header.e_type == goblin::elf::header::ET_DYN && (e.soname.is_some() || e.header.e_entry == 0))
+}
+
 /// The function symbols named `names` in the ELF image `bytes` (the
 /// dynamic symbols, then the symbol table; a name's `@VERSION` left out):
 /// file offset, size and index in `names` of each, once per address. A
@@ -326,6 +334,21 @@ pub fn function_at(bytes: &[u8], file_offset: u64) -> Option<String> {
 
 #[cfg(test)]
 mod named_tests {
+    /// This test binary is a program; the C library, a library (though it
+    /// has an entry point).
+    #[test]
+    fn programs_and_libraries() {
+        let bytes = std::fs::read(std::env::current_exe().expect("exe")).expect("read");
+        assert!(!super::is_library(&bytes));
+        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists());
+        if let Some(libc) = libc {
+            assert!(super::is_library(&std::fs::read(libc).expect("read libc")));
+        }
+        assert!(!super::is_library(b"not an ELF file"));
+    }
+
     /// This test binary's own `main`: found once, at a file offset inside
     /// the file, and the layout says where its text is.
     #[test]

@@ -14,22 +14,7 @@ use nix::sys::fanotify::{EventFFlags, Fanotify, FanotifyResponse, InitFlags, Mar
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
-/// A file's identity: (device, inode), as `stat` and `/proc/PID/maps`
-/// give them.
-pub type FileId = (u64, u64);
-
-/// The identity of the file at `path` (symbolic links followed).
-pub fn file_id(path: &Path) -> std::io::Result<FileId> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path)?;
-    Ok((m.dev(), m.ino()))
-}
-
-/// The identity of process `pid`'s executable, whatever its mount
-/// namespace calls it (`/proc/PID/exe` opens the file itself).
-pub fn exe_id(pid: i32) -> Option<FileId> {
-    file_id(Path::new(&format!("/proc/{pid}/exe"))).ok()
-}
+use super::proc::FileId;
 
 /// The execs of a set of files, held until answered.
 pub struct ExecWatch {
@@ -102,18 +87,5 @@ impl ExecWatch {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A file's identity is what `/proc/self/exe` gives for our own.
-    #[test]
-    fn identities() {
-        let me = exe_id(std::process::id() as i32).expect("our exe");
-        assert_eq!(file_id(&std::env::current_exe().unwrap()).unwrap(), me);
-        assert!(exe_id(i32::MAX).is_none());
     }
 }

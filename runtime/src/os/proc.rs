@@ -160,16 +160,6 @@ pub fn maps_file(pid: i32, prefix: &str, inode: u64) -> bool {
     })
 }
 
-/// Whether process `pid` runs the file `path` names here (by identity,
-/// whatever its own mount namespace calls it).
-pub fn runs(pid: i32, path: &Path) -> bool {
-    let id = std::fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        (m.dev(), m.ino())
-    });
-    is_module(id, &exe_path(pid), path)
-}
-
 /// The executable's path (`/proc/PID/exe`), empty when it cannot be read.
 pub fn exe_path(pid: i32) -> PathBuf {
     executable(pid as u32).unwrap_or_default()
@@ -336,10 +326,26 @@ pub fn aux_value(auxv: &[(u64, u64)], kind: u64) -> Option<u64> {
     auxv.iter().find(|&&(t, _)| t == kind).map(|&(_, v)| v)
 }
 
-pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
+/// A file's identity: (device, inode), as `stat` and `/proc/PID/maps`
+/// give them.
+pub type FileId = (u64, u64);
+
+/// The identity of the file at `path` (symbolic links followed).
+pub fn file_id(path: &Path) -> std::io::Result<FileId> {
     use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+    let m = std::fs::metadata(path)?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// The identity of process `pid`'s executable, whatever its mount
+/// namespace calls it (`/proc/PID/exe` opens the file itself).
+pub fn exe_id(pid: i32) -> Option<FileId> {
+    file_id(Path::new(&format!("/proc/{pid}/exe"))).ok()
+}
+
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
+    match (file_id(a), file_id(b)) {
+        (Ok(x), Ok(y)) => x == y,
         _ => a == b,
     }
 }
@@ -359,11 +365,10 @@ pub fn match_by_identity() {
 /// Whether a file of identity `id` whose process shows it as `shown` is
 /// the file `module` names (see [`BY_IDENTITY`]).
 pub(crate) fn is_module(id: Option<(u64, u64)>, shown: &Path, module: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
     let by_identity = BY_IDENTITY.load(std::sync::atomic::Ordering::Relaxed);
-    match (id, std::fs::metadata(module)) {
+    match (id, file_id(module)) {
         // An overlay's file: its mapping shows the layer's device.
-        (Some((dev, ino)), Ok(st)) if ino == st.ino() && (dev == st.dev() || shown == module) => true,
+        (Some((dev, ino)), Ok((mdev, mino))) if ino == mino && (dev == mdev || shown == module) => true,
         (Some(_), Ok(_)) if by_identity => false,
         _ => shown == module || (!by_identity && same_file(shown, module)),
     }
@@ -394,6 +399,14 @@ pub fn mapped_range(maps: &[Mapping], module: &Path) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A file's identity is what `/proc/self/exe` gives for our own.
+    #[test]
+    fn identities() {
+        let me = exe_id(std::process::id() as i32).expect("our exe");
+        assert_eq!(file_id(&std::env::current_exe().unwrap()).unwrap(), me);
+        assert!(exe_id(i32::MAX).is_none());
+    }
 
     /// A process's start time is its own, and stays.
     #[test]

@@ -91,10 +91,11 @@ pub fn arm(
     let maps = mappings(pid)?;
     let exe = crate::os::proc::exe_path(pid);
     let mut by_module: ByModule = BTreeMap::new();
+    let mut runs = Program::runs(pid);
     for (i, p) in a.probes.iter().enumerate() {
         match &p.attach {
             Attach::Function { module, file_offset, only_exe, .. } => {
-                if only_exe.as_ref().is_some_and(|only| !crate::os::proc::runs(pid, only)) {
+                if only_exe.as_ref().is_some_and(|only| !runs(only)) {
                     continue;
                 }
                 by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);

@@ -45,6 +45,13 @@ pub(super) fn put_back(
     }
 }
 
+/// The patches of `patches` a fork still holds: where its bytes are still
+/// ours (the process it was forked from may have placed others since,
+/// where the fork has something else).
+fn still_patched(s: &Stopped, patches: &[Patch]) -> Vec<Patch> {
+    patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).cloned().collect()
+}
+
 /// What the session put into one process besides the region, its mirror
 /// and the thread slots (which are at the same addresses in every process
 /// of the session): its code regions (start, size) and its
@@ -105,15 +112,7 @@ impl Armed {
             s.use_stub(c.stub.as_ref());
             // A fork holds the patches it inherited where its bytes are
             // still ours.
-            let held: Vec<Patch> = if pid == c.pid {
-                c.patches.clone()
-            } else {
-                c.patches
-                    .iter()
-                    .filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched))
-                    .cloned()
-                    .collect()
-            };
+            let held = if pid == c.pid { c.patches.clone() } else { still_patched(&s, &c.patches) };
             let mapped = Mapped { codes: c.codes.clone(), stub: c.stub.clone(), first: false };
             let what = if pid == c.pid { format!("pid {pid}") } else { format!("pid {pid} (forked from {})", c.pid) };
             self.clean_with(s, &held, c.crash.as_ref(), &c.semaphores, &mapped, &what);
@@ -137,13 +136,7 @@ impl Armed {
             }
         };
         s.use_stub(self.undo.stub.as_ref());
-        let held: Vec<Patch> = self
-            .undo
-            .patches
-            .iter()
-            .filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched))
-            .cloned()
-            .collect();
+        let held = still_patched(&s, &self.undo.patches);
         self.clean(s, &held, crash, semaphores, &format!("pid {pid} (forked from {})", self.target.pid));
     }
 

@@ -416,6 +416,9 @@ impl Armed {
             self.warn(w);
         }
         if let (Some(f), Some(child)) = (&mut self.follow, child) {
+            // One entry a pid: an earlier process of that pid ended (what
+            // it held went with it).
+            f.children.retain(|c| c.pid != child.pid);
             f.children.push(child);
         }
         Ok(())
@@ -445,10 +448,11 @@ impl Armed {
         let a = &self.hooker.artifact;
         let maps = maps.to_vec();
         let mut by_module: ByModule = BTreeMap::new();
+        let mut runs = Program::runs(pid);
         for (i, p) in a.probes.iter().enumerate() {
             let (module, file_offset) = match &p.attach {
                 Attach::Function { module, file_offset, only_exe, .. } => {
-                    if only_exe.as_ref().is_some_and(|only| !crate::os::proc::runs(pid, only)) {
+                    if only_exe.as_ref().is_some_and(|only| !runs(only)) {
                         continue;
                     }
                     (module, file_offset)

@@ -205,17 +205,33 @@ impl Armed {
 #[derive(Clone, Default)]
 pub(super) struct Program {
     pub(super) path: PathBuf,
-    pub(super) id: Option<crate::os::fanotify::FileId>,
+    pub(super) id: Option<crate::os::proc::FileId>,
 }
 
 impl Program {
     pub(super) fn of(pid: i32) -> Program {
-        Program { path: crate::os::proc::exe_path(pid), id: crate::os::fanotify::exe_id(pid) }
+        Program { path: crate::os::proc::exe_path(pid), id: crate::os::proc::exe_id(pid) }
     }
 
     /// Whether it is the file `module` names (`os::proc::is_module`).
     pub(super) fn is(&self, module: &Path) -> bool {
         crate::os::proc::is_module(self.id, &self.path, module)
+    }
+
+    /// [`Program::is`] for process `pid`'s program, once a path asked
+    /// about (a probe's `only_exe`: every function of a library named
+    /// with `process("P").library("L")` asks for the same P).
+    pub(super) fn runs(pid: i32) -> impl FnMut(&Path) -> bool {
+        let program = Program::of(pid);
+        let mut seen: Vec<(PathBuf, bool)> = Vec::new();
+        move |path| match seen.iter().find(|(p, _)| p == path) {
+            Some(&(_, is)) => is,
+            None => {
+                let is = program.is(path);
+                seen.push((path.to_path_buf(), is));
+                is
+            }
+        }
     }
 }
 

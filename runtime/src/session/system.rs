@@ -15,7 +15,8 @@
 //! (`Armed::arm_exec`).
 
 use super::*;
-use crate::os::fanotify::{ExecWatch, FileId};
+use crate::os::fanotify::ExecWatch;
+use crate::os::proc::FileId;
 use std::time::{Duration, Instant};
 
 /// The system-wide part of a session.
@@ -72,7 +73,7 @@ fn own(pid: i32) -> bool {
 
 /// Whether process `pid` runs or maps one of `files`.
 fn uses(pid: i32, files: &[FileId]) -> bool {
-    if crate::os::fanotify::exe_id(pid).is_some_and(|id| files.contains(&id)) {
+    if crate::os::proc::exe_id(pid).is_some_and(|id| files.contains(&id)) {
         return true;
     }
     crate::os::proc::maps(pid).is_ok_and(|ms| ms.iter().any(|m| files.contains(&(m.dev, m.inode))))
@@ -93,7 +94,7 @@ fn running_with(files: &[FileId]) -> Vec<i32> {
 /// programs' execs and the libraries' opens.
 fn watch(paths: &[PathBuf], libraries: &[PathBuf]) -> Result<(Vec<FileId>, Vec<FileId>, ExecWatch), TargetError> {
     let id = |p: &PathBuf| {
-        crate::os::fanotify::file_id(p)
+        crate::os::proc::file_id(p)
             .map_err(|e| TargetError::Unsupported(format!("cannot probe by path {}: {e}", p.display())))
     };
     let files = paths.iter().map(id).collect::<Result<Vec<_>, _>>()?;
@@ -177,9 +178,14 @@ pub(super) fn start(
         }
         let (mut execing, mut opening) = (Vec::new(), Vec::new());
         let mut not = Vec::new();
+        let me = std::process::id() as i32;
         system.watch.take(&mut |e| {
-            let list = if e.exec { &mut execing } else { &mut opening };
-            seize(e.tid, e.exec, system.max, list, &mut not)
+            // Ours already (its exec seen, its loader opening the library
+            // next).
+            if crate::os::proc::tracer_of(e.tid) != Some(me) {
+                let list = if e.exec { &mut execing } else { &mut opening };
+                seize(e.tid, e.exec, system.max, list, &mut not)
+            }
         });
         system.said.extend(not);
         while !execing.is_empty() {
@@ -256,12 +262,11 @@ fn say_not_armed(system: &mut SystemWide, not: Vec<String>) {
 
 /// Attach to thread `tid` held at its exec (so that its new program stops
 /// at its start) or at its open of a library (`exec` false: it stops as
-/// the open returns): pushed to `list` as (tid, pid).
+/// the open returns): pushed to `list` as (tid, pid). (The caller left out
+/// the threads the tracer has attached already.)
 fn seize(tid: i32, exec: bool, max: usize, list: &mut Vec<(i32, i32)>, not: &mut Vec<String>) {
     let Some(pid) = crate::os::proc::tgid(tid) else { return };
-    let me = std::process::id() as i32;
-    // Ours already (its exec seen, its loader opening the library next).
-    if tid <= 0 || own(pid) || list.len() >= max || crate::os::proc::tracer_of(tid) == Some(me) {
+    if tid <= 0 || own(pid) || list.len() >= max {
         return;
     }
     let seized = if exec { crate::os::ptrace::seize_for_exec(tid) } else { crate::os::ptrace::seize_for_open(tid) };
@@ -275,18 +280,12 @@ fn seize(tid: i32, exec: bool, max: usize, list: &mut Vec<(i32, i32)>, not: &mut
 /// the start of its new program, and run that to its entry point: the
 /// session's first process. None: it never exec'd (let go) or is gone.
 fn stopped_at_exec(tid: i32, pid: i32) -> Result<Option<Stopped>, TargetError> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match crate::os::ptrace::poll_exec(tid, pid) {
-            crate::os::ptrace::ExecWait::Exec => break,
-            crate::os::ptrace::ExecWait::Gone(_) => return Ok(None),
-            crate::os::ptrace::ExecWait::Running if Instant::now() < deadline && !crate::os::sys::stop_requested() => {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            crate::os::ptrace::ExecWait::Running => {
-                crate::os::ptrace::release(tid, pid);
-                return Ok(None);
-            }
+    match crate::os::ptrace::wait_exec(tid, pid, Duration::from_secs(10)) {
+        crate::os::ptrace::ExecWait::Exec => {}
+        crate::os::ptrace::ExecWait::Gone(_) => return Ok(None),
+        crate::os::ptrace::ExecWait::Running => {
+            crate::os::ptrace::release(tid, pid);
+            return Ok(None);
         }
     }
     let mut s = Stopped::adopt(pid)?;
@@ -298,7 +297,8 @@ fn stopped_at_exec(tid: i32, pid: i32) -> Result<Option<Stopped>, TargetError> {
 impl Armed {
     /// A system-wide session: the watch, and what its start could not arm.
     pub(super) fn system_wide(&mut self, mut found: Found) {
-        for w in std::mem::take(&mut found.system.said) {
+        // (Kept: said once.)
+        for w in found.system.said.clone() {
             self.warn(w);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -321,13 +321,12 @@ impl Armed {
     /// hook had it attached), the tracer's own, or over MAXPROCESSES.
     pub(super) fn watch_execs(&mut self) {
         let (Some(sys), Some(f)) = (&mut self.target.system, &mut self.follow) else { return };
-        // Processes that ended are nothing to undo (and their pids may be
-        // another process's by the end).
-        f.children.retain(|c| crate::os::proc::running(c.pid));
         let me = std::process::id() as i32;
         let region = self.region.ino;
-        let armed = 1 + f.children.len() + f.waiting.len();
-        let room = sys.max.saturating_sub(armed);
+        let max = sys.max;
+        // Counted at the first exec held: the processes armed now (those
+        // that ended are nothing to undo).
+        let mut room: Option<usize> = None;
         let (mut execing, mut opening) = (Vec::new(), Vec::new());
         let mut not = Vec::new();
         let mut over = 0;
@@ -345,6 +344,10 @@ impl Armed {
             if reader || opening.iter().any(|&(_, p)| p == pid) || (!e.exec && ours()) {
                 return;
             }
+            let room = *room.get_or_insert_with(|| {
+                f.children.retain(|c| crate::os::proc::running(c.pid));
+                max.saturating_sub(1 + f.children.len() + f.waiting.len())
+            });
             if execing.len() + opening.len() >= room {
                 over += 1;
                 return;
@@ -369,41 +372,32 @@ impl Armed {
             // Allowed already: its exec stop comes within microseconds,
             // and it is armed in this poll, not the next (a held exec's
             // delay). A stop that takes longer is the next poll's.
-            let soon = Instant::now() + Duration::from_millis(20);
-            loop {
-                match crate::os::ptrace::poll_exec(tid, pid) {
-                    crate::os::ptrace::ExecWait::Exec => f.execed.push(pid),
-                    crate::os::ptrace::ExecWait::Gone(_) => break,
-                    crate::os::ptrace::ExecWait::Running if Instant::now() < soon => {
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    crate::os::ptrace::ExecWait::Running => {}
-                }
-                f.waiting.push((tid, pid, deadline));
-                break;
+            match crate::os::ptrace::wait_exec(tid, pid, Duration::from_millis(20)) {
+                crate::os::ptrace::ExecWait::Gone(_) => continue,
+                crate::os::ptrace::ExecWait::Exec => f.execed.push(pid),
+                crate::os::ptrace::ExecWait::Running => {}
             }
+            f.waiting.push((tid, pid, deadline));
         }
-        let said: Vec<String> = not.into_iter().filter(|w| sys.said.insert(w.clone())).collect();
         // A probed library opened: armed once the loader mapped it (the
         // process holds still from that system call until it is).
         let mut mapped = std::mem::take(&mut sys.held);
         mapped.extend(if opening.is_empty() { Vec::new() } else { mapping(sys, opening) });
-        for w in said {
-            self.warn(w);
-        }
-        let mut not = Vec::new();
         for (pid, tid) in mapped {
             match self.arm_existing_holding(pid, Some(tid)) {
                 Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
                 Err(e) => not.push(item(pid, &e)),
             }
         }
-        if let Some(sys) = &mut self.target.system {
-            let said: Vec<String> = not.into_iter().filter(|w| sys.said.insert(w.clone())).collect();
-            for w in said {
-                self.warn(w);
-            }
+        self.say_once(not);
+    }
+
+    /// Warnings of a session by path, each said once.
+    fn say_once(&mut self, warnings: Vec<String>) {
+        let Some(sys) = &mut self.target.system else { return };
+        let new: Vec<String> = warnings.into_iter().filter(|w| sys.said.insert(w.clone())).collect();
+        for w in new {
+            self.warn(w);
         }
     }
 

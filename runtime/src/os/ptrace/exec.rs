@@ -48,6 +48,26 @@ pub fn poll_exec(tid: i32, pid: i32) -> ExecWait {
     }
 }
 
+/// [`poll_exec`] until the thread's exec stop (or its end) comes, or
+/// `within` passes (or ^C): Running then. Spins for the first
+/// millisecond (an exec allowed a moment ago stops within microseconds),
+/// then sleeps 200 µs between looks.
+pub fn wait_exec(tid: i32, pid: i32, within: Duration) -> ExecWait {
+    let start = Instant::now();
+    loop {
+        let w = poll_exec(tid, pid);
+        let waited = start.elapsed();
+        if w != ExecWait::Running || waited >= within || crate::os::sys::stop_requested() {
+            return w;
+        }
+        if waited < Duration::from_millis(1) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
 /// What the wait status `status` of thread `tid`, attached by
 /// [`seize_for_exec`], says: an exec or an end; any other stop (a signal
 /// for it, passed on; a group stop) is resumed and gives `None`.

@@ -85,7 +85,8 @@ use deadline::GaveUp;
 use std::io;
 
 pub use exec::{
-    detach_stopped, exec_stop, poll_exec, release, run_until_mapped, seize_for_exec, seize_for_open, ExecWait, MapWait,
+    detach_stopped, exec_stop, poll_exec, release, run_until_mapped, seize_for_exec, seize_for_open, wait_exec,
+    ExecWait, MapWait,
 };
 pub use stopped::Stopped;
 pub use stub::StubPlace;
