@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Whole services: probes by path against bpftrace's, in the same run.
 
-    sudo python3 bench/services.py [--runs 5] [--procs 50] [--probes 100] [--execs 40]
+    sudo python3 bench/services.py [--runs 5] [--procs 50] [--probes 100] [--execs 40] [--old BIN]
 
 (1) Arming: 50 running processes of one program (bench/target.c `tick`),
     100 of its functions probed by path. telco-stap: from its start to the
@@ -68,10 +68,10 @@ def stop(p):
         p.wait()
 
 
-def arm_telco(binary, probes):
+def arm_telco(binary, probes, telco=TELCO):
     script = " ".join(f'probe process("{binary}").function("f{i}") {{ }}' for i in range(probes))
     t0 = time.monotonic()
-    p = subprocess.Popen([str(TELCO), "-v", "-e", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([str(telco), "-v", "-e", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ok = wait_for(p.stderr, "more process(es) armed", 120)
     dt = time.monotonic() - t0
     stop(p)
@@ -99,8 +99,8 @@ def exec_times(binary, n):
     return out
 
 
-def session_telco(binary):
-    p = subprocess.Popen([str(TELCO), "-v", "-e", f'probe process("{binary}").function("work") {{ }}'],
+def session_telco(binary, telco=TELCO):
+    p = subprocess.Popen([str(telco), "-v", "-e", f'probe process("{binary}").function("work") {{ }}'],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if not wait_for(p.stderr, "watching the processes of", 60):
         stop(p)
@@ -127,12 +127,16 @@ def main():
     ap.add_argument("--procs", type=int, default=50)
     ap.add_argument("--probes", type=int, default=100)
     ap.add_argument("--execs", type=int, default=40)
+    ap.add_argument("--old", type=Path, help="an older telco-stap build, measured in the same run")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/services.py: run as root (fanotify, uprobes)")
     if not TELCO.exists():
         sys.exit(f"bench/services.py: build {TELCO} first (cargo build --release)")
-    peers = ["telco-stap"] + (["bpftrace"] if shutil.which("bpftrace") else [])
+    telcos = {"telco-stap": TELCO}
+    if args.old:
+        telcos["telco-stap (old)"] = args.old
+    peers = list(telcos) + (["bpftrace"] if shutil.which("bpftrace") else [])
     work = Path(tempfile.mkdtemp(prefix="telco-services-"))
     try:
         binary = build(work)
@@ -144,8 +148,10 @@ def main():
         arm = {t: [] for t in peers}
         for _ in range(args.runs):
             for t in peers:
-                f = arm_telco if t == "telco-stap" else arm_bpftrace
-                arm[t].append(f(binary, args.probes))
+                if t in telcos:
+                    arm[t].append(arm_telco(binary, args.probes, telcos[t]))
+                else:
+                    arm[t].append(arm_bpftrace(binary, args.probes))
         for p in procs:
             p.stdin.close()
             p.wait()
@@ -154,7 +160,7 @@ def main():
         for _ in range(args.runs):
             delay["none"] += exec_times(binary, args.execs)
             for t in peers:
-                s = session_telco(binary) if t == "telco-stap" else session_bpftrace(binary)
+                s = session_telco(binary, telcos[t]) if t in telcos else session_bpftrace(binary)
                 if s is not None:
                     delay[t] += exec_times(binary, args.execs)
                     stop(s)

@@ -842,6 +842,32 @@ fn a_command_survives_a_tracer_killed_while_it_starts() {
     }
 }
 
+/// The entry marker (a command run to its entry point) unblocks SIGURG and
+/// sends it to itself: the program finds at `main` the signal state it
+/// would have found untraced (blocked, pending, ignored), with the mask it
+/// inherited blocking SIGURG or not, in the command and in the program it
+/// execs, and its probe fires once in each.
+#[test]
+fn the_entry_marker_leaves_the_signal_state_as_it_was() {
+    let exe = common::scratch("target").join("sigstate");
+    common::gcc("sigstate.c", &exe, &[]);
+    let script = "global n probe process.function(\"work\") { n++ } probe end { println(n) }";
+    for (args, calls) in [(vec![], 1), (vec!["block"], 1)] {
+        let own = untraced(&exe, &args);
+        assert!(own.contains("work 41"), "{own}");
+        if args.is_empty() {
+            assert!(own.starts_with("blocked:\npending:\n"), "{own}");
+        } else {
+            assert!(own.starts_with("blocked: 10 23\npending:\nignored: 28\n"), "{own}");
+        }
+        let cmd = std::iter::once(exe.display().to_string()).chain(args.iter().map(|a| a.to_string()));
+        let cmd: Vec<String> = cmd.collect();
+        let (out, err, code) = run(&["-e", script, "-c", &cmd.join(" ")]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(out, format!("{own}{calls}\n"), "{args:?}: {err}");
+    }
+}
+
 /// The tracer SIGKILLed while it detaches (ended by SIGINT, killed 0 to
 /// 15 ms later): threads inside trampolines run out of them instead of
 /// being single-stepped, and every system call and call goes through the

@@ -54,7 +54,8 @@
 //! injected system calls and calls: `code`, `SIZE`, `BLOCK`, `CALL_RETURN`,
 //! `SYSCALL_AT`, `AFTER_SYSCALL`, `RETURN_MARKER`, `FP_REGSET`,
 //! `resume_block`, `syscall_regs`, `entry_marker_head`,
-//! `ENTRY_MARKER_AFTER`, `entry_regs`, `call_result`.
+//! `ENTRY_MARKER_SIGNAL`, `ENTRY_MARKER_AFTER`, `ENTRY_KEPT`, `entry_regs`,
+//! `call_result`.
 //!
 //! `sample` (native only): the profiler's unwinding: `PERF_USER_REGS`,
 //! `Unwinder`, `Cache`, `unwind_start`, `unwind_regs`, `unwind_regs_lr`,
@@ -254,12 +255,14 @@ fn check_native_contract() {
     let _: u64 = stub::AFTER_SYSCALL;
     let _: i64 = stub::RETURN_MARKER;
     let _: u64 = stub::ENTRY_MARKER_AFTER;
+    let _: i32 = stub::ENTRY_MARKER_SIGNAL;
+    let _: (i64, usize) = stub::ENTRY_KEPT;
     let _: Option<i32> = stub::FP_REGSET;
     let _: fn() -> Vec<u8> = stub::code;
     let _: fn(&Regs, &[u8], u64) -> Vec<u8> = stub::resume_block;
     let _: fn(&Regs, u64, i64, [u64; 6]) -> Regs = stub::syscall_regs;
     let _: fn() -> Vec<u8> = stub::entry_marker_head;
-    let _: fn(&Regs, &[u8], u64) -> Regs = stub::entry_regs;
+    let _: fn(&Regs, &[u8], u64) -> (Regs, u64) = stub::entry_regs;
     let _: fn(&Regs) -> u64 = stub::call_result;
 
     use self::native::sample;

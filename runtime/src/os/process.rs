@@ -39,9 +39,13 @@ pub fn spawn_traced(argv: &[String]) -> io::Result<(i32, Status)> {
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let (rfd, wfd) = (read.as_raw_fd(), write.as_raw_fd());
     // SAFETY: the child calls only async-signal-safe functions (close,
-    // read, execvp with arguments made before the fork, _exit).
+    // read, signal, execvp with arguments made before the fork, _exit).
     match unsafe { fork() }? {
         ForkResult::Child => unsafe {
+            // The command starts with SIGPIPE's default action, as from a
+            // shell: the tracer's runtime ignores it, and an exec keeps an
+            // ignored signal ignored (`yes | head` would never end).
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
             libc::close(wfd);
             let mut b = 0u8;
             while libc::read(rfd, (&mut b as *mut u8).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}

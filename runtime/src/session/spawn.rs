@@ -70,8 +70,9 @@ pub(super) fn run_to_entry(s: &mut Stopped) -> Result<(), TargetError> {
 /// [`run_to_entry`] without a trap: the entry's first instructions jump to
 /// the entry marker (`arch::native::stub::entry_marker_head`, then their
 /// relocated copy) in slack bytes of the program (`inject::slack`); the
-/// process runs under `PTRACE_SYSCALL` to the marker's `getpid`, where the
-/// tracer puts every byte back and the thread at its entry. If the tracer
+/// process runs to the signal the marker sends itself (one stop, not two
+/// at each system call of the dynamic loader), where the tracer puts every
+/// byte back, the thread's signal mask, and the thread at its entry. If the tracer
 /// dies meanwhile, the program goes through the copy and starts as usual.
 /// False (nothing changed) where no slack or no relocatable entry is found.
 pub(super) fn entry_by_marker(s: &mut Stopped, entry: u64) -> Result<bool, TargetError> {
@@ -107,9 +108,9 @@ pub(super) fn entry_by_marker(s: &mut Stopped, entry: u64) -> Result<bool, Targe
     s.write(hook.patch_at, &jmp)?;
     let after = at + stub::ENTRY_MARKER_AFTER;
     let result = (|| -> Result<(), TargetError> {
-        let (mut sig, mut stops) = (0, 0);
+        let mut sig = 0;
         loop {
-            crate::os::ptrace::req::syscall(pid, sig)?;
+            crate::os::ptrace::req::cont(pid, sig)?;
             sig = 0;
             let status = match crate::os::wait::wait(pid, true) {
                 Ok(Some((_, st))) => st,
@@ -120,32 +121,31 @@ pub(super) fn entry_by_marker(s: &mut Stopped, entry: u64) -> Result<bool, Targe
                 return Err(TargetError::Unsupported(format!("pid {pid} ended before its entry point")));
             }
             if let Some(d) = status.delivering() {
-                // Delivered with the next resume (the program is starting).
-                sig = d;
-                continue;
-            }
-            // The marker's entry stop, then its exit stop: only then may
-            // the registers change.
-            if arch::pc(&s.regs(pid)?) == after {
-                stops += 1;
-                if stops == 2 {
+                // The marker's own signal: taken back (never delivered).
+                if d == stub::ENTRY_MARKER_SIGNAL && arch::pc(&s.regs(pid)?) == after {
                     return Ok(());
                 }
+                // Delivered with the next resume (the program is starting).
+                sig = d;
             }
         }
     })();
-    // The entry's bytes back, then the thread where the program starts,
-    // and only then the slack: a tracer killed between any two of these
-    // steps leaves a thread that still runs on, through the marker's copy
-    // (its pc is in the slack until the registers are set) or from the
-    // entry. Putting the slack back first left a killed tracer's command
-    // at a pc in bytes that were no longer the marker (CI saw one die so).
+    // The entry's bytes back, then the thread's signal mask and the thread
+    // where the program starts, and only then the slack: a tracer killed
+    // between any two of these steps leaves a thread that still runs on,
+    // through the marker's copy (its pc is in the slack until the
+    // registers are set) or from the entry. Putting the slack back first
+    // left a killed tracer's command at a pc in bytes that were no longer
+    // the marker (CI saw one die so).
     let restored = s.write(hook.patch_at, &entry_bytes);
     let moved = match (&result, restored) {
         (Ok(()), Ok(())) => (|| -> Result<(), TargetError> {
             let now = s.regs(pid)?;
-            let kept = s.read(arch::sp(&now).wrapping_sub(24), 24)?;
-            s.set_regs(pid, &stub::entry_regs(&now, &kept, hook.patch_at))?;
+            let (off, len) = stub::ENTRY_KEPT;
+            let kept = s.read(arch::sp(&now).wrapping_add_signed(off), len)?;
+            let (regs, mask) = stub::entry_regs(&now, &kept, hook.patch_at);
+            s.set_sigmask(pid, mask)?;
+            s.set_regs(pid, &regs)?;
             Ok(())
         })(),
         (_, restored) => restored.map_err(TargetError::from),

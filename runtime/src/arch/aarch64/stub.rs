@@ -104,35 +104,76 @@ pub fn syscall_regs(saved: &Regs, stub: u64, nr: i64, args: [u64; 6]) -> Regs {
     r
 }
 
-/// The entry marker (`-c`: a program run to its entry point with no
-/// trap): the entry branches here; x0 and x8 are kept below the stack
-/// pointer (free at a program's entry), a `getpid` marks the arrival (the
-/// tracer stops there with `PTRACE_SYSCALL`), the two come back, and the
-/// relocated first instruction of the entry follows (then a branch back):
-/// a tracer that dies leaves the program to start normally.
+/// The entry marker (a program run to its entry point with no trap and
+/// no stop at each system call of the dynamic loader): the entry branches
+/// here; the registers it uses are kept in 64 bytes it takes from the
+/// stack (free at a program's entry; below them a signal frame cannot
+/// reach them); `ENTRY_MARKER_SIGNAL` is unblocked and sent to the thread
+/// itself (`tgkill`), which a tracer sees as a signal-delivery stop at
+/// `ENTRY_MARKER_AFTER` (and takes back with the thread's old mask); then
+/// the old mask, the registers and the stack pointer come back, and the
+/// relocated first instruction of the entry follows (then a branch back).
+/// A tracer that dies leaves the program to start normally: the signal's
+/// default is to be ignored (at worst a handler a preloaded library
+/// installed sees one `SIGURG`), and no flags change.
 pub fn entry_marker_head() -> Vec<u8> {
-    let words: [u32; 4] = [
-        0xa93f_23e0, // stp x0, x8, [sp, #-16]
-        movz_x8(RETURN_MARKER),
+    let movz = |reg: u32, v: i64| 0xd280_0000 | ((v as u32 & 0xffff) << 5) | reg;
+    let words: [u32; 30] = [
+        0xd101_03ff,                                                    // sub sp, sp, #64
+        0xa900_07e0,                                                    // stp x0, x1, [sp]
+        0xa901_0fe2,                                                    // stp x2, x3, [sp, #16]
+        0xf900_13e8,                                                    // str x8, [sp, #32]
+        0xd2a0_0000 | ((1u32 << (ENTRY_MARKER_SIGNAL - 1)) >> 16) << 5, // movz x0, #mask, lsl #16
+        0xf900_17e0,                                                    // str x0, [sp, #40]
+        movz(0, 1),                                                     // mov x0, #SIG_UNBLOCK
+        0x9100_a3e1,                                                    // add x1, sp, #40
+        0x9100_c3e2,                                                    // add x2, sp, #48 (the old mask)
+        movz(3, 8),                                                     // mov x3, #8
+        movz(8, libc::SYS_rt_sigprocmask),
         0xd400_0001, // svc #0
-        0xa97f_23e0, // ldp x0, x8, [sp, #-16]
+        movz(8, libc::SYS_gettid),
+        0xd400_0001, // svc #0
+        0xaa00_03e1, // mov x1, x0
+        movz(8, libc::SYS_getpid),
+        0xd400_0001, // svc #0
+        movz(2, i64::from(ENTRY_MARKER_SIGNAL)),
+        movz(8, libc::SYS_tgkill),
+        0xd400_0001, // svc #0
+        movz(0, 2),  // mov x0, #SIG_SETMASK
+        0x9100_c3e1, // add x1, sp, #48
+        movz(2, 0),  // mov x2, #0
+        movz(3, 8),  // mov x3, #8
+        movz(8, libc::SYS_rt_sigprocmask),
+        0xd400_0001, // svc #0
+        0xa940_07e0, // ldp x0, x1, [sp]
+        0xa941_0fe2, // ldp x2, x3, [sp, #16]
+        0xf940_13e8, // ldr x8, [sp, #32]
+        0x9101_03ff, // add sp, sp, #64
     ];
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-/// Where the thread stops in the entry marker (after its `svc`).
-pub const ENTRY_MARKER_AFTER: u64 = 12;
+/// The signal the entry marker sends itself: ignored by default.
+pub const ENTRY_MARKER_SIGNAL: i32 = libc::SIGURG;
+
+/// Where the thread stops in the entry marker (after its `tgkill`).
+pub const ENTRY_MARKER_AFTER: u64 = 80;
+
+/// Where the marker keeps what it saved, from the stack pointer at its
+/// stop, and how many bytes: x0, x1, x2, x3, x8, the new signal mask, the
+/// old one (the stack pointer is 64 bytes lower than at the entry).
+pub const ENTRY_KEPT: (i64, usize) = (0, 56);
 
 /// At the entry marker's stop: the registers as they were at the entry
-/// (x0 and x8 from below the stack pointer: `kept` is the 24 bytes there),
-/// at `pc`.
-pub fn entry_regs(now: &Regs, kept: &[u8], pc: u64) -> Regs {
+/// (from `kept`, the `ENTRY_KEPT` bytes), at `pc`, and the thread's
+/// signal mask before the marker.
+pub fn entry_regs(now: &Regs, kept: &[u8], pc: u64) -> (Regs, u64) {
     let word = |i: usize| kept.get(8 * i..8 * i + 8).and_then(|w| w.try_into().ok()).map_or(0, u64::from_le_bytes);
     let mut r = *now;
-    // kept: [sp-24, sp-16, sp-8) = (unused), x0, x8.
-    (r.regs[0], r.regs[8]) = (word(1), word(2));
+    (r.regs[0], r.regs[1], r.regs[2], r.regs[3], r.regs[8]) = (word(0), word(1), word(2), word(3), word(4));
+    r.sp = now.sp.wrapping_add(64);
     r.pc = pc;
-    r
+    (r, word(6))
 }
 
 /// A called function's result, read at the marker's system-call stop.

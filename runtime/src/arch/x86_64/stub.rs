@@ -121,41 +121,89 @@ pub fn syscall_regs(saved: &Regs, stub: u64, nr: i64, args: [u64; 6]) -> Regs {
     r
 }
 
-/// The entry marker (`-c`: a program run to its entry point with no
-/// `int3`): the entry jumps here; rax, rcx and r11 are kept below the
-/// stack pointer (free at a program's entry), a `getpid` marks the
-/// arrival (the tracer stops there with `PTRACE_SYSCALL`), the three come
-/// back, and the relocated first instructions of the entry follow (then a
-/// jump back past them): a tracer that dies leaves the program to start
-/// normally.
+/// The entry marker (a program run to its entry point with no `int3`
+/// and no stop at each system call of the dynamic loader): the entry
+/// jumps here; the registers it uses are kept below the stack pointer
+/// (the red zone, free at a program's entry and which the kernel's signal
+/// frames skip); `ENTRY_MARKER_SIGNAL` is unblocked and sent to the thread
+/// itself (`tgkill`), which a tracer sees as a signal-delivery stop at
+/// `ENTRY_MARKER_AFTER` (and takes back with the thread's old mask); then
+/// the old mask and the registers come back, and the relocated first
+/// instructions of the entry follow (then a jump back past them). A tracer
+/// that dies leaves the program to start normally: the signal's default
+/// is to be ignored (at worst a handler a preloaded library installed
+/// sees one `SIGURG`), and no flags change (`mov`, `lea` only).
 pub fn entry_marker_head() -> Vec<u8> {
     let mut c = Vec::new();
     c.extend([0x48, 0x89, 0x44, 0x24, 0xf8]); // mov [rsp-8], rax
     c.extend([0x48, 0x89, 0x4c, 0x24, 0xf0]); // mov [rsp-16], rcx
     c.extend([0x4c, 0x89, 0x5c, 0x24, 0xe8]); // mov [rsp-24], r11
-    c.push(0xb8);
-    c.extend((RETURN_MARKER as u32).to_le_bytes()); // mov eax, SYS_getpid
+    c.extend([0x48, 0x89, 0x7c, 0x24, 0xe0]); // mov [rsp-32], rdi
+    c.extend([0x48, 0x89, 0x74, 0x24, 0xd8]); // mov [rsp-40], rsi
+    c.extend([0x48, 0x89, 0x54, 0x24, 0xd0]); // mov [rsp-48], rdx
+    c.extend([0x4c, 0x89, 0x54, 0x24, 0xc8]); // mov [rsp-56], r10
+    c.extend([0x48, 0xc7, 0x44, 0x24, 0xc0]); // mov qword [rsp-64], 1 << (sig - 1)
+    c.extend((1u32 << (ENTRY_MARKER_SIGNAL - 1)).to_le_bytes());
+    let mov_eax = |c: &mut Vec<u8>, v: i64| {
+        c.push(0xb8);
+        c.extend((v as u32).to_le_bytes());
+    };
+    mov_eax(&mut c, libc::SYS_rt_sigprocmask);
+    c.extend([0xbf, 0x01, 0x00, 0x00, 0x00]); // mov edi, SIG_UNBLOCK
+    c.extend([0x48, 0x8d, 0x74, 0x24, 0xc0]); // lea rsi, [rsp-64]
+    c.extend([0x48, 0x8d, 0x54, 0x24, 0xb8]); // lea rdx, [rsp-72] (the old mask)
+    c.extend([0x41, 0xba, 0x08, 0x00, 0x00, 0x00]); // mov r10d, 8
+    c.extend([0x0f, 0x05]); // syscall
+    mov_eax(&mut c, libc::SYS_gettid);
+    c.extend([0x0f, 0x05]); // syscall
+    c.extend([0x89, 0xc6]); // mov esi, eax
+    mov_eax(&mut c, libc::SYS_getpid);
+    c.extend([0x0f, 0x05]); // syscall
+    c.extend([0x89, 0xc7]); // mov edi, eax
+    c.push(0xba); // mov edx, sig
+    c.extend((ENTRY_MARKER_SIGNAL as u32).to_le_bytes());
+    mov_eax(&mut c, libc::SYS_tgkill);
     c.extend([0x0f, 0x05]); // syscall
     assert_eq!(c.len() as u64, ENTRY_MARKER_AFTER);
+    mov_eax(&mut c, libc::SYS_rt_sigprocmask);
+    c.extend([0xbf, 0x02, 0x00, 0x00, 0x00]); // mov edi, SIG_SETMASK
+    c.extend([0x48, 0x8d, 0x74, 0x24, 0xb8]); // lea rsi, [rsp-72]
+    c.extend([0xba, 0x00, 0x00, 0x00, 0x00]); // mov edx, 0
+    c.extend([0x41, 0xba, 0x08, 0x00, 0x00, 0x00]); // mov r10d, 8
+    c.extend([0x0f, 0x05]); // syscall
     c.extend([0x48, 0x8b, 0x44, 0x24, 0xf8]); // mov rax, [rsp-8]
     c.extend([0x48, 0x8b, 0x4c, 0x24, 0xf0]); // mov rcx, [rsp-16]
     c.extend([0x4c, 0x8b, 0x5c, 0x24, 0xe8]); // mov r11, [rsp-24]
+    c.extend([0x48, 0x8b, 0x7c, 0x24, 0xe0]); // mov rdi, [rsp-32]
+    c.extend([0x48, 0x8b, 0x74, 0x24, 0xd8]); // mov rsi, [rsp-40]
+    c.extend([0x48, 0x8b, 0x54, 0x24, 0xd0]); // mov rdx, [rsp-48]
+    c.extend([0x4c, 0x8b, 0x54, 0x24, 0xc8]); // mov r10, [rsp-56]
     c
 }
 
-/// Where the thread stops in the entry marker (after its `syscall`).
-pub const ENTRY_MARKER_AFTER: u64 = 22;
+/// The signal the entry marker sends itself: ignored by default.
+pub const ENTRY_MARKER_SIGNAL: i32 = libc::SIGURG;
+
+/// Where the thread stops in the entry marker (after its `tgkill`).
+pub const ENTRY_MARKER_AFTER: u64 = 0x66;
+
+/// Where the marker keeps what it saved, from the stack pointer at its
+/// stop, and how many bytes: the old signal mask, the new one, r10, rdx,
+/// rsi, rdi, r11, rcx, rax.
+pub const ENTRY_KEPT: (i64, usize) = (-72, 72);
 
 /// At the entry marker's stop: the registers as they were at the entry
-/// (rax, rcx and r11 from below the stack pointer), at `pc`.
-pub fn entry_regs(now: &Regs, kept: &[u8], pc: u64) -> Regs {
+/// (from `kept`, the `ENTRY_KEPT` bytes), at `pc`, and the thread's
+/// signal mask before the marker.
+pub fn entry_regs(now: &Regs, kept: &[u8], pc: u64) -> (Regs, u64) {
     let word = |i: usize| kept.get(8 * i..8 * i + 8).and_then(|w| w.try_into().ok()).map_or(0, u64::from_le_bytes);
     let mut r = *now;
-    // kept: [rsp-24, rsp-16, rsp-8) = r11, rcx, rax.
-    (r.r11, r.rcx, r.rax) = (word(0), word(1), word(2));
+    (r.r10, r.rdx, r.rsi, r.rdi, r.r11, r.rcx, r.rax) = (word(2), word(3), word(4), word(5), word(6), word(7), word(8));
     r.rip = pc;
+    // Stopped for a signal after the `tgkill`: not a system call the
+    // kernel may restart once the registers are the entry's.
     super::forget_syscall(&mut r);
-    r
+    (r, word(0))
 }
 
 /// A called function's result, read at the marker's system-call stop.
@@ -167,6 +215,41 @@ pub fn call_result(r: &Regs) -> u64 {
 mod tests {
     use super::*;
     use iced_x86::{Decoder, DecoderOptions, Formatter, NasmFormatter};
+
+    /// The entry marker decodes whole, stops after its `tgkill`, and
+    /// changes no flag (a program started through it after the tracer died
+    /// sees the flags the kernel gave it).
+    #[test]
+    fn the_entry_marker_sends_its_signal_and_keeps_the_flags() {
+        use iced_x86::Code;
+        let head = entry_marker_head();
+        let mut d = Decoder::with_ip(64, &head, 0, DecoderOptions::NONE);
+        let mut ends = Vec::new();
+        let mut syscalls = 0;
+        while d.can_decode() {
+            let i = d.decode();
+            assert!(!i.is_invalid(), "at {:#x}", i.ip());
+            // (The kernel gives a system call's flags back.)
+            if i.code() == Code::Syscall {
+                syscalls += 1;
+            } else {
+                assert_eq!(i.rflags_modified(), 0, "{i} changes flags");
+            }
+            ends.push(i.next_ip());
+        }
+        assert_eq!(ends.last(), Some(&(head.len() as u64)));
+        assert!(ends.contains(&ENTRY_MARKER_AFTER));
+        assert_eq!(&head[ENTRY_MARKER_AFTER as usize - 2..ENTRY_MARKER_AFTER as usize], &[0x0f, 0x05]);
+        assert_eq!(syscalls, 5);
+        // What it keeps lies in the red zone the kernel's signal frames skip.
+        assert!(ENTRY_KEPT.0 >= -128 && ENTRY_KEPT.0 + ENTRY_KEPT.1 as i64 == 0);
+        // SAFETY: user_regs_struct is plain integers.
+        let now: Regs = unsafe { std::mem::zeroed() };
+        let kept: Vec<u8> = (0..9u64).flat_map(|i| (100 + i).to_le_bytes()).collect();
+        let (r, mask) = entry_regs(&now, &kept, 0x1234);
+        assert_eq!((mask, r.r10, r.rdx, r.rsi, r.rdi, r.r11, r.rcx, r.rax), (100, 102, 103, 104, 105, 106, 107, 108));
+        assert_eq!((r.rip, r.orig_rax as i64), (0x1234, -1));
+    }
 
     /// The stub decodes to what its documentation says, and every
     /// RIP-relative operand lands on its block slot.

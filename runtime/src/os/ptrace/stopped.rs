@@ -227,6 +227,16 @@ impl Stopped {
         Ok(mask)
     }
 
+    /// Set thread `tid`'s blocked signals (`PTRACE_SETSIGMASK`).
+    pub fn set_sigmask(&self, tid: i32, mask: u64) -> Result<(), PtraceError> {
+        // SAFETY: the kernel reads 8 bytes (the size passed) from `mask`.
+        let r = unsafe { libc::ptrace(libc::PTRACE_SETSIGMASK, tid, 8usize, &mask as *const u64) };
+        if r < 0 {
+            return Err(PtraceError::Call { op: "PTRACE_SETSIGMASK", tid, source: std::io::Error::last_os_error() });
+        }
+        Ok(())
+    }
+
     /// A signal thread `tid` was about to get: delivered at detach.
     pub(super) fn keep_signal(&mut self, tid: i32, sig: i32) {
         if let Some(t) = self.threads.get_mut(&tid) {
