@@ -325,3 +325,142 @@ fn an_unprivileged_user_s_programs_started_later_are_probed() {
     assert!(out.ends_with("\n3 processes, 900 calls, main 2\n"), "{out}\n{err}");
     assert!(!err.contains("WARNING"), "{err}");
 }
+
+/// `host LIB N [fork]`: says "ready", and on a line loads LIB (`dlopen`)
+/// and makes N calls of its lib_work; with `fork`, a child forked at the
+/// start does the same after its parent, then both wait for a last line
+/// and make the N calls again.
+const HOST: &str = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+__attribute__((noinline)) long work(long x) { __asm__ volatile("" ::: "memory"); return 2 * x + 1; }
+static long load(const char *lib, long n) {
+    void *h = dlopen(lib, RTLD_NOW);
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); exit(3); }
+    long (*f)(long) = (long (*)(long))dlsym(h, "lib_work");
+    long s = 0;
+    for (long i = 0; i < n; i++) s += f(i);
+    return s;
+}
+int main(int argc, char **argv) {
+    long n = atol(argv[2]);
+    int forked = argc > 3 && strcmp(argv[3], "fork") == 0;
+    int go[2], done[2];
+    char b, line[16];
+    if (pipe(go) || pipe(done)) return 2;
+    pid_t c = forked ? fork() : -1;
+    /* Each end where it is used: a child whose parent died reads EOF. */
+    if (c == 0) {
+        close(go[1]);
+        close(done[0]);
+        if (read(go[0], &b, 1) != 1) _exit(2);
+        printf("child %d sum %ld\n", getpid(), load(argv[1], n));
+        fflush(stdout);
+        if (write(done[1], "x", 1) != 1 || read(go[0], &b, 1) != 1) _exit(2);
+        printf("child again %ld\n", load(argv[1], n));
+        fflush(stdout);
+        _exit(0);
+    }
+    close(go[0]);
+    close(done[1]);
+    printf("ready %ld\n", work(1));
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) return 2;
+    printf("sum %ld\n", load(argv[1], n));
+    fflush(stdout);
+    if (forked && (write(go[1], "x", 1) != 1 || read(done[0], &b, 1) != 1)) return 2;
+    printf("loaded\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) return 2;
+    printf("again %ld\n", load(argv[1], n));
+    fflush(stdout);
+    int status = 0;
+    if (forked && (write(go[1], "x", 1) != 1 || waitpid(c, &status, 0) != c || status != 0)) return 2;
+    return 0;
+}
+"#;
+
+/// A host process, killed if the test ends early (its forked child then
+/// reads EOF and ends).
+struct Host(std::process::Child);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A library by path that processes already in the session load later
+/// (`dlopen`): the first process (its loader hook), another process armed
+/// at the start, and a child that one forked before loading it (it gets a
+/// record of its own, so that what it got is undone with it): every call
+/// counted, and nothing of the session left in any of them after it.
+#[test]
+fn a_library_loaded_later_by_processes_of_the_session_is_probed() {
+    let dir = common::scratch("bypath-dlopen");
+    let lib = common::compile_text(
+        &dir,
+        "libdl.so",
+        "__attribute__((noinline)) long lib_work(long x) { __asm__ volatile(\"\" ::: \"memory\"); return 3 * x + 1; }\n",
+        &["-O2", "-shared", "-fPIC"],
+    );
+    let exe = common::compile_text(&dir, "host", HOST, &["-O2"]);
+    let lib_arg = lib.to_str().unwrap();
+    let start = |args: &[&str]| {
+        let mut c = Command::new(&exe)
+            .arg(lib_arg)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start host");
+        let mut r = std::io::BufReader::new(c.stdout.take().unwrap());
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        assert_eq!(l, "ready 3\n");
+        (Host(c), r)
+    };
+    let mut hosts = vec![start(&["1000"]), start(&["700", "fork"])];
+    let script = format!(
+        "global n probe process(\"{}\").function(\"work\") {{ }} \
+         probe process(\"{}\").function(\"lib_work\") {{ n[pid()]++ }} \
+         probe end {{ c = 0; t = 0; foreach (p in n) {{ c++; t += n[p] }} printf(\"%d processes, %d calls\\n\", c, t) }}",
+        exe.display(),
+        lib.display()
+    );
+    let t = Tracer::start_on_stderr(&["-v", "-e", &script], "more process(es) armed");
+    let mut pids: Vec<u32> = hosts.iter().map(|(c, _)| c.0.id()).collect();
+    for (Host(c), r) in &mut hosts {
+        c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        assert!(l.starts_with("sum "), "{l}");
+        l.clear();
+        r.read_line(&mut l).unwrap();
+        if let Some(rest) = l.strip_prefix("child ") {
+            pids.push(rest.split(' ').next().unwrap().parse().unwrap());
+            l.clear();
+            r.read_line(&mut l).unwrap();
+        }
+        assert_eq!(l, "loaded\n");
+    }
+    let (out, err) = end(t);
+    assert_eq!(out, "3 processes, 2400 calls\n", "{err}");
+    for pid in &pids {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+        assert!(!maps.contains("memfd:telco"), "pid {pid}: the session's memory is left:\n{maps}");
+    }
+    // The probed code is whole again: the calls after the session work.
+    for (mut c, mut r) in hosts {
+        c.0.stdin.take().unwrap().write_all(b"end\n").unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut r, &mut rest).unwrap();
+        assert!(c.0.wait().unwrap().success(), "{rest}");
+        assert_eq!(rest.matches("again ").count(), if rest.contains("child") { 2 } else { 1 }, "{rest}");
+    }
+}

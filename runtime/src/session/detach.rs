@@ -48,7 +48,7 @@ pub(super) fn put_back(
 /// The patches of `patches` a fork still holds: where its bytes are still
 /// ours (the process it was forked from may have placed others since,
 /// where the fork has something else).
-fn still_patched(s: &Stopped, patches: &[Patch]) -> Vec<Patch> {
+pub(super) fn still_patched(s: &Stopped, patches: &[Patch]) -> Vec<Patch> {
     patches.iter().filter(|p| s.read(p.at, p.patched.len()).is_ok_and(|b| b == p.patched)).cloned().collect()
 }
 
@@ -84,11 +84,16 @@ impl Armed {
 
     /// The first process's own mappings.
     fn first_mapped(&self) -> Mapped {
+        Mapped { codes: self.first_codes(), stub: self.undo.stub.clone(), first: true }
+    }
+
+    /// The code regions mapped into the first process (start, size).
+    pub(super) fn first_codes(&self) -> Vec<(u64, u64)> {
         let mut codes: Vec<(u64, u64)> = self.undo._code.iter().map(|c| (c.remote, c.size)).collect();
         if let Some(f) = &self.follow {
             codes.extend(f._codes.iter().map(|c| (c.remote, c.size)));
         }
-        Mapped { codes, stub: self.undo.stub.clone(), first: true }
+        codes
     }
 
     /// A process armed after the first (`Child`), at the end: if it still

@@ -528,6 +528,91 @@ impl Armed {
         Ok((Some(Child { pid, patches, crash, semaphores, codes, stub }), said))
     }
 
+    /// Process `pid` of the session (armed after the first, or forked by
+    /// an armed one) held at thread `tid` right after its loader mapped
+    /// the probed library `file` (a session by path: `dlopen` of a module,
+    /// of an extension): that library's probes placed in it, then let go.
+    /// A fork first becomes a `Child` of its own, holding what it
+    /// inherited (the patches still its own, the code, the crash handler,
+    /// the stub), so that what it gets now is undone with it at the end.
+    pub(super) fn arm_library(&mut self, pid: i32, tid: i32, file: crate::os::proc::FileId) -> Result<(), TargetError> {
+        let mut s = match Stopped::attach_holding(pid, Some(tid)) {
+            Ok(s) => s,
+            Err(e) => {
+                crate::os::ptrace::detach_stopped(tid);
+                return Err(e.into());
+            }
+        };
+        let known = self.follow.as_ref().and_then(|f| f.children.iter().find(|c| c.pid == pid).cloned());
+        let mut child = match known {
+            Some(c) => c,
+            None => match self.owner_of(pid) {
+                Some(owner) if owner == self.target.pid => {
+                    s.use_stub(self.undo.stub.as_ref());
+                    let codes = self.first_codes();
+                    Child {
+                        pid,
+                        patches: super::detach::still_patched(&s, &self.undo.patches),
+                        crash: self.undo.crash,
+                        semaphores: self.undo.semaphores.clone(),
+                        codes,
+                        stub: self.undo.stub.clone(),
+                    }
+                }
+                Some(owner) => {
+                    let children = self.follow.as_ref().map(|f| f.children.as_slice()).unwrap_or_default();
+                    let Some(o) = children.iter().find(|c| c.pid == owner) else {
+                        return Err(TargetError::Unsupported("the process it was forked from is not armed".into()));
+                    };
+                    s.use_stub(o.stub.as_ref());
+                    Child { pid, patches: super::detach::still_patched(&s, &o.patches), ..o.clone() }
+                }
+                None => return Err(TargetError::Unsupported("no armed process it was forked from".into())),
+            },
+        };
+        s.use_stub(child.stub.as_ref());
+        let maps = mappings(pid)?;
+        let in_file = |addr: u64| maps.iter().any(|m| (m.dev, m.inode) == file && m.start <= addr && addr < m.end);
+        let a = &self.hooker.artifact;
+        let mut by_module: ByModule = BTreeMap::new();
+        let mut runs = Program::runs(pid);
+        for (i, p) in a.probes.iter().enumerate() {
+            let (module, file_offset) = match &p.attach {
+                Attach::Function { module, file_offset, only_exe, .. } => {
+                    if only_exe.as_ref().is_some_and(|only| !runs(only)) {
+                        continue;
+                    }
+                    (module, file_offset)
+                }
+                Attach::Statement { module, file_offset, .. } => (module, file_offset),
+                _ => continue,
+            };
+            if runtime_addr(&maps, module, *file_offset).is_some_and(in_file) {
+                by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
+            }
+        }
+        let mut refused = Vec::new();
+        let mut plans = Vec::new();
+        for (module, functions) in &by_module {
+            let (code, p) = self.hooker.module(&mut s, &maps, module, functions, &mut refused)?;
+            plans.extend(p);
+            child.codes.extend(code.iter().map(|c| (c.remote, c.size)));
+        }
+        let mut patches = Vec::new();
+        apply(&mut s, plans, &mut patches, &self.hooker.relocs.borrow())?;
+        child.semaphores.extend(raise_semaphores(&s, a, &maps, &child.semaphores, &patches));
+        child.patches.extend(patches);
+        s.detach()?;
+        for r in refused {
+            self.warn(format!("cannot probe {r} (pid {pid})"));
+        }
+        if let Some(f) = &mut self.follow {
+            f.children.retain(|c| c.pid != pid);
+            f.children.push(child);
+        }
+        Ok(())
+    }
+
     /// The end of a session: threads still waiting to exec are let go; the
     /// followed programs' code is put back (those still running it).
     pub(super) fn unfollow(&mut self) {

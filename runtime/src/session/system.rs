@@ -320,6 +320,7 @@ impl Armed {
     /// its start), unless its process is the session's already (its exec
     /// hook had it attached), the tracer's own, or over MAXPROCESSES.
     pub(super) fn watch_execs(&mut self) {
+        let first = self.target.pid;
         let (Some(sys), Some(f)) = (&mut self.target.system, &mut self.follow) else { return };
         let me = std::process::id() as i32;
         let region = self.region.ino;
@@ -328,6 +329,9 @@ impl Armed {
         // that ended are nothing to undo).
         let mut room: Option<usize> = None;
         let (mut execing, mut opening) = (Vec::new(), Vec::new());
+        // Processes of the session opening a probed library they do not
+        // map yet (tid, pid, the library).
+        let mut loading: Vec<(i32, i32, FileId)> = Vec::new();
         let mut not = Vec::new();
         let mut over = 0;
         sys.watch.take(&mut |e| {
@@ -341,7 +345,21 @@ impl Armed {
             let Some(pid) = crate::os::proc::tgid(e.tid) else { return };
             let ours = || crate::os::proc::maps_file(pid, "/memfd:telco-stap", region);
             let reader = !e.exec && sys.readers.get(&pid).is_some_and(|&t| crate::os::proc::start_time(pid) == Some(t));
-            if reader || opening.iter().any(|&(_, p)| p == pid) || (!e.exec && ours()) {
+            if reader || opening.iter().any(|&(_, p)| p == pid) || loading.iter().any(|&(_, p, _)| p == pid) {
+                return;
+            }
+            if !e.exec && ours() {
+                // In the session already: a library it loads now gets its
+                // probes once mapped (the first process's loader hook arms
+                // its own), unless it maps that one already.
+                let has =
+                    |ms: Vec<crate::os::proc::Mapping>| ms.iter().any(|m| m.executable && (m.dev, m.inode) == e.file);
+                if pid != first && !crate::os::proc::maps(pid).is_ok_and(has) {
+                    match crate::os::ptrace::seize_for_open(e.tid) {
+                        Ok(()) => loading.push((e.tid, pid, e.file)),
+                        Err(err) => not.push(format!("cannot probe {} as it loads a library", item(pid, &err))),
+                    }
+                }
                 return;
             }
             let room = *room.get_or_insert_with(|| {
@@ -387,6 +405,26 @@ impl Armed {
             match self.arm_existing_holding(pid, Some(tid)) {
                 Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
                 Err(e) => not.push(item(pid, &e)),
+            }
+        }
+        for (tid, pid, file) in loading {
+            let mut mapped = || {
+                crate::os::proc::maps(pid).is_ok_and(|ms| ms.iter().any(|m| m.executable && (m.dev, m.inode) == file))
+            };
+            match crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, Duration::from_millis(500)) {
+                crate::os::ptrace::MapWait::Mapped => match self.arm_library(pid, tid, file) {
+                    Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
+                    Err(e) => not.push(item(pid, &e)),
+                },
+                crate::os::ptrace::MapWait::NotMapped => {
+                    if let (Some(sys), Some(t)) = (&mut self.target.system, crate::os::proc::start_time(pid)) {
+                        if sys.readers.len() >= 4096 {
+                            sys.readers.clear();
+                        }
+                        sys.readers.insert(pid, t);
+                    }
+                }
+                crate::os::ptrace::MapWait::Gone => {}
             }
         }
         self.say_once(not);
