@@ -46,7 +46,8 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     let files = if by_path { system_wide_files(artifact)? } else { Vec::new() };
     // Libraries: their opens are watched (the loader's, dlopen's), not
     // their execs.
-    let libraries: Vec<std::path::PathBuf> = files.iter().filter(|f| is_library(f)).cloned().collect();
+    let libraries: Vec<std::path::PathBuf> =
+        if by_path { files.iter().filter(|f| is_library(f)).cloned().collect() } else { probed_libraries(artifact) };
     if cli.itrc.is_none() && artifact.probes.iter().any(|p| matches!(p.attach, Attach::Function { itrace: true, .. })) {
         bail!("this script has .itrace probes: name the instruction trace file with --itrc FILE");
     }
@@ -79,7 +80,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         (true, Some(cmd)) => Target::command(cmd),
         (true, None) if by_path => Target::System {
             files,
-            libraries,
+            libraries: libraries.clone(),
             max_processes: max_processes(cli),
             target: cli.target_pid,
             wait: cli.timeout.map(std::time::Duration::from_secs_f64),
@@ -94,6 +95,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         itrc: cli.itrc.clone().map(|path| (path, max_itrace(cli), cli.itrace_step)),
         quiet: cli.no_warnings,
         verbose: cli.verbose,
+        libraries,
     };
     let session = Session::start(artifact, opts)?;
     cfg.traces = traces(cli, artifact, session.pid())?;
@@ -126,6 +128,20 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
 /// (probes by path on a library every process maps; `-p 1`).
 pub fn max_processes(cli: &Cli) -> usize {
     cli.defines.iter().rev().find(|(n, _)| n == "MAXPROCESSES").map_or(256, |(_, v)| (*v).clamp(1, 1 << 20) as usize)
+}
+
+/// `-p`/`-c`: the probed modules that are libraries (absolute paths), whose
+/// later loads by the session's processes are watched.
+fn probed_libraries(artifact: &telco_abi::artifact::Artifact) -> Vec<std::path::PathBuf> {
+    use telco_abi::artifact::Attach;
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    for p in &artifact.probes {
+        let (Attach::Function { module, .. } | Attach::Statement { module, .. }) = &p.attach else { continue };
+        if module.is_absolute() && !out.contains(module) && is_library(module) {
+            out.push(module.clone());
+        }
+    }
+    out
 }
 
 /// Whether the ELF file at `path` is a shared library, not a program

@@ -326,10 +326,10 @@ fn an_unprivileged_user_s_programs_started_later_are_probed() {
     assert!(!err.contains("WARNING"), "{err}");
 }
 
-/// `host LIB N [fork]`: says "ready", and on a line loads LIB (`dlopen`)
-/// and makes N calls of its lib_work; with `fork`, a child forked at the
-/// start does the same after its parent, then both wait for a last line
-/// and make the N calls again.
+/// `host LIB N [fork|forklater]`: says "ready", and on a line loads LIB
+/// (`dlopen`) and makes N calls of its lib_work; with `fork`, a child
+/// forked at the start (`forklater`: at that line) does the same after its
+/// parent, then both wait for a last line and make the N calls again.
 const HOST: &str = r#"
 #include <dlfcn.h>
 #include <stdio.h>
@@ -348,13 +348,15 @@ static long load(const char *lib, long n) {
 }
 int main(int argc, char **argv) {
     long n = atol(argv[2]);
-    int forked = argc > 3 && strcmp(argv[3], "fork") == 0;
+    int later = argc > 3 && strcmp(argv[3], "forklater") == 0;
+    int forked = later || (argc > 3 && strcmp(argv[3], "fork") == 0);
     int go[2], done[2];
     char b, line[16];
     if (pipe(go) || pipe(done)) return 2;
-    pid_t c = forked ? fork() : -1;
+    pid_t c = forked && !later ? fork() : -1;
     /* Each end where it is used: a child whose parent died reads EOF. */
     if (c == 0) {
+    child:
         close(go[1]);
         close(done[0]);
         if (read(go[0], &b, 1) != 1) _exit(2);
@@ -365,11 +367,12 @@ int main(int argc, char **argv) {
         fflush(stdout);
         _exit(0);
     }
-    close(go[0]);
-    close(done[1]);
     printf("ready %ld\n", work(1));
     fflush(stdout);
     if (!fgets(line, sizeof line, stdin)) return 2;
+    if (later && (c = fork()) == 0) goto child;
+    close(go[0]);
+    close(done[1]);
     printf("sum %ld\n", load(argv[1], n));
     fflush(stdout);
     if (forked && (write(go[1], "x", 1) != 1 || read(done[0], &b, 1) != 1)) return 2;
@@ -402,7 +405,26 @@ impl Drop for Host {
 /// counted, and nothing of the session left in any of them after it.
 #[test]
 fn a_library_loaded_later_by_processes_of_the_session_is_probed() {
-    let dir = common::scratch("bypath-dlopen");
+    let (out, err) = library_loaded_later("bypath-dlopen", &[&["1000"], &["700", "fork"]], false);
+    assert_eq!(out, "3 processes, 2400 calls\n", "{err}");
+}
+
+/// The same under `-p` (one for each of two hosts): the first process
+/// (its loader hook), a child it forks during the session, a second
+/// process and the child it had forked before (armed at the start): the
+/// opens of the library are watched for the session's processes too.
+#[test]
+fn a_library_loaded_later_by_the_processes_of_a_p_session_is_probed() {
+    let (out, err) = library_loaded_later("p-dlopen", &[&["1000", "forklater"], &["700", "fork"]], true);
+    assert_eq!(out, "4 processes, 3400 calls\n", "{err}");
+}
+
+/// Start `host` once for each of `runs` (its arguments after the
+/// library), trace them by path (or with a `-p` each), let each load the
+/// library, end the session: its output and messages, once nothing of it
+/// is left in any host and the hosts' calls after it work.
+fn library_loaded_later(tag: &str, runs: &[&[&str]], by_pid: bool) -> (String, String) {
+    let dir = common::scratch(tag);
     let lib = common::compile_text(
         &dir,
         "libdl.so",
@@ -425,7 +447,7 @@ fn a_library_loaded_later_by_processes_of_the_session_is_probed() {
         assert_eq!(l, "ready 3\n");
         (Host(c), r)
     };
-    let mut hosts = vec![start(&["1000"]), start(&["700", "fork"])];
+    let mut hosts: Vec<_> = runs.iter().map(|args| start(args)).collect();
     let script = format!(
         "global n probe process(\"{}\").function(\"work\") {{ }} \
          probe process(\"{}\").function(\"lib_work\") {{ n[pid()]++ }} \
@@ -433,8 +455,14 @@ fn a_library_loaded_later_by_processes_of_the_session_is_probed() {
         exe.display(),
         lib.display()
     );
-    let t = Tracer::start_on_stderr(&["-v", "-e", &script], "more process(es) armed");
     let mut pids: Vec<u32> = hosts.iter().map(|(c, _)| c.0.id()).collect();
+    let named: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let mut args: Vec<&str> = vec!["-v"];
+    for pid in named.iter().filter(|_| by_pid) {
+        args.extend(["-p", pid]);
+    }
+    args.extend(["-e", &script]);
+    let t = Tracer::start_on_stderr(&args, "more process(es) armed");
     for (Host(c), r) in &mut hosts {
         c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
         let mut l = String::new();
@@ -450,7 +478,6 @@ fn a_library_loaded_later_by_processes_of_the_session_is_probed() {
         assert_eq!(l, "loaded\n");
     }
     let (out, err) = end(t);
-    assert_eq!(out, "3 processes, 2400 calls\n", "{err}");
     for pid in &pids {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
         assert!(!maps.contains("memfd:telco"), "pid {pid}: the session's memory is left:\n{maps}");
@@ -463,4 +490,5 @@ fn a_library_loaded_later_by_processes_of_the_session_is_probed() {
         assert!(c.0.wait().unwrap().success(), "{rest}");
         assert_eq!(rest.matches("again ").count(), if rest.contains("child") { 2 } else { 1 }, "{rest}");
     }
+    (out, err)
 }

@@ -3,6 +3,20 @@
 //! their symbols.
 
 use super::*;
+use crate::os::proc::FileId;
+
+/// `-p`/`-c`: the watch on the opens of probed libraries that processes of
+/// the session other than the first may load later (a backend's
+/// extension, a worker's module): each such process is held at the open,
+/// stepped until its loader maps the library, and gets that library's
+/// probes (`Armed::arm_loading`). Other processes' opens are answered at
+/// once.
+pub(super) struct Loads {
+    pub(super) watch: crate::os::fanotify::ExecWatch,
+    /// Processes that opened one and did not map it (they read it): not
+    /// stepped again. (pid, its start time: pids are reused.)
+    readers: HashMap<i32, u64>,
+}
 
 /// A library armed once loaded: its probes, and where it was mapped.
 pub(super) struct Late {
@@ -14,6 +28,96 @@ pub(super) struct Late {
 }
 
 impl Armed {
+    /// `-p`/`-c`: watch the opens of `libraries` (the probed modules that
+    /// are libraries) that the first process did not map at the start,
+    /// for the session's other processes (`Loads`). Needs fanotify (root):
+    /// without it, said once when there is such a library.
+    pub fn watch_loads(&mut self, libraries: &[PathBuf]) {
+        if self.follow.is_none() {
+            return;
+        }
+        let later: Vec<&Path> =
+            libraries.iter().filter(|l| self.libs.pending.contains_key(*l)).map(PathBuf::as_path).collect();
+        if later.is_empty() {
+            return;
+        }
+        match crate::os::fanotify::ExecWatch::new(&[], &later) {
+            Ok(watch) => self.libs.loads = Some(Loads { watch, readers: HashMap::new() }),
+            Err(e) => {
+                let names: Vec<String> = later.iter().map(|l| l.display().to_string()).collect();
+                self.warn(format!(
+                    "processes of the session other than pid {} that load {} later will run without its probes: \
+                     watching the opens needs root (fanotify: {e})",
+                    self.target.pid,
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// `-p`/`-c`: the opens of watched libraries since the last poll
+    /// (`Loads`).
+    pub(super) fn take_loads(&mut self) {
+        let Some(loads) = &mut self.libs.loads else { return };
+        let (first, region) = (self.target.pid, self.region.ino);
+        let readers = &loads.readers;
+        let mut loading: Vec<(i32, i32, FileId)> = Vec::new();
+        let mut not = Vec::new();
+        loads.watch.take(&mut |e| {
+            let Some(pid) = crate::os::proc::tgid(e.tid) else { return };
+            if e.exec || pid == first || loading.iter().any(|&(_, p, _)| p == pid) {
+                return;
+            }
+            if readers.get(&pid).is_some_and(|&t| crate::os::proc::start_time(pid) == Some(t)) {
+                return;
+            }
+            if crate::os::proc::maps_file(pid, "/memfd:telco-stap", region) {
+                loading_push(&mut loading, &mut not, e.tid, pid, e.file);
+            }
+        });
+        let mut readers = std::mem::take(&mut loads.readers);
+        self.arm_loading(loading, &mut readers, &mut not);
+        if let Some(l) = &mut self.libs.loads {
+            l.readers = readers;
+        }
+        for w in not {
+            self.warn_once(w);
+        }
+    }
+
+    /// Processes of the session held at their open of a probed library
+    /// (tid, pid, the library): each stepped until its loader maps it,
+    /// then given its probes (`Armed::arm_library`); one that did not map
+    /// it is remembered in `readers`.
+    pub(super) fn arm_loading(
+        &mut self,
+        loading: Vec<(i32, i32, FileId)>,
+        readers: &mut HashMap<i32, u64>,
+        not: &mut Vec<String>,
+    ) {
+        for (tid, pid, file) in loading {
+            let mut mapped = || {
+                crate::os::proc::maps(pid).is_ok_and(|ms| ms.iter().any(|m| m.executable && (m.dev, m.inode) == file))
+            };
+            let wait = std::time::Duration::from_millis(500);
+            match crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, wait) {
+                crate::os::ptrace::MapWait::Mapped => match self.arm_library(pid, tid, file) {
+                    Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
+                    Err(e) => not.push(format!("cannot probe pid {pid} ({}): {e}", crate::os::proc::comm(pid).trim())),
+                },
+                crate::os::ptrace::MapWait::NotMapped => {
+                    if readers.len() >= 4096 {
+                        readers.clear();
+                    }
+                    if let Some(t) = crate::os::proc::start_time(pid) {
+                        readers.insert(pid, t);
+                    }
+                }
+                crate::os::ptrace::MapWait::Gone => {}
+            }
+        }
+    }
+
     /// Where the symbol table finds the symbols of libraries the target
     /// loads later (`symtab.rs`); those it maps already but pass 2 did not
     /// read (preloaded ones) are added now.
@@ -155,5 +259,25 @@ impl Armed {
         for w in said {
             self.warn(w);
         }
+    }
+}
+
+/// Hold thread `tid` of process `pid` of the session at its open of
+/// probed library `file`, unless the process maps that library already.
+pub(super) fn loading_push(
+    loading: &mut Vec<(i32, i32, FileId)>,
+    not: &mut Vec<String>,
+    tid: i32,
+    pid: i32,
+    file: FileId,
+) {
+    let has = |ms: Vec<crate::os::proc::Mapping>| ms.iter().any(|m| m.executable && (m.dev, m.inode) == file);
+    if crate::os::proc::maps(pid).is_ok_and(has) {
+        return;
+    }
+    match crate::os::ptrace::seize_for_open(tid) {
+        Ok(()) => loading.push((tid, pid, file)),
+        Err(e) => not
+            .push(format!("cannot probe pid {pid} ({}) as it loads a library: {e}", crate::os::proc::comm(pid).trim())),
     }
 }

@@ -197,6 +197,13 @@ impl Armed {
         }
         self.report.warnings.push(w);
     }
+
+    /// [`Armed::warn`], once a session for each text.
+    fn warn_once(&mut self, w: String) {
+        if self.follow.as_mut().is_none_or(|f| f.said.insert(w.clone())) {
+            self.warn(w);
+        }
+    }
 }
 
 /// The program a process runs: its path (for display) and its file's
@@ -314,6 +321,10 @@ struct LateLibraries {
     syms_said: usize,
     /// Wakes the session when a thread waits in the loader's r_brk.
     watch: Option<crate::os::sys::Watch>,
+    /// `-p`/`-c`: the opens of the probed libraries the first process did
+    /// not map at the start, for the session's other processes that load
+    /// them later (`late.rs`).
+    loads: Option<Loads>,
 }
 
 /// The session's trust domain.

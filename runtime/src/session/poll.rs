@@ -52,7 +52,8 @@ impl Hooks for Armed {
 
     fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
         let held = self.target.system.as_ref().map(|w| w.watch.fd());
-        self.libs.watch.as_ref().map(|w| w.fd()).into_iter().chain(held).collect()
+        let loads = self.libs.loads.as_ref().map(|l| l.watch.fd());
+        self.libs.watch.as_ref().map(|w| w.fd()).into_iter().chain(held).chain(loads).collect()
     }
 
     fn busy(&self) -> bool {
@@ -89,6 +90,7 @@ impl Hooks for Armed {
             }
         }
         self.watch_execs();
+        self.take_loads();
         self.follow_execs();
         self.check_domains();
         self.reclaim_rows();

@@ -62,6 +62,10 @@ pub struct Options {
     pub quiet: bool,
     /// `-v`: how long arming took; `-vv`: the calls timed inline.
     pub verbose: u8,
+    /// The probed modules that are libraries: under `-p`/`-c`, the loads
+    /// of those the first process did not map at the start, by the
+    /// session's other processes, are watched (`Armed::watch_loads`).
+    pub libraries: Vec<PathBuf>,
 }
 
 /// A session started: its target armed (or none).
@@ -164,6 +168,9 @@ impl<'a> Session<'a> {
             Err(e) => return Err(e),
         };
         armed.symbols_from(symbols);
+        if matches!(opts.target, Target::Pids(_) | Target::Command(_)) {
+            armed.watch_loads(&opts.libraries);
+        }
         if let Some(f) = found {
             armed.system_wide(f);
             // SystemTap's: -x PID, else none.

@@ -351,14 +351,9 @@ impl Armed {
             if !e.exec && ours() {
                 // In the session already: a library it loads now gets its
                 // probes once mapped (the first process's loader hook arms
-                // its own), unless it maps that one already.
-                let has =
-                    |ms: Vec<crate::os::proc::Mapping>| ms.iter().any(|m| m.executable && (m.dev, m.inode) == e.file);
-                if pid != first && !crate::os::proc::maps(pid).is_ok_and(has) {
-                    match crate::os::ptrace::seize_for_open(e.tid) {
-                        Ok(()) => loading.push((e.tid, pid, e.file)),
-                        Err(err) => not.push(format!("cannot probe {} as it loads a library", item(pid, &err))),
-                    }
+                // its own).
+                if pid != first {
+                    super::late::loading_push(&mut loading, &mut not, e.tid, pid, e.file);
                 }
                 return;
             }
@@ -407,24 +402,11 @@ impl Armed {
                 Err(e) => not.push(item(pid, &e)),
             }
         }
-        for (tid, pid, file) in loading {
-            let mut mapped = || {
-                crate::os::proc::maps(pid).is_ok_and(|ms| ms.iter().any(|m| m.executable && (m.dev, m.inode) == file))
-            };
-            match crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, Duration::from_millis(500)) {
-                crate::os::ptrace::MapWait::Mapped => match self.arm_library(pid, tid, file) {
-                    Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
-                    Err(e) => not.push(item(pid, &e)),
-                },
-                crate::os::ptrace::MapWait::NotMapped => {
-                    if let (Some(sys), Some(t)) = (&mut self.target.system, crate::os::proc::start_time(pid)) {
-                        if sys.readers.len() >= 4096 {
-                            sys.readers.clear();
-                        }
-                        sys.readers.insert(pid, t);
-                    }
-                }
-                crate::os::ptrace::MapWait::Gone => {}
+        if let Some(sys) = &mut self.target.system {
+            let mut readers = std::mem::take(&mut sys.readers);
+            self.arm_loading(loading, &mut readers, &mut not);
+            if let Some(sys) = &mut self.target.system {
+                sys.readers = readers;
             }
         }
         self.say_once(not);
