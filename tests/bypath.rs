@@ -492,3 +492,156 @@ fn library_loaded_later(tag: &str, runs: &[&[&str]], by_pid: bool) -> (String, S
     }
     (out, err)
 }
+
+/// `daemon`: forks, and its parent exits; the child, adopted by init,
+/// says "daemon PID", then on each line "work N" makes N calls of work()
+/// and says the sum, until its stdin ends.
+const DAEMON: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((noinline)) long work(long x) { __asm__ volatile("" ::: "memory"); return 2 * x + 1; }
+int main(void) {
+    char line[32];
+    if (fork() != 0) return 0;
+    setsid();
+    printf("daemon %d\n", getpid());
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {
+        long n = atol(line + 5), s = 0;
+        for (long i = 0; i < n; i++) s += work(i);
+        printf("sum %ld\n", s);
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+/// A program started during a session by path that daemonizes (its
+/// parent exits, init adopts the child): the daemon's calls are counted,
+/// and at the end it is found, the whole system over, and cleaned (no
+/// process tree leads to it), so that it works on untouched.
+#[test]
+fn a_daemon_adopted_by_init_is_cleaned_at_the_end() {
+    let dir = common::scratch("bypath-daemon");
+    let exe = common::compile_text(&dir, "daemon", DAEMON, &["-O2"]);
+    let script = format!(
+        "global n probe process(\"{}\").function(\"work\") {{ n++ }} probe end {{ printf(\"%d calls\\n\", n) }}",
+        exe.display()
+    );
+    let t = Tracer::start_on_stderr(&["-v", "-e", &script], "Pass 5: watching the processes of");
+    let mut parent = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start");
+    let mut input = parent.stdin.take().unwrap();
+    let mut r = std::io::BufReader::new(parent.stdout.take().unwrap());
+    assert!(parent.wait().unwrap().success());
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    let pid: u32 = l.strip_prefix("daemon ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("{l}"));
+    // Killed if the test ends early (it is init's, not ours to reap).
+    struct Daemon(u32, bool);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            if !self.1 {
+                // SAFETY: a signal to the daemon this test started.
+                unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+            }
+        }
+    }
+    let mut daemon = Daemon(pid, false);
+    let mut ask = |n: u32| {
+        writeln!(input, "work {n}").unwrap();
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        l
+    };
+    assert_eq!(ask(100), "sum 10000\n");
+    let (out, err) = end(t);
+    assert_eq!(out, "100 calls\n", "{err}");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    assert!(!maps.contains("memfd:telco"), "the session's memory is left in the daemon:\n{maps}");
+    assert_eq!(ask(10), "sum 100\n");
+    // Its stdin closed, it ends.
+    drop(input);
+    common::wait_gone(pid);
+    daemon.1 = true;
+}
+
+/// The records of processes that ended are dropped once many pile up
+/// (a program run over and over), but not that of a process whose daemon
+/// still runs with its probes: the daemon is cleaned at the end with it.
+#[test]
+fn ended_processes_are_forgotten_but_not_a_daemon_s_parent() {
+    let dir = common::scratch("bypath-prune");
+    let exe = common::compile_text(&dir, "daemon", DAEMON, &["-O2"]);
+    let script = format!("probe process(\"{}\").function(\"work\") {{ }}", exe.display());
+    // Daemons: one running at the start (the session's first process),
+    // one started later (its parent, exited, is a record of the session).
+    let daemon = || {
+        let mut parent = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start");
+        let input = parent.stdin.take().unwrap();
+        let mut r = std::io::BufReader::new(parent.stdout.take().unwrap());
+        assert!(parent.wait().unwrap().success());
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        let pid: u32 = l.strip_prefix("daemon ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("{l}"));
+        (pid, input)
+    };
+    // Killed if the test ends early: the daemons (init's) and the tracer.
+    struct Guard(Vec<u32>, Option<std::process::Child>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            for &p in &self.0 {
+                // SAFETY: signals to the processes this test started.
+                unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            }
+            if let Some(t) = &mut self.1 {
+                let _ = t.kill();
+                let _ = t.wait();
+            }
+        }
+    }
+    let mut guard = Guard(Vec::new(), None);
+    let first = daemon();
+    guard.0.push(first.0);
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(["-v", "-e", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start telco-stap");
+    let mut err = std::io::BufReader::new(tracer.stderr.take().unwrap());
+    let tracer_pid = tracer.id();
+    guard.1 = Some(tracer);
+    let mut said = String::new();
+    let mut wait_for = |needle: &str| loop {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "telco-stap ended before {needle:?}:\n{said}");
+        said.push_str(&l);
+        if l.contains(needle) {
+            return l;
+        }
+    };
+    wait_for("Pass 5: probes armed");
+    let later = daemon();
+    guard.0.push(later.0);
+    // Each of these daemons ends at once (its stdin is empty).
+    for _ in 0..70 {
+        let o = Command::new(&exe).stdin(Stdio::null()).stdout(Stdio::piped()).output().expect("run");
+        assert!(o.status.success());
+    }
+    let line = wait_for("ended process(es) forgotten");
+    assert!(line.contains(", 1 kept"), "{line}");
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(tracer_pid as i32, libc::SIGINT) }, 0);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let mut tracer = guard.1.take().unwrap();
+    assert!(tracer.wait().unwrap().success(), "{rest}");
+    guard.0.clear();
+    for (pid, input) in [first, later] {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+        drop(input);
+        common::wait_gone(pid);
+        assert!(!maps.contains("memfd:telco"), "the session's memory is left in daemon {pid}:\n{maps}");
+    }
+}

@@ -254,6 +254,7 @@ pub fn arm(
                 rows_checked: std::time::Instant::now(),
                 _codes: codes,
                 holder: None,
+                pruned: std::time::Instant::now(),
             })
         }
         _ => None,

@@ -79,6 +79,7 @@ impl Armed {
         for pid in forks {
             self.restore_fork(pid, crash.as_ref(), &semaphores);
         }
+        self.sweep();
         self.undo.patches.clear();
     }
 
@@ -103,24 +104,105 @@ impl Armed {
     pub(super) fn clean_child(&mut self, c: &Child) {
         let forks: Vec<i32> = self.forked_from(c.pid);
         for pid in std::iter::once(c.pid).chain(forks) {
-            if !crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino) {
-                continue;
+            self.clean_as(c, pid);
+        }
+    }
+
+    /// Process `pid`, `c` itself or a fork of it, if it maps the session's
+    /// region: cleaned with `c`'s record.
+    fn clean_as(&mut self, c: &Child, pid: i32) {
+        if !crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino) {
+            return;
+        }
+        let mut s = match Stopped::attach(pid) {
+            Ok(s) => s,
+            Err(PtraceError::NoProcess(_)) => return,
+            Err(e) => {
+                crate::eprintln_escaped!("warning: cannot stop pid {pid} to remove the probes: {e}");
+                return;
             }
-            let mut s = match Stopped::attach(pid) {
-                Ok(s) => s,
-                Err(PtraceError::NoProcess(_)) => continue,
-                Err(e) => {
-                    crate::eprintln_escaped!("warning: cannot stop pid {pid} to remove the probes: {e}");
-                    continue;
+        };
+        s.use_stub(c.stub.as_ref());
+        // A fork holds the patches it inherited where its bytes are
+        // still ours.
+        let held = if pid == c.pid { c.patches.clone() } else { still_patched(&s, &c.patches) };
+        let mapped = Mapped { codes: c.codes.clone(), stub: c.stub.clone(), first: false };
+        let what = if pid == c.pid { format!("pid {pid}") } else { format!("pid {pid} (forked from {})", c.pid) };
+        self.clean_with(s, &held, c.crash.as_ref(), &c.semaphores, &mapped, &what);
+    }
+
+    /// The end's last look: every process that still maps the session's
+    /// region, the whole system over, cleaned as the armed process whose
+    /// patches it holds. These are forks that no process tree leads to: a
+    /// daemon forked by a process armed after the first (a program exec'd,
+    /// found by path, a `-p` worker), whose parent exited, so that init
+    /// adopted it. (A `-c` command's are the tracer's: its subreaper.)
+    fn sweep(&mut self) {
+        for pid in self.holding_region() {
+            let children = self.follow.as_ref().map(|f| f.children.clone()).unwrap_or_default();
+            match self.owner_of(pid) {
+                Some(o) if o == self.target.pid && !children.iter().any(|c| c.pid == o) => {
+                    let (crash, semaphores) = (self.undo.crash, self.undo.semaphores.clone());
+                    self.restore_fork(pid, crash.as_ref(), &semaphores);
                 }
-            };
-            s.use_stub(c.stub.as_ref());
-            // A fork holds the patches it inherited where its bytes are
-            // still ours.
-            let held = if pid == c.pid { c.patches.clone() } else { still_patched(&s, &c.patches) };
-            let mapped = Mapped { codes: c.codes.clone(), stub: c.stub.clone(), first: false };
-            let what = if pid == c.pid { format!("pid {pid}") } else { format!("pid {pid} (forked from {})", c.pid) };
-            self.clean_with(s, &held, c.crash.as_ref(), &c.semaphores, &mapped, &what);
+                Some(o) => {
+                    if let Some(c) = children.iter().find(|c| c.pid == o) {
+                        self.clean_as(c, pid);
+                    }
+                }
+                None => {}
+            }
+            if crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino) {
+                crate::eprintln_escaped!(
+                    "warning: pid {pid} ({}) still maps the session's memory: no record of the probes it holds",
+                    crate::os::proc::comm(pid).trim()
+                );
+            }
+        }
+    }
+
+    /// The processes that map the session's region, the whole system over
+    /// (the tracer and its probes' sandbox left out).
+    fn holding_region(&self) -> Vec<i32> {
+        let me = std::process::id() as i32;
+        let own_exe = crate::os::proc::exe_id(me);
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        let pids = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok());
+        pids.filter(|&pid| {
+            pid != me
+                && crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino)
+                && !(crate::os::proc::uid_and_parent(pid as u32).map(|(_, p)| p as i32) == Some(me)
+                    && crate::os::proc::exe_id(pid) == own_exe)
+        })
+        .collect()
+    }
+
+    /// The records of armed processes that ended (`Child`), once more than
+    /// 64 have piled up (a session by path on a program run over and over,
+    /// a `-c` build running thousands of commands): dropped, but for those
+    /// whose forks still run with their patches (a daemon whose parent
+    /// exited, cleaned with that record at the end: `sweep`). Looked at
+    /// every second at most; the forks are found the whole system over.
+    pub(super) fn prune_children(&mut self) {
+        let Some(f) = &mut self.follow else { return };
+        if f.pruned.elapsed() < std::time::Duration::from_secs(1) {
+            return;
+        }
+        f.pruned = std::time::Instant::now();
+        let ended: Vec<i32> = f.children.iter().map(|c| c.pid).filter(|&p| !crate::os::proc::running(p)).collect();
+        if ended.len() <= 64 {
+            return;
+        }
+        let owners: Vec<i32> = self.holding_region().into_iter().filter_map(|p| self.owner_of(p)).collect();
+        let Some(f) = &mut self.follow else { return };
+        let before = f.children.len();
+        f.children.retain(|c| !ended.contains(&c.pid) || owners.contains(&c.pid));
+        if self.report.verbose {
+            let kept = f.children.iter().filter(|c| ended.contains(&c.pid)).count();
+            crate::eprintln_escaped!(
+                "Pass 5: {} ended process(es) forgotten, {kept} kept (their forks run with probes).",
+                before - f.children.len()
+            );
         }
     }
 

@@ -58,6 +58,9 @@ pub(super) struct Follow {
     /// The region's holder for an unprivileged domain (`os::holder`),
     /// started the first time a process needs it.
     pub(crate) holder: Option<crate::os::holder::Holder>,
+    /// When the records of ended processes were last pruned
+    /// (`Armed::prune_children`).
+    pub(crate) pruned: std::time::Instant,
 }
 
 /// Hook the C library's `execve` and `execveat` (in every process image

@@ -92,6 +92,7 @@ impl Hooks for Armed {
         self.watch_execs();
         self.take_loads();
         self.follow_execs();
+        self.prune_children();
         self.check_domains();
         self.reclaim_rows();
         self.take_crash();

@@ -358,8 +358,8 @@ impl Armed {
                 return;
             }
             let room = *room.get_or_insert_with(|| {
-                f.children.retain(|c| crate::os::proc::running(c.pid));
-                max.saturating_sub(1 + f.children.len() + f.waiting.len())
+                let running = f.children.iter().filter(|c| crate::os::proc::running(c.pid)).count();
+                max.saturating_sub(1 + running + f.waiting.len())
             });
             if execing.len() + opening.len() >= room {
                 over += 1;
