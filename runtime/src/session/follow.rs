@@ -17,6 +17,30 @@ pub(super) struct Child {
     pub(crate) stub: Option<crate::os::ptrace::StubPlace>,
 }
 
+/// The function and statement probes of `a` that process `pid` maps (at
+/// an address `keep` accepts), by module and file offset; a probe of
+/// `process("P").library("L")` only where `pid` runs P.
+fn probes_in(a: &Artifact, pid: i32, maps: &[Mapping], keep: impl Fn(u64) -> bool) -> ByModule {
+    let mut by_module: ByModule = BTreeMap::new();
+    let mut runs = Program::runs(pid);
+    for (i, p) in a.probes.iter().enumerate() {
+        let (module, file_offset) = match &p.attach {
+            Attach::Function { module, file_offset, only_exe, .. } => {
+                if only_exe.as_ref().is_some_and(|only| !runs(only)) {
+                    continue;
+                }
+                (module, file_offset)
+            }
+            Attach::Statement { module, file_offset, .. } => (module, file_offset),
+            _ => continue,
+        };
+        if runtime_addr(maps, module, *file_offset).is_some_and(&keep) {
+            by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
+        }
+    }
+    by_module
+}
+
 /// Following the target's children into the programs they `exec`: the C
 /// library's `execve` is hooked (`rt_execnotify`), the thread about to exec
 /// is attached (`ptrace::seize_for_exec`), and the new program, stopped at
@@ -450,23 +474,7 @@ impl Armed {
         };
         let a = &self.hooker.artifact;
         let maps = maps.to_vec();
-        let mut by_module: ByModule = BTreeMap::new();
-        let mut runs = Program::runs(pid);
-        for (i, p) in a.probes.iter().enumerate() {
-            let (module, file_offset) = match &p.attach {
-                Attach::Function { module, file_offset, only_exe, .. } => {
-                    if only_exe.as_ref().is_some_and(|only| !runs(only)) {
-                        continue;
-                    }
-                    (module, file_offset)
-                }
-                Attach::Statement { module, file_offset, .. } => (module, file_offset),
-                _ => continue,
-            };
-            if runtime_addr(&maps, module, *file_offset).is_some() {
-                by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
-            }
-        }
+        let by_module = probes_in(a, pid, &maps, |_| true);
         let Some(f) = &self.follow else { return Ok((None, Vec::new())) };
         // The region and the thread slots at the addresses the trampolines
         // and the handlers know. Also in a program without probes of its
@@ -577,23 +585,7 @@ impl Armed {
         let maps = mappings(pid)?;
         let in_file = |addr: u64| maps.iter().any(|m| (m.dev, m.inode) == file && m.start <= addr && addr < m.end);
         let a = &self.hooker.artifact;
-        let mut by_module: ByModule = BTreeMap::new();
-        let mut runs = Program::runs(pid);
-        for (i, p) in a.probes.iter().enumerate() {
-            let (module, file_offset) = match &p.attach {
-                Attach::Function { module, file_offset, only_exe, .. } => {
-                    if only_exe.as_ref().is_some_and(|only| !runs(only)) {
-                        continue;
-                    }
-                    (module, file_offset)
-                }
-                Attach::Statement { module, file_offset, .. } => (module, file_offset),
-                _ => continue,
-            };
-            if runtime_addr(&maps, module, *file_offset).is_some_and(in_file) {
-                by_module.entry(module.clone()).or_default().entry(*file_offset).or_default().push(i);
-            }
-        }
+        let by_module = probes_in(a, pid, &maps, in_file);
         let mut refused = Vec::new();
         let mut plans = Vec::new();
         for (module, functions) in &by_module {
