@@ -2562,7 +2562,18 @@ EXPORT u64 rt_itrace_wait(u8 *R, u8 *regs, i64 func) {
                     return 0;
                 }
             }
-            sys6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+            /* Sleep until the tracer answers (it wakes the slot's state,
+             * a futex shared through the memfd), a millisecond at most:
+             * threads that spun and yielded here starved the tracer of
+             * the CPU it needs to answer them (eight waiting threads on
+             * one CPU). */
+            u32 now = __atomic_load_n(&AT(s, IT_STATE, u32), __ATOMIC_ACQUIRE);
+            if (now == ITRACE_WAITING || now == ITRACE_TAKEN) {
+                struct {
+                    i64 sec, nsec;
+                } ms = {0, 1000000};
+                sys6(SYS_futex, (i64)&AT(s, IT_STATE, u32), 0 /* FUTEX_WAIT */, now, (i64)&ms, 0, 0);
+            }
         } else {
             cpu_relax();
         }

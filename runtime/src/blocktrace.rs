@@ -357,9 +357,10 @@ impl Server {
             // Release: the thread sees the code and `resume` with RUN. A
             // thread that gave up meanwhile (10 s) freed the slot: its
             // arena is set up for nobody.
-            if state.compare_exchange(abi::ITRACE_TAKEN, abi::ITRACE_RUN, Ordering::AcqRel, Ordering::Relaxed).is_err()
-                && resume != 0
-            {
+            let run = state.compare_exchange(abi::ITRACE_TAKEN, abi::ITRACE_RUN, Ordering::AcqRel, Ordering::Relaxed);
+            // The thread sleeps on the state (`rt_itrace_wait`).
+            crate::os::sys::futex_wake(state);
+            if run.is_err() && resume != 0 {
                 self.finish(i, false, Some("the thread stopped waiting before its first block".into()));
                 self.arenas[i].state = ArenaState::Free;
             }

@@ -65,6 +65,8 @@ pub(crate) fn saved_regs(mem: &File, regs_at: u64) -> Result<[u64; telco_abi::ar
 pub(crate) fn decline(state: &std::sync::atomic::AtomicU32) {
     use std::sync::atomic::Ordering;
     let _ = state.compare_exchange(abi::ITRACE_WAITING, abi::ITRACE_DECLINED, Ordering::AcqRel, Ordering::Relaxed);
+    // The thread sleeps on the state (`rt_itrace_wait`).
+    crate::os::sys::futex_wake(state);
 }
 
 /// The file of the `k`-th traced call (1-based): `path`, `path.2`, …
