@@ -7,12 +7,12 @@ pub const EXAMPLES: &str = "\
 Examples:
   telco-stap -e 'probe begin { printf(\"%d\\n\", 6*7); exit() }'
   telco-stap script.tp -p 4242                      attach to a running process
-  telco-stap -e 'probe process.function(\"work\") { n++ } probe end { println(n) }' -c ./prog
+  telco-stap -e 'global n probe process.function(\"work\") { n++ } probe end { println(n) }' -c ./prog
   telco-stap -l 'process(\"libc.so.6\").function(\"mem*\")' -p 4242
   telco-stap trace.tp -c ./prog --perfetto out.pftrace   open in ui.perfetto.dev
   telco-stap trace.tp -c ./prog --chrome out.json   open in Perfetto or chrome://tracing
   telco-stap -p 4242 -T 10 --flamegraph cpu.svg    CPU profile as a flame graph
-  telco-stap itrace.tp -p 4242 --itrc out.itrc      instruction trace (Frida ITRC)
+  telco-stap itrace.tp -p 4242 work --itrc out.itrc instruction trace of work() (Frida ITRC)
   telco-stap itrc-dump out.itrc --chrome out.json   read an ITRC file back
   telco-stap --last-pass 1 script.tp                print the parsed script
   telco-stap completions bash > /etc/bash_completion.d/telco-stap";

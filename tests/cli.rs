@@ -64,6 +64,45 @@ fn syntax_errors_are_rendered_with_file_line_col_and_caret() {
     assert!(err.contains("Pass 1: parse failed with 2 errors."), "{err}");
 }
 
+/// A variable given a value in one probe and read in another is each
+/// probe's own: the error points at the other and says `global n`.
+#[test]
+fn a_probe_s_variable_read_in_another_probe_asks_for_global() {
+    let o = telco(&["-e", "probe begin { n++ } probe end { println(n) }"]);
+    assert_fails(&o, 1, "error[E0010]: cannot tell the type of `n`");
+    let err = stderr(&o);
+    assert!(err.contains("this `n` is another probe's own variable"), "{err}");
+    assert!(err.contains("help: to share one variable between probes, declare it: `global n`"), "{err}");
+    // Declared, it runs.
+    let o = telco(&["-e", "global n probe begin { n++; exit() } probe end { println(n) }"]);
+    assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "1\n"), "{}", stderr(&o));
+}
+
+/// Every `-e` one-liner of `--help` and of the README's Usage block
+/// compiles (pass 2; those on `process.function` with `-c` of a program
+/// that has `work`, the by-path one on Debian's nginx).
+#[test]
+fn the_usage_one_liners_compile() {
+    let readme = std::fs::read_to_string(common::repo().join("README.md")).expect("README.md");
+    let usage = readme.split("## Usage").nth(1).and_then(|u| u.split("\n#").next()).expect("a Usage block");
+    let help = stdout(&telco(&["--help"]));
+    let prog = target_program();
+    let mut seen = 0;
+    for text in [usage, help.as_str()] {
+        for part in text.split("-e '").skip(1) {
+            let script = part.split('\'').next().unwrap_or_default().replace("\\\"", "\"");
+            let mut args = vec!["--last-pass", "2", "-e", &script];
+            if script.contains("process.function") {
+                args.extend(["-c", prog.to_str().unwrap()]);
+            }
+            let o = telco(&args);
+            assert_eq!(o.status.code(), Some(0), "{script}:\n{}", stderr(&o));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 4, "{seen} one-liners");
+}
+
 #[test]
 fn the_one_liner_of_the_issue_prints_42() {
     let o = telco(&["-e", "probe begin { printf(\"%d\\n\", 6*7); exit() }"]);

@@ -140,6 +140,10 @@ pub struct Lowerer<'a> {
     in_function: Option<FuncId>,
     /// Slots already reported as untyped (one error per variable).
     untyped_reported: Vec<String>,
+    /// Locals of probe bodies given a type, and where: a probe's `n` left
+    /// untyped while another probe's `n` has a value is a missing
+    /// `global n`.
+    typed_locals: Vec<(String, Span)>,
     /// Every function defined, compiled or elided, for "did you mean".
     all_functions: Vec<String>,
 }
@@ -199,6 +203,7 @@ impl<'a> Lowerer<'a> {
             site: None,
             in_function: None,
             untyped_reported: Vec::new(),
+            typed_locals: Vec::new(),
             all_functions: Vec::new(),
         }
     }
@@ -433,6 +438,7 @@ impl<'a> Lowerer<'a> {
 
     /// Unify a slot with a type learnt at `span`.
     fn unify(&mut self, slot: SlotRef, ty: Ty, span: Span) {
+        let in_probe = self.in_function.is_none();
         let (name, s) = self.slot_mut(slot);
         let name = name.to_string();
         match s.ty {
@@ -440,6 +446,11 @@ impl<'a> Lowerer<'a> {
                 s.ty = Some(ty);
                 s.decided = Some(span);
                 self.changed = true;
+                // (The slot's name is as messages quote it.)
+                let bare = name.trim_matches('`');
+                if in_probe && matches!(slot, SlotRef::Local(_)) && !self.typed_locals.iter().any(|(n, _)| n == bare) {
+                    self.typed_locals.push((bare.to_string(), span));
+                }
             }
             Some(t) if t == ty => {}
             Some(t) => {
@@ -515,11 +526,18 @@ impl<'a> Lowerer<'a> {
     fn untyped(&mut self, name: &str, span: Span) {
         if self.reporting && !self.untyped_reported.iter().any(|n| n == name) {
             self.untyped_reported.push(name.to_string());
-            self.diags.push(
-                Diagnostic::error(Code::TypeUnknown, span, format!("cannot tell the type of `{name}`"))
-                    .with_label("first used here; nothing in the program gives it a value")
-                    .with_help("assign it a number or a string somewhere, or annotate it (`name:long`)"),
-            );
+            let d = Diagnostic::error(Code::TypeUnknown, span, format!("cannot tell the type of `{name}`"))
+                .with_label("first used here; nothing in the program gives it a value");
+            // Another probe's local of that name has one: SystemTap's
+            // variables are the probe's own unless declared global.
+            let elsewhere = self.typed_locals.iter().find(|(n, at)| n == name && *at != span).map(|(_, at)| *at);
+            let d = match elsewhere {
+                Some(at) => d
+                    .with_secondary(at, format!("this `{name}` is another probe's own variable"))
+                    .with_help(format!("to share one variable between probes, declare it: `global {name}`")),
+                None => d.with_help("assign it a number or a string somewhere, or annotate it (`name:long`)"),
+            };
+            self.diags.push(d);
         }
     }
 
