@@ -89,9 +89,19 @@ impl TargetQuery for ProcQuery {
 
 /// The target of a run must exist; say so before anything else happens.
 pub fn check_target(cli: &Cli) -> Result<()> {
+    use telco_runtime::os::proc;
     for &pid in cli.pids.iter().chain(&cli.target_pid) {
-        if !telco_runtime::os::proc::exists(pid as i32) {
+        if !proc::exists(pid as i32) {
             bail!("no process with pid {pid}");
+        }
+        if proc::kernel_thread(pid as i32) {
+            bail!(
+                "pid {pid} ({}) is a kernel thread: it runs no program to probe (name a process with -p)",
+                proc::comm(pid as i32).trim()
+            );
+        }
+        if !proc::running(pid as i32) {
+            bail!("pid {pid} ({}) has ended (a zombie its parent has not reaped)", proc::comm(pid as i32).trim());
         }
     }
     if let Some(cmd) = &cli.command {

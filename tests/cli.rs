@@ -103,6 +103,27 @@ fn the_usage_one_liners_compile() {
     assert!(seen >= 4, "{seen} one-liners");
 }
 
+/// `-p` of a kernel thread says what it is, not that there is no such
+/// process.
+#[test]
+fn a_kernel_thread_is_named_as_one() {
+    let kthread = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().nth(6)?.parse::<u64>().ok())
+                    .is_some_and(|f| f & 0x0020_0000 != 0)
+            })
+        })
+        .expect("a kernel thread in /proc (kthreadd is pid 2 outside a PID namespace)");
+    let o = telco(&["-p", &kthread.to_string(), "-e", "probe process.function(\"main\") {}"]);
+    assert_fails(&o, 1, &format!("pid {kthread} ("));
+    assert!(stderr(&o).contains("is a kernel thread: it runs no program to probe"), "{}", stderr(&o));
+}
+
 #[test]
 fn the_one_liner_of_the_issue_prints_42() {
     let o = telco(&["-e", "probe begin { printf(\"%d\\n\", 6*7); exit() }"]);

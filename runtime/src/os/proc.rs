@@ -206,6 +206,16 @@ pub fn exists(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Whether process `pid` is a kernel thread (`PF_KTHREAD` in the flags
+/// of `/proc/PID/stat`): it has no user space.
+pub fn kernel_thread(pid: i32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // After the name: state, ppid, pgrp, session, tty_nr, tpgid, flags.
+    let flags = s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok());
+    flags.is_some_and(|f| f & PF_KTHREAD != 0)
+}
+
 /// Whether process `pid` exists and is not a zombie (`/proc/PID/stat`).
 pub fn running(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
