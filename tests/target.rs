@@ -868,6 +868,20 @@ fn the_entry_marker_leaves_the_signal_state_as_it_was() {
     }
 }
 
+/// A session that ends while its command execs in a loop: the exec in
+/// flight at the end goes on unprobed, and no warning blames the tracer
+/// for not answering it in 10 s (the session ended after 1).
+#[test]
+fn an_exec_in_flight_at_the_end_is_no_missed_answer() {
+    let script = "global n probe process(\"/bin/bash\").function(\"execute_command\") { n++ } \
+                  probe end { println(n > 0) }";
+    for _ in 0..3 {
+        let (out, err, code) = run(&["-T", "1", "-e", script, "-c", "bash -c 'while true; do /bin/true; done'"]);
+        assert_eq!((code, out.as_str()), (Some(0), "1\n"), "{err}");
+        assert!(!err.contains("did not answer"), "{err}");
+    }
+}
+
 /// The tracer SIGKILLed while it detaches (ended by SIGINT, killed 0 to
 /// 15 ms later): threads inside trampolines run out of them instead of
 /// being single-stepped, and every system call and call goes through the

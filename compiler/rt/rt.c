@@ -2333,8 +2333,11 @@ EXPORT void rt_execnotify(u8 *R, u8 *ctx) {
         /* Acquire: pairs with the tracer's Release store after attaching. */
         if (asked && __atomic_load_n(&AT(R, H_EXEC_ACK, u64), __ATOMIC_ACQUIRE) == me) break;
         if (!wait_step(R, i, deadline)) {
-            /* Not answered: the program runs unprobed; said at the end. */
-            __atomic_add_fetch(&AT(R, H_UNFOLLOWED_EXECS, u64), 1, __ATOMIC_RELAXED);
+            /* Not answered in time: the program runs unprobed; said at the
+             * end. (The end of the session lets every exec go on: that is
+             * no missed answer.) */
+            if (__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE))
+                __atomic_add_fetch(&AT(R, H_UNFOLLOWED_EXECS, u64), 1, __ATOMIC_RELAXED);
             break;
         }
     }
