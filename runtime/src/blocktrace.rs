@@ -306,9 +306,17 @@ impl Server {
         }
     }
 
-    /// New traced calls waiting in their gates.
+    /// New traced calls waiting in their gates: first every request this
+    /// turn serves is taken (its thread then waits up to 10 s, not 2),
+    /// then each is started. A first block's translation is slow on an
+    /// emulated machine, and requests behind it must not give up meanwhile
+    /// (eight threads on the aarch64 guest's one CPU did).
     fn take_calls(&mut self) {
-        let enough = self.report.calls >= self.max_calls;
+        let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
+        let mut free: Vec<usize> =
+            (0..self.arenas.len()).filter(|&i| matches!(self.arenas[i].state, ArenaState::Free)).collect();
+        let mut budget = self.max_calls.saturating_sub(self.report.calls);
+        let mut taken = Vec::new();
         for k in 0..self.nslots as usize {
             let base = self.header.wrapping_add(self.slots_off as usize + k * core::mem::size_of::<ItraceSlot>());
             let state = u32_at(base.wrapping_add(core::mem::offset_of!(ItraceSlot, state)));
@@ -325,19 +333,24 @@ impl Server {
                     *base.add(core::mem::offset_of!(ItraceSlot, nonce)).cast::<u64>(),
                 )
             };
-            let traced = self.traced.lock().map(|t| t.clone()).unwrap_or_default();
-            let free = self.arenas.iter().position(|a| matches!(a.state, ArenaState::Free));
-            let f = traced.get(func as usize);
-            let (Some(i), Some(f), true, false) = (free, f, pid == self.pid as u64, enough) else {
+            let known = (func as usize) < traced.len();
+            if !(known && pid == self.pid as u64 && budget > 0 && !free.is_empty()) {
                 crate::itrace::decline(state);
                 continue;
-            };
+            }
             if state
                 .compare_exchange(abi::ITRACE_WAITING, abi::ITRACE_TAKEN, Ordering::AcqRel, Ordering::Relaxed)
                 .is_err()
             {
                 continue;
             }
+            budget -= 1;
+            taken.push((k, free.remove(0), regs_at, func, tid, nonce));
+        }
+        for (k, i, regs_at, func, tid, nonce) in taken {
+            let base = self.header.wrapping_add(self.slots_off as usize + k * core::mem::size_of::<ItraceSlot>());
+            let state = u32_at(base.wrapping_add(core::mem::offset_of!(ItraceSlot, state)));
+            let f = &traced[func as usize];
             let resume = match self.start(i, regs_at, f, &traced) {
                 Ok(r) => r,
                 Err(e) => {
@@ -364,14 +377,13 @@ impl Server {
                 self.finish(i, false, Some("the thread stopped waiting before its first block".into()));
                 self.arenas[i].state = ArenaState::Free;
             }
-            if self.report.calls >= self.max_calls {
-                u32_at(self.header.wrapping_add(core::mem::offset_of!(abi::Header, itrace_slots)))
-                    .store(0, Ordering::Relaxed);
-                // The gates read the count from the trusted mirror, which
-                // the session writes (`closed`).
-                self.closed.store(true, Ordering::Release);
-                return;
-            }
+        }
+        if self.report.calls >= self.max_calls {
+            u32_at(self.header.wrapping_add(core::mem::offset_of!(abi::Header, itrace_slots)))
+                .store(0, Ordering::Relaxed);
+            // The gates read the count from the trusted mirror, which the
+            // session writes (`closed`).
+            self.closed.store(true, Ordering::Release);
         }
     }
 
