@@ -99,22 +99,25 @@ def exec_times(binary, n):
     return out
 
 
-def session_telco(binary, telco=TELCO):
-    p = subprocess.Popen([str(telco), "-v", "-e", f'probe process("{binary}").function("work") {{ }}'],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if not wait_for(p.stderr, "watching the processes of", 60):
+def session(argv, needle, on_stderr):
+    """A tracer started with `argv`, once it printed `needle` (on its
+    stderr or its stdout); None if it did not within a minute."""
+    out = (subprocess.DEVNULL, subprocess.PIPE) if on_stderr else (subprocess.PIPE, subprocess.STDOUT)
+    p = subprocess.Popen(argv, stdout=out[0], stderr=out[1], text=True)
+    if not wait_for(p.stderr if on_stderr else p.stdout, needle, 60):
         stop(p)
         return None
     return p
+
+
+def session_telco(binary, telco=TELCO):
+    script = f'probe process("{binary}").function("work") {{ }}'
+    return session([str(telco), "-v", "-e", script], "watching the processes of", True)
 
 
 def session_bpftrace(binary):
-    p = subprocess.Popen(["bpftrace", "-e", f'BEGIN {{ printf("armed\\n"); }} uprobe:{binary}:work {{ @n = count(); }}'],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if not wait_for(p.stdout, "armed", 60):
-        stop(p)
-        return None
-    return p
+    script = f'BEGIN {{ printf("armed\\n"); }} uprobe:{binary}:work {{ @n = count(); }}'
+    return session(["bpftrace", "-e", script], "armed", False)
 
 
 def ms(v):

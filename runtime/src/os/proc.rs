@@ -206,14 +206,20 @@ pub fn exists(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Field `n` of `/proc/PID/stat` counted from the state (0) that follows
+/// the name, which may hold spaces and parentheses.
+fn stat_field(pid: i32, n: usize) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = s.rsplit_once(')')?;
+    rest.split_whitespace().nth(n)?.parse().ok()
+}
+
 /// Whether process `pid` is a kernel thread (`PF_KTHREAD` in the flags
 /// of `/proc/PID/stat`): it has no user space.
 pub fn kernel_thread(pid: i32) -> bool {
     const PF_KTHREAD: u64 = 0x0020_0000;
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    // After the name: state, ppid, pgrp, session, tty_nr, tpgid, flags.
-    let flags = s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok());
-    flags.is_some_and(|f| f & PF_KTHREAD != 0)
+    // After the state: ppid, pgrp, session, tty_nr, tpgid, flags.
+    stat_field(pid, 6).is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
 /// Whether process `pid` exists and is not a zombie (`/proc/PID/stat`).
@@ -227,9 +233,13 @@ pub fn running(pid: i32) -> bool {
 /// When process `pid` started, in clock ticks since boot (field 22 of
 /// `/proc/PID/stat`): with its pid, which process it is (pids are reused).
 pub fn start_time(pid: i32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = s.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    stat_field(pid, 19)
+}
+
+/// Whether process `pid` maps executable a file `wanted` accepts (by
+/// identity).
+pub fn maps_executable(pid: i32, wanted: impl Fn(FileId) -> bool) -> bool {
+    maps(pid).is_ok_and(|ms| ms.iter().any(|m| m.executable && wanted((m.dev, m.inode))))
 }
 
 /// Whether process `pid` is gone, a zombie, or on its way out (its main

@@ -13,9 +13,29 @@ use crate::os::proc::FileId;
 /// once.
 pub(super) struct Loads {
     pub(super) watch: crate::os::fanotify::ExecWatch,
-    /// Processes that opened one and did not map it (they read it): not
-    /// stepped again. (pid, its start time: pids are reused.)
-    readers: HashMap<i32, u64>,
+    readers: Readers,
+}
+
+/// Processes that opened a probed library and did not map it (they read
+/// it): not stepped through their system calls again, so that one opening
+/// it over and over cannot keep the session busy. By pid and start time
+/// (pids are reused); bounded.
+#[derive(Default)]
+pub(super) struct Readers(HashMap<i32, u64>);
+
+impl Readers {
+    pub(super) fn has(&self, pid: i32) -> bool {
+        self.0.get(&pid).is_some_and(|&t| crate::os::proc::start_time(pid) == Some(t))
+    }
+
+    pub(super) fn add(&mut self, pid: i32) {
+        if self.0.len() >= 4096 {
+            self.0.clear();
+        }
+        if let Some(t) = crate::os::proc::start_time(pid) {
+            self.0.insert(pid, t);
+        }
+    }
 }
 
 /// A library armed once loaded: its probes, and where it was mapped.
@@ -42,7 +62,7 @@ impl Armed {
             return;
         }
         match crate::os::fanotify::ExecWatch::new(&[], &later) {
-            Ok(watch) => self.libs.loads = Some(Loads { watch, readers: HashMap::new() }),
+            Ok(watch) => self.libs.loads = Some(Loads { watch, readers: Readers::default() }),
             Err(e) => {
                 let names: Vec<String> = later.iter().map(|l| l.display().to_string()).collect();
                 self.warn(format!(
@@ -68,7 +88,7 @@ impl Armed {
             if e.exec || pid == first || loading.iter().any(|&(_, p, _)| p == pid) {
                 return;
             }
-            if readers.get(&pid).is_some_and(|&t| crate::os::proc::start_time(pid) == Some(t)) {
+            if readers.has(pid) {
                 return;
             }
             if crate::os::proc::maps_file(pid, "/memfd:telco-stap", region) {
@@ -92,28 +112,16 @@ impl Armed {
     pub(super) fn arm_loading(
         &mut self,
         loading: Vec<(i32, i32, FileId)>,
-        readers: &mut HashMap<i32, u64>,
+        readers: &mut Readers,
         not: &mut Vec<String>,
     ) {
         for (tid, pid, file) in loading {
-            let mut mapped = || {
-                crate::os::proc::maps(pid).is_ok_and(|ms| ms.iter().any(|m| m.executable && (m.dev, m.inode) == file))
-            };
-            let wait = std::time::Duration::from_millis(500);
-            match crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, wait) {
-                crate::os::ptrace::MapWait::Mapped => match self.arm_library(pid, tid, file) {
-                    Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
-                    Err(e) => not.push(format!("cannot probe pid {pid} ({}): {e}", crate::os::proc::comm(pid).trim())),
-                },
-                crate::os::ptrace::MapWait::NotMapped => {
-                    if readers.len() >= 4096 {
-                        readers.clear();
-                    }
-                    if let Some(t) = crate::os::proc::start_time(pid) {
-                        readers.insert(pid, t);
-                    }
-                }
-                crate::os::ptrace::MapWait::Gone => {}
+            if !until_mapped(tid, pid, readers, |id| id == file) {
+                continue;
+            }
+            match self.arm_library(pid, tid, file) {
+                Ok(()) | Err(TargetError::Ptrace(PtraceError::NoProcess(_))) => {}
+                Err(e) => not.push(format!("cannot probe pid {pid} ({}): {e}", crate::os::proc::comm(pid).trim())),
             }
         }
     }
@@ -271,13 +279,29 @@ pub(super) fn loading_push(
     pid: i32,
     file: FileId,
 ) {
-    let has = |ms: Vec<crate::os::proc::Mapping>| ms.iter().any(|m| m.executable && (m.dev, m.inode) == file);
-    if crate::os::proc::maps(pid).is_ok_and(has) {
+    if crate::os::proc::maps_executable(pid, |id| id == file) {
         return;
     }
     match crate::os::ptrace::seize_for_open(tid) {
         Ok(()) => loading.push((tid, pid, file)),
         Err(e) => not
             .push(format!("cannot probe pid {pid} ({}) as it loads a library: {e}", crate::os::proc::comm(pid).trim())),
+    }
+}
+
+/// Run thread `tid` of process `pid`, held at its open of a probed
+/// library, until its loader maps executable a file `wanted` accepts:
+/// then held (true). One that does not (it read the file) is let go and
+/// remembered in `readers`; one that ended is forgotten.
+pub(super) fn until_mapped(tid: i32, pid: i32, readers: &mut Readers, wanted: impl Fn(FileId) -> bool) -> bool {
+    let mut mapped = || crate::os::proc::maps_executable(pid, &wanted);
+    // The loader's open, read, mmaps: a few calls.
+    match crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, std::time::Duration::from_millis(500)) {
+        crate::os::ptrace::MapWait::Mapped => true,
+        crate::os::ptrace::MapWait::NotMapped => {
+            readers.add(pid);
+            false
+        }
+        crate::os::ptrace::MapWait::Gone => false,
     }
 }

@@ -32,11 +32,7 @@ pub(super) struct SystemWide {
     libraries: Vec<FileId>,
     /// Processes held after mapping one, not armed yet (pid, tid).
     held: Vec<(i32, i32)>,
-    /// Processes that opened a probed library and did not map it (they
-    /// read it): not stepped through their system calls again (a process
-    /// opening it over and over cannot keep the session busy). Bounded.
-    /// (pid, its start time: pids are reused.)
-    readers: HashMap<i32, u64>,
+    readers: super::late::Readers,
     /// What could not be armed, said once each.
     said: std::collections::BTreeSet<String>,
 }
@@ -223,29 +219,13 @@ pub(super) fn start(
 /// (then held, to be armed: `Stopped::attach_holding`) or given up: those
 /// that mapped it, (pid, tid).
 fn mapping(system: &mut SystemWide, opening: Vec<(i32, i32)>) -> Vec<(i32, i32)> {
-    let mut out: Vec<(i32, i32)> = Vec::new();
-    for (tid, pid) in opening {
-        let libs = &system.libraries;
-        let mut mapped = || {
-            crate::os::proc::maps(pid)
-                .is_ok_and(|ms| ms.iter().any(|m| m.executable && libs.contains(&(m.dev, m.inode))))
-        };
-        // The loader's open, read, mmaps: a few calls.
-        let r = crate::os::ptrace::run_until_mapped(tid, &mut mapped, 64, Duration::from_millis(500));
-        match r {
-            crate::os::ptrace::MapWait::Mapped => out.push((pid, tid)),
-            crate::os::ptrace::MapWait::NotMapped => {
-                if system.readers.len() >= 4096 {
-                    system.readers.clear();
-                }
-                if let Some(t) = crate::os::proc::start_time(pid) {
-                    system.readers.insert(pid, t);
-                }
-            }
-            crate::os::ptrace::MapWait::Gone => {}
-        }
-    }
-    out
+    let libs = &system.libraries;
+    let readers = &mut system.readers;
+    opening
+        .into_iter()
+        .filter(|&(tid, pid)| super::late::until_mapped(tid, pid, readers, |id| libs.contains(&id)))
+        .map(|(tid, pid)| (pid, tid))
+        .collect()
 }
 
 /// The warning naming the processes that could not be traced.
@@ -344,7 +324,7 @@ impl Armed {
             }
             let Some(pid) = crate::os::proc::tgid(e.tid) else { return };
             let ours = || crate::os::proc::maps_file(pid, "/memfd:telco-stap", region);
-            let reader = !e.exec && sys.readers.get(&pid).is_some_and(|&t| crate::os::proc::start_time(pid) == Some(t));
+            let reader = !e.exec && sys.readers.has(pid);
             if reader || opening.iter().any(|&(_, p)| p == pid) || loading.iter().any(|&(_, p, _)| p == pid) {
                 return;
             }
