@@ -438,7 +438,11 @@ impl<'a> Lowerer<'a> {
 
     /// Unify a slot with a type learnt at `span`.
     fn unify(&mut self, slot: SlotRef, ty: Ty, span: Span) {
-        let in_probe = self.in_function.is_none();
+        // A probe's local, by its name as written.
+        let probe_local = match slot {
+            SlotRef::Local(id) if self.in_function.is_none() => Some(self.locals.slots[id.0 as usize].0.clone()),
+            _ => None,
+        };
         let (name, s) = self.slot_mut(slot);
         let name = name.to_string();
         match s.ty {
@@ -446,10 +450,8 @@ impl<'a> Lowerer<'a> {
                 s.ty = Some(ty);
                 s.decided = Some(span);
                 self.changed = true;
-                // (The slot's name is as messages quote it.)
-                let bare = name.trim_matches('`');
-                if in_probe && matches!(slot, SlotRef::Local(_)) && !self.typed_locals.iter().any(|(n, _)| n == bare) {
-                    self.typed_locals.push((bare.to_string(), span));
+                if let Some(local) = probe_local.filter(|l| !self.typed_locals.iter().any(|(n, _)| n == l)) {
+                    self.typed_locals.push((local, span));
                 }
             }
             Some(t) if t == ty => {}
