@@ -236,6 +236,34 @@ pub struct Display {
     pub kind: DisplayKind,
 }
 
+/// A global: where it is, what it holds (as [`Display`] says it), the
+/// region offset of its [`crate::region::StatDesc`] for a statistic (0
+/// otherwise), and how target-side code changes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Global {
+    pub name: String,
+    pub offset: u64,
+    pub kind: DisplayKind,
+    pub desc: u64,
+    pub merge: Merge,
+}
+
+/// How the code that runs in targets changes a global: what the tracer
+/// does with the value processes of another trust domain gave it in their
+/// own region when the session ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merge {
+    /// Never written in a target: the domain starts with the session's
+    /// value and nothing is folded back.
+    Untouched,
+    /// Only added to (`++`, `--`, `+=`, `-=`, `<<<`, on the global or its
+    /// elements): the domain starts empty and its sums are added.
+    Add,
+    /// Assigned, deleted, or written otherwise: what the domain changed
+    /// replaces the session's value.
+    Assign,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum DisplayKind {
     Long,
@@ -362,6 +390,10 @@ pub struct Artifact {
     /// tracer checks the region's copies against it: the target can write
     /// over them.
     pub tables: Vec<(String, u64)>,
+    /// Every global of the program, for folding what processes of another
+    /// trust domain wrote in their own region into the session's
+    /// (`runtime/src/merge.rs`).
+    pub globals: Vec<Global>,
     pub limits: Limits,
     /// Bytes the caller must provide for a [`crate::region::Ctx`] and its buffers.
     pub ctx_size: u32,

@@ -34,6 +34,7 @@ pub mod feed;
 pub mod frames;
 pub mod inject;
 pub mod itrace;
+pub mod merge;
 pub mod os;
 pub mod outfile;
 pub mod owncode;

@@ -141,6 +141,86 @@ pub fn sharded_globals(program: &Program) -> (Vec<u32>, Vec<u32>) {
     (of(Ty::Long), of(Ty::Stat))
 }
 
+/// How code that can run in a target (function probes and script
+/// functions, as for [`sharded_globals`]) changes each global: only by
+/// adds (`++`, `--`, `+=`, `-=`, `<<<` on the global or an element), by
+/// anything else (assignments, `delete`), or not at all. The tracer folds
+/// the regions of processes of other trust domains into the session's by
+/// it (`Artifact::globals`).
+pub fn merge_kinds(program: &Program) -> Vec<telco_abi::artifact::Merge> {
+    use crate::ast::AssignOp;
+    use telco_abi::artifact::Merge;
+    fn global_of(e: &Expr) -> Option<usize> {
+        match &e.kind {
+            ExprKind::Global(g) | ExprKind::Index { array: g, .. } => Some(g.0 as usize),
+            _ => None,
+        }
+    }
+    fn on_stmts(ss: &[crate::program::Stmt], add: &mut [bool], other: &mut [bool]) {
+        for s in ss {
+            match &s.kind {
+                crate::program::StmtKind::DeleteGlobal(g)
+                | crate::program::StmtKind::DeleteElement { array: g, .. } => other[g.0 as usize] = true,
+                crate::program::StmtKind::Block(b) => on_stmts(b, add, other),
+                crate::program::StmtKind::If { then, els, .. } => {
+                    on_stmts(std::slice::from_ref(then), add, other);
+                    if let Some(e) = els {
+                        on_stmts(std::slice::from_ref(e), add, other);
+                    }
+                }
+                crate::program::StmtKind::While { body, .. }
+                | crate::program::StmtKind::For { body, .. }
+                | crate::program::StmtKind::Foreach { body, .. } => on_stmts(std::slice::from_ref(body), add, other),
+                crate::program::StmtKind::Try { body, handler, .. } => {
+                    on_stmts(body, add, other);
+                    on_stmts(handler, add, other);
+                }
+                _ => {}
+            }
+            visit_stmt(s, &mut |e| {
+                match &e.kind {
+                    ExprKind::IncDec { target, .. } => {
+                        if let Some(g) = global_of(target) {
+                            add[g] = true;
+                        }
+                    }
+                    ExprKind::Assign { op, target, .. } => {
+                        if let Some(g) = global_of(target) {
+                            match op {
+                                AssignOp::Add | AssignOp::Sub | AssignOp::Aggregate => add[g] = true,
+                                _ => other[g] = true,
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                true
+            });
+        }
+    }
+    let n = program.globals.len();
+    let (mut add, mut other) = (vec![false; n], vec![false; n]);
+    for p in &program.probes {
+        if p.points.iter().any(|pt| pt.runs_in() == Runs::Target) {
+            on_stmts(&p.body, &mut add, &mut other);
+        }
+    }
+    for f in &program.functions {
+        on_stmts(&f.body, &mut add, &mut other);
+    }
+    (0..n)
+        .map(|g| {
+            if other[g] {
+                Merge::Assign
+            } else if add[g] {
+                Merge::Add
+            } else {
+                Merge::Untouched
+            }
+        })
+        .collect()
+}
+
 /// Bytes a probe's `@entry(...)` values take in its save area.
 pub fn entry_save_size(p: &Probe, cap: u32) -> u32 {
     collect_entries(p).iter().map(|e| if e.ty == Ty::String { cap } else { 8 }).sum()

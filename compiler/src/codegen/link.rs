@@ -16,7 +16,7 @@ use crate::program::{Point, Program};
 use cranelift_codegen::ir::{ExternalName, UserExternalName};
 use cranelift_codegen::{Context, FinalizedRelocTarget};
 use std::collections::HashMap;
-use telco_abi::artifact::{Artifact, Attach, Display, DisplayKind, LifeEvent, ProbeEntry, Symbol};
+use telco_abi::artifact::{Artifact, Attach, Display, DisplayKind, Global, LifeEvent, Merge, ProbeEntry, Symbol};
 
 pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
     let isa = super::isa()?;
@@ -94,25 +94,29 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         }
     }
     let layout = t.layout;
+    // Every global: where it is and what it holds.
+    let globals: Vec<Global> = (0..layout.globals.len().min(program.globals.len()))
+        .map(|g| {
+            let (offset, kind, desc) = match layout.storage(g as u32) {
+                Storage::Long { off } => (off, DisplayKind::Long, 0),
+                Storage::ShardedLong { off, col, .. } => (off, DisplayKind::ShardedLong(col), 0),
+                Storage::Str { off } => (off, DisplayKind::String, 0),
+                Storage::Stat { off, desc, .. } => (off, DisplayKind::Stat, desc),
+                Storage::ShardedStat { off, copies, row, desc, .. } => {
+                    (off, DisplayKind::ShardedStat { shards: copies, row }, desc)
+                }
+                Storage::Table(tab) => (tab.off, DisplayKind::Array, tab.desc),
+            };
+            let merge = t.merges.get(g).copied().unwrap_or(Merge::Assign);
+            Global { name: program.globals[g].name.clone(), offset, kind, desc, merge }
+        })
+        .collect();
     let display = t
         .display
         .iter()
         .filter_map(|&g| {
-            let name = program.globals.get(g as usize)?.name.clone();
-            if g as usize >= layout.globals.len() {
-                return None;
-            }
-            let (offset, kind) = match layout.storage(g) {
-                Storage::Long { off } => (off, DisplayKind::Long),
-                Storage::ShardedLong { off, col, .. } => (off, DisplayKind::ShardedLong(col)),
-                Storage::Str { off } => (off, DisplayKind::String),
-                Storage::Stat { off, .. } => (off, DisplayKind::Stat),
-                Storage::ShardedStat { off, copies, row, .. } => {
-                    (off, DisplayKind::ShardedStat { shards: copies, row })
-                }
-                Storage::Table(tab) => (tab.off, DisplayKind::Array),
-            };
-            Some(Display { name, offset, kind })
+            let g = globals.get(g as usize)?;
+            Some(Display { name: g.name.clone(), offset: g.offset, kind: g.kind.clone() })
         })
         .collect();
     let tables = (0..layout.globals.len())
@@ -163,6 +167,7 @@ pub fn codegen(t: Translated, program: &Program) -> Result<Artifact, String> {
         locations: t.locations,
         display,
         tables,
+        globals,
         limits: layout.limits,
         ctx_size: super::translate::ctx_size(cap),
     })

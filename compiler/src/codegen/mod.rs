@@ -104,6 +104,7 @@ pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Resu
         isa().map_err(|e| vec![Diagnostic::error(crate::diag::Code::Unsupported, crate::span::Span::default(), e)])?;
     let mut t = translate::translate(program, sources, layout, &*isa)?;
     t.display = facts::displayed_globals(program, sources);
+    t.merges = facts::merge_kinds(program);
     Ok(t)
 }
 

@@ -71,6 +71,8 @@ pub struct Translated {
     pub probes: Vec<(usize, Option<(usize, u32)>)>,
     /// Globals printed at the end (written, never read).
     pub display: Vec<u32>,
+    /// How target-side code changes each global (`facts::merge_kinds`).
+    pub merges: Vec<telco_abi::artifact::Merge>,
 }
 
 pub struct TFunc {
@@ -252,6 +254,7 @@ pub fn translate(
         formats: sh.formats,
         probes,
         display: Vec::new(),
+        merges: Vec::new(),
     })
 }
 
