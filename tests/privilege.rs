@@ -38,13 +38,24 @@ fn ring_fields() -> [String; 3] {
 /// The master (`-c`, root) and its worker: the master's output and the
 /// tracer's error output.
 fn master_and_worker(tag: &str, forge: bool) -> (String, String) {
+    let script = "probe begin { println(\"armed\") } \
+                  probe process.function(\"work\") { printf(\"w %d\\n\", $arg1) }";
+    let (out, err, events) = run_master(tag, script, forge, 0);
+    // What reached the tracer is the master's own calls (a worker that
+    // forges the ring may forge events: data, never a write elsewhere).
+    assert!(forge || events.lines().all(|l| l.starts_with("w ") || l == "armed"), "forged output:\n{events}");
+    (out, err)
+}
+
+/// The master (`-c`, root) and its worker running `script`, the worker
+/// calling work() `wcalls` times once moved: the master's output, the
+/// tracer's error output and the script's.
+fn run_master(tag: &str, script: &str, forge: bool, wcalls: u32) -> (String, String, String) {
     let d = common::scratch(tag);
     let exe = program(&d);
     let [ring, head, data] = ring_fields();
     // The tracer spawns the master (root) with the test's pipes: it starts
     // once the begin probe has run, at the tracer's first line.
-    let script = "probe begin { println(\"armed\") } \
-                  probe process.function(\"work\") { printf(\"w %d\\n\", $arg1) }";
     let mut tracer = std::process::Command::new("timeout");
     tracer
         .args(["-s", "KILL", "120"])
@@ -52,7 +63,7 @@ fn master_and_worker(tag: &str, forge: bool) -> (String, String) {
         .args(["-e", script, "-o"])
         .arg(d.join("out.txt"))
         .arg("-c")
-        .arg(format!("{} worker {ring} {head} {data} 1000 {}", exe.display(), u8::from(forge)))
+        .arg(format!("{} worker {ring} {head} {data} 1000 {} {wcalls}", exe.display(), u8::from(forge)))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -73,10 +84,7 @@ fn master_and_worker(tag: &str, forge: bool) -> (String, String) {
     let events = std::fs::read_to_string(d.join("out.txt")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&d);
     assert_ne!(status.code(), None, "the tracer was killed: {err}");
-    // What reached the tracer is the master's own calls (a worker that
-    // forges the ring may forge events: data, never a write elsewhere).
-    assert!(forge || events.lines().all(|l| l.starts_with("w ") || l == "armed"), "forged output:\n{events}");
-    (rest, err)
+    (rest, err, events)
 }
 
 #[test]
@@ -107,6 +115,35 @@ fn a_worker_that_drops_privileges_is_cut_off_and_named() {
             && l.contains("Uid 12345 12345 12345 12345 against 0 0 0 0")),
         "no warning names the worker:\n{err}\n{out}"
     );
+    assert!(!err.contains("ERROR"), "{err}");
+}
+
+/// A worker that dropped its privileges keeps its probes, in a region of
+/// its own domain: its calls are counted with the master's (a sharded
+/// counter, a statistic), its `printf` reaches the output, and the
+/// master's region was never its.
+#[test]
+fn a_worker_that_drops_privileges_goes_on_in_a_region_of_its_own() {
+    let script = "global n, s probe begin { println(\"armed\") } \
+                  probe process.function(\"work\") { n++; s <<< $arg1; \
+                  if ($arg1 >= 1000000) printf(\"worker %d uid %d\\n\", $arg1, uid()) } \
+                  probe end { printf(\"n=%d count=%d max=%d\\n\", n, @count(s), @max(s)) }";
+    let (out, err, events) = run_master("privilege-domain", script, false, 5);
+    assert!(out.contains("worker moved 1"), "the worker was not moved:\n{out}\n{err}");
+    assert!(out.contains("calls 1000 canary 0x5afe"), "{out}");
+    assert!(
+        err.lines().any(|l| l.starts_with("WARNING: pid ")
+            && l.contains("(privsep) changed its credentials")
+            && l.contains("its probes go on in memory of their own (the domain of uid 12345)")),
+        "no warning names the worker:\n{err}\n{out}"
+    );
+    let workers: Vec<&str> = events.lines().filter(|l| l.starts_with("worker ")).collect();
+    assert_eq!(
+        workers,
+        (0..5).map(|i| format!("worker {} uid 12345", 1_000_000 + i)).collect::<Vec<_>>(),
+        "{events}\n{err}"
+    );
+    assert!(events.contains("n=1005 count=1005 max=1000004\n"), "{events}\n{err}");
     assert!(!err.contains("ERROR"), "{err}");
 }
 

@@ -450,6 +450,14 @@ pub fn map_region_at(
     Ok(())
 }
 
+/// Map the region of another trust domain (the memfd `fd` of process
+/// `holder`) over the region a process maps at `at` (`MAP_FIXED`: it
+/// replaces the old mapping at once; the mirror below stays).
+pub fn remap_region_at(s: &mut Stopped, holder: i32, fd: i32, at: u64, size: u64) -> Result<(), InjectError> {
+    let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    map_fd(s, "region", holder, fd, libc::O_RDWR, rw, at, size, libc::MAP_FIXED as u64)
+}
+
 /// Map the tracer's descriptor `fd` (`/proc/TRACER/fd/N`, opened with
 /// `flags`) into the stopped process at exactly `at`, `prot`, shared.
 #[allow(clippy::too_many_arguments)]
@@ -463,6 +471,23 @@ fn map_tracer_fd_at(
     at: u64,
     size: u64,
 ) -> Result<(), InjectError> {
+    map_fd(s, what, holder, fd, flags, prot, at, size, MAP_FIXED_NOREPLACE)
+}
+
+/// [`map_tracer_fd_at`] with the mapping flags `fixed` (`MAP_FIXED` or
+/// `MAP_FIXED_NOREPLACE`).
+#[allow(clippy::too_many_arguments)]
+fn map_fd(
+    s: &mut Stopped,
+    what: &'static str,
+    holder: i32,
+    fd: i32,
+    flags: i32,
+    prot: u64,
+    at: u64,
+    size: u64,
+    fixed: u64,
+) -> Result<(), InjectError> {
     let pid = s.pid();
     let tid = s.main_thread();
     let sp = crate::arch::native::sp(&s.regs(tid)?);
@@ -471,8 +496,7 @@ fn map_tracer_fd_at(
     s.write(path_at, path.as_bytes())?;
     let rfd =
         check(what, pid, s.syscall(tid, libc::SYS_openat, [libc::AT_FDCWD as u64, path_at, flags as u64, 0, 0, 0])?)?;
-    let r =
-        s.syscall(tid, libc::SYS_mmap, [at, size, prot, libc::MAP_SHARED as u64 | MAP_FIXED_NOREPLACE, rfd as u64, 0]);
+    let r = s.syscall(tid, libc::SYS_mmap, [at, size, prot, libc::MAP_SHARED as u64 | fixed, rfd as u64, 0]);
     let _ = s.syscall(tid, libc::SYS_close, [rfd as u64, 0, 0, 0, 0, 0]);
     let got = check(what, pid, r?)? as u64;
     if got != at {

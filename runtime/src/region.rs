@@ -67,6 +67,23 @@ impl Region {
         Region::init(mem, mirror, a, pid, execname)
     }
 
+    /// The region of another trust domain of a session whose first
+    /// process is `pid` (`session/domains.rs`): set up as the session's
+    /// is, in a memfd of its own. Its processes map it at the session's
+    /// region's address and take their constants from the session's
+    /// mirror (the same artifact's).
+    pub fn for_domain(a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
+        let size = a.region_size as usize;
+        let err = |source| RunError::Region { size: a.region_size, source };
+        let (mem, mirror) = SharedMemory::mirrored(
+            SharedMemory::new_domain_fd(size).map_err(err)?,
+            SharedMemory::new_mirror_fd(size).map_err(err)?,
+            size,
+        )
+        .map_err(err)?;
+        Region::init(mem, mirror, a, pid, execname)
+    }
+
     /// Set up a region in `mem` (at least `a.region_size` bytes) and its
     /// trusted mirror `mirror` (as long, `MIRROR_GAP` below it) for the
     /// process `pid`: the artifact's initial contents, then the header,

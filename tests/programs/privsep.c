@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc < 5) {
-        fprintf(stderr, "usage: privsep worker|su RING_OFF HEAD DATA_OFF [CALLS]\n");
+        fprintf(stderr, "usage: privsep worker|su RING_OFF HEAD DATA_OFF [CALLS [FORGE [WCALLS]]]\n");
         return 2;
     }
     long ring_off_at = atol(argv[2]), head_at = atol(argv[3]), data_off_at = atol(argv[4]);
@@ -147,7 +147,17 @@ int main(int argc, char **argv) {
             uint64_t x = 1;
             const char *poke =
                 !mirror ? "absent" : mem < 0 ? "refused" : pwrite(mem, &x, 8, (off_t)(uintptr_t)mirror) == 8 ? "allowed" : "refused";
-            int n = snprintf(out, sizeof out, "worker forged %d, mirror mprotect %s, mirror write %s\n", forged, prot, poke);
+            long wcalls = argc > 7 ? atol(argv[7]) : 0;
+            int moved = 0;
+            for (int i = 0; wcalls && i < 10000 && !(moved = mapping(getpid(), "/memfd:telco-stap-domain", 0) != 0); i++) {
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, 0);
+            }
+            long ws = 0;
+            for (long i = 0; i < wcalls; i++) ws += work(1000000 + i);
+            int n = snprintf(out, sizeof out,
+                             "worker forged %d, mirror mprotect %s, mirror write %s, worker moved %d (sum %ld)\n", forged,
+                             prot, poke, moved, ws);
             if (write(p[1], out, (size_t)n) != n) _exit(6);
             close(p[1]);
             /* Stay until the master is done (it kills us). */

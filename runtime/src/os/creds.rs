@@ -82,6 +82,16 @@ impl Credentials {
         self.lines.first()?.split_whitespace().nth(2)?.parse().ok()
     }
 
+    /// How messages name a domain of these credentials: "the domain of
+    /// uid 33 (www-data)".
+    pub fn describe(&self) -> String {
+        let Some(uid) = self.euid() else { return "a domain of its own".into() };
+        match crate::os::proc::user_name(uid) {
+            Some(n) => format!("the domain of uid {uid} ({n})"),
+            None => format!("the domain of uid {uid}"),
+        }
+    }
+
     /// What differs from `other`, for a warning ("uid 0 0 0 0 against
     /// 12345 12345 12345 12345").
     pub fn difference(&self, other: &Credentials) -> String {

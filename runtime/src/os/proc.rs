@@ -160,6 +160,22 @@ pub fn maps_file(pid: i32, prefix: &str, inode: u64) -> bool {
     })
 }
 
+/// [`maps_file`] for any of `inodes`.
+pub fn maps_any(pid: i32, prefix: &str, inodes: &[u64]) -> bool {
+    maps(pid)
+        .is_ok_and(|ms| ms.iter().any(|m| inodes.contains(&m.inode) && m.path.to_string_lossy().starts_with(prefix)))
+}
+
+/// The name of user `uid` in /etc/passwd, if it has one.
+pub fn user_name(uid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
+}
+
 /// The executable's path (`/proc/PID/exe`), empty when it cannot be read.
 pub fn exe_path(pid: i32) -> PathBuf {
     executable(pid as u32).unwrap_or_default()

@@ -32,6 +32,12 @@ impl SharedMemory {
         memfd(c"telco-stap-region", len, false)
     }
 
+    /// A new memfd of `len` bytes for the region of another trust domain
+    /// of a session (`session/domains.rs`).
+    pub fn new_domain_fd(len: usize) -> io::Result<OwnedFd> {
+        memfd(c"telco-stap-domain", len, false)
+    }
+
     /// Map `len` bytes of an open memfd (the target's, through
     /// `/proc/PID/fd/N`).
     pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<SharedMemory> {

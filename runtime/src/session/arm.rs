@@ -240,7 +240,6 @@ pub fn arm(
             Some(Follow {
                 region_fd: injected.region.fd(),
                 mirror_fd: injected.region.mirror_fd(),
-                region_ino: crate::os::proc::fd_inode(injected.region.fd()),
                 region_remote: injected.region_remote,
                 region_size: a.region_size,
                 threads_at,
@@ -309,7 +308,13 @@ pub fn arm(
             watch: dl_watch,
             loads: None,
         },
-        domain: Domain { creds: crate::os::creds::Credentials::of(pid), cut_off: Vec::new(), checked: None },
+        domain: Domain {
+            creds: crate::os::creds::Credentials::of(pid),
+            others: Vec::new(),
+            handed: 0,
+            cut_off: Vec::new(),
+            checked: None,
+        },
         itrace: Itracing::default(),
         follow,
         report: Report {

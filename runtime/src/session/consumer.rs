@@ -37,6 +37,25 @@ pub(super) struct Consumer<'a> {
     /// The target corrupted the ring: what was found (no more records are
     /// read).
     pub(super) corrupted: Option<String>,
+    /// The rings of the session's other trust domains (`domains.rs`), as
+    /// they appear; drained after the session's own, each with its own
+    /// tail, each given up alone when its processes corrupt it.
+    pub(super) rings: Vec<Ring>,
+}
+
+/// A trust domain's region, as the consumer drains it.
+pub(super) struct Ring {
+    pub(super) region: std::sync::Arc<Region>,
+    pub(super) tail: u64,
+    pub(super) corrupted: Option<String>,
+}
+
+impl Ring {
+    pub(super) fn new(region: std::sync::Arc<Region>, a: &Artifact) -> Ring {
+        let tail =
+            region.u64_at(a.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail)).load(Ordering::Relaxed);
+        Ring { region, tail, corrupted: None }
+    }
 }
 
 pub(super) fn read_u32(b: &[u8], at: usize) -> u32 {
@@ -66,6 +85,16 @@ impl<'a> Consumer<'a> {
     /// target that runs on after detach) may add its last call after
     /// this: that call is not in the trace.
     pub(super) fn take_stages(&mut self) -> Result<(), std::io::Error> {
+        let main = self.region;
+        self.take_stages_of(main)?;
+        for r in std::mem::take(&mut self.rings) {
+            self.take_stages_of(&r.region)?;
+            self.rings.push(r);
+        }
+        Ok(())
+    }
+
+    fn take_stages_of(&mut self, region: &Region) -> Result<(), std::io::Error> {
         let a = self.artifact;
         let Some(c) = &mut self.traces else { return Ok(()) };
         if a.span_batch == 0 {
@@ -74,30 +103,57 @@ impl<'a> Consumer<'a> {
         for i in 0..a.nthreads as usize {
             let st = a.spans_off as usize + i * a.span_stride as usize;
             // Acquire: the entries before the count that covers them.
-            let n = (self.region.u32_at(st).load(Ordering::Acquire) as usize).min(a.span_batch as usize);
+            let n = (region.u32_at(st).load(Ordering::Acquire) as usize).min(a.span_batch as usize);
             if n == 0 {
                 continue;
             }
             // SAFETY: the stage lies in the region (layout.rs).
             let b = unsafe {
-                std::slice::from_raw_parts(
-                    self.region.base().add(st + abi::SPAN_STAGE_HEADER),
-                    n * abi::SPAN_ENTRY_SIZE,
-                )
+                std::slice::from_raw_parts(region.base().add(st + abi::SPAN_STAGE_HEADER), n * abi::SPAN_ENTRY_SIZE)
             };
             spans(c, b, n)?;
-            self.region.u32_at(st).store(0, Ordering::Relaxed);
+            region.u32_at(st).store(0, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// Process every committed record; returns whether there was any.
+    /// Process every committed record of every ring; returns whether
+    /// there was any.
     pub(super) fn drain(&mut self) -> Result<bool, std::io::Error> {
+        let main = self.region;
+        let mut any = self.drain_ring(main)?;
+        let mut rings = std::mem::take(&mut self.rings);
+        for r in &mut rings {
+            // The ring's own tail and state stand in for the session's.
+            std::mem::swap(&mut self.tail, &mut r.tail);
+            std::mem::swap(&mut self.corrupted, &mut r.corrupted);
+            let got = self.drain_ring(&r.region);
+            std::mem::swap(&mut self.tail, &mut r.tail);
+            std::mem::swap(&mut self.corrupted, &mut r.corrupted);
+            match got {
+                Ok(g) => any |= g,
+                Err(e) => {
+                    self.rings = rings;
+                    return Err(e);
+                }
+            }
+        }
+        self.rings = rings;
+        Ok(any)
+    }
+
+    /// A trust domain's ring that its processes corrupted: what was found.
+    pub(super) fn domain_damage(&self) -> Option<&str> {
+        self.rings.iter().find_map(|r| r.corrupted.as_deref())
+    }
+
+    /// Process every committed record of `region`'s ring.
+    fn drain_ring(&mut self, region: &Region) -> Result<bool, std::io::Error> {
         if self.corrupted.is_some() {
             return Ok(false);
         }
         let ring = self.artifact.ring_off as usize;
-        let base = self.region.base();
+        let base = region.base();
         let tail_at = ring + core::mem::offset_of!(abi::RingHeader, tail);
         // Where the ring is and how large: the artifact's word, never the
         // region's (which the target can overwrite).
@@ -119,7 +175,7 @@ impl<'a> Consumer<'a> {
             let off = data_off + pos;
             // Acquire: pairs with the producer's Release store of the
             // committed size word.
-            let word = self.region.u32_at(off).load(Ordering::Acquire);
+            let word = region.u32_at(off).load(Ordering::Acquire);
             if word & abi::COMMITTED == 0 {
                 break;
             }
@@ -171,14 +227,14 @@ impl<'a> Consumer<'a> {
             tail += len as u64;
             if tail - published >= step {
                 // Release: pairs with the producers' Acquire load of tail.
-                self.region.u64_at(tail_at).store(tail, Ordering::Release);
+                region.u64_at(tail_at).store(tail, Ordering::Release);
                 published = tail;
             }
             any = true;
         }
         self.tail = tail;
         if tail != published {
-            self.region.u64_at(tail_at).store(tail, Ordering::Release);
+            region.u64_at(tail_at).store(tail, Ordering::Release);
         }
         if any {
             self.out.flush()?;
@@ -389,6 +445,7 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
             .u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail))
             .load(Ordering::Relaxed),
         corrupted: None,
+        rings: Vec::new(),
     };
     c.drain()?;
     c.out.flush()?;

@@ -20,9 +20,16 @@ impl Armed {
         }
         let codes = self.our_code();
         let relocs = self.hooker.relocs.borrow().clone();
-        let ino = self.region.ino;
         let ours_ = crate::crash::Ours { codes: &codes, relocs: &relocs, symbols: Some(&*self.symbols) };
-        let Some(c) = crate::crash::take(self.region.header, |pid, tid| ours(tid, pid, ino), &ours_) else { return };
+        // The session's region, then its other domains'.
+        let mut regions = vec![(self.region.header, self.region.ino)];
+        regions.extend(self.domain.others.iter().map(|d| (d.region.base() as *const u8, d.ino)));
+        let Some(c) = regions
+            .into_iter()
+            .find_map(|(header, ino)| crate::crash::take(header, |pid, tid| ours(tid, pid, ino), &ours_))
+        else {
+            return;
+        };
         if !(c.pid == self.target.pid && self.target.child) {
             let exe = crate::os::proc::exe_path(c.pid);
             let line = format!("process {} ({}) is being killed by {}", c.pid, exe.display(), c.describe());

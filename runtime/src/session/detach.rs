@@ -71,8 +71,17 @@ impl Armed {
     /// the start, are cleaned with those (`Armed::unfollow`).
     pub(super) fn restore(&mut self) {
         let mut forks = self.forked_children();
-        let cut: Vec<i32> =
-            self.domain.cut_off.iter().filter(|&&(p, fork)| fork && !forks.contains(&p)).map(|&(p, _)| p).collect();
+        // Forks cut off or moved to another domain's region (whose pid
+        // tree may have changed since).
+        let moved = self.domain.others.iter().flat_map(|d| d.moved.iter());
+        let cut: Vec<i32> = self
+            .domain
+            .cut_off
+            .iter()
+            .chain(moved)
+            .filter(|&&(p, fork)| fork && !forks.contains(&p))
+            .map(|&(p, _)| p)
+            .collect();
         forks.extend(cut);
         let (crash, semaphores) = (self.undo.crash, self.undo.semaphores.clone());
         self.restore_main();
@@ -111,7 +120,7 @@ impl Armed {
     /// Process `pid`, `c` itself or a fork of it, if it maps the session's
     /// region: cleaned with `c`'s record.
     fn clean_as(&mut self, c: &Child, pid: i32) {
-        if !crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino) {
+        if !self.maps_session(pid) {
             return;
         }
         let mut s = match Stopped::attach(pid) {
@@ -152,7 +161,7 @@ impl Armed {
                 }
                 None => {}
             }
-            if crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino) {
+            if self.maps_session(pid) {
                 crate::eprintln_escaped!(
                     "warning: pid {pid} ({}) still maps the session's memory: no record of the probes it holds",
                     crate::os::proc::comm(pid).trim()
@@ -170,7 +179,7 @@ impl Armed {
         let pids = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok());
         pids.filter(|&pid| {
             pid != me
-                && crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino)
+                && self.maps_session(pid)
                 && !(crate::os::proc::uid_and_parent(pid as u32).map(|(_, p)| p as i32) == Some(me)
                     && crate::os::proc::exe_id(pid) == own_exe)
         })

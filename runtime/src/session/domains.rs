@@ -1,32 +1,47 @@
-//! The trust domain: a child whose credentials change is cut off from the
-//! region (invariant 6).
+//! Trust domains (invariant 6): the processes sharing a region have the
+//! credentials of the session's first process. A process of other
+//! credentials (a worker that dropped its privileges, a `-p` process or a
+//! program exec'd as another user) works in a region of its own domain,
+//! mapped at the same address and run by the same compiled code; the
+//! consumer drains every domain's ring, the counters are summed, and at
+//! the end the domains' globals are folded into the session's
+//! (`crate::merge`).
 
 use super::*;
 
-impl Armed {
-    /// Why process `pid` is not of the session's trust domain (other
-    /// credentials than its first process had, or a secure exec), or None.
-    pub(super) fn other_domain(&self, pid: i32) -> Option<String> {
-        use crate::os::creds::{secure_exec, Credentials};
-        let first = self.domain.creds.as_ref()?;
-        match Credentials::of(pid) {
-            None => Some("its credentials cannot be read".into()),
-            Some(c) if !c.same_domain(first) => Some(c.difference(first)),
-            Some(_) if secure_exec(pid) => Some("a setuid, setgid or capability exec".into()),
-            Some(_) => None,
-        }
-    }
+/// At most this many trust domains besides the session's own; a process
+/// of one more is cut off (its probes off) with a warning.
+pub(super) const MAX_DOMAINS: usize = 16;
 
-    /// Children of the session (forked, or exec'd and followed) whose
-    /// credentials are no longer the first process's (a worker that
-    /// dropped its privileges): cut off from the region, every 50 ms at
-    /// most. Their region is replaced by private zeroed memory at the same
-    /// address, so the handlers their patched code still reaches find the
-    /// session disabled and whatever they write stays in their own
-    /// memory; the read-only mirror gives their code no address from a
-    /// process of another domain. Until then they could forge data in the
-    /// region, never move a write (the mirror: invariant 6). Cleaned at
-    /// the end like other forked children (`restore`).
+/// The region of one of the session's other trust domains.
+pub(super) struct DomainRegion {
+    pub(super) creds: crate::os::creds::Credentials,
+    pub(super) region: std::sync::Arc<crate::region::Region>,
+    /// Its memfd's inode (a process that maps it is of this domain).
+    pub(super) ino: u64,
+    /// The holder of its memfd for an unprivileged domain (`os::holder`).
+    pub(super) holder: Option<crate::os::holder::Holder>,
+    /// Its globals as they started (`merge::seed`).
+    pub(super) start: crate::merge::Snapshot,
+    /// Processes moved here when their credentials changed, and whether
+    /// each was forked (cleaned at the end as forked children are).
+    pub(super) moved: Vec<(i32, bool)>,
+    /// How messages name it ("uid 33 (www-data)").
+    pub(super) name: String,
+}
+
+impl Armed {
+    /// Processes of the session (forked, or exec'd and followed) whose
+    /// credentials are no longer those of the region they map (a worker
+    /// that dropped its privileges), every 50 ms at most: moved to the
+    /// region of their own trust domain (`move_to_domain`), or, where that
+    /// cannot be (a session with `.itrace` probes, more domains than
+    /// `MAX_DOMAINS`, a failure), cut off: their region replaced by
+    /// private zeroed memory at the same address, so the handlers their
+    /// patched code still reaches find the session disabled. Until then
+    /// they could forge data in the region, never move a write (the
+    /// mirror: invariant 6). Cleaned at the end like other forked children
+    /// (`restore`).
     pub(super) fn check_domains(&mut self) {
         let now = std::time::Instant::now();
         if self.domain.creds.is_none()
@@ -47,37 +62,252 @@ impl Armed {
             }
             // Gone (or a zombie): nothing of it runs any more.
             let Some(creds) = crate::os::creds::Credentials::of(pid) else { continue };
-            let Some(why) = self
-                .domain
-                .creds
-                .as_ref()
-                .filter(|first| !first.same_domain(&creds))
-                .map(|first| creds.difference(first))
-            else {
+            // Of the domain whose region it maps? Cheap first: a process of
+            // the first domain's credentials that maps no other region.
+            let first = self.domain.creds.clone();
+            let home = match self.region_mapped(pid) {
+                Some(i) => i,
+                // Not the session's (exec'd unprobed, cut off), or it maps
+                // none any more.
+                None => continue,
+            };
+            let home_creds = match home {
+                0 => first,
+                i => self.domain.others.get(i - 1).map(|d| d.creds.clone()),
+            };
+            let Some(why) = home_creds.filter(|h| !h.same_domain(&creds)).map(|h| creds.difference(&h)) else {
                 continue;
             };
-            // Not the session's (it maps no region of ours: exec'd unprobed,
-            // a vfork child sharing its parent's memory, one cut off).
-            let ours = crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino);
-            if !ours || crate::os::process::same_vm(pid, self.target.pid) {
+            // A vfork child sharing its parent's memory: the parent's.
+            if crate::os::process::same_vm(pid, self.target.pid) {
                 continue;
             }
             let what = format!("pid {pid} ({})", crate::os::proc::comm(pid).trim());
             let fork = !followed.contains(&pid);
-            let note = match self.cut(pid, fork) {
-                Ok(()) => format!(
-                    "{what} changed its credentials ({why}): processes of different privileges never share a \
-                     session's memory, so its probes are off from now on"
-                ),
-                // It ended meanwhile (perhaps right after it was cut off).
-                Err(_) if crate::os::creds::Credentials::of(pid).is_none() => {
-                    format!("{what} changed its credentials ({why}), then ended")
-                }
-                Err(e) => format!("{what} changed its credentials ({why}) and could not be cut off: {e}"),
+            let moved = match self.follow.is_some() {
+                true => self.move_to_domain(pid, fork, &creds),
+                false => Err("a session with .itrace probes traces one process".into()),
             };
-            self.domain.cut_off.push((pid, fork));
+            let note = match moved {
+                Ok(d) => {
+                    self.domain.others[d].moved.push((pid, fork));
+                    format!(
+                        "{what} changed its credentials ({why}): processes of different privileges never share a \
+                         session's memory, so its probes go on in memory of their own ({})",
+                        self.domain.others[d].name
+                    )
+                }
+                Err(e) => {
+                    let cut = self.cut(pid, fork);
+                    self.domain.cut_off.push((pid, fork));
+                    match cut {
+                        Ok(()) => format!(
+                            "{what} changed its credentials ({why}): processes of different privileges never share \
+                             a session's memory, and {e}, so its probes are off from now on"
+                        ),
+                        // It ended meanwhile (perhaps right after it was cut off).
+                        Err(_) if crate::os::creds::Credentials::of(pid).is_none() => {
+                            format!("{what} changed its credentials ({why}), then ended")
+                        }
+                        Err(c) => format!("{what} changed its credentials ({why}) and could not be cut off: {c}"),
+                    }
+                }
+            };
             self.warn(note);
         }
+    }
+
+    /// Which of the session's regions process `pid` maps: 0 the session's
+    /// own, `i` its other domain `i - 1`; None for none.
+    pub(super) fn region_mapped(&self, pid: i32) -> Option<usize> {
+        let inos = self.session_inos();
+        let maps = crate::os::proc::maps(pid).ok()?;
+        maps.iter()
+            .filter(|m| m.path.to_string_lossy().starts_with("/memfd:telco-stap"))
+            .find_map(|m| inos.iter().position(|&i| i == m.inode))
+    }
+
+    /// The inodes of the session's regions: its own, then its other
+    /// domains'.
+    pub(super) fn session_inos(&self) -> Vec<u64> {
+        std::iter::once(self.region.ino).chain(self.domain.others.iter().map(|d| d.ino)).collect()
+    }
+
+    /// Whether process `pid` maps one of the session's regions.
+    pub(super) fn maps_session(&self, pid: i32) -> bool {
+        crate::os::proc::maps_any(pid, "/memfd:telco-stap", &self.session_inos())
+    }
+
+    /// The trust domain process `pid` is armed in: None for the session's
+    /// own (its first process's credentials), `Some(i)` for
+    /// `domain.others[i]` (made now if it is the first of its
+    /// credentials); Err: why it cannot be armed (a setuid exec, its
+    /// credentials unreadable, too many domains).
+    pub(super) fn domain_for(&mut self, pid: i32) -> Result<Option<usize>, String> {
+        let Some(first) = self.domain.creds.clone() else { return Ok(None) };
+        let creds = crate::os::creds::Credentials::of(pid).ok_or("its credentials cannot be read")?;
+        if creds.same_domain(&first) && !crate::os::creds::secure_exec(pid) {
+            return Ok(None);
+        }
+        if crate::os::creds::secure_exec(pid) {
+            return Err(format!(
+                "it runs with other credentials than the session's first process (a setuid, setgid or capability \
+                 exec): processes of different privileges never share a session's memory, so it runs without probes"
+            ));
+        }
+        if self.follow.is_none() {
+            return Err(format!(
+                "it runs with other credentials than the session's first process ({}): a session with .itrace \
+                 probes traces one trust domain, so it runs without probes",
+                creds.difference(&first)
+            ));
+        }
+        self.domain_index(&creds, pid).map(Some)
+    }
+
+    /// The index of the domain of credentials `creds` in `domain.others`,
+    /// its region made now (for process `pid`) if it has none yet.
+    fn domain_index(&mut self, creds: &crate::os::creds::Credentials, pid: i32) -> Result<usize, String> {
+        if let Some(i) = self.domain.others.iter().position(|d| d.creds.same_domain(creds)) {
+            return Ok(i);
+        }
+        if self.domain.others.len() >= MAX_DOMAINS {
+            return Err(format!("the session has {MAX_DOMAINS} trust domains already"));
+        }
+        let a = &self.hooker.artifact;
+        if self.region.header.is_null() {
+            return Err("the session's region is gone".into());
+        }
+        let comm = crate::os::proc::comm(pid);
+        let region = crate::region::Region::for_domain(a, pid as u64, comm.trim())
+            .map_err(|e| format!("no memory for its trust domain: {e}"))?;
+        let size = a.region_size as usize;
+        // SAFETY: both regions are mapped region_size bytes in the tracer
+        // for the session (the main one in `InTarget::header`).
+        let (main, dom) = unsafe {
+            (crate::merge::Mem::new(self.region.header as *mut u8, size), crate::merge::Mem::new(region.base(), size))
+        };
+        let start = crate::merge::seed(&main, &dom, a);
+        let ino = crate::os::proc::fd_inode(region.fd());
+        let name = creds.describe();
+        self.domain.others.push(DomainRegion {
+            creds: creds.clone(),
+            region: std::sync::Arc::new(region),
+            ino,
+            holder: None,
+            start,
+            moved: Vec::new(),
+            name,
+        });
+        Ok(self.domain.others.len() - 1)
+    }
+
+    /// The process whose descriptors a process of domain `i` opens its
+    /// region through (the tracer for a domain with root among its ids,
+    /// else the domain's holder, started now), and the region's and the
+    /// session's mirror's descriptor numbers there.
+    pub(super) fn domain_access(&mut self, i: usize) -> Result<(i32, i32, i32), String> {
+        let me = std::process::id() as i32;
+        let mirror_fd = self.follow.as_ref().map_or(-1, |f| f.mirror_fd);
+        let d = self.domain.others.get_mut(i).ok_or("no such domain")?;
+        let fd = d.region.fd();
+        let Some(ids) = d.creds.ids().filter(|i| i.unprivileged()) else { return Ok((me, fd, mirror_fd)) };
+        if d.holder.is_none() {
+            let h = crate::os::holder::Holder::spawn(&ids, [fd, mirror_fd])
+                .map_err(|e| format!("no holder of its trust domain's memory: {e}"))?;
+            d.holder = Some(h);
+        }
+        Ok((d.holder.as_ref().map_or(me, |h| h.pid()), fd, mirror_fd))
+    }
+
+    /// Move process `pid` (`fork`: it runs the first process's image),
+    /// whose credentials `creds` are no longer those of the region it
+    /// maps, to the region of its own domain: no thread of it inside our
+    /// code, the domain's region mapped over the old one at the same
+    /// address, and its threads' slots made to take rows anew there (their
+    /// shadow stacks kept). Returns the domain's index.
+    pub(super) fn move_to_domain(
+        &mut self,
+        pid: i32,
+        fork: bool,
+        creds: &crate::os::creds::Credentials,
+    ) -> Result<usize, String> {
+        let back_home = self.domain.creds.as_ref().is_some_and(|c| c.same_domain(creds));
+        if back_home {
+            return Err("a process never goes back to the session's own memory".into());
+        }
+        let i = self.domain_index(creds, pid)?;
+        let (holder, fd, _) = self.domain_access(i)?;
+        let (remote, size, threads_at) = match &self.follow {
+            Some(f) => (f.region_remote, f.region_size, f.threads_at),
+            None => return Err("the session follows no process".into()),
+        };
+        let code = self.our_code();
+        let mut s = Stopped::attach(pid).map_err(|e| e.to_string())?;
+        if fork {
+            s.use_stub(self.undo.stub.as_ref());
+        }
+        let moved = (|| -> Result<(), String> {
+            let inside = |pc: u64| code.iter().any(|&(at, n)| pc >= at && pc < at + n);
+            let stuck = s.run_out(&inside, 200).map_err(|e| e.to_string())?;
+            if let Some(tid) = stuck.first() {
+                return Err(format!("its thread {tid} stayed inside a probe for 200 ms"));
+            }
+            inject::remap_region_at(&mut s, holder, fd, remote, size).map_err(|e| e.to_string())?;
+            // Its slots: the next hit of each thread takes a row in the new
+            // region (the old one's row numbers mean other threads there).
+            if threads_at != 0 {
+                let n = self.hooker.artifact.nthreads as usize;
+                let size = core::mem::size_of::<telco_abi::region::ThreadSlot>();
+                let mut slots = s.read(threads_at, size * n).map_err(|e| e.to_string())?;
+                let (tid_at, busy_at, pid_at) = (
+                    core::mem::offset_of!(telco_abi::region::ThreadSlot, tid),
+                    core::mem::offset_of!(telco_abi::region::ThreadSlot, busy),
+                    core::mem::offset_of!(telco_abi::region::ThreadSlot, pid),
+                );
+                for slot in slots.chunks_mut(size) {
+                    if slot[..8] != [0; 8] {
+                        for at in [tid_at, busy_at, pid_at] {
+                            slot[at..at + 4].fill(0);
+                        }
+                    }
+                }
+                s.write(threads_at, &slots).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })();
+        let _ = s.detach();
+        moved.map(|()| i)
+    }
+
+    /// The session stopped (no handler runs in any of its processes):
+    /// every other domain's globals folded into the session's region, in
+    /// the order the domains appeared; (warnings, errors) to say.
+    pub(super) fn fold_domains(&mut self) -> (Vec<String>, Vec<String>) {
+        let (mut warnings, mut errors) = (Vec::new(), Vec::new());
+        let a = &self.hooker.artifact;
+        if self.region.header.is_null() {
+            return (warnings, errors);
+        }
+        let size = a.region_size as usize;
+        for d in &self.domain.others {
+            if let Some(damage) = d.region.damage(a) {
+                errors.push(format!("processes of {}: {damage}; their share is not counted", d.name));
+                continue;
+            }
+            // SAFETY: both regions are mapped region_size bytes in the
+            // tracer for the session; no handler runs in them any more.
+            let (main, dom) = unsafe {
+                (
+                    crate::merge::Mem::new(self.region.header as *mut u8, size),
+                    crate::merge::Mem::new(d.region.base(), size),
+                )
+            };
+            let (w, e) = crate::merge::fold(&main, &dom, &d.start, a, &d.name);
+            warnings.extend(w);
+            errors.extend(e);
+        }
+        (warnings, errors)
     }
 
     /// Replace the region in process `pid` by zeroed private memory
@@ -127,7 +357,7 @@ impl Armed {
             .into_iter()
             .filter(|&c| {
                 c != armed
-                    && crate::os::proc::maps_file(c, "/memfd:telco-stap", self.region.ino)
+                    && self.maps_session(c)
                     && !crate::os::process::same_vm(c, armed)
                     && self.owner_of(c) == Some(armed)
             })

@@ -47,12 +47,10 @@ fn probes_in(a: &Artifact, pid: i32, maps: &[Mapping], keep: impl Fn(u64) -> boo
 /// its entry point, gets the region mapped at the same address, thread
 /// slots at the same address, and the probes of every module it maps.
 pub(super) struct Follow {
-    /// The region's memfd in the tracer (`/proc/TRACER/fd/N` for children),
-    /// and its inode (a process that maps it is one of ours).
+    /// The region's memfd in the tracer (`/proc/TRACER/fd/N` for children).
     pub(crate) region_fd: i32,
     /// The trusted mirror's memfd in the tracer (`Region::mirror_fd`).
     pub(crate) mirror_fd: i32,
-    pub(crate) region_ino: u64,
     pub(crate) region_remote: u64,
     pub(crate) region_size: u64,
     pub(crate) threads_at: u64,
@@ -173,9 +171,26 @@ impl Armed {
     /// waiting to exec: a new program gets its probes; one that did not
     /// exec after a while is let go.
     pub(super) fn follow_execs(&mut self) {
+        if self.follow.is_none() {
+            return;
+        }
+        // The session's region's requests, then its other domains'.
+        let mut regions = vec![(self.region.header, self.region.ino)];
+        regions.extend(self.domain.others.iter().map(|d| (d.region.base() as *const u8, d.ino)));
+        for (header, ino) in regions {
+            self.take_exec_request(header, ino);
+        }
+        self.follow_waiting();
+    }
+
+    /// The exec request in the region at `header` (in the tracer; of memfd
+    /// inode `ino`), if there is one: the thread attached, answered.
+    fn take_exec_request(&mut self, header: *const u8, ino: u64) {
         use std::sync::atomic::{AtomicU64, Ordering};
         let Some(f) = &mut self.follow else { return };
-        let header = self.region.header;
+        if header.is_null() {
+            return;
+        }
         let field = move |off: usize| {
             // SAFETY: `header` is the live region's header; exec_req and
             // exec_ack are u64 fields.
@@ -191,7 +206,7 @@ impl Armed {
             // a process this session traces (the command or one of its
             // descendants, seen from here: a target in another pid
             // namespace names ids that mean other processes here).
-            if !ours(tid, pid, f.region_ino) {
+            if !ours(tid, pid, ino) {
                 let note = format!(
                     "cannot follow pid {pid} (as the target names it) into the program it runs: no process of \
                      that id here maps this session's region (another pid namespace?)"
@@ -227,6 +242,12 @@ impl Armed {
             // Release: the thread goes on once we are attached.
             field(ack_at).store(req, Ordering::Release);
         }
+    }
+
+    /// The threads waiting to exec: a new program gets its probes; one
+    /// that did not exec after a while is let go.
+    fn follow_waiting(&mut self) {
+        let Some(f) = &mut self.follow else { return };
         let waiting = std::mem::take(&mut f.waiting);
         let execed = std::mem::take(&mut f.execed);
         // A process exec's once per stop: its other waiting threads are
@@ -290,22 +311,18 @@ impl Armed {
     /// it go.
     pub(super) fn arm_exec(&mut self, pid: i32) -> Result<(), TargetError> {
         let mut s = Stopped::adopt(pid)?;
-        // One trust domain per region: a program exec'd with privileges
-        // the session's first process did not have (setuid, setgid, file
-        // capabilities) runs unprobed; released as it is by the guard.
-        if let Some(why) = self.other_domain(pid) {
-            return Err(TargetError::Unsupported(format!(
-                "it runs with other credentials than the session's first process ({why}): processes of different \
-                 privileges never share a session's memory, so it runs without probes"
-            )));
-        }
+        // One trust domain per region: a program exec'd as another user
+        // works in its domain's region; one exec'd with privileges its
+        // parent did not have (setuid, setgid, file capabilities) runs
+        // unprobed, released as it is by the guard.
+        let domain = self.domain_for(pid).map_err(TargetError::Unsupported)?;
         run_to_entry(&mut s)?;
         check_machine(pid)?;
         // Another program: the old image's code of ours is gone.
         if let Ok(mut o) = self.hooker.own.write() {
             o.forget(pid as u32);
         }
-        self.arm_image(s, pid, None, true)
+        self.arm_image(s, pid, None, true, domain)
     }
 
     /// Process `pid`, running when the session started (a `-p` process
@@ -336,17 +353,12 @@ impl Armed {
                 return Err(e);
             }
         };
-        if let Some(why) = self.other_domain(pid) {
-            return Err(TargetError::Unsupported(format!(
-                "it runs with other credentials than the session's first process ({why}): processes of different \
-                 privileges never share a session's memory, so it runs without probes"
-            )));
-        }
+        let domain = self.domain_for(pid).map_err(TargetError::Unsupported)?;
         check_machine(pid)?;
         // First of all, as at any attach: a tracer that dies from here on
         // leaves every thread able to go on.
         let stub = s.install_stub(inject::slack(&s))?;
-        self.arm_image(s, pid, stub, false)
+        self.arm_image(s, pid, stub, false, domain)
     }
 
     /// `-p`: cover the other processes named and every descendant once
@@ -380,9 +392,7 @@ impl Armed {
             // Forked since the first was armed (it runs the armed image
             // already), or a vfork child running in an armed process's
             // memory.
-            if crate::os::proc::maps_file(pid, "/memfd:telco-stap", self.region.ino)
-                || crate::os::process::same_vm(pid, first)
-            {
+            if self.maps_session(pid) || crate::os::process::same_vm(pid, first) {
                 continue;
             }
             match self.arm_existing(pid) {
@@ -416,13 +426,15 @@ impl Armed {
 
     /// The part of arming another process that an exec'd program and one
     /// running at the start share; `exec`: it is at the entry of a program
-    /// it exec'd (`process.end` of the old one first).
+    /// it exec'd (`process.end` of the old one first); `domain`: the
+    /// other trust domain whose region it maps (`Armed::domain_for`).
     fn arm_image(
         &mut self,
         mut s: Stopped,
         pid: i32,
         stub: Option<crate::os::ptrace::StubPlace>,
         exec: bool,
+        domain: Option<usize>,
     ) -> Result<(), TargetError> {
         let maps = mappings(pid)?;
         // The runtime's entry hooks are the first process's: this image's
@@ -435,7 +447,7 @@ impl Armed {
             }
             saved
         };
-        let armed = self.arm_image_with(&mut s, pid, &maps, exec, stub);
+        let armed = self.arm_image_with(&mut s, pid, &maps, exec, stub, domain);
         *self.hooker.entry_hooks.borrow_mut() = first_hooks;
         let (child, said) = armed?;
         s.detach()?;
@@ -461,15 +473,22 @@ impl Armed {
         maps: &[Mapping],
         exec: bool,
         stub: Option<crate::os::ptrace::StubPlace>,
+        domain: Option<usize>,
     ) -> Result<(Option<Child>, Vec<String>), TargetError> {
         if self.follow.is_none() {
             return Ok((None, Vec::new()));
         }
+        // Another domain's region: through its holder (or the tracer).
+        let other = match domain {
+            Some(i) => Some(self.domain_access(i).map_err(TargetError::Unsupported)?),
+            None => None,
+        };
         // Through the first process's descriptors while it holds them (at
         // the start: the processes of its user may not open the tracer's),
         // else the tracer's (a root domain) or the domain's holder.
-        let holder = match self.target.fds {
-            Some(_) if !exec => self.target.pid,
+        let holder = match (other, self.target.fds) {
+            (Some((h, _, _)), _) => h,
+            (None, Some(_)) if !exec => self.target.pid,
             _ => self.region_holder()?,
         };
         let a = &self.hooker.artifact;
@@ -480,8 +499,9 @@ impl Armed {
         // and the handlers know. Also in a program without probes of its
         // own: its exec hook follows the programs it runs in turn (`env
         // prog`, a shell's children).
-        let (fd, mfd) = match self.target.fds {
-            Some(fds) if !exec => fds,
+        let (fd, mfd) = match (other, self.target.fds) {
+            (Some((_, fd, mfd)), _) => (fd, mfd),
+            (None, Some(fds)) if !exec => fds,
             _ => (f.region_fd, f.mirror_fd),
         };
         inject::map_region_at(s, holder, fd, mfd, f.region_remote, f.region_size)?;

@@ -78,8 +78,8 @@ impl Armed {
     /// `-p`/`-c`: the opens of watched libraries since the last poll
     /// (`Loads`).
     pub(super) fn take_loads(&mut self) {
+        let (first, inos) = (self.target.pid, self.session_inos());
         let Some(loads) = &mut self.libs.loads else { return };
-        let (first, region) = (self.target.pid, self.region.ino);
         let readers = &loads.readers;
         let mut loading: Vec<(i32, i32, FileId)> = Vec::new();
         let mut not = Vec::new();
@@ -91,7 +91,7 @@ impl Armed {
             if readers.has(pid) {
                 return;
             }
-            if crate::os::proc::maps_file(pid, "/memfd:telco-stap", region) {
+            if crate::os::proc::maps_any(pid, "/memfd:telco-stap", &inos) {
                 loading_push(&mut loading, &mut not, e.tid, pid, e.file);
             }
         });

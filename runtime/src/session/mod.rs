@@ -327,14 +327,16 @@ struct LateLibraries {
     loads: Option<Loads>,
 }
 
-/// The session's trust domain.
+/// The session's trust domains (`domains.rs`).
 struct Domain {
-    /// The credentials of its first process when it was armed. A process
-    /// of other credentials never shares the region (invariant 6): a
-    /// program exec'd with them is not armed, a child that changed to them
-    /// is cut off (`Armed::check_domains`).
+    /// The credentials of its first process when it was armed: the
+    /// session's own region serves processes of these only (invariant 6).
     creds: Option<crate::os::creds::Credentials>,
-    /// Children cut off from the region (their probes disabled), and
+    /// The regions of the other domains.
+    others: Vec<domains::DomainRegion>,
+    /// How many of `others` the session's consumer was given.
+    handed: usize,
+    /// Processes cut off from every region (their probes disabled), and
     /// whether each was forked (cleaned at the end like the other forked
     /// children; followed ones are cleaned with them); when they were
     /// last looked for.

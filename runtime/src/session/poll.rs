@@ -60,6 +60,17 @@ impl Hooks for Armed {
         self.follow.as_ref().is_some_and(|f| !f.waiting.is_empty())
     }
 
+    fn new_regions(&mut self) -> Vec<std::sync::Arc<crate::region::Region>> {
+        let d = &mut self.domain;
+        let fresh = d.others[d.handed..].iter().map(|o| o.region.clone()).collect();
+        d.handed = d.others.len();
+        fresh
+    }
+
+    fn fold_domains(&mut self) -> (Vec<String>, Vec<String>) {
+        self.fold_domains()
+    }
+
     fn watching(&self) -> bool {
         true
     }
@@ -141,6 +152,9 @@ impl Hooks for Armed {
             // handlers' Acquire load at entry.
             unsafe { std::sync::atomic::AtomicU32::from_ptr(p as *mut u32) }
                 .store(0, std::sync::atomic::Ordering::Release);
+        }
+        for d in &self.domain.others {
+            d.region.set_enabled(false);
         }
         // No exec is held from here on.
         self.say_over_limit();
@@ -234,7 +248,7 @@ impl Armed {
         let mut out = Vec::new();
         for p in self.descendants_of(self.target.pid).into_iter().chain(self.descendants_of(me)) {
             if out.contains(&p)
-                || !crate::os::proc::maps_file(p, "/memfd:telco-stap", self.region.ino)
+                || !self.maps_session(p)
                 || !crate::os::proc::running(p)
                 || crate::os::proc::exe_path(p) == own_exe
             {

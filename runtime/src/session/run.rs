@@ -108,6 +108,18 @@ pub trait Hooks {
     fn busy(&self) -> bool {
         false
     }
+    /// The regions of other trust domains made since the last call
+    /// (`domains.rs`): their rings are drained and their counters summed
+    /// with the session's.
+    fn new_regions(&mut self) -> Vec<std::sync::Arc<Region>> {
+        Vec::new()
+    }
+    /// After `stopping`, before the end probes: fold what the other trust
+    /// domains' processes wrote into the session's region; (warnings,
+    /// errors) to say.
+    fn fold_domains(&mut self) -> (Vec<String>, Vec<String>) {
+        (Vec::new(), Vec::new())
+    }
 }
 
 /// A session without a target.
@@ -273,6 +285,13 @@ impl<'a> Local<'a> {
                 call_with(artifact, region, code, ctx, probe as usize, pid, tid, Some(sample))
             })
             .map_err(|e| format!("cannot start the sandbox for the tracer's probes: {e}"));
+        // The regions of the session's other trust domains.
+        let domains: std::sync::Mutex<Vec<std::sync::Arc<Region>>> = std::sync::Mutex::new(Vec::new());
+        let others = || domains.lock().map(|d| d.clone()).unwrap_or_default();
+        // A header counter summed over the session's region and its
+        // domains'; whether any asked to exit.
+        let total = |field: usize| others().iter().fold(region.counter(field), |t, d| t.wrapping_add(d.counter(field)));
+        let exit_requested = || region.exit_requested() || others().iter().any(|d| d.exit_requested());
         let draining = AtomicBool::new(false);
         let ring_broken = AtomicBool::new(false);
         let consumed = AtomicU64::new(0);
@@ -292,8 +311,13 @@ impl<'a> Local<'a> {
                         .u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail))
                         .load(Ordering::Relaxed),
                     corrupted: None,
+                    rings: Vec::new(),
                 };
                 loop {
+                    // New domains' rings.
+                    for d in others().into_iter().skip(c.rings.len()) {
+                        c.rings.push(super::consumer::Ring::new(d, artifact));
+                    }
                     draining.store(true, Ordering::Relaxed);
                     let any = c.drain()?;
                     draining.store(false, Ordering::Relaxed);
@@ -308,17 +332,18 @@ impl<'a> Local<'a> {
                             c.take_stages()?;
                             // No handler runs any more: the counters are final.
                             let summary = crate::feed::Summary {
-                                errors: region.counter(errors_at),
-                                dropped: region.counter(dropped_at),
-                                skipped: region.counter(skipped_at),
+                                errors: total(errors_at),
+                                dropped: total(dropped_at),
+                                skipped: total(skipped_at),
                                 writer_dropped: 0,
                             };
                             let written = match c.traces.take() {
                                 Some(f) => Some(f.finish(summary)?),
                                 None => None,
                             };
+                            let corrupted = c.corrupted.clone().or_else(|| c.domain_damage().map(str::to_string));
                             let out = c.out.into_inner().map_err(|e| e.into_error())?;
-                            return Ok((out, c.messages, written, c.corrupted));
+                            return Ok((out, c.messages, written, corrupted));
                         }
                         // With a trace file every call is an event: come
                         // back sooner, before the ring fills.
@@ -344,10 +369,10 @@ impl<'a> Local<'a> {
                 lost,
             };
             let mut failed = false;
-            let too_many_errors = || region.counter(errors_at) > maxerrors;
+            let too_many_errors = || total(errors_at) > maxerrors;
             // More than MAXSKIPPED hits skipped: the output is no longer
             // worth much, and the session ends (as SystemTap's does).
-            let too_many_skipped = || region.counter(skipped_at) > maxskipped;
+            let too_many_skipped = || total(skipped_at) > maxskipped;
             let mut skipped_out = false;
             for &p in &begins {
                 if !runner.run(artifact, p) {
@@ -433,7 +458,7 @@ impl<'a> Local<'a> {
                 let start = Instant::now();
                 let mut next: Vec<Instant> = timers.iter().map(|(_, p, r)| start + jitter(*p, *r)).collect();
                 loop {
-                    if region.exit_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+                    if exit_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
                     }
                     // Errors reported by handlers in the target end the
@@ -453,6 +478,13 @@ impl<'a> Local<'a> {
                             break;
                         }
                         hooks.poll();
+                        let fresh = hooks.new_regions();
+                        if !fresh.is_empty() {
+                            if let Ok(mut d) = domains.lock() {
+                                d.extend(fresh);
+                            }
+                            wake();
+                        }
                     }
                     let now = Instant::now();
                     let due = next.iter().copied().min();
@@ -523,6 +555,17 @@ impl<'a> Local<'a> {
                 }
             }
             hooks.stopping();
+            // What the other trust domains' processes wrote, into the
+            // session's region, before the end probes read it.
+            let (said, damaged) = hooks.fold_domains();
+            for w in said {
+                crate::eprintln_escaped!("WARNING: {w}");
+            }
+            let mut domain_damage = None;
+            for e in damaged {
+                crate::eprintln_escaped!("ERROR: {e}");
+                domain_damage = Some(e);
+            }
             // Errors that arrived while stopping (a target that exited right
             // after its last failing hit) count too.
             if !failed && too_many_errors() {
@@ -556,10 +599,12 @@ impl<'a> Local<'a> {
             region.set_enabled(false);
             stop.store(true, Ordering::Release);
             consumer.thread().unpark();
-            let (mut output, mut messages, traces, mut corrupted) = match consumer.join() {
+            let (mut output, mut messages, traces, corrupted) = match consumer.join() {
                 Ok(r) => r.map_err(RunError::Output)?,
                 Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
             };
+            let corrupted = corrupted.or(domain_damage);
+            let mut corrupted = corrupted;
             // One ERROR: the consumer's, if it found the damage first.
             if let Some(lost) = runner.lost.take() {
                 if corrupted.is_none() {
@@ -589,15 +634,15 @@ impl<'a> Local<'a> {
             output.flush().map_err(RunError::Output)?;
             Ok((
                 Outcome {
-                    errors: region.counter(errors_at),
-                    skipped: region.counter(skipped_at),
-                    skipped_busy: region.counter(core::mem::offset_of!(Header, skipped_busy)),
-                    skipped_noslot: region.counter(core::mem::offset_of!(Header, skipped_noslot)),
-                    skipped_deep: region.counter(core::mem::offset_of!(Header, skipped_deep)),
+                    errors: total(errors_at),
+                    skipped: total(skipped_at),
+                    skipped_busy: total(core::mem::offset_of!(Header, skipped_busy)),
+                    skipped_noslot: total(core::mem::offset_of!(Header, skipped_noslot)),
+                    skipped_deep: total(core::mem::offset_of!(Header, skipped_deep)),
                     too_many_skipped: skipped_out,
-                    dropped: region.counter(dropped_at),
-                    unreturned: region.counter(core::mem::offset_of!(Header, unreturned)),
-                    unfollowed_execs: region.counter(core::mem::offset_of!(Header, unfollowed_execs)),
+                    dropped: total(dropped_at),
+                    unreturned: total(core::mem::offset_of!(Header, unreturned)),
+                    unfollowed_execs: total(core::mem::offset_of!(Header, unfollowed_execs)),
                     traces,
                     corrupted,
                     profile: profiled,

@@ -303,7 +303,7 @@ impl Armed {
         let first = self.target.pid;
         let (Some(sys), Some(f)) = (&mut self.target.system, &mut self.follow) else { return };
         let me = std::process::id() as i32;
-        let region = self.region.ino;
+        let inos = std::iter::once(self.region.ino).chain(self.domain.others.iter().map(|d| d.ino)).collect::<Vec<_>>();
         let max = sys.max;
         // Counted at the first exec held: the processes armed now (those
         // that ended are nothing to undo).
@@ -323,7 +323,7 @@ impl Armed {
                 return;
             }
             let Some(pid) = crate::os::proc::tgid(e.tid) else { return };
-            let ours = || crate::os::proc::maps_file(pid, "/memfd:telco-stap", region);
+            let ours = || crate::os::proc::maps_any(pid, "/memfd:telco-stap", &inos);
             let reader = !e.exec && sys.readers.has(pid);
             if reader || opening.iter().any(|&(_, p)| p == pid) || loading.iter().any(|&(_, p, _)| p == pid) {
                 return;
