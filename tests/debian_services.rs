@@ -15,10 +15,11 @@ use std::process::{Child, Command, Stdio};
 const NGINX: &str = "/usr/sbin/nginx";
 const REDIS: &str = "/usr/bin/redis-server";
 
-/// nginx in the foreground with `workers` worker processes (root, as
-/// Debian's own: its workers keep root's uid with `user root root`),
-/// serving "ok" on `DIR/sock`; its error log is its standard error,
-/// where it says each worker it starts.
+/// nginx in the foreground with `workers` worker processes (root, its
+/// workers keeping root's uid with `user root root`; or, as Debian's own
+/// configuration has it, `user www-data`), serving "ok" on `DIR/sock`;
+/// its error log is its standard error, where it says each worker it
+/// starts.
 struct Nginx {
     child: Child,
     log: std::io::BufReader<std::process::ChildStderr>,
@@ -31,33 +32,38 @@ static ONE_NGINX: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Nginx {
     fn start(tag: &str, workers: u32) -> Nginx {
+        Nginx::start_as(tag, workers, "root root")
+    }
+
+    /// [`Nginx::start`] with `user USER` in its configuration.
+    fn start_as(tag: &str, workers: u32, user: &str) -> Nginx {
+        let mut child = Command::new(NGINX);
+        let dir = Nginx::configure(tag, workers, user);
+        child.arg("-c").arg(dir.join("nginx.conf")).arg("-p").arg(&dir).arg("-e").arg("stderr");
+        let mut child =
+            child.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start nginx");
+        let log = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let mut n = Nginx { child, log, dir };
+        n.workers_started(workers);
+        n
+    }
+
+    /// A scratch directory with its nginx.conf.
+    fn configure(tag: &str, workers: u32, user: &str) -> PathBuf {
         assert!(Path::new(NGINX).exists(), "Debian's nginx is needed (.ci/run installs it)");
         let dir = common::scratch(tag);
+        // Workers of another user reach the socket there.
+        let _ = Command::new("chmod").arg("755").arg(&dir).status();
         let d = dir.display();
         let conf = format!(
-            "daemon off;\nmaster_process on;\nworker_processes {workers};\nuser root root;\npid {d}/nginx.pid;\n\
+            "daemon off;\nmaster_process on;\nworker_processes {workers};\nuser {user};\npid {d}/nginx.pid;\n\
              error_log stderr notice;\nevents {{ worker_connections 64; accept_mutex off; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
              fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
              server {{ listen unix:{d}/sock; location / {{ return 200 \"ok\\n\"; }} }}\n}}\n"
         );
         std::fs::write(dir.join("nginx.conf"), conf).expect("write nginx.conf");
-        let mut child = Command::new(NGINX)
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .arg("-p")
-            .arg(&dir)
-            .arg("-e")
-            .arg("stderr")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start nginx");
-        let log = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-        let mut n = Nginx { child, log, dir };
-        n.workers_started(workers);
-        n
+        dir
     }
 
     /// Wait until the master says it started `count` more workers: their
@@ -211,6 +217,107 @@ fn nginx_by_path_catches_the_workers_of_a_reload() {
         clean(p);
     }
     clean(other.master());
+}
+
+/// `-p` of the master of Debian's default shape: a root master whose
+/// workers run as www-data. The workers work in a region of their own
+/// trust domain (never the master's), and every connection they accepted
+/// is counted, with no warning that probes are off.
+#[test]
+fn p_of_nginx_s_master_counts_the_accepts_of_its_www_data_workers() {
+    let _one = ONE_NGINX.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ngx = Nginx::start_as("nginx-www", 3, "www-data");
+    let master = ngx.master();
+    let kids = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap();
+    let mut workers: Vec<u32> = kids.split_whitespace().map(|k| k.parse().unwrap()).collect();
+    workers.sort();
+    assert_eq!(workers.len(), 3);
+    let mut t = Tracer::start(&["-e", ACCEPTS, "-p", &master.to_string()], &format!("armed {master}"));
+    assert_eq!(armed(&mut t, 3), workers, "every worker armed");
+    for w in &workers {
+        let maps = std::fs::read_to_string(format!("/proc/{w}/maps")).expect("maps");
+        assert!(maps.contains("/memfd:telco-stap-domain"), "worker {w} is not in its domain's memory:\n{maps}");
+    }
+    for _ in 0..30 {
+        assert_eq!(ngx.get(), "ok\n");
+    }
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("WARNING"), "{err}");
+    let (total, who) = out.split_once('\n').unwrap();
+    assert_eq!(total, "30 accepted", "{out}\n{err}");
+    for p in who.lines() {
+        assert!(workers.contains(&p.parse().unwrap()), "accepted by a worker: {out}");
+    }
+    for p in std::iter::once(master).chain(workers) {
+        clean(p);
+    }
+    assert_eq!(ngx.get(), "ok\n", "nginx serves on");
+    let _ = ngx.workers_started(0);
+}
+
+/// `-c nginx` (the foreground master, root) with www-data workers: each
+/// worker is moved to its domain's region when it drops its privileges,
+/// goes on being traced there, and every accept is counted.
+#[test]
+fn c_nginx_counts_its_www_data_workers_accepts() {
+    let _one = ONE_NGINX.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Nginx::configure("nginx-c-www", 3, "www-data");
+    // Through a shell that gives it no descriptor of the tracer's (nginx
+    // outlives the session, and would hold its pipes open).
+    let cmd = format!(
+        "/bin/sh -c 'exec {NGINX} -c {}/nginx.conf -p {} -e /dev/null </dev/null >/dev/null 2>&1'",
+        dir.display(),
+        dir.display()
+    );
+    let (mut t, first) = Tracer::start_first(&["-e", ACCEPTS, "-c", &cmd]);
+    assert!(first.starts_with("armed "), "{first}");
+    // The tracer says each worker it moves to its domain's region (its
+    // error output, read here until then).
+    let mut err_lines = std::io::BufReader::new(t.child.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    let mut workers: Vec<u32> = Vec::new();
+    while workers.len() < 3 {
+        let mut l = String::new();
+        if err_lines.read_line(&mut l).expect("telco-stap's errors") == 0 {
+            panic!("telco-stap ended:\n{said}");
+        }
+        if l.contains("its probes go on in memory of their own (the domain of uid 33 (www-data))") {
+            let pid = l.strip_prefix("WARNING: pid ").and_then(|r| r.split(' ').next()).expect("a pid");
+            workers.push(pid.parse().expect("a worker's pid"));
+        }
+        said.push_str(&l);
+    }
+    let get = || {
+        let mut s = UnixStream::connect(dir.join("sock")).expect("connect to nginx");
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("nginx's answer");
+        answer.rsplit("\r\n\r\n").next().unwrap_or("").to_string()
+    };
+    for _ in 0..30 {
+        assert_eq!(get(), "ok\n");
+    }
+    let master = std::fs::read_to_string(dir.join("nginx.pid")).expect("nginx.pid").trim().parse::<i32>().unwrap();
+    // SAFETY: a signal to our own child process, then to the nginx it runs.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
+    let mut rest_err = String::new();
+    err_lines.read_to_string(&mut rest_err).expect("telco-stap's errors");
+    let (out, _, code) = t.finish();
+    let err = said + &rest_err;
+    // SAFETY: the nginx this test started (it may have ended with the session).
+    unsafe { libc::kill(master, libc::SIGQUIT) };
+    common::wait_gone(master as u32);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_ne!(code, None, "{err}");
+    let rest: Vec<&str> = out.lines().filter(|l| !l.starts_with("armed ")).collect();
+    assert_eq!(rest.first().copied(), Some("30 accepted"), "{out}\n{err}");
+    for p in &rest[1..] {
+        assert!(workers.contains(&p.parse().unwrap()), "accepted by a worker: {out}");
+    }
+    assert!(!err.contains("probes are off") && !err.contains("ERROR"), "{err}");
 }
 
 /// A RESP client on redis's Unix socket.

@@ -314,6 +314,7 @@ pub fn arm(
             handed: 0,
             cut_off: Vec::new(),
             checked: None,
+            settling: Vec::new(),
         },
         itrace: Itracing::default(),
         follow,

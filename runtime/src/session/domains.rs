@@ -33,7 +33,8 @@ pub(super) struct DomainRegion {
 impl Armed {
     /// Processes of the session (forked, or exec'd and followed) whose
     /// credentials are no longer those of the region they map (a worker
-    /// that dropped its privileges), every 50 ms at most: moved to the
+    /// that dropped its privileges), every 50 ms at most, once two looks
+    /// agree on them: moved to the
     /// region of their own trust domain (`move_to_domain`), or, where that
     /// cannot be (a session with `.itrace` probes, more domains than
     /// `MAX_DOMAINS`, a failure), cut off: their region replaced by
@@ -56,6 +57,7 @@ impl Armed {
         // credentials differ), and the followed ones.
         let mut pids = self.descendants();
         pids.extend(followed.iter().copied().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
+        let settling = std::mem::take(&mut self.domain.settling);
         for pid in pids {
             if self.domain.cut_off.iter().any(|&(p, _)| p == pid) {
                 continue;
@@ -80,6 +82,11 @@ impl Armed {
             };
             // A vfork child sharing its parent's memory: the parent's.
             if crate::os::process::same_vm(pid, self.target.pid) {
+                continue;
+            }
+            // Settled: the same credentials at the last check.
+            if !settling.iter().any(|(p, c)| *p == pid && *c == creds) {
+                self.domain.settling.push((pid, creds));
                 continue;
             }
             let what = format!("pid {pid} ({})", crate::os::proc::comm(pid).trim());
@@ -243,9 +250,10 @@ impl Armed {
             None => return Err("the session follows no process".into()),
         };
         let code = self.our_code();
+        let stub = self.stub_of(pid);
         let mut s = Stopped::attach(pid).map_err(|e| e.to_string())?;
         if fork {
-            s.use_stub(self.undo.stub.as_ref());
+            s.use_stub(stub.as_ref());
         }
         let moved = (|| -> Result<(), String> {
             let inside = |pc: u64| code.iter().any(|&(at, n)| pc >= at && pc < at + n);
@@ -310,13 +318,26 @@ impl Armed {
         (warnings, errors)
     }
 
+    /// The remote-operation stub process `pid` holds: that of the armed
+    /// process whose image it runs (the first process, or a `Child`: a
+    /// program exec'd, a `-p` worker), copied into its forks.
+    fn stub_of(&self, pid: i32) -> Option<crate::os::ptrace::StubPlace> {
+        let children = self.follow.as_ref().map(|f| f.children.as_slice()).unwrap_or_default();
+        match self.owner_of(pid) {
+            Some(o) if children.iter().any(|c| c.pid == o) => children.iter().find(|c| c.pid == o)?.stub.clone(),
+            Some(o) if o == self.target.pid => self.undo.stub.clone(),
+            _ => None,
+        }
+    }
+
     /// Replace the region in process `pid` by zeroed private memory
     /// (`check_domains`); `fork`: it runs the first process's image (its
     /// remote-operation stub is there too).
     pub(super) fn cut(&mut self, pid: i32, fork: bool) -> Result<(), String> {
+        let stub = self.stub_of(pid);
         let mut s = Stopped::attach(pid).map_err(|e| e.to_string())?;
         if fork {
-            s.use_stub(self.undo.stub.as_ref());
+            s.use_stub(stub.as_ref());
         }
         let size = self.hooker.artifact.region_size.next_multiple_of(4096);
         let tid = s.main_thread();

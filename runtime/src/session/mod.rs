@@ -342,6 +342,11 @@ struct Domain {
     /// last looked for.
     cut_off: Vec<(i32, bool)>,
     checked: Option<std::time::Instant>,
+    /// Processes seen with other credentials than their region's at the
+    /// last check, and those credentials: moved only once two checks
+    /// agree (a worker dropping its privileges changes its group ids,
+    /// then its user ids: the state between is no domain).
+    settling: Vec<(i32, crate::os::creds::Credentials)>,
 }
 
 /// `.itrace` probes: the single-stepper (with `--itrc FILE
