@@ -326,6 +326,58 @@ fn an_unprivileged_user_s_programs_started_later_are_probed() {
     assert!(!err.contains("WARNING"), "{err}");
 }
 
+/// By path, processes of two users: root's first (the session's own
+/// memory), then nobody's, one running at the start and two started
+/// later, and root's again: nobody's work in memory of their own trust
+/// domain, and every call and every `main` is counted in the one total.
+#[test]
+fn processes_of_two_users_are_counted_together() {
+    let exe = program("bypath-two-users");
+    let as_nobody = |args: &[&str]| {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "nobody", "--"]).arg(&exe).args(args);
+        c
+    };
+    let start = |mut c: Command| {
+        let mut p = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start");
+        let mut r = std::io::BufReader::new(p.stdout.take().unwrap());
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        assert_eq!(l, "ready\n");
+        (p, r)
+    };
+    let mut root_early = Command::new(&exe);
+    root_early.args(["100", "wait"]);
+    let (mut first, mut first_out) = start(root_early);
+    let (mut other, mut other_out) = start(as_nobody(&["200", "wait"]));
+    // runuser's child runs the program.
+    let ru = other.id();
+    let kids = std::fs::read_to_string(format!("/proc/{ru}/task/{ru}/children")).unwrap();
+    let other_pid: u32 = kids.split_whitespace().next().and_then(|k| k.parse().ok()).expect("runuser's child");
+    let mut t = session(&exe);
+    let armed: Vec<String> = (0..2).map(|_| line(&mut t)).collect();
+    assert!(armed.iter().all(|l| l.starts_with("armed ")), "{armed:?}");
+    let maps = std::fs::read_to_string(format!("/proc/{other_pid}/maps")).unwrap();
+    assert!(maps.contains("/memfd:telco-stap-domain"), "nobody's process is not in its domain's memory:\n{maps}");
+    for calls in [500, 300] {
+        let o = as_nobody(&[&calls.to_string()]).output().expect("run");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), format!("sum {}\n", calls * calls));
+    }
+    assert_eq!(run(&exe, 50).stdout, b"sum 2500\n");
+    for (p, r, calls) in [(&mut first, &mut first_out, 100), (&mut other, &mut other_out, 200)] {
+        p.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(r, &mut rest).unwrap();
+        assert_eq!(rest, format!("sum {}\n", calls * calls));
+        assert!(p.wait().unwrap().success());
+    }
+    let (out, err) = end(t);
+    // process.begin in each program started later, then the counts.
+    assert_eq!(out.matches("armed ").count(), 3, "{out}\n{err}");
+    assert!(out.ends_with("\n5 processes, 1150 calls, main 3\n"), "{out}\n{err}");
+    assert!(!err.contains("WARNING") && !err.contains("ERROR"), "{err}");
+}
+
 /// `host LIB N [fork|forklater]`: says "ready", and on a line loads LIB
 /// (`dlopen`) and makes N calls of its lib_work; with `fork`, a child
 /// forked at the start (`forklater`: at that line) does the same after its
