@@ -147,6 +147,19 @@ fn a_worker_that_drops_privileges_goes_on_in_a_region_of_its_own() {
     assert!(!err.contains("ERROR"), "{err}");
 }
 
+/// `exit()` in a process of another domain ends the session: its own
+/// domain's probes stop at once (one line printed of five calls), the
+/// session's within its next look.
+#[test]
+fn exit_in_a_worker_of_another_domain_ends_the_session() {
+    let script = "probe begin { println(\"armed\") } \
+                  probe process.function(\"work\") { if ($arg1 >= 1000000) { printf(\"exit %d\\n\", $arg1); exit() } }";
+    let (out, err, events) = run_master("privilege-exit", script, false, 5);
+    assert!(out.contains("worker moved 1"), "the worker was not moved:\n{out}\n{err}");
+    assert_eq!(events, "armed\nexit 1000000\n", "{err}");
+    assert!(!err.contains("ERROR"), "{err}");
+}
+
 #[test]
 fn a_setuid_program_run_by_an_unprivileged_one_is_never_armed() {
     let d = common::scratch("privilege-su");
