@@ -291,7 +291,7 @@ fn stat_desc(a: &Artifact, desc: u64) -> Option<StatDesc> {
     }
     // SAFETY: StatDesc is plain old data, and `b` holds one.
     let d: StatDesc = unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) };
-    (d.size as usize >= STAT_HEADER && d.size % 8 == 0).then_some(d)
+    (d.size as usize >= STAT_HEADER && d.size.is_multiple_of(8)).then_some(d)
 }
 
 const S_COUNT: usize = 0;

@@ -157,10 +157,10 @@ impl Armed {
             return Ok(None);
         }
         if crate::os::creds::secure_exec(pid) {
-            return Err(format!(
-                "it runs with other credentials than the session's first process (a setuid, setgid or capability \
-                 exec): processes of different privileges never share a session's memory, so it runs without probes"
-            ));
+            return Err("it runs with other credentials than the session's first process (a setuid, setgid or \
+                        capability exec): processes of different privileges never share a session's memory, so it \
+                        runs without probes"
+                .into());
         }
         if self.follow.is_none() {
             return Err(format!(
