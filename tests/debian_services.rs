@@ -179,7 +179,9 @@ fn p_of_nginx_s_master_counts_every_worker_s_accepts() {
 
 /// By path, with neither -p nor -c: the master and its workers running
 /// at the start, then the three workers a reload (SIGHUP) starts, which
-/// serve every request after it: all counted.
+/// serve every request after it: all counted. Its workers run as
+/// www-data (Debian's default), moved to their domain's memory as they
+/// drop root.
 #[test]
 fn nginx_by_path_catches_the_workers_of_a_reload() {
     let _one = ONE_NGINX.lock().unwrap_or_else(|e| e.into_inner());
@@ -187,7 +189,7 @@ fn nginx_by_path_catches_the_workers_of_a_reload() {
     // master, and ours is one armed after it (whose forks are cleaned
     // with it at the end).
     let other = Nginx::start("nginx-other", 1);
-    let mut ngx = Nginx::start("nginx-path", 3);
+    let mut ngx = Nginx::start_as("nginx-path", 3, "www-data");
     let master = ngx.master();
     let mut t = Tracer::start_on_stderr(&["-v", "-e", ACCEPTS], "Pass 5: probes armed");
     // (An nginx of the machine's own would be armed too: its lines are

@@ -53,10 +53,25 @@ impl Armed {
         self.domain.checked = Some(now);
         let followed: Vec<i32> =
             self.follow.as_ref().map(|f| f.children.iter().map(|c| c.pid).collect()).unwrap_or_default();
-        // Every descendant (cheap: no maps are read but those of one whose
-        // credentials differ), and the followed ones.
+        // Every descendant of the first process and of each process armed
+        // after it (a master found by path, a program exec'd), the
+        // orphans the tracer adopted, and the followed ones themselves
+        // (cheap: no maps are read but those of one whose credentials
+        // differ).
+        let me = std::process::id() as i32;
         let mut pids = self.descendants();
-        pids.extend(followed.iter().copied().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
+        for root in followed.iter().copied().chain([me]) {
+            let more: Vec<i32> = std::iter::once(root)
+                .filter(|&r| r != me)
+                .chain(self.descendants_of(root))
+                .filter(|p| !pids.contains(p))
+                .collect();
+            pids.extend(more);
+        }
+        // Never the tracer's own processes (its probes' sandbox maps the
+        // region, a holder runs as a domain's user).
+        let own_exe = crate::os::proc::exe_id(me);
+        pids.retain(|&p| crate::os::proc::exe_id(p) != own_exe);
         let settling = std::mem::take(&mut self.domain.settling);
         for pid in pids {
             if self.domain.cut_off.iter().any(|&(p, _)| p == pid) {
