@@ -70,23 +70,26 @@ impl Armed {
     /// forked by the programs it exec'd, or by the other processes armed at
     /// the start, are cleaned with those (`Armed::unfollow`).
     pub(super) fn restore(&mut self) {
-        let mut forks = self.forked_children();
-        // Forks cut off or moved to another domain's region (whose pid
-        // tree may have changed since).
-        let moved = self.domain.others.iter().flat_map(|d| d.moved.iter());
-        let cut: Vec<i32> = self
-            .domain
-            .cut_off
-            .iter()
-            .chain(moved)
-            .filter(|&&(p, fork)| fork && !forks.contains(&p))
-            .map(|&(p, _)| p)
-            .collect();
-        forks.extend(cut);
+        let forks = self.forked_children();
+        // Forks cut off from every region (no region of ours shows which
+        // image they run: the armed process whose patches they hold
+        // does). Those moved to another domain's region are found by it
+        // like the others.
+        let cut: Vec<i32> =
+            self.domain.cut_off.iter().filter(|&&(p, fork)| fork && !forks.contains(&p)).map(|&(p, _)| p).collect();
         let (crash, semaphores) = (self.undo.crash, self.undo.semaphores.clone());
         self.restore_main();
         for pid in forks {
             self.restore_fork(pid, crash.as_ref(), &semaphores);
+        }
+        for pid in cut {
+            let children = self.follow.as_ref().map(|f| f.children.clone()).unwrap_or_default();
+            let owner = self.owner_of(pid);
+            match children.iter().find(|c| Some(c.pid) == owner) {
+                Some(c) => self.clean_fork_of(c, pid),
+                None if owner == Some(self.target.pid) => self.restore_fork(pid, crash.as_ref(), &semaphores),
+                None => {}
+            }
         }
         self.sweep();
         self.undo.patches.clear();
@@ -123,6 +126,12 @@ impl Armed {
         if !self.maps_session(pid) {
             return;
         }
+        self.clean_fork_of(c, pid);
+    }
+
+    /// [`Armed::clean_as`] whatever `pid` maps (one cut off from every
+    /// region still holds `c`'s patches and code).
+    fn clean_fork_of(&mut self, c: &Child, pid: i32) {
         let mut s = match Stopped::attach(pid) {
             Ok(s) => s,
             Err(PtraceError::NoProcess(_)) => return,

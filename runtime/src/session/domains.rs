@@ -23,9 +23,6 @@ pub(super) struct DomainRegion {
     pub(super) holder: Option<crate::os::holder::Holder>,
     /// Its globals as they started (`merge::seed`).
     pub(super) start: crate::merge::Snapshot,
-    /// Processes moved here when their credentials changed, and whether
-    /// each was forked (cleaned at the end as forked children are).
-    pub(super) moved: Vec<(i32, bool)>,
     /// How messages name it ("uid 33 (www-data)").
     pub(super) name: String,
 }
@@ -112,7 +109,6 @@ impl Armed {
             };
             let note = match moved {
                 Ok(d) => {
-                    self.domain.others[d].moved.push((pid, fork));
                     format!(
                         "{what} changed its credentials ({why}): processes of different privileges never share a \
                          session's memory, so its probes go on in memory of their own ({})",
@@ -218,7 +214,6 @@ impl Armed {
             ino,
             holder: None,
             start,
-            moved: Vec::new(),
             name,
         });
         Ok(self.domain.others.len() - 1)
