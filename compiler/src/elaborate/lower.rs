@@ -146,6 +146,10 @@ pub struct Lowerer<'a> {
     typed_locals: Vec<(String, Span)>,
     /// Every function defined, compiled or elided, for "did you mean".
     all_functions: Vec<String>,
+    /// The user's script: its globals are not seen by tapset functions,
+    /// whose names are their own (a tapset's local `s` is never a
+    /// script's `global s`).
+    pub script_file: Option<crate::span::FileId>,
 }
 
 type Typed = (Expr, Option<Ty>);
@@ -205,6 +209,7 @@ impl<'a> Lowerer<'a> {
             untyped_reported: Vec::new(),
             typed_locals: Vec::new(),
             all_functions: Vec::new(),
+            script_file: None,
         }
     }
 
@@ -924,7 +929,7 @@ impl<'a> Lowerer<'a> {
             A::Var(name) => {
                 if let Some(&id) = self.locals.index.get(name) {
                     StmtKind::DeleteLocal(id)
-                } else if let Some(&g) = self.global_index.get(name) {
+                } else if let Some(g) = self.global_named(name) {
                     self.touch_global(g, e.span);
                     StmtKind::DeleteGlobal(g)
                 } else {
@@ -945,7 +950,7 @@ impl<'a> Lowerer<'a> {
     /// Loop and `catch` variables are locals: one named like a global would
     /// silently hide it.
     fn not_a_global(&mut self, v: &ast::Ident, what: &str) {
-        if self.global_index.contains_key(v.name.as_str()) && !self.locals.index.contains_key(v.name.as_str()) {
+        if self.global_named(v.name.as_str()).is_some() && !self.locals.index.contains_key(v.name.as_str()) {
             self.error(
                 Diagnostic::error(Code::DuplicateDefinition, v.span, format!("`{}` is a global", v.name))
                     .with_label(format!("{what} is a local and would hide the global"))
@@ -1036,7 +1041,7 @@ impl<'a> Lowerer<'a> {
 
     /// A global array named `name`, used with `arity` keys.
     fn array(&mut self, name: &ast::Ident, arity: usize) -> Option<GlobalId> {
-        let Some(&g) = self.global_index.get(&name.name) else {
+        let Some(g) = self.global_named(&name.name) else {
             let mut d = Diagnostic::error(Code::Undefined, name.span, format!("`{}` is not a global array", name.name))
                 .with_label("arrays must be declared");
             d = d.with_help(format!("declare it at the top of the script: `global {}`", name.name));
@@ -1192,10 +1197,22 @@ impl<'a> Lowerer<'a> {
                 .index
                 .get(n)
                 .map(|&id| SlotRef::Local(id))
-                .or_else(|| self.global_index.get(n).map(|&g| SlotRef::GlobalValue(g))),
-            A::Index(ix) => self.global_index.get(&ix.array.name).map(|&g| SlotRef::GlobalValue(g)),
+                .or_else(|| self.global_named(n).map(SlotRef::GlobalValue)),
+            A::Index(ix) => self.global_named(&ix.array.name).map(SlotRef::GlobalValue),
             _ => None,
         }
+    }
+
+    /// The global `name` means here: none of the user's script's in a
+    /// tapset function (its names are its own).
+    fn global_named(&self, name: &str) -> Option<GlobalId> {
+        let g = *self.global_index.get(name)?;
+        let tapset_function = self
+            .in_function
+            .and_then(|f| self.functions.get(f.0 as usize))
+            .is_some_and(|f| Some(f.ast.name.span.file) != self.script_file);
+        let script_global = Some(self.globals[g.0 as usize].span.file) == self.script_file;
+        (!(tapset_function && script_global)).then_some(g)
     }
 
     fn stat_read_error(&mut self, name: &str, span: Span) {
@@ -1207,7 +1224,7 @@ impl<'a> Lowerer<'a> {
     }
 
     fn var(&mut self, name: &str, span: Span, want: Option<Ty>) -> Typed {
-        if self.kind == BodyKind::Condition && !self.global_index.contains_key(name) {
+        if self.kind == BodyKind::Condition && self.global_named(name).is_none() {
             self.error(
                 Diagnostic::error(Code::Undefined, span, format!("`{name}` is not a global"))
                     .with_label("probe conditions may use only globals"),
@@ -1216,7 +1233,7 @@ impl<'a> Lowerer<'a> {
         }
         let slot = if let Some(&id) = self.locals.index.get(name) {
             SlotRef::Local(id)
-        } else if let Some(&g) = self.global_index.get(name) {
+        } else if let Some(g) = self.global_named(name) {
             if !self.set_shape(g, Shape::Scalar, 0, span) {
                 return (Expr { kind: ExprKind::Global(g), ty: Ty::Long, span }, None);
             }
@@ -1803,7 +1820,7 @@ impl<'a> Lowerer<'a> {
             AssignOp::Aggregate => {
                 // Statistics live in globals: `s <<< v` or `arr[k] <<< v`.
                 let is_global = match &target.kind {
-                    A::Var(n) => self.global_index.contains_key(n) && !self.locals.index.contains_key(n),
+                    A::Var(n) => self.global_named(n).is_some() && !self.locals.index.contains_key(n),
                     A::Index(_) => true,
                     _ => false,
                 };
@@ -2248,7 +2265,7 @@ impl<'a> Lowerer<'a> {
     /// of an array of statistics.
     fn stat_operand(&mut self, e: &ast::Expr) -> Expr {
         let is_stat_place = match &e.kind {
-            A::Var(n) => self.global_index.contains_key(n.as_str()) && !self.locals.index.contains_key(n.as_str()),
+            A::Var(n) => self.global_named(n.as_str()).is_some() && !self.locals.index.contains_key(n.as_str()),
             A::Index(_) => true,
             _ => false,
         };

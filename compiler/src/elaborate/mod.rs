@@ -86,6 +86,7 @@ pub fn elaborate(
     // Declarations.
     let mut lowerer = Lowerer::new(cfg.args, cfg.guru);
     lowerer.skip_badvars = cfg.skip_badvars;
+    lowerer.script_file = Some(script_file);
     let mut alias_defs = Vec::new();
     for (file, s) in &chosen {
         for item in &s.items {
