@@ -410,3 +410,22 @@ fn symbolic_marker_arguments_are_the_variables() {
         assert_eq!(ours, its, "{tag}: {out}");
     }
 }
+
+/// A marker at two places, one where no jump fits: named exactly, as by a
+/// wildcard, the other site is probed and fires once per pass, with a
+/// warning naming the site skipped and why.
+#[test]
+fn a_marker_with_one_site_refused_is_probed_at_its_others() {
+    let exe = build("twice");
+    let cmd = format!("{} twice 7", exe.display());
+    for name in ["twice", "tw*"] {
+        let script = format!("global n probe process.mark(\"{name}\") {{ n++ }} probe end {{ println(n) }}");
+        let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{name}: {err}");
+        assert_eq!(out, format!("{}7\n", untraced(&exe, &["twice", "7"])), "{name}: {err}");
+        assert!(err.contains("warning[E0014]: marker `twice` skipped at one site"), "{name}: {err}");
+        assert!(err.contains("app:twice at 0x"), "{name}: {err}");
+        assert_eq!(err.contains("(its 1 other site(s) are probed)"), name == "twice", "{name}: {err}");
+        assert!(!err.contains("error"), "{name}: {err}");
+    }
+}

@@ -11,7 +11,10 @@
  * statement site `live_site`. `tails N`: N calls each of call_tail and
  * pop_tail, whose last instruction, a one-byte `ret` with the next
  * function right after it, is a statement site (`call_tail_site`, just
- * after a call; `pop_tail_site`, after `lea; pop`). */
+ * after a call; `pop_tail_site`, after `lea; pop`). `twice N`: the
+ * `app:twice` marker, at two places: at the start of refuse_mark, where
+ * no jump fits (a loop's head 1 byte after it), and in twice_ok's loop
+ * (N times each). */
 #define _SDT_HAS_SEMAPHORES 1
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 
 unsigned short app_loop_semaphore __attribute__((unused, section(".probes")));
 unsigned short app_tick_semaphore __attribute__((unused, section(".probes")));
+unsigned short app_twice_semaphore __attribute__((unused, section(".probes")));
 
 __attribute__((noinline)) long step(long i, const char *name) {
     long r = 0;
@@ -54,6 +58,22 @@ __asm__(".text\n.globl refuse_me\n.type refuse_me,@function\n.p2align 4\nrefuse_
         "  nop\n1:\n  sub $1, %rdi\n  jg 1b\n  mov %rdi, %rax\n  ret\n.size refuse_me, .-refuse_me\n");
 long refuse_me(long n);
 
+/* The `app:twice` marker where no jump fits, as refuse_me's site. */
+__asm__(".text\n.globl refuse_mark\n.type refuse_mark,@function\n.p2align 4\nrefuse_mark:\n" STAP_PROBE_ASM(app, twice, )
+        "1:\n  sub $1, %rdi\n  jg 1b\n  mov %rdi, %rax\n  ret\n.size refuse_mark, .-refuse_mark\n");
+long refuse_mark(long n);
+
+/* The same marker where a jump fits. */
+__attribute__((noinline)) long twice_ok(long n) {
+    long s = 0;
+    for (long i = 0; i < n; i++) {
+        STAP_PROBE(app, twice);
+        s += i;
+        sink = s;
+    }
+    return s;
+}
+
 /* A leaf function whose state at `live_site` is below the stack pointer
  * (the red zone) and in the flags (a compare before its branch, and the
  * carry it leaves, added after): a probe there must leave both as they
@@ -87,6 +107,8 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++) s += live_state(i);
     } else if (!strcmp(mode, "loop")) {
         s = looping(n) + refuse_me(3) + after_step(0);
+    } else if (!strcmp(mode, "twice")) {
+        s = refuse_mark(n) + twice_ok(n);
     } else if (!strcmp(mode, "tails")) {
         for (long i = 0; i < n; i++) s += call_tail(i) + 1000 * pop_tail(i) + after_tails();
     } else if (!strcmp(mode, "wait")) {

@@ -816,6 +816,8 @@ impl<'q> Resolver<'q> {
         let pattern = String::from_utf8_lossy(pattern).into_owned();
         let wildcard = pattern.contains(['*', '?', '[']);
         let mut points: Vec<Point> = Vec::new();
+        // Sites that cannot be probed: (name, where, why).
+        let mut refused: Vec<(String, String, String)> = Vec::new();
         for m in &module.markers {
             if provider.is_some_and(|(p, _)| !crate::glob::glob_match(p, &m.provider))
                 || !crate::glob::glob_match(&pattern, &m.name)
@@ -823,26 +825,14 @@ impl<'q> Resolver<'q> {
             {
                 continue;
             }
-            let refuse = |diags: &mut Vec<Diagnostic>, why: String| {
-                let d = if wildcard {
-                    Diagnostic::warning(
-                        Code::Unsupported,
-                        name_comp.span,
-                        format!("marker `{}` skipped: {why}", m.name),
-                    )
-                } else {
-                    Diagnostic::error(
-                        Code::Unsupported,
-                        name_comp.span,
-                        format!("cannot probe marker `{}`: {why}", m.name),
-                    )
-                };
-                diags.push(d.with_label(format!("{}:{} at {:#x}", m.provider, m.name, m.addr)));
+            // Said once every site is looked at (`refused`).
+            let refuse = |refused: &mut Vec<(String, String, String)>, why: String| {
+                refused.push((m.name.clone(), format!("{}:{} at {:#x}", m.provider, m.name, m.addr), why));
             };
             let mut args = match crate::elf::sdt::parse_args(&m.args) {
                 Ok(a) => a,
                 Err(why) => {
-                    refuse(diags, format!("its argument {why}"));
+                    refuse(&mut refused, format!("its argument {why}"));
                     continue;
                 }
             };
@@ -857,13 +847,16 @@ impl<'q> Resolver<'q> {
                 }
             }
             if let Some(name) = unknown {
-                refuse(diags, format!("its argument names `{name}`, which is not in the module's symbol tables"));
+                refuse(
+                    &mut refused,
+                    format!("its argument names `{name}`, which is not in the module's symbol tables"),
+                );
                 continue;
             }
             let (patch, function) = match module.plan_site(m.addr) {
                 Ok(p) => p,
                 Err(why) => {
-                    refuse(diags, why);
+                    refuse(&mut refused, why);
                     continue;
                 }
             };
@@ -879,6 +872,24 @@ impl<'q> Resolver<'q> {
                 function,
                 site: site_of(&patch),
             }));
+        }
+        // A site that cannot be probed is skipped with a warning when the
+        // pattern is a wildcard or other sites of the marker are probed
+        // (a marker at several places in the code: those that can be),
+        // and refused when it is the only one of its name.
+        for (name, at, why) in refused {
+            let others = points.iter().filter(|p| matches!(p, Point::Mark(q) if q.name == name)).count();
+            let d = if wildcard || others > 0 {
+                let also = if !wildcard { format!(" (its {others} other site(s) are probed)") } else { String::new() };
+                Diagnostic::warning(
+                    Code::Unsupported,
+                    name_comp.span,
+                    format!("marker `{name}` skipped at one site{also}: {why}"),
+                )
+            } else {
+                Diagnostic::error(Code::Unsupported, name_comp.span, format!("cannot probe marker `{name}`: {why}"))
+            };
+            diags.push(d.with_label(at));
         }
         if points.is_empty() && !ex.point.optional && !diags.iter().any(|d| d.span == name_comp.span) {
             let mut names: Vec<String> = module.markers.iter().map(|m| format!("{}:{}", m.provider, m.name)).collect();
