@@ -1022,3 +1022,19 @@ fn exit_stops_the_probes() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.lines().filter(|l| l.contains(" : work+")).count(), 1, "{out}\n{err}");
 }
+
+/// A session that ends (`-T`) while its shell forks and execs as fast as
+/// it can: the processes that end while the probes are taken out (a fork
+/// about to exec, its memory going) are nothing to clean, and nothing is
+/// said about them.
+#[test]
+fn a_forking_shell_s_session_ends_without_a_word() {
+    let script = "global n probe process.function(\"main\") { n++ } probe end { println(n) }";
+    for _ in 0..3 {
+        let (out, err, code) =
+            run(&["-T", "1", "-e", script, "-c", "bash -c 'while :; do /bin/true; /bin/echo x >/dev/null; done'"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(out, "1\n");
+        assert_eq!(err, "", "the end said something");
+    }
+}

@@ -134,7 +134,9 @@ impl Armed {
     fn clean_fork_of(&mut self, c: &Child, pid: i32) {
         let mut s = match Stopped::attach(pid) {
             Ok(s) => s,
+            // Gone, or on its way out (its memory with it).
             Err(PtraceError::NoProcess(_)) => return,
+            Err(_) if crate::os::proc::ending(pid) => return,
             Err(e) => {
                 crate::eprintln_escaped!("warning: cannot stop pid {pid} to remove the probes: {e}");
                 return;
@@ -231,7 +233,9 @@ impl Armed {
     pub(super) fn restore_fork(&mut self, pid: i32, crash: Option<&crate::crash::Hook>, semaphores: &[u64]) {
         let mut s = match Stopped::attach(pid) {
             Ok(s) => s,
+            // Gone, or on its way out (its memory with it).
             Err(PtraceError::NoProcess(_)) => return,
+            Err(_) if crate::os::proc::ending(pid) => return,
             Err(e) => {
                 crate::eprintln_escaped!(
                     "warning: cannot stop pid {pid}, forked from {}, to remove the probes: {e}",
@@ -325,6 +329,7 @@ impl Armed {
             }
             // It exited meanwhile: nothing left to restore.
             Err(PtraceError::NoProcess(_)) => {}
+            Err(_) if crate::os::proc::ending(self.target.pid) => {}
             Err(e) => {
                 crate::eprintln_escaped!("warning: cannot stop pid {} to remove the probes: {e}", self.target.pid)
             }
