@@ -19,6 +19,7 @@ mod common;
 use common::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 const ROUNDS: &str = "90000";
 
@@ -633,4 +634,45 @@ fn the_vdso_is_named_in_the_probe() {
     let bare: u64 = counts.iter().filter(|c| c.0.starts_with("0x")).map(|c| c.1).sum();
     assert!(all >= 100 && vdso * 2 >= all, "{vdso} of {all} samples in the vDSO: {out}");
     assert!(bare * 100 <= all, "{bare} of {all} samples unnamed: {out}");
+}
+
+/// A stripped program's functions are named in every profile file as
+/// `-l`, `usymname()` and backtraces name them (`sub_` and the file
+/// offset of their start, from the unwind table), not all as the module:
+/// the split between hot and cold shows under their `sub_` names.
+#[test]
+fn a_stripped_program_s_functions_are_named_as_l_names_them() {
+    let dir = scratch("profile-stripped");
+    let exe = build(&dir, "full", &[]);
+    let stripped = dir.join("stripped");
+    assert!(Command::new("strip").arg("-o").arg(&stripped).arg(&exe).status().expect("strip").success());
+    // The offsets of hot and cold, from the program before strip (a PIE's
+    // text: addresses are file offsets).
+    let nm = String::from_utf8_lossy(&Command::new("nm").arg(&exe).output().expect("nm").stdout).into_owned();
+    let sub = |name: &str| {
+        let line = nm.lines().find(|l| l.ends_with(&format!(" {name}"))).expect("symbol");
+        format!("sub_{:x}", u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap())
+    };
+    let (hot, cold) = (sub("hot"), sub("cold"));
+    let f = dir.join("p.folded");
+    let (out, err, code) = telco_run(&[
+        "-e",
+        "probe timer.profile.hz(999) {}",
+        "-c",
+        &format!("{} split {ROUNDS}", stripped.display()),
+        "--folded",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("done"), "{out}");
+    let stacks = folded(&f);
+    around_75("folded, stripped", share(&stacks, &hot, &cold));
+    let (listed, _, _) = telco_run(&["-l", &format!("process(\"{}\").function(\"*\")", stripped.display())]);
+    for name in [&hot, &cold] {
+        assert!(listed.contains(&format!(".function(\"{name}\")")), "-l does not name {name}:\n{listed}");
+    }
+    assert!(
+        !stacks.iter().any(|(s, _)| s.iter().skip(1).any(|f| f == "[stripped]")),
+        "a frame of a known function named as the module"
+    );
 }

@@ -301,14 +301,17 @@ impl Profile {
                         (image.and_then(|i| Module::from_image(&info.path, i).ok()), debug)
                     });
                     // A name the symbols give over one made up for an
-                    // unnamed function (`sub_…`).
-                    let named = |m: &Option<Module>| {
-                        m.as_ref()
-                            .and_then(|m| m.function_at(addr))
-                            .map(|f| f.display_name().to_string())
-                            .filter(|n| !n.starts_with("sub_"))
+                    // unnamed function (`sub_…`, by its file offset, as
+                    // `-l`, `usymname()` and backtraces name it); the
+                    // module's name only where no function is known.
+                    let function = |m: &Option<Module>| {
+                        m.as_ref().and_then(|m| m.function_at(addr)).map(|f| f.display_name().to_string())
                     };
-                    let name = named(m).or_else(|| named(debug)).unwrap_or_else(|| format!("[{}]", base(&info.path)));
+                    let named = |m: &Option<Module>| function(m).filter(|n| !n.starts_with("sub_"));
+                    let name = named(m)
+                        .or_else(|| named(debug))
+                        .or_else(|| function(m))
+                        .unwrap_or_else(|| format!("[{}]", base(&info.path)));
                     NamedFrame { name, module: Some(module), addr }
                 }
             })
