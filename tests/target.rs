@@ -1038,3 +1038,37 @@ fn a_forking_shell_s_session_ends_without_a_word() {
         assert_eq!(err, "", "the end said something");
     }
 }
+
+/// SystemTap's stack helpers on a real target: `ucallers(n)` is the
+/// stack without the probe point's own frame, `sprint_usyms()` and
+/// `print_usyms()` name a string of addresses as `sprint_ubacktrace()` and
+/// `print_ubacktrace()` name frames, `umodname()` is the path of the module
+/// (an error for an address in none), and `user_string_quoted()` quotes a
+/// string of the target's (its address in hex where none can be read).
+#[test]
+fn stack_helpers_name_callers_and_modules() {
+    let exe = common::scratch("target").join("backtrace-helpers");
+    common::gcc("backtrace.c", &exe, &["-fno-omit-frame-pointer"]);
+    let script = r#"probe process.function("leaf") {
+    println(sprint_usyms(ucallers(2)))
+    print_usyms(ucallers(1))
+    println(umodname(uaddr()))
+    println(user_string_quoted(0))
+    try { println(umodname(16)) } catch (e) { println(e) }
+    exit()
+}"#;
+    let (out, err, code) = run(&["-e", script, "-c", &exe.to_string_lossy()]);
+    assert_eq!(code, Some(0), "{err}");
+    let e = exe.display().to_string();
+    let base = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let lines: Vec<&str> = out.lines().filter(|l| *l != "8").collect();
+    assert!(lines[0].starts_with("mid+0x") && lines[0].ends_with(&format!(" [{base}]")), "{out}");
+    assert!(lines[1].starts_with("top+0x") && lines[1].ends_with(&format!(" [{base}]")), "{out}");
+    assert_eq!(lines[2], "", "{out}");
+    let (addr, rest) = lines[3].trim_start().split_once(" : ").unwrap_or_else(|| panic!("{out}"));
+    assert!(addr.starts_with("0x") && addr.len() == 18, "{out}");
+    assert!(rest.starts_with("mid+0x") && rest.ends_with(&format!(" [{e}]")), "{out}");
+    assert_eq!(lines[4], e, "{out}");
+    assert_eq!(lines[5], "0x0", "{out}");
+    assert_eq!(lines[6], "umodname: 0x10 is in no module the session knows", "{out}");
+}

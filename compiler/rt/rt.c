@@ -1977,43 +1977,179 @@ LOCAL void put_sym_off(char *dst, usize *o, i64 cap, const u8 *tab, const u8 *md
     put_hex(dst, o, cap, pc - AT(md, SM_BIAS, u64) - AT(f, SY_ADDR, u64), 1);
 }
 
-/* sprint_ubacktrace(): one line per frame, as SystemTap's string form
- * (_STP_SYM_SIMPLE): "sym+0xoff [module]\n" with the module's base name,
- * or the address in hex; whole lines only. */
-EXPORT void rt_sprint_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, char *dst, i64 cap) {
-    u64 pcs[64];
-    u32 n = backtrace(R, ctx, tab, pcs, 64);
+/* One frame of sprint_ubacktrace's form into `line` (`cap` bytes): "sym+0xoff
+ * [module]\n" with the module's base name, or the address in hex. */
+LOCAL void put_frame_simple(char *line, usize *k, i64 cap, const u8 *tab, u64 pc) {
+    const u8 *md;
+    const u8 *f = sym_find(tab, pc, &md);
+    if (f) {
+        put_sym_off(line, k, cap, tab, md, f, pc);
+        put_s(line, k, cap, " [");
+        const char *path = (const char *)tab + AT(md, SM_PATH, u32), *base = path;
+        for (const char *p = path; *p; p++)
+            if (*p == '/') base = p + 1;
+        put_s(line, k, cap, base);
+        put_s(line, k, cap, "]");
+    } else {
+        put_hex(line, k, cap, pc, 1);
+    }
+    put_s(line, k, cap, "\n");
+}
+
+/* Frames `pcs` (n of them) in sprint_ubacktrace's form; whole lines only. */
+LOCAL void put_frames_simple(char *dst, i64 cap, const u8 *tab, const u64 *pcs, u32 n) {
     usize o = 0;
     dst[0] = 0;
     for (u32 i = 0; i < n; i++) {
         char line[320];
         usize k = 0;
         line[0] = 0;
-        const u8 *md;
-        const u8 *f = sym_find(tab, pcs[i], &md);
-        if (f) {
-            put_sym_off(line, &k, sizeof line, tab, md, f, pcs[i]);
-            put_s(line, &k, sizeof line, " [");
-            const char *path = (const char *)tab + AT(md, SM_PATH, u32), *base = path;
-            for (const char *p = path; *p; p++)
-                if (*p == '/') base = p + 1;
-            put_s(line, &k, sizeof line, base);
-            put_s(line, &k, sizeof line, "]");
-        } else {
-            put_hex(line, &k, sizeof line, pcs[i], 1);
-        }
-        put_s(line, &k, sizeof line, "\n");
+        put_frame_simple(line, &k, sizeof line, tab, pcs[i]);
         if (o + k > (usize)cap - 1) break;
         put_s(dst, &o, cap, line);
+    }
+}
+
+/* sprint_ubacktrace(): one line per frame, as SystemTap's string form
+ * (_STP_SYM_SIMPLE): "sym+0xoff [module]\n" with the module's base name,
+ * or the address in hex; whole lines only. */
+EXPORT void rt_sprint_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, char *dst, i64 cap) {
+    u64 pcs[64];
+    u32 n = backtrace(R, ctx, tab, pcs, 64);
+    put_frames_simple(dst, cap, tab, pcs, n);
+}
+
+/* The addresses of a string of them ("0x5f3a 0x5e10 ..." as ubacktrace
+ * and ucallers give them, hex with or without 0x, any spaces between):
+ * at most `max`. */
+LOCAL u32 parse_addrs(const char *s, u64 *pcs, u32 max) {
+    u32 n = 0;
+    while (*s && n < max) {
+        while (*s == ' ' || *s == '\n' || *s == '\t') s++;
+        if (!*s) break;
+        if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s += 2;
+        u64 v = 0;
+        int digits = 0;
+        for (;; s++) {
+            char c = *s;
+            u32 d = c >= '0' && c <= '9' ? (u32)(c - '0')
+                    : c >= 'a' && c <= 'f' ? (u32)(c - 'a' + 10)
+                    : c >= 'A' && c <= 'F' ? (u32)(c - 'A' + 10)
+                                           : 16;
+            if (d == 16) break;
+            v = v << 4 | d;
+            digits++;
+        }
+        if (!digits) {
+            /* Not an address: skip the word. */
+            while (*s && *s != ' ' && *s != '\n' && *s != '\t') s++;
+            continue;
+        }
+        pcs[n++] = v;
+    }
+    return n;
+}
+
+/* sprint_usyms(callers): the addresses of `callers` in sprint_ubacktrace's
+ * form. */
+EXPORT void rt_sprint_usyms(const u8 *tab, const char *callers, char *dst, i64 cap) {
+    u64 pcs[64];
+    u32 n = parse_addrs(callers, pcs, 64);
+    put_frames_simple(dst, cap, tab, pcs, n);
+}
+
+/* ucallers(n): the probed thread's callers (the probe point's own frame
+ * left out), at most n (all for n < 0), as ubacktrace gives them. */
+EXPORT void rt_ucallers(u8 *R, u8 *ctx, const u8 *tab, i64 want, char *dst, i64 cap) {
+    u64 pcs[64];
+    u32 n = backtrace(R, ctx, tab, pcs, 64);
+    usize o = 0;
+    dst[0] = 0;
+    for (u32 i = 1; i < n && (want < 0 || (i64)i <= want); i++) {
+        char num[24];
+        usize k = 0;
+        put_hex(num, &k, sizeof num, pcs[i], 1);
+        if (o + k + (o ? 1 : 0) > (usize)cap - 1) break;
+        if (o) put_s(dst, &o, cap, " ");
+        put_s(dst, &o, cap, num);
+    }
+}
+
+/* umodname(addr): the path of the module holding addr (from its first
+ * function's start to its last one's end); an error when no module of
+ * the symbol table has it. */
+EXPORT void rt_umodname(u8 *ctx, const u8 *tab, i64 addr, char *dst, i64 loc, i64 cap) {
+    u32 nm = sym_modules(tab);
+    dst[0] = 0;
+    for (u32 m = 0; m < nm; m++) {
+        const u8 *md = tab + SYM_TABLE_HEADER + (u64)m * SYM_MODULE_SIZE;
+        u32 count = AT(md, SM_COUNT, u32);
+        if (!__atomic_load_n(&AT(md, SM_MAPPED, u32), __ATOMIC_ACQUIRE) || !count) continue;
+        u64 v = (u64)addr - AT(md, SM_BIAS, u64);
+        const u8 *e = tab + AT(md, SM_ENTRIES, u32);
+        const u8 *last = e + (u64)(count - 1) * SYM_ENTRY_SIZE;
+        if (v >= AT(e, SY_ADDR, u64) && v < AT(last, SY_ADDR, u64) + AT(last, SY_SIZE, u32)) {
+            usize o = 0;
+            put_s(dst, &o, cap, (const char *)tab + AT(md, SM_PATH, u32));
+            return;
+        }
+    }
+    if (AT(ctx, C_ERROR, u32)) return;
+    char *msg = (char *)ctx + CTX_SIZE;
+    usize o = 0;
+    put_s(msg, &o, cap, "umodname: ");
+    put_hex(msg, &o, cap, (u64)addr, 1);
+    put_s(msg, &o, cap, " is in no module the session knows");
+    AT(ctx, C_ERROR, u32) = ERR_USER;
+    AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+}
+
+/* errno_str(err): the name of error number err (or -err), as Linux
+ * numbers them on x86_64 and aarch64; "E#N" for one without a name. */
+EXPORT void rt_errno_str(i64 err, char *dst, i64 cap) {
+    /* Word e of this list (0 and Linux's unused numbers: "-"); constants
+     * only, no table of pointers (the library must need no relocation). */
+    static const char names[] =
+        "- EPERM ENOENT ESRCH EINTR EIO ENXIO E2BIG ENOEXEC EBADF ECHILD EAGAIN ENOMEM EACCES EFAULT ENOTBLK "
+        "EBUSY EEXIST EXDEV ENODEV ENOTDIR EISDIR EINVAL ENFILE EMFILE ENOTTY ETXTBSY EFBIG ENOSPC ESPIPE "
+        "EROFS EMLINK EPIPE EDOM ERANGE EDEADLK ENAMETOOLONG ENOLCK ENOSYS ENOTEMPTY ELOOP - ENOMSG EIDRM "
+        "ECHRNG EL2NSYNC EL3HLT EL3RST ELNRNG EUNATCH ENOCSI EL2HLT EBADE EBADR EXFULL ENOANO EBADRQC "
+        "EBADSLT - EBFONT ENOSTR ENODATA ETIME ENOSR ENONET ENOPKG EREMOTE ENOLINK EADV ESRMNT ECOMM EPROTO "
+        "EMULTIHOP EDOTDOT EBADMSG EOVERFLOW ENOTUNIQ EBADFD EREMCHG ELIBACC ELIBBAD ELIBSCN ELIBMAX "
+        "ELIBEXEC EILSEQ ERESTART ESTRPIPE EUSERS ENOTSOCK EDESTADDRREQ EMSGSIZE EPROTOTYPE ENOPROTOOPT "
+        "EPROTONOSUPPORT ESOCKTNOSUPPORT EOPNOTSUPP EPFNOSUPPORT EAFNOSUPPORT EADDRINUSE EADDRNOTAVAIL "
+        "ENETDOWN ENETUNREACH ENETRESET ECONNABORTED ECONNRESET ENOBUFS EISCONN ENOTCONN ESHUTDOWN "
+        "ETOOMANYREFS ETIMEDOUT ECONNREFUSED EHOSTDOWN EHOSTUNREACH EALREADY EINPROGRESS ESTALE EUCLEAN "
+        "ENOTNAM ENAVAIL EISNAM EREMOTEIO EDQUOT ENOMEDIUM EMEDIUMTYPE ECANCELED ENOKEY EKEYEXPIRED "
+        "EKEYREVOKED EKEYREJECTED EOWNERDEAD ENOTRECOVERABLE ERFKILL EHWPOISON ";
+    u64 e = err < 0 ? (u64)0 - (u64)err : (u64)err;
+    usize o = 0;
+    dst[0] = 0;
+    const char *w = names;
+    for (u64 k = 0; k < e && *w; k++) {
+        while (*w && *w != ' ') w++;
+        if (*w) w++;
+    }
+    if (*w && *w != '-') {
+        while (*w && *w != ' ' && o + 1 < (usize)cap) dst[o++] = *w++;
+        dst[o] = 0;
+    } else {
+        put_s(dst, &o, cap, "E#");
+        char num[24];
+        usize k = 0;
+        do num[k++] = (char)('0' + e % 10); while ((e /= 10) && k < sizeof num);
+        while (k) {
+            char c[2] = {num[--k], 0};
+            put_s(dst, &o, cap, c);
+        }
     }
 }
 
 /* print_ubacktrace(): one line per frame, as SystemTap prints them:
  * " 0x000055d0c0a0f149 : leaf+0x9/0x10 [/path/to/program]", each a printf
  * of format `id` ("%s%s%s\n", argument kinds `kinds`). */
-EXPORT void rt_print_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, i64 id, const u8 *kinds) {
-    u64 pcs[20];
-    u32 n = backtrace(R, ctx, tab, pcs, 20);
+/* Frames `pcs` (n of them) as print_ubacktrace prints them. */
+LOCAL void print_frames(u8 *R, u8 *ctx, const u8 *tab, i64 id, const u8 *kinds, const u64 *pcs, u32 n) {
     for (u32 i = 0; i < n; i++) {
         char at[32], sym[256], mod[256];
         usize a = 0, s = 0, m = 0;
@@ -2036,6 +2172,20 @@ EXPORT void rt_print_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, i64 id, const u8 
         i64 args[3] = {(i64)at, (i64)sym, (i64)mod};
         rt_printf(R, ctx, id, kinds, args, 3);
     }
+}
+
+/* print_usyms(callers): the addresses of `callers` printed as
+ * print_ubacktrace prints frames. */
+EXPORT void rt_print_usyms(u8 *R, u8 *ctx, const u8 *tab, const char *callers, i64 id, const u8 *kinds) {
+    u64 pcs[64];
+    u32 n = parse_addrs(callers, pcs, 64);
+    print_frames(R, ctx, tab, id, kinds, pcs, n);
+}
+
+EXPORT void rt_print_ubacktrace(u8 *R, u8 *ctx, const u8 *tab, i64 id, const u8 *kinds) {
+    u64 pcs[20];
+    u32 n = backtrace(R, ctx, tab, pcs, 20);
+    print_frames(R, ctx, tab, id, kinds, pcs, n);
 }
 
 /* tid(): the context's, or the kernel's (once per handler run; pass 5 will

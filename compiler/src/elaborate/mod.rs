@@ -545,9 +545,13 @@ fn symbols_for(
                 e.kind,
                 ExprKind::Builtin {
                     func: Builtin::Usymname
+                        | Builtin::Umodname
                         | Builtin::Ubacktrace
+                        | Builtin::Ucallers
                         | Builtin::PrintUbacktrace
-                        | Builtin::SprintUbacktrace,
+                        | Builtin::SprintUbacktrace
+                        | Builtin::SprintUsyms
+                        | Builtin::PrintUsyms,
                     ..
                 }
             );

@@ -133,6 +133,11 @@ builtins! {
     PrintUbacktrace = "print_ubacktrace"() -> Void,
     SprintUbacktrace = "sprint_ubacktrace"() -> String,
     Usymname = "usymname"(Long) -> String,
+    Umodname = "umodname"(Long) -> String,
+    Ucallers = "ucallers"(Long) -> String,
+    SprintUsyms = "sprint_usyms"(String) -> String,
+    PrintUsyms = "print_usyms"(String) -> Void,
+    ErrnoStr = "errno_str"(Long) -> String,
     // Strings.
     Strlen = "strlen"(String) -> Long,
     Substr = "substr"(String, Long, Long) -> String,

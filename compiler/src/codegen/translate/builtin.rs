@@ -483,6 +483,63 @@ impl Gen<'_, '_, '_> {
                 self.rt(Rt::Usymname, &[tab, a, t, cap]);
                 t
             }
+            Builtin::Umodname => {
+                let a = self.expr(&args[0]);
+                let off = self.sh.symtab();
+                let tab = self.const_addr(off);
+                let t = self.temp();
+                let loc = self.sh.loc(span);
+                let l = self.iconst(i64::from(loc));
+                let cap = self.cap_val();
+                self.rt(Rt::Umodname, &[self.ctx, tab, a, t, l, cap]);
+                self.check_error();
+                t
+            }
+            Builtin::Ucallers => {
+                let n = self.expr(&args[0]);
+                let off = self.sh.symtab();
+                let tab = self.const_addr(off);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::Ucallers, &[self.region, self.ctx, tab, n, t, cap]);
+                t
+            }
+            Builtin::SprintUsyms => {
+                let callers = self.expr(&args[0]);
+                let off = self.sh.symtab();
+                let tab = self.const_addr(off);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::SprintUsyms, &[tab, callers, t, cap]);
+                t
+            }
+            Builtin::PrintUsyms => {
+                // As print_ubacktrace prints its frames.
+                let callers = self.expr(&args[0]);
+                let off = self.sh.symtab();
+                let tab = self.const_addr(off);
+                let s = Piece::Conv {
+                    kind: fmt::CONV_STRING,
+                    flags: 0,
+                    width: fmt::COUNT_NONE,
+                    precision: fmt::COUNT_NONE,
+                };
+                let pieces = [s.clone(), s.clone(), s, Piece::Text(b"\n".to_vec())];
+                let (id, _) = self.sh.format(&pieces);
+                let kinds: Vec<u8> = fmt::argument_kinds(&pieces).into_iter().map(u8::from).collect();
+                let kinds_off = self.sh.layout.constant(&kinds);
+                let idv = self.iconst(i64::from(id));
+                let kp = self.const_addr(kinds_off);
+                self.rt(Rt::PrintUsyms, &[self.region, self.ctx, tab, callers, idv, kp]);
+                zero
+            }
+            Builtin::ErrnoStr => {
+                let e = self.expr(&args[0]);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::ErrnoStr, &[e, t, cap]);
+                t
+            }
             Builtin::Strlen => {
                 let s = self.expr(&args[0]);
                 self.rt(Rt::Strlen, &[s])
