@@ -429,3 +429,40 @@ fn a_marker_with_one_site_refused_is_probed_at_its_others() {
         assert!(!err.contains("error"), "{name}: {err}");
     }
 }
+
+/// `.statement("func@file.c:FIRST-LAST")` and `"func@file.c:*"`: every
+/// line with code in the range (or in the file), each at its first
+/// instruction in each matching function. At -O0 the loop's two lines
+/// fire once a pass each; `*` covers them and the function's other lines.
+#[test]
+fn line_ranges_and_wildcards_probe_every_line() {
+    let src = std::fs::read_to_string(common::repo().join("tests/programs/sdt.c")).expect("source");
+    let line = src.lines().position(|l| l.contains("the loop's line")).expect("marked line") + 1;
+    let exe = common::scratch("lines-range").join("sdt");
+    common::gcc("sdt.c", &exe, &["-O0", "-g"]);
+    let cmd = format!("{} loop 25", exe.display());
+    let own = untraced(&exe, &["loop", "25"]);
+    let count = |spec: &str| {
+        let script = format!("global n probe process.statement(\"{spec}\") {{ n++ }} probe end {{ println(n) }}");
+        let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+        assert_eq!(code, Some(0), "{spec}: {err}");
+        assert!(!err.contains("error"), "{spec}: {err}");
+        out.strip_prefix(&own).unwrap_or_else(|| panic!("{spec}: {out}")).trim().parse::<u64>().expect("a count")
+    };
+    assert_eq!(count(&format!("looping@sdt.c:{}-{line}", line - 1)), 50);
+    // The loop's lines (the asm label's line shares its address with the
+    // next one), and the function's lines that run once.
+    let all = count("looping@sdt.c:*");
+    assert!((54..=80).contains(&all), "{all}");
+    let listed = |spec: &str| {
+        let (out, err, code) = telco(&["-l", &format!("process(\"{}\").statement(\"{spec}\")", exe.display())]);
+        assert_eq!(code, Some(0), "{spec}: {err}");
+        out
+    };
+    let one = listed(&format!("looping@sdt.c:{line}"));
+    assert!(listed("*@sdt.c:*").contains(one.trim()), "{one}");
+    // A range with no code is said.
+    let (_, err, code) = telco(&["-e", "probe process.statement(\"looping@sdt.c:1-2\") { }", "-c", &cmd]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no function matching `looping` has code on lines 1-2 of `sdt.c`"), "{err}");
+}

@@ -657,6 +657,68 @@ impl<'q> Resolver<'q> {
         points
     }
 
+    /// `func@file:FIRST-LAST` and `func@file:*`: each line with code in
+    /// that range, at its first instruction in each matching function. A
+    /// line where no jump can be written is skipped with a warning (as a
+    /// marker's site by wildcard); none found, or none placed, is an error.
+    #[allow(clippy::too_many_arguments)]
+    fn statement_lines(
+        &mut self,
+        module: &Module,
+        comp: &Component,
+        func: &str,
+        file: &str,
+        (lo, hi): (u64, u64),
+        ex: &Expanded<'_>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Vec<Point> {
+        let lines = if hi == u64::MAX { "any line".to_string() } else { format!("lines {lo}-{hi}") };
+        let found = match module.line_range_addresses(func, file, lo, hi) {
+            Ok(found) if !found.is_empty() => found,
+            Ok(_) => {
+                if !ex.point.optional {
+                    diags.push(
+                        Diagnostic::error(
+                            Code::NoMatch,
+                            comp.span,
+                            format!("no function matching `{func}` has code on {lines} of `{file}`"),
+                        )
+                        .with_label("for this statement"),
+                    );
+                }
+                return Vec::new();
+            }
+            Err(why) => {
+                if !ex.point.optional {
+                    diags.push(Diagnostic::error(Code::NoMatch, comp.span, why).with_label("for this statement"));
+                }
+                return Vec::new();
+            }
+        };
+        let mut points = Vec::new();
+        let mut refused = Vec::new();
+        for (line, addr, name) in found {
+            match module.plan_site(addr) {
+                Ok((patch, _)) => points.push(Point::Statement {
+                    module: module.path.clone(),
+                    addr,
+                    function: Some(name),
+                    site: site_of(&patch),
+                }),
+                Err(why) => refused.push(format!("line {line} of `{file}` in {name} (at {addr:#x}): {why}")),
+            }
+        }
+        for why in &refused {
+            let d = if points.is_empty() {
+                Diagnostic::error(Code::Unsupported, comp.span, format!("cannot probe {why}"))
+            } else {
+                Diagnostic::warning(Code::Unsupported, comp.span, format!("skipped {why}"))
+            };
+            diags.push(d.with_label("no safe place for the jump here"));
+        }
+        points
+    }
+
     fn statement(
         &mut self,
         module: &Module,
@@ -670,12 +732,25 @@ impl<'q> Resolver<'q> {
         if let Some(A::Str(s)) = comp.arg.as_deref().map(|a| &a.kind) {
             let s = String::from_utf8_lossy(s).into_owned();
             if let Some((func, place)) = s.split_once('@') {
+                // Lines by range or all of them: `func@file:N-M`, `func@file:*`.
+                let range = place.rsplit_once(':').and_then(|(f, l)| match l.trim() {
+                    "*" => Some((f, 0, u64::MAX)),
+                    l => {
+                        let (a, b) = l.split_once('-')?;
+                        let (a, b) = (a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?);
+                        (a <= b).then_some((f, a, b))
+                    }
+                });
+                if let Some((file, lo, hi)) = range {
+                    let func = if func.is_empty() { "*" } else { func };
+                    return self.statement_lines(module, comp, func, file, (lo, hi), ex, diags);
+                }
                 let Some((file, line)) =
                     place.rsplit_once(':').and_then(|(f, l)| Some((f, l.trim().parse::<u64>().ok()?)))
                 else {
                     diags.push(
                         Diagnostic::error(Code::BadValue, comp.span, format!("cannot read a line number in `{s}`"))
-                            .with_label("expected \"function@file.c:LINE\""),
+                            .with_label("expected \"function@file.c:LINE\", \":FIRST-LAST\" or \":*\""),
                     );
                     return Vec::new();
                 };

@@ -507,9 +507,45 @@ impl Module {
                 if near.is_empty() { String::new() } else { format!("; lines near it that have: {}", near.join(", ")) }
             ));
         };
+        let found = self.line_sites(func, &in_file, |l| l == line).into_iter().map(|(_, a, n)| (a, n)).collect();
+        Ok((line, found))
+    }
+
+    /// The lines of `file` from `lo` to `hi` that have code
+    /// (`func@file:LO-HI`, `func@file:*`), each at its first instruction
+    /// in each function whose name matches the glob `func`: (line,
+    /// address, function), by line then address.
+    pub fn line_range_addresses(
+        &self,
+        func: &str,
+        file: &str,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Vec<(u64, u64, String)>, String> {
+        let rows = self
+            .lines
+            .get_or_init(|| match self.debug()? {
+                Some(d) => lines::rows(&d),
+                None => Ok(Vec::new()),
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        if rows.is_empty() {
+            return Err(format!("{} has no DWARF line tables (build it with -g)", self.path.display()));
+        }
+        let in_file: Vec<&lines::Row> = rows.iter().filter(|r| lines::file_matches(&r.file, file)).collect();
+        if in_file.is_empty() {
+            return Err(format!("no line table of {} mentions a file `{file}`", self.path.display()));
+        }
+        Ok(self.line_sites(func, &in_file, |l| l >= lo && l <= hi))
+    }
+
+    /// Of `rows`, the lines `want` takes, each at its first instruction in
+    /// each function whose name matches `func`: (line, address, function).
+    fn line_sites(&self, func: &str, rows: &[&lines::Row], want: impl Fn(u64) -> bool) -> Vec<(u64, u64, String)> {
         let fdes = self.sites.get().and_then(|s| s.as_ref().ok()).map(|s| s.fdes.clone()).unwrap_or_default();
-        let mut by_function: std::collections::BTreeMap<u64, (u64, String)> = Default::default();
-        for r in in_file.iter().filter(|r| r.line == line) {
+        let mut by_site: std::collections::BTreeMap<(u64, u64), (u64, String)> = Default::default();
+        for r in rows.iter().filter(|r| want(r.line)) {
             let (start, name) = match self.function_at(r.addr).filter(|f| f.size > 0 && r.addr < f.addr + f.size) {
                 Some(f) => (f.addr, f.display_name().to_string()),
                 None => match fdes.iter().find(|&&(s, e)| r.addr >= s && r.addr < e) {
@@ -520,10 +556,12 @@ impl Module {
             if !crate::glob::glob_match(func, &name) {
                 continue;
             }
-            let e = by_function.entry(start).or_insert((r.addr, name));
+            let e = by_site.entry((r.line, start)).or_insert((r.addr, name));
             e.0 = e.0.min(r.addr);
         }
-        Ok((line, by_function.into_values().collect()))
+        let mut out: Vec<(u64, u64, String)> = by_site.into_iter().map(|((l, _), (a, n))| (l, a, n)).collect();
+        out.sort_by_key(|x| (x.0, x.1));
+        out
     }
 
     /// For a function shorter than the 5-byte jump (after its `endbr64`)
