@@ -574,3 +574,39 @@ fn entry_values_come_from_the_call_sites() {
     assert_eq!(theirs, ["mid b 3 c 2", "mid b 7 c 5"], "{out}");
     assert_eq!(ours, theirs, "{out}");
 }
+
+/// glibc's `connect(int, __CONST_SOCKADDR_ARG, socklen_t)`: the address is
+/// a transparent union, which gcc's DWARF describes as 8 bytes without
+/// members. It reads as the `struct sockaddr *` it passes (libc's debug
+/// file, installed by the test command): `$addr->sa_family`, `$addr$`, and
+/// `@cast` to the address family's own struct.
+#[test]
+fn glibc_s_socket_address_unions_read_as_the_pointer_they_pass() {
+    const CONNECT: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+int main(void) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    strcpy(a.sun_path, "/nonexistent-socket");
+    printf("connect %d\n", connect(fd, (struct sockaddr *)&a, sizeof a));
+    return 0;
+}
+"#;
+    let dir = common::scratch("dwarf-sockaddr");
+    let exe = common::compile_text(&dir, "conn", CONNECT, &["-O2"]);
+    let script = r#"probe process("libc.so.6").function("connect") {
+    printf("%d %s\n", $addr->sa_family, $addr$)
+    println(user_string(@cast($addr, "struct sockaddr_un")->sun_path), " ", $len)
+}"#;
+    let (out, err, code) = telco(&["-e", script, "-c", &exe.display().to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    // The program's own line may come before or after ours.
+    assert_eq!(out.lines().filter(|l| *l == "connect -1").count(), 1, "{out}");
+    let ours: Vec<&str> = out.lines().filter(|l| *l != "connect -1").collect();
+    assert_eq!(ours, ["1 {.sa_family=1, .sa_data=\"/nonexistent-s\"}", "/nonexistent-socket 110"], "{err}");
+}

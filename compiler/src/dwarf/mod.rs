@@ -784,6 +784,19 @@ impl Debug {
 
     /// A type by its C name (`struct foo`, `union u`, `enum e`, `class
     /// c`, or a typedef's or base type's name), for `@cast`.
+    /// A pointer to type `to`, made here (a reference no DIE offset can
+    /// have, kept in the type cache) for types DWARF describes otherwise
+    /// (`types::resolve`).
+    pub fn pointer_to(&self, to: TypeRef) -> TypeRef {
+        let r = TypeRef((1 << 63) | (1 << 62) | (to.0 & ((1 << 62) - 1)));
+        if let Ok(mut cache) = self.types.lock() {
+            cache
+                .entry(r.0)
+                .or_insert_with(|| std::sync::Arc::new(types::Type::Pointer { to: Some(to), reference: false }));
+        }
+        r
+    }
+
     pub fn type_named(&self, text: &str) -> Option<TypeRef> {
         if let Some(r) = self.named.lock().ok().and_then(|m| m.get(text).copied()) {
             return r;

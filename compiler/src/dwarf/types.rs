@@ -284,12 +284,27 @@ fn members(d: &Debug, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntr
     out
 }
 
-/// What a type is once typedefs and qualifiers are looked through, and a
-/// declaration replaced by its definition.
+/// glibc's transparent unions of socket address pointers (`connect`,
+/// `bind`, `accept`, `sendto`... take them), which gcc describes as a
+/// union of 8 bytes without members: the pointer they are passed as.
+const SOCKADDR_ARGS: [&str; 2] = ["__SOCKADDR_ARG", "__CONST_SOCKADDR_ARG"];
+
+/// What a type is once typedefs and qualifiers are looked through, a
+/// declaration replaced by its definition, and glibc's transparent
+/// `__SOCKADDR_ARG` unions taken as the `struct sockaddr *` they pass.
 pub fn resolve(d: &Debug, mut r: Option<TypeRef>) -> (Option<TypeRef>, Arc<Type>) {
     for _ in 0..32 {
         let Some(t) = r.and_then(|x| d.ty(x)) else { return (None, Arc::new(Type::Void)) };
         match &*t {
+            Type::Typedef { name, to } if SOCKADDR_ARGS.contains(&name.as_str()) => {
+                let opaque = to.and_then(|x| d.ty(x)).is_some_and(|u| {
+                    matches!(&*u, Type::Aggregate { kind: Aggregate::Union, size: 8, members, .. } if members.is_empty())
+                });
+                r = match d.type_named("struct sockaddr").filter(|_| opaque) {
+                    Some(sa) => Some(d.pointer_to(sa)),
+                    None => *to,
+                };
+            }
             Type::Typedef { to, .. } | Type::Qualified { to, .. } => r = *to,
             Type::Aggregate { kind, name: Some(n), declaration: true, .. } => match d.definition(*kind, n) {
                 Some(def) if Some(def) != r => r = Some(def),
