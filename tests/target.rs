@@ -1072,3 +1072,22 @@ fn stack_helpers_name_callers_and_modules() {
     assert_eq!(lines[5], "0x0", "{out}");
     assert_eq!(lines[6], "umodname: 0x10 is in no module the session knows", "{out}");
 }
+
+/// `cmdline_str()`: the probed process's arguments joined by spaces, in
+/// its probes (its own /proc/self/cmdline) and in the tracer's (read from
+/// its memory, where /proc/PID/stat says they are).
+#[test]
+fn cmdline_str_is_the_processs_command_line() {
+    let exe = common::scratch("target").join("backtrace-cmdline");
+    common::gcc("backtrace.c", &exe, &[]);
+    let script = r#"probe begin { println("begin ", cmdline_str()) }
+probe process.function("leaf") { println("leaf ", cmdline_str()); exit() }"#;
+    let cmd = format!("{} first 'sec ond'", exe.display());
+    let (out, err, code) = run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let want = format!("{} first sec ond", exe.display());
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("begin ") || l.starts_with("leaf ")).collect::<Vec<_>>(),
+        [format!("begin {want}"), format!("leaf {want}")]
+    );
+}

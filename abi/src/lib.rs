@@ -96,6 +96,8 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("IT_RESUME", offset_of!(ItraceSlot, resume)),
         ("IT_NONCE", offset_of!(ItraceSlot, nonce)),
         ("H_ITRACE_BELL", offset_of!(Header, itrace_bell)),
+        ("H_ARG_START", offset_of!(Header, arg_start)),
+        ("H_ARG_END", offset_of!(Header, arg_end)),
         ("C_SLOT", offset_of!(Ctx, slot)),
         ("H_DL_ACK", offset_of!(Header, dl_ack)),
         ("H_DL_WAIT", offset_of!(Header, dl_wait)),

@@ -218,7 +218,12 @@ pub struct Header {
     /// Rung (atomic add, then a shared FUTEX_WAKE) by a thread asking the
     /// block tracer for something: a traced call, a block, a drain.
     pub itrace_bell: u32,
-    pub _reserved: [u64; 6],
+    /// Where the region's process keeps its command line (`arg_start`
+    /// and `arg_end` of /proc/PID/stat), for `cmdline_str()` in the
+    /// tracer's probes; 0 when unknown.
+    pub arg_start: u64,
+    pub arg_end: u64,
+    pub _reserved: [u64; 4],
 }
 
 pub const HEADER_SIZE: usize = 448;

@@ -2104,6 +2104,37 @@ EXPORT void rt_umodname(u8 *ctx, const u8 *tab, i64 addr, char *dst, i64 loc, i6
     AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
 }
 
+/* cmdline_str(): the probed process's command line, its arguments
+ * separated by spaces (cut at cap - 1 bytes). In a target, its own
+ * (/proc/self/cmdline); in the tracer's probes, the region's process's,
+ * read from its memory where the tracer found it (no file is opened
+ * there). */
+EXPORT void rt_cmdline_str(u8 *R, u8 *ctx, char *dst, i64 cap) {
+    dst[0] = 0;
+    if (cap < 2) return;
+    i64 n = 0;
+    if (AT(ctx, C_FLAGS, u32) & CTX_MAY_WAIT) {
+        u64 a = AT(TR(R), H_ARG_START, u64), e = AT(TR(R), H_ARG_END, u64);
+        if (!a || e <= a) return;
+        u64 len = e - a < (u64)cap - 1 ? e - a : (u64)cap - 1;
+        n = rt_read_user(R, dst, a, len);
+    } else {
+        i64 fd = sys6(SYS_openat, (u64)-100 /* AT_FDCWD */, (u64) "/proc/self/cmdline", 0x80000 /* O_CLOEXEC */, 0,
+                      0, 0);
+        if (fd < 0) return;
+        n = sys6(SYS_read, (u64)fd, (u64)dst, (u64)cap - 1, 0, 0, 0);
+        sys6(SYS_close, (u64)fd, 0, 0, 0, 0, 0);
+    }
+    if (n <= 0) {
+        dst[0] = 0;
+        return;
+    }
+    for (i64 i = 0; i < n; i++)
+        if (!dst[i]) dst[i] = ' ';
+    while (n > 0 && dst[n - 1] == ' ') n--;
+    dst[n] = 0;
+}
+
 /* errno_str(err): the name of error number err (or -err), as Linux
  * numbers them on x86_64 and aarch64; "E#N" for one without a name. */
 EXPORT void rt_errno_str(i64 err, char *dst, i64 cap) {

@@ -71,6 +71,9 @@ LOCAL u64 sign_return(u64 addr, u64 slot, u32 how) {
 }
 
 /* System call numbers (the generic table). */
+#define SYS_read 63
+#define SYS_close 57
+#define SYS_openat 56
 #define SYS_rt_sigaction 134
 #define SYS_sched_yield 124
 #define SYS_futex 98

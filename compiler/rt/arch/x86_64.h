@@ -63,6 +63,9 @@ LOCAL u64 sign_return(u64 addr, u64 slot, u32 how) {
 }
 
 /* System call numbers. */
+#define SYS_read 0
+#define SYS_close 3
+#define SYS_openat 257
 #define SYS_rt_sigaction 13
 #define SYS_sched_yield 24
 #define SYS_futex 202

@@ -138,6 +138,7 @@ builtins! {
     SprintUsyms = "sprint_usyms"(String) -> String,
     PrintUsyms = "print_usyms"(String) -> Void,
     ErrnoStr = "errno_str"(Long) -> String,
+    CmdlineStr = "cmdline_str"() -> String,
     // Strings.
     Strlen = "strlen"(String) -> Long,
     Substr = "substr"(String, Long, Long) -> String,

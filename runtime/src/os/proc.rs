@@ -160,6 +160,13 @@ pub fn maps_file(pid: i32, prefix: &str, inode: u64) -> bool {
     })
 }
 
+/// Where process `pid` keeps its command line: `arg_start` and `arg_end`
+/// (fields 48 and 49 of /proc/PID/stat).
+pub fn arg_area(pid: i32) -> Option<(u64, u64)> {
+    let (a, e) = (stat_field(pid, 45)?, stat_field(pid, 46)?);
+    (a != 0 && e > a).then_some((a, e))
+}
+
 /// [`maps_file`] for any of `inodes`.
 pub fn maps_any(pid: i32, prefix: &str, inodes: &[u64]) -> bool {
     maps(pid)

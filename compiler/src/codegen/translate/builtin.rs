@@ -533,6 +533,12 @@ impl Gen<'_, '_, '_> {
                 self.rt(Rt::PrintUsyms, &[self.region, self.ctx, tab, callers, idv, kp]);
                 zero
             }
+            Builtin::CmdlineStr => {
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::CmdlineStr, &[self.region, self.ctx, t, cap]);
+                t
+            }
             Builtin::ErrnoStr => {
                 let e = self.expr(&args[0]);
                 let t = self.temp();
