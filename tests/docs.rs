@@ -1,7 +1,10 @@
 //! The examples of the user documentation stay true: every ```stap block
-//! parses (`--last-pass 1`), and every ```stap run block runs as
-//! `telco-stap -e SCRIPT` (begin, end and timer probes: no target), exits
-//! with 0 and prints exactly the ```output block that follows it.
+//! parses (`--last-pass 1`), every ```stap run block runs as
+//! `telco-stap -e SCRIPT` (begin, end and timer probes: no target), and
+//! every ```stap run -c block as `telco-stap -e SCRIPT -c docs`
+//! (tests/programs/docs.c, which prints nothing), exits with 0 and prints
+//! exactly the ```output block that follows it. Every function the
+//! language reference's tables list is called by an example that runs.
 
 mod common;
 
@@ -15,6 +18,10 @@ struct Example {
     script: String,
     /// For ```stap run: the stdout it must print.
     expected: Option<String>,
+    /// ```stap run -c: it probes tests/programs/docs.c.
+    target: bool,
+    /// More options after ```stap run (`-g`).
+    options: Vec<String>,
 }
 
 /// The text of a fenced block whose opening fence is already consumed:
@@ -37,11 +44,16 @@ fn examples() -> Vec<Example> {
         let text = std::fs::read_to_string(common::repo().join(doc)).expect("read doc");
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
         while let Some((n, line)) = lines.next() {
-            let run = match line.trim_end() {
-                "```stap" => false,
-                "```stap run" => true,
+            let fence = line.trim_end();
+            let (run, words) = match fence.strip_prefix("```stap") {
+                Some("") => (false, Vec::new()),
+                Some(rest) if rest == " run" || rest.starts_with(" run ") => {
+                    (true, rest[4..].split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                }
                 _ => continue,
             };
+            let target = words.iter().any(|w| w == "-c");
+            let options: Vec<String> = words.into_iter().filter(|w| w != "-c").collect();
             let script = block(&mut lines, doc, n);
             let expected = run.then(|| loop {
                 match lines.next() {
@@ -50,7 +62,7 @@ fn examples() -> Vec<Example> {
                     _ => panic!("{doc}:{n}: a ```stap run block must be followed by an ```output block"),
                 }
             });
-            v.push(Example { doc, line: n, script, expected });
+            v.push(Example { doc, line: n, script, expected, target, options });
         }
     }
     v
@@ -68,12 +80,48 @@ fn documented_examples_parse() {
     assert!(checked >= 10, "only {checked} examples found");
 }
 
+/// Every `0x` number as `0x…`.
+fn mask_hex(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        out.push_str("0x…");
+        rest = rest[i + 2..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+    }
+    out.push_str(rest);
+    out
+}
+
+/// tests/programs/docs.c, built once (with its debugging information).
+fn docs_program() -> String {
+    static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let exe = common::scratch("docs").join("docs");
+        common::gcc("docs.c", &exe, &["-O1", "-g", "-fno-inline"]);
+        exe.display().to_string()
+    })
+    .clone()
+}
+
 #[test]
 fn documented_examples_run() {
     let mut checked = 0;
     for e in examples() {
         let Some(expected) = &e.expected else { continue };
-        let (out, err, code) = common::telco_run(&["-e", &e.script]);
+        let prog = if e.target { docs_program() } else { String::new() };
+        let mut args: Vec<&str> = e.options.iter().map(String::as_str).collect();
+        args.extend(["-e", e.script.as_str()]);
+        if e.target {
+            args.extend(["-c", prog.as_str()]);
+        }
+        let (out, err, code) = common::telco_run(&args);
+        // The program's path is its name, and where the output block
+        // writes `0x…`, addresses (which ASLR moves) are compared as that.
+        let mut out = if e.target { out.replace(&prog, "docs") } else { out };
+        if expected.contains("0x…") {
+            out = mask_hex(&out);
+        }
         assert_eq!(code, Some(0), "{}:{}: this example fails:\n{}\n{err}", e.doc, e.line, e.script);
         assert_eq!(
             &out, expected,
@@ -83,6 +131,39 @@ fn documented_examples_run() {
         checked += 1;
     }
     assert!(checked >= 40, "only {checked} runnable examples found");
+}
+
+/// Every function a table of the language reference lists (`| `name(`…)
+/// is called by an example that runs.
+#[test]
+fn every_documented_function_has_an_example_that_runs() {
+    let text = std::fs::read_to_string(common::repo().join("docs/language.md")).expect("read doc");
+    let mut names = std::collections::BTreeSet::new();
+    for row in text.lines().filter(|l| l.starts_with("| `")) {
+        let first = row.split('|').nth(1).unwrap_or("");
+        // Probe points (`process("PATH").function(...)`) are not functions.
+        for part in first.split('`').skip(1).step_by(2).filter(|p| !p.contains(").")) {
+            let name: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let rest = &part[name.len()..];
+            if !name.is_empty()
+                && (rest.starts_with('(') || rest.starts_with(':'))
+                && !name.starts_with(char::is_numeric)
+            {
+                names.insert(name);
+            }
+        }
+    }
+    let runs: String = examples().into_iter().filter(|e| e.expected.is_some()).map(|e| e.script).collect();
+    let called = |n: &str| {
+        runs.match_indices(n).any(|(i, _)| {
+            let before = runs[..i].chars().next_back().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+            let after = runs[i + n.len()..].trim_start().starts_with('(');
+            before && after
+        })
+    };
+    let missing: Vec<&String> = names.iter().filter(|n| !called(n)).collect();
+    assert!(names.len() > 60, "only {} functions found", names.len());
+    assert!(missing.is_empty(), "{} function(s) without an example that runs: {missing:?}", missing.len());
 }
 
 /// Every document a tracked file names (`docs/language.md`, `INTERNALS.md`)
