@@ -456,6 +456,7 @@ pub fn list(
         })
         .collect();
     let mut resolver = points::Resolver::new(cfg.target.clone(), cfg.query);
+    resolver.listing = true;
     let mut lines = std::collections::BTreeSet::new();
     for item in &script.items {
         let Item::Probe(p) = item else { continue };

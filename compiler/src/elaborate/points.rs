@@ -63,6 +63,9 @@ pub struct Resolver<'q> {
     modules: HashMap<PathBuf, Rc<Module>>,
     /// The target's modules (its executable first), loaded on first need.
     target: Option<Result<Vec<Rc<Module>>, String>>,
+    /// `-l`/`-L`: what a point names, though a probe there would be
+    /// refused (Go functions).
+    pub listing: bool,
 }
 
 /// The outcome for one expanded point.
@@ -73,7 +76,7 @@ pub struct Resolved {
 
 impl<'q> Resolver<'q> {
     pub fn new(spec: TargetSpec, query: &'q dyn TargetQuery) -> Resolver<'q> {
-        Resolver { spec, query, modules: HashMap::new(), target: None }
+        Resolver { spec, query, modules: HashMap::new(), target: None, listing: false }
     }
 
     /// The module at `path`, loaded once per session.
@@ -496,8 +499,14 @@ impl<'q> Resolver<'q> {
         let mut no_return = Vec::new();
         // Entries no jump can take safely: (name, why).
         let mut unhookable: Vec<(String, String)> = Vec::new();
+        // Go functions: refused until probes are safe on goroutine stacks.
+        let mut go: Vec<String> = Vec::new();
         for f in found {
             if exported_only && !f.global {
+                continue;
+            }
+            if module.go_function(f.addr) && !self.listing {
+                go.push(f.display_name().to_string());
                 continue;
             }
             if f.ifunc {
@@ -531,6 +540,25 @@ impl<'q> Resolver<'q> {
                 hop,
                 ra_saved: if ret { module.return_address_saved(f) } else { None },
             }));
+        }
+        if !go.is_empty() {
+            let names: Vec<&str> = go.iter().map(String::as_str).collect();
+            let msg = format!(
+                "cannot probe Go function{} {} yet: a probe would run on the goroutine's stack, which Go grows and \
+                 moves (and a return probe would change a return address Go's runtime reads), and telco-stap does \
+                 not yet run probes on a stack of its own there",
+                if names.len() == 1 { "" } else { "s" },
+                list_names(&names)
+            );
+            let d = if ex.point.optional || (wildcard && !points.is_empty()) {
+                Diagnostic::warning(Code::Unsupported, comp.span, format!("skipped: {msg}"))
+            } else {
+                Diagnostic::error(Code::Unsupported, comp.span, msg)
+            };
+            diags.push(
+                d.with_label("a Go function (the module's .gopclntab lists it)")
+                    .with_help("`timer.profile` profiles Go programs, named by their Go functions"),
+            );
         }
         if !unhookable.is_empty() {
             let names: Vec<&str> = unhookable.iter().map(|(n, _)| n.as_str()).collect();
@@ -632,7 +660,7 @@ impl<'q> Resolver<'q> {
                 );
             }
         }
-        if points.is_empty() && ifuncs.is_empty() && no_return.is_empty() && !ex.point.optional {
+        if points.is_empty() && ifuncs.is_empty() && no_return.is_empty() && go.is_empty() && !ex.point.optional {
             let mut d = Diagnostic::error(
                 Code::NoMatch,
                 comp.span,

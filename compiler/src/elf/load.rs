@@ -119,6 +119,7 @@ fn parse_with(path: &Path, bytes: &[u8], names_only: bool) -> Result<Module, Elf
     );
 
     let mut functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped, names_only)?;
+    let go_entries = add_go_functions(&elf, bytes, &mut functions);
     if stripped && machine == crate::arch::native::MACHINE {
         add_unnamed_functions(&elf, bytes, &mut functions);
     }
@@ -175,7 +176,69 @@ fn parse_with(path: &Path, bytes: &[u8], names_only: bool) -> Result<Module, Elf
         class64: bytes.get(EI_CLASS) == Some(&ELFCLASS64),
         little_endian: elf.little_endian,
         nodeflib: info.is_some_and(|i| i.flags_1 & DF_1_NODEFLIB != 0),
+        go_entries,
     })
+}
+
+/// A Go binary's functions from its `.gopclntab` (`gopclntab`), stripped
+/// or not: those no symbol covers get their Go names (`main.main`,
+/// `net/http.(*conn).serve`). Returns the entries of every Go function
+/// (sorted).
+fn add_go_functions(elf: &Elf<'_>, bytes: &[u8], functions: &mut Vec<Function>) -> Vec<u64> {
+    let Some(sh) = elf
+        .section_headers
+        .iter()
+        .find(|sh| elf.shdr_strtab.get_at(sh.sh_name).is_some_and(|n| n == ".gopclntab" || n.ends_with(".gopclntab")))
+    else {
+        return Vec::new();
+    };
+    let Some(tab) = usize::try_from(sh.sh_offset)
+        .ok()
+        .and_then(|o| bytes.get(o..o.checked_add(usize::try_from(sh.sh_size).ok()?)?))
+    else {
+        return Vec::new();
+    };
+    // A position-independent binary's text address is a relocation's
+    // addend (pcHeader.textStart, the third word after 8 bytes).
+    let ptr = u64::from(tab.get(7).copied().unwrap_or(8));
+    let text_word = sh.sh_addr + 8 + 2 * ptr;
+    let text = elf.dynrelas.iter().find(|r| r.r_offset == text_word).and_then(|r| r.r_addend).map(|a| a as u64);
+    let segments: Vec<(u64, u64, u64)> = elf
+        .program_headers
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .map(|p| (p.p_vaddr, p.p_filesz, p.p_offset))
+        .collect();
+    let covered = |f: &[Function], a: u64| {
+        let i = f.partition_point(|g| g.addr <= a);
+        i > 0 && a < f[i - 1].addr + f[i - 1].size.max(1)
+    };
+    let mut added = Vec::new();
+    let go = super::gopclntab::functions(tab, text);
+    let mut entries: Vec<u64> = go.iter().map(|g| g.addr).collect();
+    entries.sort_unstable();
+    for g in go {
+        if g.size == 0 || covered(functions, g.addr) {
+            continue;
+        }
+        let Some(file_offset) =
+            segments.iter().find(|&&(v, n, _)| g.addr >= v && g.addr < v + n).map(|&(v, _, o)| g.addr - v + o)
+        else {
+            continue;
+        };
+        added.push(Function {
+            names: vec![g.name],
+            lazy: Default::default(),
+            addr: g.addr,
+            size: g.size,
+            file_offset,
+            ifunc: false,
+            global: true,
+        });
+    }
+    functions.extend(added);
+    functions.sort_by_key(|f| f.addr);
+    entries
 }
 
 /// A stripped file keeps names only for what it exports; every function

@@ -37,6 +37,7 @@
 
 mod demangle;
 
+pub mod gopclntab;
 mod ldcache;
 mod load;
 pub mod sdt;
@@ -110,6 +111,9 @@ pub struct Module {
     class64: bool,
     little_endian: bool,
     nodeflib: bool,
+    /// The entries of the Go functions its `.gopclntab` lists (sorted):
+    /// probes on them are refused (`Module::go_function`).
+    go_entries: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,6 +282,12 @@ fn shim_hint(interpreter: &str) -> String {
 }
 
 impl Module {
+    /// Whether the function at link-time address `addr` is a Go function
+    /// (listed in the module's `.gopclntab`).
+    pub fn go_function(&self, addr: u64) -> bool {
+        self.go_entries.binary_search(&addr).is_ok()
+    }
+
     /// Read and parse the ELF file at `path`.
     pub fn load(path: &Path) -> Result<Module, ElfError> {
         load::load(path)
