@@ -152,6 +152,10 @@ pub struct Cli {
     #[arg(short = 'D', value_name = "NAME=VALUE", action = ArgAction::Append, value_parser = parse_define)]
     pub defines: Vec<(String, u64)>,
 
+    /// Start global NAME with VALUE (a number, or a string), as SystemTap's -G (repeatable).
+    #[arg(short = 'G', value_name = "NAME=VALUE", action = ArgAction::Append, value_parser = parse_set_global)]
+    pub set_globals: Vec<(String, String)>,
+
     /// Stop after SECONDS (fractions allowed).
     #[arg(short = 'T', value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub timeout: Option<f64>,
@@ -277,6 +281,19 @@ fn parse_version(s: &str) -> Result<String, String> {
         Ok(s.to_string())
     } else {
         Err(format!("expected a version such as 1.3 or 4.0, got `{s}`"))
+    }
+}
+
+fn parse_set_global(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value))
+            if !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit()) =>
+        {
+            Ok((name.to_string(), value.to_string()))
+        }
+        _ => Err(format!("expected NAME=VALUE (a global's name), got `{s}`")),
     }
 }
 

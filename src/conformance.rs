@@ -8,7 +8,8 @@
 //! It reads the `.exp` files of `testsuite/systemtap.{base,maps,printf,
 //! string}` in a SystemTap source tree (nothing of it is copied here) and
 //! keeps the exact-output tests: those that set `result_string` and run
-//! their script with `stap_run2`, whose check is SystemTap's
+//! their script with `stap_run2` (or `stap_run3`, the same with a test
+//! name first), whose check is SystemTap's
 //! `lib/stap_run2.exp`: standard output then standard error, less one final
 //! newline, equal line for line to `result_string`. Options that only
 //! tune SystemTap's kernel runtime (`--runtime=…`, `-DSTP_*`,
@@ -115,7 +116,11 @@ fn braced(text: &str, at: usize) -> Option<(String, usize)> {
 fn result_string_at(exp: &str, at: usize) -> Option<String> {
     let rest = &exp[at..];
     let key = ["set ::result_string ", "set result_string "].into_iter().find(|k| rest.starts_with(k))?;
-    let at = at + key.len();
+    value_at(exp, at + key.len())
+}
+
+/// The braced or double-quoted Tcl value at `exp[at..]`.
+fn value_at(exp: &str, at: usize) -> Option<String> {
     if exp[at..].starts_with('{') {
         return braced(exp, at).map(|(s, _)| s);
     }
@@ -155,6 +160,7 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
     // before it.
     let mut expected: Option<String> = None;
     let mut vars: std::collections::HashMap<String, String> = Default::default();
+    let mut pieces: std::collections::HashMap<String, String> = Default::default();
     let mut builds: Vec<Build> = Vec::new();
     // `if {$::tcl_platform(wordSize) == 8} { ... } else { ... }`: the
     // results of a 32-bit machine (the else branch) are not ours.
@@ -172,7 +178,22 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
         } else if in_32_bit_branch && trimmed == "}" {
             in_32_bit_branch = false;
         }
+        // `set result_string1 {...}`: pieces a later result_string joins
+        // (`"${result_string1}${result_string3}"`).
+        if let Some(rest) = line.trim_start().strip_prefix("set result_string") {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            if !digits.is_empty() && rest[digits.len()..].starts_with(' ') {
+                let at = here + indent + "set result_string".len() + digits.len() + 1;
+                if let Some(v) = value_at(exp, at) {
+                    pieces.insert(format!("result_string{digits}"), v);
+                }
+            }
+        }
         if let Some(v) = result_string_at(exp, here + indent).filter(|_| !in_32_bit_branch) {
+            let mut v = v;
+            for (k, piece) in &pieces {
+                v = v.replace(&format!("${{{k}}}"), piece);
+            }
             expected = Some(v);
         }
         let line = trimmed;
@@ -206,9 +227,27 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
                 }
             }
         }
-        let Some(rest) = line.strip_prefix("stap_run2 ") else { continue };
+        // `stap_run2 ARGS`, or `stap_run3 NAME ARGS` (the same check,
+        // lib/stap_run2.exp), a line ending in `\` going on on the next.
+        let (rest, named) = match (line.strip_prefix("stap_run2 "), line.strip_prefix("stap_run3 ")) {
+            (Some(r), _) => (r.to_string(), false),
+            (None, Some(r)) => (r.to_string(), true),
+            _ => continue,
+        };
+        let mut rest = rest;
+        let mut more = exp[at..].split_inclusive('\n');
+        while rest.trim_end().ends_with('\\') {
+            let Some(next) = more.next() else { break };
+            rest = format!("{} {}", rest.trim_end().trim_end_matches('\\'), next.trim());
+        }
         let Some(expected) = expected.clone() else { continue };
-        let Some(words) = tcl_words(rest) else { continue };
+        let Some(mut words) = tcl_words(&rest) else { continue };
+        if named {
+            if words.is_empty() {
+                continue;
+            }
+            words.remove(0);
+        }
         let mut args = Vec::new();
         for w in words {
             if w.starts_with("--runtime") || w.starts_with("-DSTP_") || w.starts_with("-DMAPHASHBIAS") {
@@ -369,7 +408,7 @@ fn build(case: &Case) -> Result<BuildDir, String> {
         let o = Command::new("gcc")
             .arg(&b.src)
             .arg("-o")
-            .arg(d.0.join(&b.out))
+            .arg(d.0.join(b.out.replace(PWD, &here)))
             .args(&flags)
             .current_dir(&d.0)
             .output()
@@ -428,9 +467,11 @@ pub fn check(case: &Case) -> Outcome {
         }
     };
     let here = built.as_ref().map_or(case.dir.as_path(), |d| d.0.as_path());
+    // `[pwd]`: where it runs.
+    let args: Vec<String> = case.args.iter().map(|a| a.replace(PWD, &here.display().to_string())).collect();
     // Pass 2 alone: a probe point we do not have is a kernel one.
     let mut p2: Vec<String> = vec!["--last-pass".into(), "2".into()];
-    p2.extend(case.args.iter().cloned());
+    p2.extend(args.iter().cloned());
     let (out, code) = run(here, &p2);
     if code != Some(0) {
         if let Some(l) = out.lines().find(|l| l.contains("is neither built in nor a tapset alias")) {
@@ -441,7 +482,7 @@ pub fn check(case: &Case) -> Outcome {
             return Outcome::OutOfScope("`@const`: a C macro of SystemTap's kernel-side runtime".into());
         }
     }
-    let (mut got, _) = run(here, &case.args);
+    let (mut got, _) = run(here, &args);
     if got.ends_with('\n') {
         got.pop();
     }

@@ -174,6 +174,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         guru: cli.guru,
         skip_badvars: cli.skip_badvars,
         unoptimized: cli.unoptimized,
+        set_globals: &cli.set_globals,
     };
     let mut diags = Vec::new();
     let t0 = Instant::now();

@@ -576,3 +576,44 @@ mod generated {
         }
     }
 }
+
+/// `-G NAME=VALUE` starts a global with a value (a number, or a string),
+/// and SystemTap's argv tapset gives `argc` and `argv[]` from the script's
+/// arguments, which `-G` overrides; a `-G` for no global is an error.
+#[test]
+fn globals_from_the_command_line_and_the_argv_tapset() {
+    let dir = common::scratch("cli-argv");
+    let script = dir.join("argv.stp");
+    std::fs::write(
+        &script,
+        "probe begin { printf(\"argc=%d\\n\", argc) for (i = 1; i <= argc; i++) printf(\"argv[%d]=%s\\n\", i, argv[i]) exit() }\n",
+    )
+    .unwrap();
+    let s = script.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![s];
+        args.extend(extra);
+        let (out, err, code) = common::telco_run(&args);
+        assert_eq!(code, Some(0), "{extra:?}: {err}");
+        out
+    };
+    assert_eq!(run(&[]), "argc=0\n");
+    assert_eq!(run(&["hello", "world"]), "argc=2\nargv[1]=hello\nargv[2]=world\n");
+    assert_eq!(run(&["-G", "argc=1", "-G", "argv_1=hi"]), "argc=1\nargv[1]=hi\n");
+    assert_eq!(run(&["smelly", "panda", "-G", "argv_1=hello"]), "argc=2\nargv[1]=hello\nargv[2]=panda\n");
+    let (out, err, code) = common::telco_run(&[
+        "-G",
+        "n=5",
+        "-G",
+        "s=abc",
+        "-e",
+        "global n, s = \"x\" probe begin { println(n, \" \", s); exit() }",
+    ]);
+    assert_eq!((out.as_str(), code), ("5 abc\n", Some(0)), "{err}");
+    let (_, err, code) = common::telco_run(&["-G", "zz=1", "-e", "probe begin { exit() }"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("-G zz=...: the script has no global `zz`"), "{err}");
+    let (_, err, code) = common::telco_run(&["-G", "n=abc", "-e", "global n = 1 probe begin { println(n); exit() }"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("`n` is a number, and `abc` is not one"), "{err}");
+}

@@ -54,6 +54,7 @@ fn elaborate_named(name: &str, text: &str) -> Outcome {
         guru: false,
         skip_badvars: false,
         unoptimized: false,
+        set_globals: &[],
     };
     let mut ds = Vec::new();
     let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds);

@@ -46,6 +46,7 @@ fn passes_1_4(
         guru: false,
         skip_badvars: false,
         unoptimized: false,
+        set_globals: &[],
     };
     let mut ds = Vec::new();
     let program = elaborate::elaborate(&mut sources, id, &script, &cfg, &mut ds);

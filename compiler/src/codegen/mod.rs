@@ -128,6 +128,7 @@ pub fn compile_text(name: &str, text: &str) -> Result<telco_abi::artifact::Artif
         guru: false,
         skip_badvars: false,
         unoptimized: false,
+        set_globals: &[],
     };
     let mut ds = Vec::new();
     let program =

@@ -150,6 +150,8 @@ pub struct Lowerer<'a> {
     /// whose names are their own (a tapset's local `s` is never a
     /// script's `global s`).
     pub script_file: Option<crate::span::FileId>,
+    /// `-G NAME=VALUE`: initial values given on the command line.
+    pub set_globals: &'a [(String, String)],
 }
 
 type Typed = (Expr, Option<Ty>);
@@ -210,12 +212,18 @@ impl<'a> Lowerer<'a> {
             typed_locals: Vec::new(),
             all_functions: Vec::new(),
             script_file: None,
+            set_globals: &[],
         }
     }
 
     /// A function exists (even if it is not compiled): suggest it.
     pub fn know_function(&mut self, name: &str) {
         self.all_functions.push(name.to_string());
+    }
+
+    /// Whether a global `name` was declared.
+    pub fn has_global(&self, name: &str) -> bool {
+        self.global_index.contains_key(name)
     }
 
     pub fn declare_global(&mut self, v: &ast::GlobalVar, diags: &mut Vec<Diagnostic>) {
@@ -239,6 +247,10 @@ impl<'a> Lowerer<'a> {
         let init = match v.init.as_deref().map(|e| &e.kind) {
             None => None,
             Some(A::Int(n)) => Some(Const::Long(*n)),
+            Some(A::ScriptArgCount { as_string: false }) => Some(Const::Long(self.args.len() as i64)),
+            Some(A::ScriptArgCount { as_string: true }) => {
+                Some(Const::String(self.args.len().to_string().into_bytes()))
+            }
             Some(A::Str(s)) => Some(Const::String(s.clone())),
             Some(A::ScriptArg { index, as_string: false }) => match self.script_arg_long(*index, init_span) {
                 Ok(n) => Some(Const::Long(n)),
@@ -255,6 +267,27 @@ impl<'a> Lowerer<'a> {
                 }
             },
             Some(_) => None,
+        };
+        // `-G NAME=VALUE` (the last given): a number is a long, anything
+        // else a string, unless the declaration's own value says which.
+        let given = self.set_globals.iter().rev().find(|(n, _)| n == v.name.name.as_str()).map(|(_, x)| x.clone());
+        let init = match given {
+            Some(x) => {
+                let number = crate::lexer::parse_int(x.trim()).ok();
+                match (&init, number) {
+                    (Some(Const::String(_)), _) | (None, None) => Some(Const::String(x.into_bytes())),
+                    (_, Some(n)) => Some(Const::Long(n)),
+                    (Some(Const::Long(_)), None) => {
+                        diags.push(Diagnostic::error(
+                            Code::TypeMismatch,
+                            init_span,
+                            format!("-G {}={x}: `{}` is a number, and `{x}` is not one", v.name.name, v.name.name),
+                        ));
+                        init
+                    }
+                }
+            }
+            None => init,
         };
         // `= $1` is a long and `= @1` a string even when the argument is
         // missing (already reported): no "cannot tell the type" on top.

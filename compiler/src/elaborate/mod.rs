@@ -43,6 +43,8 @@ pub struct Config<'a> {
     /// `-u`: every function of the script is compiled, called or not, and
     /// nothing is said elided.
     pub unoptimized: bool,
+    /// `-G NAME=VALUE`: the initial values of globals, as given.
+    pub set_globals: &'a [(String, String)],
 }
 
 /// Parse every tapset; a broken tapset is reported like a broken script.
@@ -87,6 +89,7 @@ pub fn elaborate(
     let mut lowerer = Lowerer::new(cfg.args, cfg.guru);
     lowerer.skip_badvars = cfg.skip_badvars;
     lowerer.script_file = Some(script_file);
+    lowerer.set_globals = cfg.set_globals;
     let mut alias_defs = Vec::new();
     for (file, s) in &chosen {
         for item in &s.items {
@@ -114,6 +117,15 @@ pub fn elaborate(
                 Item::Alias(a) => alias_defs.push(a.as_ref()),
                 Item::Probe(_) => {}
             }
+        }
+    }
+    for (name, _) in cfg.set_globals {
+        if !lowerer.has_global(name) {
+            diags.push(Diagnostic::error(
+                crate::diag::Code::Undefined,
+                crate::span::Span::default(),
+                format!("-G {name}=...: the script has no global `{name}`"),
+            ));
         }
     }
     let every_alias = tapset_scripts.iter().flat_map(|(_, s)| s.items.iter()).filter_map(|i| match i {

@@ -3,7 +3,7 @@
 //! Built-in tapsets are compiled into the binary; `-I DIR` adds every `.tp`
 //! file below DIR. As in SystemTap, a tapset file joins the program only
 //! when it defines something the program uses (a function it calls, a probe
-//! alias it names), transitively.
+//! alias it names, a global it uses and does not declare), transitively.
 
 use crate::ast::{Item, Script};
 use crate::diag::{Code, Diagnostic};
@@ -17,12 +17,16 @@ pub use crate::library::{builtin, builtin_macro_libraries, from_dirs, macro_libr
 struct Defines {
     functions: BTreeSet<String>,
     aliases: BTreeSet<String>,
+    /// Globals other files see (not `private`).
+    globals: BTreeSet<String>,
 }
 
 /// What a file refers to.
 #[derive(Default)]
 struct Uses {
     functions: BTreeSet<String>,
+    /// Names used as variables or arrays.
+    names: BTreeSet<String>,
     /// Every dotted prefix of every probe point that is not a built-in family.
     alias_candidates: BTreeSet<String>,
 }
@@ -34,6 +38,7 @@ pub fn select(files: &[(FileId, &Script)]) -> Vec<usize> {
     let mut chosen = vec![0usize];
     let mut work = vec![0usize];
     let mut defined_fns: BTreeSet<String> = defines[0].functions.clone();
+    let declared = defines[0].globals.clone();
     while let Some(i) = work.pop() {
         let uses = uses_of(files[i].1);
         for (j, d) in defines.iter().enumerate() {
@@ -44,7 +49,8 @@ pub fn select(files: &[(FileId, &Script)]) -> Vec<usize> {
             let wanted_alias = uses.alias_candidates.iter().any(|a| {
                 d.aliases.contains(a) || d.aliases.iter().any(|n| crate::elaborate::alias::name_matches(a, n))
             });
-            if wanted_fn || wanted_alias {
+            let wanted_global = uses.names.iter().any(|n| d.globals.contains(n) && !declared.contains(n));
+            if wanted_fn || wanted_alias || wanted_global {
                 chosen.push(j);
                 work.push(j);
                 defined_fns.extend(d.functions.iter().cloned());
@@ -65,6 +71,7 @@ fn defines_of(s: &Script) -> Defines {
             Item::Alias(a) => {
                 d.aliases.insert(a.name.shape());
             }
+            Item::Global(g) if !g.private => d.globals.extend(g.vars.iter().map(|v| v.name.name.to_string())),
             _ => {}
         }
     }
@@ -79,12 +86,16 @@ fn uses_of(s: &Script) -> Uses {
             Item::Probe(p) => {
                 points.extend(p.points.iter());
                 crate::elaborate::walk::calls_in_block(&p.body, &mut u.functions);
+                crate::elaborate::walk::names_in_block(&p.body, &mut u.names);
             }
             Item::Alias(a) => {
                 points.extend(a.points.iter());
                 crate::elaborate::walk::calls_in_block(&a.body, &mut u.functions);
             }
-            Item::Function(f) => crate::elaborate::walk::calls_in_block(&f.body, &mut u.functions),
+            Item::Function(f) => {
+                crate::elaborate::walk::calls_in_block(&f.body, &mut u.functions);
+                crate::elaborate::walk::names_in_block(&f.body, &mut u.names);
+            }
             Item::Global(_) => {}
         }
     }

@@ -8,6 +8,19 @@ pub fn calls_in_block(b: &Block, out: &mut BTreeSet<String>) {
     visit_exprs_in_block(b, &mut |e| note_call(e, out));
 }
 
+/// Names used as variables or arrays in a block (`n`, `a[k]`).
+pub fn names_in_block(b: &Block, out: &mut BTreeSet<String>) {
+    visit_exprs_in_block(b, &mut |e| match &e.kind {
+        ExprKind::Var(n) => {
+            out.insert(n.to_string());
+        }
+        ExprKind::Index(ix) => {
+            out.insert(ix.array.name.to_string());
+        }
+        _ => {}
+    });
+}
+
 pub fn calls_in_expr(e: &Expr, out: &mut BTreeSet<String>) {
     visit_expr(e, &mut |e| note_call(e, out));
 }
