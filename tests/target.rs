@@ -1091,3 +1091,22 @@ probe process.function("leaf") { println("leaf ", cmdline_str()); exit() }"#;
         [format!("begin {want}"), format!("leaf {want}")]
     );
 }
+
+/// SystemTap's `&` on a target variable's member (its address), and `$`/
+/// `$$` after an index (`$it[0]$$`): on tests/programs/docs.c's leaf,
+/// whose `it` points at `struct item { int id; char tag; const char *name; }`.
+/// A variable in a register has no address: a located error.
+#[test]
+fn address_of_and_pretty_printing_after_an_index() {
+    let exe = common::scratch("target").join("docs-address");
+    common::gcc("docs.c", &exe, &["-O1", "-g", "-fno-inline"]);
+    let script = r#"probe process.function("leaf") { println(user_int8(&$it->tag), " ", &$it->tag - $it, " ", $it[0]$$); exit() }"#;
+    let (out, err, code) = run(&["-e", script, "-c", &exe.to_string_lossy()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "107 4 {.id=7, .tag='k', .name=\"hello\"}\n");
+    let (_, err, code) =
+        run(&["-e", "probe process.function(\"leaf\") { println(&$x) }", "-c", &exe.to_string_lossy()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("`&$x`: it is not in memory here"), "{err}");
+    assert!(err.contains("<input>:1:42"), "{err}");
+}

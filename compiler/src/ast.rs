@@ -364,6 +364,8 @@ pub struct TargetPath {
     pub steps: Vec<PathStep>,
     /// 0, or 1 for a trailing `$` and 2 for `$$`: the value as a string.
     pub pretty: u8,
+    /// `&path`: the address of what it names (in memory) instead.
+    pub address: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

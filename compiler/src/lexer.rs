@@ -96,6 +96,12 @@ pub enum Tok<'a> {
     AtArg(u32),
     #[token("$#")]
     DollarCount,
+    /// A pretty-print suffix after an index or `@var(...)`/`@cast(...)`
+    /// (`$a[1]$$`, `@var("x")$`); after a name it is part of the name's token.
+    #[token("$$")]
+    DollarDollar,
+    #[token("$")]
+    Dollar,
     #[token("@#")]
     AtCount,
     /// `@name`: a built-in operator (`@entry`, `@count`), `@define`, or a macro use.
@@ -486,6 +492,8 @@ impl Tok<'_> {
             Tok::Try => "try",
             Tok::Catch => "catch",
             Tok::DollarCount => "$#",
+            Tok::DollarDollar => "$$",
+            Tok::Dollar => "$",
             Tok::AtCount => "@#",
             Tok::LBrace => "{",
             Tok::RBrace => "}",

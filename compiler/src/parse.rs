@@ -87,7 +87,7 @@ impl ParseCtx<'_> {
         if steps.is_empty() && pretty == 0 {
             return base;
         }
-        Expr::new(ExprKind::TargetPath(Box::new(crate::ast::TargetPath { base, steps, pretty })), span)
+        Expr::new(ExprKind::TargetPath(Box::new(crate::ast::TargetPath { base, steps, pretty, address: false })), span)
     }
 
     /// `base->a.b$` (a `Member` token after a target expression).
@@ -98,6 +98,31 @@ impl ParseCtx<'_> {
         let start = r - text.len() - if pretty == 0 { 0 } else { pretty as usize };
         let steps = self.members(text.split('.'), start.saturating_sub(1));
         self.extend_path(base, steps, pretty, span)
+    }
+
+    /// `&path`: the address of a target variable's member or element.
+    pub(crate) fn address_of(&self, e: Expr, l: usize, r: usize) -> Expr {
+        let span = self.span(l, r);
+        match e.kind {
+            ExprKind::TargetPath(mut p) if p.pretty == 0 => {
+                p.address = true;
+                Expr::new(ExprKind::TargetPath(p), span)
+            }
+            _ => Expr::new(
+                ExprKind::TargetPath(Box::new(crate::ast::TargetPath {
+                    base: e,
+                    steps: Vec::new(),
+                    pretty: 0,
+                    address: true,
+                })),
+                span,
+            ),
+        }
+    }
+
+    /// `base$` or `base$$` after an index or `@var(...)`: pretty-printed.
+    pub(crate) fn pretty(&self, base: Expr, pretty: u8, l: usize, r: usize) -> Expr {
+        self.extend_path(base, Vec::new(), pretty, self.span(l, r))
     }
 
     /// `base[index]`.
@@ -112,7 +137,10 @@ impl ParseCtx<'_> {
                 p.pretty = pretty;
                 Expr::new(ExprKind::TargetPath(p), span)
             }
-            _ => Expr::new(ExprKind::TargetPath(Box::new(crate::ast::TargetPath { base, steps, pretty })), span),
+            _ => Expr::new(
+                ExprKind::TargetPath(Box::new(crate::ast::TargetPath { base, steps, pretty, address: false })),
+                span,
+            ),
         }
     }
 
@@ -652,6 +680,7 @@ const EXPR_STARTS: &[&str] = &[
     "\"-\"",
     "\"+\"",
     "\"!\"",
+    "\"&\"",
     "\"~\"",
     "\"++\"",
     "\"--\"",
@@ -771,6 +800,11 @@ fn hint_for(tok: &Tok<'_>, expected: &[String], before: &str) -> Option<String> 
             Some("a bare `return` takes the next expression as its value; write `return;` before `else`".into())
         }
         Tok::Else => Some("`else` must follow the statement of an `if`".into()),
+        Tok::Dollar | Tok::DollarDollar => Some(
+            "`$` and `@` start target variables (`$name`) and script arguments (`$1`, `@1`); a `$` or `$$` after a \
+             target variable, an index or `@var(...)` pretty-prints it"
+                .into(),
+        ),
         Tok::Global if has("\"}\"") => Some(
             "globals are declared at the top level of the script, outside probes and functions; locals need no declaration"
                 .into(),

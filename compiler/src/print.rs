@@ -408,6 +408,9 @@ impl Printer {
                 self.out.push_str(v);
             }
             ExprKind::TargetPath(p) => {
+                if p.address {
+                    self.out.push('&');
+                }
                 self.expr_inner(&p.base);
                 for s in &p.steps {
                     match s {
@@ -600,7 +603,13 @@ pub fn expr_tree(e: &Expr) -> String {
                     crate::ast::PathStep::Index(i) => format!("[{}]", expr_tree(i)),
                 })
                 .collect();
-            format!("(path {}{}{})", expr_tree(&p.base), steps.concat(), "$".repeat(p.pretty as usize))
+            format!(
+                "(path {}{}{}{})",
+                if p.address { "&" } else { "" },
+                expr_tree(&p.base),
+                steps.concat(),
+                "$".repeat(p.pretty as usize)
+            )
         }
         ExprKind::ScriptArg { index, as_string } => format!("{}{index}", if *as_string { '@' } else { '$' }),
         ExprKind::ScriptArgCount { as_string } => (if *as_string { "@#" } else { "$#" }).to_string(),

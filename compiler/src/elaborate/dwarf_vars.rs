@@ -857,6 +857,31 @@ impl Site {
             .with_help(help)
     }
 
+    /// `&path`: the address of what the path names, where it is in
+    /// memory (a register or a computed value has none).
+    pub fn address(&self, v: &Val, span: Span) -> Res<Expr> {
+        if v.bits.is_some() {
+            return Err(Diagnostic::error(
+                Code::TypeMismatch,
+                span,
+                format!("`&{}`: a bit-field has no address", v.text),
+            )
+            .with_label("a bit-field"));
+        }
+        match &v.place {
+            Place::Mem(a) => Ok(if v.at_entry { long(ExprKind::Entry(Box::new(a.clone())), span) } else { a.clone() }),
+            _ => Err(Diagnostic::error(
+                Code::TypeMismatch,
+                span,
+                format!(
+                    "`&{}`: it is not in memory here (a register or a computed value), so it has no address",
+                    v.text
+                ),
+            )
+            .with_label("no address")),
+        }
+    }
+
     /// The value as a long: integers, enums, pointers; an array is its
     /// address (`user_string($buf)` reads a char array).
     pub fn read(&self, v: &Val, span: Span) -> Res<Expr> {

@@ -1627,6 +1627,7 @@ impl<'a> Lowerer<'a> {
         }
         let reported = self.diags.len();
         let r = match self.path_value(p, span) {
+            Some((site, v)) if p.address => site.address(&v, span).map_err(|d| self.error(d)),
             Some((site, v)) => {
                 let r = if p.pretty > 0 { site.pretty(&v, p.pretty > 1, span) } else { site.read(&v, span) };
                 r.map_err(|d| self.error(d))
@@ -1652,7 +1653,7 @@ impl<'a> Lowerer<'a> {
     /// debugging information (written through `dwarf_vars`).
     fn is_debug_target(&self, e: &ast::Expr) -> bool {
         match &e.kind {
-            A::TargetPath(p) => p.pretty == 0,
+            A::TargetPath(p) => p.pretty == 0 && !p.address,
             A::AtOp(c) => c.name.name.as_str() == "var",
             A::TargetVar(n) => {
                 let n = n.as_str();
@@ -1690,7 +1691,7 @@ impl<'a> Lowerer<'a> {
         }
         let path = match &target.kind {
             A::TargetPath(p) => (**p).clone(),
-            _ => ast::TargetPath { base: target.clone(), steps: Vec::new(), pretty: 0 },
+            _ => ast::TargetPath { base: target.clone(), steps: Vec::new(), pretty: 0, address: false },
         };
         let (v, tv) = self.expr(value, Some(Ty::Long));
         self.check_type(tv, Ty::Long, value.span, "a value written to the target");
@@ -2196,6 +2197,7 @@ impl<'a> Lowerer<'a> {
                     base: ast::Expr::new(A::AtOp(Box::new(c.clone())), span),
                     steps: Vec::new(),
                     pretty: 0,
+                    address: false,
                 };
                 self.target_path(&path, span)
             }
