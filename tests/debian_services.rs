@@ -86,11 +86,7 @@ impl Nginx {
 
     /// One request on a connection of its own: nginx's answer's body.
     fn get(&self) -> String {
-        let mut s = UnixStream::connect(self.dir.join("sock")).expect("connect to nginx");
-        s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).expect("nginx's answer");
-        answer.rsplit("\r\n\r\n").next().unwrap_or("").to_string()
+        get_from(&self.dir)
     }
 }
 
@@ -101,6 +97,15 @@ impl Drop for Nginx {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
         let _ = self.child.wait();
     }
+}
+
+/// One request to the nginx serving on `DIR/sock`: its answer's body.
+fn get_from(dir: &Path) -> String {
+    let mut s = UnixStream::connect(dir.join("sock")).expect("connect to nginx");
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("nginx's answer");
+    answer.rsplit("\r\n\r\n").next().unwrap_or("").to_string()
 }
 
 /// Successful `accept4` calls by process, from the C library as nginx
@@ -292,13 +297,7 @@ fn c_nginx_counts_its_www_data_workers_accepts() {
         }
         said.push_str(&l);
     }
-    let get = || {
-        let mut s = UnixStream::connect(dir.join("sock")).expect("connect to nginx");
-        s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).expect("nginx's answer");
-        answer.rsplit("\r\n\r\n").next().unwrap_or("").to_string()
-    };
+    let get = || get_from(&dir);
     for _ in 0..30 {
         assert_eq!(get(), "ok\n");
     }

@@ -56,15 +56,7 @@ impl Region {
     }
 
     pub fn new(a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
-        let size = a.region_size as usize;
-        let err = |source| RunError::Region { size: a.region_size, source };
-        let (mem, mirror) = SharedMemory::mirrored(
-            SharedMemory::new_fd(size).map_err(err)?,
-            SharedMemory::new_mirror_fd(size).map_err(err)?,
-            size,
-        )
-        .map_err(err)?;
-        Region::init(mem, mirror, a, pid, execname)
+        Region::in_memfd(a, pid, execname, SharedMemory::new_fd)
     }
 
     /// The region of another trust domain of a session whose first
@@ -73,14 +65,21 @@ impl Region {
     /// region's address and take their constants from the session's
     /// mirror (the same artifact's).
     pub fn for_domain(a: &Artifact, pid: u64, execname: &str) -> Result<Region, RunError> {
+        Region::in_memfd(a, pid, execname, SharedMemory::new_domain_fd)
+    }
+
+    /// A region in a new memfd that `memfd` makes, with its mirror.
+    fn in_memfd(
+        a: &Artifact,
+        pid: u64,
+        execname: &str,
+        memfd: fn(usize) -> std::io::Result<std::os::fd::OwnedFd>,
+    ) -> Result<Region, RunError> {
         let size = a.region_size as usize;
         let err = |source| RunError::Region { size: a.region_size, source };
-        let (mem, mirror) = SharedMemory::mirrored(
-            SharedMemory::new_domain_fd(size).map_err(err)?,
-            SharedMemory::new_mirror_fd(size).map_err(err)?,
-            size,
-        )
-        .map_err(err)?;
+        let (mem, mirror) =
+            SharedMemory::mirrored(memfd(size).map_err(err)?, SharedMemory::new_mirror_fd(size).map_err(err)?, size)
+                .map_err(err)?;
         Region::init(mem, mirror, a, pid, execname)
     }
 

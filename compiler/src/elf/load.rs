@@ -180,6 +180,22 @@ fn parse_with(path: &Path, bytes: &[u8], names_only: bool) -> Result<Module, Elf
     })
 }
 
+/// The loadable segments: (address, size in the file, file offset).
+fn load_segments(elf: &Elf<'_>) -> Vec<(u64, u64, u64)> {
+    elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD).map(|p| (p.p_vaddr, p.p_filesz, p.p_offset)).collect()
+}
+
+/// The file offset of link-time address `a`, if a segment holds it.
+fn offset_in(segments: &[(u64, u64, u64)], a: u64) -> Option<u64> {
+    segments.iter().find(|&&(v, n, _)| a >= v && a < v + n).map(|&(v, _, o)| a - v + o)
+}
+
+/// Whether a function of `f` (sorted by address) covers address `a`.
+fn covers(f: &[Function], a: u64) -> bool {
+    let i = f.partition_point(|g| g.addr <= a);
+    i > 0 && a < f[i - 1].addr + f[i - 1].size.max(1)
+}
+
 /// A Go binary's functions from its `.gopclntab` (`gopclntab`), stripped
 /// or not: those no symbol covers get their Go names (`main.main`,
 /// `net/http.(*conn).serve`). Returns the entries of every Go function
@@ -203,27 +219,16 @@ fn add_go_functions(elf: &Elf<'_>, bytes: &[u8], functions: &mut Vec<Function>) 
     let ptr = u64::from(tab.get(7).copied().unwrap_or(8));
     let text_word = sh.sh_addr + 8 + 2 * ptr;
     let text = elf.dynrelas.iter().find(|r| r.r_offset == text_word).and_then(|r| r.r_addend).map(|a| a as u64);
-    let segments: Vec<(u64, u64, u64)> = elf
-        .program_headers
-        .iter()
-        .filter(|p| p.p_type == PT_LOAD)
-        .map(|p| (p.p_vaddr, p.p_filesz, p.p_offset))
-        .collect();
-    let covered = |f: &[Function], a: u64| {
-        let i = f.partition_point(|g| g.addr <= a);
-        i > 0 && a < f[i - 1].addr + f[i - 1].size.max(1)
-    };
+    let segments = load_segments(elf);
     let mut added = Vec::new();
     let go = super::gopclntab::functions(tab, text);
     let mut entries: Vec<u64> = go.iter().map(|g| g.addr).collect();
     entries.sort_unstable();
     for g in go {
-        if g.size == 0 || covered(functions, g.addr) {
+        if g.size == 0 || covers(functions, g.addr) {
             continue;
         }
-        let Some(file_offset) =
-            segments.iter().find(|&&(v, n, _)| g.addr >= v && g.addr < v + n).map(|&(v, _, o)| g.addr - v + o)
-        else {
+        let Some(file_offset) = offset_in(&segments, g.addr) else {
             continue;
         };
         added.push(Function {
@@ -250,24 +255,13 @@ fn add_unnamed_functions(elf: &Elf<'_>, bytes: &[u8], functions: &mut Vec<Functi
     if fdes.is_empty() {
         return;
     }
-    let covered = |f: &[Function], a: u64| {
-        let i = f.partition_point(|g| g.addr <= a);
-        i > 0 && a < f[i - 1].addr + f[i - 1].size.max(1)
-    };
-    let segments: Vec<(u64, u64, u64)> = elf
-        .program_headers
-        .iter()
-        .filter(|p| p.p_type == PT_LOAD)
-        .map(|p| (p.p_vaddr, p.p_filesz, p.p_offset))
-        .collect();
+    let segments = load_segments(elf);
     let mut added = Vec::new();
     for (start, size) in fdes {
-        if covered(functions, start) {
+        if covers(functions, start) {
             continue;
         }
-        let Some(file_offset) =
-            segments.iter().find(|&&(v, n, _)| start >= v && start < v + n).map(|&(v, _, o)| start - v + o)
-        else {
+        let Some(file_offset) = offset_in(&segments, start) else {
             continue;
         };
         added.push(Function {

@@ -474,18 +474,9 @@ impl Module {
         self.sites.get_or_init(|| self.with_elf(sites::Sites::build)).as_ref().map_err(Clone::clone)
     }
 
-    /// The addresses of source line `line` of `file` (`func@file:LINE`),
-    /// one per function whose name matches the glob `func`: the first
-    /// instruction of the line in that function (SystemTap's choice), with
-    /// the function's name. `nearest`: a line without code moves to the
-    /// next line that has some.
-    pub fn line_addresses(
-        &self,
-        func: &str,
-        file: &str,
-        line: u64,
-        nearest: bool,
-    ) -> Result<(u64, Vec<(u64, String)>), String> {
+    /// The DWARF line rows of source file `file`; Err when the module has
+    /// no line tables or none mentions the file.
+    fn rows_of_file(&self, file: &str) -> Result<Vec<&lines::Row>, String> {
         let rows = self
             .lines
             .get_or_init(|| match self.debug()? {
@@ -501,6 +492,22 @@ impl Module {
         if in_file.is_empty() {
             return Err(format!("no line table of {} mentions a file `{file}`", self.path.display()));
         }
+        Ok(in_file)
+    }
+
+    /// The addresses of source line `line` of `file` (`func@file:LINE`),
+    /// one per function whose name matches the glob `func`: the first
+    /// instruction of the line in that function (SystemTap's choice), with
+    /// the function's name. `nearest`: a line without code moves to the
+    /// next line that has some.
+    pub fn line_addresses(
+        &self,
+        func: &str,
+        file: &str,
+        line: u64,
+        nearest: bool,
+    ) -> Result<(u64, Vec<(u64, String)>), String> {
+        let in_file = self.rows_of_file(file)?;
         let mut with_code: Vec<u64> = in_file.iter().map(|r| r.line).collect();
         with_code.sort_unstable();
         with_code.dedup();
@@ -532,21 +539,7 @@ impl Module {
         lo: u64,
         hi: u64,
     ) -> Result<Vec<(u64, u64, String)>, String> {
-        let rows = self
-            .lines
-            .get_or_init(|| match self.debug()? {
-                Some(d) => lines::rows(&d),
-                None => Ok(Vec::new()),
-            })
-            .as_ref()
-            .map_err(Clone::clone)?;
-        if rows.is_empty() {
-            return Err(format!("{} has no DWARF line tables (build it with -g)", self.path.display()));
-        }
-        let in_file: Vec<&lines::Row> = rows.iter().filter(|r| lines::file_matches(&r.file, file)).collect();
-        if in_file.is_empty() {
-            return Err(format!("no line table of {} mentions a file `{file}`", self.path.display()));
-        }
+        let in_file = self.rows_of_file(file)?;
         Ok(self.line_sites(func, &in_file, |l| l >= lo && l <= hi))
     }
 
