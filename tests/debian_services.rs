@@ -157,8 +157,15 @@ fn clean(pid: u32) {
 /// armed, and every connection one of them accepted is counted.
 #[test]
 fn p_of_nginx_s_master_counts_every_worker_s_accepts() {
+    p_of_master_counts_workers("nginx-p", "root root");
+}
+
+/// `-p` of an nginx master whose workers run as `user`: each is armed
+/// (in memory of its own trust domain when `user` is not root), each
+/// connection counted once, nothing said, nothing left in any process.
+fn p_of_master_counts_workers(tag: &str, user: &str) {
     let _one = ONE_NGINX.lock().unwrap_or_else(|e| e.into_inner());
-    let mut ngx = Nginx::start("nginx-p", 3);
+    let mut ngx = Nginx::start_as(tag, 3, user);
     let master = ngx.master();
     let kids = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap();
     let mut workers: Vec<u32> = kids.split_whitespace().map(|k| k.parse().unwrap()).collect();
@@ -166,12 +173,21 @@ fn p_of_nginx_s_master_counts_every_worker_s_accepts() {
     assert_eq!(workers.len(), 3);
     let mut t = Tracer::start(&["-e", ACCEPTS, "-p", &master.to_string()], &format!("armed {master}"));
     assert_eq!(armed(&mut t, 3), workers, "every worker armed");
+    let own_domain = !user.starts_with("root");
+    for w in &workers {
+        let maps = std::fs::read_to_string(format!("/proc/{w}/maps")).expect("maps");
+        assert_eq!(maps.contains("/memfd:telco-stap-domain"), own_domain, "worker {w}'s memory:\n{maps}");
+    }
     for _ in 0..30 {
         assert_eq!(ngx.get(), "ok\n");
     }
-    let out = sigint(t);
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
+    let (out, err, code) = t.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("WARNING"), "{err}");
     let (total, who) = out.split_once('\n').unwrap();
-    assert_eq!(total, "30 accepted");
+    assert_eq!(total, "30 accepted", "{out}\n{err}");
     for p in who.lines() {
         assert!(workers.contains(&p.parse().unwrap()), "accepted by a worker: {out}");
     }
@@ -232,37 +248,7 @@ fn nginx_by_path_catches_the_workers_of_a_reload() {
 /// is counted, with no warning that probes are off.
 #[test]
 fn p_of_nginx_s_master_counts_the_accepts_of_its_www_data_workers() {
-    let _one = ONE_NGINX.lock().unwrap_or_else(|e| e.into_inner());
-    let mut ngx = Nginx::start_as("nginx-www", 3, "www-data");
-    let master = ngx.master();
-    let kids = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap();
-    let mut workers: Vec<u32> = kids.split_whitespace().map(|k| k.parse().unwrap()).collect();
-    workers.sort();
-    assert_eq!(workers.len(), 3);
-    let mut t = Tracer::start(&["-e", ACCEPTS, "-p", &master.to_string()], &format!("armed {master}"));
-    assert_eq!(armed(&mut t, 3), workers, "every worker armed");
-    for w in &workers {
-        let maps = std::fs::read_to_string(format!("/proc/{w}/maps")).expect("maps");
-        assert!(maps.contains("/memfd:telco-stap-domain"), "worker {w} is not in its domain's memory:\n{maps}");
-    }
-    for _ in 0..30 {
-        assert_eq!(ngx.get(), "ok\n");
-    }
-    // SAFETY: a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(t.child.id() as i32, libc::SIGINT) }, 0);
-    let (out, err, code) = t.finish();
-    assert_eq!(code, Some(0), "{err}");
-    assert!(!err.contains("WARNING"), "{err}");
-    let (total, who) = out.split_once('\n').unwrap();
-    assert_eq!(total, "30 accepted", "{out}\n{err}");
-    for p in who.lines() {
-        assert!(workers.contains(&p.parse().unwrap()), "accepted by a worker: {out}");
-    }
-    for p in std::iter::once(master).chain(workers) {
-        clean(p);
-    }
-    assert_eq!(ngx.get(), "ok\n", "nginx serves on");
-    let _ = ngx.workers_started(0);
+    p_of_master_counts_workers("nginx-www", "www-data");
 }
 
 /// `-c nginx` (the foreground master, root) with www-data workers: each

@@ -457,18 +457,7 @@ impl Gen<'_, '_, '_> {
                 // symbol+offset/size, module (each within MAXSTRINGLEN).
                 let off = self.sh.symtab();
                 let tab = self.const_addr(off);
-                let s = Piece::Conv {
-                    kind: fmt::CONV_STRING,
-                    flags: 0,
-                    width: fmt::COUNT_NONE,
-                    precision: fmt::COUNT_NONE,
-                };
-                let pieces = [s.clone(), s.clone(), s, Piece::Text(b"\n".to_vec())];
-                let (id, _) = self.sh.format(&pieces);
-                let kinds: Vec<u8> = fmt::argument_kinds(&pieces).into_iter().map(u8::from).collect();
-                let kinds_off = self.sh.layout.constant(&kinds);
-                let idv = self.iconst(i64::from(id));
-                let kp = self.const_addr(kinds_off);
+                let (idv, kp) = self.frame_format();
                 self.rt(Rt::PrintUbacktrace, &[self.region, self.ctx, tab, idv, kp]);
                 zero
             }
@@ -518,18 +507,7 @@ impl Gen<'_, '_, '_> {
                 let callers = self.expr(&args[0]);
                 let off = self.sh.symtab();
                 let tab = self.const_addr(off);
-                let s = Piece::Conv {
-                    kind: fmt::CONV_STRING,
-                    flags: 0,
-                    width: fmt::COUNT_NONE,
-                    precision: fmt::COUNT_NONE,
-                };
-                let pieces = [s.clone(), s.clone(), s, Piece::Text(b"\n".to_vec())];
-                let (id, _) = self.sh.format(&pieces);
-                let kinds: Vec<u8> = fmt::argument_kinds(&pieces).into_iter().map(u8::from).collect();
-                let kinds_off = self.sh.layout.constant(&kinds);
-                let idv = self.iconst(i64::from(id));
-                let kp = self.const_addr(kinds_off);
+                let (idv, kp) = self.frame_format();
                 self.rt(Rt::PrintUsyms, &[self.region, self.ctx, tab, callers, idv, kp]);
                 zero
             }
@@ -726,5 +704,22 @@ fn piece_of(s: &crate::format::Segment) -> Piece {
                 precision: count(c.precision),
             }
         }
+    }
+}
+
+impl Gen<'_, '_, '_> {
+    /// The format of one frame line as `print_ubacktrace` prints it
+    /// (`"%s%s%s\n"`: address, symbol+offset/size, module) and its
+    /// argument kinds, as the runtime's printf takes them: (format id,
+    /// kinds' address).
+    fn frame_format(&mut self) -> (Value, Value) {
+        let s = Piece::Conv { kind: fmt::CONV_STRING, flags: 0, width: fmt::COUNT_NONE, precision: fmt::COUNT_NONE };
+        let pieces = [s.clone(), s.clone(), s, Piece::Text(b"\n".to_vec())];
+        let (id, _) = self.sh.format(&pieces);
+        let kinds: Vec<u8> = fmt::argument_kinds(&pieces).into_iter().map(u8::from).collect();
+        let kinds_off = self.sh.layout.constant(&kinds);
+        let idv = self.iconst(i64::from(id));
+        let kp = self.const_addr(kinds_off);
+        (idv, kp)
     }
 }
