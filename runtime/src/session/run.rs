@@ -353,6 +353,17 @@ impl<'a> Local<'a> {
                 }
             });
             let wake = || consumer.thread().unpark();
+            // The regions of trust domains made since the last look, to the
+            // consumer.
+            let hand_over = |hooks: &mut dyn Hooks| {
+                let fresh = hooks.new_regions();
+                if !fresh.is_empty() {
+                    if let Ok(mut d) = domains.lock() {
+                        d.extend(fresh);
+                    }
+                    wake();
+                }
+            };
             let (sandbox, lost) = match sandbox {
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e)),
@@ -478,13 +489,7 @@ impl<'a> Local<'a> {
                             break;
                         }
                         hooks.poll();
-                        let fresh = hooks.new_regions();
-                        if !fresh.is_empty() {
-                            if let Ok(mut d) = domains.lock() {
-                                d.extend(fresh);
-                            }
-                            wake();
-                        }
+                        hand_over(&mut *hooks);
                     }
                     let now = Instant::now();
                     let due = next.iter().copied().min();
@@ -555,6 +560,9 @@ impl<'a> Local<'a> {
                 }
             }
             hooks.stopping();
+            // Domains made by the last poll (the loop may have ended right
+            // after it): their rings are drained and counted too.
+            hand_over(&mut *hooks);
             // What the other trust domains' processes wrote, into the
             // session's region, before the end probes read it.
             let (said, damaged) = hooks.fold_domains();
