@@ -116,6 +116,10 @@ unsafe fn child(parent: libc::pid_t, ids: &Ids, groups: &[libc::gid_t], keep: [i
         || libc::setresgid(ids.gid[0], ids.gid[1], ids.gid[2]) != 0
         || libc::setresuid(ids.uid[0], ids.uid[1], ids.uid[2]) != 0
         || libc::prctl(libc::PR_SET_DUMPABLE, 1) != 0
+        // Changing the ids cleared the parent-death signal: again, and the
+        // parent checked again (it may have died meanwhile).
+        || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+        || libc::getppid() != parent
     {
         libc::_exit(1);
     }

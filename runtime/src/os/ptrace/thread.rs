@@ -156,7 +156,10 @@ impl Thread {
             return Ok(());
         }
         match req::detach(self.tid, self.pending) {
-            Err(PtraceError::Call { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            Err(PtraceError::Call { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => {
+                reap_exit(self.tid);
+                Ok(())
+            }
             r => r,
         }
     }
@@ -165,6 +168,32 @@ impl Thread {
 impl Drop for Thread {
     fn drop(&mut self) {
         let _ = self.let_go();
+    }
+}
+
+/// A thread we traced that could not be detached (ESRCH): if it died
+/// meanwhile (killed while we held it), its exit goes to us, its tracer,
+/// before its parent: take it, so that the parent can reap it (a parent
+/// waiting for it would wait for ever). One that stopped again is let go.
+/// Our own child (the command) is left to the session, which waits for
+/// it itself.
+fn reap_exit(tid: i32) {
+    let ours = std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("PPid:").map(|p| p.trim().parse::<u32>().ok())))
+        .flatten()
+        == Some(std::process::id());
+    if ours {
+        return;
+    }
+    let mut status = 0;
+    // On its way out (a zombie, or exiting): its exit comes, so wait for
+    // it; otherwise only take what is there.
+    let flags = if crate::os::proc::ending(tid) { libc::__WALL } else { libc::WNOHANG | libc::__WALL };
+    // SAFETY: waitpid on one thread id we trace.
+    let r = unsafe { libc::waitpid(tid, &mut status, flags) };
+    if r == tid && libc::WIFSTOPPED(status) {
+        let _ = req::detach(tid, 0);
     }
 }
 
