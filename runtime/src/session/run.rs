@@ -292,6 +292,8 @@ impl<'a> Local<'a> {
         // domains'; whether any asked to exit.
         let total = |field: usize| others().iter().fold(region.counter(field), |t, d| t.wrapping_add(d.counter(field)));
         let exit_requested = || region.exit_requested() || others().iter().any(|d| d.exit_requested());
+        // How many domain rings the consumer has drained once.
+        let rings_drained = std::sync::atomic::AtomicUsize::new(0);
         let draining = AtomicBool::new(false);
         let ring_broken = AtomicBool::new(false);
         let consumed = AtomicU64::new(0);
@@ -321,6 +323,7 @@ impl<'a> Local<'a> {
                     draining.store(true, Ordering::Relaxed);
                     let any = c.drain()?;
                     draining.store(false, Ordering::Relaxed);
+                    rings_drained.store(c.rings.len(), Ordering::Release);
                     if c.corrupted.is_some() {
                         ring_broken.store(true, Ordering::Relaxed);
                     }
@@ -561,8 +564,16 @@ impl<'a> Local<'a> {
             }
             hooks.stopping();
             // Domains made by the last poll (the loop may have ended right
-            // after it): their rings are drained and counted too.
+            // after it): their rings are drained and counted too, and what
+            // every domain's processes printed comes out before the end
+            // probes' output (a pass of the consumer, 2 s at most).
             hand_over(&mut *hooks);
+            let want = others().len();
+            let since = Instant::now();
+            while rings_drained.load(Ordering::Acquire) < want && since.elapsed() < Duration::from_secs(2) {
+                wake();
+                std::thread::sleep(Duration::from_millis(1));
+            }
             // What the other trust domains' processes wrote, into the
             // session's region, before the end probes read it.
             let (said, damaged) = hooks.fold_domains();
