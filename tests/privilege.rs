@@ -75,11 +75,26 @@ fn run_master(tag: &str, script: &str, forge: bool, wcalls: u32) -> (String, Str
     assert_eq!(line.trim(), "ready", "the master did not start");
     let mut input = child.stdin.take().expect("stdin");
     writeln!(input, "go").expect("start the master");
+    let mut errors = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut err = String::new();
+    if wcalls > 0 {
+        // The worker calls work() once the tracer says it moved it.
+        loop {
+            let mut l = String::new();
+            if errors.read_line(&mut l).expect("the tracer's errors") == 0 {
+                break;
+            }
+            err.push_str(&l);
+            if l.contains("its probes go on in memory of their own") {
+                break;
+            }
+        }
+        writeln!(input, "moved").expect("let the worker go on");
+    }
     drop(input);
     let mut rest = String::new();
     out.read_to_string(&mut rest).expect("the master's output");
-    let mut err = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("the tracer's errors");
+    errors.read_to_string(&mut err).expect("the tracer's errors");
     let status = child.wait().expect("wait for telco-stap");
     let events = std::fs::read_to_string(d.join("out.txt")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&d);

@@ -130,12 +130,14 @@ int main(int argc, char **argv) {
     wait_line();
     if (!strcmp(argv[1], "worker")) {
         long calls = argc > 5 ? atol(argv[5]) : 1000;
-        int p[2], q[2];
-        if (pipe(p) || pipe(q)) return 4;
+        long wcalls = argc > 7 ? atol(argv[7]) : 0;
+        int p[2], q[2], m[2];
+        if (pipe(p) || pipe(q) || pipe(m)) return 4;
         pid_t w = fork();
         if (w == 0) {
             close(p[0]);
             close(q[1]);
+            close(m[1]);
             gid_t none[1] = {12345};
             if (setgroups(1, none) || setresgid(12345, 12345, 12345) || setresuid(12345, 12345, 12345)) _exit(5);
             char out[256];
@@ -147,12 +149,9 @@ int main(int argc, char **argv) {
             uint64_t x = 1;
             const char *poke =
                 !mirror ? "absent" : mem < 0 ? "refused" : pwrite(mem, &x, 8, (off_t)(uintptr_t)mirror) == 8 ? "allowed" : "refused";
-            long wcalls = argc > 7 ? atol(argv[7]) : 0;
-            int moved = 0;
-            for (int i = 0; wcalls && i < 10000 && !(moved = mapping(getpid(), "/memfd:telco-stap-domain", 0) != 0); i++) {
-                struct timespec ms = {0, 1000000};
-                nanosleep(&ms, 0);
-            }
+            char go;
+            if (wcalls && read(m[0], &go, 1) != 1) _exit(7);
+            int moved = mapping(getpid(), "/memfd:telco-stap-domain", 0) != 0;
             long ws = 0;
             for (long i = 0; i < wcalls; i++) ws += work(1000000 + i);
             int n = snprintf(out, sizeof out,
@@ -168,6 +167,12 @@ int main(int argc, char **argv) {
         }
         close(p[1]);
         close(q[0]);
+        close(m[0]);
+        if (wcalls) {
+            char line[16];
+            if (!fgets(line, sizeof line, stdin) || write(m[1], "m", 1) != 1) return 3;
+        }
+        close(m[1]);
         char msg[256] = "";
         ssize_t n = read(p[0], msg, sizeof msg - 1);
         msg[n > 0 ? n : 0] = 0;
