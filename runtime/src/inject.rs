@@ -430,10 +430,10 @@ pub fn map_region_at(
     size: u64,
 ) -> Result<(), InjectError> {
     let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-    map_tracer_fd_at(s, "region", holder, fd, libc::O_RDWR, rw, at, size)?;
+    map_fd(s, "region", holder, fd, libc::O_RDWR, rw, at, size, MAP_FIXED_NOREPLACE)?;
     // The trusted mirror, read-only (its memfd is sealed against writing).
     let below = at.wrapping_sub(telco_abi::region::MIRROR_GAP);
-    if let Err(e) = map_tracer_fd_at(
+    if let Err(e) = map_fd(
         s,
         "the region's mirror",
         holder,
@@ -442,6 +442,7 @@ pub fn map_region_at(
         libc::PROT_READ as u64,
         below,
         size,
+        MAP_FIXED_NOREPLACE,
     ) {
         let tid = s.main_thread();
         let _ = s.syscall(tid, libc::SYS_munmap, [at, size, 0, 0, 0, 0]);
@@ -458,24 +459,10 @@ pub fn remap_region_at(s: &mut Stopped, holder: i32, fd: i32, at: u64, size: u64
     map_fd(s, "region", holder, fd, libc::O_RDWR, rw, at, size, libc::MAP_FIXED as u64)
 }
 
-/// Map the tracer's descriptor `fd` (`/proc/TRACER/fd/N`, opened with
-/// `flags`) into the stopped process at exactly `at`, `prot`, shared.
-#[allow(clippy::too_many_arguments)]
-fn map_tracer_fd_at(
-    s: &mut Stopped,
-    what: &'static str,
-    holder: i32,
-    fd: i32,
-    flags: i32,
-    prot: u64,
-    at: u64,
-    size: u64,
-) -> Result<(), InjectError> {
-    map_fd(s, what, holder, fd, flags, prot, at, size, MAP_FIXED_NOREPLACE)
-}
-
-/// [`map_tracer_fd_at`] with the mapping flags `fixed` (`MAP_FIXED` or
-/// `MAP_FIXED_NOREPLACE`).
+/// Map descriptor `fd` of process `holder` (`/proc/HOLDER/fd/N`, opened
+/// with `flags`) into the stopped process at exactly `at`, `prot`,
+/// shared; `fixed`: `MAP_FIXED_NOREPLACE` (never over another mapping),
+/// or `MAP_FIXED` (over the one there).
 #[allow(clippy::too_many_arguments)]
 fn map_fd(
     s: &mut Stopped,

@@ -66,9 +66,12 @@ impl Armed {
             pids.extend(more);
         }
         // Never the tracer's own processes (its probes' sandbox maps the
-        // region, a holder runs as a domain's user).
+        // region, a holder runs as a domain's user): children of the
+        // tracer that run its executable.
         let own_exe = crate::os::proc::exe_id(me);
-        pids.retain(|&p| crate::os::proc::exe_id(p) != own_exe);
+        let own: Vec<i32> =
+            crate::os::proc::children(me).into_iter().filter(|&c| crate::os::proc::exe_id(c) == own_exe).collect();
+        pids.retain(|p| !own.contains(p));
         let settling = std::mem::take(&mut self.domain.settling);
         for pid in pids {
             if self.domain.cut_off.iter().any(|&(p, _)| p == pid) {
