@@ -148,7 +148,7 @@ pub struct Cli {
     #[arg(short = 'v', action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// Set a limit: MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION, MAXACTION_INTERRUPTIBLE, MAXERRORS, MAXSKIPPED, MAXNESTING, MAXITRACE (.itrace calls to record, 16), MAXRETURNDEPTH (return-probe frames per thread, 100000), MAXPROCESSES (processes armed at once, 256) (repeatable).
+    /// Set a limit: MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION, MAXACTION_INTERRUPTIBLE, MAXERRORS, MAXSKIPPED, MAXNESTING, MAXITRACE (.itrace calls to record, 16), MAXRETURNDEPTH (return-probe frames per thread, 100000), MAXPROCESSES (processes armed at once, 256), TRAP_PROBES (1: probe with a one-byte trap even where a jump fits, 0) (repeatable).
     #[arg(short = 'D', value_name = "NAME=VALUE", action = ArgAction::Append, value_parser = parse_define)]
     pub defines: Vec<(String, u64)>,
 
@@ -236,6 +236,7 @@ pub const KNOWN_DEFINES: &[&str] = &[
     "MAXITRACE",
     "MAXRETURNDEPTH",
     "MAXPROCESSES",
+    "TRAP_PROBES",
 ];
 
 impl Cli {

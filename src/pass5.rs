@@ -26,6 +26,7 @@ pub fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
             "MAXERRORS" => l.maxerrors = *v,
             "MAXSKIPPED" => l.maxskipped = *v,
             "MAXRETURNDEPTH" => l.maxreturndepth = (*v).clamp(16, 10_000_000) as u32,
+            "TRAP_PROBES" => l.trap_probes = *v != 0,
             _ => {}
         }
     }

@@ -47,6 +47,10 @@ pub enum Attach {
         /// not saved, or unknown). On aarch64 the unwinder reads the return
         /// address there, not at the trampoline's return slot.
         ra_saved: Option<i32>,
+        /// Control arrives inside the jump's bytes from elsewhere in the
+        /// module and no hop could be planned, but nothing arrives inside
+        /// the first instruction: a one-byte trap goes there instead.
+        trap: bool,
     },
     /// An instruction inside a function (a statement or an SDT marker):
     /// link-time address, offset in the file, and the bytes the jump
@@ -68,6 +72,9 @@ pub enum Attach {
         /// A `jmp rel8` at `addr` to the dead padding `pad` bytes on, where
         /// the jump to the trampoline goes (0: the jump is at `addr`).
         pad: u32,
+        /// No jump fits at the site (nor before it, nor a short one): a
+        /// one-byte trap over its first instruction (`displaced` bytes).
+        trap: bool,
         semaphore: Option<u64>,
     },
     /// A process or thread lifecycle event, run by a remote call where
@@ -297,6 +304,11 @@ pub struct Limits {
     /// Bytes of the event ring (a power of two): `-s MB`; `--chrome`
     /// defaults to a larger one.
     pub ring_size: u64,
+    /// `-D TRAP_PROBES=1`: function entries and statements are probed
+    /// with a one-byte trap even where a jump fits (to measure a trap's
+    /// cost, or test the trap path where jumps always fit); by default a
+    /// trap is placed only where no jump fits.
+    pub trap_probes: bool,
 }
 
 impl Default for Limits {
@@ -311,6 +323,7 @@ impl Default for Limits {
             maxskipped: 100,
             maxreturndepth: 100_000,
             ring_size: 1 << 20,
+            trap_probes: false,
         }
     }
 }

@@ -39,7 +39,7 @@ pub const TSC_SHIFT: u32 = 32;
 /// `TELCOSTP`
 pub const MAGIC: [u8; 8] = *b"TELCOSTP";
 /// Bumped whenever any layout in this module changes.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 /// Alignment of every part of the region.
 pub const PART_ALIGN: u64 = 64;
@@ -223,10 +223,56 @@ pub struct Header {
     /// tracer's probes; 0 when unknown.
     pub arg_start: u64,
     pub arg_end: u64,
-    pub _reserved: [u64; 4],
+    /// Hits of the probes placed with a one-byte trap where no jump fits
+    /// (`rt_trap`, compiler/rt/rt.c: an atomic add per hit), for the
+    /// session summary.
+    pub trap_hits: u64,
+    pub _reserved: [u64; 3],
 }
 
 pub const HEADER_SIZE: usize = 448;
+
+/// The trap area: per process, after the thread slots and their shadow
+/// stacks in the same private mapping (`Header::threads_at`, so a forked
+/// child has a copy and an exec'd program a new one), where `rt_trap`
+/// (compiler/rt/rt.c) finds which trampoline a trap site goes to. Written
+/// by the tracer while the process is stopped: two tables of
+/// `TRAP_CAP` sorted `(site, trampoline)` pairs, the one in use named by
+/// `active`, so a thread that was stopped in the middle of a lookup finds
+/// the table it was reading unchanged. The process's own view of SIGTRAP
+/// (what its `sigaction` set: `rt_trap` calls its handler for traps that
+/// are not ours) is kept here too. The target may write all of it: only
+/// the target reads it, and nothing in it is an address the tracer uses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TrapArea {
+    /// The region's address in the process (for `Header::trap_hits`).
+    pub region: u64,
+    /// 0 or 1: the table in use; `count[active]` its entries.
+    pub active: u64,
+    pub count: [u64; 2],
+    /// The program's SIGTRAP disposition as the kernel's `struct
+    /// sigaction` has it (handler, flags, restorer, mask): `SIG_DFL` is 0.
+    pub handler: u64,
+    pub flags: u64,
+    pub restorer: u64,
+    pub mask: u64,
+    /// Our handler's entry (the stub that passes this area to `rt_trap`).
+    pub stub: u64,
+    pub _reserved: [u64; 7],
+    /// A C library `struct sigaction` (handler, 128-byte mask, int flags,
+    /// restorer) naming our stub, which the `sigaction` hook hands the C
+    /// library in place of the program's for SIGTRAP: the library installs
+    /// it with its own restorer, which stays valid after the session.
+    pub libc_act: [u64; 19],
+    pub _pad: [u64; 13],
+}
+
+pub const TRAP_AREA_HEADER: usize = 384;
+const _: () = assert!(core::mem::size_of::<TrapArea>() == TRAP_AREA_HEADER);
+/// Entries per table, and the whole area's size (a page multiple).
+pub const TRAP_CAP: usize = 2048;
+pub const TRAP_AREA_SIZE: usize = (TRAP_AREA_HEADER + 2 * 16 * TRAP_CAP).next_multiple_of(4096);
 
 /// A row of the per-thread data whose process has ended
 /// (`Header::row_owners_off`).

@@ -2659,6 +2659,213 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
     if (code <= 0 || (sig == 7 && code == 5)) sys6(SYS_tgkill, (i64)pid, (i64)tid, sig, 0, 0, 0);
 }
 
+/* ---- trap probes: a one-byte trap where no jump fits ---- */
+
+/* A probe placed with a trap (`int3`; `brk` on aarch64) goes to the same
+ * trampoline a jump would: SIGTRAP's handler is rt_trap (through a stub of
+ * the tracer's that passes the process's trap area, TrapArea in
+ * abi/src/region.rs), which finds the trap's site in the area's table and
+ * returns into the trampoline with every register as at the site. The
+ * program keeps its own view of SIGTRAP: its `sigaction` is hooked
+ * (rt_trap_sigaction) and what it set is kept in the area, and a trap that
+ * is not ours goes to its handler, or ends the process as it would have.
+ * A thread must never block SIGTRAP (the kernel ends a process whose
+ * thread traps with the signal blocked): the masks a program sets are
+ * hooked (rt_trap_sigmask) and a handler's sa_mask loses the bit. */
+
+#define SIGTRAP_ 5
+#define SIGTRAP_BIT (1ULL << (SIGTRAP_ - 1))
+#define SIG_IGN_ 1
+#define SA_NODEFER_ 0x40000000ULL
+
+/* n bytes between here and `there` in this process (process_vm_readv or
+ * _writev: EFAULT instead of SIGSEGV); whether all were copied. */
+LOCAL int self_copy(i64 nr, void *here, u64 there, u64 n) {
+    struct {
+        u64 base, len;
+    } local = {(u64)here, n}, remote = {there, n};
+    return sys6(nr, sys6(SYS_getpid, 0, 0, 0, 0, 0, 0), (i64)&local, 1, (i64)&remote, 1, 0) == (i64)n;
+}
+
+/* A SIGTRAP that is not a trap probe's: what the program asked for. Its
+ * handler runs with its sa_mask (but never SIGTRAP) blocked; ignored, a
+ * sent signal is dropped; by default (or a trap under SIG_IGN, which the
+ * kernel would force), the process ends by the signal as it would have. */
+LOCAL void not_our_trap(i64 sig, u8 *info, u8 *uc, u8 *T, int code) {
+    u64 h = AT(T, TA_HANDLER, u64), flags = AT(T, TA_FLAGS, u64);
+    if (h == SIG_IGN_ && code <= 0) return;
+    if (h > SIG_IGN_) {
+        if (flags & SA_RESETHAND_) AT(T, TA_HANDLER, u64) = SIG_DFL_;
+        u64 mask = AT(T, TA_MASK, u64) & ~SIGTRAP_BIT, old = 0;
+        sys6(SYS_rt_sigprocmask, 0 /* SIG_BLOCK */, (i64)&mask, (i64)&old, 8, 0, 0);
+        if (flags & SA_SIGINFO_)
+            ((void (*)(int, void *, void *))h)((int)sig, info, uc);
+        else
+            ((void (*)(int))h)((int)sig);
+        sys6(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, (i64)&old, 0, 8, 0, 0);
+        return;
+    }
+    struct k_sigaction dfl = {SIG_DFL_, 0, 0, 0};
+    sys6(SYS_rt_sigaction, SIGTRAP_, (i64)&dfl, 0, 8, 0, 0);
+    sys6(SYS_tgkill, sys6(SYS_getpid, 0, 0, 0, 0, 0, 0), sys6(SYS_gettid, 0, 0, 0, 0, 0, 0), SIGTRAP_, 0, 0, 0);
+}
+
+/* SIGTRAP's handler (SA_NODEFER: a trap in a handler of the program's
+ * that this calls still works). A trap at one of the table's sites
+ * (si_code > 0: raised by the instruction, not sent) resumes at its
+ * trampoline; counted. The table is the target's own memory: a bad entry
+ * can only misdirect the target itself. */
+EXPORT void rt_trap(i64 sig, u8 *info, u8 *uc, u8 *T) {
+    int code = AT(info, 8, int);
+    if (code > 0) {
+        u64 site = UC_PC(uc) - TRAP_PC_ADJ;
+        /* Acquire: the table is written before the tracer names it. */
+        u64 act = __atomic_load_n(&AT(T, TA_ACTIVE, u64), __ATOMIC_ACQUIRE) & 1;
+        u64 n = AT(T, TA_COUNT + 8 * act, u64);
+        if (n > TRAP_CAP) n = TRAP_CAP;
+        u64 *tab = (u64 *)(T + TA_TABLES + act * TRAP_CAP * 16);
+        u64 lo = 0, hi = n;
+        while (lo < hi) {
+            u64 mid = lo + (hi - lo) / 2, at = tab[2 * mid];
+            if (at == site) {
+                UC_PC(uc) = tab[2 * mid + 1];
+                u8 *R = (u8 *)AT(T, TA_REGION, u64);
+                if (R) __atomic_fetch_add(&AT(R, H_TRAP_HITS, u64), 1, __ATOMIC_RELAXED);
+                return;
+            }
+            if (at < site)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+    }
+    not_our_trap(sig, info, uc, T, code);
+}
+
+/* Called by the tracer (a remote call, every thread stopped): SIGTRAP to
+ * `stub` (which passes T to rt_trap) with our `restorer`, the program's
+ * disposition kept in T, and SIGTRAP taken out of the masks of the
+ * handlers already installed. 1 when installed. */
+EXPORT i64 rt_trap_install(u8 *T, u64 stub, u64 restorer) {
+    struct k_sigaction old = {0, 0, 0, 0};
+    if (sys6(SYS_rt_sigaction, SIGTRAP_, 0, (i64)&old, 8, 0, 0) != 0) return 0;
+    if (old.handler != stub) {
+        AT(T, TA_HANDLER, u64) = old.handler;
+        AT(T, TA_FLAGS, u64) = old.flags;
+        AT(T, TA_RESTORER, u64) = old.restorer;
+        AT(T, TA_MASK, u64) = old.mask;
+        struct k_sigaction sa = {stub, SA_SIGINFO_ | SA_ONSTACK_ | SA_RESTORER_ | SA_NODEFER_, restorer, 0};
+        if (sys6(SYS_rt_sigaction, SIGTRAP_, (i64)&sa, 0, 8, 0, 0) != 0) return 0;
+    }
+    AT(T, TA_STUB, u64) = stub;
+    /* The C library's struct sigaction naming the stub (rt_trap_sigaction). */
+    u64 *la = &AT(T, TA_LIBC_ACT, u64);
+    for (int i = 0; i < 19; i++) la[i] = 0;
+    la[0] = stub;
+    la[17] = SA_SIGINFO_ | SA_ONSTACK_ | SA_NODEFER_; /* int sa_flags at 136 */
+    for (i64 s = 1; s <= 64; s++) {
+        if (s == SIGTRAP_ || s == 9 || s == 19) continue;
+        struct k_sigaction a = {0, 0, 0, 0};
+        if (sys6(SYS_rt_sigaction, s, 0, (i64)&a, 8, 0, 0) != 0) continue;
+        if (a.handler <= SIG_IGN_ || !(a.mask & SIGTRAP_BIT)) continue;
+        a.mask &= ~SIGTRAP_BIT;
+        sys6(SYS_rt_sigaction, s, (i64)&a, 0, 8, 0, 0);
+    }
+    return 1;
+}
+
+/* The end of a session (a remote call, every thread stopped): SIGTRAP
+ * back to what the program set, if our stub still has it. A handler the
+ * program set meanwhile went through its C library, which installed our
+ * stub with the library's restorer: that restorer goes with it. 1 when
+ * put back, 0 when SIGTRAP was not ours any more, -1 when the program's
+ * handler could not be put back (no restorer known): SIG_DFL then. */
+EXPORT i64 rt_trap_uninstall(u8 *T, u64 stub, u64 restorer) {
+    struct k_sigaction cur = {0, 0, 0, 0};
+    if (sys6(SYS_rt_sigaction, SIGTRAP_, 0, (i64)&cur, 8, 0, 0) != 0) return 0;
+    if (cur.handler != stub) return 0;
+    struct k_sigaction sa = {AT(T, TA_HANDLER, u64), AT(T, TA_FLAGS, u64), AT(T, TA_RESTORER, u64),
+                             AT(T, TA_MASK, u64)};
+    i64 r = 1;
+    if (sa.handler > SIG_IGN_ && !sa.restorer) {
+        if ((cur.flags & SA_RESTORER_) && cur.restorer && cur.restorer != restorer) {
+            sa.restorer = cur.restorer;
+            sa.flags |= SA_RESTORER_;
+        } else {
+            sa = (struct k_sigaction){SIG_DFL_, 0, 0, 0};
+            r = -1;
+        }
+    }
+    if (sys6(SYS_rt_sigaction, SIGTRAP_, (i64)&sa, 0, 8, 0, 0) != 0) return 0;
+    return r;
+}
+
+/* Hooked on the C library's sigaction (before any slot is looked for:
+ * every call, on every thread). For SIGTRAP, the call becomes the
+ * program's view kept in T: `*oldact` is what it set before, `*act` is
+ * kept, and the library installs our stub (T's TA_LIBC_ACT) with its own
+ * restorer, told nothing back. For another signal, a handler's sa_mask
+ * loses SIGTRAP (in the program's struct, fault-safe: a trap probe hit
+ * while that handler runs must not end the process). */
+EXPORT void rt_trap_sigaction(u8 *T, u8 *ctx) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    /* Nothing before the handler is installed (a probe of the script's
+     * on sigaction calls this too, traps or not). */
+    if (!regs || !AT(T, TA_STUB, u64)) return;
+    i64 *actp = arg_reg(regs, 2), *oldp = arg_reg(regs, 3);
+    u64 act = (u64)*actp, old = (u64)*oldp;
+    if ((int)*arg_reg(regs, 1) != SIGTRAP_) {
+        u64 mask = 0;
+        if (act && self_copy(SYS_process_vm_readv, &mask, act + 8, 8) && (mask & SIGTRAP_BIT)) {
+            mask &= ~SIGTRAP_BIT;
+            self_copy(SYS_process_vm_writev, &mask, act + 8, 8);
+        }
+        return;
+    }
+    /* The C library's struct sigaction: handler, 128-byte mask, int
+     * flags, restorer (x86_64 and aarch64, glibc and musl). */
+    u64 in[19], out[19];
+    for (int i = 0; i < 19; i++) out[i] = 0;
+    /* A pointer that faults: the library faults on it as it would have. */
+    if (act && !self_copy(SYS_process_vm_readv, in, act, sizeof in)) return;
+    if (old) {
+        out[0] = AT(T, TA_HANDLER, u64);
+        out[1] = AT(T, TA_MASK, u64);
+        out[17] = (u32)AT(T, TA_FLAGS, u64);
+        out[18] = AT(T, TA_RESTORER, u64);
+        if (!self_copy(SYS_process_vm_writev, out, old, sizeof out)) return;
+    }
+    if (act) {
+        AT(T, TA_HANDLER, u64) = in[0];
+        AT(T, TA_MASK, u64) = in[1];
+        AT(T, TA_FLAGS, u64) = (u32)in[17];
+        /* The library's own, learned when the session ends. */
+        AT(T, TA_RESTORER, u64) = 0;
+        *actp = (i64)(T + TA_LIBC_ACT);
+    }
+    *oldp = 0;
+}
+
+/* Hooked on the C library's pthread_sigmask and sigprocmask (every call,
+ * on every thread): a mask that would block SIGTRAP is set without it,
+ * here (with the library's own signals left out, as it does), `*oldset`
+ * written, and the library's call left with nothing to do. */
+EXPORT void rt_trap_sigmask(u8 *T, u8 *ctx) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    if (!regs || !AT(T, TA_STUB, u64)) return;
+    i64 how = *arg_reg(regs, 1), *setp = arg_reg(regs, 2), *oldp = arg_reg(regs, 3);
+    u64 w = 0, prev = 0;
+    if (how == 1 /* SIG_UNBLOCK */ || !*setp) return;
+    if (!self_copy(SYS_process_vm_readv, &w, (u64)*setp, 8) || !(w & SIGTRAP_BIT)) return;
+    /* SIGTRAP, and glibc's SIGCANCEL and SIGSETXID (32, 33). */
+    w &= ~(SIGTRAP_BIT | 1ULL << 31 | 1ULL << 32);
+    if (sys6(SYS_rt_sigprocmask, how, (i64)&w, (i64)&prev, 8, 0, 0) != 0) return;
+    *setp = 0;
+    /* An oldset that faults: the library's call (now a query) says so. */
+    if (*oldp && !self_copy(SYS_process_vm_writev, &prev, (u64)*oldp, 8)) return;
+    *oldp = 0;
+}
+
 /* An `.itrace` function's entry (its trampoline, after the probe
  * handlers): ask the tracer to take this call over. `regs` holds every
  * register as at the entry (the trampoline saved them). The block tracer

@@ -48,18 +48,51 @@ pub const SIGNALS: [i32; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::
 /// the region to `rt_crash`) and what removes it.
 #[derive(Debug, Clone, Copy)]
 pub struct Hook {
+    /// 0 when no fatal signal was taken over (the hook holds `traps` only).
     stub: u64,
     uninstall: u64,
     region: u64,
     trap: u64,
+    /// SIGTRAP's handler, when trap probes are placed in the process
+    /// (`crate::trap`): put back with the fatal signals'.
+    traps: Option<crate::trap::Hook>,
 }
 
 /// Take over the fatal signals the stopped process leaves at their default
 /// action. The stub and its sigreturn go into `code` (a code region of the
 /// session in that process). None when nothing was taken over (the program
 /// handles them all, or the remote call failed: then there is no record,
-/// only the signal).
-pub fn install(s: &mut Stopped, code: &mut CodeRegion, a: &Artifact, region: u64) -> Option<Hook> {
+/// only the signal) and there are no `traps` to keep.
+pub fn install(
+    s: &mut Stopped,
+    code: &mut CodeRegion,
+    a: &Artifact,
+    region: u64,
+    traps: Option<crate::trap::Hook>,
+) -> Option<Hook> {
+    let taken = install_crash(s, code, a, region);
+    let (stub, uninstall) = taken.unwrap_or((0, 0));
+    (taken.is_some() || traps.is_some()).then_some(Hook { stub, uninstall, region, trap: code.trap(), traps })
+}
+
+impl Hook {
+    /// SIGTRAP's handler, where trap probes are placed.
+    pub fn traps(&self) -> Option<crate::trap::Hook> {
+        self.traps
+    }
+
+    /// `hook` (or none: a hook of `traps` only) with SIGTRAP's handler
+    /// `traps`, installed later (trap probes in a library loaded later).
+    pub fn with_traps(hook: Option<Hook>, traps: crate::trap::Hook, region: u64) -> Hook {
+        match hook {
+            Some(h) => Hook { traps: Some(traps), ..h },
+            None => Hook { stub: 0, uninstall: 0, region, trap: 0, traps: Some(traps) },
+        }
+    }
+}
+
+/// `install`'s fatal signals: the stub and `rt_crash_uninstall`.
+fn install_crash(s: &mut Stopped, code: &mut CodeRegion, a: &Artifact, region: u64) -> Option<(u64, u64)> {
     let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
     let (install, handler, uninstall) =
         (symbol("rt_crash_install")?, symbol("rt_crash")?, symbol("rt_crash_uninstall")?);
@@ -70,14 +103,21 @@ pub fn install(s: &mut Stopped, code: &mut CodeRegion, a: &Artifact, region: u64
     s.write(restorer, &crate::arch::native::patch::SIGRETURN).ok()?;
     let tid = s.main_thread();
     let taken = s.call(tid, code.at(install), &[region, stub, restorer], code.trap()).ok()?;
-    (taken != 0).then_some(Hook { stub, uninstall: code.at(uninstall), region, trap: code.trap() })
+    (taken != 0).then_some((stub, code.at(uninstall)))
 }
 
-/// The end of a session, every thread of the process stopped: the signals
-/// still handled by `hook` get their default action back.
-pub fn uninstall(s: &mut Stopped, hook: &Hook) {
+/// The end of a session, every thread of the process stopped (and the
+/// traps gone): the signals still handled by `hook` get their default
+/// action back, SIGTRAP what the program set. Err says what could not.
+pub fn uninstall(s: &mut Stopped, hook: &Hook) -> Result<(), String> {
     let tid = s.main_thread();
-    let _ = s.call(tid, hook.uninstall, &[hook.region, hook.stub], hook.trap);
+    if hook.stub != 0 {
+        let _ = s.call(tid, hook.uninstall, &[hook.region, hook.stub], hook.trap);
+    }
+    match &hook.traps {
+        Some(t) => crate::trap::uninstall(s, t),
+        None => Ok(()),
+    }
 }
 
 /// A fatal signal in a process of the session.

@@ -363,12 +363,13 @@ pub fn threads_at(s: &mut Stopped, a: &Artifact, at: u64) -> Result<u64, InjectE
     threads_mapped(s, a, Some(at))
 }
 
-/// Bytes of the thread slots' mapping (slots, then their shadow stacks).
+/// Bytes of the thread slots' mapping (slots, then their shadow stacks,
+/// then the trap area: `telco_abi::region::TrapArea`).
 pub fn threads_size(a: &Artifact) -> u64 {
     let slot = core::mem::size_of::<telco_abi::region::ThreadSlot>() as u64;
     let n = u64::from(a.nthreads);
     let stack = u64::from(a.shadow_depth) * u64::from(a.frame_size);
-    (n * slot + n * stack).next_multiple_of(4096).max(4096)
+    (n * slot + n * stack).next_multiple_of(4096).max(4096) + telco_abi::region::TRAP_AREA_SIZE as u64
 }
 
 fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u64, InjectError> {

@@ -46,3 +46,4 @@ pub mod render;
 pub mod session;
 pub mod symtab;
 pub mod text;
+pub mod trap;

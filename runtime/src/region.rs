@@ -185,7 +185,8 @@ impl Region {
             itrace_bell: 0,
             arg_start: crate::os::proc::arg_area(pid as i32).map_or(0, |a| a.0),
             arg_end: crate::os::proc::arg_area(pid as i32).map_or(0, |a| a.1),
-            _reserved: [0; 4],
+            trap_hits: 0,
+            _reserved: [0; 3],
         };
         for base in [mem.as_ptr(), mirror.as_ptr()] {
             // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.

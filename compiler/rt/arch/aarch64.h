@@ -85,6 +85,10 @@ LOCAL u64 sign_return(u64 addr, u64 slot, u32 how) {
 #define SYS_tgkill 131
 #define SYS_process_vm_readv 270
 #define SYS_process_vm_writev 271
+#define SYS_rt_sigprocmask 135
+
+/* Where a trap probe's `brk` leaves the pc: on it (rt_trap). */
+#define TRAP_PC_ADJ 0
 
 /* A signal handler's ucontext_t: the interrupted pc and stack pointer
  * (uc_mcontext at 176: fault_address, regs[31], sp, pc, pstate). */

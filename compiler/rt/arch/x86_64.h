@@ -77,6 +77,10 @@ LOCAL u64 sign_return(u64 addr, u64 slot, u32 how) {
 #define SYS_tgkill 234
 #define SYS_process_vm_readv 310
 #define SYS_process_vm_writev 311
+#define SYS_rt_sigprocmask 14
+
+/* Where a trap probe's `int3` leaves the pc: just after it (rt_trap). */
+#define TRAP_PC_ADJ 1
 
 /* A signal handler's ucontext_t: the interrupted pc and stack pointer
  * (uc_mcontext.gregs at 40: REG_RIP 16, REG_RSP 15). */

@@ -92,6 +92,10 @@ pub struct Patch {
     /// (`Sites::plan_pad`); 0 when the jump is at the site, and always 0 on
     /// aarch64.
     pub pad: u32,
+    /// No jump fits (nor before the site, nor a short one): a one-byte
+    /// trap (`int3`; `brk` on aarch64) over the instruction at the site,
+    /// which `displaced` covers (`Sites::plan_trap`).
+    pub trap: bool,
 }
 
 #[cfg(target_arch = "x86_64")]

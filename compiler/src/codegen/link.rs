@@ -229,6 +229,7 @@ fn attach_of(p: &Point) -> Attach {
             only_exe: f.only_exe.clone(),
             hop: f.hop,
             ra_saved: f.ra_saved,
+            trap: f.trap,
         },
         Point::Statement { module, addr, site, .. } => Attach::Statement {
             module: module.clone(),
@@ -238,6 +239,7 @@ fn attach_of(p: &Point) -> Attach {
             lead: site.lead,
             lead_call: site.call,
             pad: site.pad,
+            trap: site.trap,
             semaphore: None,
         },
         Point::Mark(m) => Attach::Statement {
@@ -248,6 +250,7 @@ fn attach_of(p: &Point) -> Attach {
             lead: m.site.lead,
             lead_call: m.site.call,
             pad: m.site.pad,
+            trap: m.site.trap,
             semaphore: m.semaphore,
         },
         Point::ProcessBegin { module } => {
@@ -312,7 +315,7 @@ mod tests {
             }
         }
         let module = PathBuf::from("/usr/bin/true");
-        let site = Site { file_offset: 0x1004, displaced: 5, lead: 0, call: false, pad: 0 };
+        let site = Site { file_offset: 0x1004, displaced: 5, lead: 0, call: false, pad: 0, trap: false };
         let function = FunctionPoint {
             module: module.clone(),
             symbol: "main".into(),
@@ -325,6 +328,7 @@ mod tests {
             only_exe: None,
             hop: None,
             ra_saved: None,
+            trap: false,
         };
         let mark = MarkPoint {
             module: module.clone(),

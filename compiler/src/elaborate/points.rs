@@ -203,6 +203,7 @@ impl<'q> Resolver<'q> {
             only_exe: exe.map(|p| p.to_path_buf()),
             hop: None,
             ra_saved: if ret { libc.return_address_saved(f) } else { None },
+            trap: false,
         }))
     }
 
@@ -519,12 +520,16 @@ impl<'q> Resolver<'q> {
                     continue;
                 }
             }
-            let hop = match module.short_hop(f) {
-                Ok(h) => h,
-                Err(why) => {
-                    unhookable.push((f.display_name().to_string(), why));
-                    continue;
-                }
+            // No jump fits, nor a hop: a trap where one fits.
+            let (hop, trap) = match module.short_hop(f) {
+                Ok(h) => (h, false),
+                Err(why) => match module.entry_trap(f) {
+                    Ok(()) => (None, true),
+                    Err(no) => {
+                        unhookable.push((f.display_name().to_string(), format!("{why}; nor does a trap fit ({no})")));
+                        continue;
+                    }
+                },
             };
             let (symbol, demangled) = module.matched_name(&pattern, f);
             points.push(Point::Function(FunctionPoint {
@@ -539,6 +544,7 @@ impl<'q> Resolver<'q> {
                 only_exe: None,
                 hop,
                 ra_saved: if ret { module.return_address_saved(f) } else { None },
+                trap,
             }));
         }
         if !go.is_empty() {
@@ -1092,5 +1098,12 @@ fn list_names(names: &[&str]) -> String {
 
 /// Where pass 2 planned a site's jump, as the program keeps it.
 fn site_of(p: &crate::arch::native::sites::Patch) -> crate::program::Site {
-    crate::program::Site { file_offset: p.file_offset, displaced: p.displaced, lead: p.lead, call: p.call, pad: p.pad }
+    crate::program::Site {
+        file_offset: p.file_offset,
+        displaced: p.displaced,
+        lead: p.lead,
+        call: p.call,
+        pad: p.pad,
+        trap: p.trap,
+    }
 }

@@ -384,7 +384,18 @@ impl Module {
             Some(f) => Some(f.display_name().to_string()),
             None => Some(format!("sub_{:x}", self.file_offset_of(range.0).unwrap_or(range.0))),
         };
-        Ok((sites.plan(&bytes, addr, range)?, name))
+        // No jump fits: a trap, where one does.
+        let patch =
+            sites.plan(&bytes, addr, range).or_else(|why| sites.plan_trap(&bytes, addr, range).map_err(|_| why))?;
+        Ok((patch, name))
+    }
+
+    /// Whether a one-byte trap fits at the entry of `f` (after its landing
+    /// pad), where pass 2 found no jump nor hop: nothing arrives inside the
+    /// first instruction. Its Err says why not.
+    pub fn entry_trap(&self, f: &Function) -> Result<(), String> {
+        let (bytes, sites) = (self.bytes()?, self.sites()?);
+        sites.plan_trap(&bytes, f.addr, (f.addr, f.addr + f.size.max(1))).map(|_| ())
     }
 
     /// The module's DWARF (its own or a separate debug file's), read on

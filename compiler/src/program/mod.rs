@@ -220,6 +220,8 @@ pub struct Site {
     pub call: bool,
     /// A short jump to the padding `pad` bytes on (`sites::Patch::pad`).
     pub pad: u32,
+    /// No jump fits: a one-byte trap (`sites::Patch::trap`).
+    pub trap: bool,
 }
 
 /// An SDT marker of a module.
@@ -263,6 +265,9 @@ pub struct FunctionPoint {
     /// For a return probe: where the function saves its return address,
     /// from its entry's stack pointer (`elf::Module::return_address_saved`).
     pub ra_saved: Option<i32>,
+    /// Something arrives inside the jump's bytes and no hop could be
+    /// planned: a one-byte trap (`elf::Module::entry_trap`).
+    pub trap: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

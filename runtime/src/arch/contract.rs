@@ -57,6 +57,13 @@ pub struct Entry<M> {
     /// `telco_abi::region::SAVED_PACIA`/`SAVED_PACIB`; 0: not signed, and
     /// always 0 on x86_64).
     pub ra_signed: i32,
+    /// A runtime function called first on every hit, before the thread's
+    /// slot is looked for (so on threads without one, and inside a
+    /// handler too), with (this argument, the context): the hooks that
+    /// keep a program from blocking SIGTRAP while trap probes are placed
+    /// (`rt_trap_sigaction`, `rt_trap_sigmask`). Needs the full path
+    /// (`lean` None): it reads and changes the saved registers.
+    pub always: Option<(u64, u64)>,
 }
 
 /// The thread slots and shadow stacks of return probes in the target:

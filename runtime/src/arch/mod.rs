@@ -70,7 +70,8 @@
 //!   `set_link_register`, `load_saved`, `VECTOR_REGSET`, `itrc_regs_with`
 //!   and `ItrcIsa` (the `.itrace` recorder's);
 //! * `TRAP`, `TRAP_INSN`, `trap_fill`, `pc_after_trap`: the trap
-//!   instruction and what fills dead bytes;
+//!   instruction and what fills dead bytes; `TRAP_PROBE`: a trap probe's
+//!   patch (`rt_trap` in compiler/rt/rt.c);
 //! * injected system calls and calls: `SYSCALL_LEN`,
 //!   `syscall_instruction`, `set_syscall`, `syscall_result`,
 //!   `forget_syscall`, `hide_step_flag_after_syscall`, `set_call`,
@@ -135,6 +136,8 @@ macro_rules! check_pure_contract {
         let _: fn(&[u8]) -> usize = patch::landing_pad_len;
         let _: fn(&[u8], u64, u64) -> Result<patch::Hook, patch::Refusal> = patch::plan;
         let _: fn(&[u8], u64, u64) -> Result<(patch::Hook, Vec<patch::Retarget>), patch::Refusal> = patch::plan_loop;
+        let _: fn(&[u8], u64, u64) -> Result<patch::Hook, patch::Refusal> = patch::plan_trap;
+        let _: fn(&patch::Refusal) -> bool = patch::trap_may_fit;
         let _: fn(&[u8], u64, usize, u64) -> Result<Vec<u8>, patch::Refusal> = patch::relocate;
         let _: fn(&[u8], u64, usize, u64) -> Result<(Vec<u8>, patch::CopyMap), patch::Refusal> =
             patch::relocate_with_map;
@@ -218,6 +221,7 @@ fn check_native_contract() {
     let _: u8 = a::TRAP;
     let _: &[u8] = &a::TRAP_INSN;
     let _: fn(usize) -> Vec<u8> = a::trap_fill;
+    let _: &[u8] = &a::TRAP_PROBE;
     let _: u32 = a::AUDIT_ARCH;
     let _: &[i64] = a::SANDBOX_SYSCALLS;
     let _: Option<i32> = a::VECTOR_REGSET;
@@ -229,6 +233,9 @@ fn check_native_contract() {
     let _: fn(&Regs) -> u64 = a::sp;
     let _: fn(&Regs, Option<&[u8]>) -> u64 = a::thread_pointer;
     let _: fn(u64) -> u64 = a::pc_after_trap;
+    let _: i32 = a::TRAP_SI_CODE;
+    let _: fn(u64) -> u64 = a::trap_before;
+    let _: fn(&[u8]) -> bool = a::is_trap;
     let _: fn(u64) -> u64 = a::sp_after_return;
     let _: fn(&mut Regs) = a::forget_syscall;
     let _: fn() -> &'static [u8] = a::syscall_instruction;

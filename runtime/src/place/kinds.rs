@@ -80,7 +80,7 @@ impl Hooker {
         );
         // A call of the trampoline in place of the call.
         let patch = call.to_vec();
-        Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new() }))
+        Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new(), trap: None }))
     }
 
     /// The trampoline of a statement at `addr` whose jump goes on the
@@ -141,7 +141,7 @@ impl Hooker {
         self.own_trampoline(pid, prefix_at, &prefix, crate::owncode::Kind::Entry { site: addr });
         let mut patch = jmp.to_vec();
         patch.resize(lead, arch::TRAP);
-        Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new() }))
+        Ok(Ok(Placed { plan: (from, bytes, patch), tramp: at, retargets: Vec::new(), trap: None }))
     }
 
     /// A veneer to `target` within a patch jump's reach of `site`, in a
@@ -195,10 +195,44 @@ impl Hooker {
         t: Tramp,
     ) -> Result<Result<Placed, String>, TargetError> {
         let bytes = s.read(addr, site.unwrap_or((size as usize).clamp(1, 1 << 20)) + 16)?;
+        // A trap where no jump fits (or where `-D TRAP_PROBES` asks for
+        // one): why no jump.
+        let forced = t.script && self.artifact.limits.trap_probes;
+        let mut trap: Option<String> = None;
         let (hook, retargets) = match site {
+            // Pass 2 found no jump here: the trap covers the instruction.
+            Some(displaced) if t.trap => {
+                trap = Some("no jump fits at the site, nor before it".into());
+                (patch::Hook { patch_at: addr, displaced }, Vec::new())
+            }
+            // Forced: the trap covers the first of the displaced instructions.
+            Some(displaced) if forced => {
+                let starts = arch::instruction_starts(&bytes[..displaced], addr);
+                let first = starts.get(1).map_or(displaced, |&next| (next - addr) as usize);
+                trap = Some("-D TRAP_PROBES".into());
+                (patch::Hook { patch_at: addr, displaced: first }, Vec::new())
+            }
             Some(displaced) => (patch::Hook { patch_at: addr, displaced }, Vec::new()),
             None => match patch::plan_loop(&bytes, addr, size) {
-                Ok(h) => h,
+                Ok(h) if !forced && !t.trap => h,
+                Ok(_) => match patch::plan_trap(&bytes, addr, size) {
+                    Ok(h) => {
+                        trap = Some(
+                            if t.trap { "control arrives inside the jump's bytes" } else { "-D TRAP_PROBES" }.into(),
+                        );
+                        (h, Vec::new())
+                    }
+                    Err(why) => return Ok(Err(format!("no jump fits, nor a trap: {why}"))),
+                },
+                Err(why) if t.script && (t.trap || patch::trap_may_fit(&why)) => {
+                    match patch::plan_trap(&bytes, addr, size) {
+                        Ok(h) => {
+                            trap = Some(why.to_string());
+                            (h, Vec::new())
+                        }
+                        Err(no) => return Ok(Err(format!("{why}; nor does a trap fit: {no}"))),
+                    }
+                }
                 Err(why) => return Ok(Err(why.to_string())),
             },
         };
@@ -222,9 +256,11 @@ impl Hooker {
                 .checked_sub(4)
                 .and_then(|o| bytes.get(o as usize..o as usize + 4))
                 .map_or(0, |w| patch::signs_return(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))),
+            always: t.always,
             ..self.entry(code, at, addr)
         };
-        let nothing = entry.handlers.is_empty() && entry.returns.is_empty() && entry.itrace.is_none();
+        let nothing =
+            entry.handlers.is_empty() && entry.returns.is_empty() && entry.itrace.is_none() && entry.always.is_none();
         let prefix = match &t.clock_only {
             Some(so) => trampoline::clock_entry_prefix(&entry, so),
             None if nothing => Ok(Vec::new()),
@@ -248,7 +284,8 @@ impl Hooker {
             Ok(r) => r,
             Err(why) => return Ok(Err(why.to_string())),
         };
-        let to = if far {
+        // A trap's trampoline is reached through rt_trap's table.
+        let to = if far && trap.is_none() {
             match self.veneer(s, hook.patch_at, at)? {
                 Ok(v) => v,
                 Err(why) => return Ok(Err(why)),
@@ -256,8 +293,10 @@ impl Hooker {
         } else {
             at
         };
-        let Some(jmp) = patch::jump(hook.patch_at, to) else {
-            return Ok(Err("trampoline out of jump range".into()));
+        let jmp = match (&trap, patch::jump(hook.patch_at, to)) {
+            (Some(_), _) => arch::TRAP_PROBE.to_vec(),
+            (None, Some(j)) => j.to_vec(),
+            (None, None) => return Ok(Err("trampoline out of jump range".into())),
         };
         if let Some(name) = t.itrace {
             let resume = at + prefix.len() as u64;
@@ -285,7 +324,7 @@ impl Hooker {
         let calling = map.calling.map(|(lo, hi)| (lo, hi, back));
         let end = at + tramp.len() as u64;
         self.own_add(pid, at + prefix_len as u64, end, crate::owncode::Kind::Relocated { map: map.map, calling });
-        let mut patch = jmp.to_vec();
+        let mut patch = jmp;
         if !retargets.is_empty() {
             // The loops' way in: a second jump, past the probe, to the
             // relocated first instructions.
@@ -295,11 +334,20 @@ impl Hooker {
             };
             patch.extend_from_slice(&second);
         }
-        patch.resize(hook.displaced, arch::TRAP);
+        // A trap changes its own bytes only: the rest of the instruction
+        // stays (never run while the trap is there, intact when it goes).
+        let orig = match trap {
+            Some(_) => displaced[..patch.len()].to_vec(),
+            None => {
+                patch.resize(hook.displaced, arch::TRAP);
+                displaced.to_vec()
+            }
+        };
         Ok(Ok(Placed {
-            plan: (hook.patch_at, displaced.to_vec(), patch),
+            plan: (hook.patch_at, orig, patch),
             tramp: at,
             retargets: retargets.into_iter().map(|r| (r.at, r.original, r.patched)).collect(),
+            trap,
         }))
     }
 }

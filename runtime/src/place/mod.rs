@@ -72,6 +72,12 @@ pub(crate) struct Hooker {
     /// winning. Addresses of the armed process: a program it execs gets
     /// its own exec entries only.
     pub(crate) entry_hooks: std::cell::RefCell<BTreeMap<u64, (u32, bool)>>,
+    /// The runtime's hooks that run on every call, slot or not
+    /// (`trampoline::Entry::always`), by run-time address: the C library's
+    /// `sigaction` (`rt_trap_sigaction`) and `pthread_sigmask`/`sigprocmask`
+    /// (`rt_trap_sigmask`), which keep SIGTRAP unblocked for trap probes.
+    /// A probe of the script's on one of them calls the hook too.
+    pub(crate) always_hooks: std::cell::RefCell<BTreeMap<u64, u32>>,
     /// `Header::threads_at` and `Header::tcb_tid_off`.
     pub(crate) threads_at: u64,
     pub(crate) tid_off: u32,
@@ -91,6 +97,20 @@ pub(crate) struct Hooker {
     /// The modules whose probes were placed in some process of the
     /// session (the others are said at the end: `Armed::say_unmapped`).
     pub(crate) placed_in: std::cell::RefCell<std::collections::BTreeSet<PathBuf>>,
+    /// The probes placed with a trap, in every process so far (`Trapped`).
+    pub(crate) trapped: std::cell::RefCell<Vec<Trapped>>,
+}
+
+/// A probe placed with a trap where no jump fits: in which process, the
+/// trap's address and its trampoline (`rt_trap`'s table), what it probes
+/// and why no jump fit (`-v`).
+#[derive(Clone, Debug)]
+pub(crate) struct Trapped {
+    pub(crate) pid: i32,
+    pub(crate) site: u64,
+    pub(crate) tramp: u64,
+    pub(crate) name: String,
+    pub(crate) why: String,
 }
 
 /// What one function's trampoline calls (`trampoline::Entry`).
@@ -110,6 +130,14 @@ pub(crate) struct Tramp {
     pub(crate) inside: bool,
     /// Where the function saves its return address (`trampoline::Entry::ra_saved`).
     pub(crate) ra_saved: Option<i32>,
+    /// The script's probes (not a runtime hook): where no jump fits, a
+    /// trap may take them.
+    pub(crate) script: bool,
+    /// Pass 2 found no jump for this site: a trap goes there (`Attach::Function::trap`,
+    /// `Attach::Statement::trap`).
+    pub(crate) trap: bool,
+    /// `trampoline::Entry::always`.
+    pub(crate) always: Option<(u64, u64)>,
 }
 
 impl Tramp {
@@ -126,7 +154,16 @@ impl Tramp {
             clock_only: None,
             inside: false,
             ra_saved: None,
+            script: false,
+            trap: false,
+            always: None,
         }
+    }
+
+    /// Only a runtime hook called on every call, slot or not
+    /// (`trampoline::Entry::always`), with `arg` and the whole context.
+    pub(crate) fn always(f: u64, arg: u64) -> Self {
+        Tramp { lean: None, always: Some((f, arg)), ..Tramp::pass_through() }
     }
 
     /// Only a call of a runtime function (with the whole context).
@@ -141,6 +178,9 @@ impl Tramp {
             clock_only: None,
             inside: false,
             ra_saved: None,
+            script: false,
+            trap: false,
+            always: None,
         }
     }
 }
@@ -165,6 +205,8 @@ pub(crate) struct Placed {
     pub(crate) plan: Plan,
     pub(crate) tramp: u64,
     pub(crate) retargets: Vec<Plan>,
+    /// Placed with a trap: why no jump fit.
+    pub(crate) trap: Option<String>,
 }
 
 impl Placed {
@@ -331,6 +373,8 @@ impl Hooker {
             blob_rows: Default::default(),
             profiling: a.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })),
             placed_in: Default::default(),
+            trapped: Default::default(),
+            always_hooks: Default::default(),
         })
     }
 }
@@ -414,7 +458,14 @@ impl Hooker {
             inside: false,
             ra_saved: None,
             ra_signed: 0,
+            always: None,
         }
+    }
+
+    /// The process's trap area (`telco_abi::region::TrapArea`): the end of
+    /// the thread slots' mapping.
+    pub(crate) fn traps_at(&self) -> u64 {
+        self.threads_at + crate::inject::threads_size(&self.artifact) - telco_abi::region::TRAP_AREA_SIZE as u64
     }
 
     /// The shadow stacks in the target.

@@ -168,6 +168,17 @@ impl Hooker {
                     lean = None;
                 }
             }
+            // The hooks that keep SIGTRAP unblocked, on a function the
+            // script probes too.
+            let always = self
+                .always_hooks
+                .borrow()
+                .get(&addr)
+                .filter(|_| size.is_some())
+                .map(|&f| (code.at(f), self.traps_at()));
+            if always.is_some() {
+                lean = None;
+            }
             for f in calls {
                 lean = lean.zip(clobbers.of(f)).map(|(m, c)| m | c);
             }
@@ -236,6 +247,10 @@ impl Hooker {
             let span = span.filter(|_| own_ret.is_some() && span_inline.is_some());
             // A statement or marker: inside a function (`Entry::inside`).
             let inside = size.is_none();
+            // Pass 2 found no jump: a trap.
+            let trap = probes.iter().any(|&i| {
+                matches!(a.probes[i].attach, Attach::Function { trap: true, .. } | Attach::Statement { trap: true, .. })
+            });
             let tramp = Tramp {
                 handlers,
                 returns,
@@ -246,6 +261,9 @@ impl Hooker {
                 clock_only,
                 inside,
                 ra_saved,
+                script: true,
+                trap,
+                always,
             };
             // Two patches never share a byte (a statement right after
             // another, or inside a function's entry jump).
@@ -313,7 +331,18 @@ impl Hooker {
                 (Ok(_), Some(at)) => {
                     refused.push(format!("{fname}: its patch at {at:#x} would overlap another probe's"))
                 }
-                (Ok(p), None) => plans.extend(p.into_plans()),
+                (Ok(p), None) => {
+                    if let Some(why) = &p.trap {
+                        self.trapped.borrow_mut().push(Trapped {
+                            pid: pid as i32,
+                            site: p.plan.0,
+                            tramp: p.tramp,
+                            name: fname.clone(),
+                            why: why.clone(),
+                        });
+                    }
+                    plans.extend(p.into_plans())
+                }
                 (Err(why), _) => refused.push(format!("{fname}: {why}")),
             }
         }

@@ -31,6 +31,7 @@ fn function(file_offset: u64, size: u64) -> Attach {
         only_exe: None,
         hop: None,
         ra_saved: None,
+        trap: false,
     }
 }
 
@@ -43,6 +44,7 @@ fn statement(file_offset: u64, displaced: u32) -> Attach {
         lead: 0,
         lead_call: false,
         pad: 0,
+        trap: false,
         semaphore: None,
     }
 }
@@ -145,15 +147,34 @@ fn a_statement_whose_jump_would_overlap_another_probe_is_refused_with_a_reason()
 }
 
 #[test]
-fn a_function_too_short_for_the_jump_is_refused_not_patched() {
+fn a_function_too_short_for_the_jump_gets_a_trap_over_its_first_instruction() {
     // A one-byte function (`ret` at 0x10ff) right before the next one:
-    // the jump would take bytes of another function. (Followed by int3
-    // padding, it would be placed: that padding is dead.)
-    let mut a = vec![function(0x1000, FUNCTION.len() as u64)];
-    a.push(function(0x10ff, 1));
-    let (_, plans, refused, _) = place_all(a);
-    assert_eq!(plans.len(), 1, "{plans:?}");
-    assert_eq!(refused.len(), 1, "{refused:?}");
+    // a jump would take bytes of another function, a trap takes the
+    // `ret` only. (Followed by int3 padding, a jump would be placed: that
+    // padding is dead.)
+    let a = artifact(vec![function(0x1000, FUNCTION.len() as u64), function(0x10ff, 1)]);
+    let hooker = Hooker::new(&a, 0x7000_0000, 0x7100_0000, 0x2d0, BTreeMap::new(), None).expect("helpers");
+    let (mut mem, maps) = module();
+    let mut refused = Vec::new();
+    let (_, plans) = hooker.module(&mut mem, &maps, Path::new("/m"), &by_offset(&a), &mut refused).expect("placed");
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(plans.len(), 2, "{plans:?}");
+    assert_eq!(plans[1], (BASE + 0x10ff, vec![0xc3], arch::TRAP_PROBE.to_vec()));
+    let trapped = hooker.trapped.borrow();
+    assert_eq!(trapped.len(), 1);
+    assert_eq!(trapped[0].site, BASE + 0x10ff);
+    assert!(trapped[0].why.contains("only a trap could probe it"), "{}", trapped[0].why);
+    // Its trampoline runs the relocated `ret` (a trap's way in is rt_trap's
+    // table, so nothing jumps there).
+    let t = mem.read(trapped[0].tramp, 1024).expect("trampoline");
+    assert!(t.contains(&0xc3));
+}
+
+#[test]
+fn a_trap_is_never_chosen_where_a_jump_fits() {
+    let (_, plans, refused, _) = place_all(vec![function(0x1000, FUNCTION.len() as u64)]);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(plans[0].2[0], 0xe9, "a jmp rel32");
 }
 
 #[test]

@@ -141,6 +141,7 @@ pub fn arm(
         entry_hooks.extend(exec_entries(&*symbols, &maps).into_iter().map(|addr| (addr, (f, false))));
     }
     let hooker = Hooker::new(a, injected.region_remote, threads_at, tid_off, entry_hooks, exec_notify)?;
+    let (signal_entries, _) = traps::prepare(&hooker, &*symbols, &maps, Some(&exe));
     let mut patches = Vec::new();
     let mut codes = Vec::new();
     let mut refused = Vec::new();
@@ -156,6 +157,20 @@ pub fn arm(
         plans.extend(p);
         codes.extend(code);
     }
+    // Probes placed with a trap: their handler, hooks and table.
+    let mut trap_hook = None;
+    let region_remote = injected.region_remote;
+    traps::place(
+        &hooker,
+        &mut s,
+        &signal_entries,
+        &mut plans,
+        &[],
+        &mut codes,
+        &mut refused,
+        &mut trap_hook,
+        region_remote,
+    )?;
     let mut warnings: Vec<String> = Vec::new();
     let mut dl_watch = None;
     if !pending.is_empty() && brk.is_none() {
@@ -269,7 +284,8 @@ pub fn arm(
         hooker.own_blob(s.pid() as u32, &code);
         codes.push(code);
     }
-    let crash = codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, injected.region_remote));
+    let crash =
+        codes.first_mut().and_then(|code| crate::crash::install(&mut s, code, a, injected.region_remote, trap_hook));
     let region_ino = crate::os::proc::fd_inode(injected.region.fd());
     let enabled = unsafe_enabled_ptr(&injected.region);
     let header = injected.region.base() as *const u8;
@@ -510,5 +526,15 @@ impl Armed {
     /// calling a handler (`--chrome` spans, durations into statistics).
     pub fn timed_inline(&self) -> Vec<String> {
         self.hooker.timed.borrow().clone()
+    }
+
+    /// The probe points placed with a trap where no jump fits, in any
+    /// process of the session so far, and why no jump fit (`-v`).
+    pub fn trapped(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> =
+            self.hooker.trapped.borrow().iter().map(|t| (t.name.clone(), t.why.clone())).collect();
+        v.sort();
+        v.dedup_by(|a, b| a.0 == b.0);
+        v
     }
 }

@@ -23,9 +23,6 @@ pub(super) fn put_back(
     semaphores: &[u64],
     what: &str,
 ) {
-    if let Some(hook) = crash {
-        crate::crash::uninstall(s, hook);
-    }
     lower_semaphores(s, semaphores);
     // A thread on a hop's or a loop's second jump sits inside a patch: out
     // of it first.
@@ -41,6 +38,13 @@ pub(super) fn put_back(
         }
         if let Err(e) = s.write(p.at, &p.original) {
             crate::eprintln_escaped!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
+        }
+    }
+    // The signal handlers last: no trap is left to reach SIGTRAP's (the
+    // threads stopped on one were put back on it when they stopped).
+    if let Some(hook) = crash {
+        if let Err(e) = crate::crash::uninstall(s, hook) {
+            crate::eprintln_escaped!("warning: {what}: {e}");
         }
     }
 }

@@ -509,13 +509,31 @@ impl Armed {
         let mut refused = Vec::new();
         let mut plans = Vec::new();
         let mut codes = Vec::new();
-        for (module, functions) in &by_module {
+        let exe = crate::os::proc::exe_path(pid);
+        let (signal_entries, first_always) = traps::prepare(&self.hooker, &*self.symbols, &maps, Some(&exe));
+        let placed = by_module.iter().try_for_each(|(module, functions)| {
             let (code, p) = self.hooker.module(s, &maps, module, functions, &mut refused)?;
             plans.extend(p);
             codes.extend(code);
-        }
+            Ok::<_, TargetError>(())
+        });
+        *self.hooker.always_hooks.borrow_mut() = first_always;
+        placed?;
+        let Some(f) = &self.follow else { return Ok((None, Vec::new())) };
         let execnotify = f.execnotify;
         let region_remote = f.region_remote;
+        let mut trap_hook = None;
+        traps::place(
+            &self.hooker,
+            s,
+            &signal_entries,
+            &mut plans,
+            &[],
+            &mut codes,
+            &mut refused,
+            &mut trap_hook,
+            region_remote,
+        )?;
         hook_execs(&*self.symbols, &self.hooker, s, a, &maps, execnotify, &mut plans, &mut codes, &mut refused)?;
         let mut patches = Vec::new();
         apply(s, plans, &mut patches, &self.hooker.relocs.borrow())?;
@@ -526,7 +544,7 @@ impl Armed {
             self.hooker.own_blob(pid as u32, &code);
             codes.push(code);
         }
-        let crash = codes.first_mut().and_then(|code| crate::crash::install(s, code, a, region_remote));
+        let crash = codes.first_mut().and_then(|code| crate::crash::install(s, code, a, region_remote, trap_hook));
         let mut said: Vec<String> = refused.into_iter().map(|r| format!("cannot probe {r} (pid {pid})")).collect();
         if let Some(code) = codes.first() {
             if exec {

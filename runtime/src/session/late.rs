@@ -216,6 +216,30 @@ impl Armed {
                 }
             }
         }
+        // Probes placed with a trap: their table (the handler and hooks
+        // too, the first time).
+        if plans.iter().any(|(_, _, p)| p.as_slice() == arch::TRAP_PROBE) {
+            let exe = crate::os::proc::exe_path(self.target.pid);
+            let (entries, _) = traps::prepare(&self.hooker, &*self.symbols, &maps, Some(&exe));
+            let mut hook = self.undo.crash.and_then(|c| c.traps());
+            let had = hook.is_some();
+            let mut codes = Vec::new();
+            traps::place(
+                &self.hooker,
+                &mut s,
+                &entries,
+                &mut plans,
+                &self.undo.patches,
+                &mut codes,
+                &mut refused,
+                &mut hook,
+                self.region.remote,
+            )?;
+            self.undo._code.extend(codes);
+            if let (Some(h), false) = (hook, had) {
+                self.undo.crash = Some(crate::crash::Hook::with_traps(self.undo.crash, h, self.region.remote));
+            }
+        }
         apply(&mut s, plans, &mut self.undo.patches, &self.hooker.relocs.borrow())?;
         let raised = raise_semaphores(&s, &self.hooker.artifact, &maps, &self.undo.semaphores, &self.undo.patches);
         self.undo.semaphores.extend(raised);

@@ -125,6 +125,7 @@ mod spawn;
 mod start;
 mod summary;
 mod system;
+mod traps;
 
 pub use arm::arm;
 pub use consumer::drain_text;

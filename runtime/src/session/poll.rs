@@ -4,6 +4,10 @@
 use super::*;
 
 impl Hooks for Armed {
+    fn trap_probes(&self) -> u64 {
+        self.trapped().len() as u64
+    }
+
     fn started(&mut self) -> Result<(), String> {
         if let Some(mut s) = self.target.stopped.take() {
             // The target starts (or is attached to) after the session's

@@ -61,6 +61,10 @@ pub struct Outcome {
     pub unreturned: u64,
     /// Execs the tracer did not answer in time (`Header::unfollowed_execs`).
     pub unfollowed_execs: u64,
+    /// Probes placed with a trap where no jump fits (distinct probe
+    /// points, in every process), and their hits (`Header::trap_hits`).
+    pub trap_probes: u64,
+    pub trap_hits: u64,
     /// What `--chrome` and `--perfetto` wrote.
     pub traces: Option<crate::feed::Finished>,
     /// The target corrupted the event ring (said when found; the session
@@ -105,6 +109,11 @@ pub trait Hooks {
     }
     /// Work is due within a millisecond (a process about to stop at its
     /// exec): `poll` is called every millisecond meanwhile.
+    /// How many probe points were placed with a trap (`Outcome::trap_probes`).
+    fn trap_probes(&self) -> u64 {
+        0
+    }
+
     fn busy(&self) -> bool {
         false
     }
@@ -662,6 +671,8 @@ impl<'a> Local<'a> {
                     dropped: total(dropped_at),
                     unreturned: total(core::mem::offset_of!(Header, unreturned)),
                     unfollowed_execs: total(core::mem::offset_of!(Header, unfollowed_execs)),
+                    trap_probes: hooks.trap_probes(),
+                    trap_hits: total(core::mem::offset_of!(Header, trap_hits)),
                     traces,
                     corrupted,
                     profile: profiled,

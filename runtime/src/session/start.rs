@@ -201,6 +201,9 @@ impl<'a> Session<'a> {
         }
         if opts.verbose > 0 {
             crate::eprintln_escaped!("Pass 5: probes armed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+            for (name, why) in armed.trapped() {
+                crate::eprintln_escaped!("Pass 5: {name}: placed with a trap ({why})");
+            }
         }
         if opts.verbose > 1 {
             for f in armed.timed_inline() {

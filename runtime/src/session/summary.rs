@@ -43,6 +43,12 @@ pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
             o.unfollowed_execs
         ));
     }
+    if o.trap_probes > 0 {
+        v.push(format!(
+            "WARNING: {} probe point(s) placed with a trap where no jump fits (a signal each hit, about 1 µs; -v names them): {} hit(s)",
+            o.trap_probes, o.trap_hits
+        ));
+    }
     if o.unreturned > 0 {
         v.push(format!(
             "WARNING: {} call(s) left by longjmp or an exception: their return probes did not run",

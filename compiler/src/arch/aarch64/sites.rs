@@ -268,6 +268,13 @@ impl Sites {
         })
     }
 
+    /// x86_64's trap where no jump fits: never better here, where a `brk`
+    /// takes the one instruction a `B` takes (`-D TRAP_PROBES` puts one
+    /// where the `B` was planned, in pass 5).
+    pub fn plan_trap(&self, _bytes: &[u8], _addr: u64, _range: (u64, u64)) -> Result<Patch, String> {
+        Err("a brk takes the same one instruction a B would".into())
+    }
+
     /// x86_64's short jump to the padding after a function: never needed
     /// (nor possible) here, where the `B` at the site is one instruction and
     /// reaches ±128 MiB.
@@ -343,7 +350,7 @@ impl Sites {
                 ));
             }
         }
-        Ok(Patch { file_offset: addr - s + off, displaced: 0, lead: B_LEN as u32, call, pad: 0 })
+        Ok(Patch { file_offset: addr - s + off, displaced: 0, lead: B_LEN as u32, call, pad: 0, trap: false })
     }
 
     /// [`Sites::plan`] for `need` bytes of whole instructions (4, the `B`;
@@ -397,7 +404,7 @@ impl Sites {
         if let Some((&to, &how)) = self.arrivals.range(addr + 1..addr + len).find(|(&to, _)| to.is_multiple_of(B_LEN)) {
             return Err(format!("the B would replace {len} bytes of instructions and {}, inside them", why(to, how)));
         }
-        Ok(Patch { file_offset, displaced: len as u32, lead: 0, call: false, pad: 0 })
+        Ok(Patch { file_offset, displaced: len as u32, lead: 0, call: false, pad: 0, trap: false })
     }
 
     /// Why a probe cannot go at `at`: it is inside an exclusive sequence
@@ -602,7 +609,7 @@ mod tests {
         let g = (0x1018, 0x1030);
         assert_eq!(
             s.plan(&bytes, 0x1020, g),
-            Ok(Patch { file_offset: 0x20, displaced: 4, lead: 0, call: false, pad: 0 })
+            Ok(Patch { file_offset: 0x20, displaced: 4, lead: 0, call: false, pad: 0, trap: false })
         );
         // The site itself may be a target: the bl's return point, a ret.
         assert_eq!(s.plan(&bytes, 0x1028, g).map(|p| p.file_offset), Ok(0x28));
@@ -625,7 +632,7 @@ mod tests {
         let g = (0x1018, 0x1030);
         assert_eq!(
             s.plan(&bytes, 0x1018, g),
-            Ok(Patch { file_offset: 0x1c, displaced: 4, lead: 0, call: false, pad: 0 })
+            Ok(Patch { file_offset: 0x1c, displaced: 4, lead: 0, call: false, pad: 0, trap: false })
         );
         s.arrivals.insert(0x101c, Arrival::Branch(0x1048));
         let e = s.plan(&bytes, 0x1018, g).unwrap_err();
@@ -662,13 +669,13 @@ mod tests {
         ];
         let (s, bytes) = module(&words);
         let p = s.plan(&bytes, 0x1008, (0x1000, 0x1014)).unwrap();
-        assert_eq!(p, Patch { file_offset: 8, displaced: 0, lead: 4, call: false, pad: 0 });
+        assert_eq!(p, Patch { file_offset: 8, displaced: 0, lead: 4, call: false, pad: 0, trap: false });
         // bl before it: the call is the lead.
         let mut w = words;
         w[1] = 0x97ffffff; // bl 0x1000
         let (s, bytes) = module(&w);
         let p = s.plan(&bytes, 0x1008, (0x1000, 0x1014)).unwrap();
-        assert_eq!(p, Patch { file_offset: 8, displaced: 0, lead: 4, call: true, pad: 0 });
+        assert_eq!(p, Patch { file_offset: 8, displaced: 0, lead: 4, call: true, pad: 0, trap: false });
         // blr before it, a register branch in the function, a b.
         w[1] = 0xd63f0020; // blr x1
         let (s, bytes) = module(&w);

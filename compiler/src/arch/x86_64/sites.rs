@@ -222,6 +222,20 @@ impl Sites {
         })
     }
 
+    /// A one-byte trap (`int3`) at `addr` (after an `endbr64` there) where
+    /// no jump fits: it covers the first instruction, which its trampoline
+    /// runs relocated, and nothing may arrive strictly inside that.
+    pub fn plan_trap(&self, bytes: &[u8], addr: u64, range: (u64, u64)) -> Result<Patch, String> {
+        let endbr = self
+            .exec
+            .iter()
+            .find(|&&(s, n, _)| addr >= s && addr + 4 <= s + n)
+            .and_then(|&(s, _, off)| bytes.get((addr - s + off) as usize..(addr - s + off) as usize + 4))
+            .is_some_and(|b| b == [0xf3, 0x0f, 0x1e, 0xfa]);
+        let site = if endbr && addr + 4 < range.1 { addr + 4 } else { addr };
+        self.plan_len(bytes, site, range, 1, false).map(|p| Patch { trap: true, ..p })
+    }
+
     /// A 2-byte `jmp rel8` at `addr` to the padding after its function
     /// (`nop`s and `int3`s up to the next 16-byte boundary, which nothing
     /// runs and no arrival names), within its reach, where a 5-byte jump
@@ -332,7 +346,7 @@ impl Sites {
             };
             return Err(format!("{why}, and control must reach the site only through them"));
         }
-        Ok(Patch { file_offset: addr - s + off, displaced: 0, lead: (addr - from) as u32, call, pad: 0 })
+        Ok(Patch { file_offset: addr - s + off, displaced: 0, lead: (addr - from) as u32, call, pad: 0, trap: false })
     }
 
     /// [`Sites::plan`] for a jump of `need` bytes (2 for a `jmp rel8`, 10
@@ -405,7 +419,7 @@ impl Sites {
                  least 5 bytes there could be probed)"
             ));
         }
-        Ok(Patch { file_offset, displaced: len as u32, lead: 0, call: false, pad: 0 })
+        Ok(Patch { file_offset, displaced: len as u32, lead: 0, call: false, pad: 0, trap: false })
     }
 }
 
@@ -445,7 +459,7 @@ mod tests {
         bytes[0x10..0x16].copy_from_slice(&[0x90, 0x5b, 0x5d, 0x41, 0x5c, 0xc3]);
         assert_eq!(
             s.plan(&bytes, 0x1010, (0x1000, 0x1100)),
-            Ok(Patch { file_offset: 0x10, displaced: 5, lead: 0, call: false, pad: 0 })
+            Ok(Patch { file_offset: 0x10, displaced: 5, lead: 0, call: false, pad: 0, trap: false })
         );
         s.arrivals.insert(0x1012, Arrival::Branch(0x1080));
         let e = s.plan(&bytes, 0x1010, (0x1000, 0x1100)).unwrap_err();
@@ -458,7 +472,7 @@ mod tests {
         // right there does not.
         assert_eq!(
             s.plan(&bytes, 0x1014, (0x1000, 0x1016)),
-            Ok(Patch { file_offset: 0x14, displaced: 5, lead: 0, call: false, pad: 0 })
+            Ok(Patch { file_offset: 0x14, displaced: 5, lead: 0, call: false, pad: 0, trap: false })
         );
         bytes[0x16..0x20].fill(0x55);
         let e = s.plan(&bytes, 0x1014, (0x1000, 0x1016)).unwrap_err();
@@ -478,7 +492,7 @@ mod tests {
         s.arrivals.insert(0x1013, Arrival::Branch(0x1008));
         s.arrivals.insert(0x1010, Arrival::Branch(0x1015));
         let p = s.plan(&bytes, 0x1010, (0x1000, 0x1017)).unwrap();
-        assert_eq!(p, Patch { file_offset: 0x10, displaced: 3, lead: 0, call: false, pad: 7 });
+        assert_eq!(p, Patch { file_offset: 0x10, displaced: 3, lead: 0, call: false, pad: 7, trap: false });
         // Not padding after it: refused.
         bytes[0x17] = 0x55;
         let e = s.plan(&bytes, 0x1010, (0x1000, 0x1017)).unwrap_err();
@@ -496,7 +510,7 @@ mod tests {
         s.arrivals.insert(0x1017, Arrival::Return(0x1012));
         s.arrivals.insert(0x1080, Arrival::Branch(0x1012));
         let p = s.plan(&bytes, 0x1017, (0x1010, 0x1018)).unwrap();
-        assert_eq!(p, Patch { file_offset: 0x17, displaced: 0, lead: 5, call: true, pad: 0 });
+        assert_eq!(p, Patch { file_offset: 0x17, displaced: 0, lead: 5, call: true, pad: 0, trap: false });
         // Another way to the site: refused.
         s.arrivals.insert(0x1017, Arrival::Branch(0x1040));
         let e = s.plan(&bytes, 0x1017, (0x1010, 0x1018)).unwrap_err();
@@ -508,7 +522,7 @@ mod tests {
         bytes[0x10..0x17].copy_from_slice(&[0x48, 0x83, 0xc4, 0x08, 0x5b, 0x5d, 0xc3]);
         s.arrivals.clear();
         let p = s.plan(&bytes, 0x1016, (0x1010, 0x1017)).unwrap();
-        assert_eq!(p, Patch { file_offset: 0x16, displaced: 0, lead: 6, call: false, pad: 0 });
+        assert_eq!(p, Patch { file_offset: 0x16, displaced: 0, lead: 6, call: false, pad: 0, trap: false });
         // A jump among them: the site is not reached through them.
         bytes[0x10..0x16].copy_from_slice(&[0x90, 0x90, 0x90, 0x90, 0xeb, 0x00]);
         let e = s.plan(&bytes, 0x1016, (0x1010, 0x1017)).unwrap_err();

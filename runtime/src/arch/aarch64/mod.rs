@@ -49,6 +49,9 @@ mod native {
     pub const TRAP: u8 = 0;
     /// The trap instruction: `brk #0`.
     pub const TRAP_INSN: [u8; 4] = 0xd420_0000u32.to_le_bytes();
+    /// A trap probe's patch: `brk #0x7e1` (not gdb's `#0`, the kernel's
+    /// uprobe `#5`, nor `__builtin_trap`'s `#0x3e8`).
+    pub const TRAP_PROBE: [u8; 4] = (0xd420_0000u32 | 0x7e1 << 5).to_le_bytes();
 
     /// `len` bytes of trap instructions (`len` a multiple of 4; a shorter
     /// tail is `udf`).
@@ -100,6 +103,17 @@ mod native {
     /// the pc on itself.
     pub const fn pc_after_trap(at: u64) -> u64 {
         at
+    }
+
+    /// A thread stopped with the SIGTRAP of a trap instruction (`si_code`
+    /// `TRAP_SI_CODE`, TRAP_BRKPT) at `pc`: where that instruction would
+    /// be, and whether `bytes` (read there) are one (`brk`, any immediate).
+    pub const TRAP_SI_CODE: i32 = 1;
+    pub const fn trap_before(pc: u64) -> u64 {
+        pc
+    }
+    pub fn is_trap(bytes: &[u8]) -> bool {
+        bytes.get(..4).is_some_and(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & 0xffe0_001f == 0xd420_0000)
     }
 
     /// The stack pointer after a function entered with `sp` returned (the

@@ -360,6 +360,19 @@ fn word0(code: &[u8]) -> u32 {
     word_at(code, 0).unwrap_or(0)
 }
 
+/// A trap (`brk`) where no branch fits: one word, as a `B` is, so it fits
+/// exactly where [`plan`] does (used where a trap is asked for:
+/// `-D TRAP_PROBES`).
+pub fn plan_trap(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
+    plan(code, entry, size)
+}
+
+/// Whether a refusal of [`plan_loop`] is one a trap may do better than:
+/// never here (a `brk` takes the room a `B` takes).
+pub fn trap_may_fit(_why: &Refusal) -> bool {
+    false
+}
+
 /// A function that loops back to its patch site: refused here (x86_64
 /// retargets such loops; on aarch64 that is still to do), with the
 /// signature x86_64's has.

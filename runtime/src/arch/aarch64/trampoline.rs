@@ -240,6 +240,10 @@ fn entry_with(e: &Entry, around: RegMask) -> Result<Vec<u8>, AsmError> {
     if saved.is_none() || !e.returns.is_empty() {
         a.str64(LR, SP, ret_slot);
     }
+    // A hook called on every hit (full path).
+    if let (Some((f, arg)), None) = (e.always, saved) {
+        call_handler(&mut a, arg, f);
+    }
     // The thread's slot, marked busy, in x17; none (or busy already): skip.
     let done = a.label();
     let have = a.label();
@@ -697,6 +701,7 @@ pub fn clock_entry_prefix(e: &Entry, so: &ClockOnly) -> Result<Vec<u8>, AsmError
         inside: e.inside,
         ra_saved: e.ra_saved,
         ra_signed: e.ra_signed,
+        always: None,
     };
     entry_with(&e, so.push_clobbers)
 }
@@ -945,6 +950,7 @@ mod tests {
             inside,
             ra_saved: Some(-16),
             ra_signed: 0,
+            always: None,
         }
     }
 

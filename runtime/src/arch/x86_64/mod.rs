@@ -30,6 +30,9 @@ pub const ELF_MACHINE: u16 = 62;
 /// The trap instruction (`int3`), and what fills dead bytes.
 pub const TRAP: u8 = 0xcc;
 pub const TRAP_INSN: [u8; 1] = [TRAP];
+/// A trap probe's patch (`int3` too: `rt_trap` tells it from the
+/// program's own by its address).
+pub const TRAP_PROBE: [u8; 1] = [TRAP];
 
 /// `len` bytes of trap instructions.
 pub fn trap_fill(len: usize) -> Vec<u8> {
@@ -76,6 +79,17 @@ pub const TCB_WINDOW: i64 = 0;
 /// The pc after a trap at `at` has stopped the thread (past the `int3`).
 pub const fn pc_after_trap(at: u64) -> u64 {
     at + 1
+}
+
+/// A thread stopped with the SIGTRAP of a trap instruction (`si_code`
+/// `TRAP_SI_CODE`) at `pc`: where that instruction would be, and whether
+/// `bytes` (read there) are one (`int3`).
+pub const TRAP_SI_CODE: i32 = 0x80;
+pub const fn trap_before(pc: u64) -> u64 {
+    pc.wrapping_sub(1)
+}
+pub fn is_trap(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&TRAP)
 }
 
 /// The stack pointer after a function entered with `sp` returned (the

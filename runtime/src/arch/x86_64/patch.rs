@@ -288,6 +288,58 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     Ok(Hook { patch_at, displaced })
 }
 
+/// Where no jump fits ([`plan_loop`] refused): a one-byte trap (`int3`)
+/// over the function's first instruction (after an `endbr64`), which its
+/// trampoline runs relocated. Refused where a trap cannot do better: bytes
+/// that do not decode, an instruction that cannot be relocated, a branch
+/// into the middle of that instruction, and a loop back to the site (the
+/// probe would run on every iteration: [`plan_loop`] handles the loops
+/// that can be handled).
+pub fn plan_trap(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
+    if size == 0 {
+        return Err(Refusal::UnknownSize);
+    }
+    if (code.len() as u64) < size {
+        return Err(Refusal::Truncated { have: code.len(), size });
+    }
+    let patch_offset: u64 =
+        if size > ENDBR64.len() as u64 && code.starts_with(&ENDBR64) { ENDBR64.len() as u64 } else { 0 };
+    let patch_at = entry + patch_offset;
+    let ins = decode_one(&code[..size as usize], entry, patch_offset).ok_or_else(|| {
+        if end_of_bytes(&code[..size as usize], entry, patch_offset) {
+            Refusal::RunsPastEnd { offset: patch_offset, size }
+        } else {
+            Refusal::Undecodable { offset: patch_offset }
+        }
+    })?;
+    let displaced = ins.len();
+    check_displaced(&[ins], patch_at, displaced, entry)?;
+    let end = patch_at + displaced as u64;
+    let mut decoder = Decoder::with_ip(64, &code[..size as usize], entry, DecoderOptions::NONE);
+    while decoder.can_decode() {
+        let at = decoder.position() as u64;
+        let i = decoder.decode();
+        if i.is_invalid() {
+            return Err(Refusal::Undecodable { offset: at });
+        }
+        let Some(target) = near_branch_target(&i) else { continue };
+        let to = target.wrapping_sub(entry);
+        if target > patch_at && target < end {
+            return Err(Refusal::BranchIntoInstruction { from: at, to });
+        }
+        if target >= entry && target <= patch_at && !i.is_call_near() && i.ip() != patch_at {
+            return Err(Refusal::LoopToEntry { from: at, to });
+        }
+    }
+    Ok(Hook { patch_at, displaced })
+}
+
+/// Whether a refusal of [`plan_loop`] is one a trap ([`plan_trap`]) may
+/// do better than: no room for the jump, or a branch into its bytes.
+pub fn trap_may_fit(why: &Refusal) -> bool {
+    matches!(why, Refusal::ShortFunction { .. } | Refusal::BranchIntoPatch { .. } | Refusal::RunsPastEnd { .. })
+}
+
 /// A function whose loop jumps back to the patch site ([`plan`] refuses it
 /// with [`Refusal::LoopToEntry`]): the loop must run the function's first
 /// instructions, not the probe again. Either the displaced instructions
@@ -822,6 +874,27 @@ mod tests {
         let ret = decode_all(&SIGRETURN, 0);
         let text: Vec<String> = ret.iter().map(|i| format!("{i}")).collect();
         assert_eq!(text, ["mov eax,0Fh", "syscall"]);
+    }
+
+    #[test]
+    fn a_trap_covers_the_first_instruction_only() {
+        // ret, then the next function: no room for a jump.
+        assert_eq!(plan_trap(&[0xc3, 0x55], 0x1000, 1), Ok(Hook { patch_at: 0x1000, displaced: 1 }));
+        // After endbr64: mov eax, 1 (5 bytes), ret.
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0xb8, 1, 0, 0, 0, 0xc3];
+        assert_eq!(plan_trap(&code, 0x1000, 10), Ok(Hook { patch_at: 0x1004, displaced: 5 }));
+        // xor eax, eax; 1: add eax, 1; cmp eax, edi; jl 1b; ret: the loop
+        // into +2 is past the trap's instruction.
+        let looper = [0x31, 0xc0, 0x83, 0xc0, 0x01, 0x39, 0xf8, 0x7c, 0xf9, 0xc3];
+        assert!(matches!(plan(&looper, 0x1000, 10), Err(Refusal::BranchIntoPatch { from: 7, to: 2 })));
+        assert_eq!(plan_trap(&looper, 0x1000, 10), Ok(Hook { patch_at: 0x1000, displaced: 2 }));
+    }
+
+    #[test]
+    fn a_trap_refuses_a_loop_to_its_site() {
+        // 1: dec edi; jnz 1b; ret: every iteration would trap.
+        let code = [0xff, 0xcf, 0x75, 0xfc, 0xc3];
+        assert!(matches!(plan_trap(&code, 0x1000, 5), Err(Refusal::LoopToEntry { from: 2, to: 0 })));
     }
 
     #[test]

@@ -640,6 +640,12 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
             a.mov(r, e.ret_tramp)
         }
     };
+    // A hook called on every hit (full path: rbx holds the frame).
+    if let (Some((f, arg)), None) = (e.always, e.lean) {
+        a.mov(rdi, arg)?;
+        a.lea(rsi, ptr(fb + ctx_at))?;
+        a.call(f)?;
+    }
     // The thread's slot, marked busy; none (or busy already): skip.
     let mut slow = a.create_label();
     let mut have = a.create_label();
@@ -1179,6 +1185,7 @@ mod tests {
             inside: false,
             ra_saved: None,
             ra_signed: 0,
+            always: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! stopping a thread again when a wait gives up.
 
 use super::{req, PtraceError};
+use crate::arch::native as arch;
 use crate::os::wait::Status;
 use std::time::{Duration, Instant};
 
@@ -122,15 +123,51 @@ pub(super) fn faulted(tid: i32, sig: i32) -> bool {
         && req::signal_code(tid).is_some_and(|code| code > 0)
 }
 
+/// Thread `tid`, stopped to receive the SIGTRAP of a trap instruction (a
+/// trap probe's, or the program's own `int3`/`brk`), is put back on that
+/// instruction, and the caller drops the signal: going on, the thread
+/// traps again (into `rt_trap` while the probe is there) or runs the
+/// instruction put back under it. Dropped without that, the signal would
+/// leave an x86_64 thread inside the instruction (past the `int3`), and
+/// delivered after the session it would end the process. Whether it was
+/// such a trap.
+pub(super) fn rewind_trap(tid: i32) -> bool {
+    if req::signal_code(tid) != Some(arch::TRAP_SI_CODE) {
+        return false;
+    }
+    let Ok(mut r) = req::get_regs(tid) else { return false };
+    let at = arch::trap_before(arch::pc(&r));
+    let mut bytes = [0u8; 4];
+    let read = std::fs::File::open(format!("/proc/{tid}/mem"))
+        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut bytes[..arch::TRAP_PROBE.len()], at));
+    if read.is_err() || !arch::is_trap(&bytes) {
+        return false;
+    }
+    arch::set_pc(&mut r, at);
+    req::set_regs(tid, &r).is_ok()
+}
+
 /// Whether SIGTRAP waits in thread `tid`'s own pending set (`SigPnd` in
 /// `/proc/TID/status`): a single-stepped system call's trap, queued behind
 /// an interrupt's stop.
 fn trap_pending(tid: i32) -> bool {
+    sig_set(tid, "SigPnd:").is_some_and(|set| set & 1 << (libc::SIGTRAP - 1) != 0)
+}
+
+/// A signal set of thread `tid` from `/proc/TID/status` (`SigPnd:`,
+/// `SigBlk:`).
+fn sig_set(tid: i32, field: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{tid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| Some(u64::from_str_radix(l.strip_prefix("SigPnd:")?.trim(), 16).ok())))
-        .flatten()
-        .is_some_and(|set| set & 1 << (libc::SIGTRAP - 1) != 0)
+        .ok()?
+        .lines()
+        .find_map(|l| u64::from_str_radix(l.strip_prefix(field)?.trim(), 16).ok())
+}
+
+/// Whether thread `tid`, stopped, has a SIGTRAP queued that it takes as
+/// soon as it goes on (pending and not blocked): a trap instruction's,
+/// which the kernel reports after the stop PTRACE_INTERRUPT asked for.
+pub(super) fn trap_queued(tid: i32) -> bool {
+    trap_pending(tid) && sig_set(tid, "SigBlk:").is_some_and(|set| set & 1 << (libc::SIGTRAP - 1) == 0)
 }
 
 /// What [`stop_again`] did.
@@ -169,21 +206,30 @@ pub(super) fn stop_again(tid: i32, run: Run, seen: &mut dyn FnMut(Status)) -> Re
             continue;
         }
         match signal_of(st) {
+            // A trap instruction's: back on it (it traps again).
+            Some(libc::SIGTRAP) if run != Run::Step && rewind_trap(tid) => {}
             Some(s) if faulted(tid, s) || run == Run::Step && s == libc::SIGTRAP => {}
             Some(s) => kept = s,
             None => {}
         }
-        if run == Run::Step && trap_pending(tid) {
-            // The step's trap, queued: taken now (a synchronous signal,
-            // dequeued first, before any code runs), not delivered.
+        if run == Run::Step && trap_pending(tid) || run != Run::Step && trap_queued(tid) {
+            // The step's trap, or a trap instruction's, queued: taken now
+            // (a synchronous signal, dequeued first, before any code
+            // runs), not delivered; a trap instruction's thread back on it.
             req::cont(tid, 0)?;
             let Ok(st) = wait_for(tid, until)? else { return Ok(Again::Running) };
             seen(st);
             if st.ended() {
                 return Ok(Again::Exited);
             }
-            if let Some(s) = signal_of(st).filter(|&s| s != libc::SIGTRAP) {
-                kept = s;
+            match signal_of(st) {
+                Some(libc::SIGTRAP) => {
+                    if run != Run::Step {
+                        rewind_trap(tid);
+                    }
+                }
+                Some(s) => kept = s,
+                None => {}
             }
         }
         return Ok(Again::Stopped(kept));

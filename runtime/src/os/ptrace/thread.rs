@@ -68,8 +68,27 @@ impl Thread {
             t.detached = true;
             return Err(PtraceError::Exited { tid });
         }
-        if let Some(sig) = signal_of(st).filter(|&s| s != libc::SIGTRAP) {
-            t.pending = sig;
+        let mut st = st;
+        if signal_of(st).is_none() && super::deadline::trap_queued(tid) {
+            // A trap instruction's SIGTRAP queued behind the interrupt's
+            // stop: taken now (it is dequeued before any code runs).
+            req::cont(tid, 0)?;
+            st = match wait_for(tid, Until::signalled())? {
+                Ok(st) if !st.ended() => st,
+                _ => {
+                    t.detached = true;
+                    return Err(PtraceError::Exited { tid });
+                }
+            };
+        }
+        match signal_of(st) {
+            // A trap instruction's (a trap probe's): the thread is put
+            // back on it, to trap again once it goes on.
+            Some(libc::SIGTRAP) => {
+                super::deadline::rewind_trap(tid);
+            }
+            Some(sig) => t.pending = sig,
+            None => {}
         }
         Ok(t)
     }

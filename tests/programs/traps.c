@@ -1,0 +1,127 @@
+/* Probes where no jump fits, placed with a trap (tests/traps.rs). Built
+ * with -falign-functions=1: `tick` is a lone `ret` packed against the
+ * next function, which nothing but a trap can probe. `looper` branches
+ * back into its first five bytes, alone in a section of its own with no
+ * neighbour to hop through. `add3` is an ordinary function (a trap there
+ * only with -D TRAP_PROBES=1).
+ *
+ *   traps basic N     N rounds of tick(), add3(i, 1, 2), looper(3)
+ *   traps signals     its own SIGTRAP handler (raise, int3), what its
+ *                     sigaction says, a thread that blocks every signal,
+ *                     a handler that blocks every signal, 8 threads at once
+ *   traps wait        "ready", then 4 threads call tick() until a line
+ *                     comes on stdin; "alive" */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+__attribute__((noipa)) void tick(void) {}
+__attribute__((noipa)) long add3(long a, long b, long c) { return a + b + c; }
+
+/* xor eax,eax (2 bytes); then a loop whose `jl` goes back to +2, inside
+ * the 5 bytes a jump at the entry would take. int3 around it: no code to
+ * host a hop. */
+__asm__(".pushsection .text.lonely,\"ax\",@progbits\n"
+        ".fill 192,1,0xcc\n"
+        ".globl looper\n"
+        ".type looper,@function\n"
+        "looper:\n"
+        "  xor %eax,%eax\n"
+        "1: add $1,%eax\n"
+        "  cmp %edi,%eax\n"
+        "  jl 1b\n"
+        "  ret\n"
+        ".size looper,.-looper\n"
+        ".fill 192,1,0xcc\n"
+        ".popsection\n");
+long looper(long n);
+
+static atomic_long own;
+static atomic_int stop;
+
+static void on_trap(int sig, siginfo_t *info, void *uc) {
+    (void)sig, (void)info, (void)uc;
+    own++;
+}
+
+static void on_usr1(int sig) {
+    (void)sig;
+    tick();
+}
+
+static void *blocker(void *arg) {
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    for (int i = 0; i < 1000; i++) tick();
+    return NULL;
+}
+
+static void *hammer(void *arg) {
+    long n = (long)arg;
+    for (long i = 0; i < n; i++) tick();
+    return NULL;
+}
+
+static void *spin(void *arg) {
+    (void)arg;
+    while (!atomic_load(&stop)) tick();
+    return NULL;
+}
+
+static int signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_trap;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGTRAP, &sa, NULL);
+    raise(SIGTRAP);
+    __asm__ volatile("int3");
+    struct sigaction now;
+    sigaction(SIGTRAP, NULL, &now);
+    printf("view %s\n", now.sa_sigaction == on_trap && (now.sa_flags & SA_SIGINFO) ? "ok" : "changed");
+    pthread_t t;
+    pthread_create(&t, NULL, blocker, NULL);
+    pthread_join(t, NULL);
+    struct sigaction u;
+    memset(&u, 0, sizeof u);
+    u.sa_handler = on_usr1;
+    sigfillset(&u.sa_mask);
+    sigaction(SIGUSR1, &u, NULL);
+    raise(SIGUSR1);
+    pthread_t ts[8];
+    for (int i = 0; i < 8; i++) pthread_create(&ts[i], NULL, hammer, (void *)100000L);
+    for (int i = 0; i < 8; i++) pthread_join(ts[i], NULL);
+    printf("own %ld\n", (long)own);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    if (!strcmp(mode, "signals")) return signals();
+    if (!strcmp(mode, "wait")) {
+        pthread_t ts[4];
+        for (int i = 0; i < 4; i++) pthread_create(&ts[i], NULL, spin, NULL);
+        printf("ready\n");
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 1;
+        atomic_store(&stop, 1);
+        for (int i = 0; i < 4; i++) pthread_join(ts[i], NULL);
+        printf("alive\n");
+        return 0;
+    }
+    long n = argc > 2 ? atol(argv[2]) : 10, s = 0;
+    for (long i = 0; i < n; i++) {
+        tick();
+        s += add3(i, 1, 2) + looper(3);
+    }
+    printf("done %ld\n", s);
+    return 0;
+}
