@@ -1,16 +1,20 @@
-/* Probes where no jump fits, placed with a trap (tests/traps.rs). Built
- * with -falign-functions=1: `tick` is a lone `ret` packed against the
- * next function, which nothing but a trap can probe. `looper` branches
+/* Probes where no jump fits, placed with a trap (tests/traps.rs). `tick`
+ * is a lone `ret` with a `ud2` right after it (not padding: nothing but a
+ * trap can probe it, and a thread sent on past the trap dies of SIGILL).
+ * `tock` is a lone `ret` packed against the next function by
+ * -falign-functions=1, as gcc makes them. `looper` branches
  * back into its first five bytes, alone in a section of its own with no
  * neighbour to hop through. `add3` is an ordinary function (a trap there
  * only with -D TRAP_PROBES=1).
  *
- *   traps basic N     N rounds of tick(), add3(i, 1, 2), looper(3)
+ *   traps basic N     N rounds of tick(), tock(), add3(i, 1, 2), looper(3)
  *   traps signals     its own SIGTRAP handler (raise, int3), what its
  *                     sigaction says, a thread that blocks every signal,
  *                     a handler that blocks every signal, 8 threads at once
- *   traps wait        "ready", then 4 threads call tick() until a line
- *                     comes on stdin; "alive" */
+ *   traps wait        "ready", then 4 threads call tick() (the first
+ *                     with every signal blocked) until a line comes on
+ *                     stdin; "alive"
+ *   traps fork N      a child calls tick() N times, then the parent */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -18,9 +22,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-__attribute__((noipa)) void tick(void) {}
+__asm__(".text\n"
+        ".globl tick\n"
+        ".type tick,@function\n"
+        "tick:\n"
+        "  ret\n"
+        ".size tick,.-tick\n"
+        "  ud2\n");
+void tick(void);
+__attribute__((noipa)) void tock(void) {}
 __attribute__((noipa)) long add3(long a, long b, long c) { return a + b + c; }
 
 /* xor eax,eax (2 bytes); then a loop whose `jl` goes back to +2, inside
@@ -70,7 +83,11 @@ static void *hammer(void *arg) {
 }
 
 static void *spin(void *arg) {
-    (void)arg;
+    if (arg) {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, NULL);
+    }
     while (!atomic_load(&stop)) tick();
     return NULL;
 }
@@ -108,7 +125,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "signals")) return signals();
     if (!strcmp(mode, "wait")) {
         pthread_t ts[4];
-        for (int i = 0; i < 4; i++) pthread_create(&ts[i], NULL, spin, NULL);
+        for (long i = 0; i < 4; i++) pthread_create(&ts[i], NULL, spin, (void *)(long)(i == 0));
         printf("ready\n");
         char line[16];
         if (!fgets(line, sizeof line, stdin)) return 1;
@@ -118,8 +135,18 @@ int main(int argc, char **argv) {
         return 0;
     }
     long n = argc > 2 ? atol(argv[2]) : 10, s = 0;
+    if (!strcmp(mode, "fork")) {
+        pid_t child = fork();
+        for (long i = 0; i < n; i++) tick();
+        if (child == 0) _exit(0);
+        int st;
+        waitpid(child, &st, 0);
+        printf("forked %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return 0;
+    }
     for (long i = 0; i < n; i++) {
         tick();
+        tock();
         s += add3(i, 1, 2) + looper(3);
     }
     printf("done %ld\n", s);

@@ -334,7 +334,7 @@ impl Hooker {
                 (Ok(p), None) => {
                     if let Some(why) = &p.trap {
                         self.trapped.borrow_mut().push(Trapped {
-                            pid: pid as i32,
+                            pid,
                             site: p.plan.0,
                             tramp: p.tramp,
                             name: fname.clone(),

@@ -223,13 +223,11 @@ pub(super) fn stop_again(tid: i32, run: Run, seen: &mut dyn FnMut(Status)) -> Re
                 return Ok(Again::Exited);
             }
             match signal_of(st) {
-                Some(libc::SIGTRAP) => {
-                    if run != Run::Step {
-                        rewind_trap(tid);
-                    }
+                Some(libc::SIGTRAP) if run != Run::Step => {
+                    rewind_trap(tid);
                 }
+                Some(libc::SIGTRAP) | None => {}
                 Some(s) => kept = s,
-                None => {}
             }
         }
         return Ok(Again::Stopped(kept));
