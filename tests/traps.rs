@@ -33,39 +33,44 @@ fn summary(probes: u32, hits: u64) -> String {
 }
 
 /// One-byte functions (one followed by `ud2`, one packed against the next
-/// by gcc), and a loop back into the first five bytes of a function with
-/// no neighbour to hop through: entry and return probes with a trap, exact
-/// counts, `$return`; -v says why.
+/// by gcc), a loop back into the first five bytes of a function with no
+/// neighbour to hop through, a function another one jumps into (which
+/// only pass 2 sees): entry and return probes with a trap, exact counts,
+/// `$return`; -v says why.
 /// With -D TRAP_PROBES=1 an ordinary function too, with `$argN`; without,
 /// it keeps its jump.
 #[test]
 fn functions_no_jump_fits_get_a_trap() {
     let (_d, exe) = build("traps-functions");
     let own = untraced(&exe, &["basic", "10"]);
-    assert_eq!(own, "done 105\n");
-    let script = "global t, tr, a, r, l probe process.function(\"tick\"), process.function(\"tock\") { t++ } \
+    assert_eq!(own, "done 1245\n");
+    let script = "global t, tr, a, r, l, e probe process.function(\"tick\"), process.function(\"tock\") { t++ } \
                   probe process.function(\"tick\").return, process.function(\"tock\").return { tr++ } \
                   probe process.function(\"add3\") { a += $a + $b + $c } \
                   probe process.function(\"add3\").return { r += $return } \
                   probe process.function(\"looper\") { l++ } \
                   probe process.function(\"looper\").return { l += 100 * $return } \
-                  probe end { printf(\"%d %d %d %d %d\\n\", t, tr, a, r, l) }";
+                  probe process.function(\"entered\") { e++ } \
+                  probe process.function(\"entered\").return { e += 1000 * $return } \
+                  probe end { printf(\"%d %d %d %d %d %d\\n\", t, tr, a, r, l, e) }";
     let cmd = format!("{} basic 10", exe.display());
     let (out, err, code) = telco(&["-v", "-e", script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(out, format!("{own}20 20 75 75 3010\n"));
+    assert_eq!(out, format!("{own}20 20 75 75 3010 70010\n"));
+    assert!(err.contains("Pass 5: entered: placed with a trap (control arrives inside the jump's bytes)"), "{err}");
     assert!(err.contains("Pass 5: tick: placed with a trap (the function is 1 bytes long"), "{err}");
     assert!(err.contains("Pass 5: tock: placed with a trap (the function is 1 bytes long"), "{err}");
     assert!(err.contains("Pass 5: looper: placed with a trap (a branch at +0x7 jumps to +0x2"), "{err}");
     assert!(!err.contains("add3: placed with a trap"), "{err}");
-    // tick, tock and looper: 10 calls each, one trap a call (the return
-    // probe is the trampoline's).
-    assert!(err.contains(&summary(3, 30)), "{err}");
+    // tick, tock, looper and entered: 10 calls each, one trap a call (the
+    // return probe is the trampoline's; side_door's jump into entered
+    // runs no probe).
+    assert!(err.contains(&summary(4, 40)), "{err}");
     let (out, err, code) = telco(&["-v", "-D", "TRAP_PROBES=1", "-e", script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(out, format!("{own}20 20 75 75 3010\n"));
+    assert_eq!(out, format!("{own}20 20 75 75 3010 70010\n"));
     assert!(err.contains("Pass 5: add3: placed with a trap (-D TRAP_PROBES)"), "{err}");
-    assert!(err.contains(&summary(4, 40)), "{err}");
+    assert!(err.contains(&summary(5, 50)), "{err}");
 }
 
 /// The program's own SIGTRAP: its handler gets the traps that are not ours
@@ -105,7 +110,7 @@ fn forks_and_execs_carry_the_traps() {
     let cmd = format!("sh -c 'cd {} && ./traps basic 10; true'", d.display());
     let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(out, "done 105\n30010\n");
+    assert_eq!(out, "done 1245\n30010\n");
 }
 
 /// Sessions attached to a running program whose four threads hit a trap

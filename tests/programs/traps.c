@@ -4,10 +4,13 @@
  * `tock` is a lone `ret` packed against the next function by
  * -falign-functions=1, as gcc makes them. `looper` branches
  * back into its first five bytes, alone in a section of its own with no
- * neighbour to hop through. `add3` is an ordinary function (a trap there
+ * neighbour to hop through. `entered` has room for a jump, but another
+ * function jumps to its second instruction, inside it: only pass 2 sees
+ * that. `add3` is an ordinary function (a trap there
  * only with -D TRAP_PROBES=1).
  *
- *   traps basic N     N rounds of tick(), tock(), add3(i, 1, 2), looper(3)
+ *   traps basic N     N rounds of tick(), tock(), add3(i, 1, 2), looper(3),
+ *                     entered(), side_door()
  *   traps signals     its own SIGTRAP handler (raise, int3), what its
  *                     sigaction says, a thread that blocks every signal,
  *                     a handler that blocks every signal, 8 threads at once
@@ -51,8 +54,27 @@ __asm__(".pushsection .text.lonely,\"ax\",@progbits\n"
         "  ret\n"
         ".size looper,.-looper\n"
         ".fill 192,1,0xcc\n"
+        ".globl entered\n"
+        ".type entered,@function\n"
+        "entered:\n"
+        "  xor %eax,%eax\n"
+        "entered_inner:\n"
+        "  add $7,%eax\n"
+        "  ret\n"
+        ".size entered,.-entered\n"
+        ".fill 192,1,0xcc\n"
+        ".popsection\n"
+        ".pushsection .text.door,\"ax\",@progbits\n"
+        ".globl side_door\n"
+        ".type side_door,@function\n"
+        "side_door:\n"
+        "  mov $100,%eax\n"
+        "  jmp entered_inner\n"
+        ".size side_door,.-side_door\n"
         ".popsection\n");
 long looper(long n);
+long entered(void);
+long side_door(void);
 
 static atomic_long own;
 static atomic_int stop;
@@ -147,7 +169,7 @@ int main(int argc, char **argv) {
     for (long i = 0; i < n; i++) {
         tick();
         tock();
-        s += add3(i, 1, 2) + looper(3);
+        s += add3(i, 1, 2) + looper(3) + entered() + side_door();
     }
     printf("done %ld\n", s);
     return 0;
