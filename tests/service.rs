@@ -345,8 +345,9 @@ fn the_end_leaves_nothing_in_a_daemon() {
 
 /// Debian's PostgreSQL 15: `-p` of the postmaster arms its backends and
 /// background processes already running; each backend's queries are
-/// counted exactly (`pg_parse_query`, once a simple query), and after
-/// SIGINT the backends hold nothing of the session and serve on.
+/// counted exactly (`pg_parse_query`, once a simple query, and the
+/// `query__plan__done` marker, where only a trap fits), and after SIGINT
+/// the backends hold nothing of the session and serve on.
 #[test]
 fn p_of_a_postmaster_counts_every_backend_s_queries() {
     use std::io::{BufRead, Write};
@@ -414,10 +415,11 @@ fn p_of_a_postmaster_counts_every_backend_s_queries() {
         .collect();
     let children = processes(postmaster).len() - 1;
     let script = format!(
-        r#"global n
+        r#"global n, d
 probe process.begin {{ printf("armed %d\n", pid()) }}
 probe process("{BIN}/postgres").function("pg_parse_query") {{ n[pid()]++ }}
-probe end {{ foreach (p+ in n) printf("%d %d\n", p, n[p]) }}"#
+probe process("{BIN}/postgres").mark("query__plan__done") {{ d[pid()]++ }}
+probe end {{ foreach (p+ in n) printf("%d %d %d\n", p, n[p], d[p]) }}"#
     );
     let mut t = Tracer::start(&["-e", &script, "-p", &postmaster.to_string()], &format!("armed {postmaster}"));
     let armed_pids = armed(&mut t, children);
@@ -439,9 +441,13 @@ probe end {{ foreach (p+ in n) printf("%d %d\n", p, n[p]) }}"#
         .map(|(k, s)| (s.backend, 3 + 2 * k))
         .collect::<std::collections::BTreeMap<u32, usize>>()
         .iter()
-        .map(|(b, n)| format!("{b} {n}\n"))
+        .map(|(b, n)| format!("{b} {n} {n}\n"))
         .collect();
     assert_eq!(out, expect, "{err}");
+    // query__plan__done's site has no room for a jump: a trap, hit by every
+    // query (3 + 5 + 7).
+    assert!(err.contains("WARNING: 1 probe point(s) placed with a trap where no jump fits"), "{err}");
+    assert!(err.contains("): 15 hit(s)"), "{err}");
     for s in sessions.iter_mut() {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", s.backend)).expect("maps");
         assert!(!maps.contains("memfd:telco"), "backend {}: the session's memory is left", s.backend);
