@@ -360,6 +360,31 @@ for body in 'n++' 'if (register("x3") == 7) n++'; do
     else bad "statement on a load-exclusive (lead: $body) (exit $rc)" "excl 7000 N|N" "$out"; fi
 done
 
+# Trap probes (a `brk` over the instruction, SIGTRAP's handler in the
+# target going to the trampoline a B would reach): forced where the B fits
+# (-D TRAP_PROBES=1), since on aarch64 a trap takes the same one
+# instruction. Entry probes in 8 threads, return probes with @entry, a
+# statement, a statement where the flags are live.
+want=$(./a64 threads 20000)
+check "trap probes: 8 threads count exactly" "$want
+160000" $T -D TRAP_PROBES=1 -e 'global n probe process.function("work") { n++ } probe end { println(n) }' -c "./a64 threads 20000"
+check "trap probes: return probes with @entry" "$want
+160000 0" $T -D TRAP_PROBES=1 -e 'global good, wrong
+probe process.function("work").return { if ($return == @entry($arg1) * 2 + 1) good++; else wrong++ }
+probe end { println(good, " ", wrong) }' -c "./a64 threads 20000"
+check "trap probes: flags kept at a statement" "flags 1000
+1000" $T -D TRAP_PROBES=1 -e 'global n probe process.statement("flags_live+8") { n++ } probe end { println(n) }' -c "./loop 1000 flags"
+# The program's own SIGTRAP (raise) reaches its handler, its sigaction
+# reads back what it set, a thread that blocks every signal and a handler
+# that masks them all run the probe, 8 threads at once; forks carry it.
+want=$(./traps signals)
+check "trap probes: the program keeps its signals" "$want
+801001" $T -D TRAP_PROBES=1 -e 'global t probe process.function("tick") { t++ } probe end { println(t) }' -c "./traps signals"
+check "trap probes: forks" "forked 0
+2000" $T -D TRAP_PROBES=1 -e 'global t probe process.function("tick") { t++ } probe end { println(t) }' -c "./traps fork 1000"
+if grep -q "placed with a trap where no jump fits" err.txt; then ok "trap probes: said in the summary"
+else bad "trap probes: said in the summary" "a WARNING line" "$(cat err.txt)"; fi
+
 # A function 256 MiB above the rest of its program (far.c), out of a B's
 # reach of the code region placed near the first: its patch branches to a
 # veneer near it, and its trampoline jumps back from afar. Built with

@@ -51,6 +51,7 @@ cp "$ROOT/tests/programs/profile.c" "$SHARE/"
 $CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
 $CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"
 $CC -O2 -g -o "$SHARE/loop" "$HERE/programs/loop.c"
+$CC -O2 -g -pthread -o "$SHARE/traps" "$ROOT/tests/programs/traps.c"
 # far_fn 256 MiB above the text (a section of its own, a segment of its own).
 # Guarded by BTI: no startup files of the C library (far.c has its own).
 $CC -O2 -g -no-pie -nostartfiles -mbranch-protection=standard -Wl,--section-start=far_text=0x10400000 \

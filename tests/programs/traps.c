@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef __x86_64__
 __asm__(".text\n"
         ".globl tick\n"
         ".type tick,@function\n"
@@ -37,7 +38,6 @@ __asm__(".text\n"
         "  ud2\n");
 void tick(void);
 __attribute__((noipa)) void tock(void) {}
-__attribute__((noipa)) long add3(long a, long b, long c) { return a + b + c; }
 
 /* xor eax,eax (2 bytes); then a loop whose `jl` goes back to +2, inside
  * the 5 bytes a jump at the entry would take. int3 around it: no code to
@@ -75,6 +75,21 @@ __asm__(".pushsection .text.lonely,\"ax\",@progbits\n"
 long looper(long n);
 long entered(void);
 long side_door(void);
+#else
+/* Elsewhere (aarch64, where a trap takes the one instruction a branch
+ * takes: -D TRAP_PROBES=1 places them) the same functions in C. */
+__attribute__((noipa)) void tick(void) {}
+__attribute__((noipa)) void tock(void) {}
+__attribute__((noipa)) long looper(long n) {
+    long i = 0;
+    do i++; while (i < n);
+    return i;
+}
+__attribute__((noipa)) long entered(void) { return 7; }
+__attribute__((noipa)) long side_door(void) { return 107; }
+#endif
+
+__attribute__((noipa)) long add3(long a, long b, long c) { return a + b + c; }
 
 static atomic_long own;
 static atomic_int stop;
@@ -121,7 +136,11 @@ static int signals(void) {
     sa.sa_flags = SA_SIGINFO;
     sigaction(SIGTRAP, &sa, NULL);
     raise(SIGTRAP);
+#ifdef __x86_64__
+    /* Its own trap instruction (an aarch64 `brk` stays on itself: its
+     * handler would have to step over it). */
     __asm__ volatile("int3");
+#endif
     struct sigaction now;
     sigaction(SIGTRAP, NULL, &now);
     printf("view %s\n", now.sa_sigaction == on_trap && (now.sa_flags & SA_SIGINFO) ? "ok" : "changed");
