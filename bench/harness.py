@@ -42,7 +42,7 @@ TRACEFS = "/sys/kernel/tracing"
 DEBUGFS = "/sys/kernel/debug"
 PERF_GROUP = "telcobench"
 
-TOOLS = ["untraced", "telco-stap", "bpftrace", "stap", "stap-bpf", "frida-c", "frida-js", "uftrace", "perf", "ltrace"]
+TOOLS = ["untraced", "telco-stap", "telco-stap-trap", "bpftrace", "stap", "stap-bpf", "frida-c", "frida-js", "uftrace", "perf", "ltrace"]
 UPROBE_TOOLS = {"bpftrace", "stap", "stap-bpf", "perf"}
 WORKLOADS = {
     "counter": "1",
@@ -356,6 +356,8 @@ class Bench:
             if rc != 0:
                 log(tail(err, 20))
         self.avail["telco-stap"] = None if TELCO.exists() else "cargo build --release failed"
+        # The same binary, its probe forced onto a trap (-D TRAP_PROBES=1).
+        self.avail["telco-stap-trap"] = self.avail["telco-stap"]
         self.avail["untraced"] = None
 
     def mount(self, fstype, where):
@@ -430,6 +432,7 @@ class Bench:
         if self.avail.get("bpftrace") is None and not os.path.ismount(TRACEFS):
             self.avail["bpftrace"] = "tracefs cannot be mounted"
         self.versions["telco-stap"] = self.version([TELCO, "--version"])
+        self.versions["telco-stap-trap"] = self.versions["telco-stap"]
         only = set(self.a.tools.split(",")) if self.a.tools else None
         for t in TOOLS:
             self.avail.setdefault(t, "unknown")
@@ -582,6 +585,9 @@ class Bench:
             percall(wk, "untraced", 10_000_000, R, self.target, None, "no tracer")
             percall(wk, "telco-stap", 10_000_000, R, lambda n, s=telco_s: [TELCO, "-e", s, "-c", " ".join(self.target(n))],
                     r"^calls (\d+)", "the script, -c")
+            percall(wk, "telco-stap-trap", 1_000_000, R,
+                    lambda n, s=telco_s: [TELCO, "-D", "TRAP_PROBES=1", "-e", s, "-c", " ".join(self.target(n))],
+                    r"^calls (\d+)", "the script, -c, -D TRAP_PROBES=1: a trap where the jump would go (SIGTRAP's handler in the target)")
             percall(wk, "bpftrace", 200_000 if wk == "counter" else 100_000, r,
                     lambda n, s=bt_s: ["bpftrace", "-e", s, "-c", " ".join(self.target(n))], r"^@n: (\d+)",
                     "uprobe" + (" + uretprobe, @start[tid] = nsecs; hist()" if wk == "hist" else ", @n = count()"), env=bt_env)
@@ -1442,7 +1448,7 @@ def goals(idx):
         if base is None:
             return None, None, None
         res = {c["tool"]: c["median"] - base for c in cs if c.get("median") is not None and c["tool"] != "untraced"}
-        peers = {t: v for t, v in res.items() if t != "telco-stap"}
+        peers = {t: v for t, v in res.items() if not t.startswith("telco-stap")}
         best = min(peers, key=peers.get) if peers else None
         return res.get("telco-stap"), best, peers.get(best)
 

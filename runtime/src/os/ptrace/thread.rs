@@ -69,7 +69,9 @@ impl Thread {
             return Err(PtraceError::Exited { tid });
         }
         let mut st = st;
+        let mut dequeued = false;
         if signal_of(st).is_none() && super::deadline::trap_queued(tid) {
+            dequeued = true;
             // A trap instruction's SIGTRAP queued behind the interrupt's
             // stop: taken now (it is dequeued before any code runs).
             req::cont(tid, 0)?;
@@ -84,8 +86,12 @@ impl Thread {
         match signal_of(st) {
             // A trap instruction's (a trap probe's): the thread is put
             // back on it, to trap again once it goes on.
+            // One sent (kill, raise) that this took from the queue: the
+            // thread still gets it.
             Some(libc::SIGTRAP) => {
-                super::deadline::rewind_trap(tid);
+                if !super::deadline::rewind_trap(tid) && dequeued {
+                    t.pending = libc::SIGTRAP;
+                }
             }
             Some(sig) => t.pending = sig,
             None => {}
