@@ -9,7 +9,8 @@
  *     and waits (bounded) until the tracer has cut the worker off (its
  *     region is no longer the session's memfd). Prints what the worker
  *     could do, then "canary N" (N the canary's value: 0x5afe unless a
- *     write landed there).
+ *     write landed there). With CALLS2 (once the tracer moved it), the
+ *     worker calls work() CALLS2 times, then once on a new thread.
  *   privsep su RING_OFF HEAD DATA_OFF
  *     Run as an unprivileged user: points the ring's data offset at
  *     0x414141414000, calls getuid() (probed), then forks a child that
@@ -40,6 +41,8 @@
 #include <unistd.h>
 
 __attribute__((noinline)) long work(long x) { return x * 2 + 1; }
+
+static void *worker_thread(void *arg) { return (void *)work((long)arg); }
 
 static volatile uint64_t canary = 0x5afe;
 
@@ -154,6 +157,14 @@ int main(int argc, char **argv) {
             int moved = mapping(getpid(), "/memfd:telco-stap-domain", 0) != 0;
             long ws = 0;
             for (long i = 0; i < wcalls; i++) ws += work(1000000 + i);
+            if (wcalls) {
+                /* A thread new since the move: its slot is claimed in
+                 * the domain's region. */
+                pthread_t t;
+                void *r;
+                if (pthread_create(&t, 0, worker_thread, (void *)2000000L) || pthread_join(t, &r)) _exit(8);
+                ws += (long)r;
+            }
             int n = snprintf(out, sizeof out,
                              "worker forged %d, mirror mprotect %s, mirror write %s, worker moved %d (sum %ld)\n", forged,
                              prot, poke, moved, ws);

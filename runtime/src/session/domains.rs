@@ -209,18 +209,6 @@ impl Armed {
             (crate::merge::Mem::new(self.region.header as *mut u8, size), crate::merge::Mem::new(region.base(), size))
         };
         let start = crate::merge::seed(&main, &dom, a);
-        // What the session's processes share in every region's header:
-        // where the thread slots are (rt_enter claims slots there: a new
-        // thread of the domain's processes), the C library's thread-id
-        // offset, `target()`.
-        {
-            use core::mem::offset_of;
-            use telco_abi::region::Header;
-            let (threads_at, target) = (main.i64(offset_of!(Header, threads_at)) as u64, main.i64(offset_of!(Header, target)) as u64);
-            region.set_header_u64(offset_of!(Header, threads_at), threads_at);
-            region.set_header_u64(offset_of!(Header, target), target);
-            region.set_header_u32(offset_of!(Header, tcb_tid_off), main.u32(offset_of!(Header, tcb_tid_off)));
-        }
         let ino = crate::os::proc::fd_inode(region.fd());
         let name = creds.describe();
         self.domain.others.push(DomainRegion {
