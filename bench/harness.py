@@ -42,7 +42,7 @@ TRACEFS = "/sys/kernel/tracing"
 DEBUGFS = "/sys/kernel/debug"
 PERF_GROUP = "telcobench"
 
-TOOLS = ["untraced", "telco-stap", "telco-stap-trap", "bpftrace", "stap", "stap-bpf", "frida-c", "frida-js", "uftrace", "perf", "ltrace"]
+TOOLS = ["untraced", "int3-floor", "telco-stap", "telco-stap-trap", "bpftrace", "stap", "stap-bpf", "frida-c", "frida-js", "uftrace", "perf", "ltrace"]
 UPROBE_TOOLS = {"bpftrace", "stap", "stap-bpf", "perf"}
 WORKLOADS = {
     "counter": "1",
@@ -359,6 +359,7 @@ class Bench:
         # The same binary, its probe forced onto a trap (-D TRAP_PROBES=1).
         self.avail["telco-stap-trap"] = self.avail["telco-stap"]
         self.avail["untraced"] = None
+        self.avail["int3-floor"] = None
 
     def mount(self, fstype, where):
         if os.path.ismount(where):
@@ -585,6 +586,10 @@ class Bench:
             percall(wk, "untraced", 10_000_000, R, self.target, None, "no tracer")
             percall(wk, "telco-stap", 10_000_000, R, lambda n, s=telco_s: [TELCO, "-e", s, "-c", " ".join(self.target(n))],
                     r"^calls (\d+)", "the script, -c")
+            if wk == "counter":
+                percall(wk, "int3-floor", 1_000_000, R, lambda n: [cost, "int3", str(n)], None,
+                        "no tracer: the program's own int3 before each call, an empty SIGTRAP handler (the kernel's "
+                        "round trip: the least a trap costs)")
             percall(wk, "telco-stap-trap", 1_000_000, R,
                     lambda n, s=telco_s: [TELCO, "-D", "TRAP_PROBES=1", "-e", s, "-c", " ".join(self.target(n))],
                     r"^calls (\d+)", "the script, -c, -D TRAP_PROBES=1: a trap where the jump would go (SIGTRAP's handler in the target)")
@@ -1448,7 +1453,7 @@ def goals(idx):
         if base is None:
             return None, None, None
         res = {c["tool"]: c["median"] - base for c in cs if c.get("median") is not None and c["tool"] != "untraced"}
-        peers = {t: v for t, v in res.items() if not t.startswith("telco-stap")}
+        peers = {t: v for t, v in res.items() if not t.startswith("telco-stap") and t != "int3-floor"}
         best = min(peers, key=peers.get) if peers else None
         return res.get("telco-stap"), best, peers.get(best)
 

@@ -8,10 +8,14 @@
  *   target tick      prints "ready", then calls work() and f0() every
  *                    millisecond until stdin is closed or a line arrives
  *                    (a tracer with no ready message shows its first hit)
+ *   target int3 N    as run, with the program's own int3 before each call
+ *                    and an empty SIGTRAP handler: the kernel's round trip,
+ *                    the least a trap probe costs
  *
  * f0 ... f999 are 1,000 more functions to probe for the attach workload;
  * bench/run generates them into funcs.h. */
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,8 @@
 __attribute__((noinline)) long work(long x) { return x * 2 + 1; }
 
 #include "funcs.h"
+
+static void on_trap(int sig, siginfo_t *info, void *uc) { (void)sig, (void)info, (void)uc; }
 
 static double now_ns(void) {
     struct timespec t;
@@ -45,6 +51,24 @@ int main(int argc, char **argv) {
     long n = argc > 2 ? atol(argv[2]) : 10000000;
     long warm = n / 100 < 100000 ? n / 100 : 100000;
     long s = 0;
+    if (!strcmp(mode, "int3")) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_trap;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigaction(SIGTRAP, &sa, NULL);
+        for (long i = 0; i < warm; i++) {
+            __asm__ volatile("int3");
+            s += work(i);
+        }
+        double a = now_ns();
+        for (long i = 0; i < n; i++) {
+            __asm__ volatile("int3");
+            s += work(i);
+        }
+        printf("%.3f %ld\n", (now_ns() - a) / n, s);
+        return 0;
+    }
     for (long i = 0; i < warm; i++) s += work(i);
     double a = now_ns();
     for (long i = 0; i < n; i++) s += work(i);
