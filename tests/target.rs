@@ -447,7 +447,8 @@ fn backtraces_are_symbolized() {
 }
 
 /// A library loaded with dlopen after start gets its probes before the
-/// program's first call into it (the loader's r_brk hook waits for them).
+/// program's first call into it (the loader's r_brk hook waits for them),
+/// on a trap too.
 #[test]
 fn libraries_loaded_later_get_their_probes() {
     let dir = common::scratch("dlopen");
@@ -468,6 +469,13 @@ fn libraries_loaded_later_get_their_probes() {
     assert_eq!(err, "");
     let own = untraced(&host, &[&lib.to_string_lossy(), "1000"]);
     assert_eq!(out, format!("{own}1000 1498500\n"));
+    // Its probe on a trap (forced): the first trap of the process, so its
+    // handler and the C library's hooks come with the library.
+    let (out, err, code) = run(&["-D", "TRAP_PROBES=1", "-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{own}1000 1498500\n"));
+    assert!(err.contains("WARNING: 1 probe point(s) placed with a trap where no jump fits"), "{err}");
+    assert!(err.contains("): 1000 hit(s)"), "{err}");
 }
 
 /// A backtrace in a function probe goes through a library the program

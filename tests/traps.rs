@@ -137,3 +137,29 @@ fn sessions_end_in_the_middle_of_trap_hits() {
     assert!(status.success(), "{status:?}");
     assert_eq!(last, "alive\n");
 }
+
+/// A program whose C library's `sigaction` and `pthread_sigmask` cannot be
+/// found (static and stripped): a trap there could end it (a thread that
+/// blocks SIGTRAP), so the probe is refused, with why, and the program
+/// runs as it would.
+#[test]
+fn no_trap_where_the_signal_hooks_cannot_go() {
+    let dir = common::scratch("traps-stripped");
+    let exe = dir.join("traps");
+    common::gcc("traps.c", &exe, &["-falign-functions=1", "-static"]);
+    let nm = Command::new("nm").arg(&exe).output().expect("nm");
+    let tock = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| l.strip_suffix(" T tock").map(str::to_string))
+        .expect("tock in the symbol table");
+    let stripped = dir.join("stripped");
+    let st = Command::new("strip").arg("-o").arg(&stripped).arg(&exe).status().expect("strip");
+    assert!(st.success());
+    let script = format!("global n probe process.statement(0x{tock}) {{ n++ }} probe end {{ println(n) }}");
+    let cmd = format!("{} basic 10", stripped.display());
+    let (out, err, code) = telco(&["-e", &script, "-c", &cmd]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(out, "done 1245\n");
+    assert!(err.contains("no jump fits at the site, nor before it; nor can a trap be placed"), "{err}");
+    assert!(err.contains("no C library's sigaction and pthread_sigmask were found to hook"), "{err}");
+}

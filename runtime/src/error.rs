@@ -21,7 +21,7 @@ pub enum TargetError {
     NotMapped { module: String, pid: i32 },
     #[error("cannot read /proc/{pid}/{file}: {err}")]
     Proc { pid: i32, file: &'static str, err: std::io::Error },
-    #[error("no probe could be placed:\n{0}")]
+    #[error("no probe could be placed: {0}")]
     NothingPlaced(String),
     #[error("{0}")]
     Unsupported(String),

@@ -244,7 +244,7 @@ pub fn arm(
         }
     }
     if plans.is_empty() && pending.is_empty() && !refused.is_empty() {
-        return Err(TargetError::NothingPlaced(refused.join("\n")));
+        return Err(TargetError::NothingPlaced(refused.join("; ")));
     }
     // Follow execs (not with `.itrace`, whose single-stepper attaches to
     // threads itself).

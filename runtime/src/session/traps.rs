@@ -82,7 +82,7 @@ pub(super) fn place(
     let refuse = |plans: &mut Vec<Plan>, refused: &mut Vec<String>, why: &str| {
         plans.retain(|(at, _, p)| !(is_trap(p) && new.contains(at)));
         for t in hooker.trapped.borrow().iter().filter(|t| t.pid == pid && new.contains(&t.site)) {
-            refused.push(format!("{}: no jump fits ({}), and a trap cannot be placed: {why}", t.name, t.why));
+            refused.push(format!("{}: {}; nor can a trap be placed: {why}", t.name, t.why));
         }
     };
     if hook.is_none() {
