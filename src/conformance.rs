@@ -45,6 +45,9 @@ pub struct Case {
     /// Programs the `.exp` compiles first (`target_compile`), built in a
     /// fresh directory where the case then runs.
     pub builds: Vec<Build>,
+    /// A variable of the expected text that the `.exp` computes (reading
+    /// a pipe, say), which this reader cannot: the case is out of scope.
+    pub computed: Option<String>,
 }
 
 /// One `target_compile SRC OUT executable FLAGS`: gcc SRC -o OUT and the
@@ -133,6 +136,24 @@ fn value_at(exp: &str, at: usize) -> Option<String> {
             '\\' => match chars.next() {
                 Some('n') => out.push('\n'),
                 Some('t') => out.push('\t'),
+                // Tcl's \uXXXX, \UXXXXXXXX, \xHH: up to that many hex digits.
+                Some(k @ ('u' | 'U' | 'x')) => {
+                    let most = match k {
+                        'u' => 4,
+                        'U' => 8,
+                        _ => 2,
+                    };
+                    let digits: String = chars.clone().take(most).take_while(char::is_ascii_hexdigit).collect();
+                    match u32::from_str_radix(&digits, 16).ok().and_then(char::from_u32) {
+                        Some(c) => {
+                            out.push(c);
+                            for _ in 0..digits.len() {
+                                chars.next();
+                            }
+                        }
+                        None => out.push(k),
+                    }
+                }
                 Some(o) => out.push(o),
                 None => return None,
             },
@@ -162,6 +183,8 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
     let mut vars: std::collections::HashMap<String, String> = Default::default();
     let mut pieces: std::collections::HashMap<String, String> = Default::default();
     let mut builds: Vec<Build> = Vec::new();
+    let mut computed: Option<String> = None;
+    let mut piped: Option<Vec<u8>> = None;
     // `if {$::tcl_platform(wordSize) == 8} { ... } else { ... }`: the
     // results of a 32-bit machine (the else branch) are not ours.
     let (mut word_size_if, mut in_32_bit_branch) = (false, false);
@@ -194,9 +217,41 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
             for (k, piece) in &pieces {
                 v = v.replace(&format!("${{{k}}}"), piece);
             }
+            // Double-quoted: Tcl substitutes the .exp's variables.
+            computed = None;
+            if exp[here + indent..]
+                .split_once(' ')
+                .and_then(|(_, r)| r.split_once(' '))
+                .is_some_and(|(_, r)| r.starts_with('"'))
+            {
+                let mut names: Vec<&String> = vars.keys().collect();
+                names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+                for n in names {
+                    v = v.replace(&format!("${{{n}}}"), &vars[n]).replace(&format!("${n}"), &vars[n]);
+                }
+                computed = v.find('$').map(|i| {
+                    let name: String = v[i + 1..]
+                        .trim_start_matches('{')
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    format!("${name}")
+                });
+            }
             expected = Some(v);
         }
         let line = trimmed;
+        // Text the .exp writes to a file (`puts -nonewline $fd "..."`,
+        // binary) and reads back as UTF-8 (`set NAME [read $fd]`): the
+        // bytes, then the text.
+        if let Some(rest) = line.strip_prefix("puts -nonewline $fd ") {
+            let at = here + indent + (line.len() - rest.len());
+            piped = value_at(exp, at).map(|v| v.chars().map(|c| c as u32 as u8).collect());
+        } else if let (Some(name), Some(bytes)) =
+            (line.strip_prefix("set ").and_then(|r| r.strip_suffix(" [read $fd]")), &piped)
+        {
+            vars.insert(name.to_string(), String::from_utf8_lossy(bytes).into_owned());
+        }
         if let Some(v) = line.strip_prefix("set test ") {
             test = v.trim().trim_matches('"').to_string();
             vars.insert("test".into(), test.clone());
@@ -204,7 +259,13 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
             // `set NAME VALUE`: a variable this reader may need later.
             if let Some((name, value)) = rest.split_once(' ') {
                 let value = value.trim();
-                if !name.contains(':') && !value.starts_with("[target_compile") && !value.starts_with('{') {
+                // The flags of the first compile variant (native: none).
+                if value.starts_with("[all_compile_flag ") {
+                    vars.insert(name.to_string(), String::new());
+                } else if value.starts_with('{') && value.ends_with('}') && !name.contains(':') {
+                    // A braced literal on its line.
+                    vars.insert(name.to_string(), value[1..value.len() - 1].to_string());
+                } else if !name.contains(':') && !value.starts_with("[target_compile") && !value.starts_with('{') {
                     let value = value.trim_matches('"');
                     if let Some(v) = tcl_subst(value, &vars, dir) {
                         vars.insert(name.to_string(), v);
@@ -284,7 +345,14 @@ pub fn cases(suite: &str, exp_path: &Path, exp: &str) -> Vec<Case> {
             let s: String = s.chars().take(60).collect();
             format!("{suite}/{test} {s}")
         };
-        out.push(Case { name, dir: dir.to_path_buf(), args, expected, builds: builds.clone() });
+        out.push(Case {
+            name,
+            dir: dir.to_path_buf(),
+            args,
+            expected,
+            builds: builds.clone(),
+            computed: computed.clone(),
+        });
     }
     out
 }
@@ -435,6 +503,11 @@ fn build(case: &Case) -> Result<BuildDir, String> {
 pub fn check(case: &Case) -> Outcome {
     if let Some((_, why)) = UPSTREAM_WRONG.iter().find(|(n, _)| *n == case.name) {
         return Outcome::OutOfScope((*why).to_string());
+    }
+    if let Some(v) = &case.computed {
+        return Outcome::OutOfScope(format!(
+            "`{v}` in its expected text: computed by the .exp's own Tcl (from a pipe), which this runner does not run"
+        ));
     }
     if let Some(a) = case.args.iter().find(|a| a.starts_with("--remote")) {
         return Outcome::OutOfScope(format!("`{a}`: SystemTap's remote execution"));

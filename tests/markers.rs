@@ -470,3 +470,24 @@ fn line_ranges_and_wildcards_probe_every_line() {
     assert_eq!(code, Some(1));
     assert!(err.contains("no function matching `looping` has code on lines 1-2 of `sdt.c`"), "{err}");
 }
+
+/// `.label` needs DWARF: without it, and for a label no function has,
+/// a located error says so (the labels themselves: docs/probe-points.md's
+/// example, run by tests/docs.rs).
+#[test]
+fn labels_without_dwarf_or_match_are_located_errors() {
+    let dir = common::scratch("labels");
+    let plain = dir.join("plain");
+    common::gcc("docs.c", &plain, &[]);
+    let script = "probe process.function(\"leaf\").label(\"counted\") { }";
+    let (_, err, code) = telco(&["-e", script, "-c", &plain.display().to_string()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("labels need debug information"), "{err}");
+    assert!(err.contains("<input>:1:"), "{err}");
+    let with = dir.join("with");
+    common::gcc("docs.c", &with, &["-g"]);
+    let script = "probe process.function(\"leaf\").label(\"nowhere\") { }";
+    let (_, err, code) = telco(&["-e", script, "-c", &with.display().to_string()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no label matching `nowhere` in a function matching `leaf`"), "{err}");
+}

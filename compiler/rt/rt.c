@@ -297,7 +297,7 @@ LOCAL usize utf8_char(const u8 *s, usize left, u32 *code) {
  * quotes, and a string cut short ends `"...` (the cut moved back over an
  * escape it would split). */
 EXPORT void rt_text_strn(char *dst, const char *src, i64 len, i64 quoted, i64 cap) {
-    static const char hex[] = "0123456789abcdef";
+    static const char hex[] = "0123456789ABCDEF";
     const u8 *s = (const u8 *)src;
     i64 max = cap - 1;
     i64 room = (len <= 0 || len > max) ? max : len;
@@ -1618,6 +1618,97 @@ EXPORT void rt_user_string(u8 *R, u8 *ctx, char *dst, u64 addr, i64 n, const cha
     dst[got] = 0;
 }
 
+/* Code point c as UTF-8 at dst[*len], within cap (a NUL kept): 1 when
+ * written, 0 when it does not fit (the string ends before it, as
+ * SystemTap truncates), -1 when c is no character (a surrogate, or past
+ * U+10FFFF). */
+LOCAL int utf8_put(char *dst, i64 *len, i64 cap, u32 c) {
+    u8 b[4];
+    i64 n;
+    if ((c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) return -1;
+    if (c < 0x80) {
+        b[0] = (u8)c;
+        n = 1;
+    } else if (c < 0x800) {
+        b[0] = (u8)(0xC0 | c >> 6);
+        b[1] = (u8)(0x80 | (c & 0x3F));
+        n = 2;
+    } else if (c < 0x10000) {
+        b[0] = (u8)(0xE0 | c >> 12);
+        b[1] = (u8)(0x80 | (c >> 6 & 0x3F));
+        b[2] = (u8)(0x80 | (c & 0x3F));
+        n = 3;
+    } else {
+        b[0] = (u8)(0xF0 | c >> 18);
+        b[1] = (u8)(0x80 | (c >> 12 & 0x3F));
+        b[2] = (u8)(0x80 | (c >> 6 & 0x3F));
+        b[3] = (u8)(0x80 | (c & 0x3F));
+        n = 4;
+    }
+    if (*len + n > cap - 1) return 0;
+    for (i64 i = 0; i < n; i++) dst[(*len)++] = (char)b[i];
+    return 1;
+}
+
+/* user_string_utf16 and user_string_utf32 (`width` 2 or 4): the
+ * NUL-terminated string of 16- or 32-bit units at addr as UTF-8 (a UTF-16
+ * surrogate pair is one character), cut before the first character that
+ * does not fit. A fault, or a unit that is no character, is the probe's
+ * error, or gives `err` when there is one (SystemTap's messages). */
+EXPORT void rt_user_string_utf(u8 *R, u8 *ctx, char *dst, u64 addr, i64 width, const char *err, i64 loc,
+                               i64 cap) {
+    i64 len = 0;
+    u64 p = addr;
+    dst[0] = 0;
+    for (;;) {
+        u32 c = 0, lo = 0;
+        u64 at = p;
+        if (rt_read_user(R, &c, p, width) != width) goto fault;
+        if (!c) break;
+        p += (u64)width;
+        if (width == 2 && c >= 0xD800 && c <= 0xDBFF) {
+            if (rt_read_user(R, &lo, p, 2) != 2) goto fault;
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+                p += 2;
+            }
+        }
+        int r = utf8_put(dst, &len, cap, c);
+        if (r == 0) break;
+        if (r < 0) {
+            if (err) {
+                rt_strcpy(dst, err, cap);
+                return;
+            }
+            if (AT(ctx, C_ERROR, u32)) return;
+            char *m = (char *)ctx + CTX_SIZE;
+            usize o = 0;
+            put_s(m, &o, cap, width == 2 ? "invalid UTF-16 character U+" : "invalid UTF-32 character U+");
+            char h[9];
+            int k = 0;
+            for (int sh = 28; sh >= 0; sh -= 4)
+                if ((c >> sh) || sh == 0 || k) h[k++] = "0123456789ABCDEF"[(c >> sh) & 15];
+            h[k] = 0;
+            put_s(m, &o, cap, h);
+            put_s(m, &o, cap, " at ");
+            put_hex(m, &o, cap, at, 1);
+            AT(ctx, C_ERROR, u32) = ERR_FAULT;
+            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+            dst[0] = 0;
+            return;
+        }
+    }
+    dst[len] = 0;
+    return;
+fault:
+    if (err) {
+        rt_strcpy(dst, err, cap);
+    } else {
+        dst[0] = 0;
+        fault_error(ctx, "user string copy fault at ", p, loc, cap);
+    }
+}
+
 /* ---- context ---- */
 
 EXPORT void rt_execname(u8 *R, u8 *slot, char *dst, i64 cap) {
@@ -2853,7 +2944,9 @@ EXPORT void rt_trap_sigaction(u8 *T, u8 *ctx) {
 EXPORT void rt_trap_sigmask(u8 *T, u8 *ctx) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs || !AT(T, TA_STUB, u64)) return;
-    i64 how = *arg_reg(regs, 1), *setp = arg_reg(regs, 2), *oldp = arg_reg(regs, 3);
+    /* An int: the register's upper half is not the caller's to set. */
+    int how = (int)*arg_reg(regs, 1);
+    i64 *setp = arg_reg(regs, 2), *oldp = arg_reg(regs, 3);
     u64 w = 0, prev = 0;
     if (how == 1 /* SIG_UNBLOCK */ || !*setp) return;
     if (!self_copy(SYS_process_vm_readv, &w, (u64)*setp, 8) || !(w & SIGTRAP_BIT)) return;

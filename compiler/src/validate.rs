@@ -117,6 +117,7 @@ const FUNCTION_SUFFIXES: &[Shape] = &[
     s("exported", Arg::None, true, &[]),
     s("inline", Arg::None, true, &[]),
     s("itrace", Arg::None, true, &[]),
+    s("label", Arg::String, true, &[]),
 ];
 const STATEMENT_SUFFIXES: &[Shape] = &[s("nearest", Arg::None, true, &[])];
 const THREAD_EVENTS: &[Shape] = &[s("begin", Arg::None, true, &[]), s("end", Arg::None, true, &[])];

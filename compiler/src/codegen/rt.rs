@@ -84,6 +84,7 @@ rt_fns! {
     SprintUsyms = "rt_sprint_usyms"(4) false,
     PrintUsyms = "rt_print_usyms"(6) false,
     ErrnoStr = "rt_errno_str"(3) false,
+    UserStringUtf = "rt_user_string_utf"(8) false,
     CmdlineStr = "rt_cmdline_str"(4) false,
     Tid = "rt_tid"(1) true,
     Ppid = "rt_ppid"(2) true,

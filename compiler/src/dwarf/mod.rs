@@ -640,6 +640,42 @@ impl Debug {
         })
     }
 
+    /// The labels (`DW_TAG_label` with an address) named as `label` (a
+    /// glob) in the functions named as `func` (a glob), out-of-line or
+    /// inlined (a label of an inlined copy is named by the function it is
+    /// inlined from): (function, label, link-time address), by address.
+    pub fn labels(&self, func: &str, label: &str) -> Vec<(String, String, u64)> {
+        let mut out = Vec::new();
+        for u in 0..self.units.len() {
+            let Some(unit) = self.unit(u) else { continue };
+            let mut cursor = unit.entries();
+            // The enclosing functions: (depth, name).
+            let mut within: Vec<(isize, String)> = Vec::new();
+            while let Ok(Some(e)) = cursor.next_dfs() {
+                let depth = e.depth();
+                while within.last().is_some_and(|&(d, _)| d >= depth) {
+                    within.pop();
+                }
+                match e.tag() {
+                    gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine => {
+                        within.push((depth, self.name(&unit, e).unwrap_or_default()));
+                    }
+                    gimli::DW_TAG_label => {
+                        let (Some(at), Some((_, f))) = (self.low_pc(&unit, e), within.last()) else { continue };
+                        let Some(name) = self.name(&unit, e) else { continue };
+                        if crate::glob::glob_match(func, f) && crate::glob::glob_match(label, &name) {
+                            out.push((f.clone(), name, at));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out.sort_by_key(|x| x.2);
+        out.dedup_by_key(|x| x.2);
+        out
+    }
+
     /// The direct calls of function `name` (not tail calls) the DWARF
     /// describes, with their argument values where it gives them.
     pub fn call_sites(&self, name: &str) -> &[CallSite] {

@@ -1000,11 +1000,22 @@ impl Site {
             Type::Pointer { to, .. } => {
                 let (_, pointee) = types::resolve(d, *to);
                 match &*pointee {
-                    Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. } => {
-                        let s = self
-                            .read(v, span)
-                            .map(|p| call(B::UserString, vec![p, string("<unknown>", span)], Ty::String, span));
-                        leaf(fmt, "\"%s\"", s);
+                    // A string, quoted as SystemTap's `user_string_quoted`
+                    // (and its `_utf16`, `_utf32`: char16_t, char32_t)
+                    // quote it: escapes for what is not printable ASCII.
+                    Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size, .. }
+                        if matches!(size, 1 | 2 | 4) =>
+                    {
+                        let read = match size {
+                            1 => B::UserString,
+                            2 => B::UserStringUtf16,
+                            _ => B::UserStringUtf32,
+                        };
+                        let s = self.read(v, span).map(|p| {
+                            let text = call(read, vec![p, string("<unknown>", span)], Ty::String, span);
+                            call(B::TextStrn, vec![text, num(0, span), num(1, span)], Ty::String, span)
+                        });
+                        leaf(fmt, "%s", s);
                     }
                     Type::Aggregate { .. } if top => match self.deref(d, v, span) {
                         Ok(inner) => self.pretty_into(d, &inner, deep, false, depth, span, fmt, args, budget),
@@ -1041,9 +1052,11 @@ impl Site {
                 {
                     let n = count.unwrap_or(256).min(4096) as i64;
                     let s = self.read(v, span).map(|a| {
-                        call(B::UserStringN, vec![a, num(n, span), string("<unknown>", span)], Ty::String, span)
+                        let text =
+                            call(B::UserStringN, vec![a, num(n, span), string("<unknown>", span)], Ty::String, span);
+                        call(B::TextStrn, vec![text, num(0, span), num(1, span)], Ty::String, span)
                     });
-                    leaf(fmt, "\"%s\"", s);
+                    leaf(fmt, "%s", s);
                     return;
                 }
                 fmt.push('[');
@@ -1061,8 +1074,12 @@ impl Site {
                 }
                 fmt.push(']');
             }
-            Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size: 1, .. } => {
-                leaf(fmt, "'%c'", self.read(v, span))
+            // A character (char16_t and char32_t too), escaped where it is
+            // not printable, as SystemTap's `'%#c'`.
+            Type::Base { encoding: Encoding::SignedChar | Encoding::UnsignedChar, size, .. }
+                if matches!(size, 1 | 2 | 4) =>
+            {
+                leaf(fmt, "'%#c'", self.read(v, span))
             }
             Type::Base { encoding: Encoding::Unsigned | Encoding::Bool | Encoding::UnsignedChar, .. } => {
                 leaf(fmt, "%u", self.read(v, span))

@@ -450,6 +450,10 @@ impl<'q> Resolver<'q> {
                     }
                     return Resolved { points: Vec::new(), kind };
                 }
+                if suffix == ["label"] {
+                    let points = self.labels(&module, &rest[0], &rest[1], ex, diags);
+                    return Resolved { points, kind: BodyKind::Function };
+                }
                 let mut points = self.functions(&module, &rest[0], ret, itrace, exported_only, ex, diags);
                 // `process("P").library("L")`: L as P loads it, in the
                 // processes running P only (by path, the program's).
@@ -691,6 +695,81 @@ impl<'q> Resolver<'q> {
         points
     }
 
+    /// `.function("F").label("L")`: each label matching L (DWARF's
+    /// `DW_TAG_label`) in the functions matching F, out-of-line or inlined,
+    /// probed as a statement at its address.
+    fn labels(
+        &mut self,
+        module: &Module,
+        func: &Component,
+        label: &Component,
+        ex: &Expanded<'_>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Vec<Point> {
+        let text = |c: &Component| match c.arg.as_deref().map(|a| &a.kind) {
+            Some(A::Str(s)) => String::from_utf8_lossy(s).into_owned(),
+            _ => "*".to_string(),
+        };
+        let (f, l) = (text(func), text(label));
+        // A function named with its file (`f@file.c`): the name is enough
+        // to find its labels.
+        let f = f.split_once('@').map_or(f.as_str(), |(n, _)| n).to_string();
+        let found = match module.debug() {
+            Ok(Some(d)) => d.labels(&f, &l),
+            Ok(None) => {
+                diags.push(
+                    Diagnostic::error(
+                        Code::NoMatch,
+                        label.span,
+                        format!("labels need debug information ({})", module.path.display()),
+                    )
+                    .with_label("the module has no DWARF")
+                    .with_help("build it with -g, or install its debug file"),
+                );
+                return Vec::new();
+            }
+            Err(why) => {
+                diags.push(Diagnostic::error(Code::NoMatch, label.span, why).with_label("reading the DWARF"));
+                return Vec::new();
+            }
+        };
+        if found.is_empty() {
+            if !ex.point.optional {
+                diags.push(
+                    Diagnostic::error(
+                        Code::NoMatch,
+                        label.span,
+                        format!("no label matching `{l}` in a function matching `{f}`"),
+                    )
+                    .with_label("for this label"),
+                );
+            }
+            return Vec::new();
+        }
+        let mut points = Vec::new();
+        let mut refused = Vec::new();
+        for (function, name, addr) in found {
+            match module.plan_site(addr) {
+                Ok((patch, _)) => points.push(Point::Statement {
+                    module: module.path.clone(),
+                    addr,
+                    function: Some(function),
+                    site: site_of(&patch),
+                }),
+                Err(why) => refused.push(format!("label {name} in {function} (at {addr:#x}): {why}")),
+            }
+        }
+        for why in &refused {
+            let d = if points.is_empty() {
+                Diagnostic::error(Code::Unsupported, label.span, format!("cannot probe {why}"))
+            } else {
+                Diagnostic::warning(Code::Unsupported, label.span, format!("skipped {why}"))
+            };
+            diags.push(d.with_label("no safe place for a probe here"));
+        }
+        points
+    }
+
     /// `func@file:FIRST-LAST` and `func@file:*`: each line with code in
     /// that range, at its first instruction in each matching function. A
     /// line where no jump can be written is skipped with a warning (as a
@@ -706,8 +785,30 @@ impl<'q> Resolver<'q> {
         ex: &Expanded<'_>,
         diags: &mut Vec<Diagnostic>,
     ) -> Vec<Point> {
-        let lines = if hi == u64::MAX { "any line".to_string() } else { format!("lines {lo}-{hi}") };
-        let found = match module.line_range_addresses(func, file, lo, hi) {
+        // (0, 0): each function's first line only.
+        let entries = (lo, hi) == (0, 0);
+        let lines = match (lo, hi) {
+            (0, 0) => "its first line".to_string(),
+            (_, u64::MAX) => "any line".to_string(),
+            _ => format!("lines {lo}-{hi}"),
+        };
+        let found = match module.line_range_addresses(
+            func,
+            file,
+            if entries { 0 } else { lo },
+            if entries { u64::MAX } else { hi },
+        ) {
+            Ok(found) if entries && !found.is_empty() => {
+                // The lowest address of each function.
+                let mut first: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+                for (line, addr, name) in found {
+                    let e = first.entry(name).or_insert((line, addr));
+                    if addr < e.1 {
+                        *e = (line, addr);
+                    }
+                }
+                first.into_iter().map(|(name, (line, addr))| (line, addr, name)).collect()
+            }
             Ok(found) if !found.is_empty() => found,
             Ok(_) => {
                 if !ex.point.optional {
@@ -778,6 +879,13 @@ impl<'q> Resolver<'q> {
                 if let Some((file, lo, hi)) = range {
                     let func = if func.is_empty() { "*" } else { func };
                     return self.statement_lines(module, comp, func, file, (lo, hi), ex, diags);
+                }
+                // `func@file` without a line: each matching function of
+                // the file, at its first instruction (SystemTap's
+                // statement at a function).
+                if !place.contains(':') {
+                    let func = if func.is_empty() { "*" } else { func };
+                    return self.statement_lines(module, comp, func, place, (0, 0), ex, diags);
                 }
                 let Some((file, line)) =
                     place.rsplit_once(':').and_then(|(f, l)| Some((f, l.trim().parse::<u64>().ok()?)))

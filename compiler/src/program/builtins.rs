@@ -93,6 +93,8 @@ builtins! {
     // Target memory, fault-safe.
     UserString = "user_string"(Long) + String -> String,
     UserStringN = "user_string_n"(Long, Long) + String -> String,
+    UserStringUtf16 = "user_string_utf16"(Long) + String -> String,
+    UserStringUtf32 = "user_string_utf32"(Long) + String -> String,
     UserChar = "user_char"(Long) -> Long,
     UserShort = "user_short"(Long) -> Long,
     UserInt = "user_int"(Long) -> Long,

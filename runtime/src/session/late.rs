@@ -187,6 +187,7 @@ impl Armed {
             })
             .map(|(m, _)| m.clone())
             .collect();
+        let unloaded = !gone.is_empty();
         for m in gone {
             if let Some(l) = self.libs.late.remove(&m) {
                 // Its code went with it: nothing of ours to put back there.
@@ -194,6 +195,13 @@ impl Armed {
                 self.undo.patches.retain(|p| !(lo..hi).contains(&p.at));
                 self.undo.semaphores.retain(|a| !(lo..hi).contains(a));
                 self.libs.pending.entry(m).or_default().extend(l.functions);
+            }
+        }
+        // Its trap sites leave the table (a trap of the program's own
+        // that comes there later is not taken for one of ours).
+        if unloaded && self.undo.crash.is_some_and(|c| c.traps().is_some()) {
+            if let Err(why) = traps::write_table(&self.hooker, &s, &self.undo.patches, &[]) {
+                self.warn(format!("the trap table of pid {}: {why}", self.target.pid));
             }
         }
         let ready: Vec<PathBuf> = self

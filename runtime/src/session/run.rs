@@ -682,7 +682,7 @@ impl<'a> Local<'a> {
         });
         let (outcome, mut messages) = result?;
         drop(self);
-        for line in summary(&outcome, artifact) {
+        for line in summary(&outcome, artifact, suppress_warnings) {
             let _ = writeln!(messages, "{}", crate::text::escape(line.as_bytes()));
         }
         let _ = messages.flush();

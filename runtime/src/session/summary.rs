@@ -4,8 +4,9 @@ use super::*;
 use telco_abi::artifact::Artifact;
 
 /// The end-of-session WARNING (and ERROR) lines: what the output lacks and
-/// why, each naming the option that changes it.
-pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
+/// why, each naming the option that changes it; and, unless `quiet`
+/// (`-w`), what cost more than it would have (probes placed with a trap).
+pub fn summary(o: &Outcome, a: &Artifact, quiet: bool) -> Vec<String> {
     let mut v = Vec::new();
     if o.too_many_skipped {
         v.push(format!(
@@ -43,7 +44,7 @@ pub fn summary(o: &Outcome, a: &Artifact) -> Vec<String> {
             o.unfollowed_execs
         ));
     }
-    if o.trap_probes > 0 {
+    if o.trap_probes > 0 && !quiet {
         v.push(format!(
             "WARNING: {} probe point(s) placed with a trap where no jump fits (a signal each hit, about 1 µs; -v names them): {} hit(s)",
             o.trap_probes, o.trap_hits

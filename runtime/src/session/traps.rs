@@ -139,8 +139,19 @@ pub(super) fn place(
         }
         crate::trap::adopt(s);
     }
-    // The table: every trap site of the process, with its latest
-    // trampoline (a library loaded again where another was).
+    if let Err(why) = write_table(hooker, s, applied, &new) {
+        refuse(plans, refused, &why);
+    }
+    Ok(())
+}
+
+/// The table of the stopped process: every trap site of it (applied, or
+/// `new`), with its latest trampoline (a library loaded again where
+/// another was); a library unloaded since has left `applied`, and its
+/// sites the table.
+pub(super) fn write_table(hooker: &Hooker, s: &Stopped, applied: &[Patch], new: &[u64]) -> Result<(), String> {
+    let pid = s.pid();
+    let is_trap = |p: &[u8]| p == arch::TRAP_PROBE;
     let live: std::collections::BTreeSet<u64> =
         applied.iter().filter(|p| is_trap(&p.patched)).map(|p| p.at).chain(new.iter().copied()).collect();
     let table: BTreeMap<u64, u64> = hooker
@@ -150,8 +161,5 @@ pub(super) fn place(
         .filter(|t| t.pid == pid && live.contains(&t.site))
         .map(|t| (t.site, t.tramp))
         .collect();
-    if let Err(why) = crate::trap::write_table(s, hooker.traps_at(), &table.into_iter().collect::<Vec<_>>()) {
-        refuse(plans, refused, &why);
-    }
-    Ok(())
+    crate::trap::write_table(s, hooker.traps_at(), &table.into_iter().collect::<Vec<_>>())
 }

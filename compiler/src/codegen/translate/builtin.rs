@@ -181,6 +181,19 @@ impl Gen<'_, '_, '_> {
                     }
                     return zero;
                 }
+                // print(sprintf(FMT, ...)), as `$v$` and `$$vars$` give it:
+                // printed as printf prints, not through a string of
+                // MAXSTRINGLEN bytes (a structure's text is often longer).
+                if let [Expr { kind: ExprKind::Builtin { func: Builtin::Sprintf, args: inner }, .. }] = args {
+                    if let Some(mut pieces) = self.format_pieces(&inner[0]) {
+                        if newline {
+                            pieces.push(Piece::Text(b"\n".to_vec()));
+                        }
+                        let vals = self.args(&inner[1..]);
+                        self.printf(&pieces, &vals);
+                        return zero;
+                    }
+                }
                 let pieces = Self::print_pieces(args, newline);
                 let vals = self.args(args);
                 self.printf(&pieces, &vals);
@@ -364,6 +377,18 @@ impl Gen<'_, '_, '_> {
                 let l = self.iconst(i64::from(loc));
                 let cap = self.cap_val();
                 self.rt(Rt::UserString, &[self.region, self.ctx, t, vals[0], n, err, l, cap]);
+                self.check_error();
+                t
+            }
+            Builtin::UserStringUtf16 | Builtin::UserStringUtf32 => {
+                let vals = self.args(args);
+                let t = self.temp();
+                let width = self.iconst(if f == Builtin::UserStringUtf16 { 2 } else { 4 });
+                let err = vals.get(1).copied().unwrap_or(zero);
+                let loc = self.sh.loc(span);
+                let l = self.iconst(i64::from(loc));
+                let cap = self.cap_val();
+                self.rt(Rt::UserStringUtf, &[self.region, self.ctx, t, vals[0], width, err, l, cap]);
                 self.check_error();
                 t
             }

@@ -162,14 +162,9 @@ fn short_function_message(size: u64, padding: u64, patch_offset: u64, last: Opti
         ),
         None => String::new(),
     };
-    let trap = if size.saturating_sub(patch_offset) <= 1 && padding == 0 {
-        "; one byte leaves no room even for a 2-byte jump: only a trap could probe it"
-    } else {
-        ""
-    };
     format!(
         "the function is {size} bytes long and {follows}{ends} (the 5-byte jump at \
-         +{patch_offset:#x} needs {need} more){trap}"
+         +{patch_offset:#x} needs {need} more)"
     )
 }
 
