@@ -168,6 +168,14 @@ pub struct Cli {
     #[arg(short = 'w')]
     pub no_warnings: bool,
 
+    /// SystemTap's "symbols and unwind data of every shared library the
+    /// target's programs use": telco-stap reads those of every library the
+    /// target loads at its start whenever a script names addresses or
+    /// walks stacks, so this adds nothing (accepted for SystemTap's
+    /// command lines).
+    #[arg(long = "ldd")]
+    pub ldd: bool,
+
     /// Unoptimized: compile every function of the script, called or not
     /// (its errors are reported), and keep unused globals (no "Eliding"
     /// warning), as SystemTap's -u.

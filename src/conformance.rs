@@ -414,6 +414,15 @@ const UPSTREAM_WRONG: &[(&str, &str)] = &[
     ),
 ];
 
+/// Whether this system's C library carries SDT markers (a
+/// `.note.stapsdt` section).
+fn libc_has_markers() -> bool {
+    ["/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+        .iter()
+        .filter_map(|p| std::fs::read(p).ok())
+        .any(|b| b.windows(b".note.stapsdt".len()).any(|w| w == b".note.stapsdt"))
+}
+
 /// SystemTap's comparison: output lines against expected lines.
 pub fn compare(expected: &str, got: &str) -> Outcome {
     let exp: Vec<&str> = expected.split('\n').collect();
@@ -536,6 +545,13 @@ pub fn check(case: &Case) -> Outcome {
         .collect();
     if text.contains("%{") {
         return Outcome::OutOfScope("embedded C".into());
+    }
+    if text.contains("libc.so") && text.contains(".mark(") && !libc_has_markers() {
+        return Outcome::OutOfScope(
+            "its probes are the C library's SDT markers, and this system's C library has none (Debian builds glibc \
+             without them)"
+                .into(),
+        );
     }
     if text.contains("task_current()") || text.contains("\"kernel\"") || text.contains("\"kernel<") {
         return Outcome::OutOfScope("the kernel's data structures (`task_current()`, `@cast` to kernel types)".into());

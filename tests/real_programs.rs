@@ -712,3 +712,18 @@ fn a_target_scribbling_on_the_region_cannot_crash_the_tracer() {
         }
     }
 }
+
+/// A library named by a glob, as SystemTap's tests name glibc
+/// (`process("/lib*/libc.so.*")`: `*` crosses `/`, and the path before
+/// /usr was merged counts): the target's C library; `--ldd` (SystemTap's)
+/// is accepted.
+#[test]
+fn a_library_named_by_a_glob_is_the_targets_match() {
+    let script = "global n probe process(\"/lib*/libc.so.*\").function(\"exit\") { n++ } probe end { println(n) }";
+    let (out, err, code) = telco(&["--ldd", "-e", script, "-c", "/bin/true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "1\n");
+    let script = "probe process(\"/nowhere*/libc.so.*\").function(\"exit\") { }";
+    let (_, err, code) = telco(&["-e", script, "-c", "/bin/true"]);
+    assert_eq!(code, Some(1), "{err}");
+}

@@ -1191,6 +1191,17 @@ fn module_is(m: &Module, name: &str) -> bool {
     if m.soname.as_deref() == Some(name) {
         return true;
     }
+    // A glob (`process("/lib*/libc.so.*")`, as SystemTap's: `*` crosses
+    // `/`): the module's path, also as the path before /usr was merged
+    // (`/lib/…` for `/usr/lib/…`), or its file name.
+    if name.contains(['*', '?', '[']) {
+        let path = m.path.to_string_lossy();
+        let unmerged = path.strip_prefix("/usr").filter(|p| p.starts_with("/lib") || p.starts_with("/bin"));
+        let file = m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        return crate::glob::glob_match(name, &path)
+            || unmerged.is_some_and(|p| crate::glob::glob_match(name, p))
+            || (!name.contains('/') && crate::glob::glob_match(name, &file));
+    }
     let file = m.path.file_name().and_then(|f| f.to_str()).unwrap_or("");
     file == name || (name.contains('/') && m.path == std::path::Path::new(name))
 }
