@@ -369,14 +369,16 @@ fn listing_shows_names_and_types() {
 }
 
 /// C++: `$this->member` (inherited ones too; a derived class's member
-/// hides its base's), references, an unnamed parameter (it still takes its
-/// register), a `std::string` passed by invisible reference.
+/// hides its base's, in `$v$` too), references, an unnamed parameter (it
+/// still takes its register), a `std::string` passed by invisible
+/// reference.
 #[test]
 fn cxx_members_and_references() {
     let script = r#"
 probe process.function("Widget::area") { printf("P area id=%d w=%d h=%d scale=%d\n", $this->id, $this->width, $this->height, $scale) }
 probe process.function("by_ref") { printf("P by_ref h=%d counter=%d\n", $w->height, $counter) }
-probe process.function("hidden") { printf("P hidden id=%d\n", $h->id) }
+probe process.function("hidden") { printf("P hidden id=%d\n", $h->id); println("P pretty ", $h$) }
+probe process.function("Widget::area") { println("P widget ", $this$) }
 probe process.function("skip") { printf("P skip y=%d\n", $y) }
 probe process.function("by_string") { printf("P by_string len=%d n=%d\n", $s->_M_string_length, $n) }
 "#;
@@ -388,6 +390,9 @@ probe process.function("by_string") { printf("P by_string len=%d n=%d\n", $s->_M
         // The probe runs at entry, before the function adds to the counter.
         assert!(out.contains("P by_ref h=5 counter=10\n") && out.contains("by_ref h=5 counter=13\n"), "{opt}: {out}");
         assert!(out.contains("P hidden id=4\n"), "{opt}: {out}");
+        // `$v$`: its own members, then its base's not hidden by them.
+        assert!(out.contains("P pretty {.id=4}\n"), "{opt}: {out}");
+        assert!(out.contains("P widget {.width=3, .height=5, .id=9}\n"), "{opt}: {out}");
         assert!(out.contains("P skip y=2\n"), "{opt}: {out}");
         assert!(out.contains("P by_string len=12 n=6\n"), "{opt}: {out}");
     }

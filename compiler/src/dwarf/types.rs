@@ -63,6 +63,9 @@ pub struct Member {
     /// A bitfield: (bit offset from `offset`, counting from the least
     /// significant bit of the little-endian storage, bit size).
     pub bits: Option<(u64, u64)>,
+    /// A C++ base class (`DW_TAG_inheritance`, unnamed): its members are
+    /// the aggregate's too, unless one of its own has the name.
+    pub inherited: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -279,7 +282,7 @@ fn members(d: &Debug, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntr
             None => (offset, None),
         };
         let name = if inherit { None } else { d.name(unit, c) };
-        out.push(Member { name, ty: d.type_of(unit, c), offset, bits });
+        out.push(Member { name, ty: d.type_of(unit, c), offset, bits, inherited: inherit });
     });
     out
 }

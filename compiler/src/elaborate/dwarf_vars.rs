@@ -1031,14 +1031,16 @@ impl Site {
                 }
                 fmt.push('{');
                 let mut first = true;
-                for m in members.iter().take(32) {
-                    let Some(name) = &m.name else { continue };
+                // Its own members, then its base classes' (C++), each
+                // name once: a member masks a base's of the same name, as
+                // SystemTap prints them.
+                for name in visible_members(d, members, 0).into_iter().take(32) {
                     if !first {
                         fmt.push_str(", ");
                     }
                     first = false;
                     fmt.push_str(&format!(".{}=", name.replace('%', "%%")));
-                    let ident = Ident { name: crate::ast::Name::new(name), span };
+                    let ident = Ident { name: crate::ast::Name::new(&name), span };
                     match self.member(Val { ty: v.ty, ..v.clone() }, &ident) {
                         Ok(mv) => self.pretty_into(d, &mv, deep, false, depth + 1, span, fmt, args, budget),
                         Err(_) => fmt.push('?'),
@@ -1258,4 +1260,37 @@ fn member_names(t: &Type) -> Vec<String> {
         Type::Aggregate { members, .. } => members.iter().filter_map(|m| m.name.clone()).collect(),
         _ => Vec::new(),
     }
+}
+
+/// The names `$v$` shows of an aggregate's `members`: its named ones in
+/// order (an anonymous struct's or union's in their place), then its base
+/// classes', a name once (the first masks the rest), bases within bases
+/// up to a depth.
+fn visible_members(d: &Debug, members: &[types::Member], depth: u32) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut bases = Vec::new();
+    let nested = |ty: Option<TypeRef>| -> Vec<String> {
+        if ty.is_none() || depth >= 8 {
+            return Vec::new();
+        }
+        match &*types::resolve(d, ty).1 {
+            Type::Aggregate { members, .. } => visible_members(d, members, depth + 1),
+            _ => Vec::new(),
+        }
+    };
+    for m in members {
+        match (&m.name, m.inherited) {
+            (Some(n), _) => out.push(n.clone()),
+            (None, true) => bases.push(m.ty),
+            (None, false) => out.extend(nested(m.ty)),
+        }
+    }
+    for b in bases {
+        for n in nested(b) {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    out
 }
