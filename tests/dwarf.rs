@@ -615,3 +615,26 @@ int main(void) {
     let ours: Vec<&str> = out.lines().filter(|l| *l != "connect -1").collect();
     assert_eq!(ours, ["1 {.sa_family=1, .sa_data=\"/nonexistent-s\"}", "/nonexistent-socket 110"], "{err}");
 }
+
+/// `@var(..., "module")` in a script function (no probe's site there): the
+/// global of that module, where the probe that called the function has it
+/// loaded (its load bias, from the probe table), read and written; without
+/// the module, a located error says to name it.
+#[test]
+fn at_var_in_a_script_function_names_its_module() {
+    let exe = build("fnvar", "dwarfvars.c", &["-O2"]);
+    let path = cmd(&exe);
+    let script = r#"
+function counter() { return @var("global_counter", @1) }
+function origin_y() { return @var("global_origin@dwarfvars.c", @1)->y }
+probe process(@1).function("describe") { printf("P fn %d %d %d %d\n", counter(), @var("global_counter"), origin_y(), $global_origin->y) }
+"#;
+    let (out, err, code) = telco(&["-e", script, &path, "-c", &format!("{path} 2")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("P fn 40 40 -9 -9\n"), "{out}");
+    assert!(out.contains("P fn 41 41 -9 -9\n"), "{out}");
+    let script = r#"function counter() { return @var("global_counter") } probe process(@1).function("describe") { println(counter()) }"#;
+    let (_, err, code) = telco(&["-e", script, &path, "-c", &format!("{path} 2")]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("`@var` in a function needs its module"), "{err}");
+}

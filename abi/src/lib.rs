@@ -61,6 +61,8 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("H_UID", offset_of!(Header, uid)),
         ("H_PPID", offset_of!(Header, ppid)),
         ("H_PROBES_OFF", offset_of!(Header, probes_off)),
+        ("H_REGION_SIZE", offset_of!(Header, region_size)),
+        ("PROBE_ROW_SIZE", PROBE_ROW_SIZE),
         ("H_INDENT_OFF", offset_of!(Header, indent_off)),
         ("INDENT_SLOTS", INDENT_SLOTS),
         ("H_DL_GEN", offset_of!(Header, dl_gen)),

@@ -96,8 +96,11 @@ pub struct Header {
     pub uid: u32,
     /// Its parent (`ppid()`).
     pub ppid: u64,
-    /// Offset of the probe table: per probe, the region offsets of its `pp()`
-    /// and `probefunc()` strings (two u64).
+    /// Offset of the probe table: per probe, [`PROBE_ROW_SIZE`] bytes: the
+    /// region offsets of its `pp()` and `probefunc()` strings (two u64),
+    /// its link-time address (u64: a function's or statement's, else 0) and
+    /// the index of its module among those `@var` names in script
+    /// functions (u32; `u32::MAX`: none), for `rt_module_bias`.
     pub probes_off: u64,
     /// Offset of the `thread_indent` table ([`INDENT_SLOTS`] × [`IndentSlot`]).
     pub indent_off: u64,
@@ -267,6 +270,9 @@ pub struct TrapArea {
     pub libc_act: [u64; 19],
     pub _pad: [u64; 13],
 }
+
+/// Bytes of a row of the probe table (`Header::probes_off`).
+pub const PROBE_ROW_SIZE: usize = 32;
 
 pub const TRAP_AREA_HEADER: usize = 384;
 const _: () = assert!(core::mem::size_of::<TrapArea>() == TRAP_AREA_HEADER);

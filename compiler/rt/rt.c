@@ -1709,6 +1709,26 @@ fault:
     }
 }
 
+/* The load bias, in this process, of module `idx` of the probe table's
+ * (one a script function's `@var(..., "module")` names): the calling
+ * probe's address less its link-time one, when the probe is in that
+ * module; else the probe's error. */
+EXPORT i64 rt_module_bias(u8 *R, u8 *ctx, i64 idx, i64 loc, i64 cap) {
+    u32 p = AT(ctx, C_PROBE, u32);
+    u64 at = AT(TR(R), H_PROBES_OFF, u64) + (u64)p * PROBE_ROW_SIZE;
+    u64 addr = AT(ctx, C_ADDR, u64);
+    if (at + PROBE_ROW_SIZE <= AT(TR(R), H_REGION_SIZE, u64) && addr && AT(TR(R) + at, 24, u32) == (u32)idx)
+        return (i64)(addr - AT(TR(R) + at, 16, u64));
+    if (!AT(ctx, C_ERROR, u32)) {
+        char *m = (char *)ctx + CTX_SIZE;
+        usize o = 0;
+        put_s(m, &o, cap, "@var of another module in a function: the probe that called it is not in that module");
+        AT(ctx, C_ERROR, u32) = ERR_FAULT;
+        AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+    }
+    return 0;
+}
+
 /* ---- context ---- */
 
 EXPORT void rt_execname(u8 *R, u8 *slot, char *dst, i64 cap) {

@@ -221,7 +221,7 @@ impl Layout {
         let indent_off = align_up(off, PART_ALIGN);
         off = indent_off + (INDENT_SLOTS * core::mem::size_of::<IndentSlot>()) as u64;
         let probes_off = align_up(off, PART_ALIGN);
-        off = probes_off + 16 * nprobes;
+        off = probes_off + telco_abi::region::PROBE_ROW_SIZE as u64 * nprobes;
         let itrace =
             program.probes.iter().any(|p| p.points.iter().any(|pt| matches!(pt, Point::Function(f) if f.itrace)));
         let itrace_slots = if itrace { ITRACE_SLOTS } else { 0 };

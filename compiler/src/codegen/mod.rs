@@ -80,7 +80,10 @@ pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Resu
     let (sharded, stats) = facts::sharded_globals(program);
     let mut layout = layout::Layout::new(program, limits, &hists, nprobes, returns, entry_save, &sharded);
     layout.shard_stats(&stats);
-    // The probe table: pp() and probefunc() strings per probe entry.
+    // The probe table: pp() and probefunc() strings per probe entry, its
+    // link-time address and the index of its module among those `@var`
+    // names in script functions (`rt_module_bias`).
+    let row_size = telco_abi::region::PROBE_ROW_SIZE as u64;
     let mut row = 0u64;
     let mut rows = Vec::new();
     for p in &program.probes {
@@ -91,13 +94,24 @@ pub fn translate(program: &Program, sources: &SourceMap, limits: Limits) -> Resu
             };
             let pp = layout.string(pp.as_bytes());
             let func = layout.string(func.as_bytes());
-            rows.push((layout.probes_off + 16 * row, pp, func));
+            let (module, link) = match pt {
+                Point::Function(f) => (Some(&f.module), f.addr),
+                Point::Statement { module, addr, .. } => (Some(module), *addr),
+                Point::Mark(m) => (Some(&m.module), m.addr),
+                _ => (None, 0),
+            };
+            let index =
+                module.and_then(|m| program.var_modules.iter().position(|v| v == m)).map_or(u32::MAX, |i| i as u32);
+            rows.push((layout.probes_off + row_size * row, pp, func, link, index));
             row += 1;
         }
     }
-    for (at, pp, func) in rows {
+    for (at, pp, func, link, index) in rows {
         let mut b = pp.to_le_bytes().to_vec();
         b.extend_from_slice(&func.to_le_bytes());
+        b.extend_from_slice(&link.to_le_bytes());
+        b.extend_from_slice(&index.to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
         layout.init.push((at, b));
     }
     let isa =

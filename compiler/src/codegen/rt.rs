@@ -85,6 +85,7 @@ rt_fns! {
     PrintUsyms = "rt_print_usyms"(6) false,
     ErrnoStr = "rt_errno_str"(3) false,
     UserStringUtf = "rt_user_string_utf"(8) false,
+    ModuleBias = "rt_module_bias"(5) true,
     CmdlineStr = "rt_cmdline_str"(4) false,
     Tid = "rt_tid"(1) true,
     Ppid = "rt_ppid"(2) true,

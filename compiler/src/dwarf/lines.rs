@@ -56,7 +56,12 @@ pub fn rows(debug: &super::Debug) -> Result<Vec<Row>, String> {
 /// Whether a line table's file is the one a script names: the same path,
 /// or one ending in `/NAME`.
 pub fn file_matches(table: &str, named: &str) -> bool {
-    table == named || table.ends_with(&format!("/{}", named.trim_start_matches("./")))
+    let named = named.trim_start_matches("./");
+    if named.contains(['*', '?', '[']) {
+        // A glob (`at_var_cu*.c`): the whole path, or its last components.
+        return crate::glob::glob_match(named, table) || crate::glob::glob_match(&format!("*/{named}"), table);
+    }
+    table == named || table.ends_with(&format!("/{named}"))
 }
 
 #[cfg(test)]
@@ -69,5 +74,7 @@ mod tests {
         assert!(file_matches("/src/tests/programs/sdt.c", "programs/sdt.c"));
         assert!(file_matches("/src/a.c", "/src/a.c"));
         assert!(!file_matches("/src/xsdt.c", "sdt.c"));
+        assert!(file_matches("/src/at_var_cu_2.c", "at_var_cu*.c"));
+        assert!(!file_matches("/src/at_var_cu_2.h", "at_var_cu*.c"));
     }
 }

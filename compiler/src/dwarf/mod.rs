@@ -606,7 +606,9 @@ impl Debug {
         let index = self.globals.get_or_init(|| self.index_globals());
         let candidates = index.get(name)?;
         let mut order: Vec<&(usize, gimli::UnitOffset)> = candidates.iter().collect();
-        if let Some(s) = near {
+        // The probe's own file first, unless one is named (then the
+        // files in order, as SystemTap takes `name@file*.c`).
+        if let (Some(s), None) = (near, file) {
             order.sort_by_key(|(u, _)| *u != s.unit);
         }
         for (u, off) in order {
@@ -624,6 +626,27 @@ impl Debug {
             }
         }
         None
+    }
+
+    /// Every global (or file-static) variable `name` with a place or a
+    /// value, with the address ranges of the code of its unit: the
+    /// candidates a script function's `@var` chooses from by the calling
+    /// probe's address.
+    pub fn globals_with_units(&self, name: &str) -> Vec<(Var, Vec<(u64, u64)>)> {
+        let index = self.globals.get_or_init(|| self.index_globals());
+        let Some(candidates) = index.get(name) else { return Vec::new() };
+        let mut out = Vec::new();
+        for &(u, off) in candidates {
+            let Some(unit) = self.unit(u) else { continue };
+            let Ok(e) = unit.entry(off) else { continue };
+            let Some(v) = self.var(&unit, &e, VarKind::Global, 0, None) else { continue };
+            if matches!(v.loc, Location::Unavailable) {
+                continue;
+            }
+            let ranges = self.address_ranges().iter().filter(|r| r.2 == u).map(|r| (r.0, r.1)).collect();
+            out.push((v, ranges));
+        }
+        out
     }
 
     fn unit_name(&self, unit: &gimli::Unit<R>) -> Option<String> {
@@ -767,7 +790,13 @@ impl Debug {
                 let top = depth == 1 || ns_depth.last() == Some(&(depth - 1));
                 match e.tag() {
                     gimli::DW_TAG_namespace => ns_depth.push(depth),
-                    gimli::DW_TAG_variable if top && e.attr_value(gimli::DW_AT_location).is_some() => {
+                    // With a place, or a value the compiler kept (an
+                    // unused `static` optimised away: DW_AT_const_value).
+                    gimli::DW_TAG_variable
+                        if top
+                            && (e.attr_value(gimli::DW_AT_location).is_some()
+                                || e.attr_value(gimli::DW_AT_const_value).is_some()) =>
+                    {
                         if let Some(n) = self.name(&unit, e) {
                             out.entry(n).or_default().push((u, e.offset()));
                         }

@@ -72,6 +72,10 @@ pub struct Site {
     /// Other modules' debugging information, by the name the script gives
     /// them in `@cast` and `@var` (or why there is none).
     pub others: std::collections::HashMap<String, Result<Arc<Debug>, String>>,
+    /// A module named in a script function's `@var(..., "module")`, not a
+    /// probe's site: its load bias comes at run time from the probe that
+    /// called the function (`Builtin::ModuleBias` with this index).
+    pub bias_from: Option<u32>,
 }
 
 /// Where a value is.
@@ -333,6 +337,9 @@ impl Site {
     fn bias(&self, span: Span) -> Expr {
         if !self.pie {
             return num(0, span);
+        }
+        if let Some(i) = self.bias_from {
+            return call(B::ModuleBias, vec![num(i64::from(i), span)], Ty::Long, span);
         }
         let pc = register(telco_abi::arch::native::PC as u32, span);
         let pc = if self.ret { long(ExprKind::Entry(Box::new(pc)), span) } else { pc };
@@ -654,6 +661,17 @@ impl Site {
                 return self.from_var(d, scope, v, span);
             }
         }
+        // In a script function (no site), a name several files define: the
+        // one of the calling probe's file, chosen at run time by its
+        // address (the first where no file's code holds it).
+        if self.bias_from.is_some() && file.is_none() && module.is_none() {
+            let found = d.globals_with_units(name);
+            if found.len() > 1 {
+                if let Some(v) = self.by_caller(d, &found, span)? {
+                    return Ok(v);
+                }
+            }
+        }
         match d.global(name, scope, file) {
             // Its address is relative to where that module is loaded,
             // which the probe's registers do not tell.
@@ -669,6 +687,46 @@ impl Site {
             None => Err(Diagnostic::error(Code::Undefined, span, format!("unable to find global `{spec}`"))
                 .with_label(format!("no global variable by that name in {}", d.path.display()))),
         }
+    }
+
+    /// Of a script function's global candidates (each with its file's code
+    /// ranges), the one whose code holds the calling probe's address: an
+    /// address chosen at run time. None when they are not all in memory.
+    fn by_caller(&self, d: &Arc<Debug>, found: &[(Var, Vec<(u64, u64)>)], span: Span) -> Res<Option<Val>> {
+        let mut addrs = Vec::new();
+        for (v, ranges) in found {
+            match self.place(&v.loc, &v.name, span)? {
+                Place::Mem(a) => addrs.push((a, ranges)),
+                _ => return Ok(None),
+            }
+        }
+        let link = || call(B::ProbeLink, Vec::new(), Ty::Long, span);
+        let (mut chosen, _) = addrs[0].clone();
+        for (a, ranges) in addrs.into_iter().rev() {
+            let cond = ranges
+                .iter()
+                .map(|&(lo, hi)| {
+                    bin(
+                        BinOp::And,
+                        bin(BinOp::Ge, link(), num(lo as i64, span)),
+                        bin(BinOp::Lt, link(), num(hi as i64, span)),
+                    )
+                })
+                .reduce(|x, y| bin(BinOp::Or, x, y));
+            if let Some(cond) = cond {
+                chosen =
+                    long(ExprKind::Ternary { cond: Box::new(cond), then: Box::new(a), els: Box::new(chosen) }, span);
+            }
+        }
+        let v = &found[0].0;
+        Ok(Some(Val {
+            debug: d.clone(),
+            place: Place::Mem(chosen),
+            ty: v.ty,
+            bits: None,
+            at_entry: false,
+            text: format!("${}", v.name),
+        }))
     }
 
     /// `@cast(addr, "struct foo"[, "module"])`: the object of that type at
@@ -963,7 +1021,7 @@ impl Site {
         self.pretty_into(d, v, deep, true, 0, span, &mut fmt, &mut args, &mut PRETTY_BUDGET.clone());
         let mut all = vec![string(&fmt, span)];
         all.extend(args);
-        Ok(call(B::Sprintf, all, Ty::String, span))
+        Ok(call(B::PrettyText, all, Ty::String, span))
     }
 
     /// Appends the value's text to `fmt` and its conversions' arguments to
@@ -1137,7 +1195,7 @@ impl Site {
         }
         let mut all = vec![string(&fmt, span)];
         all.extend(args);
-        Ok(call(B::Sprintf, all, Ty::String, span))
+        Ok(call(B::PrettyText, all, Ty::String, span))
     }
 
     /// `$$return` (`return=0x2a`), and `$$return$`.
@@ -1154,7 +1212,7 @@ impl Site {
         }
         let mut all = vec![string(&fmt, span)];
         all.extend(args);
-        Ok(call(B::Sprintf, all, Ty::String, span))
+        Ok(call(B::PrettyText, all, Ty::String, span))
     }
 
     /// What `-L` lists: `$name:type` for each parameter and local here.

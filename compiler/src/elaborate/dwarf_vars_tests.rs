@@ -126,6 +126,7 @@ impl Fixture {
             pie: self.module.kind == crate::elf::ModuleKind::PositionIndependent,
             cfa: self.module.cfa_at(pc),
             others: Default::default(),
+            bias_from: None,
         }
     }
 
@@ -274,6 +275,7 @@ fn locations_without_debugging_information_or_call_frame_say_why() {
         pie: false,
         cfa: None,
         others: Default::default(),
+        bias_from: None,
     };
     assert_eq!(
         place_of(&site, "x"),

@@ -137,6 +137,9 @@ pub struct Lowerer<'a> {
     kind: BodyKind,
     mark: Option<crate::program::MarkPoint>,
     site: Option<std::rc::Rc<super::dwarf_vars::Site>>,
+    /// In script functions: the modules their `@var(..., "module")` and
+    /// `@cast(..., "module")` name (`elaborate::function_sites`).
+    pub fn_sites: HashMap<String, std::rc::Rc<super::dwarf_vars::Site>>,
     in_function: Option<FuncId>,
     /// Slots already reported as untyped (one error per variable).
     untyped_reported: Vec<String>,
@@ -207,6 +210,7 @@ impl<'a> Lowerer<'a> {
             kind: BodyKind::Session,
             mark: None,
             site: None,
+            fn_sites: HashMap::new(),
             in_function: None,
             untyped_reported: Vec::new(),
             typed_locals: Vec::new(),
@@ -214,6 +218,11 @@ impl<'a> Lowerer<'a> {
             script_file: None,
             set_globals: &[],
         }
+    }
+
+    /// The bodies of the functions declared (compiled).
+    pub fn function_blocks(&self) -> Vec<&'a ast::Block> {
+        self.functions.iter().map(|f| &f.ast.body).collect()
     }
 
     /// A function exists (even if it is not compiled): suggest it.
@@ -1482,6 +1491,12 @@ impl<'a> Lowerer<'a> {
     fn literal_arg(&mut self, e: Option<&ast::Expr>, what: &str, span: Span) -> Option<String> {
         match e.map(|e| &e.kind) {
             Some(A::Str(s)) => Some(String::from_utf8_lossy(s).into_owned()),
+            // `@N`: the script's argument (a literal once given).
+            Some(A::ScriptArg { index, as_string: true })
+                if (*index as usize).checked_sub(1).is_some_and(|i| i < self.args.len()) =>
+            {
+                Some(self.args[*index as usize - 1].clone())
+            }
             _ => {
                 self.error(
                     Diagnostic::error(
@@ -1560,12 +1575,38 @@ impl<'a> Lowerer<'a> {
         p: &ast::TargetPath,
         span: Span,
     ) -> Option<(std::rc::Rc<super::dwarf_vars::Site>, super::dwarf_vars::Val)> {
-        let Some(site) = self.debug_site() else {
-            self.error(
+        // In a script function: `@var`'s or `@cast`'s module, named.
+        let named = match &p.base.kind {
+            A::AtOp(c) if self.in_function.is_some() => {
+                let at = match c.name.name.as_str() {
+                    "var" => 1,
+                    "cast" => 2,
+                    _ => usize::MAX,
+                };
+                match c.args.get(at).map(|a| &a.kind) {
+                    Some(A::Str(s)) => self.fn_sites.get(String::from_utf8_lossy(s).as_ref()).cloned(),
+                    Some(A::ScriptArg { index, as_string: true }) => (*index as usize)
+                        .checked_sub(1)
+                        .and_then(|i| self.args.get(i))
+                        .and_then(|n| self.fn_sites.get(n))
+                        .cloned(),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let Some(site) = self.debug_site().or(named) else {
+            let in_fn =
+                self.in_function.is_some() && matches!(&p.base.kind, A::AtOp(c) if c.name.name.as_str() == "var");
+            self.error(if in_fn {
+                Diagnostic::error(Code::Context, span, "`@var` in a function needs its module")
+                    .with_label("a function is no probe: which module's variable?")
+                    .with_help(r#"name it: `@var("name", "/path/to/module")` (the probes that call the function must be in that module)"#)
+            } else {
                 Diagnostic::error(Code::Context, span, "target variables by name need a function or statement probe")
                     .with_label("no probed function here to read debugging information for")
-                    .with_help(r#"use them in `process("P").function("F")` or `.statement(...)` probes"#),
-            );
+                    .with_help(r#"use them in `process("P").function("F")` or `.statement(...)` probes"#)
+            });
             return None;
         };
         let mut v = self.path_base(&site, &p.base)?;

@@ -191,7 +191,7 @@ pub fn elaborate(
                         // are visible at the marker (`$name`, as a
                         // statement probe there would).
                         let debug = blocks.iter().any(|b| walk::uses_debug_info(b));
-                        let named = if debug { walk::modules_named(&blocks) } else { Vec::new() };
+                        let named = if debug { walk::modules_named(&blocks, cfg.args) } else { Vec::new() };
                         for pt in r.points {
                             let mark = match &pt {
                                 crate::program::Point::Mark(m) => Some(m.clone()),
@@ -220,7 +220,7 @@ pub fn elaborate(
                     if debug_points && (typed_return || blocks.iter().any(|b| walk::uses_debug_info(b))) {
                         // One body per site: each reads its variables where
                         // that function's debugging information says.
-                        let named = walk::modules_named(&blocks);
+                        let named = walk::modules_named(&blocks, cfg.args);
                         for pt in r.points {
                             let site = debug_site(&mut resolver, &pt, &named).map(std::rc::Rc::new);
                             bodies.push(ProbeBody {
@@ -252,6 +252,8 @@ pub fn elaborate(
             }
         }
     }
+    let (fn_sites, var_modules) = function_sites(&mut resolver, &lowerer.function_blocks(), cfg.args);
+    lowerer.fn_sites = fn_sites;
     let (globals, functions, lowered, ds) = lowerer.run(&mut bodies);
     diags.extend(ds);
     let probes: Vec<crate::program::Probe> = shells
@@ -289,7 +291,8 @@ pub fn elaborate(
     let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
     let symbols = symbols_for(&probes, &functions, &mut resolver);
     let legacy_pointer_format = cfg.parse.pp.legacy_pointer_format();
-    let program = Program { globals, functions, probes, files, span_min_ns: 0, symbols, legacy_pointer_format };
+    let program =
+        Program { globals, functions, probes, files, span_min_ns: 0, symbols, legacy_pointer_format, var_modules };
     diags.extend(warnings::variable_warnings(&program, sources, cfg.unoptimized));
     Some(program)
 }
@@ -340,7 +343,50 @@ pub fn debug_site(
         at_entry,
         ret,
         others,
+        bias_from: None,
     })
+}
+
+/// The sites of the modules that `@var(..., "module")` and `@cast(...,
+/// "module")` name in script functions (no probe's site there): their
+/// debugging information, and the index each gets in the probe table
+/// (`Program::var_modules`).
+fn function_sites(
+    resolver: &mut points::Resolver<'_>,
+    blocks: &[&crate::ast::Block],
+    args: &[String],
+) -> (std::collections::HashMap<String, std::rc::Rc<dwarf_vars::Site>>, Vec<std::path::PathBuf>) {
+    let mut sites = std::collections::HashMap::new();
+    let mut modules: Vec<std::path::PathBuf> = Vec::new();
+    for name in walk::modules_named(blocks, args) {
+        let Ok(m) = resolver.module_named(&name) else { continue };
+        let debug = match m.debug() {
+            Ok(Some(d)) => Ok(d),
+            Ok(None) => Err(format!("{} has no DWARF and no separate debug file was found", m.path.display())),
+            Err(e) => Err(format!("{}: {e}", m.path.display())),
+        };
+        let index = match modules.iter().position(|p| *p == m.path) {
+            Some(i) => i,
+            None => {
+                modules.push(m.path.clone());
+                modules.len() - 1
+            }
+        };
+        let site = dwarf_vars::Site {
+            module: m.path.clone(),
+            debug,
+            scope: Err("a script function is no probe's site".into()),
+            pc: 0,
+            at_entry: false,
+            ret: false,
+            pie: m.kind == crate::elf::ModuleKind::PositionIndependent,
+            cfa: None,
+            others: Default::default(),
+            bias_from: Some(index as u32),
+        };
+        sites.insert(name, std::rc::Rc::new(site));
+    }
+    (sites, modules)
 }
 
 /// Names of the functions reachable from probes, alias bodies and probe

@@ -104,7 +104,7 @@ pub fn uses_debug_info(b: &Block) -> bool {
 
 /// The modules `@cast(p, "type", "MODULE")` and `@var("name", "MODULE")`
 /// name with string literals in the blocks, each once.
-pub fn modules_named(blocks: &[&Block]) -> Vec<String> {
+pub fn modules_named(blocks: &[&Block], args: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for b in blocks {
         visit_exprs_in_block(b, &mut |e| {
@@ -114,8 +114,15 @@ pub fn modules_named(blocks: &[&Block]) -> Vec<String> {
                 "var" => 1,
                 _ => return,
             };
-            if let Some(ExprKind::Str(s)) = c.args.get(at).map(|a| &a.kind) {
-                let name = String::from_utf8_lossy(s).into_owned();
+            let name = match c.args.get(at).map(|a| &a.kind) {
+                Some(ExprKind::Str(s)) => Some(String::from_utf8_lossy(s).into_owned()),
+                // `@N`: the script's argument.
+                Some(ExprKind::ScriptArg { index, as_string: true }) => {
+                    (*index as usize).checked_sub(1).and_then(|i| args.get(i)).cloned()
+                }
+                _ => None,
+            };
+            if let Some(name) = name {
                 if !out.contains(&name) {
                     out.push(name);
                 }

@@ -43,6 +43,9 @@ builtins! {
     // Output.
     Printf = "printf"(String; any) -> Void,
     Sprintf = "sprintf"(String; any) -> String,
+    // Internal: `$v$`, `$$vars` and friends, formatted as sprintf formats,
+    // and printed directly by print/println (no MAXSTRINGLEN string).
+    PrettyText = "__pretty_text"(String; any) -> String,
     Print = "print"(; any) -> Void,
     Println = "println"(; any) -> Void,
     // `printd(delimiter, ...)`: the values with the (literal) delimiter
@@ -95,6 +98,11 @@ builtins! {
     UserStringN = "user_string_n"(Long, Long) + String -> String,
     UserStringUtf16 = "user_string_utf16"(Long) + String -> String,
     UserStringUtf32 = "user_string_utf32"(Long) + String -> String,
+    // Internal: the load bias of a module `@var` names in a script
+    // function (its index in the probe table), from the calling probe.
+    ModuleBias = "__module_bias"(Long) -> Long,
+    // Internal: the calling probe's link-time address (the probe table's).
+    ProbeLink = "__probe_link"() -> Long,
     UserChar = "user_char"(Long) -> Long,
     UserShort = "user_short"(Long) -> Long,
     UserInt = "user_int"(Long) -> Long,

@@ -60,6 +60,10 @@ pub struct Program {
     pub symbols: Vec<ModuleSymbols>,
     /// `--compatible` below 1.3: `%p` as SystemTap printed it then.
     pub legacy_pointer_format: bool,
+    /// The modules `@var(..., "module")` names in script functions: where
+    /// such a global is is found at run time from the probe that called the
+    /// function (`Builtin::ModuleBias`, the probe table's module index).
+    pub var_modules: Vec<std::path::PathBuf>,
 }
 
 /// A module's function symbols (pass 2 read them; pass 3 builds the

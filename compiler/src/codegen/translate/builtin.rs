@@ -165,7 +165,7 @@ impl Gen<'_, '_, '_> {
                 }
                 zero
             }
-            Builtin::Sprintf => match self.format_pieces(&args[0]) {
+            Builtin::Sprintf | Builtin::PrettyText => match self.format_pieces(&args[0]) {
                 Some(pieces) => {
                     let vals = self.args(&args[1..]);
                     self.sprintf(&pieces, &vals)
@@ -181,10 +181,11 @@ impl Gen<'_, '_, '_> {
                     }
                     return zero;
                 }
-                // print(sprintf(FMT, ...)), as `$v$` and `$$vars$` give it:
-                // printed as printf prints, not through a string of
-                // MAXSTRINGLEN bytes (a structure's text is often longer).
-                if let [Expr { kind: ExprKind::Builtin { func: Builtin::Sprintf, args: inner }, .. }] = args {
+                // print($v$), print($$vars$): printed as printf prints, not
+                // through a string of MAXSTRINGLEN bytes (a structure's
+                // text is often longer). A script's own sprintf is a
+                // string, cut as SystemTap cuts it.
+                if let [Expr { kind: ExprKind::Builtin { func: Builtin::PrettyText, args: inner }, .. }] = args {
                     if let Some(mut pieces) = self.format_pieces(&inner[0]) {
                         if newline {
                             pieces.push(Piece::Text(b"\n".to_vec()));
@@ -280,7 +281,8 @@ impl Gen<'_, '_, '_> {
             Builtin::Pp | Builtin::Ppfunc | Builtin::Probefunc => {
                 // The probe table: per probe entry, its pp() and function strings.
                 let probe = self.load32(self.ctx, core::mem::offset_of!(abi::Ctx, probe) as i32);
-                let row = self.b.ins().ishl_imm_u(probe, 4);
+                const _: () = assert!(abi::PROBE_ROW_SIZE == 32);
+                let row = self.b.ins().ishl_imm_u(probe, 5);
                 let tab = self.const_addr(self.sh.layout.probes_off);
                 let rowp = self.b.ins().iadd(tab, row);
                 let field = if f == Builtin::Pp { 0 } else { 8 };
@@ -379,6 +381,22 @@ impl Gen<'_, '_, '_> {
                 self.rt(Rt::UserString, &[self.region, self.ctx, t, vals[0], n, err, l, cap]);
                 self.check_error();
                 t
+            }
+            Builtin::ProbeLink => {
+                let probe = self.load32(self.ctx, core::mem::offset_of!(abi::Ctx, probe) as i32);
+                let row = self.b.ins().ishl_imm_u(probe, 5);
+                let tab = self.const_addr(self.sh.layout.probes_off);
+                let rowp = self.b.ins().iadd(tab, row);
+                self.load(rowp, 16)
+            }
+            Builtin::ModuleBias => {
+                let vals = self.args(args);
+                let loc = self.sh.loc(span);
+                let l = self.iconst(i64::from(loc));
+                let cap = self.cap_val();
+                let v = self.rt(Rt::ModuleBias, &[self.region, self.ctx, vals[0], l, cap]);
+                self.check_error();
+                v
             }
             Builtin::UserStringUtf16 | Builtin::UserStringUtf32 => {
                 let vals = self.args(args);
