@@ -87,7 +87,10 @@ fn markers_are_listed() {
     // A marker that does not exist: the ones there are, by name.
     let (_, err, code) = telco(&["-e", &format!("probe process(\"{p}\").mark(\"nope\") {{ }}")]);
     assert_eq!(code, Some(1));
-    assert!(err.contains("no marker `nope` in") && err.contains("its markers: `app:loop`, `app:tick`"), "{err}");
+    assert!(
+        err.contains("no marker `nope` in") && err.contains("its markers: `app:first`, `app:loop`, `app:second`"),
+        "{err}"
+    );
     // An argument the marker does not have.
     let (_, err, code) = telco(&["-e", &format!("probe process(\"{p}\").mark(\"tick\") {{ println($arg2) }}")]);
     assert_eq!(code, Some(1));
@@ -490,4 +493,19 @@ fn labels_without_dwarf_or_match_are_located_errors() {
     let (_, err, code) = telco(&["-e", script, "-c", &with.display().to_string()]);
     assert_eq!(code, Some(1));
     assert!(err.contains("no label matching `nowhere` in a function matching `leaf`"), "{err}");
+}
+
+/// Two markers one right after the other (two `nop`s): a jump at the first
+/// would take the second's byte, so the first gets a trap and both fire,
+/// with their arguments, N times each.
+#[test]
+fn adjacent_markers_both_fire() {
+    let exe = build("adjacent");
+    let cmd = format!("{} adjacent 9", exe.display());
+    let script = "global f, s probe process.mark(\"first\") { f++ } probe process.mark(\"second\") { s += $arg1 } \
+                  probe end { println(f, \" \", s) }";
+    let (out, err, code) = telco(&["-v", "-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{}9 36\n", untraced(&exe, &["adjacent", "9"])), "{err}");
+    assert!(err.contains("placed with a trap (another probe's site is inside the jump's bytes)"), "{err}");
 }

@@ -14,7 +14,8 @@
  * after a call; `pop_tail_site`, after `lea; pop`). `twice N`: the
  * `app:twice` marker, at two places: at the start of refuse_mark, where
  * no jump fits (a loop's head 1 byte after it), and in twice_ok's loop
- * (N times each). */
+ * (N times each). `adjacent N`: the markers `app:first` and `app:second`
+ * one right after the other (two `nop`s), N times. */
 #define _SDT_HAS_SEMAPHORES 1
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,8 @@
 unsigned short app_loop_semaphore __attribute__((unused, section(".probes")));
 unsigned short app_tick_semaphore __attribute__((unused, section(".probes")));
 unsigned short app_twice_semaphore __attribute__((unused, section(".probes")));
+unsigned short app_first_semaphore __attribute__((unused, section(".probes")));
+unsigned short app_second_semaphore __attribute__((unused, section(".probes")));
 
 __attribute__((noinline)) long step(long i, const char *name) {
     long r = 0;
@@ -62,6 +65,19 @@ long refuse_me(long n);
 __asm__(".text\n.globl refuse_mark\n.type refuse_mark,@function\n.p2align 4\nrefuse_mark:\n" STAP_PROBE_ASM(app, twice, )
         "1:\n  sub $1, %rdi\n  jg 1b\n  mov %rdi, %rax\n  ret\n.size refuse_mark, .-refuse_mark\n");
 long refuse_mark(long n);
+
+/* Two markers with nothing between them: a jump at the first would take
+ * the second's `nop`. */
+__attribute__((noinline)) long adjacent(long n) {
+    long s = 0;
+    for (long i = 0; i < n; i++) {
+        STAP_PROBE(app, first);
+        STAP_PROBE1(app, second, i);
+        s += i;
+        sink = s;
+    }
+    return s;
+}
 
 /* The same marker where a jump fits. */
 __attribute__((noinline)) long twice_ok(long n) {
@@ -107,6 +123,8 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++) s += live_state(i);
     } else if (!strcmp(mode, "loop")) {
         s = looping(n) + refuse_me(3) + after_step(0);
+    } else if (!strcmp(mode, "adjacent")) {
+        s = adjacent(n);
     } else if (!strcmp(mode, "twice")) {
         s = refuse_mark(n) + twice_ok(n);
     } else if (!strcmp(mode, "tails")) {

@@ -197,7 +197,8 @@ impl Hooker {
         let bytes = s.read(addr, site.unwrap_or((size as usize).clamp(1, 1 << 20)) + 16)?;
         // A trap where no jump fits (or where `-D TRAP_PROBES` asks for
         // one): why no jump.
-        let forced = t.script && self.artifact.limits.trap_probes;
+        let forced = t.script && (self.artifact.limits.trap_probes || t.crowded);
+        let forced_why = if t.crowded { "another probe's site is inside the jump's bytes" } else { "-D TRAP_PROBES" };
         let mut trap: Option<String> = None;
         let (hook, retargets) = match site {
             // Pass 2 found no jump here: the trap covers the instruction.
@@ -209,7 +210,7 @@ impl Hooker {
             Some(displaced) if forced => {
                 let starts = arch::instruction_starts(&bytes[..displaced], addr);
                 let first = starts.get(1).map_or(displaced, |&next| (next - addr) as usize);
-                trap = Some("-D TRAP_PROBES".into());
+                trap = Some(forced_why.into());
                 (patch::Hook { patch_at: addr, displaced: first }, Vec::new())
             }
             Some(displaced) => (patch::Hook { patch_at: addr, displaced }, Vec::new()),
@@ -217,9 +218,7 @@ impl Hooker {
                 Ok(h) if !forced && !t.trap => h,
                 Ok(_) => match patch::plan_trap(&bytes, addr, size) {
                     Ok(h) => {
-                        trap = Some(
-                            if t.trap { "control arrives inside the jump's bytes" } else { "-D TRAP_PROBES" }.into(),
-                        );
+                        trap = Some(if t.trap { "control arrives inside the jump's bytes" } else { forced_why }.into());
                         (h, Vec::new())
                     }
                     Err(why) => return Ok(Err(format!("no jump fits, nor a trap: {why}"))),

@@ -138,6 +138,9 @@ pub(crate) struct Tramp {
     pub(crate) trap: bool,
     /// `trampoline::Entry::always`.
     pub(crate) always: Option<(u64, u64)>,
+    /// Another probe's site is inside the bytes this one's jump would
+    /// take (two markers one after the other): a trap here, so both fire.
+    pub(crate) crowded: bool,
 }
 
 impl Tramp {
@@ -157,6 +160,7 @@ impl Tramp {
             script: false,
             trap: false,
             always: None,
+            crowded: false,
         }
     }
 
@@ -181,6 +185,7 @@ impl Tramp {
             script: false,
             trap: false,
             always: None,
+            crowded: false,
         }
     }
 }

@@ -75,6 +75,23 @@ impl Hooker {
                 *d = (*d).max(hop.host_displaced);
             }
         }
+        // Sites another probe's site follows closer than a jump is long
+        // (markers one after the other): traps, so each fires.
+        let sites: Vec<(u64, u64)> = functions
+            .iter()
+            .map(|(&off, probes)| {
+                let displaced = probes.iter().find_map(|&i| match &a.probes[i].attach {
+                    Attach::Statement { displaced, .. } => Some(u64::from(*displaced)),
+                    _ => None,
+                });
+                (off, displaced.unwrap_or(0).max(patch::JUMP_LEN as u64))
+            })
+            .collect();
+        let crowded: std::collections::BTreeSet<u64> = sites
+            .iter()
+            .filter(|&&(off, len)| sites.iter().any(|&(other, _)| other > off && other < off + len))
+            .map(|&(off, _)| off)
+            .collect();
         // Hops to write: slot, trampoline, and the hopping function's patch.
         let mut slots: Vec<(u64, u64, u64)> = Vec::new();
         for (&file_offset, probes) in functions {
@@ -264,6 +281,7 @@ impl Hooker {
                 script: true,
                 trap,
                 always,
+                crowded: crowded.contains(&file_offset),
             };
             // Two patches never share a byte (a statement right after
             // another, or inside a function's entry jump).
