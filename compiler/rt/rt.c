@@ -1729,6 +1729,497 @@ EXPORT i64 rt_module_bias(u8 *R, u8 *ctx, i64 idx, i64 loc, i64 cap) {
     return 0;
 }
 
+/* ---- floating point (SystemTap's floatingpoint tapset) ---- */
+
+/* IEEE 754 binary64 arithmetic on the integer registers (the runtime
+ * library uses no floating-point register: a target thread's would be
+ * clobbered), correctly rounded to nearest, ties to even, as Berkeley
+ * SoftFloat computes it (SystemTap's runtime/softfloat.c): a value is its
+ * 64 bits in a long. The layout of a significand under rounding follows
+ * SoftFloat's: its leading 1 at bit 62, ten bits below the result's. */
+
+#define F64_SIGN(a) ((a) >> 63)
+#define F64_EXP(a) ((i64)(((a) >> 52) & 0x7FF))
+#define F64_FRAC(a) ((a) & 0x000FFFFFFFFFFFFFULL)
+#define F64_NAN 0x7FF8000000000000ULL
+#define F64_PACK(s, e, sig) (((u64)(s) << 63) + ((u64)(e) << 52) + (sig))
+
+LOCAL int clz64(u64 a) { return a ? __builtin_clzll(a) : 64; }
+
+/* u in decimal into buf (at least 21 bytes). */
+LOCAL void u64_dec(char *buf, u64 u) {
+    char t[21];
+    int n = 0;
+    do {
+        t[n++] = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    for (int i = 0; i < n; i++) buf[i] = t[n - 1 - i];
+    buf[n] = 0;
+}
+
+LOCAL u64 shift_right_jam(u64 a, i64 dist) {
+    return dist < 63 ? a >> dist | ((a << (-dist & 63)) != 0) : (a != 0);
+}
+
+LOCAL u64 round_pack(u64 sign, i64 exp, u64 sig) {
+    u64 round_bits = sig & 0x3FF;
+    if ((u64)exp >= 0x7FD) {
+        if (exp < 0) {
+            sig = shift_right_jam(sig, -exp);
+            exp = 0;
+            round_bits = sig & 0x3FF;
+        } else if (exp > 0x7FD || sig + 0x200 >= 0x8000000000000000ULL) {
+            return F64_PACK(sign, 0x7FF, 0);
+        }
+    }
+    sig = (sig + 0x200) >> 10;
+    if (round_bits == 0x200) sig &= ~1ULL;
+    if (!sig) exp = 0;
+    return F64_PACK(sign, exp, sig);
+}
+
+LOCAL u64 norm_round_pack(u64 sign, i64 exp, u64 sig) {
+    int shift = clz64(sig) - 1;
+    exp -= shift;
+    if (shift >= 10 && (u64)exp < 0x7FD) return F64_PACK(sign, sig ? exp : 0, sig << (shift - 10));
+    return round_pack(sign, exp, sig << shift);
+}
+
+/* A subnormal's significand made normal: its exponent and significand. */
+LOCAL u64 norm_subnormal(u64 sig, i64 *exp) {
+    int shift = clz64(sig) - 11;
+    *exp = 1 - shift;
+    return sig << shift;
+}
+
+LOCAL int f64_is_nan(u64 a) { return F64_EXP(a) == 0x7FF && F64_FRAC(a); }
+
+LOCAL u64 f64_from_i64(i64 a) {
+    u64 sign = a < 0;
+    if (!(a & 0x7FFFFFFFFFFFFFFFLL)) return sign ? F64_PACK(1, 0x43E, 0) : 0;
+    u64 abs = sign ? -(u64)a : (u64)a;
+    return norm_round_pack(sign, 0x43C, abs);
+}
+
+LOCAL u64 add_mags(u64 a, u64 b, u64 sign) {
+    i64 ea = F64_EXP(a), eb = F64_EXP(b), ez;
+    u64 sa = F64_FRAC(a), sb = F64_FRAC(b), sz;
+    i64 d = ea - eb;
+    if (!d) {
+        if (!ea) return a + sb;
+        if (ea == 0x7FF) return (sa | sb) ? F64_NAN : a;
+        ez = ea;
+        sz = (0x0020000000000000ULL + sa + sb) << 9;
+    } else {
+        sa <<= 9;
+        sb <<= 9;
+        if (d < 0) {
+            if (eb == 0x7FF) return sb ? F64_NAN : F64_PACK(sign, 0x7FF, 0);
+            ez = eb;
+            sa = ea ? sa + 0x2000000000000000ULL : sa << 1;
+            sa = shift_right_jam(sa, -d);
+        } else {
+            if (ea == 0x7FF) return sa ? F64_NAN : a;
+            ez = ea;
+            sb = eb ? sb + 0x2000000000000000ULL : sb << 1;
+            sb = shift_right_jam(sb, d);
+        }
+        sz = 0x2000000000000000ULL + sa + sb;
+        if (sz < 0x4000000000000000ULL) {
+            ez--;
+            sz <<= 1;
+        }
+    }
+    return round_pack(sign, ez, sz);
+}
+
+LOCAL u64 sub_mags(u64 a, u64 b, u64 sign) {
+    i64 ea = F64_EXP(a), eb = F64_EXP(b), ez;
+    u64 sa = F64_FRAC(a), sb = F64_FRAC(b), sz;
+    i64 d = ea - eb;
+    if (!d) {
+        if (ea == 0x7FF) return F64_NAN;
+        i64 diff = (i64)(sa - sb);
+        if (!diff) return 0;
+        if (ea) ea--;
+        if (diff < 0) {
+            sign ^= 1;
+            diff = -diff;
+        }
+        int shift = clz64((u64)diff) - 11;
+        ez = ea - shift;
+        if (ez < 0) {
+            shift = (int)ea;
+            ez = 0;
+        }
+        return F64_PACK(sign, ez, (u64)diff << shift);
+    }
+    sa <<= 10;
+    sb <<= 10;
+    if (d < 0) {
+        sign ^= 1;
+        if (eb == 0x7FF) return sb ? F64_NAN : F64_PACK(sign, 0x7FF, 0);
+        sa += ea ? 0x4000000000000000ULL : sa;
+        sa = shift_right_jam(sa, -d);
+        sb |= 0x4000000000000000ULL;
+        ez = eb;
+        sz = sb - sa;
+    } else {
+        if (ea == 0x7FF) return sa ? F64_NAN : a;
+        sb += eb ? 0x4000000000000000ULL : sb;
+        sb = shift_right_jam(sb, d);
+        sa |= 0x4000000000000000ULL;
+        ez = ea;
+        sz = sa - sb;
+    }
+    return norm_round_pack(sign, ez - 1, sz);
+}
+
+LOCAL u64 f64_add_(u64 a, u64 b) {
+    if (f64_is_nan(a) || f64_is_nan(b)) return F64_NAN;
+    return F64_SIGN(a) == F64_SIGN(b) ? add_mags(a, b, F64_SIGN(a)) : sub_mags(a, b, F64_SIGN(a));
+}
+
+LOCAL u64 f64_sub_(u64 a, u64 b) {
+    if (f64_is_nan(a) || f64_is_nan(b)) return F64_NAN;
+    return F64_SIGN(a) == F64_SIGN(b) ? sub_mags(a, b, F64_SIGN(a)) : add_mags(a, b, F64_SIGN(a));
+}
+
+LOCAL u64 f64_mul_(u64 a, u64 b) {
+    u64 sign = F64_SIGN(a) ^ F64_SIGN(b);
+    i64 ea = F64_EXP(a), eb = F64_EXP(b);
+    u64 sa = F64_FRAC(a), sb = F64_FRAC(b);
+    if (f64_is_nan(a) || f64_is_nan(b)) return F64_NAN;
+    if (ea == 0x7FF) return (eb | sb) ? F64_PACK(sign, 0x7FF, 0) : F64_NAN;
+    if (eb == 0x7FF) return (ea | sa) ? F64_PACK(sign, 0x7FF, 0) : F64_NAN;
+    if (!ea) {
+        if (!sa) return F64_PACK(sign, 0, 0);
+        sa = norm_subnormal(sa, &ea);
+    }
+    if (!eb) {
+        if (!sb) return F64_PACK(sign, 0, 0);
+        sb = norm_subnormal(sb, &eb);
+    }
+    i64 ez = ea + eb - 0x3FF;
+    sa = (sa | 0x0010000000000000ULL) << 10;
+    sb = (sb | 0x0010000000000000ULL) << 11;
+    unsigned __int128 p = (unsigned __int128)sa * sb;
+    u64 sz = (u64)(p >> 64) | ((u64)p != 0);
+    if (sz < 0x4000000000000000ULL) {
+        ez--;
+        sz <<= 1;
+    }
+    return round_pack(sign, ez, sz);
+}
+
+LOCAL u64 f64_div_(u64 a, u64 b) {
+    u64 sign = F64_SIGN(a) ^ F64_SIGN(b);
+    i64 ea = F64_EXP(a), eb = F64_EXP(b);
+    u64 sa = F64_FRAC(a), sb = F64_FRAC(b);
+    if (f64_is_nan(a) || f64_is_nan(b)) return F64_NAN;
+    if (ea == 0x7FF) return eb == 0x7FF ? F64_NAN : F64_PACK(sign, 0x7FF, 0);
+    if (eb == 0x7FF) return F64_PACK(sign, 0, 0);
+    if (!eb) {
+        if (!sb) return (ea | sa) ? F64_PACK(sign, 0x7FF, 0) : F64_NAN;
+        sb = norm_subnormal(sb, &eb);
+    }
+    if (!ea) {
+        if (!sa) return F64_PACK(sign, 0, 0);
+        sa = norm_subnormal(sa, &ea);
+    }
+    i64 ez = ea - eb + 0x3FE;
+    sa |= 0x0010000000000000ULL;
+    sb |= 0x0010000000000000ULL;
+    if (sa < sb) {
+        ez--;
+        sa <<= 1;
+    }
+    /* The quotient's 63 bits, its leading 1 at bit 62; a remainder left
+     * is the sticky bit. */
+    u64 q = 0, r = sa;
+    for (int i = 62; i >= 0; i--) {
+        if (r >= sb) {
+            r -= sb;
+            q |= 1ULL << i;
+        }
+        r <<= 1;
+    }
+    return round_pack(sign, ez, q | (r != 0));
+}
+
+/* IEEE remainder: a - n*b, n the integer nearest a/b (ties to even). */
+LOCAL u64 f64_rem_(u64 a, u64 b) {
+    u64 sign = F64_SIGN(a);
+    i64 ea = F64_EXP(a), eb = F64_EXP(b);
+    u64 sa = F64_FRAC(a), sb = F64_FRAC(b);
+    if (f64_is_nan(a) || f64_is_nan(b) || ea == 0x7FF) return F64_NAN;
+    if (eb == 0x7FF) return a;
+    if (!eb) {
+        if (!sb) return F64_NAN;
+        sb = norm_subnormal(sb, &eb);
+    }
+    if (!ea) {
+        if (!sa) return a;
+        sa = norm_subnormal(sa, &ea);
+    }
+    sa |= 0x0010000000000000ULL;
+    sb |= 0x0010000000000000ULL;
+    i64 d = ea - eb;
+    if (d < -1) return a;
+    /* r: a's significand reduced modulo b's, at b's exponent (one bit
+     * lower when a is half of b's scale, d = -1: everything doubled). */
+    u64 r, q = 0, m = sb;
+    i64 base = eb;
+    if (d == -1) {
+        r = sa;
+        m = sb << 1;
+        base = eb - 1;
+        if (r >= m) {
+            r -= m;
+            q = 1;
+        }
+    } else {
+        r = sa;
+        if (r >= m) {
+            r -= m;
+            q = 1;
+        }
+        for (i64 i = 0; i < d; i++) {
+            r <<= 1;
+            q = q << 1;
+            if (r >= m) {
+                r -= m;
+                q |= 1;
+            }
+        }
+    }
+    /* Nearest: past half of b, or half with n odd, takes one b more. */
+    if (2 * r > m || (2 * r == m && (q & 1))) {
+        r = m - r;
+        sign ^= 1;
+    }
+    if (!r) return F64_PACK(sign, 0, 0);
+    /* r * 2^(base - 0x3FF - 52): exact. */
+    return norm_round_pack(sign, base - 1 + 10, r);
+}
+
+LOCAL u64 f64_sqrt_(u64 a) {
+    i64 e = F64_EXP(a);
+    u64 s = F64_FRAC(a);
+    if (f64_is_nan(a)) return F64_NAN;
+    if (F64_SIGN(a)) return (e | s) ? F64_NAN : a;
+    if (e == 0x7FF) return a;
+    if (!e) {
+        if (!s) return a;
+        s = norm_subnormal(s, &e);
+    }
+    s |= 0x0010000000000000ULL;
+    /* a = s * 2^E, E = e - 0x3FF - 52, made even. */
+    i64 E = e - 0x3FF - 52;
+    if (E & 1) {
+        s <<= 1;
+        E--;
+    }
+    unsigned __int128 m = (unsigned __int128)s << 72, root = 0, bit = (unsigned __int128)1 << 126;
+    while (bit > m) bit >>= 2;
+    while (bit) {
+        if (m >= root + bit) {
+            m -= root + bit;
+            root = (root >> 1) + bit;
+        } else {
+            root >>= 1;
+        }
+        bit >>= 2;
+    }
+    /* root in [2^62, 2^63): the value root * 2^(E/2 - 36). */
+    return round_pack(0, 0x3FE + 62 + E / 2 - 36, (u64)root | (m != 0));
+}
+
+LOCAL int f64_eq_(u64 a, u64 b) {
+    if (f64_is_nan(a) || f64_is_nan(b)) return 0;
+    return a == b || !((a | b) & 0x7FFFFFFFFFFFFFFFULL);
+}
+
+LOCAL int f64_le_(u64 a, u64 b) {
+    if (f64_is_nan(a) || f64_is_nan(b)) return 0;
+    if (F64_SIGN(a) != F64_SIGN(b)) return F64_SIGN(a) || !((a | b) & 0x7FFFFFFFFFFFFFFFULL);
+    return a == b || (F64_SIGN(a) ^ (a < b));
+}
+
+LOCAL int f64_lt_(u64 a, u64 b) {
+    if (f64_is_nan(a) || f64_is_nan(b)) return 0;
+    if (F64_SIGN(a) != F64_SIGN(b)) return F64_SIGN(a) && ((a | b) & 0x7FFFFFFFFFFFFFFFULL);
+    return a != b && (F64_SIGN(a) ^ (a < b));
+}
+
+/* To a long, rounded as `mode` says: 0 to nearest (ties even), 1 toward
+ * zero, 2 down, 3 up, 4 to nearest (ties away); out of range, SoftFloat's
+ * (the largest or smallest long). */
+LOCAL i64 f64_to_i64_(u64 a, i64 mode) {
+    u64 sign = F64_SIGN(a), s = F64_FRAC(a);
+    i64 e = F64_EXP(a);
+    if (e == 0x7FF && s) return 0x7FFFFFFFFFFFFFFFLL;
+    if (e) s |= 0x0010000000000000ULL;
+    i64 shift = 0x433 - e;
+    u64 abs, frac;
+    if (shift <= 0) {
+        if (shift < -10) {
+            if (a == F64_PACK(1, 0x43E, 0)) return (i64)0x8000000000000000ULL;
+            return sign ? (i64)0x8000000000000000ULL : 0x7FFFFFFFFFFFFFFFLL;
+        }
+        abs = s << -shift;
+        frac = 0;
+    } else if (shift < 64) {
+        abs = s >> shift;
+        frac = s << (64 - shift);
+    } else {
+        abs = 0;
+        frac = s != 0; /* below a half */
+    }
+    if (frac) {
+        u64 half = 0x8000000000000000ULL;
+        int up = 0;
+        switch (mode) {
+        case 0: up = frac > half || (frac == half && (abs & 1)); break;
+        case 2: up = sign; break;
+        case 3: up = !sign; break;
+        case 4: up = frac >= half; break;
+        default: break;
+        }
+        abs += (u64)up;
+    }
+    if (!sign && abs > 0x7FFFFFFFFFFFFFFFULL) return 0x7FFFFFFFFFFFFFFFLL;
+    if (sign && abs > 0x8000000000000000ULL) return (i64)0x8000000000000000ULL;
+    return sign ? (i64)(0 - abs) : (i64)abs;
+}
+
+/* binary32 (its 32 bits in a long) to binary64: exact. */
+LOCAL u64 f32_to_f64_(u64 a) {
+    u64 sign = (a >> 31) & 1, s = a & 0x7FFFFF;
+    i64 e = (a >> 23) & 0xFF;
+    if (e == 0xFF) return s ? F64_NAN : F64_PACK(sign, 0x7FF, 0);
+    if (!e) {
+        if (!s) return F64_PACK(sign, 0, 0);
+        int shift = clz64(s) - 40;
+        e = 1 - shift;
+        s = (s << shift) & 0x7FFFFF;
+    }
+    return F64_PACK(sign, e + 0x380, s << 29);
+}
+
+/* The floating-point tapset's operations: `op` (FP_* in the tapset) on a
+ * and b (c: fp_to_long's rounding mode). */
+EXPORT i64 rt_fp(i64 op, i64 a, i64 b, i64 c) {
+    (void)c;
+    u64 x = (u64)a, y = (u64)b;
+    switch (op) {
+    case 0: return (i64)f64_add_(x, y);
+    case 1: return (i64)f64_sub_(x, y);
+    case 2: return (i64)f64_mul_(x, y);
+    case 3: return (i64)f64_div_(x, y);
+    case 4: return (i64)f64_rem_(x, y);
+    case 5: return (i64)f64_sqrt_(x);
+    case 6: return f64_eq_(x, y);
+    case 7: return f64_le_(x, y);
+    case 8: return f64_lt_(x, y);
+    case 9: return (i64)f64_from_i64(a);
+    case 10: return f64_to_i64_(x, b);
+    case 11: return (i64)f32_to_f64_(x);
+    default: return 0;
+    }
+}
+
+/* fp_to_string(fp, precision), as SystemTap writes it: below 1e18 the
+ * integer part, a point and `precision` digits (the last rounded from the
+ * next); from 1e18 on, divided by ten until it is not, the number of
+ * divisions after an `e`. */
+EXPORT void rt_fp_to_string(char *dst, i64 a, i64 precision, i64 cap) {
+    u64 x = (u64)a;
+    usize o = 0;
+    dst[0] = 0;
+    if (F64_EXP(x) == 0x7FF) {
+        put_s(dst, &o, cap, F64_FRAC(x) ? "NaN" : F64_SIGN(x) ? "-Infinity" : "Infinity");
+        return;
+    }
+    if (F64_SIGN(x)) put_s(dst, &o, cap, "-");
+    x &= 0x7FFFFFFFFFFFFFFFULL;
+    u64 ten = f64_from_i64(10), limit = f64_from_i64(1000000000000000000LL);
+    i64 e10 = 0;
+    while (f64_le_(limit, x)) {
+        x = f64_div_(x, ten);
+        e10++;
+    }
+    char buf[24];
+    i64 ipart = f64_to_i64_(x, 1);
+    u64 fpart = f64_sub_(x, f64_from_i64(ipart));
+    u64_dec(buf, (u64)ipart);
+    put_s(dst, &o, cap, buf);
+    if (precision > 0) {
+        put_s(dst, &o, cap, ".");
+        for (i64 i = 0; i < precision - 1; i++) {
+            fpart = f64_mul_(fpart, ten);
+            i64 d = f64_to_i64_(fpart, 1);
+            u64_dec(buf, (u64)d);
+            put_s(dst, &o, cap, buf);
+            fpart = f64_sub_(fpart, f64_from_i64(d));
+        }
+        fpart = f64_mul_(fpart, ten);
+        i64 last = f64_to_i64_(fpart, 1);
+        fpart = f64_sub_(fpart, f64_from_i64(last));
+        fpart = f64_mul_(fpart, ten);
+        if (f64_to_i64_(fpart, 1) >= 5) last++;
+        u64_dec(buf, (u64)last);
+        put_s(dst, &o, cap, buf);
+    }
+    if (e10) {
+        put_s(dst, &o, cap, "e");
+        u64_dec(buf, (u64)e10);
+        put_s(dst, &o, cap, buf);
+    }
+}
+
+/* string_to_fp(text), as SystemTap reads it (its runtime's str_to_f64):
+ * the digits before and after a point into one value, each step rounded,
+ * a power of ten for the point and the exponent, then sign * (value /
+ * power); text that is not such a number is the probe's error ("invalid
+ * format"). */
+EXPORT i64 rt_string_to_fp(u8 *ctx, const char *s, i64 loc, i64 cap) {
+    u64 one = f64_from_i64(1), ten = f64_from_i64(10);
+    usize i = 0;
+    u64 sign = f64_from_i64(s[0] == '-' ? -1 : 1);
+    if (s[i] == '-' || s[i] == '+') i++;
+    u64 value = 0, power = one;
+    for (; s[i] >= '0' && s[i] <= '9'; i++) value = f64_add_(f64_mul_(value, ten), f64_from_i64(s[i] - '0'));
+    if (s[i] == '.') i++;
+    for (; s[i] >= '0' && s[i] <= '9'; i++) {
+        value = f64_add_(f64_mul_(value, ten), f64_from_i64(s[i] - '0'));
+        power = f64_mul_(power, ten);
+    }
+    if (s[i] == 'e' || s[i] == 'E') {
+        i++;
+        int negative = s[i] == '-';
+        if (s[i] == '-' || s[i] == '+') i++;
+        u64 power2 = 0;
+        for (; s[i] >= '0' && s[i] <= '9'; i++) power2 = f64_add_(f64_mul_(power2, ten), f64_from_i64(s[i] - '0'));
+        /* One step a unit of the exponent (bounded: past 400 the power is
+         * 0 or infinite and stays so). */
+        i64 n = f64_to_i64_(power2, 1);
+        for (i64 k = 0; k < n && k < 400; k++) power = negative ? f64_mul_(power, ten) : f64_div_(power, ten);
+    }
+    if (s[i]) {
+        if (!AT(ctx, C_ERROR, u32)) {
+            char *m = (char *)ctx + CTX_SIZE;
+            usize o = 0;
+            put_s(m, &o, cap, "invalid format");
+            AT(ctx, C_ERROR, u32) = ERR_USER;
+            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+        }
+        return 0;
+    }
+    return (i64)f64_mul_(sign, f64_div_(value, power));
+}
+
 /* ---- context ---- */
 
 EXPORT void rt_execname(u8 *R, u8 *slot, char *dst, i64 cap) {

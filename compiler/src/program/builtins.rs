@@ -101,6 +101,11 @@ builtins! {
     // Internal: the load bias of a module `@var` names in a script
     // function (its index in the probe table), from the calling probe.
     ModuleBias = "__module_bias"(Long) -> Long,
+    // Floating point (64-bit values in longs): the floatingpoint tapset's
+    // operations by number (`__fp`), and its conversions from and to text.
+    Fp = "__fp"(Long, Long, Long, Long) -> Long,
+    FpToString = "fp_to_string"(Long, Long) -> String,
+    StringToFp = "string_to_fp"(String) -> Long,
     // Internal: the calling probe's link-time address (the probe table's).
     ProbeLink = "__probe_link"() -> Long,
     UserChar = "user_char"(Long) -> Long,

@@ -382,6 +382,26 @@ impl Gen<'_, '_, '_> {
                 self.check_error();
                 t
             }
+            Builtin::Fp => {
+                let vals = self.args(args);
+                self.rt(Rt::Fp, &vals)
+            }
+            Builtin::FpToString => {
+                let vals = self.args(args);
+                let t = self.temp();
+                let cap = self.cap_val();
+                self.rt(Rt::FpToString, &[t, vals[0], vals[1], cap]);
+                t
+            }
+            Builtin::StringToFp => {
+                let vals = self.args(args);
+                let loc = self.sh.loc(span);
+                let l = self.iconst(i64::from(loc));
+                let cap = self.cap_val();
+                let v = self.rt(Rt::StringToFp, &[self.ctx, vals[0], l, cap]);
+                self.check_error();
+                v
+            }
             Builtin::ProbeLink => {
                 let probe = self.load32(self.ctx, core::mem::offset_of!(abi::Ctx, probe) as i32);
                 let row = self.b.ins().ishl_imm_u(probe, 5);
