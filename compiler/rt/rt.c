@@ -1618,6 +1618,17 @@ EXPORT void rt_user_string(u8 *R, u8 *ctx, char *dst, u64 addr, i64 n, const cha
     dst[got] = 0;
 }
 
+/* The probe's error, `code` (ERR_USER, ERR_FAULT) with the message
+ * `msg`, unless one is pending already (the first error is the one
+ * reported). */
+LOCAL void probe_error(u8 *ctx, u32 code, const char *msg, i64 loc, i64 cap) {
+    if (AT(ctx, C_ERROR, u32)) return;
+    usize o = 0;
+    put_s((char *)ctx + CTX_SIZE, &o, cap, msg);
+    AT(ctx, C_ERROR, u32) = code;
+    AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
+}
+
 /* Code point c as UTF-8 at dst[*len], within cap (a NUL kept): 1 when
  * written, 0 when it does not fit (the string ends before it, as
  * SystemTap truncates), -1 when c is no character (a surrogate, or past
@@ -1719,13 +1730,8 @@ EXPORT i64 rt_module_bias(u8 *R, u8 *ctx, i64 idx, i64 loc, i64 cap) {
     u64 addr = AT(ctx, C_ADDR, u64);
     if (at + PROBE_ROW_SIZE <= AT(TR(R), H_REGION_SIZE, u64) && addr && AT(TR(R) + at, 24, u32) == (u32)idx)
         return (i64)(addr - AT(TR(R) + at, 16, u64));
-    if (!AT(ctx, C_ERROR, u32)) {
-        char *m = (char *)ctx + CTX_SIZE;
-        usize o = 0;
-        put_s(m, &o, cap, "@var of another module in a function: the probe that called it is not in that module");
-        AT(ctx, C_ERROR, u32) = ERR_FAULT;
-        AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
-    }
+    probe_error(ctx, ERR_FAULT, "@var of another module in a function: the probe that called it is not in that module",
+                loc, cap);
     return 0;
 }
 
@@ -2208,13 +2214,7 @@ EXPORT i64 rt_string_to_fp(u8 *ctx, const char *s, i64 loc, i64 cap) {
         for (i64 k = 0; k < n && k < 400; k++) power = negative ? f64_mul_(power, ten) : f64_div_(power, ten);
     }
     if (s[i]) {
-        if (!AT(ctx, C_ERROR, u32)) {
-            char *m = (char *)ctx + CTX_SIZE;
-            usize o = 0;
-            put_s(m, &o, cap, "invalid format");
-            AT(ctx, C_ERROR, u32) = ERR_USER;
-            AT(ctx, C_ERROR_LOC, u32) = (u32)loc;
-        }
+        probe_error(ctx, ERR_USER, "invalid format", loc, cap);
         return 0;
     }
     return (i64)f64_mul_(sign, f64_div_(value, power));

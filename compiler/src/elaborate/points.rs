@@ -746,28 +746,9 @@ impl<'q> Resolver<'q> {
             }
             return Vec::new();
         }
-        let mut points = Vec::new();
-        let mut refused = Vec::new();
-        for (function, name, addr) in found {
-            match module.plan_site(addr) {
-                Ok((patch, _)) => points.push(Point::Statement {
-                    module: module.path.clone(),
-                    addr,
-                    function: Some(function),
-                    site: site_of(&patch),
-                }),
-                Err(why) => refused.push(format!("label {name} in {function} (at {addr:#x}): {why}")),
-            }
-        }
-        for why in &refused {
-            let d = if points.is_empty() {
-                Diagnostic::error(Code::Unsupported, label.span, format!("cannot probe {why}"))
-            } else {
-                Diagnostic::warning(Code::Unsupported, label.span, format!("skipped {why}"))
-            };
-            diags.push(d.with_label("no safe place for a probe here"));
-        }
-        points
+        let sites =
+            found.into_iter().map(|(function, name, addr)| (format!("label {name} in {function}"), addr, function));
+        statements_at(module, sites, label.span, diags)
     }
 
     /// `func@file:FIRST-LAST` and `func@file:*`: each line with code in
@@ -830,28 +811,9 @@ impl<'q> Resolver<'q> {
                 return Vec::new();
             }
         };
-        let mut points = Vec::new();
-        let mut refused = Vec::new();
-        for (line, addr, name) in found {
-            match module.plan_site(addr) {
-                Ok((patch, _)) => points.push(Point::Statement {
-                    module: module.path.clone(),
-                    addr,
-                    function: Some(name),
-                    site: site_of(&patch),
-                }),
-                Err(why) => refused.push(format!("line {line} of `{file}` in {name} (at {addr:#x}): {why}")),
-            }
-        }
-        for why in &refused {
-            let d = if points.is_empty() {
-                Diagnostic::error(Code::Unsupported, comp.span, format!("cannot probe {why}"))
-            } else {
-                Diagnostic::warning(Code::Unsupported, comp.span, format!("skipped {why}"))
-            };
-            diags.push(d.with_label("no safe place for the jump here"));
-        }
-        points
+        let sites =
+            found.into_iter().map(|(line, addr, name)| (format!("line {line} of `{file}` in {name}"), addr, name));
+        statements_at(module, sites, comp.span, diags)
     }
 
     fn statement(
@@ -1185,6 +1147,39 @@ impl Resolver<'_> {
         }
         all
     }
+}
+
+/// Statement points at `sites` ((what, address, function)), each where
+/// pass 2 finds a jump or a trap; the others skipped with a warning, or an
+/// error when none is left.
+fn statements_at(
+    module: &Module,
+    sites: impl Iterator<Item = (String, u64, String)>,
+    span: crate::Span,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<Point> {
+    let mut points = Vec::new();
+    let mut refused = Vec::new();
+    for (what, addr, function) in sites {
+        match module.plan_site(addr) {
+            Ok((patch, _)) => points.push(Point::Statement {
+                module: module.path.clone(),
+                addr,
+                function: Some(function),
+                site: site_of(&patch),
+            }),
+            Err(why) => refused.push(format!("{what} (at {addr:#x}): {why}")),
+        }
+    }
+    for why in &refused {
+        let d = if points.is_empty() {
+            Diagnostic::error(Code::Unsupported, span, format!("cannot probe {why}"))
+        } else {
+            Diagnostic::warning(Code::Unsupported, span, format!("skipped {why}"))
+        };
+        diags.push(d.with_label("no safe place for a probe here"));
+    }
+    points
 }
 
 fn module_is(m: &Module, name: &str) -> bool {
