@@ -138,12 +138,25 @@ fn two_functions_get_two_trampolines() {
 }
 
 #[test]
-fn a_statement_whose_jump_would_overlap_another_probe_is_refused_with_a_reason() {
-    let (_, plans, refused, _) = place_all(vec![statement(0x1200, 5), statement(0x1203, 5)]);
-    assert_eq!(plans.len(), 1, "the first statement is placed");
-    assert_eq!(plans[0].0, BASE + 0x1200);
-    assert_eq!(refused.len(), 1, "{refused:?}");
-    assert!(refused[0].contains("would overlap the probe patched at 0x401200"), "{}", refused[0]);
+fn a_statement_whose_jump_would_cover_another_probes_site_gets_a_trap() {
+    // `mov eax, 1` at 0x1200, `mov eax, 2` at 0x1205: a jump displacing
+    // both would take the second statement's site.
+    let (_, plans, refused, _) = place_all(vec![statement(0x1200, 10), statement(0x1205, 5)]);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(plans.len(), 2);
+    assert_eq!(plans[0], (BASE + 0x1200, vec![0xb8], arch::TRAP_PROBE.to_vec()));
+    assert_eq!((plans[1].0, plans[1].2[0]), (BASE + 0x1205, 0xe9), "a jump at the second");
+}
+
+#[test]
+fn a_function_entry_whose_jump_would_cover_a_statement_gets_a_trap() {
+    // FUNCTION: push rbp; mov rbp, rsp; mov eax, 1 ...: a statement at its
+    // third instruction, inside the entry jump's five bytes.
+    let (_, plans, refused, _) = place_all(vec![function(0x1000, FUNCTION.len() as u64), statement(0x1004, 5)]);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(plans.len(), 2);
+    assert_eq!(plans[0], (BASE + 0x1000, vec![FUNCTION[0]], arch::TRAP_PROBE.to_vec()));
+    assert_eq!((plans[1].0, plans[1].2[0]), (BASE + 0x1004, 0xe9));
 }
 
 #[test]
