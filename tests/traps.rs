@@ -48,7 +48,7 @@ fn functions_no_jump_fits_get_a_trap() {
                   probe process.function(\"tick\").return, process.function(\"tock\").return { tr++ } \
                   probe process.function(\"add3\") { a += $a + $b + $c } \
                   probe process.function(\"add3\").return { r += $return } \
-                  probe process.function(\"looper\") { l++ } \
+                  probe process.function(\"looper\") { l += $arg1 } \
                   probe process.function(\"looper\").return { l += 100 * $return } \
                   probe process.function(\"entered\") { e++ } \
                   probe process.function(\"entered\").return { e += 1000 * $return } \
@@ -56,7 +56,7 @@ fn functions_no_jump_fits_get_a_trap() {
     let cmd = format!("{} basic 10", exe.display());
     let (out, err, code) = telco(&["-v", "-e", script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(out, format!("{own}20 20 75 75 3010 70010\n"));
+    assert_eq!(out, format!("{own}20 20 75 75 3030 70010\n"));
     assert!(err.contains("Pass 5: entered: placed with a trap (control arrives inside the jump's bytes)"), "{err}");
     assert!(err.contains("Pass 5: tick: placed with a trap (the function is 1 bytes long"), "{err}");
     assert!(err.contains("Pass 5: tock: placed with a trap (the function is 1 bytes long"), "{err}");
@@ -68,7 +68,7 @@ fn functions_no_jump_fits_get_a_trap() {
     assert!(err.contains(&summary(4, 40)), "{err}");
     let (out, err, code) = telco(&["-v", "-D", "TRAP_PROBES=1", "-e", script, "-c", &cmd]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(out, format!("{own}20 20 75 75 3010 70010\n"));
+    assert_eq!(out, format!("{own}20 20 75 75 3030 70010\n"));
     assert!(err.contains("Pass 5: add3: placed with a trap (-D TRAP_PROBES)"), "{err}");
     assert!(err.contains(&summary(5, 50)), "{err}");
 }
