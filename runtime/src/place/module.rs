@@ -77,20 +77,26 @@ impl Hooker {
         }
         // Sites another probe's site follows closer than a jump is long
         // (markers one after the other): traps, so each fires.
-        let sites: Vec<(u64, u64)> = functions
+        // (Not a function that takes a hop: its 2-byte jump is planned
+        // with its neighbours in mind.)
+        let sites: Vec<(u64, u64, bool)> = functions
             .iter()
             .map(|(&off, probes)| {
                 let displaced = probes.iter().find_map(|&i| match &a.probes[i].attach {
                     Attach::Statement { displaced, .. } => Some(u64::from(*displaced)),
                     _ => None,
                 });
-                (off, displaced.unwrap_or(0).max(patch::JUMP_LEN as u64))
+                // Nor a hop's host (its jump makes room for the hop's).
+                let hop = hopping.contains_key(&off)
+                    || hosts.range(off..off + 16).next().is_some()
+                    || probes.iter().any(|&i| matches!(a.probes[i].attach, Attach::Function { hop: Some(_), .. }));
+                (off, displaced.unwrap_or(0).max(patch::JUMP_LEN as u64), !hop)
             })
             .collect();
         let crowded: std::collections::BTreeSet<u64> = sites
             .iter()
-            .filter(|&&(off, len)| sites.iter().any(|&(other, _)| other > off && other < off + len))
-            .map(|&(off, _)| off)
+            .filter(|&&(off, len, may)| may && sites.iter().any(|&(other, _, _)| other > off && other < off + len))
+            .map(|&(off, _, _)| off)
             .collect();
         // Hops to write: slot, trampoline, and the hopping function's patch.
         let mut slots: Vec<(u64, u64, u64)> = Vec::new();
