@@ -475,8 +475,8 @@ fn line_ranges_and_wildcards_probe_every_line() {
 }
 
 /// `.label` needs DWARF: without it, and for a label no function has,
-/// a located error says so (the labels themselves: docs/probe-points.md's
-/// example, run by tests/docs.rs).
+/// a located error says so; `-l` lists labels by their names (the probes
+/// themselves: docs/probe-points.md's example, run by tests/docs.rs).
 #[test]
 fn labels_without_dwarf_or_match_are_located_errors() {
     let dir = common::scratch("labels");
@@ -493,6 +493,10 @@ fn labels_without_dwarf_or_match_are_located_errors() {
     let (_, err, code) = telco(&["-e", script, "-c", &with.display().to_string()]);
     assert_eq!(code, Some(1));
     assert!(err.contains("no label matching `nowhere` in a function matching `leaf`"), "{err}");
+    // Listed, and named by pp(), as SystemTap names them.
+    let p = with.display();
+    let (out, err, code) = telco(&["-l", &format!("process(\"{p}\").function(\"leaf\").label(\"*\")")]);
+    assert_eq!((code, out), (Some(0), format!("process(\"{p}\").function(\"leaf\").label(\"counted\")\n")), "{err}");
 }
 
 /// Two markers one right after the other (two `nop`s): a jump at the first

@@ -349,7 +349,7 @@ mod tests {
             Point::Timer { period_ns: 1_000_000, randomize_ns: 0 },
             Point::Profile { period_ns: 1_000_000 },
             Point::Function(function),
-            Point::Statement { module: module.clone(), addr: 0x1004, function: Some("main".into()), site },
+            Point::Statement { module: module.clone(), addr: 0x1004, function: Some("main".into()), site, label: None },
             Point::Mark(mark),
             Point::ProcessBegin { module: Some(module.clone()) },
             Point::ProcessEnd { module: None },

@@ -746,8 +746,9 @@ impl<'q> Resolver<'q> {
             }
             return Vec::new();
         }
-        let sites =
-            found.into_iter().map(|(function, name, addr)| (format!("label {name} in {function}"), addr, function));
+        let sites = found
+            .into_iter()
+            .map(|(function, name, addr)| (format!("label {name} in {function}"), addr, function, Some(name)));
         statements_at(module, sites, label.span, diags)
     }
 
@@ -811,8 +812,9 @@ impl<'q> Resolver<'q> {
                 return Vec::new();
             }
         };
-        let sites =
-            found.into_iter().map(|(line, addr, name)| (format!("line {line} of `{file}` in {name}"), addr, name));
+        let sites = found
+            .into_iter()
+            .map(|(line, addr, name)| (format!("line {line} of `{file}` in {name}"), addr, name, None));
         statements_at(module, sites, comp.span, diags)
     }
 
@@ -891,6 +893,7 @@ impl<'q> Resolver<'q> {
                             addr,
                             function: Some(name),
                             site: site_of(&patch),
+                            label: None,
                         }),
                         Err(why) => diags.push(
                             Diagnostic::error(
@@ -972,7 +975,7 @@ impl<'q> Resolver<'q> {
             }
         };
         let site = site_of(&patch);
-        vec![Point::Statement { module: module.path.clone(), addr, function: function.or(name), site }]
+        vec![Point::Statement { module: module.path.clone(), addr, function: function.or(name), site, label: None }]
     }
 
     /// `.mark("NAME")` (with `provider`, `.provider("PROV")`): the module's
@@ -1154,19 +1157,20 @@ impl Resolver<'_> {
 /// error when none is left.
 fn statements_at(
     module: &Module,
-    sites: impl Iterator<Item = (String, u64, String)>,
+    sites: impl Iterator<Item = (String, u64, String, Option<String>)>,
     span: crate::Span,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<Point> {
     let mut points = Vec::new();
     let mut refused = Vec::new();
-    for (what, addr, function) in sites {
+    for (what, addr, function, label) in sites {
         match module.plan_site(addr) {
             Ok((patch, _)) => points.push(Point::Statement {
                 module: module.path.clone(),
                 addr,
                 function: Some(function),
                 site: site_of(&patch),
+                label,
             }),
             Err(why) => refused.push(format!("{what} (at {addr:#x}): {why}")),
         }

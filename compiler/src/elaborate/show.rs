@@ -125,6 +125,10 @@ pub fn point_name(p: &Point) -> String {
             };
             format!("process(\"{}\").function(\"{}\"){suffix}", f.module.display(), name)
         }
+        // A C label's, as SystemTap names it.
+        Point::Statement { module, function: Some(f), label: Some(l), .. } => {
+            format!("process(\"{}\").function(\"{f}\").label(\"{l}\")", module.display())
+        }
         Point::Statement { module, addr, .. } => format!("process(\"{}\").statement({addr:#x})", module.display()),
         Point::Mark(m) => {
             format!("process(\"{}\").provider(\"{}\").mark(\"{}\")", m.module.display(), m.provider, m.name)

@@ -157,6 +157,8 @@ pub enum Point {
         function: Option<String>,
         /// Where the jump goes, proven safe by pass 2.
         site: Site,
+        /// A C label's (`.function("F").label("L")`): its name, for `pp()`.
+        label: Option<String>,
     },
     /// An SDT marker (`.mark("NAME")`).
     Mark(MarkPoint),
