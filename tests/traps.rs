@@ -90,6 +90,14 @@ fn the_program_keeps_its_signals() {
     // 1000 on the blocking thread, 1 in the handler, 8 x 100000.
     assert_eq!(out, format!("{own}801001\n"));
     assert!(err.contains(&summary(1, 801001)), "{err}");
+    // With a probe of the script's on pthread_sigmask and sigaction: their
+    // trampolines keep SIGTRAP unblocked too.
+    let script = "global t, m probe process.function(\"tick\") { t++ } \
+                  probe process(\"libc.so.6\").function(\"pthread_sigmask\"), process(\"libc.so.6\").function(\"sigaction\") { m++ } \
+                  probe end { println(t, \" \", m > 0) }";
+    let (out, err, code) = telco(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{own}801001 1\n"));
 }
 
 /// Forked children carry the traps and their table; an exec'd program

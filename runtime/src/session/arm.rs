@@ -141,7 +141,7 @@ pub fn arm(
         entry_hooks.extend(exec_entries(&*symbols, &maps).into_iter().map(|addr| (addr, (f, false))));
     }
     let hooker = Hooker::new(a, injected.region_remote, threads_at, tid_off, entry_hooks, exec_notify)?;
-    let (signal_entries, _) = traps::prepare(&hooker, &*symbols, &maps, Some(&exe));
+    let (mut signals, _) = traps::prepare(&hooker, &*symbols, &maps, Some(&exe));
     let mut patches = Vec::new();
     let mut codes = Vec::new();
     let mut refused = Vec::new();
@@ -163,7 +163,7 @@ pub fn arm(
     traps::place(
         &hooker,
         &mut s,
-        &signal_entries,
+        &mut signals,
         &mut plans,
         &[],
         &mut codes,

@@ -510,7 +510,7 @@ impl Armed {
         let mut plans = Vec::new();
         let mut codes = Vec::new();
         let exe = crate::os::proc::exe_path(pid);
-        let (signal_entries, first_always) = traps::prepare(&self.hooker, &*self.symbols, &maps, Some(&exe));
+        let (mut signals, first_always) = traps::prepare(&self.hooker, &*self.symbols, &maps, Some(&exe));
         let placed = by_module.iter().try_for_each(|(module, functions)| {
             let (code, p) = self.hooker.module(s, &maps, module, functions, &mut refused)?;
             plans.extend(p);
@@ -526,7 +526,7 @@ impl Armed {
         traps::place(
             &self.hooker,
             s,
-            &signal_entries,
+            &mut signals,
             &mut plans,
             &[],
             &mut codes,

@@ -228,14 +228,14 @@ impl Armed {
         // too, the first time).
         if plans.iter().any(|(_, _, p)| p.as_slice() == arch::TRAP_PROBE) {
             let exe = crate::os::proc::exe_path(self.target.pid);
-            let (entries, _) = traps::prepare(&self.hooker, &*self.symbols, &maps, Some(&exe));
+            let (mut signals, _) = traps::prepare(&self.hooker, &*self.symbols, &maps, Some(&exe));
             let mut hook = self.undo.crash.and_then(|c| c.traps());
             let had = hook.is_some();
             let mut codes = Vec::new();
             traps::place(
                 &self.hooker,
                 &mut s,
-                &entries,
+                &mut signals,
                 &mut plans,
                 &self.undo.patches,
                 &mut codes,

@@ -21,17 +21,27 @@ pub(super) struct SignalEntry {
     action: bool,
 }
 
-/// Those functions in the process mapping `maps` (its C library, or the
-/// program itself when it is linked statically), and the hook of each in
-/// `hooker.always_hooks` (so that a probe of the script's on one calls the
-/// hook too). Returns them, and the map's previous contents (another
-/// process's: `arm_image` puts them back).
-pub(super) fn prepare(
-    hooker: &Hooker,
-    symbols: &dyn SymbolSource,
-    maps: &[Mapping],
-    exe: Option<&Path>,
-) -> (Vec<SignalEntry>, BTreeMap<u64, u32>) {
+/// Where those functions are in one process, looked up once it needs
+/// them: before its probes are placed when a probe of the script's is on
+/// one of them (its trampoline then calls the hook too:
+/// `Hooker::always_hooks`), else only when a trap is placed.
+pub(super) struct Signals<'a> {
+    symbols: &'a dyn SymbolSource,
+    maps: &'a [Mapping],
+    exe: Option<&'a Path>,
+    entries: Option<Vec<SignalEntry>>,
+}
+
+impl Signals<'_> {
+    /// Those functions in the process (its C library, or the program
+    /// itself when it is linked statically).
+    fn entries(&mut self, hooker: &Hooker) -> &[SignalEntry] {
+        let (symbols, maps, exe) = (self.symbols, self.maps, self.exe);
+        self.entries.get_or_insert_with(|| find(hooker, symbols, maps, exe))
+    }
+}
+
+fn find(hooker: &Hooker, symbols: &dyn SymbolSource, maps: &[Mapping], exe: Option<&Path>) -> Vec<SignalEntry> {
     let a = &hooker.artifact;
     let symbol = |name: &str| a.symbols.iter().find(|s| s.name == name).map(|s| s.offset);
     let mut out = Vec::new();
@@ -48,14 +58,35 @@ pub(super) fn prepare(
             }
         }
     }
-    let previous =
-        std::mem::replace(&mut *hooker.always_hooks.borrow_mut(), out.iter().map(|e| (e.addr, e.hook)).collect());
-    (out, previous)
+    out
+}
+
+/// Before the probes of the process mapping `maps` are placed: when a
+/// probe of the script's is on one of those functions, where they are, in
+/// `hooker.always_hooks` too. Returns the lookup, and the map's previous
+/// contents (another process's: `arm_image` puts them back).
+pub(super) fn prepare<'a>(
+    hooker: &Hooker,
+    symbols: &'a dyn SymbolSource,
+    maps: &'a [Mapping],
+    exe: Option<&'a Path>,
+) -> (Signals<'a>, BTreeMap<u64, u32>) {
+    let named = hooker.artifact.probes.iter().any(|p| match &p.attach {
+        Attach::Function { symbol, .. } => {
+            let base = symbol.split('@').next().unwrap_or_default();
+            SIGACTION.contains(&base) || SIGMASK.contains(&base)
+        }
+        _ => false,
+    });
+    let entries = named.then(|| find(hooker, symbols, maps, exe));
+    let hooks = entries.iter().flatten().map(|e| (e.addr, e.hook)).collect();
+    let previous = std::mem::replace(&mut *hooker.always_hooks.borrow_mut(), hooks);
+    (Signals { symbols, maps, exe, entries }, previous)
 }
 
 /// The trap sites among `plans` in the stopped process `s` (and those
 /// already applied there, `applied`): the first time, the signal hooks
-/// placed (`entries`, from [`prepare`]) and SIGTRAP's handler installed
+/// placed (`signals`, from [`prepare`]) and SIGTRAP's handler installed
 /// (`hook`), the threads blocking SIGTRAP unblocked; then the process's
 /// table written. Where that fails, the new traps are taken out of
 /// `plans` and refused (`refused`, with why). `region`: the region's
@@ -64,7 +95,7 @@ pub(super) fn prepare(
 pub(super) fn place(
     hooker: &Hooker,
     s: &mut Stopped,
-    entries: &[SignalEntry],
+    signals: &mut Signals<'_>,
     plans: &mut Vec<Plan>,
     applied: &[Patch],
     codes: &mut Vec<CodeRegion>,
@@ -90,7 +121,8 @@ pub(super) fn place(
         // already (its trampoline does: `Hooker::always_hooks`).
         let (mut action, mut mask) = (false, false);
         let mut why = Vec::new();
-        let todo: Vec<SignalEntry> = entries
+        let todo: Vec<SignalEntry> = signals
+            .entries(hooker)
             .iter()
             .filter(|e| {
                 let by_script = hooked(plans, e.addr);
