@@ -240,14 +240,18 @@ fn entry_with(e: &Entry, around: RegMask) -> Result<Vec<u8>, AsmError> {
     if saved.is_none() || !e.returns.is_empty() {
         a.str64(LR, SP, ret_slot);
     }
-    // A hook called on every hit (full path).
-    if let (Some((f, arg)), None) = (e.always, saved) {
-        call_handler(&mut a, arg, f);
-    }
-    // The thread's slot, marked busy, in x17; none (or busy already): skip.
     let done = a.label();
     let have = a.label();
     let slow = a.label();
+    // A hook called on every hit (full path); with nothing else to run, no
+    // slot is looked for (a thread without one would count as skipped).
+    if let (Some((f, arg)), None) = (e.always, saved) {
+        call_handler(&mut a, arg, f);
+        if e.handlers.is_empty() && e.returns.is_empty() {
+            a.branch(0x1400_0000, done, Kind::B26);
+        }
+    }
+    // The thread's slot, marked busy, in x17; none (or busy already): skip.
     find_slot(&mut a, &e.shadow, slow);
     a.bind(have);
     a.str64(X17, SP, ctx(core::mem::offset_of!(Ctx, slot)));

@@ -640,16 +640,21 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
             a.mov(r, e.ret_tramp)
         }
     };
-    // A hook called on every hit (full path: rbx holds the frame).
+    let mut slow = a.create_label();
+    let mut have = a.create_label();
+    let mut done = a.create_label();
+    // A hook called on every hit (full path: rbx holds the frame); with
+    // nothing else to run, no slot is looked for (a thread without one
+    // would count as a skipped hit).
     if let (Some((f, arg)), None) = (e.always, e.lean) {
         a.mov(rdi, arg)?;
         a.lea(rsi, ptr(fb + ctx_at))?;
         a.call(f)?;
+        if e.handlers.is_empty() && e.returns.is_empty() {
+            a.jmp(done)?;
+        }
     }
     // The thread's slot, marked busy; none (or busy already): skip.
-    let mut slow = a.create_label();
-    let mut have = a.create_label();
-    let mut done = a.create_label();
     find_slot(&mut a, &e.shadow, slow)?;
     a.set_label(&mut have)?;
     a.mov(qword_ptr(fb + c(core::mem::offset_of!(Ctx, slot))), rcx)?;
@@ -1207,6 +1212,19 @@ mod tests {
         assert_eq!(calls.len(), 2, "the handler, and rt_enter off the common path: {text:#?}");
         let full = listing(&entry_prefix(&entry(None, false)).unwrap(), 0x10000);
         assert!(stores(&full) >= 20, "{full:#?}");
+    }
+
+    /// A trampoline that only calls a hook on every hit (the signal hooks
+    /// of trap probes) calls it and looks for no slot: its path never
+    /// reaches rt_enter, and nothing counts a hit as skipped.
+    #[test]
+    fn an_always_hook_alone_looks_for_no_slot() {
+        let e = Entry { handlers: Vec::new(), always: Some((0x20500, 0x7100_0000)), ..entry(None, false) };
+        let text = listing(&entry_prefix(&e).unwrap(), 0x10000);
+        let first_call = text.iter().position(|l| l.starts_with("call")).expect("a call");
+        assert!(text[first_call].ends_with("20500h"), "{text:#?}");
+        // Straight after the hook: a jump past the slot's lookup.
+        assert!(text[first_call + 1].starts_with("jmp"), "{text:#?}");
     }
 
     /// A return trampoline leaves with `ret` through the slot it wrote.
