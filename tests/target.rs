@@ -1121,3 +1121,39 @@ fn address_of_and_pretty_printing_after_an_index() {
     assert!(err.contains("`&$x`: it is not in memory here"), "{err}");
     assert!(err.contains("<input>:1:42"), "{err}");
 }
+
+/// A thread without a slot (the 256 slots all held by threads that ran a
+/// probe and still live) that execs: the exec hook runs on it all the
+/// same, so the program it runs gets its probes, and nothing counts the
+/// hook as a skipped hit; the rows the old image's threads held are free
+/// again for the new image's (its `process.begin` has one).
+#[test]
+fn a_thread_without_a_slot_is_followed_into_its_exec() {
+    let dir = common::scratch("target-noslot");
+    let text = r#"
+#include <pthread.h>
+#include <unistd.h>
+__attribute__((noinline)) long work(long x) { __asm__ volatile("" ::: "memory"); return x + 1; }
+static pthread_barrier_t ran, done;
+static void *worker(void *a) { work((long)a); pthread_barrier_wait(&ran); pthread_barrier_wait(&done); return 0; }
+int main(void) {
+    enum { N = 300 };
+    pthread_t t[N];
+    pthread_barrier_init(&ran, 0, N + 1);
+    pthread_barrier_init(&done, 0, N + 1);
+    for (long i = 0; i < N; i++) pthread_create(&t[i], 0, worker, (void *)i);
+    pthread_barrier_wait(&ran);
+    /* Every slot is held by a worker that ran work(); main never ran it. */
+    execl("/usr/bin/true", "true", (char *)0);
+    return 1;
+}
+"#;
+    let exe = common::compile_text(&dir, "noslot", text, &["-O2", "-pthread"]);
+    let script = "global n probe process.function(\"work\") { n++ } \
+                  probe process(\"/usr/bin/true\").begin { println(\"true began\") } probe end { println(n) }";
+    let (out, err, code) = run(&["-e", script, "-c", &exe.to_string_lossy()]);
+    assert_eq!(code, Some(0), "{err}");
+    // The first 256 workers' hits; the other 44 had no slot (said).
+    assert_eq!(out, "true began\n256\n", "{err}");
+    assert!(err.contains("WARNING: Skipped due to too many threads: 44 "), "{err}");
+}

@@ -165,7 +165,10 @@ impl Tramp {
     }
 
     /// Only a runtime hook called on every call, slot or not
-    /// (`trampoline::Entry::always`), with `arg` and the whole context.
+    /// (`trampoline::Entry::always`), with `arg` and the whole context: the
+    /// trap probes' signal hooks, and the loader's and exec's
+    /// notifications (which need no slot, and must reach the tracer from
+    /// a thread without one too).
     pub(crate) fn always(f: u64, arg: u64) -> Self {
         Tramp { lean: None, always: Some((f, arg)), ..Tramp::pass_through() }
     }

@@ -187,7 +187,8 @@ pub fn arm(
             let bytes = s.read(brk, 32)?;
             let size = patch::plan(&bytes, brk, 1).map(|_| 1).unwrap_or(16);
             let notify = code.at(hooker.dlnotify);
-            match hooker.function(&mut s, &mut code, brk, size, None, Tramp::call(notify))? {
+            // On every thread, one without a slot too (`Tramp::always`).
+            match hooker.function(&mut s, &mut code, brk, size, None, Tramp::always(notify, hooker.region))? {
                 Ok(p) => {
                     plans.extend(p.into_plans());
                     codes.push(code);

@@ -111,7 +111,8 @@ pub(super) fn hook_execs(
         hooker.own_blob(s.pid() as u32, &code);
         let handler = code.at(execnotify);
         for (addr, size, _) in entries {
-            match hooker.function(s, &mut code, addr, size, None, Tramp::call(handler))? {
+            // On every thread, one without a slot too (`Tramp::always`).
+            match hooker.function(s, &mut code, addr, size, None, Tramp::always(handler, hooker.region))? {
                 Ok(p) => plans.extend(p.into_plans()),
                 Err(why) => refused.push(format!(
                     "the C library's exec at {addr:#x} ({why}): programs the target runs will not get their probes"
@@ -546,6 +547,9 @@ impl Armed {
         }
         let crash = codes.first_mut().and_then(|code| crate::crash::install(s, code, a, region_remote, trap_hook));
         let mut said: Vec<String> = refused.into_iter().map(|r| format!("cannot probe {r} (pid {pid})")).collect();
+        if exec {
+            self.free_rows_of(pid);
+        }
         if let Some(code) = codes.first() {
             if exec {
                 // The old program ended (process.end, for the program this

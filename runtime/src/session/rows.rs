@@ -29,6 +29,30 @@ impl Armed {
     }
 }
 
+impl Armed {
+    /// A process that exec'd: the rows its old image's threads held (all
+    /// gone with the exec; the pid stays, so `reclaim_rows` would never
+    /// free them) are free again for the new image's threads.
+    pub(super) fn free_rows_of(&self, pid: i32) {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use telco_abi::region::ROW_FREE;
+        if self.region.header.is_null() {
+            return;
+        }
+        let a = &self.hooker.artifact;
+        let mut headers = vec![self.region.header as *mut u8];
+        headers.extend(self.domain.others.iter().map(|d| d.region.base()));
+        for h in headers {
+            for r in 0..a.nthreads as usize {
+                // SAFETY: one of the `nthreads` row owners at
+                // `row_owners_off` of a live region (4-aligned, inside it).
+                let owner = unsafe { AtomicU32::from_ptr(h.add(a.row_owners_off as usize + 4 * r) as *mut u32) };
+                let _ = owner.compare_exchange(pid as u32, ROW_FREE, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// [`Armed::reclaim_rows`] in the region at `header` (in the tracer).
 fn reclaim_in(header: *mut u8, a: &Artifact) {
     use std::sync::atomic::{AtomicU32, Ordering};
