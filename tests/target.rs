@@ -1157,3 +1157,49 @@ int main(void) {
     assert_eq!(out, "true began\n256\n", "{err}");
     assert!(err.contains("WARNING: Skipped due to too many threads: 44 "), "{err}");
 }
+
+/// A thread asleep in a system call whose instruction ends the patched
+/// bytes (tests/programs/restart.c), attached to: a signal handled with
+/// SA_RESTART makes the kernel restart the call two bytes back, which
+/// would be inside the jump; the call restarts in the trampoline's copy
+/// instead, and after the detach (the thread asleep in the copy, entered
+/// through the probe) at the original call again.
+#[test]
+fn system_calls_restart_across_the_patch_and_the_detach() {
+    let exe = common::scratch("target").join("restart");
+    common::gcc("restart.c", &exe, &["-pthread"]);
+    let mut target = common::Running::start(&exe, &[]);
+    let tid: u32 = target.ready.trim().trim_start_matches("ready ").parse().expect("the reader's tid");
+    let pid = target.pid();
+    // Asleep in its read (the first field of /proc's `syscall` is the
+    // call's number) before the attach.
+    let syscall = format!("/proc/{pid}/task/{tid}/syscall");
+    while std::fs::read_to_string(&syscall).unwrap_or_default().split(' ').next() != Some("0") {
+        std::thread::yield_now();
+    }
+    let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let before = maps();
+    let script = "global n probe begin { println(\"armed\") } \
+                  probe process.function(\"raw_read\") { if (++n == 2) exit() } probe end { println(n) }";
+    let tracer = common::Tracer::start(&["-p", &pid.to_string(), "-e", script], "armed");
+    target.say("sig");
+    assert_eq!(target.line(), "handled 1\n");
+    target.say("byte");
+    assert_eq!(target.line(), "read 1\n");
+    target.say("sig");
+    assert_eq!(target.line(), "handled 2\n");
+    target.say("byte");
+    assert_eq!(target.line(), "read 2\n");
+    let (out, err, code) = tracer.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!((out.as_str(), err.as_str()), ("2\n", ""));
+    assert_eq!(maps(), before);
+    target.say("sig");
+    assert_eq!(target.line(), "handled 3\n");
+    target.say("byte");
+    assert_eq!(target.line(), "read 3\n");
+    target.say("end");
+    let (last, status) = target.finish();
+    assert!(status.success(), "{status}");
+    assert_eq!(last, "done 3 3\n");
+}

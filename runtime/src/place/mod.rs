@@ -286,15 +286,30 @@ pub(crate) fn apply(
     relocs: &[(u64, u32, u64, u32)],
 ) -> Result<(), TargetError> {
     let ranges: Vec<(u64, u64)> = plans.iter().map(|(at, orig, _)| (*at, orig.len() as u64)).collect();
+    // A thread just past a system call that ends the bytes (asleep in it,
+    // most often) is moved too: were the call restarted (a signal handler
+    // with SA_RESTART), the kernel would take it back to the call's start,
+    // inside the patch. (`detach::put_back` moves it back.)
+    let sys = arch::syscall_instruction();
     for tid in s.threads().collect::<Vec<_>>() {
         let mut r = s.regs(tid)?;
         let pc = arch::pc(&r);
-        let Some((at, orig, _)) = plans.iter().find(|(at, orig, _)| pc > *at && pc < at + orig.len() as u64) else {
+        let Some((at, orig, back)) = plans.iter().find_map(|(at, orig, _)| {
+            let end = at + orig.len() as u64;
+            if pc > *at && pc < end {
+                Some((at, orig, 0))
+            } else if pc == end && orig.len() > sys.len() && orig.ends_with(sys) {
+                Some((at, orig, sys.len() as u64))
+            } else {
+                None
+            }
+        }) else {
             continue;
         };
         let copy = relocs.iter().find(|&&(_, _, o, n)| o == *at && n as usize == orig.len()).map(|r| r.0);
-        if let Some(to) = copy.and_then(|c| arch::patch::relocated_pc(orig, *at, orig.len(), c, pc)) {
-            arch::set_pc(&mut r, to);
+        // The instruction's place in the copy (the call's, then past it).
+        if let Some(to) = copy.and_then(|c| arch::patch::relocated_pc(orig, *at, orig.len(), c, pc - back)) {
+            arch::set_pc(&mut r, to + back);
             s.set_regs(tid, &r)?;
         }
     }

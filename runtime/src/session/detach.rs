@@ -19,6 +19,7 @@ pub(super) fn lower_semaphores(s: &Stopped, semaphores: &[u64]) {
 pub(super) fn put_back(
     s: &mut Stopped,
     patches: &[Patch],
+    relocs: &[(u64, u32, u64, u32)],
     crash: Option<&crate::crash::Hook>,
     semaphores: &[u64],
     what: &str,
@@ -40,11 +41,47 @@ pub(super) fn put_back(
             crate::eprintln_escaped!("warning: cannot restore the code at {:#x} in {what}: {e}", p.at);
         }
     }
+    back_to_system_calls(s, patches, relocs);
     // The signal handlers last: no trap is left to reach SIGTRAP's (the
     // threads stopped on one were put back on it when they stopped).
     if let Some(hook) = crash {
         if let Err(e) = crate::crash::uninstall(s, hook) {
             crate::eprintln_escaped!("warning: {what}: {e}");
+        }
+    }
+}
+
+/// A thread asleep in a system call in a trampoline's copy of a patch's
+/// bytes (`place::apply` moved it there, or it entered the copy through
+/// the probe): back to the original call, whose bytes are back, so that
+/// it leaves our code as it wakes (`unmap_injected` would otherwise wait
+/// for it in vain), and a restart finds the call there.
+fn back_to_system_calls(s: &mut Stopped, patches: &[Patch], relocs: &[(u64, u32, u64, u32)]) {
+    let sys = arch::syscall_instruction();
+    let tids: Vec<i32> = s.threads().collect();
+    for tid in tids {
+        let Ok(mut r) = s.regs(tid) else { continue };
+        let pc = arch::pc(&r);
+        let back = patches.iter().find_map(|p| {
+            let len = p.original.len();
+            let &(copy, _, _, _) = relocs
+                .iter()
+                .find(|&&(c, n, o, l)| o == p.at && l as usize == len && pc > c && pc <= c + u64::from(n))?;
+            (0..len).find_map(|i| {
+                let ip = p.at + i as u64;
+                if !p.original[i..].starts_with(sys) {
+                    return None;
+                }
+                // On the call (aarch64 rewinds a call to restart before
+                // the stop) or just past it (x86_64 rewinds after).
+                let there = arch::patch::relocated_pc(&p.original, p.at, len, copy, ip)?;
+                let past = sys.len() as u64;
+                (pc == there).then_some(ip).or((pc == there + past).then_some(ip + past))
+            })
+        });
+        if let Some(to) = back {
+            arch::set_pc(&mut r, to);
+            let _ = s.set_regs(tid, &r);
         }
     }
 }
@@ -280,7 +317,8 @@ impl Armed {
         mapped: &Mapped,
         what: &str,
     ) {
-        put_back(&mut s, patches, crash, semaphores, what);
+        let relocs = self.hooker.relocs.borrow().clone();
+        put_back(&mut s, patches, &relocs, crash, semaphores, what);
         // A process on its way out (the session ended it) loses the
         // mappings with the rest of its memory.
         if let Err(why) =
