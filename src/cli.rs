@@ -27,7 +27,8 @@ Examples:
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_version_flag = true,
-    group(clap::ArgGroup::new("trace_file").multiple(true).args(["chrome", "perfetto"]))
+    group(clap::ArgGroup::new("trace_file").multiple(true).args(["chrome", "perfetto"])),
+    group(clap::ArgGroup::new("calls_out").multiple(true).args(["chrome", "perfetto", "otlp"]))
 )]
 pub struct Cli {
     /// The script file, or with -e, the first script argument; then the
@@ -72,6 +73,31 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
 
+    /// Send every call --perfetto would record to an OpenTelemetry endpoint as a span, while the
+    /// session runs: OTLP/HTTP, `POST URL/v1/traces` (protobuf, gzip), e.g. http://localhost:4318
+    /// for an OpenTelemetry Collector (plain http: the collector forwards with TLS). Calls nest as
+    /// parent and child spans; --min-dur applies. The session's summary says what was delivered.
+    #[arg(long, value_name = "URL", value_parser = parse_otlp_url)]
+    pub otlp: Option<String>,
+
+    /// The service.name of --otlp's spans (default: the traced program's name).
+    #[arg(long, value_name = "NAME", requires = "otlp", value_parser = non_empty)]
+    pub service: Option<String>,
+
+    /// Add KEY=VALUE to the resource attributes of --otlp's spans (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label, requires = "otlp", action = ArgAction::Append)]
+    pub labels: Vec<(String, String)>,
+
+    /// Bytes of --otlp requests kept while the endpoint is slow or down (default 64M): past that,
+    /// new spans are dropped, and counted in the summary.
+    #[arg(long, value_name = "SIZE", value_parser = parse_export_queue, requires = "otlp")]
+    pub export_queue: Option<u64>,
+
+    /// How long the end of the session waits for --otlp's queue to drain (default 10s); what is
+    /// left then is counted in the summary.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns, requires = "otlp")]
+    pub export_timeout: Option<u64>,
+
     /// With --chrome or --perfetto, stop adding events to a trace file that would grow past SIZE
     /// (e.g. 500M, 2G, or bytes; at least 64K): the file stays valid, and the session's summary says
     /// how many events were left out. Default 2G, about what the Perfetto UI opens in a browser
@@ -98,12 +124,12 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub pprof: Option<PathBuf>,
 
-    /// With --perfetto or --chrome, leave out calls shorter than DURATION (e.g. 500ns, 10us, 2ms,
-    /// 1s). --chrome-min-dur is the same.
-    #[arg(long, alias = "chrome-min-dur", value_name = "DURATION", value_parser = parse_duration_ns, requires = "trace_file")]
+    /// With --perfetto, --chrome or --otlp, leave out calls shorter than DURATION (e.g. 500ns, 10us,
+    /// 2ms, 1s). --chrome-min-dur is the same.
+    #[arg(long, alias = "chrome-min-dur", value_name = "DURATION", value_parser = parse_duration_ns, requires = "calls_out")]
     pub min_dur: Option<u64>,
 
-    /// Event buffer size in megabytes (default 1; 16 with --chrome or --perfetto).
+    /// Event buffer size in megabytes (default 1; 16 with --chrome, --perfetto or --otlp).
     #[arg(short = 's', value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub buffer_mb: Option<u64>,
 
@@ -253,6 +279,14 @@ impl Cli {
     pub fn pid(&self) -> Option<u32> {
         self.pids.first().copied().or(self.target_pid)
     }
+
+    /// Calls become spans: a trace file or --otlp asks for them. The
+    /// first such flag, to name in warnings.
+    pub fn calls_out(&self) -> Option<&'static str> {
+        [(self.perfetto.is_some(), "--perfetto"), (self.chrome.is_some(), "--chrome"), (self.otlp.is_some(), "--otlp")]
+            .into_iter()
+            .find_map(|(asked, flag)| asked.then_some(flag))
+    }
 }
 
 fn parse_pid(s: &str) -> Result<u32, String> {
@@ -330,6 +364,28 @@ fn parse_max_size(s: &str) -> Result<u64, String> {
     let n = telco_runtime::feed::parse_size(s)?;
     if n < 64 << 10 {
         return Err(format!("`{s}` is smaller than the least trace file size, 64K"));
+    }
+    Ok(n)
+}
+
+/// `--otlp`: an http:// URL.
+fn parse_otlp_url(s: &str) -> Result<String, String> {
+    telco_runtime::export::Endpoint::parse(s).map(|_| s.to_string())
+}
+
+/// `--label KEY=VALUE`.
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
+}
+
+/// `--export-queue`: a size, at least 64K.
+fn parse_export_queue(s: &str) -> Result<u64, String> {
+    let n = telco_runtime::feed::parse_size(s)?;
+    if n < 64 << 10 {
+        return Err(format!("`{s}` is smaller than the least export queue, 64K"));
     }
     Ok(n)
 }

@@ -211,7 +211,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let Some(mut program) = program.filter(|_| !sink.has_errors()) else {
         return Ok(fail_pass(&sink, &sources, color, 2, "elaboration"));
     };
-    if cli.chrome.is_some() || cli.perfetto.is_some() {
+    if let Some(flag) = cli.calls_out() {
         // Every probed function's calls become spans; a function not
         // entered by a call (the ELF entry point, vfork, setjmp) cannot
         // be timed by a return trampoline.
@@ -229,7 +229,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
             m.no_return_address(m.function_at(f.addr)?).map(|why| why.to_string())
         };
         let refused = program.add_chrome_spans(cli.min_dur.unwrap_or(0), &mut returns);
-        let flag = if cli.perfetto.is_some() { "--perfetto" } else { "--chrome" };
         for (name, why) in refused.iter().filter(|(_, why)| !cli.no_warnings && !why.contains("ELF entry point")) {
             // (The entry point never returns: its span is missed by nobody.)
             eprintln_escaped!("WARNING: {flag}: calls of {name} are not timed: {why}");

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use telco_runtime::chrome::{self, Chrome};
 use telco_runtime::eprintln_escaped;
 use telco_runtime::feed;
+use telco_runtime::otlp;
 use telco_runtime::perfetto::{self, Perfetto};
 
 /// The trace formats: each one's flag, the file the command line asks
@@ -78,11 +79,13 @@ pub fn traces(
 ) -> Result<Option<telco_runtime::feed::Feed>> {
     let asked: Vec<(&PathBuf, feed::Open)> =
         trace_formats(cli).into_iter().filter_map(|(_, path, open)| Some((path.as_ref()?, open))).collect();
-    let Some(&(first, _)) = asked.first() else { return Ok(None) };
+    if asked.is_empty() && cli.otlp.is_none() {
+        return Ok(None);
+    }
     let comm = telco_runtime::os::proc::comm(pid as i32);
     let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
-    let mut writers = Vec::with_capacity(asked.len());
-    for (path, open) in asked {
+    let mut writers: Vec<Box<dyn feed::TraceWriter>> = Vec::with_capacity(asked.len() + 1);
+    for &(path, open) in &asked {
         let cfg = feed::Config {
             path,
             pid,
@@ -94,9 +97,28 @@ pub fn traces(
         };
         writers.push(open(&cfg).with_context(|| format!("cannot create `{}`", path.display()))?);
     }
-    let dir = first.parent().unwrap_or(Path::new("."));
+    if let Some(url) = &cli.otlp {
+        let settings = otlp::Settings {
+            endpoint: telco_runtime::export::Endpoint::parse(url).map_err(anyhow::Error::msg)?,
+            url: url.clone(),
+            service: cli.service.clone(),
+            labels: cli.labels.clone(),
+            queue: cli.export_queue.unwrap_or(telco_runtime::export::DEFAULT_QUEUE),
+            timeout: cli.export_timeout.map_or(telco_runtime::export::DEFAULT_TIMEOUT, std::time::Duration::from_nanos),
+            verbose: cli.verbose > 0,
+        };
+        writers.push(Box::new(
+            otlp::Otlp::start(settings, pid, comm.trim_end(), &names).context("cannot start the --otlp exporter")?,
+        ));
+    }
+    // The spool beside the first file (or in the temporary directory).
+    let temp = std::env::temp_dir();
+    let (dir, beside) = match asked.first() {
+        Some(&(first, _)) => (first.parent().unwrap_or(Path::new(".")), format!("beside `{}`", first.display())),
+        None => (temp.as_path(), format!("in `{}`", temp.display())),
+    };
     let feed = telco_runtime::feed::Feed::start(writers, names.len(), dir)
-        .with_context(|| format!("cannot create a spool file beside `{}`", first.display()))?;
+        .with_context(|| format!("cannot create a spool file {beside}"))?;
     Ok(Some(feed))
 }
 

@@ -35,7 +35,7 @@ pub fn limits(cli: &Cli) -> telco_abi::artifact::Limits {
     // at full speed while the consumer is away, and small enough to stay
     // in the last-level cache, so the target's copies into it do not wait
     // for memory (64 MB cost about 3 ns more per call).
-    let mb = cli.buffer_mb.unwrap_or(if cli.chrome.is_some() || cli.perfetto.is_some() { 16 } else { 1 });
+    let mb = cli.buffer_mb.unwrap_or(if cli.calls_out().is_some() { 16 } else { 1 });
     l.ring_size = (mb << 20).next_power_of_two();
     l
 }

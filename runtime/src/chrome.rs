@@ -430,7 +430,7 @@ impl Chrome {
     }
 }
 
-impl TraceWriter for Chrome {
+impl crate::feed::Start for Chrome {
     fn start(cfg: &Config<'_>) -> std::io::Result<Chrome> {
         // The status line is --chrome's alone, the slower file to write.
         Ok(Chrome::create(cfg.path, cfg.pid, cfg.process, cfg.names)?
@@ -438,7 +438,9 @@ impl TraceWriter for Chrome {
             .quiet(cfg.quiet)
             .status(cfg.status))
     }
+}
 
+impl TraceWriter for Chrome {
     fn add_name(&mut self, name: &str) {
         self.spans.push(span_start(name.as_bytes()));
     }

@@ -16,8 +16,9 @@
 //!
 //! # A new trace format
 //!
-//! One file implementing [`TraceWriter`] (say `runtime/src/ctf.rs`, with
-//! its `mod` line in lib.rs and a `pub const FLAG: &str = "--ctf"`):
+//! One file implementing [`TraceWriter`] and [`Start`] (say
+//! `runtime/src/ctf.rs`, with its `mod` line in lib.rs and a
+//! `pub const FLAG: &str = "--ctf"`):
 //! `start` opens the file from a [`Config`], `calls`, `instant` and
 //! `counter` write events as they come, `full` says when `--max-size` is
 //! reached, and `finish` completes the file and says what it holds in a
@@ -53,11 +54,6 @@ const _: () = assert!(SPAN_REC == telco_abi::region::SPAN_ENTRY_SIZE);
 /// one dynamic call per batch and writer, the loop over the batch in the
 /// format's own code.
 pub trait TraceWriter: Send {
-    /// Create the file and write what it starts with.
-    fn start(cfg: &Config<'_>) -> std::io::Result<Self>
-    where
-        Self: Sized;
-
     /// A slice name for the next id (a `trace_span` name; the probes'
     /// come first, from [`Config::names`]).
     fn add_name(&mut self, name: &str);
@@ -92,6 +88,15 @@ pub trait TraceWriter: Send {
     fn finish(self: Box<Self>, end: &End) -> std::io::Result<Report>;
 }
 
+/// A trace format written to a file, started from a [`Config`] (the
+/// formats that go elsewhere, `--otlp`, start from settings of their own).
+pub trait Start: TraceWriter {
+    /// Create the file and write what it starts with.
+    fn start(cfg: &Config<'_>) -> std::io::Result<Self>
+    where
+        Self: Sized;
+}
+
 /// What a trace file starts from.
 pub struct Config<'a> {
     pub path: &'a Path,
@@ -112,7 +117,7 @@ pub struct Config<'a> {
 pub type Open = fn(&Config<'_>) -> std::io::Result<Box<dyn TraceWriter>>;
 
 /// Start a `W` file, for [`Feed::start`]'s list.
-pub fn open<W: TraceWriter + 'static>(cfg: &Config<'_>) -> std::io::Result<Box<dyn TraceWriter>> {
+pub fn open<W: Start + 'static>(cfg: &Config<'_>) -> std::io::Result<Box<dyn TraceWriter>> {
     Ok(Box::new(W::start(cfg)?))
 }
 
@@ -665,9 +670,6 @@ mod tests {
     struct Kept(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
     impl TraceWriter for Kept {
-        fn start(_: &Config<'_>) -> std::io::Result<Kept> {
-            Ok(Kept(Default::default()))
-        }
         fn add_name(&mut self, name: &str) {
             self.0.lock().unwrap().push(format!("name {name}"));
         }

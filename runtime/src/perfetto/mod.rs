@@ -512,11 +512,13 @@ impl Perfetto {
     }
 }
 
-impl TraceWriter for Perfetto {
+impl crate::feed::Start for Perfetto {
     fn start(cfg: &Config<'_>) -> std::io::Result<Perfetto> {
         Ok(Perfetto::create(cfg.path, cfg.pid, cfg.process, cfg.names)?.max_size(cfg.max_size))
     }
+}
 
+impl TraceWriter for Perfetto {
     fn add_name(&mut self, name: &str) {
         self.names.push(name.to_string());
     }
