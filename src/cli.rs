@@ -105,6 +105,13 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE", value_parser = parse_max_size, requires = "trace_file")]
     pub max_size: Option<u64>,
 
+    /// With --chrome or --perfetto, go on in FILE.1, FILE.2, ... once a file has reached SIZE (e.g.
+    /// 64M; at least 64K): each file is a trace of its own that Perfetto's trace processor opens
+    /// without the others, and each call is in exactly one of them. --max-size then bounds each
+    /// file.
+    #[arg(long, value_name = "SIZE", value_parser = parse_max_size, requires = "trace_file")]
+    pub rotate: Option<u64>,
+
     /// Write the timer.profile samples as collapsed stacks (`main;run;hot 42` a line: FlameGraph,
     /// inferno and speedscope read them). Without a timer.profile probe in the script (or without a
     /// script), one sampling at 99 Hz is added.

@@ -43,6 +43,15 @@ pub fn profile_files(cli: &Cli) -> profile::Files {
 
 /// Output files must be creatable before any tracing starts.
 pub fn check_outputs(cli: &Cli) -> Result<()> {
+    if let (Some(rotate), Some(max)) = (cli.rotate, cli.max_size) {
+        if rotate > max {
+            bail!(
+                "--rotate {} is larger than --max-size {}: each file would stop at --max-size",
+                feed::limit_text(rotate),
+                feed::limit_text(max)
+            );
+        }
+    }
     let traces = trace_formats(cli).map(|(flag, path, _)| (flag, path));
     // Samples written into a trace: its file is checked with it.
     let profiles =
@@ -85,6 +94,7 @@ pub fn traces(
     let comm = telco_runtime::os::proc::comm(pid as i32);
     let names: Vec<String> = artifact.probes.iter().map(|p| p.function.clone()).collect();
     let mut writers: Vec<Box<dyn feed::TraceWriter>> = Vec::with_capacity(asked.len() + 1);
+    let base_ns = telco_runtime::os::sys::realtime_ns();
     for &(path, open) in &asked {
         let cfg = feed::Config {
             path,
@@ -94,8 +104,14 @@ pub fn traces(
             max_size: max_size(cli),
             quiet: cli.no_warnings,
             status: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            base_ns,
         };
-        writers.push(open(&cfg).with_context(|| format!("cannot create `{}`", path.display()))?);
+        let w = match cli.rotate {
+            Some(size) => telco_runtime::rotate::Rotating::start(open, &cfg, size)
+                .map(|r| Box::new(r) as Box<dyn feed::TraceWriter>),
+            None => open(&cfg),
+        };
+        writers.push(w.with_context(|| format!("cannot create `{}`", path.display()))?);
     }
     if let Some(url) = &cli.otlp {
         let settings = otlp::Settings {
@@ -131,7 +147,18 @@ pub fn report_traces(cli: &Cli, outcome: &telco_runtime::session::Outcome) {
     // Always said, as perf record does: how much the trace holds and
     // whether anything is missing from it.
     if let Some(p) = &outcome.profile {
-        let written = profile_files(cli).names();
+        // (A rotated --perfetto trace has them in its last file.)
+        let last = outcome.traces.as_ref().and_then(|t| {
+            t.files.iter().find(|f| f.flag == perfetto::FLAG && cli.rotate.is_some()).and_then(|f| f.path.clone())
+        });
+        let written: Vec<String> = profile_files(cli)
+            .names()
+            .into_iter()
+            .map(|n| match (&last, n.starts_with(perfetto::FLAG)) {
+                (Some(path), true) => format!("{} {}", perfetto::FLAG, path.display()),
+                _ => n,
+            })
+            .collect();
         if !written.is_empty() {
             eprintln_escaped!(
                 "timer.profile: {} samples ({} lost, {} stacks not unwound to their root, {} unknown frames), \

@@ -107,7 +107,14 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     if local && cli.verbose > 0 {
         eprintln_escaped!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
     }
-    if let (Some(path), Some(samples), false) = (&cli.perfetto, &perfetto_samples, interrupted) {
+    // (The last file of a rotated trace.)
+    let last = outcome
+        .traces
+        .as_ref()
+        .and_then(|t| t.files.iter().find(|f| f.flag == telco_runtime::perfetto::FLAG).and_then(|f| f.path.clone()));
+    if let (Some(path), Some(samples), false) =
+        (last.as_ref().or(cli.perfetto.as_ref()), &perfetto_samples, interrupted)
+    {
         let left_out = profile::append_to_perfetto(path, samples, max_size(cli))
             .with_context(|| format!("cannot add the samples to `{}`", path.display()))?;
         if let Some(n) = left_out {

@@ -147,6 +147,12 @@ impl Chrome {
     /// Start the file: the process's name as metadata. `names` gives each
     /// probe's span name (the probed function).
     pub fn create(path: &Path, pid: u32, process: &str, names: &[String]) -> std::io::Result<Chrome> {
+        Chrome::create_at(path, pid, process, names, crate::os::sys::realtime_ns())
+    }
+
+    /// [`Chrome::create`] with times relative to `base` (CLOCK_REALTIME
+    /// ns): a rotated trace's files share the session's start.
+    pub fn create_at(path: &Path, pid: u32, process: &str, names: &[String], base: u64) -> std::io::Result<Chrome> {
         let out = crate::outfile::create(path)?;
         let mut c = Chrome {
             out,
@@ -167,7 +173,7 @@ impl Chrome {
             line: Vec::with_capacity(256),
             first: true,
             events: 0,
-            base: crate::os::sys::realtime_ns(),
+            base,
             process: process.as_bytes().to_vec(),
             written: 2,
             quiet: false,
@@ -433,7 +439,7 @@ impl Chrome {
 impl crate::feed::Start for Chrome {
     fn start(cfg: &Config<'_>) -> std::io::Result<Chrome> {
         // The status line is --chrome's alone, the slower file to write.
-        Ok(Chrome::create(cfg.path, cfg.pid, cfg.process, cfg.names)?
+        Ok(Chrome::create_at(cfg.path, cfg.pid, cfg.process, cfg.names, cfg.base_ns)?
             .max_size(cfg.max_size)
             .quiet(cfg.quiet)
             .status(cfg.status))
@@ -503,6 +509,10 @@ impl TraceWriter for Chrome {
         self.emit()
     }
 
+    fn size(&self) -> u64 {
+        self.written
+    }
+
     fn full(&self) -> bool {
         self.full
     }
@@ -523,6 +533,9 @@ impl TraceWriter for Chrome {
             holds: format!("{FLAG}: {} events, {}, written to {}", w.events, size_text(w.bytes), path.display()),
             left_out: w.left_out,
             max_size: w.max_size,
+            events: w.events,
+            bytes: w.bytes,
+            path: Some(path),
             ..Report::default()
         })
     }

@@ -77,6 +77,12 @@ pub trait TraceWriter: Send {
     /// have changed (thread names).
     fn refresh(&mut self) {}
 
+    /// The bytes in the file so far (`--rotate` starts a new one past a
+    /// size).
+    fn size(&self) -> u64 {
+        0
+    }
+
     /// Whether the file has reached `--max-size` (nothing more goes in).
     fn full(&self) -> bool;
 
@@ -111,6 +117,9 @@ pub struct Config<'a> {
     pub quiet: bool,
     /// Standard error is a terminal: a status line may be drawn there.
     pub status: bool,
+    /// The session's start (CLOCK_REALTIME ns): `--chrome`'s times are
+    /// relative to it, in every file of a rotated trace.
+    pub base_ns: u64,
 }
 
 /// How a registered format starts: [`open`] of its type.
@@ -132,12 +141,23 @@ pub struct Call {
 
 /// Spooled calls (`SpanEntry`s), read one by one.
 #[derive(Clone)]
-pub struct Calls<'a>(std::slice::ChunksExact<'a, u8>);
+pub struct Calls<'a>(&'a [u8]);
 
 impl<'a> Calls<'a> {
     /// The whole records of `spool`.
     pub fn new(spool: &'a [u8]) -> Calls<'a> {
-        Calls(spool.chunks_exact(SPAN_REC))
+        Calls(&spool[..spool.len() / SPAN_REC * SPAN_REC])
+    }
+
+    /// The next `n` calls (fewer at the end), taken from these.
+    pub fn take_calls(&mut self, n: usize) -> Calls<'a> {
+        let (first, rest) = self.0.split_at(n.saturating_mul(SPAN_REC).min(self.0.len()));
+        self.0 = rest;
+        Calls(first)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -146,7 +166,8 @@ impl Iterator for Calls<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<Call> {
-        let r = self.0.next()?;
+        let (r, rest) = self.0.split_at_checked(SPAN_REC)?;
+        self.0 = rest;
         let tid = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
         let probe = u16::from_le_bytes([r[4], r[5]]);
         let start = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
@@ -155,7 +176,8 @@ impl Iterator for Calls<'_> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.0.size_hint()
+        let n = self.0.len() / SPAN_REC;
+        (n, Some(n))
     }
 }
 
@@ -195,6 +217,13 @@ pub struct Report {
     pub lacks: Vec<String>,
     /// Other WARNING lines (not with `-w`).
     pub warnings: Vec<String>,
+    /// What the file holds: calls (where the format counts them apart),
+    /// events and bytes.
+    pub calls: u64,
+    pub events: u64,
+    pub bytes: u64,
+    /// The file, the last one of a rotated trace (`--rotate`).
+    pub path: Option<std::path::PathBuf>,
 }
 
 /// What the report of every file says alike.
@@ -735,6 +764,7 @@ mod tests {
             max_size: 1 << 20,
             lacks: vec!["WARNING: lacks".into()],
             warnings: vec!["WARNING: maybe".into()],
+            ..Report::default()
         };
         let said = |quiet| r.lines(&Reporting { dropped: "none dropped", default_max_size: true, quiet });
         assert_eq!(

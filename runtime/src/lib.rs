@@ -45,6 +45,7 @@ pub mod place;
 pub mod profile;
 pub mod region;
 pub mod render;
+pub mod rotate;
 pub mod session;
 pub mod symtab;
 pub mod text;

@@ -350,13 +350,22 @@ impl TraceWriter for Otlp {
 
     fn finish(mut self: Box<Self>, end: &End) -> std::io::Result<Report> {
         let clock = self.clock;
+        let mut too_deep = 0;
         if let Some(mut order) = self.order.take() {
             order.finish(&|t| clock.ns(t), &mut |ev| self.event(ev));
+            too_deep = order.too_deep;
         }
         self.send();
         let this = *self;
         let sent = this.exporter.finish(this.timeout);
-        Ok(report(&sent, &this.url, this.spans, this.traces, this.others, end.unspooled))
+        let mut r = report(&sent, &this.url, this.spans, this.traces, this.others, end.unspooled);
+        if too_deep > 0 {
+            r.lacks.push(format!(
+                "WARNING: {FLAG}: {too_deep} calls nested more than {} deep were left out",
+                crate::perfetto::order::MAX_DEPTH
+            ));
+        }
+        Ok(r)
     }
 }
 
@@ -402,5 +411,8 @@ fn report(sent: &Sent, url: &str, spans: u64, traces: u64, others: u64, unspoole
         max_size: 0,
         lacks,
         warnings,
+        calls: spans,
+        events: sent.items,
+        ..Report::default()
     }
 }

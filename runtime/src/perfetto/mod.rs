@@ -623,6 +623,10 @@ impl TraceWriter for Perfetto {
         self.refresh_names();
     }
 
+    fn size(&self) -> u64 {
+        self.file_bytes
+    }
+
     fn full(&self) -> bool {
         self.full
     }
@@ -650,6 +654,10 @@ impl TraceWriter for Perfetto {
             ),
             left_out: w.left_out,
             max_size: w.max_size,
+            calls: w.calls,
+            events: w.events,
+            bytes: w.bytes,
+            path: Some(path),
             ..Report::default()
         };
         if w.too_deep > 0 {
