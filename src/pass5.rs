@@ -88,8 +88,8 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         },
         (true, None) => Target::None,
     };
-    let local = matches!(target, Target::None);
     let t0 = Instant::now();
+    let (usr0, sys0, _) = telco_runtime::os::proc::own_usage();
     let opts = Options {
         target,
         symbols: Box::new(ElfSymbols),
@@ -104,8 +104,12 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
     let interrupted = ended.interrupted;
     let code = ended.code();
     let outcome = ended.outcome?;
-    if local && cli.verbose > 0 {
-        eprintln_escaped!("Pass 5: run completed in {:.3} ms.", t0.elapsed().as_secs_f64() * 1e3);
+    if cli.verbose > 0 {
+        // SystemTap's words, and the peak of our own memory.
+        let (usr, sys, peak) = telco_runtime::os::proc::own_usage();
+        let (usr, sys) = (usr.saturating_sub(usr0), sys.saturating_sub(sys0));
+        let real = t0.elapsed().as_millis();
+        eprintln_escaped!("Pass 5: run completed in {usr}usr/{sys}sys/{real}real ms, using at most {peak}res kb.");
     }
     // (The last file of a rotated trace.)
     let last = outcome

@@ -330,6 +330,28 @@ pub fn thread_cpu_ns(pid: i32, tid: i32) -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
+/// This process's own CPU time in user and system mode (ms) and its
+/// peak resident size (KiB, `VmHWM`: of its own memory only, where
+/// getrusage's `ru_maxrss` counts the memory of the process it was forked
+/// from too).
+pub fn own_usage() -> (u64, u64, u64) {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given.
+    let (usr, sys) = if unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } == 0 {
+        // SAFETY: initialized by the successful call (and zeroed before).
+        let ru = unsafe { ru.assume_init() };
+        let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+        (ms(ru.ru_utime), ms(ru.ru_stime))
+    } else {
+        (0, 0)
+    };
+    let hwm = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse().ok()))
+        .unwrap_or(0);
+    (usr, sys, hwm)
+}
+
 /// The children of process `pid` (every thread's `children` file).
 pub fn children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
