@@ -28,7 +28,8 @@ Examples:
     subcommand_negates_reqs = true,
     disable_version_flag = true,
     group(clap::ArgGroup::new("trace_file").multiple(true).args(["chrome", "perfetto"])),
-    group(clap::ArgGroup::new("calls_out").multiple(true).args(["chrome", "perfetto", "otlp"]))
+    group(clap::ArgGroup::new("calls_out").multiple(true).args(["chrome", "perfetto", "otlp"])),
+    group(clap::ArgGroup::new("export").multiple(true).args(["otlp", "pyroscope"]))
 )]
 pub struct Cli {
     /// The script file, or with -e, the first script argument; then the
@@ -76,26 +77,41 @@ pub struct Cli {
     /// Send every call --perfetto would record to an OpenTelemetry endpoint as a span, while the
     /// session runs: OTLP/HTTP, `POST URL/v1/traces` (protobuf, gzip), e.g. http://localhost:4318
     /// for an OpenTelemetry Collector (plain http: the collector forwards with TLS). Calls nest as
-    /// parent and child spans; --min-dur applies. The session's summary says what was delivered.
+    /// parent and child spans; --min-dur applies. timer.profile's samples go there too, as
+    /// OpenTelemetry profiles every --push-interval (`POST URL/v1development/profiles`). The
+    /// session's summary says what was delivered.
     #[arg(long, value_name = "URL", value_parser = parse_otlp_url)]
     pub otlp: Option<String>,
 
-    /// The service.name of --otlp's spans (default: the traced program's name).
-    #[arg(long, value_name = "NAME", requires = "otlp", value_parser = non_empty)]
+    /// Send the timer.profile samples to Pyroscope at URL every --push-interval while the session
+    /// runs (`POST URL/ingest`, pprof), labelled with the host, the service, the traced pid and
+    /// each --label. Without a script, samples at 99 Hz. With --otlp too, they also go there as
+    /// OpenTelemetry profiles (`POST URL/v1development/profiles`).
+    #[arg(long, value_name = "URL", value_parser = parse_otlp_url)]
+    pub pyroscope: Option<String>,
+
+    /// Seconds between two profiles sent by --pyroscope or --otlp (default 10).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, requires = "export")]
+    pub push_interval: Option<f64>,
+
+    /// The service.name of --otlp's spans and profiles, and --pyroscope's application name
+    /// (default: the traced program's name).
+    #[arg(long, value_name = "NAME", requires = "export", value_parser = non_empty)]
     pub service: Option<String>,
 
-    /// Add KEY=VALUE to the resource attributes of --otlp's spans (repeatable).
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label, requires = "otlp", action = ArgAction::Append)]
+    /// Add KEY=VALUE to the resource attributes of --otlp's spans and profiles, and to
+    /// --pyroscope's labels (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label, requires = "export", action = ArgAction::Append)]
     pub labels: Vec<(String, String)>,
 
-    /// Bytes of --otlp requests kept while the endpoint is slow or down (default 64M): past that,
-    /// new spans are dropped, and counted in the summary.
-    #[arg(long, value_name = "SIZE", value_parser = parse_export_queue, requires = "otlp")]
+    /// Bytes of --otlp or --pyroscope requests kept while the endpoint is slow or down (default
+    /// 64M): past that, new spans or samples are dropped, and counted in the summary.
+    #[arg(long, value_name = "SIZE", value_parser = parse_export_queue, requires = "export")]
     pub export_queue: Option<u64>,
 
-    /// How long the end of the session waits for --otlp's queue to drain (default 10s); what is
-    /// left then is counted in the summary.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns, requires = "otlp")]
+    /// How long the end of the session waits for --otlp's or --pyroscope's queue to drain
+    /// (default 10s); what is left then is counted in the summary.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns, requires = "export")]
     pub export_timeout: Option<u64>,
 
     /// With --chrome or --perfetto, stop adding events to a trace file that would grow past SIZE
@@ -375,7 +391,7 @@ fn parse_max_size(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-/// `--otlp`: an http:// URL.
+/// `--otlp`, `--pyroscope`: an http:// URL.
 fn parse_otlp_url(s: &str) -> Result<String, String> {
     telco_runtime::export::Endpoint::parse(s).map(|_| s.to_string())
 }

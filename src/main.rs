@@ -234,7 +234,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             eprintln_escaped!("WARNING: {flag}: calls of {name} are not timed: {why}");
         }
     }
-    if profile_files(&cli).any() {
+    if profile_files(&cli).any() || cli.pyroscope.is_some() {
         program.add_profile();
     }
     render(&sink, &sources, color);
@@ -335,7 +335,7 @@ fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
     if let Some(text) = &cli.script_text {
         return Ok(("<input>".into(), text.clone(), cli.positional.clone()));
     }
-    if cli.positional.is_empty() && profile_files(cli).any() {
+    if cli.positional.is_empty() && (profile_files(cli).any() || cli.pyroscope.is_some()) {
         // `telco-stap -p PID --flamegraph cpu.svg`: a profile needs no script.
         return Ok(("<profile>".into(), "probe timer.profile {}".into(), Vec::new()));
     }

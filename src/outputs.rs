@@ -88,7 +88,10 @@ pub fn traces(
 ) -> Result<Option<telco_runtime::feed::Feed>> {
     let asked: Vec<(&PathBuf, feed::Open)> =
         trace_formats(cli).into_iter().filter_map(|(_, path, open)| Some((path.as_ref()?, open))).collect();
-    if asked.is_empty() && cli.otlp.is_none() {
+    // --otlp sends calls when there are some (a profile alone goes as
+    // OpenTelemetry profiles: `profile::push`).
+    let otlp = cli.otlp.as_ref().filter(|_| artifact.probes.iter().any(|p| p.span));
+    if asked.is_empty() && otlp.is_none() {
         return Ok(None);
     }
     let comm = telco_runtime::os::proc::comm(pid as i32);
@@ -113,7 +116,7 @@ pub fn traces(
         };
         writers.push(w.with_context(|| format!("cannot create `{}`", path.display()))?);
     }
-    if let Some(url) = &cli.otlp {
+    if let Some(url) = otlp {
         let settings = otlp::Settings {
             endpoint: telco_runtime::export::Endpoint::parse(url).map_err(anyhow::Error::msg)?,
             url: url.clone(),

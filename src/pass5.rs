@@ -66,16 +66,6 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         suppress_warnings: cli.no_warnings,
         profile: None,
     };
-    // timer.profile's samples go to the profile files, and to the
-    // --perfetto trace once its writer has finished it.
-    let mut perfetto_samples = None;
-    if artifact.probes.iter().any(|p| p.attach.runs_in() == Runs::TracerSampling) {
-        let files = profile_files(cli);
-        perfetto_samples = files.perfetto.clone();
-        if files.any() || files.perfetto.is_some() {
-            cfg.profile = Some(Box::new(profile::Profile::new(files)));
-        }
-    }
     let target = match (cli.pids.is_empty(), &cli.command) {
         (false, _) => Target::Pids(cli.pids.iter().map(|&p| p as i32).collect()),
         (true, Some(cmd)) => Target::command(cmd),
@@ -99,6 +89,27 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         libraries,
     };
     let session = Session::start(artifact, opts)?;
+    // timer.profile's samples go to the profile files, and to the
+    // --perfetto trace once its writer has finished it.
+    let mut perfetto_samples = None;
+    let mut pushed = None;
+    let sampling = artifact.probes.iter().any(|p| p.attach.runs_in() == Runs::TracerSampling);
+    if cli.otlp.is_some() && !sampling && !artifact.probes.iter().any(|p| p.span) && !cli.no_warnings {
+        eprintln!("WARNING: --otlp: the script has no function probe and no timer.profile: nothing to send");
+    }
+    if sampling {
+        let files = profile_files(cli);
+        perfetto_samples = files.perfetto.clone();
+        if cli.pyroscope.is_some() || cli.otlp.is_some() {
+            // Sent as the session runs (and to the files at the end).
+            let push = profile::push::Push::start(push_settings(cli, session.pid())?, files)
+                .context("cannot start the profile exporter")?;
+            pushed = Some(push.report.clone());
+            cfg.profile = Some(Box::new(push));
+        } else if files.any() || files.perfetto.is_some() {
+            cfg.profile = Some(Box::new(profile::Profile::new(files)));
+        }
+    }
     cfg.traces = traces(cli, artifact, session.pid())?;
     let ended = session.run(cfg)?;
     let interrupted = ended.interrupted;
@@ -132,6 +143,9 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         }
     }
     report_traces(cli, &outcome);
+    for line in pushed.iter().flat_map(|r| r.lock().map(|l| l.clone()).unwrap_or_default()) {
+        eprintln_escaped!("{line}");
+    }
     // 1 on errors; else the command's exit status passes through.
     Ok(ExitCode::from(code))
 }
@@ -188,4 +202,29 @@ fn system_wide_files(artifact: &telco_abi::artifact::Artifact) -> Result<Vec<std
         }
     }
     Ok(files)
+}
+
+/// Where `--pyroscope` and `--otlp` send the profiles.
+fn push_settings(cli: &Cli, pid: u32) -> Result<profile::push::Settings> {
+    use telco_runtime::export::{Endpoint, DEFAULT_QUEUE, DEFAULT_TIMEOUT};
+    let endpoint = |u: &Option<String>| -> Result<Option<(Endpoint, String)>> {
+        match u {
+            Some(u) => Ok(Some((Endpoint::parse(u).map_err(anyhow::Error::msg)?, u.clone()))),
+            None => Ok(None),
+        }
+    };
+    let service = cli.service.clone().unwrap_or_else(|| match &cli.command {
+        Some(c) => c.split_whitespace().next().map_or("telco-stap", |p| p.rsplit('/').next().unwrap_or(p)).to_string(),
+        None => telco_runtime::os::proc::comm(pid as i32),
+    });
+    Ok(profile::push::Settings {
+        pyroscope: endpoint(&cli.pyroscope)?,
+        otlp: endpoint(&cli.otlp)?,
+        every: std::time::Duration::from_secs_f64(cli.push_interval.unwrap_or(10.0)),
+        service: if service.is_empty() { "telco-stap".into() } else { service },
+        labels: cli.labels.clone(),
+        queue: cli.export_queue.unwrap_or(DEFAULT_QUEUE),
+        timeout: cli.export_timeout.map_or(DEFAULT_TIMEOUT, std::time::Duration::from_nanos),
+        verbose: cli.verbose > 0,
+    })
 }

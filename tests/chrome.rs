@@ -318,7 +318,14 @@ fn large_trace(calls: u64) -> (u64, u64) {
     std::fs::remove_file(&out).ok();
     let peak: u64 = stderr
         .lines()
-        .find_map(|l| l.strip_prefix("Pass 5: run completed in ")?.split("using at most ").nth(1)?.strip_suffix("res kb.")?.parse().ok())
+        .find_map(|l| {
+            l.strip_prefix("Pass 5: run completed in ")?
+                .split("using at most ")
+                .nth(1)?
+                .strip_suffix("res kb.")?
+                .parse()
+                .ok()
+        })
         .unwrap_or_else(|| panic!("no peak in {stderr}"));
     (size, peak * 1024)
 }

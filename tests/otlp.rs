@@ -3,7 +3,10 @@
 //! decodes every request with the official OpenTelemetry classes, and the
 //! spans are compared with the calls tests/programs/spans.c makes and with
 //! the `--perfetto` trace of the same run (loaded into Perfetto's trace
-//! processor): the same calls, names, nesting and times.
+//! processor): the same calls, names, nesting and times. `--pyroscope`
+//! and OTLP profiles go to the same receiver: Pyroscope's pprof files are
+//! decoded by tests/profile/check.js, the OTLP profiles by the official
+//! classes.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -65,6 +68,16 @@ impl Receiver {
 
     fn say(&mut self, what: &str) {
         writeln!(self.input.as_mut().expect("stdin"), "{what}").expect("write to the receiver");
+    }
+
+    /// Its next request, while the tracer runs (at most a minute away).
+    fn next(&self) -> Value {
+        loop {
+            let line = self.lines.recv_timeout(std::time::Duration::from_secs(60)).expect("a request within a minute");
+            if line != "listening" {
+                return serde_json::from_str(&line).expect("a JSON line");
+            }
+        }
     }
 
     /// Every request it got (the tracer has ended: each was printed
@@ -305,11 +318,211 @@ fn bad_endpoints_are_refused_before_tracing() {
         ("http://:4318", "names no host"),
         ("http://h:99999", "is not a port"),
     ] {
-        let (_, stderr, code) = telco(&["-e", "probe begin { exit() }", "--otlp", url]);
-        assert_eq!(code, Some(2), "{url}: {stderr}");
-        assert!(stderr.contains(why), "{url}: {stderr}");
+        for flag in ["--otlp", "--pyroscope"] {
+            let (_, stderr, code) = telco(&["-e", "probe begin { exit() }", flag, url]);
+            assert_eq!(code, Some(2), "{url}: {stderr}");
+            assert!(stderr.contains(why), "{url}: {stderr}");
+        }
     }
-    let (_, stderr, code) = telco(&["-e", "probe begin { exit() }", "--service", "x"]);
-    assert_ne!(code, Some(0));
-    assert!(stderr.contains("--otlp"), "{stderr}");
+    for alone in [["--service", "x"], ["--push-interval", "1"]] {
+        let (_, stderr, code) = telco(&["-e", "probe begin { exit() }", alone[0], alone[1]]);
+        assert_eq!(code, Some(2));
+        assert!(stderr.contains("--otlp") && stderr.contains("--pyroscope"), "{stderr}");
+    }
+    let (_, stderr, code) =
+        telco(&["-e", "probe begin { exit() }", "--pyroscope", "http://h:1", "--push-interval", "0"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("not a positive number of seconds"), "{stderr}");
+    // Nothing to send: said, not silent.
+    let (_, stderr, code) = telco(&["-e", "probe begin { exit() }", "--otlp", "http://127.0.0.1:1"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("WARNING: --otlp: the script has no function probe and no timer.profile"), "{stderr}");
+}
+
+/// Pyroscope refusing every request (HTTP 400): the samples are counted
+/// as not delivered, with its words.
+#[test]
+fn a_pyroscope_that_refuses_is_reported() {
+    let exe = dir().join("profile3");
+    common::gcc("profile.c", &exe, &[]);
+    let r = Receiver::start(&["--listen", "--status", "400"]);
+    let cmd = format!("{} split 20000", exe.display());
+    let (_, stderr, code) = telco(&["-c", &cmd, "--pyroscope", &r.url]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let n = r.requests().len();
+    assert!(n >= 1);
+    let samples = said(&stderr, "timer.profile samples in");
+    assert!(
+        stderr.contains(&format!("--pyroscope: 0 of {samples} timer.profile samples in 0 of {n} profiles")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("WARNING: --pyroscope: {samples} samples not delivered: the endpoint refused them")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("said: HTTP 400: refused by the test"), "{stderr}");
+}
+
+/// `node tests/profile/check.js pprof FILE`, parsed.
+fn pprof(file: &std::path::Path) -> Value {
+    assert!(
+        common::repo().join("tests/profile/node/.ready").exists(),
+        "the profile check is not installed: run tests/profile/install.sh"
+    );
+    let o = Command::new("node")
+        .arg(common::repo().join("tests/profile/check.js"))
+        .arg("pprof")
+        .arg(file)
+        .output()
+        .expect("run node");
+    assert!(o.status.success(), "check.js: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+/// A running program profiled without a script, its samples pushed
+/// every half second to Pyroscope (`/ingest`, pprof) and as OpenTelemetry
+/// profiles while the session runs, each window once: the requests come
+/// before the program ends; the two engines get the same samples, as
+/// many as the --folded file of the same run, labelled with the service,
+/// host, pid and --label; the windows follow one another; and the
+/// samples hold the program's known split (hot() three quarters of the
+/// loop's time).
+#[test]
+fn profiles_are_pushed_to_pyroscope_and_otlp_while_the_session_runs() {
+    let exe = dir().join("profile");
+    common::gcc("profile.c", &exe, &[]);
+    let save = dir().join("ingest");
+    std::fs::create_dir_all(&save).expect("mkdir");
+    let r = Receiver::start(&["--listen", "--save", save.to_str().expect("utf-8")]);
+    let mut target = common::Running::start(&exe, &["serve", "0"]);
+    let pid = target.pid();
+    let folded = dir().join("push.folded");
+    let tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(["-p", &pid.to_string(), "--pyroscope", &r.url, "--otlp", &r.url, "--push-interval", "0.5"])
+        .args(["--service", "shop", "--label", "env=test", "--folded", folded.to_str().expect("utf-8")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start telco-stap");
+    // Two windows of each kind while the program runs.
+    let mut got = Vec::new();
+    let count = |got: &[Value], what: &str| got.iter().filter(|q| q["path"].as_str().unwrap().contains(what)).count();
+    while count(&got, "/ingest") < 2 || count(&got, "/v1development/profiles") < 2 {
+        got.push(r.next());
+    }
+    target.say("stop");
+    let (out, status) = target.finish();
+    assert!(status.success() && out.contains("done"), "{out}");
+    let o = tracer.wait_with_output().expect("wait for telco-stap");
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let url = r.url.clone();
+    got.extend(r.requests());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string();
+    // Pyroscope: the labels in the name, contiguous windows, pprof files.
+    let mut pyro: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut windows, mut until) = (0, 0u64);
+    for q in got.iter().filter(|q| q["path"].as_str().unwrap().starts_with("/ingest?")) {
+        let query = &q["query"];
+        assert_eq!(query["name"], format!("shop.cpu{{host={host},service=shop,pid={pid},env=test}}"), "{q}");
+        assert_eq!(
+            (&query["format"], &query["spyName"], &query["sampleRate"]),
+            (&"pprof".into(), &"telco-stap".into(), &"99".into())
+        );
+        assert!(q["type"].as_str().unwrap().starts_with("multipart/form-data; boundary="), "{q}");
+        let (from, to): (u64, u64) =
+            (query["from"].as_str().unwrap().parse().unwrap(), query["until"].as_str().unwrap().parse().unwrap());
+        assert!(from <= to && from + 1 >= until, "window {from}..{to} after one until {until}");
+        until = to;
+        windows += 1;
+        let p = pprof(std::path::Path::new(q["file"].as_str().expect("the profile field")));
+        assert_eq!(p["sampleTypes"], serde_json::json!([["samples", "count"], ["cpu", "nanoseconds"]]));
+        for s in p["samples"].as_array().expect("samples") {
+            let leaf = s["stack"][0].as_str().unwrap_or("").to_string();
+            *pyro.entry(leaf).or_default() += s["values"][0].as_u64().unwrap();
+        }
+    }
+    // OTLP: the same samples, each with its thread and time.
+    let mut otlp: BTreeMap<String, u64> = BTreeMap::new();
+    let mut otlp_windows = 0;
+    for q in got.iter().filter(|q| q["path"] == "/v1development/profiles") {
+        assert_eq!(q["encoding"], "gzip");
+        otlp_windows += 1;
+        for p in q["profiles"].as_array().expect("profiles") {
+            let a = &p["attributes"];
+            assert_eq!(
+                (&a["service.name"], &a["process.pid"], &a["env"]),
+                (&"shop".into(), &pid.into(), &"test".into())
+            );
+            assert_eq!(a["host.name"], host.as_str());
+            assert_eq!(p["sample_type"], serde_json::json!(["cpu", "nanoseconds"]));
+            assert_eq!(p["period"], 1_000_000_000 / 99);
+            let (start, end) =
+                (p["time"].as_u64().unwrap(), p["time"].as_u64().unwrap() + p["duration"].as_u64().unwrap());
+            for s in p["samples"].as_array().unwrap() {
+                assert_eq!(s["attributes"]["thread.id"], pid, "{s}");
+                let t = s["time"][0].as_u64().expect("a time");
+                // Sampled in the window (ms apart at most: two clocks).
+                assert!(t + 5_000_000 >= start && t <= end + 5_000_000, "{t} not in {start}..{end}");
+                let stack: Vec<&str> = s["stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+                if matches!(stack[0], "hot" | "cold") {
+                    assert!(stack.contains(&"run") && stack.contains(&"main"), "{stack:?}");
+                }
+                *otlp.entry(stack[0].to_string()).or_default() += 1;
+            }
+        }
+    }
+    assert!(windows >= 3 && otlp_windows == windows, "{windows} Pyroscope and {otlp_windows} OTLP profiles");
+    assert_eq!(pyro, otlp, "the two engines got different samples");
+    // The --folded file of the same run has every sample.
+    let text = std::fs::read_to_string(&folded).expect("the folded file");
+    let total: u64 = text.lines().filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok()).sum();
+    assert_eq!(otlp.values().sum::<u64>(), total);
+    for flag in ["--pyroscope", "--otlp"] {
+        assert!(
+            stderr.contains(&format!("{flag}: {total} of {total} timer.profile samples in {windows} of {windows} profiles delivered to {url}")),
+            "{stderr}"
+        );
+    }
+    let (hot, cold) = (otlp.get("hot").copied().unwrap_or(0), otlp.get("cold").copied().unwrap_or(0));
+    assert!(hot + cold >= 50, "too few samples of hot and cold: {hot} + {cold}");
+    // Five standard deviations of that many samples taken at random.
+    let pct = 100.0 * hot as f64 / (hot + cold) as f64;
+    let sd = 100.0 * (0.75f64 * 0.25 / (hot + cold) as f64).sqrt();
+    assert!((pct - 75.0).abs() <= 5.0 * sd, "hot has {pct:.1}% of {} samples, not 75 ± {:.1}", hot + cold, 5.0 * sd);
+    std::fs::remove_dir_all(&save).ok();
+}
+
+/// Two processes of one session (a shell's children): each window goes
+/// to Pyroscope as a profile per process, labelled with its pid, each
+/// holding only that process's samples.
+#[test]
+fn each_process_is_a_profile_of_its_own() {
+    let exe = dir().join("profile2");
+    common::gcc("profile.c", &exe, &[]);
+    let save = dir().join("ingest2");
+    std::fs::create_dir_all(&save).expect("mkdir");
+    let r = Receiver::start(&["--listen", "--save", save.to_str().expect("utf-8")]);
+    let e = exe.display();
+    let cmd = format!("sh -c '{e} split 20000 > /dev/null & {e} split 20000 > /dev/null; wait'");
+    let url = r.url.clone();
+    let (_, stderr, code) = telco(&["-c", &cmd, "--pyroscope", &url, "--service", "pair"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut pids = std::collections::BTreeSet::new();
+    for q in r.requests() {
+        let name = q["query"]["name"].as_str().expect("a name").to_string();
+        let pid: u64 = name
+            .split_once("pid=")
+            .and_then(|(_, p)| p.split([',', '}']).next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {name}"));
+        let p = pprof(std::path::Path::new(q["file"].as_str().expect("the profile field")));
+        for s in p["samples"].as_array().expect("samples") {
+            assert_eq!(s["labels"]["tid"], pid, "a sample of another process in {name}: {s}");
+            if s["stack"][0] == "hot" {
+                pids.insert(pid);
+            }
+        }
+    }
+    assert_eq!(pids.len(), 2, "hot() sampled in {pids:?}");
+    std::fs::remove_dir_all(&save).ok();
 }

@@ -128,9 +128,20 @@ pub struct Sent {
     pub first_error: Option<String>,
 }
 
+/// A request to send: where, what, and how many items it holds.
+pub struct Request {
+    /// The path (and query) after the endpoint's authority.
+    pub path: String,
+    pub content_type: String,
+    /// The body is gzip'd (`Content-Encoding: gzip`).
+    pub gzip: bool,
+    pub body: Vec<u8>,
+    /// Items (spans, samples) it holds, for the counts.
+    pub items: u64,
+}
+
 struct Item {
-    body: Vec<u8>,
-    items: u64,
+    request: std::sync::Arc<Request>,
 }
 
 #[derive(Default)]
@@ -172,7 +183,6 @@ impl Exporter {
     /// the next comes (`-v`).
     pub fn start(
         endpoint: &Endpoint,
-        path: String,
         limit: u64,
         rejected: fn(&[u8]) -> Option<(u64, String)>,
         verbose: bool,
@@ -182,21 +192,32 @@ impl Exporter {
         let endpoint = endpoint.clone();
         let thread = std::thread::Builder::new()
             .name("exporter".into())
-            .spawn(move || export_loop(&sh, &endpoint, &path, rejected, verbose))?;
+            .spawn(move || export_loop(&sh, &endpoint, rejected, verbose))?;
         Ok(Exporter { shared, limit, thread: Some(thread) })
     }
 
-    /// Queue `body` (gzip'd protobuf holding `items` items): never waits;
-    /// a body the queue has no room for is dropped, and counted.
-    pub fn send(&self, body: Vec<u8>, items: u64) {
+    /// Queue `request`: never waits; one the queue has no room for is
+    /// dropped, and its items counted.
+    pub fn send(&self, request: Request) {
         let mut q = lock(&self.shared.queue);
-        if q.bytes + body.len() as u64 > self.limit {
-            q.sent.queue_full += items;
+        if q.bytes + request.body.len() as u64 > self.limit {
+            q.sent.queue_full += request.items;
             return;
         }
-        q.bytes += body.len() as u64;
-        q.items.push_back(Item { body, items });
+        q.bytes += request.body.len() as u64;
+        q.items.push_back(Item { request: std::sync::Arc::new(request) });
         self.shared.wake.notify_one();
+    }
+
+    /// A gzip'd protobuf body for `path`, the OTLP way.
+    pub fn send_protobuf(&self, path: &str, body: Vec<u8>, items: u64) {
+        self.send(Request {
+            path: path.to_string(),
+            content_type: "application/x-protobuf".into(),
+            gzip: true,
+            body,
+            items,
+        });
     }
 
     /// The session is over: send what is queued within `timeout`, then
@@ -211,7 +232,7 @@ impl Exporter {
             let _ = t.join();
         }
         let mut q = lock(&self.shared.queue);
-        let left: u64 = q.items.iter().map(|i| i.items).sum();
+        let left: u64 = q.items.iter().map(|i| i.request.items).sum();
         q.sent.unsent += left;
         q.items.clear();
         std::mem::take(&mut q.sent)
@@ -232,23 +253,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn export_loop(
-    sh: &Shared,
-    endpoint: &Endpoint,
-    path: &str,
-    rejected: fn(&[u8]) -> Option<(u64, String)>,
-    verbose: bool,
-) {
+fn export_loop(sh: &Shared, endpoint: &Endpoint, rejected: fn(&[u8]) -> Option<(u64, String)>, verbose: bool) {
     let mut backoff = FIRST_BACKOFF;
     let mut jitter = crate::os::sys::monotonic_ns() | 1;
     loop {
         // The oldest body, left in the queue while it is tried (it counts
         // against the bound until it is sent).
-        let (body, items, closing) = {
+        let (request, closing) = {
             let mut q = lock(&sh.queue);
             loop {
                 if let Some(i) = q.items.front() {
-                    break (i.body.clone(), i.items, q.closing);
+                    break (i.request.clone(), q.closing);
                 }
                 if q.closing.is_some() {
                     return;
@@ -259,11 +274,12 @@ fn export_loop(
         if closing.is_some_and(|c| Instant::now() >= c) {
             return;
         }
-        let answer = post(endpoint, path, &body, closing);
+        let (path, items) = (request.path.as_str(), request.items);
+        let answer = post(endpoint, &request, closing);
         let mut q = lock(&sh.queue);
         let done = |q: &mut Queue| {
             if let Some(i) = q.items.pop_front() {
-                q.bytes -= i.body.len() as u64;
+                q.bytes -= i.request.body.len() as u64;
             }
         };
         match answer {
@@ -317,9 +333,10 @@ fn export_loop(
     }
 }
 
-/// POST `body` to `path`: one connection per request (`Connection:
-/// close`), within [`REQUEST_TIMEOUT`] (and `closing`).
-fn post(endpoint: &Endpoint, path: &str, body: &[u8], closing: Option<Instant>) -> Answer {
+/// POST `request`: one connection per request (`Connection: close`),
+/// within [`REQUEST_TIMEOUT`] (and `closing`).
+fn post(endpoint: &Endpoint, request: &Request, closing: Option<Instant>) -> Answer {
+    let (path, body) = (request.path.as_str(), request.body.as_slice());
     let deadline = {
         let d = Instant::now() + REQUEST_TIMEOUT;
         closing.map_or(d, |c| c.min(d))
@@ -342,10 +359,12 @@ fn post(endpoint: &Endpoint, path: &str, body: &[u8], closing: Option<Instant>) 
     }
     let Some(mut s) = stream else { return Answer::Again(last, None) };
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: telco-stap/{}\r\nContent-Type: application/x-protobuf\r\n\
-         Content-Encoding: gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: telco-stap/{}\r\nContent-Type: {}\r\n{}\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
         endpoint.authority,
         env!("CARGO_PKG_VERSION"),
+        request.content_type,
+        if request.gzip { "Content-Encoding: gzip\r\n" } else { "" },
         body.len()
     );
     let io = |e: std::io::Error| Answer::Again(format!("{}: {e}", endpoint.authority), None);
@@ -537,10 +556,10 @@ mod tests {
     fn retries_then_sends_in_order() {
         let ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
         let (e, rx) = server(vec!["HTTP/1.1 503 busy\r\nRetry-After: 0\r\n\r\n", ok, ok, "HTTP/1.1 400 no\r\n\r\n"]);
-        let x = Exporter::start(&e, "/v1/traces".into(), 1 << 20, none, false).unwrap();
-        x.send(b"one".to_vec(), 1);
-        x.send(b"two".to_vec(), 2);
-        x.send(b"three".to_vec(), 4);
+        let x = Exporter::start(&e, 1 << 20, none, false).unwrap();
+        x.send_protobuf("/v1/traces", b"one".to_vec(), 1);
+        x.send_protobuf("/v1/traces", b"two".to_vec(), 2);
+        x.send_protobuf("/v1/traces", b"three".to_vec(), 4);
         let got: Vec<Vec<u8>> = (0..4).map(|_| rx.recv().unwrap()).collect();
         assert_eq!(got, [b"one".to_vec(), b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]);
         let sent = x.finish(Duration::from_secs(5));
@@ -552,10 +571,10 @@ mod tests {
     fn a_full_queue_drops_the_new_body() {
         // Nothing listens on port 1 of 127.0.0.1: every try fails.
         let e = Endpoint::parse("http://127.0.0.1:1").unwrap();
-        let x = Exporter::start(&e, "/v1/traces".into(), 10, none, false).unwrap();
-        x.send(vec![0; 6], 3);
-        x.send(vec![0; 6], 5);
-        x.send(vec![0; 4], 7);
+        let x = Exporter::start(&e, 10, none, false).unwrap();
+        x.send_protobuf("/v1/traces", vec![0; 6], 3);
+        x.send_protobuf("/v1/traces", vec![0; 6], 5);
+        x.send_protobuf("/v1/traces", vec![0; 4], 7);
         let sent = x.finish(Duration::ZERO);
         assert_eq!((sent.requests, sent.queue_full, sent.unsent), (0, 5, 10));
     }

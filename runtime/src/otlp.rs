@@ -82,6 +82,7 @@ struct Thread {
 
 pub struct Otlp {
     exporter: Exporter,
+    path: String,
     url: String,
     timeout: Duration,
     order: Option<Order>,
@@ -112,7 +113,7 @@ impl Otlp {
     /// `pid`, named `process`, whose probes' functions are `names`.
     pub fn start(settings: Settings, pid: u32, process: &str, names: &[String]) -> std::io::Result<Otlp> {
         let path = settings.endpoint.path("/v1/traces");
-        let exporter = Exporter::start(&settings.endpoint, path, settings.queue, rejected, settings.verbose)?;
+        let exporter = Exporter::start(&settings.endpoint, settings.queue, rejected, settings.verbose)?;
         // (The UTS namespace's: a container's own name.)
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
         let service = settings.service.clone().unwrap_or_else(|| process.to_string());
@@ -123,6 +124,7 @@ impl Otlp {
         let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut seed));
         Ok(Otlp {
             exporter,
+            path,
             url: settings.url,
             timeout: settings.timeout,
             order: Some(Order::default()),
@@ -246,7 +248,7 @@ impl Otlp {
         let n = self.waiting as u64;
         // (Writing to memory does not fail.)
         if let Ok(body) = body {
-            self.exporter.send(body, n);
+            self.exporter.send_protobuf(&self.path, body, n);
         }
         self.waiting = 0;
         self.oldest = None;

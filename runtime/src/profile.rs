@@ -103,6 +103,10 @@ pub struct Stack<'a> {
 /// Where unwound samples go (the profile files).
 pub trait Sink: Send {
     fn sample(&mut self, s: &Stack<'_>);
+    /// Called after each poll of the samples while the session runs
+    /// (every few milliseconds): a sink that sends as it goes
+    /// (`--pyroscope`) looks at the time.
+    fn tick(&mut self) {}
     /// The session ended: write everything out.
     fn finish(&mut self, summary: &Summary) -> std::io::Result<()>;
 }

@@ -34,6 +34,7 @@ pub mod flamegraph;
 pub mod folded;
 pub mod perfetto;
 pub mod pprof;
+pub mod push;
 pub mod speedscope;
 
 use std::collections::HashMap;

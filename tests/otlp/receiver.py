@@ -9,19 +9,32 @@ its standard input. `quit` ends it (it says `end`). Each request is one
 JSON line on standard output, written before the answer is sent:
 {"path", "encoding", "resources": [{"attributes", "scope", "spans"}]},
 each span {"name", "trace_id", "span_id", "parent", "kind", "start",
-"end", "attributes"}. --status CODE answers every request with CODE
-(and an empty body) instead of 200 with an empty
-ExportTraceServiceResponse. --check only imports the classes."""
+"end", "attributes"}. Profiles: a POST to /v1development/profiles is
+decoded as an ExportProfilesServiceRequest, its line with "profiles":
+[{"attributes", "scope", "sample_type", "period", "time", "duration",
+"samples": [{"stack" (function names, leaf first), "value", "time",
+"attributes"}]}]; a Pyroscope POST to /ingest has its query in "query"
+and its multipart field `profile` saved in the --save directory, named
+in "file". --status CODE answers every request with CODE (and an empty
+body) instead of 200 with an empty Export*ServiceResponse. --check only
+imports the classes."""
 
 import gzip
 import json
+import os
 import sys
 import threading
+from email.parser import BytesParser
+from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 STATUS = 200
+SAVE = None
+SAVED = 0
 LOCK = threading.Lock()
 
 
@@ -34,10 +47,66 @@ def attrs(kvs):
     return {kv.key: value(kv.value) for kv in kvs}
 
 
+def dict_attrs(d, indices):
+    out = {}
+    for i in indices:
+        kv = d.attribute_table[i]
+        out[d.string_table[kv.key_strindex]] = value(kv.value)
+    return out
+
+
+def profiles(body):
+    """An ExportProfilesServiceRequest, resolved through its dictionary."""
+    req = profiles_service_pb2.ExportProfilesServiceRequest()
+    req.ParseFromString(body)
+    d = req.dictionary
+    s = d.string_table
+
+    def stack(i):
+        names = []
+        for li in d.stack_table[i].location_indices:
+            loc = d.location_table[li]
+            for line in loc.lines:
+                names.append(s[d.function_table[line.function_index].name_strindex])
+        # Location order is leaf first.
+        return names
+
+    out = []
+    for rp in req.resource_profiles:
+        for sp in rp.scope_profiles:
+            for p in sp.profiles:
+                out.append({
+                    "attributes": attrs(rp.resource.attributes),
+                    "scope": [sp.scope.name, sp.scope.version],
+                    "sample_type": [s[p.sample_type.type_strindex], s[p.sample_type.unit_strindex]],
+                    "period": p.period,
+                    "time": p.time_unix_nano,
+                    "duration": p.duration_nano,
+                    "samples": [{
+                        "stack": stack(x.stack_index),
+                        "value": list(x.values),
+                        "time": list(x.timestamps_unix_nano),
+                        "attributes": dict_attrs(d, x.attribute_indices),
+                    } for x in p.samples],
+                })
+    return out
+
+
+def form_file(content_type, body, field):
+    """The bytes of a multipart/form-data body's `field`."""
+    msg = BytesParser(policy=HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
+    for part in msg.iter_parts():
+        if part.get_param("name", header="content-disposition") == field:
+            return part.get_payload(decode=True)
+    return None
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_POST(self):
+        global SAVED
         n = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(n)
         encoding = self.headers.get("Content-Encoding", "")
@@ -45,7 +114,23 @@ class Handler(BaseHTTPRequestHandler):
             body = gzip.decompress(body)
         line = {"path": self.path, "encoding": encoding,
                 "type": self.headers.get("Content-Type", ""), "resources": []}
-        if STATUS == 200:
+        url = urlsplit(self.path)
+        if STATUS == 200 and url.path.endswith("/v1development/profiles"):
+            line["profiles"] = profiles(body)
+            answer = profiles_service_pb2.ExportProfilesServiceResponse().SerializeToString()
+        elif STATUS == 200 and url.path.endswith("/ingest"):
+            line["query"] = {k: v[0] for k, v in parse_qs(url.query).items()}
+            data = form_file(line["type"], body, "profile")
+            if data is not None and SAVE:
+                with LOCK:
+                    SAVED += 1
+                    name = os.path.join(SAVE, f"ingest-{SAVED}.pb.gz")
+                with open(name, "wb") as f:
+                    f.write(data)
+                line["file"] = name
+            answer = b""
+        elif STATUS == 200:
+            answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
             req = trace_service_pb2.ExportTraceServiceRequest()
             req.ParseFromString(body)
             for rs in req.resource_spans:
@@ -64,10 +149,10 @@ class Handler(BaseHTTPRequestHandler):
                             "attributes": attrs(s.attributes),
                         } for s in ss.spans],
                     })
+        else:
+            answer = b"refused by the test"
         with LOCK:
             print(json.dumps(line), flush=True)
-        answer = (trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-                  if STATUS == 200 else b"refused by the test")
         self.send_response(STATUS)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", str(len(answer)))
@@ -79,12 +164,14 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    global STATUS
+    global STATUS, SAVE
     args = sys.argv[1:]
     if "--check" in args:
         return
     if "--status" in args:
         STATUS = int(args[args.index("--status") + 1])
+    if "--save" in args:
+        SAVE = args[args.index("--save") + 1]
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
     server.daemon_threads = True
     server.server_bind()

@@ -468,6 +468,9 @@ impl<'a> Local<'a> {
                         }
                     }
                 });
+                if let Some(k) = sink.as_mut() {
+                    k.tick();
+                }
             };
             if !failed && !region.exit_requested() && runner.ok() {
                 if let Err(e) = hooks.started() {
