@@ -373,17 +373,29 @@ fn rotated_files_each_open_alone_and_hold_every_call_once() {
         // Times are absolute (Perfetto's clock snapshot, Chrome's
         // `telco_clock_base`, the session's start in every file): no call
         // is in two files, and all are in one.
+        // The one thread's calls follow one another: each file's come
+        // after the last of the file before (one timebase in all).
         let mut seen = std::collections::HashSet::new();
         let mut total = 0;
+        let mut before = 0;
         for f in &files {
             let v = viewer(f);
+            let (mut first, mut last) = (u64::MAX, 0);
             for t in v["threads"].as_array().expect("threads") {
                 for s in t["slices"].as_array().expect("slices") {
                     let key = (t["tid"].as_u64(), s["ts_ns"].as_u64(), s["name"].as_str().map(String::from));
                     assert!(seen.insert(key), "{flag}: {s} twice");
                     total += 1;
+                    let ts = s["ts_ns"].as_u64().expect("ts_ns");
+                    (first, last) = (first.min(ts), last.max(ts));
                 }
             }
+            assert!(
+                first >= before,
+                "{flag}: {} starts at {first}, before the last call before it ({before})",
+                f.display()
+            );
+            before = before.max(last);
             std::fs::remove_file(f).expect("remove");
         }
         assert_eq!(total, calls, "{flag}");

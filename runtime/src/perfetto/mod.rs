@@ -185,10 +185,17 @@ impl Perfetto {
             max_size: crate::feed::DEFAULT_MAX_SIZE,
             full: false,
         };
-        // The clocks, read as close together as they can be.
-        let real = crate::os::sys::realtime_ns();
-        let boot = clock_ns(nix::time::ClockId::CLOCK_BOOTTIME);
-        let mono = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC);
+        // The clocks, read as close together as they can be, once: every
+        // file of the session (`--rotate`'s FILE.1, FILE.2, ...) ties the
+        // calls' CLOCK_REALTIME to the trace processor's CLOCK_BOOTTIME
+        // alike, or a file read later would be shifted by the reads'
+        // jitter against the one before.
+        static CLOCKS: std::sync::OnceLock<(u64, u64, u64)> = std::sync::OnceLock::new();
+        let &(real, boot, mono) = CLOCKS.get_or_init(|| {
+            let real = crate::os::sys::realtime_ns();
+            let boot = clock_ns(nix::time::ClockId::CLOCK_BOOTTIME);
+            (real, boot, clock_ns(nix::time::ClockId::CLOCK_MONOTONIC))
+        });
         let clock = |id, t| Clock { clock_id: Some(id), timestamp: Some(t), is_incremental: None };
         p.push(&TracePacket {
             trusted_packet_sequence_id: Some(WRITER_SEQUENCE),
