@@ -15,7 +15,8 @@ decoded as an ExportProfilesServiceRequest, its line with "profiles":
 "samples": [{"stack" (function names, leaf first), "value", "time",
 "attributes"}]}]; a Pyroscope POST to /ingest has its query in "query"
 and its multipart field `profile` saved in the --save directory, named
-in "file". --status CODE answers every request with CODE (and an empty
+in "file". With --count, a request's line is only {"path", "spans",
+"samples"}: how many it held (for long sessions). --status CODE answers every request with CODE (and an empty
 body) instead of 200 with an empty Export*ServiceResponse. --check only
 imports the classes."""
 
@@ -34,6 +35,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 STATUS = 200
 SAVE = None
+COUNT = False
 SAVED = 0
 LOCK = threading.Lock()
 
@@ -115,7 +117,22 @@ class Handler(BaseHTTPRequestHandler):
         line = {"path": self.path, "encoding": encoding,
                 "type": self.headers.get("Content-Type", ""), "resources": []}
         url = urlsplit(self.path)
-        if STATUS == 200 and url.path.endswith("/v1development/profiles"):
+        if STATUS == 200 and COUNT:
+            line = {"path": url.path, "spans": 0, "samples": 0}
+            if url.path.endswith("/v1/traces"):
+                req = trace_service_pb2.ExportTraceServiceRequest()
+                req.ParseFromString(body)
+                line["spans"] = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+                answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+            elif url.path.endswith("/v1development/profiles"):
+                req = profiles_service_pb2.ExportProfilesServiceRequest()
+                req.ParseFromString(body)
+                line["samples"] = sum(len(p.samples) for rp in req.resource_profiles
+                                      for sp in rp.scope_profiles for p in sp.profiles)
+                answer = profiles_service_pb2.ExportProfilesServiceResponse().SerializeToString()
+            else:
+                answer = b""
+        elif STATUS == 200 and url.path.endswith("/v1development/profiles"):
             line["profiles"] = profiles(body)
             answer = profiles_service_pb2.ExportProfilesServiceResponse().SerializeToString()
         elif STATUS == 200 and url.path.endswith("/ingest"):
@@ -164,12 +181,13 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    global STATUS, SAVE
+    global STATUS, SAVE, COUNT
     args = sys.argv[1:]
     if "--check" in args:
         return
     if "--status" in args:
         STATUS = int(args[args.index("--status") + 1])
+    COUNT = "--count" in args
     if "--save" in args:
         SAVE = args[args.index("--save") + 1]
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)

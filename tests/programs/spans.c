@@ -1,7 +1,9 @@
 /* A target for --chrome tests: nested calls on two threads, a crash, a
- * program that runs until stopped, slow and fast calls, and many calls. */
+ * program that runs until stopped, slow and fast calls, many calls, and
+ * calls at a steady rate for a while. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -130,6 +132,29 @@ int main(int argc, char **argv) {
         s += rec(10, 0);
     } else if (!strcmp(mode, "many")) {
         for (long i = 0; i < n; i++) s += leaf(i);
+    } else if (!strcmp(mode, "steady")) {
+        /* n seconds at a steady rate: 50 calls of top() every 10 ms
+         * (20,000 calls a second with mid and leaf), "tick I" after each
+         * second, then how many calls of top() were made. */
+        struct timespec next;
+        clock_gettime(CLOCK_MONOTONIC, &next);
+        long tops = 0;
+        for (long tick = 1; tick <= n * 100; tick++) {
+            for (int i = 0; i < 50; i++, tops++) sink += top(tops);
+            if (tick % 100 == 0) {
+                printf("tick %ld\n", tick / 100);
+                fflush(stdout);
+            }
+            next.tv_nsec += 10000000;
+            if (next.tv_nsec >= 1000000000) {
+                next.tv_nsec -= 1000000000;
+                next.tv_sec++;
+            }
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, 0) == EINTR) {
+            }
+        }
+        printf("tops %ld\n", tops);
+        return 0;
     }
     printf("%ld\n", s);
     return 0;
