@@ -115,7 +115,7 @@ impl Otlp {
         let path = settings.endpoint.path("/v1/traces");
         let exporter = Exporter::start(&settings.endpoint, settings.queue, rejected, settings.verbose)?;
         // (The UTS namespace's: a container's own name.)
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+        let host = crate::os::proc::hostname();
         let service = settings.service.clone().unwrap_or_else(|| process.to_string());
         let mut resource = vec![text("service.name", &service), text("host.name", &host)];
         resource.extend(settings.labels.iter().map(|(k, v)| text(k, v)));

@@ -85,7 +85,7 @@ impl Push {
             window: Default::default(),
             since: telco_runtime::os::sys::realtime_ns(),
             next: Instant::now() + settings.every,
-            host: std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
+            host: telco_runtime::os::proc::hostname(),
             settings,
             pyroscope,
             otlp,

@@ -330,6 +330,12 @@ pub fn thread_cpu_ns(pid: i32, tid: i32) -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
+/// This host's name (`/proc/sys/kernel/hostname`: the UTS namespace's),
+/// or "" when it cannot be read.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string()
+}
+
 /// This process's own CPU time in user and system mode (ms) and its
 /// peak resident size (KiB, `VmHWM`: of its own memory only, where
 /// getrusage's `ru_maxrss` counts the memory of the process it was forked
