@@ -342,7 +342,7 @@ fn a_million_calls_in_a_few_bytes_each() {
 #[test]
 fn rotated_files_each_open_alone_and_hold_every_call_once() {
     let exe = target();
-    for (flag, name, calls) in [("--perfetto", "rot.pftrace", 300_000u64), ("--chrome", "rot.json", 2_000)] {
+    for (flag, name, calls) in [("--perfetto", "rot.pftrace", 300_000u64), ("--chrome", "rot.json", 3_000)] {
         let first = dir().join(name);
         let cmd = format!("{} many {calls}", exe.display());
         let (_, stderr, code) = telco(&[

@@ -105,6 +105,16 @@ impl Rotating {
         })
     }
 
+    /// Before writing more: complete the file if it is full, and start
+    /// the next (only then: a file full at the session's end has no empty
+    /// file after it, which a trace processor would refuse).
+    fn room(&mut self) -> std::io::Result<()> {
+        if self.inner.size() >= self.size {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
     /// Complete the file and start the next.
     fn rotate(&mut self) -> std::io::Result<()> {
         let path = nth(&self.path, self.files + 1);
@@ -140,19 +150,19 @@ impl TraceWriter for Rotating {
     /// batch of the spool is 43,690 calls: 4 MB of `--chrome`'s JSON).
     fn calls(&mut self, mut calls: Calls<'_>) -> std::io::Result<()> {
         while !calls.is_empty() {
+            self.room()?;
             self.inner.calls(calls.take_calls(ROTATE_CHECK))?;
-            if self.inner.size() >= self.size {
-                self.rotate()?;
-            }
         }
         Ok(())
     }
 
     fn instant(&mut self, tid: u32, ts_ns: u64, cat: &str, name: &[u8], text: Option<&[u8]>) -> std::io::Result<()> {
+        self.room()?;
         self.inner.instant(tid, ts_ns, cat, name, text)
     }
 
     fn counter(&mut self, ts_ns: u64, name: &[u8], value: i64) -> std::io::Result<()> {
+        self.room()?;
         self.inner.counter(ts_ns, name, value)
     }
 
@@ -176,12 +186,7 @@ impl TraceWriter for Rotating {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()?;
-        // (Instants and counters alone fill a file too.)
-        if self.inner.size() >= self.size {
-            self.rotate()?;
-        }
-        Ok(())
+        self.inner.flush()
     }
 
     fn finish(self: Box<Self>, end: &End) -> std::io::Result<Report> {
