@@ -335,8 +335,11 @@ fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
     if let Some(text) = &cli.script_text {
         return Ok(("<input>".into(), text.clone(), cli.positional.clone()));
     }
-    if cli.positional.is_empty() && (profile_files(cli).any() || cli.pyroscope.is_some()) {
-        // `telco-stap -p PID --flamegraph cpu.svg`: a profile needs no script.
+    let pushed = cli.pyroscope.is_some() || cli.otlp.is_some();
+    if cli.positional.is_empty() && (profile_files(cli).any() || pushed) {
+        // `telco-stap -p PID --flamegraph cpu.svg`: a profile needs no
+        // script (nor does `--pyroscope URL` or `--otlp URL`: profiles
+        // pushed).
         return Ok(("<profile>".into(), "probe timer.profile {}".into(), Vec::new()));
     }
     let Some((path, args)) = cli.positional.split_first() else {
