@@ -661,3 +661,26 @@ fn a_ten_minute_session_keeps_its_memory() {
     assert!(mean(last) <= mean(second) + 3 * 1024, "{summary}");
     eprintln!("{summary}");
 }
+
+/// `--otlp URL` without a script: the program's profile goes, as
+/// OpenTelemetry profiles only (no spans, no span report).
+#[test]
+fn otlp_without_a_script_sends_the_profile() {
+    let exe = dir().join("profile4");
+    common::gcc("profile.c", &exe, &[]);
+    let r = Receiver::start(&["--listen", "--count"]);
+    let cmd = format!("{} split 20000", exe.display());
+    let url = r.url.clone();
+    let (_, stderr, code) = telco(&["-c", &cmd, "--otlp", &url]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let requests = r.requests();
+    assert!(requests.iter().all(|q| q["path"] == "/v1development/profiles"), "{requests:?}");
+    let samples: u64 = requests.iter().map(|q| q["samples"].as_u64().expect("samples")).sum();
+    assert!(samples > 0);
+    let n = requests.len();
+    assert!(
+        stderr.contains(&format!("--otlp: {samples} of {samples} timer.profile samples in {n} of {n} profiles")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("spans"), "{stderr}");
+}
