@@ -684,3 +684,28 @@ fn otlp_without_a_script_sends_the_profile() {
     );
     assert!(!stderr.contains("spans"), "{stderr}");
 }
+
+/// `trace_span()` slices are spans too, nested in the calls around them.
+#[test]
+fn trace_spans_are_spans() {
+    let exe = target();
+    let r = Receiver::start(&["--listen"]);
+    let script = r#"global start
+        probe process.function("top") {}
+        probe process.function("mid") { start[tid()] = gettimeofday_ns() }
+        probe process.function("mid").return { trace_span("mid's part", start[tid()]) }"#;
+    let cmd = format!("{} nest 20", exe.display());
+    let (_, stderr, code) = telco(&["-e", script, "-c", &cmd, "--otlp", &r.url]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let all = spans(&r.requests());
+    let by_id: BTreeMap<String, &Value> =
+        all.iter().map(|(s, _)| (s["span_id"].as_str().unwrap().to_string(), s)).collect();
+    let named = |n: &str| all.iter().filter(|(s, _)| s["name"] == n).count();
+    // mid's own calls are spans too (it is probed).
+    assert_eq!((named("top"), named("mid"), named("mid's part"), all.len()), (40, 40, 40, 120), "{stderr}");
+    for (s, _) in all.iter().filter(|(s, _)| s["name"] == "mid's part") {
+        let parent = by_id.get(s["parent"].as_str().unwrap_or("")).unwrap_or_else(|| panic!("no parent: {s}"));
+        assert!(parent["name"] == "top" || parent["name"] == "mid", "{parent}");
+        assert!(parent["start"].as_u64() <= s["start"].as_u64() && s["end"].as_u64() <= parent["end"].as_u64());
+    }
+}
