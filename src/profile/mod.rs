@@ -198,6 +198,14 @@ pub struct Profile {
     scratch: Vec<u32>,
 }
 
+/// Modules read to name frames, by path, build id and size: a sink that
+/// names a profile every few seconds (`push`) reads each module's
+/// symbols once a session, not once a window.
+#[derive(Default)]
+pub struct Symbols {
+    modules: HashMap<(PathBuf, Vec<u8>, usize), (Option<Module>, Option<Module>)>,
+}
+
 /// A profile ready to write: every frame named.
 pub struct Named<'a> {
     /// Per frame id: function name, module path, address in the process.
@@ -267,9 +275,15 @@ impl Profile {
 
     /// Every frame named by its module's symbols.
     fn named(&self) -> Named<'_> {
+        self.named_with(&mut Symbols::default())
+    }
+
+    /// [`Profile::named`], the modules' symbols read through `symbols`
+    /// (kept from one profile to the next by a sink that names many).
+    pub fn named_with(&self, symbols: &mut Symbols) -> Named<'_> {
         // A module, and its separate debug file's symbols when installed
         // (a stripped library's local functions).
-        let mut loaded: HashMap<u32, (Option<Module>, Option<Module>)> = HashMap::new();
+        let loaded = &mut symbols.modules;
         let base =
             |p: &Path| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
         let kallsyms =
@@ -292,7 +306,8 @@ impl Profile {
                 Key::Unknown { addr } => NamedFrame { name: "[unknown]".into(), module: None, addr },
                 Key::Module { module, addr } => {
                     let info = &self.modules[module as usize];
-                    let (m, debug) = loaded.entry(module).or_insert_with(|| {
+                    let key = (info.path.clone(), info.build_id.clone(), info.image.as_ref().map_or(0, |i| i.len()));
+                    let (m, debug) = loaded.entry(key).or_insert_with(|| {
                         // The module as the process mapped it (its path
                         // may name another file, or none: never read).
                         let image =

@@ -61,6 +61,8 @@ pub struct Push {
     otlp: Option<Target>,
     windows: u64,
     samples: u64,
+    /// The modules' symbols, read once for every window.
+    symbols: super::Symbols,
     /// What the session's end says (read once the session is over).
     pub report: Arc<Mutex<Vec<String>>>,
 }
@@ -91,6 +93,7 @@ impl Push {
             otlp,
             windows: 0,
             samples: 0,
+            symbols: Default::default(),
             report: Arc::default(),
         })
     }
@@ -112,7 +115,7 @@ impl Push {
         let n = window.samples.len() as u64;
         self.windows += 1;
         self.samples += n;
-        let named = window.named();
+        let named = window.named_with(&mut self.symbols);
         if let Some(t) = &self.pyroscope {
             let pprof = super::pprof::encode(&named);
             let (boundary, body) = multipart(&pprof);
