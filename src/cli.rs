@@ -77,7 +77,8 @@ pub struct Cli {
     /// Send every call --perfetto would record to an OpenTelemetry endpoint as a span, while the
     /// session runs: OTLP/HTTP, `POST URL/v1/traces` (protobuf, gzip), e.g. http://localhost:4318
     /// for an OpenTelemetry Collector (plain http: the collector forwards with TLS). Calls nest as
-    /// parent and child spans; --min-dur applies. timer.profile's samples go there too, as
+    /// parent and child spans; --min-dur applies. printf lines and trace_instant()s go as
+    /// OpenTelemetry log records (`POST URL/v1/logs`). timer.profile's samples go there too, as
     /// OpenTelemetry profiles every --push-interval (`POST URL/v1development/profiles`); without
     /// a script, only they go, sampled at 99 Hz. The session's summary says what was delivered.
     #[arg(long, value_name = "URL", value_parser = parse_otlp_url)]

@@ -18,14 +18,20 @@
 //!   waited a second; once a second, calls still held for a caller that
 //!   has not returned yet are sent as they are (each begins a trace of its
 //!   own: a server's `main` never returns while the session runs).
-//! * printf lines, `trace_instant`s and `trace_counter`s are not spans:
-//!   they are counted and the report says so.
+//! * printf lines and `trace_instant`s are OpenTelemetry log records
+//!   (`POST URL/v1/logs`), batched the same way, each with its time, its
+//!   thread's id and name, and its process's resource: a printf's text is
+//!   the body; an instant's name is the record's `event_name`.
+//!   `trace_counter`s are not sent: they are counted, and the report says
+//!   so.
 
 use crate::export::{Endpoint, Exporter, Sent};
 use crate::feed::{Calls, End, Report, TraceWriter};
 use crate::perfetto::order::{ByTid, Ev, Order};
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, ResourceSpans, ScopeSpans, Span};
 use prost::Message;
@@ -104,8 +110,24 @@ pub struct Otlp {
     next: u64,
     spans: u64,
     traces: u64,
-    /// printf lines, instants and counters (not exported).
+    /// Counters (not exported).
     others: u64,
+    /// printf lines and instants, as log records.
+    logs: Logs,
+}
+
+/// The log records' own exporter (its counts are apart from the spans'),
+/// started at the first record.
+struct Logs {
+    endpoint: Endpoint,
+    queue: u64,
+    verbose: bool,
+    path: String,
+    exporter: Option<Exporter>,
+    batch: BTreeMap<u32, Vec<LogRecord>>,
+    waiting: usize,
+    oldest: Option<Instant>,
+    records: u64,
 }
 
 impl Otlp {
@@ -143,6 +165,17 @@ impl Otlp {
             spans: 0,
             traces: 0,
             others: 0,
+            logs: Logs {
+                path: settings.endpoint.path("/v1/logs"),
+                endpoint: settings.endpoint,
+                queue: settings.queue,
+                verbose: settings.verbose,
+                exporter: None,
+                batch: BTreeMap::new(),
+                waiting: 0,
+                oldest: None,
+                records: 0,
+            },
         })
     }
 
@@ -182,11 +215,7 @@ impl Otlp {
             Ev::End { tid, ts } => {
                 let Some(i) = self.threads.position(tid) else { return };
                 let Some(o) = self.threads.at(i).open.pop() else { return };
-                if self.threads.at(i).owner.is_none() {
-                    let owner = self.owner_of(tid);
-                    self.threads.at(i).owner = Some(owner);
-                }
-                let Some((pid, name)) = self.threads.at(i).owner.clone() else { return };
+                let (pid, name) = self.thread_owner(tid);
                 let fname = self.names.get(usize::from(o.probe)).map_or("?", String::as_str).to_string();
                 let span = Span {
                     trace_id: o.trace.to_vec(),
@@ -207,6 +236,20 @@ impl Otlp {
         }
     }
 
+    /// Thread `tid`'s process and name, looked up once.
+    fn thread_owner(&mut self, tid: u32) -> (u32, String) {
+        let i = match self.threads.position(tid) {
+            Some(i) => i,
+            None => self.threads.insert(tid, Thread::default()),
+        };
+        if let Some(o) = &self.threads.at(i).owner {
+            return o.clone();
+        }
+        let owner = self.owner_of(tid);
+        self.threads.at(i).owner = Some(owner.clone());
+        owner
+    }
+
     /// Thread `tid`'s process and name.
     fn owner_of(&self, tid: u32) -> (u32, String) {
         let (pid, told) = match self.told.get(&tid) {
@@ -217,48 +260,98 @@ impl Otlp {
         (pid, String::from_utf8_lossy(&name).into_owned())
     }
 
+    /// Process `pid`'s resource.
+    fn resource_of(&self, pid: u32) -> Resource {
+        let mut attributes = self.resource.clone();
+        let exe = crate::feed::process_name(pid, self.told.get(&pid).and_then(|t| t.1.as_ref()), &self.process);
+        attributes.push(int("process.pid", i64::from(pid)));
+        attributes.push(text("process.executable.name", &String::from_utf8_lossy(&exe)));
+        Resource { attributes, ..Default::default() }
+    }
+
     /// Send the spans waiting as one request.
     fn send(&mut self) {
         if self.waiting == 0 {
             return;
         }
-        let scope = InstrumentationScope {
-            name: "telco-stap".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            ..Default::default()
-        };
         let batch = std::mem::take(&mut self.batch);
         let resource_spans = batch
             .into_iter()
-            .map(|(pid, spans)| {
-                let mut attributes = self.resource.clone();
-                let exe = crate::feed::process_name(pid, self.told.get(&pid).and_then(|t| t.1.as_ref()), &self.process);
-                attributes.push(int("process.pid", i64::from(pid)));
-                attributes.push(text("process.executable.name", &String::from_utf8_lossy(&exe)));
-                ResourceSpans {
-                    resource: Some(Resource { attributes, ..Default::default() }),
-                    scope_spans: vec![ScopeSpans { scope: Some(scope.clone()), spans, ..Default::default() }],
-                    ..Default::default()
-                }
+            .map(|(pid, spans)| ResourceSpans {
+                resource: Some(self.resource_of(pid)),
+                scope_spans: vec![ScopeSpans { scope: Some(scope()), spans, ..Default::default() }],
+                ..Default::default()
             })
             .collect();
         let request = ExportTraceServiceRequest { resource_spans };
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        let body = gz.write_all(&request.encode_to_vec()).and_then(|_| gz.finish());
-        let n = self.waiting as u64;
-        // (Writing to memory does not fail.)
-        if let Ok(body) = body {
-            self.exporter.send_protobuf(&self.path, body, n);
+        if let Some(body) = gzip(&request.encode_to_vec()) {
+            self.exporter.send_protobuf(&self.path, body, self.waiting as u64);
         }
         self.waiting = 0;
         self.oldest = None;
+    }
+
+    /// Send the log records waiting as one request.
+    fn send_logs(&mut self) {
+        if self.logs.waiting == 0 {
+            return;
+        }
+        let batch = std::mem::take(&mut self.logs.batch);
+        let resource_logs = batch
+            .into_iter()
+            .map(|(pid, log_records)| ResourceLogs {
+                resource: Some(self.resource_of(pid)),
+                scope_logs: vec![ScopeLogs { scope: Some(scope()), log_records, ..Default::default() }],
+                ..Default::default()
+            })
+            .collect();
+        let request = ExportLogsServiceRequest { resource_logs };
+        let n = self.logs.waiting as u64;
+        self.logs.waiting = 0;
+        self.logs.oldest = None;
+        if self.logs.exporter.is_none() {
+            let l = &self.logs;
+            match Exporter::start(&l.endpoint, l.queue, rejected_logs, l.verbose) {
+                Ok(e) => self.logs.exporter = Some(e),
+                Err(e) => {
+                    crate::eprintln_escaped!("WARNING: {FLAG}: cannot start sending log records: {e}");
+                    self.logs.records = 0;
+                    return;
+                }
+            }
+        }
+        if let (Some(body), Some(e)) = (gzip(&request.encode_to_vec()), &self.logs.exporter) {
+            e.send_protobuf(&self.logs.path, body, n);
+        }
     }
 
     fn maybe_send(&mut self) {
         if self.waiting >= BATCH_SPANS || self.oldest.is_some_and(|t| t.elapsed() >= BATCH_AGE) {
             self.send();
         }
+        if self.logs.waiting >= BATCH_SPANS || self.logs.oldest.is_some_and(|t| t.elapsed() >= BATCH_AGE) {
+            self.send_logs();
+        }
     }
+}
+
+fn scope() -> InstrumentationScope {
+    InstrumentationScope { name: "telco-stap".into(), version: env!("CARGO_PKG_VERSION").into(), ..Default::default() }
+}
+
+/// `bytes` gzip'd (writing to memory does not fail).
+fn gzip(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(bytes).and_then(|_| gz.finish()).ok()
+}
+
+/// A 2xx answer's partial success for log records.
+fn rejected_logs(body: &[u8]) -> Option<(u64, String)> {
+    let r = ExportLogsServiceResponse::decode(body).ok()?;
+    let p = r.partial_success?;
+    let n = u64::try_from(p.rejected_log_records).unwrap_or(0);
+    let why: String = p.error_message.chars().take(200).flat_map(char::escape_debug).collect();
+    Some((n, format!("{n} log records rejected: {why}")))
 }
 
 /// A 2xx answer's partial success: the spans rejected, and why.
@@ -304,8 +397,29 @@ impl TraceWriter for Otlp {
         Ok(())
     }
 
-    fn instant(&mut self, _: u32, _: u64, _: &str, _: &[u8], _: Option<&[u8]>) -> std::io::Result<()> {
-        self.others += 1;
+    fn instant(&mut self, tid: u32, ts_ns: u64, cat: &str, name: &[u8], said: Option<&[u8]>) -> std::io::Result<()> {
+        let (pid, thread) = self.thread_owner(tid);
+        let mut record = LogRecord {
+            time_unix_nano: ts_ns,
+            observed_time_unix_nano: ts_ns,
+            attributes: vec![int("thread.id", i64::from(tid)), text("thread.name", &thread)],
+            ..Default::default()
+        };
+        match (cat, said) {
+            ("printf", Some(t)) => {
+                let t = String::from_utf8_lossy(t);
+                let body = t.strip_suffix('\n').unwrap_or(&t).to_string();
+                record.body = Some(AnyValue { value: Some(any_value::Value::StringValue(body)) });
+            }
+            _ => record.event_name = String::from_utf8_lossy(name).into_owned(),
+        }
+        self.logs.batch.entry(pid).or_default().push(record);
+        self.logs.waiting += 1;
+        self.logs.records += 1;
+        self.logs.oldest.get_or_insert_with(Instant::now);
+        if self.logs.waiting >= BATCH_SPANS {
+            self.send_logs();
+        }
         Ok(())
     }
 
@@ -358,9 +472,23 @@ impl TraceWriter for Otlp {
             too_deep = order.too_deep;
         }
         self.send();
+        self.send_logs();
         let this = *self;
         let sent = this.exporter.finish(this.timeout);
         let mut r = report(&sent, &this.url, this.spans, this.traces, this.others, end.unspooled);
+        if let Some(e) = this.logs.exporter {
+            let logs = e.finish(this.timeout);
+            let records = this.logs.records;
+            r.holds.push_str(&format!(
+                ", with {} of {records} log records (printf lines, trace_instant()s) in {} request{}",
+                logs.items - logs.rejected.min(logs.items),
+                logs.requests,
+                if logs.requests == 1 { "" } else { "s" }
+            ));
+            for (n, why) in lost(&logs, 0) {
+                r.lacks.push(format!("WARNING: {FLAG}: {n} log records not delivered: {why}"));
+            }
+        }
         if too_deep > 0 {
             r.lacks.push(format!(
                 "WARNING: {FLAG}: {too_deep} calls nested more than {} deep were left out",
@@ -371,17 +499,24 @@ impl TraceWriter for Otlp {
     }
 }
 
-/// What the export's report says.
-fn report(sent: &Sent, url: &str, spans: u64, traces: u64, others: u64, unspooled: u64) -> Report {
-    let mut lacks = Vec::new();
-    let lost = [
+/// What was not delivered, and why.
+fn lost(sent: &Sent, unspooled: u64) -> Vec<(u64, &'static str)> {
+    [
         (sent.queue_full, "the export queue was full (--export-queue)"),
         (sent.refused, "the endpoint refused them"),
         (sent.rejected, "the endpoint accepted the requests but rejected them"),
         (sent.unsent, "the endpoint did not take them before --export-timeout"),
         (unspooled, "the trace writer fell behind"),
-    ];
-    for (n, why) in lost.into_iter().filter(|(n, _)| *n > 0) {
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .collect()
+}
+
+/// What the export's report says.
+fn report(sent: &Sent, url: &str, spans: u64, traces: u64, others: u64, unspooled: u64) -> Report {
+    let mut lacks = Vec::new();
+    for (n, why) in lost(sent, unspooled) {
         lacks.push(format!("WARNING: {FLAG}: {n} spans not delivered: {why}"));
     }
     if let Some(e) = &sent.first_error {
@@ -391,10 +526,7 @@ fn report(sent: &Sent, url: &str, spans: u64, traces: u64, others: u64, unspoole
     }
     let mut warnings = Vec::new();
     if others > 0 {
-        warnings.push(format!(
-            "WARNING: {FLAG}: {others} printf lines, trace_instant()s and trace_counter()s are not exported \
-             (only calls and trace_span()s become spans)"
-        ));
+        warnings.push(format!("WARNING: {FLAG}: {others} trace_counter() values are not exported"));
     }
     let retried = match sent.retries {
         0 => String::new(),

@@ -198,12 +198,17 @@ pub struct Profile {
     scratch: Vec<u32>,
 }
 
-/// Modules read to name frames, by path, build id and size: a sink that
-/// names a profile every few seconds (`push`) reads each module's
-/// symbols once a session, not once a window.
+/// Modules read to name frames, by path, build id and size, and the
+/// kernel's symbols: a sink that names a profile every few seconds
+/// (`push`) reads them once a session, not once a window.
+/// A module's path, build id and size.
+type ModuleKey = (PathBuf, Vec<u8>, usize);
+
 #[derive(Default)]
 pub struct Symbols {
-    modules: HashMap<(PathBuf, Vec<u8>, usize), (Option<Module>, Option<Module>)>,
+    modules: HashMap<ModuleKey, (Option<Module>, Option<Module>)>,
+    /// The kernel's symbols (some 10 MB read and sorted), once asked for.
+    kallsyms: Option<Vec<(u64, String)>>,
 }
 
 /// A profile ready to write: every frame named.
@@ -283,11 +288,14 @@ impl Profile {
     pub fn named_with(&self, symbols: &mut Symbols) -> Named<'_> {
         // A module, and its separate debug file's symbols when installed
         // (a stripped library's local functions).
-        let loaded = &mut symbols.modules;
+        let Symbols { modules: loaded, kallsyms: kernel } = symbols;
         let base =
             |p: &Path| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
-        let kallsyms =
-            if self.keys.iter().any(|k| matches!(k, Key::KernelAt { .. })) { kallsyms() } else { Vec::new() };
+        let none = Vec::new();
+        let kallsyms = match self.keys.iter().any(|k| matches!(k, Key::KernelAt { .. })) {
+            true => &*kernel.get_or_insert_with(kallsyms),
+            false => &none,
+        };
         let frames = self
             .keys
             .iter()

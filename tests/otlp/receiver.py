@@ -9,7 +9,8 @@ its standard input. `quit` ends it (it says `end`). Each request is one
 JSON line on standard output, written before the answer is sent:
 {"path", "encoding", "resources": [{"attributes", "scope", "spans"}]},
 each span {"name", "trace_id", "span_id", "parent", "kind", "start",
-"end", "attributes"}. Profiles: a POST to /v1development/profiles is
+"end", "attributes"}. Logs (/v1/logs): "logs": [{"attributes", "scope",
+"records": [{"time", "body", "event_name", "attributes"}]}]. Profiles: a POST to /v1development/profiles is
 decoded as an ExportProfilesServiceRequest, its line with "profiles":
 [{"attributes", "scope", "sample_type", "period", "time", "duration",
 "samples": [{"stack" (function names, leaf first), "value", "time",
@@ -30,6 +31,7 @@ from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
@@ -94,6 +96,26 @@ def profiles(body):
     return out
 
 
+def logs(body):
+    """An ExportLogsServiceRequest: per resource, its records."""
+    req = logs_service_pb2.ExportLogsServiceRequest()
+    req.ParseFromString(body)
+    out = []
+    for rl in req.resource_logs:
+        for sl in rl.scope_logs:
+            out.append({
+                "attributes": attrs(rl.resource.attributes),
+                "scope": [sl.scope.name, sl.scope.version],
+                "records": [{
+                    "time": r.time_unix_nano,
+                    "body": value(r.body) if r.HasField("body") else None,
+                    "event_name": r.event_name,
+                    "attributes": attrs(r.attributes),
+                } for r in sl.log_records],
+            })
+    return out
+
+
 def form_file(content_type, body, field):
     """The bytes of a multipart/form-data body's `field`."""
     msg = BytesParser(policy=HTTP).parsebytes(
@@ -124,6 +146,9 @@ class Handler(BaseHTTPRequestHandler):
                 req.ParseFromString(body)
                 line["spans"] = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
                 answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+            elif url.path.endswith("/v1/logs"):
+                line["logs"] = sum(len(r["records"]) for r in logs(body))
+                answer = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
             elif url.path.endswith("/v1development/profiles"):
                 req = profiles_service_pb2.ExportProfilesServiceRequest()
                 req.ParseFromString(body)
@@ -132,6 +157,9 @@ class Handler(BaseHTTPRequestHandler):
                 answer = profiles_service_pb2.ExportProfilesServiceResponse().SerializeToString()
             else:
                 answer = b""
+        elif STATUS == 200 and url.path.endswith("/v1/logs"):
+            line["logs"] = logs(body)
+            answer = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
         elif STATUS == 200 and url.path.endswith("/v1development/profiles"):
             line["profiles"] = profiles(body)
             answer = profiles_service_pb2.ExportProfilesServiceResponse().SerializeToString()

@@ -278,16 +278,23 @@ impl Armed {
             Err(PtraceError::NoProcess(_)) => return,
             Err(_) if crate::os::proc::ending(pid) => return,
             Err(e) => {
-                crate::eprintln_escaped!(
-                    "warning: cannot stop pid {pid}, forked from {}, to remove the probes: {e}",
-                    self.target.pid
-                );
+                crate::eprintln_escaped!("warning: cannot stop {}, to remove the probes: {e}", self.fork_name(pid));
                 return;
             }
         };
         s.use_stub(self.undo.stub.as_ref());
         let held = still_patched(&s, &self.undo.patches);
-        self.clean(s, &held, crash, semaphores, &format!("pid {pid} (forked from {})", self.target.pid));
+        let what = self.fork_name(pid);
+        self.clean(s, &held, crash, semaphores, &what);
+    }
+
+    /// How messages name process `pid`: "pid N (forked from M)", or only
+    /// "pid N" when it is the session's process itself.
+    fn fork_name(&self, pid: i32) -> String {
+        match self.target.pid {
+            p if p == pid => format!("pid {pid}"),
+            p => format!("pid {pid} (forked from {p})"),
+        }
     }
 
     /// The first process's part of the end in a stopped process of it (or
