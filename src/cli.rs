@@ -106,7 +106,8 @@ pub struct Cli {
     pub labels: Vec<(String, String)>,
 
     /// Bytes of --otlp or --pyroscope requests kept while the endpoint is slow or down (default
-    /// 64M): past that, new spans or samples are dropped, and counted in the summary.
+    /// 64M; spans, log records and each endpoint's profiles have a queue each): past that, new
+    /// ones are dropped, and counted in the summary.
     #[arg(long, value_name = "SIZE", value_parser = parse_export_queue, requires = "export")]
     pub export_queue: Option<u64>,
 
