@@ -92,7 +92,7 @@ pub struct Cli {
     pub pyroscope: Option<String>,
 
     /// Seconds between two profiles sent by --pyroscope or --otlp (default 10).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, requires = "export")]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_push_interval, requires = "export")]
     pub push_interval: Option<f64>,
 
     /// The service.name of --otlp's spans and profiles, and --pyroscope's application name
@@ -419,6 +419,14 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("`{s}` is not a positive number of seconds")),
+    }
+}
+
+/// `--push-interval`: seconds, from a tenth of one to a day.
+fn parse_push_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=86400.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds from 0.1 to 86400")),
     }
 }
 

@@ -43,10 +43,13 @@ pub fn profile_files(cli: &Cli) -> profile::Files {
 
 /// Output files must be creatable before any tracing starts.
 pub fn check_outputs(cli: &Cli) -> Result<()> {
-    if let (Some(rotate), Some(max)) = (cli.rotate, cli.max_size) {
+    if let Some(rotate) = cli.rotate {
+        // (The default --max-size too: 2G.)
+        let max = max_size(cli);
         if rotate > max {
+            let default = if cli.max_size.is_none() { " (the default)" } else { "" };
             bail!(
-                "--rotate {} is larger than --max-size {}: each file would stop at --max-size",
+                "--rotate {} is larger than --max-size {}{default}: each file would stop at --max-size",
                 feed::limit_text(rotate),
                 feed::limit_text(max)
             );

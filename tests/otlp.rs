@@ -332,7 +332,7 @@ fn bad_endpoints_are_refused_before_tracing() {
     let (_, stderr, code) =
         telco(&["-e", "probe begin { exit() }", "--pyroscope", "http://h:1", "--push-interval", "0"]);
     assert_eq!(code, Some(2));
-    assert!(stderr.contains("not a positive number of seconds"), "{stderr}");
+    assert!(stderr.contains("not a number of seconds from 0.1 to 86400"), "{stderr}");
     // Nothing to send: said, not silent.
     let (_, stderr, code) = telco(&["-e", "probe begin { exit() }", "--otlp", "http://127.0.0.1:1"]);
     assert_eq!(code, Some(0), "{stderr}");

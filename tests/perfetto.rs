@@ -419,3 +419,42 @@ fn a_rotation_larger_than_the_maximum_size_is_refused() {
     assert!(stderr.contains("--rotate 2 MB is larger than --max-size 1 MB"), "{stderr}");
     assert!(!path.exists());
 }
+
+/// `--rotate` as large as `--max-size` (the default's 2G too): files are
+/// cut before they are full, and no call is left out of every file.
+#[test]
+fn a_rotation_as_large_as_the_maximum_size_loses_nothing() {
+    let (_, stderr, code) = telco(&["-e", "probe begin { exit() }", "--perfetto", "/dev/null", "--rotate", "3G"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--rotate 3 GB is larger than --max-size 2 GB (the default)"), "{stderr}");
+    let exe = target();
+    let first = dir().join("same.json");
+    let cmd = format!("{} many 3000", exe.display());
+    let (_, stderr, code) = telco(&[
+        "-e",
+        r#"probe process.function("leaf") {}"#,
+        "-c",
+        &cmd,
+        "--chrome",
+        first.to_str().unwrap(),
+        "--rotate",
+        "64K",
+        "--max-size",
+        "64K",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("left out"), "{stderr}");
+    let mut total = 0;
+    for n in 0.. {
+        let f = if n == 0 { first.clone() } else { PathBuf::from(format!("{}.{n}", first.display())) };
+        if !f.exists() {
+            assert!(n >= 3, "{n} files: {stderr}");
+            break;
+        }
+        let text = std::fs::read_to_string(&f).expect("read");
+        assert!(text.len() <= 64 << 10, "{} has {} bytes", f.display(), text.len());
+        total += text.matches("\"ph\":\"X\"").count();
+        std::fs::remove_file(&f).expect("remove");
+    }
+    assert_eq!(total, 3000, "{stderr}");
+}

@@ -220,14 +220,20 @@ impl Exporter {
         });
     }
 
-    /// The session is over: send what is queued within `timeout`, then
-    /// say what the endpoint got.
+    /// The session is ending: what is queued is sent until `by` (and no
+    /// later), without waiting here. Exporters closed together share
+    /// their `--export-timeout`; each then [`Exporter::finish`]es.
+    pub fn close(&self, by: Instant) {
+        let mut q = lock(&self.shared.queue);
+        q.closing = Some(q.closing.map_or(by, |c| c.min(by)));
+        self.shared.wake.notify_all();
+    }
+
+    /// The session is over: send what is queued within `timeout` (or
+    /// until [`Exporter::close`]'s instant, if sooner), then say what the
+    /// endpoint got.
     pub fn finish(mut self, timeout: Duration) -> Sent {
-        {
-            let mut q = lock(&self.shared.queue);
-            q.closing = Some(Instant::now() + timeout);
-            self.shared.wake.notify_all();
-        }
+        self.close(Instant::now() + timeout);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -275,7 +281,7 @@ fn export_loop(sh: &Shared, endpoint: &Endpoint, rejected: fn(&[u8]) -> Option<(
             return;
         }
         let (path, items) = (request.path.as_str(), request.items);
-        let answer = post(endpoint, &request, closing);
+        let answer = post(endpoint, &request, sh);
         let mut q = lock(&sh.queue);
         let done = |q: &mut Queue| {
             if let Some(i) = q.items.pop_front() {
@@ -288,7 +294,8 @@ fn export_loop(sh: &Shared, endpoint: &Endpoint, rejected: fn(&[u8]) -> Option<(
                 q.sent.requests += 1;
                 q.sent.items += items;
                 if let Some((n, why)) = rejected(&answer).filter(|(n, _)| *n > 0) {
-                    q.sent.rejected += n;
+                    // (The endpoint's number: no more than the request's.)
+                    q.sent.rejected += n.min(items);
                     q.sent.first_error.get_or_insert(why);
                 }
                 backoff = FIRST_BACKOFF;
@@ -308,7 +315,9 @@ fn export_loop(sh: &Shared, endpoint: &Endpoint, rejected: fn(&[u8]) -> Option<(
                 jitter ^= jitter << 17;
                 let base = backoff.as_millis() as u64;
                 let wait = match after {
-                    Some(s) => Duration::from_secs(s.min(MAX_RETRY_AFTER)),
+                    // (Never sooner than the first backoff: a `Retry-After:
+                    // 0` does not make a loop of uploads.)
+                    Some(s) => Duration::from_secs(s.min(MAX_RETRY_AFTER)).max(FIRST_BACKOFF),
                     None => Duration::from_millis(base * 3 / 4 + jitter % (base / 2 + 1)),
                 };
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -334,14 +343,13 @@ fn export_loop(sh: &Shared, endpoint: &Endpoint, rejected: fn(&[u8]) -> Option<(
 }
 
 /// POST `request`: one connection per request (`Connection: close`),
-/// within [`REQUEST_TIMEOUT`] (and `closing`).
-fn post(endpoint: &Endpoint, request: &Request, closing: Option<Instant>) -> Answer {
+/// within [`REQUEST_TIMEOUT`], and the session's end once it is closing
+/// (looked at again as the request goes: it may come while it is sent).
+fn post(endpoint: &Endpoint, request: &Request, sh: &Shared) -> Answer {
     let (path, body) = (request.path.as_str(), request.body.as_slice());
-    let deadline = {
-        let d = Instant::now() + REQUEST_TIMEOUT;
-        closing.map_or(d, |c| c.min(d))
-    };
-    let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let started = Instant::now() + REQUEST_TIMEOUT;
+    let deadline = || lock(&sh.queue).closing.map_or(started, |c| c.min(started));
+    let left = || deadline().saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let addrs: Vec<_> = match endpoint.authority.to_socket_addrs() {
         Ok(a) => a.collect(),
         Err(e) => return Answer::Again(format!("cannot resolve {}: {e}", endpoint.authority), None),
@@ -371,7 +379,18 @@ fn post(endpoint: &Endpoint, request: &Request, closing: Option<Instant>) -> Ans
     if let Err(e) = s.set_write_timeout(Some(left())).and_then(|_| s.write_all(head.as_bytes())) {
         return io(e);
     }
-    if let Err(e) = s.write_all(body).and_then(|_| s.flush()) {
+    // The body a piece at a time, each within what is left: a write
+    // timeout bounds one write, and an endpoint that takes a few bytes at a
+    // time would hold a whole body for ever.
+    for piece in body.chunks(64 << 10) {
+        if Instant::now() >= deadline() {
+            return Answer::Again(format!("{}: the request was not taken in time", endpoint.authority), None);
+        }
+        if let Err(e) = s.set_write_timeout(Some(left())).and_then(|_| s.write_all(piece)) {
+            return io(e);
+        }
+    }
+    if let Err(e) = s.flush() {
         return io(e);
     }
     // The answer: at most MAX_ANSWER bytes, within the deadline.
@@ -389,17 +408,16 @@ fn post(endpoint: &Endpoint, request: &Request, closing: Option<Instant>) -> Ans
                     got.truncate(MAX_ANSWER);
                     break;
                 }
-                // Enough once the body its length announces is in.
-                if let Some(total) = complete_length(&got) {
-                    if got.len() >= total {
-                        break;
-                    }
+                // Enough once the body its length announces is in, or
+                // the last chunk of a chunked one.
+                if complete(&got) {
+                    break;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return io(e),
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline() {
             return Answer::Again(format!("{}: no answer in time", endpoint.authority), None);
         }
     }
@@ -418,25 +436,42 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-/// The whole answer's length, once its headers say it.
-fn complete_length(got: &[u8]) -> Option<usize> {
-    let end = header_end(got)?;
-    let head = String::from_utf8_lossy(&got[..end]);
-    let n: usize = header(&head, "content-length")?.parse().ok()?;
-    Some(end.saturating_add(n))
+/// The whole answer is in: the body its `Content-Length` says, or a
+/// chunked body's last chunk (an interim `1xx` answer is not the end).
+fn complete(got: &[u8]) -> bool {
+    let Some((head, body)) = final_answer(got) else { return false };
+    if let Some(n) = header(&head, "content-length").and_then(|n| n.parse::<usize>().ok()) {
+        return body.len() >= n;
+    }
+    header(&head, "transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked"))
+        && (body.starts_with(b"0\r\n") || body.windows(5).any(|w| w == b"\r\n0\r\n"))
+        && body.ends_with(b"\r\n\r\n")
+}
+
+/// The headers and the body of the final answer, past any interim `1xx`
+/// ones (`100 Continue`), once its headers are all in.
+fn final_answer(mut got: &[u8]) -> Option<(String, &[u8])> {
+    loop {
+        let end = header_end(got)?;
+        let head = String::from_utf8_lossy(&got[..end]).into_owned();
+        let interim = head.starts_with("HTTP/1.") && head.split(' ').nth(1).is_some_and(|s| s.starts_with('1'));
+        if !interim {
+            return Some((head, &got[end..]));
+        }
+        got = &got[end..];
+    }
 }
 
 /// Classify an answer (as the OTLP/HTTP specification does).
 fn read_answer(got: &[u8]) -> Answer {
-    let Some(end) = header_end(got) else {
+    let Some((head, rest)) = final_answer(got) else {
         return Answer::Again("an incomplete answer".into(), None);
     };
-    let head = String::from_utf8_lossy(&got[..end]).into_owned();
     let status: u16 = match head.split(' ').nth(1).and_then(|s| s.parse().ok()) {
         Some(s) if head.starts_with("HTTP/1.") => s,
-        _ => return Answer::Refused(format!("not an HTTP answer: {}", short(&got[..end.min(40)]))),
+        _ => return Answer::Refused(format!("not an HTTP answer: {}", short(&head.as_bytes()[..head.len().min(40)]))),
     };
-    let mut body = got[end..].to_vec();
+    let mut body = rest.to_vec();
     if header(&head, "transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
         body = unchunk(&body);
     }
@@ -467,7 +502,7 @@ fn unchunk(mut b: &[u8]) -> Vec<u8> {
         }
         let data = &b[i + 2..];
         out.extend_from_slice(&data[..n.min(data.len())]);
-        b = data.get(n + 2..).unwrap_or(&[]);
+        b = data.get(n.saturating_add(2)..).unwrap_or(&[]);
     }
     out
 }
@@ -522,6 +557,19 @@ mod tests {
         assert!(matches!(read_answer(b"HTTP/1.1 200"), Answer::Again(..)));
     }
 
+    #[test]
+    fn interim_answers_chunks_and_odd_sizes() {
+        let ok = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi";
+        assert!(complete(ok));
+        assert!(matches!(read_answer(ok), Answer::Ok(b) if b == b"hi"));
+        assert!(!complete(b"HTTP/1.1 100 Continue\r\n\r\n"));
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        assert!(complete(chunked));
+        assert!(!complete(&chunked[..chunked.len() - 2]));
+        assert!(matches!(read_answer(chunked), Answer::Ok(b) if b == b"abc"));
+        assert_eq!(unchunk(b"FFFFFFFFFFFFFFFF\r\nab"), b"ab");
+    }
+
     /// A server answering each request with the next of `answers`; the
     /// bodies it got, through the channel.
     fn server(answers: Vec<&'static str>) -> (Endpoint, std::sync::mpsc::Receiver<Vec<u8>>) {
@@ -533,7 +581,7 @@ mod tests {
                 let (mut s, _) = l.accept().unwrap();
                 let mut got = Vec::new();
                 let mut buf = [0u8; 4096];
-                while complete_length(&got).is_none_or(|n| got.len() < n) {
+                while !complete(&got) {
                     let n = s.read(&mut buf).unwrap();
                     if n == 0 {
                         break;

@@ -473,6 +473,12 @@ impl TraceWriter for Otlp {
         }
         self.send();
         self.send_logs();
+        // Spans and log records drain within the one --export-timeout.
+        let by = Instant::now() + self.timeout;
+        self.exporter.close(by);
+        if let Some(e) = &self.logs.exporter {
+            e.close(by);
+        }
         let this = *self;
         let sent = this.exporter.finish(this.timeout);
         let mut r = report(&sent, &this.url, this.spans, this.traces, this.others, end.unspooled);

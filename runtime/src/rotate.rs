@@ -7,17 +7,21 @@
 //! the trace writer, and a writer completes the calls it holds (waiting
 //! for a caller: [`crate::perfetto::order`]) into the file it completes.
 //!
-//! A file may pass SIZE by what one batch adds (a megabyte of calls, a
-//! few kilobytes in `--perfetto`'s compressed packets). `--max-size`
-//! bounds each file. The session's summary (errors, drops) is in the last
+//! A file may pass SIZE by what one batch adds (64 calls of `--chrome`,
+//! a compressed batch of `--perfetto`: a megabyte of packets, some
+//! hundreds of kilobytes). A file is cut an eighth short of `--max-size`
+//! at most, so that what passes still fits (a `--perfetto` batch may not,
+//! under a few megabytes: its calls are then counted as left out). The session's summary (errors, drops) is in the last
 //! file's metadata; the files before it carry zeros.
 
 use crate::feed::{Calls, Config, End, Open, Report, TraceWriter};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// Calls written between two looks at the file's size.
-const ROTATE_CHECK: usize = 1024;
+/// Calls written between two looks at the file's size (some 6 KB of
+/// `--chrome`'s JSON: within the eighth of the smallest `--max-size` left
+/// free).
+const ROTATE_CHECK: usize = 64;
 
 /// Threads remembered to be told to each new file, at most.
 const MAX_THREADS: usize = 1 << 17;
@@ -87,6 +91,10 @@ impl Rotating {
     /// one once it has `size` bytes.
     pub fn start(open: Open, cfg: &Config<'_>, size: u64) -> std::io::Result<Rotating> {
         let inner = open(cfg)?;
+        // A file is cut an eighth short of --max-size at most: what one
+        // look at the size lets through (a chunk of calls, a compressed
+        // batch) then still fits, and no call is left out of every file.
+        let size = size.min(cfg.max_size - cfg.max_size / 8);
         Ok(Rotating {
             open,
             path: cfg.path.to_path_buf(),
@@ -105,11 +113,12 @@ impl Rotating {
         })
     }
 
-    /// Before writing more: complete the file if it is full, and start
-    /// the next (only then: a file full at the session's end has no empty
-    /// file after it, which a trace processor would refuse).
+    /// Before writing more: complete the file if it has reached the size
+    /// or is full (`--max-size`), and start the next (only then: a file
+    /// full at the session's end has no empty file after it, which a trace
+    /// processor would refuse).
     fn room(&mut self) -> std::io::Result<()> {
-        if self.inner.size() >= self.size {
+        if self.inner.size() >= self.size || self.inner.full() {
             self.rotate()?;
         }
         Ok(())
@@ -146,7 +155,7 @@ impl TraceWriter for Rotating {
         self.inner.add_name(name);
     }
 
-    /// A few thousand calls at a time, the size looked at in between (a
+    /// [`ROTATE_CHECK`] calls at a time, the size looked at in between (a
     /// batch of the spool is 43,690 calls: 4 MB of `--chrome`'s JSON).
     fn calls(&mut self, mut calls: Calls<'_>) -> std::io::Result<()> {
         while !calls.is_empty() {

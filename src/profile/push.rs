@@ -119,7 +119,7 @@ impl Push {
         if let Some(t) = &self.pyroscope {
             let pprof = super::pprof::encode(&named);
             let (boundary, body) = multipart(&pprof);
-            let hz = named.samples.first().map_or(100, |s| 1_000_000_000 / s.3.max(1));
+            let hz = 1_000_000_000 / usual_period(&named).max(1);
             let mut labels = vec![
                 ("host".to_string(), self.host.clone()),
                 ("service".to_string(), self.settings.service.clone()),
@@ -153,6 +153,17 @@ impl Push {
             }
         }
     }
+}
+
+/// The samples' period (ns): the median of what each stands for (the
+/// first may be odd: a thread's first tick).
+fn usual_period(n: &Named<'_>) -> u64 {
+    let mut p: Vec<u64> = n.samples.iter().map(|s| s.3).collect();
+    if p.is_empty() {
+        return 1_000_000_000 / 99;
+    }
+    let mid = p.len() / 2;
+    *p.select_nth_unstable(mid).1
 }
 
 fn t_path(e: &Option<(Endpoint, String)>, signal: &str) -> String {
@@ -192,13 +203,15 @@ fn no_answer(_: &[u8]) -> Option<(u64, String)> {
     None
 }
 
-/// A 2xx answer's partial success: the samples rejected, and why.
+/// A 2xx answer's partial success, and why: a request holds one profile,
+/// so a profile rejected is every sample of the request (the exporter
+/// counts no more than the request's).
 fn rejected_profiles(body: &[u8]) -> Option<(u64, String)> {
     let r = ExportProfilesServiceResponse::decode(body).ok()?;
     let p = r.partial_success?;
     let n = u64::try_from(p.rejected_profiles).unwrap_or(0);
     let why: String = p.error_message.chars().take(200).flat_map(char::escape_debug).collect();
-    Some((n, format!("{n} profiles rejected: {why}")))
+    Some((if n > 0 { u64::MAX } else { 0 }, format!("{n} profiles rejected: {why}")))
 }
 
 fn text(k: &str, v: &str) -> KeyValue {
@@ -302,7 +315,7 @@ fn otlp_request(n: &Named<'_>, from: u64, until: u64, s: &Settings, host: &str) 
             timestamps_unix_nano: vec![wall.saturating_add(t)],
         });
     }
-    let period = n.samples.first().map_or(0, |x| x.3 as i64);
+    let period = usual_period(n) as i64;
     dict.string_table = strings;
     let mut profile_id = [0u8; 16];
     profile_id[..8].copy_from_slice(&from.to_le_bytes());
@@ -365,6 +378,11 @@ impl Sink for Push {
     fn finish(&mut self, summary: &Summary) -> std::io::Result<()> {
         self.push();
         let mut lines = Vec::new();
+        // Both endpoints drain within the one --export-timeout.
+        let by = Instant::now() + self.settings.timeout;
+        for t in [&self.pyroscope, &self.otlp].into_iter().flatten() {
+            t.exporter.close(by);
+        }
         for t in [self.pyroscope.take(), self.otlp.take()].into_iter().flatten() {
             let sent = t.exporter.finish(self.settings.timeout);
             lines.extend(report(t.flag, &t.url, &sent, self.windows, self.samples));
