@@ -432,7 +432,13 @@ impl Armed {
         if threads_at != 0 {
             use telco_abi::region::ShadowFrame;
             let size = core::mem::size_of::<ThreadSlot>();
-            let slots = s.read(threads_at, size * a.nthreads as usize).map_err(|e| e.to_string())?;
+            let slots = match s.read(threads_at, size * a.nthreads as usize) {
+                Ok(slots) => slots,
+                // A fork that exec'd before it was stopped: its memory
+                // (ours with it) is another program's now; nothing to take.
+                Err(_) if !crate::os::proc::maps_file(s.pid(), "/memfd:telco-stap", 0) => return Ok(()),
+                Err(e) => return Err(e.to_string()),
+            };
             let u32_at = |b: &[u8], off: usize| u32::from_le_bytes(b[off..off + 4].try_into().unwrap_or([0; 4]));
             let u64_at = |b: &[u8], off: usize| u64::from_le_bytes(b[off..off + 8].try_into().unwrap_or([0; 8]));
             // The frames are the target's word: a return address is put
