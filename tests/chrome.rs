@@ -9,9 +9,8 @@
 
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 mod common;
 use common::telco_run as telco;
@@ -259,16 +258,8 @@ fn stopped_from_outside(name: &str, extra: &[&str], signal: Option<i32>) {
     let cmd = format!("{} forever", exe.display());
     let mut args = vec!["-e", r#"probe process.function("top") {}"#, "-c", &cmd, "--chrome", out.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-        .args(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut lines = BufReader::new(tracer.stdout.take().expect("stdout")).lines();
-    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
     // 10,000 calls made (the target says so) before the session is stopped.
-    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("busy"));
+    let (mut tracer, _lines) = common::tracer_when_busy(&args);
     if let Some(sig) = signal {
         // SAFETY: signalling our own child.
         unsafe { libc_kill(tracer.id() as i32, sig) };

@@ -541,16 +541,9 @@ fn a_signal_sends_what_is_queued() {
         let exe = target();
         let r = Receiver::start(&["--listen", "--count"]);
         let cmd = format!("{} forever", exe.display());
-        let mut tracer = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
-            .args(["-e", r#"probe process.function("top") {}"#, "-c", &cmd, "--otlp", &r.url])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let mut lines = BufReader::new(tracer.stdout.take().expect("stdout")).lines();
-        assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
         // 10,000 calls made before the signal.
-        assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("busy"));
+        let (tracer, _lines) =
+            common::tracer_when_busy(&["-e", r#"probe process.function("top") {}"#, "-c", &cmd, "--otlp", &r.url]);
         // SAFETY: signalling our own child.
         unsafe { libc_kill(tracer.id() as i32, sig) };
         let o = tracer.wait_with_output().expect("exit");

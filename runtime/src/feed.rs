@@ -582,6 +582,21 @@ fn write_loop(
     }
 }
 
+/// What the target told of threads (their process and name), by thread.
+pub(crate) type Owners = std::collections::HashMap<u32, (u32, Option<Vec<u8>>)>;
+
+/// Remember what the target told of thread `tid`, in at most `max`
+/// entries: when full, the threads that have ended are forgotten first
+/// (once per so many new threads: a long session's come and go).
+pub(crate) fn remember_owner(owners: &mut Owners, max: usize, tid: u32, pid: u32, comm: Option<&[u8]>) {
+    if owners.len() >= max && !owners.contains_key(&tid) {
+        owners.retain(|&t, (p, _)| crate::os::proc::thread_exists(*p as i32, t as i32));
+    }
+    if owners.len() < max || owners.contains_key(&tid) {
+        owners.insert(tid, (pid, comm.map(<[u8]>::to_vec)));
+    }
+}
+
 /// What a trace file calls a thread: its name now, or as it was told
 /// (`TraceWriter::owner`: it may be gone), or `thread_label`'s.
 pub(crate) fn thread_name(pid: u32, tid: u32, told: Option<&Vec<u8>>, first: &[u8]) -> Vec<u8> {

@@ -429,9 +429,7 @@ impl TraceWriter for Otlp {
     }
 
     fn owner(&mut self, tid: u32, pid: u32, comm: Option<&[u8]>) {
-        if self.told.len() < MAX_THREADS {
-            self.told.insert(tid, (pid, comm.map(<[u8]>::to_vec)));
-        }
+        crate::feed::remember_owner(&mut self.told, MAX_THREADS, tid, pid, comm);
     }
 
     /// Calls held for a caller that has not returned: sent as they are.

@@ -176,9 +176,7 @@ impl TraceWriter for Rotating {
     }
 
     fn owner(&mut self, tid: u32, pid: u32, comm: Option<&[u8]>) {
-        if self.owners.len() < MAX_THREADS {
-            self.owners.insert(tid, (pid, comm.map(<[u8]>::to_vec)));
-        }
+        crate::feed::remember_owner(&mut self.owners, MAX_THREADS, tid, pid, comm);
         self.inner.owner(tid, pid, comm);
     }
 

@@ -275,6 +275,27 @@ impl Drop for Tracer {
     }
 }
 
+/// telco-stap started with `args`, whose `-c` command is
+/// tests/programs/spans.c's `forever`, once the program has said "ready"
+/// and "busy" (10,000 calls made): the tracer, and the rest of its
+/// output.
+pub fn tracer_when_busy(
+    args: &[&str],
+) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut tracer = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = std::io::BufReader::new(tracer.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("busy"));
+    (tracer, lines)
+}
+
 /// Run telco-stap: (stdout, stderr, exit code).
 pub fn telco_run(args: &[&str]) -> (String, String, Option<i32>) {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_telco-stap")).args(args).output().expect("run telco-stap");

@@ -330,6 +330,11 @@ pub fn thread_cpu_ns(pid: i32, tid: i32) -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
+/// Whether thread `tid` of process `pid` still exists.
+pub fn thread_exists(pid: i32, tid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
 /// This host's name (`/proc/sys/kernel/hostname`: the UTS namespace's),
 /// or "" when it cannot be read.
 pub fn hostname() -> String {
