@@ -562,16 +562,18 @@ fn rss_kib(pid: u32) -> u64 {
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap_or(0)
 }
 
-/// A long session (ten minutes; `TELCO_SOAK_SECONDS` sets another) at a
+/// A long session (ten minutes; `TELCO_SOAK_SECONDS` sets another, five
+/// at least) at a
 /// steady 20,000 calls a second, streamed as it runs: spans to an OTLP
 /// receiver, a --perfetto trace rotated every 4 MB, profiles to
 /// Pyroscope every 5 s. The tracer's resident size, read every second of
-/// the program's, stays flat after the first minute, and every call is
-/// delivered or counted as dropped. `.ci/run` runs it beside the rest of
+/// the program's, stays flat from the second minute to the last, and every
+/// call is delivered or counted as dropped. `.ci/run` runs it beside the rest of
 /// the suite.
 #[test]
 fn a_ten_minute_session_keeps_its_memory() {
-    let secs: u64 = std::env::var("TELCO_SOAK_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
+    // (Five minutes at least: the first is the buffers' filling.)
+    let secs: u64 = std::env::var("TELCO_SOAK_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600).max(300);
     let exe = target();
     let files = dir().join("soak");
     std::fs::create_dir_all(&files).expect("mkdir");
@@ -632,29 +634,38 @@ fn a_ten_minute_session_keeps_its_memory() {
     assert!(stderr.contains(&format!("--pyroscope: {samples} of {samples} timer.profile samples")), "{stderr}");
     let rotated = std::fs::read_dir(&files).expect("the trace files").count();
     // (Some 3 bytes a call: 36 MB, nine files, in ten minutes.)
-    assert!(rotated >= 2, "{rotated} trace files");
-    assert!(stderr.contains(&format!(" in {rotated} files (--rotate 4 MB)")), "{stderr}");
+    assert!(rotated as u64 >= (secs / 100).max(1), "{rotated} trace files");
+    assert!(rotated == 1 || stderr.contains(&format!(" in {rotated} files (--rotate 4 MB)")), "{stderr}");
     std::fs::remove_dir_all(&files).ok();
-    // Flat: from the second minute (the buffers filled, the symbols
-    // read, the queue at its usual depth; a quarter of a shorter
-    // session) to the last, the peak does not rise more than 16 MiB
-    // above the second minute's, and the last minute's mean no more
-    // than 3 MiB above the second's.
-    let minute = ((secs / 4).min(60)) as usize;
-    let second = &rss[minute..2 * minute];
-    let (last, later) = (&rss[rss.len() - minute..], &rss[2 * minute..]);
-    let mean = |v: &[u64]| v.iter().sum::<u64>() / v.len().max(1) as u64;
+    // Flat: minutes 2 to 4 (the buffers filled, the symbols read, the
+    // queue at its usual depth; tenths of a shorter session) against the
+    // last three. The resident size moves in plateaus some 10 MB apart
+    // with the machine's load (the allocator's state, the queue's depth),
+    // so the test compares what a leak raises: the median and the floor
+    // (each within 4 MiB), and bounds the peak (16 MiB above).
+    let minute = ((secs / 10).min(60)) as usize;
+    let early = &rss[minute..4 * minute];
+    let late = &rss[rss.len() - 3 * minute..];
+    let median = |v: &[u64]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let low = |v: &[u64]| v.iter().copied().min().unwrap_or(0);
     let top = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
     let summary = format!(
-        "RSS (KiB) in the second minute: mean {} peak {}; then peak {}; the last minute's mean {}: {rss:?}",
-        mean(second),
-        top(second),
-        top(later),
-        mean(last)
+        "RSS (KiB) in minutes 2-4: median {} floor {} peak {}; in the last 3: median {} floor {} peak {}: {rss:?}",
+        median(early),
+        low(early),
+        top(early),
+        median(late),
+        low(late),
+        top(&rss[2 * minute..])
     );
     eprintln!("{summary}");
-    assert!(top(later) <= top(second) + 16 * 1024, "{summary}");
-    assert!(mean(last) <= mean(second) + 3 * 1024, "{summary}");
+    assert!(median(late) <= median(early) + 4 * 1024, "{summary}");
+    assert!(low(late) <= low(early) + 4 * 1024, "{summary}");
+    assert!(top(&rss[2 * minute..]) <= top(early) + 16 * 1024, "{summary}");
 }
 
 /// `--otlp URL` without a script: the program's profile goes, as
