@@ -201,6 +201,9 @@ pub struct Profile {
 /// Modules read to name frames, by path, build id and size, and the
 /// kernel's symbols: a sink that names a profile every few seconds
 /// (`push`) reads them once a session, not once a window.
+/// Modules [`Symbols`] keeps, at most.
+const MAX_MODULES: usize = 1024;
+
 /// A module's path, build id and size.
 type ModuleKey = (PathBuf, Vec<u8>, usize);
 
@@ -315,6 +318,12 @@ impl Profile {
                 Key::Module { module, addr } => {
                     let info = &self.modules[module as usize];
                     let key = (info.path.clone(), info.build_id.clone(), info.image.as_ref().map_or(0, |i| i.len()));
+                    // A program that loads ever new libraries (plugins,
+                    // rebuilt ones) does not grow the cache for ever: past
+                    // MAX_MODULES it starts again.
+                    if loaded.len() >= MAX_MODULES && !loaded.contains_key(&key) {
+                        loaded.clear();
+                    }
                     let (m, debug) = loaded.entry(key).or_insert_with(|| {
                         // The module as the process mapped it (its path
                         // may name another file, or none: never read).
