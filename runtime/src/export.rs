@@ -128,6 +128,21 @@ pub struct Sent {
     pub first_error: Option<String>,
 }
 
+impl Sent {
+    /// The items not delivered, by reason (those with some).
+    pub fn lost(&self) -> Vec<(u64, &'static str)> {
+        [
+            (self.queue_full, "the export queue was full (--export-queue)"),
+            (self.refused, "the endpoint refused them"),
+            (self.rejected, "the endpoint accepted the requests but rejected them"),
+            (self.unsent, "the endpoint did not take them before --export-timeout"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .collect()
+    }
+}
+
 /// A request to send: where, what, and how many items it holds.
 pub struct Request {
     /// The path (and query) after the endpoint's authority.
@@ -209,15 +224,20 @@ impl Exporter {
         self.shared.wake.notify_one();
     }
 
-    /// A gzip'd protobuf body for `path`, the OTLP way.
-    pub fn send_protobuf(&self, path: &str, body: Vec<u8>, items: u64) {
-        self.send(Request {
-            path: path.to_string(),
-            content_type: "application/x-protobuf".into(),
-            gzip: true,
-            body,
-            items,
-        });
+    /// An encoded protobuf message for `path`, sent gzip'd, the OTLP way.
+    pub fn send_protobuf(&self, path: &str, encoded: &[u8], items: u64) {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        // (Writing to memory does not fail.)
+        if let Ok(body) = gz.write_all(encoded).and_then(|_| gz.finish()) {
+            self.send(Request {
+                path: path.to_string(),
+                content_type: "application/x-protobuf".into(),
+                gzip: true,
+                body,
+                items,
+            });
+        }
     }
 
     /// The session is ending: what is queued is sent until `by` (and no
@@ -596,6 +616,12 @@ mod tests {
         (Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap(), rx)
     }
 
+    /// `body` as it is (the queue's and the retries' mechanics, not gzip).
+    fn raw(x: &Exporter, body: &[u8], items: u64) {
+        let (path, content_type) = ("/v1/traces".into(), "application/x-protobuf".into());
+        x.send(Request { path, content_type, gzip: false, body: body.to_vec(), items });
+    }
+
     fn none(_: &[u8]) -> Option<(u64, String)> {
         None
     }
@@ -605,9 +631,9 @@ mod tests {
         let ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
         let (e, rx) = server(vec!["HTTP/1.1 503 busy\r\nRetry-After: 0\r\n\r\n", ok, ok, "HTTP/1.1 400 no\r\n\r\n"]);
         let x = Exporter::start(&e, 1 << 20, none, false).unwrap();
-        x.send_protobuf("/v1/traces", b"one".to_vec(), 1);
-        x.send_protobuf("/v1/traces", b"two".to_vec(), 2);
-        x.send_protobuf("/v1/traces", b"three".to_vec(), 4);
+        raw(&x, b"one", 1);
+        raw(&x, b"two", 2);
+        raw(&x, b"three", 4);
         let got: Vec<Vec<u8>> = (0..4).map(|_| rx.recv().unwrap()).collect();
         assert_eq!(got, [b"one".to_vec(), b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]);
         let sent = x.finish(Duration::from_secs(5));
@@ -620,9 +646,9 @@ mod tests {
         // Nothing listens on port 1 of 127.0.0.1: every try fails.
         let e = Endpoint::parse("http://127.0.0.1:1").unwrap();
         let x = Exporter::start(&e, 10, none, false).unwrap();
-        x.send_protobuf("/v1/traces", vec![0; 6], 3);
-        x.send_protobuf("/v1/traces", vec![0; 6], 5);
-        x.send_protobuf("/v1/traces", vec![0; 4], 7);
+        raw(&x, &[0; 6], 3);
+        raw(&x, &[0; 6], 5);
+        raw(&x, &[0; 4], 7);
         let sent = x.finish(Duration::ZERO);
         assert_eq!((sent.requests, sent.queue_full, sent.unsent), (0, 5, 10));
     }

@@ -36,7 +36,6 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// The flag that asks for the export (its report says it).
@@ -284,9 +283,7 @@ impl Otlp {
             })
             .collect();
         let request = ExportTraceServiceRequest { resource_spans };
-        if let Some(body) = gzip(&request.encode_to_vec()) {
-            self.exporter.send_protobuf(&self.path, body, self.waiting as u64);
-        }
+        self.exporter.send_protobuf(&self.path, &request.encode_to_vec(), self.waiting as u64);
         self.waiting = 0;
         self.oldest = None;
     }
@@ -320,8 +317,8 @@ impl Otlp {
                 }
             }
         }
-        if let (Some(body), Some(e)) = (gzip(&request.encode_to_vec()), &self.logs.exporter) {
-            e.send_protobuf(&self.logs.path, body, n);
+        if let Some(e) = &self.logs.exporter {
+            e.send_protobuf(&self.logs.path, &request.encode_to_vec(), n);
         }
     }
 
@@ -337,12 +334,6 @@ impl Otlp {
 
 fn scope() -> InstrumentationScope {
     InstrumentationScope { name: "telco-stap".into(), version: env!("CARGO_PKG_VERSION").into(), ..Default::default() }
-}
-
-/// `bytes` gzip'd (writing to memory does not fail).
-fn gzip(bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(bytes).and_then(|_| gz.finish()).ok()
 }
 
 /// A 2xx answer's partial success for log records.
@@ -363,7 +354,8 @@ fn rejected(body: &[u8]) -> Option<(u64, String)> {
     Some((n, format!("{n} spans rejected: {why}")))
 }
 
-fn text(k: &str, v: &str) -> KeyValue {
+/// A string attribute.
+pub fn text(k: &str, v: &str) -> KeyValue {
     KeyValue {
         key: k.into(),
         value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
@@ -371,7 +363,8 @@ fn text(k: &str, v: &str) -> KeyValue {
     }
 }
 
-fn int(k: &str, v: i64) -> KeyValue {
+/// An integer attribute.
+pub fn int(k: &str, v: i64) -> KeyValue {
     KeyValue {
         key: k.into(),
         value: Some(AnyValue { value: Some(any_value::Value::IntValue(v)) }),
@@ -505,16 +498,11 @@ impl TraceWriter for Otlp {
 
 /// What was not delivered, and why.
 fn lost(sent: &Sent, unspooled: u64) -> Vec<(u64, &'static str)> {
-    [
-        (sent.queue_full, "the export queue was full (--export-queue)"),
-        (sent.refused, "the endpoint refused them"),
-        (sent.rejected, "the endpoint accepted the requests but rejected them"),
-        (sent.unsent, "the endpoint did not take them before --export-timeout"),
-        (unspooled, "the trace writer fell behind"),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .collect()
+    let mut v = sent.lost();
+    if unspooled > 0 {
+        v.push((unspooled, "the trace writer fell behind"));
+    }
+    v
 }
 
 /// What the export's report says.

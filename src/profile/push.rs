@@ -15,15 +15,15 @@ use super::{Files, Named, Profile};
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope};
 use opentelemetry_proto::tonic::profiles::v1development as otp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use telco_runtime::export::{Endpoint, Exporter, Request, Sent};
+use telco_runtime::otlp::{int, text};
 use telco_runtime::profile::{Sink, Stack, Summary};
 
 /// Where and how often profiles go.
@@ -145,12 +145,11 @@ impl Push {
         }
         if let Some(t) = &self.otlp {
             let request = otlp_request(&named, from, until, &self.settings, &self.host);
-            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            if gz.write_all(&request.encode_to_vec()).is_ok() {
-                if let Ok(body) = gz.finish() {
-                    t.exporter.send_protobuf(&t_path(&self.settings.otlp, "/v1development/profiles"), body, n);
-                }
-            }
+            t.exporter.send_protobuf(
+                &t_path(&self.settings.otlp, "/v1development/profiles"),
+                &request.encode_to_vec(),
+                n,
+            );
         }
     }
 }
@@ -212,14 +211,6 @@ fn rejected_profiles(body: &[u8]) -> Option<(u64, String)> {
     let n = u64::try_from(p.rejected_profiles).unwrap_or(0);
     let why: String = p.error_message.chars().take(200).flat_map(char::escape_debug).collect();
     Some((if n > 0 { u64::MAX } else { 0 }, format!("{n} profiles rejected: {why}")))
-}
-
-fn text(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
-        ..Default::default()
-    }
 }
 
 /// The window as an OTLP profiles request: one dictionary (every table
@@ -323,15 +314,8 @@ fn otlp_request(n: &Named<'_>, from: u64, until: u64, s: &Settings, host: &str) 
     let resource_profiles = by_pid
         .into_iter()
         .map(|(pid, samples)| {
-            let mut attributes = vec![
-                text("service.name", &s.service),
-                text("host.name", host),
-                KeyValue {
-                    key: "process.pid".into(),
-                    value: Some(AnyValue { value: Some(any_value::Value::IntValue(i64::from(pid))) }),
-                    ..Default::default()
-                },
-            ];
+            let mut attributes =
+                vec![text("service.name", &s.service), text("host.name", host), int("process.pid", i64::from(pid))];
             attributes.extend(s.labels.iter().map(|(k, v)| text(k, v)));
             otp::ResourceProfiles {
                 resource: Some(Resource { attributes, ..Default::default() }),
@@ -403,18 +387,12 @@ fn report(flag: &str, url: &str, sent: &Sent, windows: u64, samples: u64) -> Vec
         sent.items.saturating_sub(sent.rejected),
         sent.requests
     )];
-    for (n, why) in [
-        (sent.queue_full, "the export queue was full (--export-queue)"),
-        (sent.refused, "the endpoint refused them"),
-        (sent.rejected, "the endpoint accepted the requests but rejected them"),
-        (sent.unsent, "the endpoint did not take them before --export-timeout"),
-    ] {
-        if n > 0 {
-            v.push(format!("WARNING: {flag}: {n} samples not delivered: {why}"));
-        }
+    let lost = sent.lost();
+    for (n, why) in &lost {
+        v.push(format!("WARNING: {flag}: {n} samples not delivered: {why}"));
     }
     if let Some(e) = &sent.first_error {
-        if sent.queue_full + sent.refused + sent.rejected + sent.unsent > 0 {
+        if !lost.is_empty() {
             v.push(format!("WARNING: {flag}: {url} said: {e}"));
         }
     }
