@@ -1,28 +1,41 @@
 //! Go programs (issue: Go programs named, probed and profiled safely).
 //! Built here with Debian's golang-go (Go 1.19), stripped (`-s -w`), as a
-//! position-independent and as a fixed-address executable; Debian's fzf
-//! (a stripped Go program). `.ci/run` installs both.
+//! position-independent and as a fixed-address executable, and with cgo;
+//! Debian's fzf (a stripped Go program). `.ci/run` installs both.
 //!
 //! * Names: Go functions are listed by their Go names from `.gopclntab`,
 //!   which stripped binaries keep.
 //! * Profiles: the CPU split between main.hot and main.cold shows under
 //!   their Go names.
+//! * Probes on Go functions' entries: exact counts while a thousand
+//!   goroutines grow and copy their stacks, `$argN` by Go's register ABI,
+//!   `goid()`; Go's preemption, collector and runtime/pprof's own CPU
+//!   profile go on beside them and `timer.profile`; what cannot be probed
+//!   safely is refused, located, with why.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// tests/programs/gospin.go built into `dir` with `flags`.
-fn go_build(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+/// tests/programs/`src` built into `dir` with `flags` (and cgo linked in
+/// when `cgo`).
+fn go_build_from(dir: &Path, src: &str, name: &str, flags: &[&str], cgo: bool) -> PathBuf {
     let exe = dir.join(name);
-    let src = common::repo().join("tests/programs/gospin.go");
+    let pkg = dir.join(format!("{name}-src"));
+    std::fs::create_dir_all(&pkg).expect("source dir");
+    std::fs::copy(common::repo().join("tests/programs").join(src), pkg.join("main.go")).expect("copy the source");
+    if cgo {
+        // Every thread a pthread, the thread pointer the C library's.
+        std::fs::write(pkg.join("cgo.go"), "package main\n\nimport _ \"runtime/cgo\"\n").expect("cgo.go");
+    }
     let out = Command::new("go")
         .arg("build")
         .args(flags)
         .arg("-o")
         .arg(&exe)
-        .arg(&src)
+        .arg(".")
+        .current_dir(&pkg)
         // Everything of the build in the test's scratch directory; no
         // network (the program has no dependencies).
         .env("GOCACHE", dir.join("gocache"))
@@ -30,10 +43,17 @@ fn go_build(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
         .env("HOME", dir)
         .env("GOPROXY", "off")
         .env("GOFLAGS", "-buildvcs=false")
+        .env("GO111MODULE", "off")
+        .env("CGO_ENABLED", if cgo { "1" } else { "0" })
         .output()
         .expect("run go build (Debian's golang-go: .ci/run installs it)");
     assert!(out.status.success(), "go build failed:\n{}", String::from_utf8_lossy(&out.stderr));
     exe
+}
+
+/// tests/programs/gospin.go built into `dir` with `flags`.
+fn go_build(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    go_build_from(dir, "gospin.go", name, flags, false)
 }
 
 fn builds(dir: &Path) -> Vec<PathBuf> {
@@ -94,20 +114,142 @@ fn go_profiles_are_named_from_the_function_table() {
     }
 }
 
-/// A probe on a Go function is refused, located and with why (a probe
-/// there would run on a goroutine stack Go grows and moves), never armed:
-/// the session fails before the program runs.
+/// tests/programs/gowork.go three ways: stripped and position
+/// independent, fixed-address with its symbols, and with cgo (threads
+/// that are pthreads).
+fn work_builds(dir: &Path) -> Vec<PathBuf> {
+    vec![
+        go_build_from(dir, "gowork.go", "work-pie", &["-ldflags=-s -w", "-buildmode=pie"], false),
+        go_build_from(dir, "gowork.go", "work-exe", &[], false),
+        go_build_from(dir, "gowork.go", "work-cgo", &[], true),
+    ]
+}
+
+/// telco-stap with `args` and `env` added to its environment (which the
+/// `-c` command inherits), under a bound: (stdout, stderr, exit code).
+fn telco_env(args: &[&str], env: &[(&str, &str)]) -> (String, String, Option<i32>) {
+    let o = Command::new("timeout")
+        .args(["-s", "KILL", "120"])
+        .arg(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run telco-stap");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
+}
+
+/// A thousand goroutines recurse 200 deep through a probed Go function
+/// with a 256-byte local: their stacks start at 8 KiB and are grown and
+/// copied several times each (`morestack` starts the function again),
+/// and the scheduler moves them between threads. Every call is counted
+/// once; `$arg1` is `n`, `$arg2`/`$arg3` the string's pointer and length
+/// (Go's register ABI: RAX, RBX, RCX), `goid()` tells the goroutines apart.
 #[test]
-fn probes_on_go_functions_are_refused_with_why() {
-    let dir = common::scratch("go-refused");
-    let exe = go_build(&dir, "spin", &["-ldflags=-s -w"]);
-    for point in ["process.function(\"main.hot\")", "process.function(\"main.*\").return"] {
-        let script = format!("probe {point} {{ }}");
-        let (out, err, code) = common::telco_run(&["-e", &script, "-c", &format!("{} 1", exe.display())]);
-        assert_eq!(code, Some(1), "{point}: {err}");
-        assert!(!out.contains("done"), "{point}: the program ran: {out}");
-        assert!(err.contains("error[E0014]: cannot probe Go function"), "{point}: {err}");
-        assert!(err.contains("<input>:1:"), "{point}: {err}");
-        assert!(!err.contains("no function matches"), "{point}: {err}");
+fn go_entry_probes_count_every_call_while_stacks_grow_and_move() {
+    let dir = common::scratch("go-stacks");
+    let script = "global n, bad, deepest, ids, goroutines
+        probe process.function(\"main.rec\") {
+            n++
+            if ($arg3 != 5 || user_string_n($arg2, $arg3) != \"hello\") bad++
+            if ($arg1 > deepest) deepest = $arg1
+            ids[goid()] = 1
+        }
+        probe end {
+            foreach (id in ids) goroutines++
+            printf(\"n %d bad %d deepest %d goroutines %d\\n\", n, bad, deepest, goroutines)
+        }";
+    for exe in work_builds(&dir) {
+        let (out, err, code) =
+            telco_env(&["-e", script, "-c", &format!("{} stacks 1000 200", exe.display())], &[("GOMAXPROCS", "4")]);
+        assert_eq!(code, Some(0), "{}: {err}", exe.display());
+        assert!(out.contains("rec 201000"), "{}: {out}", exe.display());
+        assert!(out.contains("n 201000 bad 0 deepest 200 goroutines 1000"), "{}: {out}\n{err}", exe.display());
+        assert!(!err.contains("Skipped") && !err.contains("WARNING"), "{}: {err}", exe.display());
     }
+}
+
+/// Probes on a Go function called 8 million times by four spinning
+/// goroutines while another runs the collector in a loop (Go stops the
+/// world and preempts goroutines with SIGURG), runtime/pprof samples its
+/// own CPU profile with SIGPROF, and `timer.profile` samples the threads:
+/// exact counts, both profiles, and the program ends as it would.
+#[test]
+fn go_signals_collector_and_pprof_go_on_beside_probes_and_profiles() {
+    let dir = common::scratch("go-preempt");
+    let exe = go_build_from(&dir, "gowork.go", "work", &[], false);
+    let pprof = dir.join("cpu.pprof");
+    let folded = dir.join("p.folded");
+    let script = "global n, samples
+        probe process.function(\"main.step\") { n++ }
+        probe timer.profile.hz(499) { samples++ }
+        probe end { printf(\"n %d sampled %d\\n\", n, samples > 0) }";
+    let (out, err, code) = telco_env(
+        &["-e", script, "-c", &format!("{} preempt 2000000", exe.display()), "--folded", folded.to_str().unwrap()],
+        &[("GOWORK_PPROF", pprof.to_str().unwrap()), ("GOMAXPROCS", "4")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("step 8000000 gc true"), "{out}\n{err}");
+    assert!(out.contains("n 8000000 sampled 1"), "{out}\n{err}");
+    // Go's own profile, read by Go's own tool.
+    let top = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(&exe)
+        .arg(&pprof)
+        .env("HOME", &dir)
+        .env("GOCACHE", dir.join("gocache"))
+        .output()
+        .expect("go tool pprof");
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(top.status.success(), "{}", String::from_utf8_lossy(&top.stderr));
+    assert!(text.contains("Type: cpu") && text.contains("main.step"), "{text}");
+    // Ours names Go's frames.
+    let ours = std::fs::read_to_string(&folded).expect("the folded file");
+    assert!(ours.lines().any(|l| l.contains("main.step") || l.contains("main.main.func")), "{ours}");
+}
+
+/// What cannot be probed safely in a Go program is refused, located,
+/// with why, before the program runs: return probes (a replaced return
+/// address on a goroutine's stack is fatal to Go's runtime), a leaf too
+/// small for Go to check its stack (its handlers could not switch
+/// stacks safely), statements inside Go functions.
+#[test]
+fn unsafe_probes_on_go_functions_are_refused_with_why() {
+    let dir = common::scratch("go-refused");
+    let exe = go_build_from(&dir, "gowork.go", "work", &[], false);
+    for (point, why) in [
+        ("process.function(\"main.rec\").return", "a return probe would replace a return address"),
+        ("process.function(\"main.leaf\")", "not Go's stack-bound check"),
+        ("process.statement(\"main.rec+4\")", "inside the Go function `main.rec`"),
+    ] {
+        let script = format!("probe {point} {{ }}");
+        let (out, err, code) = common::telco_run(&["-e", &script, "-c", &format!("{} leaf", exe.display())]);
+        assert_eq!(code, Some(1), "{point}: {err}");
+        assert!(!out.contains("leaf"), "{point}: the program ran: {out}");
+        assert!(err.contains("<input>:1:"), "{point}: {err}");
+        assert!(err.contains(why), "{point}: {err}");
+    }
+    // By wildcard: the others are probed, the refused one named.
+    let (out, err, code) = common::telco_run(&[
+        "-e",
+        "global n probe process.function(\"main.[lr]e*\") { n++ } probe end { println(n) }",
+        "-c",
+        &format!("{} leaf", exe.display()),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("skipped: cannot probe Go function `main.leaf`"), "{err}");
+    assert!(out.contains("leaf 1") && out.ends_with("0\n"), "{out}");
+}
+
+/// Debian's fzf, stripped: its Go functions probed by their Go names.
+#[test]
+fn fzf_is_probed_by_go_name() {
+    let (out, err, code) = common::telco_run(&[
+        "-e",
+        "global n probe process(\"/usr/bin/fzf\").function(\"main.main\") { n++ } probe end { printf(\"n %d\\n\", n) }",
+        "-c",
+        "/usr/bin/fzf --version",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.ends_with("n 1\n"), "{out}\n{err}");
 }

@@ -51,6 +51,9 @@ pub enum Attach {
         /// module and no hop could be planned, but nothing arrives inside
         /// the first instruction: a one-byte trap goes there instead.
         trap: bool,
+        /// A Go function (its `.gopclntab` lists it): its handlers run on
+        /// the thread's scheduler stack, never on the goroutine's.
+        go: Option<GoSite>,
     },
     /// An instruction inside a function (a statement or an SDT marker):
     /// link-time address, offset in the file, and the bytes the jump
@@ -169,6 +172,31 @@ pub struct Hop {
     /// elsewhere in the module (a cold part, a table): hop even where the
     /// function's own bytes would take the jump.
     pub required: bool,
+}
+
+/// A Go function's entry as its trampoline takes it: the bytes of Go's
+/// stack-bound check there (the instructions up to and with its `jbe` to
+/// the function's `morestack` call), which the trampoline runs first, and
+/// where the fields it reads are in the runtime's structures of the
+/// program's Go version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoSite {
+    pub check: u8,
+    pub layout: GoLayout,
+}
+
+/// Offsets in Go's `g` and `m` (runtime/runtime2.go of the program's Go
+/// version; `g.stack.lo` and `.hi` are its first two words in all of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoLayout {
+    /// `g.m`, `g.sched.sp`, `g.goid`.
+    pub g_m: u16,
+    pub g_sched_sp: u16,
+    pub g_goid: u16,
+    /// `m.g0`, `m.procid` (the thread's id), `m.gsignal`.
+    pub m_g0: u16,
+    pub m_procid: u16,
+    pub m_gsignal: u16,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -113,6 +113,7 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("TA_TABLES", TRAP_AREA_HEADER),
         ("TRAP_CAP", TRAP_CAP),
         ("C_SLOT", offset_of!(Ctx, slot)),
+        ("C_GO_GOID", offset_of!(Ctx, go_goid)),
         ("H_DL_ACK", offset_of!(Header, dl_ack)),
         ("H_DL_WAIT", offset_of!(Header, dl_wait)),
         ("H_NTHREADS", offset_of!(Header, nthreads)),
@@ -305,6 +306,10 @@ pub fn c_header(arch: &str) -> Option<String> {
     let args: Vec<String> = regs.arg_regs.iter().map(|r| (8 * r).to_string()).collect();
     let _ = writeln!(h, "#define NARG_REGS {}", args.len());
     let _ = writeln!(h, "#define ARG_REG_OFFSETS {{{}}}", args.join(", "));
+    let go: Vec<String> = regs.go_arg_regs.iter().map(|r| (8 * r).to_string()).collect();
+    let _ = writeln!(h, "#define NGO_ARG_REGS {}", go.len());
+    let _ = writeln!(h, "#define GO_ARG_REG_OFFSETS {{{}}}", go.join(", "));
+    let _ = writeln!(h, "#define REG_GO_G {}ULL", 8 * regs.go_g_reg);
     let _ = writeln!(h, "#define REG_RETURN {}ULL", 8 * regs.return_reg);
     let _ = writeln!(h, "#define NREGS {}", regs.nregs);
     if let Some(ra) = regs.ra_reg {

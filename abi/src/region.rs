@@ -230,10 +230,25 @@ pub struct Header {
     /// (`rt_trap`, compiler/rt/rt.c: an atomic add per hit), for the
     /// session summary.
     pub trap_hits: u64,
-    pub _reserved: [u64; 3],
+    /// `skipped`, by reason: a probe on a Go function hit where its
+    /// handler cannot run (the thread on Go's scheduler or signal stack, or
+    /// with too little of the scheduler's stack free). Its trampoline adds
+    /// to both itself.
+    pub skipped_go: u64,
+    pub _reserved: [u64; 2],
 }
 
 pub const HEADER_SIZE: usize = 448;
+
+/// The stack each thread slot has for the handlers of probes on Go
+/// functions (`ThreadSlot::go_stack`), in a session with such probes.
+pub const GO_STACK_SIZE: u64 = 64 << 10;
+
+/// The bytes a Go function's trampoline needs free on the thread's
+/// scheduler stack (Go's `g0`: 8 KiB on a thread Go starts itself, cgo's
+/// and the main thread's are larger), where it runs `rt_enter_go` when a
+/// thread takes its slot; with less it skips the hit.
+pub const GO_STACK_ROOM: u64 = 2048;
 
 /// The trap area: per process, after the thread slots and their shadow
 /// stacks in the same private mapping (`Header::threads_at`, so a forked
@@ -552,7 +567,11 @@ pub struct ThreadSlot {
     /// (`Header::rows_next`).
     pub index: u32,
     pub _pad: u32,
-    pub _reserved: [u64; 3],
+    /// The top of this slot's stack for the handlers of probes on Go
+    /// functions (`GO_STACK_SIZE` bytes; 0 in a session without them):
+    /// Go's own stacks are too small, and move.
+    pub go_stack: u64,
+    pub _reserved: [u64; 2],
 }
 
 /// One return-probe frame: the replaced return address, the stack address
@@ -810,7 +829,9 @@ pub struct Ctx {
     pub error: u32,
     /// Location id of the pending error.
     pub error_loc: u32,
-    pub _pad: u32,
+    /// A probe on a Go function: the offset of the goroutine id in Go's
+    /// `g` (`goid()`; `$argN` then follows Go's register ABI); 0 elsewhere.
+    pub go_goid: u32,
     pub tid: u64,
     pub pid: u64,
     /// `tokenize`'s position in its saved input.

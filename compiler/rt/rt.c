@@ -2312,6 +2312,17 @@ LOCAL i64 *arg_reg(u8 *regs, i64 n) {
     return &AT(regs, arg_regs[n - 1], i64);
 }
 
+/* In a probe on a Go function (its context names the goid's place),
+ * argument words follow Go's register ABI: the saved word of its
+ * register n (1-based), or 0 past them (Go puts the arguments that do not
+ * fit in registers on the stack whole, so word n has no fixed place). */
+LOCAL int go_arg(u8 *ctx, u8 *regs, i64 n, i64 **at) {
+    static const u8 go_regs[NGO_ARG_REGS] = GO_ARG_REG_OFFSETS;
+    if (!AT(ctx, C_GO_GOID, u32)) return 0;
+    *at = n >= 1 && n <= NGO_ARG_REGS ? &AT(regs, go_regs[n - 1], i64) : 0;
+    return 1;
+}
+
 /* $argN (1-based: the ABI's argument registers, then the stack from the
  * entry's stack pointer, past the return address on x86_64:
  * STACK_ARGS_AT), $return and register("...") of a function probe; 0
@@ -2319,6 +2330,8 @@ LOCAL i64 *arg_reg(u8 *regs, i64 n) {
 EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs || n < 1) return 0;
+    i64 *go;
+    if (go_arg(ctx, regs, n, &go)) return go ? *go : 0;
     if (n <= NARG_REGS) return *arg_reg(regs, n);
     i64 v = 0;
     rt_read_user(R, &v, AT(regs, REG_SP, u64) + STACK_ARGS_AT + 8 * (u64)(n - NARG_REGS - 1), 8);
@@ -2332,6 +2345,11 @@ EXPORT i64 rt_arg(u8 *R, u8 *ctx, i64 n) {
 EXPORT void rt_set_arg(u8 *ctx, i64 n, i64 v) {
     u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
     if (!regs || n < 0) return;
+    i64 *go;
+    if (n > 0 && go_arg(ctx, regs, n, &go)) {
+        if (go) *go = v;
+        return;
+    }
     if (n == 0)
         AT(regs, REG_RETURN, i64) = v;
     else if (n <= NARG_REGS)
@@ -2893,19 +2911,13 @@ LOCAL void thread_event(u8 *R, u8 *s) {
  * find_slot in runtime/src/arch/x86_64/trampoline.rs). */
 LOCAL u64 slot_home(u64 tp, u64 n) { return ((u64)((u32)tp * 0x9e3779b9u) << __builtin_ctzll(n)) >> 32; }
 
-/* The calling thread's slot, claimed on first use; 0 when all are taken.
- * Keyed by the thread pointer (thread_pointer()). The slots are
+/* The calling thread's slot under key `tp` (its thread id `me`, 0 when
+ * unknown), claimed on first use; 0 when all are taken. The slots are
  * private to the process (Header::threads_at): a forked child has a copy. */
-static u8 *thread_slot(u8 *R) {
-    u64 tp = thread_pointer();
+static u8 *keyed_slot(u8 *R, u64 tp, u32 me) {
     u64 n = AT(TR(R), H_NTHREADS, u32);
     if (!tp || !n) return 0;
     u8 *slots = (u8 *)AT(TR(R), H_THREADS_AT, u64);
-    /* The thread's id as its C library keeps it (no system call), when
-     * the tracer found where. */
-    u32 off = AT(TR(R), H_TCB_TID_OFF, u32);
-    /* Signed: below the thread pointer on aarch64. */
-    u32 me = off ? *(u32 *)(tp + (u64)(i64)(int)off) : 0;
     u64 h = slot_home(tp, n);
     for (u64 i = 0; i < n; i++) {
         u8 *s = slots + ((h + i) & (n - 1)) * TS_SIZE;
@@ -2952,6 +2964,17 @@ static u8 *thread_slot(u8 *R) {
         return s;
     }
     return 0;
+}
+
+/* The calling thread's slot, keyed by its thread pointer. */
+static u8 *thread_slot(u8 *R) {
+    u64 tp = thread_pointer();
+    /* The thread's id as its C library keeps it (no system call), when
+     * the tracer found where. */
+    u32 off = AT(TR(R), H_TCB_TID_OFF, u32);
+    /* Signed: below the thread pointer on aarch64. */
+    u32 me = tp && off ? *(u32 *)(tp + (u64)(i64)(int)off) : 0;
+    return keyed_slot(R, tp, me);
 }
 
 LOCAL u8 *shadow_frame(u8 *R, u8 *slot, u32 i) {
@@ -3045,8 +3068,8 @@ EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
  * busy, or 0 when the thread is already inside a handler (a signal handler
  * that calls a probed function while a handler holds a lock) or has no
  * slot. Such a hit is skipped and counted, never nested. */
-EXPORT u8 *rt_enter(u8 *R) {
-    u8 *slot = thread_slot(R);
+/* rt_enter's work on a slot found (or not). */
+LOCAL u8 *enter_slot(u8 *R, u8 *slot) {
     if (!slot || AT(slot, TS_BUSY, u32)) {
         skip(R, !slot || AT(slot, TS_INDEX, u32) >= AT(TR(R), H_NTHREADS, u32) ? H_SKIPPED_NOSLOT : H_SKIPPED_BUSY);
         return 0;
@@ -3056,6 +3079,24 @@ EXPORT u8 *rt_enter(u8 *R) {
      * handler does (same thread: a compiler barrier is enough). */
     __asm__ volatile("" ::: "memory");
     return slot;
+}
+
+EXPORT u8 *rt_enter(u8 *R) { return enter_slot(R, thread_slot(R)); }
+
+/* rt_enter at a Go function's entry: the slot keyed by the thread's Go
+ * `m` (a Go program without cgo leaves the thread pointer to Go, which
+ * keeps nothing at its word 0), its thread id `tid` (`m.procid`). */
+EXPORT u8 *rt_enter_go(u8 *R, u64 m, u64 tid) { return enter_slot(R, keyed_slot(R, m, (u32)tid)); }
+
+/* goid(): the goroutine id in a probe on a Go function (its `g` is the
+ * saved Go register, the id at C_GO_GOID in it); 0 elsewhere. */
+EXPORT i64 rt_goid(u8 *R, u8 *ctx) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    u32 off = AT(ctx, C_GO_GOID, u32);
+    if (!regs || !off || (AT(ctx, C_FLAGS, u32) & CTX_SAMPLE)) return 0;
+    i64 v = 0;
+    rt_read_user(R, &v, AT(regs, REG_GO_G, u64) + off, 8);
+    return v;
 }
 
 /* One step of a thread's wait for the tracer (rt_dlnotify,

@@ -369,7 +369,18 @@ pub fn threads_size(a: &Artifact) -> u64 {
     let slot = core::mem::size_of::<telco_abi::region::ThreadSlot>() as u64;
     let n = u64::from(a.nthreads);
     let stack = u64::from(a.shadow_depth) * u64::from(a.frame_size);
-    (n * slot + n * stack).next_multiple_of(4096).max(4096) + telco_abi::region::TRAP_AREA_SIZE as u64
+    (n * slot + n * stack).next_multiple_of(4096).max(4096) + n * go_stack(a) + telco_abi::region::TRAP_AREA_SIZE as u64
+}
+
+/// Each slot's stack for the handlers of probes on Go functions
+/// (`ThreadSlot::go_stack`): none in a session without them.
+fn go_stack(a: &Artifact) -> u64 {
+    let go = a.probes.iter().any(|p| matches!(p.attach, telco_abi::artifact::Attach::Function { go: Some(_), .. }));
+    if go {
+        telco_abi::region::GO_STACK_SIZE
+    } else {
+        0
+    }
 }
 
 fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u64, InjectError> {
@@ -408,10 +419,15 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
         });
     }
     let mut table = vec![0u8; (n * slot) as usize];
+    let go_stacks = at + (n * slot + n * stack).next_multiple_of(4096).max(4096);
     for i in 0..n {
         let s = (i * slot) as usize;
         let frames = at + n * slot + i * stack;
         table[s + core::mem::offset_of!(ThreadSlot, frames)..][..8].copy_from_slice(&frames.to_le_bytes());
+        if go_stack(a) > 0 {
+            let top = go_stacks + (i + 1) * go_stack(a);
+            table[s + core::mem::offset_of!(ThreadSlot, go_stack)..][..8].copy_from_slice(&top.to_le_bytes());
+        }
     }
     s.write(at, &table)?;
     Ok(at)

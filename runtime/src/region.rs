@@ -167,6 +167,7 @@ impl Region {
             skipped_busy: 0,
             skipped_noslot: 0,
             skipped_deep: 0,
+            skipped_go: 0,
             // A session's own region serves the tracer: no target.
             target: if pid == u64::from(std::process::id()) { 0 } else { pid },
             exec_req: 0,
@@ -186,7 +187,7 @@ impl Region {
             arg_start: crate::os::proc::arg_area(pid as i32).map_or(0, |a| a.0),
             arg_end: crate::os::proc::arg_area(pid as i32).map_or(0, |a| a.1),
             trap_hits: 0,
-            _reserved: [0; 3],
+            _reserved: [0; 2],
         };
         for base in [mem.as_ptr(), mirror.as_ptr()] {
             // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.

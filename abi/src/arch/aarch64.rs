@@ -83,6 +83,10 @@ pub const PSTATE: usize = 33;
 /// Where a function's integer arguments arrive (`$arg1`…`$arg8`); the
 /// ninth and later are on the stack at the entry's stack pointer.
 pub const ARG_REGS: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+/// Go's register ABI (ABIInternal): integer arguments in X0-X15, one word
+/// each, and the goroutine's `g` in X28.
+pub const GO_ARG_REGS: [usize; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+pub const GO_G_REG: usize = 28;
 /// Where an integer result is returned (`$return`); a 16-byte result's
 /// high half is in [`RETURN_REG2`].
 pub const RETURN_REG: usize = X0;

@@ -28,6 +28,9 @@ compile_error!(
 pub struct Layout {
     pub nregs: usize,
     pub arg_regs: &'static [usize],
+    /// Go's register ABI: its integer argument registers, and `g`'s.
+    pub go_arg_regs: &'static [usize],
+    pub go_g_reg: usize,
     pub return_reg: usize,
     pub sp: usize,
     pub fp: usize,
@@ -50,6 +53,8 @@ pub fn layout(arch: &str) -> Option<Layout> {
         "x86_64" => Some(Layout {
             nregs: x86_64::NREGS,
             arg_regs: &x86_64::ARG_REGS,
+            go_arg_regs: &x86_64::GO_ARG_REGS,
+            go_g_reg: x86_64::GO_G_REG,
             return_reg: x86_64::RETURN_REG,
             sp: x86_64::SP,
             fp: x86_64::FP,
@@ -61,6 +66,8 @@ pub fn layout(arch: &str) -> Option<Layout> {
         "aarch64" => Some(Layout {
             nregs: aarch64::NREGS,
             arg_regs: &aarch64::ARG_REGS,
+            go_arg_regs: &aarch64::GO_ARG_REGS,
+            go_g_reg: aarch64::GO_G_REG,
             return_reg: aarch64::RETURN_REG,
             sp: aarch64::SP,
             fp: aarch64::FP,

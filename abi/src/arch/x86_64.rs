@@ -66,6 +66,11 @@ pub const PC: usize = RIP;
 /// Where a function's integer arguments arrive (`$arg1`…`$arg6`); the
 /// seventh and later are on the stack, above the return address.
 pub const ARG_REGS: [usize; 6] = [RDI, RSI, RDX, RCX, R8, R9];
+/// Go's register ABI (ABIInternal, Go 1.17 and later): integer arguments
+/// in RAX, RBX, RCX, RDI, RSI, R8, R9, R10, R11, one word each (a string
+/// takes two, a slice three), and the goroutine's `g` in R14.
+pub const GO_ARG_REGS: [usize; 9] = [RAX, RBX, RCX, RDI, RSI, R8, R9, R10, R11];
+pub const GO_G_REG: usize = 14;
 /// Where an integer result is returned (`$return`).
 pub const RETURN_REG: usize = RAX;
 /// A 16-byte integer result's high half.

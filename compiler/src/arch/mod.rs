@@ -18,7 +18,8 @@
 //!   parsed to [`MarkArg`]s (`parse_args`);
 //! * `entry`: whether a function's first instructions use its return
 //!   address as data (`.return` refusals: `return_address_use`, its
-//!   `NoReturnAddress`) or only jump elsewhere (`tail_jump`);
+//!   `NoReturnAddress`) or only jump elsewhere (`tail_jump`); the length of
+//!   Go's stack-bound check at a Go function's entry (`go_stack_check`);
 //! * `sites`: decoding a whole module for where control can arrive (patch
 //!   sites of statements, markers and hops): `Sites` (`build`,
 //!   `instruction_starts`, `function_range`, `plan`, `plan_pad`,
@@ -351,6 +352,7 @@ macro_rules! check_contract {
 
             let _: fn(&[u8], u64) -> Option<entry::NoReturnAddress> = entry::return_address_use;
             let _: fn(&[u8], u64) -> Option<u64> = entry::tail_jump;
+            let _: fn(&[u8]) -> Result<u8, String> = entry::go_stack_check;
 
             fn short_hop<M: ModuleCode>(m: &M, f: FunctionRange) -> Result<Option<telco_abi::artifact::Hop>, String> {
                 hop::short_hop(m, f)

@@ -230,6 +230,7 @@ fn attach_of(p: &Point) -> Attach {
             hop: f.hop,
             ra_saved: f.ra_saved,
             trap: f.trap,
+            go: f.go,
         },
         Point::Statement { module, addr, site, .. } => Attach::Statement {
             module: module.clone(),
@@ -329,6 +330,7 @@ mod tests {
             hop: None,
             ra_saved: None,
             trap: false,
+            go: None,
         };
         let mark = MarkPoint {
             module: module.clone(),

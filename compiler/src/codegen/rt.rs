@@ -91,6 +91,7 @@ rt_fns! {
     StringToFp = "rt_string_to_fp"(4) true,
     CmdlineStr = "rt_cmdline_str"(4) false,
     Tid = "rt_tid"(1) true,
+    Goid = "rt_goid"(2) true,
     Ppid = "rt_ppid"(2) true,
     Uid = "rt_uid"(2) true,
     RetPush = "rt_ret_push"(5) true,

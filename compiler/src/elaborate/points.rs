@@ -204,6 +204,7 @@ impl<'q> Resolver<'q> {
             hop: None,
             ra_saved: if ret { libc.return_address_saved(f) } else { None },
             trap: false,
+            go: None,
         }))
     }
 
@@ -504,14 +505,50 @@ impl<'q> Resolver<'q> {
         let mut no_return = Vec::new();
         // Entries no jump can take safely: (name, why).
         let mut unhookable: Vec<(String, String)> = Vec::new();
-        // Go functions: refused until probes are safe on goroutine stacks.
-        let mut go: Vec<String> = Vec::new();
+        // Go functions no probe can take safely: (name, why).
+        let mut go: Vec<(String, String)> = Vec::new();
         for f in found {
             if exported_only && !f.global {
                 continue;
             }
-            if module.go_function(f.addr) && !self.listing {
-                go.push(f.display_name().to_string());
+            let go_site = if module.go_function(f.addr) && !self.listing {
+                let site = if ret {
+                    Err("a return probe would replace a return address on the goroutine's stack, which Go's \
+                         runtime reads whenever it grows, copies or unwinds the stack (return probes on Go \
+                         functions are not placed yet)"
+                        .to_string())
+                } else if itrace {
+                    Err("`.itrace` follows a thread, and goroutines move between threads".to_string())
+                } else {
+                    module.go_entry(f)
+                };
+                match site {
+                    Ok(site) => Some(site),
+                    Err(why) => {
+                        go.push((f.display_name().to_string(), why));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some(site) = go_site {
+                let (symbol, demangled) = module.matched_name(&pattern, f);
+                points.push(Point::Function(FunctionPoint {
+                    module: module.path.clone(),
+                    symbol,
+                    demangled,
+                    addr: f.addr,
+                    size: f.size,
+                    file_offset: f.file_offset,
+                    ret,
+                    itrace,
+                    only_exe: None,
+                    hop: None,
+                    ra_saved: None,
+                    trap: false,
+                    go: Some(site),
+                }));
                 continue;
             }
             if f.ifunc {
@@ -549,16 +586,16 @@ impl<'q> Resolver<'q> {
                 hop,
                 ra_saved: if ret { module.return_address_saved(f) } else { None },
                 trap,
+                go: None,
             }));
         }
         if !go.is_empty() {
-            let names: Vec<&str> = go.iter().map(String::as_str).collect();
+            let names: Vec<&str> = go.iter().map(|(n, _)| n.as_str()).collect();
             let msg = format!(
-                "cannot probe Go function{} {} yet: a probe would run on the goroutine's stack, which Go grows and \
-                 moves (and a return probe would change a return address Go's runtime reads), and telco-stap does \
-                 not yet run probes on a stack of its own there",
+                "cannot probe Go function{} {}: {}",
                 if names.len() == 1 { "" } else { "s" },
-                list_names(&names)
+                list_names(&names),
+                go[0].1
             );
             let d = if ex.point.optional || (wildcard && !points.is_empty()) {
                 Diagnostic::warning(Code::Unsupported, comp.span, format!("skipped: {msg}"))

@@ -89,6 +89,59 @@ fn parse(tab: &[u8], text_start: Option<u64>) -> Option<Vec<GoFunction>> {
     Some(out)
 }
 
+/// The Go version a binary was built with (`go1.19.8`), from its
+/// `.go.buildinfo` section (`debug/buildinfo` in Go's source): a 16-byte
+/// header (`"\xff Go buildinf:"`, the pointer size, flags) and, since Go
+/// 1.18 (flag 2), the version as a string with a varint length at byte
+/// 32. Older layouts (pointers to Go strings) give None.
+pub fn build_version(info: &[u8]) -> Option<String> {
+    if info.get(..14)? != b"\xff Go buildinf:" || info.get(15)? & 2 == 0 {
+        return None;
+    }
+    let mut len = 0usize;
+    let mut at = 32;
+    for shift in (0..35).step_by(7) {
+        let b = *info.get(at)?;
+        at += 1;
+        len |= usize::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            let v = info.get(at..at.checked_add(len)?)?;
+            let v = std::str::from_utf8(v).ok()?;
+            return (v.starts_with("go") && len <= 64).then(|| v.to_string());
+        }
+    }
+    None
+}
+
+/// Where the fields a Go probe's trampoline reads are in `g` and `m` for
+/// Go `version`: read off runtime/runtime2.go of each release from 1.18
+/// (the first with Go's register ABI on both architectures and the
+/// version in `.go.buildinfo`) to 1.23 (whose `g.syscallbp` moves `goid`).
+/// Err: a version whose layout telco-stap does not know.
+pub fn layout(version: &str) -> Result<telco_abi::artifact::GoLayout, String> {
+    let minor = version
+        .strip_prefix("go1.")
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|m| m.parse::<u32>().ok());
+    let goid = match minor {
+        Some(18..=22) => 0x98,
+        Some(23) => 0xa0,
+        _ => {
+            return Err(format!(
+                "it was built with {version}, whose runtime's layout telco-stap does not know (Go 1.18 to 1.23)"
+            ))
+        }
+    };
+    Ok(telco_abi::artifact::GoLayout {
+        g_m: 0x30,
+        g_sched_sp: 0x38,
+        g_goid: goid,
+        m_g0: 0,
+        m_procid: 0x48,
+        m_gsignal: 0x50,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +179,28 @@ mod tests {
         assert_eq!(got, [("main.main", 0x40_1000, 0x40), ("main.(*T).work", 0x40_1040, 0x50)]);
         // A position-independent binary's text, given apart.
         assert_eq!(functions(&table(0), Some(0x1000))[1].addr, 0x1040);
+    }
+
+    #[test]
+    fn the_version_and_its_layout_are_read() {
+        let mut info = b"\xff Go buildinf:\x08\x02".to_vec();
+        info.resize(32, 0);
+        info.push(9);
+        info.extend(b"go1.19.8x");
+        info.push(0);
+        assert_eq!(build_version(&info).as_deref(), Some("go1.19.8x"));
+        // Cut anywhere: nothing, never a panic.
+        for cut in 0..info.len() - 1 {
+            assert_eq!(build_version(&info[..cut]), None, "cut at {cut}");
+        }
+        // Before 1.18: pointers, not read.
+        info[15] = 0;
+        assert_eq!(build_version(&info), None);
+        assert_eq!(layout("go1.19.8").unwrap().g_goid, 0x98);
+        assert_eq!(layout("go1.23rc1").unwrap().g_goid, 0xa0);
+        for v in ["go1.17.3", "go1.24.0", "go2", "devel"] {
+            assert!(layout(v).unwrap_err().contains(v), "{v}");
+        }
     }
 
     #[test]

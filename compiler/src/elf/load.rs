@@ -120,6 +120,7 @@ fn parse_with(path: &Path, bytes: &[u8], names_only: bool) -> Result<Module, Elf
 
     let mut functions = group_functions(path, bytes.len() as u64, &elf, candidates, &mut skipped, names_only)?;
     let go_entries = add_go_functions(&elf, bytes, &mut functions);
+    let go_version = section(&elf, bytes, ".go.buildinfo").and_then(super::gopclntab::build_version);
     if stripped && machine == crate::arch::native::MACHINE {
         add_unnamed_functions(&elf, bytes, &mut functions);
     }
@@ -177,7 +178,15 @@ fn parse_with(path: &Path, bytes: &[u8], names_only: bool) -> Result<Module, Elf
         little_endian: elf.little_endian,
         nodeflib: info.is_some_and(|i| i.flags_1 & DF_1_NODEFLIB != 0),
         go_entries,
+        go_version,
     })
+}
+
+/// The bytes of the section named `name`, when the file holds them.
+fn section<'a>(elf: &Elf<'_>, bytes: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let sh = elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name))?;
+    let at = usize::try_from(sh.sh_offset).ok()?;
+    bytes.get(at..at.checked_add(usize::try_from(sh.sh_size).ok()?)?)
 }
 
 /// The loadable segments: (address, size in the file, file offset).

@@ -112,8 +112,10 @@ pub struct Module {
     little_endian: bool,
     nodeflib: bool,
     /// The entries of the Go functions its `.gopclntab` lists (sorted):
-    /// probes on them are refused (`Module::go_function`).
+    /// (`Module::go_function`, `Module::go_entry`).
     go_entries: Vec<u64>,
+    /// The Go version it was built with (`.go.buildinfo`), when it says.
+    go_version: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,6 +290,34 @@ impl Module {
         self.go_entries.binary_search(&addr).is_ok()
     }
 
+    /// How a probe at the entry of Go function `f` is placed (its
+    /// trampoline runs the function's stack-bound check first, then its
+    /// handlers on the thread's scheduler stack: runtime/src/arch's
+    /// trampolines); Err: why it cannot be, safely.
+    pub fn go_entry(&self, f: &Function) -> Result<telco_abi::artifact::GoSite, String> {
+        let version =
+            self.go_version.as_deref().ok_or("its Go version is unknown (no .go.buildinfo of Go 1.18 or later)")?;
+        let layout = gopclntab::layout(version)?;
+        // A vfork'd child runs these on its parent's memory and thread
+        // structures (its handler would take its parent's slot).
+        let name = f.display_name();
+        if name.starts_with("syscall.forkAndExecInChild") || name == "syscall.rawVforkSyscall" {
+            return Err("it runs in a vfork'd child, which shares the parent's memory and Go thread".into());
+        }
+        let bytes = self.bytes()?;
+        let at = usize::try_from(f.file_offset).map_err(|e| e.to_string())?;
+        let code = bytes.get(at..(at + 32).min(at + f.size as usize)).unwrap_or_default();
+        let check = crate::arch::native::entry::go_stack_check(code)?;
+        // Nothing arrives inside the check's bytes (morestack's way back
+        // is to its first).
+        let sites = self.sites()?;
+        let patch = sites.plan_len(&bytes, f.addr, (f.addr, f.addr + f.size), u64::from(check), false)?;
+        if patch.displaced != u32::from(check) {
+            return Err(format!("its stack check is {check} bytes but the jump would displace {}", patch.displaced));
+        }
+        Ok(telco_abi::artifact::GoSite { check, layout })
+    }
+
     /// Read and parse the ELF file at `path`.
     pub fn load(path: &Path) -> Result<Module, ElfError> {
         load::load(path)
@@ -377,6 +407,13 @@ impl Module {
             return Err(format!("statement and marker probes need a {:?} module", crate::arch::native::MACHINE));
         }
         let symbol = self.function_at(addr).filter(|f| f.size > 0);
+        if let Some(f) = symbol.filter(|f| self.go_function(f.addr) && addr < f.addr + f.size) {
+            return Err(format!(
+                "{addr:#x} is inside the Go function `{}`, and only Go functions' entries are probed (a probe \
+                 inside one would run on the goroutine's stack, which Go grows and moves)",
+                f.display_name()
+            ));
+        }
         let Some(range) = sites.function_range(addr, symbol.map(|f| (f.addr, f.size))) else {
             return Err(format!("{addr:#x} is inside no function (no symbol or unwind entry covers it)"));
         };

@@ -67,6 +67,8 @@ builtins! {
     Ppfunc = "ppfunc"() -> String,
     Probefunc = "probefunc"() -> String,
     Uaddr = "uaddr"() -> Long,
+    // The goroutine's id in a probe on a Go function; 0 elsewhere.
+    Goid = "goid"() -> Long,
     Register = "register"(String) -> Long,
     // Arguments and the return value by C type (SystemTap's DWARF-less
     // conversions): argument n from its register or stack slot, the low

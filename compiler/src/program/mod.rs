@@ -274,6 +274,8 @@ pub struct FunctionPoint {
     /// Something arrives inside the jump's bytes and no hop could be
     /// planned: a one-byte trap (`elf::Module::entry_trap`).
     pub trap: bool,
+    /// A Go function's entry (`elf::Module::go_entry`).
+    pub go: Option<telco_abi::artifact::GoSite>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

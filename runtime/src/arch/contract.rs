@@ -64,6 +64,24 @@ pub struct Entry<M> {
     /// (`rt_trap_sigaction`, `rt_trap_sigmask`). Needs the full path
     /// (`lean` None): it reads and changes the saved registers.
     pub always: Option<(u64, u64)>,
+    /// A Go function's entry: its trampoline runs the function's own
+    /// stack-bound check first and its handlers on the thread's scheduler
+    /// stack (`GoEntry`); only `handlers` (on the full path) go with it.
+    pub go: Option<GoEntry>,
+}
+
+/// What a Go function's trampoline needs (`artifact::GoSite`, as placed).
+#[derive(Clone, Debug)]
+pub struct GoEntry {
+    /// The stack-bound check's instructions, as the function has them: the
+    /// trampoline runs them, its branches to `morestack` going to their
+    /// relocated copies instead.
+    pub check: Vec<u8>,
+    /// Where the function goes on once the check passed.
+    pub back: u64,
+    pub layout: telco_abi::artifact::GoLayout,
+    /// `rt_enter_go`.
+    pub enter: u64,
 }
 
 /// The thread slots and shadow stacks of return probes in the target:

@@ -152,6 +152,7 @@ macro_rules! check_pure_contract {
         let _: fn(&[u8], u64) -> Option<u64> = patch::direct_call_target;
         let _: fn(u32) -> i32 = patch::signs_return;
         let _: fn(u64, u64) -> Vec<u8> = patch::signal_stub;
+        let _: fn(&[u8]) -> Result<(), String> = patch::go_check;
 
         // trampoline: the shared types, with this architecture's mask.
         is_error::<AsmError>();

@@ -235,6 +235,20 @@ impl Hooker {
                 Err(why) => return Ok(Err(why.to_string())),
             },
         };
+        // A Go function: what its trampoline runs first and reads.
+        let go = match t.go {
+            Some(site) => {
+                let check = &bytes[..usize::from(site.check)];
+                if let Err(why) = patch::go_check(check) {
+                    return Ok(Err(why));
+                }
+                let Some(enter) = self.enter_go else {
+                    return Ok(Err("the runtime library lacks rt_enter_go".into()));
+                };
+                Some((check.to_vec(), site.layout, enter))
+            }
+            None => None,
+        };
         let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
         let itrace = match (&t.itrace, self.itrace_wait) {
             (Some(_), Some(w)) => Some((code.at(w), self.itraced.borrow().len() as u32)),
@@ -256,6 +270,12 @@ impl Hooker {
                 .and_then(|o| bytes.get(o as usize..o as usize + 4))
                 .map_or(0, |w| patch::signs_return(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))),
             always: t.always,
+            go: go.map(|(check, layout, enter)| trampoline::GoEntry {
+                check,
+                back: hook.patch_at + hook.displaced as u64,
+                layout,
+                enter: code.at(enter),
+            }),
             ..self.entry(code, at, addr)
         };
         let nothing =

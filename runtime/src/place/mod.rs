@@ -49,6 +49,8 @@ pub(crate) struct Hooker {
     pub(crate) ret_push: u32,
     pub(crate) ret_pop: u32,
     pub(crate) enter: u32,
+    /// `rt_enter_go` (`trampoline::GoEntry::enter`).
+    pub(crate) enter_go: Option<u32>,
     pub(crate) dlnotify: u32,
     /// `rt_itrace_wait`, and the `.itrace` functions hooked so far (their
     /// index is what their gate passes).
@@ -141,6 +143,8 @@ pub(crate) struct Tramp {
     /// Another probe's site is inside the bytes this one's jump would
     /// take (two markers one after the other): a trap here, so both fire.
     pub(crate) crowded: bool,
+    /// A Go function's entry (`trampoline::Entry::go`).
+    pub(crate) go: Option<telco_abi::artifact::GoSite>,
 }
 
 impl Tramp {
@@ -161,6 +165,7 @@ impl Tramp {
             trap: false,
             always: None,
             crowded: false,
+            go: None,
         }
     }
 
@@ -189,6 +194,7 @@ impl Tramp {
             trap: false,
             always: None,
             crowded: false,
+            go: None,
         }
     }
 }
@@ -382,6 +388,7 @@ impl Hooker {
             ret_push,
             ret_pop,
             enter,
+            enter_go: symbol("rt_enter_go"),
             dlnotify,
             itrace_wait: symbol("rt_itrace_wait"),
             itraced: Default::default(),
@@ -482,6 +489,7 @@ impl Hooker {
             ra_saved: None,
             ra_signed: 0,
             always: None,
+            go: None,
         }
     }
 

@@ -274,11 +274,16 @@ impl Hooker {
             let trap = probes.iter().any(|&i| {
                 matches!(a.probes[i].attach, Attach::Function { trap: true, .. } | Attach::Statement { trap: true, .. })
             });
+            // A Go function: its own trampoline, every register saved.
+            let go = probes.iter().find_map(|&i| match a.probes[i].attach {
+                Attach::Function { go, .. } => go,
+                _ => None,
+            });
             let tramp = Tramp {
                 handlers,
                 returns,
                 ret_tramp: own_ret.unwrap_or(ret_tramp),
-                lean,
+                lean: if go.is_some() { None } else { lean },
                 itrace,
                 span,
                 clock_only,
@@ -288,6 +293,7 @@ impl Hooker {
                 trap,
                 always,
                 crowded: crowded.contains(&file_offset),
+                go,
             };
             // Two patches never share a byte (a statement right after
             // another, or inside a function's entry jump).
@@ -308,6 +314,11 @@ impl Hooker {
             };
             let host = hosts.remove(&(file_offset + skip));
             let placed = match (size, site, hop, host) {
+                // A Go function's jump displaces its stack-bound check.
+                _ if go.is_some() => {
+                    let check = go.map_or(0, |g| usize::from(g.check));
+                    self.function(s, &mut code, addr, 0, Some(check), tramp)?
+                }
                 (None, Some(_), _, None) if lead_call => self.call_site(s, &mut code, addr, tramp)?,
                 (None, Some(_), _, None) if lead.is_some() => {
                     self.lead_in(s, &mut code, addr, lead.unwrap_or(0) as usize, tramp)?

@@ -32,6 +32,7 @@ fn function(file_offset: u64, size: u64) -> Attach {
         hop: None,
         ra_saved: None,
         trap: false,
+        go: None,
     }
 }
 

@@ -54,6 +54,7 @@ pub struct Outcome {
     pub skipped_busy: u64,
     pub skipped_noslot: u64,
     pub skipped_deep: u64,
+    pub skipped_go: u64,
     /// The session ended because more than MAXSKIPPED probes were skipped.
     pub too_many_skipped: bool,
     pub dropped: u64,
@@ -677,6 +678,7 @@ impl<'a> Local<'a> {
                     skipped_busy: total(core::mem::offset_of!(Header, skipped_busy)),
                     skipped_noslot: total(core::mem::offset_of!(Header, skipped_noslot)),
                     skipped_deep: total(core::mem::offset_of!(Header, skipped_deep)),
+                    skipped_go: total(core::mem::offset_of!(Header, skipped_go)),
                     too_many_skipped: skipped_out,
                     dropped: total(dropped_at),
                     unreturned: total(core::mem::offset_of!(Header, unreturned)),

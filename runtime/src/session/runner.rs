@@ -71,7 +71,7 @@ pub(super) fn call_with(
         nesting: 0,
         error: 0,
         error_loc: 0,
-        _pad: 0,
+        go_goid: 0,
         tid,
         pid,
         tok_pos: 0,

@@ -38,6 +38,14 @@ pub fn summary(o: &Outcome, a: &Artifact, quiet: bool) -> Vec<String> {
             o.skipped_deep, a.shadow_depth
         ));
     }
+    if o.skipped_go > 0 {
+        v.push(format!(
+            "WARNING: Skipped in Go's runtime: {} (a probed Go function reached on Go's scheduler or signal stack, \
+             or with less than {} KiB of the scheduler's stack free)",
+            o.skipped_go,
+            telco_abi::region::GO_STACK_ROOM / 1024
+        ));
+    }
     if o.unfollowed_execs > 0 {
         v.push(format!(
             "WARNING: {} program(s) the target exec'd ran without probes: the tracer did not answer their exec in 10 s",

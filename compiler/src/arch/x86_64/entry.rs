@@ -165,6 +165,58 @@ fn analyze(code: &[u8], addr: u64) -> Seen {
     Nothing
 }
 
+/// The length of Go's stack-bound check at the entry of a Go function
+/// (`code`, its first bytes), compiled for Go's register ABI with `g` in
+/// R14 (cmd/internal/obj/x86/obj6.go, `stacksplit`), in its three shapes:
+///
+/// * a small frame: `cmp rsp, [r14+0x10]; jbe morestack`;
+/// * a large one: `lea r12, [rsp-N]; cmp r12, [r14+0x10]; jbe morestack`;
+/// * a huge one: `mov r12, rsp; sub r12, N; jb morestack;
+///   cmp r12, [r14+0x10]; jbe morestack`.
+///
+/// Its trampoline runs these first and runs the probe only when the check
+/// passes, so a call whose stack grows (`morestack` starts the function
+/// again) fires once; and the check proves that R14 is `g` there. Err:
+/// why the function has no such check (Go's assembly, a leaf too small to
+/// check its stack, one reached through Go's ABI0).
+pub fn go_stack_check(code: &[u8]) -> Result<u8, String> {
+    let mut dec = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let reg = |i: &iced_x86::Instruction, m: Mnemonic, r: Register| {
+        i.mnemonic() == m && i.op0_kind() == OpKind::Register && i.op0_register() == r
+    };
+    let guard = |i: &iced_x86::Instruction, r: Register| {
+        reg(i, Mnemonic::Cmp, r)
+            && i.op1_kind() == OpKind::Memory
+            && i.memory_base() == Register::R14
+            && i.memory_index() == Register::None
+            && i.memory_displacement64() == 0x10
+    };
+    let none = "its entry is not Go's stack-bound check on R14 (`cmp rsp, [r14+0x10]; jbe`): an assembly \
+                function, or a leaf too small for Go to check its stack";
+    let first = dec.decode();
+    let checked = if guard(&first, Register::RSP) {
+        true
+    } else if reg(&first, Mnemonic::Lea, Register::R12) && first.memory_base() == Register::RSP {
+        guard(&dec.decode(), Register::R12)
+    } else if reg(&first, Mnemonic::Mov, Register::R12)
+        && first.op1_kind() == OpKind::Register
+        && first.op1_register() == Register::RSP
+    {
+        let (sub, jb) = (dec.decode(), dec.decode());
+        reg(&sub, Mnemonic::Sub, Register::R12)
+            && matches!(sub.op1_kind(), OpKind::Immediate32to64 | OpKind::Immediate8to64)
+            && jb.mnemonic() == Mnemonic::Jb
+            && guard(&dec.decode(), Register::R12)
+    } else {
+        false
+    };
+    let jbe = dec.decode();
+    if !checked || jbe.mnemonic() != Mnemonic::Jbe || jbe.flow_control() != FlowControl::ConditionalBranch {
+        return Err(none.into());
+    }
+    u8::try_from(jbe.next_ip()).map_err(|_| none.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +261,30 @@ mod tests {
         assert_eq!(return_address_use(&[0x48, 0x8d, 0x54, 0x24, 0x08, 0xc3], 0), None);
         // Nothing decodable.
         assert_eq!(return_address_use(&[], 0), None);
+    }
+
+    #[test]
+    fn go_stack_checks_in_their_three_shapes() {
+        // cmp rsp,[r14+0x10]; jbe rel8
+        assert_eq!(go_stack_check(&[0x49, 0x3b, 0x66, 0x10, 0x76, 0x30, 0x55]), Ok(6));
+        // lea r12,[rsp-0xa8]; cmp r12,[r14+0x10]; jbe rel32
+        let large = [0x4c, 0x8d, 0xa4, 0x24, 0x58, 0xff, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0xc5, 0, 0, 0];
+        assert_eq!(go_stack_check(&large), Ok(18));
+        // mov r12,rsp; sub r12,0x2dd0; jb rel32; cmp r12,[r14+0x10]; jbe rel32
+        let huge = [
+            0x49, 0x89, 0xe4, 0x49, 0x81, 0xec, 0xd0, 0x2d, 0, 0, 0x0f, 0x82, 0x25, 0x07, 0, 0, 0x4d, 0x3b, 0x66, 0x10,
+            0x0f, 0x86, 0x1b, 0x07, 0, 0,
+        ];
+        assert_eq!(go_stack_check(&huge), Ok(26));
+        // A leaf without the check (inc rax; ret), the check on another
+        // register, a check cut short, Go's ABI0 assembly (g from TLS).
+        for code in [
+            &[0x48, 0xff, 0xc0, 0xc3][..],
+            &[0x48, 0x3b, 0x61, 0x10, 0x76, 0x30],
+            &[0x49, 0x3b, 0x66, 0x10],
+            &[0x64, 0x4c, 0x8b, 0x34, 0x25, 0xf8, 0xff, 0xff, 0xff],
+        ] {
+            assert!(go_stack_check(code).unwrap_err().contains("stack-bound check"), "{code:x?}");
+        }
     }
 }

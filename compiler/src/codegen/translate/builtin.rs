@@ -290,6 +290,10 @@ impl Gen<'_, '_, '_> {
                 let strings = self.const_addr(0);
                 self.b.ins().iadd(strings, off)
             }
+            Builtin::Goid => {
+                self.ctx_escapes = true;
+                self.rt(Rt::Goid, &[self.region, self.ctx])
+            }
             Builtin::Uaddr => {
                 self.ctx_escapes = true;
                 self.load(self.ctx, core::mem::offset_of!(abi::Ctx, addr) as i32)

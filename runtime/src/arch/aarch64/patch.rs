@@ -177,6 +177,12 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     Ok(Hook { patch_at: site, displaced: B_LEN })
 }
 
+/// A Go function's stack-bound check (x86_64's `go_check`): probes on
+/// Go functions run on x86_64 only so far.
+pub fn go_check(_check: &[u8]) -> Result<(), String> {
+    Err("probes on Go functions run on x86_64 only so far".into())
+}
+
 /// How the landing pad `pad` (the word before a function's patch site)
 /// signs x30: `telco_abi::region::SAVED_PACIA` for `paciasp`,
 /// `SAVED_PACIB` for `pacibsp`, 0 for anything else.

@@ -78,7 +78,7 @@ use super::patch::{PACIASP, PACIBSP};
 
 pub use super::asm::AsmError;
 
-pub use crate::arch::contract::{Returns, Shadow, SpanInline, StatInline, Timed};
+pub use crate::arch::contract::{GoEntry, Returns, Shadow, SpanInline, StatInline, Timed};
 /// What one function's trampolines do (`arch::contract`), with this
 /// architecture's register mask.
 pub type Entry = crate::arch::contract::Entry<RegMask>;
@@ -113,6 +113,7 @@ fn save_all(a: &mut Asm, frame: u32, pc: Option<u64>) {
     a.add_imm(X16, SP, 0, false);
     a.str64(X16, SP, ctx(core::mem::offset_of!(Ctx, regs)));
     a.str32(ZR, SP, ctx(core::mem::offset_of!(Ctx, flags)));
+    a.str32(ZR, SP, ctx(core::mem::offset_of!(Ctx, go_goid)));
     a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, tid)));
     a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, tok_pos)));
     a.str64(ZR, SP, ctx(core::mem::offset_of!(Ctx, entry)));
@@ -706,6 +707,7 @@ pub fn clock_entry_prefix(e: &Entry, so: &ClockOnly) -> Result<Vec<u8>, AsmError
         ra_saved: e.ra_saved,
         ra_signed: e.ra_signed,
         always: None,
+        go: None,
     };
     entry_with(&e, so.push_clobbers)
 }
@@ -955,6 +957,7 @@ mod tests {
             ra_saved: Some(-16),
             ra_signed: 0,
             always: None,
+            go: None,
         }
     }
 

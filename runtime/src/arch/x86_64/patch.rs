@@ -42,7 +42,7 @@
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Decoder, DecoderError, DecoderOptions, Instruction, InstructionBlock, Mnemonic,
-    OpKind,
+    OpKind, Register,
 };
 
 pub use crate::arch::contract::{CopyMap, Hook, Retarget};
@@ -627,6 +627,33 @@ pub fn relocate_at_entry(original: &[u8], from: u64, len: usize, to: u64) -> Res
 /// trampoline farther away could not relocate RIP-relative operands.
 pub fn far_jump(_target: u64) -> Option<Vec<u8>> {
     None
+}
+
+/// `check`, the bytes of a Go function's stack-bound check as pass 2
+/// found it (`artifact::GoSite::check`, in the live process): Ok when they
+/// are still that check, instructions on R12, RSP and `[r14+0x10]` that
+/// end with its `jbe` to `morestack` (the trampoline runs them, its own
+/// branches going to their relocated copies).
+pub fn go_check(check: &[u8]) -> Result<(), String> {
+    let not = || "its entry is not the Go stack check pass 2 found there".to_string();
+    let mut dec = Decoder::new(64, check, DecoderOptions::NONE);
+    let mut ins = Instruction::default();
+    while dec.can_decode() {
+        dec.decode_out(&mut ins);
+        let ok = match ins.mnemonic() {
+            Mnemonic::Cmp => ins.memory_base() == Register::R14 && ins.memory_displacement64() == 0x10,
+            Mnemonic::Lea | Mnemonic::Mov | Mnemonic::Sub => {
+                ins.op0_register() == Register::R12 && !ins.is_ip_rel_memory_operand()
+            }
+            Mnemonic::Jb => dec.can_decode(),
+            Mnemonic::Jbe => !dec.can_decode(),
+            _ => false,
+        };
+        if !ok || ins.is_invalid() {
+            return Err(not());
+        }
+    }
+    (ins.mnemonic() == Mnemonic::Jbe).then_some(()).ok_or_else(not)
 }
 
 /// How a landing pad signs the return address (aarch64's pointer

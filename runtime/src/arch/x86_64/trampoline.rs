@@ -114,7 +114,7 @@ pub type AsmError = IcedError;
 use telco_abi::arch::x86_64 as regs;
 use telco_abi::region::{Ctx, SavedRegs, CTX_SIZE};
 
-pub use crate::arch::contract::{Returns, Shadow, SpanInline, StatInline, Timed};
+pub use crate::arch::contract::{GoEntry, Returns, Shadow, SpanInline, StatInline, Timed};
 /// What one function's trampolines do (`arch::contract`), with this
 /// architecture's register mask.
 pub type Entry = crate::arch::contract::Entry<RegMask>;
@@ -424,6 +424,7 @@ fn init_ctx(a: &mut CodeAssembler, ctx_at: i32) -> Result<(), IcedError> {
     a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, regs))), rsp)?;
     a.xor(eax, eax)?;
     a.mov(dword_ptr(rsp + c(core::mem::offset_of!(Ctx, flags))), eax)?;
+    a.mov(dword_ptr(rsp + c(core::mem::offset_of!(Ctx, go_goid))), eax)?;
     a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, tid))), rax)?;
     a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, tok_pos))), rax)?;
     a.mov(qword_ptr(rsp + c(core::mem::offset_of!(Ctx, entry))), rax)?;
@@ -576,6 +577,9 @@ fn find_slot(a: &mut CodeAssembler, e: &Shadow, slow: CodeLabel) -> Result<(), I
 /// (rsp = 8 mod 16; were it not, the handlers still run: they use no
 /// instruction that needs an aligned stack, which `clobber` checks).
 pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
+    if let Some(g) = &e.go {
+        return go_entry_prefix(e, g);
+    }
     use telco_abi::region::ThreadSlot;
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
     let c = |f: usize| ctx_at + f as i32;
@@ -773,6 +777,184 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
     } else {
         a.zero_bytes()?;
     }
+    assemble_aligned(&mut a, e.at)
+}
+
+/// A Go function's entry trampoline. Go's stacks are small and move, so
+/// nothing of ours goes on the goroutine's: the handlers run on the
+/// thread slot's own stack (`ThreadSlot::go_stack`). In order, using only
+/// R12, R13 and the flags until the switch (Go's register ABI leaves them
+/// dead at a function's entry):
+///
+/// 1. the function's own stack-bound check: when it fails, its relocated
+///    copy after this prefix branches to the function's `morestack` call,
+///    which starts the function again once the stack has grown, so a call
+///    fires its probes once;
+/// 2. `g` (R14, which the check just used) must be the goroutine its
+///    thread runs, not `m.g0` or `m.gsignal` (Go's runtime on its
+///    scheduler or signal stack), with its stack pointer within
+///    `g.stack`; otherwise the hit is skipped and counted
+///    (`Header::skipped_go`) and the function goes on;
+/// 3. the thread's slot, keyed by its `m` (a Go program without cgo keeps
+///    nothing at the thread pointer's word 0) and checked against
+///    `m.procid` as the C library's thread id is elsewhere; off the common
+///    path `rt_enter_go` finds or takes one, run on Go's scheduler stack
+///    (`g0`, idle while the goroutine runs: below `g0.sched.sp`, where
+///    Go's own use of it starts) with the caller-saved registers kept;
+/// 4. onto the slot's stack, the goroutine's stack pointer kept on top;
+///    the full frame, every register saved (`SavedRegs::rsp` the
+///    goroutine's), the context naming the goid's offset in `g`; the
+///    handlers;
+/// 5. every register back, the goroutine's stack pointer back, and on
+///    after the check.
+fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{Header, ThreadSlot, GO_STACK_ROOM};
+    let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
+    let c = |f: usize| ctx_at + f as i32;
+    let l = &g.layout;
+    let (g_m, m_g0, m_gsignal, procid) =
+        (i32::from(l.g_m), i32::from(l.m_g0), i32::from(l.m_gsignal), i32::from(l.m_procid));
+    let slot_field = |f: usize| qword_ptr(r13 + f as i32);
+    let n = e.shadow.nthreads.max(1);
+    let size = core::mem::size_of::<ThreadSlot>().trailing_zeros();
+    let shift = 32 - (n.trailing_zeros() + size).min(32);
+    let mut a = CodeAssembler::new(64)?;
+    let mut reloc = a.create_label();
+    let mut skip = a.create_label();
+    let mut back = a.create_label();
+    let mut threads = a.create_label();
+    let mut slow = a.create_label();
+    let mut have = a.create_label();
+    let mut release = a.create_label();
+    // 1. The check first: its branches (to `morestack`) go to its
+    // relocated copy, which takes them again.
+    let mut dec = iced_x86::Decoder::new(64, &g.check, iced_x86::DecoderOptions::NONE);
+    for ins in &mut dec {
+        match ins.mnemonic() {
+            iced_x86::Mnemonic::Jb => a.jb(reloc)?,
+            iced_x86::Mnemonic::Jbe => a.jbe(reloc)?,
+            _ => a.add_instruction(ins)?,
+        }
+    }
+    // 2. The goroutine its thread runs, on its own stack.
+    a.mov(r12, qword_ptr(r14 + g_m))?;
+    a.test(r12, r12)?;
+    a.jz(skip)?;
+    a.cmp(r14, qword_ptr(r12 + m_g0))?;
+    a.je(skip)?;
+    a.cmp(r14, qword_ptr(r12 + m_gsignal))?;
+    a.je(skip)?;
+    a.cmp(rsp, qword_ptr(r14))?;
+    a.jb(skip)?;
+    a.cmp(rsp, qword_ptr(r14 + 8))?;
+    a.jae(skip)?;
+    // 3. The slot at its first place (`find_slot`'s hash of the key),
+    // this thread's and not busy; else rt_enter_go.
+    a.imul_3(r13d, r12d, 0x9e37_79b9u32 as i32)?;
+    a.shr(r13d, shift)?;
+    a.and(r13d, ((n - 1) << size) as i32)?;
+    a.add(r13, qword_ptr(threads))?;
+    a.cmp(slot_field(offset_of!(ThreadSlot, key)), r12)?;
+    a.jne(slow)?;
+    const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
+    a.mov(r12d, dword_ptr(r12 + procid))?;
+    a.cmp(r12, slot_field(offset_of!(ThreadSlot, tid)))?;
+    a.jne(slow)?;
+    a.mov(dword_ptr(r13 + offset_of!(ThreadSlot, busy) as i32), 1)?;
+    // 4. Onto the slot's stack; the goroutine's stack pointer on top.
+    a.set_label(&mut have)?;
+    a.mov(r12, slot_field(offset_of!(ThreadSlot, go_stack)))?;
+    a.test(r12, r12)?;
+    a.jz(release)?;
+    a.xchg(r12, rsp)?;
+    a.push(r12)?;
+    a.push(r12)?;
+    let frame = frame_size(e.ctx_size) + 16;
+    a.lea(rsp, ptr(rsp - frame))?;
+    save_regs(&mut a)?;
+    a.pushfq()?;
+    a.pop(rax)?;
+    a.mov(qword_ptr(rsp + 8 * 17), rax)?;
+    a.mov(qword_ptr(rsp + 8 * 7), r12)?;
+    a.mov(rax, e.addr)?;
+    a.mov(qword_ptr(rsp + 8 * 16), rax)?;
+    init_ctx(&mut a, ctx_at)?;
+    a.mov(qword_ptr(rsp + c(offset_of!(Ctx, addr))), rax)?;
+    a.mov(dword_ptr(rsp + c(offset_of!(Ctx, go_goid))), u32::from(l.g_goid))?;
+    a.mov(qword_ptr(rsp + c(offset_of!(Ctx, slot))), r13)?;
+    a.mov(rbx, rsp)?;
+    a.push(rbx)?;
+    a.push(rbx)?;
+    for &(handler, probe) in &e.handlers {
+        a.mov(dword_ptr(rbx + c(offset_of!(Ctx, probe))), probe)?;
+        a.mov(rdi, e.region)?;
+        a.lea(rsi, ptr(rbx + ctx_at))?;
+        a.call(handler)?;
+    }
+    a.mov(rax, qword_ptr(rbx + c(offset_of!(Ctx, slot))))?;
+    a.mov(dword_ptr(rax + offset_of!(ThreadSlot, busy) as i32), 0)?;
+    // 5. Every register back (a guru-mode `$argN = v` included), the
+    // goroutine's stack, and on.
+    a.mov(rsp, rbx)?;
+    for i in [0usize, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15] {
+        a.mov(REGS[i], qword_ptr(rsp + (8 * i) as i32))?;
+    }
+    a.lea(rsp, ptr(rsp + frame))?;
+    a.pop(rsp)?;
+    a.jmp(qword_ptr(back))?;
+    // rt_enter_go(region, m, m.procid) on g0's stack, below `sched.sp`
+    // with GO_STACK_ROOM free, the registers it may change kept there:
+    // the slot (busy), or 0 (counted: none, or busy).
+    a.set_label(&mut slow)?;
+    a.mov(r12, qword_ptr(r14 + g_m))?;
+    a.mov(r12, qword_ptr(r12 + m_g0))?;
+    a.test(r12, r12)?;
+    a.jz(skip)?;
+    a.mov(r13, qword_ptr(r12 + i32::from(l.g_sched_sp)))?;
+    a.cmp(r13, qword_ptr(r12 + 8))?;
+    a.ja(skip)?;
+    a.sub(r13, GO_STACK_ROOM as i32)?;
+    a.jb(skip)?;
+    a.cmp(r13, qword_ptr(r12))?;
+    a.jb(skip)?;
+    a.add(r13, GO_STACK_ROOM as i32)?;
+    a.and(r13, -16)?;
+    a.xchg(r13, rsp)?;
+    a.push(r13)?;
+    for r in [rax, rcx, rdx, rsi, rdi, r8, r9, r10, r11] {
+        a.push(r)?;
+    }
+    a.mov(rdi, e.region)?;
+    a.mov(rsi, qword_ptr(r14 + g_m))?;
+    a.mov(edx, dword_ptr(rsi + procid))?;
+    a.call(g.enter)?;
+    a.mov(r13, rax)?;
+    for r in [r11, r10, r9, r8, rdi, rsi, rdx, rcx, rax] {
+        a.pop(r)?;
+    }
+    a.pop(rsp)?;
+    a.test(r13, r13)?;
+    a.jnz(have)?;
+    a.jmp(qword_ptr(back))?;
+    // A slot without a stack of its own (cannot happen: the tracer gives
+    // each one when a probe is on a Go function): not busy, skipped.
+    a.set_label(&mut release)?;
+    a.mov(dword_ptr(r13 + offset_of!(ThreadSlot, busy) as i32), 0)?;
+    // Skipped: counted (the session summary says why), and on.
+    a.set_label(&mut skip)?;
+    a.mov(r12, e.region + offset_of!(Header, skipped) as u64)?;
+    a.lock().add(qword_ptr(r12), 1)?;
+    a.mov(r12, e.region + offset_of!(Header, skipped_go) as u64)?;
+    a.lock().add(qword_ptr(r12), 1)?;
+    a.jmp(qword_ptr(back))?;
+    a.set_label(&mut back)?;
+    a.dq(&[g.back])?;
+    a.set_label(&mut threads)?;
+    a.dq(&[e.shadow.threads])?;
+    // The relocated check (and the jump back after it) follows.
+    a.set_label(&mut reloc)?;
+    a.zero_bytes()?;
     assemble_aligned(&mut a, e.at)
 }
 
@@ -1191,6 +1373,7 @@ mod tests {
             ra_saved: None,
             ra_signed: 0,
             always: None,
+            go: None,
         }
     }
 
@@ -1212,6 +1395,50 @@ mod tests {
         assert_eq!(calls.len(), 2, "the handler, and rt_enter off the common path: {text:#?}");
         let full = listing(&entry_prefix(&entry(None, false)).unwrap(), 0x10000);
         assert!(stores(&full) >= 20, "{full:#?}");
+    }
+
+    /// A Go function's trampoline writes nothing on the goroutine's stack
+    /// (no push, call or store through rsp until rsp is on a stack of
+    /// ours: the slot's, or g0's for rt_enter_go, and none once it is
+    /// back), runs the function's stack check first with its branch to
+    /// the relocated copy, and leaves through the literal past the check.
+    #[test]
+    fn a_go_trampoline_never_writes_the_goroutine_stack() {
+        let layout = telco_abi::artifact::GoLayout {
+            g_m: 0x30,
+            g_sched_sp: 0x38,
+            g_goid: 0x98,
+            m_g0: 0,
+            m_procid: 0x48,
+            m_gsignal: 0x50,
+        };
+        // lea r12,[rsp-0xa8]; cmp r12,[r14+0x10]; jbe +0xc5
+        let check =
+            vec![0x4c, 0x8d, 0xa4, 0x24, 0x58, 0xff, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0xc5, 0, 0, 0];
+        let e = Entry { go: Some(GoEntry { check, back: 0x40_1012, layout, enter: 0x20600 }), ..entry(None, false) };
+        let code = entry_prefix(&e).unwrap();
+        // The code, up to its literals (where to go on, the slots).
+        let literal = code.windows(8).position(|w| w == 0x40_1012u64.to_le_bytes()).expect("the literal");
+        let text = listing(&code[..literal], 0x10000);
+        assert!(text[0].starts_with("lea r12,[rsp-0A8h]") && text[1] == "cmp r12,[r14+10h]", "{text:#?}");
+        let end = 0x10000 + code.len() as u64;
+        assert!(text[2].starts_with("jbe") && text[2].ends_with(&format!("{end:X}h")), "{text:#?}");
+        let mut on_goroutine = true;
+        for l in &text {
+            if l.starts_with("xchg") && l.contains("rsp") {
+                on_goroutine = false;
+            } else if l == "pop rsp" {
+                on_goroutine = true;
+            } else if on_goroutine {
+                let writes = l.starts_with("push")
+                    || l.starts_with("call")
+                    || (l.starts_with("mov") || l.starts_with("lock")) && l.contains("[rsp");
+                assert!(!writes, "{l} on the goroutine's stack: {text:#?}");
+            }
+        }
+        let calls: Vec<&String> = text.iter().filter(|l| l.starts_with("call")).collect();
+        assert_eq!(calls.len(), 2, "the handler and rt_enter_go: {text:#?}");
+        assert!(calls[1].ends_with("20600h"), "{text:#?}");
     }
 
     /// A trampoline that only calls a hook on every hit (the signal hooks
