@@ -873,9 +873,9 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, IcedError> {
     let frame = frame_size(e.ctx_size) + 16;
     a.lea(rsp, ptr(rsp - frame))?;
     save_regs(&mut a)?;
-    a.pushfq()?;
-    a.pop(rax)?;
-    a.mov(qword_ptr(rsp + 8 * 17), rax)?;
+    // The flags are dead at a Go function's entry (`pushfq` costs tens
+    // of cycles): `register("rflags")` reads 0 there.
+    a.mov(qword_ptr(rsp + 8 * 17), 0)?;
     a.mov(qword_ptr(rsp + 8 * 7), r12)?;
     a.mov(rax, e.addr)?;
     a.mov(qword_ptr(rsp + 8 * 16), rax)?;
