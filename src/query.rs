@@ -153,7 +153,12 @@ impl telco_runtime::symtab::SymbolSource for ElfSymbols {
 
     fn layout(&self, bytes: &[u8]) -> Option<telco_runtime::symtab::ElfLayout> {
         let l = telco_compiler::image::layout(bytes)?;
-        Some(telco_runtime::symtab::ElfLayout { loads: l.loads, sections: l.sections, build_id: l.build_id })
+        Some(telco_runtime::symtab::ElfLayout {
+            loads: l.loads,
+            sections: l.sections,
+            build_id: l.build_id,
+            debug_frame: l.go_debug_frame,
+        })
     }
 
     fn function_at(

@@ -6,7 +6,7 @@
 //! * Names: Go functions are listed by their Go names from `.gopclntab`,
 //!   which stripped binaries keep.
 //! * Profiles: the CPU split between main.hot and main.cold shows under
-//!   their Go names.
+//!   their Go names, and their caller, though they make no frame.
 //! * Probes on Go functions' entries: exact counts while a thousand
 //!   goroutines grow and copy their stacks, `$argN` by Go's register ABI,
 //!   `goid()`; Go's preemption, collector and runtime/pprof's own CPU
@@ -107,6 +107,12 @@ fn go_profiles_are_named_from_the_function_table() {
                 .map(|(_, n)| n.parse::<u64>().unwrap_or(0))
                 .sum()
         };
+        // main.hot and main.cold make no frame: their caller is found by
+        // the frames of Go's function table (`pcsp`), not by the frame
+        // pointer, which would skip main.main.
+        for l in text.lines().filter(|l| l.contains("main.hot") || l.contains("main.cold")) {
+            assert!(l.contains(";runtime.main;main.main;main."), "{}: {l}\n{text}", exe.display());
+        }
         let (h, c) = (count("main.hot"), count("main.cold"));
         assert!(h + c >= 200, "{}: too few samples: {h} + {c}\n{text}", exe.display());
         let pct = 100.0 * h as f64 / (h + c) as f64;

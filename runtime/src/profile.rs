@@ -878,6 +878,11 @@ fn parse_sections(symbols: &dyn crate::symtab::SymbolSource, image: Bytes) -> Op
             _ => {}
         }
     }
+    // A Go binary's frames from its function table: CFI its own sections
+    // lack (or keep compressed).
+    if let Some(cfi) = layout.debug_frame {
+        s.debug_frame = Some(Bytes::new(Arc::new(cfi)));
+    }
     s.image = Some(image.clone());
     Some(s)
 }

@@ -74,6 +74,9 @@ pub struct ElfLayout {
     pub sections: Vec<(String, u64, u64, Option<u64>)>,
     /// The GNU build id (empty without one).
     pub build_id: Vec<u8>,
+    /// CFI for a module that has none an unwinder can read: a Go binary's
+    /// frames, as a `.debug_frame` section made from its `.gopclntab`.
+    pub debug_frame: Option<Vec<u8>>,
 }
 
 /// The driver's source as the runtime's tests have it: the compiler's
@@ -97,7 +100,7 @@ impl SymbolSource for TestSymbols {
 
     fn layout(&self, bytes: &[u8]) -> Option<ElfLayout> {
         let l = telco_compiler::image::layout(bytes)?;
-        Some(ElfLayout { loads: l.loads, sections: l.sections, build_id: l.build_id })
+        Some(ElfLayout { loads: l.loads, sections: l.sections, build_id: l.build_id, debug_frame: l.go_debug_frame })
     }
 }
 

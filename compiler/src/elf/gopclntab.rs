@@ -89,6 +89,183 @@ fn parse(tab: &[u8], text_start: Option<u64>) -> Option<Vec<GoFunction>> {
     Some(out)
 }
 
+/// Where a Go function keeps its caller's frame: its entry and end, and
+/// at each pc where it changes, the bytes the function has taken below
+/// its entry stack pointer (Go's `pcsp` table: the return address is that
+/// far above the stack pointer on x86_64; on aarch64 the return address
+/// and the frame pointer are saved at and below the stack pointer once
+/// it is not 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GoFrame {
+    pub entry: u64,
+    pub end: u64,
+    pub sp: Vec<(u64, u32)>,
+}
+
+/// The frames of every function of the table `tab` (as `functions`).
+pub fn frames(tab: &[u8], text_start: Option<u64>) -> Vec<GoFrame> {
+    parse_frames(tab, text_start).unwrap_or_default()
+}
+
+fn uvarint(b: &[u8], at: &mut usize) -> Option<u32> {
+    let mut v = 0u32;
+    for shift in (0..35).step_by(7) {
+        let c = *b.get(*at)?;
+        *at += 1;
+        v |= u32::from(c & 0x7f).checked_shl(shift)?;
+        if c & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn parse_frames(tab: &[u8], text_start: Option<u64>) -> Option<Vec<GoFrame>> {
+    let magic = u32_at(tab, 0)?;
+    if !matches!(magic, 0xffff_fff0 | 0xffff_fff1) || tab.get(4..6)? != [0, 0] {
+        return None;
+    }
+    let quantum = u64::from(*tab.get(6)?).max(1);
+    let ptr = usize::from(*tab.get(7)?);
+    if ptr != 8 && ptr != 4 {
+        return None;
+    }
+    let word = |i: usize| word_at(tab, 8 + i * ptr, ptr);
+    let nfunc = usize::try_from(word(0)?).ok()?;
+    let text = match text_start {
+        Some(t) => t,
+        None => word(2)?,
+    };
+    let pctab = usize::try_from(word(6)?).ok()?;
+    let ftab = usize::try_from(word(7)?).ok()?;
+    if nfunc == 0 || nfunc > tab.len() / 8 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(nfunc);
+    for i in 0..nfunc {
+        let at = ftab.checked_add(i * 8)?;
+        let (entry, funcoff, next) = (u32_at(tab, at)?, u32_at(tab, at + 4)?, u32_at(tab, at + 8)?);
+        let f = ftab.checked_add(usize::try_from(funcoff).ok()?)?;
+        if u32_at(tab, f)? != entry || next < entry {
+            return None;
+        }
+        let (start, end) = (text.checked_add(u64::from(entry))?, text.checked_add(u64::from(next))?);
+        let Some(pcsp) = u32_at(tab, f + 16).and_then(|o| pctab.checked_add(usize::try_from(o).ok()?)) else {
+            continue;
+        };
+        // A function whose table does not hold together has no frame here
+        // (an unwinder goes on by frame pointers there).
+        if let Some(sp) = pcsp_rows(tab, pcsp, start, end, quantum) {
+            out.push(GoFrame { entry: start, end, sp });
+        }
+    }
+    Some(out)
+}
+
+/// The pcvalue table at `p` (runtime/symtab.go's `step`) of the function
+/// `start..end`: a zig-zag value delta and a pc delta (in quanta), from -1
+/// at the entry; a zero value delta after the first pair ends it.
+fn pcsp_rows(tab: &[u8], mut p: usize, start: u64, end: u64, quantum: u64) -> Option<Vec<(u64, u32)>> {
+    let (mut pc, mut val) = (start, -1i64);
+    let mut sp: Vec<(u64, u32)> = Vec::new();
+    loop {
+        let d = uvarint(tab, &mut p)?;
+        if d == 0 && pc != start {
+            return Some(sp);
+        }
+        val += if d & 1 != 0 { -i64::from(d >> 1) - 1 } else { i64::from(d >> 1) };
+        let step = u64::from(uvarint(tab, &mut p)?) * quantum;
+        // A frame is at most Go's 1 GB stack; the table stays in the
+        // function.
+        let bytes = u32::try_from(val).ok().filter(|&v| v < 1 << 30)?;
+        if pc >= end || step == 0 || sp.len() > 1 << 16 {
+            return None;
+        }
+        if sp.last().is_none_or(|&(_, v)| v != bytes) {
+            sp.push((pc, bytes));
+        }
+        pc = pc.checked_add(step)?;
+    }
+}
+
+/// `frames` as a `.debug_frame` section (DWARF CFI, absolute addresses),
+/// for unwinders that read CFI: Go binaries carry none that they can read
+/// (stripped ones nothing, others a compressed `.debug_frame`). On x86_64
+/// the frame is the stack pointer plus the pushed bytes plus the return
+/// address, whose slot is just below it, and the frame pointer is saved
+/// below that once a frame is made; on aarch64 the return address is in
+/// x30 until a frame is made, then at the stack pointer, the frame
+/// pointer below it.
+pub fn debug_frame(frames: &[GoFrame], aarch64: bool) -> Vec<u8> {
+    const ADVANCE_LOC4: u8 = 0x04;
+    const DEF_CFA: u8 = 0x0c;
+    const DEF_CFA_OFFSET: u8 = 0x0e;
+    const OFFSET: u8 = 0x80;
+    const RESTORE: u8 = 0xc0;
+    fn uleb(out: &mut Vec<u8>, mut v: u64) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            out.push(if v == 0 { b } else { b | 0x80 });
+            if v == 0 {
+                break;
+            }
+        }
+    }
+    // Padded with DW_CFA_nop to 8 bytes, the length word first.
+    fn entry(out: &mut Vec<u8>, body: &[u8]) {
+        let len = (body.len() + 4).next_multiple_of(8) - 4;
+        out.extend((len as u32).to_le_bytes());
+        out.extend(body);
+        out.resize(out.len() + len - body.len(), 0);
+    }
+    let (sp, ra, fp) = if aarch64 { (31u8, 30u8, 29u8) } else { (7, 16, 6) };
+    let mut out = Vec::new();
+    // The CIE: version 1, no augmentation, code alignment 1, data
+    // alignment -8, the return address register; at the entry the frame
+    // is the stack pointer (+ the pushed return address on x86_64).
+    let mut cie = vec![0xff, 0xff, 0xff, 0xff, 1, 0, 1, 0x78, ra, DEF_CFA, sp];
+    if aarch64 {
+        cie.push(0);
+    } else {
+        cie.extend([8, OFFSET | ra, 1]);
+    }
+    entry(&mut out, &cie);
+    for f in frames {
+        let mut body = Vec::with_capacity(24 + 6 * f.sp.len());
+        body.extend(0u32.to_le_bytes());
+        body.extend(f.entry.to_le_bytes());
+        body.extend((f.end - f.entry).to_le_bytes());
+        let mut at = f.entry;
+        for &(pc, bytes) in &f.sp {
+            if pc > at {
+                body.push(ADVANCE_LOC4);
+                body.extend(((pc - at) as u32).to_le_bytes());
+                at = pc;
+            }
+            let b = u64::from(bytes);
+            body.push(DEF_CFA_OFFSET);
+            uleb(&mut body, if aarch64 { b } else { b + 8 });
+            if bytes == 0 {
+                body.push(RESTORE | fp);
+                if aarch64 {
+                    body.push(RESTORE | ra);
+                }
+            } else if aarch64 {
+                body.push(OFFSET | ra);
+                uleb(&mut body, b / 8);
+                body.push(OFFSET | fp);
+                uleb(&mut body, b / 8 + 1);
+            } else {
+                body.push(OFFSET | fp);
+                uleb(&mut body, 2);
+            }
+        }
+        entry(&mut out, &body);
+    }
+    out
+}
+
 /// The Go version a binary was built with (`go1.19.8`), from its
 /// `.go.buildinfo` section (`debug/buildinfo` in Go's source): a 16-byte
 /// header (`"\xff Go buildinf:"`, the pointer size, flags) and, since Go
@@ -200,6 +377,44 @@ mod tests {
         assert_eq!(layout("go1.23rc1").unwrap().g_goid, 0xa0);
         for v in ["go1.17.3", "go1.24.0", "go2", "devel"] {
             assert!(layout(v).unwrap_err().contains(v), "{v}");
+        }
+    }
+
+    /// The CFI made from Go's frames reads back, with gimli, as the rules
+    /// the frames say: x86_64's return address just above the frame,
+    /// aarch64's in x30 until the frame is made.
+    #[test]
+    fn go_frames_as_cfi() {
+        use gimli::{BaseAddresses, CfaRule, DebugFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
+        let frames = [
+            GoFrame { entry: 0x40_1000, end: 0x40_1040, sp: vec![(0x40_1000, 0), (0x40_1008, 0x28), (0x40_1030, 0)] },
+            GoFrame { entry: 0x40_1040, end: 0x40_1050, sp: vec![(0x40_1040, 0)] },
+        ];
+        for aarch64 in [false, true] {
+            let cfi = debug_frame(&frames, aarch64);
+            let mut df = DebugFrame::new(&cfi, LittleEndian);
+            df.set_address_size(8);
+            let mut ctx = UnwindContext::new();
+            let row = |pc: u64, ctx: &mut UnwindContext<usize>| {
+                let r = df
+                    .unwind_info_for_address(&BaseAddresses::default(), ctx, pc, DebugFrame::cie_from_offset)
+                    .unwrap_or_else(|e| panic!("{pc:#x}: {e}"));
+                let CfaRule::RegisterAndOffset { register, offset } = *r.cfa() else { panic!("{pc:#x}") };
+                let ra = r.register(gimli::Register(if aarch64 { 30 } else { 16 }));
+                (register.0, offset, ra)
+            };
+            let sp = if aarch64 { 31 } else { 7 };
+            let extra = if aarch64 { 0 } else { 8 };
+            let (r, off, _) = row(0x40_1004, &mut ctx);
+            assert_eq!((r, off), (sp, extra), "{aarch64}");
+            let (r, off, rule) = row(0x40_1010, &mut ctx);
+            assert_eq!((r, off), (sp, 0x28 + extra), "{aarch64}");
+            let want = Some(if aarch64 { RegisterRule::Offset(-0x28) } else { RegisterRule::Offset(-8) });
+            assert_eq!(rule, want, "{aarch64}");
+            let (_, off, _) = row(0x40_1034, &mut ctx);
+            assert_eq!(off, extra, "{aarch64}");
+            let (_, off, _) = row(0x40_1044, &mut ctx);
+            assert_eq!(off, extra, "{aarch64}");
         }
     }
 

@@ -210,24 +210,7 @@ fn covers(f: &[Function], a: u64) -> bool {
 /// `net/http.(*conn).serve`). Returns the entries of every Go function
 /// (sorted).
 fn add_go_functions(elf: &Elf<'_>, bytes: &[u8], functions: &mut Vec<Function>) -> Vec<u64> {
-    let Some(sh) = elf
-        .section_headers
-        .iter()
-        .find(|sh| elf.shdr_strtab.get_at(sh.sh_name).is_some_and(|n| n == ".gopclntab" || n.ends_with(".gopclntab")))
-    else {
-        return Vec::new();
-    };
-    let Some(tab) = usize::try_from(sh.sh_offset)
-        .ok()
-        .and_then(|o| bytes.get(o..o.checked_add(usize::try_from(sh.sh_size).ok()?)?))
-    else {
-        return Vec::new();
-    };
-    // A position-independent binary's text address is a relocation's
-    // addend (pcHeader.textStart, the third word after 8 bytes).
-    let ptr = u64::from(tab.get(7).copied().unwrap_or(8));
-    let text_word = sh.sh_addr + 8 + 2 * ptr;
-    let text = elf.dynrelas.iter().find(|r| r.r_offset == text_word).and_then(|r| r.r_addend).map(|a| a as u64);
+    let Some((tab, text)) = go_table(elf, bytes) else { return Vec::new() };
     let segments = load_segments(elf);
     let mut added = Vec::new();
     let go = super::gopclntab::functions(tab, text);
@@ -253,6 +236,22 @@ fn add_go_functions(elf: &Elf<'_>, bytes: &[u8], functions: &mut Vec<Function>) 
     functions.extend(added);
     functions.sort_by_key(|f| f.addr);
     entries
+}
+
+/// A Go binary's `.gopclntab` and, in a position-independent one, its
+/// text's link-time address (the header's own word is 0 in the file: a
+/// relocation's addend fills it, pcHeader.textStart, the third word after
+/// 8 bytes).
+pub(crate) fn go_table<'a>(elf: &Elf<'_>, bytes: &'a [u8]) -> Option<(&'a [u8], Option<u64>)> {
+    let sh = elf.section_headers.iter().find(|sh| {
+        elf.shdr_strtab.get_at(sh.sh_name).is_some_and(|n| n == ".gopclntab" || n.ends_with(".gopclntab"))
+    })?;
+    let at = usize::try_from(sh.sh_offset).ok()?;
+    let tab = bytes.get(at..at.checked_add(usize::try_from(sh.sh_size).ok()?)?)?;
+    let ptr = u64::from(tab.get(7).copied().unwrap_or(8));
+    let text_word = sh.sh_addr + 8 + 2 * ptr;
+    let text = elf.dynrelas.iter().find(|r| r.r_offset == text_word).and_then(|r| r.r_addend).map(|a| a as u64);
+    Some((tab, text))
 }
 
 /// A stripped file keeps names only for what it exports; every function

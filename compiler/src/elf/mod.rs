@@ -39,7 +39,7 @@ mod demangle;
 
 pub mod gopclntab;
 mod ldcache;
-mod load;
+pub(crate) mod load;
 pub mod sdt;
 mod search;
 
