@@ -199,6 +199,15 @@ pub struct GoLayout {
     pub m_gsignal: u16,
 }
 
+impl GoLayout {
+    /// The layout of Go 1.18 to 1.23 (runtime/runtime2.go of each, on
+    /// amd64 and arm64 alike), where only `g.goid` moved (1.23's
+    /// `g.syscallbp` came before it).
+    pub const fn go1_18(g_goid: u16) -> GoLayout {
+        GoLayout { g_m: 0x30, g_sched_sp: 0x38, g_goid, m_g0: 0, m_procid: 0x48, m_gsignal: 0x50 }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LifeEvent {
     ProcessBegin,

@@ -487,5 +487,34 @@ done
 rm -f /tmp/tracer.fifo
 rm -f target.txt /tmp/killed.json
 
+# Go: probes on Go functions' entries (their own stack check first, the
+# handlers on the slot's own stack), Go's register ABI and goid(), while
+# goroutines grow and copy their stacks; beside the collector and Go's
+# preemption; Go's frames unwound by its function table (main.hot makes
+# no frame: main.main stays its caller).
+want="rec 20100
+n 20100 bad 0 deepest 200 goroutines 100 dwarf 20100"
+check "Go entry probes while stacks grow" "$want" $T -e 'global n, bad, deepest, ids, goroutines, dwarf
+    probe process.function("main.rec") {
+        n++
+        if ($arg3 != 5 || go_string_arg(2) != "hello") bad++
+        if ($arg1 > deepest) deepest = $arg1
+        ids[goid()] = 1
+        if ($n != $arg1 || user_string_n($s->str, $s->len) != "hello") bad++
+        dwarf++
+    }
+    probe end {
+        foreach (id in ids) goroutines++
+        printf("n %d bad %d deepest %d goroutines %d dwarf %d\n", n, bad, deepest, goroutines, dwarf)
+    }' -c "./gowork stacks 100 200"
+check "Go probes beside the collector and preemption" "step 80000 gc true
+80000" $T -e 'global n probe process.function("main.step") { n++ } probe end { println(n) }' -c "./gowork preempt 20000"
+$T -e 'probe timer.profile.hz(999) {}' -c "./gospin 30" --folded go.folded > /dev/null 2>err.txt
+got=$(grep 'main\.hot [0-9]*$' go.folded | head -3)
+if [ -n "$got" ] && ! grep 'main\.hot [0-9]*$' go.folded | grep -qv 'runtime\.main;main\.main;main\.hot'; then
+    ok "Go stacks by Go's frame table"
+else bad "Go stacks by Go's frame table" "...;runtime.main;main.main;main.hot N" "$got"; fi
+rm -f go.folded
+
 rm -f err.txt p4.txt
 echo "GUEST: $pass passed, $fail failed"

@@ -58,6 +58,17 @@ $CC -O2 -g -no-pie -nostartfiles -mbranch-protection=standard -Wl,--section-star
     -o "$SHARE/far" "$HERE/programs/far.c"
 $CC -O2 -g -o "$SHARE/host" "$ROOT/tests/programs/host.c" -ldl
 $CC -O2 -g -shared -fPIC -o "$SHARE/libplugin.so" "$ROOT/tests/programs/plugin.c"
+# Go programs (Debian's golang-go cross-builds for arm64 by itself; its
+# cache in target/aarch64): with their symbols, and stripped.
+gobuild() {
+    out=$1; src=$2; shift 2
+    rm -rf "$A64/gosrc"; mkdir -p "$A64/gosrc"; cp "$src" "$A64/gosrc/main.go"
+    (cd "$A64/gosrc" && GOARCH=arm64 CGO_ENABLED=0 GO111MODULE=off GOPROXY=off GOFLAGS=-buildvcs=false \
+        GOCACHE="$A64/gocache" HOME="$A64" go build "$@" -o "$out" .)
+}
+gobuild "$SHARE/gowork" "$ROOT/tests/programs/gowork.go"
+gobuild "$SHARE/gospin" "$ROOT/tests/programs/gospin.go" -ldflags="-s -w"
+rm -rf "$A64/gosrc"
 if [ "${1:-}" = bench ]; then
     cp "$HERE/bench.sh" "$SHARE/guest.sh"
 else

@@ -532,37 +532,19 @@ impl<'q> Resolver<'q> {
             } else {
                 None
             };
-            if let Some(site) = go_site {
-                let (symbol, demangled) = module.matched_name(&pattern, f);
-                points.push(Point::Function(FunctionPoint {
-                    module: module.path.clone(),
-                    symbol,
-                    demangled,
-                    addr: f.addr,
-                    size: f.size,
-                    file_offset: f.file_offset,
-                    ret,
-                    itrace,
-                    only_exe: None,
-                    hop: None,
-                    ra_saved: None,
-                    trap: false,
-                    go: Some(site),
-                }));
-                continue;
-            }
-            if f.ifunc {
+            if f.ifunc && go_site.is_none() {
                 ifuncs.push(f);
                 continue;
             }
-            if ret {
+            if ret && go_site.is_none() {
                 if let Some(why) = module.no_return_address(f) {
                     no_return.push((f.display_name().to_string(), why));
                     continue;
                 }
             }
-            // No jump fits, nor a hop: a trap where one fits.
-            let (hop, trap) = match module.short_hop(f) {
+            // No jump fits, nor a hop: a trap where one fits. (A Go
+            // function's jump displaces its stack check, which fits.)
+            let (hop, trap) = match go_site.map_or_else(|| module.short_hop(f), |_| Ok(None)) {
                 Ok(h) => (h, false),
                 Err(why) => match module.entry_trap(f) {
                     Ok(()) => (None, true),
@@ -584,9 +566,9 @@ impl<'q> Resolver<'q> {
                 itrace,
                 only_exe: None,
                 hop,
-                ra_saved: if ret { module.return_address_saved(f) } else { None },
+                ra_saved: if ret && go_site.is_none() { module.return_address_saved(f) } else { None },
                 trap,
-                go: None,
+                go: go_site,
             }));
         }
         if !go.is_empty() {

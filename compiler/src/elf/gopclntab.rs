@@ -44,47 +44,64 @@ pub fn functions(tab: &[u8], text_start: Option<u64>) -> Vec<GoFunction> {
     parse(tab, text_start).unwrap_or_default()
 }
 
-fn parse(tab: &[u8], text_start: Option<u64>) -> Option<Vec<GoFunction>> {
+/// The header's fields the readers use, checked.
+struct Header {
+    quantum: u64,
+    nfunc: usize,
+    text: u64,
+    names: usize,
+    pctab: usize,
+    ftab: usize,
+}
+
+fn header(tab: &[u8], text_start: Option<u64>) -> Option<Header> {
     let magic = u32_at(tab, 0)?;
     if !matches!(magic, 0xffff_fff0 | 0xffff_fff1) || tab.get(4..6)? != [0, 0] {
         return None;
     }
+    let quantum = u64::from(*tab.get(6)?).max(1);
     let ptr = usize::from(*tab.get(7)?);
     if ptr != 8 && ptr != 4 {
         return None;
     }
-    let word = |i: usize| word_at(tab, 8 + i * ptr, ptr);
-    let nfunc = usize::try_from(word(0)?).ok()?;
-    let text = match text_start {
-        Some(t) => t,
-        None => word(2)?,
-    };
-    let names = usize::try_from(word(3)?).ok()?;
-    let ftab = usize::try_from(word(7)?).ok()?;
+    let word = |i: usize| usize::try_from(word_at(tab, 8 + i * ptr, ptr)?).ok();
+    let nfunc = word(0)?;
     // Each function takes 8 bytes of the table at least: a count the
     // section cannot hold is a broken table.
     if nfunc == 0 || nfunc > tab.len() / 8 {
         return None;
     }
-    let mut out = Vec::with_capacity(nfunc);
-    for i in 0..nfunc {
-        let at = ftab.checked_add(i * 8)?;
-        let (entry, funcoff) = (u32_at(tab, at)?, u32_at(tab, at + 4)?);
-        let next = u32_at(tab, at + 8)?;
-        let f = ftab.checked_add(usize::try_from(funcoff).ok()?)?;
-        // The _func names its own entry: a mismatch is a broken table.
-        if u32_at(tab, f)? != entry || next < entry {
-            return None;
-        }
+    let text = match text_start {
+        Some(t) => t,
+        None => word_at(tab, 8 + 2 * ptr, ptr)?,
+    };
+    Some(Header { quantum, nfunc, text, names: word(3)?, pctab: word(6)?, ftab: word(7)? })
+}
+
+/// Function `i` of the table: its entry and end (offsets from the text)
+/// and where its `_func` is, which names its own entry (a mismatch is a
+/// broken table).
+fn function(tab: &[u8], h: &Header, i: usize) -> Option<(u32, u32, usize)> {
+    let at = h.ftab.checked_add(i * 8)?;
+    let (entry, funcoff, next) = (u32_at(tab, at)?, u32_at(tab, at + 4)?, u32_at(tab, at + 8)?);
+    let f = h.ftab.checked_add(usize::try_from(funcoff).ok()?)?;
+    (u32_at(tab, f)? == entry && next >= entry).then_some((entry, next, f))
+}
+
+fn parse(tab: &[u8], text_start: Option<u64>) -> Option<Vec<GoFunction>> {
+    let h = header(tab, text_start)?;
+    let mut out = Vec::with_capacity(h.nfunc);
+    for i in 0..h.nfunc {
+        let (entry, next, f) = function(tab, &h, i)?;
         let name_off = u32_at(tab, f + 4)? as i32;
-        let start = names.checked_add(usize::try_from(name_off).ok()?)?;
+        let start = h.names.checked_add(usize::try_from(name_off).ok()?)?;
         let raw = tab.get(start..)?;
         let end = raw.iter().take(4096).position(|&c| c == 0)?;
         let name = String::from_utf8_lossy(&raw[..end]).into_owned();
         if name.is_empty() {
             continue;
         }
-        out.push(GoFunction { name, addr: text.checked_add(u64::from(entry))?, size: u64::from(next - entry) });
+        out.push(GoFunction { name, addr: h.text.checked_add(u64::from(entry))?, size: u64::from(next - entry) });
     }
     Some(out)
 }
@@ -121,41 +138,17 @@ fn uvarint(b: &[u8], at: &mut usize) -> Option<u32> {
 }
 
 fn parse_frames(tab: &[u8], text_start: Option<u64>) -> Option<Vec<GoFrame>> {
-    let magic = u32_at(tab, 0)?;
-    if !matches!(magic, 0xffff_fff0 | 0xffff_fff1) || tab.get(4..6)? != [0, 0] {
-        return None;
-    }
-    let quantum = u64::from(*tab.get(6)?).max(1);
-    let ptr = usize::from(*tab.get(7)?);
-    if ptr != 8 && ptr != 4 {
-        return None;
-    }
-    let word = |i: usize| word_at(tab, 8 + i * ptr, ptr);
-    let nfunc = usize::try_from(word(0)?).ok()?;
-    let text = match text_start {
-        Some(t) => t,
-        None => word(2)?,
-    };
-    let pctab = usize::try_from(word(6)?).ok()?;
-    let ftab = usize::try_from(word(7)?).ok()?;
-    if nfunc == 0 || nfunc > tab.len() / 8 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(nfunc);
-    for i in 0..nfunc {
-        let at = ftab.checked_add(i * 8)?;
-        let (entry, funcoff, next) = (u32_at(tab, at)?, u32_at(tab, at + 4)?, u32_at(tab, at + 8)?);
-        let f = ftab.checked_add(usize::try_from(funcoff).ok()?)?;
-        if u32_at(tab, f)? != entry || next < entry {
-            return None;
-        }
-        let (start, end) = (text.checked_add(u64::from(entry))?, text.checked_add(u64::from(next))?);
-        let Some(pcsp) = u32_at(tab, f + 16).and_then(|o| pctab.checked_add(usize::try_from(o).ok()?)) else {
+    let h = header(tab, text_start)?;
+    let mut out = Vec::with_capacity(h.nfunc);
+    for i in 0..h.nfunc {
+        let (entry, next, f) = function(tab, &h, i)?;
+        let (start, end) = (h.text.checked_add(u64::from(entry))?, h.text.checked_add(u64::from(next))?);
+        let Some(pcsp) = u32_at(tab, f + 16).and_then(|o| h.pctab.checked_add(usize::try_from(o).ok()?)) else {
             continue;
         };
         // A function whose table does not hold together has no frame here
         // (an unwinder goes on by frame pointers there).
-        if let Some(sp) = pcsp_rows(tab, pcsp, start, end, quantum) {
+        if let Some(sp) = pcsp_rows(tab, pcsp, start, end, h.quantum) {
             out.push(GoFrame { entry: start, end, sp });
         }
     }
@@ -309,14 +302,7 @@ pub fn layout(version: &str) -> Result<telco_abi::artifact::GoLayout, String> {
             ))
         }
     };
-    Ok(telco_abi::artifact::GoLayout {
-        g_m: 0x30,
-        g_sched_sp: 0x38,
-        g_goid: goid,
-        m_g0: 0,
-        m_procid: 0x48,
-        m_gsignal: 0x50,
-    })
+    Ok(telco_abi::artifact::GoLayout::go1_18(goid))
 }
 
 #[cfg(test)]

@@ -462,6 +462,61 @@ fn kind(op: Opcode) -> Access {
     }
 }
 
+/// The length of Go's stack-bound check at the entry of a Go function
+/// (`code`, its first bytes), compiled for Go's register ABI with `g` in
+/// x28 (cmd/internal/obj/arm64/obj7.go, `stacksplit`), in its three
+/// shapes, each starting with `ldr x16, [x28, #16]` (`g.stackguard0`):
+///
+/// * a small frame: `cmp sp, x16; b.ls morestack`;
+/// * a large one: `sub x17, sp, #N; cmp x17, x16; b.ls morestack`;
+/// * a huge one: `mov x27, #N` (and `movk`s); `subs x17, sp, x27;
+///   b.lo morestack; cmp x17, x16; b.ls morestack`.
+///
+/// Its trampoline runs these first and runs the probe only when the check
+/// passes, so a call whose stack grows (`morestack` starts the function
+/// again) fires once; and the check proves that x28 is `g` there. Err: why
+/// the function has no such check (Go's assembly, a leaf too small to
+/// check its stack).
+pub fn go_stack_check(code: &[u8]) -> Result<u8, String> {
+    let none = "its entry is not Go's stack-bound check on x28 (`ldr x16, [x28, #16]; cmp sp, x16; b.ls`): an \
+                assembly function, or a leaf too small for Go to check its stack";
+    let words: Vec<u32> = code.chunks_exact(4).take(8).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    go_check_words(&words).map(|n| (4 * n) as u8).ok_or_else(|| none.to_string())
+}
+
+/// The number of words of Go's stack-bound check at the start of `w`.
+fn go_check_words(w: &[u32]) -> Option<usize> {
+    const LDR_GUARD: u32 = 0xf940_0b90; // ldr x16, [x28, #16]
+    const CMP_SP: u32 = 0xeb30_63ff; // cmp sp, x16
+    const CMP_X17: u32 = 0xeb10_023f; // cmp x17, x16
+    const SUBS_X17: u32 = 0xeb3b_63f1; // subs x17, sp, x27
+    let b_cond = |w: u32, cond: u32| w & 0xff00_001f == 0x5400_0000 | cond;
+    let (ls, lo) = (9, 3);
+    if *w.first()? != LDR_GUARD {
+        return None;
+    }
+    let mut i = 1;
+    match *w.get(1)? {
+        CMP_SP => i += 1,
+        // sub x17, sp, #N (N shifted by 12 or not)
+        x if x & 0xff80_03ff == 0xd100_03f1 => {
+            (*w.get(2)? == CMP_X17).then_some(())?;
+            i += 2;
+        }
+        // movz x27, #N, then movk x27s
+        x if x & 0xff80_001f == 0xd280_001b => {
+            i += 1;
+            while w.get(i).is_some_and(|&x| x & 0xff80_001f == 0xf280_001b) {
+                i += 1;
+            }
+            (*w.get(i)? == SUBS_X17 && b_cond(*w.get(i + 1)?, lo) && *w.get(i + 2)? == CMP_X17).then_some(())?;
+            i += 3;
+        }
+        _ => return None,
+    }
+    b_cond(*w.get(i)?, ls).then_some(i + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,12 +658,24 @@ mod tests {
         // stur x30, [x29, #-8] (x29 not from sp): data.
         assert_eq!(return_address_use(&code(&[0xf81f83be]), 0), Some(NoReturnAddress::Uses(0)));
     }
-}
 
-/// Go's stack-bound check at a Go function's entry (x86_64's
-/// `go_stack_check`): probes on Go functions run only on x86_64 so far.
-pub fn go_stack_check(_code: &[u8]) -> Result<u8, String> {
-    Err("probes on Go functions run on x86_64 only so far (on aarch64 their handlers would need the scheduler's \
-         stack switch that x86_64's trampolines do)"
-        .into())
+    #[test]
+    fn go_stack_checks_in_their_three_shapes() {
+        let bytes = |w: &[u32]| w.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
+        // main.step, main.rec and main.main of a Go 1.19 program.
+        assert_eq!(go_stack_check(&bytes(&[0xf940_0b90, 0xeb30_63ff, 0x5400_0189, 0xf81e_0ffe])), Ok(12));
+        assert_eq!(go_stack_check(&bytes(&[0xf940_0b90, 0xd102_c3f1, 0xeb10_023f, 0x5400_0529, 0xd104_c3f4])), Ok(16));
+        let huge = [0xf940_0b90, 0xd285_bc1b, 0xeb3b_63f1, 0x5400_3763, 0xeb10_023f, 0x5400_3729, 0xd285_cc1b];
+        assert_eq!(go_stack_check(&bytes(&huge)), Ok(24));
+        // A leaf (add x0, x0, #1; ret), a check cut short, a check on
+        // another register, the wrong condition.
+        for w in [
+            &[0x9100_0400, 0xd65f_03c0][..],
+            &[0xf940_0b90, 0xeb30_63ff],
+            &[0xf940_0b80, 0xeb30_63ff, 0x5400_0189],
+            &[0xf940_0b90, 0xeb30_63ff, 0x5400_0181],
+        ] {
+            assert!(go_stack_check(&bytes(w)).unwrap_err().contains("stack-bound check"), "{w:x?}");
+        }
+    }
 }

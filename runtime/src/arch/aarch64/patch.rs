@@ -177,10 +177,30 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     Ok(Hook { patch_at: site, displaced: B_LEN })
 }
 
-/// A Go function's stack-bound check (x86_64's `go_check`): probes on
-/// Go functions run on x86_64 only so far.
-pub fn go_check(_check: &[u8]) -> Result<(), String> {
-    Err("probes on Go functions run on x86_64 only so far".into())
+/// `check`, the bytes of a Go function's stack-bound check as pass 2
+/// found it (`artifact::GoSite::check`, in the live process): Ok when they
+/// still start with `ldr x16, [x28, #16]` (`g.stackguard0`) and end with
+/// its `b.ls` to `morestack`, with no branch between but a `b.lo` (the
+/// trampoline runs them, its own branches going to their relocated
+/// copies).
+pub fn go_check(check: &[u8]) -> Result<(), String> {
+    let not = || "its entry is not the Go stack check pass 2 found there".to_string();
+    let w: Vec<u32> = check.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let b_cond = |w: u32, cond: u32| w & 0xff00_001f == 0x5400_0000 | cond;
+    // Branches of every kind (b, bl, b.cond, cbz, tbz, br, ret...).
+    let branch = |w: u32| {
+        w & 0x7c00_0000 == 0x1400_0000
+            || w & 0xfe00_0000 == 0xd600_0000
+            || w & 0xfe00_0000 == 0x5400_0000
+            || w & 0x7e00_0000 == 0x3400_0000
+            || w & 0x7e00_0000 == 0x3600_0000
+    };
+    let [first, inner @ .., last] = w.as_slice() else { return Err(not()) };
+    let inner_ok = inner.iter().all(|&x| !branch(x) || b_cond(x, 3));
+    if check.len() % 4 != 0 || *first != 0xf940_0b90 || !b_cond(*last, 9) || !inner_ok {
+        return Err(not());
+    }
+    Ok(())
 }
 
 /// How the landing pad `pad` (the word before a function's patch site)

@@ -212,7 +212,157 @@ fn lean_entry_used(returns: bool) -> RegMask {
 /// changes beyond the saved registers saved around it. At a site inside a
 /// function (`Entry::inside`) the flags are saved and restored too.
 pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
-    entry_with(e, 0)
+    match &e.go {
+        Some(g) => go_entry_prefix(e, g),
+        None => entry_with(e, 0),
+    }
+}
+
+/// A Go function's entry trampoline: x86_64's `go_entry_prefix`, in
+/// aarch64's registers (`g` in x28; x16, x17, x19 and x27 are Go's
+/// scratch registers, dead at a function's entry):
+///
+/// 1. the function's own stack-bound check, its branches to `morestack`
+///    going to its relocated copy after this prefix, which takes them;
+/// 2. `g` the goroutine its thread runs (not `m.g0`, not `m.gsignal`),
+///    its stack pointer within `g.stack`, else skipped and counted;
+/// 3. the slot keyed by `m` (x27), checked against `m.procid`, else
+///    `rt_enter_go` on `g0`'s stack with x0-x15 and x30 kept there;
+/// 4. the slot's own stack, every register saved (`SavedRegs::sp` the
+///    goroutine's), the handlers; everything back, and on after the check.
+fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{Header, ThreadSlot, GO_STACK_ROOM};
+    const X19: u32 = 19;
+    const X27: u32 = 27;
+    const X28: u32 = 28;
+    let b_cond = |a: &mut Asm, cond: u32, l: usize| a.branch(0x5400_0000 | cond, l, Kind::Imm19);
+    let cmp = |a: &mut Asm, rn: u32, rm: u32| a.emit(0xeb00_001f | rm << 16 | rn << 5);
+    let (eq, ne, hs, lo, hi) = (0, 1, 2, 3, 8);
+    let l = &g.layout;
+    let mut a = Asm::default();
+    let (reloc, skip, release, slow, have, back) = (a.label(), a.label(), a.label(), a.label(), a.label(), a.label());
+    // 1. The check first.
+    for w in g.check.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) {
+        if w & 0xff00_0010 == 0x5400_0000 {
+            b_cond(&mut a, w & 0xf, reloc);
+        } else {
+            a.emit(w);
+        }
+    }
+    // 2. The goroutine its thread runs, on its own stack.
+    a.ldr64(X27, X28, u32::from(l.g_m));
+    a.branch(0xb400_0000 | X27, skip, Kind::Imm19); // cbz x27, skip
+    a.ldr64(X16, X27, u32::from(l.m_g0));
+    cmp(&mut a, X28, X16);
+    b_cond(&mut a, eq, skip);
+    a.ldr64(X16, X27, u32::from(l.m_gsignal));
+    cmp(&mut a, X28, X16);
+    b_cond(&mut a, eq, skip);
+    a.add_imm(X16, SP, 0, false);
+    a.ldr64(X17, X28, 0);
+    cmp(&mut a, X16, X17);
+    b_cond(&mut a, lo, skip);
+    a.ldr64(X17, X28, 8);
+    cmp(&mut a, X16, X17);
+    b_cond(&mut a, hs, skip);
+    // 3. The slot at its first place (`find_slot`'s hash of the key).
+    slot_home(&mut a, &e.shadow, X27, X16);
+    a.ldr64(X16, X17, offset_of!(ThreadSlot, key) as u32);
+    cmp(&mut a, X16, X27);
+    b_cond(&mut a, ne, slow);
+    const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
+    a.ldr32(X16, X27, u32::from(l.m_procid));
+    a.ldr64(X19, X17, offset_of!(ThreadSlot, tid) as u32);
+    cmp(&mut a, X19, X16);
+    b_cond(&mut a, ne, slow);
+    a.mov32(X16, 1);
+    a.str32(X16, X17, offset_of!(ThreadSlot, busy) as u32);
+    // 4. Onto the slot's stack; every register saved, the goroutine's
+    // stack pointer as the saved sp.
+    a.bind(have);
+    a.ldr64(X16, X17, offset_of!(ThreadSlot, go_stack) as u32);
+    a.branch(0xb400_0000 | X16, release, Kind::Imm19); // cbz x16, release
+    a.add_imm(X19, SP, 0, false);
+    a.add_imm(SP, X16, 0, false);
+    let frame = frame_size(e.ctx_size);
+    a.add_imm(SP, SP, frame, true);
+    save_all(&mut a, frame, Some(e.addr));
+    a.str64(X19, SP, 8 * regs::SP as u32);
+    a.mov32(X16, u32::from(l.g_goid));
+    a.str32(X16, SP, ctx(offset_of!(Ctx, go_goid)));
+    a.str64(X17, SP, ctx(offset_of!(Ctx, slot)));
+    for &(handler, probe) in &e.handlers {
+        a.mov32(X16, probe);
+        a.str32(X16, SP, ctx(offset_of!(Ctx, probe)));
+        call_handler(&mut a, e.region, handler);
+    }
+    leave_slot(&mut a);
+    restore_all(&mut a);
+    a.ldr64(X16, SP, 8 * regs::SP as u32);
+    a.add_imm(SP, X16, 0, false);
+    let jump_back = |a: &mut Asm| {
+        a.branch(0x5800_0000 | X16, back, Kind::Imm19); // ldr x16, back
+        a.emit(0xd61f_0000 | X16 << 5); // br x16
+    };
+    jump_back(&mut a);
+    // rt_enter_go(region, m, m.procid) on g0's stack below `sched.sp`,
+    // GO_STACK_ROOM free there; x0-x15 (Go's arguments) and x30 kept.
+    a.bind(slow);
+    a.ldr64(X16, X28, u32::from(l.g_m));
+    a.ldr64(X16, X16, u32::from(l.m_g0));
+    a.branch(0xb400_0000 | X16, skip, Kind::Imm19); // cbz x16, skip
+    a.ldr64(X17, X16, u32::from(l.g_sched_sp));
+    a.ldr64(X19, X16, 8);
+    cmp(&mut a, X17, X19);
+    b_cond(&mut a, hi, skip);
+    a.emit(0xf100_0000 | (GO_STACK_ROOM as u32) << 10 | X17 << 5 | X17); // subs x17, x17, #ROOM
+    b_cond(&mut a, lo, skip);
+    a.ldr64(X19, X16, 0);
+    cmp(&mut a, X17, X19);
+    b_cond(&mut a, lo, skip);
+    a.add_imm(X17, X17, GO_STACK_ROOM as u32, false);
+    a.emit(0x927c_ee31); // and x17, x17, #~15
+    a.add_imm(X19, SP, 0, false);
+    a.add_imm(SP, X17, 0, false);
+    a.add_imm(SP, SP, 160, true);
+    for r in (0..16).step_by(2) {
+        a.stp64(r, r + 1, SP, 8 * r);
+    }
+    a.stp64(LR, X19, SP, 128);
+    a.mov64(X0, e.region);
+    a.ldr64(X1, X28, u32::from(l.g_m));
+    a.ldr32(X2, X1, u32::from(l.m_procid));
+    a.call(g.enter);
+    a.add_imm(X17, X0, 0, false);
+    for r in (0..16).step_by(2) {
+        a.ldp64(r, r + 1, SP, 8 * r);
+    }
+    a.ldp64(LR, X19, SP, 128);
+    a.add_imm(SP, X19, 0, false);
+    a.branch(0xb500_0000 | X17, have, Kind::Imm19); // cbnz x17, have
+    jump_back(&mut a);
+    // A slot without a stack of its own: not busy, skipped.
+    a.bind(release);
+    a.str32(ZR, X17, offset_of!(ThreadSlot, busy) as u32);
+    // Skipped: counted (the session summary says why), and on.
+    a.bind(skip);
+    for field in [offset_of!(Header, skipped), offset_of!(Header, skipped_go)] {
+        a.mov64(X16, e.region + field as u64);
+        let again = a.label();
+        a.bind(again);
+        a.emit(0xc85f_7c00 | X16 << 5 | X17); // ldxr x17, [x16]
+        a.add_imm(X17, X17, 1, false);
+        a.emit(0xc800_7c00 | X19 << 16 | X16 << 5 | X17); // stxr w19, x17, [x16]
+        a.branch(0x3500_0000 | X19, again, Kind::Imm19); // cbnz w19, again
+    }
+    jump_back(&mut a);
+    a.align8();
+    a.bind(back);
+    a.quad(g.back);
+    // The relocated check (and the branch back after it) follows.
+    a.bind(reloc);
+    a.finish()
 }
 
 /// `entry_prefix`, with the registers of `around` (lean) saved only
@@ -377,22 +527,9 @@ fn find_slot(a: &mut Asm, sh: &Shadow, slow: usize) {
     use telco_abi::region::ThreadSlot;
     const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
     const _: () = assert!(offset_of!(ThreadSlot, tid) % 8 == 0);
-    let n = sh.nthreads.max(1);
-    let bits = n.trailing_zeros();
-    let size = core::mem::size_of::<ThreadSlot>().trailing_zeros();
     a.emit(0xd53b_d040 | X16); // mrs x16, tpidr_el0
     a.branch(0xb400_0000 | X16, slow, Kind::Imm19); // cbz x16, slow
-    a.mov64(X0, sh.threads);
-    if bits > 0 {
-        // The top `bits` bits of the thread pointer's low half times
-        // 0x9e3779b9, times the slot size.
-        a.mov32(X17, 0x9e37_79b9);
-        a.emit(0x1b00_7c00 | X17 << 16 | X16 << 5 | X17); // mul w17, w16, w17
-        a.emit(0x5300_7c00 | (32 - bits) << 16 | X17 << 5 | X17); // lsr w17, w17, #(32 - bits)
-        a.emit(0x8b00_0000 | X17 << 16 | size << 10 | X0 << 5 | X17); // add x17, x0, x17, lsl #size
-    } else {
-        a.emit(0xaa00_03f1); // mov x17, x0
-    }
+    slot_home(a, sh, X16, X0);
     a.ldr64(X0, X17, offset_of!(ThreadSlot, key) as u32);
     a.emit(0xeb00_001f | X16 << 16 | X0 << 5); // cmp x0, x16
     a.branch(0x5400_0001, slow, Kind::Imm19); // b.ne slow
@@ -415,6 +552,25 @@ fn find_slot(a: &mut Asm, sh: &Shadow, slow: usize) {
     }
     a.mov32(X0, 1);
     a.str32(X0, X17, offset_of!(ThreadSlot, busy) as u32);
+}
+
+/// x17 = the first place `thread_slot` (rt.c) looks for the slot keyed
+/// by register `key`: the top log2(nthreads) bits of its low half times
+/// 0x9e3779b9, times the slot size, from the slots' address (left in
+/// register `base`).
+fn slot_home(a: &mut Asm, sh: &Shadow, key: u32, base: u32) {
+    use telco_abi::region::ThreadSlot;
+    let bits = sh.nthreads.max(1).trailing_zeros();
+    let size = core::mem::size_of::<ThreadSlot>().trailing_zeros();
+    a.mov64(base, sh.threads);
+    if bits > 0 {
+        a.mov32(X17, 0x9e37_79b9);
+        a.emit(0x1b00_7c00 | X17 << 16 | key << 5 | X17); // mul w17, w<key>, w17
+        a.emit(0x5300_7c00 | (32 - bits) << 16 | X17 << 5 | X17); // lsr w17, w17, #(32 - bits)
+        a.emit(0x8b00_0000 | X17 << 16 | size << 10 | base << 5 | X17); // add x17, x<base>, x17, lsl #size
+    } else {
+        a.add_imm(X17, base, 0, false);
+    }
 }
 
 /// x2 = the address of shadow frame w0 of the slot in x17, as
@@ -921,6 +1077,43 @@ mod tests {
         let w = words(&a.finish().unwrap());
         // adr x16, #12
         assert_eq!(w[0], 0x1000_0070);
+    }
+
+    /// A Go function's trampoline writes nothing on the goroutine's stack:
+    /// no store through sp and no call until sp is on a stack of ours (a
+    /// `mov sp, xN`), none once it is back; the function's own check
+    /// comes first, its `b.ls` going to the relocated copy at the end.
+    #[test]
+    fn a_go_trampoline_never_writes_the_goroutine_stack() {
+        let layout = telco_abi::artifact::GoLayout::go1_18(0x98);
+        // ldr x16, [x28, #16]; sub x17, sp, #0xb0; cmp x17, x16; b.ls +0xa4
+        let check: Vec<u8> =
+            [0xf940_0b90u32, 0xd102_c3f1, 0xeb10_023f, 0x5400_0529].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let e = Entry { go: Some(GoEntry { check, back: 0x4010, layout, enter: 0x5400 }), ..entry(None, false, false) };
+        let code = entry_prefix(&e).unwrap();
+        let w: Vec<u32> = code.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert_eq!(w[..3], [0xf940_0b90, 0xd102_c3f1, 0xeb10_023f]);
+        // b.ls to the end of the prefix (the relocated copy).
+        assert_eq!(w[3] & 0xff00_001f, 0x5400_0009);
+        assert_eq!(((w[3] >> 5) & 0x7ffff) as usize, w.len() - 3);
+        let literal = w.windows(2).position(|p| p == [0x4010, 0]).expect("the literal");
+        let mut ours = false;
+        for (i, &x) in w[..literal].iter().enumerate() {
+            let mov_sp = x & 0xffff_fc1f == 0x9100_001f; // add sp, xN, #0
+            let from_sp = x & 0xffff_ffe0 == 0x9100_03e0 && x & 0x1f != 31; // add xN, sp, #0
+            if mov_sp {
+                ours = !ours;
+                continue;
+            }
+            if from_sp || ours {
+                continue;
+            }
+            // Stores (str/stp/stur, any size) and pre-index writes through sp, calls.
+            let store = x & 0x3a40_0000 == 0x3800_0000 || x & 0x3e40_0000 == 0x2800_0000;
+            let writes_sp = store && (x >> 5) & 0x1f == 31;
+            let call = x & 0xfc00_0000 == 0x9400_0000 || x & 0xffff_fc1f == 0xd63f_0000;
+            assert!(!writes_sp && !call, "word {i} ({x:#010x}) on the goroutine's stack: {w:x?}");
+        }
     }
 
     #[test]

@@ -1404,14 +1404,7 @@ mod tests {
     /// the relocated copy, and leaves through the literal past the check.
     #[test]
     fn a_go_trampoline_never_writes_the_goroutine_stack() {
-        let layout = telco_abi::artifact::GoLayout {
-            g_m: 0x30,
-            g_sched_sp: 0x38,
-            g_goid: 0x98,
-            m_g0: 0,
-            m_procid: 0x48,
-            m_gsignal: 0x50,
-        };
+        let layout = telco_abi::artifact::GoLayout::go1_18(0x98);
         // lea r12,[rsp-0xa8]; cmp r12,[r14+0x10]; jbe +0xc5
         let check =
             vec![0x4c, 0x8d, 0xa4, 0x24, 0x58, 0xff, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0xc5, 0, 0, 0];
