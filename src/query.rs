@@ -157,7 +157,7 @@ impl telco_runtime::symtab::SymbolSource for ElfSymbols {
             loads: l.loads,
             sections: l.sections,
             build_id: l.build_id,
-            debug_frame: l.go_debug_frame,
+            debug_frame: telco_compiler::elf::go_debug_frame(bytes),
         })
     }
 

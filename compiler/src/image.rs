@@ -232,10 +232,6 @@ pub struct Layout {
     pub sections: Vec<(String, u64, u64, Option<u64>)>,
     /// The `NT_GNU_BUILD_ID` note's bytes (empty without one).
     pub build_id: Vec<u8>,
-    /// A Go binary without `.eh_frame` (one without cgo): its functions'
-    /// frames as a `.debug_frame` section made from its `.gopclntab`
-    /// (`elf::gopclntab::debug_frame`), for the profiler's unwinder.
-    pub go_debug_frame: Option<Vec<u8>>,
 }
 
 /// The [`Layout`] of the ELF image `bytes`, or None if it is not one.
@@ -265,13 +261,7 @@ pub fn layout(bytes: &[u8]) -> Option<Layout> {
             }
         }
     }
-    let eh_frame = elf.section_headers.iter().any(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(".eh_frame"));
-    let go_debug_frame = crate::elf::load::go_table(&elf, bytes).filter(|_| !eh_frame).and_then(|(tab, text)| {
-        let frames = crate::elf::gopclntab::frames(tab, text);
-        let aarch64 = elf.header.e_machine == goblin::elf::header::EM_AARCH64;
-        (!frames.is_empty()).then(|| crate::elf::gopclntab::debug_frame(&frames, aarch64))
-    });
-    Some(Layout { loads, sections, build_id, go_debug_frame })
+    Some(Layout { loads, sections, build_id })
 }
 
 /// Whether the ELF image `bytes` is a shared library, not a program: a

@@ -100,7 +100,8 @@ impl SymbolSource for TestSymbols {
 
     fn layout(&self, bytes: &[u8]) -> Option<ElfLayout> {
         let l = telco_compiler::image::layout(bytes)?;
-        Some(ElfLayout { loads: l.loads, sections: l.sections, build_id: l.build_id, debug_frame: l.go_debug_frame })
+        let debug_frame = telco_compiler::elf::go_debug_frame(bytes);
+        Some(ElfLayout { loads: l.loads, sections: l.sections, build_id: l.build_id, debug_frame })
     }
 }
 

@@ -39,7 +39,7 @@ mod demangle;
 
 pub mod gopclntab;
 mod ldcache;
-pub(crate) mod load;
+mod load;
 pub mod sdt;
 mod search;
 
@@ -281,6 +281,21 @@ fn shim_hint(interpreter: &str) -> String {
     } else {
         format!(" (for the interpreter's own functions, probe process(\"{interpreter}\"))")
     }
+}
+
+/// A Go binary without `.eh_frame` (one without cgo): its functions'
+/// frames as a `.debug_frame` section made from its `.gopclntab`
+/// (`gopclntab::debug_frame`), for the profiler's unwinder; None for any
+/// other ELF image.
+pub fn go_debug_frame(bytes: &[u8]) -> Option<Vec<u8>> {
+    let elf = goblin::elf::Elf::parse(bytes).ok()?;
+    if elf.section_headers.iter().any(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(".eh_frame")) {
+        return None;
+    }
+    let (tab, text) = load::go_table(&elf, bytes)?;
+    let frames = gopclntab::frames(tab, text);
+    let aarch64 = elf.header.e_machine == goblin::elf::header::EM_AARCH64;
+    (!frames.is_empty()).then(|| gopclntab::debug_frame(&frames, aarch64))
 }
 
 impl Module {
