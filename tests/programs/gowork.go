@@ -104,6 +104,9 @@ func main() {
 				atomic.AddInt64(&sink, t)
 			}(g)
 		}
+		// One collection at least while they run (a single CPU may run
+		// them to the end before the loop above gets a turn).
+		runtime.GC()
 		wg.Wait()
 		atomic.StoreInt32(&stop, 1)
 		var after runtime.MemStats

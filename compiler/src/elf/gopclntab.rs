@@ -187,8 +187,9 @@ fn pcsp_rows(tab: &[u8], mut p: usize, start: u64, end: u64, quantum: u64) -> Op
 /// the frame is the stack pointer plus the pushed bytes plus the return
 /// address, whose slot is just below it, and the frame pointer is saved
 /// below that once a frame is made; on aarch64 the return address is in
-/// x30 until a frame is made, then at the stack pointer, the frame
-/// pointer below it.
+/// x30 until a frame is made, then at the stack pointer. (Go saves the
+/// frame pointer below the stack pointer there, which a sample's copy of
+/// the stack does not hold: no rule for it, so the unwinder keeps x29.)
 pub fn debug_frame(frames: &[GoFrame], aarch64: bool) -> Vec<u8> {
     const ADVANCE_LOC4: u8 = 0x04;
     const DEF_CFA: u8 = 0x0c;
@@ -240,15 +241,10 @@ pub fn debug_frame(frames: &[GoFrame], aarch64: bool) -> Vec<u8> {
             body.push(DEF_CFA_OFFSET);
             uleb(&mut body, if aarch64 { b } else { b + 8 });
             if bytes == 0 {
-                body.push(RESTORE | fp);
-                if aarch64 {
-                    body.push(RESTORE | ra);
-                }
+                body.push(RESTORE | if aarch64 { ra } else { fp });
             } else if aarch64 {
                 body.push(OFFSET | ra);
                 uleb(&mut body, b / 8);
-                body.push(OFFSET | fp);
-                uleb(&mut body, b / 8 + 1);
             } else {
                 body.push(OFFSET | fp);
                 uleb(&mut body, 2);

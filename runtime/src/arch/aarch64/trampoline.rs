@@ -230,6 +230,13 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
 ///    `rt_enter_go` on `g0`'s stack with x0-x15 and x30 kept there;
 /// 4. the slot's own stack, every register saved (`SavedRegs::sp` the
 ///    goroutine's), the handlers; everything back, and on after the check.
+///
+/// Unlike x86_64's, Go's signal handler on aarch64 takes `g` from x28
+/// itself (a program without cgo keeps no copy of it), and compiled code
+/// may use x28 for anything in between: every signal is blocked while our
+/// C and compiled code runs (`rt_enter_go`, the handlers), two system
+/// calls a hit; a signal that comes meanwhile is delivered after, with x28
+/// `g` again.
 fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
     use core::mem::offset_of;
     use telco_abi::region::{Header, ThreadSlot, GO_STACK_ROOM};
@@ -289,6 +296,9 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
     a.add_imm(SP, SP, frame, true);
     save_all(&mut a, frame, Some(e.addr));
     a.str64(X19, SP, 8 * regs::SP as u32);
+    // Every signal blocked (the old mask at the frame's top word, the new
+    // one below it: the top 16 bytes are unused here).
+    block_signals(&mut a, frame - 16);
     a.mov32(X16, u32::from(l.g_goid));
     a.str32(X16, SP, ctx(offset_of!(Ctx, go_goid)));
     a.str64(X17, SP, ctx(offset_of!(Ctx, slot)));
@@ -298,6 +308,7 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
         call_handler(&mut a, e.region, handler);
     }
     leave_slot(&mut a);
+    unblock_signals(&mut a, frame - 16);
     restore_all(&mut a);
     a.ldr64(X16, SP, 8 * regs::SP as u32);
     a.add_imm(SP, X16, 0, false);
@@ -330,11 +341,13 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
         a.stp64(r, r + 1, SP, 8 * r);
     }
     a.stp64(LR, X19, SP, 128);
+    block_signals(&mut a, 144);
     a.mov64(X0, e.region);
     a.ldr64(X1, X28, u32::from(l.g_m));
     a.ldr32(X2, X1, u32::from(l.m_procid));
     a.call(g.enter);
     a.add_imm(X17, X0, 0, false);
+    unblock_signals(&mut a, 144);
     for r in (0..16).step_by(2) {
         a.ldp64(r, r + 1, SP, 8 * r);
     }
@@ -552,6 +565,34 @@ fn find_slot(a: &mut Asm, sh: &Shadow, slow: usize) {
     }
     a.mov32(X0, 1);
     a.str32(X0, X17, offset_of!(ThreadSlot, busy) as u32);
+}
+
+/// Block every signal (`rt_sigprocmask(SIG_SETMASK, all, old)`): the new
+/// mask goes to [sp + at], the old one to [sp + at + 8]. Changes x0-x3,
+/// x8 and x16.
+fn block_signals(a: &mut Asm, at: u32) {
+    a.mov64(X16, u64::MAX);
+    a.str64(X16, SP, at);
+    sigprocmask(a, at, Some(at + 8));
+}
+
+/// The mask `block_signals` kept at [sp + at + 8] back.
+fn unblock_signals(a: &mut Asm, at: u32) {
+    sigprocmask(a, at + 8, None);
+}
+
+/// `rt_sigprocmask(SIG_SETMASK, sp + set, old)` (none: NULL).
+fn sigprocmask(a: &mut Asm, set: u32, old: Option<u32>) {
+    const X8: u32 = 8;
+    a.mov32(X0, 2);
+    a.add_imm(X1, SP, set, false);
+    match old {
+        Some(o) => a.add_imm(X2, SP, o, false),
+        None => a.mov32(X2, 0),
+    }
+    a.mov32(X3, 8);
+    a.mov32(X8, 135);
+    a.emit(0xd400_0001); // svc #0
 }
 
 /// x17 = the first place `thread_slot` (rt.c) looks for the slot keyed
