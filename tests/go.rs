@@ -264,6 +264,33 @@ fn unsafe_probes_on_go_functions_are_refused_with_why() {
     assert!(out.contains("leaf 1") && out.ends_with("0\n"), "{out}");
 }
 
+/// Go's runtime can be probed; a hit on Go's scheduler stack (`g0`:
+/// `runtime.newstack` runs there whenever a goroutine's stack grows) runs
+/// no handler and is counted in the summary, never lost silently.
+#[test]
+fn hits_on_go_s_scheduler_stack_are_skipped_and_counted() {
+    let dir = common::scratch("go-g0");
+    let exe = go_build_from(&dir, "gowork.go", "work", &[], false);
+    let (out, err, code) = telco_env(
+        &[
+            "-D",
+            "MAXSKIPPED=1000000",
+            "-e",
+            "global n probe process.function(\"runtime.newstack\") { n++ } probe end { printf(\"n %d\\n\", n) }",
+            "-c",
+            &format!("{} stacks 10 200", exe.display()),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("rec 2010") && out.ends_with("n 0\n"), "{out}");
+    let skipped = err
+        .lines()
+        .find_map(|l| l.strip_prefix("WARNING: Skipped in Go's runtime: "))
+        .and_then(|r| r.split(' ').next()?.parse::<u64>().ok());
+    assert!(skipped.is_some_and(|n| n > 0), "{err}");
+}
+
 /// Debian's fzf, stripped: its Go functions probed by their Go names.
 #[test]
 fn fzf_is_probed_by_go_name() {
