@@ -3064,11 +3064,7 @@ EXPORT u64 rt_ret_pop(u8 *R, u8 *ctx, u64 sp) {
     return 0;
 }
 
-/* Around every handler run in a target thread: the thread's slot, marked
- * busy, or 0 when the thread is already inside a handler (a signal handler
- * that calls a probed function while a handler holds a lock) or has no
- * slot. Such a hit is skipped and counted, never nested. */
-/* rt_enter's work on a slot found (or not). */
+/* rt_enter's work on the slot found (0: none). */
 LOCAL u8 *enter_slot(u8 *R, u8 *slot) {
     if (!slot || AT(slot, TS_BUSY, u32)) {
         skip(R, !slot || AT(slot, TS_INDEX, u32) >= AT(TR(R), H_NTHREADS, u32) ? H_SKIPPED_NOSLOT : H_SKIPPED_BUSY);
@@ -3081,6 +3077,10 @@ LOCAL u8 *enter_slot(u8 *R, u8 *slot) {
     return slot;
 }
 
+/* Around every handler run in a target thread: the thread's slot, marked
+ * busy, or 0 when the thread is already inside a handler (a signal handler
+ * that calls a probed function while a handler holds a lock) or has no
+ * slot. Such a hit is skipped and counted, never nested. */
 EXPORT u8 *rt_enter(u8 *R) { return enter_slot(R, thread_slot(R)); }
 
 /* rt_enter at a Go function's entry: the slot keyed by the thread's Go
