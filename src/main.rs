@@ -225,8 +225,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     None => telco_compiler::elf::Module::load(&f.module).ok(),
                 }
             });
-            let m = m.as_ref()?;
-            m.no_return_address(m.function_at(f.addr)?).map(|why| why.to_string())
+            let Some((m, func)) = m.as_ref().and_then(|m| Some((m, m.function_at(f.addr)?))) else {
+                return Ok(f.go.clone());
+            };
+            // A Go function's returns are its epilogues.
+            if f.go.is_some() {
+                return m.go_entry(func, true).map(Some);
+            }
+            m.no_return_address(func).map_or(Ok(None), |why| Err(why.to_string()))
         };
         let refused = program.add_chrome_spans(cli.min_dur.unwrap_or(0), &mut returns);
         for (name, why) in refused.iter().filter(|(_, why)| !cli.no_warnings && !why.contains("ELF entry point")) {

@@ -155,11 +155,12 @@ fn telco_env(args: &[&str], env: &[(&str, &str)]) -> (String, String, Option<i32
 /// copied several times each (`morestack` starts the function again),
 /// and the scheduler moves them between threads. Every call is counted
 /// once; `$arg1` is `n`, `$arg2`/`$arg3` the string's pointer and length
-/// (Go's register ABI: RAX, RBX, RCX), `goid()` tells the goroutines apart.
+/// (Go's register ABI: RAX, RBX, RCX), `goid()` tells the goroutines apart;
+/// every return runs its return probe with its own call's `@entry` values.
 #[test]
 fn go_entry_probes_count_every_call_while_stacks_grow_and_move() {
     let dir = common::scratch("go-stacks");
-    let script = "global n, bad, deepest, ids, goroutines, dwarf
+    let script = "global n, r, bad, deepest, ids, goroutines, dwarf
         probe process.function(\"main.rec\") {
             n++
             if ($arg3 != 5 || user_string_n($arg2, $arg3) != \"hello\") bad++
@@ -175,9 +176,15 @@ fn go_entry_probes_count_every_call_while_stacks_grow_and_move() {
                 dwarf++
             }
         }
+        # Return probes: each call's own entry values, found by goroutine
+        # and depth while the stack moves.
+        probe process.function(\"main.rec\").return {
+            r++
+            if (@entry(goid()) != goid() || @entry($arg1) > 200 || $return < 5) bad++
+        }
         probe end {
             foreach (id in ids) goroutines++
-            printf(\"n %d bad %d deepest %d goroutines %d dwarf %d\\n\", n, bad, deepest, goroutines, dwarf)
+            printf(\"n %d r %d bad %d deepest %d goroutines %d dwarf %d\\n\", n, r, bad, deepest, goroutines, dwarf)
         }";
     for exe in work_builds(&dir) {
         let (out, err, code) =
@@ -186,7 +193,7 @@ fn go_entry_probes_count_every_call_while_stacks_grow_and_move() {
         assert!(out.contains("rec 201000"), "{}: {out}", exe.display());
         // The stripped build has no DWARF; the others read `$n`, `$s`.
         let dwarf = if exe.ends_with("work-pie") { 0 } else { 201000 };
-        let want = format!("n 201000 bad 0 deepest 200 goroutines 1000 dwarf {dwarf}");
+        let want = format!("n 201000 r 201000 bad 0 deepest 200 goroutines 1000 dwarf {dwarf}");
         assert!(out.contains(&want), "{}: {out}\n{err}", exe.display());
         assert!(!err.contains("Skipped") && !err.contains("WARNING"), "{}: {err}", exe.display());
     }
@@ -232,17 +239,17 @@ fn go_signals_collector_and_pprof_go_on_beside_probes_and_profiles() {
 }
 
 /// What cannot be probed safely in a Go program is refused, located,
-/// with why, before the program runs: return probes (a replaced return
-/// address on a goroutine's stack is fatal to Go's runtime), a leaf too
-/// small for Go to check its stack (its handlers could not switch
-/// stacks safely), statements inside Go functions.
+/// with why, before the program runs: a leaf too small for Go to check
+/// its stack (its handlers could not switch stacks safely), its return
+/// (no frame, so no epilogue a jump fits), statements inside Go
+/// functions.
 #[test]
 fn unsafe_probes_on_go_functions_are_refused_with_why() {
     let dir = common::scratch("go-refused");
     let exe = go_build_from(&dir, "gowork.go", "work", &[], false);
     for (point, why) in [
-        ("process.function(\"main.rec\").return", "a return probe would replace a return address"),
         ("process.function(\"main.leaf\")", "not Go's stack-bound check"),
+        ("process.function(\"main.leaf\").return", "not Go's stack-bound check"),
         ("process.statement(\"main.rec+4\")", "inside the Go function `main.rec`"),
     ] {
         let script = format!("probe {point} {{ }}");
@@ -262,6 +269,75 @@ fn unsafe_probes_on_go_functions_are_refused_with_why() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("skipped: cannot probe Go function `main.leaf`"), "{err}");
     assert!(out.contains("leaf 1") && out.ends_with("0\n"), "{out}");
+}
+
+/// Return probes on Go functions that panic and recover: `main.risky`
+/// panics on one call in three and `main.guarded` recovers from it in a
+/// deferred function. Every return of both runs its return probe with
+/// its own call's `@entry` values and `$return` (Go's first result); the
+/// calls the panics unwound are reported, not lost silently; the
+/// durations from `@entry` are never negative.
+#[test]
+fn go_return_probes_see_panics_and_recovers() {
+    let dir = common::scratch("go-panics");
+    let script = "global g, r, bad, d
+        probe process.function(\"main.guarded\").return {
+            g++
+            i = @entry($arg1)
+            if ($return != (i % 3 == 0 ? -1 : 2 * i + 1)) bad++
+            t = gettimeofday_ns() - @entry(gettimeofday_ns())
+            if (t < 0) bad++
+            d <<< t
+        }
+        probe process.function(\"main.risky\").return {
+            r++
+            if ($return != 2 * @entry($arg1)) bad++
+        }
+        probe end { printf(\"guarded %d risky %d bad %d timed %d\\n\", g, r, bad, @count(d)) }";
+    for exe in work_builds(&dir) {
+        let (out, err, code) = telco_env(&["-e", script, "-c", &format!("{} panics 3000", exe.display())], &[]);
+        assert_eq!(code, Some(0), "{}: {err}", exe.display());
+        assert!(out.contains("guarded 3000 panicked 1000 sum 6001000\n"), "{}: {out}", exe.display());
+        assert!(out.ends_with("guarded 3000 risky 2000 bad 0 timed 3000\n"), "{}: {out}\n{err}", exe.display());
+        assert_eq!(
+            err,
+            "WARNING: 1000 call(s) left by longjmp, an exception or a Go panic: their return probes did not run\n",
+            "{}",
+            exe.display()
+        );
+    }
+}
+
+/// A goroutine that blocks inside a probed call and resumes on another
+/// thread: its return probe finds its entry (kept by goroutine, not by
+/// thread). `main.wait` returns 10i, +1 when the program saw it move;
+/// the program runs until 50 calls moved.
+#[test]
+fn go_return_probes_follow_goroutines_across_threads() {
+    let dir = common::scratch("go-migrate");
+    let script = "global n, moved, bad
+        probe process.function(\"main.wait\").return {
+            n++
+            m = tid() != @entry(tid())
+            moved += m
+            if ($return != 10 * @entry($arg2) + m) bad++
+        }
+        probe end { printf(\"returns %d moved %d bad %d\\n\", n, moved, bad) }";
+    for exe in work_builds(&dir) {
+        let (out, err, code) =
+            telco_env(&["-e", script, "-c", &format!("{} migrate", exe.display())], &[("GOMAXPROCS", "4")]);
+        assert_eq!(code, Some(0), "{}: {err}", exe.display());
+        let (calls, moved) = out
+            .lines()
+            .find_map(|l| {
+                let w: Vec<&str> = l.split(' ').collect();
+                (w.len() == 4 && w[0] == "wait").then(|| (w[1].to_string(), w[3].to_string()))
+            })
+            .unwrap_or_else(|| panic!("{}: {out}", exe.display()));
+        assert_eq!(moved, "50", "{}: {out}", exe.display());
+        assert!(out.ends_with(&format!("returns {calls} moved 50 bad 0\n")), "{}: {out}\n{err}", exe.display());
+        assert!(err.is_empty(), "{}: {err}", exe.display());
+    }
 }
 
 /// Go's runtime can be probed; a hit on Go's scheduler stack (`g0`:

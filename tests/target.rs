@@ -232,7 +232,7 @@ fn return_probes_survive_recursion_longjmp_and_signals() {
         assert_eq!(code, Some(0), "{mode}: {err}");
         // The calls longjmp left are reported.
         let lost = if mode == "jump" {
-            "WARNING: 600 call(s) left by longjmp or an exception: their return probes did not run\n"
+            "WARNING: 600 call(s) left by longjmp, an exception or a Go panic: their return probes did not run\n"
         } else {
             ""
         };
@@ -568,7 +568,10 @@ probe end { foreach (k+ in e) printf("%s %d %d\n", k, e[k], r[k]) }"#;
         format!("{own}catcher(long) 100 100\nleaf(long) 200 200\nrethrower(long) 100 0\nthrower(long) 900 0\n")
     );
     // The 1,000 calls the exceptions left are reported, not lost silently.
-    assert_eq!(err, "WARNING: 1000 call(s) left by longjmp or an exception: their return probes did not run\n");
+    assert_eq!(
+        err,
+        "WARNING: 1000 call(s) left by longjmp, an exception or a Go panic: their return probes did not run\n"
+    );
 }
 
 /// The script's own probes on the functions the runtime hooks for return

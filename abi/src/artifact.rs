@@ -178,11 +178,24 @@ pub struct Hop {
 /// stack-bound check there (the instructions up to and with its `jbe` to
 /// the function's `morestack` call), which the trampoline runs first, and
 /// where the fields it reads are in the runtime's structures of the
-/// program's Go version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// program's Go version. With a return probe, the function's returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GoSite {
     pub check: u8,
     pub layout: GoLayout,
+    /// Every return of the function, each patched where its epilogue
+    /// starts (a return probe: empty otherwise).
+    pub rets: Vec<GoReturn>,
+}
+
+/// One return of a Go function: its epilogue (x86_64: `mov rbp,
+/// [rsp+X]; add rsp, Y; ret`; aarch64: the `ret` alone), from `offset`
+/// bytes after the function's entry, `len` bytes up to and with the
+/// `ret`. Pass 2 proved that nothing arrives inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoReturn {
+    pub offset: u32,
+    pub len: u8,
 }
 
 /// Offsets in Go's `g` and `m` (runtime/runtime2.go of the program's Go

@@ -235,7 +235,12 @@ pub struct Header {
     /// with too little of the scheduler's stack free). Its trampoline adds
     /// to both itself.
     pub skipped_go: u64,
-    pub _reserved: [u64; 2],
+    /// Return probes on Go functions: the calls in progress, by goroutine
+    /// ([`GoCalls`]), `go_calls` of them from `threads_at + go_calls_off`
+    /// in the same private mapping (none: 0).
+    pub go_calls_off: u64,
+    pub go_calls: u32,
+    pub _pad_go: u32,
 }
 
 pub const HEADER_SIZE: usize = 448;
@@ -243,6 +248,35 @@ pub const HEADER_SIZE: usize = 448;
 /// The stack each thread slot has for the handlers of probes on Go
 /// functions (`ThreadSlot::go_stack`), in a session with such probes.
 pub const GO_STACK_SIZE: u64 = 64 << 10;
+
+/// How many goroutines may be inside calls with return probes at once
+/// (their `GoCalls`), in a session with return probes on Go functions.
+pub const GO_CALLS: u32 = 1024;
+
+/// A goroutine's calls in progress with return probes on Go functions:
+/// Go moves a goroutine between threads while it waits, so these are kept
+/// by goroutine, not by thread (a thread's shadow stack would lose them).
+/// `shadow_depth` frames of `frame_size` bytes follow, each a
+/// [`ShadowFrame`] whose `sp` is the call's depth in its goroutine's stack
+/// (`g.stack.hi` - the stack pointer at entry, which Go keeps when it
+/// copies a stack) and whose `ret` and `tramp` are 0, then its `@entry`
+/// saves. `state` is the owner's goroutine id times two, plus one while
+/// it has frames: a goroutine takes a free or idle record (even `state`)
+/// with a compare-and-swap, and only its owner touches a record with the
+/// bit set (compiler/rt/rt.c, `go_calls`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GoCalls {
+    pub state: u64,
+    /// The owner's `g` (a record whose `g` runs another goroutine now is
+    /// free again: its owner ended inside a call).
+    pub g: u64,
+    pub depth: u32,
+    pub _pad: u32,
+    pub _reserved: u64,
+}
+pub const GO_CALLS_HEADER: usize = 32;
+const _: () = assert!(core::mem::size_of::<GoCalls>() == GO_CALLS_HEADER);
 
 /// The bytes a Go function's trampoline needs free on the thread's
 /// scheduler stack (Go's `g0`: 8 KiB on a thread Go starts itself, cgo's

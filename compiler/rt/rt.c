@@ -3099,6 +3099,154 @@ EXPORT i64 rt_goid(u8 *R, u8 *ctx) {
     return v;
 }
 
+/* Return probes on Go functions keep their calls by goroutine, not by
+ * thread: Go moves a waiting goroutine to another thread (GoCalls in
+ * abi/src/region.rs). A call is known by its depth in its goroutine's
+ * stack, g.stack.hi minus the stack pointer at the entry, which Go keeps
+ * when it copies the stack to grow it; the return probe runs at the
+ * epilogue's end, where the stack pointer is back there. The records'
+ * place and number come from the mirror; a record is touched only by its
+ * owner while its state is odd. */
+#define GO_CALLS_LOOK 32 /* records a goroutine looks at from its first */
+
+LOCAL u8 *go_record(u8 *R, u64 i) {
+    u64 size = GO_CALLS_HEADER + (u64)AT(TR(R), H_SHADOW_DEPTH, u32) * AT(TR(R), H_FRAME_SIZE, u32);
+    return (u8 *)AT(TR(R), H_THREADS_AT, u64) + AT(TR(R), H_GO_CALLS_OFF, u64) + i * size;
+}
+
+LOCAL u8 *go_frame(u8 *R, u8 *c, u32 i) {
+    return c + GO_CALLS_HEADER + (u64)i * AT(TR(R), H_FRAME_SIZE, u32);
+}
+
+/* The record of goroutine `goid` (its `g`) while it has frames; with
+ * `claim`, one taken for it when it has none: its own idle one, a free
+ * one, another goroutine's idle one, or that of a goroutine that ended
+ * inside a call (its `g` runs another goroutine now: its frames are
+ * counted as calls that never returned). 0: none (all taken). */
+static u8 *go_calls(u8 *R, u64 g, u64 goid, u32 goid_off, int claim) {
+    u64 n = AT(TR(R), H_GO_CALLS, u32);
+    if (!n || !goid || (n & (n - 1))) return 0;
+    u64 mine = goid << 1, h = (goid * 0x9e3779b97f4a7c15ull) >> 32;
+    u8 *spare = 0;
+    u64 spare_was = 0;
+    for (u64 k = 0; k < GO_CALLS_LOOK && k < n; k++) {
+        u8 *c = go_record(R, (h + k) & (n - 1));
+        u64 st = __atomic_load_n(&AT(c, GC_STATE, u64), __ATOMIC_ACQUIRE);
+        if (st == (mine | 1)) return c;
+        if (!claim) continue;
+        if (st == mine) {
+            /* Its own, idle: taken back unless another took it first. */
+            if (__atomic_compare_exchange_n(&AT(c, GC_STATE, u64), &st, mine | 1, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
+                AT(c, GC_G, u64) = g;
+                AT(c, GC_DEPTH, u32) = 0;
+                return c;
+            }
+            continue;
+        }
+        if (spare) continue;
+        if (!(st & 1)) {
+            spare = c, spare_was = st;
+        } else {
+            /* Busy: its owner ended if its g names another goroutine. */
+            u64 id = 0;
+            if (rt_read_user(R, &id, AT(c, GC_G, u64) + goid_off, 8) == 8 && id != st >> 1) spare = c, spare_was = st;
+        }
+    }
+    if (!spare) return 0;
+    u64 st = spare_was;
+    if (!__atomic_compare_exchange_n(&AT(spare, GC_STATE, u64), &st, mine | 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return 0;
+    if (st & 1) lost_returns(R, AT(spare, GC_DEPTH, u32));
+    AT(spare, GC_G, u64) = g;
+    AT(spare, GC_DEPTH, u32) = 0;
+    return spare;
+}
+
+/* The calling goroutine's `g`, id and call depth from the saved registers
+ * (its trampoline proved `g` is the goroutine its thread runs, with the
+ * stack pointer inside its stack). */
+LOCAL u64 go_call(u8 *ctx, u64 *g, u64 *goid) {
+    u8 *regs = (u8 *)AT(ctx, C_REGS, u64);
+    *g = AT(regs, REG_GO_G, u64);
+    *goid = *(u64 *)(*g + AT(ctx, C_GO_GOID, u32));
+    return *(u64 *)(*g + 8) - AT(regs, REG_SP, u64);
+}
+
+/* A record left without frames is idle: any goroutine may take it. */
+LOCAL void go_idle(u8 *c, u32 depth, u64 goid) {
+    AT(c, GC_DEPTH, u32) = depth;
+    if (!depth) __atomic_store_n(&AT(c, GC_STATE, u64), goid << 1, __ATOMIC_RELEASE);
+}
+
+/* At the entry of a Go function with return probe `probe` (its probes
+ * pushed in increasing order): a frame for this call in its goroutine's
+ * record, after dropping what calls a panic unwound left (frames as deep
+ * or deeper, but this call's own earlier probes). Returns the frame's
+ * @entry save area, or 0 (skipped and counted: too deep, or no record). */
+EXPORT u8 *rt_go_push(u8 *R, u8 *ctx, i64 probe) {
+    u64 g, goid, key = go_call(ctx, &g, &goid);
+    u8 *c = go_calls(R, g, goid, AT(ctx, C_GO_GOID, u32), 1);
+    if (!c) {
+        skip(R, H_SKIPPED_DEEP);
+        return 0;
+    }
+    u32 depth = AT(c, GC_DEPTH, u32), was = depth;
+    while (depth > 0) {
+        u8 *f = go_frame(R, c, depth - 1);
+        u64 fk = AT(f, SF_SP, u64);
+        if (fk < key || (fk == key && AT(f, SF_PROBE, u32) < (u32)probe)) break;
+        depth--;
+    }
+    lost_returns(R, was - depth);
+    if (depth >= AT(TR(R), H_SHADOW_DEPTH, u32)) {
+        go_idle(c, depth, goid);
+        skip(R, H_SKIPPED_DEEP);
+        return 0;
+    }
+    u8 *f = go_frame(R, c, depth);
+    AT(f, SF_RET, u64) = 0;
+    AT(f, SF_SP, u64) = key;
+    AT(f, SF_PROBE, u32) = (u32)probe;
+    AT(f, SF_SAVED, i32) = 0;
+    AT(f, SF_TRAMP, u64) = 0;
+    AT(c, GC_DEPTH, u32) = depth + 1;
+    return f + SHADOW_FRAME_HEADER;
+}
+
+/* At a return of a Go function, for its return probe `probe` (popped in
+ * decreasing order): this call's frame, its @entry saves copied to `buf`
+ * (frame_size bytes on the trampoline's stack: once the record is idle,
+ * another goroutine may take it) and the context pointed at them; deeper
+ * frames, of calls a panic unwound, dropped and counted. 0: no frame (its
+ * entry was skipped, and counted, or came before the probe was placed):
+ * the handler does not run. */
+EXPORT u64 rt_go_pop(u8 *R, u8 *ctx, i64 probe, u8 *buf) {
+    u64 g, goid, key = go_call(ctx, &g, &goid);
+    u8 *c = go_calls(R, g, goid, AT(ctx, C_GO_GOID, u32), 0);
+    if (!c) return 0;
+    u32 depth = AT(c, GC_DEPTH, u32), lost = 0;
+    u64 found = 0;
+    while (depth > 0) {
+        u8 *f = go_frame(R, c, depth - 1);
+        u64 fk = AT(f, SF_SP, u64);
+        u32 fp = AT(f, SF_PROBE, u32);
+        if (fk < key || (fk == key && fp < (u32)probe)) break; /* an outer call's */
+        depth--;
+        if (fk == key && fp == (u32)probe) {
+            memcpy(buf, f + SHADOW_FRAME_HEADER, AT(TR(R), H_FRAME_SIZE, u32) - SHADOW_FRAME_HEADER);
+            AT(ctx, C_PROBE, u32) = fp;
+            AT(ctx, C_ENTRY, u64) = (u64)buf;
+            found = 1;
+            break;
+        }
+        lost++;
+    }
+    lost_returns(R, lost);
+    go_idle(c, depth, goid);
+    return found;
+}
+
 /* One step of a thread's wait for the tracer (rt_dlnotify,
  * rt_execnotify): spin, yielding every 64 steps; 0 once the wait must
  * end (the `deadline` passed, or the session is over). */

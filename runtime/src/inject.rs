@@ -364,23 +364,11 @@ pub fn threads_at(s: &mut Stopped, a: &Artifact, at: u64) -> Result<u64, InjectE
 }
 
 /// Bytes of the thread slots' mapping (slots, then their shadow stacks,
-/// then the trap area: `telco_abi::region::TrapArea`).
+/// the slots' stacks for Go probes, the calls of return probes on Go
+/// functions by goroutine, then the trap area:
+/// `telco_abi::region::TrapArea`): `crate::region` lays it out.
 pub fn threads_size(a: &Artifact) -> u64 {
-    let slot = core::mem::size_of::<telco_abi::region::ThreadSlot>() as u64;
-    let n = u64::from(a.nthreads);
-    let stack = u64::from(a.shadow_depth) * u64::from(a.frame_size);
-    (n * slot + n * stack).next_multiple_of(4096).max(4096) + n * go_stack(a) + telco_abi::region::TRAP_AREA_SIZE as u64
-}
-
-/// Each slot's stack for the handlers of probes on Go functions
-/// (`ThreadSlot::go_stack`): none in a session without them.
-fn go_stack(a: &Artifact) -> u64 {
-    let go = a.probes.iter().any(|p| matches!(p.attach, telco_abi::artifact::Attach::Function { go: Some(_), .. }));
-    if go {
-        telco_abi::region::GO_STACK_SIZE
-    } else {
-        0
-    }
+    crate::region::threads_size(a)
 }
 
 fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u64, InjectError> {
@@ -424,8 +412,8 @@ fn threads_mapped(s: &mut Stopped, a: &Artifact, fixed: Option<u64>) -> Result<u
         let s = (i * slot) as usize;
         let frames = at + n * slot + i * stack;
         table[s + core::mem::offset_of!(ThreadSlot, frames)..][..8].copy_from_slice(&frames.to_le_bytes());
-        if go_stack(a) > 0 {
-            let top = go_stacks + (i + 1) * go_stack(a);
+        if crate::region::go_stack(a) > 0 {
+            let top = go_stacks + (i + 1) * crate::region::go_stack(a);
             table[s + core::mem::offset_of!(ThreadSlot, go_stack)..][..8].copy_from_slice(&top.to_le_bytes());
         }
     }

@@ -187,7 +187,9 @@ impl Region {
             arg_start: crate::os::proc::arg_area(pid as i32).map_or(0, |a| a.0),
             arg_end: crate::os::proc::arg_area(pid as i32).map_or(0, |a| a.1),
             trap_hits: 0,
-            _reserved: [0; 2],
+            go_calls_off: go_calls_off(a),
+            go_calls: go_calls(a),
+            _pad_go: 0,
         };
         for base in [mem.as_ptr(), mirror.as_ptr()] {
             // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.
@@ -326,5 +328,53 @@ impl Region {
     pub fn set_enabled(&self, on: bool) {
         // Release: pairs with the handlers' load of `enabled` at entry.
         self.u32_at(core::mem::offset_of!(Header, enabled)).store(u32::from(on), Ordering::Release);
+    }
+}
+
+/// Bytes of the thread slots' mapping (slots, then their shadow stacks,
+/// the slots' stacks for Go probes, the calls of return probes on Go
+/// functions by goroutine, then the trap area:
+/// `telco_abi::region::TrapArea`).
+pub fn threads_size(a: &telco_abi::artifact::Artifact) -> u64 {
+    go_calls_off(a) + go_calls_size(a) + telco_abi::region::TRAP_AREA_SIZE as u64
+}
+
+/// Where the calls of return probes on Go functions are kept
+/// (`Header::go_calls_off`: `telco_abi::region::GoCalls` records), from
+/// the start of the thread slots' mapping.
+pub fn go_calls_off(a: &telco_abi::artifact::Artifact) -> u64 {
+    let slot = core::mem::size_of::<telco_abi::region::ThreadSlot>() as u64;
+    let n = u64::from(a.nthreads);
+    let stack = u64::from(a.shadow_depth) * u64::from(a.frame_size);
+    (n * slot + n * stack).next_multiple_of(4096).max(4096) + n * go_stack(a)
+}
+
+/// How many `GoCalls` records the session needs (`Header::go_calls`):
+/// none without a return probe on a Go function.
+pub fn go_calls(a: &telco_abi::artifact::Artifact) -> u32 {
+    let go_ret = a
+        .probes
+        .iter()
+        .any(|p| matches!(p.attach, telco_abi::artifact::Attach::Function { go: Some(_), ret: true, .. }));
+    if go_ret {
+        telco_abi::region::GO_CALLS
+    } else {
+        0
+    }
+}
+
+fn go_calls_size(a: &telco_abi::artifact::Artifact) -> u64 {
+    let record = telco_abi::region::GO_CALLS_HEADER as u64 + u64::from(a.shadow_depth) * u64::from(a.frame_size);
+    (u64::from(go_calls(a)) * record).next_multiple_of(4096)
+}
+
+/// Each slot's stack for the handlers of probes on Go functions
+/// (`ThreadSlot::go_stack`): none in a session without them.
+pub(crate) fn go_stack(a: &telco_abi::artifact::Artifact) -> u64 {
+    let go = a.probes.iter().any(|p| matches!(p.attach, telco_abi::artifact::Attach::Function { go: Some(_), .. }));
+    if go {
+        telco_abi::region::GO_STACK_SIZE
+    } else {
+        0
     }
 }

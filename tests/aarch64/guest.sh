@@ -515,6 +515,29 @@ if [ -n "$got" ] && ! grep 'main\.hot [0-9]*$' go.folded | grep -qv 'runtime\.ma
     ok "Go stacks by Go's frame table"
 else bad "Go stacks by Go's frame table" "...;runtime.main;main.main;main.hot N" "$got"; fi
 rm -f go.folded
+# Return probes on Go functions (each `ret` a branch to the trampoline,
+# the @entry values kept by goroutine and depth): while stacks grow and
+# move, and through panics and recovers (the unwound calls counted).
+check "Go return probes while stacks grow" "rec 20100
+r 20100 bad 0" $T -e 'global r, bad
+    probe process.function("main.rec").return {
+        r++
+        if (@entry(goid()) != goid() || @entry($arg1) > 200 || $return < 5) bad++
+    }
+    probe end { printf("r %d bad %d\n", r, bad) }' -c "./gowork stacks 100 200"
+check "Go return probes through panics" "guarded 300 panicked 100 sum 60100
+guarded 300 risky 200 bad 0" $T -e 'global g, r, bad
+    probe process.function("main.guarded").return {
+        g++
+        i = @entry($arg1)
+        if ($return != (i % 3 == 0 ? -1 : 2 * i + 1)) bad++
+        if (gettimeofday_ns() < @entry(gettimeofday_ns())) bad++
+    }
+    probe process.function("main.risky").return { r++; if ($return != 2 * @entry($arg1)) bad++ }
+    probe end { printf("guarded %d risky %d bad %d\n", g, r, bad) }' -c "./gowork panics 300"
+if grep -q "^WARNING: 100 call(s) left by longjmp, an exception or a Go panic" err.txt; then
+    ok "Go panics' unwound calls counted"
+else bad "Go panics' unwound calls counted" "WARNING: 100 call(s) left by ..." "$(cat err.txt)"; fi
 
 rm -f err.txt p4.txt
 echo "GUEST: $pass passed, $fail failed"

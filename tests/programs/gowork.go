@@ -11,6 +11,16 @@
 //	                         $GOWORK_PPROF; prints "step 4*N gc true"
 //	gowork leaf              calls main.leaf once (a leaf too small for
 //	                         Go to check its stack): "leaf 1"
+//	gowork panics N          calls main.guarded(i) for i < N: it calls
+//	                         main.risky(i), which panics when i%3 == 0,
+//	                         and recovers (returning -1; else 2i+1);
+//	                         prints "guarded N panicked P sum S"
+//	gowork migrate           main.wait(ch, i) blocks on a channel until
+//	                         another goroutine sends, while others spin,
+//	                         until 50 calls resumed on another thread than
+//	                         they began on (at most 1,000,000 calls); it
+//	                         returns 10i, +1 when it moved: prints
+//	                         "wait C moved M"
 package main
 
 import (
@@ -21,6 +31,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 var sink int64
@@ -48,6 +59,35 @@ func step(i int, a, b int64) int64 {
 //go:noinline
 func leaf(a int) int {
 	return a + 1
+}
+
+//go:noinline
+func risky(i int) int {
+	if i%3 == 0 {
+		panic("boom")
+	}
+	return 2 * i
+}
+
+//go:noinline
+func guarded(i int) (r int) {
+	defer func() {
+		if recover() != nil {
+			r = -1
+		}
+	}()
+	return risky(i) + 1
+}
+
+//go:noinline
+func wait(ch chan int, i int) int {
+	before := syscall.Gettid()
+	<-ch
+	runtime.Gosched()
+	if syscall.Gettid() != before {
+		return 10*i + 1
+	}
+	return 10 * i
 }
 
 func main() {
@@ -114,5 +154,40 @@ func main() {
 		fmt.Println("step", 4*n, "gc", after.NumGC > before.NumGC)
 	case "leaf":
 		fmt.Println("leaf", leaf(0))
+	case "panics":
+		n, panicked, sum := arg(2), 0, 0
+		for i := 0; i < n; i++ {
+			r := guarded(i)
+			if r == -1 {
+				panicked++
+			}
+			sum += r
+		}
+		fmt.Println("guarded", n, "panicked", panicked, "sum", sum)
+	case "migrate":
+		var stop int32
+		for s := 0; s < 3; s++ {
+			go func() {
+				for atomic.LoadInt32(&stop) == 0 {
+					atomic.AddInt64(&sink, mix(sink))
+					runtime.Gosched()
+				}
+			}()
+		}
+		ch := make(chan int)
+		calls, moved := 0, 0
+		for moved < 50 && calls < 1000000 {
+			done := make(chan int)
+			go func(i int) {
+				done <- wait(ch, i)
+			}(calls)
+			ch <- calls
+			if <-done%10 == 1 {
+				moved++
+			}
+			calls++
+		}
+		atomic.StoreInt32(&stop, 1)
+		fmt.Println("wait", calls, "moved", moved)
 	}
 }

@@ -230,7 +230,7 @@ fn attach_of(p: &Point) -> Attach {
             hop: f.hop,
             ra_saved: f.ra_saved,
             trap: f.trap,
-            go: f.go,
+            go: f.go.clone(),
         },
         Point::Statement { module, addr, site, .. } => Attach::Statement {
             module: module.clone(),

@@ -512,15 +512,10 @@ impl<'q> Resolver<'q> {
                 continue;
             }
             let go_site = if module.go_function(f.addr) && !self.listing {
-                let site = if ret {
-                    Err("a return probe would replace a return address on the goroutine's stack, which Go's \
-                         runtime reads whenever it grows, copies or unwinds the stack (return probes on Go \
-                         functions are not placed yet)"
-                        .to_string())
-                } else if itrace {
+                let site = if itrace {
                     Err("`.itrace` follows a thread, and goroutines move between threads".to_string())
                 } else {
-                    module.go_entry(f)
+                    module.go_entry(f, ret)
                 };
                 match site {
                     Ok(site) => Some(site),
@@ -544,7 +539,7 @@ impl<'q> Resolver<'q> {
             }
             // No jump fits, nor a hop: a trap where one fits. (A Go
             // function's jump displaces its stack check, which fits.)
-            let (hop, trap) = match go_site.map_or_else(|| module.short_hop(f), |_| Ok(None)) {
+            let (hop, trap) = match go_site.as_ref().map_or_else(|| module.short_hop(f), |_| Ok(None)) {
                 Ok(h) => (h, false),
                 Err(why) => match module.entry_trap(f) {
                     Ok(()) => (None, true),

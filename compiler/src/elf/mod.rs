@@ -309,7 +309,9 @@ impl Module {
     /// trampoline runs the function's stack-bound check first, then its
     /// handlers on the thread's scheduler stack: runtime/src/arch's
     /// trampolines); Err: why it cannot be, safely.
-    pub fn go_entry(&self, f: &Function) -> Result<telco_abi::artifact::GoSite, String> {
+    /// With `ret`, its returns too (`GoSite::rets`: each epilogue takes
+    /// a jump to the return probe's trampoline).
+    pub fn go_entry(&self, f: &Function, ret: bool) -> Result<telco_abi::artifact::GoSite, String> {
         let version =
             self.go_version.as_deref().ok_or("its Go version is unknown (no .go.buildinfo of Go 1.18 or later)")?;
         let layout = gopclntab::layout(version)?;
@@ -330,7 +332,22 @@ impl Module {
         if patch.displaced != u32::from(check) {
             return Err(format!("its stack check is {check} bytes but the jump would displace {}", patch.displaced));
         }
-        Ok(telco_abi::artifact::GoSite { check, layout })
+        let mut rets = Vec::new();
+        if ret {
+            let all = bytes.get(at..at + f.size as usize).ok_or("its code is not in the file")?;
+            for (site, len) in crate::arch::native::entry::go_epilogues(all, f.addr)? {
+                // Nothing arrives inside an epilogue but at its start.
+                let p = sites.plan_len(&bytes, site, (f.addr, f.addr + f.size), u64::from(len), false)?;
+                if p.displaced != u32::from(len) {
+                    return Err(format!(
+                        "its epilogue at {site:#x} is {len} bytes but the jump would displace {}",
+                        p.displaced
+                    ));
+                }
+                rets.push(telco_abi::artifact::GoReturn { offset: (site - f.addr) as u32, len });
+            }
+        }
+        Ok(telco_abi::artifact::GoSite { check, layout, rets })
     }
 
     /// Read and parse the ELF file at `path`.

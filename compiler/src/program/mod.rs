@@ -507,13 +507,15 @@ impl Program {
     /// the call as a span from its entry's clock (calls shorter than
     /// `min_ns` are left out in the target).
     ///
-    /// A function that cannot take a return probe (`returns` says why:
-    /// `elf::Module::no_return_address`) gets none; its names and reasons
-    /// are returned.
+    /// `returns` says how the return of each is probed: Ok with the Go
+    /// function's site for its returns (`elf::Module::go_entry`; None for
+    /// any other function), or Err why it cannot be
+    /// (`elf::Module::no_return_address`): such a function gets no span;
+    /// its names and reasons are returned.
     pub fn add_chrome_spans(
         &mut self,
         min_ns: u64,
-        returns: &mut dyn FnMut(&FunctionPoint) -> Option<String>,
+        returns: &mut dyn FnMut(&FunctionPoint) -> Result<Option<telco_abi::artifact::GoSite>, String>,
     ) -> Vec<(String, String)> {
         use crate::program::builtins::Builtin;
         let mut points: Vec<Point> = Vec::new();
@@ -524,15 +526,19 @@ impl Program {
                     if f.itrace {
                         continue;
                     }
-                    if let Some(why) = returns(f) {
-                        let name = f.demangled.clone().unwrap_or_else(|| f.symbol.clone());
-                        if !refused.iter().any(|(n, _)| *n == name) {
-                            refused.push((name, why));
+                    let go = match returns(f) {
+                        Ok(go) => go,
+                        Err(why) => {
+                            let name = f.demangled.clone().unwrap_or_else(|| f.symbol.clone());
+                            if !refused.iter().any(|(n, _)| *n == name) {
+                                refused.push((name, why));
+                            }
+                            continue;
                         }
-                        continue;
-                    }
+                    };
                     let mut r = f.clone();
                     r.ret = true;
+                    r.go = go;
                     let r = Point::Function(r);
                     if !points.contains(&r) {
                         points.push(r);

@@ -82,6 +82,29 @@ pub struct GoEntry {
     pub layout: telco_abi::artifact::GoLayout,
     /// `rt_enter_go`.
     pub enter: u64,
+    /// `rt_go_push` (return probes: the call's frame by goroutine).
+    pub push: u64,
+}
+
+/// A return of a Go function with return probes (`artifact::GoReturn`,
+/// as placed): what its trampoline runs.
+#[derive(Clone, Debug)]
+pub struct GoExit {
+    /// Where the trampoline will live, the region, the function's entry.
+    pub at: u64,
+    pub region: u64,
+    pub addr: u64,
+    pub ctx_size: u32,
+    /// The epilogue's instructions before its `ret` (x86_64; empty on
+    /// aarch64, whose patch is the `ret` itself).
+    pub epilogue: Vec<u8>,
+    /// (probe index, return handler).
+    pub returns: Vec<(u32, u64)>,
+    /// `rt_go_pop`, `rt_enter_go`.
+    pub pop: u64,
+    pub enter: u64,
+    pub layout: telco_abi::artifact::GoLayout,
+    pub shadow: Shadow,
 }
 
 /// The thread slots and shadow stacks of return probes in the target:

@@ -153,6 +153,7 @@ macro_rules! check_pure_contract {
         let _: fn(u32) -> i32 = patch::signs_return;
         let _: fn(u64, u64) -> Vec<u8> = patch::signal_stub;
         let _: fn(&[u8]) -> Result<(), String> = patch::go_check;
+        let _: fn(&[u8]) -> Result<Vec<u8>, String> = patch::go_epilogue;
 
         // trampoline: the shared types, with this architecture's mask.
         is_error::<AsmError>();
@@ -164,6 +165,7 @@ macro_rules! check_pure_contract {
         let _: Option<contract::StatInline> = None::<trampoline::StatInline>;
         let _: Option<contract::Timed> = None::<trampoline::Timed>;
         let _: fn(&trampoline::Entry) -> Result<Vec<u8>, AsmError> = trampoline::entry_prefix;
+        let _: fn(&trampoline::GoExit) -> Result<Vec<u8>, AsmError> = trampoline::go_return_trampoline;
         let _: fn(
             u64,
             u64,

@@ -236,18 +236,27 @@ impl Hooker {
             },
         };
         // A Go function: what its trampoline runs first and reads.
-        let go = match t.go {
+        let go = match &t.go {
             Some(site) => {
                 let check = &bytes[..usize::from(site.check)];
                 if let Err(why) = patch::go_check(check) {
                     return Ok(Err(why));
                 }
-                let Some(enter) = self.enter_go else {
+                let (Some(enter), Some(push)) = (self.enter_go, self.go_push) else {
                     return Ok(Err("the runtime library lacks rt_enter_go".into()));
                 };
-                Some((check.to_vec(), site.layout, enter))
+                Some((check.to_vec(), site.layout, enter, push))
             }
             None => None,
+        };
+        // Its returns, with return probes: each epilogue's jump and
+        // trampoline, patched with the entry's.
+        let go_exits = match &t.go {
+            Some(site) if !t.returns.is_empty() => match self.go_returns(s, code, addr, site, &t.returns)? {
+                Ok(exits) => exits,
+                Err(why) => return Ok(Err(why)),
+            },
+            _ => Vec::new(),
         };
         let Some(at) = code.alloc(1024) else { return Ok(Err("no room for its trampoline".into())) };
         let itrace = match (&t.itrace, self.itrace_wait) {
@@ -270,11 +279,12 @@ impl Hooker {
                 .and_then(|o| bytes.get(o as usize..o as usize + 4))
                 .map_or(0, |w| patch::signs_return(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))),
             always: t.always,
-            go: go.map(|(check, layout, enter)| trampoline::GoEntry {
+            go: go.map(|(check, layout, enter, push)| trampoline::GoEntry {
                 check,
                 back: hook.patch_at + hook.displaced as u64,
                 layout,
                 enter: code.at(enter),
+                push: code.at(push),
             }),
             ..self.entry(code, at, addr)
         };
@@ -365,8 +375,65 @@ impl Hooker {
         Ok(Ok(Placed {
             plan: (hook.patch_at, orig, patch),
             tramp: at,
-            retargets: retargets.into_iter().map(|r| (r.at, r.original, r.patched)).collect(),
+            retargets: retargets.into_iter().map(|r| (r.at, r.original, r.patched)).chain(go_exits).collect(),
             trap,
         }))
+    }
+
+    /// The returns of the Go function at `addr` (`GoSite::rets`), for its
+    /// return probes `returns`: each epilogue's trampoline
+    /// (`trampoline::go_return_trampoline`) written, and the patch that
+    /// jumps to it (at, original, patched); or why not.
+    fn go_returns(
+        &self,
+        s: &mut dyn Memory,
+        code: &mut CodeRegion,
+        addr: u64,
+        site: &telco_abi::artifact::GoSite,
+        returns: &[(u32, Option<u64>)],
+    ) -> Result<Result<Vec<(u64, Vec<u8>, Vec<u8>)>, String>, TargetError> {
+        let (Some(enter), Some(pop)) = (self.enter_go, self.go_pop) else {
+            return Ok(Err("the runtime library lacks rt_go_pop".into()));
+        };
+        let handlers: Vec<(u32, u64)> =
+            returns.iter().map(|&(i, _)| (i, code.at(self.artifact.probes[i as usize].handler))).collect();
+        let mut out = Vec::new();
+        for r in &site.rets {
+            let at = addr + u64::from(r.offset);
+            let original = s.read(at, usize::from(r.len))?;
+            let epilogue = match patch::go_epilogue(&original) {
+                Ok(e) => e,
+                Err(why) => return Ok(Err(format!("its return at {at:#x}: {why}"))),
+            };
+            let x = trampoline::GoExit {
+                at: 0,
+                region: self.region,
+                addr,
+                ctx_size: self.artifact.ctx_size,
+                epilogue,
+                returns: handlers.clone(),
+                pop: code.at(pop),
+                enter: code.at(enter),
+                layout: site.layout,
+                shadow: self.shadow(),
+            };
+            let tramp = code.next.next_multiple_of(16);
+            let bytes = match trampoline::go_return_trampoline(&trampoline::GoExit { at: tramp, ..x }) {
+                Ok(b) => b,
+                Err(e) => return Err(TargetError::Unsupported(format!("assembling a trampoline: {e}"))),
+            };
+            let Some(jmp) = patch::jump(at, tramp) else {
+                return Ok(Err("trampoline out of jump range".into()));
+            };
+            if code.alloc(bytes.len()) != Some(tramp) {
+                return Ok(Err("no room for its return trampolines".into()));
+            }
+            s.write(tramp, &bytes)?;
+            self.own_trampoline(s.pid() as u32, tramp, &bytes, crate::owncode::Kind::Entry { site: at });
+            let mut patch = jmp.to_vec();
+            patch.resize(original.len(), arch::TRAP);
+            out.push((at, original, patch));
+        }
+        Ok(Ok(out))
     }
 }

@@ -49,8 +49,11 @@ pub(crate) struct Hooker {
     pub(crate) ret_push: u32,
     pub(crate) ret_pop: u32,
     pub(crate) enter: u32,
-    /// `rt_enter_go` (`trampoline::GoEntry::enter`).
+    /// `rt_enter_go` (`trampoline::GoEntry::enter`), `rt_go_push` and
+    /// `rt_go_pop` (return probes on Go functions).
     pub(crate) enter_go: Option<u32>,
+    pub(crate) go_push: Option<u32>,
+    pub(crate) go_pop: Option<u32>,
     pub(crate) dlnotify: u32,
     /// `rt_itrace_wait`, and the `.itrace` functions hooked so far (their
     /// index is what their gate passes).
@@ -389,6 +392,8 @@ impl Hooker {
             ret_pop,
             enter,
             enter_go: symbol("rt_enter_go"),
+            go_push: symbol("rt_go_push"),
+            go_pop: symbol("rt_go_pop"),
             dlnotify,
             itrace_wait: symbol("rt_itrace_wait"),
             itraced: Default::default(),

@@ -182,6 +182,11 @@ impl Hooker {
                 // Nothing to run here: the function is left as it is.
                 continue;
             }
+            // A Go function's trampolines are full, and time their calls
+            // by the handlers (`--chrome`'s too).
+            if probes.iter().any(|&i| matches!(a.probes[i].attach, Attach::Function { go: Some(_), .. })) {
+                lean = None;
+            }
             // A function the runtime hooks itself: this trampoline is that
             // hook too.
             if let Some(&(f, whole)) = self.entry_hooks.borrow().get(&addr).filter(|_| size.is_some()) {
@@ -274,16 +279,27 @@ impl Hooker {
             let trap = probes.iter().any(|&i| {
                 matches!(a.probes[i].attach, Attach::Function { trap: true, .. } | Attach::Statement { trap: true, .. })
             });
-            // A Go function: its own trampoline, every register saved.
-            let go = probes.iter().find_map(|&i| match a.probes[i].attach {
-                Attach::Function { go, .. } => go,
-                _ => None,
-            });
+            // A Go function: its own trampoline, every register saved (its
+            // return probes' site names its returns).
+            let go = probes
+                .iter()
+                .filter_map(|&i| match &a.probes[i].attach {
+                    Attach::Function { go, .. } => go.as_ref(),
+                    _ => None,
+                })
+                .max_by_key(|g| g.rets.len())
+                .cloned();
+            let go_check = go.as_ref().map(|g| usize::from(g.check));
+            // A Go function without returns to patch (one that never
+            // returns): no frame is pushed that nothing would pop.
+            if go.as_ref().is_some_and(|g| g.rets.is_empty()) {
+                returns.clear();
+            }
             let tramp = Tramp {
                 handlers,
                 returns,
                 ret_tramp: own_ret.unwrap_or(ret_tramp),
-                lean: if go.is_some() { None } else { lean },
+                lean: if go_check.is_some() { None } else { lean },
                 itrace,
                 span,
                 clock_only,
@@ -315,10 +331,7 @@ impl Hooker {
             let host = hosts.remove(&(file_offset + skip));
             let placed = match (size, site, hop, host) {
                 // A Go function's jump displaces its stack-bound check.
-                _ if go.is_some() => {
-                    let check = go.map_or(0, |g| usize::from(g.check));
-                    self.function(s, &mut code, addr, 0, Some(check), tramp)?
-                }
+                _ if go_check.is_some() => self.function(s, &mut code, addr, 0, go_check, tramp)?,
                 (None, Some(_), _, None) if lead_call => self.call_site(s, &mut code, addr, tramp)?,
                 (None, Some(_), _, None) if lead.is_some() => {
                     self.lead_in(s, &mut code, addr, lead.unwrap_or(0) as usize, tramp)?

@@ -58,7 +58,7 @@ pub struct Outcome {
     /// The session ended because more than MAXSKIPPED probes were skipped.
     pub too_many_skipped: bool,
     pub dropped: u64,
-    /// Calls left by longjmp or an exception (`Header::unreturned`).
+    /// Calls left by longjmp, an exception or a Go panic (`Header::unreturned`).
     pub unreturned: u64,
     /// Execs the tracer did not answer in time (`Header::unfollowed_execs`).
     pub unfollowed_execs: u64,

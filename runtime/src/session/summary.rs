@@ -60,7 +60,7 @@ pub fn summary(o: &Outcome, a: &Artifact, quiet: bool) -> Vec<String> {
     }
     if o.unreturned > 0 {
         v.push(format!(
-            "WARNING: {} call(s) left by longjmp or an exception: their return probes did not run",
+            "WARNING: {} call(s) left by longjmp, an exception or a Go panic: their return probes did not run",
             o.unreturned
         ));
     }

@@ -517,6 +517,46 @@ fn go_check_words(w: &[u32]) -> Option<usize> {
     b_cond(*w.get(i)?, ls).then_some(i + 1)
 }
 
+/// The returns of a Go function (its `code`, at link-time `addr`), each
+/// as (its `ret`, 4): Go's epilogue (cmd/internal/obj/arm64/obj7.go) pops
+/// the frame before every `ret` (`ldp x29, x30, [sp, #-8]; add sp, sp,
+/// #N` or `ldur x29, [sp, #-8]; ldr x30, [sp], #N`), so at the `ret` the
+/// stack pointer is where it was at the entry and x30 the return
+/// address: the `ret` itself becomes a branch to the return probe's
+/// trampoline. Err: why its returns cannot be probed (a `ret` not right
+/// after a pop of the frame, a return through another register, a tail
+/// jump out of the function).
+pub fn go_epilogues(code: &[u8], addr: u64) -> Result<Vec<(u64, u8)>, String> {
+    const RET: u32 = 0xd65f_03c0;
+    let end = addr + code.len() as u64;
+    let words: Vec<u32> = code.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let mut out = Vec::new();
+    // `add sp, sp, #imm` (either shift), or `ldr x30, [sp], #imm`.
+    let pops = |p: u32| p & 0xff80_03ff == 0x9100_03ff || p & 0xffe0_0fff == 0xf840_07fe;
+    for (i, &w) in words.iter().enumerate() {
+        let at = addr + 4 * i as u64;
+        if w == RET {
+            if !(i > 0 && pops(words[i - 1])) {
+                return Err(format!(
+                    "its return at {at:#x} is not after Go's epilogue (the frame popped into sp): a function \
+                     without a frame"
+                ));
+            }
+            out.push((at, 4));
+        } else if w & 0xffff_fc1f == 0xd65f_0000 {
+            return Err(format!("it returns through another register than x30 at {at:#x}"));
+        } else if w & 0xfc00_0000 == 0x1400_0000 {
+            // `b`: a tail jump when it leaves the function.
+            let off = (((w & 0x03ff_ffff) << 6) as i32 >> 4) as i64;
+            let to = at.wrapping_add_signed(off);
+            if to < addr || to >= end {
+                return Err(format!("it leaves by a tail jump at {at:#x} (to {to:#x}), not a return"));
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -657,6 +697,17 @@ mod tests {
         assert_eq!(return_address_use(&code(&[0xcb3063ff, 0xf9400fe0]), 0), None);
         // stur x30, [x29, #-8] (x29 not from sp): data.
         assert_eq!(return_address_use(&code(&[0xf81f83be]), 0), Some(NoReturnAddress::Uses(0)));
+    }
+
+    #[test]
+    fn go_epilogues_are_the_returns_after_a_pop() {
+        // ldp x29,x30,[sp,#-8]; add sp,sp,#0x130; ret; ldur x29,[sp,#-8]; ldr x30,[sp],#64; ret
+        let two = code(&[0xa97f_fbfd, 0x9104_c3ff, 0xd65f_03c0, 0xf85f_83fd, 0xf844_07fe, 0xd65f_03c0]);
+        assert_eq!(go_epilogues(&two, 0x1000), Ok(vec![(0x1008, 4), (0x1014, 4)]));
+        // A return without a pop before it: refused.
+        assert!(go_epilogues(&code(&[0xd503_201f, 0xd65f_03c0]), 0x1000).unwrap_err().contains("not after"));
+        // A tail jump out (b +0x1000): refused.
+        assert!(go_epilogues(&code(&[0x1400_0400]), 0x1000).unwrap_err().contains("tail jump"));
     }
 
     #[test]

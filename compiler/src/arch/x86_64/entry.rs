@@ -217,9 +217,89 @@ pub fn go_stack_check(code: &[u8]) -> Result<u8, String> {
     u8::try_from(jbe.next_ip()).map_err(|_| none.into())
 }
 
+/// The returns of a Go function (its `code`, at link-time `addr`), each
+/// as (where its epilogue starts, its length up to and with the `ret`):
+/// Go's epilogue (cmd/internal/obj/x86/obj6.go) restores the frame
+/// pointer and pops the frame before every `ret`:
+/// `mov rbp, [rsp+X]; add rsp, Y; ret` (a `nop` may come before the
+/// `ret`: the deferred calls' way out), at least 10 bytes, so a jump fits
+/// over each, and a return probe runs there with the stack pointer back
+/// where it was at the entry. Err: why its returns cannot be probed (a
+/// return without that epilogue, a tail jump out of the function).
+pub fn go_epilogues(code: &[u8], addr: u64) -> Result<Vec<(u64, u8)>, String> {
+    let end = addr + code.len() as u64;
+    let mut dec = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    // The two instructions before the current one.
+    let mut prev: [Option<iced_x86::Instruction>; 2] = [None, None];
+    for ins in &mut dec {
+        if ins.is_invalid() {
+            break;
+        }
+        match ins.flow_control() {
+            FlowControl::Return => {
+                let frame = match prev {
+                    [Some(mov), Some(add)]
+                        if mov.mnemonic() == Mnemonic::Mov
+                            && mov.op0_kind() == OpKind::Register
+                            && mov.op0_register() == Register::RBP
+                            && mov.op1_kind() == OpKind::Memory
+                            && mov.memory_base() == Register::RSP
+                            && mov.memory_index() == Register::None
+                            && add.mnemonic() == Mnemonic::Add
+                            && add.op0_kind() == OpKind::Register
+                            && add.op0_register() == Register::RSP
+                            && matches!(add.op1_kind(), OpKind::Immediate8to64 | OpKind::Immediate32to64)
+                            && ins.len() == 1 =>
+                    {
+                        Some(mov)
+                    }
+                    _ => None,
+                };
+                let Some(mov) = frame else {
+                    return Err(format!(
+                        "its return at {:#x} is not after Go's epilogue (`mov rbp, [rsp+X]; add rsp, Y; ret`):                          a function without a frame",
+                        ins.ip()
+                    ));
+                };
+                out.push((mov.ip(), (ins.next_ip() - mov.ip()) as u8));
+            }
+            FlowControl::UnconditionalBranch => {
+                let to = ins.near_branch_target();
+                if to < addr || to >= end {
+                    return Err(format!("it leaves by a tail jump at {:#x} (to {to:#x}), not a return", ins.ip()));
+                }
+            }
+            _ => {}
+        }
+        // A `nop` may come between (after a deferred call's return path).
+        if ins.mnemonic() != Mnemonic::Nop {
+            prev = [prev[1], Some(ins)];
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_epilogues_before_each_return() {
+        // mov rbp,[rsp+0x120]; add rsp,0x128; ret; mov rbp,[rsp+8]; add rsp,0x10; ret
+        let code = [
+            0x48, 0x8b, 0xac, 0x24, 0x20, 0x01, 0x00, 0x00, 0x48, 0x81, 0xc4, 0x28, 0x01, 0x00, 0x00, 0xc3, 0x48, 0x8b,
+            0x6c, 0x24, 0x08, 0x48, 0x83, 0xc4, 0x10, 0xc3,
+        ];
+        assert_eq!(go_epilogues(&code, 0x1000), Ok(vec![(0x1000, 16), (0x1010, 10)]));
+        // With a nop before the ret (the deferred calls' way out).
+        let code = [0x48, 0x8b, 0x6c, 0x24, 0x30, 0x48, 0x83, 0xc4, 0x38, 0x90, 0xc3];
+        assert_eq!(go_epilogues(&code, 0x1000), Ok(vec![(0x1000, 11)]));
+        // A return without a frame to pop: refused.
+        assert!(go_epilogues(&[0x90, 0xc3], 0x1000).unwrap_err().contains("not after Go's epilogue"));
+        // A tail jump out: refused.
+        assert!(go_epilogues(&[0xe9, 0x00, 0x10, 0x00, 0x00], 0x1000).unwrap_err().contains("tail jump"));
+    }
 
     #[test]
     fn start_pops_argc() {

@@ -177,6 +177,16 @@ pub fn plan(code: &[u8], entry: u64, size: u64) -> Result<Hook, Refusal> {
     Ok(Hook { patch_at: site, displaced: B_LEN })
 }
 
+/// `bytes`, a Go function's return as pass 2 found it
+/// (`artifact::GoReturn`, in the live process): Ok (nothing for its
+/// trampoline to run first) when it is still the `ret` the branch
+/// replaces.
+pub fn go_epilogue(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    (bytes == 0xd65f_03c0u32.to_le_bytes())
+        .then(Vec::new)
+        .ok_or_else(|| "it is not the `ret` pass 2 found there".into())
+}
+
 /// `check`, the bytes of a Go function's stack-bound check as pass 2
 /// found it (`artifact::GoSite::check`, in the live process): Ok when they
 /// still start with `ldr x16, [x28, #16]` (`g.stackguard0`) and end with

@@ -78,7 +78,7 @@ use super::patch::{PACIASP, PACIBSP};
 
 pub use super::asm::AsmError;
 
-pub use crate::arch::contract::{GoEntry, Returns, Shadow, SpanInline, StatInline, Timed};
+pub use crate::arch::contract::{GoEntry, GoExit, Returns, Shadow, SpanInline, StatInline, Timed};
 /// What one function's trampolines do (`arch::contract`), with this
 /// architecture's register mask.
 pub type Entry = crate::arch::contract::Entry<RegMask>;
@@ -237,18 +237,16 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, AsmError> {
 /// C and compiled code runs (`rt_enter_go`, the handlers), two system
 /// calls a hit; a signal that comes meanwhile is delivered after, with x28
 /// `g` again.
+///
+/// With return probes, each pushes a frame for the call in its
+/// goroutine's record (`rt_go_push`) after the entry handlers, filled by
+/// its `@entry` handler; `go_return_trampoline` pops it.
 fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
     use core::mem::offset_of;
-    use telco_abi::region::{Header, ThreadSlot, GO_STACK_ROOM};
-    const X19: u32 = 19;
-    const X27: u32 = 27;
-    const X28: u32 = 28;
     let b_cond = |a: &mut Asm, cond: u32, l: usize| a.branch(0x5400_0000 | cond, l, Kind::Imm19);
-    let cmp = |a: &mut Asm, rn: u32, rm: u32| a.emit(0xeb00_001f | rm << 16 | rn << 5);
-    let (eq, ne, hs, lo, hi) = (0, 1, 2, 3, 8);
-    let l = &g.layout;
     let mut a = Asm::default();
-    let (reloc, skip, release, slow, have, back) = (a.label(), a.label(), a.label(), a.label(), a.label(), a.label());
+    let (reloc, back) = (a.label(), a.label());
+    let go = GoLabels::new(&mut a);
     // 1. The check first.
     for w in g.check.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) {
         if w & 0xff00_0010 == 0x5400_0000 {
@@ -257,81 +255,219 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
             a.emit(w);
         }
     }
-    // 2. The goroutine its thread runs, on its own stack.
-    a.ldr64(X27, X28, u32::from(l.g_m));
-    a.branch(0xb400_0000 | X27, skip, Kind::Imm19); // cbz x27, skip
-    a.ldr64(X16, X27, u32::from(l.m_g0));
-    cmp(&mut a, X28, X16);
-    b_cond(&mut a, eq, skip);
-    a.ldr64(X16, X27, u32::from(l.m_gsignal));
-    cmp(&mut a, X28, X16);
-    b_cond(&mut a, eq, skip);
-    a.add_imm(X16, SP, 0, false);
-    a.ldr64(X17, X28, 0);
-    cmp(&mut a, X16, X17);
-    b_cond(&mut a, lo, skip);
-    a.ldr64(X17, X28, 8);
-    cmp(&mut a, X16, X17);
-    b_cond(&mut a, hs, skip);
-    // 3. The slot at its first place (`find_slot`'s hash of the key).
-    slot_home(&mut a, &e.shadow, X27, X16);
-    a.ldr64(X16, X17, offset_of!(ThreadSlot, key) as u32);
-    cmp(&mut a, X16, X27);
-    b_cond(&mut a, ne, slow);
-    const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
-    a.ldr32(X16, X27, u32::from(l.m_procid));
-    a.ldr64(X19, X17, offset_of!(ThreadSlot, tid) as u32);
-    cmp(&mut a, X19, X16);
-    b_cond(&mut a, ne, slow);
-    a.mov32(X16, 1);
-    a.str32(X16, X17, offset_of!(ThreadSlot, busy) as u32);
-    // 4. Onto the slot's stack; every register saved, the goroutine's
-    // stack pointer as the saved sp.
-    a.bind(have);
-    a.ldr64(X16, X17, offset_of!(ThreadSlot, go_stack) as u32);
-    a.branch(0xb400_0000 | X16, release, Kind::Imm19); // cbz x16, release
-    a.add_imm(X19, SP, 0, false);
-    a.add_imm(SP, X16, 0, false);
+    // 2.-4. The goroutine's slot, its stack, the frame.
+    go_find_slot(&mut a, &g.layout, &e.shadow, &go);
     let frame = frame_size(e.ctx_size);
-    a.add_imm(SP, SP, frame, true);
-    save_all(&mut a, frame, Some(e.addr));
-    a.str64(X19, SP, 8 * regs::SP as u32);
-    // Every signal blocked (the old mask at the frame's top word, the new
-    // one below it: the top 16 bytes are unused here).
-    block_signals(&mut a, frame - 16);
-    a.mov32(X16, u32::from(l.g_goid));
-    a.str32(X16, SP, ctx(offset_of!(Ctx, go_goid)));
-    a.str64(X17, SP, ctx(offset_of!(Ctx, slot)));
+    go_frame(&mut a, frame, frame - 16, e.addr, &g.layout, &go);
     for &(handler, probe) in &e.handlers {
         a.mov32(X16, probe);
         a.str32(X16, SP, ctx(offset_of!(Ctx, probe)));
         call_handler(&mut a, e.region, handler);
     }
-    leave_slot(&mut a);
-    unblock_signals(&mut a, frame - 16);
-    restore_all(&mut a);
-    a.ldr64(X16, SP, 8 * regs::SP as u32);
-    a.add_imm(SP, X16, 0, false);
+    // Return probes: a frame each (in increasing order, as rt_go_push
+    // expects), its @entry saves by the probe's entry handler.
+    let mut returns = e.returns.clone();
+    returns.sort_by_key(|&(probe, _)| probe);
+    for (probe, entry) in returns {
+        a.mov64(X0, e.region);
+        a.add_imm(X1, SP, CTX_AT, false);
+        a.mov32(X2, probe);
+        a.call(g.push);
+        if let Some(h) = entry {
+            let next = a.label();
+            a.branch(0xb400_0000 | X0, next, Kind::Imm19); // cbz x0, next
+            a.str64(X0, SP, ctx(offset_of!(Ctx, entry)));
+            a.mov32(X16, probe);
+            a.str32(X16, SP, ctx(offset_of!(Ctx, probe)));
+            call_handler(&mut a, e.region, h);
+            a.bind(next);
+        }
+    }
+    // 5. Everything back, and on after the check.
+    go_unframe(&mut a, frame - 16);
     let jump_back = |a: &mut Asm| {
         a.branch(0x5800_0000 | X16, back, Kind::Imm19); // ldr x16, back
         a.emit(0xd61f_0000 | X16 << 5); // br x16
     };
     jump_back(&mut a);
-    // rt_enter_go(region, m, m.procid) on g0's stack below `sched.sp`,
-    // GO_STACK_ROOM free there; x0-x15 (Go's arguments) and x30 kept.
-    a.bind(slow);
+    go_slow_path(&mut a, e.region, g.enter, &g.layout, &go);
+    jump_back(&mut a);
+    go_skip(&mut a, e.region, &go);
+    jump_back(&mut a);
+    a.align8();
+    a.bind(back);
+    a.quad(g.back);
+    // The relocated check (and the branch back after it) follows.
+    a.bind(reloc);
+    a.finish()
+}
+
+/// A return of a Go function with return probes (`GoExit`): its `ret`
+/// becomes a branch here, where the stack pointer is where it was at the
+/// entry (Go's epilogue popped the frame) and x30 holds the return
+/// address. Steps 2-5 of `go_entry_prefix` (x16, x17, x19 and x27 are
+/// dead at a return too), per return probe in decreasing order
+/// `rt_go_pop` (the call's frame, its saves copied onto this stack) and
+/// the handler when it found one (`$return` is x0, the first result);
+/// every register back, and `ret`.
+pub fn go_return_trampoline(x: &GoExit) -> Result<Vec<u8>, AsmError> {
+    use core::mem::offset_of;
+    let mut a = Asm::default();
+    let go = GoLabels::new(&mut a);
+    go_find_slot(&mut a, &x.layout, &x.shadow, &go);
+    // The frame, and room above it for the @entry saves of one call.
+    let saves = x.shadow.frame_size.saturating_sub(telco_abi::region::SHADOW_FRAME_HEADER as u32);
+    let saves_at = frame_size(x.ctx_size);
+    let frame = saves_at + saves.div_ceil(16) * 16;
+    go_frame(&mut a, frame, saves_at - 16, x.addr, &x.layout, &go);
+    // `uaddr()`: where the call returns (the pc, as SystemTap's).
+    a.str64(LR, SP, 8 * regs::PC as u32);
+    a.str64(LR, SP, ctx(offset_of!(Ctx, addr)));
+    let mut returns = x.returns.clone();
+    returns.sort_by_key(|&(probe, _)| core::cmp::Reverse(probe));
+    for (probe, handler) in returns {
+        let next = a.label();
+        a.mov64(X0, x.region);
+        a.add_imm(X1, SP, CTX_AT, false);
+        a.mov32(X2, probe);
+        a.add_imm(X3, SP, saves_at, false);
+        a.call(x.pop);
+        a.branch(0xb400_0000 | X0, next, Kind::Imm19); // cbz x0, next
+        call_handler(&mut a, x.region, handler);
+        a.bind(next);
+    }
+    go_unframe(&mut a, saves_at - 16);
+    a.emit(RET);
+    go_slow_path(&mut a, x.region, x.enter, &x.layout, &go);
+    a.emit(RET);
+    go_skip(&mut a, x.region, &go);
+    a.emit(RET);
+    a.finish()
+}
+
+/// `ret` (to x30).
+const RET: u32 = 0xd65f_03c0;
+const X19: u32 = 19;
+const X27: u32 = 27;
+const X28: u32 = 28;
+
+/// The labels the Go trampolines' common steps share.
+struct GoLabels {
+    /// The hit is skipped (counted), or the slot released then skipped.
+    skip: usize,
+    release: usize,
+    /// The slot (x17) is this thread's and busy: onto its stack.
+    have: usize,
+    /// `rt_enter_go` finds one.
+    slow: usize,
+}
+
+impl GoLabels {
+    fn new(a: &mut Asm) -> GoLabels {
+        GoLabels { skip: a.label(), release: a.label(), have: a.label(), slow: a.label() }
+    }
+}
+
+fn cmp64(a: &mut Asm, rn: u32, rm: u32) {
+    a.emit(0xeb00_001f | rm << 16 | rn << 5);
+}
+
+fn b_if(a: &mut Asm, cond: u32, l: usize) {
+    a.branch(0x5400_0000 | cond, l, Kind::Imm19);
+}
+
+const EQ: u32 = 0;
+const NE: u32 = 1;
+const HS: u32 = 2;
+const LO: u32 = 3;
+const HI: u32 = 8;
+
+/// Steps 2 and 3 of a Go trampoline (`go_entry_prefix`): `g` (x28) the
+/// goroutine its thread runs, on its own stack, else skip; the slot at
+/// its first place by `m` (x27), this thread's and not busy (x17, marked
+/// busy), else the slow path. Uses x16, x17, x19, x27 and the flags.
+fn go_find_slot(a: &mut Asm, l: &telco_abi::artifact::GoLayout, shadow: &Shadow, go: &GoLabels) {
+    use core::mem::offset_of;
+    use telco_abi::region::ThreadSlot;
+    a.ldr64(X27, X28, u32::from(l.g_m));
+    a.branch(0xb400_0000 | X27, go.skip, Kind::Imm19); // cbz x27, skip
+    a.ldr64(X16, X27, u32::from(l.m_g0));
+    cmp64(a, X28, X16);
+    b_if(a, EQ, go.skip);
+    a.ldr64(X16, X27, u32::from(l.m_gsignal));
+    cmp64(a, X28, X16);
+    b_if(a, EQ, go.skip);
+    a.add_imm(X16, SP, 0, false);
+    a.ldr64(X17, X28, 0);
+    cmp64(a, X16, X17);
+    b_if(a, LO, go.skip);
+    a.ldr64(X17, X28, 8);
+    cmp64(a, X16, X17);
+    b_if(a, HS, go.skip);
+    slot_home(a, shadow, X27, X16);
+    a.ldr64(X16, X17, offset_of!(ThreadSlot, key) as u32);
+    cmp64(a, X16, X27);
+    b_if(a, NE, go.slow);
+    const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
+    a.ldr32(X16, X27, u32::from(l.m_procid));
+    a.ldr64(X19, X17, offset_of!(ThreadSlot, tid) as u32);
+    cmp64(a, X19, X16);
+    b_if(a, NE, go.slow);
+    a.mov32(X16, 1);
+    a.str32(X16, X17, offset_of!(ThreadSlot, busy) as u32);
+}
+
+/// Step 4 of a Go trampoline: onto the slot's (x17) own stack; a frame of
+/// `frame` bytes, every register saved (`SavedRegs::sp` the goroutine's,
+/// the pc `addr`), every signal blocked (the masks at `masks`, 16 bytes),
+/// the context naming the goid's offset and the slot.
+fn go_frame(a: &mut Asm, frame: u32, masks: u32, addr: u64, l: &telco_abi::artifact::GoLayout, go: &GoLabels) {
+    use core::mem::offset_of;
+    use telco_abi::region::ThreadSlot;
+    a.bind(go.have);
+    a.ldr64(X16, X17, offset_of!(ThreadSlot, go_stack) as u32);
+    a.branch(0xb400_0000 | X16, go.release, Kind::Imm19); // cbz x16, release
+    a.add_imm(X19, SP, 0, false);
+    a.add_imm(SP, X16, 0, false);
+    a.add_imm(SP, SP, frame, true);
+    save_all(a, frame, Some(addr));
+    a.str64(X19, SP, 8 * regs::SP as u32);
+    block_signals(a, masks);
+    a.mov32(X16, u32::from(l.g_goid));
+    a.str32(X16, SP, ctx(offset_of!(Ctx, go_goid)));
+    a.str64(X17, SP, ctx(offset_of!(Ctx, slot)));
+}
+
+/// Step 5 of a Go trampoline: the slot not busy, the signals of before,
+/// every register back, the goroutine's stack.
+fn go_unframe(a: &mut Asm, masks: u32) {
+    leave_slot(a);
+    unblock_signals(a, masks);
+    restore_all(a);
+    a.ldr64(X16, SP, 8 * regs::SP as u32);
+    a.add_imm(SP, X16, 0, false);
+}
+
+/// The slow path of a Go trampoline's step 3: rt_enter_go(region, m,
+/// m.procid) on g0's stack below `sched.sp`, GO_STACK_ROOM free there;
+/// x0-x15 (Go's arguments and results) and x30 kept, every signal
+/// blocked; to `have` with the slot in x17, else the caller's way on
+/// follows.
+fn go_slow_path(a: &mut Asm, region: u64, enter: u64, l: &telco_abi::artifact::GoLayout, go: &GoLabels) {
+    use telco_abi::region::GO_STACK_ROOM;
+    a.bind(go.slow);
     a.ldr64(X16, X28, u32::from(l.g_m));
     a.ldr64(X16, X16, u32::from(l.m_g0));
-    a.branch(0xb400_0000 | X16, skip, Kind::Imm19); // cbz x16, skip
+    a.branch(0xb400_0000 | X16, go.skip, Kind::Imm19); // cbz x16, skip
     a.ldr64(X17, X16, u32::from(l.g_sched_sp));
     a.ldr64(X19, X16, 8);
-    cmp(&mut a, X17, X19);
-    b_cond(&mut a, hi, skip);
+    cmp64(a, X17, X19);
+    b_if(a, HI, go.skip);
     a.emit(0xf100_0000 | (GO_STACK_ROOM as u32) << 10 | X17 << 5 | X17); // subs x17, x17, #ROOM
-    b_cond(&mut a, lo, skip);
+    b_if(a, LO, go.skip);
     a.ldr64(X19, X16, 0);
-    cmp(&mut a, X17, X19);
-    b_cond(&mut a, lo, skip);
+    cmp64(a, X17, X19);
+    b_if(a, LO, go.skip);
     a.add_imm(X17, X17, GO_STACK_ROOM as u32, false);
     a.emit(0x927c_ee31); // and x17, x17, #~15
     a.add_imm(X19, SP, 0, false);
@@ -341,27 +477,33 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
         a.stp64(r, r + 1, SP, 8 * r);
     }
     a.stp64(LR, X19, SP, 128);
-    block_signals(&mut a, 144);
-    a.mov64(X0, e.region);
+    block_signals(a, 144);
+    a.mov64(X0, region);
     a.ldr64(X1, X28, u32::from(l.g_m));
     a.ldr32(X2, X1, u32::from(l.m_procid));
-    a.call(g.enter);
+    a.call(enter);
     a.add_imm(X17, X0, 0, false);
-    unblock_signals(&mut a, 144);
+    unblock_signals(a, 144);
     for r in (0..16).step_by(2) {
         a.ldp64(r, r + 1, SP, 8 * r);
     }
     a.ldp64(LR, X19, SP, 128);
     a.add_imm(SP, X19, 0, false);
-    a.branch(0xb500_0000 | X17, have, Kind::Imm19); // cbnz x17, have
-    jump_back(&mut a);
-    // A slot without a stack of its own: not busy, skipped.
-    a.bind(release);
+    a.branch(0xb500_0000 | X17, go.have, Kind::Imm19); // cbnz x17, have
+}
+
+/// A Go trampoline's skipped hit: the slot released when it had one
+/// without a stack of its own (cannot happen: the tracer gives each one
+/// when a probe is on a Go function), counted (the session summary says
+/// why); the caller's way on follows.
+fn go_skip(a: &mut Asm, region: u64, go: &GoLabels) {
+    use core::mem::offset_of;
+    use telco_abi::region::{Header, ThreadSlot};
+    a.bind(go.release);
     a.str32(ZR, X17, offset_of!(ThreadSlot, busy) as u32);
-    // Skipped: counted (the session summary says why), and on.
-    a.bind(skip);
+    a.bind(go.skip);
     for field in [offset_of!(Header, skipped), offset_of!(Header, skipped_go)] {
-        a.mov64(X16, e.region + field as u64);
+        a.mov64(X16, region + field as u64);
         let again = a.label();
         a.bind(again);
         a.emit(0xc85f_7c00 | X16 << 5 | X17); // ldxr x17, [x16]
@@ -369,13 +511,6 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, AsmError> {
         a.emit(0xc800_7c00 | X19 << 16 | X16 << 5 | X17); // stxr w19, x17, [x16]
         a.branch(0x3500_0000 | X19, again, Kind::Imm19); // cbnz w19, again
     }
-    jump_back(&mut a);
-    a.align8();
-    a.bind(back);
-    a.quad(g.back);
-    // The relocated check (and the branch back after it) follows.
-    a.bind(reloc);
-    a.finish()
 }
 
 /// `entry_prefix`, with the registers of `around` (lean) saved only
@@ -1130,7 +1265,10 @@ mod tests {
         // ldr x16, [x28, #16]; sub x17, sp, #0xb0; cmp x17, x16; b.ls +0xa4
         let check: Vec<u8> =
             [0xf940_0b90u32, 0xd102_c3f1, 0xeb10_023f, 0x5400_0529].iter().flat_map(|w| w.to_le_bytes()).collect();
-        let e = Entry { go: Some(GoEntry { check, back: 0x4010, layout, enter: 0x5400 }), ..entry(None, false, false) };
+        let e = Entry {
+            go: Some(GoEntry { check, back: 0x4010, layout, enter: 0x5400, push: 0x5800 }),
+            ..entry(None, false, false)
+        };
         let code = entry_prefix(&e).unwrap();
         let w: Vec<u32> = code.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         assert_eq!(w[..3], [0xf940_0b90, 0xd102_c3f1, 0xeb10_023f]);
@@ -1155,6 +1293,50 @@ mod tests {
             let call = x & 0xfc00_0000 == 0x9400_0000 || x & 0xffff_fc1f == 0xd63f_0000;
             assert!(!writes_sp && !call, "word {i} ({x:#010x}) on the goroutine's stack: {w:x?}");
         }
+    }
+
+    /// A Go function's return trampoline writes nothing to the
+    /// goroutine's stack, pops the frames of its return probes (last
+    /// probe first) on the slot's stack, and leaves by `ret` only.
+    #[test]
+    fn go_return_trampolines_run_on_the_slot_s_stack() {
+        let layout = telco_abi::artifact::GoLayout::go1_18(0x98);
+        let x = GoExit {
+            at: 0x1000,
+            region: 0x7000_0000,
+            addr: 0x4000,
+            ctx_size: CTX_SIZE as u32,
+            epilogue: Vec::new(),
+            returns: vec![(3, 0x5000), (5, 0x5100)],
+            pop: 0x5900,
+            enter: 0x5400,
+            layout,
+            shadow: entry(None, true, false).shadow,
+        };
+        let code = go_return_trampoline(&x).unwrap();
+        let w: Vec<u32> = code.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let mut ours = false;
+        for (i, &x) in w.iter().enumerate() {
+            let mov_sp = x & 0xffff_fc1f == 0x9100_001f; // add sp, xN, #0
+            if mov_sp {
+                ours = !ours;
+                continue;
+            }
+            if ours {
+                continue;
+            }
+            let store = x & 0x3a40_0000 == 0x3800_0000 || x & 0x3e40_0000 == 0x2800_0000;
+            let writes_sp = store && (x >> 5) & 0x1f == 31;
+            let call = x & 0xfc00_0000 == 0x9400_0000 || x & 0xffff_fc1f == 0xd63f_0000;
+            assert!(!writes_sp && !call, "word {i} ({x:#010x}) on the goroutine's stack: {w:x?}");
+        }
+        // Three ways out, each a `ret`; no `br`.
+        assert_eq!(w.iter().filter(|&&x| x == RET).count(), 3, "{w:x?}");
+        assert!(!w.iter().any(|&x| x & 0xffff_fc1f == 0xd61f_0000), "{w:x?}");
+        // `mov w2, #probe` before each rt_go_pop: 5, then 3.
+        let probes: Vec<u32> =
+            w.iter().filter(|&&x| x & 0xffe0_001f == 0x5280_0002).map(|&x| (x >> 5) & 0xffff).collect();
+        assert_eq!(probes[..2], [5, 3], "{w:x?}");
     }
 
     #[test]

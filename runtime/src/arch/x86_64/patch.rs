@@ -656,6 +656,31 @@ pub fn go_check(check: &[u8]) -> Result<(), String> {
     (ins.mnemonic() == Mnemonic::Jbe).then_some(()).ok_or_else(not)
 }
 
+/// `bytes`, a Go function's epilogue as pass 2 found it
+/// (`artifact::GoReturn`, in the live process): the instructions its
+/// return trampoline runs first (all but the `ret`), when they are still
+/// `mov rbp, [rsp+X]; add rsp, Y; ret`, with `nop`s before the `ret`.
+pub fn go_epilogue(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let not = || "it is not the Go epilogue pass 2 found there".to_string();
+    let mut dec = Decoder::new(64, bytes, DecoderOptions::NONE);
+    let (mov, add) = (dec.decode(), dec.decode());
+    let mut ret = dec.decode();
+    while ret.mnemonic() == Mnemonic::Nop {
+        ret = dec.decode();
+    }
+    let frame = mov.mnemonic() == Mnemonic::Mov
+        && mov.op0_register() == Register::RBP
+        && mov.memory_base() == Register::RSP
+        && mov.memory_index() == Register::None
+        && add.mnemonic() == Mnemonic::Add
+        && add.op0_register() == Register::RSP
+        && matches!(add.op1_kind(), OpKind::Immediate8to64 | OpKind::Immediate32to64)
+        && ret.mnemonic() == Mnemonic::Ret
+        && ret.len() == 1
+        && ret.next_ip() as usize == bytes.len();
+    frame.then(|| bytes[..bytes.len() - 1].to_vec()).ok_or_else(not)
+}
+
 /// How a landing pad signs the return address (aarch64's pointer
 /// authentication): never on x86_64.
 pub fn signs_return(_pad: u32) -> i32 {

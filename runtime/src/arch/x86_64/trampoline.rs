@@ -114,7 +114,7 @@ pub type AsmError = IcedError;
 use telco_abi::arch::x86_64 as regs;
 use telco_abi::region::{Ctx, SavedRegs, CTX_SIZE};
 
-pub use crate::arch::contract::{GoEntry, Returns, Shadow, SpanInline, StatInline, Timed};
+pub use crate::arch::contract::{GoEntry, GoExit, Returns, Shadow, SpanInline, StatInline, Timed};
 /// What one function's trampolines do (`arch::contract`), with this
 /// architecture's register mask.
 pub type Entry = crate::arch::contract::Entry<RegMask>;
@@ -807,82 +807,40 @@ pub fn entry_prefix(e: &Entry) -> Result<Vec<u8>, IcedError> {
 ///    handlers;
 /// 5. every register back, the goroutine's stack pointer back, and on
 ///    after the check.
+///
+/// With return probes, after the entry handlers each return probe pushes
+/// a frame for the call in its goroutine's record (`rt_go_push`) and its
+/// `@entry` handler fills the frame's saves; `go_return_trampoline` pops
+/// it at the function's returns.
 fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, IcedError> {
     use core::mem::offset_of;
-    use telco_abi::region::{Header, ThreadSlot, GO_STACK_ROOM};
     let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
     let c = |f: usize| ctx_at + f as i32;
-    let l = &g.layout;
-    let (g_m, m_g0, m_gsignal, procid) =
-        (i32::from(l.g_m), i32::from(l.m_g0), i32::from(l.m_gsignal), i32::from(l.m_procid));
-    let slot_field = |f: usize| qword_ptr(r13 + f as i32);
-    let n = e.shadow.nthreads.max(1);
-    let size = core::mem::size_of::<ThreadSlot>().trailing_zeros();
-    let shift = 32 - (n.trailing_zeros() + size).min(32);
     let mut a = CodeAssembler::new(64)?;
     let mut reloc = a.create_label();
-    let mut skip = a.create_label();
     let mut back = a.create_label();
-    let mut threads = a.create_label();
-    let mut slow = a.create_label();
-    let mut have = a.create_label();
-    let mut release = a.create_label();
+    let mut go = GoLabels::new(&mut a);
     // 1. The check first: its branches (to `morestack`) go to its
     // relocated copy, which takes them again.
+    // (Decoded instructions' addresses cleared: the assembler names its
+    // labels by instruction address.)
     let mut dec = iced_x86::Decoder::new(64, &g.check, iced_x86::DecoderOptions::NONE);
-    for ins in &mut dec {
+    for mut ins in &mut dec {
+        ins.set_ip(0);
         match ins.mnemonic() {
             iced_x86::Mnemonic::Jb => a.jb(reloc)?,
             iced_x86::Mnemonic::Jbe => a.jbe(reloc)?,
             _ => a.add_instruction(ins)?,
         }
     }
-    // 2. The goroutine its thread runs, on its own stack.
-    a.mov(r12, qword_ptr(r14 + g_m))?;
-    a.test(r12, r12)?;
-    a.jz(skip)?;
-    a.cmp(r14, qword_ptr(r12 + m_g0))?;
-    a.je(skip)?;
-    a.cmp(r14, qword_ptr(r12 + m_gsignal))?;
-    a.je(skip)?;
-    a.cmp(rsp, qword_ptr(r14))?;
-    a.jb(skip)?;
-    a.cmp(rsp, qword_ptr(r14 + 8))?;
-    a.jae(skip)?;
-    // 3. The slot at its first place (`find_slot`'s hash of the key),
-    // this thread's and not busy; else rt_enter_go.
-    a.imul_3(r13d, r12d, 0x9e37_79b9u32 as i32)?;
-    a.shr(r13d, shift)?;
-    a.and(r13d, ((n - 1) << size) as i32)?;
-    a.add(r13, qword_ptr(threads))?;
-    a.cmp(slot_field(offset_of!(ThreadSlot, key)), r12)?;
-    a.jne(slow)?;
-    const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
-    a.mov(r12d, dword_ptr(r12 + procid))?;
-    a.cmp(r12, slot_field(offset_of!(ThreadSlot, tid)))?;
-    a.jne(slow)?;
-    a.mov(dword_ptr(r13 + offset_of!(ThreadSlot, busy) as i32), 1)?;
-    // 4. Onto the slot's stack; the goroutine's stack pointer on top.
-    a.set_label(&mut have)?;
-    a.mov(r12, slot_field(offset_of!(ThreadSlot, go_stack)))?;
-    a.test(r12, r12)?;
-    a.jz(release)?;
-    a.xchg(r12, rsp)?;
-    a.push(r12)?;
-    a.push(r12)?;
+    // 2.-4. The goroutine's slot, its stack, the frame.
+    go_find_slot(&mut a, &g.layout, &e.shadow, &mut go)?;
     let frame = frame_size(e.ctx_size) + 16;
-    a.lea(rsp, ptr(rsp - frame))?;
-    save_regs(&mut a)?;
-    // The flags are dead at a Go function's entry (`pushfq` costs tens
-    // of cycles): `register("rflags")` reads 0 there.
-    a.mov(qword_ptr(rsp + 8 * 17), 0)?;
-    a.mov(qword_ptr(rsp + 8 * 7), r12)?;
+    go_frame(&mut a, frame, &g.layout, &mut go)?;
+    // Where it was called from is not known here: rip is the function's.
     a.mov(rax, e.addr)?;
     a.mov(qword_ptr(rsp + 8 * 16), rax)?;
-    init_ctx(&mut a, ctx_at)?;
     a.mov(qword_ptr(rsp + c(offset_of!(Ctx, addr))), rax)?;
-    a.mov(dword_ptr(rsp + c(offset_of!(Ctx, go_goid))), u32::from(l.g_goid))?;
-    a.mov(qword_ptr(rsp + c(offset_of!(Ctx, slot))), r13)?;
     a.mov(rbx, rsp)?;
     a.push(rbx)?;
     a.push(rbx)?;
@@ -892,32 +850,252 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, IcedError> {
         a.lea(rsi, ptr(rbx + ctx_at))?;
         a.call(handler)?;
     }
-    a.mov(rax, qword_ptr(rbx + c(offset_of!(Ctx, slot))))?;
-    a.mov(dword_ptr(rax + offset_of!(ThreadSlot, busy) as i32), 0)?;
+    // Return probes: a frame each (in increasing order, as rt_go_push
+    // expects), its @entry saves by the probe's entry handler.
+    let mut returns = e.returns.clone();
+    returns.sort_by_key(|&(probe, _)| probe);
+    for (probe, entry) in returns {
+        a.mov(rdi, e.region)?;
+        a.lea(rsi, ptr(rbx + ctx_at))?;
+        a.mov(edx, probe)?;
+        a.call(g.push)?;
+        if let Some(h) = entry {
+            let mut next = a.create_label();
+            a.test(rax, rax)?;
+            a.jz(next)?;
+            a.mov(qword_ptr(rbx + c(offset_of!(Ctx, entry))), rax)?;
+            a.mov(dword_ptr(rbx + c(offset_of!(Ctx, probe))), probe)?;
+            a.mov(rdi, e.region)?;
+            a.lea(rsi, ptr(rbx + ctx_at))?;
+            a.call(h)?;
+            a.set_label(&mut next)?;
+        }
+    }
     // 5. Every register back (a guru-mode `$argN = v` included), the
     // goroutine's stack, and on.
+    go_unframe(&mut a, frame)?;
+    a.jmp(qword_ptr(back))?;
+    go_slow_path(&mut a, e.region, g.enter, &g.layout, &mut go)?;
+    a.jmp(qword_ptr(back))?;
+    go_skip(&mut a, e.region, &mut go)?;
+    a.jmp(qword_ptr(back))?;
+    a.set_label(&mut back)?;
+    a.dq(&[g.back])?;
+    a.set_label(&mut go.threads)?;
+    a.dq(&[e.shadow.threads])?;
+    // The relocated check (and the jump back after it) follows.
+    a.set_label(&mut reloc)?;
+    a.zero_bytes()?;
+    assemble_aligned(&mut a, e.at)
+}
+
+/// A return of a Go function with return probes (`GoExit`): its epilogue
+/// (`mov rbp, [rsp+X]; add rsp, Y`, `GoReturn` in telco_abi::artifact)
+/// jumps here. The epilogue runs first, without its `ret`: the stack
+/// pointer is then where it was at the entry, on the return address,
+/// which names the call (its depth in the goroutine's stack). The rest
+/// as at the entry (`go_entry_prefix`, whose steps 2-5 these are, with
+/// R12, R13 and the flags, dead at a return in Go's register ABI, used
+/// before the switch): the goroutine's slot, the slot's stack, every
+/// register saved (`$return` is RAX, the first result), and per return
+/// probe, in decreasing order, `rt_go_pop` (the call's frame, its saves
+/// copied onto this stack) and the handler when it found one. Then
+/// every register back, and `ret`.
+pub fn go_return_trampoline(x: &GoExit) -> Result<Vec<u8>, IcedError> {
+    use core::mem::offset_of;
+    let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
+    let c = |f: usize| ctx_at + f as i32;
+    let mut a = CodeAssembler::new(64)?;
+    let mut go = GoLabels::new(&mut a);
+    let mut dec = iced_x86::Decoder::new(64, &x.epilogue, iced_x86::DecoderOptions::NONE);
+    for mut ins in &mut dec {
+        ins.set_ip(0);
+        a.add_instruction(ins)?;
+    }
+    go_find_slot(&mut a, &x.layout, &x.shadow, &mut go)?;
+    // The frame, and room for the @entry saves of one call.
+    let saves = x.shadow.frame_size.saturating_sub(telco_abi::region::SHADOW_FRAME_HEADER as u32);
+    let saves_at = frame_size(x.ctx_size);
+    let frame = saves_at + 16 + ((saves as i32 + 15) & !15);
+    go_frame(&mut a, frame, &x.layout, &mut go)?;
+    // `uaddr()`: where the call returns (the pc, as SystemTap's).
+    a.mov(rax, qword_ptr(r12))?;
+    a.mov(qword_ptr(rsp + 8 * 16), rax)?;
+    a.mov(qword_ptr(rsp + c(offset_of!(Ctx, addr))), rax)?;
+    a.mov(rbx, rsp)?;
+    a.push(rbx)?;
+    a.push(rbx)?;
+    let mut returns = x.returns.clone();
+    returns.sort_by_key(|&(probe, _)| core::cmp::Reverse(probe));
+    for (probe, handler) in returns {
+        let mut next = a.create_label();
+        a.mov(rdi, x.region)?;
+        a.lea(rsi, ptr(rbx + ctx_at))?;
+        a.mov(edx, probe)?;
+        a.lea(rcx, ptr(rbx + saves_at))?;
+        a.call(x.pop)?;
+        a.test(rax, rax)?;
+        a.jz(next)?;
+        a.mov(rdi, x.region)?;
+        a.lea(rsi, ptr(rbx + ctx_at))?;
+        a.call(handler)?;
+        a.set_label(&mut next)?;
+    }
+    go_unframe(&mut a, frame)?;
+    a.ret()?;
+    go_slow_path(&mut a, x.region, x.enter, &x.layout, &mut go)?;
+    a.ret()?;
+    go_skip(&mut a, x.region, &mut go)?;
+    a.ret()?;
+    a.set_label(&mut go.threads)?;
+    a.dq(&[x.shadow.threads])?;
+    assemble_aligned(&mut a, x.at)
+}
+
+/// The labels the Go trampolines' common steps share.
+struct GoLabels {
+    /// The hit is skipped (counted), or the slot released then skipped.
+    skip: CodeLabel,
+    release: CodeLabel,
+    /// The slot (R13) is this thread's and busy: onto its stack.
+    have: CodeLabel,
+    /// `rt_enter_go` finds one.
+    slow: CodeLabel,
+    /// The address of the thread slots (a word in the trampoline).
+    threads: CodeLabel,
+}
+
+impl GoLabels {
+    fn new(a: &mut CodeAssembler) -> GoLabels {
+        GoLabels {
+            skip: a.create_label(),
+            release: a.create_label(),
+            have: a.create_label(),
+            slow: a.create_label(),
+            threads: a.create_label(),
+        }
+    }
+}
+
+/// Steps 2 and 3 of a Go trampoline (`go_entry_prefix`): `g` (R14) the
+/// goroutine its thread runs, on its own stack, else skip; the slot at its
+/// first place by `m`, this thread's and not busy (R13, marked busy),
+/// else the slow path. Uses R12, R13 and the flags.
+fn go_find_slot(
+    a: &mut CodeAssembler,
+    l: &telco_abi::artifact::GoLayout,
+    shadow: &Shadow,
+    go: &mut GoLabels,
+) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::ThreadSlot;
+    let (g_m, m_g0, m_gsignal, procid) =
+        (i32::from(l.g_m), i32::from(l.m_g0), i32::from(l.m_gsignal), i32::from(l.m_procid));
+    let slot_field = |f: usize| qword_ptr(r13 + f as i32);
+    let n = shadow.nthreads.max(1);
+    let size = core::mem::size_of::<ThreadSlot>().trailing_zeros();
+    let shift = 32 - (n.trailing_zeros() + size).min(32);
+    a.mov(r12, qword_ptr(r14 + g_m))?;
+    a.test(r12, r12)?;
+    a.jz(go.skip)?;
+    a.cmp(r14, qword_ptr(r12 + m_g0))?;
+    a.je(go.skip)?;
+    a.cmp(r14, qword_ptr(r12 + m_gsignal))?;
+    a.je(go.skip)?;
+    a.cmp(rsp, qword_ptr(r14))?;
+    a.jb(go.skip)?;
+    a.cmp(rsp, qword_ptr(r14 + 8))?;
+    a.jae(go.skip)?;
+    a.imul_3(r13d, r12d, 0x9e37_79b9u32 as i32)?;
+    a.shr(r13d, shift)?;
+    a.and(r13d, ((n - 1) << size) as i32)?;
+    a.add(r13, qword_ptr(go.threads))?;
+    a.cmp(slot_field(offset_of!(ThreadSlot, key)), r12)?;
+    a.jne(go.slow)?;
+    const _: () = assert!(offset_of!(ThreadSlot, busy) == offset_of!(ThreadSlot, tid) + 4);
+    a.mov(r12d, dword_ptr(r12 + procid))?;
+    a.cmp(r12, slot_field(offset_of!(ThreadSlot, tid)))?;
+    a.jne(go.slow)?;
+    a.mov(dword_ptr(r13 + offset_of!(ThreadSlot, busy) as i32), 1)?;
+    Ok(())
+}
+
+/// Step 4 of a Go trampoline: onto the slot's stack (R13's), the
+/// goroutine's stack pointer on top (and in R12); a frame of `frame`
+/// bytes, every register saved in its `SavedRegs` (rsp the goroutine's,
+/// no flags: they are dead at a Go function's entry and return, and
+/// `pushfq` costs tens of cycles), the context filled but for `addr`
+/// (and the saved rip), which the caller sets from RAX.
+fn go_frame(
+    a: &mut CodeAssembler,
+    frame: i32,
+    l: &telco_abi::artifact::GoLayout,
+    go: &mut GoLabels,
+) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::ThreadSlot;
+    let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
+    let c = |f: usize| ctx_at + f as i32;
+    a.set_label(&mut go.have)?;
+    a.mov(r12, qword_ptr(r13 + offset_of!(ThreadSlot, go_stack) as i32))?;
+    a.test(r12, r12)?;
+    a.jz(go.release)?;
+    a.xchg(r12, rsp)?;
+    a.push(r12)?;
+    a.push(r12)?;
+    a.lea(rsp, ptr(rsp - frame))?;
+    save_regs(a)?;
+    a.mov(qword_ptr(rsp + 8 * 17), 0)?;
+    a.mov(qword_ptr(rsp + 8 * 7), r12)?;
+    init_ctx(a, ctx_at)?;
+    a.mov(dword_ptr(rsp + c(offset_of!(Ctx, go_goid))), u32::from(l.g_goid))?;
+    a.mov(qword_ptr(rsp + c(offset_of!(Ctx, slot))), r13)?;
+    Ok(())
+}
+
+/// Step 5 of a Go trampoline, with the frame at RBX: the slot not busy,
+/// every register back (a guru-mode `$argN = v` included), the
+/// goroutine's stack.
+fn go_unframe(a: &mut CodeAssembler, frame: i32) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::ThreadSlot;
+    let ctx_at = core::mem::size_of::<SavedRegs>() as i32;
+    a.mov(rax, qword_ptr(rbx + ctx_at + offset_of!(Ctx, slot) as i32))?;
+    a.mov(dword_ptr(rax + offset_of!(ThreadSlot, busy) as i32), 0)?;
     a.mov(rsp, rbx)?;
     for i in [0usize, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15] {
         a.mov(REGS[i], qword_ptr(rsp + (8 * i) as i32))?;
     }
     a.lea(rsp, ptr(rsp + frame))?;
     a.pop(rsp)?;
-    a.jmp(qword_ptr(back))?;
-    // rt_enter_go(region, m, m.procid) on g0's stack, below `sched.sp`
-    // with GO_STACK_ROOM free, the registers it may change kept there:
-    // the slot (busy), or 0 (counted: none, or busy).
-    a.set_label(&mut slow)?;
+    Ok(())
+}
+
+/// The slow path of a Go trampoline's step 3: rt_enter_go(region, m,
+/// m.procid) on g0's stack, below `sched.sp` with GO_STACK_ROOM free, the
+/// registers it may change kept there: the slot (busy, to `have`), or 0
+/// (counted: none, or busy), after which the caller's way on follows.
+fn go_slow_path(
+    a: &mut CodeAssembler,
+    region: u64,
+    enter: u64,
+    l: &telco_abi::artifact::GoLayout,
+    go: &mut GoLabels,
+) -> Result<(), IcedError> {
+    use telco_abi::region::GO_STACK_ROOM;
+    let g_m = i32::from(l.g_m);
+    a.set_label(&mut go.slow)?;
     a.mov(r12, qword_ptr(r14 + g_m))?;
-    a.mov(r12, qword_ptr(r12 + m_g0))?;
+    a.mov(r12, qword_ptr(r12 + i32::from(l.m_g0)))?;
     a.test(r12, r12)?;
-    a.jz(skip)?;
+    a.jz(go.skip)?;
     a.mov(r13, qword_ptr(r12 + i32::from(l.g_sched_sp)))?;
     a.cmp(r13, qword_ptr(r12 + 8))?;
-    a.ja(skip)?;
+    a.ja(go.skip)?;
     a.sub(r13, GO_STACK_ROOM as i32)?;
-    a.jb(skip)?;
+    a.jb(go.skip)?;
     a.cmp(r13, qword_ptr(r12))?;
-    a.jb(skip)?;
+    a.jb(go.skip)?;
     a.add(r13, GO_STACK_ROOM as i32)?;
     a.and(r13, -16)?;
     a.xchg(r13, rsp)?;
@@ -925,37 +1103,35 @@ fn go_entry_prefix(e: &Entry, g: &GoEntry) -> Result<Vec<u8>, IcedError> {
     for r in [rax, rcx, rdx, rsi, rdi, r8, r9, r10, r11] {
         a.push(r)?;
     }
-    a.mov(rdi, e.region)?;
+    a.mov(rdi, region)?;
     a.mov(rsi, qword_ptr(r14 + g_m))?;
-    a.mov(edx, dword_ptr(rsi + procid))?;
-    a.call(g.enter)?;
+    a.mov(edx, dword_ptr(rsi + i32::from(l.m_procid)))?;
+    a.call(enter)?;
     a.mov(r13, rax)?;
     for r in [r11, r10, r9, r8, rdi, rsi, rdx, rcx, rax] {
         a.pop(r)?;
     }
     a.pop(rsp)?;
     a.test(r13, r13)?;
-    a.jnz(have)?;
-    a.jmp(qword_ptr(back))?;
-    // A slot without a stack of its own (cannot happen: the tracer gives
-    // each one when a probe is on a Go function): not busy, skipped.
-    a.set_label(&mut release)?;
+    a.jnz(go.have)?;
+    Ok(())
+}
+
+/// A Go trampoline's skipped hit: the slot released when it had one
+/// without a stack of its own (cannot happen: the tracer gives each one
+/// when a probe is on a Go function), counted (the session summary says
+/// why); the caller's way on follows.
+fn go_skip(a: &mut CodeAssembler, region: u64, go: &mut GoLabels) -> Result<(), IcedError> {
+    use core::mem::offset_of;
+    use telco_abi::region::{Header, ThreadSlot};
+    a.set_label(&mut go.release)?;
     a.mov(dword_ptr(r13 + offset_of!(ThreadSlot, busy) as i32), 0)?;
-    // Skipped: counted (the session summary says why), and on.
-    a.set_label(&mut skip)?;
-    a.mov(r12, e.region + offset_of!(Header, skipped) as u64)?;
+    a.set_label(&mut go.skip)?;
+    a.mov(r12, region + offset_of!(Header, skipped) as u64)?;
     a.lock().add(qword_ptr(r12), 1)?;
-    a.mov(r12, e.region + offset_of!(Header, skipped_go) as u64)?;
+    a.mov(r12, region + offset_of!(Header, skipped_go) as u64)?;
     a.lock().add(qword_ptr(r12), 1)?;
-    a.jmp(qword_ptr(back))?;
-    a.set_label(&mut back)?;
-    a.dq(&[g.back])?;
-    a.set_label(&mut threads)?;
-    a.dq(&[e.shadow.threads])?;
-    // The relocated check (and the jump back after it) follows.
-    a.set_label(&mut reloc)?;
-    a.zero_bytes()?;
-    assemble_aligned(&mut a, e.at)
+    Ok(())
 }
 
 /// The `.itrace` gate: every register as at the entry into a `SavedRegs`
@@ -1408,7 +1584,10 @@ mod tests {
         // lea r12,[rsp-0xa8]; cmp r12,[r14+0x10]; jbe +0xc5
         let check =
             vec![0x4c, 0x8d, 0xa4, 0x24, 0x58, 0xff, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0xc5, 0, 0, 0];
-        let e = Entry { go: Some(GoEntry { check, back: 0x40_1012, layout, enter: 0x20600 }), ..entry(None, false) };
+        let e = Entry {
+            go: Some(GoEntry { check, back: 0x40_1012, layout, enter: 0x20600, push: 0x20800 }),
+            ..entry(None, false)
+        };
         let code = entry_prefix(&e).unwrap();
         // The code, up to its literals (where to go on, the slots).
         let literal = code.windows(8).position(|w| w == 0x40_1012u64.to_le_bytes()).expect("the literal");
@@ -1432,6 +1611,57 @@ mod tests {
         let calls: Vec<&String> = text.iter().filter(|l| l.starts_with("call")).collect();
         assert_eq!(calls.len(), 2, "the handler and rt_enter_go: {text:#?}");
         assert!(calls[1].ends_with("20600h"), "{text:#?}");
+    }
+
+    /// A Go function's return trampoline: the epilogue without its `ret`
+    /// first, nothing written to the goroutine's stack, each return
+    /// probe's `rt_go_pop` (last probe first) and handler on the slot's
+    /// stack, and `ret` on every way out.
+    #[test]
+    fn go_return_trampolines_run_the_epilogue_then_the_probes() {
+        let layout = telco_abi::artifact::GoLayout::go1_18(0x98);
+        let x = GoExit {
+            at: 0x10000,
+            region: 0x7000_0000,
+            addr: 0x40_1000,
+            ctx_size: CTX_SIZE as u32,
+            // mov rbp,[rsp+30h]; add rsp,38h
+            epilogue: vec![0x48, 0x8b, 0x6c, 0x24, 0x30, 0x48, 0x83, 0xc4, 0x38],
+            returns: vec![(3, 0x20000), (5, 0x20100)],
+            pop: 0x20900,
+            enter: 0x20600,
+            layout,
+            shadow: entry(None, true).shadow,
+        };
+        let code = go_return_trampoline(&x).unwrap();
+        let literal = code.windows(8).position(|w| w == 0x7000_1000u64.to_le_bytes()).expect("the literal");
+        let text = listing(&code[..literal], 0x10000);
+        assert!(text[0] == "mov rbp,[rsp+30h]" && text[1] == "add rsp,38h", "{text:#?}");
+        let mut on_goroutine = true;
+        // (The epilogue's own reads of its frame aside.)
+        for l in &text[2..] {
+            if l.starts_with("xchg") && l.contains("rsp") {
+                on_goroutine = false;
+            } else if l == "pop rsp" {
+                on_goroutine = true;
+            } else if on_goroutine {
+                let writes = l.starts_with("push")
+                    || l.starts_with("call")
+                    || (l.starts_with("mov") || l.starts_with("lock")) && l.contains("[rsp");
+                assert!(!writes, "{l} on the goroutine's stack: {text:#?}");
+            }
+        }
+        let calls: Vec<&str> = text.iter().filter(|l| l.starts_with("call")).map(|l| l.as_str()).collect();
+        assert_eq!(calls.len(), 5, "{text:#?}");
+        for (call, to) in calls.iter().zip(["20900h", "20100h", "20900h", "20000h", "20600h"]) {
+            assert!(call.ends_with(to), "{call}, not to {to}: {text:#?}");
+        }
+        // Probe 5's frame before probe 3's (pushed in increasing order).
+        let probes: Vec<&str> = text.iter().filter(|l| l.starts_with("mov edx,")).map(|l| l.as_str()).collect();
+        assert_eq!(probes[..2], ["mov edx,5", "mov edx,3"], "{text:#?}");
+        // Every way out is a `ret`, never a jump.
+        assert!(!text.iter().any(|l| l.starts_with("jmp") && l.contains('[')), "{text:#?}");
+        assert_eq!(text.iter().filter(|l| *l == "ret").count(), 3, "{text:#?}");
     }
 
     /// A trampoline that only calls a hook on every hit (the signal hooks
