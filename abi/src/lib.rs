@@ -125,6 +125,7 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("GC_G", offset_of!(GoCalls, g)),
         ("GC_DEPTH", offset_of!(GoCalls, depth)),
         ("GO_CALLS_HEADER", GO_CALLS_HEADER),
+        ("GO_CALLS_DEPTH", GO_CALLS_DEPTH as usize),
         ("TS_SIZE", core::mem::size_of::<ThreadSlot>()),
         ("TS_KEY", offset_of!(ThreadSlot, key)),
         ("TS_TID", offset_of!(ThreadSlot, tid)),

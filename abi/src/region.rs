@@ -253,10 +253,15 @@ pub const GO_STACK_SIZE: u64 = 64 << 10;
 /// (their `GoCalls`), in a session with return probes on Go functions.
 pub const GO_CALLS: u32 = 1024;
 
+/// How many calls deep a goroutine's record keeps (`MAXRETURNDEPTH` when
+/// it is smaller): deeper calls' return probes are skipped and counted.
+pub const GO_CALLS_DEPTH: u32 = 1024;
+
 /// A goroutine's calls in progress with return probes on Go functions:
 /// Go moves a goroutine between threads while it waits, so these are kept
 /// by goroutine, not by thread (a thread's shadow stack would lose them).
-/// `shadow_depth` frames of `frame_size` bytes follow, each a
+/// `min(shadow_depth, GO_CALLS_DEPTH)` frames of `frame_size` bytes
+/// follow, each a
 /// [`ShadowFrame`] whose `sp` is the call's depth in its goroutine's stack
 /// (`g.stack.hi` - the stack pointer at entry, which Go keeps when it
 /// copies a stack) and whose `ret` and `tramp` are 0, then its `@entry`

@@ -3109,8 +3109,14 @@ EXPORT i64 rt_goid(u8 *R, u8 *ctx) {
  * owner while its state is odd. */
 #define GO_CALLS_LOOK 32 /* records a goroutine looks at from its first */
 
+/* Frames a record keeps (region.rs's go_calls_size). */
+LOCAL u32 go_depth(u8 *R) {
+    u32 d = AT(TR(R), H_SHADOW_DEPTH, u32);
+    return d < GO_CALLS_DEPTH ? d : GO_CALLS_DEPTH;
+}
+
 LOCAL u8 *go_record(u8 *R, u64 i) {
-    u64 size = GO_CALLS_HEADER + (u64)AT(TR(R), H_SHADOW_DEPTH, u32) * AT(TR(R), H_FRAME_SIZE, u32);
+    u64 size = GO_CALLS_HEADER + (u64)go_depth(R) * AT(TR(R), H_FRAME_SIZE, u32);
     return (u8 *)AT(TR(R), H_THREADS_AT, u64) + AT(TR(R), H_GO_CALLS_OFF, u64) + i * size;
 }
 
@@ -3199,7 +3205,7 @@ EXPORT u8 *rt_go_push(u8 *R, u8 *ctx, i64 probe) {
         depth--;
     }
     lost_returns(R, was - depth);
-    if (depth >= AT(TR(R), H_SHADOW_DEPTH, u32)) {
+    if (depth >= go_depth(R)) {
         go_idle(c, depth, goid);
         skip(R, H_SKIPPED_DEEP);
         return 0;

@@ -364,7 +364,8 @@ pub fn go_calls(a: &telco_abi::artifact::Artifact) -> u32 {
 }
 
 fn go_calls_size(a: &telco_abi::artifact::Artifact) -> u64 {
-    let record = telco_abi::region::GO_CALLS_HEADER as u64 + u64::from(a.shadow_depth) * u64::from(a.frame_size);
+    let depth = a.shadow_depth.min(telco_abi::region::GO_CALLS_DEPTH);
+    let record = telco_abi::region::GO_CALLS_HEADER as u64 + u64::from(depth) * u64::from(a.frame_size);
     (u64::from(go_calls(a)) * record).next_multiple_of(4096)
 }
 
