@@ -1595,8 +1595,18 @@ mod tests {
         assert!(text[0].starts_with("lea r12,[rsp-0A8h]") && text[1] == "cmp r12,[r14+10h]", "{text:#?}");
         let end = 0x10000 + code.len() as u64;
         assert!(text[2].starts_with("jbe") && text[2].ends_with(&format!("{end:X}h")), "{text:#?}");
+        nothing_on_the_goroutine_stack(&text);
+        let calls: Vec<&String> = text.iter().filter(|l| l.starts_with("call")).collect();
+        assert_eq!(calls.len(), 2, "the handler and rt_enter_go: {text:#?}");
+        assert!(calls[1].ends_with("20600h"), "{text:#?}");
+    }
+
+    /// Nothing in a Go trampoline's `text` pushes, calls or stores
+    /// through the stack pointer until it has switched to a stack of ours
+    /// (`xchg` with rsp), nor after it switched back (`pop rsp`).
+    fn nothing_on_the_goroutine_stack(text: &[String]) {
         let mut on_goroutine = true;
-        for l in &text {
+        for l in text {
             if l.starts_with("xchg") && l.contains("rsp") {
                 on_goroutine = false;
             } else if l == "pop rsp" {
@@ -1608,9 +1618,6 @@ mod tests {
                 assert!(!writes, "{l} on the goroutine's stack: {text:#?}");
             }
         }
-        let calls: Vec<&String> = text.iter().filter(|l| l.starts_with("call")).collect();
-        assert_eq!(calls.len(), 2, "the handler and rt_enter_go: {text:#?}");
-        assert!(calls[1].ends_with("20600h"), "{text:#?}");
     }
 
     /// A Go function's return trampoline: the epilogue without its `ret`
@@ -1637,20 +1644,8 @@ mod tests {
         let literal = code.windows(8).position(|w| w == 0x7000_1000u64.to_le_bytes()).expect("the literal");
         let text = listing(&code[..literal], 0x10000);
         assert!(text[0] == "mov rbp,[rsp+30h]" && text[1] == "add rsp,38h", "{text:#?}");
-        let mut on_goroutine = true;
         // (The epilogue's own reads of its frame aside.)
-        for l in &text[2..] {
-            if l.starts_with("xchg") && l.contains("rsp") {
-                on_goroutine = false;
-            } else if l == "pop rsp" {
-                on_goroutine = true;
-            } else if on_goroutine {
-                let writes = l.starts_with("push")
-                    || l.starts_with("call")
-                    || (l.starts_with("mov") || l.starts_with("lock")) && l.contains("[rsp");
-                assert!(!writes, "{l} on the goroutine's stack: {text:#?}");
-            }
-        }
+        nothing_on_the_goroutine_stack(&text[2..]);
         let calls: Vec<&str> = text.iter().filter(|l| l.starts_with("call")).map(|l| l.as_str()).collect();
         assert_eq!(calls.len(), 5, "{text:#?}");
         for (call, to) in calls.iter().zip(["20900h", "20100h", "20900h", "20000h", "20600h"]) {
