@@ -308,6 +308,36 @@ fn go_return_probes_see_panics_and_recovers() {
     }
 }
 
+/// Calls nested deeper than a goroutine's record keeps: their return
+/// probes are skipped and counted, and the calls above them still find
+/// their own entries. Ten goroutines recurse 200 deep with 100 frames
+/// each: 101 calls a goroutine skipped, 100 returned.
+#[test]
+fn go_return_probes_too_deep_are_skipped_and_counted() {
+    let dir = common::scratch("go-deep");
+    let exe = go_build_from(&dir, "gowork.go", "work", &[], false);
+    let script = "global r, bad
+        probe process.function(\"main.rec\").return { r++; if (@entry($arg1) < 101) bad++ }
+        probe end { printf(\"r %d bad %d\\n\", r, bad) }";
+    let (out, err, code) = telco_env(
+        &[
+            "-D",
+            "MAXRETURNDEPTH=100",
+            "-D",
+            "MAXSKIPPED=100000",
+            "-e",
+            script,
+            "-c",
+            &format!("{} stacks 10 200", exe.display()),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.ends_with("rec 2010\nr 1000 bad 0\n"), "{out}\n{err}");
+    assert!(err.contains("WARNING: Skipped due to call depth: 1010 ("), "{err}");
+    assert!(err.contains("more than 100 deep in one goroutine"), "{err}");
+}
+
 /// A goroutine that blocks inside a probed call and resumes on another
 /// thread: its return probe finds its entry (kept by goroutine, not by
 /// thread). `main.wait` returns 10i, +1 when the program saw it move;
@@ -378,4 +408,30 @@ fn fzf_is_probed_by_go_name() {
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.ends_with("n 1\n"), "{out}\n{err}");
+}
+
+/// Return probes on every function of fzf's own packages (a real,
+/// stripped Go program, hundreds of functions with several returns each)
+/// while it filters 20,000 lines on its goroutines: its output is the
+/// untraced one, and each line went through `util.ToChars` and
+/// `(*ChunkList).Push` once, each return seen once.
+#[test]
+fn fzf_s_functions_take_return_probes() {
+    let dir = common::scratch("go-fzf");
+    let lines: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    let input = dir.join("lines.txt");
+    std::fs::write(&input, lines).unwrap();
+    let fzf = format!("/usr/bin/fzf --filter 77 < {}", input.display());
+    let untraced = Command::new("sh").args(["-c", &fzf]).output().expect("fzf");
+    let script = "global r
+        probe process(\"/usr/bin/fzf\").function(\"github.com/junegunn/fzf/src*\").return { r[ppfunc()]++ }
+        probe end {
+            printf(\"ToChars %d Push %d\\n\", r[\"github.com/junegunn/fzf/src/util.ToChars\"],
+                   r[\"github.com/junegunn/fzf/src.(*ChunkList).Push\"])
+        }";
+    let cmd = format!("sh -c '{fzf}'");
+    let (out, err, code) = common::telco_run(&["-e", script, "-c", &cmd]);
+    assert_eq!(code, Some(0), "{err}");
+    let want = format!("{}ToChars 20000 Push 20000\n", String::from_utf8_lossy(&untraced.stdout));
+    assert_eq!(out, want, "{err}");
 }

@@ -21,8 +21,21 @@ impl Hooker {
             .ok_or_else(|| TargetError::NotMapped { module: module.display().to_string(), pid })?;
         self.placed_in.borrow_mut().insert(module.to_path_buf());
         // Per function: its entry trampoline (at most 1 KiB) and, for lean
-        // return probes, a return trampoline of its own (under 1 KiB).
-        let mut code = s.code_near(a, base, 8192 + 2048 * functions.len() as u64 + 8 * a.probes.len() as u64)?;
+        // return probes, a return trampoline of its own (under 1 KiB); a
+        // Go function's return probes, a return trampoline per epilogue
+        // (under 1 KiB, and a call or two more per probe).
+        let go_returns: u64 = functions
+            .values()
+            .map(|probes| {
+                let rets = probes.iter().find_map(|&i| match &a.probes[i].attach {
+                    Attach::Function { go: Some(g), ret: true, .. } => Some(g.rets.len() as u64),
+                    _ => None,
+                });
+                rets.unwrap_or(0) * (1024 + 64 * probes.len() as u64)
+            })
+            .sum();
+        let size = 8192 + 2048 * functions.len() as u64 + 8 * a.probes.len() as u64 + go_returns;
+        let mut code = s.code_near(a, base, size)?;
         self.own_blob(pid as u32, &code);
         // The handler table (by probe index) and the return trampoline.
         let table: Vec<u8> = a.probes.iter().flat_map(|p| code.at(p.handler).to_le_bytes()).collect();

@@ -32,8 +32,17 @@ pub fn summary(o: &Outcome, a: &Artifact, quiet: bool) -> Vec<String> {
         ));
     }
     if o.skipped_deep > 0 {
+        // Go functions' calls are kept by goroutine, in fewer records.
+        let go = match crate::region::go_calls(a) {
+            0 => String::new(),
+            n => format!(
+                "; on Go functions, more than {} deep in one goroutine, or more than {n} goroutines inside such calls \
+                 at once",
+                a.shadow_depth.min(telco_abi::region::GO_CALLS_DEPTH)
+            ),
+        };
         v.push(format!(
-            "WARNING: Skipped due to call depth: {} (return probes on calls nested more than {} deep in one thread: \
+            "WARNING: Skipped due to call depth: {} (return probes on calls nested more than {} deep in one thread{go}: \
              -D MAXRETURNDEPTH=N for more)",
             o.skipped_deep, a.shadow_depth
         ));
