@@ -200,8 +200,8 @@ fn parsed(tapsets: &[TapsetSource]) -> Vec<(String, String, Script)> {
         .collect()
 }
 
-/// `--dump-functions`: every function a script can call, one per line, as
-/// SystemTap prints them (`NAME:TYPE (ARG:TYPE, …)`, `unknown` for no
+/// `--dump-functions`: every function a script can call (not a tapset's
+/// `private` ones), one per line, as SystemTap prints them (`NAME:TYPE (ARG:TYPE, …)`, `unknown` for no
 /// value): the built-in ones, then the tapsets' with their file and the
 /// summary of their documentation.
 pub fn dump_functions(tapsets: &[TapsetSource]) -> Vec<String> {
@@ -224,7 +224,8 @@ pub fn dump_functions(tapsets: &[TapsetSource]) -> Vec<String> {
     for (file, text, script) in parsed(tapsets) {
         for item in &script.items {
             let Item::Function(f) = item else { continue };
-            if f.name.name.starts_with("__") {
+            // Internal, or private to its file: no script can call it.
+            if f.name.name.starts_with("__") || f.private {
                 continue;
             }
             let t = |a: &Option<crate::ast::TypeAnn>| match a.as_ref().map(|a| a.ty) {
@@ -262,4 +263,18 @@ pub fn dump_aliases(tapsets: &[TapsetSource]) -> Vec<String> {
     }
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_tapset_functions_are_not_dumped() {
+        let text = "// What a script calls.\nfunction open_one(a) { return a }\n\
+                    // Its helper.\nprivate function helper(a) { return a }\n";
+        let tapsets = [TapsetSource { name: "t.tp".into(), text: text.into() }];
+        let listed: Vec<String> = dump_functions(&tapsets).into_iter().filter(|l| l.contains("[t.tp]")).collect();
+        assert_eq!(listed, ["open_one:unknown (a:unknown)  [t.tp] - What a script calls."]);
+    }
 }
