@@ -3132,10 +3132,10 @@ LOCAL u8 *go_frame(u8 *R, u8 *c, u32 i) {
 static u8 *go_calls(u8 *R, u64 g, u64 goid, u32 goid_off, int claim) {
     u64 n = AT(TR(R), H_GO_CALLS, u32);
     if (!n || !goid || (n & (n - 1))) return 0;
-    u64 mine = goid << 1, h = (goid * 0x9e3779b97f4a7c15ull) >> 32;
+    u64 mine = goid << 1, h = (goid * 0x9e3779b97f4a7c15ull) >> 32, look = n < GO_CALLS_LOOK ? n : GO_CALLS_LOOK;
     u8 *spare = 0;
     u64 spare_was = 0;
-    for (u64 k = 0; k < GO_CALLS_LOOK && k < n; k++) {
+    for (u64 k = 0; k < look; k++) {
         u8 *c = go_record(R, (h + k) & (n - 1));
         u64 st = __atomic_load_n(&AT(c, GC_STATE, u64), __ATOMIC_ACQUIRE);
         if (st == (mine | 1)) return c;
@@ -3150,14 +3150,16 @@ static u8 *go_calls(u8 *R, u64 g, u64 goid, u32 goid_off, int claim) {
             }
             continue;
         }
-        if (spare) continue;
-        if (!(st & 1)) {
+        if (!spare && !(st & 1)) spare = c, spare_was = st;
+    }
+    /* None free or idle: one whose owner ended (its g names another
+     * goroutine now). Read fault-safe, a system call each: only here,
+     * off the path of a goroutine that has its record. */
+    for (u64 k = 0; claim && !spare && k < look; k++) {
+        u8 *c = go_record(R, (h + k) & (n - 1));
+        u64 st = __atomic_load_n(&AT(c, GC_STATE, u64), __ATOMIC_ACQUIRE), id = 0;
+        if ((st & 1) && rt_read_user(R, &id, AT(c, GC_G, u64) + goid_off, 8) == 8 && id != st >> 1)
             spare = c, spare_was = st;
-        } else {
-            /* Busy: its owner ended if its g names another goroutine. */
-            u64 id = 0;
-            if (rt_read_user(R, &id, AT(c, GC_G, u64) + goid_off, 8) == 8 && id != st >> 1) spare = c, spare_was = st;
-        }
     }
     if (!spare) return 0;
     u64 st = spare_was;

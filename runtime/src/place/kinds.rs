@@ -405,8 +405,9 @@ impl Hooker {
                 Ok(e) => e,
                 Err(why) => return Ok(Err(format!("its return at {at:#x}: {why}"))),
             };
+            let tramp = code.next.next_multiple_of(16);
             let x = trampoline::GoExit {
-                at: 0,
+                at: tramp,
                 region: self.region,
                 addr,
                 ctx_size: self.artifact.ctx_size,
@@ -417,8 +418,7 @@ impl Hooker {
                 layout: site.layout,
                 shadow: self.shadow(),
             };
-            let tramp = code.next.next_multiple_of(16);
-            let bytes = match trampoline::go_return_trampoline(&trampoline::GoExit { at: tramp, ..x }) {
+            let bytes = match trampoline::go_return_trampoline(&x) {
                 Ok(b) => b,
                 Err(e) => return Err(TargetError::Unsupported(format!("assembling a trampoline: {e}"))),
             };
