@@ -28,7 +28,7 @@ Examples:
     subcommand_negates_reqs = true,
     disable_version_flag = true,
     group(clap::ArgGroup::new("trace_file").multiple(true).args(["chrome", "perfetto"])),
-    group(clap::ArgGroup::new("calls_out").multiple(true).args(["chrome", "perfetto", "otlp"])),
+    group(clap::ArgGroup::new("calls_out").multiple(true).args(["chrome", "perfetto", "otlp", "flight_recorder"])),
     group(clap::ArgGroup::new("export").multiple(true).args(["otlp", "pyroscope"]))
 )]
 pub struct Cli {
@@ -83,6 +83,23 @@ pub struct Cli {
     /// a script, only they go, sampled at 99 Hz. The session's summary says what was delivered.
     #[arg(long, value_name = "URL", value_parser = parse_otlp_url)]
     pub otlp: Option<String>,
+
+    /// Keep the recent past of every thread in memory (the calls --perfetto would record, printf
+    /// lines, trace_instant, trace_counter, trace_span) and write it as a Perfetto trace only when
+    /// asked: when a traced process takes a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT),
+    /// when a handler calls flight_dump(), when telco-stap receives SIGUSR2, and with
+    /// --flight-at-end at the end. Each dump is a file: FILE, then FILE.2, FILE.3, ...
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["chrome", "perfetto", "otlp"])]
+    pub flight_recorder: Option<PathBuf>,
+
+    /// With --flight-recorder, the memory the history takes in all (e.g. 8M, 64M; default 32M,
+    /// about 1.3 million calls; at least 1M). Each dump file stays under it too.
+    #[arg(long, value_name = "SIZE", value_parser = parse_flight_size, requires = "flight_recorder")]
+    pub flight_size: Option<u64>,
+
+    /// With --flight-recorder, write a dump when the session ends too.
+    #[arg(long, requires = "flight_recorder")]
+    pub flight_at_end: bool,
 
     /// Send the timer.profile samples to Pyroscope at URL every --push-interval while the session
     /// runs (`POST URL/ingest`, pprof), labelled with the host, the service, the traced pid and
@@ -308,9 +325,14 @@ impl Cli {
     /// Calls become spans: a trace file or --otlp asks for them. The
     /// first such flag, to name in warnings.
     pub fn calls_out(&self) -> Option<&'static str> {
-        [(self.perfetto.is_some(), "--perfetto"), (self.chrome.is_some(), "--chrome"), (self.otlp.is_some(), "--otlp")]
-            .into_iter()
-            .find_map(|(asked, flag)| asked.then_some(flag))
+        [
+            (self.perfetto.is_some(), "--perfetto"),
+            (self.chrome.is_some(), "--chrome"),
+            (self.otlp.is_some(), "--otlp"),
+            (self.flight_recorder.is_some(), telco_runtime::flight::FLAG),
+        ]
+        .into_iter()
+        .find_map(|(asked, flag)| asked.then_some(flag))
     }
 }
 
@@ -389,6 +411,16 @@ fn parse_max_size(s: &str) -> Result<u64, String> {
     let n = telco_runtime::feed::parse_size(s)?;
     if n < 64 << 10 {
         return Err(format!("`{s}` is smaller than the least trace file size, 64K"));
+    }
+    Ok(n)
+}
+
+/// `--flight-size`: at least a megabyte (room for two chunks of history
+/// per thread slot).
+fn parse_flight_size(s: &str) -> Result<u64, String> {
+    let n = telco_runtime::feed::parse_size(s)?;
+    if n < 1 << 20 {
+        return Err(format!("`{s}` is smaller than the least flight recorder, 1M"));
     }
     Ok(n)
 }

@@ -235,6 +235,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             m.no_return_address(func).map_or(Ok(None), |why| Err(why.to_string()))
         };
         let refused = program.add_chrome_spans(cli.min_dur.unwrap_or(0), &mut returns);
+        if cli.flight_recorder.is_some() {
+            program.flight_size = cli.flight_size.unwrap_or(telco_runtime::flight::DEFAULT_SIZE);
+        }
         for (name, why) in refused.iter().filter(|(_, why)| !cli.no_warnings && !why.contains("ELF entry point")) {
             // (The entry point never returns: its span is missed by nobody.)
             eprintln_escaped!("WARNING: {flag}: calls of {name} are not timed: {why}");

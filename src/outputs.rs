@@ -59,7 +59,11 @@ pub fn check_outputs(cli: &Cli) -> Result<()> {
     // Samples written into a trace: its file is checked with it.
     let profiles =
         profile_formats(cli).into_iter().filter(|(_, _, w)| !w.into_trace()).map(|(flag, path, _)| (flag, path));
-    let flags = [("-o", &cli.output)].into_iter().chain(traces).chain([("--itrc", &cli.itrc)]).chain(profiles);
+    let flags = [("-o", &cli.output)]
+        .into_iter()
+        .chain(traces)
+        .chain([("--itrc", &cli.itrc), (telco_runtime::flight::FLAG, &cli.flight_recorder)])
+        .chain(profiles);
     for (flag, path) in flags {
         if let Some(p) = path {
             let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -144,6 +148,27 @@ pub fn traces(
     Ok(Some(feed))
 }
 
+/// `--flight-recorder FILE`: the history's settings; SIGUSR2 asks for a
+/// dump from now on.
+pub fn flight(
+    cli: &Cli,
+    artifact: &telco_abi::artifact::Artifact,
+    pid: u32,
+) -> Result<Option<telco_runtime::flight::Flight>> {
+    let Some(path) = &cli.flight_recorder else { return Ok(None) };
+    telco_runtime::os::sys::catch_dump_signal().context("cannot catch SIGUSR2")?;
+    let comm = telco_runtime::os::proc::comm(pid as i32);
+    Ok(Some(telco_runtime::flight::Flight::new(telco_runtime::flight::Settings {
+        path: path.clone(),
+        size: cli.flight_size.unwrap_or(telco_runtime::flight::DEFAULT_SIZE),
+        at_end: cli.flight_at_end,
+        pid,
+        process: comm.trim_end().to_string(),
+        names: artifact.probes.iter().map(|p| p.function.clone()).collect(),
+        quiet: cli.no_warnings,
+    })))
+}
+
 /// `--max-size`, or the default of the trace files.
 pub fn max_size(cli: &Cli) -> u64 {
     cli.max_size.unwrap_or(feed::DEFAULT_MAX_SIZE)
@@ -176,6 +201,9 @@ pub fn report_traces(cli: &Cli, outcome: &telco_runtime::session::Outcome) {
                 written.join(", ")
             );
         }
+    }
+    for line in &outcome.flight {
+        eprintln_escaped!("{line}");
     }
     let Some(t) = &outcome.traces else { return };
     let dropped = match (outcome.dropped, t.dropped) {

@@ -2,7 +2,7 @@
 //! outputs, the target spawned or attached, the run, and the exit status.
 
 use crate::cli::Cli;
-use crate::outputs::{max_itrace, max_size, profile_files, report_traces, traces};
+use crate::outputs::{flight, max_itrace, max_size, profile_files, report_traces, traces};
 use crate::profile;
 use crate::query::ElfSymbols;
 use anyhow::{bail, Context, Result};
@@ -63,6 +63,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         output,
         messages: Box::new(std::io::stderr()),
         traces: None,
+        flight: None,
         suppress_warnings: cli.no_warnings,
         profile: None,
     };
@@ -87,6 +88,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         quiet: cli.no_warnings,
         verbose: cli.verbose,
         libraries,
+        flight: cli.flight_recorder.as_ref().map(|_| cli.flight_at_end),
     };
     let session = Session::start(artifact, opts)?;
     // timer.profile's samples go to the profile files, and to the
@@ -111,6 +113,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         }
     }
     cfg.traces = traces(cli, artifact, session.pid())?;
+    cfg.flight = flight(cli, artifact, session.pid())?;
     let ended = session.run(cfg)?;
     let interrupted = ended.interrupted;
     let code = ended.code();

@@ -110,6 +110,7 @@ proptest! {
             output: Box::new(sink.clone()),
             messages: Box::new(sink.clone()),
             traces: None,
+            flight: None,
             suppress_warnings: false,
             profile: None,
         };

@@ -430,6 +430,10 @@ pub struct Artifact {
     pub spans_off: u64,
     pub span_batch: u32,
     pub span_stride: u32,
+    /// `--flight-recorder`'s history (`Header::flight_off`): none without it.
+    pub flight_off: u64,
+    pub flight_chunks: u32,
+    pub flight_stride: u32,
     /// `--chrome-min-dur` in ns (`Header::span_min_ticks` once calibrated).
     pub span_min_ns: u64,
     /// The function symbols of the probed modules ([`crate::region::SymTable`]),

@@ -241,9 +241,31 @@ pub struct Header {
     pub go_calls_off: u64,
     pub go_calls: u32,
     pub _pad_go: u32,
+    /// `--flight-recorder`: the history of calls, `flight_chunks`
+    /// [`FlightChunk`]s of `flight_stride` bytes from `flight_off` (none
+    /// without it). A thread whose span stage fills copies it into the
+    /// chunk `flight_next` names (an atomic add: chunks are taken in turn,
+    /// the oldest overwritten), instead of the ring: nothing is sent,
+    /// nothing drained, until a dump reads every chunk.
+    pub flight_off: u64,
+    pub flight_chunks: u32,
+    pub flight_stride: u32,
+    pub flight_next: u64,
+    /// `flight_dump()` calls (an atomic add each): the tracer writes a
+    /// dump when it sees the count grow.
+    pub flight_asks: u64,
+    /// Nonzero while a dump is due (a generation from `flight_gens`): set
+    /// at the trigger (`flight_dump()`, the crash handler, the tracer's
+    /// SIGUSR2 handler), cleared by the tracer once it has copied the
+    /// history. Meanwhile each thread copies at most one more stage into
+    /// the chunks (its calls up to the trigger, `ThreadSlot::flight_hold`
+    /// says it did) and drops the rest: the history up to the trigger is
+    /// not overwritten while the tracer comes to read it.
+    pub flight_hold: u64,
+    pub flight_gens: u64,
 }
 
-pub const HEADER_SIZE: usize = 448;
+pub const HEADER_SIZE: usize = 496;
 
 /// The stack each thread slot has for the handlers of probes on Go
 /// functions (`ThreadSlot::go_stack`), in a session with such probes.
@@ -427,10 +449,28 @@ pub const EV_THREAD: u16 = 12;
 #[derive(Clone, Copy, Debug)]
 pub struct SpanStage {
     pub count: u32,
-    pub _pad: u32,
+    /// Times the stage filled and was sent (or, with the flight recorder,
+    /// copied into the history): a reader that finds it changed while it
+    /// copied the stage drops what it copied.
+    pub sent: u32,
 }
 pub const SPAN_STAGE_HEADER: usize = 8;
 const _: () = assert!(core::mem::size_of::<SpanStage>() == SPAN_STAGE_HEADER);
+
+/// A chunk of the flight recorder's history (`Header::flight_off`): a
+/// span stage's calls, as the stage had them when it filled. `seq` is odd
+/// while the chunk is written and then `2 * (n + 1)` for the `n`th chunk
+/// written (Release): a reader copies the chunk between two loads of
+/// `seq` and keeps it only if both are the same even number.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FlightChunk {
+    pub seq: u64,
+    pub tid: u32,
+    pub count: u32,
+}
+pub const FLIGHT_CHUNK_HEADER: usize = 16;
+const _: () = assert!(core::mem::size_of::<FlightChunk>() == FLIGHT_CHUNK_HEADER);
 
 /// The function symbols of the probed modules, for `usymname()` and
 /// `print_ubacktrace()`: this header, `nmodules` [`SymTableModule`]s and
@@ -610,7 +650,10 @@ pub struct ThreadSlot {
     /// functions (`GO_STACK_SIZE` bytes; 0 in a session without them):
     /// Go's own stacks are too small, and move.
     pub go_stack: u64,
-    pub _reserved: [u64; 2],
+    /// The `Header::flight_hold` under which this thread last copied its
+    /// stage into the flight recorder's history.
+    pub flight_hold: u64,
+    pub _reserved: u64,
 }
 
 /// One return-probe frame: the replaced return address, the stack address

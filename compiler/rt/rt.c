@@ -688,6 +688,35 @@ EXPORT i64 rt_ticks(void) { return (i64)read_clock(); }
  * EV_SPANS record (or counts `n` drops); the stage is emptied. */
 LOCAL void span_send(u8 *R, u8 *slot, u8 *st, u32 n) {
     u32 bytes = n * SPAN_ENTRY_SIZE;
+    AT(st, SG_SENT, u32) += 1;
+    u32 chunks = AT(TR(R), H_FLIGHT_CHUNKS, u32);
+    if (chunks) {
+        /* --flight-recorder: into the history's next chunk, the oldest
+         * (taken in turn: one atomic add per stage), nothing sent. The
+         * chunk is odd while written, even once whole (FlightChunk).
+         * While a dump is due, one more stage a thread (its calls up to
+         * the trigger), and the others dropped. */
+        u64 hold = __atomic_load_n(&AT(R, H_FLIGHT_HOLD, u64), __ATOMIC_RELAXED);
+        if (hold) {
+            if (AT(slot, TS_FLIGHT_HOLD, u64) == hold) {
+                AT(st, SG_COUNT, u32) = 0;
+                return;
+            }
+            AT(slot, TS_FLIGHT_HOLD, u64) = hold;
+        }
+        u64 k = __atomic_fetch_add(&AT(R, H_FLIGHT_NEXT, u64), 1, __ATOMIC_RELAXED);
+        u8 *c = R + AT(TR(R), H_FLIGHT_OFF, u64) + (k % chunks) * AT(TR(R), H_FLIGHT_STRIDE, u32);
+        __atomic_store_n(&AT(c, FC_SEQ, u64), 2 * k + 1, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        AT(c, FC_TID, u32) = AT(slot, TS_TID, u32);
+        AT(c, FC_COUNT, u32) = n;
+        u64 *to = (u64 *)(c + FLIGHT_CHUNK_HEADER);
+        const u64 *from = (const u64 *)(st + SPAN_STAGE_HEADER);
+        for (u32 i = 0; i < bytes / 8; i++) to[i] = from[i];
+        __atomic_store_n(&AT(c, FC_SEQ, u64), 2 * k + 2, __ATOMIC_RELEASE);
+        AT(st, SG_COUNT, u32) = 0;
+        return;
+    }
     u8 *rec = ring_reserve(R, 0, EV_HEADER_SIZE + bytes);
     if (rec) {
         AT(rec, E_KIND, u16) = EV_SPANS;
@@ -758,6 +787,21 @@ EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start) {
     AT(rec, E_TS, u64) = (u64)start;
     AT(rec, EV_HEADER_SIZE, i64) = dur;
     ring_commit(rec, len);
+}
+
+/* The flight recorder's history is kept as it is until the tracer has
+ * read it (Header::flight_hold). */
+LOCAL void flight_hold(u8 *R) {
+    if (!AT(TR(R), H_FLIGHT_CHUNKS, u32)) return;
+    u64 gen = __atomic_add_fetch(&AT(R, H_FLIGHT_GENS, u64), 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&AT(R, H_FLIGHT_HOLD, u64), gen ? gen : 1, __ATOMIC_RELEASE);
+}
+
+/* flight_dump(): the tracer writes the flight recorder's history (it
+ * sees the count grow; the thread goes on at once). */
+EXPORT void rt_flight_dump(u8 *R) {
+    flight_hold(R);
+    __atomic_fetch_add(&AT(R, H_FLIGHT_ASKS, u64), 1, __ATOMIC_RELEASE);
 }
 
 /* exit(): no handler starts after it returns, in any thread of any
@@ -3419,6 +3463,7 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
     u64 tid = (u64)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
     if (__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) {
         u64 me = pid << 32 | (u32)tid;
+        flight_hold(R);
         u64 z = 0;
         /* AcqRel: the record is this thread's before it writes it (another
          * thread, or process, crashing at once gives up its report). */

@@ -248,6 +248,17 @@ pub fn take(header: *const u8, valid: impl Fn(i32, i32) -> bool, ours: &Ours) ->
     crash
 }
 
+/// The process and thread of a crash waiting for its answer (the
+/// target's word: check it is the session's before use).
+pub fn pending(header: *const u8) -> Option<(i32, i32)> {
+    let f = Fields { header };
+    let req = f.u64(core::mem::offset_of!(Header, crash_req)).load(Ordering::Acquire);
+    if req == 0 || f.u64(core::mem::offset_of!(Header, crash_ack)).load(Ordering::Acquire) == req {
+        return None;
+    }
+    Some(((req >> 32) as i32, req as u32 as i32))
+}
+
 /// At the end: a record nobody answered (the tracer was late), for
 /// process `pid`, named from the addresses alone.
 pub fn leftover(header: *const u8, pid: i32, ours: &Ours) -> Option<Crash> {

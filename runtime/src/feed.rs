@@ -317,6 +317,16 @@ impl Feed {
     /// slice names, [`Config::names`]), spooling in `dir` (where the first
     /// trace file is).
     pub fn start(writers: Vec<Box<dyn TraceWriter>>, probes: usize, dir: &Path) -> std::io::Result<Feed> {
+        Feed::start_with(writers, probes, dir, true)
+    }
+
+    /// [`Feed::start`] for files someone waits for (a flight recorder's
+    /// dump): the writer runs as any thread, not on idle time.
+    pub fn start_now(writers: Vec<Box<dyn TraceWriter>>, probes: usize, dir: &Path) -> std::io::Result<Feed> {
+        Feed::start_with(writers, probes, dir, false)
+    }
+
+    fn start_with(writers: Vec<Box<dyn TraceWriter>>, probes: usize, dir: &Path, idle: bool) -> std::io::Result<Feed> {
         let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
         let name = dir.join(format!(".telco-stap-spool-{}-{}", std::process::id(), crate::os::sys::monotonic_ns()));
         let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&name)?;
@@ -338,7 +348,7 @@ impl Feed {
         let sh = shared.clone();
         let writer = std::thread::Builder::new()
             .name("trace-writer".into())
-            .spawn(move || write_loop(writers, first_name, reader, &sh, rx))?;
+            .spawn(move || write_loop(writers, first_name, reader, &sh, rx, idle))?;
         Ok(Feed {
             spool: BufWriter::with_capacity(1 << 20, file),
             len: 0,
@@ -495,13 +505,16 @@ fn write_loop(
     spool: File,
     shared: &Shared,
     others: std::sync::mpsc::Receiver<Other>,
+    idle: bool,
 ) -> std::io::Result<Finished> {
     use std::os::unix::fs::FileExt;
     // The files can wait, the target cannot: this thread runs on CPU time
     // nothing else wants while the session runs (the spool on disk absorbs
     // the lag; at the end the session waits for it, and it runs as any
     // thread). Linux schedules threads one by one.
-    crate::os::process::run_when_idle();
+    if idle {
+        crate::os::process::run_when_idle();
+    }
     let mut buf = vec![0u8; (1 << 20) / SPAN_REC * SPAN_REC];
     let mut pos = 0u64;
     let mut freed = 0u64;

@@ -32,6 +32,7 @@ pub mod crash;
 pub mod error;
 pub mod export;
 pub mod feed;
+pub mod flight;
 pub mod frames;
 pub mod inject;
 pub mod itrace;

@@ -13,7 +13,7 @@ use telco_abi::region::{self as abi, Header};
 
 /// The header fields the tracer sets once and the compiled code trusts
 /// (offsets and sizes of the region's parts, the clock's calibration).
-fn layout_fields(h: &Header) -> [u64; 20] {
+fn layout_fields(h: &Header) -> [u64; 23] {
     [
         h.region_size,
         h.ring_off,
@@ -30,6 +30,9 @@ fn layout_fields(h: &Header) -> [u64; 20] {
         h.spans_off,
         u64::from(h.span_batch),
         u64::from(h.span_stride),
+        h.flight_off,
+        u64::from(h.flight_chunks),
+        u64::from(h.flight_stride),
         h.tsc_base,
         h.ns_base,
         h.tsc_mult,
@@ -190,6 +193,13 @@ impl Region {
             go_calls_off: go_calls_off(a),
             go_calls: go_calls(a),
             _pad_go: 0,
+            flight_off: a.flight_off,
+            flight_chunks: a.flight_chunks,
+            flight_stride: a.flight_stride,
+            flight_next: 0,
+            flight_asks: 0,
+            flight_hold: 0,
+            flight_gens: 0,
         };
         for base in [mem.as_ptr(), mirror.as_ptr()] {
             // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.

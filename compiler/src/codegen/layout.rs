@@ -115,6 +115,11 @@ pub struct Layout {
     pub spans_off: u64,
     pub span_batch: u32,
     pub span_stride: u32,
+    /// `--flight-recorder`'s history (`Header::flight_off`): chunks of a
+    /// stage's size, none without it.
+    pub flight_off: u64,
+    pub flight_chunks: u32,
+    pub flight_stride: u32,
     /// The symbol table (`telco_abi::region::SymTable`, a constant placed on
     /// first use by `usymname()`/`print_ubacktrace()`; 0: none) and its
     /// modules.
@@ -240,6 +245,27 @@ impl Layout {
         };
         let spans_off = align_up(off, PART_ALIGN);
         off = spans_off + u64::from(THREAD_SLOTS) * u64::from(span_stride);
+        // The flight recorder's chunks, each a full stage's calls, on
+        // their own cache lines: as many as `--flight-size` holds (at
+        // least two per thread slot, so a thread writing one never finds
+        // the whole history taken by the others).
+        let flight_stride = if span_batch == 0 || program.flight_size == 0 {
+            0
+        } else {
+            align_up(
+                (telco_abi::region::FLIGHT_CHUNK_HEADER + telco_abi::region::SPAN_ENTRY_SIZE * span_batch as usize)
+                    as u64,
+                64,
+            ) as u32
+        };
+        let flight_chunks = if flight_stride == 0 {
+            0
+        } else {
+            (program.flight_size / u64::from(flight_stride))
+                .clamp(2 * u64::from(THREAD_SLOTS), u64::from(u32::MAX >> 1)) as u32
+        };
+        let flight_off = align_up(off, 4096);
+        off = flight_off + u64::from(flight_chunks) * u64::from(flight_stride);
         let mut l = Layout {
             limits,
             ring_off,
@@ -261,6 +287,9 @@ impl Layout {
             spans_off,
             span_batch,
             span_stride,
+            flight_off,
+            flight_chunks,
+            flight_stride,
             symtab_off: 0,
             symtab_modules: Vec::new(),
             late_syms_size: 0,

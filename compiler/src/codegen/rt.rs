@@ -47,6 +47,7 @@ rt_fns! {
     Ticks = "rt_ticks"(0) true,
     ItraceWait = "rt_itrace_wait"(3) false,
     Exit = "rt_exit"(2) false,
+    FlightDump = "rt_flight_dump"(1) false,
     UserError = "rt_user_error"(4) false,
     ErrorMessage = "rt_error_message"(3) false,
     Report = "rt_report"(2) false,

@@ -291,8 +291,17 @@ pub fn elaborate(
     let files = chosen.iter().map(|(id, _)| sources.get(*id).name.clone()).collect();
     let symbols = symbols_for(&probes, &functions, &mut resolver);
     let legacy_pointer_format = cfg.parse.pp.legacy_pointer_format();
-    let program =
-        Program { globals, functions, probes, files, span_min_ns: 0, symbols, legacy_pointer_format, var_modules };
+    let program = Program {
+        globals,
+        functions,
+        probes,
+        files,
+        span_min_ns: 0,
+        flight_size: 0,
+        symbols,
+        legacy_pointer_format,
+        var_modules,
+    };
     diags.extend(warnings::variable_warnings(&program, sources, cfg.unoptimized));
     Some(program)
 }

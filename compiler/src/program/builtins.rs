@@ -178,6 +178,7 @@ builtins! {
     TraceInstant = "trace_instant"(String) -> Void,
     TraceCounter = "trace_counter"(String, Long) -> Void,
     TraceSpanNamed = "trace_span"(String, Long) -> Void,
+    FlightDump = "flight_dump"() -> Void,
     // Internal (not callable by name): the return side `--chrome` adds to
     // every probed function, span(entry clock), and its clock (TSC ticks).
     TraceSpan = "__telco_span"(Long) -> Void,

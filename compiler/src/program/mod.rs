@@ -54,6 +54,10 @@ pub struct Program {
     pub files: Vec<String>,
     /// `--chrome-min-dur` in ns (with `add_chrome_spans`).
     pub span_min_ns: u64,
+    /// `--flight-size` in bytes with `--flight-recorder` (0: without it):
+    /// the calls `add_chrome_spans` records are kept in a history of that
+    /// size in the region instead of being sent.
+    pub flight_size: u64,
     /// The function symbols of every module a probe point is in, for
     /// `usymname()` and `print_ubacktrace()`; empty when the program uses
     /// neither.

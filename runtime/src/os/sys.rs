@@ -10,7 +10,7 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// A shared mapping of a memfd: the region. Other processes can map the same
 /// pages through `/proc/self/fd/N` (pass 5 does this in targets).
@@ -235,6 +235,72 @@ pub fn catch_session_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// SIGUSR2s received ([`catch_dump_signal`]), and the CLOCK_REALTIME
+/// time of the last one.
+static DUMP_SIGNALS: AtomicU64 = AtomicU64::new(0);
+static DUMP_SIGNAL_NS: AtomicU64 = AtomicU64::new(0);
+static DUMP_SIGNAL_TICKS: AtomicU64 = AtomicU64::new(0);
+
+/// The clock the probes' spans are in (TSC ticks, `cntvct_el0`): an
+/// instant compared with theirs is read from it, not converted from
+/// CLOCK_REALTIME (the calibration's error grows with the session).
+pub fn ticks() -> u64 {
+    crate::arch::native::clock()
+}
+
+/// The flight recorder's hold words in the session's region
+/// (`Header::flight_hold`, `flight_gens`), which the SIGUSR2 handler sets
+/// at once (null: none).
+static DUMP_HOLD: std::sync::atomic::AtomicPtr<u64> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+static DUMP_GENS: std::sync::atomic::AtomicPtr<u64> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// SIGUSR2 holds the history at `hold` (a fresh generation from `gens`)
+/// from now on, until [`no_dump_hold`]: both are 8-aligned words of the
+/// session's region, which stays mapped until then.
+pub fn dump_hold(hold: *mut u64, gens: *mut u64) {
+    DUMP_GENS.store(gens, Ordering::Relaxed);
+    DUMP_HOLD.store(hold, Ordering::Release);
+}
+
+/// The region is about to go: SIGUSR2 holds nothing.
+pub fn no_dump_hold() {
+    DUMP_HOLD.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+extern "C" fn on_dump_signal(_: libc::c_int) {
+    let hold = DUMP_HOLD.load(Ordering::Acquire);
+    let gens = DUMP_GENS.load(Ordering::Relaxed);
+    if !hold.is_null() && !gens.is_null() {
+        // SAFETY: words of the mapped region (`dump_hold`); atomics are
+        // async-signal-safe.
+        let gen = unsafe { AtomicU64::from_ptr(gens) }.fetch_add(1, Ordering::Relaxed).wrapping_add(1).max(1);
+        // SAFETY: as above.
+        unsafe { AtomicU64::from_ptr(hold) }.store(gen, Ordering::Release);
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime is async-signal-safe; `ts` is valid.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    DUMP_SIGNAL_NS.store(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64, Ordering::Relaxed);
+    DUMP_SIGNAL_TICKS.store(ticks(), Ordering::Relaxed);
+    DUMP_SIGNALS.fetch_add(1, Ordering::Release);
+}
+
+/// `--flight-recorder`: SIGUSR2 asks for a dump (counted, never the
+/// default action, which would end the tracer).
+pub fn catch_dump_signal() -> io::Result<()> {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: installing an async-signal-safe handler.
+    unsafe { signal(Signal::SIGUSR2, SigHandler::Handler(on_dump_signal))? };
+    Ok(())
+}
+
+/// SIGUSR2s so far, and when the last one came (CLOCK_REALTIME ns, and
+/// [`ticks`]).
+pub fn dump_signals() -> (u64, u64, u64) {
+    let n = DUMP_SIGNALS.load(Ordering::Acquire);
+    (n, DUMP_SIGNAL_NS.load(Ordering::Relaxed), DUMP_SIGNAL_TICKS.load(Ordering::Relaxed))
+}
+
 /// Whether SIGINT, SIGTERM or SIGHUP has come since
 /// [`catch_session_signals`]: the session is ending (or ended), and the
 /// tracer's waits on the target (`os::ptrace`) give up an operation the
@@ -375,12 +441,27 @@ fn calibrate_tsc() -> Clock {
     fn tsc() -> u64 {
         crate::arch::native::clock()
     }
-    let (t0, n0) = (tsc(), now_ns());
+    // A pair: the clock read between two reads of the TSC, the closest of
+    // a few (a pair the thread was preempted in, or the host took the
+    // CPU from, is off by as long: over 5 ms, microseconds are hundreds
+    // of parts per million, milliseconds over a session).
+    let pair = || {
+        (0..16)
+            .map(|_| {
+                let a = tsc();
+                let n = now_ns();
+                let b = tsc();
+                (b.saturating_sub(a), a + (b.saturating_sub(a)) / 2, n)
+            })
+            .min_by_key(|p| p.0)
+            .map_or((tsc(), now_ns()), |(_, t, n)| (t, n))
+    };
+    let (t0, n0) = pair();
     let start = std::time::Instant::now();
     while start.elapsed() < std::time::Duration::from_millis(5) {
         std::hint::spin_loop();
     }
-    let (t1, n1) = (tsc(), now_ns());
+    let (t1, n1) = pair();
     let dt = (t1 - t0).max(1);
     let mult = (((n1 - n0) as u128) << telco_abi::region::TSC_SHIFT) / dt as u128;
     Clock { tsc_base: t1, ns_base: n1, mult: mult as u64, shift: telco_abi::region::TSC_SHIFT }

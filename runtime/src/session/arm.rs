@@ -339,6 +339,7 @@ pub fn arm(
             warnings: refused.into_iter().map(|r| format!("cannot probe {r}")).chain(warnings).collect(),
             ..Default::default()
         },
+        flights: Default::default(),
     };
     Ok((injected.region, armed))
 }

@@ -29,6 +29,8 @@ pub(super) struct Consumer<'a> {
     pub(super) warned: HashSet<Vec<u8>>,
     pub(super) buf: Vec<u8>,
     pub(super) traces: Option<crate::feed::Feed>,
+    /// `--flight-recorder`: what it keeps besides the calls, its dumps.
+    pub(super) flight: Option<crate::flight::Flight>,
     /// `-w`: the script's `warn()` messages are not printed.
     pub(super) suppress_warnings: bool,
     /// The ring's next record: the consumer's own count (the ring header
@@ -115,6 +117,25 @@ impl<'a> Consumer<'a> {
             region.u32_at(st).store(0, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// `--flight-recorder`: write the dumps asked for (`crate::flight`),
+    /// from the session's region and its other domains'.
+    pub(super) fn flight_dumps(&mut self, summary: crate::feed::Summary) {
+        let Some(f) = &mut self.flight else { return };
+        let requests = crate::flight::take_requests();
+        if requests.is_empty() {
+            return;
+        }
+        let _ = self.out.flush();
+        let regions: Vec<&Region> = std::iter::once(self.region).chain(self.rings.iter().map(|r| &*r.region)).collect();
+        let held: Vec<u64> = regions.iter().map(|r| crate::flight::held(r)).collect();
+        for r in &requests {
+            f.dump(&regions, self.artifact, r, summary, &mut *self.messages);
+        }
+        for (r, h) in regions.iter().zip(held) {
+            crate::flight::release(r, h);
+        }
     }
 
     /// Process every committed record of every ring; returns whether
@@ -270,11 +291,19 @@ impl<'a> Consumer<'a> {
                     let name = &name[..name.len().min(80)];
                     c.instant(h.tid, h.ts, "printf", name, Some(text));
                 }
+                if let Some(f) = &mut self.flight {
+                    let text = &self.buf[..n];
+                    let name = text.split(|&b| b == b'\n').find(|l| !l.is_empty()).unwrap_or(b"");
+                    f.instant(h.tid, h.ts, "printf", &name[..name.len().min(80)], Some(text));
+                }
                 Ok(())
             }
             abi::EV_INSTANT => {
                 if let Some(c) = &mut self.traces {
                     c.instant(h.tid, h.ts, "instant", read_str(p, 0).0, None);
+                }
+                if let Some(f) = &mut self.flight {
+                    f.instant(h.tid, h.ts, "instant", read_str(p, 0).0, None);
                 }
                 Ok(())
             }
@@ -282,11 +311,17 @@ impl<'a> Consumer<'a> {
                 if let Some(c) = &mut self.traces {
                     c.named_span(h.tid, read_str(p, 8).0, read_i64(p, 0).max(0) as u64, h.ts)?;
                 }
+                if let Some(f) = &mut self.flight {
+                    f.named_span(h.tid, read_str(p, 8).0, read_i64(p, 0).max(0) as u64, h.ts);
+                }
                 Ok(())
             }
             abi::EV_COUNTER => {
                 if let Some(c) = &mut self.traces {
                     c.counter(h.ts, read_str(p, 8).0, read_i64(p, 0));
+                }
+                if let Some(f) = &mut self.flight {
+                    f.counter(h.ts, read_str(p, 8).0, read_i64(p, 0));
                 }
                 Ok(())
             }
@@ -361,6 +396,9 @@ impl<'a> Consumer<'a> {
                     // are written later, when short-lived ones are gone).
                     let comm = crate::os::proc::thread_comm(h.aux as i32, h.tid as i32);
                     c.thread(h.tid, h.aux, comm);
+                }
+                if let Some(f) = &mut self.flight {
+                    f.thread(h.tid, h.aux, crate::os::proc::thread_comm(h.aux as i32, h.tid as i32));
                 }
                 Ok(())
             }
@@ -440,6 +478,7 @@ pub fn drain_text(artifact: &Artifact, region: &Region, code: &ExecMemory) -> Re
         warned: HashSet::new(),
         buf: Vec::new(),
         traces: None,
+        flight: None,
         suppress_warnings: false,
         tail: region
             .u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail))

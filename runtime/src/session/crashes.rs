@@ -24,6 +24,14 @@ impl Armed {
         // The session's region, then its other domains'.
         let mut regions = vec![(self.region.header, self.region.ino)];
         regions.extend(self.domain.others.iter().map(|d| (d.region.base() as *const u8, d.ino)));
+        // The flight recorder's calls in flight, before the answer lets
+        // the process die.
+        let open = regions
+            .iter()
+            .find_map(|&(header, ino)| crate::crash::pending(header).filter(|&(pid, tid)| ours(tid, pid, ino)))
+            .map(|(pid, _)| self.flight_open_before_crash(pid))
+            .unwrap_or_default();
+        let at = (crate::os::sys::realtime_ns(), crate::os::sys::ticks());
         let Some(c) = regions
             .into_iter()
             .find_map(|(header, ino)| crate::crash::take(header, |pid, tid| ours(tid, pid, ino), &ours_))
@@ -35,6 +43,7 @@ impl Armed {
             let line = format!("process {} ({}) is being killed by {}", c.pid, exe.display(), c.describe());
             self.warn(line);
         }
+        self.flight_crash(&c, open, at);
         self.report.crashes.push(c);
     }
 

@@ -113,6 +113,7 @@ mod consumer;
 mod crashes;
 mod detach;
 mod domains;
+mod flights;
 mod follow;
 mod itrace;
 mod late;
@@ -187,6 +188,8 @@ pub struct Armed {
     follow: Option<Follow>,
     /// What the session has to say: warnings, crashes.
     report: Report,
+    /// The flight recorder's triggers (`flights.rs`).
+    flights: flights::Watch,
 }
 
 impl Armed {

@@ -111,6 +111,7 @@ impl Hooks for Armed {
         self.check_domains();
         self.reclaim_rows();
         self.take_crash();
+        self.flight_poll();
         let probes_wait = !(self.libs.pending.is_empty() && self.libs.late.is_empty());
         if !(probes_wait || self.libs.syms.active()) || self.region.header.is_null() {
             return;
@@ -142,6 +143,11 @@ impl Hooks for Armed {
     }
 
     fn stopping(&mut self) {
+        // flight_dump()s since the last poll (a command that ended right
+        // after one), then the calls in flight at the end, while the
+        // probes are in.
+        self.flight_poll();
+        self.flight_end();
         if let Some(it) = &mut self.itrace.stepper {
             // Requests made until now are served; then the gates give up.
             it.poll(&self.hooker.itraced.borrow());

@@ -36,6 +36,8 @@ pub struct Config {
     /// `--chrome FILE`, `--perfetto FILE`: calls, printf lines,
     /// trace_instant/trace_counter.
     pub traces: Option<crate::feed::Feed>,
+    /// `--flight-recorder FILE`: the history kept, dumps written when asked.
+    pub flight: Option<crate::flight::Flight>,
     /// `-w`: no WARNING lines, except those that say the output is
     /// incomplete (errors, skipped probes, dropped events, return probes
     /// that did not run).
@@ -68,6 +70,10 @@ pub struct Outcome {
     pub trap_hits: u64,
     /// What `--chrome` and `--perfetto` wrote.
     pub traces: Option<crate::feed::Finished>,
+    /// What each `--flight-recorder` dump holds (or why it failed).
+    pub flight: Vec<String>,
+    /// `flight_dump()` calls (`Header::flight_asks`).
+    pub flight_asks: u64,
     /// The target corrupted the event ring (said when found; the session
     /// fails).
     pub corrupted: Option<String>,
@@ -139,7 +145,8 @@ impl Hooks for NoTarget {}
 
 /// What the consumer thread hands back: the output, the message stream,
 /// and what `--chrome` and `--perfetto` wrote.
-pub(super) type Drained = (Box<dyn Write + Send>, Box<dyn Write + Send>, Option<crate::feed::Finished>, Option<String>);
+pub(super) type Drained =
+    (Box<dyn Write + Send>, Box<dyn Write + Send>, Option<crate::feed::Finished>, Option<String>, Vec<String>);
 
 pub(super) type FormatFn = extern "C" fn(*mut u8, i64, *const u8, *const i64, i64) -> i64;
 
@@ -278,7 +285,9 @@ impl<'a> Local<'a> {
         let skipped_at = core::mem::offset_of!(Header, skipped);
         let dropped_at = core::mem::offset_of!(Header, dropped);
         let maxskipped = artifact.limits.maxskipped;
-        let Config { output, messages, traces, suppress_warnings, profile: mut sink, .. } = cfg;
+        let Config { output, messages, traces, suppress_warnings, profile: mut sink, flight, .. } = cfg;
+        // SIGUSR2 holds the history at once (`flight`).
+        let _hold = flight.as_ref().map(|_| crate::flight::Holding::new(&self.region));
         let region = &self.region;
         let code = &self.code;
         // Every tracer-side handler runs in the sandbox (os::sandbox),
@@ -318,6 +327,7 @@ impl<'a> Local<'a> {
                     warned: HashSet::new(),
                     buf: Vec::new(),
                     traces,
+                    flight,
                     suppress_warnings,
                     tail: region
                         .u64_at(artifact.ring_off as usize + core::mem::offset_of!(abi::RingHeader, tail))
@@ -333,6 +343,14 @@ impl<'a> Local<'a> {
                     draining.store(true, Ordering::Relaxed);
                     let any = c.drain()?;
                     draining.store(false, Ordering::Relaxed);
+                    // --flight-recorder's dumps asked for since the last pass.
+                    let summary = crate::feed::Summary {
+                        errors: total(errors_at),
+                        dropped: total(dropped_at),
+                        skipped: total(skipped_at),
+                        writer_dropped: 0,
+                    };
+                    c.flight_dumps(summary);
                     passes.fetch_add(1, Ordering::Release);
                     if c.corrupted.is_some() {
                         ring_broken.store(true, Ordering::Relaxed);
@@ -342,6 +360,7 @@ impl<'a> Local<'a> {
                     } else {
                         if stop.load(Ordering::Acquire) {
                             c.drain()?;
+                            c.flight_dumps(summary);
                             c.take_stages()?;
                             // No handler runs any more: the counters are final.
                             let summary = crate::feed::Summary {
@@ -355,8 +374,9 @@ impl<'a> Local<'a> {
                                 None => None,
                             };
                             let corrupted = c.corrupted.clone().or_else(|| c.domain_damage().map(str::to_string));
+                            let flown = c.flight.take().map(|f| f.lines.into_iter().chain(f.failures).collect());
                             let out = c.out.into_inner().map_err(|e| e.into_error())?;
-                            return Ok((out, c.messages, written, corrupted));
+                            return Ok((out, c.messages, written, corrupted, flown.unwrap_or_default()));
                         }
                         // With a trace file every call is an event: come
                         // back sooner, before the ring fills.
@@ -638,7 +658,7 @@ impl<'a> Local<'a> {
             region.set_enabled(false);
             stop.store(true, Ordering::Release);
             consumer.thread().unpark();
-            let (mut output, mut messages, traces, corrupted) = match consumer.join() {
+            let (mut output, mut messages, traces, corrupted, flight) = match consumer.join() {
                 Ok(r) => r.map_err(RunError::Output)?,
                 Err(_) => return Err(RunError::Output(std::io::Error::other("the output thread panicked"))),
             };
@@ -686,6 +706,8 @@ impl<'a> Local<'a> {
                     trap_probes: hooks.trap_probes(),
                     trap_hits: total(core::mem::offset_of!(Header, trap_hits)),
                     traces,
+                    flight,
+                    flight_asks: total(core::mem::offset_of!(Header, flight_asks)),
                     corrupted,
                     profile: profiled,
                 },

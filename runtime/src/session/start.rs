@@ -66,6 +66,8 @@ pub struct Options {
     /// of those the first process did not map at the start, by the
     /// session's other processes, are watched (`Armed::watch_loads`).
     pub libraries: Vec<PathBuf>,
+    /// `--flight-recorder`: Some(`--flight-at-end`).
+    pub flight: Option<bool>,
 }
 
 /// A session started: its target armed (or none).
@@ -195,6 +197,7 @@ impl<'a> Session<'a> {
                 .map_err(|e| TargetError::Unsupported(format!("cannot trace pid {}: {e}", session.pid)))?;
         }
         armed.report.quiet = opts.quiet;
+        armed.flights = flights::Watch::new(opts.flight.is_some(), opts.flight == Some(true));
         armed.report.verbose = opts.verbose > 0;
         for w in armed.report.warnings.iter().filter(|_| !opts.quiet) {
             crate::text::eprint_lines(&format!("WARNING: {w}"));

@@ -15,6 +15,12 @@ pub fn summary(o: &Outcome, a: &Artifact, quiet: bool) -> Vec<String> {
             o.skipped, a.limits.maxskipped
         ));
     }
+    if o.flight_asks > 0 && a.flight_chunks == 0 && !quiet {
+        v.push(format!(
+            "WARNING: flight_dump() was called {} time(s) and wrote nothing: the flight recorder is off (--flight-recorder FILE)",
+            o.flight_asks
+        ));
+    }
     if o.errors > 0 || o.skipped > 0 {
         v.push(format!("WARNING: Number of errors: {}, skipped probes: {}", o.errors, o.skipped));
     }

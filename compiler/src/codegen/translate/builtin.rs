@@ -658,6 +658,10 @@ impl Gen<'_, '_, '_> {
                 self.rt(Rt::Exit, &[self.region, self.ctx]);
                 zero
             }
+            Builtin::FlightDump => {
+                self.rt(Rt::FlightDump, &[self.region]);
+                zero
+            }
             Builtin::Error | Builtin::ErrorValue => {
                 let m = self.expr(&args[0]);
                 self.user_error(m, span);
