@@ -1,7 +1,9 @@
 //! `--perfetto` against `--chrome` on the same workload, in one run: a C
 //! program (gcc -O2) times N calls of a small function and prints ns per
 //! call; it runs untraced, then with every call written to a Chrome JSON
-//! file, a Perfetto file, and both at once (runs interleaved, 5 each).
+//! file, a Perfetto file, and both at once, then with every call kept by
+//! `--flight-recorder` (no dump asked for), and with a counter probe
+//! (`n++`, no file) for comparison (runs interleaved, 5 each).
 //!
 //!     cargo bench --bench trace_files            # 1 M and 10 M calls
 //!     TELCO_STAP=path/to/older/telco-stap cargo bench --bench trace_files
@@ -46,19 +48,23 @@ struct Run {
     dropped: u64,
 }
 
-fn run(exe: &Path, calls: u64, files: &[(&str, &Path)]) -> Run {
-    let mut cmd = if files.is_empty() {
+/// The probe of every traced run; the counter's.
+const EMPTY: &str = "probe process.function(\"work\") {}";
+const COUNTER: &str = "global n probe process.function(\"work\") { n++ }";
+
+fn run(exe: &Path, calls: u64, script: &str, files: &[(&str, &Path)]) -> Run {
+    let mut cmd = if files.is_empty() && script.is_empty() {
         Command::new(exe)
     } else {
         let mut c = Command::new(telco());
-        c.args(["-e", "probe process.function(\"work\") {}"]);
+        c.args(["-e", script]);
         for (flag, path) in files {
             c.arg(flag).arg(path);
         }
         c.arg("-c").arg(format!("{} {calls}", exe.display()));
         c
     };
-    if files.is_empty() {
+    if files.is_empty() && script.is_empty() {
         cmd.arg(calls.to_string());
     }
     let t0 = Instant::now();
@@ -92,30 +98,40 @@ fn main() {
     assert!(st.success());
     let json = dir.join("t.json");
     let proto = dir.join("t.pftrace");
-    let variants: [(&str, Vec<(&str, &Path)>); 4] = [
-        ("untraced", vec![]),
-        ("`--chrome`", vec![("--chrome", &json)]),
-        ("`--perfetto`", vec![("--perfetto", &proto)]),
+    let flight = dir.join("f.pftrace");
+    let variants: [(&str, &str, Vec<(&str, &Path)>); 6] = [
+        ("untraced", "", vec![]),
+        ("`--chrome`", EMPTY, vec![("--chrome", &json)]),
+        ("`--perfetto`", EMPTY, vec![("--perfetto", &proto)]),
         (
             "`--chrome` and `--perfetto` in one run (bytes: both files)",
+            EMPTY,
             vec![("--chrome", &json), ("--perfetto", &proto)],
         ),
+        ("`--flight-recorder` (every call kept, no dump)", EMPTY, vec![("--flight-recorder", &flight)]),
+        ("a counter probe (`n++`), no file", COUNTER, vec![]),
     ];
     for calls in [1_000_000u64, 10_000_000] {
         let mut runs: Vec<Vec<Run>> = variants.iter().map(|_| Vec::new()).collect();
         for _ in 0..5 {
-            for (i, (_, files)) in variants.iter().enumerate() {
-                runs[i].push(run(&exe, calls, files));
+            for (i, (_, script, files)) in variants.iter().enumerate() {
+                runs[i].push(run(&exe, calls, script, files));
             }
         }
         println!("\n{} M calls of `work`:\n", calls / 1_000_000);
         println!("| output | ns per call, median | min–max | added ns per call | bytes per call | calls per second, whole session | most dropped |");
         println!("|---|---|---|---|---|---|---|");
         let (base, _, _) = median(runs[0].iter().map(|r| r.ns).collect());
-        for (i, (name, files)) in variants.iter().enumerate() {
+        for (i, (name, script, files)) in variants.iter().enumerate() {
             let (m, lo, hi) = median(runs[i].iter().map(|r| r.ns).collect());
-            if files.is_empty() {
+            if script.is_empty() {
                 println!("| {name} | {m:.2} | {lo:.2}–{hi:.2} | — | — | — | — |");
+                continue;
+            }
+            if files.iter().all(|(flag, _)| *flag == "--flight-recorder") {
+                // No file written: the session's end is the command's.
+                let dropped = runs[i].iter().map(|r| r.dropped).max().unwrap_or(0);
+                println!("| {name} | {m:.2} | {lo:.2}–{hi:.2} | {:.2} | — | — | {dropped} |", m - base);
                 continue;
             }
             let (bytes, _, _) = median(runs[i].iter().map(|r| r.bytes as f64 / calls as f64).collect());

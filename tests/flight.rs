@@ -303,3 +303,50 @@ fn the_command_line_refuses_what_cannot_work() {
         "{stderr}"
     );
 }
+
+/// A target that overwrites its region (tests/programs/hostile.c),
+/// history included, while the flight recorder keeps it: the tracer says
+/// so and ends as it does for any damage, the dump at the end leaves out
+/// what no probe wrote, and the file it writes is whole.
+#[test]
+fn a_target_that_scribbles_over_its_history() {
+    let d = dir();
+    let exe = d.join("hostile");
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| common::gcc("hostile.c", &d.join("hostile"), &[]));
+    for (what, when) in [("fill:255", "start"), ("fill:170", "middle"), ("random", "always")] {
+        let out = d.join(format!("hostile-{when}.pftrace"));
+        let cmd = format!("{} 200000 {what} {when} 7", exe.display());
+        let o = Command::new("timeout")
+            .args(["-s", "KILL", "120"])
+            .arg(env!("CARGO_BIN_EXE_telco-stap"))
+            .args(["-e", "probe process.function(\"work\") {}", "-c", &cmd])
+            .args(["--flight-recorder", out.to_str().unwrap(), "--flight-at-end"])
+            .output()
+            .expect("run telco-stap");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let label = format!("{what} {when}");
+        assert_eq!(o.status.code(), Some(1), "{label}: {err}");
+        assert!(!err.contains("panicked"), "{label}: {err}");
+        assert!(err.lines().any(|l| l.starts_with("ERROR: ") && l.contains("the target")), "{label}: {err}");
+        // (A region overwritten with 0xff asks for a dump too: flight_dump()'s
+        // count changed.)
+        let line = err.lines().find(|l| l.contains(" (the end of the session): ")).expect(&err);
+        assert!(line.contains("written to "), "{label}: {line}");
+        // Each dump once (those asked for are said twice), its file loaded
+        // when it holds calls (the checker refuses an empty trace).
+        let dumps: BTreeMap<&str, &str> =
+            err.lines().filter_map(|l| l.strip_prefix("--flight-recorder: ")?.split_once(" (")).collect();
+        for (k, rest) in dumps {
+            let f = rest.rsplit_once("written to ").map(|(_, f)| PathBuf::from(f)).expect(rest);
+            let calls: u64 = rest.split_once("): ").and_then(|(_, r)| r.split(' ').next()?.parse().ok()).expect(rest);
+            if calls > 0 {
+                // Whatever was kept is `work` on the program's one thread.
+                for (name, _) in depths(&viewer(&f)).iter().flatten() {
+                    assert!(name.starts_with("work@"), "{label}: {name} in dump {k}");
+                }
+            }
+            std::fs::remove_file(&f).expect("the dump's file");
+        }
+    }
+}

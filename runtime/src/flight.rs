@@ -60,6 +60,11 @@ pub const DEFAULT_SIZE: u64 = 32 << 20;
 /// printf lines, instants, counters and named spans kept for the dumps.
 pub const OTHERS_KEPT: usize = 1 << 14;
 
+/// Dumps the traced processes can cause (`flight_dump()`, crashes) in a
+/// session, at most: the target decides how often it asks, the disk is
+/// not its to fill. SIGUSR2 and `--flight-at-end` are the user's.
+pub const MAX_TARGET_DUMPS: u32 = 64;
+
 /// Why a dump is written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Why {
@@ -350,6 +355,10 @@ pub struct Flight {
     pub lines: Vec<String>,
     /// Dumps that could not be written (said at once and at the end).
     pub failures: Vec<String>,
+    /// Dumps the target caused, and those left unwritten past
+    /// [`MAX_TARGET_DUMPS`].
+    target_dumps: u32,
+    refused: u64,
 }
 
 /// Threads named in the dumps at most (the tids come from the target).
@@ -365,7 +374,24 @@ impl Flight {
             start_ns: crate::os::sys::realtime_ns(),
             lines: Vec::new(),
             failures: Vec::new(),
+            target_dumps: 0,
+            refused: 0,
         }
+    }
+
+    /// What the session's summary says: each dump, each failure, the
+    /// dumps left unwritten.
+    pub fn report(self) -> Vec<String> {
+        let mut v = self.lines;
+        v.extend(self.failures);
+        if self.refused > 0 {
+            v.push(format!(
+                "{FLAG}: {} more dumps asked for by flight_dump() or crashes were not written (at most \
+                 {MAX_TARGET_DUMPS} a session)",
+                self.refused
+            ));
+        }
+        v
     }
 
     fn other(&mut self, o: Other) {
@@ -417,6 +443,13 @@ impl Flight {
         summary: Summary,
         messages: &mut dyn std::io::Write,
     ) {
+        if matches!(req.why, Why::Asked | Why::Crash { .. }) {
+            if self.target_dumps >= MAX_TARGET_DUMPS {
+                self.refused += 1;
+                return;
+            }
+            self.target_dumps += 1;
+        }
         let path = self.next_path();
         match self.write(&path, regions, a, req, summary) {
             Ok(line) => {

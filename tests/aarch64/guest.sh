@@ -226,6 +226,18 @@ $calls" $T -e 'global n probe process.statement("fib@a64.c:25") { n++ } probe en
 check "guru write of \$return" "work 0" $T -g -e 'probe process.function("work").return { $return = 0 }' -c "./a64 work 100"
 
 # --perfetto (checked on the host: run.sh).
+# --flight-recorder: a fault after 16384 iterations of three nested calls
+# (49152 calls, 768 stages): the dump holds what 1 MB holds (655 chunks of
+# 64 calls) and the call in flight, the faulting function (the host loads
+# the file: run.sh).
+rm -f crash.pftrace
+timeout 300 $T --flight-recorder crash.pftrace --flight-size 1M -c "./flight crash 16384" \
+    -e 'probe process.function("first"), process.function("second"), process.function("third"), process.function("fourth") {}' \
+    > /dev/null 2> err.txt
+got=$(grep '^--flight-recorder: ' err.txt | sed 's/(SIGSEGV in process [0-9]*)/(SIGSEGV)/; s/, the history.*//')
+want="--flight-recorder: 1 (SIGSEGV): 41921 calls of 1 thread, 1 in flight"
+if [ "$got" = "$want" ]; then ok "--flight-recorder dumps at a fault"; else bad "--flight-recorder dumps at a fault" "$want" "$got"; fi
+
 rm -f calls.pftrace
 want=$(./a64 work 300)
 check "--perfetto writes" "$want" $T --perfetto calls.pftrace -e 'probe process.function("work") {}' -c "./a64 work 300"

@@ -52,6 +52,7 @@ $CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
 $CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"
 $CC -O2 -g -o "$SHARE/loop" "$HERE/programs/loop.c"
 $CC -O2 -g -pthread -o "$SHARE/traps" "$ROOT/tests/programs/traps.c"
+$CC -O2 -g -pthread -o "$SHARE/flight" "$ROOT/tests/programs/flight.c"
 # far_fn 256 MiB above the text (a section of its own, a segment of its own).
 # Guarded by BTI: no startup files of the C library (far.c has its own).
 $CC -O2 -g -no-pie -nostartfiles -mbranch-protection=standard -Wl,--section-start=far_text=0x10400000 \
@@ -178,6 +179,22 @@ sys.exit(sum(t["counts"].get("work", 0) for t in doc["threads"]) != 300)'; then
     fi
 }
 viewer "$SHARE/calls.pftrace" --perfetto
+# The flight recorder's dump at the fault: nested as called, the last
+# slice the function that faulted, the fault an instant inside it.
+if [ -f "$SHARE/crash.pftrace" ] && out=$("$ROOT/tests/chrome/check.sh" "$SHARE/crash.pftrace" 2>&1) \
+    && echo "$out" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["threads"]
+assert len(t) == 1, len(t)
+d = t[0]["depth_counts"]
+assert sorted(d) == ["SIGSEGV@1", "first@0", "fourth@0", "second@1", "third@2"], d
+assert d["first@0"] + d["second@1"] + d["third@2"] == 41920, d
+calls = [s for s in t[0]["slices"] if s["name"] != "SIGSEGV"]
+assert max(calls, key=lambda s: s["ts_ns"])["name"] == "fourth"'; then
+    pass=$((pass + 1)); echo "ok   --flight-recorder dump loaded by Perfetto's trace processor (host)"
+else
+    fail=$((fail + 1)); echo "FAIL --flight-recorder dump loaded by Perfetto's trace processor (host)"; echo "${out:-no file}" | head -5
+fi
 viewer "$SHARE/calls.json" --chrome
 
 echo "aarch64: $pass passed, $fail failed"

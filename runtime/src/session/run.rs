@@ -374,7 +374,7 @@ impl<'a> Local<'a> {
                                 None => None,
                             };
                             let corrupted = c.corrupted.clone().or_else(|| c.domain_damage().map(str::to_string));
-                            let flown = c.flight.take().map(|f| f.lines.into_iter().chain(f.failures).collect());
+                            let flown = c.flight.take().map(crate::flight::Flight::report);
                             let out = c.out.into_inner().map_err(|e| e.into_error())?;
                             return Ok((out, c.messages, written, corrupted, flown.unwrap_or_default()));
                         }
