@@ -77,7 +77,15 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
             target: cli.target_pid,
             wait: cli.timeout.map(std::time::Duration::from_secs_f64),
         },
-        (true, None) => Target::None,
+        (true, None) => {
+            if cli.flight_recorder.is_some() {
+                bail!(
+                    "--flight-recorder keeps the calls of traced processes: name them (-c CMD, -p PID, or \
+                     process(\"PATH\") probes)"
+                );
+            }
+            Target::None
+        }
     };
     let t0 = Instant::now();
     let (usr0, sys0, _) = telco_runtime::os::proc::own_usage();

@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 use common::telco_run as telco;
+use common::{depths, viewer};
 
 fn dir() -> PathBuf {
     common::scratch("flight")
@@ -23,28 +24,6 @@ fn target() -> PathBuf {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| common::gcc("flight.c", &dir().join("flight"), &["-pthread"]));
     exe
-}
-
-fn viewer(path: &Path) -> Value {
-    common::viewer_check(path)
-        .unwrap_or_else(|| panic!("the Perfetto check is not installed: run tests/chrome/install.sh"))
-}
-
-/// Per thread (by tid, in order), its slices per `name@depth`.
-fn depths(report: &Value) -> Vec<BTreeMap<String, u64>> {
-    report["threads"]
-        .as_array()
-        .expect("threads")
-        .iter()
-        .map(|t| {
-            t["depth_counts"]
-                .as_object()
-                .expect("depth counts")
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
-                .collect()
-        })
-        .collect()
 }
 
 /// Every slice of every thread.
@@ -232,12 +211,6 @@ fn each_thread_has_its_own_history() {
     std::fs::remove_file(&out).ok();
 }
 
-/// The tracer's resident size now, in KiB (`VmRSS`).
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap_or(0)
-}
-
 /// A minute of calls as fast as the program makes them: the tracer's
 /// memory is what it was after the first seconds (nothing of the history
 /// is in it), and a dump at the end still works.
@@ -257,7 +230,7 @@ fn the_tracer_keeps_its_memory_for_a_minute() {
     let mut calls = 0u64;
     // A line each second of the program's: the seconds, its calls so far.
     for line in std::io::BufReader::new(tracer.stdout.take().unwrap()).lines().map_while(Result::ok) {
-        rss.push(rss_kib(pid));
+        rss.push(common::rss_kib(pid));
         calls = line.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(calls);
     }
     let o = tracer.wait_with_output().expect("exit");
@@ -295,6 +268,11 @@ fn the_command_line_refuses_what_cannot_work() {
         assert!(matches!(code, Some(1) | Some(2)), "{args:?}: {code:?} {stderr}");
         assert!(stderr.contains(want), "{args:?}: {stderr}");
     }
+    // Without a traced process there are no calls to keep.
+    let (_, stderr, code) = telco(&["-e", "probe timer.s(1) { exit() }", "--flight-recorder", "/tmp/x.pftrace"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--flight-recorder keeps the calls of traced processes: name them"), "{stderr}");
+    assert!(!Path::new("/tmp/x.pftrace").exists());
     // flight_dump() without the flight recorder: said, nothing written.
     let (_, stderr, code) = telco(&["-e", "probe process.function(\"maybe_slow\") { flight_dump() }", "-c", &cmd]);
     assert_eq!(code, Some(0), "{stderr}");

@@ -556,12 +556,6 @@ fn a_signal_sends_what_is_queued() {
     }
 }
 
-/// The tracer's resident size now, in KiB (`VmRSS`).
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap_or(0)
-}
-
 /// A long session (ten minutes; `TELCO_SOAK_SECONDS` sets another, five
 /// at least) at a
 /// steady 20,000 calls a second, streamed as it runs: spans to an OTLP
@@ -601,7 +595,7 @@ fn a_ten_minute_session_keeps_its_memory() {
     let mut tops = 0u64;
     for line in BufReader::new(tracer.stdout.take().expect("stdout")).lines().map_while(Result::ok) {
         if line.starts_with("tick ") {
-            rss.push(rss_kib(tracer_pid));
+            rss.push(common::rss_kib(tracer_pid));
         } else if let Some(n) = line.strip_prefix("tops ") {
             tops = n.parse().expect("tops N");
         }

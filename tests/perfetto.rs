@@ -7,12 +7,12 @@
 //! few bytes.
 
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::PathBuf;
 
 mod common;
 use common::telco_run as telco;
+use common::{depths, viewer};
 
 fn dir() -> PathBuf {
     common::scratch("perfetto")
@@ -23,31 +23,6 @@ fn target() -> PathBuf {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| common::gcc("spans.c", &dir().join("spans"), &["-pthread"]));
     exe
-}
-
-/// The trace processor's summary of `path`; the test fails if it rejects
-/// the file. Without the checker installed the test cannot say anything:
-/// it fails, naming the install script (the README's test command runs it).
-fn viewer(path: &std::path::Path) -> Value {
-    common::viewer_check(path)
-        .unwrap_or_else(|| panic!("the Perfetto check is not installed: run tests/chrome/install.sh"))
-}
-
-/// Per thread (by tid, in order), its slices per `name@depth`.
-fn depths(report: &Value) -> Vec<BTreeMap<String, u64>> {
-    report["threads"]
-        .as_array()
-        .expect("threads")
-        .iter()
-        .map(|t| {
-            t["depth_counts"]
-                .as_object()
-                .expect("depth counts")
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
-                .collect()
-        })
-        .collect()
 }
 
 #[test]

@@ -57,8 +57,10 @@ pub const FLAG: &str = "--flight-recorder";
 /// `--flight-size` without the flag: 32 MB, about 1.3 M calls.
 pub const DEFAULT_SIZE: u64 = 32 << 20;
 
-/// printf lines, instants, counters and named spans kept for the dumps.
+/// printf lines, instants, counters and named spans kept for the dumps,
+/// at most, and their bytes at most (a printf line may be long).
 pub const OTHERS_KEPT: usize = 1 << 14;
+pub const OTHERS_BYTES: usize = 4 << 20;
 
 /// Dumps the traced processes can cause (`flight_dump()`, crashes) in a
 /// session, at most: the target decides how often it asks, the disk is
@@ -319,6 +321,14 @@ enum Other {
 }
 
 impl Other {
+    /// Bytes it holds, about.
+    fn size(&self) -> usize {
+        64 + match self {
+            Other::Instant { name, text, .. } => name.len() + text.as_ref().map_or(0, Vec::len),
+            Other::Counter { name, .. } | Other::Named { name, .. } => name.len(),
+        }
+    }
+
     fn ts(&self) -> u64 {
         match self {
             Other::Instant { ts, .. } | Other::Counter { ts, .. } | Other::Named { end: ts, .. } => *ts,
@@ -346,6 +356,7 @@ pub struct Settings {
 pub struct Flight {
     pub settings: Settings,
     others: VecDeque<Other>,
+    others_bytes: usize,
     owners: HashMap<u32, (u32, Option<Vec<u8>>)>,
     clock: crate::os::sys::Clock,
     /// The session's start, CLOCK_REALTIME ns (no call of the session
@@ -369,6 +380,7 @@ impl Flight {
         Flight {
             settings,
             others: VecDeque::new(),
+            others_bytes: 0,
             owners: HashMap::new(),
             clock: crate::os::sys::clock(),
             start_ns: crate::os::sys::realtime_ns(),
@@ -395,10 +407,12 @@ impl Flight {
     }
 
     fn other(&mut self, o: Other) {
-        if self.others.len() >= OTHERS_KEPT {
-            self.others.pop_front();
-        }
+        self.others_bytes += o.size();
         self.others.push_back(o);
+        while self.others.len() > OTHERS_KEPT || self.others_bytes > OTHERS_BYTES {
+            let Some(old) = self.others.pop_front() else { break };
+            self.others_bytes -= old.size();
+        }
     }
 
     pub fn instant(&mut self, tid: u32, ts: u64, cat: &'static str, name: &[u8], text: Option<&[u8]>) {

@@ -419,3 +419,34 @@ pub fn wait_gone(pid: u32) {
         libc::close(fd);
     }
 }
+
+/// [`viewer_check`]'s summary of `path`; the test fails if the viewer
+/// rejects the file, or is not installed (the README's test command
+/// installs it: tests/chrome/install.sh).
+pub fn viewer(path: &Path) -> serde_json::Value {
+    viewer_check(path).unwrap_or_else(|| panic!("the Perfetto check is not installed: run tests/chrome/install.sh"))
+}
+
+/// Per thread of a viewer's summary (by tid, in order), its slices per
+/// `name@depth`.
+pub fn depths(report: &serde_json::Value) -> Vec<std::collections::BTreeMap<String, u64>> {
+    report["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| {
+            t["depth_counts"]
+                .as_object()
+                .expect("depth counts")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Process `pid`'s resident size now, in KiB (`VmRSS`).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap_or(0)
+}
