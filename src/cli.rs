@@ -92,8 +92,8 @@ pub struct Cli {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["chrome", "perfetto", "otlp"])]
     pub flight_recorder: Option<PathBuf>,
 
-    /// With --flight-recorder, the memory the history takes in all (e.g. 8M, 64M; default 32M,
-    /// about 1.3 million calls; at least 1M). Each dump file stays under it too.
+    /// With --flight-recorder, the memory the history takes in all, allocated at the start (e.g.
+    /// 8M, 64M; default 32M, about 1.3 million calls; 1M to 4G). Each dump file stays under it too.
     #[arg(long, value_name = "SIZE", value_parser = parse_flight_size, requires = "flight_recorder")]
     pub flight_size: Option<u64>,
 
@@ -421,6 +421,10 @@ fn parse_flight_size(s: &str) -> Result<u64, String> {
     let n = telco_runtime::feed::parse_size(s)?;
     if n < 1 << 20 {
         return Err(format!("`{s}` is smaller than the least flight recorder, 1M"));
+    }
+    // The history is allocated at the start, all of it.
+    if n > 4 << 30 {
+        return Err(format!("`{s}` is larger than the largest flight recorder, 4G"));
     }
     Ok(n)
 }

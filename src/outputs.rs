@@ -148,15 +148,13 @@ pub fn traces(
     Ok(Some(feed))
 }
 
-/// `--flight-recorder FILE`: the history's settings; SIGUSR2 asks for a
-/// dump from now on.
+/// `--flight-recorder FILE`: the history's settings.
 pub fn flight(
     cli: &Cli,
     artifact: &telco_abi::artifact::Artifact,
     pid: u32,
 ) -> Result<Option<telco_runtime::flight::Flight>> {
     let Some(path) = &cli.flight_recorder else { return Ok(None) };
-    telco_runtime::os::sys::catch_dump_signal().context("cannot catch SIGUSR2")?;
     let comm = telco_runtime::os::proc::comm(pid as i32);
     Ok(Some(telco_runtime::flight::Flight::new(telco_runtime::flight::Settings {
         path: path.clone(),

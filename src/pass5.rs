@@ -87,6 +87,11 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
             Target::None
         }
     };
+    if cli.flight_recorder.is_some() {
+        // SIGUSR2 asks for a dump: from before the attach, so that one
+        // sent meanwhile does not end the tracer.
+        telco_runtime::os::sys::catch_dump_signal().context("cannot catch SIGUSR2")?;
+    }
     let t0 = Instant::now();
     let (usr0, sys0, _) = telco_runtime::os::proc::own_usage();
     let opts = Options {

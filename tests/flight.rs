@@ -136,8 +136,11 @@ fn each_sigusr2_writes_the_history_up_to_it() {
     unsafe { libc_kill(tracer.id() as i32, 2) };
     let rest: Vec<String> = said.map_while(Result::ok).collect();
     assert!(tracer.wait().expect("exit").code().is_some());
-    // The summary says both again.
-    assert_eq!(rest.iter().filter(|l| l.starts_with("--flight-recorder: ")).count(), 2, "{rest:?}");
+    // The summary says both again, and how many calls were made while
+    // the history was held for them (from each signal until the tracer
+    // had copied it).
+    assert_eq!(rest.iter().filter(|l| l.contains(" (SIGUSR2): ")).count(), 2, "{rest:?}");
+    assert!(rest.iter().any(|l| l.contains(" calls were not kept in the history: made while a dump")), "{rest:?}");
     let files = [out.clone(), PathBuf::from(format!("{}.2", out.display()))];
     for (f, at) in files.iter().zip(&sent) {
         let p = viewer(f);

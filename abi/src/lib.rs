@@ -147,6 +147,8 @@ pub fn c_header(arch: &str) -> Option<String> {
         ("TS_FLIGHT_HOLD", offset_of!(ThreadSlot, flight_hold)),
         ("H_FLIGHT_HOLD", offset_of!(Header, flight_hold)),
         ("H_FLIGHT_GENS", offset_of!(Header, flight_gens)),
+        ("H_FLIGHT_AT", offset_of!(Header, flight_at)),
+        ("H_FLIGHT_UNKEPT", offset_of!(Header, flight_unkept)),
         ("H_TCB_TID_OFF", offset_of!(Header, tcb_tid_off)),
         ("H_THREADS_AT", offset_of!(Header, threads_at)),
         ("H_ROWS_NEXT", offset_of!(Header, rows_next)),

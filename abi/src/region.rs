@@ -263,9 +263,16 @@ pub struct Header {
     /// not overwritten while the tracer comes to read it.
     pub flight_hold: u64,
     pub flight_gens: u64,
+    /// The clock (the spans' ticks) at the last trigger in the target
+    /// (`flight_dump()`, a fault): the instant its dump is of.
+    pub flight_at: u64,
+    /// Calls not kept in the history: made while it was held, or whose
+    /// chunk another thread was still writing (the history wrapped
+    /// around it).
+    pub flight_unkept: u64,
 }
 
-pub const HEADER_SIZE: usize = 496;
+pub const HEADER_SIZE: usize = 512;
 
 /// The stack each thread slot has for the handlers of probes on Go
 /// functions (`ThreadSlot::go_stack`), in a session with such probes.

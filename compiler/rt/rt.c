@@ -689,6 +689,9 @@ EXPORT i64 rt_ticks(void) { return (i64)read_clock(); }
 LOCAL void span_send(u8 *R, u8 *slot, u8 *st, u32 n) {
     u32 bytes = n * SPAN_ENTRY_SIZE;
     AT(st, SG_SENT, u32) += 1;
+    /* Before the entries are overwritten (a reader of the live stage
+     * checks `sent` after copying them). */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     u32 chunks = AT(TR(R), H_FLIGHT_CHUNKS, u32);
     if (chunks) {
         /* --flight-recorder: into the history's next chunk, the oldest
@@ -699,6 +702,7 @@ LOCAL void span_send(u8 *R, u8 *slot, u8 *st, u32 n) {
         u64 hold = __atomic_load_n(&AT(R, H_FLIGHT_HOLD, u64), __ATOMIC_RELAXED);
         if (hold) {
             if (AT(slot, TS_FLIGHT_HOLD, u64) == hold) {
+                __atomic_fetch_add(&AT(R, H_FLIGHT_UNKEPT, u64), n, __ATOMIC_RELAXED);
                 AT(st, SG_COUNT, u32) = 0;
                 return;
             }
@@ -706,7 +710,16 @@ LOCAL void span_send(u8 *R, u8 *slot, u8 *st, u32 n) {
         }
         u64 k = __atomic_fetch_add(&AT(R, H_FLIGHT_NEXT, u64), 1, __ATOMIC_RELAXED);
         u8 *c = R + AT(TR(R), H_FLIGHT_OFF, u64) + (k % chunks) * AT(TR(R), H_FLIGHT_STRIDE, u32);
-        __atomic_store_n(&AT(c, FC_SEQ, u64), 2 * k + 1, __ATOMIC_RELAXED);
+        /* Claimed from even to odd: a thread still writing this chunk
+         * (the history went round while it was preempted) keeps it, and
+         * these calls are counted instead of mixed into its. */
+        u64 was = __atomic_load_n(&AT(c, FC_SEQ, u64), __ATOMIC_RELAXED);
+        if ((was & 1) || !__atomic_compare_exchange_n(&AT(c, FC_SEQ, u64), &was, 2 * k + 1, 0, __ATOMIC_ACQUIRE,
+                                                      __ATOMIC_RELAXED)) {
+            __atomic_fetch_add(&AT(R, H_FLIGHT_UNKEPT, u64), n, __ATOMIC_RELAXED);
+            AT(st, SG_COUNT, u32) = 0;
+            return;
+        }
         __atomic_thread_fence(__ATOMIC_RELEASE);
         AT(c, FC_TID, u32) = AT(slot, TS_TID, u32);
         AT(c, FC_COUNT, u32) = n;
@@ -771,7 +784,9 @@ EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start) {
         AT(e, SE_TS, u64) = (u64)start;
         AT(e, SE_DUR, u64) = (u64)dur;
         if (++n < batch) {
-            AT(st, SG_COUNT, u32) = n;
+            /* Release: the entry before the count that covers it (the
+             * flight recorder reads a live stage). */
+            __atomic_store_n(&AT(st, SG_COUNT, u32), n, __ATOMIC_RELEASE);
             return;
         }
         span_send(R, slot, st, n);
@@ -793,6 +808,7 @@ EXPORT void rt_span(u8 *R, u8 *slot, i64 probe, i64 start) {
  * read it (Header::flight_hold). */
 LOCAL void flight_hold(u8 *R) {
     if (!AT(TR(R), H_FLIGHT_CHUNKS, u32)) return;
+    __atomic_store_n(&AT(R, H_FLIGHT_AT, u64), read_clock(), __ATOMIC_RELAXED);
     u64 gen = __atomic_add_fetch(&AT(R, H_FLIGHT_GENS, u64), 1, __ATOMIC_RELAXED);
     __atomic_store_n(&AT(R, H_FLIGHT_HOLD, u64), gen ? gen : 1, __ATOMIC_RELEASE);
 }
@@ -3463,11 +3479,13 @@ EXPORT void rt_crash(i64 sig, u8 *info, u8 *uc, u8 *R) {
     u64 tid = (u64)sys6(SYS_gettid, 0, 0, 0, 0, 0, 0);
     if (__atomic_load_n(&AT(R, H_ENABLED, u32), __ATOMIC_ACQUIRE)) {
         u64 me = pid << 32 | (u32)tid;
-        flight_hold(R);
         u64 z = 0;
         /* AcqRel: the record is this thread's before it writes it (another
          * thread, or process, crashing at once gives up its report). */
         if (__atomic_compare_exchange_n(&AT(R, H_CRASH_WHO, u64), &z, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            /* The history up to the fault, kept until the tracer has it
+             * (only for a record it will answer). */
+            flight_hold(R);
             AT(R, H_CRASH_SIG, u32) = (u32)sig;
             AT(R, H_CRASH_CODE, int) = code;
             /* si_addr, for the signals that have one (0 otherwise). */

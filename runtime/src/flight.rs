@@ -143,6 +143,31 @@ pub fn release(region: &Region, held: u64) {
     }
 }
 
+/// A hold no dump came for (a trigger the tracer did not take: a
+/// crash record of another process, a target's own store) is let go
+/// after a second.
+#[derive(Default)]
+pub struct Stale {
+    seen: Vec<(u64, Option<std::time::Instant>)>,
+}
+
+impl Stale {
+    /// Once a pass without a request, with the regions in order.
+    pub fn check(&mut self, regions: &[&Region]) {
+        self.seen.resize(regions.len(), (0, None));
+        for (r, (was, since)) in regions.iter().zip(&mut self.seen) {
+            let now = held(r);
+            if now == 0 || now != *was {
+                *was = now;
+                *since = (now != 0).then(std::time::Instant::now);
+            } else if since.is_some_and(|t| t.elapsed() >= std::time::Duration::from_secs(1)) {
+                release(r, now);
+                *since = None;
+            }
+        }
+    }
+}
+
 /// What holds `region`'s history now (0: nothing).
 pub fn held(region: &Region) -> u64 {
     region.u64_at(core::mem::offset_of!(abi::Header, flight_hold)).load(Ordering::Acquire)
@@ -151,15 +176,23 @@ pub fn held(region: &Region) -> u64 {
 /// Dumps asked for, from the session's side to the consumer's.
 static PENDING: Mutex<Vec<Request>> = Mutex::new(Vec::new());
 
-/// Ask for a dump (the consumer writes it on its next pass).
+/// Ask for a dump (the consumer writes it on its next pass). Those the
+/// target causes wait one at a time (a target asking in a loop gets a dump
+/// per pass, [`MAX_TARGET_DUMPS`] in all); the user's always wait.
 pub fn request(r: Request) {
     if let Ok(mut p) = PENDING.lock() {
-        // Bounded: a target asking in a loop gets a dump per pass.
-        if p.len() < 64 {
-            p.push(r);
+        let target = |w: &Why| matches!(w, Why::Asked | Why::Crash { .. });
+        if target(&r.why) && p.iter().any(|q| target(&q.why)) {
+            return;
         }
+        p.push(r);
     }
 }
+
+/// The calls in flight read for one dump, at most, and the innermost
+/// frames read of each thread's shadow stack.
+pub const MAX_OPEN: usize = 1 << 16;
+pub const MAX_OPEN_DEPTH: usize = 1024;
 
 /// The dumps asked for since the last call.
 pub fn take_requests() -> Vec<Request> {
@@ -196,17 +229,19 @@ pub fn open_calls(pids: &[i32], threads_at: u64, a: &Artifact) -> Vec<Open> {
             {
                 continue;
             }
-            let depth =
-                (u32_at(s, core::mem::offset_of!(ThreadSlot, depth)) as usize).min(a.shadow_depth.min(4096) as usize);
-            if depth == 0 {
+            let depth = (u32_at(s, core::mem::offset_of!(ThreadSlot, depth)) as usize).min(a.shadow_depth as usize);
+            if depth == 0 || out.len() >= MAX_OPEN {
                 continue;
             }
-            let Some(frames) = read(u64_at(s, core::mem::offset_of!(ThreadSlot, frames)), stride * depth) else {
+            // The innermost frames (the calls nearest the trigger).
+            let skip = depth.saturating_sub(MAX_OPEN_DEPTH);
+            let at = u64_at(s, core::mem::offset_of!(ThreadSlot, frames)).wrapping_add((skip * stride) as u64);
+            let Some(frames) = read(at, stride * (depth - skip)) else {
                 continue;
             };
             for f in frames.chunks_exact(stride).rev() {
                 let probe = u32_at(f, core::mem::offset_of!(ShadowFrame, probe));
-                if a.probes.get(probe as usize).is_some_and(|p| p.span) {
+                if a.probes.get(probe as usize).is_some_and(|p| p.span) && out.len() < MAX_OPEN {
                     let start = u64_at(f, abi::SHADOW_FRAME_HEADER);
                     out.push(Open { tid, pid: pid as u32, probe: probe as u16, start });
                 }
@@ -313,6 +348,12 @@ fn snapshot(region: &Region, a: &Artifact, into: &mut Snapshot, bounds: (u64, u6
     }
 }
 
+/// A dump's history, copied ([`Flight::take`]), to be written.
+pub struct Taken {
+    req: Request,
+    snap: Snapshot,
+}
+
 /// An event other than a call, kept for the dumps.
 enum Other {
     Instant { tid: u32, ts: u64, cat: &'static str, name: Vec<u8>, text: Option<Vec<u8>> },
@@ -370,6 +411,8 @@ pub struct Flight {
     /// [`MAX_TARGET_DUMPS`].
     target_dumps: u32,
     refused: u64,
+    /// Holds no dump came for.
+    pub stale: Stale,
 }
 
 /// Threads named in the dumps at most (the tids come from the target).
@@ -388,14 +431,21 @@ impl Flight {
             failures: Vec::new(),
             target_dumps: 0,
             refused: 0,
+            stale: Stale::default(),
         }
     }
 
     /// What the session's summary says: each dump, each failure, the
-    /// dumps left unwritten.
-    pub fn report(self) -> Vec<String> {
+    /// dumps left unwritten, the calls not kept (`Header::flight_unkept`).
+    pub fn report(self, unkept: u64) -> Vec<String> {
         let mut v = self.lines;
         v.extend(self.failures);
+        if unkept > 0 {
+            v.push(format!(
+                "{FLAG}: {unkept} calls were not kept in the history: made while a dump was being taken, or while \
+                 another thread still wrote the chunk they were for"
+            ));
+        }
         if self.refused > 0 {
             v.push(format!(
                 "{FLAG}: {} more dumps asked for by flight_dump() or crashes were not written (at most \
@@ -445,27 +495,38 @@ impl Flight {
         }
     }
 
-    /// Write a dump of `regions`' history (the session's region and its
-    /// other trust domains'). Its line is kept for the summary; a dump
-    /// asked for while the session runs (SIGUSR2, `flight_dump()`) is
-    /// also said at once on `messages`, unless `-w`.
-    pub fn dump(
-        &mut self,
-        regions: &[&Region],
-        a: &Artifact,
-        req: &Request,
-        summary: Summary,
-        messages: &mut dyn std::io::Write,
-    ) {
+    /// Copy `regions`' history (the session's region and its other trust
+    /// domains') for the dump `req` asks for (None: one more than the
+    /// target may cause). The copy is quick: the hold can go once it is
+    /// made, before the file is written.
+    pub fn take(&mut self, regions: &[&Region], a: &Artifact, req: &Request) -> Option<Taken> {
         if matches!(req.why, Why::Asked | Why::Crash { .. }) {
             if self.target_dumps >= MAX_TARGET_DUMPS {
                 self.refused += 1;
-                return;
+                return None;
             }
             self.target_dumps += 1;
         }
+        let mut snap = Snapshot::default();
+        for r in regions {
+            snapshot(r, a, &mut snap, (self.first_tick(), u64::MAX));
+        }
+        Some(Taken { req: req.clone(), snap })
+    }
+
+    /// No call of the session starts before this tick.
+    fn first_tick(&self) -> u64 {
+        self.clock.tsc(self.start_ns.saturating_sub(1_000_000_000))
+    }
+
+    /// Write a dump [`Flight::take`] copied. Its line is kept for the
+    /// summary; a dump asked for while the session runs (SIGUSR2,
+    /// `flight_dump()`) is also said at once on `messages`, unless `-w`.
+    pub fn dump(&mut self, taken: Taken, a: &Artifact, summary: Summary, messages: &mut dyn std::io::Write) {
+        let Taken { req, snap } = taken;
+        let req = &req;
         let path = self.next_path();
-        match self.write(&path, regions, a, req, summary) {
+        match self.write(&path, snap, a, req, summary) {
             Ok(line) => {
                 if !self.settings.quiet && matches!(req.why, Why::Signal | Why::Asked) {
                     let _ = writeln!(messages, "{}", crate::text::escape(line.as_bytes()));
@@ -484,17 +545,13 @@ impl Flight {
     fn write(
         &mut self,
         path: &Path,
-        regions: &[&Region],
+        mut snap: Snapshot,
         a: &Artifact,
         req: &Request,
         summary: Summary,
     ) -> std::io::Result<String> {
         let cut = req.at_ticks;
-        let bounds = (self.clock.tsc(self.start_ns.saturating_sub(1_000_000_000)), cut);
-        let mut snap = Snapshot::default();
-        for r in regions {
-            snapshot(r, a, &mut snap, (bounds.0, u64::MAX));
-        }
+        let bounds = (self.first_tick(), cut);
         // The dump is of its instant: calls that started after it are not
         // in it, and those that returned after it were in flight then
         // (open slices, ended there, as those still running now).

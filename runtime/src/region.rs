@@ -200,6 +200,8 @@ impl Region {
             flight_asks: 0,
             flight_hold: 0,
             flight_gens: 0,
+            flight_at: 0,
+            flight_unkept: 0,
         };
         for base in [mem.as_ptr(), mirror.as_ptr()] {
             // SAFETY: the header is at offset 0 of a region at least HEADER_SIZE long.

@@ -124,17 +124,21 @@ impl<'a> Consumer<'a> {
     pub(super) fn flight_dumps(&mut self, summary: crate::feed::Summary) {
         let Some(f) = &mut self.flight else { return };
         let requests = crate::flight::take_requests();
+        let regions: Vec<&Region> = std::iter::once(self.region).chain(self.rings.iter().map(|r| &*r.region)).collect();
         if requests.is_empty() {
+            f.stale.check(&regions);
             return;
         }
         let _ = self.out.flush();
-        let regions: Vec<&Region> = std::iter::once(self.region).chain(self.rings.iter().map(|r| &*r.region)).collect();
+        // Copied, the history goes on (the holds let go), then written.
         let held: Vec<u64> = regions.iter().map(|r| crate::flight::held(r)).collect();
-        for r in &requests {
-            f.dump(&regions, self.artifact, r, summary, &mut *self.messages);
-        }
+        let taken: Vec<crate::flight::Taken> =
+            requests.iter().filter_map(|r| f.take(&regions, self.artifact, r)).collect();
         for (r, h) in regions.iter().zip(held) {
             crate::flight::release(r, h);
+        }
+        for t in taken {
+            f.dump(t, self.artifact, summary, &mut *self.messages);
         }
     }
 

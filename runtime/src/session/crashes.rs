@@ -18,20 +18,21 @@ impl Armed {
         if self.region.header.is_null() {
             return;
         }
-        let codes = self.our_code();
-        let relocs = self.hooker.relocs.borrow().clone();
-        let ours_ = crate::crash::Ours { codes: &codes, relocs: &relocs, symbols: Some(&*self.symbols) };
         // The session's region, then its other domains'.
         let mut regions = vec![(self.region.header, self.region.ino)];
         regions.extend(self.domain.others.iter().map(|d| (d.region.base() as *const u8, d.ino)));
-        // The flight recorder's calls in flight, before the answer lets
+        // The flight recorder's instant (the fault's, as its handler held
+        // the history), then the calls in flight, before the answer lets
         // the process die.
+        let at = (crate::os::sys::realtime_ns(), self.trigger_ticks());
         let open = regions
             .iter()
             .find_map(|&(header, ino)| crate::crash::pending(header).filter(|&(pid, tid)| ours(tid, pid, ino)))
             .map(|(pid, _)| self.flight_open_before_crash(pid))
             .unwrap_or_default();
-        let at = (crate::os::sys::realtime_ns(), crate::os::sys::ticks());
+        let codes = self.our_code();
+        let relocs = self.hooker.relocs.borrow().clone();
+        let ours_ = crate::crash::Ours { codes: &codes, relocs: &relocs, symbols: Some(&*self.symbols) };
         let Some(c) = regions
             .into_iter()
             .find_map(|(header, ino)| crate::crash::take(header, |pid, tid| ours(tid, pid, ino), &ours_))

@@ -12,14 +12,17 @@ pub(super) struct Watch {
     /// `--flight-recorder` is on.
     pub(super) on: bool,
     pub(super) at_end: bool,
-    /// SIGUSR2s and `flight_dump()` calls already answered.
+    /// SIGUSR2s and `flight_dump()` calls already answered; dumps the
+    /// target caused (past `flight::MAX_TARGET_DUMPS` their calls in
+    /// flight are not read: the consumer only counts them).
     signals: u64,
     asks: u64,
+    target_dumps: u32,
 }
 
 impl Watch {
     pub(super) fn new(on: bool, at_end: bool) -> Watch {
-        Watch { on, at_end, signals: crate::os::sys::dump_signals().0, asks: 0 }
+        Watch { on, at_end, signals: crate::os::sys::dump_signals().0, asks: 0, target_dumps: 0 }
     }
 }
 
@@ -32,6 +35,33 @@ impl Armed {
     fn ask(&self, why: Why, at_ns: u64, at_ticks: u64) {
         let open = self.open_calls(&self.session_processes());
         flight::request(Request { why, at_ns, at_ticks, open });
+    }
+
+    /// Whether the target may still cause a dump (counting this one).
+    fn target_may(&mut self) -> bool {
+        self.flights.target_dumps = self.flights.target_dumps.saturating_add(1);
+        self.flights.target_dumps <= flight::MAX_TARGET_DUMPS
+    }
+
+    /// The instant of the target's last trigger (`Header::flight_at`, in
+    /// the spans' ticks), in any of the session's regions: the target's
+    /// word, so never later than now (nor 0).
+    pub(super) fn trigger_ticks(&self) -> u64 {
+        let now = crate::os::sys::ticks();
+        let at = core::mem::offset_of!(telco_abi::region::Header, flight_at);
+        let main = if self.region.header.is_null() {
+            0
+        } else {
+            // SAFETY: a u64 field of the live region's header.
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.region.header.add(at) as *mut u64) }
+                .load(std::sync::atomic::Ordering::Acquire)
+        };
+        let last = self.domain.others.iter().map(|d| d.region.counter(at)).fold(main, u64::max);
+        if last == 0 || last > now {
+            now
+        } else {
+            last
+        }
     }
 
     /// SIGUSR2 to the tracer, `flight_dump()` in a handler (the count in
@@ -55,15 +85,21 @@ impl Armed {
         let asks = self.domain.others.iter().fold(main, |t, d| t.wrapping_add(d.region.counter(at)));
         if asks != self.flights.asks {
             self.flights.asks = asks;
-            self.ask(Why::Asked, crate::os::sys::realtime_ns(), crate::os::sys::ticks());
+            let at = (crate::os::sys::realtime_ns(), self.trigger_ticks());
+            if self.target_may() {
+                self.ask(Why::Asked, at.0, at.1);
+            } else {
+                // Counted by the consumer, nothing read.
+                flight::request(Request { why: Why::Asked, at_ns: at.0, at_ticks: at.1, open: Vec::new() });
+            }
         }
     }
 
     /// Process `pid` is dying of a fatal signal, its handler waiting for
     /// our answer: its calls in flight, while its threads' stacks are
     /// there to read.
-    pub(super) fn flight_open_before_crash(&self, pid: i32) -> Vec<flight::Open> {
-        if self.flights.on {
+    pub(super) fn flight_open_before_crash(&mut self, pid: i32) -> Vec<flight::Open> {
+        if self.flights.on && self.target_may() {
             self.open_calls(&[pid])
         } else {
             Vec::new()
@@ -76,8 +112,10 @@ impl Armed {
         if !self.flights.on {
             return;
         }
-        let others: Vec<i32> = self.session_processes().into_iter().filter(|&p| p != c.pid).collect();
-        open.extend(self.open_calls(&others));
+        if self.flights.target_dumps <= flight::MAX_TARGET_DUMPS {
+            let others: Vec<i32> = self.session_processes().into_iter().filter(|&p| p != c.pid).collect();
+            open.extend(self.open_calls(&others));
+        }
         let signal = crate::os::process::signal_name(c.signal);
         let signal = signal.split(' ').next().unwrap_or("signal").to_string();
         let why = Why::Crash { pid: c.pid as u32, tid: c.tid as u32, signal, text: c.describe() };

@@ -142,6 +142,10 @@ impl Hooks for Armed {
         field(ack_at).store(gen, Ordering::Release);
     }
 
+    fn flight_last(&mut self) {
+        self.flight_poll();
+    }
+
     fn stopping(&mut self) {
         // flight_dump()s since the last poll (a command that ended right
         // after one), then the calls in flight at the end, while the

@@ -130,6 +130,8 @@ pub trait Hooks {
     fn new_regions(&mut self) -> Vec<std::sync::Arc<Region>> {
         Vec::new()
     }
+    /// After the end probes: `flight_dump()`s they made.
+    fn flight_last(&mut self) {}
     /// After `stopping`, before the end probes: fold what the other trust
     /// domains' processes wrote into the session's region; (warnings,
     /// errors) to say.
@@ -344,13 +346,15 @@ impl<'a> Local<'a> {
                     let any = c.drain()?;
                     draining.store(false, Ordering::Relaxed);
                     // --flight-recorder's dumps asked for since the last pass.
-                    let summary = crate::feed::Summary {
+                    let summary = || crate::feed::Summary {
                         errors: total(errors_at),
                         dropped: total(dropped_at),
                         skipped: total(skipped_at),
                         writer_dropped: 0,
                     };
-                    c.flight_dumps(summary);
+                    if c.flight.is_some() {
+                        c.flight_dumps(summary());
+                    }
                     passes.fetch_add(1, Ordering::Release);
                     if c.corrupted.is_some() {
                         ring_broken.store(true, Ordering::Relaxed);
@@ -360,7 +364,9 @@ impl<'a> Local<'a> {
                     } else {
                         if stop.load(Ordering::Acquire) {
                             c.drain()?;
-                            c.flight_dumps(summary);
+                            if c.flight.is_some() {
+                                c.flight_dumps(summary());
+                            }
                             c.take_stages()?;
                             // No handler runs any more: the counters are final.
                             let summary = crate::feed::Summary {
@@ -374,7 +380,8 @@ impl<'a> Local<'a> {
                                 None => None,
                             };
                             let corrupted = c.corrupted.clone().or_else(|| c.domain_damage().map(str::to_string));
-                            let flown = c.flight.take().map(crate::flight::Flight::report);
+                            let unkept = total(core::mem::offset_of!(Header, flight_unkept));
+                            let flown = c.flight.take().map(|f| f.report(unkept));
                             let out = c.out.into_inner().map_err(|e| e.into_error())?;
                             return Ok((out, c.messages, written, corrupted, flown.unwrap_or_default()));
                         }
@@ -656,6 +663,7 @@ impl<'a> Local<'a> {
                 }
             }
             region.set_enabled(false);
+            hooks.flight_last();
             stop.store(true, Ordering::Release);
             consumer.thread().unpark();
             let (mut output, mut messages, traces, corrupted, flight) = match consumer.join() {

@@ -1134,7 +1134,10 @@ fn span_append(a: &mut Asm, region: u64, inl: &SpanInline, around: RegMask, leav
     a.mov32(X16, inl.batch);
     a.emit(0x6b00_001f | X16 << 16 | X4 << 5); // cmp w4, w16
     a.branch(0x5400_0002, full, Kind::Imm19); // b.hs full
-    a.str32(X4, X3, offset_of!(SpanStage, count) as u32);
+                                              // stlr w4, [x3]: the entries before the count that covers them (the
+                                              // flight recorder reads a live stage).
+    const _: () = assert!(offset_of!(SpanStage, count) == 0);
+    a.emit(0x889f_fc00 | X3 << 5 | X4);
     a.branch(0x1400_0000, leave, Kind::B26);
     a.bind(full);
     a.mov64(X0, region);
