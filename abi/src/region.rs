@@ -456,9 +456,9 @@ pub const EV_THREAD: u16 = 12;
 #[derive(Clone, Copy, Debug)]
 pub struct SpanStage {
     pub count: u32,
-    /// Times the stage filled and was sent (or, with the flight recorder,
-    /// copied into the history): a reader that finds it changed while it
-    /// copied the stage drops what it copied.
+    /// With the flight recorder, times the stage filled and went into the
+    /// history: a reader that finds it changed while it copied the stage
+    /// drops what it copied.
     pub sent: u32,
 }
 pub const SPAN_STAGE_HEADER: usize = 8;

@@ -688,12 +688,12 @@ EXPORT i64 rt_ticks(void) { return (i64)read_clock(); }
  * EV_SPANS record (or counts `n` drops); the stage is emptied. */
 LOCAL void span_send(u8 *R, u8 *slot, u8 *st, u32 n) {
     u32 bytes = n * SPAN_ENTRY_SIZE;
-    AT(st, SG_SENT, u32) += 1;
-    /* Before the entries are overwritten (a reader of the live stage
-     * checks `sent` after copying them). */
-    __atomic_thread_fence(__ATOMIC_RELEASE);
     u32 chunks = AT(TR(R), H_FLIGHT_CHUNKS, u32);
     if (chunks) {
+        /* Before the entries are overwritten (the flight recorder's
+         * reader of a live stage checks `sent` after copying them). */
+        AT(st, SG_SENT, u32) += 1;
+        __atomic_thread_fence(__ATOMIC_RELEASE);
         /* --flight-recorder: into the history's next chunk, the oldest
          * (taken in turn: one atomic add per stage), nothing sent. The
          * chunk is odd while written, even once whole (FlightChunk).

@@ -232,17 +232,13 @@ impl Layout {
         let itrace_slots = if itrace { ITRACE_SLOTS } else { 0 };
         let itrace_off = align_up(off, PART_ALIGN);
         off = itrace_off + u64::from(itrace_slots) * core::mem::size_of::<telco_abi::region::ItraceSlot>() as u64;
-        // A stage per thread slot, each on its own cache lines.
+        // A stage per thread slot, each on its own cache lines (as the
+        // flight recorder's chunks: a header, then a stage's calls).
         let span_batch = if program.has_chrome_spans() { SPAN_BATCH } else { 0 };
-        let span_stride = if span_batch == 0 {
-            0
-        } else {
-            align_up(
-                (telco_abi::region::SPAN_STAGE_HEADER + telco_abi::region::SPAN_ENTRY_SIZE * span_batch as usize)
-                    as u64,
-                64,
-            ) as u32
+        let calls_after = |header: usize| {
+            align_up((header + telco_abi::region::SPAN_ENTRY_SIZE * span_batch as usize) as u64, 64) as u32
         };
+        let span_stride = if span_batch == 0 { 0 } else { calls_after(telco_abi::region::SPAN_STAGE_HEADER) };
         let spans_off = align_up(off, PART_ALIGN);
         off = spans_off + u64::from(THREAD_SLOTS) * u64::from(span_stride);
         // The flight recorder's chunks, each a full stage's calls, on
@@ -252,11 +248,7 @@ impl Layout {
         let flight_stride = if span_batch == 0 || program.flight_size == 0 {
             0
         } else {
-            align_up(
-                (telco_abi::region::FLIGHT_CHUNK_HEADER + telco_abi::region::SPAN_ENTRY_SIZE * span_batch as usize)
-                    as u64,
-                64,
-            ) as u32
+            calls_after(telco_abi::region::FLIGHT_CHUNK_HEADER)
         };
         let flight_chunks = if flight_stride == 0 {
             0

@@ -369,14 +369,8 @@ impl<'a> Local<'a> {
                             }
                             c.take_stages()?;
                             // No handler runs any more: the counters are final.
-                            let summary = crate::feed::Summary {
-                                errors: total(errors_at),
-                                dropped: total(dropped_at),
-                                skipped: total(skipped_at),
-                                writer_dropped: 0,
-                            };
                             let written = match c.traces.take() {
-                                Some(f) => Some(f.finish(summary)?),
+                                Some(f) => Some(f.finish(summary())?),
                                 None => None,
                             };
                             let corrupted = c.corrupted.clone().or_else(|| c.domain_damage().map(str::to_string));
