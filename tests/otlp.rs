@@ -635,8 +635,10 @@ fn a_ten_minute_session_keeps_its_memory() {
     // queue at its usual depth; tenths of a shorter session) against the
     // last three. The resident size moves in plateaus some 10 MB apart
     // with the machine's load (the allocator's state, the queue's depth),
-    // so the test compares what a leak raises: the median and the floor
-    // (each within 4 MiB), and bounds the peak (16 MiB above).
+    // so the test compares what a leak raises: the median and the tenth
+    // percentile (each within 4 MiB; the lowest sample alone is one dip
+    // of the allocator's, it failed a run with the medians flat), and
+    // bounds the peak (16 MiB above).
     let minute = ((secs / 10).min(60)) as usize;
     let early = &rss[minute..4 * minute];
     let late = &rss[rss.len() - 3 * minute..];
@@ -645,10 +647,14 @@ fn a_ten_minute_session_keeps_its_memory() {
         v.sort_unstable();
         v[v.len() / 2]
     };
-    let low = |v: &[u64]| v.iter().copied().min().unwrap_or(0);
+    let low = |v: &[u64]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v[v.len() / 10]
+    };
     let top = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
     let summary = format!(
-        "RSS (KiB) in minutes 2-4: median {} floor {} peak {}; in the last 3: median {} floor {} peak {}: {rss:?}",
+        "RSS (KiB) in minutes 2-4: median {} tenth percentile {} peak {}; in the last 3: median {} tenth percentile {} peak {}: {rss:?}",
         median(early),
         low(early),
         top(early),
