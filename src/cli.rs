@@ -29,7 +29,8 @@ Examples:
     disable_version_flag = true,
     group(clap::ArgGroup::new("trace_file").multiple(true).args(["chrome", "perfetto"])),
     group(clap::ArgGroup::new("calls_out").multiple(true).args(["chrome", "perfetto", "otlp", "flight_recorder"])),
-    group(clap::ArgGroup::new("export").multiple(true).args(["otlp", "pyroscope"]))
+    group(clap::ArgGroup::new("export").multiple(true).args(["otlp", "pyroscope"])),
+    group(clap::ArgGroup::new("profile_out").multiple(true).args(["folded", "flamegraph", "speedscope", "pprof", "perfetto"]))
 )]
 pub struct Cli {
     /// The script file, or with -e, the first script argument; then the
@@ -165,6 +166,15 @@ pub struct Cli {
     /// Grafana).
     #[arg(long, value_name = "FILE")]
     pub pprof: Option<PathBuf>,
+
+    /// Profile where threads wait as well as where they run: each time a thread blocks (a lock, a
+    /// read, a sleep, a wait for a CPU), its stack where it blocked, weighted by how long it stayed
+    /// off its CPU, ending in a frame naming the wait (`[off-cpu] futex`). --folded and
+    /// --flamegraph then count microseconds of wall-clock time, --pprof has `cpu` and `off_cpu`
+    /// values, --speedscope a wall-clock profile per thread, --perfetto the waits as slices on
+    /// the threads' tracks. Needs perf events with kernel samples (root or CAP_PERFMON).
+    #[arg(long, requires = "profile_out", conflicts_with_all = ["otlp", "pyroscope"])]
+    pub off_cpu: bool,
 
     /// With --perfetto, --chrome or --otlp, leave out calls shorter than DURATION (e.g. 500ns, 10us,
     /// 2ms, 1s). --chrome-min-dur is the same.

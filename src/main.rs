@@ -243,7 +243,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             eprintln_escaped!("WARNING: {flag}: calls of {name} are not timed: {why}");
         }
     }
-    if profile_files(&cli).any() || cli.pyroscope.is_some() {
+    if profile_files(&cli).any() || cli.pyroscope.is_some() || cli.off_cpu {
         program.add_profile();
     }
     render(&sink, &sources, color);
@@ -345,7 +345,7 @@ fn script_source(cli: &Cli) -> Result<(String, String, Vec<String>)> {
         return Ok(("<input>".into(), text.clone(), cli.positional.clone()));
     }
     let pushed = cli.pyroscope.is_some() || cli.otlp.is_some();
-    if cli.positional.is_empty() && (profile_files(cli).any() || pushed) {
+    if cli.positional.is_empty() && (profile_files(cli).any() || pushed || cli.off_cpu) {
         // `telco-stap -p PID --flamegraph cpu.svg`: a profile needs no
         // script (nor does `--pyroscope URL` or `--otlp URL`: profiles
         // pushed).

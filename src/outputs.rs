@@ -35,6 +35,7 @@ fn profile_formats(cli: &Cli) -> [(&'static str, &Option<PathBuf>, Box<dyn profi
 /// The profile files asked for (`--perfetto`'s samples included).
 pub fn profile_files(cli: &Cli) -> profile::Files {
     let mut files = profile::Files::default();
+    files.off_cpu = cli.off_cpu;
     for (flag, path, writer) in profile_formats(cli) {
         files.add(flag, path.as_ref(), writer);
     }

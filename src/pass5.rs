@@ -66,6 +66,7 @@ pub fn run_pass5(cli: &Cli, artifact: &telco_abi::artifact::Artifact) -> Result<
         flight: None,
         suppress_warnings: cli.no_warnings,
         profile: None,
+        off_cpu: cli.off_cpu,
     };
     let target = match (cli.pids.is_empty(), &cli.command) {
         (false, _) => Target::Pids(cli.pids.iter().map(|&p| p as i32).collect()),
@@ -203,7 +204,7 @@ fn system_wide_files(artifact: &telco_abi::artifact::Artifact) -> Result<Vec<std
             Attach::Function { module, only_exe, .. } => only_exe.as_ref().unwrap_or(module),
             Attach::Statement { module, .. } => module,
             Attach::Lifecycle { module: Some(m), .. } => m,
-            Attach::Lifecycle { module: None, .. } | Attach::Profile { .. } => bail!(
+            Attach::Lifecycle { module: None, .. } | Attach::Profile { .. } | Attach::Blocked => bail!(
                 "`{}` names no program: name one (process(\"/path/to/program\")), or the processes with -p PID or \
                  -c CMD",
                 p.name

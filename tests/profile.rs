@@ -676,3 +676,205 @@ fn a_stripped_program_s_functions_are_named_as_l_names_them() {
         "a frame of a known function named as the module"
     );
 }
+
+/// Sum of the folded lines whose stack holds every one of `parts` (in
+/// order, anywhere).
+fn under(stacks: &[(Vec<String>, u64)], parts: &[&str]) -> u64 {
+    stacks
+        .iter()
+        .filter(|(s, _)| {
+            let mut at = 0;
+            parts.iter().all(|p| match s[at..].iter().position(|f| f == p) {
+                Some(i) => {
+                    at += i + 1;
+                    true
+                }
+                None => false,
+            })
+        })
+        .map(|x| x.1)
+        .sum()
+}
+
+/// "waited N" (ns) as the program measured it.
+fn waited(out: &str) -> u64 {
+    out.lines().find_map(|l| l.strip_prefix("waited ")?.parse().ok()).unwrap_or_else(|| panic!("no waited line: {out}"))
+}
+
+fn within(what: &str, got: u64, want: u64, pct: u64) {
+    assert!(got * 100 >= want * (100 - pct) && got * 100 <= want * (100 + pct), "{what}: {got}, not {want} ± {pct}%");
+}
+
+/// `--off-cpu`: a thread that burns 5 ms then sleeps 15 ms, 40 times.
+/// Every file is of wall-clock time: burn() a quarter, rest() three
+/// quarters (its leaf `[off-cpu] clock_nanosleep`), within 5 points in
+/// the folded file, the SVG, speedscope (weights) and pprof (cpu plus
+/// off_cpu); the pprof `cpu` values alone still put the CPU time in burn;
+/// the Perfetto trace has each sleep as a slice on the thread's track.
+#[test]
+fn off_cpu_time_splits_a_burn_and_a_sleep() {
+    let dir = scratch("offcpu-split");
+    let exe = dir.join("offcpu");
+    gcc("offcpu.c", &exe, &[]);
+    let (f, svg, ss, pp, pf) =
+        (dir.join("w.folded"), dir.join("w.svg"), dir.join("w.json"), dir.join("w.pb.gz"), dir.join("w.pftrace"));
+    let cmd = format!("{} split 40", exe.display());
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let (out, err, code) = telco_run(&[
+        "-e",
+        "probe timer.profile.hz(999) {}",
+        "-c",
+        &cmd,
+        "--off-cpu",
+        "--folded",
+        &path(&f),
+        "--flamegraph",
+        &path(&svg),
+        "--speedscope",
+        &path(&ss),
+        "--pprof",
+        &path(&pp),
+        "--perfetto",
+        &path(&pf),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("done"), "{out}");
+    let quarter = |what: &str, burn: f64, rest: f64| {
+        let pct = 100.0 * burn / (burn + rest);
+        assert!((20.0..=30.0).contains(&pct), "{what}: burn has {pct:.1}% of the wall-clock time, not 25 ± 5");
+    };
+    // Folded: microseconds. The sleeps: 40 of 15 ms, and a little more.
+    let stacks = folded(&f);
+    let (burn, rest) = (under(&stacks, &["main", "burn"]), under(&stacks, &["main", "rest"]));
+    let slept = under(&stacks, &["main", "rest", "[off-cpu] clock_nanosleep"]);
+    assert!((600_000..=660_000).contains(&slept), "{slept} µs asleep in rest: {stacks:?}");
+    quarter("folded", burn as f64, rest as f64);
+    let text = std::fs::read_to_string(&svg).expect("the SVG");
+    assert!(text.contains("wall-clock"), "the flame graph's title");
+    quarter("flame graph", svg_percent(&text, "burn"), svg_percent(&text, "rest"));
+    let v = check("speedscope", &ss);
+    assert_eq!(v["valid"], true, "the speedscope file is not valid: {}", v["errors"]);
+    let (mut b, mut r) = (0u64, 0u64);
+    for p in v["profiles"].as_array().expect("profiles") {
+        for (s, w) in p["samples"].as_array().unwrap().iter().zip(p["weights"].as_array().unwrap()) {
+            let names: Vec<&str> = s.as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+            let w = w.as_u64().unwrap();
+            if names.contains(&"burn") {
+                b += w;
+            } else if names.contains(&"rest") {
+                r += w;
+            }
+        }
+    }
+    quarter("speedscope", b as f64, r as f64);
+    let v = check("pprof", &pp);
+    assert_eq!(
+        v["sampleTypes"],
+        serde_json::json!([["samples", "count"], ["cpu", "nanoseconds"], ["off_cpu", "nanoseconds"]])
+    );
+    let (mut cpu, mut off) = (HashMap::<&str, u64>::new(), HashMap::<&str, u64>::new());
+    for s in v["samples"].as_array().expect("samples") {
+        let names: Vec<&str> = s["stack"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        let Some(k) = ["burn", "rest"].into_iter().find(|k| names.contains(k)) else { continue };
+        *cpu.entry(k).or_default() += s["values"][1].as_u64().unwrap();
+        *off.entry(k).or_default() += s["values"][2].as_u64().unwrap();
+    }
+    let (cb, cr) = (cpu.get("burn").copied().unwrap_or(0), cpu.get("rest").copied().unwrap_or(0));
+    assert!(cb >= 150_000_000 && cr * 20 <= cb, "CPU time: burn {cb} ns, rest {cr} ns");
+    quarter("pprof", (cb + off.get("burn").unwrap_or(&0)) as f64, (cr + off.get("rest").unwrap_or(&0)) as f64);
+    // Perfetto: the 40 sleeps, each a slice on the thread's track.
+    let v = viewer(&pf);
+    assert_eq!(v["errors"], serde_json::json!([]), "{v}");
+    let sleeps: Vec<u64> = v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["slices"].as_array().into_iter().flatten())
+        .filter(|s| s["name"] == "[off-cpu] clock_nanosleep")
+        .map(|s| s["dur_ns"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sleeps.len(), 40, "{sleeps:?}");
+    assert!(sleeps.iter().all(|&d| (15_000_000..25_000_000).contains(&d)), "{sleeps:?}");
+}
+
+/// Two threads and a mutex held 10 ms at a time: the waiting thread's
+/// time under its lock call (`waiter_lock`, `[off-cpu] futex`) is the time
+/// it measured itself waiting, within 10%.
+#[test]
+fn a_mutex_wait_is_under_the_lock_call() {
+    let dir = scratch("offcpu-mutex");
+    let exe = dir.join("offcpu");
+    gcc("offcpu.c", &exe, &[]);
+    let f = dir.join("m.folded");
+    let cmd = format!("{} mutex 30", exe.display());
+    let (out, err, code) = telco_run(&["-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let stacks = folded(&f);
+    let locked = under(&stacks, &["waiter", "waiter_lock", "[off-cpu] futex"]);
+    within("µs in waiter_lock's futex", locked * 1000, waited(&out), 10);
+}
+
+/// A thread blocked in read(2) on a pipe for 300 ms: the wait is `read`'s,
+/// under reader(), in the folded file and in a `process.blocked` probe,
+/// whose `$duration` is the time the program measured.
+#[test]
+fn a_read_on_a_pipe_is_a_wait_in_read() {
+    let dir = scratch("offcpu-pipe");
+    let exe = dir.join("offcpu");
+    gcc("offcpu.c", &exe, &[]);
+    let f = dir.join("r.folded");
+    let cmd = format!("{} pipe 300", exe.display());
+    let script = r#"global waits
+        probe process.blocked { waits[$syscall] <<< $duration
+            if ($syscall == "read") { printf("blocked read %d\n", $duration); print_ubacktrace() } }
+        probe end { printf("reads %d\n", @count(waits["read"])) }"#;
+    let (out, err, code) = telco_run(&["-e", script, "-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let want = waited(&out);
+    let stacks = folded(&f);
+    within("µs in reader's read", under(&stacks, &["main", "reader", "read", "[off-cpu] read"]) * 1000, want, 10);
+    let got: Vec<u64> = out.lines().filter_map(|l| l.strip_prefix("blocked read ")?.parse().ok()).collect();
+    assert_eq!(got.len(), 1, "{out}");
+    within("$duration", got[0], want, 10);
+    assert!(out.contains(" : reader+"), "the backtrace of the wait: {out}");
+    assert!(out.contains("reads 1\n"), "{out}");
+}
+
+/// python3.11 in `time.sleep(0.3)`: 300 ms in clock_nanosleep under the
+/// interpreter's loop.
+#[test]
+fn python_waits_in_time_sleep() {
+    let dir = scratch("offcpu-python");
+    let py = dir.join("sleep.py");
+    std::fs::write(&py, "import time\n\ndef waiting():\n    time.sleep(0.3)\n\nwaiting()\nprint('done')\n").unwrap();
+    let f = dir.join("py.folded");
+    let cmd = format!("/usr/bin/python3.11 {}", py.display());
+    let (out, err, code) = telco_run(&["-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("done"), "{out}");
+    let stacks = folded(&f);
+    let slept = under(&stacks, &["_start", "_PyEval_EvalFrameDefault", "[off-cpu] clock_nanosleep"]);
+    assert!((300_000..=330_000).contains(&slept), "{slept} µs in time.sleep: {stacks:?}");
+}
+
+/// What `--off-cpu` and `process.blocked` refuse.
+#[test]
+fn off_cpu_refusals() {
+    let (_, err, code) = telco_run(&["--off-cpu", "-c", "true"]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("--off-cpu") && err.contains("--folded"), "{err}");
+    let (_, err, code) =
+        telco_run(&["--off-cpu", "--folded", "/dev/null", "--pyroscope", "http://127.0.0.1:1", "-c", "true"]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    let (_, err, code) = telco_run(&["-e", "probe process.blocked { println($x) }", "-c", "true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("`$x` is not available") && err.contains("$duration"), "{err}");
+    let (_, err, code) =
+        telco_run(&["-e", r#"probe process("/bin/true").blocked { println($duration) }"#, "-c", "true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("takes no program"), "{err}");
+    let (_, err, code) = telco_run(&["-e", "probe timer.profile { println($duration) }", "-c", "true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("`$duration`"), "{err}");
+}

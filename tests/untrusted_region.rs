@@ -113,6 +113,7 @@ proptest! {
             flight: None,
             suppress_warnings: false,
             profile: None,
+            off_cpu: false,
         };
         prop_assert!(local.run(cfg).is_ok());
     }

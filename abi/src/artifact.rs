@@ -25,6 +25,10 @@ pub enum Attach {
     Profile {
         period_ns: u64,
     },
+    /// `process.blocked`: each wait of a target thread (run in the
+    /// tracer when it ends, with the thread's registers and stack where it
+    /// blocked, and the wait in the [`crate::region::Sample`]).
+    Blocked,
     /// Entry or return of a function: module, link-time address and size,
     /// and the offset of its first byte in the module's file (which finds it
     /// in the target's mappings).
@@ -127,7 +131,7 @@ impl Attach {
     pub fn runs_in(&self) -> Runs {
         match self {
             Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. } | Attach::Timer { .. } => Runs::Tracer,
-            Attach::Profile { .. } => Runs::TracerSampling,
+            Attach::Profile { .. } | Attach::Blocked => Runs::TracerSampling,
             Attach::Function { .. } | Attach::Statement { .. } | Attach::Lifecycle { .. } => Runs::Target,
         }
     }
@@ -141,6 +145,7 @@ impl Attach {
             Attach::Begin { .. } | Attach::End { .. } | Attach::Error { .. } => true,
             Attach::Timer { .. }
             | Attach::Profile { .. }
+            | Attach::Blocked
             | Attach::Function { .. }
             | Attach::Statement { .. }
             | Attach::Lifecycle { .. } => false,

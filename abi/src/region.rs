@@ -962,6 +962,10 @@ pub struct Sample {
     /// addresses outwards.
     pub frames: u64,
     pub pcs: [u64; SAMPLE_FRAMES],
+    /// A `process.blocked` sample: how long the thread waited (ns), and
+    /// in what (`$syscall`: NUL-terminated, at most 31 bytes).
+    pub wait_ns: u64,
+    pub wait: [u8; 32],
 }
 // `c_header` places these by the register file's size alone.
 const _: () = assert!(core::mem::offset_of!(Sample, frames) == 8 * crate::arch::native::NREGS);

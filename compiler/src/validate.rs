@@ -137,6 +137,7 @@ const PROCESS_NEXT: &[Shape] = &[
     s("begin", Arg::None, true, &[]),
     s("end", Arg::None, true, &[]),
     s("thread", Arg::None, false, THREAD_EVENTS),
+    s("blocked", Arg::None, true, &[]),
 ];
 const TIMER_RANDOMIZE: &[Shape] = &[s("randomize", Arg::Number, true, &[])];
 const TIMER_NEXT: &[Shape] = &[

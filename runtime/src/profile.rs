@@ -98,6 +98,21 @@ pub struct Stack<'a> {
     /// outermost frames are missing).
     pub complete: bool,
     pub modules: &'a [ModuleInfo],
+    /// An off-CPU sample (`--off-cpu`, `process.blocked`): the stack is
+    /// where the thread blocked at `time`, and this is how long and in
+    /// what. `period` is then the wait's length too.
+    pub off_cpu: Option<Wait<'a>>,
+}
+
+/// A thread's time off its CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait<'a> {
+    pub ns: u64,
+    /// The system call it waited in (`futex`, `read`, ...), `preempted`
+    /// (runnable, waiting for a CPU), `page fault`, `ptrace stop`, `stopped`, or
+    /// `kernel` (blocked
+    /// elsewhere in the kernel).
+    pub name: &'a str,
 }
 
 /// Where unwound samples go (the profile files).
@@ -123,6 +138,10 @@ pub struct Summary {
     pub unknown_frames: u64,
     /// Records that did not parse.
     pub malformed: u64,
+    /// Off-CPU samples (waits), among `samples`.
+    pub waits: u64,
+    /// Waits whose end was lost (the kernel's ring full): left out.
+    pub unpaired: u64,
 }
 
 /// Bytes of a module shared between the unwinders of processes that map
@@ -276,6 +295,7 @@ impl Interrupter {
                 stack,
                 // (ptrace does not see the kernel's stack.)
                 kernel: Vec::new(),
+                off_cpu: None,
             });
         }
     }
@@ -439,6 +459,10 @@ pub struct Profiler {
     files: HashMap<(u64, u64), Option<Sections>>,
     pub summary: Summary,
     frames: Vec<Frame>,
+    /// The kernel's symbols, read at the first wait that needs them.
+    kallsyms: Option<Vec<(u64, String)>>,
+    /// The session is over: the next poll is the last.
+    stopped: bool,
 }
 
 const RELOAD_EVERY: Duration = Duration::from_millis(100);
@@ -450,18 +474,25 @@ impl Profiler {
     /// Where the kernel refuses perf events (or `TELCO_PROFILE_SAMPLER=
     /// ptrace` asks for it), the fallback [`Interrupter`] samples instead,
     /// and [`Profiler::fallback`] says so.
-    pub fn start(pid: i32, period_ns: u64) -> std::io::Result<Profiler> {
+    ///
+    /// `off_cpu`: each thread's waits too (every switch-out, with the time
+    /// until it runs again): only with perf events, which must allow kernel
+    /// samples (the switch is taken in the kernel's scheduler); `period_ns`
+    /// `None` then samples no CPU time.
+    pub fn start(pid: i32, period_ns: Option<u64>, off_cpu: bool) -> std::io::Result<Profiler> {
         let forced = std::env::var("TELCO_PROFILE_SAMPLER").is_ok_and(|v| v == "ptrace");
         let perf = if forced {
             Err(std::io::Error::other("TELCO_PROFILE_SAMPLER=ptrace"))
         } else {
-            Sampler::open(pid, period_ns, STACK_BYTES)
+            Sampler::open(pid, period_ns, STACK_BYTES, off_cpu)
         };
+        let period_ns = period_ns.unwrap_or(10_000_000);
         let (sampler, fallback) = match perf {
             Ok(s) => (Source::Perf(s), None),
             Err(e) => {
-                // Not a missing process: the same error either way.
-                if e.raw_os_error() == Some(libc::ESRCH) {
+                // Not a missing process: the same error either way; and
+                // waits have no fallback.
+                if e.raw_os_error() == Some(libc::ESRCH) || off_cpu {
                     return Err(e);
                 }
                 let why = format!(
@@ -486,6 +517,8 @@ impl Profiler {
             files: HashMap::new(),
             summary: Summary::default(),
             frames: Vec::new(),
+            kallsyms: None,
+            stopped: false,
         })
     }
 
@@ -516,6 +549,7 @@ impl Profiler {
 
     /// Stop sampling; the samples taken so far can still be polled.
     pub fn stop(&mut self) {
+        self.stopped = true;
         match &mut self.sampler {
             Source::Perf(s) => s.disable(),
             // No sample after this (a last poll would stop threads).
@@ -528,9 +562,10 @@ impl Profiler {
         let mut raw = Vec::new();
         match &mut self.sampler {
             Source::Perf(s) => {
-                s.drain(&mut |x| raw.push(x));
+                s.drain(&mut |x| raw.push(x), self.stopped);
                 self.summary.lost = s.lost;
                 self.summary.malformed = s.malformed;
+                self.summary.unpaired = s.unpaired;
             }
             Source::Ptrace(i) => {
                 i.drain(&mut |x| raw.push(x));
@@ -569,19 +604,61 @@ impl Profiler {
             self.summary.truncated += 1;
         }
         self.summary.unknown_frames += self.frames.iter().filter(|fr| fr.module.is_none() && !fr.own).count() as u64;
+        let name = s.off_cpu.map(|o| {
+            self.summary.waits += 1;
+            (o.ns, self.wait_name(s))
+        });
         let stack = Stack {
             pid: s.pid,
             tid: s.tid,
             time: s.time,
-            period: s.period,
+            period: s.off_cpu.map_or(s.period, |o| o.ns),
             in_kernel: s.in_kernel,
             kernel: &s.kernel,
             regs: &s.regs,
             frames: &self.frames,
             complete,
             modules: &self.modules,
+            off_cpu: name.as_ref().map(|(ns, n)| Wait { ns: *ns, name: n }),
         };
         f(&stack);
+    }
+
+    /// What the thread of off-CPU sample `s` waited in: preempted; else
+    /// the system call in its kernel call chain (named by the kernel's
+    /// symbols), else what else the chain shows (a fault, a stop); without
+    /// the chain or the symbols, the call the instructions before its pc
+    /// make (the architecture's guess: `mov $N, %eax` before `syscall`,
+    /// x8).
+    fn wait_name(&mut self, s: &RawSample) -> String {
+        if s.off_cpu.is_some_and(|o| o.preempted) {
+            return "preempted".into();
+        }
+        let syms = self.kallsyms.get_or_insert_with(crate::os::kallsyms::read);
+        // (A stop at a system call's entry or exit is the stop's.)
+        let what = crate::os::kallsyms::wait_in(syms, &s.kernel);
+        if what.ends_with("stop") || what == "stopped" {
+            return what.into();
+        }
+        if let Some(n) = crate::os::kallsyms::syscall_in(syms, &s.kernel) {
+            return n;
+        }
+        if !s.kernel.is_empty() && syms.first().is_some() {
+            // The kernel's frames say it was not a system call.
+            return what.into();
+        }
+        let (pc, _, _) = arch::unwind_start(&s.regs);
+        let mut code = [0u8; 7];
+        let read = proc::mem(s.pid as i32, false)
+            .and_then(|m| std::os::unix::fs::FileExt::read_exact_at(&m, &mut code, pc.wrapping_sub(7)))
+            .is_ok();
+        match arch::syscall_number(&s.regs, if read { &code } else { &[] }) {
+            Some(nr) => match arch::BLOCKING_SYSCALLS.iter().find(|(n, _)| *n == nr) {
+                Some((_, name)) => (*name).into(),
+                None => format!("syscall {nr}"),
+            },
+            None => "kernel".into(),
+        }
     }
 
     /// Unwind `s` into `self.frames`: `Some(reached the root)`, or `None`

@@ -22,8 +22,11 @@ impl ProfileWriter for Flamegraph {
             );
         }
         let mut opt = inferno::flamegraph::Options::default();
-        opt.title = "telco-stap CPU profile".into();
-        opt.count_name = "samples".into();
+        (opt.title, opt.count_name) = match n.wall {
+            // (`--off-cpu`: on- and off-CPU time, in microseconds.)
+            true => ("telco-stap wall-clock profile".into(), "us".into()),
+            false => ("telco-stap CPU profile".into(), "samples".into()),
+        };
         inferno::flamegraph::from_lines(&mut opt, folded.iter().map(String::as_str), out).map_err(std::io::Error::other)
     }
 }

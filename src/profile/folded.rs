@@ -1,7 +1,9 @@
 //! `--folded FILE`: collapsed stacks, one line per distinct stack
 //! (`thread;root;...;leaf count`), as FlameGraph's `stackcollapse` scripts
 //! write them and inferno, speedscope and most flame graph tools read
-//! them.
+//! them. The count is of samples; in a wall-clock profile (`--off-cpu`)
+//! it is microseconds, of CPU time and of waits alike (a wait's leaf is
+//! `[off-cpu] NAME`), as bcc's `offcputime -f` counts.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -24,8 +26,8 @@ impl ProfileWriter for Folded {
 /// The collapsed stacks, sorted ([`Named::folded`] keeps them).
 pub(super) fn lines(n: &Named<'_>) -> Vec<String> {
     let mut by_stack: HashMap<(u32, u32), u64> = HashMap::new();
-    for &(thread, stack, _, _) in &n.samples {
-        *by_stack.entry((thread, stack)).or_default() += 1;
+    for &(thread, stack, _, weight) in &n.samples {
+        *by_stack.entry((thread, stack)).or_default() += if n.wall { weight } else { 1 };
     }
     let clean = |s: &str| s.replace([';', '\n'], "_");
     // Stacks that differ only in addresses inside the same functions are
@@ -39,5 +41,10 @@ pub(super) fn lines(n: &Named<'_>) -> Vec<String> {
         }
         *counts.entry(l).or_default() += c;
     }
-    counts.into_iter().map(|(l, c)| format!("{l} {c}")).collect()
+    match n.wall {
+        // Nanoseconds to microseconds, a line's sum rounded up (no line of
+        // a wait shorter than a microsecond is 0).
+        true => counts.into_iter().map(|(l, c)| format!("{l} {}", c.div_ceil(1000))).collect(),
+        false => counts.into_iter().map(|(l, c)| format!("{l} {c}")).collect(),
+    }
 }

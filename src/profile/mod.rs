@@ -90,6 +90,9 @@ pub struct Files {
     /// session's writer has finished it ([`append_to_perfetto`]). Set by
     /// [`Files::add`] for a format written into the trace.
     pub perfetto: Option<Packets>,
+    /// `--off-cpu`: the profile is of wall-clock time (CPU samples and
+    /// waits, weighted by nanoseconds).
+    pub off_cpu: bool,
 }
 
 struct File {
@@ -163,6 +166,9 @@ enum Key {
     Signal,
     /// Our own code in the target: the probes' trampolines and handlers.
     Own,
+    /// The leaf of a stack of time off the CPU: what the thread waited
+    /// in (an index into [`Profile::waits`]), `[off-cpu] futex`.
+    Wait(u32),
 }
 
 /// One sample: its thread, its stack (leaf first), when and how much CPU
@@ -196,6 +202,10 @@ pub struct Profile {
     modules: Vec<ModuleInfo>,
     started: Option<u64>,
     scratch: Vec<u32>,
+    /// The waits' names (`futex`, `preempted`), interned.
+    waits: Vec<String>,
+    /// Whether a wait was sampled.
+    waited: bool,
 }
 
 /// Modules read to name frames, by path, build id and size, and the
@@ -234,6 +244,10 @@ pub struct Named<'a> {
     pub origin: u64,
     /// [`Named::folded`], made once for the formats that use it.
     pub folded: std::cell::OnceCell<Vec<String>>,
+    /// A wall-clock profile (`--off-cpu`): samples of CPU time and waits
+    /// alike weighted by their nanoseconds; a wait's stack starts with
+    /// its [`NamedFrame::wait`] frame.
+    pub wall: bool,
 }
 
 impl Named<'_> {
@@ -242,6 +256,11 @@ impl Named<'_> {
     /// input).
     pub fn folded(&self) -> &[String] {
         self.folded.get_or_init(|| folded::lines(self))
+    }
+
+    /// Whether stack `stack` is of a wait (its leaf names it).
+    pub fn waited(&self, stack: u32) -> bool {
+        self.stacks[stack as usize].first().is_some_and(|&f| self.frames[f as usize].wait)
     }
 }
 
@@ -252,6 +271,8 @@ pub struct NamedFrame {
     pub module: Option<u32>,
     /// Link-time address in the module (or the raw address).
     pub addr: u64,
+    /// The leaf of a wait's stack: `[off-cpu] NAME`.
+    pub wait: bool,
 }
 
 impl Profile {
@@ -268,6 +289,8 @@ impl Profile {
             modules: Vec::new(),
             started: None,
             scratch: Vec::new(),
+            waits: Vec::new(),
+            waited: false,
         }
     }
 
@@ -296,25 +319,30 @@ impl Profile {
             |p: &Path| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
         let none = Vec::new();
         let kallsyms = match self.keys.iter().any(|k| matches!(k, Key::KernelAt { .. })) {
-            true => &*kernel.get_or_insert_with(kallsyms),
+            true => &*kernel.get_or_insert_with(telco_runtime::os::kallsyms::read),
             false => &none,
         };
         let frames = self
             .keys
             .iter()
             .map(|k| match *k {
-                Key::Kernel => NamedFrame { name: "[kernel]".into(), module: None, addr: 0 },
+                Key::Kernel => NamedFrame { name: "[kernel]".into(), module: None, addr: 0, wait: false },
+                Key::Wait(w) => {
+                    let name = format!("[off-cpu] {}", self.waits[w as usize]);
+                    NamedFrame { name, module: None, addr: 0, wait: true }
+                }
                 Key::KernelAt { addr } => {
-                    let i = kallsyms.partition_point(|(a, _)| *a <= addr);
-                    let name = match i.checked_sub(1).map(|i| &kallsyms[i].1) {
+                    let name = match telco_runtime::os::kallsyms::name_of(kallsyms, addr) {
                         Some(n) => format!("{n}_[k]"),
                         None => "[kernel]".into(),
                     };
-                    NamedFrame { name, module: None, addr }
+                    NamedFrame { name, module: None, addr, wait: false }
                 }
-                Key::Signal => NamedFrame { name: "[signal handler called]".into(), module: None, addr: 0 },
-                Key::Own => NamedFrame { name: "[telco-stap]".into(), module: None, addr: 0 },
-                Key::Unknown { addr } => NamedFrame { name: "[unknown]".into(), module: None, addr },
+                Key::Signal => {
+                    NamedFrame { name: "[signal handler called]".into(), module: None, addr: 0, wait: false }
+                }
+                Key::Own => NamedFrame { name: "[telco-stap]".into(), module: None, addr: 0, wait: false },
+                Key::Unknown { addr } => NamedFrame { name: "[unknown]".into(), module: None, addr, wait: false },
                 Key::Module { module, addr } => {
                     let info = &self.modules[module as usize];
                     let key = (info.path.clone(), info.build_id.clone(), info.image.as_ref().map_or(0, |i| i.len()));
@@ -345,7 +373,7 @@ impl Profile {
                         .or_else(|| named(debug))
                         .or_else(|| function(m))
                         .unwrap_or_else(|| format!("[{}]", base(&info.path)));
-                    NamedFrame { name, module: Some(module), addr }
+                    NamedFrame { name, module: Some(module), addr, wait: false }
                 }
             })
             .collect();
@@ -376,6 +404,7 @@ impl Profile {
             end: end - start,
             origin: start,
             folded: Default::default(),
+            wall: self.files.off_cpu || self.waited,
         }
     }
 }
@@ -387,11 +416,32 @@ impl Sink for Profile {
         }
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
-        if s.in_kernel && s.kernel.is_empty() {
-            ids.push(self.key(Key::Kernel));
-        }
-        for &addr in s.kernel {
-            ids.push(self.key(Key::KernelAt { addr }));
+        if let Some(w) = &s.off_cpu {
+            // A wait: its name is the leaf (the kernel's frames, the
+            // scheduler's, say less).
+            // (Names are the kernel's system calls, or a number the
+            // target's registers gave: a few hundred at most are kept.)
+            let name = if self.waits.len() < 512 { w.name } else { "other" };
+            let i = match self.waits.iter().position(|n| n == name) {
+                Some(i) => i,
+                None if name == "other" && self.waits.len() >= 512 => {
+                    self.waits.push(name.to_string());
+                    self.waits.len() - 1
+                }
+                None => {
+                    self.waits.push(name.to_string());
+                    self.waits.len() - 1
+                }
+            };
+            self.waited = true;
+            ids.push(self.key(Key::Wait(i as u32)));
+        } else {
+            if s.in_kernel && s.kernel.is_empty() {
+                ids.push(self.key(Key::Kernel));
+            }
+            for &addr in s.kernel {
+                ids.push(self.key(Key::KernelAt { addr }));
+            }
         }
         for f in s.frames {
             let k = match f.module {
@@ -448,24 +498,6 @@ impl Sink for Profile {
         }
         Ok(())
     }
-}
-
-/// The kernel's function symbols (/proc/kallsyms), by address; empty where
-/// they cannot be read or are hidden (`kptr_restrict`: all zero).
-fn kallsyms() -> Vec<(u64, String)> {
-    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    let mut v: Vec<(u64, String)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-            let kind = f.next()?;
-            let name = f.next()?;
-            (addr != 0 && matches!(kind, "t" | "T" | "w" | "W")).then(|| (addr, name.to_string()))
-        })
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 #[cfg(test)]

@@ -6,16 +6,18 @@
 //! mode, its callstack), timed by CLOCK_MONOTONIC, which the trace's clock
 //! snapshot ties to the rest. The trace processor lists them in its
 //! `perf_sample` table and the UI draws them as a flame graph under the
-//! process. The packets are appended to the file after the session's
+//! process. A wait (`--off-cpu`) is a slice on its thread's track instead,
+//! named `[off-cpu] NAME`, from the moment it blocked for as long as it
+//! waited, with the function it blocked in as an argument. The packets are appended to the file after the session's
 //! writer has finished it (a trace is a sequence of packets in any order).
 //! The messages, sequence and track ids are the trace writer's
 //! (`telco_runtime::perfetto` and its `proto`), declared there once.
 
 use super::{Named, ProfileWriter};
 use telco_runtime::perfetto::proto::{
-    Callstack, Frame, InternedData, InternedString, Mapping, PerfSample, ThreadDescriptor, Trace, TracePacket,
-    TrackDescriptor, CLOCK_MONOTONIC, MODE_KERNEL, MODE_USER, SEQ_INCREMENTAL_STATE_CLEARED,
-    SEQ_NEEDS_INCREMENTAL_STATE,
+    Callstack, DebugAnnotation, Frame, InternedData, InternedString, Mapping, PerfSample, ThreadDescriptor, Trace,
+    TracePacket, TrackDescriptor, TrackEvent, TrackEventType, CLOCK_MONOTONIC, MODE_KERNEL, MODE_USER,
+    SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE,
 };
 use telco_runtime::perfetto::{SAMPLES_SEQUENCE, SAMPLE_THREAD_UUID};
 
@@ -155,8 +157,40 @@ pub fn packets(n: &Named<'_>) -> Vec<u8> {
             ..Default::default()
         });
     }
-    for &(thread, stack, time, _) in &n.samples {
+    for &(thread, stack, time, weight) in &n.samples {
         let (pid, tid, _) = &n.threads[thread as usize];
+        if n.waited(stack) {
+            let frames = &n.stacks[stack as usize];
+            let name = n.frames[frames[0] as usize].name.clone();
+            // The function it blocked in: the first of the program's.
+            let function = frames[1..]
+                .iter()
+                .map(|&f| &n.frames[f as usize])
+                .find(|f| f.module.is_some())
+                .map_or_else(|| "[unknown]".to_string(), |f| f.name.clone());
+            let slice = |at: u64, kind: TrackEventType, args: Vec<DebugAnnotation>| TracePacket {
+                timestamp: Some(n.origin + at),
+                timestamp_clock_id: Some(CLOCK_MONOTONIC),
+                trusted_packet_sequence_id: Some(SAMPLES_SEQUENCE),
+                track_event: Some(TrackEvent {
+                    r#type: Some(kind as i32),
+                    track_uuid: Some(SAMPLE_THREAD_UUID | u64::from(*tid)),
+                    name: (kind == TrackEventType::SliceBegin).then(|| name.clone()),
+                    categories: if kind == TrackEventType::SliceBegin { vec!["off-cpu".into()] } else { Vec::new() },
+                    debug_annotations: args,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let args = vec![DebugAnnotation {
+                name: Some("function".into()),
+                string_value: Some(function),
+                ..Default::default()
+            }];
+            trace.packet.push(slice(time, TrackEventType::SliceBegin, args));
+            trace.packet.push(slice(time + weight, TrackEventType::SliceEnd, Vec::new()));
+            continue;
+        }
         let in_kernel = n.stacks[stack as usize].first().is_some_and(|&f| kernel[f as usize]);
         trace.packet.push(TracePacket {
             timestamp: Some(n.origin + time),

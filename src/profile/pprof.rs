@@ -1,6 +1,7 @@
 //! `--pprof FILE`: pprof's `profile.proto` (github.com/google/pprof, `proto/profile.proto`),
 //! gzip'd, as `go tool pprof`, Pyroscope, Parca and Grafana read it: two
-//! values a sample (`samples`/`count`, `cpu`/`nanoseconds`), a location
+//! values a sample (`samples`/`count`, `cpu`/`nanoseconds`; with
+//! `--off-cpu` a third, `off_cpu`/`nanoseconds`, the waits'), a location
 //! per frame (its address in the process), a function per name, a mapping
 //! per module with its build id, and the thread as labels.
 
@@ -136,10 +137,13 @@ impl Strings {
 pub fn encode(n: &Named<'_>) -> Vec<u8> {
     let mut s = Strings(super::Interner::default());
     s.id("");
-    let sample_type = vec![
+    let mut sample_type = vec![
         ValueType { r#type: s.id("samples"), unit: s.id("count") },
         ValueType { r#type: s.id("cpu"), unit: s.id("nanoseconds") },
     ];
+    if n.wall {
+        sample_type.push(ValueType { r#type: s.id("off_cpu"), unit: s.id("nanoseconds") });
+    }
     let mapping: Vec<Mapping> = n
         .modules
         .iter()
@@ -196,7 +200,11 @@ pub fn encode(n: &Named<'_>) -> Vec<u8> {
             let (_, tid, name) = &n.threads[thread as usize];
             Sample {
                 location_id: n.stacks[stack as usize].iter().map(|&f| u64::from(f) + 1).collect(),
-                value: vec![1, period as i64],
+                value: match (n.wall, n.waited(stack)) {
+                    (false, _) => vec![1, period as i64],
+                    (true, false) => vec![1, period as i64, 0],
+                    (true, true) => vec![1, 0, period as i64],
+                },
                 label: vec![
                     Label { key: thread_key, str: s.id(name), num: 0 },
                     Label { key: tid_key, str: 0, num: i64::from(*tid) },
@@ -204,7 +212,7 @@ pub fn encode(n: &Named<'_>) -> Vec<u8> {
             }
         })
         .collect();
-    let period = n.samples.first().map_or(0, |x| x.3 as i64);
+    let period = n.samples.iter().find(|x| !n.waited(x.1)).map_or(0, |x| x.3 as i64);
     let period_type = Some(ValueType { r#type: s.id("cpu"), unit: s.id("nanoseconds") });
     let default_sample_type = s.id("cpu");
     let wall_start = telco_runtime::os::sys::realtime_ns()

@@ -1,7 +1,9 @@
 //! `--speedscope FILE`: speedscope's own file format (`file-format-schema.json` in its npm
 //! package): the frames shared, one `sampled` profile per thread, each
 //! sample a stack of frame indices from the root to the leaf, weighted by
-//! the CPU time it stands for (ns).
+//! the CPU time it stands for (ns). With `--off-cpu` each thread's profile
+//! is of wall-clock time: its waits are samples too, weighted by their
+//! length, in time order with the rest.
 
 use std::io::Write;
 
@@ -38,9 +40,10 @@ pub fn write(n: &Named<'_>, w: &mut dyn Write) -> std::io::Result<()> {
             .collect();
         let weights: Vec<u64> = mine.iter().map(|s| s.3).collect();
         let total: u64 = weights.iter().sum();
+        let kind = if n.wall { "wall-clock, " } else { "" };
         profiles.push(json!({
             "type": "sampled",
-            "name": format!("{name} (pid {pid}, tid {tid})"),
+            "name": format!("{name} ({kind}pid {pid}, tid {tid})"),
             "unit": "nanoseconds",
             "startValue": 0,
             "endValue": total,
@@ -52,7 +55,7 @@ pub fn write(n: &Named<'_>, w: &mut dyn Write) -> std::io::Result<()> {
         "$schema": "https://www.speedscope.app/file-format-schema.json",
         "shared": { "frames": frames },
         "profiles": profiles,
-        "name": "telco-stap CPU profile",
+        "name": if n.wall { "telco-stap wall-clock profile" } else { "telco-stap CPU profile" },
         "activeProfileIndex": 0,
         "exporter": concat!("telco-stap ", env!("CARGO_PKG_VERSION")),
     });

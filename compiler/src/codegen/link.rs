@@ -221,6 +221,7 @@ fn attach_of(p: &Point) -> Attach {
             Attach::Timer { period_ns: *period_ns, randomize_ns: *randomize_ns }
         }
         Point::Profile { period_ns } => Attach::Profile { period_ns: *period_ns },
+        Point::Blocked => Attach::Blocked,
         Point::Function(f) => Attach::Function {
             module: f.module.clone(),
             symbol: f.symbol.clone(),
@@ -316,6 +317,7 @@ mod tests {
                 Point::ProcessEnd { .. } => 9,
                 Point::ThreadBegin { .. } => 10,
                 Point::ThreadEnd { .. } => 11,
+                Point::Blocked => 12,
             }
         }
         let module = PathBuf::from("/usr/bin/true");
@@ -360,11 +362,12 @@ mod tests {
             Point::ProcessEnd { module: None },
             Point::ThreadBegin { module: None },
             Point::ThreadEnd { module: Some(module) },
+            Point::Blocked,
         ];
         let mut kinds: Vec<usize> = points.iter().map(kind).collect();
         kinds.sort_unstable();
         kinds.dedup();
-        assert_eq!(kinds, (0..12).collect::<Vec<_>>(), "one point of each kind");
+        assert_eq!(kinds, (0..13).collect::<Vec<_>>(), "one point of each kind");
         points
     }
 

@@ -36,6 +36,9 @@ pub enum BodyKind {
     /// `timer.profile`: in the tracer, with a sampled thread's registers
     /// and stack (`uaddr()`, `register()`, `ubacktrace()`), no DWARF.
     Sample,
+    /// `process.blocked`: a sample taken where a thread blocked, with the
+    /// wait's `$duration` and `$syscall`.
+    Blocked,
 }
 
 impl BodyKind {
@@ -44,7 +47,12 @@ impl BodyKind {
     pub fn at_function(self) -> bool {
         match self {
             BodyKind::FunctionEntry | BodyKind::FunctionReturn | BodyKind::Function => true,
-            BodyKind::Session | BodyKind::Mark | BodyKind::ProcessEnd | BodyKind::Condition | BodyKind::Sample => false,
+            BodyKind::Session
+            | BodyKind::Mark
+            | BodyKind::ProcessEnd
+            | BodyKind::Condition
+            | BodyKind::Sample
+            | BodyKind::Blocked => false,
         }
     }
 
@@ -59,7 +67,8 @@ impl BodyKind {
             | BodyKind::FunctionReturn
             | BodyKind::Function
             | BodyKind::Mark
-            | BodyKind::Sample => true,
+            | BodyKind::Sample
+            | BodyKind::Blocked => true,
         }
     }
 }
@@ -1362,6 +1371,23 @@ impl<'a> Lowerer<'a> {
             let kind = ExprKind::Builtin { func: builtins::Builtin::Int32, args: vec![arg] };
             return mk(kind);
         }
+        if matches!(name, "duration" | "syscall") && self.kind == BodyKind::Blocked && self.in_function.is_none() {
+            // The wait's length in ns, and what it waited in, from the
+            // sample the tracer wrote.
+            let (func, ty) = match name {
+                "duration" => (builtins::Builtin::WaitNs, Ty::Long),
+                _ => (builtins::Builtin::WaitName, Ty::String),
+            };
+            return (Expr { kind: ExprKind::Builtin { func, args: Vec::new() }, ty, span }, Some(ty));
+        }
+        if matches!(name, "duration" | "syscall") && self.kind == BodyKind::Blocked {
+            return bad(
+                self,
+                Diagnostic::error(Code::Context, span, format!("`${name}` in a function"))
+                    .with_label("a function has no wait of its own")
+                    .with_help(format!("read `${name}` in the `process.blocked` probe and pass it as an argument")),
+            );
+        }
         if name == "status" {
             return bad(
                 self,
@@ -1453,6 +1479,12 @@ impl<'a> Lowerer<'a> {
             _ if self.skip_badvars => skipped(
                 self,
                 Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available")),
+            ),
+            _ if self.kind == BodyKind::Blocked => bad(
+                self,
+                Diagnostic::error(Code::Unsupported, span, format!("target variable `${name}` is not available"))
+                    .with_label("a `process.blocked` probe has `$duration` (ns) and `$syscall`, no variables by name")
+                    .with_help("use `$duration`, `$syscall`, `uaddr()` or `ubacktrace()`"),
             ),
             _ if self.kind == BodyKind::Sample => bad(
                 self,
@@ -2086,7 +2118,7 @@ impl<'a> Lowerer<'a> {
         // A sample interrupts a thread anywhere: its registers are there,
         // but no function's arguments or return value.
         if (matches!(sig.builtin, Builtin::Returnval) || sig.name.ends_with("_arg"))
-            && self.kind == BodyKind::Sample
+            && matches!(self.kind, BodyKind::Sample | BodyKind::Blocked)
             && self.in_function.is_none()
         {
             self.error(

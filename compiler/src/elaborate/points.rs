@@ -304,6 +304,16 @@ impl<'q> Resolver<'q> {
                 let period_ns = 1_000_000_000 / hz.clamp(1, 10_000) as u64;
                 return Resolved { points: vec![Point::Profile { period_ns }], kind: BodyKind::Sample };
             }
+            ["process", "blocked"] => {
+                if comps[0].arg.is_some() {
+                    diags.push(
+                        Diagnostic::error(Code::BadValue, ex.point.span, "`process.blocked` takes no program")
+                            .with_label("the waits of every traced process")
+                            .with_help("name the processes with -p PID or -c CMD, and filter on execname() or pid()"),
+                    );
+                }
+                return Resolved { points: vec![Point::Blocked], kind: BodyKind::Blocked };
+            }
             ["timer", unit, rest @ ..] => {
                 let n = num(&comps[1]).unwrap_or(0).max(0) as u64;
                 let ns_per = match *unit {

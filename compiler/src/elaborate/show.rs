@@ -98,6 +98,7 @@ pub fn point_name(p: &Point) -> String {
         Point::Error { order: n } => order("error", *n),
         Point::Profile { period_ns } if *period_ns == 1_000_000_000 / 99 => "timer.profile".to_string(),
         Point::Profile { period_ns } => format!("timer.profile.hz({})", 1_000_000_000 / period_ns.max(&1)),
+        Point::Blocked => "process.blocked".to_string(),
         Point::Timer { period_ns, randomize_ns } => {
             let base = if period_ns % 1_000_000_000 == 0 {
                 format!("timer.s({})", period_ns / 1_000_000_000)

@@ -85,6 +85,9 @@ builtins! {
     U64Arg = "u64_arg"(Long) -> Long,
     PointerArg = "pointer_arg"(Long) -> Long,
     Returnval = "returnval"() -> Long,
+    // Internal: a `process.blocked` probe's `$duration` (ns) and `$syscall`.
+    WaitNs = "__wait_ns"() -> Long,
+    WaitName = "__wait_name"() -> String,
     // A value's low bits as a C type (SystemTap's aux tapset).
     Int32 = "__int32"(Long) -> Long,
     Uint32 = "__uint32"(Long) -> Long,

@@ -152,6 +152,10 @@ pub enum Point {
     Profile {
         period_ns: u64,
     },
+    /// `process.blocked`: a target thread's wait (`--off-cpu`'s), once it
+    /// ends; the handler runs in the tracer with the thread's registers
+    /// and stack where it blocked, `$duration` and `$syscall`.
+    Blocked,
     /// Entry (or return) of a function in a module.
     Function(FunctionPoint),
     /// An instruction at a module-relative address.
@@ -187,7 +191,7 @@ impl Point {
     pub fn runs_in(&self) -> Runs {
         match self {
             Point::Begin { .. } | Point::End { .. } | Point::Error { .. } | Point::Timer { .. } => Runs::Tracer,
-            Point::Profile { .. } => Runs::TracerSampling,
+            Point::Profile { .. } | Point::Blocked => Runs::TracerSampling,
             Point::Function(_)
             | Point::Statement { .. }
             | Point::Mark(_)
@@ -206,6 +210,7 @@ impl Point {
             Point::Begin { .. } | Point::End { .. } | Point::Error { .. } => true,
             Point::Timer { .. }
             | Point::Profile { .. }
+            | Point::Blocked
             | Point::Function(_)
             | Point::Statement { .. }
             | Point::Mark(_)

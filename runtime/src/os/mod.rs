@@ -21,6 +21,7 @@
 pub mod creds;
 pub mod fanotify;
 pub mod holder;
+pub mod kallsyms;
 pub mod modfile;
 pub mod perf;
 pub mod proc;

@@ -23,6 +23,18 @@
 //! kernel could not store (the ring full) arrive as `PERF_RECORD_LOST`
 //! counts, reported in the session's summary.
 //!
+//! Off-CPU time (`--off-cpu`, `process.blocked`): one more software event
+//! per thread and CPU, `context-switches` with a period of 1, samples each
+//! switch-out with the same registers and stack (taken in the kernel's
+//! `schedule`, so it needs kernel samples allowed: root or CAP_PERFMON),
+//! and asks for `PERF_RECORD_SWITCH` records (`context_switch`): the
+//! thread's next switch-in ends the wait. Records of one thread land in
+//! the rings of the CPUs it ran on, so a drain sorts them by time and
+//! pairs each switch-out with the switch-in after it; records newer than
+//! the drain's start (less a margin) wait for the next drain, when the
+//! other rings have theirs. A sample's `period` says which event took it:
+//! 1 for a switch, the CPU period (at least 10 µs) for `task-clock`.
+//!
 //! `nix` has no `perf_event_open`: the system call, the ring's `mmap` and
 //! the two ioctls are raw `libc`, with the attribute block laid out here
 //! (`struct perf_event_attr`, its 136-byte version).
@@ -34,6 +46,7 @@ use crate::arch::native::sample::PERF_USER_REGS;
 
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
 
 const SAMPLE_IP: u64 = 1 << 0;
 const SAMPLE_TID: u64 = 1 << 1;
@@ -46,11 +59,17 @@ const SAMPLE_STACK_USER: u64 = 1 << 13;
 
 const ATTR_INHERIT: u64 = 1 << 1;
 const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+const ATTR_TASK: u64 = 1 << 13;
 const ATTR_SAMPLE_ID_ALL: u64 = 1 << 18;
 const ATTR_USE_CLOCKID: u64 = 1 << 25;
+const ATTR_CONTEXT_SWITCH: u64 = 1 << 26;
 
 const RECORD_LOST: u32 = 2;
+const RECORD_EXIT: u32 = 4;
 const RECORD_SAMPLE: u32 = 9;
+const RECORD_SWITCH: u32 = 14;
+const MISC_SWITCH_OUT: u16 = 1 << 13;
+const MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 const MISC_CPUMODE_MASK: u16 = 7;
 const MISC_USER: u16 = 2;
 
@@ -68,6 +87,19 @@ const DATA_SIZE_AT: usize = 1048;
 /// Ring data pages per CPU (plus the control page): 2 MiB, about 120
 /// samples of 16 KiB stacks, drained every few milliseconds.
 const RING_PAGES: usize = 512;
+/// With switches sampled: 8 MiB, some 1,000 switch-outs of 8 KiB stacks
+/// (the tracer is woken when a ring is half full).
+const SWITCH_RING_PAGES: usize = 2048;
+/// The stack a switch-out copies (perf's own default for `--call-graph
+/// dwarf`: a thread blocks in a system call, its stack no deeper than
+/// where it computes).
+pub const SWITCH_STACK_BYTES: u32 = 8 * 1024;
+/// Records newer than a drain's start less this wait for the next drain
+/// (a record is written just after its time is taken).
+const SETTLE_NS: u64 = 2_000_000;
+/// Records kept for the next drain, at most (past it the oldest go, as
+/// lost samples).
+const MAX_DEFERRED: usize = 65_536;
 
 /// A sample as the kernel took it.
 #[derive(Debug, Clone)]
@@ -88,6 +120,34 @@ pub struct RawSample {
     /// Taken in the kernel: its call chain, innermost first (kernel
     /// addresses), when kernel samples are allowed.
     pub kernel: Vec<u64>,
+    /// A wait: the thread switched out at `time` and stayed off its CPU
+    /// this long (the stack is where it blocked).
+    pub off_cpu: Option<OffCpu>,
+}
+
+/// How long a thread was off its CPU, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffCpu {
+    pub ns: u64,
+    /// Switched out while runnable (its time slice over, a wake-up
+    /// of a more urgent thread): waiting for a CPU, not for an event.
+    pub preempted: bool,
+}
+
+/// A ring's record, as the pairing needs it.
+enum Record {
+    Sample(RawSample),
+    Switch { tid: u32, time: u64, out: bool, preempted: bool },
+    Exit { tid: u32, time: u64 },
+}
+
+impl Record {
+    fn time(&self) -> u64 {
+        match self {
+            Record::Sample(s) => s.time,
+            Record::Switch { time, .. } | Record::Exit { time, .. } => *time,
+        }
+    }
 }
 
 struct Ring {
@@ -121,15 +181,28 @@ pub struct Sampler {
     pub lost: u64,
     /// Records that did not parse (counted, skipped).
     pub malformed: u64,
+    /// Switch-outs whose switch-in never came (its record lost): the
+    /// wait is dropped, counted.
+    pub unpaired: u64,
     buf: Vec<u8>,
+    /// Switches sampled too (`--off-cpu`).
+    switches: bool,
+    /// CPU-time samples too (`timer.profile`).
+    cpu: bool,
+    /// Each thread's switch-out waiting for its switch-in.
+    pending: std::collections::HashMap<u32, RawSample>,
+    /// Records newer than the last drain's start, for the next.
+    deferred: Vec<Record>,
 }
 
-fn attr(period_ns: u64, stack_bytes: u32, exclude_kernel: bool) -> [u64; 17] {
+/// A sampling event: `task-clock` every `period_ns`, or (`switches`) every
+/// context switch with its records.
+fn attr(period_ns: u64, stack_bytes: u32, exclude_kernel: bool, switches: bool) -> [u64; 17] {
     // struct perf_event_attr, PERF_ATTR_SIZE_VER8 (136 bytes).
     let mut a = [0u64; 17];
     a[0] = u64::from(PERF_TYPE_SOFTWARE) | (136u64 << 32);
-    a[1] = PERF_COUNT_SW_TASK_CLOCK;
-    a[2] = period_ns;
+    a[1] = if switches { PERF_COUNT_SW_CONTEXT_SWITCHES } else { PERF_COUNT_SW_TASK_CLOCK };
+    a[2] = if switches { 1 } else { period_ns };
     a[3] = SAMPLE_IP
         | SAMPLE_TID
         | SAMPLE_TIME
@@ -148,7 +221,8 @@ fn attr(period_ns: u64, stack_bytes: u32, exclude_kernel: bool) -> [u64; 17] {
         | ATTR_SAMPLE_ID_ALL
         | ATTR_USE_CLOCKID
         | 1 << 22
-        | if exclude_kernel { 1 << 5 | 1 << 21 } else { 0 };
+        | if exclude_kernel { 1 << 5 | 1 << 21 } else { 0 }
+        | if switches { ATTR_CONTEXT_SWITCH | ATTR_TASK } else { 0 };
     // wakeup_events: 0; sample_regs_user at byte 80, sample_stack_user and
     // clockid at 88.
     a[10] = PERF_USER_REGS.iter().fold(0u64, |m, (p, _)| m | 1 << p);
@@ -167,13 +241,20 @@ fn open_event(a: &[u64; 17], tid: i32, cpu: i32) -> io::Result<OwnedFd> {
 }
 
 impl Sampler {
-    /// Sample every thread of `pid` every `period_ns` of its CPU time,
-    /// with `stack_bytes` of user stack (a multiple of 8, at most 65,000).
-    pub fn open(pid: i32, period_ns: u64, stack_bytes: u32) -> io::Result<Sampler> {
+    /// Sample every thread of `pid` every `period_ns` of its CPU time
+    /// (`None`: not at all), with `stack_bytes` of user stack (a multiple
+    /// of 8, at most 65,000), and (`switches`) at each switch-out, with
+    /// the time until its switch-in.
+    pub fn open(pid: i32, period_ns: Option<u64>, stack_bytes: u32, switches: bool) -> io::Result<Sampler> {
         let cpus = online_cpus();
         let mut s = Sampler {
+            switches,
+            cpu: period_ns.is_some() || !switches,
+            pending: Default::default(),
+            deferred: Vec::new(),
+            unpaired: 0,
             pid,
-            period_ns: period_ns.max(10_000),
+            period_ns: period_ns.unwrap_or(10_000_000).max(10_000),
             stack_bytes: stack_bytes.min(65_000) & !7,
             rings: Vec::new(),
             others: Vec::new(),
@@ -210,45 +291,57 @@ impl Sampler {
     }
 
     fn open_thread(&mut self, tid: i32, cpus: &[i32]) -> io::Result<()> {
-        let mut a = attr(self.period_ns, self.stack_bytes, false);
-        for (i, &cpu) in cpus.iter().enumerate() {
-            let fd = match open_event(&a, tid, cpu) {
-                Ok(fd) => fd,
-                // Kernel samples not allowed (perf_event_paranoid): user
-                // time only.
-                Err(e) if e.raw_os_error() == Some(libc::EACCES) && a[5] & (1 << 5) == 0 => {
-                    a = attr(self.period_ns, self.stack_bytes, true);
-                    open_event(&a, tid, cpu)?
-                }
-                Err(e) => return Err(e),
-            };
-            if let Some((ring_fd, _)) = self.rings.get(i) {
-                // SAFETY: an ioctl on two live perf descriptors.
-                if unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SET_OUTPUT, ring_fd.as_raw_fd()) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                self.others.push(fd);
-            } else {
-                let page = 4096usize;
-                let len = page * (RING_PAGES + 1);
-                // SAFETY: mapping a perf event's ring (read-write: we
-                // write data_tail), unmapped by Ring's Drop.
-                let base = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_SHARED,
-                        fd.as_raw_fd(),
-                        0,
-                    )
+        let kinds = [(self.cpu, false), (self.switches, true)];
+        for (_, switches) in kinds.into_iter().filter(|k| k.0) {
+            let stack = if switches { SWITCH_STACK_BYTES.min(self.stack_bytes) } else { self.stack_bytes };
+            let mut a = attr(self.period_ns, stack, false, switches);
+            for (i, &cpu) in cpus.iter().enumerate() {
+                let fd = match open_event(&a, tid, cpu) {
+                    Ok(fd) => fd,
+                    // Kernel samples not allowed (perf_event_paranoid):
+                    // user time only. (A switch is taken in the kernel:
+                    // no fallback for it.)
+                    Err(e) if e.raw_os_error() == Some(libc::EACCES) && a[5] & (1 << 5) == 0 && !switches => {
+                        a = attr(self.period_ns, stack, true, false);
+                        open_event(&a, tid, cpu)?
+                    }
+                    Err(e) => return Err(e),
                 };
-                if base == libc::MAP_FAILED {
-                    return Err(io::Error::last_os_error());
-                }
-                self.rings.push((fd, Ring { base: base.cast(), len }));
+                self.add(i, fd)?;
             }
         }
+        Ok(())
+    }
+
+    /// Event `fd` on the `i`th CPU: the first one there gets the ring,
+    /// the others write into it.
+    fn add(&mut self, i: usize, fd: OwnedFd) -> io::Result<()> {
+        if let Some((ring_fd, _)) = self.rings.get(i) {
+            // SAFETY: an ioctl on two live perf descriptors.
+            if unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SET_OUTPUT, ring_fd.as_raw_fd()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            self.others.push(fd);
+            return Ok(());
+        }
+        let page = 4096usize;
+        let len = page * (if self.switches { SWITCH_RING_PAGES } else { RING_PAGES } + 1);
+        // SAFETY: mapping a perf event's ring (read-write: we write
+        // data_tail), unmapped by Ring's Drop.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        self.rings.push((fd, Ring { base: base.cast(), len }));
         Ok(())
     }
 
@@ -265,19 +358,91 @@ impl Sampler {
         }
     }
 
-    /// Every sample the rings hold, oldest first per CPU.
-    pub fn drain(&mut self, f: &mut dyn FnMut(RawSample)) {
+    /// Every sample the rings hold, oldest first per CPU; with switches,
+    /// each switch-out whose switch-in has come, with its wait. `last`:
+    /// the session is over (sampling disabled): every record is taken,
+    /// and a thread still switched out waited until now.
+    pub fn drain(&mut self, f: &mut dyn FnMut(RawSample), last: bool) {
         let mut lost = 0;
         let mut malformed = 0;
+        if !self.switches {
+            for (_, ring) in &self.rings {
+                drain_ring(ring, &mut self.buf, &mut lost, &mut malformed, &mut |r| {
+                    if let Record::Sample(s) = r {
+                        f(s)
+                    }
+                });
+            }
+            self.lost += lost;
+            self.malformed += malformed;
+            return;
+        }
+        let now = super::sys::monotonic_ns();
+        let mut records = std::mem::take(&mut self.deferred);
         for (_, ring) in &self.rings {
-            drain_ring(ring, &mut self.buf, &mut lost, &mut malformed, f);
+            drain_ring(ring, &mut self.buf, &mut lost, &mut malformed, &mut |r| records.push(r));
+        }
+        records.sort_by_key(Record::time);
+        let settled = if last { u64::MAX } else { now.saturating_sub(SETTLE_NS) };
+        let cut = records.partition_point(|r| r.time() < settled);
+        self.deferred = records.split_off(cut);
+        if self.deferred.len() > MAX_DEFERRED {
+            let extra = self.deferred.len() - MAX_DEFERRED;
+            lost += extra as u64;
+            self.deferred.drain(..extra);
+        }
+        for r in records {
+            match r {
+                Record::Sample(s) if s.period == 1 => {
+                    // A switch-out while one is pending: that one's
+                    // switch-in was lost.
+                    if self.pending.insert(s.tid, s).is_some() {
+                        self.unpaired += 1;
+                    }
+                }
+                Record::Sample(s) => f(s),
+                Record::Switch { tid, out: true, preempted, time } => {
+                    if let Some(p) = self.pending.get_mut(&tid).filter(|p| p.time <= time) {
+                        p.off_cpu = Some(OffCpu { ns: 0, preempted });
+                    }
+                }
+                Record::Switch { tid, out: false, time, .. } => {
+                    if let Some(mut p) = self.pending.remove(&tid) {
+                        let preempted = p.off_cpu.is_some_and(|o| o.preempted);
+                        p.off_cpu = Some(OffCpu { ns: time.saturating_sub(p.time), preempted });
+                        p.period = 1;
+                        f(p);
+                    }
+                }
+                Record::Exit { tid, .. } => {
+                    self.pending.remove(&tid);
+                }
+            }
+        }
+        if last {
+            // Still waiting at the end: until now (a thread gone without
+            // its exit record is dropped).
+            for (tid, mut p) in std::mem::take(&mut self.pending) {
+                if !std::path::Path::new(&format!("/proc/{}/task/{tid}", p.pid)).exists() {
+                    continue;
+                }
+                let preempted = p.off_cpu.is_some_and(|o| o.preempted);
+                p.off_cpu = Some(OffCpu { ns: now.saturating_sub(p.time), preempted });
+                f(p);
+            }
+        }
+        if self.pending.len() > 1 << 16 {
+            // (A thread per entry: only a process of that many blocked
+            // threads, each without its switch-in, gets here.)
+            self.unpaired += self.pending.len() as u64;
+            self.pending.clear();
         }
         self.lost += lost;
         self.malformed += malformed;
     }
 }
 
-fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u64, f: &mut dyn FnMut(RawSample)) {
+fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u64, f: &mut dyn FnMut(Record)) {
     use std::sync::atomic::{AtomicU64, Ordering};
     // SAFETY: the control page is mapped; the head is written by the
     // kernel (acquire), the tail by us (release), both aligned words.
@@ -320,9 +485,22 @@ fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u6
         copy(tail, len as usize, buf);
         match kind {
             RECORD_SAMPLE => match parse_sample(buf, misc) {
-                Some(s) => f(s),
+                Some(s) => f(Record::Sample(s)),
                 None => *malformed += 1,
             },
+            // The sample id after the header: pid, tid, time.
+            RECORD_SWITCH if buf.len() >= 24 => {
+                let tid = u32::from_ne_bytes(buf[12..16].try_into().unwrap_or_default());
+                let time = u64::from_ne_bytes(buf[16..24].try_into().unwrap_or_default());
+                let out = misc & MISC_SWITCH_OUT != 0;
+                f(Record::Switch { tid, time, out, preempted: out && misc & MISC_SWITCH_OUT_PREEMPT != 0 })
+            }
+            // pid, ppid, tid, ptid, time.
+            RECORD_EXIT if buf.len() >= 32 => {
+                let tid = u32::from_ne_bytes(buf[16..20].try_into().unwrap_or_default());
+                let time = u64::from_ne_bytes(buf[24..32].try_into().unwrap_or_default());
+                f(Record::Exit { tid, time })
+            }
             RECORD_LOST if buf.len() >= 24 => {
                 *lost += u64::from_ne_bytes(buf[16..24].try_into().unwrap_or_default());
             }
@@ -386,6 +564,7 @@ fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample> {
         regs,
         stack,
         kernel,
+        off_cpu: None,
     })
 }
 

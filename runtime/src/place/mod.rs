@@ -406,7 +406,7 @@ impl Hooker {
             veneers: Default::default(),
             own: Default::default(),
             blob_rows: Default::default(),
-            profiling: a.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. })),
+            profiling: a.probes.iter().any(|p| matches!(p.attach, Attach::Profile { .. } | Attach::Blocked)),
             placed_in: Default::default(),
             trapped: Default::default(),
             always_hooks: Default::default(),

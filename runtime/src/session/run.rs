@@ -45,6 +45,9 @@ pub struct Config {
     /// `--folded`, `--flamegraph`, `--speedscope`, `--pprof`: where the
     /// `timer.profile` samples go (besides the script's handlers).
     pub profile: Option<Box<dyn crate::profile::Sink>>,
+    /// `--off-cpu`: the profile has each thread's waits too (weighted by
+    /// their length), besides its CPU samples.
+    pub off_cpu: bool,
 }
 
 /// How the session went.
@@ -282,12 +285,21 @@ impl<'a> Local<'a> {
         // An empty body (`probe timer.profile {}`, the one the profile
         // files add) samples without a round trip to the sandbox.
         let runs_body: Vec<bool> = profiles.iter().map(|&(i, _)| !artifact.probes[i].empty).collect();
+        // `process.blocked` probes: run on each wait as it ends.
+        let blocked: Vec<usize> = artifact
+            .probes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| matches!(p.attach, Attach::Blocked) && !p.empty)
+            .map(|(i, _)| i)
+            .collect();
+        let waits = cfg.off_cpu || artifact.probes.iter().any(|p| matches!(p.attach, Attach::Blocked));
         let maxerrors = artifact.limits.maxerrors;
         let errors_at = core::mem::offset_of!(Header, errors);
         let skipped_at = core::mem::offset_of!(Header, skipped);
         let dropped_at = core::mem::offset_of!(Header, dropped);
         let maxskipped = artifact.limits.maxskipped;
-        let Config { output, messages, traces, suppress_warnings, profile: mut sink, flight, .. } = cfg;
+        let Config { output, messages, traces, suppress_warnings, profile: mut sink, flight, off_cpu, .. } = cfg;
         // SIGUSR2 holds the history at once (`flight`).
         let _hold = flight.as_ref().map(|_| crate::flight::Holding::new(&self.region));
         let region = &self.region;
@@ -436,10 +448,10 @@ impl<'a> Local<'a> {
             // at its entry point is sampled from its first instruction).
             let mut profiler = None;
             let mut due = vec![0u64; profiles.len()];
-            if !failed && !region.exit_requested() && runner.ok() && !profiles.is_empty() {
-                let period = profiles.iter().map(|p| p.1).min().unwrap_or(1);
+            if !failed && !region.exit_requested() && runner.ok() && (!profiles.is_empty() || waits) {
+                let period = profiles.iter().map(|p| p.1).min();
                 let target = self.region.written.pid as i32;
-                match crate::profile::Profiler::start(target, period) {
+                match crate::profile::Profiler::start(target, period, waits) {
                     Ok(mut p) => {
                         if artifact.shadow_depth > 0 {
                             p.set_shadow_stacks(crate::profile::ShadowStacks {
@@ -465,10 +477,15 @@ impl<'a> Local<'a> {
                     }
                     Err(e) => {
                         // One ERROR at the end, and the session fails (exit 1).
+                        let what = match waits {
+                            true => "off-CPU time (--off-cpu, process.blocked): cannot sample the context switches of",
+                            false => "timer.profile: cannot sample",
+                        };
                         runner.lost = Some(format!(
-                            "timer.profile: cannot sample process {target}: perf_event_open: {e} (the kernel \
-                             must allow perf events: as root, or with CAP_PERFMON; in a container, a seccomp policy \
-                             that permits perf_event_open)"
+                            "{what} process {target}: perf_event_open: {e} (the kernel must allow perf events{}: as \
+                             root, or with CAP_PERFMON; in a container, a seccomp policy that permits \
+                             perf_event_open)",
+                            if waits { " with kernel samples, perf_event_paranoid 1 or less" } else { "" }
                         ));
                         runner.stopped = true;
                         failed = true;
@@ -477,8 +494,16 @@ impl<'a> Local<'a> {
             }
             let mut sampled = |runner: &mut Runner<'_>, profiler: &mut crate::profile::Profiler| {
                 profiler.poll(&mut |st| {
-                    if let Some(k) = sink.as_mut() {
+                    if let Some(k) = sink.as_mut().filter(|_| st.off_cpu.is_none() || off_cpu) {
                         k.sample(st);
+                    }
+                    if st.off_cpu.is_some() {
+                        for &probe in &blocked {
+                            if !runner.run_sample(artifact, probe, words, st) {
+                                return;
+                            }
+                        }
+                        return;
                     }
                     for (k, (probe, period)) in profiles.iter().enumerate() {
                         due[k] += st.period;

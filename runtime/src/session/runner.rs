@@ -210,6 +210,16 @@ impl Runner<'_> {
             n += 1;
         }
         sandbox.put(at, n as u64);
+        // A wait's length and name (`process.blocked`), NUL-terminated.
+        let wait = words + 1 + core::mem::offset_of!(abi::Sample, wait_ns) / 8;
+        sandbox.put(wait, s.off_cpu.map_or(0, |w| w.ns));
+        let mut name = [0u8; 32];
+        let given = s.off_cpu.map_or(&b""[..], |w| w.name.as_bytes());
+        let len = given.len().min(31);
+        name[..len].copy_from_slice(&given[..len]);
+        for (i, w) in name.chunks_exact(8).enumerate() {
+            sandbox.put(wait + 1 + i, u64::from_le_bytes(w.try_into().unwrap_or_default()));
+        }
         self.run(artifact, p)
     }
 }

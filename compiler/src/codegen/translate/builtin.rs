@@ -294,6 +294,16 @@ impl Gen<'_, '_, '_> {
                 self.ctx_escapes = true;
                 self.rt(Rt::Goid, &[self.region, self.ctx])
             }
+            // Only in a `process.blocked` probe (lowering says so), whose
+            // context's registers are a whole `Sample`.
+            Builtin::WaitNs | Builtin::WaitName => {
+                self.ctx_escapes = true;
+                let regs = self.load(self.ctx, core::mem::offset_of!(abi::Ctx, regs) as i32);
+                match f {
+                    Builtin::WaitNs => self.load(regs, core::mem::offset_of!(abi::Sample, wait_ns) as i32),
+                    _ => self.b.ins().iadd_imm_u(regs, core::mem::offset_of!(abi::Sample, wait) as i64),
+                }
+            }
             Builtin::Uaddr => {
                 self.ctx_escapes = true;
                 self.load(self.ctx, core::mem::offset_of!(abi::Ctx, addr) as i32)

@@ -29,6 +29,55 @@ pub fn unwind_start(regs: &SavedRegs) -> (u64, u64, framehop::aarch64::UnwindReg
     (pc, sp, framehop::aarch64::UnwindRegsAarch64::new(lr, sp, fp))
 }
 
+/// The system calls a thread may block in, by number (a wait's name when
+/// the kernel's symbols do not give it).
+pub const BLOCKING_SYSCALLS: &[(u64, &str)] = &[
+    (4, "io_getevents"),
+    (22, "epoll_pwait"),
+    (32, "flock"),
+    (56, "openat"),
+    (63, "read"),
+    (64, "write"),
+    (65, "readv"),
+    (66, "writev"),
+    (67, "pread64"),
+    (68, "pwrite64"),
+    (71, "sendfile"),
+    (72, "pselect6"),
+    (73, "ppoll"),
+    (76, "splice"),
+    (82, "fsync"),
+    (83, "fdatasync"),
+    (95, "waitid"),
+    (98, "futex"),
+    (101, "nanosleep"),
+    (115, "clock_nanosleep"),
+    (124, "sched_yield"),
+    (133, "rt_sigsuspend"),
+    (137, "rt_sigtimedwait"),
+    (183, "mq_timedreceive"),
+    (188, "msgrcv"),
+    (192, "semtimedop"),
+    (193, "semop"),
+    (202, "accept"),
+    (203, "connect"),
+    (206, "sendto"),
+    (207, "recvfrom"),
+    (211, "sendmsg"),
+    (212, "recvmsg"),
+    (242, "accept4"),
+    (243, "recvmmsg"),
+    (260, "wait4"),
+    (426, "io_uring_enter"),
+    (441, "epoll_pwait2"),
+    (449, "futex_waitv"),
+];
+
+/// The system call a thread entered: its number stays in x8.
+pub fn syscall_number(regs: &SavedRegs, _code: &[u8]) -> Option<u64> {
+    Some(regs.words[8])
+}
+
 /// The signal-return trampoline a handler returns to (glibc's
 /// `__restore_rt`: `mov x8, #139; svc #0`, rt_sigreturn).
 pub const SIGRETURN: [u8; 8] = super::patch::SIGRETURN;

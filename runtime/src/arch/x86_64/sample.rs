@@ -39,6 +39,67 @@ pub fn unwind_start(regs: &SavedRegs) -> (u64, u64, framehop::x86_64::UnwindRegs
     (pc, sp, framehop::x86_64::UnwindRegsX86_64::new(pc, sp, fp))
 }
 
+/// The system calls a thread may block in, by number (a wait's name when
+/// the kernel's symbols do not give it).
+pub const BLOCKING_SYSCALLS: &[(u64, &str)] = &[
+    (0, "read"),
+    (1, "write"),
+    (7, "poll"),
+    (17, "pread64"),
+    (18, "pwrite64"),
+    (19, "readv"),
+    (20, "writev"),
+    (23, "select"),
+    (24, "sched_yield"),
+    (34, "pause"),
+    (35, "nanosleep"),
+    (40, "sendfile"),
+    (42, "connect"),
+    (43, "accept"),
+    (44, "sendto"),
+    (45, "recvfrom"),
+    (46, "sendmsg"),
+    (47, "recvmsg"),
+    (61, "wait4"),
+    (65, "semop"),
+    (70, "msgrcv"),
+    (73, "flock"),
+    (74, "fsync"),
+    (75, "fdatasync"),
+    (128, "rt_sigtimedwait"),
+    (130, "rt_sigsuspend"),
+    (202, "futex"),
+    (208, "io_getevents"),
+    (220, "semtimedop"),
+    (230, "clock_nanosleep"),
+    (232, "epoll_wait"),
+    (243, "mq_timedreceive"),
+    (247, "waitid"),
+    (257, "openat"),
+    (270, "pselect6"),
+    (271, "ppoll"),
+    (275, "splice"),
+    (281, "epoll_pwait"),
+    (288, "accept4"),
+    (299, "recvmmsg"),
+    (426, "io_uring_enter"),
+    (441, "epoll_pwait2"),
+    (449, "futex_waitv"),
+];
+
+/// The system call a thread entered at `pc` (just after its `syscall`
+/// instruction, whose 7 bytes before are `code`): the number a
+/// `mov $N, %eax` (or `xor %eax, %eax`) just before it loads. The kernel
+/// has replaced rax by then; glibc's wrappers and inlined calls load it
+/// this way.
+pub fn syscall_number(_regs: &SavedRegs, code: &[u8]) -> Option<u64> {
+    match code {
+        [0xb8, a, b, c, d, 0x0f, 0x05] => Some(u64::from(u32::from_le_bytes([*a, *b, *c, *d]))),
+        [_, _, _, 0x31, 0xc0, 0x0f, 0x05] => Some(0),
+        _ => None,
+    }
+}
+
 /// The signal-return trampoline a handler returns to (glibc's
 /// `__restore_rt`: `mov $15, %rax; syscall`, rt_sigreturn).
 pub const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];

@@ -1,0 +1,137 @@
+/* A target with known waits for tests/profile.rs (--off-cpu,
+ * process.blocked).
+ *
+ *   offcpu split ROUNDS    ROUNDS periods of 20 ms: burn() spins for the
+ *                          first 5 ms, rest() sleeps (clock_nanosleep) the
+ *                          other 15: a quarter on the CPU, three quarters
+ *                          off it
+ *   offcpu mutex ROUNDS    two threads and a mutex: "holder" holds it
+ *                          10 ms at a time (sleeping), ROUNDS times;
+ *                          "waiter" takes it in waiter_lock() as soon as
+ *                          it is free, ROUNDS times
+ *   offcpu pipe MS         reader() blocks in read(2) on a pipe that a
+ *                          thread writes to MS milliseconds later
+ *
+ * Each mode prints, last, the time it measured itself waiting: "waited N"
+ * (ns: the waiter in pthread_mutex_lock, the reader in read), then
+ * "done". */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void sleep_ns(long ns) {
+    struct timespec t = {ns / 1000000000L, ns % 1000000000L};
+    while (clock_nanosleep(CLOCK_MONOTONIC, 0, &t, &t) != 0) {
+    }
+}
+
+static volatile long sink;
+
+__attribute__((noinline)) void burn(long ns) {
+    long end = now_ns() + ns;
+    while (now_ns() < end) sink++;
+}
+
+__attribute__((noinline)) void rest(long ns) { sleep_ns(ns); }
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static long rounds;
+static pthread_barrier_t start;
+static volatile int held;
+
+static void *holder(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "holder");
+    pthread_barrier_wait(&start);
+    for (long r = 0; r < rounds; r++) {
+        pthread_mutex_lock(&lock);
+        held = 1;
+        sleep_ns(10000000);
+        held = 0;
+        pthread_mutex_unlock(&lock);
+        /* Let the waiter have it. */
+        sleep_ns(1000000);
+    }
+    return NULL;
+}
+
+__attribute__((noinline)) long waiter_lock(void) {
+    long t0 = now_ns();
+    pthread_mutex_lock(&lock);
+    long t = now_ns() - t0;
+    pthread_mutex_unlock(&lock);
+    return t;
+}
+
+static long waited;
+
+static void *waiter(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "waiter");
+    pthread_barrier_wait(&start);
+    for (long r = 0; r < rounds; r++) {
+        /* Come when the holder has it. */
+        while (!held) sched_yield();
+        waited += waiter_lock();
+    }
+    return NULL;
+}
+
+static int fds[2];
+
+static void *writer(void *arg) {
+    sleep_ns((long)arg * 1000000L);
+    if (write(fds[1], "x", 1) != 1) abort();
+    return NULL;
+}
+
+__attribute__((noinline)) long reader(void) {
+    char c;
+    long t0 = now_ns();
+    if (read(fds[0], &c, 1) != 1) abort();
+    return now_ns() - t0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: offcpu split|mutex|pipe N\n");
+        return 2;
+    }
+    long n = atol(argv[2]);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(argv[1], "split")) {
+        for (long r = 0; r < n; r++) {
+            burn(5000000);
+            rest(15000000);
+        }
+    } else if (!strcmp(argv[1], "mutex")) {
+        pthread_t a, b;
+        rounds = n;
+        pthread_barrier_init(&start, NULL, 2);
+        pthread_create(&a, NULL, holder, NULL);
+        pthread_create(&b, NULL, waiter, NULL);
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+        printf("waited %ld\n", waited);
+    } else if (!strcmp(argv[1], "pipe")) {
+        pthread_t w;
+        if (pipe(fds)) return 1;
+        pthread_create(&w, NULL, writer, (void *)n);
+        printf("waited %ld\n", reader());
+        pthread_join(w, NULL);
+    } else {
+        return 2;
+    }
+    printf("done\n");
+    return 0;
+}
