@@ -539,11 +539,13 @@ impl Profiler {
         self.own = Some(own);
     }
 
-    /// The perf descriptors that become readable when samples arrive.
+    /// The perf descriptors that become readable when a ring is half
+    /// full: none once the sampled process has exited (they then poll as
+    /// hung up, for ever).
     pub fn fds(&self) -> Vec<i32> {
         match &self.sampler {
-            Source::Perf(s) => s.fds(),
-            Source::Ptrace(_) => Vec::new(),
+            Source::Perf(s) if proc::running(s.pid()) => s.fds(),
+            _ => Vec::new(),
         }
     }
 
@@ -635,12 +637,13 @@ impl Profiler {
             return "preempted".into();
         }
         let syms = self.kallsyms.get_or_insert_with(crate::os::kallsyms::read);
+        let names = crate::os::kallsyms::names(syms, &s.kernel);
         // (A stop at a system call's entry or exit is the stop's.)
-        let what = crate::os::kallsyms::wait_in(syms, &s.kernel);
+        let what = crate::os::kallsyms::wait_in(&names);
         if what.ends_with("stop") || what == "stopped" {
             return what.into();
         }
-        if let Some(n) = crate::os::kallsyms::syscall_in(syms, &s.kernel) {
+        if let Some(n) = crate::os::kallsyms::syscall_in(&names) {
             return n;
         }
         if !s.kernel.is_empty() && syms.first().is_some() {

@@ -11,6 +11,10 @@
  *                          it is free, ROUNDS times
  *   offcpu pipe MS         reader() blocks in read(2) on a pipe that a
  *                          thread writes to MS milliseconds later
+ *   offcpu pingpong N      a child process and its parent pass a byte
+ *                          back and forth over two pipes N times (the
+ *                          blocking-heavy workload of benches/offcpu_cost.rs):
+ *                          prints "ns T", the round trips' time
  *
  * Each mode prints, last, the time it measured itself waiting: "waited N"
  * (ns: the waiter in pthread_mutex_lock, the reader in read), then
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static long now_ns(void) {
@@ -129,6 +134,22 @@ int main(int argc, char **argv) {
         pthread_create(&w, NULL, writer, (void *)n);
         printf("waited %ld\n", reader());
         pthread_join(w, NULL);
+    } else if (!strcmp(argv[1], "pingpong")) {
+        int a[2], b[2];
+        char c = 'x';
+        if (pipe(a) || pipe(b)) return 1;
+        long t0 = now_ns();
+        pid_t p = fork();
+        if (p == 0) {
+            for (long i = 0; i < n; i++)
+                if (read(a[0], &c, 1) != 1 || write(b[1], &c, 1) != 1) _exit(1);
+            _exit(0);
+        }
+        for (long i = 0; i < n; i++)
+            if (write(a[1], &c, 1) != 1 || read(b[0], &c, 1) != 1) return 1;
+        int status;
+        if (waitpid(p, &status, 0) != p || status != 0) return 1;
+        printf("ns %ld\n", now_ns() - t0);
     } else {
         return 2;
     }

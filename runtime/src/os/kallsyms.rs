@@ -33,7 +33,7 @@ pub fn name_of(syms: &[(u64, String)], addr: u64) -> Option<&str> {
 /// wrapper tail-calls its work (`read`: `ksys_read`, `accept4`:
 /// `__sys_accept4`) the work's name says it, and a few inner names map
 /// to their call (`kernel_wait4`: `wait4`).
-pub fn syscall_in(syms: &[(u64, String)], chain: &[u64]) -> Option<String> {
+pub fn syscall_in(names: &[&str]) -> Option<String> {
     const ENTRIES: [&str; 7] = [
         "do_syscall_64",
         "x64_sys_call",
@@ -65,7 +65,6 @@ pub fn syscall_in(syms: &[(u64, String)], chain: &[u64]) -> Option<String> {
         ("vfs_read", "read"),
         ("vfs_write", "write"),
     ];
-    let names: Vec<&str> = chain.iter().map(|&a| name_of(syms, a).unwrap_or("")).collect();
     let entry = names.iter().position(|n| ENTRIES.contains(n))?;
     let called = names[..entry].iter().rev().find(|n| !ENTRIES.contains(n) && !n.is_empty())?;
     if let Some((_, a)) = ALIASES.iter().find(|(n, _)| n == called) {
@@ -78,18 +77,22 @@ pub fn syscall_in(syms: &[(u64, String)], chain: &[u64]) -> Option<String> {
 /// What a kernel call chain with no system call in it waited in: a page
 /// fault (memory), a stop (a debugger's, or the tracer's own while it
 /// attaches: `ptrace stop`; SIGSTOP: `stopped`), else the kernel.
-pub fn wait_in(syms: &[(u64, String)], chain: &[u64]) -> &'static str {
-    for &a in chain {
-        match name_of(syms, a) {
-            Some("ptrace_stop") => return "ptrace stop",
-            Some("do_signal_stop") => return "stopped",
-            Some("exc_page_fault" | "do_page_fault" | "do_mem_abort" | "el0_da" | "handle_mm_fault") => {
-                return "page fault"
-            }
+pub fn wait_in(names: &[&str]) -> &'static str {
+    for n in names {
+        match *n {
+            "ptrace_stop" => return "ptrace stop",
+            "do_signal_stop" => return "stopped",
+            "exc_page_fault" | "do_page_fault" | "do_mem_abort" | "el0_da" | "handle_mm_fault" => return "page fault",
             _ => {}
         }
     }
     "kernel"
+}
+
+/// The functions of a kernel call chain (`""` where none holds an
+/// address).
+pub fn names<'s>(syms: &'s [(u64, String)], chain: &[u64]) -> Vec<&'s str> {
+    chain.iter().map(|&a| name_of(syms, a).unwrap_or("")).collect()
 }
 
 #[cfg(test)]
@@ -110,13 +113,14 @@ mod tests {
         .iter()
         .map(|(a, n)| (*a, n.to_string()))
         .collect();
-        assert_eq!(syscall_in(&syms, &[0x110, 0x210, 0x310, 0x410]).as_deref(), Some("futex"));
-        assert_eq!(syscall_in(&syms, &[0x110, 0x210]), None);
+        let of = |chain: &[u64]| syscall_in(&names(&syms, chain));
+        assert_eq!(of(&[0x110, 0x210, 0x310, 0x410]).as_deref(), Some("futex"));
+        assert_eq!(of(&[0x110, 0x210]), None);
         // Wrappers that tail-call their work (not on the stack).
-        assert_eq!(syscall_in(&syms, &[0x110, 0x610, 0x410]).as_deref(), Some("read"));
-        assert_eq!(syscall_in(&syms, &[0x110, 0x710, 0x410]).as_deref(), Some("wait4"));
+        assert_eq!(of(&[0x110, 0x610, 0x410]).as_deref(), Some("read"));
+        assert_eq!(of(&[0x110, 0x710, 0x410]).as_deref(), Some("wait4"));
         assert_eq!(name_of(&syms, 0x50), None);
-        assert_eq!(wait_in(&syms, &[0x110, 0x510]), "page fault");
-        assert_eq!(wait_in(&syms, &[0x110, 0x210]), "kernel");
+        assert_eq!(wait_in(&names(&syms, &[0x110, 0x510])), "page fault");
+        assert_eq!(wait_in(&names(&syms, &[0x110, 0x210])), "kernel");
     }
 }

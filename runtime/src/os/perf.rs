@@ -345,6 +345,11 @@ impl Sampler {
         Ok(())
     }
 
+    /// The sampled process.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     /// The descriptors to poll for samples.
     pub fn fds(&self) -> Vec<i32> {
         self.rings.iter().map(|(fd, _)| fd.as_raw_fd()).collect()
@@ -482,7 +487,17 @@ fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u6
             tail = head;
             break;
         }
-        copy(tail, len as usize, buf);
+        // A record that does not wrap is read in place (a sample is some
+        // 8 KiB of stack: copied once, into the sample, not twice).
+        let start = tail as usize % size;
+        let buf: &[u8] = if start + len as usize <= size {
+            // SAFETY: [start, start + len) lies inside the data area, which
+            // the kernel does not write between our head and tail.
+            unsafe { std::slice::from_raw_parts(data.add(start), len as usize) }
+        } else {
+            copy(tail, len as usize, buf);
+            buf
+        };
         match kind {
             RECORD_SAMPLE => match parse_sample(buf, misc) {
                 Some(s) => f(Record::Sample(s)),

@@ -570,7 +570,14 @@ impl<'a> Local<'a> {
                         wake();
                     }
                     if let Some(t) = wake_at.filter(|t| *t > now) {
-                        if signals.wait_or(Some(t - now), &hooks.wake_fds()) {
+                        // (A perf ring half full wakes the loop too: waits
+                        // come in bursts faster than every 10 ms.)
+                        let mut fds = hooks.wake_fds();
+                        let perf: Vec<i32> = profiler.as_ref().map(|p| p.fds()).unwrap_or_default();
+                        // SAFETY: the profiler's descriptors, open while it
+                        // lives (past this wait).
+                        fds.extend(perf.iter().map(|&fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }));
+                        if signals.wait_or(Some(t - now), &fds) {
                             break;
                         }
                         continue;
