@@ -82,12 +82,18 @@ fn run(dir: &Path, exe: &Path, rounds: &str, how: How) -> Run {
     let waits = match how {
         How::OffCpu => err
             .lines()
-            .find_map(|l| l.strip_prefix("timer.profile: ")?.split_whitespace().next()?.parse().ok())
+            .filter(|l| l.starts_with("timer.profile: "))
+            .flat_map(|l| l.split(", "))
+            .find_map(|p| p.strip_suffix(" of them waits off the CPU)")?.parse().ok())
             .unwrap_or(0),
         How::Blocked => text.lines().filter_map(|l| l.strip_prefix("waits ")?.parse::<u64>().ok()).sum(),
         How::PerfSwitch => {
             // One line a sample, without its stack.
-            let o = Command::new("perf").args(["script", "-G", "-F", "comm", "-i"]).arg(&data).output().expect("perf script");
+            let o = Command::new("perf")
+                .args(["script", "-G", "-F", "comm", "-i"])
+                .arg(&data)
+                .output()
+                .expect("perf script");
             String::from_utf8_lossy(&o.stdout).lines().count() as u64
         }
         How::Untraced => 0,

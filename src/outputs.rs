@@ -190,8 +190,10 @@ pub fn report_traces(cli: &Cli, outcome: &telco_runtime::session::Outcome) {
             })
             .collect();
         if !written.is_empty() {
+            // (`--off-cpu`: the waits are samples too, counted apart.)
+            let waits = if cli.off_cpu { format!(", {} of them waits off the CPU", p.waits) } else { String::new() };
             eprintln_escaped!(
-                "timer.profile: {} samples ({} lost, {} stacks not unwound to their root, {} unknown frames), \
+                "timer.profile: {} samples ({} lost, {} stacks not unwound to their root, {} unknown frames{waits}), \
                  written to {}",
                 p.samples,
                 p.lost,

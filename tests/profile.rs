@@ -711,6 +711,10 @@ fn within(what: &str, got: u64, want: u64, pct: u64) {
 /// the folded file, the SVG, speedscope (weights) and pprof (cpu plus
 /// off_cpu); the pprof `cpu` values alone still put the CPU time in burn;
 /// the Perfetto trace has each sleep as a slice on the thread's track.
+/// The quarter is the one the program measured around its calls: on a
+/// loaded machine (the suite's tests run in parallel on two CPUs) the
+/// sleeper wakes late and the spinner is preempted, and the profile must
+/// say so.
 #[test]
 fn off_cpu_time_splits_a_burn_and_a_sleep() {
     let dir = scratch("offcpu-split");
@@ -739,15 +743,28 @@ fn off_cpu_time_splits_a_burn_and_a_sleep() {
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("done"), "{out}");
+    // The split the program measured (a quarter, where the machine wakes
+    // the sleeper on time; a loaded one wakes it late).
+    let (b, r): (f64, f64) = out
+        .lines()
+        .find_map(|l| {
+            let mut w = l.strip_prefix("split ")?.split(' ').map(|x| x.parse::<f64>().ok());
+            Some((w.next()??, w.next()??))
+        })
+        .unwrap_or_else(|| panic!("no split line: {out}"));
+    let want = 100.0 * b / (b + r);
+    assert!((10.0..=40.0).contains(&want), "the program measured {want:.1}% in burn");
     let quarter = |what: &str, burn: f64, rest: f64| {
         let pct = 100.0 * burn / (burn + rest);
-        assert!((20.0..=30.0).contains(&pct), "{what}: burn has {pct:.1}% of the wall-clock time, not 25 ± 5");
+        assert!((pct - want).abs() <= 5.0, "{what}: burn has {pct:.1}% of the wall-clock time, not {want:.1} ± 5");
     };
-    // Folded: microseconds. The sleeps: 40 of 15 ms, and a little more.
+    // Folded: microseconds. The sleeps: 40 of 15 ms (and the wake-ups'
+    // delay): the time the program measured in rest().
     let stacks = folded(&f);
     let (burn, rest) = (under(&stacks, &["main", "burn"]), under(&stacks, &["main", "rest"]));
     let slept = under(&stacks, &["main", "rest", "[off-cpu] clock_nanosleep"]);
-    assert!((600_000..=660_000).contains(&slept), "{slept} µs asleep in rest: {stacks:?}");
+    assert!(slept >= 600_000, "{slept} µs asleep in rest: {stacks:?}");
+    within("µs asleep in rest", slept * 1000, r as u64, 10);
     quarter("folded", burn as f64, rest as f64);
     let text = std::fs::read_to_string(&svg).expect("the SVG");
     assert!(text.contains("wall-clock"), "the flame graph's title");
@@ -780,7 +797,7 @@ fn off_cpu_time_splits_a_burn_and_a_sleep() {
         *off.entry(k).or_default() += s["values"][2].as_u64().unwrap();
     }
     let (cb, cr) = (cpu.get("burn").copied().unwrap_or(0), cpu.get("rest").copied().unwrap_or(0));
-    assert!(cb >= 150_000_000 && cr * 20 <= cb, "CPU time: burn {cb} ns, rest {cr} ns");
+    assert!(cb >= 50_000_000 && cr * 20 <= cb, "CPU time: burn {cb} ns, rest {cr} ns");
     quarter("pprof", (cb + off.get("burn").unwrap_or(&0)) as f64, (cr + off.get("rest").unwrap_or(&0)) as f64);
     // Perfetto: the 40 sleeps, each a slice on the thread's track.
     let v = viewer(&pf);
@@ -794,7 +811,8 @@ fn off_cpu_time_splits_a_burn_and_a_sleep() {
         .map(|s| s["dur_ns"].as_u64().unwrap())
         .collect();
     assert_eq!(sleeps.len(), 40, "{sleeps:?}");
-    assert!(sleeps.iter().all(|&d| (15_000_000..25_000_000).contains(&d)), "{sleeps:?}");
+    assert!(sleeps.iter().all(|&d| d >= 15_000_000), "{sleeps:?}");
+    within("the sleep slices' ns", sleeps.iter().sum(), r as u64, 10);
 }
 
 /// Two threads and a mutex held 10 ms at a time: the waiting thread's

@@ -26,8 +26,8 @@ impl ProfileWriter for Folded {
 /// The collapsed stacks, sorted ([`Named::folded`] keeps them).
 pub(super) fn lines(n: &Named<'_>) -> Vec<String> {
     let mut by_stack: HashMap<(u32, u32), u64> = HashMap::new();
-    for &(thread, stack, _, weight) in &n.samples {
-        *by_stack.entry((thread, stack)).or_default() += if n.wall { weight } else { 1 };
+    for (i, &(thread, stack, _, weight)) in n.samples.iter().enumerate() {
+        *by_stack.entry((thread, stack)).or_default() += if n.wall { weight } else { n.count(i) };
     }
     let clean = |s: &str| s.replace([';', '\n'], "_");
     // Stacks that differ only in addresses inside the same functions are

@@ -197,6 +197,10 @@ pub struct Profile {
     stacks: Vec<Vec<u32>>,
     stack_ids: HashMap<Vec<u32>, u32>,
     samples: Vec<Taken>,
+    /// Past [`MAX_TIMED`] samples, the rest by thread and stack: (the
+    /// last one's time, their weight), so a long session's profile stays
+    /// bounded (the totals exact, the timeline the first samples').
+    merged: HashMap<(u32, u32), (u64, u64, u64)>,
     threads: Vec<Thread>,
     thread_ids: HashMap<u32, u32>,
     modules: Vec<ModuleInfo>,
@@ -207,6 +211,10 @@ pub struct Profile {
     /// Whether a wait was sampled.
     waited: bool,
 }
+
+/// Samples kept one by one with their time (48 MB); later ones are
+/// summed by thread and stack.
+const MAX_TIMED: usize = 2_000_000;
 
 /// Modules read to name frames, by path, build id and size, and the
 /// kernel's symbols: a sink that names a profile every few seconds
@@ -248,6 +256,12 @@ pub struct Named<'a> {
     /// alike weighted by their nanoseconds; a wait's stack starts with
     /// its [`NamedFrame::wait`] frame.
     pub wall: bool,
+    /// The first `timed` samples are one each, at their own time; the
+    /// rest (a long session's) are sums by thread and stack, at the last
+    /// one's time: timelines (Perfetto's slices) draw only the first.
+    pub timed: usize,
+    /// How many samples each of those sums is.
+    pub merged: Vec<u64>,
 }
 
 impl Named<'_> {
@@ -256,6 +270,11 @@ impl Named<'_> {
     /// input).
     pub fn folded(&self) -> &[String] {
         self.folded.get_or_init(|| folded::lines(self))
+    }
+
+    /// How many samples `samples[i]` stands for.
+    pub fn count(&self, i: usize) -> u64 {
+        i.checked_sub(self.timed).map_or(1, |k| self.merged.get(k).copied().unwrap_or(1))
     }
 
     /// Whether stack `stack` is of a wait (its leaf names it).
@@ -284,6 +303,7 @@ impl Profile {
             stacks: Vec::new(),
             stack_ids: HashMap::new(),
             samples: Vec::new(),
+            merged: HashMap::new(),
             threads: Vec::new(),
             thread_ids: HashMap::new(),
             modules: Vec::new(),
@@ -391,13 +411,27 @@ impl Profile {
             })
             .collect();
         let start = self.started.unwrap_or(0);
-        let end = self.samples.iter().map(|s| s.time).max().unwrap_or(start).max(start);
+        let end = self
+            .samples
+            .iter()
+            .map(|s| s.time)
+            .chain(self.merged.values().map(|m| m.0))
+            .max()
+            .unwrap_or(start)
+            .max(start);
         Named {
             frames,
             function_of,
             functions,
             stacks: &self.stacks,
-            samples: self.samples.iter().map(|s| (s.thread, s.stack, s.time.saturating_sub(start), s.period)).collect(),
+            samples: self
+                .samples
+                .iter()
+                .map(|s| (s.thread, s.stack, s.time.saturating_sub(start), s.period))
+                .chain(self.merged.iter().map(|(&(t, st), &(time, w, _))| (t, st, time.saturating_sub(start), w)))
+                .collect(),
+            timed: self.samples.len(),
+            merged: self.merged.values().map(|m| m.2).collect(),
             threads: self.threads.iter().map(|t| (t.pid, t.tid, t.name.clone())).collect(),
             modules: &self.modules,
             start: 0,
@@ -476,7 +510,12 @@ impl Sink for Profile {
             }
         };
         self.started = Some(self.started.map_or(s.time, |t| t.min(s.time)));
-        self.samples.push(Taken { thread, stack, time: s.time, period: s.period });
+        if self.samples.len() < MAX_TIMED {
+            self.samples.push(Taken { thread, stack, time: s.time, period: s.period });
+        } else {
+            let m = self.merged.entry((thread, stack)).or_default();
+            *m = (m.0.max(s.time), m.1 + s.period, m.2 + 1);
+        }
     }
 
     fn finish(&mut self, _summary: &Summary) -> std::io::Result<()> {

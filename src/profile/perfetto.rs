@@ -157,8 +157,12 @@ pub fn packets(n: &Named<'_>) -> Vec<u8> {
             ..Default::default()
         });
     }
-    for &(thread, stack, time, weight) in &n.samples {
+    for (i, &(thread, stack, time, weight)) in n.samples.iter().enumerate() {
         let (pid, tid, _) = &n.threads[thread as usize];
+        if n.waited(stack) && i >= n.timed {
+            // (Sums of a long session's later waits: no one interval.)
+            continue;
+        }
         if n.waited(stack) {
             let frames = &n.stacks[stack as usize];
             let name = n.frames[frames[0] as usize].name.clone();

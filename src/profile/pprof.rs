@@ -196,14 +196,16 @@ pub fn encode(n: &Named<'_>) -> Vec<u8> {
     let sample: Vec<Sample> = n
         .samples
         .iter()
-        .map(|&(thread, stack, _, period)| {
+        .enumerate()
+        .map(|(i, &(thread, stack, _, period))| {
             let (_, tid, name) = &n.threads[thread as usize];
+            let count = n.count(i) as i64;
             Sample {
                 location_id: n.stacks[stack as usize].iter().map(|&f| u64::from(f) + 1).collect(),
                 value: match (n.wall, n.waited(stack)) {
-                    (false, _) => vec![1, period as i64],
-                    (true, false) => vec![1, period as i64, 0],
-                    (true, true) => vec![1, 0, period as i64],
+                    (false, _) => vec![count, period as i64],
+                    (true, false) => vec![count, period as i64, 0],
+                    (true, true) => vec![count, 0, period as i64],
                 },
                 label: vec![
                     Label { key: thread_key, str: s.id(name), num: 0 },

@@ -433,6 +433,17 @@ got=$($T -e 'global n probe timer.profile { n++ } probe end { println(n > 0) }' 
 if [ "$got" = "$want
 1" ]; then ok "timer.profile"; else bad "timer.profile" "$want|1" "$got"; fi
 
+# Waits (--off-cpu, process.blocked: context switches sampled by the
+# guest's kernel, named by its symbols): a read on a pipe that a thread
+# writes to 300 ms later is read's, under reader(), and the writer's
+# sleep clock_nanosleep's.
+got=$($T -e 'probe process.blocked { if ($duration > 200000000) println($syscall) }' \
+    -c "./offcpu pipe 300" --off-cpu --folded off.folded 2>err.txt | grep -Ev '^(waited|done)' | sort | tr '\n' ' ')
+under=$(awk '/;main;reader;read;\[off-cpu\] read [0-9]+$/ { n += $NF } END { print (n >= 250000) ? "read" : "none" }' off.folded)
+if [ "$got $under" = "clock_nanosleep read  read" ]; then ok "off-CPU waits named"
+else bad "off-CPU waits named" "clock_nanosleep read  read" "$got $under"; fi
+rm -f off.folded
+
 # Samples taken in the probes' own code (an entry or return trampoline,
 # lean or saving every register for uaddr(), a statement's, a compiled
 # handler, the runtime library) go on to main like any other, by the rows

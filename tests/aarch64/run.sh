@@ -47,6 +47,7 @@ $CC -O2 -g -pthread -o "$SHARE/shapes" "$ROOT/tests/programs/itrace_shapes.c"
 # Without frame pointers: the profile's unwinding goes by CFI, and through
 # the probes' own code by the rows telco-stap derives for it.
 $CC -O2 -g -fomit-frame-pointer -o "$SHARE/profile" "$ROOT/tests/programs/profile.c"
+$CC -O2 -g -pthread -o "$SHARE/offcpu" "$ROOT/tests/programs/offcpu.c"
 cp "$ROOT/tests/programs/profile.c" "$SHARE/"
 $CC -O2 -g -o "$SHARE/stmt" "$HERE/programs/stmt.c"
 $CC -O0 -g -o "$SHARE/args" "$HERE/programs/args.c"

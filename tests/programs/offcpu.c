@@ -4,7 +4,9 @@
  *   offcpu split ROUNDS    ROUNDS periods of 20 ms: burn() spins for the
  *                          first 5 ms, rest() sleeps (clock_nanosleep) the
  *                          other 15: a quarter on the CPU, three quarters
- *                          off it
+ *                          off it; prints "split B R", the wall time it
+ *                          measured in each (ns: a loaded machine wakes
+ *                          the sleeper late)
  *   offcpu mutex ROUNDS    two threads and a mutex: "holder" holds it
  *                          10 ms at a time (sleeping), ROUNDS times;
  *                          "waiter" takes it in waiter_lock() as soon as
@@ -115,10 +117,16 @@ int main(int argc, char **argv) {
     long n = atol(argv[2]);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(argv[1], "split")) {
+        long b = 0, s = 0;
         for (long r = 0; r < n; r++) {
+            long t0 = now_ns();
             burn(5000000);
+            long t1 = now_ns();
             rest(15000000);
+            b += t1 - t0;
+            s += now_ns() - t1;
         }
+        printf("split %ld %ld\n", b, s);
     } else if (!strcmp(argv[1], "mutex")) {
         pthread_t a, b;
         rounds = n;

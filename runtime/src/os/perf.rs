@@ -98,8 +98,11 @@ pub const SWITCH_STACK_BYTES: u32 = 8 * 1024;
 /// (a record is written just after its time is taken).
 const SETTLE_NS: u64 = 2_000_000;
 /// Records kept for the next drain, at most (past it the oldest go, as
-/// lost samples).
-const MAX_DEFERRED: usize = 65_536;
+/// lost samples): 32 MiB of stacks.
+const MAX_DEFERRED: usize = 4096;
+/// Threads switched out at once whose waits are kept (each with its
+/// stack, until it runs again): 128 MiB of stacks.
+const MAX_PENDING: usize = 16_384;
 
 /// A sample as the kernel took it.
 #[derive(Debug, Clone)]
@@ -401,7 +404,9 @@ impl Sampler {
                 Record::Sample(s) if s.period == 1 => {
                     // A switch-out while one is pending: that one's
                     // switch-in was lost.
-                    if self.pending.insert(s.tid, s).is_some() {
+                    if self.pending.len() >= MAX_PENDING && !self.pending.contains_key(&s.tid) {
+                        self.unpaired += 1;
+                    } else if self.pending.insert(s.tid, s).is_some() {
                         self.unpaired += 1;
                     }
                 }
@@ -435,12 +440,6 @@ impl Sampler {
                 p.off_cpu = Some(OffCpu { ns: now.saturating_sub(p.time), preempted });
                 f(p);
             }
-        }
-        if self.pending.len() > 1 << 16 {
-            // (A thread per entry: only a process of that many blocked
-            // threads, each without its switch-in, gets here.)
-            self.unpaired += self.pending.len() as u64;
-            self.pending.clear();
         }
         self.lost += lost;
         self.malformed += malformed;

@@ -81,9 +81,18 @@ pub fn summary(o: &Outcome, a: &Artifact, quiet: bool) -> Vec<String> {
     }
     if let Some(p) = &o.profile {
         if p.lost > 0 {
+            let what =
+                if p.waits > 0 { "timer.profile and of waits (--off-cpu, process.blocked)" } else { "timer.profile" };
             v.push(format!(
-                "WARNING: {} sample(s) of timer.profile were lost: the tracer did not drain the kernel's buffer in time",
+                "WARNING: {} sample(s) of {what} were lost: the tracer did not drain the kernel's buffer in time",
                 p.lost
+            ));
+        }
+        if p.unpaired > 0 {
+            v.push(format!(
+                "WARNING: {} wait(s) were left out: the record of their end was lost (the kernel's buffer full), or \
+                 more than 16,384 threads were waiting at once",
+                p.unpaired
             ));
         }
         if p.samples > 0 && p.truncated * 10 > p.samples {
