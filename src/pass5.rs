@@ -204,7 +204,10 @@ fn system_wide_files(artifact: &telco_abi::artifact::Artifact) -> Result<Vec<std
             Attach::Function { module, only_exe, .. } => only_exe.as_ref().unwrap_or(module),
             Attach::Statement { module, .. } => module,
             Attach::Lifecycle { module: Some(m), .. } => m,
-            Attach::Lifecycle { module: None, .. } | Attach::Profile { .. } | Attach::Blocked => bail!(
+            Attach::Profile { .. } | Attach::Blocked => {
+                bail!("`{}` samples the processes telco-stap traces: name them with -p PID or -c CMD", p.name)
+            }
+            Attach::Lifecycle { module: None, .. } => bail!(
                 "`{}` names no program: name one (process(\"/path/to/program\")), or the processes with -p PID or \
                  -c CMD",
                 p.name

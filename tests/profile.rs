@@ -895,4 +895,18 @@ fn off_cpu_refusals() {
     let (_, err, code) = telco_run(&["-e", "probe timer.profile { println($duration) }", "-c", "true"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("`$duration`"), "{err}");
+    // The processes are named.
+    let (_, err, code) = telco_run(&["-e", "probe process.blocked { }"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("-p PID or -c CMD"), "{err}");
+    // Where perf events are refused (forced here), waits have no
+    // fallback: said, and the session fails.
+    let o = Command::new(env!("CARGO_BIN_EXE_telco-stap"))
+        .args(["-e", "probe process.blocked { }", "-c", "true"])
+        .env("TELCO_PROFILE_SAMPLER", "ptrace")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("off-CPU time") && err.contains("kernel samples"), "{err}");
 }

@@ -109,9 +109,8 @@ pub struct Stack<'a> {
 pub struct Wait<'a> {
     pub ns: u64,
     /// The system call it waited in (`futex`, `read`, ...), `preempted`
-    /// (runnable, waiting for a CPU), `page fault`, `ptrace stop`, `stopped`, or
-    /// `kernel` (blocked
-    /// elsewhere in the kernel).
+    /// (runnable, waiting for a CPU), `page fault`, `ptrace stop`,
+    /// `stopped`, or `kernel` (blocked elsewhere in the kernel).
     pub name: &'a str,
 }
 
