@@ -10,9 +10,10 @@
 //!
 //! Prints a markdown table: the round trips' wall time (median, min–max),
 //! the overhead against the untraced median, the waits each tool recorded
-//! (telco-stap: the folded file's `[off-cpu]` stacks' samples, from its
-//! summary; perf: the samples `perf report` counts) and whether any were
-//! lost.
+//! (telco-stap: the waits its summary counts, or the script's; perf: the
+//! samples `perf script` lists) and whether any were lost. Then the same
+//! for a fifth of the round trips with the child working 50 µs before
+//! each answer (a service's rate of waits, not the worst case).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,12 +53,12 @@ struct Run {
     lost: bool,
 }
 
-fn run(dir: &Path, exe: &Path, rounds: &str, how: How) -> Run {
+fn run(dir: &Path, exe: &Path, rounds: &str, work: &str, how: How) -> Run {
     let folded = dir.join("w.folded");
     let data = dir.join("perf.data");
-    let target = format!("{} pingpong {rounds}", exe.display());
+    let target = format!("{} pingpong {rounds} {work}", exe.display());
     let out = match how {
-        How::Untraced => Command::new(exe).args(["pingpong", rounds]).output(),
+        How::Untraced => Command::new(exe).args(["pingpong", rounds, work]).output(),
         How::OffCpu => Command::new(telco()).args(["-c", &target, "--off-cpu", "--folded"]).arg(&folded).output(),
         How::Blocked => Command::new(telco())
             .args([
@@ -71,7 +72,7 @@ fn run(dir: &Path, exe: &Path, rounds: &str, how: How) -> Run {
         How::PerfSwitch => Command::new("perf")
             .args(["record", "-q", "-e", "sched:sched_switch", "--call-graph", "dwarf", "-o"])
             .arg(&data)
-            .args(["--", exe.to_str().unwrap(), "pingpong", rounds])
+            .args(["--", exe.to_str().unwrap(), "pingpong", rounds, work])
             .output(),
     }
     .expect("run");
@@ -116,13 +117,25 @@ fn main() {
     assert!(ok.success());
     let rounds = std::env::var("OFFCPU_ROUNDS").unwrap_or_else(|_| "100000".into());
     let reps: usize = std::env::var("OFFCPU_REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+    // The bare ping-pong (every switch a wait, nothing else: the worst
+    // case), then one whose server works 50 µs an answer (a service's
+    // rate of waits), a fifth of the round trips.
+    let fifth = (rounds.parse::<u64>().unwrap_or(100_000) / 5).to_string();
+    for (rounds, work) in [(rounds.as_str(), "0"), (fifth.as_str(), "50")] {
+        table(&dir, &exe, rounds, work, reps);
+        println!();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn table(dir: &Path, exe: &Path, rounds: &str, work: &str, reps: usize) {
     let hows = [How::Untraced, How::OffCpu, How::Blocked, How::PerfSwitch];
     let mut wall: Vec<Vec<u64>> = vec![Vec::new(); hows.len()];
     let mut waits = vec![0u64; hows.len()];
     let mut lost = vec![false; hows.len()];
     for _ in 0..reps {
         for (i, h) in hows.iter().enumerate() {
-            let r = run(&dir, &exe, &rounds, *h);
+            let r = run(dir, exe, rounds, work, *h);
             wall[i].push(r.ns);
             waits[i] = waits[i].max(r.waits);
             lost[i] |= r.lost;
@@ -130,7 +143,7 @@ fn main() {
     }
     let base = median(&mut wall[0].clone()) as f64;
     println!(
-        "| pipe ping-pong, {rounds} round trips, {reps} runs each, interleaved | wall ms, median | min–max | overhead (medians) | µs a round trip | waits recorded (most) | lost |"
+        "| pipe ping-pong, {rounds} round trips, {work} µs of work an answer, {reps} runs each, interleaved | wall ms, median | min–max | overhead (medians) | µs a round trip | waits recorded (most) | lost |"
     );
     println!("|---|---|---|---|---|---|---|");
     let n: f64 = rounds.parse().unwrap_or(1.0);
@@ -149,5 +162,4 @@ fn main() {
             if lost[i] { "yes" } else { "0" },
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -677,6 +677,13 @@ fn a_stripped_program_s_functions_are_named_as_l_names_them() {
     );
 }
 
+/// telco-stap `args`, killed after two minutes (a hung program is a
+/// failure, not a stuck suite): stdout, stderr, exit code.
+fn bounded(args: &[&str]) -> (String, String, Option<i32>) {
+    let o = telco_bounded(args, 120);
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned(), o.status.code())
+}
+
 /// Sum of the folded lines whose stack holds every one of `parts` (in
 /// order, anywhere).
 fn under(stacks: &[(Vec<String>, u64)], parts: &[&str]) -> u64 {
@@ -724,7 +731,7 @@ fn off_cpu_time_splits_a_burn_and_a_sleep() {
         (dir.join("w.folded"), dir.join("w.svg"), dir.join("w.json"), dir.join("w.pb.gz"), dir.join("w.pftrace"));
     let cmd = format!("{} split 40", exe.display());
     let path = |p: &Path| p.to_str().unwrap().to_string();
-    let (out, err, code) = telco_run(&[
+    let (out, err, code) = bounded(&[
         "-e",
         "probe timer.profile.hz(999) {}",
         "-c",
@@ -825,7 +832,7 @@ fn a_mutex_wait_is_under_the_lock_call() {
     gcc("offcpu.c", &exe, &[]);
     let f = dir.join("m.folded");
     let cmd = format!("{} mutex 30", exe.display());
-    let (out, err, code) = telco_run(&["-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
+    let (out, err, code) = bounded(&["-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     let stacks = folded(&f);
     let locked = under(&stacks, &["waiter", "waiter_lock", "[off-cpu] futex"]);
@@ -846,7 +853,7 @@ fn a_read_on_a_pipe_is_a_wait_in_read() {
         probe process.blocked { waits[$syscall] <<< $duration
             if ($syscall == "read") { printf("blocked read %d\n", $duration); print_ubacktrace() } }
         probe end { printf("reads %d\n", @count(waits["read"])) }"#;
-    let (out, err, code) = telco_run(&["-e", script, "-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
+    let (out, err, code) = bounded(&["-e", script, "-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     let want = waited(&out);
     let stacks = folded(&f);
@@ -867,7 +874,7 @@ fn python_waits_in_time_sleep() {
     std::fs::write(&py, "import time\n\ndef waiting():\n    time.sleep(0.3)\n\nwaiting()\nprint('done')\n").unwrap();
     let f = dir.join("py.folded");
     let cmd = format!("/usr/bin/python3.11 {}", py.display());
-    let (out, err, code) = telco_run(&["-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
+    let (out, err, code) = bounded(&["-c", &cmd, "--off-cpu", "--folded", f.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("done"), "{out}");
     let stacks = folded(&f);
@@ -878,25 +885,24 @@ fn python_waits_in_time_sleep() {
 /// What `--off-cpu` and `process.blocked` refuse.
 #[test]
 fn off_cpu_refusals() {
-    let (_, err, code) = telco_run(&["--off-cpu", "-c", "true"]);
+    let (_, err, code) = bounded(&["--off-cpu", "-c", "true"]);
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("--off-cpu") && err.contains("--folded"), "{err}");
     let (_, err, code) =
-        telco_run(&["--off-cpu", "--folded", "/dev/null", "--pyroscope", "http://127.0.0.1:1", "-c", "true"]);
+        bounded(&["--off-cpu", "--folded", "/dev/null", "--pyroscope", "http://127.0.0.1:1", "-c", "true"]);
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("cannot be used with"), "{err}");
-    let (_, err, code) = telco_run(&["-e", "probe process.blocked { println($x) }", "-c", "true"]);
+    let (_, err, code) = bounded(&["-e", "probe process.blocked { println($x) }", "-c", "true"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("`$x` is not available") && err.contains("$duration"), "{err}");
-    let (_, err, code) =
-        telco_run(&["-e", r#"probe process("/bin/true").blocked { println($duration) }"#, "-c", "true"]);
+    let (_, err, code) = bounded(&["-e", r#"probe process("/bin/true").blocked { println($duration) }"#, "-c", "true"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("takes no program"), "{err}");
-    let (_, err, code) = telco_run(&["-e", "probe timer.profile { println($duration) }", "-c", "true"]);
+    let (_, err, code) = bounded(&["-e", "probe timer.profile { println($duration) }", "-c", "true"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("`$duration`"), "{err}");
     // The processes are named.
-    let (_, err, code) = telco_run(&["-e", "probe process.blocked { }"]);
+    let (_, err, code) = bounded(&["-e", "probe process.blocked { }"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("-p PID or -c CMD"), "{err}");
     // Where perf events are refused (forced here), waits have no

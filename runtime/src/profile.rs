@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use telco_abi::region::{SavedRegs, SAMPLE_FRAMES};
 
 use crate::arch::native::sample::{self as arch, Cache, Unwinder};
-use crate::os::perf::{RawSample, Sampler};
+use crate::os::perf::{Event, RawSample, Sampler};
 use crate::os::proc::{self, Mapping};
 
 /// How much user stack each sample copies (as `perf record --call-graph
@@ -256,7 +256,7 @@ struct Interrupter {
 }
 
 impl Interrupter {
-    fn drain(&mut self, f: &mut dyn FnMut(RawSample)) {
+    fn drain(&mut self, f: &mut dyn FnMut(Event<'_>)) {
         let Ok(tasks) = proc::tasks(self.pid) else { return };
         self.last.retain(|t, _| tasks.contains(t));
         for tid in tasks {
@@ -284,18 +284,17 @@ impl Interrupter {
             let in_kernel = arch::in_syscall(&r);
             drop(t);
             self.last.insert(tid, cpu);
-            f(RawSample {
+            f(Event::Sample(RawSample {
                 pid: self.pid as u32,
                 tid: tid as u32,
                 time: crate::os::sys::monotonic_ns(),
                 period: cpu - last,
                 in_kernel,
                 regs,
-                stack,
+                stack: std::borrow::Cow::Owned(stack),
                 // (ptrace does not see the kernel's stack.)
                 kernel: Vec::new(),
-                off_cpu: None,
-            });
+            }));
         }
     }
 }
@@ -433,9 +432,44 @@ fn shadow_frames(pid: u32, tid: u32, s: &ShadowStacks) -> ShadowRead {
     }
 }
 
+/// A switch-out, unwound when it was drained, waiting for the thread's
+/// switch-in (`--off-cpu`, `process.blocked`).
+struct Out {
+    pid: u32,
+    tid: u32,
+    time: u64,
+    in_kernel: bool,
+    kernel: Vec<u64>,
+    regs: SavedRegs,
+    frames: Vec<Frame>,
+    complete: bool,
+    /// What it waited in (by its kernel chain), unless it was preempted.
+    name: String,
+    preempted: bool,
+}
+
+/// The switch records of a drain, and the switch-outs, in time order.
+enum Timed {
+    Out(Box<Out>),
+    Switch { tid: u32, out: bool, preempted: bool },
+    Exit { tid: u32 },
+}
+
+/// Records newer than a drain's start less this wait for the next drain
+/// (a record is written just after its time is taken, and another CPU's
+/// ring may not have its records before it yet).
+const SETTLE_NS: u64 = 2_000_000;
+/// Records kept for the next drain, at most (past it the oldest go, as
+/// lost samples).
+const MAX_DEFERRED: usize = 16_384;
+/// Threads switched out at once whose waits are kept (each with its
+/// frames, until it runs again).
+const MAX_PENDING: usize = 65_536;
+
 /// Samples a process and unwinds them.
 pub struct Profiler {
-    sampler: Source,
+    /// (Taken out while it is drained.)
+    sampler: Option<Source>,
     /// The session's return probes' shadow stacks, when it has any.
     shadow: Option<ShadowStacks>,
     /// The code the session wrote into the target.
@@ -462,6 +496,11 @@ pub struct Profiler {
     kallsyms: Option<Vec<(u64, String)>>,
     /// The session is over: the next poll is the last.
     stopped: bool,
+    /// Each thread's switch-out waiting for its switch-in.
+    pending: HashMap<u32, Box<Out>>,
+    /// Switch-outs and switches newer than the last drain's start, for the
+    /// next.
+    deferred: Vec<(u64, Timed)>,
 }
 
 const RELOAD_EVERY: Duration = Duration::from_millis(100);
@@ -504,7 +543,7 @@ impl Profiler {
             }
         };
         Ok(Profiler {
-            sampler,
+            sampler: Some(sampler),
             shadow: None,
             own: None,
             symbols: None,
@@ -518,6 +557,8 @@ impl Profiler {
             frames: Vec::new(),
             kallsyms: None,
             stopped: false,
+            pending: HashMap::new(),
+            deferred: Vec::new(),
         })
     }
 
@@ -543,7 +584,7 @@ impl Profiler {
     /// hung up, for ever).
     pub fn fds(&self) -> Vec<i32> {
         match &self.sampler {
-            Source::Perf(s) if proc::running(s.pid()) => s.fds(),
+            Some(Source::Perf(s)) if proc::running(s.pid()) => s.fds(),
             _ => Vec::new(),
         }
     }
@@ -552,34 +593,152 @@ impl Profiler {
     pub fn stop(&mut self) {
         self.stopped = true;
         match &mut self.sampler {
-            Source::Perf(s) => s.disable(),
+            Some(Source::Perf(s)) => s.disable(),
             // No sample after this (a last poll would stop threads).
-            Source::Ptrace(i) => i.period = u64::MAX,
+            Some(Source::Ptrace(i)) => i.period = u64::MAX,
+            None => {}
         }
     }
 
-    /// Unwind every sample taken since the last poll and give each to `f`.
+    /// Unwind every sample taken since the last poll and give each to `f`;
+    /// and each wait that ended (its stack unwound when it began).
     pub fn poll(&mut self, f: &mut dyn FnMut(&Stack<'_>)) {
-        let mut raw = Vec::new();
-        match &mut self.sampler {
+        let Some(mut source) = self.sampler.take() else { return };
+        let now = crate::os::sys::monotonic_ns();
+        let mut batch = std::mem::take(&mut self.deferred);
+        let mut event = |me: &mut Profiler, e: Event<'_>| match e {
+            Event::Sample(s) if s.period == 1 => {
+                // A switch-out: unwound now, from the ring.
+                let complete = me.unwind(&s);
+                let name = me.wait_name(&s);
+                let out = Out {
+                    pid: s.pid,
+                    tid: s.tid,
+                    time: s.time,
+                    in_kernel: s.in_kernel,
+                    kernel: s.kernel,
+                    regs: s.regs,
+                    frames: me.frames.clone(),
+                    complete,
+                    name,
+                    preempted: false,
+                };
+                batch.push((s.time, Timed::Out(Box::new(out))));
+            }
+            Event::Sample(s) => {
+                let complete = me.unwind(&s);
+                me.summary.samples += 1;
+                let stack = Stack {
+                    pid: s.pid,
+                    tid: s.tid,
+                    time: s.time,
+                    period: s.period,
+                    in_kernel: s.in_kernel,
+                    kernel: &s.kernel,
+                    regs: &s.regs,
+                    frames: &me.frames,
+                    complete,
+                    modules: &me.modules,
+                    off_cpu: None,
+                };
+                f(&stack);
+            }
+            Event::Switch { tid, time, out, preempted } => batch.push((time, Timed::Switch { tid, out, preempted })),
+            Event::Exit { tid, time } => batch.push((time, Timed::Exit { tid })),
+        };
+        match &mut source {
             Source::Perf(s) => {
-                s.drain(&mut |x| raw.push(x), self.stopped);
+                s.drain(&mut |e| event(self, e));
                 self.summary.lost = s.lost;
                 self.summary.malformed = s.malformed;
-                self.summary.unpaired = s.unpaired;
             }
             Source::Ptrace(i) => {
-                i.drain(&mut |x| raw.push(x));
+                i.drain(&mut |e| event(self, e));
                 self.summary.lost = i.lost;
             }
         }
-        for s in raw {
-            self.unwind(&s, f);
+        self.sampler = Some(source);
+        if batch.is_empty() && !self.stopped {
+            return;
+        }
+        self.pair(batch, now, f);
+    }
+
+    /// Pair each switch-out with its thread's next switch-in, in time
+    /// order (records of the last `SETTLE_NS` wait for the next drain:
+    /// another CPU's ring may not have its part yet), and give `f` each
+    /// wait that ended; once stopped, the threads still waiting too.
+    fn pair(&mut self, mut batch: Vec<(u64, Timed)>, now: u64, f: &mut dyn FnMut(&Stack<'_>)) {
+        batch.sort_by_key(|b| b.0);
+        let settled = if self.stopped { u64::MAX } else { now.saturating_sub(SETTLE_NS) };
+        let cut = batch.partition_point(|b| b.0 < settled);
+        self.deferred = batch.split_off(cut);
+        if self.deferred.len() > MAX_DEFERRED {
+            let extra = self.deferred.len() - MAX_DEFERRED;
+            self.summary.lost += extra as u64;
+            self.deferred.drain(..extra);
+        }
+        for (time, t) in batch {
+            match t {
+                Timed::Out(o) => {
+                    // A switch-out while one is pending: that one's
+                    // switch-in was lost.
+                    if self.pending.len() >= MAX_PENDING && !self.pending.contains_key(&o.tid) {
+                        self.summary.unpaired += 1;
+                    } else if self.pending.insert(o.tid, o).is_some() {
+                        self.summary.unpaired += 1;
+                    }
+                }
+                Timed::Switch { tid, out: true, preempted } => {
+                    if let Some(o) = self.pending.get_mut(&tid).filter(|o| o.time <= time) {
+                        o.preempted = preempted;
+                    }
+                }
+                Timed::Switch { tid, out: false, .. } => {
+                    if let Some(o) = self.pending.remove(&tid) {
+                        self.wait(&o, time.saturating_sub(o.time), f);
+                    }
+                }
+                Timed::Exit { tid } => {
+                    self.pending.remove(&tid);
+                }
+            }
+        }
+        if self.stopped {
+            // Still waiting at the end: until now (a thread gone without
+            // its exit record is dropped).
+            for (tid, o) in std::mem::take(&mut self.pending) {
+                if std::path::Path::new(&format!("/proc/{}/task/{tid}", o.pid)).exists() {
+                    self.wait(&o, now.saturating_sub(o.time), f);
+                }
+            }
         }
     }
 
-    fn unwind(&mut self, s: &RawSample, f: &mut dyn FnMut(&Stack<'_>)) {
+    /// Give `f` wait `o`, `ns` long.
+    fn wait(&mut self, o: &Out, ns: u64, f: &mut dyn FnMut(&Stack<'_>)) {
         self.summary.samples += 1;
+        self.summary.waits += 1;
+        let name = if o.preempted { "preempted" } else { o.name.as_str() };
+        let stack = Stack {
+            pid: o.pid,
+            tid: o.tid,
+            time: o.time,
+            period: ns,
+            in_kernel: o.in_kernel,
+            kernel: &o.kernel,
+            regs: &o.regs,
+            frames: &o.frames,
+            complete: o.complete,
+            modules: &self.modules,
+            off_cpu: Some(Wait { ns, name }),
+        };
+        f(&stack);
+    }
+
+    /// Unwind `s` into `self.frames`: whether the stack reached its root
+    /// (counted in the summary either way).
+    fn unwind(&mut self, s: &RawSample<'_>) -> bool {
         let now = Instant::now();
         let (pc, _, _) = arch::unwind_start(&s.regs);
         let ours = self.own.as_ref().and_then(|o| o.read().ok()).is_some_and(|o| o.holds(s.pid, pc).is_some());
@@ -605,36 +764,16 @@ impl Profiler {
             self.summary.truncated += 1;
         }
         self.summary.unknown_frames += self.frames.iter().filter(|fr| fr.module.is_none() && !fr.own).count() as u64;
-        let name = s.off_cpu.map(|o| {
-            self.summary.waits += 1;
-            (o.ns, self.wait_name(s))
-        });
-        let stack = Stack {
-            pid: s.pid,
-            tid: s.tid,
-            time: s.time,
-            period: s.off_cpu.map_or(s.period, |o| o.ns),
-            in_kernel: s.in_kernel,
-            kernel: &s.kernel,
-            regs: &s.regs,
-            frames: &self.frames,
-            complete,
-            modules: &self.modules,
-            off_cpu: name.as_ref().map(|(ns, n)| Wait { ns: *ns, name: n }),
-        };
-        f(&stack);
+        complete
     }
 
-    /// What the thread of off-CPU sample `s` waited in: preempted; else
-    /// the system call in its kernel call chain (named by the kernel's
-    /// symbols), else what else the chain shows (a fault, a stop); without
-    /// the chain or the symbols, the call the instructions before its pc
-    /// make (the architecture's guess: `mov $N, %eax` before `syscall`,
-    /// x8).
-    fn wait_name(&mut self, s: &RawSample) -> String {
-        if s.off_cpu.is_some_and(|o| o.preempted) {
-            return "preempted".into();
-        }
+    /// What the thread of switch-out `s` waits in (unless it was
+    /// preempted: its switch record says): the system call in its kernel
+    /// call chain (named by the kernel's symbols), else what else the chain
+    /// shows (a fault, a stop); without the chain or the symbols, the call
+    /// the instructions before its pc make (the architecture's guess: `mov
+    /// $N, %eax` before `syscall`, x8).
+    fn wait_name(&mut self, s: &RawSample<'_>) -> String {
         let syms = self.kallsyms.get_or_insert_with(crate::os::kallsyms::read);
         let names = crate::os::kallsyms::names(syms, &s.kernel);
         // (A stop at a system call's entry or exit is the stop's.)
@@ -667,7 +806,7 @@ impl Profiler {
     /// when a frame fell outside every known module. A return into the
     /// signal trampoline (a sample in a signal handler) continues from the
     /// registers the kernel saved on the stack, in the interrupted code.
-    fn walk(&mut self, s: &RawSample) -> Option<bool> {
+    fn walk(&mut self, s: &RawSample<'_>) -> Option<bool> {
         use framehop::{FrameAddress, Unwinder as _};
         self.frames.clear();
         let pid = s.pid;

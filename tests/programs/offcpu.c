@@ -9,14 +9,16 @@
  *                          the sleeper late)
  *   offcpu mutex ROUNDS    two threads and a mutex: "holder" holds it
  *                          10 ms at a time (sleeping), ROUNDS times;
- *                          "waiter" takes it in waiter_lock() as soon as
- *                          it is free, ROUNDS times
+ *                          "waiter" takes it in waiter_lock() whenever
+ *                          it sees it held, until the holder is done
  *   offcpu pipe MS         reader() blocks in read(2) on a pipe that a
  *                          thread writes to MS milliseconds later
- *   offcpu pingpong N      a child process and its parent pass a byte
+ *   offcpu pingpong N [US] a child process and its parent pass a byte
  *                          back and forth over two pipes N times (the
- *                          blocking-heavy workload of benches/offcpu_cost.rs):
- *                          prints "ns T", the round trips' time
+ *                          blocking-heavy workload of benches/offcpu_cost.rs),
+ *                          the child working US microseconds (burn())
+ *                          before each answer: prints "ns T", the round
+ *                          trips' time
  *
  * Each mode prints, last, the time it measured itself waiting: "waited N"
  * (ns: the waiter in pthread_mutex_lock, the reader in read), then
@@ -54,7 +56,7 @@ __attribute__((noinline)) void rest(long ns) { sleep_ns(ns); }
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static long rounds;
 static pthread_barrier_t start;
-static volatile int held;
+static volatile int held, finished;
 
 static void *holder(void *arg) {
     (void)arg;
@@ -69,6 +71,7 @@ static void *holder(void *arg) {
         /* Let the waiter have it. */
         sleep_ns(1000000);
     }
+    finished = 1;
     return NULL;
 }
 
@@ -86,9 +89,11 @@ static void *waiter(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "waiter");
     pthread_barrier_wait(&start);
-    for (long r = 0; r < rounds; r++) {
-        /* Come when the holder has it. */
-        while (!held) sched_yield();
+    for (;;) {
+        /* Come when the holder has it (a loaded machine may not run
+         * this thread through a whole holding: that one is missed). */
+        while (!held && !finished) sched_yield();
+        if (finished) break;
         waited += waiter_lock();
     }
     return NULL;
@@ -143,6 +148,7 @@ int main(int argc, char **argv) {
         printf("waited %ld\n", reader());
         pthread_join(w, NULL);
     } else if (!strcmp(argv[1], "pingpong")) {
+        long work = argc > 3 ? atol(argv[3]) * 1000 : 0;
         int a[2], b[2];
         char c = 'x';
         if (pipe(a) || pipe(b)) return 1;
@@ -150,7 +156,7 @@ int main(int argc, char **argv) {
         pid_t p = fork();
         if (p == 0) {
             for (long i = 0; i < n; i++)
-                if (read(a[0], &c, 1) != 1 || write(b[1], &c, 1) != 1) _exit(1);
+                if (read(a[0], &c, 1) != 1 || (work && (burn(work), 0)) || write(b[1], &c, 1) != 1) _exit(1);
             _exit(0);
         }
         for (long i = 0; i < n; i++)

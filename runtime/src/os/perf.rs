@@ -28,12 +28,11 @@
 //! switch-out with the same registers and stack (taken in the kernel's
 //! `schedule`, so it needs kernel samples allowed: root or CAP_PERFMON),
 //! and asks for `PERF_RECORD_SWITCH` records (`context_switch`): the
-//! thread's next switch-in ends the wait. Records of one thread land in
-//! the rings of the CPUs it ran on, so a drain sorts them by time and
-//! pairs each switch-out with the switch-in after it; records newer than
-//! the drain's start (less a margin) wait for the next drain, when the
-//! other rings have theirs. A sample's `period` says which event took it:
-//! 1 for a switch, the CPU period (at least 10 µs) for `task-clock`.
+//! thread's next switch-in ends the wait. The records come out as the
+//! rings hold them ([`Event`]); the profiler unwinds each switch-out's
+//! stack at once (read in place in the ring) and pairs the waits
+//! (`crate::profile`). A sample's `period` says which event took it: 1
+//! for a switch, the CPU period (at least 10 µs) for `task-clock`.
 //!
 //! `nix` has no `perf_event_open`: the system call, the ring's `mmap` and
 //! the two ioctls are raw `libc`, with the attribute block laid out here
@@ -94,19 +93,11 @@ const SWITCH_RING_PAGES: usize = 2048;
 /// dwarf`: a thread blocks in a system call, its stack no deeper than
 /// where it computes).
 pub const SWITCH_STACK_BYTES: u32 = 8 * 1024;
-/// Records newer than a drain's start less this wait for the next drain
-/// (a record is written just after its time is taken).
-const SETTLE_NS: u64 = 2_000_000;
-/// Records kept for the next drain, at most (past it the oldest go, as
-/// lost samples): 32 MiB of stacks.
-const MAX_DEFERRED: usize = 4096;
-/// Threads switched out at once whose waits are kept (each with its
-/// stack, until it runs again): 128 MiB of stacks.
-const MAX_PENDING: usize = 16_384;
 
-/// A sample as the kernel took it.
+/// A sample as the kernel took it (its stack read in place in the ring,
+/// while the drain lasts).
 #[derive(Debug, Clone)]
-pub struct RawSample {
+pub struct RawSample<'a> {
     pub pid: u32,
     pub tid: u32,
     /// CLOCK_MONOTONIC, ns.
@@ -119,38 +110,20 @@ pub struct RawSample {
     /// The user registers, in our register file's order.
     pub regs: telco_abi::region::SavedRegs,
     /// The user stack from `regs`' stack pointer upwards.
-    pub stack: Vec<u8>,
+    pub stack: std::borrow::Cow<'a, [u8]>,
     /// Taken in the kernel: its call chain, innermost first (kernel
     /// addresses), when kernel samples are allowed.
     pub kernel: Vec<u64>,
-    /// A wait: the thread switched out at `time` and stayed off its CPU
-    /// this long (the stack is where it blocked).
-    pub off_cpu: Option<OffCpu>,
 }
 
-/// How long a thread was off its CPU, and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OffCpu {
-    pub ns: u64,
-    /// Switched out while runnable (its time slice over, a wake-up
-    /// of a more urgent thread): waiting for a CPU, not for an event.
-    pub preempted: bool,
-}
-
-/// A ring's record, as the pairing needs it.
-enum Record {
-    Sample(RawSample),
+/// A ring's record: a sample (`period` 1: a switch-out), or a thread's
+/// switch (with `--off-cpu`: `preempted` when it was switched out
+/// runnable, its time slice over or a more urgent thread woken), or its
+/// exit.
+pub enum Event<'a> {
+    Sample(RawSample<'a>),
     Switch { tid: u32, time: u64, out: bool, preempted: bool },
     Exit { tid: u32, time: u64 },
-}
-
-impl Record {
-    fn time(&self) -> u64 {
-        match self {
-            Record::Sample(s) => s.time,
-            Record::Switch { time, .. } | Record::Exit { time, .. } => *time,
-        }
-    }
 }
 
 struct Ring {
@@ -184,18 +157,11 @@ pub struct Sampler {
     pub lost: u64,
     /// Records that did not parse (counted, skipped).
     pub malformed: u64,
-    /// Switch-outs whose switch-in never came (its record lost): the
-    /// wait is dropped, counted.
-    pub unpaired: u64,
     buf: Vec<u8>,
     /// Switches sampled too (`--off-cpu`).
     switches: bool,
     /// CPU-time samples too (`timer.profile`).
     cpu: bool,
-    /// Each thread's switch-out waiting for its switch-in.
-    pending: std::collections::HashMap<u32, RawSample>,
-    /// Records newer than the last drain's start, for the next.
-    deferred: Vec<Record>,
 }
 
 /// A sampling event: `task-clock` every `period_ns`, or (`switches`) every
@@ -253,9 +219,6 @@ impl Sampler {
         let mut s = Sampler {
             switches,
             cpu: period_ns.is_some() || !switches,
-            pending: Default::default(),
-            deferred: Vec::new(),
-            unpaired: 0,
             pid,
             period_ns: period_ns.unwrap_or(10_000_000).max(10_000),
             stack_bytes: stack_bytes.min(65_000) & !7,
@@ -366,87 +329,21 @@ impl Sampler {
         }
     }
 
-    /// Every sample the rings hold, oldest first per CPU; with switches,
-    /// each switch-out whose switch-in has come, with its wait. `last`:
-    /// the session is over (sampling disabled): every record is taken,
-    /// and a thread still switched out waited until now.
-    pub fn drain(&mut self, f: &mut dyn FnMut(RawSample), last: bool) {
+    /// Every record the rings hold, oldest first per CPU (the CPUs one
+    /// after the other: a thread's records on two CPUs are not in time
+    /// order here).
+    pub fn drain(&mut self, f: &mut dyn FnMut(Event<'_>)) {
         let mut lost = 0;
         let mut malformed = 0;
-        if !self.switches {
-            for (_, ring) in &self.rings {
-                drain_ring(ring, &mut self.buf, &mut lost, &mut malformed, &mut |r| {
-                    if let Record::Sample(s) = r {
-                        f(s)
-                    }
-                });
-            }
-            self.lost += lost;
-            self.malformed += malformed;
-            return;
-        }
-        let now = super::sys::monotonic_ns();
-        let mut records = std::mem::take(&mut self.deferred);
         for (_, ring) in &self.rings {
-            drain_ring(ring, &mut self.buf, &mut lost, &mut malformed, &mut |r| records.push(r));
-        }
-        records.sort_by_key(Record::time);
-        let settled = if last { u64::MAX } else { now.saturating_sub(SETTLE_NS) };
-        let cut = records.partition_point(|r| r.time() < settled);
-        self.deferred = records.split_off(cut);
-        if self.deferred.len() > MAX_DEFERRED {
-            let extra = self.deferred.len() - MAX_DEFERRED;
-            lost += extra as u64;
-            self.deferred.drain(..extra);
-        }
-        for r in records {
-            match r {
-                Record::Sample(s) if s.period == 1 => {
-                    // A switch-out while one is pending: that one's
-                    // switch-in was lost.
-                    if self.pending.len() >= MAX_PENDING && !self.pending.contains_key(&s.tid) {
-                        self.unpaired += 1;
-                    } else if self.pending.insert(s.tid, s).is_some() {
-                        self.unpaired += 1;
-                    }
-                }
-                Record::Sample(s) => f(s),
-                Record::Switch { tid, out: true, preempted, time } => {
-                    if let Some(p) = self.pending.get_mut(&tid).filter(|p| p.time <= time) {
-                        p.off_cpu = Some(OffCpu { ns: 0, preempted });
-                    }
-                }
-                Record::Switch { tid, out: false, time, .. } => {
-                    if let Some(mut p) = self.pending.remove(&tid) {
-                        let preempted = p.off_cpu.is_some_and(|o| o.preempted);
-                        p.off_cpu = Some(OffCpu { ns: time.saturating_sub(p.time), preempted });
-                        p.period = 1;
-                        f(p);
-                    }
-                }
-                Record::Exit { tid, .. } => {
-                    self.pending.remove(&tid);
-                }
-            }
-        }
-        if last {
-            // Still waiting at the end: until now (a thread gone without
-            // its exit record is dropped).
-            for (tid, mut p) in std::mem::take(&mut self.pending) {
-                if !std::path::Path::new(&format!("/proc/{}/task/{tid}", p.pid)).exists() {
-                    continue;
-                }
-                let preempted = p.off_cpu.is_some_and(|o| o.preempted);
-                p.off_cpu = Some(OffCpu { ns: now.saturating_sub(p.time), preempted });
-                f(p);
-            }
+            drain_ring(ring, &mut self.buf, &mut lost, &mut malformed, f);
         }
         self.lost += lost;
         self.malformed += malformed;
     }
 }
 
-fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u64, f: &mut dyn FnMut(Record)) {
+fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u64, f: &mut dyn FnMut(Event<'_>)) {
     use std::sync::atomic::{AtomicU64, Ordering};
     // SAFETY: the control page is mapped; the head is written by the
     // kernel (acquire), the tail by us (release), both aligned words.
@@ -487,7 +384,7 @@ fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u6
             break;
         }
         // A record that does not wrap is read in place (a sample is some
-        // 8 KiB of stack: copied once, into the sample, not twice).
+        // 8 KiB of stack, unwound there: never copied).
         let start = tail as usize % size;
         let buf: &[u8] = if start + len as usize <= size {
             // SAFETY: [start, start + len) lies inside the data area, which
@@ -499,7 +396,7 @@ fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u6
         };
         match kind {
             RECORD_SAMPLE => match parse_sample(buf, misc) {
-                Some(s) => f(Record::Sample(s)),
+                Some(s) => f(Event::Sample(s)),
                 None => *malformed += 1,
             },
             // The sample id after the header: pid, tid, time.
@@ -507,13 +404,13 @@ fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u6
                 let tid = u32::from_ne_bytes(buf[12..16].try_into().unwrap_or_default());
                 let time = u64::from_ne_bytes(buf[16..24].try_into().unwrap_or_default());
                 let out = misc & MISC_SWITCH_OUT != 0;
-                f(Record::Switch { tid, time, out, preempted: out && misc & MISC_SWITCH_OUT_PREEMPT != 0 })
+                f(Event::Switch { tid, time, out, preempted: out && misc & MISC_SWITCH_OUT_PREEMPT != 0 })
             }
             // pid, ppid, tid, ptid, time.
             RECORD_EXIT if buf.len() >= 32 => {
                 let tid = u32::from_ne_bytes(buf[16..20].try_into().unwrap_or_default());
                 let time = u64::from_ne_bytes(buf[24..32].try_into().unwrap_or_default());
-                f(Record::Exit { tid, time })
+                f(Event::Exit { tid, time })
             }
             RECORD_LOST if buf.len() >= 24 => {
                 *lost += u64::from_ne_bytes(buf[16..24].try_into().unwrap_or_default());
@@ -527,7 +424,7 @@ fn drain_ring(ring: &Ring, buf: &mut Vec<u8>, lost: &mut u64, malformed: &mut u6
 
 /// One `PERF_RECORD_SAMPLE` with our sample type: ip, pid/tid, time,
 /// cpu, period, user registers, user stack.
-fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample> {
+fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample<'_>> {
     let mut at = 8;
     let mut word = || -> Option<u64> {
         let w = u64::from_ne_bytes(r.get(at..at + 8)?.try_into().ok()?);
@@ -563,11 +460,11 @@ fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample> {
     }
     let size = word()? as usize;
     let start = at;
-    let mut stack = Vec::new();
+    let mut stack: &[u8] = &[];
     if size > 0 {
         let bytes = r.get(start..start + size)?;
         let dyn_size = u64::from_ne_bytes(r.get(start + size..start + size + 8)?.try_into().ok()?) as usize;
-        stack.extend_from_slice(&bytes[..dyn_size.min(size)]);
+        stack = &bytes[..dyn_size.min(size)];
     }
     Some(RawSample {
         pid: pt as u32,
@@ -576,9 +473,8 @@ fn parse_sample(r: &[u8], misc: u16) -> Option<RawSample> {
         period,
         in_kernel: misc & MISC_CPUMODE_MASK != MISC_USER,
         regs,
-        stack,
+        stack: std::borrow::Cow::Borrowed(stack),
         kernel,
-        off_cpu: None,
     })
 }
 
@@ -632,7 +528,7 @@ mod tests {
         // perf's order: ax bx cx dx si di bp sp ip flags r8..r15.
         assert_eq!(s.regs.words[telco_abi::arch::native::PC], 108);
         assert_eq!(s.regs.words[telco_abi::arch::native::SP], 107);
-        assert_eq!(s.stack, 0xaaaau64.to_ne_bytes());
+        assert_eq!(&*s.stack, 0xaaaau64.to_ne_bytes());
         assert_eq!(s.kernel, [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0020]);
         assert!(parse_sample(&r[..r.len() - 9], MISC_USER).is_none());
     }
