@@ -494,6 +494,9 @@ pub struct Profiler {
     frames: Vec<Frame>,
     /// The kernel's symbols, read at the first wait that needs them.
     kallsyms: Option<Vec<(u64, String)>>,
+    /// The wait a kernel call chain names, by the chain (a wait site's
+    /// switches all have the same one; forgotten past 4096 chains).
+    wait_names: HashMap<Vec<u64>, String>,
     /// The session is over: the next poll is the last.
     stopped: bool,
     /// Each thread's switch-out waiting for its switch-in.
@@ -556,6 +559,7 @@ impl Profiler {
             summary: Summary::default(),
             frames: Vec::new(),
             kallsyms: None,
+            wait_names: HashMap::new(),
             stopped: false,
             pending: HashMap::new(),
             deferred: Vec::new(),
@@ -774,6 +778,22 @@ impl Profiler {
     /// the instructions before its pc make (the architecture's guess: `mov
     /// $N, %eax` before `syscall`, x8).
     fn wait_name(&mut self, s: &RawSample<'_>) -> String {
+        if let Some(n) = self.wait_names.get(&s.kernel) {
+            return n.clone();
+        }
+        let n = self.name_wait(s);
+        // (Named by the chain only where the kernel's symbols are known.)
+        if !s.kernel.is_empty() && self.kallsyms.as_ref().is_some_and(|k| !k.is_empty()) {
+            if self.wait_names.len() >= 4096 {
+                self.wait_names.clear();
+            }
+            self.wait_names.insert(s.kernel.clone(), n.clone());
+        }
+        n
+    }
+
+    /// [`Profiler::wait_name`], not yet known for this chain.
+    fn name_wait(&mut self, s: &RawSample<'_>) -> String {
         let syms = self.kallsyms.get_or_insert_with(crate::os::kallsyms::read);
         let names = crate::os::kallsyms::names(syms, &s.kernel);
         // (A stop at a system call's entry or exit is the stop's.)

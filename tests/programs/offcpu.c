@@ -13,18 +13,20 @@
  *                          it sees it held, until the holder is done
  *   offcpu pipe MS         reader() blocks in read(2) on a pipe that a
  *                          thread writes to MS milliseconds later
- *   offcpu pingpong N [US] a child process and its parent pass a byte
+ *   offcpu pingpong N [US [CPU]]
+ *                          a child process and its parent pass a byte
  *                          back and forth over two pipes N times (the
  *                          blocking-heavy workload of benches/offcpu_cost.rs),
  *                          the child working US microseconds (burn())
- *                          before each answer: prints "ns T", the round
- *                          trips' time
+ *                          before each answer, both on CPU if given: prints
+ *                          "ns T", the round trips' time
  *
  * Each mode prints, last, the time it measured itself waiting: "waited N"
  * (ns: the waiter in pthread_mutex_lock, the reader in read), then
  * "done". */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +151,12 @@ int main(int argc, char **argv) {
         pthread_join(w, NULL);
     } else if (!strcmp(argv[1], "pingpong")) {
         long work = argc > 3 ? atol(argv[3]) * 1000 : 0;
+        if (argc > 4) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(atoi(argv[4]), &set);
+            if (sched_setaffinity(0, sizeof set, &set)) return 1;
+        }
         int a[2], b[2];
         char c = 'x';
         if (pipe(a) || pipe(b)) return 1;
