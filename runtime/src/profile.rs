@@ -558,7 +558,9 @@ impl Profiler {
             files: HashMap::new(),
             summary: Summary::default(),
             frames: Vec::new(),
-            kallsyms: None,
+            // (Read now, before the target runs on: some 100 ms, during
+            // which a busy program's waits would fill the rings.)
+            kallsyms: off_cpu.then(crate::os::kallsyms::read),
             wait_names: HashMap::new(),
             stopped: false,
             pending: HashMap::new(),
