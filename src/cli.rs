@@ -172,7 +172,8 @@ pub struct Cli {
     /// off its CPU, ending in a frame naming the wait (`[off-cpu] futex`). --folded and
     /// --flamegraph then count microseconds of wall-clock time, --pprof has `cpu` and `off_cpu`
     /// values, --speedscope a wall-clock profile per thread, --perfetto the waits as slices on
-    /// the threads' tracks. Needs perf events with kernel samples (root or CAP_PERFMON).
+    /// the threads' tracks. Needs perf events with kernel samples (root, or CAP_PERFMON with
+    /// CAP_IPC_LOCK).
     #[arg(long, requires = "profile_out", conflicts_with_all = ["otlp", "pyroscope"])]
     pub off_cpu: bool,
 

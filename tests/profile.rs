@@ -817,8 +817,9 @@ fn off_cpu_time_splits_a_burn_and_a_sleep() {
         .filter(|s| s["name"] == "[off-cpu] clock_nanosleep")
         .map(|s| s["dur_ns"].as_u64().unwrap())
         .collect();
-    assert_eq!(sleeps.len(), 40, "{sleeps:?}");
-    assert!(sleeps.iter().all(|&d| d >= 15_000_000), "{sleeps:?}");
+    // (A timer may fire a few µs before its time, at its slack's start.)
+    assert!((40..=42).contains(&sleeps.len()), "{sleeps:?}");
+    assert!(sleeps.iter().filter(|&&d| d >= 14_900_000).count() >= 40, "{sleeps:?}");
     within("the sleep slices' ns", sleeps.iter().sum(), r as u64, 10);
 }
 
@@ -836,6 +837,9 @@ fn a_mutex_wait_is_under_the_lock_call() {
     assert_eq!(code, Some(0), "{err}");
     let stacks = folded(&f);
     let locked = under(&stacks, &["waiter", "waiter_lock", "[off-cpu] futex"]);
+    // (30 holdings of 10 ms: the waiter catches most, all but the few a
+    // loaded machine keeps it from.)
+    assert!(waited(&out) >= 100_000_000, "the waiter hardly waited: {out}");
     within("µs in waiter_lock's futex", locked * 1000, waited(&out), 10);
 }
 
@@ -879,7 +883,9 @@ fn python_waits_in_time_sleep() {
     assert!(out.contains("done"), "{out}");
     let stacks = folded(&f);
     let slept = under(&stacks, &["_start", "_PyEval_EvalFrameDefault", "[off-cpu] clock_nanosleep"]);
-    assert!((300_000..=330_000).contains(&slept), "{slept} µs in time.sleep: {stacks:?}");
+    // (Python sleeps to a deadline it computed before the call: a few µs
+    // less; a loaded machine wakes it late.)
+    assert!((295_000..=360_000).contains(&slept), "{slept} µs in time.sleep: {stacks:?}");
 }
 
 /// What `--off-cpu` and `process.blocked` refuse.

@@ -454,18 +454,19 @@ impl Sink for Profile {
             // A wait: its name is the leaf (the kernel's frames, the
             // scheduler's, say less).
             // (Names are the kernel's system calls, or a number the
-            // target's registers gave: a few hundred at most are kept.)
-            let name = if self.waits.len() < 512 { w.name } else { "other" };
-            let i = match self.waits.iter().position(|n| n == name) {
+            // target's registers gave: 512 at most are kept, then a new
+            // one is `other`.)
+            let known = |n: &str| self.waits.iter().position(|x| x == n);
+            let i = match known(w.name) {
                 Some(i) => i,
-                None if name == "other" && self.waits.len() >= 512 => {
-                    self.waits.push(name.to_string());
+                None if self.waits.len() < 512 => {
+                    self.waits.push(w.name.to_string());
                     self.waits.len() - 1
                 }
-                None => {
-                    self.waits.push(name.to_string());
+                None => known("other").unwrap_or_else(|| {
+                    self.waits.push("other".into());
                     self.waits.len() - 1
-                }
+                }),
             };
             self.waited = true;
             ids.push(self.key(Key::Wait(i as u32)));

@@ -316,9 +316,18 @@ impl Sampler {
         self.pid
     }
 
-    /// The descriptors to poll for samples.
+    /// The descriptors to poll for samples: those not hung up (a ring
+    /// whose first thread has gone polls as hung up for ever, while the
+    /// other threads' events still write into it: drained every 10 ms).
     pub fn fds(&self) -> Vec<i32> {
-        self.rings.iter().map(|(fd, _)| fd.as_raw_fd()).collect()
+        let mut p: Vec<libc::pollfd> = self
+            .rings
+            .iter()
+            .map(|(fd, _)| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+            .collect();
+        // SAFETY: a zero-timeout poll of our own live descriptors.
+        unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 0) };
+        p.iter().filter(|x| x.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) == 0).map(|x| x.fd).collect()
     }
 
     /// Stop sampling (the rings keep what they hold).

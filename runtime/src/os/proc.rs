@@ -245,6 +245,13 @@ pub fn kernel_thread(pid: i32) -> bool {
     stat_field(pid, 6).is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
+/// Thread `tid`'s state letter (`R`, `S`, `D`, `Z`, ...) from
+/// `/proc/PID/task/TID/stat`; `None` when it is gone.
+pub fn thread_state(pid: i32, tid: i32) -> Option<u8> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().bytes().next()
+}
+
 /// Whether process `pid` exists and is not a zombie (`/proc/PID/stat`).
 pub fn running(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -485,7 +485,12 @@ impl<'a> Local<'a> {
                             "{what} process {target}: perf_event_open: {e} (the kernel must allow perf events{}: as \
                              root, or with CAP_PERFMON; in a container, a seccomp policy that permits \
                              perf_event_open)",
-                            if waits { " with kernel samples, perf_event_paranoid 1 or less" } else { "" }
+                            if waits {
+                                " with kernel samples (perf_event_paranoid 1 or less) and 8 MiB of locked ring a CPU \
+                                 (CAP_IPC_LOCK)"
+                            } else {
+                                ""
+                            }
                         ));
                         runner.stopped = true;
                         failed = true;

@@ -73,9 +73,10 @@ pub const BLOCKING_SYSCALLS: &[(u64, &str)] = &[
     (449, "futex_waitv"),
 ];
 
-/// The system call a thread entered: its number stays in x8.
-pub fn syscall_number(regs: &SavedRegs, _code: &[u8]) -> Option<u64> {
-    Some(regs.words[8])
+/// The system call a thread entered (`code`, the 8 bytes before its pc,
+/// ending in `svc #0`): its number stays in x8.
+pub fn syscall_number(regs: &SavedRegs, code: &[u8]) -> Option<u64> {
+    code.ends_with(&[0x01, 0x00, 0x00, 0xd4]).then_some(regs.words[8])
 }
 
 /// The signal-return trampoline a handler returns to (glibc's

@@ -88,14 +88,14 @@ pub const BLOCKING_SYSCALLS: &[(u64, &str)] = &[
 ];
 
 /// The system call a thread entered at `pc` (just after its `syscall`
-/// instruction, whose 7 bytes before are `code`): the number a
+/// instruction; `code` the 8 bytes before `pc`): the number a
 /// `mov $N, %eax` (or `xor %eax, %eax`) just before it loads. The kernel
 /// has replaced rax by then; glibc's wrappers and inlined calls load it
 /// this way.
 pub fn syscall_number(_regs: &SavedRegs, code: &[u8]) -> Option<u64> {
     match code {
-        [0xb8, a, b, c, d, 0x0f, 0x05] => Some(u64::from(u32::from_le_bytes([*a, *b, *c, *d]))),
-        [_, _, _, 0x31, 0xc0, 0x0f, 0x05] => Some(0),
+        [_, 0xb8, a, b, c, d, 0x0f, 0x05] => Some(u64::from(u32::from_le_bytes([*a, *b, *c, *d]))),
+        [.., 0x31, 0xc0, 0x0f, 0x05] => Some(0),
         _ => None,
     }
 }
