@@ -232,7 +232,13 @@ fn go_signals_collector_and_pprof_go_on_beside_probes_and_profiles() {
         .expect("go tool pprof");
     let text = String::from_utf8_lossy(&top.stdout);
     assert!(top.status.success(), "{}", String::from_utf8_lossy(&top.stderr));
-    assert!(text.contains("Type: cpu") && text.contains("main.step"), "{text}");
+    // Its samples: in Go's code, or in our probes' (a probe on an 8 M-call
+    // function costs more than its body: most of Go's few samples land in
+    // our trampolines, which Go's profiler counts as
+    // `runtime._ExternalCode`; once no sample of 16 fell in main.step).
+    let samples = text.lines().find_map(|l| l.split("Total samples = ").nth(1)).unwrap_or("0");
+    assert!(text.contains("Type: cpu") && !samples.starts_with("0"), "{text}");
+    assert!(text.contains("main.") || text.contains("runtime._ExternalCode"), "{text}");
     // Ours names Go's frames.
     let ours = std::fs::read_to_string(&folded).expect("the folded file");
     assert!(ours.lines().any(|l| l.contains("main.step") || l.contains("main.main.func")), "{ours}");
